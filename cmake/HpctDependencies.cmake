@@ -1,0 +1,75 @@
+# Finds every dependency with modern imported targets. See ../shared/PLATFORM.md for the pitfalls.
+
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(Threads REQUIRED)
+
+# --- BLAS: OpenBLAS, the OpenMP build (the pthread build fights OpenMP threads) ----------------
+set(HPCT_OPENBLAS_DIR "/usr/lib/x86_64-linux-gnu/openblas-openmp" CACHE PATH "Directory of the OpenMP OpenBLAS")
+find_library(HPCT_OPENBLAS_LIB NAMES openblas PATHS ${HPCT_OPENBLAS_DIR} NO_DEFAULT_PATH)
+if(NOT HPCT_OPENBLAS_LIB)
+  find_library(HPCT_OPENBLAS_LIB NAMES openblas)
+endif()
+find_path(HPCT_CBLAS_INCLUDE cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas
+  NO_DEFAULT_PATH)
+if(NOT HPCT_OPENBLAS_LIB OR NOT HPCT_CBLAS_INCLUDE)
+  message(FATAL_ERROR "OpenBLAS (OpenMP build) not found: run scripts/setup.sh (package libopenblas-openmp-dev)")
+endif()
+add_library(hpct_blas INTERFACE)
+target_link_libraries(hpct_blas INTERFACE ${HPCT_OPENBLAS_LIB})
+target_include_directories(hpct_blas SYSTEM INTERFACE ${HPCT_CBLAS_INCLUDE})
+
+# --- oneDNN (optional; only validation/bench_gemm links it, to measure it against OpenBLAS) -----
+find_package(dnnl CONFIG QUIET)
+
+# --- small C++ libraries --------------------------------------------------------------------
+find_package(fmt REQUIRED)              # libfmt-dev
+find_package(tomlplusplus REQUIRED)      # libtomlplusplus-dev
+find_package(CLI11 CONFIG QUIET)         # libcli11-dev (header only)
+if(NOT TARGET CLI11::CLI11)
+  find_path(HPCT_CLI11_INCLUDE CLI/CLI.hpp REQUIRED)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  target_include_directories(CLI11::CLI11 INTERFACE ${HPCT_CLI11_INCLUDE})
+endif()
+find_package(nlohmann_json 3 REQUIRED)   # nlohmann-json3-dev
+
+if(NOT HPCT_KERNELS_ONLY)
+  # --- MPI -----------------------------------------------------------------------------------
+  find_package(MPI REQUIRED COMPONENTS C)
+  # --- parallel HDF5 (the Open MPI build) ----------------------------------------------------
+  set(HDF5_PREFER_PARALLEL ON)
+  find_package(HDF5 REQUIRED COMPONENTS C)
+  if(NOT HDF5_IS_PARALLEL)
+    message(FATAL_ERROR "HDF5 found (${HDF5_VERSION}) is not the parallel build: install libhdf5-openmpi-dev and remove libhdf5-dev")
+  endif()
+  if(NOT TARGET hdf5::hdf5)
+    add_library(hdf5::hdf5 INTERFACE IMPORTED)
+    target_include_directories(hdf5::hdf5 INTERFACE ${HDF5_C_INCLUDE_DIRS})
+    target_link_libraries(hdf5::hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+    target_compile_definitions(hdf5::hdf5 INTERFACE ${HDF5_C_DEFINITIONS})
+  endif()
+endif()
+
+if(HPCT_ENABLE_TESTING)
+  find_package(GTest REQUIRED)
+endif()
+
+# --- CUDA (optional) -------------------------------------------------------------------------
+set(HPCT_HAVE_CUDA OFF)
+if(NOT HPCT_ENABLE_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)   # H100/H200; override with -DCMAKE_CUDA_ARCHITECTURES=...
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(HPCT_HAVE_CUDA ON)
+  elseif(HPCT_ENABLE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "HPCT_ENABLE_CUDA=ON but no CUDA compiler was found (expected /usr/local/cuda/bin/nvcc)")
+  endif()
+endif()

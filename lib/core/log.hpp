@@ -7,6 +7,8 @@
 
 namespace hpct {
 
+// Also append rank 0's lines to this file (the run's log in the output directory); "" closes it.
+void set_log_file(const std::string& path);
 void log_line_rank0(const std::string& line);
 void log_line_any_rank(const std::string& line);
 void log_warn_rank0(const std::string& line);

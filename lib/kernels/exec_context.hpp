@@ -1,13 +1,9 @@
 #pragma once
 // Execution context every kernel takes (DESIGN.md §7): which backend runs it and on which stream.
 // On the CPU the stream is unused (kernels complete before they return); on CUDA it is a cudaStream_t.
-#include <string>
+#include "tensor/device.hpp"
 
 namespace hpct {
-
-enum class Device { CPU, CUDA };
-
-inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
 struct ExecContext {
   Device device = Device::CPU;

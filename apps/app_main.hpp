@@ -1,0 +1,52 @@
+#pragma once
+// The shared main() frame of every hpctrain MPI app (DESIGN.md invariant 3): MPI up, process identity
+// set, the app body run, and any error turned into one clear line and a non-zero exit of the whole job.
+//   - UsageError (bad deck, option, missing file): every rank hits it the same way, so rank 0 prints it
+//     (without a source location: the message says what to do) and the job ends with exit code 2.
+//   - any other error: the failing rank prints rank, host, file, line and cause; the job aborts (1).
+// With several ranks the job ends through MPI_Abort, so no rank is left waiting in a collective.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <functional>
+
+#include "core/error.hpp"
+
+namespace hpct {
+
+inline int run_mpi_app(int argc, char** argv, const char* app, const std::function<int(int, char**)>& body) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  set_process_identity(rank, world);
+
+  int code = 0;
+  bool usage = false;
+  try {
+    code = body(argc, argv);
+  } catch (const UsageError& e) {
+    usage = true;
+    code = 2;
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", app, e.cause().c_str());
+  } catch (const Error& e) {
+    code = 1;
+    std::fprintf(stderr, "%s: error: %s\n", app, e.what());
+  } catch (const std::exception& e) {
+    code = 1;
+    std::fprintf(stderr, "%s: error: [rank %d on %s] %s\n", app, rank, process_identity().host.c_str(), e.what());
+  }
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (code != 0 && world > 1) {
+    if (usage && rank != 0) sleep(2);  // let rank 0 print the message and abort first
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  MPI_Finalize();
+  return code;
+}
+
+}  // namespace hpct

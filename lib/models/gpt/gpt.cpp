@@ -1,0 +1,305 @@
+#include "models/gpt/gpt.hpp"
+
+#include <cmath>
+
+#include "core/rng.hpp"
+#include "kernels/kernels.hpp"
+
+namespace hpct::gpt {
+
+namespace k = hpct::kernels;
+
+// ---- configuration ---------------------------------------------------------------------------
+
+GptConfig GptConfig::from_deck(const Config& deck) {
+  GptConfig c;
+  c.n_layer = static_cast<int>(deck.get_int("model.n_layer"));
+  c.n_head = static_cast<int>(deck.get_int("model.n_head"));
+  c.n_embd = static_cast<int>(deck.get_int("model.n_embd"));
+  c.seq_len = static_cast<int>(deck.get_int("model.seq_len"));
+  c.vocab_size = static_cast<int>(deck.get_int("model.vocab_size"));
+  c.padded_vocab = (c.vocab_size + 127) / 128 * 128;
+  c.bias = deck.get_bool("model.bias");
+  c.init_std = static_cast<float>(deck.get_float("model.init_std"));
+  c.validate("deck " + deck.deck_path());
+  return c;
+}
+
+void GptConfig::validate(const std::string& where) const {
+  HPCT_USAGE_CHECK(n_layer >= 1 && n_head >= 1 && n_embd >= 1 && seq_len >= 1 && vocab_size >= 2,
+                   "{}: model sizes must be positive (n_layer={}, n_head={}, n_embd={}, seq_len={}, vocab_size={})",
+                   where, n_layer, n_head, n_embd, seq_len, vocab_size);
+  HPCT_USAGE_CHECK(n_embd % n_head == 0,
+                   "{}: model.n_embd={} is not divisible by model.n_head={}; choose n_head dividing n_embd", where,
+                   n_embd, n_head);
+  HPCT_USAGE_CHECK(vocab_size <= 65536,
+                   "{}: model.vocab_size={} exceeds 65536, the limit of uint16 token shards", where, vocab_size);
+  HPCT_USAGE_CHECK(padded_vocab % 128 == 0 && padded_vocab >= vocab_size, "{}: internal vocabulary padding error",
+                   where);
+}
+
+std::vector<ParamSpec> parameter_layout(const GptConfig& c) {
+  const int64_t C = c.n_embd, NH = c.n_head, HS = c.head_size();
+  std::vector<ParamSpec> out;
+  out.push_back({"wte", {c.padded_vocab, C}, Init::Normal, true});  // (Vp, C), tied with the output head
+  out.push_back({"wpe", {c.seq_len, C}, Init::Normal, true});       // (T, C)
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    out.push_back({h + "ln1.weight", {C}, Init::Ones, false});
+    if (c.bias) out.push_back({h + "ln1.bias", {C}, Init::Zeros, false});
+    out.push_back({h + "attn.qkv.weight", {3, NH, HS, C}, Init::Normal, true});  // (3, NH, HS, C) = (3C, C)
+    if (c.bias) out.push_back({h + "attn.qkv.bias", {3, NH, HS}, Init::Zeros, false});
+    out.push_back({h + "attn.proj.weight", {C, C}, Init::ScaledNormal, true});
+    if (c.bias) out.push_back({h + "attn.proj.bias", {C}, Init::Zeros, false});
+    out.push_back({h + "ln2.weight", {C}, Init::Ones, false});
+    if (c.bias) out.push_back({h + "ln2.bias", {C}, Init::Zeros, false});
+    out.push_back({h + "mlp.fc.weight", {4 * C, C}, Init::Normal, true});
+    if (c.bias) out.push_back({h + "mlp.fc.bias", {4 * C}, Init::Zeros, false});
+    out.push_back({h + "mlp.proj.weight", {C, 4 * C}, Init::ScaledNormal, true});
+    if (c.bias) out.push_back({h + "mlp.proj.bias", {C}, Init::Zeros, false});
+  }
+  out.push_back({"lnf.weight", {C}, Init::Ones, false});
+  if (c.bias) out.push_back({"lnf.bias", {C}, Init::Zeros, false});
+  return out;
+}
+
+namespace {
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Activation tensors of one micro-batch, planned in one place so memory_plan() and the model agree.
+struct ActSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<ActSpec> activation_layout(const GptConfig& c, int B) {
+  const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab;
+  std::vector<ActSpec> a;
+  a.push_back({"encoded", {B, T, C}});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    a.push_back({h + "ln1", {B, T, C}});
+    a.push_back({h + "ln1_mean", {B, T}});
+    a.push_back({h + "ln1_rstd", {B, T}});
+    a.push_back({h + "qkv", {B, T, 3 * C}});
+    a.push_back({h + "atty", {B, T, C}});
+    a.push_back({h + "att", {B, NH, T, T}});  // softmax probabilities (the CPU backend keeps T x T)
+    a.push_back({h + "residual2", {B, T, C}});
+    a.push_back({h + "ln2", {B, T, C}});
+    a.push_back({h + "ln2_mean", {B, T}});
+    a.push_back({h + "ln2_rstd", {B, T}});
+    a.push_back({h + "fch", {B, T, 4 * C}});
+    a.push_back({h + "fch_gelu", {B, T, 4 * C}});
+    a.push_back({h + "residual3", {B, T, C}});
+  }
+  a.push_back({"lnf", {B, T, C}});
+  a.push_back({"lnf_mean", {B, T}});
+  a.push_back({"lnf_rstd", {B, T}});
+  a.push_back({"logits", {B, T, Vp}});
+  a.push_back({"losses", {B, T}});
+  a.push_back({"scratch", {B, T, C}});
+  return a;
+}
+std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B) {
+  const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head;
+  return {{"dresidual", {B, T, C}}, {"dln", {B, T, C}},           {"dqkv", {B, T, 3 * C}},
+          {"datty", {B, T, C}},     {"datt", {B, NH, T, T}},      {"dfch", {B, T, 4 * C}},
+          {"dfch_gelu", {B, T, 4 * C}}};
+}
+}  // namespace
+
+MemoryPlan memory_plan(const GptConfig& c, int B) {
+  MemoryPlan m;
+  for (const auto& p : parameter_layout(c)) {
+    const int64_t n = numel(p.shape);
+    m.num_params += n;
+    if (p.name != "wpe") m.num_params_no_wpe += n;
+    m.param_bytes += aligned(n * 4);
+  }
+  m.num_params_no_wpe -= static_cast<int64_t>(c.padded_vocab - c.vocab_size) * c.n_embd;
+  m.grad_bytes = m.param_bytes;
+  m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
+  for (const auto& a : activation_layout(c, B)) m.activation_bytes += aligned(numel(a.shape) * 4);
+  for (const auto& a : activation_grad_layout(c, B)) m.activation_grad_bytes += aligned(numel(a.shape) * 4);
+  return m;
+}
+
+double flops_per_token(const GptConfig& c) {
+  const MemoryPlan m = memory_plan(c, 1);
+  return 6.0 * static_cast<double>(m.num_params_no_wpe) + 12.0 * c.n_layer * c.n_embd * c.seq_len;
+}
+
+// ---- model -------------------------------------------------------------------------------------
+
+Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device)
+    : cfg_(cfg),
+      B_(micro_batch),
+      device_(device),
+      layout_(parameter_layout(cfg)),
+      params_("params", device),
+      grads_("grads", device),
+      acts_("activations", device),
+      dacts_("activation_grads", device) {
+  HPCT_CHECK(micro_batch >= 1, "micro_batch must be >= 1, is {}", micro_batch);
+  for (const auto& p : layout_) {
+    params_.add(p.name, p.shape);
+    grads_.add(p.name, p.shape);
+  }
+  for (const auto& a : activation_layout(cfg, B_)) acts_.add(a.name, a.shape);
+  for (const auto& a : activation_grad_layout(cfg, B_)) dacts_.add(a.name, a.shape);
+  params_.allocate();
+  grads_.allocate();
+  acts_.allocate();
+  dacts_.allocate();
+
+  wte_ = &params_.get("wte");
+  wpe_ = &params_.get("wpe");
+  lnfw_ = &params_.get("lnf.weight");
+  lnfb_ = cfg.bias ? &params_.get("lnf.bias") : nullptr;
+  dwte_ = &grads_.get("wte");
+  dwpe_ = &grads_.get("wpe");
+  dlnfw_ = &grads_.get("lnf.weight");
+  dlnfb_ = cfg.bias ? &grads_.get("lnf.bias") : nullptr;
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    p_.push_back(layer_params(params_, l));
+    g_.push_back(layer_params(grads_, l));
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto A = [&](const char* n) { return &acts_.get(h + n); };
+    a_.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att"), A("residual2"), A("ln2"),
+                  A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
+  }
+  encoded_ = &acts_.get("encoded");
+  lnf_ = &acts_.get("lnf");
+  lnf_mean_ = &acts_.get("lnf_mean");
+  lnf_rstd_ = &acts_.get("lnf_rstd");
+  logits_ = &acts_.get("logits");
+  losses_ = &acts_.get("losses");
+  scratch_ = &acts_.get("scratch");
+  dresidual_ = &dacts_.get("dresidual");
+  dln_ = &dacts_.get("dln");
+  dqkv_ = &dacts_.get("dqkv");
+  datty_ = &dacts_.get("datty");
+  datt_ = &dacts_.get("datt");
+  dfch_ = &dacts_.get("dfch");
+  dfch_gelu_ = &dacts_.get("dfch_gelu");
+}
+
+Gpt::LayerParams Gpt::layer_params(Slab& s, int l) {
+  const std::string h = "h." + std::to_string(l) + ".";
+  auto P = [&](const char* n) { return &s.get(h + n); };
+  auto Pb = [&](const char* n) { return cfg_.bias ? &s.get(h + n) : nullptr; };
+  return {P("ln1.weight"),     Pb("ln1.bias"),     P("attn.qkv.weight"), Pb("attn.qkv.bias"),
+          P("attn.proj.weight"), Pb("attn.proj.bias"), P("ln2.weight"),      Pb("ln2.bias"),
+          P("mlp.fc.weight"),  Pb("mlp.fc.bias"),  P("mlp.proj.weight"), Pb("mlp.proj.bias")};
+}
+
+void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
+  // Generated on the host from the counter-based RNG, then copied explicitly (works for every backend).
+  const float proj_std = cfg_.init_std / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));  // GPT-2 residual scaling
+  std::vector<float> host;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const ParamSpec& spec = layout_[i];
+    Tensor& t = params_.get(spec.name);
+    host.assign(static_cast<size_t>(t.numel()), 0.0f);
+    switch (spec.init) {
+      case Init::Normal:
+        rng::fill_normal(host.data(), t.numel(), 0.0f, cfg_.init_std, seed, rng::stream_of(spec.name), 0);
+        break;
+      case Init::ScaledNormal:
+        rng::fill_normal(host.data(), t.numel(), 0.0f, proj_std, seed, rng::stream_of(spec.name), 0);
+        break;
+      case Init::Zeros: break;
+      case Init::Ones: std::fill(host.begin(), host.end(), 1.0f); break;
+    }
+    if (spec.name == "wte")  // padding rows never receive a gradient through the loss: keep them zero
+      std::fill(host.begin() + static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd, host.end(), 0.0f);
+    k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
+  }
+}
+
+void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
+
+void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b) {
+  HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
+  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab, N = b * T;
+  last_inputs_ = inputs;
+
+  k::encoder_forward(ctx, encoded_->f32(), inputs, wte_->f32(), wpe_->f32(), b, T, C);  // (b,T,C)
+  const float* residual = encoded_->f32();
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerParams& p = p_[l];
+    const LayerActs& a = a_[l];
+    // attention block: residual2 = residual + proj(attention(qkv(ln1(residual))))
+    k::layernorm_forward(ctx, a.ln1->f32(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->f32(),
+                         ptr(p.ln1b), N, C);
+    k::matmul_forward(ctx, a.qkv->f32(), a.ln1->f32(), p.qkvw->f32(), ptr(p.qkvb), N, C, 3 * C);  // (N, 3C)
+    k::attention_forward(ctx, a.atty->f32(), a.att->f32(), a.qkv->f32(), b, T, C, NH);
+    k::matmul_forward(ctx, scratch_->f32(), a.atty->f32(), p.projw->f32(), ptr(p.projb), N, C, C);
+    k::residual_forward(ctx, a.residual2->f32(), residual, scratch_->f32(), static_cast<int64_t>(N) * C);
+    // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
+    k::layernorm_forward(ctx, a.ln2->f32(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->f32(), p.ln2w->f32(),
+                         ptr(p.ln2b), N, C);
+    k::matmul_forward(ctx, a.fch->f32(), a.ln2->f32(), p.fcw->f32(), ptr(p.fcb), N, C, 4 * C);  // (N, 4C)
+    k::gelu_forward(ctx, a.fch_gelu->f32(), a.fch->f32(), static_cast<int64_t>(N) * 4 * C);
+    k::matmul_forward(ctx, scratch_->f32(), a.fch_gelu->f32(), p.fcprojw->f32(), ptr(p.fcprojb), N, 4 * C, C);
+    k::residual_forward(ctx, a.residual3->f32(), a.residual2->f32(), scratch_->f32(), static_cast<int64_t>(N) * C);
+    residual = a.residual3->f32();
+  }
+  k::layernorm_forward(ctx, lnf_->f32(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->f32(), ptr(lnfb_), N, C);
+  k::matmul_forward(ctx, logits_->f32(), lnf_->f32(), wte_->f32(), nullptr, N, C, Vp);  // tied head, (N, Vp)
+}
+
+const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
+  k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), targets, b * cfg_.seq_len, cfg_.vocab_size,
+                          cfg_.padded_vocab);
+  return losses_->f32();
+}
+
+const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b) {
+  // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
+  k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), targets, dloss, b * cfg_.seq_len,
+                                   cfg_.vocab_size, cfg_.padded_vocab);
+  backward(ctx, b);
+  return losses_->f32();
+}
+
+void Gpt::backward(const ExecContext& ctx, int b) {
+  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab, N = b * T, L = cfg_.n_layer;
+  float* dres = dresidual_->f32();  // gradient of the residual stream, (b, T, C)
+
+  // head and final LayerNorm, in reverse
+  k::matmul_backward(ctx, dln_->f32(), dwte_->f32(), nullptr, logits_->f32(), lnf_->f32(), wte_->f32(), N, C, Vp);
+  k::fill_zero(ctx, dres, static_cast<int64_t>(N) * C * 4);
+  const float* last_residual = a_[L - 1].residual3->f32();
+  k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
+                        lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
+
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerParams& p = p_[l];
+    const LayerParams& g = g_[l];
+    const LayerActs& a = a_[l];
+    const float* residual = l == 0 ? encoded_->f32() : a_[l - 1].residual3->f32();
+    // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged)
+    k::matmul_backward(ctx, dfch_gelu_->f32(), g.fcprojw->f32(), ptr(g.fcprojb), dres, a.fch_gelu->f32(),
+                       p.fcprojw->f32(), N, 4 * C, C);
+    k::gelu_backward(ctx, dfch_->f32(), a.fch->f32(), dfch_gelu_->f32(), static_cast<int64_t>(N) * 4 * C);
+    k::matmul_backward(ctx, dln_->f32(), g.fcw->f32(), ptr(g.fcb), dfch_->f32(), a.ln2->f32(), p.fcw->f32(), N, C,
+                       4 * C);
+    k::layernorm_backward(ctx, dres, g.ln2w->f32(), ptr(g.ln2b), dln_->f32(), a.residual2->f32(), p.ln2w->f32(),
+                          a.ln2_mean->f32(), a.ln2_rstd->f32(), N, C);
+    // attention block backward (residual2 = residual + ...)
+    k::matmul_backward(ctx, datty_->f32(), g.projw->f32(), ptr(g.projb), dres, a.atty->f32(), p.projw->f32(), N, C, C);
+    k::attention_backward(ctx, dqkv_->f32(), datt_->f32(), datty_->f32(), a.qkv->f32(), a.att->f32(), b, T, C, NH);
+    k::matmul_backward(ctx, dln_->f32(), g.qkvw->f32(), ptr(g.qkvb), dqkv_->f32(), a.ln1->f32(), p.qkvw->f32(), N, C,
+                       3 * C);
+    k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr(g.ln1b), dln_->f32(), residual, p.ln1w->f32(),
+                          a.ln1_mean->f32(), a.ln1_rstd->f32(), N, C);
+  }
+  k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, b, T, C);
+}
+
+}  // namespace hpct::gpt

@@ -1,0 +1,113 @@
+#pragma once
+// GPT-2 (learned positions, pre-LayerNorm, GELU MLP of width 4C, tied input/output embeddings, optional
+// biases), forward and backward over kernels/ in llm.c's style.
+//
+// Legend: L layers, B micro-batch, T seq_len, C n_embd, NH heads, HS = C/NH, V vocab, Vp padded vocab
+// (multiple of 128, DESIGN.md §6; padded logits are masked out of the loss), N = B*T.
+// Gradients: parameter gradients accumulate (+=) over micro-batches (kernels.hpp convention); the
+// caller zeroes them once per optimizer step (zero_grad). Nothing here reads device data on the host.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "kernels/exec_context.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::gpt {
+
+struct GptConfig {
+  int n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0;
+  int vocab_size = 0;    // true vocabulary (V)
+  int padded_vocab = 0;  // Vp = V rounded up to a multiple of 128
+  bool bias = true;      // biases in Linear and LayerNorm layers
+  float init_std = 0.02f;
+
+  int head_size() const { return n_embd / n_head; }
+  static GptConfig from_deck(const Config& deck);  // [model] section; validates, UsageError on failure
+  void validate(const std::string& where) const;
+};
+
+enum class Init { Normal, ScaledNormal, Zeros, Ones };
+
+// One logical parameter tensor: name, logical shape (the serial model's), initialisation and whether
+// AdamW's decoupled weight decay applies (2-D weights and embeddings only, as nanoGPT / torch recipes).
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init = Init::Normal;
+  bool decay = false;
+};
+
+// The parameter layout, in a fixed order: wte, wpe, h.<l>.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.*, lnf.*.
+// The fused QKV weight is the logical (3, NH, HS, C) tensor (DESIGN.md §6).
+std::vector<ParamSpec> parameter_layout(const GptConfig& cfg);
+
+// Sizes of the planned slabs for one rank (DESIGN.md invariant 7), callable from tests.
+struct MemoryPlan {
+  int64_t num_params = 0;          // all parameters, padding rows of wte included
+  int64_t num_params_no_wpe = 0;   // N of the PaLM flop count (padding rows of wte excluded too)
+  size_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0;
+  size_t activation_bytes = 0;     // forward activations kept for backward, for one micro-batch
+  size_t activation_grad_bytes = 0;  // backward scratch (one layer at a time + residual stream)
+  size_t total() const { return param_bytes + grad_bytes + optim_bytes + activation_bytes + activation_grad_bytes; }
+};
+MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch);
+
+// Training flops per token, PaLM count: 6 N + 12 L C T with N = parameters except the position embedding.
+double flops_per_token(const GptConfig& cfg);
+
+class Gpt {
+ public:
+  Gpt(const GptConfig& cfg, int micro_batch, Device device);
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const GptConfig& config() const { return cfg_; }
+  int micro_batch() const { return B_; }
+
+  // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1).
+  void init_parameters(const ExecContext& ctx, uint64_t seed);
+
+  // Forward of b <= micro_batch sequences: inputs (b, T) on the device. Leaves logits (b, T, Vp).
+  void forward(const ExecContext& ctx, const int32_t* inputs, int b);
+  // Per-token losses (b, T) of the last forward against targets (b, T); logits are kept.
+  const float* loss(const ExecContext& ctx, const int32_t* targets, int b);
+  // Fused loss + backward of the last forward: losses (b*T) are computed, then every parameter
+  // gradient accumulates dloss * d(sum of losses)/d(param). Overwrites the logits with their gradient.
+  const float* loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b);
+
+  void zero_grad(const ExecContext& ctx);
+
+  Slab& params() { return params_; }
+  Slab& grads() { return grads_; }
+  const std::vector<ParamSpec>& layout() const { return layout_; }
+  const float* logits() const { return logits_->f32(); }  // (B, T, Vp) on the device
+
+ private:
+  struct LayerParams {
+    Tensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  };
+  struct LayerActs {  // forward activations kept for backward
+    Tensor *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu,
+        *residual3;
+  };
+  LayerParams layer_params(Slab& slab, int l);
+  static float* ptr(Tensor* t) { return t ? t->f32() : nullptr; }
+  void backward(const ExecContext& ctx, int b);
+
+  GptConfig cfg_;
+  int B_;
+  Device device_;
+  std::vector<ParamSpec> layout_;
+  Slab params_, grads_, acts_, dacts_;
+  std::vector<LayerParams> p_, g_;
+  std::vector<LayerActs> a_;
+  Tensor *wte_, *wpe_, *lnfw_, *lnfb_, *dwte_, *dwpe_, *dlnfw_, *dlnfb_;
+  const int32_t* last_inputs_ = nullptr;                 // (B, T) tokens of the last forward (encoder backward)
+  Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;  // scratch: (B,T,C) projections
+  // backward scratch, reused by every layer (activation gradients are assigned, see kernels.hpp)
+  Tensor *dresidual_, *dln_, *dqkv_, *datty_, *datt_, *dfch_, *dfch_gelu_;
+};
+
+}  // namespace hpct::gpt

@@ -1,0 +1,62 @@
+#include "tensor/tensor.hpp"
+
+namespace hpct {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::I32: return 4;
+    case DType::F64: return 8;
+  }
+  return 0;
+}
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::I32: return "i32";
+    case DType::F64: return "f64";
+  }
+  return "?";
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string Tensor::shape_str() const {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+Slab::~Slab() { device_free(device_, base_); }
+
+Tensor& Slab::add(std::string name, std::vector<int64_t> shape, DType dtype) {
+  HPCT_CHECK(base_ == nullptr, "slab {}: tensor {} added after allocate()", name_, name);
+  for (int64_t d : shape) HPCT_CHECK(d >= 0, "slab {}: tensor {} has a negative dimension", name_, name);
+  Tensor t;
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.dtype = dtype;
+  t.device = device_;
+  offsets_.push_back(bytes_);
+  bytes_ += (t.bytes() + 63) / 64 * 64;
+  tensors_.push_back(std::move(t));
+  return tensors_.back();
+}
+
+void Slab::allocate() {
+  HPCT_CHECK(base_ == nullptr, "slab {} allocated twice", name_);
+  base_ = device_alloc(device_, bytes_);
+  for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].data = static_cast<char*>(base_) + offsets_[i];
+}
+
+Tensor& Slab::get(const std::string& name) {
+  for (auto& t : tensors_)
+    if (t.name == name) return t;
+  HPCT_FAIL("slab {} has no tensor {}", name_, name);
+}
+
+}  // namespace hpct

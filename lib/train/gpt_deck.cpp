@@ -1,0 +1,59 @@
+#include "train/gpt_deck.hpp"
+
+namespace hpct::train {
+
+const ConfigSchema& gpt_deck_schema() {
+  static const ConfigSchema schema = [] {
+    ConfigSchema s;
+    s.section("model", true, "GPT-2 architecture");
+    s.int_key("model.n_layer", std::nullopt, "number of transformer blocks (L)", 1, 1024);
+    s.int_key("model.n_head", std::nullopt, "attention heads (NH); must divide n_embd", 1, 1024);
+    s.int_key("model.n_embd", std::nullopt, "channels (C)", 1, 65536);
+    s.int_key("model.seq_len", std::nullopt, "context length (T)", 1, 65536);
+    s.int_key("model.vocab_size", 256, "true vocabulary (V); padded to a multiple of 128 internally", 2, 65536);
+    s.bool_key("model.bias", true, "biases in Linear and LayerNorm layers");
+    s.float_key("model.init_std", 0.02, "std of the normal initialisation (residual projections: / sqrt(2L))", 0.0, 1.0);
+
+    s.section("data", true, "token shards (llm.c format); relative paths resolve against $HPCT_DATA_DIR");
+    s.string_key("data.train", std::nullopt, "training shard, e.g. kjv_train.bin");
+    s.string_key("data.val", std::nullopt, "validation shard, e.g. kjv_val.bin");
+    s.int_key("data.eval_sequences", 64, "sequences of the fixed evaluation set (>= 64 x seq_len tokens)", 64,
+              1 << 24);
+
+    s.section("train", false, "the training run");
+    s.int_key("train.steps", 100, "optimizer steps", 0, 1e12);
+    s.int_key("train.seed", 1337, "seed of parameter init, data order and sampling", 0, 9.2e18);
+    s.int_key("train.global_batch", 8, "sequences per optimizer step (all ranks, all micro-batches)", 1, 1 << 24);
+    s.int_key("train.micro_batch", 8, "sequences per forward/backward pass on one rank", 1, 1 << 20);
+    s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto picks cpu until the CUDA "
+                                        "model backend exists)", {"cpu", "cuda", "auto"});
+    s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)",
+              0, 1e12);
+
+    s.section("optim", false, "AdamW, warm-up + cosine LR, global-norm clipping");
+    s.float_key("optim.lr", 6e-4, "peak learning rate", 0.0, 10.0);
+    s.float_key("optim.final_lr_frac", 0.1, "lr at decay_steps as a fraction of optim.lr", 0.0, 1.0);
+    s.int_key("optim.warmup_steps", 0, "linear warm-up steps", 0, 1e12);
+    s.int_key("optim.decay_steps", 0, "absolute step where the cosine decay ends (0: train.steps)", 0, 1e12);
+    s.float_key("optim.weight_decay", 0.1, "decoupled weight decay, 2-D weights and embeddings only", 0.0, 10.0);
+    s.float_key("optim.beta1", 0.9, "AdamW beta1", 0.0, 0.999999);
+    s.float_key("optim.beta2", 0.95, "AdamW beta2", 0.0, 0.999999999);
+    s.float_key("optim.eps", 1e-8, "AdamW epsilon", 0.0, 1.0);
+    s.float_key("optim.grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
+
+    s.section("log", false, "stdout logging");
+    s.int_key("log.every", 1, "print one line every this many steps", 1, 1e12);
+    s.float_key("log.peak_tflops", 0.0, "peak TFLOP/s of one rank's device for MFU (0: unknown, mfu = null)", 0.0,
+                1e6);
+
+    s.section("sample", false, "text generated from the trained model at the end");
+    s.int_key("sample.tokens", 200, "tokens to generate (0: no sample)", 0, 1 << 20);
+    s.float_key("sample.temperature", 0.8, "softmax temperature", 1e-3, 100.0);
+    s.int_key("sample.top_k", 40, "sample among the k most likely tokens (0: all)", 0, 65536);
+    s.string_key("sample.prompt", "\n", "text the sample starts from (bytes, as the byte-level vocabulary)");
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace hpct::train

@@ -1,0 +1,29 @@
+#pragma once
+// metrics.jsonl (DESIGN.md §4): one JSON object per optimizer step, floats printed with %.9g.
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hpct::train {
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // truncates
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // fields in order; a nullopt value is written as null
+  void write(const std::vector<std::pair<std::string, std::optional<double>>>& fields);
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+// "%.9g" of v, or "null" (also for NaN / inf, which JSON cannot hold)
+std::string json_number(std::optional<double> v);
+
+}  // namespace hpct::train

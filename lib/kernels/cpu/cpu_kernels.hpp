@@ -1,0 +1,62 @@
+#pragma once
+// The CPU backend of kernels.hpp: the same ops minus the ExecContext (a CPU op completes before it returns).
+// Fused OpenMP loops; GEMMs through cblas_sgemm of the OpenMP build of OpenBLAS, always single-threaded inside our
+// own `omp parallel` regions (one slab of C per thread for the Linear layers, cpu_gemm.hpp; one (batch, head) per
+// task for attention): OpenBLAS detects omp_in_parallel() and does not add threads of its own. Products too
+// small to split (< 4 MFLOP) are one plain call outside any region.
+//
+// Legend: B batch, T time, C channels, OC output channels, NH heads, HS = C/NH, V vocabulary,
+//         Vp padded vocabulary, N = B*T rows. Gradient convention as in kernels.hpp: parameter grads +=,
+//         activation grads =, except layernorm_backward's dinp +=.
+//
+// Determinism: every reduction runs in an order that depends neither on timing nor on the number of threads
+// (parameter-gradient sums are split over columns, never over rows; global sums over fixed-size chunks),
+// so a layout reproduces itself bit for bit. The GEMMs inherit OpenBLAS's (fixed) order for a fixed thread count.
+#include <cstdint>
+
+namespace hpct::kernels::cpu {
+
+void encoder_forward(float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const float* wte /*(Vp,C)*/,
+                     const float* wpe /*(T,C)*/, int B, int T, int C);
+void encoder_backward(float* dwte /*(Vp,C) +=*/, float* dwpe /*(T,C) +=*/, const float* dout /*(B,T,C)*/,
+                      const int32_t* inp /*(B,T)*/, int B, int T, int C);
+
+void layernorm_forward(float* out /*(N,C)*/, float* mean /*(N)*/, float* rstd /*(N)*/, const float* inp /*(N,C)*/,
+                       const float* weight /*(C)*/, const float* bias /*(C) or null*/, int N, int C);
+void layernorm_backward(float* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/, float* dbias /*(C) += or null*/,
+                        const float* dout /*(N,C)*/, const float* inp /*(N,C)*/, const float* weight /*(C)*/,
+                        const float* mean /*(N)*/, const float* rstd /*(N)*/, int N, int C);
+
+void matmul_forward(float* out /*(N,OC)*/, const float* inp /*(N,C)*/, const float* weight /*(OC,C)*/,
+                    const float* bias /*(OC) or null*/, int N, int C, int OC);
+void matmul_backward(float* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/, float* dbias /*(OC) += or null*/,
+                     const float* dout /*(N,OC)*/, const float* inp /*(N,C)*/, const float* weight /*(OC,C)*/, int N,
+                     int C, int OC);
+
+void attention_forward(float* out /*(B,T,C)*/, float* att /*(B,NH,T,T)*/, const float* qkv /*(B,T,3C)*/, int B, int T,
+                       int C, int NH);
+void attention_backward(float* dqkv /*(B,T,3C)*/, float* datt /*(B,NH,T,T) scratch*/, const float* dout /*(B,T,C)*/,
+                        const float* qkv /*(B,T,3C)*/, const float* att /*(B,NH,T,T)*/, int B, int T, int C, int NH);
+
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
+void crossentropy_forward(float* losses /*(N)*/, const float* logits /*(N,Vp)*/, const int32_t* targets /*(N)*/, int N,
+                          int V, int Vp);
+void crossentropy_forward_backward(float* losses /*(N)*/, float* logits /*(N,Vp) in/out*/,
+                                   const int32_t* targets /*(N)*/, float dloss, int N, int V, int Vp);
+
+void sum(float* out, const float* x, int64_t n);
+void sum_squares_accumulate(double* out, const float* x, int64_t n);
+void scale(float* x, float s, int64_t n);
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, float grad_scale, int t);
+
+void fill_zero(void* dst, int64_t bytes);
+void copy_to_host(void* host_dst, const void* src, int64_t bytes);
+void copy_from_host(void* dst, const void* host_src, int64_t bytes);
+void synchronize();
+
+}  // namespace hpct::kernels::cpu

@@ -1,0 +1,104 @@
+// Thin run-time dispatch of every op in kernels.hpp on ctx.device (DESIGN.md invariant 5):
+// Device::CPU -> cpu/ (OpenMP + OpenBLAS); Device::CUDA -> not written yet (issue 8).
+// No logic lives here: shapes are checked by the backends.
+#include "kernels/kernels.hpp"
+
+#include "core/error.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace hpct::kernels {
+namespace {
+
+[[noreturn]] void cuda_not_implemented(const char* op) {
+  HPCT_FAIL("kernels::{}: the CUDA backend of this op is not implemented yet (issue 8); "
+            "run with train.device=cpu (--set train.device=cpu)",
+            op);
+}
+
+}  // namespace
+
+// One line per op: the CPU call, or the CUDA error naming the op.
+#define HPCT_DISPATCH(op, ...)                            \
+  do {                                                    \
+    if (ctx.device == Device::CPU) return cpu::op(__VA_ARGS__); \
+    cuda_not_implemented(#op);                            \
+  } while (0)
+
+void encoder_forward(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe,
+                     int B, int T, int C) {
+  HPCT_DISPATCH(encoder_forward, out, inp, wte, wpe, B, T, C);
+}
+void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                      int B, int T, int C) {
+  HPCT_DISPATCH(encoder_backward, dwte, dwpe, dout, inp, B, T, C);
+}
+
+void layernorm_forward(const ExecContext& ctx, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C) {
+  HPCT_DISPATCH(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
+}
+void layernorm_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+  HPCT_DISPATCH(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC) {
+  HPCT_DISPATCH(matmul_forward, out, inp, weight, bias, N, C, OC);
+}
+void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+  HPCT_DISPATCH(matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void attention_forward(const ExecContext& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
+                       int NH) {
+  HPCT_DISPATCH(attention_forward, out, att, qkv, B, T, C, NH);
+}
+void attention_backward(const ExecContext& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+  HPCT_DISPATCH(attention_backward, dqkv, datt, dout, qkv, att, B, T, C, NH);
+}
+
+void gelu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {
+  HPCT_DISPATCH(gelu_forward, out, inp, n);
+}
+void gelu_backward(const ExecContext& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
+  HPCT_DISPATCH(gelu_backward, dinp, inp, dout, n);
+}
+
+void residual_forward(const ExecContext& ctx, float* out, const float* a, const float* b, int64_t n) {
+  HPCT_DISPATCH(residual_forward, out, a, b, n);
+}
+
+void crossentropy_forward(const ExecContext& ctx, float* losses, const float* logits, const int32_t* targets, int N,
+                          int V, int Vp) {
+  HPCT_DISPATCH(crossentropy_forward, losses, logits, targets, N, V, Vp);
+}
+void crossentropy_forward_backward(const ExecContext& ctx, float* losses, float* logits, const int32_t* targets,
+                                   float dloss, int N, int V, int Vp) {
+  HPCT_DISPATCH(crossentropy_forward_backward, losses, logits, targets, dloss, N, V, Vp);
+}
+
+void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) { HPCT_DISPATCH(sum, out, x, n); }
+void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n) {
+  HPCT_DISPATCH(sum_squares_accumulate, out, x, n);
+}
+void scale(const ExecContext& ctx, float* x, float s, int64_t n) { HPCT_DISPATCH(scale, x, s, n); }
+void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+  HPCT_DISPATCH(adamw_update, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+}
+
+void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes) { HPCT_DISPATCH(fill_zero, dst, bytes); }
+void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes) {
+  HPCT_DISPATCH(copy_to_host, host_dst, src, bytes);
+}
+void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes) {
+  HPCT_DISPATCH(copy_from_host, dst, host_src, bytes);
+}
+void synchronize(const ExecContext& ctx) { HPCT_DISPATCH(synchronize); }
+
+#undef HPCT_DISPATCH
+
+}  // namespace hpct::kernels

@@ -1,0 +1,70 @@
+#pragma once
+// Reference twins of every op in kernels.hpp: plain, obviously-correct loops (llm.c style), serial, with the same
+// names and argument order minus the ExecContext. Templates on the scalar Real (float and double are
+// instantiated in reference.cpp) so that tests can check the backends in float and the backward passes
+// against finite differences in double. Token and target arrays stay int32_t.
+//
+// Legend: B batch, T time, C channels, OC output channels, NH heads, HS = C/NH, V vocabulary,
+//         Vp padded vocabulary, N = B*T rows.
+// Gradient convention as in kernels.hpp: parameter grads +=, activation grads =, layernorm_backward's dinp +=.
+// Not here: the memory helpers (fill_zero, copies, synchronize), which compute nothing.
+#include <cstdint>
+
+namespace hpct::kernels::reference {
+
+template <typename Real>
+void encoder_forward(Real* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const Real* wte /*(Vp,C)*/,
+                     const Real* wpe /*(T,C)*/, int B, int T, int C);
+template <typename Real>
+void encoder_backward(Real* dwte /*(Vp,C) +=*/, Real* dwpe /*(T,C) +=*/, const Real* dout /*(B,T,C)*/,
+                      const int32_t* inp /*(B,T)*/, int B, int T, int C);
+
+template <typename Real>
+void layernorm_forward(Real* out /*(N,C)*/, Real* mean /*(N)*/, Real* rstd /*(N)*/, const Real* inp /*(N,C)*/,
+                       const Real* weight /*(C)*/, const Real* bias /*(C) or null*/, int N, int C);
+template <typename Real>
+void layernorm_backward(Real* dinp /*(N,C) +=*/, Real* dweight /*(C) +=*/, Real* dbias /*(C) += or null*/,
+                        const Real* dout /*(N,C)*/, const Real* inp /*(N,C)*/, const Real* weight /*(C)*/,
+                        const Real* mean /*(N)*/, const Real* rstd /*(N)*/, int N, int C);
+
+template <typename Real>
+void matmul_forward(Real* out /*(N,OC)*/, const Real* inp /*(N,C)*/, const Real* weight /*(OC,C)*/,
+                    const Real* bias /*(OC) or null*/, int N, int C, int OC);
+template <typename Real>
+void matmul_backward(Real* dinp /*(N,C) or null*/, Real* dweight /*(OC,C) +=*/, Real* dbias /*(OC) += or null*/,
+                     const Real* dout /*(N,OC)*/, const Real* inp /*(N,C)*/, const Real* weight /*(OC,C)*/, int N,
+                     int C, int OC);
+
+template <typename Real>
+void attention_forward(Real* out /*(B,T,C)*/, Real* att /*(B,NH,T,T)*/, const Real* qkv /*(B,T,3C)*/, int B, int T,
+                       int C, int NH);
+template <typename Real>
+void attention_backward(Real* dqkv /*(B,T,3C)*/, Real* datt /*(B,NH,T,T) scratch*/, const Real* dout /*(B,T,C)*/,
+                        const Real* qkv /*(B,T,3C)*/, const Real* att /*(B,NH,T,T)*/, int B, int T, int C, int NH);
+
+template <typename Real>
+void gelu_forward(Real* out, const Real* inp, int64_t n);
+template <typename Real>
+void gelu_backward(Real* dinp, const Real* inp, const Real* dout, int64_t n);
+
+template <typename Real>
+void residual_forward(Real* out, const Real* a, const Real* b, int64_t n);
+
+template <typename Real>
+void crossentropy_forward(Real* losses /*(N)*/, const Real* logits /*(N,Vp)*/, const int32_t* targets /*(N)*/, int N,
+                          int V, int Vp);
+template <typename Real>
+void crossentropy_forward_backward(Real* losses /*(N)*/, Real* logits /*(N,Vp) in/out*/,
+                                   const int32_t* targets /*(N)*/, Real dloss, int N, int V, int Vp);
+
+template <typename Real>
+void sum(Real* out, const Real* x, int64_t n);
+template <typename Real>
+void sum_squares_accumulate(double* out, const Real* x, int64_t n);
+template <typename Real>
+void scale(Real* x, Real s, int64_t n);
+template <typename Real>
+void adamw_update(Real* params, const Real* grads, Real* m, Real* v, int64_t n, Real lr, Real beta1, Real beta2,
+                  Real eps, Real weight_decay, Real grad_scale, int t);
+
+}  // namespace hpct::kernels::reference

@@ -1,0 +1,81 @@
+#pragma once
+// Helpers shared by the kernel tests: seeded random data (never all zeros) and an all-close check that reports
+// the worst element, so that a failure says where and by how much.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace hpct::kernels::test {
+
+// Uniform in [lo, hi), from a fixed seed: every test is reproducible, and different seeds give different tensors.
+template <typename Real = float>
+std::vector<Real> random_vector(size_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<Real> v(n);
+  for (auto& x : v) x = static_cast<Real>(dist(gen));
+  return v;
+}
+
+inline std::vector<int32_t> random_ints(size_t n, uint32_t seed, int32_t lo, int32_t hi_exclusive) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi_exclusive - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+template <typename To, typename From>
+std::vector<To> cast_vector(const std::vector<From>& v) {
+  return std::vector<To>(v.begin(), v.end());
+}
+
+template <typename T>
+double max_abs(const T* x, size_t n) {
+  double m = 0.0;
+  for (size_t i = 0; i < n; i++) m = std::max(m, std::fabs(static_cast<double>(x[i])));
+  return m;
+}
+
+// Passes when |got - want| <= atol + rtol |want| for every element, with atol = atol_rel * max|want| (an absolute
+// floor proportional to the tensor's scale: sums that cancel to ~0 are judged against the scale of their terms).
+// NaN or Inf in either fails.
+template <typename A, typename B>
+::testing::AssertionResult all_close(const std::string& what, const A* got, const B* want, size_t n, double rtol,
+                                     double atol_rel) {
+  const double atol = atol_rel * max_abs(want, n);
+  size_t worst = 0, bad = 0;
+  double worst_excess = -1.0;
+  for (size_t i = 0; i < n; i++) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    const double tol = atol + rtol * std::fabs(w);
+    const double err = std::fabs(g - w);
+    const bool ok = std::isfinite(g) && std::isfinite(w) && err <= tol;
+    if (!ok) bad++;
+    const double excess = std::isfinite(err) ? err / (tol > 0 ? tol : 1e-300) : INFINITY;
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << n << " elements differ; worst at " << worst
+                                       << ": got " << static_cast<double>(got[worst]) << ", want "
+                                       << static_cast<double>(want[worst]) << " (rtol " << rtol << ", atol " << atol
+                                       << ")";
+}
+
+template <typename A, typename B>
+::testing::AssertionResult all_close(const std::string& what, const std::vector<A>& got, const std::vector<B>& want,
+                                     double rtol, double atol_rel) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": sizes differ (" << got.size() << " vs " << want.size() << ")";
+  return all_close(what, got.data(), want.data(), got.size(), rtol, atol_rel);
+}
+
+}  // namespace hpct::kernels::test

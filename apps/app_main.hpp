@@ -25,23 +25,27 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   set_process_identity(rank, world);
 
   int code = 0;
-  bool usage = false;
+  bool usage = false, failed = false;
   try {
     code = body(argc, argv);
   } catch (const UsageError& e) {
-    usage = true;
+    usage = failed = true;
     code = 2;
     if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", app, e.cause().c_str());
   } catch (const Error& e) {
+    failed = true;
     code = 1;
     std::fprintf(stderr, "%s: error: %s\n", app, e.what());
   } catch (const std::exception& e) {
+    failed = true;
     code = 1;
     std::fprintf(stderr, "%s: error: [rank %d on %s] %s\n", app, rank, process_identity().host.c_str(), e.what());
   }
   std::fflush(stderr);
   std::fflush(stdout);
-  if (code != 0 && world > 1) {
+  // A returned code (0, or 3 = checkpointed and stopped) is collective: every rank finalizes. An error
+  // may be on one rank only: abort the whole job.
+  if (failed && world > 1) {
     if (usage && rank != 0) sleep(2);  // let rank 0 print the message and abort first
     MPI_Abort(MPI_COMM_WORLD, code);
   }

@@ -22,14 +22,33 @@ const char* value_type_name(ValueType t) {
 
 namespace {
 
+// A TOML basic string: quotes, backslashes and control characters escaped.
+std::string toml_quote(const std::string& x) {
+  std::string out = "\"";
+  for (unsigned char c : x) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) out += fmt::format("\\u{:04X}", c);
+        else out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 std::string format_value(const ConfigValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using X = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<X, bool>) return x ? "true" : "false";
-        else if constexpr (std::is_same_v<X, std::string>) return "\"" + x + "\"";
-        else if constexpr (std::is_same_v<X, double>) return fmt::format("{:.9g}", x).find_first_of(".en") == std::string::npos
-                                                                 ? fmt::format("{:.9g}.0", x) : fmt::format("{:.9g}", x);
+        else if constexpr (std::is_same_v<X, std::string>) return toml_quote(x);
+        // shortest text that reads back as the same double (the checkpoint stores the effective deck)
+        else if constexpr (std::is_same_v<X, double>) return fmt::format("{}", x).find_first_of(".en") == std::string::npos
+                                                                 ? fmt::format("{}.0", x) : fmt::format("{}", x);
         else return fmt::format("{}", x);
       },
       v);

@@ -1,8 +1,15 @@
 #pragma once
 // AdamW over a model's parameter slab (torch.optim.AdamW semantics: decoupled weight decay, bias
 // correction), with global-norm gradient clipping as torch.nn.utils.clip_grad_norm_
-// (scale = clip / (norm + 1e-6) when that is < 1). State (exp_avg, exp_avg_sq) lives in planned slabs
-// with the parameters' names and shapes, so checkpoints store them as named tensors.
+// (scale = clip / (norm + 1e-6) when that is < 1).
+//
+// The optimizer updates a list of segments: flat element ranges [begin, end) of parameter tensors, each
+// with the place its gradient lives. Unsharded, the segments are the whole tensors and the gradients
+// are the model's gradient slab. Under ZeRO-1 (parallel.zero = 1) each DP rank owns a 1/DP share of
+// every gradient bucket, its segments are the pieces of tensors inside that share and their gradients
+// live in the reduce-scattered shard buffer (parallel/grad_sync.hpp). The state (exp_avg, exp_avg_sq)
+// is held only for the segments, back to back, so its memory is 1/DP of the unsharded figure; the
+// checkpoint stores it per named tensor (segment -> hyperslab pieces, ckpt/checkpoint.hpp).
 #include <cstdint>
 #include <vector>
 
@@ -17,12 +24,29 @@ struct AdamWConfig {
   float grad_clip = 1.0f;  // 0: no clipping
 };
 
+// A flat range of one parameter tensor updated by this rank.
+struct Segment {
+  int tensor = 0;          // index into params.tensors()
+  int64_t begin = 0, end = 0;  // flat element range inside that tensor
+  float* grad = nullptr;   // end - begin gradient values
+  int64_t state_offset = 0;  // where its exp_avg / exp_avg_sq start in the state buffers (set by AdamW)
+  int64_t numel() const { return end - begin; }
+};
+
 class AdamW {
  public:
+  // Unsharded: every tensor whole, gradients in `grads` (same layout as params).
   // decay[i] says whether weight decay applies to params.tensors()[i].
   AdamW(Slab& params, Slab& grads, std::vector<bool> decay, const AdamWConfig& cfg);
+  // Sharded: only the given segments (e.g. this rank's ZeRO-1 share).
+  AdamW(Slab& params, std::vector<Segment> segments, std::vector<bool> decay, const AdamWConfig& cfg);
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
 
-  // Global L2 norm of all gradients (accumulated in double on the device, one explicit copy to the host).
+  // Sum of squares of the segments' gradients (this rank's share; the caller reduces it over ranks when
+  // the optimizer is sharded), accumulated in double on the device, one explicit copy to the host.
+  double grad_sumsq(const ExecContext& ctx);
+  // Global L2 norm of all gradients, for the unsharded optimizer.
   double grad_norm(const ExecContext& ctx);
   // Clipping factor for a given norm (1 when clipping is off or not needed).
   float clip_scale(double norm) const;
@@ -31,16 +55,23 @@ class AdamW {
 
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }
-  Slab& exp_avg() { return m_; }
-  Slab& exp_avg_sq() { return v_; }
+  const std::vector<Segment>& segments() const { return segs_; }
+  // exp_avg / exp_avg_sq of segment i: segments()[i].numel() values.
+  float* exp_avg(size_t i) { return m_->f32() + segs_[i].state_offset; }
+  float* exp_avg_sq(size_t i) { return v_->f32() + segs_[i].state_offset; }
+  int64_t state_numel() const { return state_numel_; }
+  size_t state_bytes() const { return 2 * static_cast<size_t>(state_numel_) * sizeof(float); }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  void plan_state();
   Slab& params_;
-  Slab& grads_;
+  std::vector<Segment> segs_;
   std::vector<bool> decay_;
   AdamWConfig cfg_;
-  Slab m_, v_, norm_;  // norm_: one double on the device
+  Slab state_, norm_;  // state_: exp_avg (state_numel_) then exp_avg_sq; norm_: one double on the device
+  Tensor *m_ = nullptr, *v_ = nullptr;
+  int64_t state_numel_ = 0;
   int64_t t_ = 0;
 };
 

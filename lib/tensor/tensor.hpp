@@ -12,7 +12,7 @@
 
 namespace hpct {
 
-enum class DType { F32, I32, F64 };
+enum class DType { F32, I32, F64, I64, U8 };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
@@ -62,6 +62,8 @@ class Slab {
   std::deque<Tensor>& tensors() { return tensors_; }
   const std::deque<Tensor>& tensors() const { return tensors_; }
   Tensor& get(const std::string& name);
+  // Byte offset of a tensor's storage from base() (after allocate()).
+  size_t offset_of(const Tensor& t) const { return static_cast<size_t>(static_cast<const char*>(t.data) - static_cast<const char*>(base_)); }
 
  private:
   std::string name_;

@@ -27,6 +27,7 @@ const ConfigSchema& gpt_deck_schema() {
     s.int_key("train.micro_batch", 8, "sequences per forward/backward pass on one rank", 1, 1 << 20);
     s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto picks cpu until the CUDA "
                                         "model backend exists)", {"cpu", "cuda", "auto"});
+    s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)",
               0, 1e12);
 
@@ -40,6 +41,30 @@ const ConfigSchema& gpt_deck_schema() {
     s.float_key("optim.beta2", 0.95, "AdamW beta2", 0.0, 0.999999999);
     s.float_key("optim.eps", 1e-8, "AdamW epsilon", 0.0, 1.0);
     s.float_key("optim.grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
+
+    s.section("parallel", false, "the DP x TP x PP layout (DP = world / (TP x PP)) and data-parallel gradient sync");
+    s.int_key("parallel.tp", 1, "tensor-parallel size (1 in this version)", 1, 4096);
+    s.int_key("parallel.pp", 1, "pipeline-parallel size (1 in this version)", 1, 4096);
+    s.string_key("parallel.order", "tp-dp-pp", "grid order, fastest axis first: rank = tp + TP*(dp + DP*pp) for "
+                                               "tp-dp-pp", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
+    s.int_key("parallel.zero", 0, "ZeRO stage: 0 (replicated optimizer) or 1 (optimizer state sharded over DP, "
+                                  "gradients reduce-scattered, parameters allgathered)", 0, 1);
+    s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)",
+                1e-6, 1e6);
+    s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");
+
+    s.section("comm", false, "communication");
+    s.float_key("comm.timeout_s", 300.0, "bound of every wait (collective, p2p, checkpoint barrier): past it the job "
+                                         "aborts naming the rank and the operation", 0.01, 1e7);
+
+    s.section("checkpoint", false, "HDF5 sharded checkpoints under <out>/checkpoints (DESIGN.md §4)");
+    s.int_key("checkpoint.every", 0, "write a checkpoint every this many steps (0: off)", 0, 1e12);
+    s.float_key("checkpoint.every_minutes", 0.0, "write a checkpoint when this many minutes passed since the last "
+                                                 "(decided collectively; 0: off)", 0.0, 1e9);
+    s.int_key("checkpoint.keep", 3, "keep the newest this many checkpoints (0: all)", 0, 1e9);
+    s.bool_key("checkpoint.at_end", true, "write a checkpoint after the last step");
+    s.string_key("checkpoint.resume", "none", "\"latest\" (the newest under <out>/checkpoints; none yet: start "
+                                              "fresh), a step_XXXXXXXX directory, or \"none\"");
 
     s.section("log", false, "stdout logging");
     s.int_key("log.every", 1, "print one line every this many steps", 1, 1e12);

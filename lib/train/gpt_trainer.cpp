@@ -1,6 +1,7 @@
 #include "train/gpt_trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +10,9 @@
 
 #include <omp.h>
 
+#include "core/format.hpp"
+#include "comm/communicator.hpp"
+#include "core/format.hpp"
 #include "core/log.hpp"
 #include "core/rng.hpp"
 #include "core/timer.hpp"
@@ -18,6 +22,11 @@
 #include "models/gpt/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/grad_sync.hpp"
+#include "parallel/parallel_context.hpp"
+#include "train/checkpointing.hpp"
+#include "train/gpt_deck.hpp"
+#include "train/stop_signals.hpp"
 #include "train/metrics.hpp"
 #include "train/reference_dump.hpp"
 
@@ -48,23 +57,14 @@ Device resolve_device(const Config& deck) {
   return Device::CPU;  // "cpu", and "auto" until the CUDA model backend exists
 }
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 4) {
-    b /= 1024.0;
-    ++u;
-  }
-  return fmt::format("{:.2f} {}", b, units[u]);
-}
-
-// Mean loss over the fixed evaluation set (all of it, micro_batch sequences at a time).
-double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSet& eval, Tensor& in_dev,
-                Tensor& tgt_dev, std::vector<int32_t>& in_host, std::vector<int32_t>& tgt_host, Tensor& sum_dev) {
+// Sum of the token losses over sequences [begin, end) of the fixed evaluation set, micro_batch at a time.
+double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSet& eval, int begin, int end,
+                Tensor& in_dev, Tensor& tgt_dev, std::vector<int32_t>& in_host, std::vector<int32_t>& tgt_host,
+                Tensor& sum_dev) {
   const int T = model.config().seq_len, MB = model.micro_batch();
   double total = 0.0;
-  for (int first = 0; first < eval.num_sequences(); first += MB) {
-    const int b = std::min(MB, eval.num_sequences() - first);
+  for (int first = begin; first < end; first += MB) {
+    const int b = std::min(MB, end - first);
     eval.fill(first, b, in_host.data(), tgt_host.data());
     k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(b) * T * 4);
     k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(b) * T * 4);
@@ -75,7 +75,7 @@ double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSe
     k::copy_to_host(ctx, &s, sum_dev.f32(), 4);
     total += s;
   }
-  return total / (static_cast<double>(eval.num_sequences()) * T);
+  return total;
 }
 
 // Autoregressive sampling with temperature and top-k; the context slides when it exceeds seq_len.
@@ -124,12 +124,6 @@ std::string generate(const ExecContext& ctx, gpt::Gpt& model, const Config& deck
 }  // namespace
 
 int run_gpt(const Config& deck, const RunOptions& opts) {
-  const auto& id = process_identity();
-  HPCT_USAGE_CHECK(id.world == 1,
-                   "train_gpt runs on one rank in this version (data, tensor and pipeline parallelism come next); "
-                   "launch it with mpirun -np 1 or without mpirun (world size is {})",
-                   id.world);
-
   // ---- configuration, validated before any work ---------------------------------------------
   const gpt::GptConfig cfg = gpt::GptConfig::from_deck(deck);
   const int64_t steps = deck.get_int("train.steps");
@@ -137,12 +131,26 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const int64_t GB = deck.get_int("train.global_batch");
   const int MB = static_cast<int>(deck.get_int("train.micro_batch"));
   const int T = cfg.seq_len;
-  const int dp = 1;
+  const std::string where = fmt::format("deck {}", deck.deck_path());
+  const int tp = static_cast<int>(deck.get_int("parallel.tp")), pp = static_cast<int>(deck.get_int("parallel.pp"));
+  HPCT_USAGE_CHECK(tp == 1 && pp == 1,
+                   "{}: parallel.tp = {}, parallel.pp = {}: tensor and pipeline parallelism of the GPT are not "
+                   "implemented in this version; use parallel.tp = 1 and parallel.pp = 1 (data parallelism: launch "
+                   "more ranks)",
+                   where, tp, pp);
+  comm::CommOptions copts;
+  copts.timeout_s = deck.get_float("comm.timeout_s");
+  parallel::ParallelContext pc(tp, pp, deck.get_string("parallel.order"), copts, where);
+  const int dp = pc.dp_size(), dr = pc.dp_rank();
   HPCT_USAGE_CHECK(GB % (static_cast<int64_t>(dp) * MB) == 0,
                    "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
                    "global batch that is a multiple of {}",
                    deck.deck_path(), GB, dp, MB, static_cast<int64_t>(dp) * MB);
+  HPCT_USAGE_CHECK(opts.dump_path.empty() || pc.world_size() == 1,
+                   "--dump writes the serial reference state: run it on one rank (world size is {})",
+                   pc.world_size());
   const int64_t n_micro = GB / (dp * MB);
+  const int64_t rank_first = dr * (GB / dp);  // DP rank d takes the contiguous block d of the global batch
   const ExecContext ctx{resolve_device(deck), nullptr};
 
   optim::LrSchedule sched;
@@ -162,6 +170,15 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const int64_t log_every = deck.get_int("log.every");
   const int64_t eval_every = deck.get_int("train.eval_every");
   const double peak_tflops = deck.get_float("log.peak_tflops");
+  const int64_t ckpt_every = deck.get_int("checkpoint.every");
+  const double ckpt_minutes = deck.get_float("checkpoint.every_minutes");
+  const int ckpt_keep = static_cast<int>(deck.get_int("checkpoint.keep"));
+  const bool ckpt_at_end = deck.get_bool("checkpoint.at_end");
+  const int64_t deadline = deck.get_int("train.deadline");
+  const auto unix_now = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
+  HPCT_USAGE_CHECK(deadline == 0 || deadline > unix_now(),
+                   "deck {}: train.deadline = {} is in the past (now {:.0f}); set a future Unix time or 0", deck.deck_path(),
+                   deadline, unix_now());
 
   // ---- data ------------------------------------------------------------------------------
   const data::TokenShard train_shard = data::TokenShard::open(resolve_data_path(deck.get_string("data.train")));
@@ -180,18 +197,29 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   check_vocab(val_shard);
 
   // ---- output directory ---------------------------------------------------------------------
-  std::error_code ec;
-  fs::create_directories(opts.out_dir, ec);
-  HPCT_USAGE_CHECK(!ec, "cannot create the output directory {}: {}", opts.out_dir, ec.message());
+  const std::string ckpt_root = (fs::path(opts.out_dir) / "checkpoints").string();
+  if (pc.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(opts.out_dir, ec);
+    HPCT_USAGE_CHECK(!ec, "cannot create the output directory {}: {}", opts.out_dir, ec.message());
+  }
+  pc.world().barrier("output directory created");
   set_log_file((fs::path(opts.out_dir) / "train.log").string());
-  MetricsWriter metrics((fs::path(opts.out_dir) / "metrics.jsonl").string());
 
-  // ---- model, optimizer, planned buffers (nothing allocates in the step loop) ----------------
+  // ---- model, gradient sync, optimizer, planned buffers (nothing allocates in the step loop) -----
   gpt::Gpt model(cfg, MB, ctx.device);
   model.init_parameters(ctx, seed);
+  parallel::GradSyncOptions gso;
+  gso.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
+  gso.overlap = deck.get_bool("parallel.overlap");
+  gso.zero = static_cast<int>(deck.get_int("parallel.zero"));
+  parallel::GradSync grad_sync(pc.dp_group(), model.params(), model.grads(), gso);
+  model.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   std::vector<bool> decay;
   for (const auto& p : model.layout()) decay.push_back(p.decay);
-  optim::AdamW adamw(model.params(), model.grads(), decay, ocfg);
+  std::vector<optim::Segment> segments;
+  for (const auto& o : grad_sync.owned()) segments.push_back({o.tensor, o.begin, o.end, o.grad, 0});
+  optim::AdamW adamw(model.params(), segments, decay, ocfg);
   Slab io("batch", ctx.device);
   Tensor& in_dev = io.add("inputs", {MB, T}, DType::I32);
   Tensor& tgt_dev = io.add("targets", {MB, T}, DType::I32);
@@ -199,20 +227,52 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   io.allocate();
   std::vector<int32_t> in_host(static_cast<size_t>(MB) * T), tgt_host(in_host.size());
 
-  const gpt::MemoryPlan plan = gpt::memory_plan(cfg, MB);
+  gpt::MemoryPlan plan = gpt::memory_plan(cfg, MB);
+  plan.optim_bytes = adamw.state_bytes();  // 1/DP of the unsharded figure under ZeRO-1
   const double flops_tok = gpt::flops_per_token(cfg);
   log_info("hpctrain train_gpt | deck {} | out {}", deck.deck_path(), opts.out_dir);
   log_info("model: L={} NH={} C={} T={} V={} (padded {}) bias={} | {} parameters ({:.3f} M)", cfg.n_layer,
            cfg.n_head, cfg.n_embd, T, cfg.vocab_size, cfg.padded_vocab, cfg.bias, plan.num_params,
            plan.num_params / 1e6);
-  log_info("layout: ranks 1 = dp 1 x tp 1 x pp 1 | device {} | OpenMP threads {} | global_batch {} = {} micro-batches "
-           "of {} | {} tokens/step",
-           device_name(ctx.device), omp_get_max_threads(), GB, n_micro, MB, GB * T);
-  log_info("memory per rank: params {} | grads {} | optimizer {} | activations {} | activation grads {} | total {}",
+  log_info("layout: ranks {} = dp {} x tp {} x pp {} ({}) | device {} | OpenMP threads {} | global_batch {} = {} x {} "
+           "micro-batches of {} | {} tokens/step",
+           pc.world_size(), dp, tp, pp, pc.grid().order(), device_name(ctx.device), omp_get_max_threads(), GB, dp,
+           n_micro, MB, GB * T);
+  log_info("gradient sync: {}", grad_sync.describe());
+  log_info("memory per rank: params {} | grads {} | optimizer {} (unsharded {}) | activations {} | activation grads {} "
+           "| total {}",
            human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.optim_bytes),
-           human_bytes(plan.activation_bytes), human_bytes(plan.activation_grad_bytes), human_bytes(plan.total()));
+           human_bytes(2.0 * plan.param_bytes), human_bytes(plan.activation_bytes),
+           human_bytes(plan.activation_grad_bytes), human_bytes(plan.total()));
   log_info("data: train {} ({} tokens) | val {} ({} tokens, eval set {} x {} tokens)", train_shard.path(),
            train_shard.size(), val_shard.path(), val_shard.size(), eval_set.num_sequences(), T);
+
+  // ---- resume --------------------------------------------------------------------------------
+  int64_t start = 0;
+  const std::string resume = deck.get_string("checkpoint.resume");
+  const std::string resume_dir = resolve_resume(resume, ckpt_root, deck.deck_path());
+  if (!resume_dir.empty()) {
+    Timer t;
+    const int64_t checked = verify_collective(pc.world(), resume_dir);
+    ckpt::Reader reader(resume_dir);
+    check_resume_compatible(deck, gpt_deck_schema(), reader);
+    load_checkpoint(reader, model.params(), adamw);
+    start = reader.attrs().ints.at("step");
+    adamw.set_step_count(reader.attrs().ints.at("optim.step"));
+    HPCT_USAGE_CHECK(start <= steps || steps == 0,
+                     "checkpoint {} is at step {}, past train.steps = {}; raise train.steps to continue", resume_dir,
+                     start, steps);
+    log_info("resumed from {} (step {}, written with {}): {} verified and loaded in {:.2f} s", resume_dir, start,
+             reader.attrs().strings.count("layout") ? reader.attrs().strings.at("layout") : "?",
+             human_bytes(static_cast<double>(checked)), t.seconds());
+  } else if (resume == "latest") {
+    log_info("checkpoint.resume = latest: no checkpoint under {}, starting fresh", ckpt_root);
+  }
+  std::unique_ptr<MetricsWriter> metrics;
+  if (pc.rank() == 0)
+    metrics = std::make_unique<MetricsWriter>((fs::path(opts.out_dir) / "metrics.jsonl").string(),
+                                              resume_dir.empty() ? -1 : start);
+  install_stop_signal_handlers();
 
   std::unique_ptr<ReferenceDump> dump;
   if (!opts.dump_path.empty()) {
@@ -220,21 +280,62 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     dump->record_params(ctx, model, "init");
   }
 
+  auto layout_str = [&] {
+    return fmt::format("world={} dp={} tp={} pp={} zero={} order={}", pc.world_size(), dp, tp, pp, gso.zero,
+                       pc.grid().order());
+  };
+  double last_ckpt_s = 0.0;
+  auto save = [&](int64_t s, const char* why) {
+    check_replicas(pc.dp_group(), model.params(), fmt::format("step {}", s));
+    ckpt::Attrs a;
+    a.ints["step"] = s;
+    a.ints["tokens_seen"] = s * GB * T;
+    a.ints["sequences_seen"] = s * GB;
+    a.ints["optim.step"] = adamw.step_count();
+    a.ints["data.next_step"] = s + 1;  // the sampler is keyed by (seed, step): the step is the loader state
+    a.ints["rng.seed"] = static_cast<int64_t>(seed);
+    a.ints["layout.world"] = pc.world_size();
+    a.ints["layout.dp"] = dp;
+    a.ints["layout.tp"] = tp;
+    a.ints["layout.pp"] = pp;
+    a.ints["layout.zero"] = gso.zero;
+    a.ints["model.vocab_size"] = cfg.vocab_size;
+    a.ints["model.padded_vocab"] = cfg.padded_vocab;
+    a.floats["lr"] = sched.at(s);
+    a.floats["lr_next"] = sched.at(s + 1);
+    a.strings["layout"] = layout_str();
+    a.strings["deck"] = deck.effective_toml();
+    a.strings["deck_path"] = deck.deck_path();
+    a.strings["rng.algorithm"] = "philox4x32-10 keyed by (train.seed, stream name, counter); streams are functions "
+                                 "of the step, so rng.seed and step are the whole state";
+    a.strings["app"] = "train_gpt";
+    const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), adamw, a);
+    last_ckpt_s = r.seconds;
+    int64_t bytes = r.bytes_written;
+    pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
+    log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s)", why, s, r.dir,
+             human_bytes(static_cast<double>(bytes)), r.seconds, bytes / 1048576.0 / std::max(r.seconds, 1e-9));
+  };
+
   // ---- training loop --------------------------------------------------------------------------
   const float dloss = static_cast<float>(1.0 / (static_cast<double>(GB) * T));  // 1 / global loss terms
-  std::vector<double> step_ms;
-  step_ms.reserve(static_cast<size_t>(steps));
+  std::vector<double> step_ms, exposed_ms;
+  step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
+  exposed_ms.reserve(step_ms.capacity());
   double last_loss = NAN, last_val = NAN;
-  for (int64_t s = 1; s <= steps; ++s) {
+  Timer since_ckpt;
+  int exit_code = 0;
+  for (int64_t s = start + 1; s <= steps; ++s) {
     Timer timer;
     model.zero_grad(ctx);
     double loss_sum = 0.0;
     for (int64_t j = 0; j < n_micro; ++j) {
-      const int64_t first = j * MB;  // DP rank 0's block is the whole global batch at dp = 1
+      const int64_t first = rank_first + j * MB;  // micro-batch j: a contiguous sub-block of this rank's block
       sampler.fill(s, first, MB, in_host.data(), tgt_host.data());
       if (dump) dump->record_batch(s, first, MB, in_host.data(), tgt_host.data());
       k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(in_host.size()) * 4);
       k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
+      if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
       model.forward(ctx, in_dev.i32(), MB);
       const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB);
       k::sum(ctx, sum_dev.f32(), losses, static_cast<int64_t>(MB) * T);
@@ -242,17 +343,23 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       k::copy_to_host(ctx, &part, sum_dev.f32(), 4);
       loss_sum += part;
     }
+    grad_sync.finish();
+    pc.dp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum");
     const double loss = loss_sum / (static_cast<double>(GB) * T);
     HPCT_USAGE_CHECK(std::isfinite(loss),
                      "loss is {} at step {}: training diverged; lower optim.lr (now {}) or check the data", loss, s,
                      sched.lr);
     if (dump && s == 1) dump->record_grads(ctx, model);
-    const double norm = adamw.grad_norm(ctx);
+    double sumsq = adamw.grad_sumsq(ctx);
+    if (gso.zero && dp > 1) pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
+    const double norm = std::sqrt(sumsq);
     const double lr = sched.at(s);
     adamw.step(ctx, static_cast<float>(lr), adamw.clip_scale(norm));
+    grad_sync.gather_params();
     k::synchronize(ctx);
     const double ms = timer.ms();
     step_ms.push_back(ms);
+    exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms());
     last_loss = loss;
     if (dump) dump->record_step(s, loss, lr, norm);
 
@@ -261,46 +368,84 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     if (peak_tflops > 0) mfu = flops_tok * tok_s / (peak_tflops * 1e12);
     std::optional<double> val_loss;
     if ((eval_every > 0 && s % eval_every == 0) || s == steps) {
-      val_loss = evaluate(ctx, model, eval_set, in_dev, tgt_dev, in_host, tgt_host, sum_dev);
+      // the fixed evaluation set, split over the DP ranks (contiguous blocks), summed
+      const int n_eval = eval_set.num_sequences();
+      const int e0 = static_cast<int>(static_cast<int64_t>(n_eval) * dr / dp);
+      const int e1 = static_cast<int>(static_cast<int64_t>(n_eval) * (dr + 1) / dp);
+      double part = evaluate(ctx, model, eval_set, e0, e1, in_dev, tgt_dev, in_host, tgt_host, sum_dev);
+      pc.dp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss");
+      val_loss = part / (static_cast<double>(n_eval) * T);
       last_val = *val_loss;
     }
-    std::vector<std::pair<std::string, std::optional<double>>> rec = {
-        {"step", static_cast<double>(s)}, {"loss", loss},    {"lr", lr},  {"grad_norm", norm},
-        {"ms", ms},                       {"tokens_per_s", tok_s}, {"mfu", mfu}};
-    if (val_loss) rec.push_back({"val_loss", *val_loss});
-    metrics.write(rec);
+    if (metrics) {
+      std::vector<std::pair<std::string, std::optional<double>>> rec = {
+          {"step", static_cast<double>(s)}, {"loss", loss},    {"lr", lr},  {"grad_norm", norm},
+          {"ms", ms},                       {"tokens_per_s", tok_s}, {"mfu", mfu},
+          {"comm_exposed_ms", exposed_ms.back()}};
+      if (val_loss) rec.push_back({"val_loss", *val_loss});
+      metrics->write(rec);
+    }
     if (s % log_every == 0 || s == steps || val_loss) {
-      log_info("step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad norm {:.4f} | {:.1f} ms | {:.0f} tok/s | mfu {}{}", s,
-               steps, loss, lr, norm, ms, tok_s, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a",
+      log_info("step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}) | {:.0f} "
+               "tok/s | mfu {}{}",
+               s, steps, loss, lr, norm, ms, exposed_ms.back(), tok_s,
+               mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a",
                val_loss ? fmt::format(" | val loss {:.6f}", *val_loss) : "");
     }
+
+    // ---- checkpoint and stop, decided collectively (one allreduce(MAX) per step) -------------
+    int32_t flags[3] = {stop_signal_received(), 0, 0};  // signal, deadline near, minutes cadence due
+    if (deadline > 0) {
+      const double margin = 2.0 * ms / 1e3 + 1.5 * last_ckpt_s + 2.0;
+      flags[1] = unix_now() + margin >= static_cast<double>(deadline) ? 1 : 0;
+    }
+    if (ckpt_minutes > 0) flags[2] = since_ckpt.seconds() >= ckpt_minutes * 60.0 ? 1 : 0;
+    pc.world().allreduce(flags, 3, DType::I32, comm::ReduceOp::Max, "stop / checkpoint decision");
+    const bool stop = (flags[0] != 0 || flags[1] != 0) && s < steps;
+    const char* why = flags[0] ? signal_name(flags[0]) : flags[1] ? "train.deadline" : flags[2] ? "every_minutes"
+                      : (ckpt_every > 0 && s % ckpt_every == 0) ? "every" : "end";
+    if (stop || flags[2] || (ckpt_every > 0 && s % ckpt_every == 0) || (s == steps && ckpt_at_end)) {
+      save(s, why);
+      since_ckpt.reset();
+    }
+    if (stop) {
+      log_info("stopping after step {} ({}): checkpoint written; exit code 3 asks to be requeued and resumed with "
+               "--set checkpoint.resume=latest",
+               s, why);
+      exit_code = 3;
+      break;
+    }
   }
+  check_replicas(pc.dp_group(), model.params(), "end of training");
   if (dump) {
+    dump->record_params(ctx, model, "final");
     dump->write();
     log_info("reference dump written to {}", opts.dump_path);
   }
 
   // ---- sample and summary ---------------------------------------------------------------------
-  if (deck.get_int("sample.tokens") > 0) {
+  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && pc.rank() == 0) {
     const std::string text = generate(ctx, model, deck, in_dev, seed);
     log_info("sample (temperature {}, top-k {}):\n{}\n--- end of sample ---", deck.get_float("sample.temperature"),
              deck.get_int("sample.top_k"), text);
   }
   // steady-state step time: median over the steps after the first (warm-up)
-  double med = NAN;
-  if (!step_ms.empty()) {
-    std::vector<double> v(step_ms.begin() + (step_ms.size() > 1 ? 1 : 0), step_ms.end());
+  auto median_after_first = [](const std::vector<double>& x) {
+    if (x.empty()) return static_cast<double>(NAN);
+    std::vector<double> v(x.begin() + (x.size() > 1 ? 1 : 0), x.end());
     std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
-    med = v[v.size() / 2];
-  }
+    return v[v.size() / 2];
+  };
+  const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
   const double tok_s = static_cast<double>(GB) * T / (med / 1e3);
   const std::string mfu_s = peak_tflops > 0 ? fmt::format("{:.2f}%", 100 * flops_tok * tok_s / (peak_tflops * 1e12))
                                             : std::string("n/a");
-  log_info("PERFORMANCE ranks dp tp pp | ms/step tokens/s tokens/s/rank MFU | loss val_loss");
-  log_info("PERFORMANCE {} {} {} {} | {:.2f} {:.0f} {:.0f} {} | {:.6f} {:.6f}", 1, 1, 1, 1, med, tok_s, tok_s, mfu_s,
-           last_loss, last_val);
+  log_info("PERFORMANCE ranks dp tp pp | ms/step tokens/s tokens/s/rank MFU | loss val_loss | comm_exposed_ms "
+           "comm_exposed_frac");
+  log_info("PERFORMANCE {} {} {} {} | {:.2f} {:.0f} {:.0f} {} | {:.6f} {:.6f} | {:.2f} {:.4f}", pc.world_size(), dp, tp,
+           pp, med, tok_s, tok_s / pc.world_size(), mfu_s, last_loss, last_val, med_exposed, med_exposed / med);
   set_log_file("");
-  return 0;
+  return exit_code;
 }
 
 }  // namespace hpct::train

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "core/error.hpp"
 
 namespace hpct::train {
@@ -11,8 +15,32 @@ std::string json_number(std::optional<double> v) {
   return fmt::format("{:.9g}", *v);
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
-  f_ = std::fopen(path.c_str(), "w");
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step) {
+  if (keep_through_step >= 0) {
+    std::string kept;
+    if (std::ifstream in(path); in) {
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        int64_t step = -1;
+        try {
+          step = nlohmann::json::parse(line).at("step").get<int64_t>();
+        } catch (const std::exception&) {
+          continue;  // a torn last line of a killed run
+        }
+        if (step <= keep_through_step) kept += line + "\n";
+      }
+    }
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      HPCT_USAGE_CHECK(out.good(), "cannot write {} (is the output directory writable?)", tmp);
+      out << kept;
+    }
+    std::filesystem::rename(tmp, path);
+    f_ = std::fopen(path.c_str(), "a");
+  } else {
+    f_ = std::fopen(path.c_str(), "w");
+  }
   HPCT_USAGE_CHECK(f_ != nullptr, "cannot create {} (is the output directory writable?)", path);
 }
 

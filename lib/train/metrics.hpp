@@ -1,6 +1,7 @@
 #pragma once
 // metrics.jsonl (DESIGN.md §4): one JSON object per optimizer step, floats printed with %.9g.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -11,7 +12,9 @@ namespace hpct::train {
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // truncates
+  // keep_through_step < 0: a fresh run, truncates. Otherwise (a resumed run) the records with a step
+  // greater than keep_through_step are dropped first and the file is appended (DESIGN.md §4).
+  explicit MetricsWriter(const std::string& path, int64_t keep_through_step = -1);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

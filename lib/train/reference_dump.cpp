@@ -52,8 +52,8 @@ ReferenceDump::ReferenceDump(std::string path, const Config& deck, const gpt::Gp
 }
 
 void ReferenceDump::record_params(const ExecContext& ctx, gpt::Gpt& model, const std::string& group) {
-  auto& dst = group == "init" ? init_ : grads_;
-  Slab& slab = group == "init" ? model.params() : model.grads();
+  auto& dst = group == "init" ? init_ : group == "final" ? final_ : grads_;
+  Slab& slab = group == "grads_step1" ? model.grads() : model.params();
   dst.clear();
   for (auto& t : slab.tensors()) {
     Named n{t.name, t.shape, std::vector<float>(static_cast<size_t>(t.numel()))};
@@ -99,6 +99,7 @@ void ReferenceDump::write() {
   attr_f64(f, "grad_clip", deck_.get_float("optim.grad_clip"));
   attr_str(f, "deck", deck_.effective_toml());
   for (const auto& n : init_) write_dataset(f, "init/" + n.name, n.shape, H5T_NATIVE_FLOAT, n.data.data());
+  for (const auto& n : final_) write_dataset(f, "final/" + n.name, n.shape, H5T_NATIVE_FLOAT, n.data.data());
   for (const auto& n : grads_) write_dataset(f, "grads_step1/" + n.name, n.shape, H5T_NATIVE_FLOAT, n.data.data());
   const std::vector<int64_t> bshape{steps_, global_batch_, cfg_.seq_len};
   write_dataset(f, "batches/inputs", bshape, H5T_NATIVE_INT32, inputs_.data());

@@ -3,7 +3,7 @@
 // compare (tests/reference/gpt_reference.py with PyTorch): the initial parameters (/init/<name>, logical
 // shapes), every step's token batches (/batches/inputs, /batches/targets: (steps, global_batch, T)),
 // per-step loss, lr and gradient norm (/steps/*), and the raw gradients of step 1 (/grads_step1/<name>,
-// before clipping). Attributes on / carry the model and optimizer settings. Serial HDF5, rank 0 only.
+// before clipping), and the parameters after the last step (/final/<name>). Attributes on / carry the model and optimizer settings. Serial HDF5, rank 0 only.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +17,7 @@ namespace hpct::train {
 class ReferenceDump {
  public:
   ReferenceDump(std::string path, const Config& deck, const gpt::GptConfig& cfg, int64_t steps, int64_t global_batch);
-  void record_params(const ExecContext& ctx, gpt::Gpt& model, const std::string& group);  // "init" or "grads_step1"
+  void record_params(const ExecContext& ctx, gpt::Gpt& model, const std::string& group);  // "init", "final" (parameters) or "grads_step1"
   void record_grads(const ExecContext& ctx, gpt::Gpt& model);
   // tokens of global samples [first, first+count) of step s (1-based), host arrays (count, T)
   void record_batch(int64_t step, int64_t first, int count, const int32_t* inputs, const int32_t* targets);
@@ -34,7 +34,7 @@ class ReferenceDump {
   const Config& deck_;
   gpt::GptConfig cfg_;
   int64_t steps_, global_batch_;
-  std::vector<Named> init_, grads_;
+  std::vector<Named> init_, final_, grads_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<double> loss_, lr_, grad_norm_;
 };

@@ -149,6 +149,13 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device)
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
   }
+  for (int l = 0; l <= cfg.n_layer; ++l) {
+    const std::string prefix = l < cfg.n_layer ? "h." + std::to_string(l) + "." : "lnf.";
+    int i = 0;
+    while (i < static_cast<int>(layout_.size()) && layout_[i].name.rfind(prefix, 0) != 0) ++i;
+    HPCT_CHECK(i < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
+    layer_first_.push_back(i);
+  }
   for (const auto& a : activation_layout(cfg, B_)) acts_.add(a.name, a.shape);
   for (const auto& a : activation_grad_layout(cfg, B_)) dacts_.add(a.name, a.shape);
   params_.allocate();
@@ -277,6 +284,7 @@ void Gpt::backward(const ExecContext& ctx, int b) {
   const float* last_residual = a_[L - 1].residual3->f32();
   k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
                         lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
+  ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
 
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams& p = p_[l];
@@ -291,6 +299,7 @@ void Gpt::backward(const ExecContext& ctx, int b) {
                        4 * C);
     k::layernorm_backward(ctx, dres, g.ln2w->f32(), ptr(g.ln2b), dln_->f32(), a.residual2->f32(), p.ln2w->f32(),
                           a.ln2_mean->f32(), a.ln2_rstd->f32(), N, C);
+    ready(0, 0);  // progress point
     // attention block backward (residual2 = residual + ...)
     k::matmul_backward(ctx, datty_->f32(), g.projw->f32(), ptr(g.projb), dres, a.atty->f32(), p.projw->f32(), N, C, C);
     k::attention_backward(ctx, dqkv_->f32(), datt_->f32(), datty_->f32(), a.qkv->f32(), a.att->f32(), b, T, C, NH);
@@ -298,8 +307,10 @@ void Gpt::backward(const ExecContext& ctx, int b) {
                        3 * C);
     k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr(g.ln1b), dln_->f32(), residual, p.ln1w->f32(),
                           a.ln1_mean->f32(), a.ln1_rstd->f32(), N, C);
+    ready(layer_first_[l], layer_first_[l + 1]);  // h.<l>.*
   }
   k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, b, T, C);
+  ready(0, layer_first_[0]);  // wte (head and encoder), wpe
 }
 
 }  // namespace hpct::gpt

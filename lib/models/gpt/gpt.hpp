@@ -7,6 +7,7 @@
 // Gradients: parameter gradients accumulate (+=) over micro-batches (kernels.hpp convention); the
 // caller zeroes them once per optimizer step (zero_grad). Nothing here reads device data on the host.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,13 @@ class Gpt {
 
   void zero_grad(const ExecContext& ctx);
 
+  // Called by backward when the gradients of parameter tensors [first, end) (layout indices) are final
+  // for this micro-batch, layer by layer in reverse, and with an empty range (first == end) as a
+  // progress point inside a layer. Data parallelism launches gradient buckets from it
+  // (parallel/grad_sync.hpp); the model knows nothing of communication.
+  using GradReadyHook = std::function<void(int first, int end)>;
+  void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
   const std::vector<ParamSpec>& layout() const { return layout_; }
@@ -96,8 +104,13 @@ class Gpt {
   static float* ptr(Tensor* t) { return t ? t->f32() : nullptr; }
   void backward(const ExecContext& ctx, int b);
 
+  void ready(int first, int end) {
+    if (hook_) hook_(first, end);
+  }
   GptConfig cfg_;
   int B_;
+  GradReadyHook hook_;
+  std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf
   Device device_;
   std::vector<ParamSpec> layout_;
   Slab params_, grads_, acts_, dacts_;

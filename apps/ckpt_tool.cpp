@@ -1,0 +1,152 @@
+// ckpt_tool: look into, check and export hpctrain checkpoints (DESIGN.md invariant 4, lib/ckpt/checkpoint.hpp).
+//
+//   ckpt_tool inspect PATH                    step, attributes, layout (shard files), table of tensors
+//   ckpt_tool verify PATH                     every shard file present, every piece's CRC32C: VALID or FAILED
+//   ckpt_tool export PATH OUT.h5 [--optimizer] one plain HDF5 file of whole tensors (model only by default)
+//
+// PATH is a step directory (step_00000040/), a checkpoints directory holding `latest`, or a run directory
+// (runs/gpt2, whose checkpoints/latest is followed). Under mpirun, verify splits the shard files over the
+// ranks; inspect and export run on rank 0. Errors: one line, non-zero exit (verify: FAILED line, exit 1).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "app_main.hpp"
+#include "ckpt/checkpoint.hpp"
+#include "core/format.hpp"
+
+namespace {
+
+namespace ck = hpct::ckpt;
+namespace fs = std::filesystem;
+
+// Long or multi-line strings (the deck text) shown as their first line, cut, and their size.
+std::string shorten(const std::string& s) {
+  const size_t nl = s.find('\n');
+  std::string first = s.substr(0, std::min<size_t>(nl, 60));
+  if (first.size() == s.size()) return fmt::format("\"{}\"", s);
+  return fmt::format("\"{}...\" ({} bytes{})", first, s.size(), nl != std::string::npos ? ", multi-line" : "");
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+int inspect(const std::string& path) {
+  const std::string dir = ck::find_step_dir(path);
+  ck::Reader reader(dir);
+  const auto& a = reader.attrs();
+  fmt::print("checkpoint   {}\n", dir);
+  fmt::print("step         {}\n", a.ints.count("step") ? std::to_string(a.ints.at("step")) : std::string("(no step attribute)"));
+  fmt::print("format       {}\n", reader.format_version());
+  fmt::print("attributes\n");
+  std::map<std::string, std::string> all;
+  for (const auto& [k, v] : a.ints) all[k] = std::to_string(v);
+  for (const auto& [k, v] : a.floats) all[k] = fmt::format("{:.9g}", v);
+  for (const auto& [k, v] : a.strings) all[k] = shorten(v);
+  for (const auto& [k, v] : all) fmt::print("  {:<22} {}\n", k, v);
+
+  // Layout: one shard file per writing rank.
+  int64_t total_bytes = 0;
+  std::map<std::string, int> pieces_per_tensor, replicas_per_tensor;
+  std::map<std::string, std::set<int>> split_axes;
+  for (const auto& m : reader.shards()) {
+    for (const auto& p : m.pieces) {
+      if (p.replica == 0) ++pieces_per_tensor[p.dataset];
+      else ++replicas_per_tensor[p.dataset];
+      split_axes[p.dataset].insert(p.split_axis);
+    }
+  }
+  fmt::print("layout       {} shard files (one per writing rank)\n", reader.shards().size());
+  for (const auto& m : reader.shards()) {
+    std::error_code ec;
+    const auto size = fs::file_size(fs::path(dir) / m.file, ec);
+    total_bytes += ec ? 0 : static_cast<int64_t>(size);
+    fmt::print("  {:<18} rank {:<5} {:>5} pieces  {}\n", m.file, m.rank, m.pieces.size(),
+               ec ? std::string("MISSING") : hpct::human_bytes(static_cast<double>(size)));
+  }
+  fmt::print("  total {}\n", hpct::human_bytes(static_cast<double>(total_bytes)));
+
+  const auto names = reader.datasets();
+  fmt::print("tensors      {}\n", names.size());
+  fmt::print("  {:<48} {:<5} {:<22} {:>6} {:>8}  {}\n", "name", "dtype", "shape", "pieces", "replicas", "split");
+  for (const auto& n : names) {
+    std::string split;
+    for (int s : split_axes[n]) split += (split.empty() ? "" : ",") + (s < 0 ? std::string("flat/none") : "axis " + std::to_string(s));
+    fmt::print("  {:<48} {:<5} {:<22} {:>6} {:>8}  {}\n", n, hpct::dtype_name(reader.dtype(n)), shape_str(reader.shape(n)),
+               pieces_per_tensor[n], replicas_per_tensor[n], split);
+  }
+  return 0;
+}
+
+int verify(const std::string& path, int rank, int world) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string dir;
+  int64_t bytes = 0;
+  int failed = 0;
+  try {
+    dir = ck::find_step_dir(path);
+    bytes = ck::verify(dir, rank, world);
+  } catch (const hpct::Error& e) {
+    failed = 1;
+    fmt::print("FAILED: {}\n", e.cause());
+    std::fflush(stdout);
+  }
+  int64_t total = 0;
+  int any_failed = 0;
+  MPI_Allreduce(&bytes, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (any_failed) return 1;
+  if (rank == 0)
+    fmt::print("VALID: {} ({} checked in {:.3f} s, {:.1f} MiB/s, {} rank{})\n", dir, hpct::human_bytes(static_cast<double>(total)), s,
+               static_cast<double>(total) / (1 << 20) / std::max(s, 1e-9), world, world > 1 ? "s" : "");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return hpct::run_mpi_app(argc, argv, "ckpt_tool", [](int argc, char** argv) {
+    CLI::App app{"hpctrain ckpt_tool: inspect, verify and export sharded HDF5 checkpoints. PATH is a step_* "
+                 "directory, a checkpoints directory with `latest`, or a run directory."};
+    app.require_subcommand(1);
+    std::string path, out;
+    bool optimizer = false;
+    auto* c_inspect = app.add_subcommand("inspect", "print step, attributes, shard files and the tensor table");
+    c_inspect->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
+    auto* c_verify = app.add_subcommand("verify", "check every shard file and every piece's CRC32C (VALID or FAILED)");
+    c_verify->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
+    auto* c_export = app.add_subcommand("export", "write one plain HDF5 file with every tensor whole");
+    c_export->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
+    c_export->add_option("out", out, "output HDF5 file (written atomically)")->required();
+    c_export->add_flag("--optimizer", optimizer, "also export the optimizer state (/optim/...)");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return hpct::process_identity().rank == 0 ? app.exit(e) : 0;  // the help of the subcommand asked for
+    } catch (const CLI::ParseError& e) {
+      HPCT_USAGE_FAIL("{} (see ckpt_tool --help)", e.what());
+    }
+    const int rank = hpct::process_identity().rank, world = hpct::process_identity().world;
+    if (*c_verify) return verify(path, rank, world);
+    if (rank != 0) return 0;
+    if (*c_inspect) return inspect(path);
+    const std::string dir = ck::find_step_dir(path);
+    const auto t0 = std::chrono::steady_clock::now();
+    ck::export_consolidated(dir, out, optimizer);
+    std::error_code ec;
+    fmt::print("ckpt_tool: exported {} -> {} ({}{}, {:.2f} s)\n", dir, out,
+               hpct::human_bytes(static_cast<double>(fs::file_size(out, ec))), optimizer ? ", with optimizer state" : ", model only",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return 0;
+  });
+}

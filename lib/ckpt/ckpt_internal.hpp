@@ -1,0 +1,102 @@
+#pragma once
+// Internals of lib/ckpt shared by its translation units (not part of the interface): RAII HDF5 handles,
+// HDF5 types of DTypes, attribute helpers, POSIX fsync helpers, the test pause hook.
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "core/h5_check.hpp"
+
+namespace hpct::ckpt::detail {
+
+// Owns one HDF5 identifier and closes it with the matching H5xclose (errors on that path are ignored;
+// use close_checked() where a close can fail for real, i.e. a file close that flushes).
+class H5Id {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  H5Id() = default;
+  H5Id(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  H5Id(H5Id&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), closer_(o.closer_) {}
+  H5Id& operator=(H5Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      closer_ = o.closer_;
+    }
+    return *this;
+  }
+  H5Id(const H5Id&) = delete;
+  H5Id& operator=(const H5Id&) = delete;
+  ~H5Id() { reset(); }
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }  // NOLINT: handles are passed straight to the C API
+  void reset() {
+    if (id_ >= 0 && closer_ != nullptr) closer_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  // Closes now and checks the result (file closes flush: their errors matter).
+  void close_checked();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+inline H5Id file_id(hid_t id) { return {id, H5Fclose}; }
+inline H5Id dataset_id(hid_t id) { return {id, H5Dclose}; }
+inline H5Id space_id(hid_t id) { return {id, H5Sclose}; }
+inline H5Id plist_id(hid_t id) { return {id, H5Pclose}; }
+inline H5Id attr_id(hid_t id) { return {id, H5Aclose}; }
+inline H5Id type_id(hid_t id) { return {id, H5Tclose}; }
+
+// Turns off HDF5's automatic error-stack printing while alive (for calls whose failure we report ourselves:
+// opening a damaged shard, probing for a dataset).
+class QuietH5Errors {
+ public:
+  QuietH5Errors();
+  ~QuietH5Errors();
+  QuietH5Errors(const QuietH5Errors&) = delete;
+  QuietH5Errors& operator=(const QuietH5Errors&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// Little-endian file type and native memory type of a DType (the same bytes on this little-endian host).
+hid_t h5_file_type(DType t);
+hid_t h5_mem_type(DType t);
+// The DType of an HDF5 dataset type (error naming `what` for anything else).
+DType dtype_of_h5(hid_t type, const std::string& what);
+
+// File access list for the files we create: H5F_CLOSE_STRONG (a close really closes, so the fsync that
+// follows sees every byte) and, for index/export files, libver bounds V18..latest (dense attribute storage:
+// attributes may exceed 64 KiB). Read-only opens use H5P_DEFAULT (see Reader::Reader).
+H5Id make_fapl(bool dense_attributes);
+// Link creation list that creates missing parent groups.
+H5Id make_lcpl();
+
+void write_attr_i64_array(hid_t loc, const char* name, const std::vector<int64_t>& v);
+void write_attr_scalar(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, const void* value);
+void write_attr_string(hid_t loc, const char* name, const std::string& value);  // variable-length UTF-8
+int64_t read_attr_i64(hid_t loc, const char* name);
+std::string read_attr_string(hid_t attr);  // fixed- or variable-length string attribute
+bool attr_exists(hid_t loc, const char* name);
+
+// fsync(2) of a file (after H5Fclose) or a directory (after creating, renaming or removing entries) by path;
+// errors name the path.
+void fsync_path(const std::string& path, bool directory);
+inline void fsync_file(const std::string& path) { fsync_path(path, false); }
+inline void fsync_dir(const std::string& path) { fsync_path(path, true); }
+
+// HPCT_CKPT_PAUSE_AT test hook (checkpoint.hpp): sleeps for an hour when the variable equals `phase`.
+void pause_if_requested(const char* phase);
+
+int64_t numel(const std::vector<int64_t>& shape);
+std::string shape_str(const std::vector<int64_t>& shape);  // "(3, 4)"
+
+}  // namespace hpct::ckpt::detail

@@ -1,0 +1,163 @@
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "ckpt/ckpt_internal.hpp"
+
+namespace hpct::ckpt::detail {
+
+// Checksums are of the pieces' little-endian bytes, read and written without conversion.
+static_assert(std::endian::native == std::endian::little, "checkpoint pieces are stored as raw little-endian bytes");
+
+void H5Id::close_checked() {
+  if (id_ < 0) return;
+  const hid_t id = std::exchange(id_, H5I_INVALID_HID);
+  H5_CHECK(closer_(id));
+}
+
+QuietH5Errors::QuietH5Errors() {
+  H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+QuietH5Errors::~QuietH5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+hid_t h5_file_type(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_IEEE_F32LE;
+    case DType::F64: return H5T_IEEE_F64LE;
+    case DType::I32: return H5T_STD_I32LE;
+    case DType::I64: return H5T_STD_I64LE;
+    case DType::U8: return H5T_STD_U8LE;
+  }
+  HPCT_FAIL("unhandled dtype");
+}
+
+hid_t h5_mem_type(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_NATIVE_FLOAT;
+    case DType::F64: return H5T_NATIVE_DOUBLE;
+    case DType::I32: return H5T_NATIVE_INT32;
+    case DType::I64: return H5T_NATIVE_INT64;
+    case DType::U8: return H5T_NATIVE_UINT8;
+  }
+  HPCT_FAIL("unhandled dtype");
+}
+
+DType dtype_of_h5(hid_t type, const std::string& what) {
+  const H5T_class_t cls = H5_CHECK(H5Tget_class(type));
+  const size_t size = H5Tget_size(type);
+  if (cls == H5T_FLOAT && size == 4) return DType::F32;
+  if (cls == H5T_FLOAT && size == 8) return DType::F64;
+  if (cls == H5T_INTEGER) {
+    const H5T_sign_t sign = H5Tget_sign(type);
+    if (sign == H5T_SGN_2 && size == 4) return DType::I32;
+    if (sign == H5T_SGN_2 && size == 8) return DType::I64;
+    if (sign == H5T_SGN_NONE && size == 1) return DType::U8;
+  }
+  HPCT_FAIL("{} has an HDF5 type (class {}, {} bytes) that checkpoints do not use (f32, f64, i32, i64, u8)", what,
+            static_cast<int>(cls), size);
+}
+
+H5Id make_fapl(bool dense_attributes) {
+  H5Id fapl = plist_id(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+  if (dense_attributes) H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
+  return fapl;
+}
+
+H5Id make_lcpl() {
+  H5Id lcpl = plist_id(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  H5_CHECK(H5Pset_char_encoding(lcpl, H5T_CSET_UTF8));
+  return lcpl;
+}
+
+void write_attr_scalar(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, const void* value) {
+  H5Id space = space_id(H5_CHECK(H5Screate(H5S_SCALAR)));
+  H5Id a = attr_id(H5_CHECK(H5Acreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT)));
+  H5_CHECK(H5Awrite(a, mem_type, value));
+}
+
+void write_attr_i64_array(hid_t loc, const char* name, const std::vector<int64_t>& v) {
+  const hsize_t n = v.size();
+  H5Id space = space_id(n == 0 ? H5_CHECK(H5Screate(H5S_NULL)) : H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  H5Id a = attr_id(H5_CHECK(H5Acreate2(loc, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)));
+  if (n > 0) H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, v.data()));
+}
+
+void write_attr_string(hid_t loc, const char* name, const std::string& value) {
+  H5Id t = type_id(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(t, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  const char* p = value.c_str();
+  write_attr_scalar(loc, name, t, t, &p);
+}
+
+bool attr_exists(hid_t loc, const char* name) { return H5_CHECK(H5Aexists(loc, name)) > 0; }
+
+int64_t read_attr_i64(hid_t loc, const char* name) {
+  H5Id a = attr_id(H5_CHECK(H5Aopen(loc, name, H5P_DEFAULT)));
+  int64_t v = 0;
+  H5_CHECK(H5Aread(a, H5T_NATIVE_INT64, &v));
+  return v;
+}
+
+std::string read_attr_string(hid_t attr) {
+  H5Id ftype = type_id(H5_CHECK(H5Aget_type(attr)));
+  if (H5_CHECK(H5Tis_variable_str(ftype)) > 0) {
+    H5Id mtype = type_id(H5_CHECK(H5Tcopy(H5T_C_S1)));
+    H5_CHECK(H5Tset_size(mtype, H5T_VARIABLE));
+    H5_CHECK(H5Tset_cset(mtype, H5Tget_cset(ftype)));
+    char* p = nullptr;
+    H5_CHECK(H5Aread(attr, mtype, &p));
+    std::string s = p != nullptr ? p : "";
+    H5Id space = space_id(H5_CHECK(H5Aget_space(attr)));
+    H5_CHECK(H5Dvlen_reclaim(mtype, space, H5P_DEFAULT, &p));
+    return s;
+  }
+  const size_t n = H5Tget_size(ftype);
+  std::string s(n, '\0');
+  H5_CHECK(H5Aread(attr, ftype, s.data()));
+  const size_t nul = s.find('\0');
+  if (nul != std::string::npos) s.resize(nul);
+  return s;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC));
+  if (fd < 0) HPCT_FAIL("cannot open {} to fsync it: {}", path, std::strerror(errno));
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    HPCT_FAIL("fsync of {} failed: {}; the checkpoint is not durable (check the file system)", path,
+              std::strerror(err));
+  }
+  ::close(fd);
+}
+
+void pause_if_requested(const char* phase) {
+  const char* want = std::getenv("HPCT_CKPT_PAUSE_AT");
+  if (want == nullptr || std::strcmp(want, phase) != 0) return;
+  std::fprintf(stderr, "hpctrain: HPCT_CKPT_PAUSE_AT=%s: pausing (test hook)\n", phase);
+  std::fflush(stderr);
+  ::sleep(3600);
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+}  // namespace hpct::ckpt::detail

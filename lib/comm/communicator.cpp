@@ -1,0 +1,51 @@
+#include "comm/communicator.hpp"
+
+#include <string_view>
+
+#include "comm/op_desc.hpp"
+#include "core/format.hpp"
+
+namespace hpct::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+namespace detail {
+
+std::string describe(const OpDesc& d, const Communicator& comm) {
+  std::string s = d.op;
+  if (d.has_reduce) s += fmt::format(" ({})", reduce_op_name(d.reduce));
+  if (std::string_view(d.op) != "barrier") s += fmt::format(" of {} {}", human_bytes(static_cast<double>(d.bytes)), dtype_name(d.dtype));
+  if (d.peer_role) s += fmt::format(" {} {}", d.peer_role, d.peer);
+  if (!d.what.empty()) s += fmt::format(" ({})", d.what);
+  s += fmt::format(" on communicator {} (rank {} of {})", comm.name(), comm.rank(), comm.size());
+  return s;
+}
+
+std::string timeout_message(const OpDesc& d, const Communicator& comm) {
+  return fmt::format("{} timed out after {:g} s (comm.timeout_s): a rank of this group stalled or died; the job aborts",
+                     describe(d, comm), comm.options().timeout_s);
+}
+
+void check_count(int64_t count, int64_t max_count, const char* op, const std::string& what, const Communicator& comm) {
+  HPCT_CHECK(count >= 0, "{} ({}) on communicator {}: negative element count {}", op, what, comm.name(), count);
+  HPCT_CHECK(max_count < 0 || count <= max_count,
+             "{} ({}) on communicator {}: {} elements exceed the {} elements one MPI call can take (int counts); "
+             "split the buffer into several operations",
+             op, what, comm.name(), count, max_count);
+}
+
+void check_peer(int peer, const char* role, const char* op, const std::string& what, const Communicator& comm) {
+  HPCT_CHECK(peer >= 0 && peer < comm.size(), "{} ({}) on communicator {}: {} {} is not a rank of this group of {}",
+             op, what, comm.name(), role, peer, comm.size());
+}
+
+}  // namespace detail
+}  // namespace hpct::comm

@@ -1,0 +1,110 @@
+#pragma once
+// Communicator: the collective and point-to-point operations hpctrain needs, over one group of ranks
+// (DESIGN.md §1, STYLE.md "Interfaces like PyTorch c10d").
+//
+// Contract: every rank of the group calls collectives in the same order with matching counts and types.
+// Every operation has an async form returning a Work handle; the blocking form is async + wait().
+// Every wait is bounded by CommOptions::timeout_s: past it, wait() throws hpct::Error naming the rank,
+// host, the operation and its `what` label ("allreduce of 4.00 MiB (grad bucket 3) on dp group timed out
+// after 300 s"), and main() aborts the job (DESIGN.md invariant 3). Wait loops back off (spin, yield,
+// then sleeps growing to 1 ms) so that oversubscribed ranks do not starve each other.
+// Buffers are on the communicator's device(): MpiCommunicator takes host buffers only (Open MPI here is
+// not CUDA-aware) and rejects device memory; NcclCommunicator takes device buffers.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/device.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::comm {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+struct CommOptions {
+  double timeout_s = 300.0;  // deck key comm.timeout_s
+};
+
+// Handle of an operation in flight. wait(): the operation has completed (host buffers: readable and
+// reusable; device buffers: complete in stream order on the communicator's stream). test(): non-blocking
+// completion check that also drives progress. Destroying an unfinished Work waits for it.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+  // Milliseconds the host spent blocked inside wait() (for the exposed-communication figures).
+  double waited_ms() const { return waited_ms_; }
+
+ protected:
+  double waited_ms_ = 0.0;
+};
+using WorkPtr = std::unique_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Device device() const = 0;
+  virtual const std::string& name() const = 0;  // "world", "dp", "tp", "pp" (used in messages)
+  virtual const CommOptions& options() const = 0;
+
+  // In place: buf (count elements) on every rank becomes the reduction over ranks. Avg divides by size().
+  virtual WorkPtr allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op, const std::string& what) = 0;
+  // send: size()*recv_count elements; rank r receives the reduction of block r in recv (recv_count).
+  virtual WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op,
+                                       const std::string& what) = 0;
+  // send: send_count elements; recv: size()*send_count elements, block r from rank r. send may alias
+  // block rank() of recv (in place).
+  virtual WorkPtr allgather_async(const void* send, void* recv, int64_t send_count, DType dtype,
+                                  const std::string& what) = 0;
+  // Uneven forms (ZeRO shards of buckets whose length is not a multiple of size()): counts[r] elements
+  // for rank r, blocks laid out back to back in rank order. reduce_scatter_v: send holds sum(counts)
+  // elements, rank r receives the reduction of its block (counts[r] elements) in recv.
+  // allgather_v: send holds counts[rank()] elements (may alias its block of recv: in place), recv holds
+  // sum(counts). MPI: MPI_Ireduce_scatter / MPI_Iallgatherv. NCCL: grouped ncclReduce / ncclBroadcast.
+  virtual WorkPtr reduce_scatter_v_async(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
+                                         ReduceOp op, const std::string& what) = 0;
+  virtual WorkPtr allgather_v_async(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
+                                    const std::string& what) = 0;
+  virtual WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root, const std::string& what) = 0;
+  virtual WorkPtr send_async(const void* buf, int64_t count, DType dtype, int peer, int tag,
+                             const std::string& what) = 0;
+  virtual WorkPtr recv_async(void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) = 0;
+  virtual WorkPtr barrier_async(const std::string& what) = 0;
+
+  // Drives progress of operations in flight without blocking (MPI: MPI_Test on each; PLATFORM.md: non-
+  // blocking collectives progress only inside MPI calls). Call it between kernels or layers.
+  virtual void progress() = 0;
+
+  // Blocking forms.
+  void allreduce(void* buf, int64_t count, DType dtype, ReduceOp op, const std::string& what) {
+    allreduce_async(buf, count, dtype, op, what)->wait();
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op,
+                      const std::string& what) {
+    reduce_scatter_async(send, recv, recv_count, dtype, op, what)->wait();
+  }
+  void allgather(const void* send, void* recv, int64_t send_count, DType dtype, const std::string& what) {
+    allgather_async(send, recv, send_count, dtype, what)->wait();
+  }
+  void broadcast(void* buf, int64_t count, DType dtype, int root, const std::string& what) {
+    broadcast_async(buf, count, dtype, root, what)->wait();
+  }
+  void send(const void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) {
+    send_async(buf, count, dtype, peer, tag, what)->wait();
+  }
+  void recv(void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) {
+    recv_async(buf, count, dtype, peer, tag, what)->wait();
+  }
+  void barrier(const std::string& what) { barrier_async(what)->wait(); }
+};
+
+}  // namespace hpct::comm

@@ -1,0 +1,479 @@
+#include "comm/nccl_communicator.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "comm/nccl_check.hpp"
+#include "comm/wait_backoff.hpp"
+#include "core/cuda_check.hpp"
+
+namespace hpct::comm {
+
+using detail::OpDesc;
+
+ncclDataType_t nccl_datatype(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::U8: return ncclUint8;
+  }
+  HPCT_FAIL("dtype {} has no NCCL datatype", static_cast<int>(t));
+}
+
+namespace {
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  HPCT_FAIL("unknown ReduceOp {}", static_cast<int>(op));
+}
+
+OpDesc make_desc(const char* op, int64_t count, DType dtype, const std::string& what) {
+  OpDesc d;
+  d.op = op;
+  d.bytes = static_cast<size_t>(count) * dtype_size(dtype);
+  d.dtype = dtype;
+  d.what = what;
+  return d;
+}
+
+// NCCL reads and writes device memory (or managed memory); a plain host pointer is a caller's mistake.
+void check_device(const void* p, size_t bytes, const char* op, const std::string& what, const Communicator& comm) {
+  if (bytes == 0) return;
+  cudaPointerAttributes attr{};
+  const cudaError_t rc = cudaPointerGetAttributes(&attr, p);
+  if (rc != cudaSuccess) (void)cudaGetLastError();
+  HPCT_CHECK(rc == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
+             "{} ({}) on communicator {}: the buffer is not CUDA device memory; NcclCommunicator takes device buffers "
+             "(use MpiCommunicator for host buffers)",
+             op, what, comm.name());
+}
+
+}  // namespace
+
+// ---- NcclWork ---------------------------------------------------------------------------------------------------
+
+// One NCCL operation, followed on its stream by a completion event (taken from the communicator's pool and given
+// back when the Work leaves the registry).
+class NcclWork final : public Work {
+ public:
+  NcclWork(NcclCommunicator* comm, OpDesc desc, cudaEvent_t event)
+      : comm_(comm), desc_(std::move(desc)), event_(event) {}
+  ~NcclWork() override;
+  void wait() override;
+  bool test() override;
+
+ private:
+  friend class NcclCommunicator;
+  bool poll_();  // true once complete or failed (error_ set); never throws
+  void deregister_();
+  void throw_if_failed_() {
+    if (!error_.empty()) HPCT_FAIL("{}", error_);
+  }
+
+  NcclCommunicator* comm_;
+  OpDesc desc_;
+  cudaEvent_t event_;
+  bool registered_ = false;
+  bool done_ = false;
+  std::string error_;
+};
+
+bool NcclWork::poll_() {
+  if (done_) return true;
+  if (comm_->aborted_) {
+    done_ = true;
+    error_ = fmt::format("{}: the NCCL communicator was aborted after an earlier failure",
+                         detail::describe(desc_, *comm_));
+    return true;
+  }
+  if (event_ == nullptr) return false;  // issued inside a group that has not ended yet
+  const cudaError_t e = cudaEventQuery(event_);
+  if (e == cudaSuccess) {
+    done_ = true;
+    return true;
+  }
+  if (e != cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    done_ = true;
+    error_ = fmt::format("{} failed: {} ({})", detail::describe(desc_, *comm_), cudaGetErrorString(e),
+                         cudaGetErrorName(e));
+    return true;
+  }
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t rc = ncclCommGetAsyncError(comm_->comm_, &async);
+  if (rc != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+    const ncclResult_t bad = rc != ncclSuccess ? rc : async;
+    done_ = true;
+    error_ = fmt::format("{} failed: NCCL: {} ({}); the NCCL communicator was aborted", detail::describe(desc_, *comm_),
+                         ncclGetErrorString(bad), ncclGetLastError(comm_->comm_));
+    comm_->abort_();
+    return true;
+  }
+  return false;
+}
+
+void NcclWork::deregister_() {
+  if (!registered_) return;
+  auto& v = comm_->in_flight_;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] == this) {
+      v[i] = v.back();
+      v.pop_back();
+      break;
+    }
+  if (event_ != nullptr) comm_->give_event_(event_);
+  event_ = nullptr;
+  auto& g = comm_->group_works_;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i] == this) {
+      g.erase(g.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  registered_ = false;
+}
+
+void NcclWork::wait() {
+  if (!registered_) {
+    throw_if_failed_();
+    return;
+  }
+  HPCT_CHECK(event_ != nullptr || done_, "{}: wait() called before group_end() of its group",
+             detail::describe(desc_, *comm_));
+  const bool complete = wait_with_backoff([this] { return poll_(); }, comm_->options().timeout_s, waited_ms_);
+  if (!complete) {
+    const std::string msg = detail::timeout_message(desc_, *comm_);
+    comm_->abort_();
+    done_ = true;
+    deregister_();
+    HPCT_FAIL("{} (the NCCL communicator was aborted)", msg);
+  }
+  deregister_();
+  throw_if_failed_();
+}
+
+bool NcclWork::test() {
+  if (!registered_) {
+    throw_if_failed_();
+    return true;
+  }
+  if (!poll_()) return false;
+  deregister_();
+  throw_if_failed_();
+  return true;
+}
+
+NcclWork::~NcclWork() {
+  if (!registered_) return;
+  if (std::uncaught_exceptions() > 0) {  // an error is on its way to main(), which aborts the job
+    deregister_();
+    return;
+  }
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n(while destroying an unfinished operation's handle: aborting the job)\n", e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+// ---- NcclCommunicator -------------------------------------------------------------------------------------------
+
+NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, std::string name, CommOptions options)
+    : name_(std::move(name)), options_(options), rank_(bootstrap.rank()), size_(bootstrap.size()) {
+  HPCT_CHECK(options_.timeout_s > 0, "communicator {}: comm.timeout_s must be > 0 seconds, is {}", name_,
+             options_.timeout_s);
+  CUDA_CHECK(cudaGetDevice(&cuda_device_));
+  try {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(int32_t)));
+    CUDA_CHECK(cudaMemset(barrier_scratch_, 0, sizeof(int32_t)));  // sums of zeros stay zero
+    ncclUniqueId id{};
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    // Bounded by the bootstrap's timeout: a rank 0 that failed above aborts the job instead of hanging the others.
+    bootstrap.broadcast(&id, static_cast<int64_t>(sizeof(id)), DType::U8, 0, fmt::format("NCCL id of {}", name_));
+    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+  } catch (...) {
+    if (barrier_scratch_) cudaFree(barrier_scratch_);
+    if (input_ready_) cudaEventDestroy(input_ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  const bool unwinding = std::uncaught_exceptions() > 0;
+  while (!in_flight_.empty()) {
+    NcclWork* w = in_flight_.back();
+    if (!unwinding && !aborted_) {
+      try {
+        w->wait();  // removes w from in_flight_
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n(while destroying communicator %s: aborting the job)\n", e.what(), name_.c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
+    w->deregister_();  // no-op when wait() did it
+    w->comm_ = nullptr;
+  }
+  if (comm_ && !aborted_) ncclCommDestroy(comm_);
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  if (barrier_scratch_) cudaFree(barrier_scratch_);
+  if (input_ready_) cudaEventDestroy(input_ready_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void NcclCommunicator::abort_() {
+  if (aborted_) return;
+  aborted_ = true;
+  ncclCommAbort(comm_);  // frees the communicator; its kernels stop, so the stream drains
+}
+
+cudaEvent_t NcclCommunicator::take_event_() {
+  if (!free_events_.empty()) {
+    cudaEvent_t e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void NcclCommunicator::check_usable_(const char* op, const std::string& what) const {
+  HPCT_CHECK(!aborted_, "{} ({}) on communicator {}: the NCCL communicator was aborted after an earlier timeout or "
+             "error; the job must stop", op, what, name_);
+  int dev = -1;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  HPCT_CHECK(dev == cuda_device_, "{} ({}) on communicator {}: the current CUDA device is {}, the communicator's is {}",
+             op, what, name_, dev, cuda_device_);
+}
+
+template <typename Enqueue>
+WorkPtr NcclCommunicator::issue_(OpDesc desc, Enqueue&& enqueue) {
+  check_usable_(desc.op, desc.what);
+  CUDA_CHECK(cudaEventRecord(input_ready_, input_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_, 0));
+  const ncclResult_t rc = enqueue();
+  HPCT_CHECK(rc == ncclSuccess, "{} failed: {} ({})", detail::describe(desc, *this), ncclGetErrorString(rc),
+             ncclGetLastError(comm_));
+  cudaEvent_t ev = nullptr;
+  if (group_depth_ == 0) {  // inside a group the operation is only enqueued by ncclGroupEnd: record then
+    ev = take_event_();
+    const cudaError_t rec = cudaEventRecord(ev, stream_);
+    if (rec != cudaSuccess) {
+      give_event_(ev);
+      CUDA_CHECK(rec);
+    }
+  }
+  auto w = std::make_unique<NcclWork>(this, std::move(desc), ev);
+  in_flight_.push_back(w.get());
+  if (group_depth_ > 0) group_works_.push_back(w.get());
+  w->registered_ = true;
+  return w;
+}
+
+void NcclCommunicator::group_start() {
+  check_usable_("group_start", "");
+  NCCL_CHECK(ncclGroupStart());
+  ++group_depth_;
+}
+
+void NcclCommunicator::group_end() {
+  HPCT_CHECK(group_depth_ > 0, "group_end() on communicator {} without group_start()", name_);
+  --group_depth_;
+  NCCL_CHECK(ncclGroupEnd());
+  if (group_depth_ > 0) return;
+  for (NcclWork* w : group_works_) {
+    w->event_ = take_event_();
+    CUDA_CHECK(cudaEventRecord(w->event_, stream_));
+  }
+  group_works_.clear();
+}
+
+void NcclCommunicator::progress() {
+  std::string first_error;
+  for (size_t i = 0; i < in_flight_.size();) {
+    NcclWork* w = in_flight_[i];
+    if (!w->poll_()) {
+      ++i;
+      continue;
+    }
+    if (first_error.empty()) first_error = w->error_;
+    w->deregister_();  // swaps the last Work into slot i
+  }
+  if (!first_error.empty()) HPCT_FAIL("{}", first_error);
+}
+
+WorkPtr NcclCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op, const std::string& what) {
+  detail::check_count(count, -1, "allreduce", what, *this);
+  OpDesc d = make_desc("allreduce", count, dtype, what);
+  d.set_reduce(op);
+  check_device(buf, d.bytes, d.op, what, *this);
+  return issue_(std::move(d), [&] {
+    return ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_datatype(dtype), nccl_op(op), comm_, stream_);
+  });
+}
+
+WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                               ReduceOp op, const std::string& what) {
+  detail::check_count(recv_count, -1, "reduce_scatter", what, *this);
+  OpDesc d = make_desc("reduce_scatter", recv_count, dtype, what);
+  d.set_reduce(op);
+  const size_t block = d.bytes;
+  const bool in_place = recv == static_cast<const char*>(send) + rank_ * block;  // NCCL's own in-place form
+  HPCT_CHECK(in_place || !detail::overlaps(send, size_ * block, recv, block),
+             "reduce_scatter ({}) on communicator {}: send and recv overlap; recv must be disjoint from send or be "
+             "exactly block {} of send (in place)",
+             what, name_, rank_);
+  check_device(send, size_ * block, d.op, what, *this);
+  check_device(recv, block, d.op, what, *this);
+  return issue_(std::move(d), [&] {
+    return ncclReduceScatter(send, recv, static_cast<size_t>(recv_count), nccl_datatype(dtype), nccl_op(op), comm_,
+                             stream_);
+  });
+}
+
+WorkPtr NcclCommunicator::allgather_async(const void* send, void* recv, int64_t send_count, DType dtype,
+                                          const std::string& what) {
+  detail::check_count(send_count, -1, "allgather", what, *this);
+  OpDesc d = make_desc("allgather", send_count, dtype, what);
+  const size_t block = d.bytes;
+  const bool in_place = send == static_cast<const char*>(recv) + rank_ * block;  // NCCL's own in-place form
+  HPCT_CHECK(in_place || !detail::overlaps(send, block, recv, size_ * block),
+             "allgather ({}) on communicator {}: send and recv overlap; send must be disjoint from recv or be exactly "
+             "block {} of recv (in place)",
+             what, name_, rank_);
+  check_device(send, block, d.op, what, *this);
+  check_device(recv, size_ * block, d.op, what, *this);
+  return issue_(std::move(d), [&] {
+    return ncclAllGather(send, recv, static_cast<size_t>(send_count), nccl_datatype(dtype), comm_, stream_);
+  });
+}
+
+namespace {
+// Checks the counts of a _v collective; returns rank's displacement (elements) and the total.
+std::pair<int64_t, int64_t> v_layout(const std::vector<int64_t>& counts, int rank, const char* op,
+                                     const std::string& what, const Communicator& comm) {
+  HPCT_CHECK(static_cast<int>(counts.size()) == comm.size(),
+             "{} ({}) on communicator {}: {} counts given, one per rank ({}) expected", op, what, comm.name(),
+             counts.size(), comm.size());
+  int64_t displ = 0, total = 0;
+  for (int q = 0; q < comm.size(); ++q) {
+    detail::check_count(counts[q], -1, op, what, comm);
+    if (q == rank) displ = total;
+    total += counts[q];
+  }
+  return {displ, total};
+}
+}  // namespace
+
+WorkPtr NcclCommunicator::reduce_scatter_v_async(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                                 DType dtype, ReduceOp op, const std::string& what) {
+  const auto [displ, total] = v_layout(counts, rank_, "reduce_scatter_v", what, *this);
+  const size_t esize = dtype_size(dtype);
+  OpDesc d = make_desc("reduce_scatter_v", counts[rank_], dtype, what);
+  d.set_reduce(op);
+  const bool in_place = recv == static_cast<const char*>(send) + displ * esize;
+  HPCT_CHECK(in_place || !detail::overlaps(send, total * esize, recv, d.bytes),
+             "reduce_scatter_v ({}) on communicator {}: send and recv overlap; recv must be disjoint from send or be "
+             "exactly block {} of send (in place)",
+             what, name_, rank_);
+  check_device(send, total * esize, d.op, what, *this);
+  check_device(recv, d.bytes, d.op, what, *this);
+  return issue_(std::move(d), [&]() -> ncclResult_t {
+    // Block q is reduced onto rank q; recvbuff is only written on the root.
+    ncclResult_t rc = ncclGroupStart();
+    int64_t off = 0;
+    for (int q = 0; q < size_ && rc == ncclSuccess; ++q) {
+      rc = ncclReduce(static_cast<const char*>(send) + off * esize, recv, static_cast<size_t>(counts[q]),
+                      nccl_datatype(dtype), nccl_op(op), q, comm_, stream_);
+      off += counts[q];
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return rc != ncclSuccess ? rc : end;
+  });
+}
+
+WorkPtr NcclCommunicator::allgather_v_async(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                            DType dtype, const std::string& what) {
+  const auto [displ, total] = v_layout(counts, rank_, "allgather_v", what, *this);
+  const size_t esize = dtype_size(dtype);
+  OpDesc d = make_desc("allgather_v", counts[rank_], dtype, what);
+  const bool in_place = send == static_cast<const char*>(recv) + displ * esize;
+  HPCT_CHECK(in_place || !detail::overlaps(send, d.bytes, recv, total * esize),
+             "allgather_v ({}) on communicator {}: send and recv overlap; send must be disjoint from recv or be exactly "
+             "block {} of recv (in place)",
+             what, name_, rank_);
+  check_device(send, d.bytes, d.op, what, *this);
+  check_device(recv, total * esize, d.op, what, *this);
+  return issue_(std::move(d), [&]() -> ncclResult_t {
+    // Rank q broadcasts its block into place q of everyone's recv; sendbuff is only read on the root.
+    ncclResult_t rc = ncclGroupStart();
+    int64_t off = 0;
+    for (int q = 0; q < size_ && rc == ncclSuccess; ++q) {
+      char* block = static_cast<char*>(recv) + off * esize;
+      rc = ncclBroadcast(q == rank_ ? send : block, block, static_cast<size_t>(counts[q]), nccl_datatype(dtype), q,
+                         comm_, stream_);
+      off += counts[q];
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return rc != ncclSuccess ? rc : end;
+  });
+}
+
+WorkPtr NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root, const std::string& what) {
+  detail::check_count(count, -1, "broadcast", what, *this);
+  detail::check_peer(root, "root", "broadcast", what, *this);
+  OpDesc d = make_desc("broadcast", count, dtype, what);
+  d.peer_role = "from root";
+  d.peer = root;
+  check_device(buf, d.bytes, d.op, what, *this);
+  return issue_(std::move(d), [&] {
+    return ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_datatype(dtype), root, comm_, stream_);
+  });
+}
+
+WorkPtr NcclCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer, int /*tag*/,
+                                     const std::string& what) {
+  detail::check_count(count, -1, "send", what, *this);
+  detail::check_peer(peer, "peer", "send", what, *this);
+  OpDesc d = make_desc("send", count, dtype, what);
+  d.peer_role = "to rank";
+  d.peer = peer;
+  check_device(buf, d.bytes, d.op, what, *this);
+  return issue_(std::move(d), [&] {
+    return ncclSend(buf, static_cast<size_t>(count), nccl_datatype(dtype), peer, comm_, stream_);
+  });
+}
+
+WorkPtr NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer, int /*tag*/,
+                                     const std::string& what) {
+  detail::check_count(count, -1, "recv", what, *this);
+  detail::check_peer(peer, "peer", "recv", what, *this);
+  OpDesc d = make_desc("recv", count, dtype, what);
+  d.peer_role = "from rank";
+  d.peer = peer;
+  check_device(buf, d.bytes, d.op, what, *this);
+  return issue_(std::move(d), [&] {
+    return ncclRecv(buf, static_cast<size_t>(count), nccl_datatype(dtype), peer, comm_, stream_);
+  });
+}
+
+WorkPtr NcclCommunicator::barrier_async(const std::string& what) {
+  return issue_(make_desc("barrier", 0, DType::I32, what), [&] {
+    return ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclInt32, ncclSum, comm_, stream_);
+  });
+}
+
+}  // namespace hpct::comm

@@ -1,0 +1,106 @@
+#pragma once
+// NcclCommunicator: the Communicator (communicator.hpp) over NCCL, for CUDA device buffers. Built only with CUDA and
+// NCCL (HPCT_HAVE_NCCL); bootstrapped over an MpiCommunicator of the same ranks.
+//
+// Contract, beyond communicator.hpp's:
+//  - Construction is collective over the bootstrap communicator: rank 0 makes the ncclUniqueId, MPI_Bcast hands it
+//    to the others, every rank calls ncclCommInitRank on its *current* CUDA device (cudaSetDevice before, one GPU
+//    per rank: one GPU cannot host several ranks of one communicator).
+//  - Operations are enqueued on the communicator's own non-blocking stream (stream()). Each first waits (on the GPU,
+//    through an event) for the work issued so far on the input stream (set_input_stream; default the legacy
+//    default stream), so buffers written by kernels on that stream are ready. Counts are size_t in NCCL: no INT_MAX
+//    limit. Avg is ncclAvg. The uneven forms are one NCCL group of ncclReduce (reduce_scatter_v) or ncclBroadcast
+//    (allgather_v) calls, one per rank. In place as in MpiCommunicator: allgather's send may be block rank() of recv,
+//    reduce_scatter's recv may be block rank() of send.
+//  - Work::wait() blocks the host until the operation has completed on the GPU: it polls cudaEventQuery on an event
+//    recorded after the operation, and ncclCommGetAsyncError, with back-off (wait_backoff.hpp), for at most
+//    options().timeout_s. On a timeout or an asynchronous NCCL error it calls ncclCommAbort (the communicator is
+//    unusable afterwards: every later operation throws) and throws hpct::Error naming the operation. Destroying an
+//    unfinished Work waits for it; on failure the destructor prints and calls MPI_Abort(MPI_COMM_WORLD, 1).
+//  - Point-to-point: the tag is ignored (NCCL matches sends and receives by order, per peer). A send only completes
+//    while its receive runs, so a rank that both sends and receives in one step (a ring, 1F1B) brackets those calls
+//    with group_start() / group_end() (ncclGroupStart / ncclGroupEnd); their Works can be waited on after group_end().
+//  - progress() only marks finished operations complete (NCCL progresses on the GPU by itself).
+//  - One thread drives a communicator and its Works. Works must not outlive their communicator (the destructor
+//    completes and detaches the ones still in flight, as MpiCommunicator's does).
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "comm/op_desc.hpp"
+
+namespace hpct::comm {
+
+class NcclWork;
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MpiCommunicator& bootstrap, std::string name, CommOptions options = {});
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device device() const override { return Device::CUDA; }
+  const std::string& name() const override { return name_; }
+  const CommOptions& options() const override { return options_; }
+
+  WorkPtr allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op, const std::string& what) override;
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op,
+                               const std::string& what) override;
+  WorkPtr allgather_async(const void* send, void* recv, int64_t send_count, DType dtype,
+                          const std::string& what) override;
+  WorkPtr reduce_scatter_v_async(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
+                                 ReduceOp op, const std::string& what) override;
+  WorkPtr allgather_v_async(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
+                            const std::string& what) override;
+  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root, const std::string& what) override;
+  WorkPtr send_async(const void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) override;
+  WorkPtr recv_async(void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) override;
+  WorkPtr barrier_async(const std::string& what) override;
+  void progress() override;
+
+  // Bracket operations that must run concurrently (send + recv of one step); calls nest.
+  void group_start();
+  void group_end();
+
+  cudaStream_t stream() const { return stream_; }
+  // Operations start after the work issued so far on this stream (nullptr: the legacy default stream).
+  void set_input_stream(cudaStream_t s) { input_stream_ = s; }
+  int cuda_device() const { return cuda_device_; }
+  bool aborted() const { return aborted_; }
+  size_t in_flight() const { return in_flight_.size(); }
+
+ private:
+  friend class NcclWork;
+  template <typename Enqueue>
+  WorkPtr issue_(detail::OpDesc desc, Enqueue&& enqueue);  // defined and used in the .cpp only
+  void check_usable_(const char* op, const std::string& what) const;
+  void abort_();
+  cudaEvent_t take_event_();
+  void give_event_(cudaEvent_t e) { free_events_.push_back(e); }
+
+  std::string name_;
+  CommOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+  int cuda_device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t input_stream_ = nullptr;
+  cudaEvent_t input_ready_ = nullptr;       // recorded on input_stream_, waited on by stream_, per operation
+  int32_t* barrier_scratch_ = nullptr;      // (1,) on the device: a barrier is an allreduce of one int
+  std::vector<cudaEvent_t> free_events_;    // completion events, reused (nothing allocates per op in steady state)
+  std::vector<NcclWork*> in_flight_;
+  std::vector<NcclWork*> group_works_;      // issued inside group_start/group_end: events recorded at group_end
+  int group_depth_ = 0;
+  bool aborted_ = false;
+};
+
+// NCCL datatype of a DType (ncclFloat32, ncclFloat64, ncclInt32, ncclInt64, ncclUint8).
+ncclDataType_t nccl_datatype(DType t);
+
+}  // namespace hpct::comm

@@ -1,0 +1,95 @@
+#pragma once
+// Data-parallel gradient synchronisation (DESIGN.md §3): gradients are summed over the DP group in
+// buckets that start as soon as backward has produced them, overlapped with the rest of backward.
+//
+// Buckets: the parameter tensors, walked in reverse layout order (the order backward finishes them),
+// grouped until a bucket holds >= bucket_bytes; a bucket is one contiguous range of the gradient slab
+// (tensors are adjacent there, in layout order). Every rank builds the same buckets and launches them in
+// the same order (the communicator's contract).
+//
+// Overlap: the model's backward calls on_ready(first, end) when the gradients of parameter tensors
+// [first, end) are final (and with an empty range as a progress point). During the last micro-batch
+// (arm()), a bucket whose tensors are all ready is launched at once (MPI_Iallreduce); every hook call
+// drives progress (MPI_Test), because non-blocking MPI collectives progress only inside MPI calls here
+// (PLATFORM.md). finish() launches what is left and waits; the time it blocks is the exposed
+// communication of the step. With overlap off, every bucket is launched in finish().
+//
+// ZeRO stage 1 (zero = 1): bucket b of length n is split into DP contiguous shares (counts n/DP, the
+// first n%DP ranks one more); gradients are reduce-scattered into this rank's shard buffer, the
+// optimizer updates only the owned share (owned()), and gather_params() allgathers the updated
+// parameters bucket by bucket. Optimizer state is then 1/DP of the unsharded figure.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::parallel {
+
+struct GradSyncOptions {
+  size_t bucket_bytes = 1u << 20;  // parallel.bucket_mb
+  bool overlap = true;             // parallel.overlap
+  int zero = 0;                    // parallel.zero
+};
+
+// A flat range [begin, end) of parameter tensor `tensor` owned by this rank, with its reduced gradient.
+struct OwnedRange {
+  int tensor = 0;
+  int64_t begin = 0, end = 0;
+  float* grad = nullptr;
+};
+
+struct Bucket {
+  int first_tensor = 0, end_tensor = 0;  // layout indices [first, end)
+  int64_t elem_begin = 0, elem_end = 0;  // element range in the slab (float offsets from base)
+  std::vector<int64_t> counts;           // ZeRO: share of each DP rank
+  int64_t shard_offset = 0;              // ZeRO: where this rank's share lives in the shard buffer
+};
+
+class GradSync {
+ public:
+  GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts);
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // The next backward is the last micro-batch of the step: buckets launch as they become ready.
+  void arm();
+  // Hook of the model's backward: the gradients of tensors [first, end) are final (first == end: only
+  // a progress point).
+  void on_ready(int first, int end);
+  // Launches the buckets not yet launched, waits for all. Afterwards the gradients (unsharded) or this
+  // rank's shard (ZeRO) hold the sum over the DP group.
+  void finish();
+  // ZeRO: allgathers the updated parameter shares so every rank holds the whole parameters again.
+  void gather_params();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The ranges this rank's optimizer updates: whole tensors without ZeRO, its shares with ZeRO.
+  const std::vector<OwnedRange>& owned() const { return owned_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  int zero() const { return opts_.zero; }
+  double last_exposed_ms() const { return exposed_ms_; }  // blocked in finish()
+  double last_gather_ms() const { return gather_ms_; }    // blocked in gather_params()
+  std::string describe() const;
+
+ private:
+  void launch(size_t b);
+  comm::Communicator& dp_;
+  Slab& params_;
+  Slab& grads_;
+  GradSyncOptions opts_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_tensor_;
+  std::vector<int> pending_;  // per bucket: tensors not yet ready
+  std::vector<comm::WorkPtr> work_;
+  std::vector<bool> launched_;
+  size_t next_launch_ = 0;  // buckets launch strictly in order (same order on every rank)
+  bool armed_ = false;
+  Slab shard_;  // ZeRO: reduced gradient shares (shard_numel_ floats)
+  int64_t shard_numel_ = 0;
+  std::vector<OwnedRange> owned_;
+  double exposed_ms_ = 0.0, gather_ms_ = 0.0;
+};
+
+}  // namespace hpct::parallel

@@ -1,0 +1,54 @@
+#pragma once
+// The DP x PP x TP process grid (DESIGN.md invariant 2), pure arithmetic (no MPI), unit-tested.
+//
+// The order string names the three axes from fastest to slowest varying, e.g. "tp-dp-pp" (the default):
+//     rank = tp + TP * (dp + DP * pp)
+// so a TP group is TP adjacent ranks (one node), a DP group strides by TP, a PP group by TP*DP.
+// Any permutation of {tp, dp, pp} is accepted; TP fastest is the recommended one.
+#include <array>
+#include <string>
+#include <vector>
+
+namespace hpct::parallel {
+
+enum class Axis { TP = 0, DP = 1, PP = 2 };
+const char* axis_name(Axis a);
+
+struct Coord {
+  int tp = 0, dp = 0, pp = 0;
+  int get(Axis a) const { return a == Axis::TP ? tp : a == Axis::DP ? dp : pp; }
+  void set(Axis a, int v) { (a == Axis::TP ? tp : a == Axis::DP ? dp : pp) = v; }
+  bool operator==(const Coord&) const = default;
+};
+
+class Grid {
+ public:
+  // world = TP * DP * PP, DP derived. Throws UsageError naming `where` (the deck and keys) when the
+  // sizes do not divide the world or the order string is not a permutation of tp, dp, pp.
+  Grid(int world, int tp, int pp, const std::string& order = "tp-dp-pp", const std::string& where = "");
+
+  int world() const { return world_; }
+  int tp() const { return size_[0]; }
+  int dp() const { return size_[1]; }
+  int pp() const { return size_[2]; }
+  int size(Axis a) const { return size_[static_cast<int>(a)]; }
+  const std::string& order() const { return order_str_; }
+
+  Coord coord_of(int rank) const;
+  int rank_of(const Coord& c) const;
+  // The ranks of `rank`'s group along axis a (the other two coordinates fixed), ordered by the
+  // coordinate on a; `rank` sits at position coord_of(rank).get(a).
+  std::vector<int> group(Axis a, int rank) const;
+  // A number identifying the group along a that contains rank (equal for all of its members), in
+  // [0, world / size(a)): the colour for MPI_Comm_split.
+  int group_id(Axis a, int rank) const;
+  std::string describe() const;  // "world 8 = tp 2 x dp 2 x pp 2 (order tp-dp-pp)"
+
+ private:
+  int world_;
+  std::array<int, 3> size_;   // indexed by Axis
+  std::array<Axis, 3> order_; // fastest first
+  std::string order_str_;
+};
+
+}  // namespace hpct::parallel

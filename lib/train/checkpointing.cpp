@@ -1,0 +1,219 @@
+#include "train/checkpointing.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <tuple>
+#include <map>
+
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+
+namespace hpct::train {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::string& mine, const std::string& what) {
+  const int n = comm.size();
+  std::vector<int64_t> lens(static_cast<size_t>(n), 0);
+  int64_t my_len = static_cast<int64_t>(mine.size());
+  comm.allgather(&my_len, lens.data(), 1, DType::I64, what + " (lengths)");
+  int64_t total = 0;
+  for (int64_t l : lens) total += l;
+  std::string all(static_cast<size_t>(total), '\0');
+  int64_t off = 0;
+  for (int r = 0; r < comm.rank(); ++r) off += lens[r];
+  std::copy(mine.begin(), mine.end(), all.begin() + off);
+  if (total > 0) comm.allgather_v_async(all.data() + off, all.data(), lens, DType::U8, what)->wait();
+  std::vector<std::string> out;
+  off = 0;
+  for (int r = 0; r < n; ++r) {
+    out.push_back(all.substr(static_cast<size_t>(off), static_cast<size_t>(lens[r])));
+    off += lens[r];
+  }
+  return out;
+}
+
+namespace {
+
+// Share d of n of a flat range of length len (the first len % n shares one longer).
+std::pair<int64_t, int64_t> share(int64_t len, int n, int d) {
+  const int64_t base = len / n, extra = len % n;
+  const int64_t begin = d * base + std::min<int64_t>(d, extra);
+  return {begin, begin + base + (d < extra ? 1 : 0)};
+}
+
+// Pieces of the flat range [begin, end) of a tensor of `shape`, data at `data` (= element `begin`).
+void add_pieces(std::vector<ckpt::Piece>& out, const std::string& dataset, const std::vector<int64_t>& shape,
+                int64_t begin, int64_t end, const float* data) {
+  if (begin >= end) return;
+  for (const ckpt::Box& b : ckpt::flat_range_to_boxes(shape, begin, end)) {
+    ckpt::Piece p;
+    p.dataset = dataset;
+    p.global_shape = shape;
+    p.offset = b.offset;
+    p.count = b.count;
+    p.split_axis = -1;  // a flat cut
+    p.replica = 0;
+    p.dtype = DType::F32;
+    p.data = data + (b.flat_begin - begin);
+    out.push_back(std::move(p));
+  }
+}
+
+}  // namespace
+
+SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
+                           optim::AdamW& opt, const ckpt::Attrs& attrs) {
+  Timer timer;
+  comm::Communicator& world = pc.world();
+  const int64_t step = attrs.ints.at("step");
+  const fs::path tmp = fs::path(root) / ckpt::tmp_step_dir_name(step);
+  if (world.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    HPCT_USAGE_CHECK(!ec, "cannot create the checkpoint directory {}: {}", root, ec.message());
+    fs::remove_all(tmp, ec);  // a stale attempt at the same step (a crash during an earlier write)
+    fs::create_directories(tmp, ec);
+    HPCT_USAGE_CHECK(!ec, "cannot create {}: {}", tmp.string(), ec.message());
+  }
+  world.barrier("checkpoint: temporary directory created");
+
+  // what this rank owns
+  const int D = pc.dp_size(), d = pc.dp_rank();
+  std::vector<ckpt::Piece> pieces;  // TP = PP = 1 in this version: every rank writes its DP share
+  {
+    for (const Tensor& t : params.tensors()) {
+      const auto [b, e] = share(t.numel(), D, d);
+      add_pieces(pieces, "model/" + t.name, t.shape, b, e, static_cast<const float*>(t.data) + b);
+    }
+    const bool sharded = opt.segments().size() != params.tensors().size() ||
+                         std::any_of(opt.segments().begin(), opt.segments().end(), [&](const optim::Segment& s) {
+                           return s.begin != 0 || s.end != params.tensors()[static_cast<size_t>(s.tensor)].numel();
+                         });
+    for (size_t i = 0; i < opt.segments().size(); ++i) {
+      const optim::Segment& s = opt.segments()[i];
+      const Tensor& t = params.tensors()[static_cast<size_t>(s.tensor)];
+      int64_t b = s.begin, e = s.end;
+      if (!sharded) std::tie(b, e) = share(t.numel(), D, d);  // replicated state: write share d only
+      add_pieces(pieces, "optim/exp_avg/" + t.name, t.shape, b, e, opt.exp_avg(i) + (b - s.begin));
+      add_pieces(pieces, "optim/exp_avg_sq/" + t.name, t.shape, b, e, opt.exp_avg_sq(i) + (b - s.begin));
+    }
+  }
+  int64_t bytes = 0;
+  for (const auto& p : pieces) {
+    int64_t n = 1;
+    for (int64_t c : p.count) n *= c;
+    bytes += n * 4;
+  }
+  const ckpt::ShardManifest mine = ckpt::write_shard(tmp.string(), world.rank(), pieces);
+  const std::vector<std::string> all = allgather_strings(world, mine.to_json(), "checkpoint: shard manifests");
+  std::string final_dir;
+  if (world.rank() == 0) {
+    std::vector<ckpt::ShardManifest> shards;
+    for (const auto& s : all) shards.push_back(ckpt::ShardManifest::from_json(s));
+    ckpt::write_index(tmp.string(), shards, attrs);
+    final_dir = ckpt::commit(root, step, keep);
+  }
+  world.barrier("checkpoint: commit");
+  if (final_dir.empty()) final_dir = (fs::path(root) / ckpt::step_dir_name(step)).string();
+  return {final_dir, timer.seconds(), bytes};
+}
+
+std::string resolve_resume(const std::string& resume, const std::string& root, const std::string& deck_path) {
+  if (resume == "none" || resume.empty()) return "";
+  if (resume == "latest") return ckpt::resolve_latest(root);
+  fs::path p(resume);
+  if (fs::is_directory(p) && !fs::exists(p / "index.h5") && fs::exists(p / "latest")) {
+    const std::string r = ckpt::resolve_latest(p.string());  // a checkpoints/ directory
+    HPCT_USAGE_CHECK(!r.empty(), "checkpoint.resume = {}: no checkpoint in that directory", resume);
+    return r;
+  }
+  if (fs::is_directory(p) && !fs::exists(p / "index.h5") && fs::exists(p / "checkpoints" / "latest"))
+    return ckpt::resolve_latest((p / "checkpoints").string());  // a run directory
+  HPCT_USAGE_CHECK(fs::exists(p / "index.h5"),
+                   "deck {}: checkpoint.resume = {}: not a checkpoint (no {}); give a step_XXXXXXXX directory, "
+                   "\"latest\" or \"none\"",
+                   deck_path, resume, (p / "index.h5").string());
+  return p.string();
+}
+
+int64_t verify_collective(comm::Communicator& world, const std::string& dir) {
+  std::string err;
+  int64_t bytes = 0;
+  try {
+    bytes = ckpt::verify(dir, world.rank(), world.size());
+  } catch (const Error& e) {
+    err = e.cause();
+  }
+  const std::vector<std::string> errs = allgather_strings(world, err, "checkpoint verification");
+  for (size_t r = 0; r < errs.size(); ++r)
+    HPCT_USAGE_CHECK(errs[r].empty(), "cannot resume: {} (found by rank {}); resume from an earlier checkpoint with "
+                                      "--set checkpoint.resume=<dir>/checkpoints/step_XXXXXXXX",
+                     errs[r], r);
+  world.allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint verification (bytes)");
+  return bytes;
+}
+
+void load_checkpoint(const ckpt::Reader& reader, Slab& params, optim::AdamW& opt) {
+  for (Tensor& t : params.tensors()) {
+    const std::string ds = "model/" + t.name;
+    HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no tensor {}: it was written for another model", reader.dir(),
+                     ds);
+    HPCT_USAGE_CHECK(reader.shape(ds) == t.shape, "checkpoint {}: tensor {} has another shape than this model's {}",
+                     reader.dir(), ds, t.shape_str());
+    reader.read(ds, std::vector<int64_t>(t.shape.size(), 0), t.shape, DType::F32, t.data);
+  }
+  for (size_t i = 0; i < opt.segments().size(); ++i) {
+    const optim::Segment& s = opt.segments()[i];
+    const Tensor& t = params.tensors()[static_cast<size_t>(s.tensor)];
+    if (s.numel() == 0) continue;
+    for (const char* which : {"exp_avg", "exp_avg_sq"}) {
+      const std::string ds = fmt::format("optim/{}/{}", which, t.name);
+      HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no optimizer state {}", reader.dir(), ds);
+      float* dst = std::string(which) == "exp_avg" ? opt.exp_avg(i) : opt.exp_avg_sq(i);
+      for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end))
+        reader.read(ds, b.offset, b.count, DType::F32, dst + (b.flat_begin - s.begin));
+    }
+  }
+}
+
+void check_resume_compatible(const Config& deck, const ConfigSchema& schema, const ckpt::Reader& reader) {
+  const auto it = reader.attrs().strings.find("deck");
+  HPCT_USAGE_CHECK(it != reader.attrs().strings.end(), "checkpoint {} has no deck attribute", reader.dir());
+  const Config old = Config::parse(schema, it->second, reader.dir() + "/index.h5:deck");
+  std::vector<std::string> keys;
+  for (const auto& k : schema.keys())
+    if (k.name.rfind("model.", 0) == 0 || k.name.rfind("optim.", 0) == 0) keys.push_back(k.name);
+  keys.push_back("train.seed");
+  keys.push_back("train.global_batch");
+  for (const auto& key : keys) {
+    const KeySpec* spec = schema.find(key);
+    std::string a, b;
+    switch (spec->type) {
+      case ValueType::Int: a = std::to_string(old.get_int(key)), b = std::to_string(deck.get_int(key)); break;
+      case ValueType::Float: a = fmt::format("{}", old.get_float(key)), b = fmt::format("{}", deck.get_float(key)); break;
+      case ValueType::Bool: a = old.get_bool(key) ? "true" : "false", b = deck.get_bool(key) ? "true" : "false"; break;
+      case ValueType::String: a = old.get_string(key), b = deck.get_string(key); break;
+    }
+    HPCT_USAGE_CHECK(a == b,
+                     "deck {}: {} = {} but checkpoint {} was written with {} = {}; model, optim, train.seed and "
+                     "train.global_batch must match to resume (steps, log, checkpoint and parallel keys may change); "
+                     "restore the value or start fresh with --set checkpoint.resume=none and another --out",
+                     deck.deck_path(), key, b, reader.dir(), key, a);
+  }
+}
+
+void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when) {
+  if (comm.size() == 1) return;
+  const int64_t mine = ckpt::crc32c(params.base(), params.bytes());
+  std::vector<int64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgather(&mine, all.data(), 1, DType::I64, "replica check");
+  for (int r = 1; r < comm.size(); ++r)
+    HPCT_CHECK(all[r] == all[0],
+               "parameter replicas diverged ({}): {} rank 0 has CRC32C {:08x}, rank {} has {:08x}; data-parallel "
+               "replicas must stay bitwise equal (a non-deterministic kernel or a lost gradient bucket?)",
+               when, comm.name(), all[0], r, all[r]);
+}
+
+}  // namespace hpct::train

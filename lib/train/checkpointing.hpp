@@ -1,0 +1,63 @@
+#pragma once
+// The collective checkpoint protocol of the trainer over lib/ckpt (which is communication-free):
+//   rank 0 clears and creates DIR/checkpoints/.tmp_step_N; barrier
+//   every rank writes the pieces it owns into its shard file and fsyncs it (no data moves)
+//   manifests (metadata) are allgathered; rank 0 writes index.h5 and commits (rename, latest, prune)
+//   barrier: every rank returns only once the checkpoint is visible
+// Ownership for writing: a replicated tensor (parameters; optimizer state without ZeRO) is cut into DP
+// contiguous flat shares, share d written by DP rank d (balanced I/O, each byte written once, replica 0);
+// a ZeRO-1 optimizer shard is written by its owner. Flat shares are stored as hyperslab pieces of the
+// named tensors, so the checkpoint reads back as whole tensors on any layout.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "optim/adamw.hpp"
+#include "parallel/parallel_context.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::train {
+
+// The run's position, stored as index.h5 attributes.
+struct TrainPosition {
+  int64_t step = 0;           // optimizer steps completed
+  int64_t tokens_seen = 0;
+  int64_t sequences_seen = 0;
+};
+
+// Allgathers one string per rank of comm (metadata only), in rank order.
+std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::string& mine, const std::string& what);
+
+// Writes a checkpoint of (params, optimizer) at pos.step under root (DIR/checkpoints). Collective over
+// pc.world(). Returns the committed step directory and the seconds it took.
+struct SaveResult {
+  std::string dir;
+  double seconds = 0.0;
+  int64_t bytes_written = 0;  // by this rank
+};
+SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
+                           optim::AdamW& opt, const ckpt::Attrs& attrs);
+
+// Resolves checkpoint.resume: "none" -> "", "latest" -> the newest complete checkpoint under root or ""
+// (no checkpoint yet), anything else -> that path (an error if it is not a checkpoint directory).
+std::string resolve_resume(const std::string& resume, const std::string& root, const std::string& deck_path);
+
+// Verifies every shard of dir (split over the ranks of comm) and turns any problem into a UsageError
+// raised on every rank with the failing rank's message (so rank 0 prints it). Returns bytes checked.
+int64_t verify_collective(comm::Communicator& world, const std::string& dir);
+
+// Loads parameters (whole tensors) and this rank's optimizer segments from dir, whatever layout wrote it.
+void load_checkpoint(const ckpt::Reader& reader, Slab& params, optim::AdamW& opt);
+
+// Checks that the checkpoint's deck agrees with this run on the keys that must not change across a
+// restart (model.*, optim.*, train.seed, train.global_batch); UsageError naming the first difference.
+void check_resume_compatible(const Config& deck, const ConfigSchema& schema, const ckpt::Reader& reader);
+
+// CRC32C of the parameter slab, allgathered over comm: replicas must be bitwise equal (DESIGN.md §6).
+// Throws naming the ranks that disagree.
+void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when);
+
+}  // namespace hpct::train

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""Data parallelism and HDF5 checkpoints, end to end through train_gpt and ckpt_tool (issue 3's
+"done when" list). One scenario per invocation, each a ctest:
+
+  layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1 at np 2, 4): per-step losses equal the np 1
+            run within 1e-5 relative (DESIGN.md invariant 1)
+  restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
+            and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
+            another DP size (also from a ZeRO-1 checkpoint) within 1e-5
+  h5py      index.h5 read by h5py: whole tensors equal the parameters of the run (--dump, np 1), and
+            equal the shard files assembled by hand from the per-piece attributes (np 2, ZeRO-1)
+  damage    a deleted shard makes `ckpt_tool verify` and resume fail naming it; a flipped byte is a
+            checksum error naming the tensor
+  crash     SIGKILL of the job while a checkpoint is being written (at two phases) leaves `latest`
+            at the previous checkpoint, which verifies and resumes
+  signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed
+            run ends bitwise equal to an uninterrupted one; train.deadline does the same
+  stall     kill -STOP of one rank: the job exits non-zero within comm.timeout_s + 10 s naming the
+            stalled operation
+usage: check_dp_ckpt.py SCENARIO TRAIN_GPT CKPT_TOOL DECK WORKDIR
+Prints VALID, or FAILED: <what> (is X, should be Y) and exits 1."""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+scenario, exe, tool, deck, work = sys.argv[1:6]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+failures = []
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+QUIET = ["--set", "sample.tokens=0", "--set", "train.eval_every=0", "--set", "log.every=5"]
+
+
+def fail(msg):
+    failures.append(msg)
+    print("  FAIL:", msg, flush=True)
+
+
+def mpirun(np):
+    return ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none"]
+
+
+def cmd(np, out, sets):
+    c = mpirun(np) + [exe, deck, "--out", out] + QUIET
+    for s in sets:
+        c += ["--set", s]
+    return c
+
+
+def train(np, out, sets, expect=0, env=None, timeout=300):
+    t0 = time.time()
+    p = subprocess.run(cmd(np, out, sets), capture_output=True, text=True, errors="replace", timeout=timeout,
+                       env=env or ENV)
+    print(f"  np {np} {' '.join(sets)} -> rc {p.returncode} in {time.time() - t0:.1f} s", flush=True)
+    if p.returncode != expect:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+        print(f"FAILED: train_gpt np {np} {sets} exited with {p.returncode}, should be {expect}")
+        sys.exit(1)
+    return p
+
+
+def losses(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def compare(name, got, ref, rtol):
+    if sorted(got) != sorted(ref):
+        fail(f"{name}: steps {sorted(got)} differ from {sorted(ref)}")
+        return
+    worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
+    print(f"  {name}: worst relative loss difference {worst:.3g} over {len(ref)} steps (limit {rtol:g})")
+    if worst > rtol:
+        fail(f"{name}: relative loss difference {worst:.3g} (should be <= {rtol:g})")
+
+
+def latest(out):
+    with open(os.path.join(out, "checkpoints", "latest")) as f:
+        return os.path.join(out, "checkpoints", f.read().strip())
+
+
+def read_index(step_dir):
+    import h5py
+    out = {}
+    with h5py.File(os.path.join(step_dir, "index.h5"), "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset) and (name.startswith("model/") or name.startswith("optim/")):
+                out[name] = obj[()]
+        f.visititems(visit)
+    return out
+
+
+def tool_run(*args):
+    return subprocess.run([tool] + list(args), capture_output=True, text=True, errors="replace", timeout=120, env=ENV)
+
+
+STEPS20 = ["train.steps=20", "optim.decay_steps=20", "checkpoint.at_end=true"]
+
+if scenario == "layout":
+    train(1, f"{work}/np1", ["train.steps=20"])
+    ref = losses(f"{work}/np1")
+    for np, zero in [(2, 0), (4, 0), (2, 1), (4, 1)]:
+        out = f"{work}/np{np}_zero{zero}"
+        train(np, out, ["train.steps=20", f"parallel.zero={zero}", "parallel.bucket_mb=0.05"])
+        compare(f"np {np} zero {zero} vs np 1", losses(out), ref, 1e-5)
+
+elif scenario == "restart":
+    import numpy as np_
+    full = f"{work}/full"
+    train(2, full, STEPS20)
+    half = f"{work}/half"
+    train(2, half, ["train.steps=10", "optim.decay_steps=20"])
+    train(2, half, STEPS20 + ["checkpoint.resume=latest"])
+    a, b = losses(full), losses(half)
+    if a != b:
+        diff = [s for s in a if a.get(s) != b.get(s)]
+        fail(f"resumed losses are not bitwise equal to the uninterrupted run at steps {diff}")
+    else:
+        print("  same layout: 20 losses bitwise equal")
+    ta, tb = read_index(latest(full)), read_index(latest(half))
+    bad = [k for k in ta if k not in tb or ta[k].tobytes() != tb[k].tobytes()]
+    if bad or len(ta) != len(tb):
+        fail(f"final checkpoint tensors differ bitwise: {bad[:5]}")
+    else:
+        print(f"  same layout: all {len(ta)} tensors of the step-20 checkpoints bitwise equal")
+    # another DP size, and from a ZeRO-1 checkpoint onto other sizes, with and without ZeRO
+    for np_a, zero_a, np_b, zero_b in [(2, 0, 4, 0), (2, 0, 1, 0), (2, 1, 4, 1), (2, 1, 1, 0), (4, 0, 2, 1)]:
+        out = f"{work}/re_{np_a}_{zero_a}_{np_b}_{zero_b}"
+        train(np_a, out, ["train.steps=10", "optim.decay_steps=20", f"parallel.zero={zero_a}"])
+        train(np_b, out, STEPS20 + ["checkpoint.resume=latest", f"parallel.zero={zero_b}"])
+        compare(f"np {np_a} zero {zero_a} -> np {np_b} zero {zero_b}", losses(out), a, 1e-5)
+
+elif scenario == "h5py":
+    import h5py
+    import numpy as np_
+    out = f"{work}/np1"
+    dump = f"{work}/dump.h5"
+    subprocess.run([exe, deck, "--out", out, "--dump", dump, "--set", "train.steps=3"] + QUIET, check=True,
+                   capture_output=True, env=ENV, timeout=300)
+    t = read_index(latest(out))
+    with h5py.File(dump, "r") as f:
+        names = list(f["final"].keys())
+        for n in names:
+            if f"model/{n}" not in t:
+                fail(f"index.h5 has no model/{n}")
+            elif not np_.array_equal(t[f"model/{n}"], f["final"][n][()]):
+                fail(f"index.h5 model/{n} differs from the run's parameters")
+    print(f"  np 1: {len(names)} parameter tensors in index.h5 equal the run's final parameters exactly")
+    out2 = f"{work}/np2"
+    train(2, out2, ["train.steps=3", "parallel.zero=1", "parallel.bucket_mb=0.05"])
+    step = latest(out2)
+    t2 = read_index(step)
+    # assemble every tensor by hand from the shard files' per-piece attributes
+    built = {k: np_.full(v.shape, np_.nan, dtype=v.dtype) for k, v in t2.items()}
+    pieces = 0
+    for shard in sorted(glob.glob(os.path.join(step, "shard_*.h5"))):
+        with h5py.File(shard, "r") as f:
+            def visit(name, obj):
+                global pieces
+                if not isinstance(obj, h5py.Dataset):
+                    return
+                off, cnt = obj.attrs["offset"], obj.attrs["count"]
+                logical = name.rsplit("/", 1)[0]
+                sl = tuple(slice(int(o), int(o) + int(c)) for o, c in zip(off, cnt))
+                built[logical][sl] = obj[()].reshape(tuple(int(c) for c in cnt))
+                pieces += 1
+            f.visititems(visit)
+    for k in t2:
+        if not np_.array_equal(built[k], t2[k]):
+            fail(f"{k}: index.h5 (virtual dataset) differs from the shards assembled by hand")
+    print(f"  np 2 ZeRO-1: {len(t2)} tensors of index.h5 equal {pieces} shard pieces assembled by hand")
+    # h5dump reads it too
+    p = subprocess.run(["h5dump", "-H", os.path.join(step, "index.h5")], capture_output=True, text=True)
+    if p.returncode != 0 or "h.0.attn.qkv.weight" not in p.stdout:
+        fail("h5dump -H index.h5 failed or lacks h.0.attn.qkv.weight")
+
+elif scenario == "damage":
+    out = f"{work}/run"
+    train(2, out, ["train.steps=4", "checkpoint.every=2"])
+    step = latest(out)
+    p = tool_run("verify", step)
+    if p.returncode != 0 or "VALID" not in p.stdout:
+        fail(f"ckpt_tool verify of a good checkpoint: rc {p.returncode}: {p.stdout} {p.stderr}")
+    victim = os.path.join(step, "shard_00001.h5")
+    os.remove(victim)
+    p = tool_run("verify", step)
+    if p.returncode == 0 or "shard_00001.h5" not in p.stdout + p.stderr:
+        fail(f"verify with a deleted shard: rc {p.returncode}, output should name shard_00001.h5: {p.stdout} {p.stderr}")
+    p = train(2, out, ["train.steps=6", "checkpoint.resume=latest"], expect=2)
+    if "shard_00001.h5" not in p.stderr:
+        fail(f"resume with a deleted shard should name shard_00001.h5: {p.stderr[-500:]}")
+    else:
+        print("  deleted shard: verify and resume fail naming shard_00001.h5")
+    # a flipped byte in the data of the other (earlier) checkpoint
+    older = sorted(glob.glob(os.path.join(out, "checkpoints", "step_*")))[0]
+    import h5py
+    with h5py.File(os.path.join(older, "shard_00000.h5"), "r") as f:
+        name = None
+        def visit(n, obj):
+            global name
+            if name is None and isinstance(obj, h5py.Dataset) and n.startswith("model/wte"):
+                name = n
+        f.visititems(visit)
+        off = f[name].id.get_offset()
+    with open(os.path.join(older, "shard_00000.h5"), "r+b") as f:
+        f.seek(off + 10)
+        byte = f.read(1)
+        f.seek(off + 10)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    p = tool_run("verify", older)
+    if p.returncode == 0 or "wte" not in p.stdout + p.stderr or "checksum" not in (p.stdout + p.stderr).lower():
+        fail(f"verify with a flipped byte should report a checksum error naming model/wte: {p.stdout} {p.stderr}")
+    else:
+        print("  flipped byte: verify names the checksum mismatch in model/wte")
+
+elif scenario == "crash":
+    for phase in ["shards", "renamed"]:
+        out = f"{work}/{phase}"
+        train(2, out, ["train.steps=4", "checkpoint.every=2"])
+        good = latest(out)
+        env = dict(ENV, HPCT_CKPT_PAUSE_AT=phase)
+        proc = subprocess.Popen(cmd(2, out, ["train.steps=8", "checkpoint.every=2", "checkpoint.resume=latest"]),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+        seen = ""
+        t0 = time.time()
+        while "pausing" not in seen and time.time() - t0 < 120:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        if "pausing" not in seen:
+            fail(f"phase {phase}: the pause hook was never reached: {seen[-1000:]}")
+            proc.kill()
+            continue
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole job, as a node failure would
+        proc.wait()
+        time.sleep(0.5)
+        now = latest(out)
+        if now != good:
+            fail(f"phase {phase}: latest is {now} after the crash, should be {good}")
+        p = tool_run("verify", now)
+        if p.returncode != 0:
+            fail(f"phase {phase}: the previous checkpoint does not verify: {p.stdout} {p.stderr}")
+        train(2, out, ["train.steps=6", "checkpoint.every=2", "checkpoint.resume=latest"])
+        l = losses(out)
+        if sorted(l) != list(range(1, 7)):
+            fail(f"phase {phase}: after the crash and resume, metrics hold steps {sorted(l)}, should be 1..6")
+        else:
+            print(f"  phase {phase}: latest stayed at {os.path.basename(good)}, verifies, resume reached step 6")
+
+elif scenario == "signal":
+    full = f"{work}/full"
+    train(2, full, STEPS20 + ["checkpoint.keep=1"])
+    out = f"{work}/sig"
+    proc = subprocess.Popen(cmd(2, out, STEPS20 + ["log.every=1"]), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=ENV, start_new_session=True)
+    t0 = time.time()
+    seen = ""
+    while time.time() - t0 < 120:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if "step      3/" in line:
+            break
+    # SIGUSR1 to one rank only (its pid from /proc: the rank-1 process of this job)
+    target = None
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cl = f.read()
+        except OSError:
+            continue
+        if exe.encode() in cl and b"OMPI_COMM_WORLD_RANK=1" in env and out.encode() in cl:
+            target = int(pid)
+    if target is None:
+        fail("could not find rank 1's process")
+        proc.kill()
+    else:
+        os.kill(target, signal.SIGUSR1)
+        rest, _ = proc.communicate(timeout=120)
+        seen += rest
+        if proc.returncode != 3:
+            fail(f"after SIGUSR1 the job exited with {proc.returncode}, should be 3: {seen[-1500:]}")
+        stopped = max(losses(out))
+        ck = os.path.basename(latest(out))
+        if ck != f"step_{stopped:08d}" or stopped >= 20:
+            fail(f"stopped after step {stopped} but latest is {ck}")
+        print(f"  SIGUSR1 to rank 1: stopped after step {stopped} with exit code 3, {ck} written")
+        train(2, out, STEPS20 + ["checkpoint.resume=latest"])
+        if losses(out) != losses(full):
+            fail("after the signal and resume, losses are not bitwise equal to the uninterrupted run")
+        else:
+            print("  resumed run: 20 losses bitwise equal to the uninterrupted run")
+    # train.deadline: a deadline a few seconds ahead stops the run early with code 3, before the deadline
+    out = f"{work}/deadline"
+    dl = int(time.time()) + 6
+    p = train(2, out, ["train.steps=100000", "checkpoint.keep=1", f"train.deadline={dl}"], expect=3)
+    end = time.time()
+    if end > dl + 1:
+        fail(f"train.deadline: the job ended {end - dl:.1f} s after the deadline")
+    ck = os.path.basename(latest(out))
+    print(f"  train.deadline: exit 3 {dl - end:.1f} s before the deadline, {ck} written")
+
+elif scenario == "stall":
+    out = f"{work}/stall"
+    timeout_s = 3
+    proc = subprocess.Popen(cmd(2, out, [f"comm.timeout_s={timeout_s}", "train.steps=100000", "log.every=1",
+                                         "checkpoint.at_end=false"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                            start_new_session=True)
+    seen = ""
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if "step      3/" in line:
+            break
+    target = None
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cl = f.read()
+        except OSError:
+            continue
+        if exe.encode() in cl and b"OMPI_COMM_WORLD_RANK=1" in env and out.encode() in cl:
+            target = int(pid)
+    if target is None:
+        fail("could not find rank 1's process")
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.kill(target, signal.SIGSTOP)
+        t_stop = time.time()
+        try:
+            rest, _ = proc.communicate(timeout=timeout_s + 30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rest, _ = proc.communicate()
+            fail("the job was still running 33 s after a rank stalled")
+        elapsed = time.time() - t_stop
+        seen += rest
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+        msg = [l for l in seen.splitlines() if "timed out" in l]
+        print(f"  rank 1 stopped: job exited with {proc.returncode} after {elapsed:.1f} s: {msg[:1]}")
+        if proc.returncode == 0:
+            fail("the job exited 0 after a rank stalled")
+        if elapsed > timeout_s + 10:
+            fail(f"the job took {elapsed:.1f} s to exit (should be <= comm.timeout_s + 10 = {timeout_s + 10})")
+        if not msg:
+            fail(f"no 'timed out' message naming the stalled operation: {seen[-1500:]}")
+else:
+    print(f"unknown scenario {scenario}")
+    sys.exit(2)
+
+if failures:
+    print(f"FAILED: {scenario}: {failures[0]}")
+    sys.exit(1)
+print(f"VALID: {scenario}")

@@ -1,0 +1,137 @@
+// Under mpirun at np 1, 2, 4: ParallelContext builds the groups the grid formula says, and GradSync sums
+// gradients exactly (bucketed, overlapped or not, ZeRO-1 shares that tile every tensor once, parameter
+// allgather). Values are small integers, so float sums are exact and checked with ==.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "parallel/grad_sync.hpp"
+#include "parallel/parallel_context.hpp"
+
+using namespace hpct;
+using namespace hpct::parallel;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// tensors of odd sizes (so buckets and ZeRO shares cut tensors at odd places)
+void plan(Slab& s) {
+  s.add("wte", {13, 7});
+  s.add("wpe", {5, 7});
+  s.add("h.0.w", {3, 2, 5, 7});
+  s.add("h.0.b", {11});
+  s.add("h.1.w", {29, 3});
+  s.add("lnf", {1});
+  s.allocate();
+}
+float grad_value(int rank, int tensor, int64_t i) { return static_cast<float>((rank + 1) * 1000 + tensor * 37 + i % 101); }
+
+}  // namespace
+
+TEST(ParallelContext, GroupsMatchTheGrid) {
+  const int n = world_size();
+  for (int tp = 1; tp <= n; ++tp)
+    for (int pp = 1; pp <= n; ++pp) {
+      if (n % (tp * pp)) continue;
+      ParallelContext pc(tp, pp, "tp-dp-pp", comm::CommOptions{30.0}, "test");
+      const Grid& g = pc.grid();
+      const int me = world_rank();
+      EXPECT_EQ(pc.coord(), g.coord_of(me));
+      // each group allreduce-sums the world ranks of its members: compare with the grid's member list
+      for (Axis a : {Axis::TP, Axis::DP, Axis::PP}) {
+        comm::Communicator& c = a == Axis::TP ? pc.tp_group() : a == Axis::DP ? pc.dp_group() : pc.pp_group();
+        int64_t v = me;
+        c.allreduce(&v, 1, DType::I64, comm::ReduceOp::Sum, "group sum");
+        const auto members = g.group(a, me);
+        EXPECT_EQ(v, std::accumulate(members.begin(), members.end(), int64_t{0})) << "axis " << axis_name(a);
+        EXPECT_EQ(c.size(), g.size(a));
+      }
+    }
+}
+
+class GradSyncTest : public ::testing::TestWithParam<std::tuple<int, bool, double>> {};
+
+TEST_P(GradSyncTest, SumsExactlyAndZeroSharesTile) {
+  const auto [zero, overlap, bucket_kib] = GetParam();
+  ParallelContext pc(1, 1, "tp-dp-pp", comm::CommOptions{30.0}, "test");
+  Slab params("params", Device::CPU), grads("grads", Device::CPU);
+  plan(params);
+  plan(grads);
+  const int P = pc.dp_size(), me = pc.dp_rank();
+  auto& ts = grads.tensors();
+  for (size_t t = 0; t < ts.size(); ++t)
+    for (int64_t i = 0; i < ts[t].numel(); ++i) ts[t].f32()[i] = grad_value(me, static_cast<int>(t), i);
+  GradSyncOptions o;
+  o.zero = zero;
+  o.overlap = overlap;
+  o.bucket_bytes = static_cast<size_t>(bucket_kib * 1024);
+  GradSync gs(pc.dp_group(), params, grads, o);
+  ASSERT_GE(gs.buckets().size(), 1u);
+
+  // a backward in reverse layout order, with progress points
+  gs.arm();
+  for (int t = static_cast<int>(ts.size()) - 1; t >= 0; --t) {
+    gs.on_ready(t, t + 1);
+    gs.on_ready(0, 0);
+  }
+  gs.finish();
+
+  auto expected = [&](int t, int64_t i) {
+    float s = 0;
+    for (int r = 0; r < P; ++r) s += grad_value(r, t, i);
+    return s;
+  };
+  // every owned range holds the exact sum; the owned ranges of all ranks tile every tensor once
+  std::vector<int64_t> cover;
+  cover.assign(ts.size(), 0);
+  for (const OwnedRange& o2 : gs.owned()) {
+    for (int64_t i = o2.begin; i < o2.end; ++i) ASSERT_EQ(o2.grad[i - o2.begin], expected(o2.tensor, i));
+    cover[static_cast<size_t>(o2.tensor)] += o2.end - o2.begin;
+  }
+  pc.dp_group().allreduce(cover.data(), static_cast<int64_t>(cover.size()), DType::I64, comm::ReduceOp::Sum, "cover");
+  for (size_t t = 0; t < ts.size(); ++t) EXPECT_EQ(cover[t], ts[t].numel() * (zero ? 1 : P)) << ts[t].name;
+
+  if (zero) {
+    // each rank writes (rank+1)*value into its share of the parameters; the allgather assembles them
+    for (auto& p : params.tensors()) std::fill(p.f32(), p.f32() + p.numel(), -1.0f);
+    for (const OwnedRange& o2 : gs.owned())
+      for (int64_t i = o2.begin; i < o2.end; ++i) params.tensors()[static_cast<size_t>(o2.tensor)].f32()[i] = 1.0f + i;
+    gs.gather_params();
+    for (auto& p : params.tensors())
+      for (int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(p.f32()[i], 1.0f + i) << p.name << "[" << i << "]";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, GradSyncTest,
+                         ::testing::Values(std::make_tuple(0, true, 0.25), std::make_tuple(0, false, 0.25),
+                                           std::make_tuple(0, true, 1024.0), std::make_tuple(1, true, 0.25),
+                                           std::make_tuple(1, false, 0.1), std::make_tuple(1, true, 1024.0)));
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  set_process_identity(world_rank(), world_size());
+  ::testing::InitGoogleTest(&argc, argv);
+  if (world_rank() != 0) {  // non-root ranks stay quiet unless something fails
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}

@@ -1,0 +1,210 @@
+// bench_ckpt: checkpoint write bandwidth of lib/ckpt, the full protocol as the trainer runs it:
+//   every rank: write_shard (its ZeRO-style flat share of every tensor, as hyperslab pieces; fsynced)
+//   gather the manifests' JSON to rank 0; rank 0: write_index + commit (fsyncs, rename, latest); barrier
+// The state is `--size-mib` MiB of f32 in total (default 512), spread over a GPT-like mix of tensors, and
+// split evenly over the ranks by flat range (each rank writes size/np). Timed from a barrier to the final
+// barrier; phases are the maximum over ranks. Each repetition writes a new step (commit keep=1 prunes the
+// previous one). verify() is timed too, but it reads from the page cache right after the write: it measures
+// CRC + HDF5 read speed, not the disk.
+//
+// Usage: mpirun -np N bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3]
+// Output: one row per repetition, then `BENCH_CKPT np=N size_mib=S ... MiB_per_s=X` (median over reps).
+// validation/bench_ckpt.sh runs it at np 1 and 2 and compares with dd (conv=fsync) on the same directory.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace {
+
+namespace ck = hpct::ckpt;
+
+double now() { return MPI_Wtime(); }
+
+double max_over_ranks(double v) {
+  double out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Spec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// A GPT-like mix: an embedding, per layer qkv (3, NH, HS, C) / proj / fc / fcproj weights and biases,
+// scaled so that the total is about `target` elements.
+std::vector<Spec> make_model(int64_t target) {
+  const int64_t C = 768, NH = 12, HS = 64;
+  std::vector<Spec> layer = {{"attn.qkv.weight", {3, NH, HS, C}}, {"attn.qkv.bias", {3, NH, HS}},
+                             {"attn.proj.weight", {C, C}},        {"attn.proj.bias", {C}},
+                             {"mlp.fc.weight", {4 * C, C}},       {"mlp.fc.bias", {4 * C}},
+                             {"mlp.proj.weight", {C, 4 * C}},     {"ln_1.weight", {C}}};
+  int64_t per_layer = 0;
+  for (const auto& s : layer) {
+    int64_t n = 1;
+    for (auto d : s.shape) n *= d;
+    per_layer += n;
+  }
+  const int64_t vocab_rows = 50304;
+  const int64_t wte = vocab_rows * C;
+  std::vector<Spec> model;
+  int64_t total = 0;
+  if (target >= 2 * wte) {
+    model.push_back({"model/wte", {vocab_rows, C}});
+    total += wte;
+  }
+  for (int l = 0; total + per_layer <= target; ++l) {
+    for (const auto& s : layer) model.push_back({"model/h." + std::to_string(l) + "." + s.name, s.shape});
+    total += per_layer;
+  }
+  if (target > total) model.push_back({"model/rest", {target - total}});  // top up to the exact size
+  return model;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  hpct::set_process_identity(rank, world);
+
+  std::string dir = "bench_ckpt_tmp";
+  int64_t size_mib = 512;
+  int reps = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--dir" && i + 1 < argc) dir = argv[++i];
+    else if (a == "--size-mib" && i + 1 < argc) size_mib = std::atoll(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else {
+      if (rank == 0) std::fprintf(stderr, "usage: bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3]\n");
+      MPI_Finalize();
+      return 2;
+    }
+  }
+
+  int code = 0;
+  try {
+    const int64_t total_elems = size_mib * (1 << 20) / 4;
+    const auto model = make_model(total_elems);
+    // This rank's flat range of the concatenated state, as ZeRO shards it.
+    const int64_t begin = total_elems * rank / world, end = total_elems * (rank + 1) / world;
+    std::vector<float> mine(static_cast<size_t>(end - begin));
+    uint32_t x = 12345u + 77u * static_cast<uint32_t>(rank);
+    for (auto& v : mine) {
+      x = x * 1664525u + 1013904223u;  // LCG: non-constant data (no sparse or compressible blocks)
+      v = static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+    }
+    std::vector<ck::Piece> pieces;
+    int64_t base = 0;
+    for (const auto& s : model) {
+      int64_t n = 1;
+      for (auto d : s.shape) n *= d;
+      const int64_t lo = std::max(begin, base), hi = std::min(end, base + n);
+      if (lo < hi)
+        for (const auto& box : ck::flat_range_to_boxes(s.shape, lo - base, hi - base)) {
+          ck::Piece p;
+          p.dataset = s.name;
+          p.global_shape = s.shape;
+          p.offset = box.offset;
+          p.count = box.count;
+          p.data = mine.data() + (base + box.flat_begin - begin);
+          pieces.push_back(std::move(p));
+        }
+      base += n;
+    }
+    if (rank == 0) {
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+      std::printf("# bench_ckpt: np=%d, %lld MiB of f32 in %zu tensors (%lld MiB per rank, %zu pieces on rank 0), dir %s\n",
+                  world, static_cast<long long>(size_mib), model.size(), static_cast<long long>(size_mib / world),
+                  pieces.size(), dir.c_str());
+      std::printf("%4s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "gather_s", "index_s", "commit_s",
+                  "total_s", "MiB/s", "verify_s", "verify_MiB/s");
+    }
+    std::vector<double> totals, shards_t, index_t, commit_t, verify_t;
+    for (int r = 0; r < reps; ++r) {
+      const int64_t step = r + 1;
+      const std::string tmp = dir + "/" + ck::tmp_step_dir_name(step);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = now();
+      const ck::ShardManifest m = ck::write_shard(tmp, rank, pieces);
+      const double t1 = now();
+      // Gather the manifests' JSON to rank 0 (metadata only).
+      const std::string js = m.to_json();
+      int len = static_cast<int>(js.size());
+      std::vector<int> lens(static_cast<size_t>(world)), displs(static_cast<size_t>(world));
+      MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+      std::string all;
+      if (rank == 0) {
+        int off = 0;
+        for (int i = 0; i < world; ++i) {
+          displs[i] = off;
+          off += lens[i];
+        }
+        all.resize(static_cast<size_t>(off));
+      }
+      MPI_Gatherv(js.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+      const double t2 = now();
+      double t3 = t2, t4 = t2;
+      if (rank == 0) {
+        std::vector<ck::ShardManifest> ms;
+        for (int i = 0; i < world; ++i) ms.push_back(ck::ShardManifest::from_json(all.substr(displs[i], lens[i])));
+        ck::Attrs attrs;
+        attrs.ints["step"] = step;
+        ck::write_index(tmp, ms, attrs);
+        t3 = now();
+        ck::commit(dir, step, 1);
+        t4 = now();
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t5 = now();
+      const double shard_s = max_over_ranks(t1 - t0), gather_s = max_over_ranks(t2 - t1);
+      const double total = t5 - t0;
+      // verify, split over the ranks (from the page cache: see the header).
+      const std::string step_dir = dir + "/" + ck::step_dir_name(step);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double v0 = now();
+      ck::verify(step_dir, rank, world);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double vs = now() - v0;
+      totals.push_back(total);
+      shards_t.push_back(shard_s);
+      index_t.push_back(t3 - t2);
+      commit_t.push_back(t4 - t3);
+      verify_t.push_back(vs);
+      if (rank == 0)
+        std::printf("%4d %10.3f %10.3f %10.3f %10.3f %10.3f %10.1f | %12.3f %12.1f\n", r, shard_s, gather_s, t3 - t2,
+                    t4 - t3, total, static_cast<double>(size_mib) / total, vs, static_cast<double>(size_mib) / vs);
+    }
+    if (rank == 0) {
+      std::printf("BENCH_CKPT np=%d size_mib=%lld reps=%d shard_s=%.3f index_s=%.3f commit_s=%.3f total_s=%.3f "
+                  "MiB_per_s=%.1f verify_MiB_per_s=%.1f (medians)\n",
+                  world, static_cast<long long>(size_mib), reps, median(shards_t), median(index_t), median(commit_t),
+                  median(totals), static_cast<double>(size_mib) / median(totals),
+                  static_cast<double>(size_mib) / median(verify_t));
+      std::filesystem::remove_all(dir);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ckpt: error: %s\n", e.what());
+    code = 1;
+  }
+  if (code != 0 && world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  MPI_Finalize();
+  return code;
+}

@@ -9,5 +9,9 @@ bash scripts/build.sh
 bash scripts/prepare_data.sh
 build="${HPCT_BUILD_DIR:-$here/build}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# One rank until data parallelism lands; --bind-to none lets the rank use every core through OpenMP.
-mpirun -np 1 --bind-to none "$build/apps/train_gpt" inputs/gpt_demo.toml "$@"
+# Data-parallel over 2 ranks, the node's cores shared among them through OpenMP (--bind-to none: Open MPI
+# would otherwise pin each rank to one core). Outputs and checkpoints: runs/gpt_demo/.
+cores=$(getconf _NPROCESSORS_ONLN)
+ranks=2
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( cores > ranks ? cores / ranks : 1 ))}
+mpirun -np "$ranks" --oversubscribe --bind-to none "$build/apps/train_gpt" inputs/gpt_demo.toml "$@"

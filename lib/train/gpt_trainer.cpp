@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -268,6 +269,20 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   } else if (resume == "latest") {
     log_info("checkpoint.resume = latest: no checkpoint under {}, starting fresh", ckpt_root);
   }
+  if (resume_dir.empty() && pc.rank() == 0 && fs::exists(fs::path(ckpt_root) / "latest")) {
+    // A fresh run never mixes its checkpoints with an earlier run's, and never deletes them: move them aside.
+    const std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+    const std::string aside = ckpt_root + ".prev-" + stamp;
+    std::error_code ec;
+    fs::rename(ckpt_root, aside, ec);
+    HPCT_USAGE_CHECK(!ec, "cannot move the earlier run's checkpoints {} aside to {}: {}", ckpt_root, aside, ec.message());
+    log_warn("starting fresh (checkpoint.resume = {}): the earlier run's checkpoints in {} were moved to {} (resume "
+             "them with --set checkpoint.resume=latest next time)",
+             resume, ckpt_root, aside);
+  }
+  pc.world().barrier("resume decided");
   std::unique_ptr<MetricsWriter> metrics;
   if (pc.rank() == 0)
     metrics = std::make_unique<MetricsWriter>((fs::path(opts.out_dir) / "metrics.jsonl").string(),

@@ -197,6 +197,13 @@ elif scenario == "damage":
         fail(f"resume with a deleted shard should name shard_00001.h5: {p.stderr[-500:]}")
     else:
         print("  deleted shard: verify and resume fail naming shard_00001.h5")
+    # a checkpoint of another model or optimizer setting is refused, naming the key
+    good = sorted(glob.glob(os.path.join(out, "checkpoints", "step_*")))[0]
+    p = train(2, out, ["train.steps=6", f"checkpoint.resume={good}", "optim.lr=0.002"], expect=2)
+    if "optim.lr" not in p.stderr or "must match to resume" not in p.stderr:
+        fail(f"resume with another optim.lr should be refused naming optim.lr: {p.stderr[-500:]}")
+    else:
+        print("  resume with another optim.lr: refused, naming the key")
     # a flipped byte in the data of the other (earlier) checkpoint
     older = sorted(glob.glob(os.path.join(out, "checkpoints", "step_*")))[0]
     import h5py

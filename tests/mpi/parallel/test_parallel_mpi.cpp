@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cstdio>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -119,19 +118,3 @@ INSTANTIATE_TEST_SUITE_P(Modes, GradSyncTest,
                          ::testing::Values(std::make_tuple(0, true, 0.25), std::make_tuple(0, false, 0.25),
                                            std::make_tuple(0, true, 1024.0), std::make_tuple(1, true, 0.25),
                                            std::make_tuple(1, false, 0.1), std::make_tuple(1, true, 1024.0)));
-
-int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  set_process_identity(world_rank(), world_size());
-  ::testing::InitGoogleTest(&argc, argv);
-  if (world_rank() != 0) {  // non-root ranks stay quiet unless something fails
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}

@@ -30,6 +30,9 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
              grid_.describe());
   HPCT_CHECK(tp_->rank() == coord_.tp && dp_->rank() == coord_.dp && pp_->rank() == coord_.pp,
              "group ranks do not match the grid coordinates");
+  const bool holds_embedding = coord_.pp == 0 || coord_.pp == grid_.pp() - 1;
+  emb_ = world->split(holds_embedding ? grid_.group_id(Axis::PP, rank_) : MPI_UNDEFINED, coord_.pp, "embedding");
+  HPCT_CHECK((emb_ != nullptr) == holds_embedding, "embedding group of stage {}", coord_.pp);
   world_ = std::move(world);
 }
 

@@ -58,6 +58,18 @@ TEST(ParallelContext, GroupsMatchTheGrid) {
         EXPECT_EQ(v, std::accumulate(members.begin(), members.end(), int64_t{0})) << "axis " << axis_name(a);
         EXPECT_EQ(c.size(), g.size(a));
       }
+      // embedding group: first and last stage of the same (tp, dp)
+      const bool holds = pc.pp_rank() == 0 || pc.pp_rank() == pp - 1;
+      ASSERT_EQ(pc.has_embedding_group(), holds);
+      if (holds) {
+        Coord c0 = pc.coord(), c1 = pc.coord();
+        c0.pp = 0;
+        c1.pp = pp - 1;
+        int64_t v = me;
+        pc.embedding_group().allreduce(&v, 1, DType::I64, comm::ReduceOp::Sum, "embedding group sum");
+        EXPECT_EQ(v, pp == 1 ? me : g.rank_of(c0) + g.rank_of(c1));
+        EXPECT_EQ(pc.embedding_group().size(), pp == 1 ? 1 : 2);
+      }
     }
 }
 

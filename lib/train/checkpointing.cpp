@@ -5,6 +5,8 @@
 #include <tuple>
 #include <map>
 
+#include <fmt/ranges.h>
+
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -43,17 +45,19 @@ std::pair<int64_t, int64_t> share(int64_t len, int n, int d) {
   return {begin, begin + base + (d < extra ? 1 : 0)};
 }
 
-// Pieces of the flat range [begin, end) of a tensor of `shape`, data at `data` (= element `begin`).
+// Pieces of the flat range [begin, end) of a local tensor of `shape` placed at `pl` in its global tensor,
+// data at `data` (= local element `begin`): local boxes shifted by the placement's offset.
 void add_pieces(std::vector<ckpt::Piece>& out, const std::string& dataset, const std::vector<int64_t>& shape,
-                int64_t begin, int64_t end, const float* data) {
+                const TensorPlacement& pl, int64_t begin, int64_t end, const float* data) {
   if (begin >= end) return;
   for (const ckpt::Box& b : ckpt::flat_range_to_boxes(shape, begin, end)) {
     ckpt::Piece p;
     p.dataset = dataset;
-    p.global_shape = shape;
+    p.global_shape = pl.global_shape;
     p.offset = b.offset;
+    for (size_t a = 0; a < p.offset.size(); ++a) p.offset[a] += pl.offset[a];
     p.count = b.count;
-    p.split_axis = -1;  // a flat cut
+    p.split_axis = pl.split_axis;
     p.replica = 0;
     p.dtype = DType::F32;
     p.data = data + (b.flat_begin - begin);
@@ -63,8 +67,17 @@ void add_pieces(std::vector<ckpt::Piece>& out, const std::string& dataset, const
 
 }  // namespace
 
+std::vector<TensorPlacement> whole_placements(const Slab& params) {
+  std::vector<TensorPlacement> out;
+  for (const Tensor& t : params.tensors()) out.push_back({t.shape, std::vector<int64_t>(t.shape.size(), 0), -1, true});
+  return out;
+}
+
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
-                           optim::AdamW& opt, const ckpt::Attrs& attrs) {
+                           const std::vector<TensorPlacement>& placements, optim::AdamW& opt,
+                           const ckpt::Attrs& attrs) {
+  HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
+             params.tensors().size());
   Timer timer;
   comm::Communicator& world = pc.world();
   const int64_t step = attrs.ints.at("step");
@@ -81,24 +94,27 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
 
   // what this rank owns
   const int D = pc.dp_size(), d = pc.dp_rank();
-  std::vector<ckpt::Piece> pieces;  // TP = PP = 1 in this version: every rank writes its DP share
-  {
-    for (const Tensor& t : params.tensors()) {
-      const auto [b, e] = share(t.numel(), D, d);
-      add_pieces(pieces, "model/" + t.name, t.shape, b, e, static_cast<const float*>(t.data) + b);
-    }
-    const bool sharded = opt.segments().size() != params.tensors().size() ||
-                         std::any_of(opt.segments().begin(), opt.segments().end(), [&](const optim::Segment& s) {
-                           return s.begin != 0 || s.end != params.tensors()[static_cast<size_t>(s.tensor)].numel();
-                         });
-    for (size_t i = 0; i < opt.segments().size(); ++i) {
-      const optim::Segment& s = opt.segments()[i];
-      const Tensor& t = params.tensors()[static_cast<size_t>(s.tensor)];
-      int64_t b = s.begin, e = s.end;
-      if (!sharded) std::tie(b, e) = share(t.numel(), D, d);  // replicated state: write share d only
-      add_pieces(pieces, "optim/exp_avg/" + t.name, t.shape, b, e, opt.exp_avg(i) + (b - s.begin));
-      add_pieces(pieces, "optim/exp_avg_sq/" + t.name, t.shape, b, e, opt.exp_avg_sq(i) + (b - s.begin));
-    }
+  // Replicas over DP write disjoint flat shares; a tensor whose writer flag is off is written by another rank.
+  std::vector<ckpt::Piece> pieces;
+  for (size_t i = 0; i < params.tensors().size(); ++i) {
+    const Tensor& t = params.tensors()[i];
+    if (!placements[i].writer) continue;
+    const auto [b, e] = share(t.numel(), D, d);
+    add_pieces(pieces, "model/" + t.name, t.shape, placements[i], b, e, static_cast<const float*>(t.data) + b);
+  }
+  const bool sharded = opt.segments().size() != params.tensors().size() ||
+                       std::any_of(opt.segments().begin(), opt.segments().end(), [&](const optim::Segment& s) {
+                         return s.begin != 0 || s.end != params.tensors()[static_cast<size_t>(s.tensor)].numel();
+                       });
+  for (size_t i = 0; i < opt.segments().size(); ++i) {
+    const optim::Segment& s = opt.segments()[i];
+    const size_t ti = static_cast<size_t>(s.tensor);
+    const Tensor& t = params.tensors()[ti];
+    if (!placements[ti].writer) continue;
+    int64_t b = s.begin, e = s.end;
+    if (!sharded) std::tie(b, e) = share(t.numel(), D, d);  // replicated state: write share d only
+    add_pieces(pieces, "optim/exp_avg/" + t.name, t.shape, placements[ti], b, e, opt.exp_avg(i) + (b - s.begin));
+    add_pieces(pieces, "optim/exp_avg_sq/" + t.name, t.shape, placements[ti], b, e, opt.exp_avg_sq(i) + (b - s.begin));
   }
   int64_t bytes = 0;
   for (const auto& p : pieces) {
@@ -155,17 +171,28 @@ int64_t verify_collective(comm::Communicator& world, const std::string& dir) {
   return bytes;
 }
 
-void load_checkpoint(const ckpt::Reader& reader, Slab& params, optim::AdamW& opt) {
-  for (Tensor& t : params.tensors()) {
+void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
+                     optim::AdamW& opt) {
+  HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
+             params.tensors().size());
+  auto global_box = [](const TensorPlacement& pl, std::vector<int64_t> off) {
+    for (size_t a = 0; a < off.size(); ++a) off[a] += pl.offset[a];
+    return off;
+  };
+  for (size_t i = 0; i < params.tensors().size(); ++i) {
+    Tensor& t = params.tensors()[i];
+    const TensorPlacement& pl = placements[i];
     const std::string ds = "model/" + t.name;
     HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no tensor {}: it was written for another model", reader.dir(),
                      ds);
-    HPCT_USAGE_CHECK(reader.shape(ds) == t.shape, "checkpoint {}: tensor {} has another shape than this model's {}",
-                     reader.dir(), ds, t.shape_str());
-    reader.read(ds, std::vector<int64_t>(t.shape.size(), 0), t.shape, DType::F32, t.data);
+    HPCT_USAGE_CHECK(reader.shape(ds) == pl.global_shape,
+                     "checkpoint {}: tensor {} has another shape than this model's (global {})", reader.dir(), ds,
+                     fmt::join(pl.global_shape, " x "));
+    reader.read(ds, pl.offset, t.shape, DType::F32, t.data);
   }
   for (size_t i = 0; i < opt.segments().size(); ++i) {
     const optim::Segment& s = opt.segments()[i];
+    const TensorPlacement& pl = placements[static_cast<size_t>(s.tensor)];
     const Tensor& t = params.tensors()[static_cast<size_t>(s.tensor)];
     if (s.numel() == 0) continue;
     for (const char* which : {"exp_avg", "exp_avg_sq"}) {
@@ -173,7 +200,7 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, optim::AdamW& opt
       HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no optimizer state {}", reader.dir(), ds);
       float* dst = std::string(which) == "exp_avg" ? opt.exp_avg(i) : opt.exp_avg_sq(i);
       for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end))
-        reader.read(ds, b.offset, b.count, DType::F32, dst + (b.flat_begin - s.begin));
+        reader.read(ds, global_box(pl, b.offset), b.count, DType::F32, dst + (b.flat_begin - s.begin));
     }
   }
 }

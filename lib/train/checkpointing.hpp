@@ -28,6 +28,18 @@ struct TrainPosition {
   int64_t sequences_seen = 0;
 };
 
+// Where a rank's local parameter tensor sits in the global (serial) tensor: a hyperslab at `offset` of
+// `global_shape`, split on `split_axis` (-1: whole). `writer` is false for a replica that another rank writes
+// (a TP-replicated LayerNorm on tp > 0, the last stage's copy of the tied embedding); replicated copies over
+// DP are not marked: DP ranks write disjoint flat shares of them.
+struct TensorPlacement {
+  std::vector<int64_t> global_shape, offset;
+  int split_axis = -1;
+  bool writer = true;
+};
+// Whole tensors, every one written (TP = PP = 1).
+std::vector<TensorPlacement> whole_placements(const Slab& params);
+
 // Allgathers one string per rank of comm (metadata only), in rank order.
 std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::string& mine, const std::string& what);
 
@@ -39,7 +51,7 @@ struct SaveResult {
   int64_t bytes_written = 0;  // by this rank
 };
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
-                           optim::AdamW& opt, const ckpt::Attrs& attrs);
+                           const std::vector<TensorPlacement>& placements, optim::AdamW& opt, const ckpt::Attrs& attrs);
 
 // Resolves checkpoint.resume: "none" -> "", "latest" -> the newest complete checkpoint under root or ""
 // (no checkpoint yet), anything else -> that path (an error if it is not a checkpoint directory).
@@ -49,8 +61,10 @@ std::string resolve_resume(const std::string& resume, const std::string& root, c
 // raised on every rank with the failing rank's message (so rank 0 prints it). Returns bytes checked.
 int64_t verify_collective(comm::Communicator& world, const std::string& dir);
 
-// Loads parameters (whole tensors) and this rank's optimizer segments from dir, whatever layout wrote it.
-void load_checkpoint(const ckpt::Reader& reader, Slab& params, optim::AdamW& opt);
+// Loads this rank's parameters (its hyperslab of every global tensor) and optimizer segments from dir,
+// whatever layout wrote it.
+void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
+                     optim::AdamW& opt);
 
 // Checks that the checkpoint's deck agrees with this run on the keys that must not change across a
 // restart (model.*, optim.*, train.seed, train.global_batch); UsageError naming the first difference.

@@ -221,6 +221,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   std::vector<optim::Segment> segments;
   for (const auto& o : grad_sync.owned()) segments.push_back({o.tensor, o.begin, o.end, o.grad, 0});
   optim::AdamW adamw(model.params(), segments, decay, ocfg);
+  const std::vector<TensorPlacement> placements = whole_placements(model.params());  // TP = PP = 1 here
   Slab io("batch", ctx.device);
   Tensor& in_dev = io.add("inputs", {MB, T}, DType::I32);
   Tensor& tgt_dev = io.add("targets", {MB, T}, DType::I32);
@@ -257,7 +258,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     const int64_t checked = verify_collective(pc.world(), resume_dir);
     ckpt::Reader reader(resume_dir);
     check_resume_compatible(deck, gpt_deck_schema(), reader);
-    load_checkpoint(reader, model.params(), adamw);
+    load_checkpoint(reader, model.params(), placements, adamw);
     start = reader.attrs().ints.at("step");
     adamw.set_step_count(reader.attrs().ints.at("optim.step"));
     HPCT_USAGE_CHECK(start <= steps || steps == 0,
@@ -324,7 +325,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     a.strings["rng.algorithm"] = "philox4x32-10 keyed by (train.seed, stream name, counter); streams are functions "
                                  "of the step, so rng.seed and step are the whole state";
     a.strings["app"] = "train_gpt";
-    const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), adamw, a);
+    const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), placements, adamw, a);
     last_ckpt_s = r.seconds;
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");

@@ -80,6 +80,36 @@ void crossentropy_forward_backward(const ExecContext& ctx, float* losses, float*
   HPCT_DISPATCH(crossentropy_forward_backward, losses, logits, targets, dloss, N, V, Vp);
 }
 
+void encoder_forward_vocab_parallel(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte_local,
+                                    const float* wpe, int v0, int Vl, int B, int T, int C) {
+  HPCT_DISPATCH(encoder_forward_vocab_parallel, out, inp, wte_local, wpe, v0, Vl, B, T, C);
+}
+void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local, float* dwpe, const float* dout,
+                                     const int32_t* inp, int v0, int Vl, int B, int T, int C) {
+  HPCT_DISPATCH(encoder_backward_vocab_parallel, dwte_local, dwpe, dout, inp, v0, Vl, B, T, C);
+}
+
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl,
+                               int V, int N) {
+  HPCT_DISPATCH(crossentropy_vp_local_max, max_out, logits_local, v0, Vl, V, N);
+}
+void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, float* target_logit_out,
+                                  const float* logits_local, const float* global_max, const int32_t* targets, int v0,
+                                  int Vl, int V, int N) {
+  HPCT_DISPATCH(crossentropy_vp_local_sumexp, sumexp_out, target_logit_out, logits_local, global_max, targets, v0, Vl,
+                V, N);
+}
+void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, float* logits_local, const float* global_max,
+                                   const float* global_sumexp, const float* global_target_logit,
+                                   const int32_t* targets, float dloss, int v0, int Vl, int V, int N) {
+  HPCT_DISPATCH(crossentropy_vp_loss_backward, losses, logits_local, global_max, global_sumexp, global_target_logit,
+                targets, dloss, v0, Vl, V, N);
+}
+void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* global_max, const float* global_sumexp,
+                          const float* global_target_logit, int N) {
+  HPCT_DISPATCH(crossentropy_vp_loss, losses, global_max, global_sumexp, global_target_logit, N);
+}
+
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) { HPCT_DISPATCH(sum, out, x, n); }
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n) {
   HPCT_DISPATCH(sum_squares_accumulate, out, x, n);

@@ -68,6 +68,56 @@ void crossentropy_forward(const ExecContext& ctx, float* losses /*(N)*/, const f
 void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits /*(N,Vp) in/out*/,
                                    const int32_t* targets /*(N)*/, float dloss, int N, int V, int Vp);
 
+// ---- vocabulary-parallel embedding and cross-entropy (Megatron VocabParallelEmbedding / vocab-parallel CE) ----
+// Legend (in addition to the above): t TP ranks; this rank holds the global vocabulary rows/columns [v0, v0+Vl)
+// of the padded Vp, with Vl = Vp / t; of those only the ones < V are real (a rank may hold only padding).
+// The kernels never communicate: the model runs the allreduces named below between the calls, over the TP group.
+//
+// VocabParallelEmbedding, wte = [wte_1; ...; wte_t] split by rows:
+//   out = sum_r out_r,  out_r[b,t,:] = (inp[b,t] in [v0_r, v0_r+Vl) ? wte_r[inp[b,t]-v0_r,:] : 0) (+ wpe[t,:]).
+//   Forward: encoder_forward_vocab_parallel, then allreduce(SUM) of out over TP (conjugate: copy, i.e. backward
+//   needs no communication: every rank already holds the full dout). Pass wpe on tp_rank 0 only (nullptr on the
+//   others): each element of the allreduced sum then has at most two non-zero terms, wte[token] and wpe[t], whose
+//   float sum is the serial encoder_forward's bit for bit, in any reduction order.
+//   Backward: dwte_local += rows of dout for the tokens in [v0, v0+Vl) (in the serial encoder_backward's order, so
+//   the concatenation over ranks equals its dwte bit for bit); dwpe += sum_b dout on EVERY rank (not only rank 0):
+//   dout is identical on all TP ranks, so the replicated wpe gets identical gradients without an allreduce.
+void encoder_forward_vocab_parallel(const ExecContext& ctx, float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
+                                    const float* wte_local /*(Vl,C)*/, const float* wpe /*(T,C) or null*/, int v0,
+                                    int Vl, int B, int T, int C);
+void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /*(Vl,C) +=*/,
+                                     float* dwpe /*(T,C) += or null*/, const float* dout /*(B,T,C)*/,
+                                     const int32_t* inp /*(B,T)*/, int v0, int Vl, int B, int T, int C);
+
+// Vocab-parallel softmax cross-entropy over logits_local (N,Vl) = the global logit columns [v0, v0+Vl); columns
+// >= V are padding, masked out (treated as -inf). The full (N,Vp) logits are never gathered; three phases around
+// two allreduces over TP, each of (N) floats:
+//   a) crossentropy_vp_local_max        -> allreduce(MAX) of max_out               -> global_max
+//   b) crossentropy_vp_local_sumexp     -> allreduce(SUM) of sumexp_out and target_logit_out
+//                                          -> global_sumexp, global_target_logit (one allreduce of 2N floats when the
+//                                          model lays the two buffers out adjacently)
+//   c) crossentropy_vp_loss_backward (training: losses and dlogits in place) or crossentropy_vp_loss (evaluation).
+// losses[n] = log(global_sumexp[n]) + global_max[n] - global_target_logit[n], the same on every TP rank (count it
+// once). Targets must lie in [0, V). A rank holding only padding contributes max -inf, sumexp 0, target logit 0.
+// max_out[n] = max of logits_local[n, j] over the real local columns (v0 + j < V); -inf if there are none.
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const float* logits_local /*(N,Vl)*/,
+                               int v0, int Vl, int V, int N);
+// sumexp_out[n] = sum over the real local columns of exp(logits_local[n, j] - global_max[n]);
+// target_logit_out[n] = logits_local[n, targets[n] - v0] if targets[n] is in [v0, v0+Vl), else 0 (assigned).
+void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out /*(N)*/, float* target_logit_out /*(N)*/,
+                                  const float* logits_local /*(N,Vl)*/, const float* global_max /*(N)*/,
+                                  const int32_t* targets /*(N)*/, int v0, int Vl, int V, int N);
+// In place: on return logits_local holds, for the real local columns,
+//   dlogits[n, j] = dloss * (exp(logits[n, j] - global_max[n]) / global_sumexp[n] - [v0 + j == targets[n]]),
+// and 0 for the padded ones; losses[n] as above (assigned). The local slice of crossentropy_forward_backward.
+void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/,
+                                   float* logits_local /*(N,Vl) in/out*/, const float* global_max /*(N)*/,
+                                   const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/,
+                                   const int32_t* targets /*(N)*/, float dloss, int v0, int Vl, int V, int N);
+// Forward only (evaluation): losses[n] from the three reduced statistics; the logits are not needed any more.
+void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const float* global_max /*(N)*/,
+                          const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/, int N);
+
 // ---- reductions and optimizer ---------------------------------------------------------------
 // *out = sum of x[i] (accumulated in double, written as float) on ctx.device.
 void sum(const ExecContext& ctx, float* out /*(1)*/, const float* x, int64_t n);

@@ -122,8 +122,13 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     for (int64_t c : p.count) n *= c;
     bytes += n * 4;
   }
+  Timer phase;
   const ckpt::ShardManifest mine = ckpt::write_shard(tmp.string(), world.rank(), pieces);
+  const double shard_s = phase.seconds();
+  phase.reset();
   const std::vector<std::string> all = allgather_strings(world, mine.to_json(), "checkpoint: shard manifests");
+  const double manifests_s = phase.seconds();
+  phase.reset();
   std::string final_dir;
   if (world.rank() == 0) {
     std::vector<ckpt::ShardManifest> shards;
@@ -133,7 +138,14 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
   }
   world.barrier("checkpoint: commit");
   if (final_dir.empty()) final_dir = (fs::path(root) / ckpt::step_dir_name(step)).string();
-  return {final_dir, timer.seconds(), bytes};
+  SaveResult r;
+  r.dir = final_dir;
+  r.seconds = timer.seconds();
+  r.bytes_written = bytes;
+  r.shard_s = shard_s;
+  r.manifests_s = manifests_s;
+  r.commit_s = phase.seconds();
+  return r;
 }
 
 std::string resolve_resume(const std::string& resume, const std::string& root, const std::string& deck_path) {

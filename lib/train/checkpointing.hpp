@@ -49,6 +49,9 @@ struct SaveResult {
   std::string dir;
   double seconds = 0.0;
   int64_t bytes_written = 0;  // by this rank
+  // phases (this rank's clock): shard write + fsync, then waiting for every rank's manifest, then rank 0's
+  // index + commit (rename, latest, prune) and the final barrier
+  double shard_s = 0.0, manifests_s = 0.0, commit_s = 0.0;
 };
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
                            const std::vector<TensorPlacement>& placements, optim::AdamW& opt, const ckpt::Attrs& attrs);

@@ -329,8 +329,10 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     last_ckpt_s = r.seconds;
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
-    log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s)", why, s, r.dir,
-             human_bytes(static_cast<double>(bytes)), r.seconds, bytes / 1048576.0 / std::max(r.seconds, 1e-9));
+    log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s; rank 0: shards {:.2f} s, manifests {:.2f} s, "
+             "index + commit {:.2f} s)",
+             why, s, r.dir, human_bytes(static_cast<double>(bytes)), r.seconds,
+             bytes / 1048576.0 / std::max(r.seconds, 1e-9), r.shard_s, r.manifests_s, r.commit_s);
   };
 
   // ---- training loop --------------------------------------------------------------------------

@@ -48,6 +48,25 @@ void crossentropy_forward(float* losses /*(N)*/, const float* logits /*(N,Vp)*/,
 void crossentropy_forward_backward(float* losses /*(N)*/, float* logits /*(N,Vp) in/out*/,
                                    const int32_t* targets /*(N)*/, float dloss, int N, int V, int Vp);
 
+// Vocabulary parallelism (kernels.hpp): this rank holds the global rows/columns [v0, v0+Vl) of the padded Vp.
+void encoder_forward_vocab_parallel(float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
+                                    const float* wte_local /*(Vl,C)*/, const float* wpe /*(T,C) or null*/, int v0,
+                                    int Vl, int B, int T, int C);
+void encoder_backward_vocab_parallel(float* dwte_local /*(Vl,C) +=*/, float* dwpe /*(T,C) += or null*/,
+                                     const float* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl,
+                                     int B, int T, int C);
+void crossentropy_vp_local_max(float* max_out /*(N)*/, const float* logits_local /*(N,Vl)*/, int v0, int Vl, int V,
+                               int N);
+void crossentropy_vp_local_sumexp(float* sumexp_out /*(N)*/, float* target_logit_out /*(N)*/,
+                                  const float* logits_local /*(N,Vl)*/, const float* global_max /*(N)*/,
+                                  const int32_t* targets /*(N)*/, int v0, int Vl, int V, int N);
+void crossentropy_vp_loss_backward(float* losses /*(N)*/, float* logits_local /*(N,Vl) in/out*/,
+                                   const float* global_max /*(N)*/, const float* global_sumexp /*(N)*/,
+                                   const float* global_target_logit /*(N)*/, const int32_t* targets /*(N)*/,
+                                   float dloss, int v0, int Vl, int V, int N);
+void crossentropy_vp_loss(float* losses /*(N)*/, const float* global_max /*(N)*/, const float* global_sumexp /*(N)*/,
+                          const float* global_target_logit /*(N)*/, int N);
+
 void sum(float* out, const float* x, int64_t n);
 void sum_squares_accumulate(double* out, const float* x, int64_t n);
 void scale(float* x, float s, int64_t n);

@@ -1,4 +1,5 @@
-// CPU backend: encoder, LayerNorm, GELU, residual. Legend: B batch, T time, C channels, N = B*T rows.
+// CPU backend: encoder (serial and vocab-parallel), LayerNorm, GELU, residual. Legend: B batch, T time, C channels,
+// N = B*T rows; vocab-parallel: this rank holds the wte rows [v0, v0+Vl) of the padded vocabulary Vp.
 // Forward and backward are paired; parameter grads +=, activation grads = (LayerNorm's dinp +=).
 // Parameter-gradient reductions over the N rows are split over column blocks, never over rows, so their
 // summation order is fixed whatever the number of threads (bitwise reproducible runs).
@@ -63,6 +64,74 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
         const float* d = dout + (static_cast<int64_t>(b) * T + t) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) dp[c] += d[c];
+      }
+    }
+  }
+}
+
+// ---- vocab-parallel encoder: this rank holds wte rows [v0, v0+Vl) (kernels.hpp) -----------------------------
+void encoder_forward_vocab_parallel(float* out, const int32_t* inp, const float* wte_local, const float* wpe, int v0,
+                                    int Vl, int B, int T, int C) {
+  HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_forward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0, v0 + Vl);
+  const int64_t N = static_cast<int64_t>(B) * T;
+  check_tokens(inp, N);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    float* o = out + n * C;                                   // (C)
+    const int64_t j = static_cast<int64_t>(inp[n]) - v0;      // local row, or outside [0, Vl): another rank's
+    const float* p = wpe ? wpe + (n % T) * C : nullptr;       // (C) or null
+    if (j >= 0 && j < Vl) {
+      const float* w = wte_local + j * C;  // (C)
+      if (p) {
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = w[c] + p[c];
+      } else {
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = w[c];
+      }
+    } else if (p) {
+#pragma omp simd
+      for (int c = 0; c < C; c++) o[c] = p[c];
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; c++) o[c] = 0.0f;
+    }
+  }
+}
+
+void encoder_backward_vocab_parallel(float* dwte_local, float* dwpe, const float* dout, const int32_t* inp, int v0,
+                                     int Vl, int B, int T, int C) {
+  HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_backward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0,
+             v0 + Vl);
+  const int64_t N = static_cast<int64_t>(B) * T;
+  check_tokens(inp, N);
+  const int nblocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel
+  {
+    // dwte_local: as encoder_backward, column blocks walking the positions in order (no atomics, fixed order), and
+    // only the positions whose token is in this rank's rows
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+      const int c0 = blk * kColBlock, c1 = std::min(C, c0 + kColBlock);
+      for (int64_t n = 0; n < N; n++) {
+        const int64_t j = static_cast<int64_t>(inp[n]) - v0;
+        if (j < 0 || j >= Vl) continue;
+        float* dw = dwte_local + j * C;  // (C)
+        const float* d = dout + n * C;   // (C)
+#pragma omp simd
+        for (int c = c0; c < c1; c++) dw[c] += d[c];
+      }
+    }
+    // dwpe[t] += sum_b dout[b, t], as encoder_backward (every TP rank: dout is the same on all of them)
+    if (dwpe) {
+#pragma omp for schedule(static)
+      for (int t = 0; t < T; t++) {
+        float* dp = dwpe + static_cast<int64_t>(t) * C;
+        for (int b = 0; b < B; b++) {
+          const float* d = dout + (static_cast<int64_t>(b) * T + t) * C;
+#pragma omp simd
+          for (int c = 0; c < C; c++) dp[c] += d[c];
+        }
       }
     }
   }

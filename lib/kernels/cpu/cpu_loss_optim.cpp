@@ -1,5 +1,6 @@
-// CPU backend: softmax cross-entropy, reductions, AdamW, memory helpers.
-// Legend: N rows, V true vocabulary, Vp padded vocabulary (logits columns v >= V are masked out).
+// CPU backend: softmax cross-entropy (serial and vocab-parallel), reductions, AdamW, memory helpers.
+// Legend: N rows, V true vocabulary, Vp padded vocabulary (logits columns v >= V are masked out); vocab-parallel:
+// this rank holds the global columns [v0, v0+Vl) of Vp, of which the first Vr = clamp(V - v0, 0, Vl) are real.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -39,6 +40,16 @@ inline void softmax_stats(const float* x, float* e, int V, float& max_out, float
   }
   max_out = m;
   sum_out = s;
+}
+
+// Checks a vocab-parallel slice and its targets; returns Vr, the number of real (non-padded) local columns.
+int check_vp_slice(const char* op, const int32_t* targets, int v0, int Vl, int V, int N) {
+  HPCT_CHECK(V > 0 && v0 >= 0 && Vl > 0, "{}: bad vocabulary slice [v0={}, v0+Vl={}) of V={}", op, v0, v0 + Vl, V);
+  if (targets)
+    for (int n = 0; n < N; n++)
+      HPCT_CHECK(targets[n] >= 0 && targets[n] < V, "{}: target {} of row {} is outside [0, V={})", op, targets[n], n,
+                 V);
+  return std::clamp(V - v0, 0, Vl);
 }
 
 // sum over x[0, n) of f(x[i]) in double, over a fixed grid of chunks summed in order: the result depends on n
@@ -96,6 +107,62 @@ void crossentropy_forward_backward(float* losses, float* logits, const int32_t* 
     x[tgt] -= dloss;
     for (int v = V; v < Vp; v++) x[v] = 0.0f;  // padded columns: no gradient
   }
+}
+
+// ---- vocab-parallel softmax cross-entropy (kernels.hpp): the local slices of crossentropy_forward_backward ------
+// The same float operations as the serial kernel, row by row (no cross-thread reduction): the max is exact whatever
+// the split; only the sum of exponentials is split into per-rank partial sums (added by the SUM allreduce), which
+// is the sole source of difference from the serial kernel (a summation order, ~1e-7 relative).
+void crossentropy_vp_local_max(float* max_out, const float* logits_local, int v0, int Vl, int V, int N) {
+  const int Vr = check_vp_slice("crossentropy_vp_local_max", nullptr, v0, Vl, V, N);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = logits_local + static_cast<int64_t>(n) * Vl;  // (Vl), only the real [0, Vr) is read
+    float m = -INFINITY;                                              // a rank of padding only: -inf, the MAX identity
+#pragma omp simd reduction(max : m)
+    for (int v = 0; v < Vr; v++) m = x[v] > m ? x[v] : m;
+    max_out[n] = m;
+  }
+}
+
+void crossentropy_vp_local_sumexp(float* sumexp_out, float* target_logit_out, const float* logits_local,
+                                  const float* global_max, const int32_t* targets, int v0, int Vl, int V, int N) {
+  const int Vr = check_vp_slice("crossentropy_vp_local_sumexp", targets, v0, Vl, V, N);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = logits_local + static_cast<int64_t>(n) * Vl;  // (Vl), only the real [0, Vr) is read
+    const float m = global_max[n];                                    // subtracted before exp: no overflow
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int v = 0; v < Vr; v++) s += exp_simd(x[v] - m);
+    sumexp_out[n] = s;
+    const int j = targets[n] - v0;  // local column of the target; in range on exactly one rank
+    target_logit_out[n] = (j >= 0 && j < Vr) ? x[j] : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
+  }
+}
+
+void crossentropy_vp_loss_backward(float* losses, float* logits_local, const float* global_max,
+                                   const float* global_sumexp, const float* global_target_logit,
+                                   const int32_t* targets, float dloss, int v0, int Vl, int V, int N) {
+  const int Vr = check_vp_slice("crossentropy_vp_loss_backward", targets, v0, Vl, V, N);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float* x = logits_local + static_cast<int64_t>(n) * Vl;  // (Vl) logits in, dlogits out
+    const float m = global_max[n], s = global_sumexp[n];      // s >= 1: the max column contributes exp(0)
+    losses[n] = (m - global_target_logit[n]) + std::log(s);   // as crossentropy_forward_backward
+    const float k = dloss / s;
+#pragma omp simd
+    for (int v = 0; v < Vr; v++) x[v] = exp_simd(x[v] - m) * k;  // dloss * softmax
+    const int j = targets[n] - v0;
+    if (j >= 0 && j < Vr) x[j] -= dloss;
+    for (int v = Vr; v < Vl; v++) x[v] = 0.0f;  // padded columns: no gradient
+  }
+}
+
+void crossentropy_vp_loss(float* losses, const float* global_max, const float* global_sumexp,
+                          const float* global_target_logit, int N) {
+#pragma omp parallel for schedule(static) if (N >= kMinParallel)
+  for (int n = 0; n < N; n++) losses[n] = (global_max[n] - global_target_logit[n]) + std::log(global_sumexp[n]);
 }
 
 // ---- reductions ---------------------------------------------------------------------------------

@@ -251,6 +251,79 @@ void crossentropy_forward_backward(Real* losses, Real* logits, const int32_t* ta
   }
 }
 
+// ---- vocabulary parallelism: this rank holds the global rows/columns [v0, v0+Vl) of Vp --------------------------
+template <typename Real>
+void encoder_forward_vocab_parallel(Real* out, const int32_t* inp, const Real* wte_local, const Real* wpe, int v0,
+                                    int Vl, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const int64_t n = static_cast<int64_t>(b) * T + t;
+      const bool mine = inp[n] >= v0 && inp[n] < v0 + Vl;
+      for (int c = 0; c < C; c++) {
+        const Real w = mine ? wte_local[static_cast<int64_t>(inp[n] - v0) * C + c] : Real(0);
+        out[n * C + c] = wpe ? w + wpe[t * C + c] : w;
+      }
+    }
+}
+
+template <typename Real>
+void encoder_backward_vocab_parallel(Real* dwte_local, Real* dwpe, const Real* dout, const int32_t* inp, int v0,
+                                     int Vl, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const int64_t n = static_cast<int64_t>(b) * T + t;
+      const bool mine = inp[n] >= v0 && inp[n] < v0 + Vl;
+      for (int c = 0; c < C; c++) {
+        if (mine) dwte_local[static_cast<int64_t>(inp[n] - v0) * C + c] += dout[n * C + c];
+        if (dwpe) dwpe[t * C + c] += dout[n * C + c];
+      }
+    }
+}
+
+// Local column v is global column v0 + v; it is real when v0 + v < V.
+template <typename Real>
+void crossentropy_vp_local_max(Real* max_out, const Real* logits_local, int v0, int Vl, int V, int N) {
+  for (int n = 0; n < N; n++) {
+    Real m = -std::numeric_limits<Real>::infinity();
+    for (int v = 0; v < Vl && v0 + v < V; v++) m = std::max(m, logits_local[static_cast<int64_t>(n) * Vl + v]);
+    max_out[n] = m;
+  }
+}
+
+template <typename Real>
+void crossentropy_vp_local_sumexp(Real* sumexp_out, Real* target_logit_out, const Real* logits_local,
+                                  const Real* global_max, const int32_t* targets, int v0, int Vl, int V, int N) {
+  for (int n = 0; n < N; n++) {
+    const Real* x = logits_local + static_cast<int64_t>(n) * Vl;
+    Real sum = 0;
+    for (int v = 0; v < Vl && v0 + v < V; v++) sum += std::exp(x[v] - global_max[n]);
+    sumexp_out[n] = sum;
+    target_logit_out[n] = targets[n] >= v0 && targets[n] < v0 + Vl ? x[targets[n] - v0] : Real(0);
+  }
+}
+
+template <typename Real>
+void crossentropy_vp_loss(Real* losses, const Real* global_max, const Real* global_sumexp,
+                          const Real* global_target_logit, int N) {
+  for (int n = 0; n < N; n++) losses[n] = std::log(global_sumexp[n]) + global_max[n] - global_target_logit[n];
+}
+
+template <typename Real>
+void crossentropy_vp_loss_backward(Real* losses, Real* logits_local, const Real* global_max, const Real* global_sumexp,
+                                   const Real* global_target_logit, const int32_t* targets, Real dloss, int v0, int Vl,
+                                   int V, int N) {
+  crossentropy_vp_loss(losses, global_max, global_sumexp, global_target_logit, N);
+  for (int n = 0; n < N; n++) {
+    Real* x = logits_local + static_cast<int64_t>(n) * Vl;
+    for (int v = 0; v < Vl; v++) {
+      const bool real = v0 + v < V;
+      const Real p = real ? std::exp(x[v] - global_max[n]) / global_sumexp[n] : Real(0);
+      const Real indicator = v0 + v == targets[n] ? Real(1) : Real(0);
+      x[v] = real ? dloss * (p - indicator) : Real(0);
+    }
+  }
+}
+
 // ---- reductions and optimizer -----------------------------------------------------------------------
 template <typename Real>
 void sum(Real* out, const Real* x, int64_t n) {
@@ -304,6 +377,16 @@ void adamw_update(Real* params, const Real* grads, Real* m, Real* v, int64_t n, 
   template void residual_forward<Real>(Real*, const Real*, const Real*, int64_t);                                 \
   template void crossentropy_forward<Real>(Real*, const Real*, const int32_t*, int, int, int);                    \
   template void crossentropy_forward_backward<Real>(Real*, Real*, const int32_t*, Real, int, int, int);           \
+  template void encoder_forward_vocab_parallel<Real>(Real*, const int32_t*, const Real*, const Real*, int, int, int,  \
+                                                     int, int);                                                   \
+  template void encoder_backward_vocab_parallel<Real>(Real*, Real*, const Real*, const int32_t*, int, int, int, int, \
+                                                      int);                                                       \
+  template void crossentropy_vp_local_max<Real>(Real*, const Real*, int, int, int, int);                          \
+  template void crossentropy_vp_local_sumexp<Real>(Real*, Real*, const Real*, const Real*, const int32_t*, int, int, \
+                                                   int, int);                                                     \
+  template void crossentropy_vp_loss_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*,           \
+                                                    const int32_t*, Real, int, int, int, int);                    \
+  template void crossentropy_vp_loss<Real>(Real*, const Real*, const Real*, const Real*, int);                    \
   template void sum<Real>(Real*, const Real*, int64_t);                                                           \
   template void sum_squares_accumulate<Real>(double*, const Real*, int64_t);                                      \
   template void scale<Real>(Real*, Real, int64_t);                                                                \

@@ -57,6 +57,31 @@ template <typename Real>
 void crossentropy_forward_backward(Real* losses /*(N)*/, Real* logits /*(N,Vp) in/out*/,
                                    const int32_t* targets /*(N)*/, Real dloss, int N, int V, int Vp);
 
+// Vocabulary parallelism (kernels.hpp): this rank holds the global rows/columns [v0, v0+Vl) of the padded Vp.
+template <typename Real>
+void encoder_forward_vocab_parallel(Real* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
+                                    const Real* wte_local /*(Vl,C)*/, const Real* wpe /*(T,C) or null*/, int v0,
+                                    int Vl, int B, int T, int C);
+template <typename Real>
+void encoder_backward_vocab_parallel(Real* dwte_local /*(Vl,C) +=*/, Real* dwpe /*(T,C) += or null*/,
+                                     const Real* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl, int B,
+                                     int T, int C);
+template <typename Real>
+void crossentropy_vp_local_max(Real* max_out /*(N)*/, const Real* logits_local /*(N,Vl)*/, int v0, int Vl, int V,
+                               int N);
+template <typename Real>
+void crossentropy_vp_local_sumexp(Real* sumexp_out /*(N)*/, Real* target_logit_out /*(N)*/,
+                                  const Real* logits_local /*(N,Vl)*/, const Real* global_max /*(N)*/,
+                                  const int32_t* targets /*(N)*/, int v0, int Vl, int V, int N);
+template <typename Real>
+void crossentropy_vp_loss_backward(Real* losses /*(N)*/, Real* logits_local /*(N,Vl) in/out*/,
+                                   const Real* global_max /*(N)*/, const Real* global_sumexp /*(N)*/,
+                                   const Real* global_target_logit /*(N)*/, const int32_t* targets /*(N)*/, Real dloss,
+                                   int v0, int Vl, int V, int N);
+template <typename Real>
+void crossentropy_vp_loss(Real* losses /*(N)*/, const Real* global_max /*(N)*/, const Real* global_sumexp /*(N)*/,
+                          const Real* global_target_logit /*(N)*/, int N);
+
 template <typename Real>
 void sum(Real* out, const Real* x, int64_t n);
 template <typename Real>

@@ -1,0 +1,152 @@
+#pragma once
+// Pipeline-parallel schedules and their executor (DESIGN.md §3 and §6, STYLE.md "Parallelism like
+// Megatron-Core"). Generic: a stage is anything that implements PipelineStage; the GPT model plugs in later.
+//
+// Schedule: the ordered list of actions one stage performs in one optimizer step, over n_micro micro-batches.
+//  - GPipe: all forwards F0 .. F(m-1), then all backwards in reverse order B(m-1) .. B0 (as in GPipe /
+//    torchgpipe, where autograd walks the micro-batches back; the last micro-batch forwarded is the first one
+//    whose gradient the next stage can return). Activations in flight: m.
+//  - 1F1B (PipeDream-Flush, Megatron's non-interleaved schedule): warm-up of
+//    min(pp_size - pp_rank - 1, m) forwards, then steady 1F1B (one forward, one backward) until every
+//    micro-batch is forwarded, then cool-down backwards. Backwards run in micro-batch order. Activations in
+//    flight: min(pp_size - pp_rank, m).
+// With uniform per-stage times F (forward) and B (backward) and free communication, both schedules take
+// (m + p - 1)(F + B), so every stage idles for the fraction (p - 1) / (m + p - 1) of the step (the bubble);
+// 1F1B only lowers the activation memory.
+//
+// Executor (run_schedule): one call runs one stage's schedule; every stage of the pp group calls it with the
+// schedule make_schedule() gives for its own rank (the same kind and n_micro on all stages). Point to point,
+// host buffers, one float tensor of activation_numel() elements per micro-batch in both directions:
+//  - forward on stage s > 0:    its input is micro-batch j's activation received from stage s-1;
+//    forward on stage s < last: its output is sent to stage s+1;
+//  - backward on stage s < last: its dout is micro-batch j's gradient received from stage s+1;
+//    backward on stage s > 0:    its din is sent to stage s-1.
+// Tags: 2j for activations, 2j + 1 for gradients (distinct per direction and micro-batch).
+// Sends are asynchronous (a stage never blocks on its own send); receives are posted ahead: the gradient
+// receive of micro-batch j right after its forward, the activation receive as soon as the previous
+// micro-batch of its buffer slot has consumed its input. The only waits on sends are wait-before-reuse
+// (below): an activation slot is reused after its backward, which the next stage could only return after
+// receiving the activation; a gradient's receive was posted at the previous stage's forward of that
+// micro-batch. So no wait depends on a receive not yet posted, and no schedule whose actions respect the
+// data dependencies deadlocks (the classic 1F1B pitfall: two neighbours both blocked in a send to each
+// other). Every wait is the communicator's, bounded by comm.timeout_s, and names the micro-batch and peer.
+// Sends of large activations (rendezvous protocol) progress only inside MPI calls (PLATFORM.md): the
+// executor calls pp.progress() between actions.
+//
+// Memory (DESIGN.md invariant 7): PipelineBuffers is planned from the schedule before the step: one slot per
+// activation in flight (max_in_flight(): m for GPipe, min(p - r, m) for 1F1B), each slot holding the
+// received input, the output being sent, the received gradient and the gradient being sent of one
+// micro-batch. A slot is taken by a micro-batch at its forward and released at its backward; a send buffer
+// is reused only after its Work has completed (wait-before-reuse). Nothing is allocated per action apart
+// from the communicator's Work handles and their labels.
+//
+// Buffer lifetimes seen by the stage: `in` is valid during forward() only and `dout` during backward() only
+// (a stage that needs its input in backward keeps its own copy); `out` and `din` are written by the call.
+//
+// Bubble (PipelineStats): compute_ms is the time spent inside forward()/backward(), total_ms the wall time of
+// the step, measured_bubble = 1 - compute_ms / total_ms. With options.barrier (default), total_ms runs from
+// the end of an entry barrier over the pp group to the end of an exit barrier, so all stages measure the
+// same window and the idle of the stages that finish early (the last stage's cool-down) is counted; without
+// it, total_ms runs from entry to the completion of this stage's last send.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::parallel {
+
+enum class ScheduleKind { GPipe, OneFOneB };
+// "gpipe" | "1f1b" (deck key parallel.schedule); anything else is a UsageError naming the accepted values.
+ScheduleKind parse_schedule_kind(const std::string& s);
+const char* schedule_kind_name(ScheduleKind k);  // "gpipe" | "1f1b"
+
+struct Action {
+  enum Op { Forward, Backward } op;
+  int micro;
+  bool operator==(const Action&) const = default;
+};
+
+// The actions of stage pp_rank (0 <= pp_rank < pp_size) over n_micro >= 1 micro-batches. Pure.
+std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int pp_rank, int n_micro);
+// "F0 F1 B1 B0" (messages and tests).
+std::string format_schedule(const std::vector<Action>& schedule);
+// Number of micro-batches of the schedule. Checks that every micro-batch 0..m-1 is forwarded once and
+// backwarded once, its backward after its forward; throws hpct::Error otherwise.
+int schedule_micro_batches(const std::vector<Action>& schedule);
+// Peak number of micro-batches forwarded and not yet backwarded (activations the stage holds).
+int max_in_flight(const std::vector<Action>& schedule);
+// (p - 1) / (m + p - 1): the idle fraction of every stage with uniform stage times and free communication.
+double theoretical_bubble(int pp_size, int n_micro);
+
+// One pipeline stage (its layers of the model). Called by run_schedule in schedule order.
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  // in: activation_numel() floats from the previous stage (nullptr on the first stage);
+  // out: activation_numel() floats for the next stage (nullptr on the last stage).
+  virtual void forward(int micro, const float* in, float* out) = 0;
+  // dout: gradient w.r.t. this stage's output, from the next stage (nullptr on the last stage);
+  // din: gradient w.r.t. this stage's input, for the previous stage (nullptr on the first stage).
+  virtual void backward(int micro, const float* dout, float* din) = 0;
+  // Elements of the activation exchanged between stages (the same on every stage boundary).
+  virtual int64_t activation_numel() const = 0;
+};
+
+struct PipelineStats {
+  double compute_ms = 0.0;  // inside forward() and backward()
+  double wait_ms = 0.0;     // blocked in receive and send waits (and the exit barrier)
+  double total_ms = 0.0;    // the step's window (see the header comment)
+  double measured_bubble = 0.0;     // 1 - compute_ms / total_ms
+  double theoretical_bubble = 0.0;  // (p - 1) / (m + p - 1)
+};
+
+struct PipelineRunOptions {
+  bool barrier = true;  // entry and exit barriers over pp: every stage measures the same window
+};
+
+// The communication buffers of one stage for one schedule, planned before the step (see above).
+class PipelineBuffers {
+ public:
+  PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel);
+  PipelineBuffers(const PipelineBuffers&) = delete;
+  PipelineBuffers& operator=(const PipelineBuffers&) = delete;
+
+  const std::vector<Action>& schedule() const { return schedule_; }
+  int n_micro() const { return static_cast<int>(slot_of_.size()); }
+  int slots() const { return slots_; }
+  int64_t activation_numel() const { return numel_; }
+  int slot_of(int micro) const { return slot_of_[static_cast<size_t>(micro)]; }
+  size_t bytes() const { return slab_.bytes(); }
+
+  float* act_in(int slot) { return act_in_->f32() + static_cast<int64_t>(slot) * numel_; }    // (numel)
+  float* act_out(int slot) { return act_out_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
+  float* grad_in(int slot) { return grad_in_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
+  float* grad_out(int slot) { return grad_out_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
+
+ private:
+  friend struct PipelineRunner;
+  friend PipelineStats run_schedule(const std::vector<Action>&, PipelineStage&, comm::Communicator&, PipelineBuffers&,
+                                    const PipelineRunOptions&);
+  std::vector<Action> schedule_;
+  int64_t numel_ = 0;
+  int slots_ = 0;
+  std::vector<int> slot_of_;       // micro -> slot
+  std::vector<int> next_in_slot_;  // micro -> the micro-batch forwarded next in its slot (-1: none)
+  std::vector<int> first_in_slot_; // slot -> its first micro-batch (-1: unused)
+  Slab slab_;
+  Tensor* act_in_ = nullptr;    // (slots, numel)
+  Tensor* act_out_ = nullptr;   // (slots, numel)
+  Tensor* grad_in_ = nullptr;   // (slots, numel)
+  Tensor* grad_out_ = nullptr;  // (slots, numel)
+  // Works in flight per slot (sized once; a completed Work is reset before its slot is reused)
+  std::vector<comm::WorkPtr> recv_act_, send_act_, recv_grad_, send_grad_;
+};
+
+// Runs one stage's schedule (see the header comment). pp: the pipeline group, rank == stage. buffers must
+// have been planned for this schedule and stage.activation_numel().
+PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& stage, comm::Communicator& pp,
+                           PipelineBuffers& buffers, const PipelineRunOptions& options = {});
+
+}  // namespace hpct::parallel

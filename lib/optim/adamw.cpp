@@ -60,11 +60,12 @@ void AdamW::plan_state() {
   k::fill_zero(ctx, state_.base(), static_cast<int64_t>(state_.bytes()));
 }
 
-double AdamW::grad_sumsq(const ExecContext& ctx) {
+double AdamW::grad_sumsq(const ExecContext& ctx, const std::vector<bool>* counted) {
   double* acc = norm_.tensors()[0].f64();
   k::fill_zero(ctx, acc, sizeof(double));
   for (const Segment& s : segs_)
-    if (s.numel() > 0) k::sum_squares_accumulate(ctx, acc, s.grad, s.numel());
+    if (s.numel() > 0 && (!counted || (*counted)[static_cast<size_t>(s.tensor)]))
+      k::sum_squares_accumulate(ctx, acc, s.grad, s.numel());
   double host = 0.0;
   k::copy_to_host(ctx, &host, acc, sizeof(double));
   return host;

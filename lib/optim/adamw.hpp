@@ -45,7 +45,9 @@ class AdamW {
 
   // Sum of squares of the segments' gradients (this rank's share; the caller reduces it over ranks when
   // the optimizer is sharded), accumulated in double on the device, one explicit copy to the host.
-  double grad_sumsq(const ExecContext& ctx);
+  // counted (optional, by tensor index): only those tensors' segments count (a replica held by several
+  // ranks of a TP group counts on one of them, DESIGN.md §6).
+  double grad_sumsq(const ExecContext& ctx, const std::vector<bool>* counted = nullptr);
   // Global L2 norm of all gradients, for the unsharded optimizer.
   double grad_norm(const ExecContext& ctx);
   // Clipping factor for a given norm (1 when clipping is off or not needed).

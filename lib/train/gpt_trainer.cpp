@@ -21,6 +21,7 @@
 #include "data/token_shard.hpp"
 #include "kernels/kernels.hpp"
 #include "models/gpt/gpt.hpp"
+#include "models/gpt/gpt_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_sync.hpp"
@@ -134,11 +135,11 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const int T = cfg.seq_len;
   const std::string where = fmt::format("deck {}", deck.deck_path());
   const int tp = static_cast<int>(deck.get_int("parallel.tp")), pp = static_cast<int>(deck.get_int("parallel.pp"));
-  HPCT_USAGE_CHECK(tp == 1 && pp == 1,
-                   "{}: parallel.tp = {}, parallel.pp = {}: tensor and pipeline parallelism of the GPT are not "
-                   "implemented in this version; use parallel.tp = 1 and parallel.pp = 1 (data parallelism: launch "
-                   "more ranks)",
-                   where, tp, pp);
+  HPCT_USAGE_CHECK(pp == 1,
+                   "{}: parallel.pp = {}: pipeline parallelism of the GPT is not implemented in this version; use "
+                   "parallel.pp = 1 (tensor parallelism: parallel.tp; data parallelism: launch more ranks)",
+                   where, pp);
+  gpt::validate_model_parallel(cfg, tp, pp, where);
   comm::CommOptions copts;
   copts.timeout_s = deck.get_float("comm.timeout_s");
   parallel::ParallelContext pc(tp, pp, deck.get_string("parallel.order"), copts, where);
@@ -208,7 +209,8 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   set_log_file((fs::path(opts.out_dir) / "train.log").string());
 
   // ---- model, gradient sync, optimizer, planned buffers (nothing allocates in the step loop) -----
-  gpt::Gpt model(cfg, MB, ctx.device);
+  const gpt::ModelParallel mp{tp, pc.tp_rank(), pp, pc.pp_rank()};
+  gpt::Gpt model(cfg, MB, ctx.device, mp, &pc.tp_group());
   model.init_parameters(ctx, seed);
   parallel::GradSyncOptions gso;
   gso.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
@@ -221,7 +223,13 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   std::vector<optim::Segment> segments;
   for (const auto& o : grad_sync.owned()) segments.push_back({o.tensor, o.begin, o.end, o.grad, 0});
   optim::AdamW adamw(model.params(), segments, decay, ocfg);
-  const std::vector<TensorPlacement> placements = whole_placements(model.params());  // TP = PP = 1 here
+  // where each local tensor sits in the serial one, which replica counts (grad norm) and is written (checkpoint)
+  std::vector<TensorPlacement> placements;
+  std::vector<bool> counted;
+  for (const gpt::ShardSpec& sh : gpt::parameter_layout(cfg, mp)) {
+    placements.push_back({sh.global_shape, sh.offset, sh.split_axis, gpt::is_primary_replica(sh, mp)});
+    counted.push_back(gpt::is_primary_replica(sh, mp));
+  }
   Slab io("batch", ctx.device);
   Tensor& in_dev = io.add("inputs", {MB, T}, DType::I32);
   Tensor& tgt_dev = io.add("targets", {MB, T}, DType::I32);
@@ -229,7 +237,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   io.allocate();
   std::vector<int32_t> in_host(static_cast<size_t>(MB) * T), tgt_host(in_host.size());
 
-  gpt::MemoryPlan plan = gpt::memory_plan(cfg, MB);
+  gpt::MemoryPlan plan = gpt::memory_plan(cfg, mp, MB);
   plan.optim_bytes = adamw.state_bytes();  // 1/DP of the unsharded figure under ZeRO-1
   const double flops_tok = gpt::flops_per_token(cfg);
   log_info("hpctrain train_gpt | deck {} | out {}", deck.deck_path(), opts.out_dir);
@@ -368,8 +376,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
                      "loss is {} at step {}: training diverged; lower optim.lr (now {}) or check the data", loss, s,
                      sched.lr);
     if (dump && s == 1) dump->record_grads(ctx, model);
-    double sumsq = adamw.grad_sumsq(ctx);
+    double sumsq = adamw.grad_sumsq(ctx, &counted);
     if (gso.zero && dp > 1) pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
+    if (tp > 1) pc.tp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (TP)");
     const double norm = std::sqrt(sumsq);
     const double lr = sched.at(s);
     adamw.step(ctx, static_cast<float>(lr), adamw.clip_scale(norm));
@@ -442,7 +451,10 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   }
 
   // ---- sample and summary ---------------------------------------------------------------------
-  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && pc.rank() == 0) {
+  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && tp > 1)
+    log_info("sample: skipped (generation with tensor parallelism is not implemented; the checkpoint can be sampled "
+             "at tp = 1)");
+  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && pc.rank() == 0 && tp == 1) {
     const std::string text = generate(ctx, model, deck, in_dev, seed);
     log_info("sample (temperature {}, top-k {}):\n{}\n--- end of sample ---", deck.get_float("sample.temperature"),
              deck.get_int("sample.top_k"), text);

@@ -4,6 +4,8 @@
 
   layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1 at np 2, 4): per-step losses equal the np 1
             run within 1e-5 relative (DESIGN.md invariant 1)
+  tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1) vs serial within 1e-5; a checkpoint
+            written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
   restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
             and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
             another DP size (also from a ZeRO-1 checkpoint) within 1e-5
@@ -109,6 +111,22 @@ if scenario == "layout":
         out = f"{work}/np{np}_zero{zero}"
         train(np, out, ["train.steps=20", f"parallel.zero={zero}", "parallel.bucket_mb=0.05"])
         compare(f"np {np} zero {zero} vs np 1", losses(out), ref, 1e-5)
+
+elif scenario == "tp":
+    # tensor parallelism (issue 4, TP part): (DP, TP) layouts vs the serial run, ZeRO-1 on top, and a
+    # checkpoint written at (2, 2) restored at (1, 1), (4, 1) and (1, 4)
+    serial = f"{work}/serial"
+    train(1, serial, ["train.steps=10", "optim.decay_steps=10"])
+    ref = losses(serial)
+    for dp, tp, zero in [(1, 2, 0), (1, 4, 0), (2, 2, 0), (2, 2, 1)]:
+        out = f"{work}/dp{dp}_tp{tp}_zero{zero}"
+        train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.zero={zero}"])
+        compare(f"(dp {dp}, tp {tp}) zero {zero} vs serial", losses(out), ref, 1e-5)
+    for dp, tp in [(1, 1), (4, 1), (1, 4)]:
+        out = f"{work}/from_dp2tp2_to_dp{dp}tp{tp}"
+        train(4, out, ["train.steps=5", "optim.decay_steps=10", "parallel.tp=2"])
+        train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", "checkpoint.resume=latest"])
+        compare(f"checkpoint (dp 2, tp 2) -> (dp {dp}, tp {tp})", losses(out), ref, 1e-5)
 
 elif scenario == "restart":
     import numpy as np_

@@ -4,6 +4,7 @@
 
 #include "core/rng.hpp"
 #include "kernels/kernels.hpp"
+#include "models/gpt/gpt_layout.hpp"
 
 namespace hpct::gpt {
 
@@ -76,8 +77,9 @@ struct ActSpec {
   std::string name;
   std::vector<int64_t> shape;
 };
-std::vector<ActSpec> activation_layout(const GptConfig& c, int B) {
-  const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab;
+// t: tensor-parallel size (local head, MLP and vocabulary widths are / t; the residual stream is full width).
+std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t = 1) {
+  const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
   std::vector<ActSpec> a;
   a.push_back({"encoded", {B, T, C}});
   for (int l = 0; l < c.n_layer; ++l) {
@@ -85,15 +87,15 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B) {
     a.push_back({h + "ln1", {B, T, C}});
     a.push_back({h + "ln1_mean", {B, T}});
     a.push_back({h + "ln1_rstd", {B, T}});
-    a.push_back({h + "qkv", {B, T, 3 * C}});
-    a.push_back({h + "atty", {B, T, C}});
+    a.push_back({h + "qkv", {B, T, 3 * Cl}});
+    a.push_back({h + "atty", {B, T, Cl}});
     a.push_back({h + "att", {B, NH, T, T}});  // softmax probabilities (the CPU backend keeps T x T)
     a.push_back({h + "residual2", {B, T, C}});
     a.push_back({h + "ln2", {B, T, C}});
     a.push_back({h + "ln2_mean", {B, T}});
     a.push_back({h + "ln2_rstd", {B, T}});
-    a.push_back({h + "fch", {B, T, 4 * C}});
-    a.push_back({h + "fch_gelu", {B, T, 4 * C}});
+    a.push_back({h + "fch", {B, T, 4 * Cl}});
+    a.push_back({h + "fch_gelu", {B, T, 4 * Cl}});
     a.push_back({h + "residual3", {B, T, C}});
   }
   a.push_back({"lnf", {B, T, C}});
@@ -102,13 +104,17 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B) {
   a.push_back({"logits", {B, T, Vp}});
   a.push_back({"losses", {B, T}});
   a.push_back({"scratch", {B, T, C}});
+  if (t > 1) {
+    a.push_back({"ce_max", {B, T}});
+    a.push_back({"ce_stats", {2, B, T}});
+  }
   return a;
 }
-std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B) {
-  const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head;
-  return {{"dresidual", {B, T, C}}, {"dln", {B, T, C}},           {"dqkv", {B, T, 3 * C}},
-          {"datty", {B, T, C}},     {"datt", {B, NH, T, T}},      {"dfch", {B, T, 4 * C}},
-          {"dfch_gelu", {B, T, 4 * C}}};
+std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t = 1) {
+  const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Cl = C / t;
+  return {{"dresidual", {B, T, C}}, {"dln", {B, T, C}},           {"dqkv", {B, T, 3 * Cl}},
+          {"datty", {B, T, Cl}},    {"datt", {B, NH, T, T}},      {"dfch", {B, T, 4 * Cl}},
+          {"dfch_gelu", {B, T, 4 * Cl}}};
 }
 }  // namespace
 
@@ -135,16 +141,33 @@ double flops_per_token(const GptConfig& c) {
 
 // ---- model -------------------------------------------------------------------------------------
 
-Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device)
+Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device) : Gpt(cfg, micro_batch, device, ModelParallel{}, nullptr) {}
+
+namespace {
+std::vector<ParamSpec> local_layout(const GptConfig& cfg, const ModelParallel& mp) {
+  if (mp.tp == 1 && mp.pp == 1) return parameter_layout(cfg);
+  std::vector<ParamSpec> out;
+  for (const ShardSpec& s : parameter_layout(cfg, mp)) out.push_back(s.spec);
+  return out;
+}
+}  // namespace
+
+Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm)
     : cfg_(cfg),
+      mp_(mp),
+      tp_comm_(tp_comm),
       B_(micro_batch),
       device_(device),
-      layout_(parameter_layout(cfg)),
+      layout_(local_layout(cfg, mp)),
       params_("params", device),
       grads_("grads", device),
       acts_("activations", device),
       dacts_("activation_grads", device) {
   HPCT_CHECK(micro_batch >= 1, "micro_batch must be >= 1, is {}", micro_batch);
+  HPCT_CHECK(mp.pp == 1, "the GPT model does not implement pipeline stages yet (pp = {})", mp.pp);
+  HPCT_CHECK(mp.tp == 1 || (tp_comm != nullptr && tp_comm->size() == mp.tp && tp_comm->rank() == mp.tp_rank),
+             "tensor parallelism needs the TP group communicator (tp = {})", mp.tp);
+  validate_model_parallel(cfg, mp.tp, mp.pp, "GPT model");
   for (const auto& p : layout_) {
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
@@ -156,8 +179,8 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device)
     HPCT_CHECK(i < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
     layer_first_.push_back(i);
   }
-  for (const auto& a : activation_layout(cfg, B_)) acts_.add(a.name, a.shape);
-  for (const auto& a : activation_grad_layout(cfg, B_)) dacts_.add(a.name, a.shape);
+  for (const auto& a : activation_layout(cfg, B_, mp.tp)) acts_.add(a.name, a.shape);
+  for (const auto& a : activation_grad_layout(cfg, B_, mp.tp)) dacts_.add(a.name, a.shape);
   params_.allocate();
   grads_.allocate();
   acts_.allocate();
@@ -186,6 +209,10 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device)
   logits_ = &acts_.get("logits");
   losses_ = &acts_.get("losses");
   scratch_ = &acts_.get("scratch");
+  if (mp.tp > 1) {
+    ce_max_ = &acts_.get("ce_max");
+    ce_stats_ = &acts_.get("ce_stats");
+  }
   dresidual_ = &dacts_.get("dresidual");
   dln_ = &dacts_.get("dln");
   dqkv_ = &dacts_.get("dqkv");
@@ -208,6 +235,16 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
   // Generated on the host from the counter-based RNG, then copied explicitly (works for every backend).
   const float proj_std = cfg_.init_std / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));  // GPT-2 residual scaling
   std::vector<float> host;
+  if (mp_.tp > 1 || mp_.pp > 1) {  // each shard: exactly the serial values at its global positions
+    const std::vector<ShardSpec> shards = parameter_layout(cfg_, mp_);
+    for (const ShardSpec& sh : shards) {
+      Tensor& t = params_.get(sh.spec.name);
+      host.assign(static_cast<size_t>(t.numel()), 0.0f);
+      init_shard(host.data(), sh, cfg_, seed);
+      k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
+    }
+    return;
+  }
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_[i];
     Tensor& t = params_.get(spec.name);
@@ -230,37 +267,84 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
 
 void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
 
+void Gpt::tp_allreduce(float* buf, int64_t n, comm::ReduceOp op, const char* what) {
+  tp_comm_->allreduce(buf, n, DType::F32, op, what);
+}
+
+// Tensor parallelism (t = mp_.tp > 1; gpt_layout.hpp states each layer's split): the residual stream and the
+// LayerNorms are replicated; QKV and fc are column-parallel (local output widths 3C/t, 4C/t, no communication
+// forward, allreduce of dX backward); proj and mlp.proj are row-parallel (partial sums allreduced forward,
+// nothing backward) with their replicated bias added on tp_rank 0 only, so the allreduced sum holds it once;
+// wte is vocabulary-parallel (embedding: partial rows allreduced; head: local logit columns, cross-entropy
+// over them with two small allreduces). At t = 1 the calls are the serial ones.
 void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
-  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab, N = b * T;
+  const int t = mp_.tp;
+  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
+  const int Cl = C / t;  // this rank's channels of the attention heads; 4 Cl of the MLP
+  const bool tp = t > 1, lead = mp_.tp_rank == 0;
   last_inputs_ = inputs;
 
-  k::encoder_forward(ctx, encoded_->f32(), inputs, wte_->f32(), wpe_->f32(), b, T, C);  // (b,T,C)
+  if (tp) {
+    k::encoder_forward_vocab_parallel(ctx, encoded_->f32(), inputs, wte_->f32(), lead ? wpe_->f32() : nullptr,
+                                      mp_.tp_rank * Vl, Vl, b, T, C);
+    tp_allreduce(encoded_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP embedding");
+  } else {
+    k::encoder_forward(ctx, encoded_->f32(), inputs, wte_->f32(), wpe_->f32(), b, T, C);  // (b,T,C)
+  }
   const float* residual = encoded_->f32();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerParams& p = p_[l];
     const LayerActs& a = a_[l];
-    // attention block: residual2 = residual + proj(attention(qkv(ln1(residual))))
+    // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
     k::layernorm_forward(ctx, a.ln1->f32(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->f32(),
                          ptr(p.ln1b), N, C);
-    k::matmul_forward(ctx, a.qkv->f32(), a.ln1->f32(), p.qkvw->f32(), ptr(p.qkvb), N, C, 3 * C);  // (N, 3C)
-    k::attention_forward(ctx, a.atty->f32(), a.att->f32(), a.qkv->f32(), b, T, C, NH);
-    k::matmul_forward(ctx, scratch_->f32(), a.atty->f32(), p.projw->f32(), ptr(p.projb), N, C, C);
+    k::matmul_forward(ctx, a.qkv->f32(), a.ln1->f32(), p.qkvw->f32(), ptr(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
+    k::attention_forward(ctx, a.atty->f32(), a.att->f32(), a.qkv->f32(), b, T, Cl, NH);
+    k::matmul_forward(ctx, scratch_->f32(), a.atty->f32(), p.projw->f32(), lead ? ptr(p.projb) : nullptr, N, Cl, C);
+    if (tp) tp_allreduce(scratch_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP attention proj");
     k::residual_forward(ctx, a.residual2->f32(), residual, scratch_->f32(), static_cast<int64_t>(N) * C);
     // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
     k::layernorm_forward(ctx, a.ln2->f32(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->f32(), p.ln2w->f32(),
                          ptr(p.ln2b), N, C);
-    k::matmul_forward(ctx, a.fch->f32(), a.ln2->f32(), p.fcw->f32(), ptr(p.fcb), N, C, 4 * C);  // (N, 4C)
-    k::gelu_forward(ctx, a.fch_gelu->f32(), a.fch->f32(), static_cast<int64_t>(N) * 4 * C);
-    k::matmul_forward(ctx, scratch_->f32(), a.fch_gelu->f32(), p.fcprojw->f32(), ptr(p.fcprojb), N, 4 * C, C);
+    k::matmul_forward(ctx, a.fch->f32(), a.ln2->f32(), p.fcw->f32(), ptr(p.fcb), N, C, 4 * Cl);  // (N, 4C/t)
+    k::gelu_forward(ctx, a.fch_gelu->f32(), a.fch->f32(), static_cast<int64_t>(N) * 4 * Cl);
+    k::matmul_forward(ctx, scratch_->f32(), a.fch_gelu->f32(), p.fcprojw->f32(), lead ? ptr(p.fcprojb) : nullptr, N,
+                      4 * Cl, C);
+    if (tp) tp_allreduce(scratch_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP MLP proj");
     k::residual_forward(ctx, a.residual3->f32(), a.residual2->f32(), scratch_->f32(), static_cast<int64_t>(N) * C);
     residual = a.residual3->f32();
   }
   k::layernorm_forward(ctx, lnf_->f32(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->f32(), ptr(lnfb_), N, C);
-  k::matmul_forward(ctx, logits_->f32(), lnf_->f32(), wte_->f32(), nullptr, N, C, Vp);  // tied head, (N, Vp)
+  k::matmul_forward(ctx, logits_->f32(), lnf_->f32(), wte_->f32(), nullptr, N, C, Vl);  // tied head, (N, Vp/t)
+}
+
+// Vocabulary-parallel cross-entropy over this rank's logit columns: local max -> allreduce(MAX) -> local
+// sum of exp and target logit -> one allreduce(SUM) of both -> losses (and dlogits in place).
+const float* Gpt::vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss) {
+  const int N = b * cfg_.seq_len, Vl = cfg_.padded_vocab / mp_.tp, v0 = mp_.tp_rank * Vl, V = cfg_.vocab_size;
+  float* mx = ce_max_->f32();
+  float* sumexp = ce_stats_->f32();                 // (N) at the start of the (2, B, T) buffer
+  float* tgt = ce_stats_->f32() + static_cast<int64_t>(B_) * cfg_.seq_len;  // (N) in the second half
+  k::crossentropy_vp_local_max(ctx, mx, logits_->f32(), v0, Vl, V, N);
+  tp_allreduce(mx, N, comm::ReduceOp::Max, "TP cross-entropy max");
+  k::crossentropy_vp_local_sumexp(ctx, sumexp, tgt, logits_->f32(), mx, targets, v0, Vl, V, N);
+  if (N == B_ * cfg_.seq_len) {
+    tp_allreduce(sumexp, 2 * static_cast<int64_t>(N), comm::ReduceOp::Sum, "TP cross-entropy sums");
+  } else {
+    tp_allreduce(sumexp, N, comm::ReduceOp::Sum, "TP cross-entropy sum of exp");
+    tp_allreduce(tgt, N, comm::ReduceOp::Sum, "TP cross-entropy target logit");
+  }
+  if (backward)
+    k::crossentropy_vp_loss_backward(ctx, losses_->f32(), logits_->f32(), mx, sumexp, tgt, targets, dloss, v0, Vl, V,
+                                     N);
+  else
+    k::crossentropy_vp_loss(ctx, losses_->f32(), mx, sumexp, tgt, N);
+  return losses_->f32();
 }
 
 const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
+  if (mp_.tp > 1) return vp_loss(ctx, targets, b, false, 0.0f);
   k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), targets, b * cfg_.seq_len, cfg_.vocab_size,
                           cfg_.padded_vocab);
   return losses_->f32();
@@ -268,6 +352,11 @@ const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
 
 const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b) {
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
+  if (mp_.tp > 1) {
+    vp_loss(ctx, targets, b, true, dloss);
+    backward(ctx, b);
+    return losses_->f32();
+  }
   k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), targets, dloss, b * cfg_.seq_len,
                                    cfg_.vocab_size, cfg_.padded_vocab);
   backward(ctx, b);
@@ -275,12 +364,17 @@ const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targe
 }
 
 void Gpt::backward(const ExecContext& ctx, int b) {
-  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head, Vp = cfg_.padded_vocab, N = b * T, L = cfg_.n_layer;
-  float* dres = dresidual_->f32();  // gradient of the residual stream, (b, T, C)
+  const int t = mp_.tp;
+  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
+  const int L = cfg_.n_layer, Cl = C / t;
+  const bool tp = t > 1;
+  const int64_t NC = static_cast<int64_t>(N) * C;
+  float* dres = dresidual_->f32();  // gradient of the residual stream, (b, T, C), the same on every TP rank
 
-  // head and final LayerNorm, in reverse
-  k::matmul_backward(ctx, dln_->f32(), dwte_->f32(), nullptr, logits_->f32(), lnf_->f32(), wte_->f32(), N, C, Vp);
-  k::fill_zero(ctx, dres, static_cast<int64_t>(N) * C * 4);
+  // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns)
+  k::matmul_backward(ctx, dln_->f32(), dwte_->f32(), nullptr, logits_->f32(), lnf_->f32(), wte_->f32(), N, C, Vl);
+  if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP head dX");
+  k::fill_zero(ctx, dres, NC * 4);
   const float* last_residual = a_[L - 1].residual3->f32();
   k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
                         lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
@@ -291,25 +385,32 @@ void Gpt::backward(const ExecContext& ctx, int b) {
     const LayerParams& g = g_[l];
     const LayerActs& a = a_[l];
     const float* residual = l == 0 ? encoded_->f32() : a_[l - 1].residual3->f32();
-    // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged)
+    // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
+    // backward needs no communication (its replicated bias gradient is computed alike on every rank).
     k::matmul_backward(ctx, dfch_gelu_->f32(), g.fcprojw->f32(), ptr(g.fcprojb), dres, a.fch_gelu->f32(),
-                       p.fcprojw->f32(), N, 4 * C, C);
-    k::gelu_backward(ctx, dfch_->f32(), a.fch->f32(), dfch_gelu_->f32(), static_cast<int64_t>(N) * 4 * C);
+                       p.fcprojw->f32(), N, 4 * Cl, C);
+    k::gelu_backward(ctx, dfch_->f32(), a.fch->f32(), dfch_gelu_->f32(), static_cast<int64_t>(N) * 4 * Cl);
     k::matmul_backward(ctx, dln_->f32(), g.fcw->f32(), ptr(g.fcb), dfch_->f32(), a.ln2->f32(), p.fcw->f32(), N, C,
-                       4 * C);
+                       4 * Cl);
+    if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP MLP fc dX");  // column-parallel: allreduce dX
     k::layernorm_backward(ctx, dres, g.ln2w->f32(), ptr(g.ln2b), dln_->f32(), a.residual2->f32(), p.ln2w->f32(),
                           a.ln2_mean->f32(), a.ln2_rstd->f32(), N, C);
     ready(0, 0);  // progress point
     // attention block backward (residual2 = residual + ...)
-    k::matmul_backward(ctx, datty_->f32(), g.projw->f32(), ptr(g.projb), dres, a.atty->f32(), p.projw->f32(), N, C, C);
-    k::attention_backward(ctx, dqkv_->f32(), datt_->f32(), datty_->f32(), a.qkv->f32(), a.att->f32(), b, T, C, NH);
+    k::matmul_backward(ctx, datty_->f32(), g.projw->f32(), ptr(g.projb), dres, a.atty->f32(), p.projw->f32(), N, Cl, C);
+    k::attention_backward(ctx, dqkv_->f32(), datt_->f32(), datty_->f32(), a.qkv->f32(), a.att->f32(), b, T, Cl, NH);
     k::matmul_backward(ctx, dln_->f32(), g.qkvw->f32(), ptr(g.qkvb), dqkv_->f32(), a.ln1->f32(), p.qkvw->f32(), N, C,
-                       3 * C);
+                       3 * Cl);
+    if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP attention qkv dX");
     k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr(g.ln1b), dln_->f32(), residual, p.ln1w->f32(),
                           a.ln1_mean->f32(), a.ln1_rstd->f32(), N, C);
     ready(layer_first_[l], layer_first_[l + 1]);  // h.<l>.*
   }
-  k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, b, T, C);
+  if (tp)
+    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, mp_.tp_rank * Vl, Vl, b,
+                                       T, C);
+  else
+    k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, b, T, C);
   ready(0, layer_first_[0]);  // wte (head and encoder), wpe
 }
 

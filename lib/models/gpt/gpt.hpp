@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "kernels/exec_context.hpp"
 #include "tensor/tensor.hpp"
@@ -30,6 +31,11 @@ struct GptConfig {
 };
 
 enum class Init { Normal, ScaledNormal, Zeros, Ones };
+
+// This rank's place in the model-parallel part of the grid (data parallelism does not change the layout).
+struct ModelParallel {
+  int tp = 1, tp_rank = 0, pp = 1, pp_rank = 0;
+};
 
 // One logical parameter tensor: name, logical shape (the serial model's), initialisation and whether
 // AdamW's decoupled weight decay applies (2-D weights and embeddings only, as nanoGPT / torch recipes).
@@ -61,6 +67,11 @@ double flops_per_token(const GptConfig& cfg);
 class Gpt {
  public:
   Gpt(const GptConfig& cfg, int micro_batch, Device device);
+  // Tensor-parallel: this rank holds its shards of every tensor (models/gpt/gpt_layout.hpp) and tp_comm is
+  // its TP group (size mp.tp); the conjugate collectives run on it inside forward and backward (Megatron:
+  // column-parallel QKV and fc, row-parallel proj layers, vocabulary-parallel embedding and cross-entropy).
+  // Pipeline parallelism (mp.pp > 1) is not implemented by this class yet.
+  Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
@@ -70,7 +81,10 @@ class Gpt {
   // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1).
   void init_parameters(const ExecContext& ctx, uint64_t seed);
 
-  // Forward of b <= micro_batch sequences: inputs (b, T) on the device. Leaves logits (b, T, Vp).
+  const ModelParallel& model_parallel() const { return mp_; }
+
+  // Forward of b <= micro_batch sequences: inputs (b, T) on the device. Leaves logits (b, T, Vp) (under TP:
+  // this rank's vocabulary columns, (b, T, Vp/tp)).
   void forward(const ExecContext& ctx, const int32_t* inputs, int b);
   // Per-token losses (b, T) of the last forward against targets (b, T); logits are kept.
   const float* loss(const ExecContext& ctx, const int32_t* targets, int b);
@@ -107,7 +121,11 @@ class Gpt {
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
   }
+  void tp_allreduce(float* buf, int64_t n, comm::ReduceOp op, const char* what);
+  const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
   GptConfig cfg_;
+  ModelParallel mp_;
+  comm::Communicator* tp_comm_ = nullptr;
   int B_;
   GradReadyHook hook_;
   std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf
@@ -118,7 +136,8 @@ class Gpt {
   std::vector<LayerActs> a_;
   Tensor *wte_, *wpe_, *lnfw_, *lnfb_, *dwte_, *dwpe_, *dlnfw_, *dlnfb_;
   const int32_t* last_inputs_ = nullptr;                 // (B, T) tokens of the last forward (encoder backward)
-  Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;  // scratch: (B,T,C) projections
+  Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;
+  Tensor *ce_max_ = nullptr, *ce_stats_ = nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections
   // backward scratch, reused by every layer (activation gradients are assigned, see kernels.hpp)
   Tensor *dresidual_, *dln_, *dqkv_, *datty_, *datt_, *dfch_, *dfch_gelu_;
 };

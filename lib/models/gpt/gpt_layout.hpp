@@ -35,10 +35,7 @@
 
 namespace hpct::gpt {
 
-// This rank's place in the model-parallel part of the grid (data parallelism does not change the layout).
-struct ModelParallel {
-  int tp = 1, tp_rank = 0, pp = 1, pp_rank = 0;
-};
+// ModelParallel (this rank's place in the TP x PP part of the grid) is defined in gpt.hpp.
 
 // UsageError unless the model splits into tp x pp: n_head % tp, Vp % tp, 4C % tp, n_layer >= pp (every
 // stage holds at least one block). Each message names the failed constraint and the values that work.

@@ -243,9 +243,17 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
   }
 }
 
-void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when) {
+void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when,
+                    const std::vector<bool>* which) {
   if (comm.size() == 1) return;
-  const int64_t mine = ckpt::crc32c(params.base(), params.bytes());
+  uint32_t crc = 0;
+  if (!which) {
+    crc = ckpt::crc32c(params.base(), params.bytes());
+  } else {
+    for (size_t i = 0; i < params.tensors().size(); ++i)
+      if ((*which)[i]) crc = ckpt::crc32c(params.tensors()[i].data, params.tensors()[i].bytes(), crc);
+  }
+  const int64_t mine = crc;
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
   comm.allgather(&mine, all.data(), 1, DType::I64, "replica check");
   for (int r = 1; r < comm.size(); ++r)

@@ -75,6 +75,8 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
 
 // CRC32C of the parameter slab, allgathered over comm: replicas must be bitwise equal (DESIGN.md §6).
 // Throws naming the ranks that disagree.
-void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when);
+// which (optional, by tensor index): only those tensors (e.g. the TP-replicated ones over the TP group).
+void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when,
+                    const std::vector<bool>* which = nullptr);
 
 }  // namespace hpct::train

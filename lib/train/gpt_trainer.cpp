@@ -225,11 +225,17 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   optim::AdamW adamw(model.params(), segments, decay, ocfg);
   // where each local tensor sits in the serial one, which replica counts (grad norm) and is written (checkpoint)
   std::vector<TensorPlacement> placements;
-  std::vector<bool> counted;
+  std::vector<bool> counted, tp_replicated;
   for (const gpt::ShardSpec& sh : gpt::parameter_layout(cfg, mp)) {
     placements.push_back({sh.global_shape, sh.offset, sh.split_axis, gpt::is_primary_replica(sh, mp)});
     counted.push_back(gpt::is_primary_replica(sh, mp));
+    tp_replicated.push_back(sh.replicated_in_tp);
   }
+  // replicas must stay bitwise equal (DESIGN.md §6): whole parameters over DP, replicated tensors over TP
+  auto check_all_replicas = [&](const std::string& when) {
+    check_replicas(pc.dp_group(), model.params(), when);
+    check_replicas(pc.tp_group(), model.params(), when + ", TP-replicated tensors", &tp_replicated);
+  };
   Slab io("batch", ctx.device);
   Tensor& in_dev = io.add("inputs", {MB, T}, DType::I32);
   Tensor& tgt_dev = io.add("targets", {MB, T}, DType::I32);
@@ -310,7 +316,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   };
   double last_ckpt_s = 0.0;
   auto save = [&](int64_t s, const char* why) {
-    check_replicas(pc.dp_group(), model.params(), fmt::format("step {}", s));
+    check_all_replicas(fmt::format("step {}", s));
     ckpt::Attrs a;
     a.ints["step"] = s;
     a.ints["tokens_seen"] = s * GB * T;
@@ -345,15 +351,17 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
 
   // ---- training loop --------------------------------------------------------------------------
   const float dloss = static_cast<float>(1.0 / (static_cast<double>(GB) * T));  // 1 / global loss terms
-  std::vector<double> step_ms, exposed_ms;
+  std::vector<double> step_ms, exposed_ms, tp_ms;
   step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
   exposed_ms.reserve(step_ms.capacity());
+  tp_ms.reserve(step_ms.capacity());
   double last_loss = NAN, last_val = NAN;
   Timer since_ckpt;
   int exit_code = 0;
   for (int64_t s = start + 1; s <= steps; ++s) {
     Timer timer;
     model.zero_grad(ctx);
+    model.reset_tp_comm_ms();
     double loss_sum = 0.0;
     for (int64_t j = 0; j < n_micro; ++j) {
       const int64_t first = rank_first + j * MB;  // micro-batch j: a contiguous sub-block of this rank's block
@@ -387,6 +395,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     const double ms = timer.ms();
     step_ms.push_back(ms);
     exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms());
+    tp_ms.push_back(model.tp_comm_ms());
     last_loss = loss;
     if (dump) dump->record_step(s, loss, lr, norm);
 
@@ -408,14 +417,15 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       std::vector<std::pair<std::string, std::optional<double>>> rec = {
           {"step", static_cast<double>(s)}, {"loss", loss},    {"lr", lr},  {"grad_norm", norm},
           {"ms", ms},                       {"tokens_per_s", tok_s}, {"mfu", mfu},
-          {"comm_exposed_ms", exposed_ms.back()}};
+          {"comm_exposed_ms", exposed_ms.back()}, {"tp_comm_ms", model.tp_comm_ms()}};
       if (val_loss) rec.push_back({"val_loss", *val_loss});
       metrics->write(rec);
     }
     if (s % log_every == 0 || s == steps || val_loss) {
-      log_info("step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}) | {:.0f} "
+      log_info("step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | {:.0f} "
                "tok/s | mfu {}{}",
-               s, steps, loss, lr, norm, ms, exposed_ms.back(), tok_s,
+               s, steps, loss, lr, norm, ms, exposed_ms.back(),
+               tp > 1 ? fmt::format(", TP {:.1f}", model.tp_comm_ms()) : std::string(), tok_s,
                mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a",
                val_loss ? fmt::format(" | val loss {:.6f}", *val_loss) : "");
     }
@@ -443,7 +453,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       break;
     }
   }
-  check_replicas(pc.dp_group(), model.params(), "end of training");
+  check_all_replicas("end of training");
   if (dump) {
     dump->record_params(ctx, model, "final");
     dump->write();
@@ -467,13 +477,15 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     return v[v.size() / 2];
   };
   const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
+  const double med_tp = median_after_first(tp_ms);
   const double tok_s = static_cast<double>(GB) * T / (med / 1e3);
   const std::string mfu_s = peak_tflops > 0 ? fmt::format("{:.2f}%", 100 * flops_tok * tok_s / (peak_tflops * 1e12))
                                             : std::string("n/a");
   log_info("PERFORMANCE ranks dp tp pp | ms/step tokens/s tokens/s/rank MFU | loss val_loss | comm_exposed_ms "
-           "comm_exposed_frac");
-  log_info("PERFORMANCE {} {} {} {} | {:.2f} {:.0f} {:.0f} {} | {:.6f} {:.6f} | {:.2f} {:.4f}", pc.world_size(), dp, tp,
-           pp, med, tok_s, tok_s / pc.world_size(), mfu_s, last_loss, last_val, med_exposed, med_exposed / med);
+           "comm_exposed_frac tp_comm_ms");
+  log_info("PERFORMANCE {} {} {} {} | {:.2f} {:.0f} {:.0f} {} | {:.6f} {:.6f} | {:.2f} {:.4f} {:.2f}", pc.world_size(), dp,
+           tp, pp, med, tok_s, tok_s / pc.world_size(), mfu_s, last_loss, last_val, med_exposed, med_exposed / med,
+           med_tp);
   set_log_file("");
   return exit_code;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/rng.hpp"
+#include "core/timer.hpp"
 #include "kernels/kernels.hpp"
 #include "models/gpt/gpt_layout.hpp"
 
@@ -268,7 +269,9 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
 void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
 
 void Gpt::tp_allreduce(float* buf, int64_t n, comm::ReduceOp op, const char* what) {
+  const Timer t;
   tp_comm_->allreduce(buf, n, DType::F32, op, what);
+  tp_comm_ms_ += t.ms();
 }
 
 // Tensor parallelism (t = mp_.tp > 1; gpt_layout.hpp states each layer's split): the residual stream and the

@@ -82,6 +82,9 @@ class Gpt {
   void init_parameters(const ExecContext& ctx, uint64_t seed);
 
   const ModelParallel& model_parallel() const { return mp_; }
+  // Milliseconds spent in TP collectives since the last reset (forward, loss and backward).
+  double tp_comm_ms() const { return tp_comm_ms_; }
+  void reset_tp_comm_ms() { tp_comm_ms_ = 0.0; }
 
   // Forward of b <= micro_batch sequences: inputs (b, T) on the device. Leaves logits (b, T, Vp) (under TP:
   // this rank's vocabulary columns, (b, T, Vp/tp)).
@@ -126,6 +129,7 @@ class Gpt {
   GptConfig cfg_;
   ModelParallel mp_;
   comm::Communicator* tp_comm_ = nullptr;
+  double tp_comm_ms_ = 0.0;
   int B_;
   GradReadyHook hook_;
   std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf

@@ -44,9 +44,10 @@ const ConfigSchema& gpt_deck_schema() {
 
     s.section("parallel", false, "the DP x TP x PP layout (DP = world / (TP x PP)) and data-parallel gradient sync");
     s.int_key("parallel.tp", 1, "tensor-parallel size (1 in this version)", 1, 4096);
-    s.int_key("parallel.pp", 1, "pipeline-parallel size (1 in this version)", 1, 4096);
+    s.int_key("parallel.pp", 1, "pipeline-parallel size (blocks split into stages)", 1, 4096);
     s.string_key("parallel.order", "tp-dp-pp", "grid order, fastest axis first: rank = tp + TP*(dp + DP*pp) for "
                                                "tp-dp-pp", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
+    s.string_key("parallel.schedule", "1f1b", "pipeline schedule: gpipe | 1f1b", {"gpipe", "1f1b"});
     s.int_key("parallel.zero", 0, "ZeRO stage: 0 (replicated optimizer) or 1 (optimizer state sharded over DP, "
                                   "gradients reduce-scattered, parameters allgathered)", 0, 1);
     s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)",

@@ -25,6 +25,7 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/parallel_context.hpp"
 #include "train/checkpointing.hpp"
 #include "train/gpt_deck.hpp"
@@ -123,6 +124,73 @@ std::string generate(const ExecContext& ctx, gpt::Gpt& model, const Config& deck
   return text;
 }
 
+// One pipeline stage of the GPT for the schedule executor (parallel/pipeline_schedule.hpp). Activations are
+// not kept between a micro-batch's forward and its backward: each stage keeps its input (the tokens on the
+// first stage, the received activation on the others) and recomputes its forward right before the backward
+// (full recomputation per stage: one extra forward, activation memory of one micro-batch plus the inputs).
+// The last stage computes the loss and the head in its backward slot.
+struct GptPipelineStage : parallel::PipelineStage {
+  const ExecContext& ctx;
+  gpt::Gpt& model;
+  const data::TokenBatchSampler& sampler;
+  Tensor &in_dev, &tgt_dev, &sum_dev;
+  std::vector<int32_t>& in_host;
+  std::vector<int32_t>& tgt_host;
+  std::vector<float> stash;  // (n_micro, MB, T, C): the stage inputs of a step (later stages)
+  int64_t step = 0, rank_first = 0;
+  int MB = 0;
+  int64_t numel = 0;
+  float dloss = 0.0f;
+  double loss_sum = 0.0;
+
+  GptPipelineStage(const ExecContext& c, gpt::Gpt& m, const data::TokenBatchSampler& smp, Tensor& in, Tensor& tgt,
+                   Tensor& sum, std::vector<int32_t>& ih, std::vector<int32_t>& th, int n_micro, int mb)
+      : ctx(c), model(m), sampler(smp), in_dev(in), tgt_dev(tgt), sum_dev(sum), in_host(ih), tgt_host(th), MB(mb) {
+    numel = static_cast<int64_t>(mb) * m.config().seq_len * m.config().n_embd;
+    if (!m.stage().has_embedding) stash.assign(static_cast<size_t>(n_micro * numel), 0.0f);
+  }
+  int64_t activation_numel() const override { return numel; }
+  void load_batch(int micro) {
+    sampler.fill(step, rank_first + static_cast<int64_t>(micro) * MB, MB, in_host.data(), tgt_host.data());
+    k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(in_host.size()) * 4);
+    k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
+  }
+  float* stashed(int micro) { return stash.data() + static_cast<int64_t>(micro) * numel; }
+  void forward(int micro, const float* in, float* out) override {
+    const auto& st = model.stage();
+    if (st.has_embedding) {
+      load_batch(micro);
+      model.forward(ctx, in_dev.i32(), MB);
+    } else {
+      std::copy_n(in, numel, stashed(micro));
+      if (st.has_head) return;  // the last stage computes in its backward slot
+      model.forward(ctx, nullptr, MB, stashed(micro));
+    }
+    k::copy_to_host(ctx, out, model.stage_output(), numel * 4);
+  }
+  void backward(int micro, const float* dout, float* din) override {
+    const auto& st = model.stage();
+    if (st.has_embedding) {
+      load_batch(micro);
+      model.forward(ctx, in_dev.i32(), MB);  // recompute
+      model.backward_stage(ctx, dout, nullptr, MB);
+      return;
+    }
+    model.forward(ctx, nullptr, MB, stashed(micro));  // recompute (the last stage: its only forward)
+    if (!st.has_head) {
+      model.backward_stage(ctx, dout, din, MB);
+      return;
+    }
+    load_batch(micro);
+    const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB, din);
+    const int64_t n = static_cast<int64_t>(MB) * model.config().seq_len;
+    k::sum(ctx, sum_dev.f32(), losses, n);
+    float part = 0.0f;
+    k::copy_to_host(ctx, &part, sum_dev.f32(), 4);
+    loss_sum += part;
+  }
+};
+
 }  // namespace
 
 int run_gpt(const Config& deck, const RunOptions& opts) {
@@ -135,10 +203,6 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const int T = cfg.seq_len;
   const std::string where = fmt::format("deck {}", deck.deck_path());
   const int tp = static_cast<int>(deck.get_int("parallel.tp")), pp = static_cast<int>(deck.get_int("parallel.pp"));
-  HPCT_USAGE_CHECK(pp == 1,
-                   "{}: parallel.pp = {}: pipeline parallelism of the GPT is not implemented in this version; use "
-                   "parallel.pp = 1 (tensor parallelism: parallel.tp; data parallelism: launch more ranks)",
-                   where, pp);
   gpt::validate_model_parallel(cfg, tp, pp, where);
   comm::CommOptions copts;
   copts.timeout_s = deck.get_float("comm.timeout_s");
@@ -242,6 +306,20 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   Tensor& sum_dev = io.add("loss_sum", {1});
   io.allocate();
   std::vector<int32_t> in_host(static_cast<size_t>(MB) * T), tgt_host(in_host.size());
+  // pipeline parallelism: the schedule of this stage, its planned buffers, the stage adaptor
+  const bool pipe = pp > 1;
+  const parallel::ScheduleKind sched_kind = parallel::parse_schedule_kind(deck.get_string("parallel.schedule"));
+  std::unique_ptr<GptPipelineStage> stage;
+  std::unique_ptr<parallel::PipelineBuffers> pbufs;
+  std::vector<parallel::Action> schedule;
+  std::vector<float> eval_act;  // (MB, T, C): the activation passed between stages during evaluation
+  if (pipe) {
+    schedule = parallel::make_schedule(sched_kind, pp, pc.pp_rank(), static_cast<int>(n_micro));
+    stage = std::make_unique<GptPipelineStage>(ctx, model, sampler, in_dev, tgt_dev, sum_dev, in_host, tgt_host,
+                                               static_cast<int>(n_micro), MB);
+    pbufs = std::make_unique<parallel::PipelineBuffers>(schedule, stage->activation_numel());
+    eval_act.assign(static_cast<size_t>(stage->activation_numel()), 0.0f);
+  }
 
   gpt::MemoryPlan plan = gpt::memory_plan(cfg, mp, MB);
   plan.optim_bytes = adamw.state_bytes();  // 1/DP of the unsharded figure under ZeRO-1
@@ -351,7 +429,8 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
 
   // ---- training loop --------------------------------------------------------------------------
   const float dloss = static_cast<float>(1.0 / (static_cast<double>(GB) * T));  // 1 / global loss terms
-  std::vector<double> step_ms, exposed_ms, tp_ms;
+  std::vector<double> step_ms, exposed_ms, tp_ms, bubbles;
+  double theory_bubble = 0.0;
   step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
   exposed_ms.reserve(step_ms.capacity());
   tp_ms.reserve(step_ms.capacity());
@@ -363,7 +442,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     model.zero_grad(ctx);
     model.reset_tp_comm_ms();
     double loss_sum = 0.0;
-    for (int64_t j = 0; j < n_micro; ++j) {
+    for (int64_t j = 0; j < (pipe ? 0 : n_micro); ++j) {
       const int64_t first = rank_first + j * MB;  // micro-batch j: a contiguous sub-block of this rank's block
       sampler.fill(s, first, MB, in_host.data(), tgt_host.data());
       if (dump) dump->record_batch(s, first, MB, in_host.data(), tgt_host.data());
@@ -377,6 +456,23 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       k::copy_to_host(ctx, &part, sum_dev.f32(), 4);
       loss_sum += part;
     }
+    if (pipe) {
+      stage->step = s;
+      stage->rank_first = rank_first;
+      stage->dloss = dloss;
+      stage->loss_sum = 0.0;
+      const parallel::PipelineStats ps = parallel::run_schedule(schedule, *stage, pc.pp_group(), *pbufs);
+      bubbles.push_back(ps.measured_bubble);
+      theory_bubble = ps.theoretical_bubble;
+      loss_sum = stage->loss_sum;  // non-zero on the last stage only
+      pc.pp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum (pipeline)");
+      if (pc.has_embedding_group() && pc.embedding_group().size() > 1) {  // tied embedding: first + last stage
+        Tensor& dwte = model.grads().get("wte");
+        pc.embedding_group().allreduce(dwte.data, dwte.numel(), DType::F32, comm::ReduceOp::Sum,
+                                       "tied embedding gradient");
+      }
+      grad_sync.arm();  // no overlap under PP: the buckets start after the embedding sum
+    }
     grad_sync.finish();
     pc.dp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum");
     const double loss = loss_sum / (static_cast<double>(GB) * T);
@@ -387,6 +483,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     double sumsq = adamw.grad_sumsq(ctx, &counted);
     if (gso.zero && dp > 1) pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
     if (tp > 1) pc.tp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (TP)");
+    if (pp > 1) pc.pp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (PP)");
     const double norm = std::sqrt(sumsq);
     const double lr = sched.at(s);
     adamw.step(ctx, static_cast<float>(lr), adamw.clip_scale(norm));
@@ -408,7 +505,34 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       const int n_eval = eval_set.num_sequences();
       const int e0 = static_cast<int>(static_cast<int64_t>(n_eval) * dr / dp);
       const int e1 = static_cast<int>(static_cast<int64_t>(n_eval) * (dr + 1) / dp);
-      double part = evaluate(ctx, model, eval_set, e0, e1, in_dev, tgt_dev, in_host, tgt_host, sum_dev);
+      double part = 0.0;
+      if (!pipe) {
+        part = evaluate(ctx, model, eval_set, e0, e1, in_dev, tgt_dev, in_host, tgt_host, sum_dev);
+      } else {  // forward through the stages, one micro-batch at a time; the last stage sums the losses
+        const auto& st = model.stage();
+        const int64_t act_n = static_cast<int64_t>(eval_act.size());
+        for (int first = e0; first < e1; first += MB) {
+          const int b = std::min(MB, e1 - first);
+          const int64_t n = act_n / MB * b;
+          eval_set.fill(first, b, in_host.data(), tgt_host.data());
+          k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(b) * T * 4);
+          k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(b) * T * 4);
+          if (!st.has_embedding)
+            pc.pp_group().recv(eval_act.data(), n, DType::F32, pc.pp_rank() - 1, 7, "evaluation activation");
+          model.forward(ctx, in_dev.i32(), b, st.has_embedding ? nullptr : eval_act.data());
+          if (!st.has_head) {
+            k::copy_to_host(ctx, eval_act.data(), model.stage_output(), n * 4);
+            pc.pp_group().send(eval_act.data(), n, DType::F32, pc.pp_rank() + 1, 7, "evaluation activation");
+            continue;
+          }
+          const float* losses = model.loss(ctx, tgt_dev.i32(), b);
+          k::sum(ctx, sum_dev.f32(), losses, static_cast<int64_t>(b) * T);
+          float f = 0.0f;
+          k::copy_to_host(ctx, &f, sum_dev.f32(), 4);
+          part += f;
+        }
+        pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");
+      }
       pc.dp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss");
       val_loss = part / (static_cast<double>(n_eval) * T);
       last_val = *val_loss;
@@ -461,10 +585,10 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   }
 
   // ---- sample and summary ---------------------------------------------------------------------
-  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && tp > 1)
+  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && (tp > 1 || pp > 1))
     log_info("sample: skipped (generation with tensor parallelism is not implemented; the checkpoint can be sampled "
              "at tp = 1)");
-  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && pc.rank() == 0 && tp == 1) {
+  if (exit_code == 0 && deck.get_int("sample.tokens") > 0 && pc.rank() == 0 && tp == 1 && pp == 1) {
     const std::string text = generate(ctx, model, deck, in_dev, seed);
     log_info("sample (temperature {}, top-k {}):\n{}\n--- end of sample ---", deck.get_float("sample.temperature"),
              deck.get_int("sample.top_k"), text);
@@ -478,6 +602,11 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   };
   const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
   const double med_tp = median_after_first(tp_ms);
+  if (pipe && !bubbles.empty())
+    log_info("pipeline: schedule {}, {} stages, {} micro-batches per step: measured bubble {:.4f} (median over steps "
+             "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}",
+             parallel::schedule_kind_name(sched_kind), pp, n_micro, median_after_first(bubbles), pc.pp_rank(),
+             theory_bubble);
   const double tok_s = static_cast<double>(GB) * T / (med / 1e3);
   const std::string mfu_s = peak_tflops > 0 ? fmt::format("{:.2f}%", 100 * flops_tok * tok_s / (peak_tflops * 1e12))
                                             : std::string("n/a");

@@ -6,6 +6,8 @@
             run within 1e-5 relative (DESIGN.md invariant 1)
   tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1) vs serial within 1e-5; a checkpoint
             written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
+  pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO, GPipe and 1F1B, vs
+            serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and (4,1,1)
   restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
             and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
             another DP size (also from a ZeRO-1 checkpoint) within 1e-5
@@ -127,6 +129,29 @@ elif scenario == "tp":
         train(4, out, ["train.steps=5", "optim.decay_steps=10", "parallel.tp=2"])
         train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", "checkpoint.resume=latest"])
         compare(f"checkpoint (dp 2, tp 2) -> (dp {dp}, tp {tp})", losses(out), ref, 1e-5)
+
+elif scenario == "pp":
+    # pipeline and 3D layouts (issue 4): (DP, TP, PP) vs the serial run, both schedules, ZeRO-1 in 3D; a
+    # checkpoint written at (2, 2, 1) continued at (1, 1, 4) and (4, 1, 1)
+    serial = f"{work}/serial"
+    train(1, serial, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5"])
+    ref = losses(serial)
+    for dp, tp, pp, sched, zero in [(1, 1, 2, "gpipe", 0), (1, 1, 2, "1f1b", 0), (1, 1, 4, "gpipe", 0),
+                                    (1, 1, 4, "1f1b", 0), (2, 1, 2, "1f1b", 0), (1, 2, 2, "gpipe", 0),
+                                    (2, 2, 2, "1f1b", 1)]:
+        out = f"{work}/dp{dp}_tp{tp}_pp{pp}_{sched}_zero{zero}"
+        p = train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5",
+                                      f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.schedule={sched}",
+                                      f"parallel.zero={zero}"])
+        compare(f"(dp {dp}, tp {tp}, pp {pp}) {sched} zero {zero} vs serial", losses(out), ref, 1e-5)
+        bub = [l for l in p.stdout.splitlines() if l.startswith("pipeline:")]
+        print("   ", bub[0] if bub else "no pipeline line")
+    for dp, tp, pp in [(1, 1, 4), (4, 1, 1)]:
+        out = f"{work}/from_221_to_{dp}{tp}{pp}"
+        train(4, out, ["train.steps=5", "optim.decay_steps=10", "parallel.tp=2"])
+        train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.pp={pp}",
+                                  "checkpoint.resume=latest"])
+        compare(f"checkpoint (2, 2, 1) -> ({dp}, {tp}, {pp})", losses(out), ref, 1e-5)
 
 elif scenario == "restart":
     import numpy as np_

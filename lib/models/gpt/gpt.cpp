@@ -165,39 +165,53 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
       acts_("activations", device),
       dacts_("activation_grads", device) {
   HPCT_CHECK(micro_batch >= 1, "micro_batch must be >= 1, is {}", micro_batch);
-  HPCT_CHECK(mp.pp == 1, "the GPT model does not implement pipeline stages yet (pp = {})", mp.pp);
   HPCT_CHECK(mp.tp == 1 || (tp_comm != nullptr && tp_comm->size() == mp.tp && tp_comm->rank() == mp.tp_rank),
              "tensor parallelism needs the TP group communicator (tp = {})", mp.tp);
   validate_model_parallel(cfg, mp.tp, mp.pp, "GPT model");
+  stage_ = stage_plan(cfg, mp.pp, mp.pp_rank);
+  const int Ls = stage_.num_layers();
+  GptConfig local_cfg = cfg;  // activations of this stage's blocks only (indexed locally, h.0 .. h.<Ls-1>)
+  local_cfg.n_layer = Ls;
   for (const auto& p : layout_) {
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
   }
-  for (int l = 0; l <= cfg.n_layer; ++l) {
-    const std::string prefix = l < cfg.n_layer ? "h." + std::to_string(l) + "." : "lnf.";
-    int i = 0;
-    while (i < static_cast<int>(layout_.size()) && layout_[i].name.rfind(prefix, 0) != 0) ++i;
-    HPCT_CHECK(i < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
-    layer_first_.push_back(i);
+  // layout index of local block i's first tensor; [Ls] = lnf's on the last stage, else the end of the layout
+  for (int i = 0; i <= Ls; ++i) {
+    if (i == Ls && !stage_.has_head) {
+      layer_first_.push_back(static_cast<int>(layout_.size()));
+      break;
+    }
+    const std::string prefix = i < Ls ? "h." + std::to_string(stage_.first_layer + i) + "." : "lnf.";
+    int k = 0;
+    while (k < static_cast<int>(layout_.size()) && layout_[k].name.rfind(prefix, 0) != 0) ++k;
+    HPCT_CHECK(k < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
+    layer_first_.push_back(k);
   }
-  for (const auto& a : activation_layout(cfg, B_, mp.tp)) acts_.add(a.name, a.shape);
-  for (const auto& a : activation_grad_layout(cfg, B_, mp.tp)) dacts_.add(a.name, a.shape);
+  for (const auto& a : activation_layout(local_cfg, B_, mp.tp)) acts_.add(a.name, a.shape);
+  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp)) dacts_.add(a.name, a.shape);
   params_.allocate();
   grads_.allocate();
   acts_.allocate();
   dacts_.allocate();
 
-  wte_ = &params_.get("wte");
-  wpe_ = &params_.get("wpe");
-  lnfw_ = &params_.get("lnf.weight");
-  lnfb_ = cfg.bias ? &params_.get("lnf.bias") : nullptr;
-  dwte_ = &grads_.get("wte");
-  dwpe_ = &grads_.get("wpe");
-  dlnfw_ = &grads_.get("lnf.weight");
-  dlnfb_ = cfg.bias ? &grads_.get("lnf.bias") : nullptr;
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    p_.push_back(layer_params(params_, l));
-    g_.push_back(layer_params(grads_, l));
+  if (stage_.has_embedding || stage_.has_head) {
+    wte_ = &params_.get("wte");
+    dwte_ = &grads_.get("wte");
+  }
+  if (stage_.has_embedding) {
+    wpe_ = &params_.get("wpe");
+    dwpe_ = &grads_.get("wpe");
+  }
+  if (stage_.has_head) {
+    lnfw_ = &params_.get("lnf.weight");
+    lnfb_ = cfg.bias ? &params_.get("lnf.bias") : nullptr;
+    dlnfw_ = &grads_.get("lnf.weight");
+    dlnfb_ = cfg.bias ? &grads_.get("lnf.bias") : nullptr;
+  }
+  for (int l = 0; l < Ls; ++l) {
+    p_.push_back(layer_params(params_, stage_.first_layer + l));
+    g_.push_back(layer_params(grads_, stage_.first_layer + l));
     const std::string h = "h." + std::to_string(l) + ".";
     auto A = [&](const char* n) { return &acts_.get(h + n); };
     a_.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att"), A("residual2"), A("ln2"),
@@ -280,7 +294,7 @@ void Gpt::tp_allreduce(float* buf, int64_t n, comm::ReduceOp op, const char* wha
 // nothing backward) with their replicated bias added on tp_rank 0 only, so the allreduced sum holds it once;
 // wte is vocabulary-parallel (embedding: partial rows allreduced; head: local logit columns, cross-entropy
 // over them with two small allreduces). At t = 1 the calls are the serial ones.
-void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b) {
+void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const float* in_act) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
@@ -288,7 +302,10 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b) {
   const bool tp = t > 1, lead = mp_.tp_rank == 0;
   last_inputs_ = inputs;
 
-  if (tp) {
+  if (!stage_.has_embedding) {  // a later pipeline stage: its input is the previous stage's residual stream
+    HPCT_CHECK(in_act != nullptr, "pipeline stage {} needs its input activation", mp_.pp_rank);
+    k::copy_from_host(ctx, encoded_->f32(), in_act, static_cast<int64_t>(N) * C * 4);
+  } else if (tp) {
     k::encoder_forward_vocab_parallel(ctx, encoded_->f32(), inputs, wte_->f32(), lead ? wpe_->f32() : nullptr,
                                       mp_.tp_rank * Vl, Vl, b, T, C);
     tp_allreduce(encoded_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP embedding");
@@ -296,7 +313,7 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b) {
     k::encoder_forward(ctx, encoded_->f32(), inputs, wte_->f32(), wpe_->f32(), b, T, C);  // (b,T,C)
   }
   const float* residual = encoded_->f32();
-  for (int l = 0; l < cfg_.n_layer; ++l) {
+  for (size_t l = 0; l < p_.size(); ++l) {
     const LayerParams& p = p_[l];
     const LayerActs& a = a_[l];
     // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
@@ -318,6 +335,7 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b) {
     k::residual_forward(ctx, a.residual3->f32(), a.residual2->f32(), scratch_->f32(), static_cast<int64_t>(N) * C);
     residual = a.residual3->f32();
   }
+  if (!stage_.has_head) return;  // the stage's output is residual3 of its last block (stage_output())
   k::layernorm_forward(ctx, lnf_->f32(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->f32(), ptr(lnfb_), N, C);
   k::matmul_forward(ctx, logits_->f32(), lnf_->f32(), wte_->f32(), nullptr, N, C, Vl);  // tied head, (N, Vp/t)
 }
@@ -353,35 +371,45 @@ const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
   return losses_->f32();
 }
 
-const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b) {
+const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b, float* din) {
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
   if (mp_.tp > 1) {
     vp_loss(ctx, targets, b, true, dloss);
-    backward(ctx, b);
+    backward(ctx, b, nullptr, din);
     return losses_->f32();
   }
   k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), targets, dloss, b * cfg_.seq_len,
                                    cfg_.vocab_size, cfg_.padded_vocab);
-  backward(ctx, b);
+  backward(ctx, b, nullptr, din);
   return losses_->f32();
 }
 
-void Gpt::backward(const ExecContext& ctx, int b) {
+void Gpt::backward_stage(const ExecContext& ctx, const float* dout, float* din, int b) {
+  HPCT_CHECK(!stage_.has_head, "backward_stage is for stages without the head (use loss_and_backward)");
+  backward(ctx, b, dout, din);
+}
+
+void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din) {
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
-  const int L = cfg_.n_layer, Cl = C / t;
+  const int L = static_cast<int>(p_.size()), Cl = C / t;
   const bool tp = t > 1;
   const int64_t NC = static_cast<int64_t>(N) * C;
   float* dres = dresidual_->f32();  // gradient of the residual stream, (b, T, C), the same on every TP rank
 
-  // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns)
-  k::matmul_backward(ctx, dln_->f32(), dwte_->f32(), nullptr, logits_->f32(), lnf_->f32(), wte_->f32(), N, C, Vl);
-  if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP head dX");
-  k::fill_zero(ctx, dres, NC * 4);
-  const float* last_residual = a_[L - 1].residual3->f32();
-  k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
-                        lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
-  ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
+  if (stage_.has_head) {
+    // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns)
+    k::matmul_backward(ctx, dln_->f32(), dwte_->f32(), nullptr, logits_->f32(), lnf_->f32(), wte_->f32(), N, C, Vl);
+    if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP head dX");
+    k::fill_zero(ctx, dres, NC * 4);
+    const float* last_residual = a_[L - 1].residual3->f32();
+    k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
+                          lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
+    ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
+  } else {  // the next stage's gradient w.r.t. this stage's output
+    HPCT_CHECK(dout != nullptr, "pipeline stage {} needs the gradient of its output", mp_.pp_rank);
+    k::copy_from_host(ctx, dres, dout, NC * 4);
+  }
 
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams& p = p_[l];
@@ -408,6 +436,11 @@ void Gpt::backward(const ExecContext& ctx, int b) {
     k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr(g.ln1b), dln_->f32(), residual, p.ln1w->f32(),
                           a.ln1_mean->f32(), a.ln1_rstd->f32(), N, C);
     ready(layer_first_[l], layer_first_[l + 1]);  // h.<l>.*
+  }
+  if (!stage_.has_embedding) {  // hand the gradient of the stage's input to the previous stage
+    HPCT_CHECK(din != nullptr, "pipeline stage {} needs a buffer for the gradient of its input", mp_.pp_rank);
+    k::copy_to_host(ctx, din, dres, NC * 4);
+    return;
   }
   if (tp)
     k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, mp_.tp_rank * Vl, Vl, b,

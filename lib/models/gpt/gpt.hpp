@@ -37,6 +37,15 @@ struct ModelParallel {
   int tp = 1, tp_rank = 0, pp = 1, pp_rank = 0;
 };
 
+// The part of the model one pipeline stage holds (stage_plan() in gpt_layout.hpp).
+struct StagePlan {
+  int first_layer = 0, end_layer = 0;
+  bool has_embedding = false;  // wte + wpe: the first stage
+  bool has_head = false;       // lnf + the (tied) wte: the last stage
+  int num_layers() const { return end_layer - first_layer; }
+};
+
+
 // One logical parameter tensor: name, logical shape (the serial model's), initialisation and whether
 // AdamW's decoupled weight decay applies (2-D weights and embeddings only, as nanoGPT / torch recipes).
 struct ParamSpec {
@@ -88,12 +97,21 @@ class Gpt {
 
   // Forward of b <= micro_batch sequences: inputs (b, T) on the device. Leaves logits (b, T, Vp) (under TP:
   // this rank's vocabulary columns, (b, T, Vp/tp)).
-  void forward(const ExecContext& ctx, const int32_t* inputs, int b);
+  // Pipeline stages (mp.pp > 1): the first stage starts from inputs; a later stage from in_act, the previous
+  // stage's output (b, T, C) on the host; a stage without the head leaves its output in stage_output().
+  void forward(const ExecContext& ctx, const int32_t* inputs, int b, const float* in_act = nullptr);
+  const float* stage_output() const { return a_.back().residual3->f32(); }  // (b, T, C)
+  // Backward of a stage without the head, after its forward of the same micro-batch: dout (b, T, C) is the
+  // gradient of its output (host); din (b, T, C, host) receives the gradient of its input (null on the first).
+  void backward_stage(const ExecContext& ctx, const float* dout, float* din, int b);
+  const StagePlan& stage() const { return stage_; }
   // Per-token losses (b, T) of the last forward against targets (b, T); logits are kept.
   const float* loss(const ExecContext& ctx, const int32_t* targets, int b);
   // Fused loss + backward of the last forward: losses (b*T) are computed, then every parameter
   // gradient accumulates dloss * d(sum of losses)/d(param). Overwrites the logits with their gradient.
-  const float* loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b);
+  // din: on the last stage of a pipeline, receives the gradient of the stage's input (b, T, C, host).
+  const float* loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b,
+                                 float* din = nullptr);
 
   void zero_grad(const ExecContext& ctx);
 
@@ -119,7 +137,7 @@ class Gpt {
   };
   LayerParams layer_params(Slab& slab, int l);
   static float* ptr(Tensor* t) { return t ? t->f32() : nullptr; }
-  void backward(const ExecContext& ctx, int b);
+  void backward(const ExecContext& ctx, int b, const float* dout, float* din);
 
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
@@ -128,6 +146,7 @@ class Gpt {
   const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
   GptConfig cfg_;
   ModelParallel mp_;
+  StagePlan stage_;
   comm::Communicator* tp_comm_ = nullptr;
   double tp_comm_ms_ = 0.0;
   int B_;
@@ -138,7 +157,8 @@ class Gpt {
   Slab params_, grads_, acts_, dacts_;
   std::vector<LayerParams> p_, g_;
   std::vector<LayerActs> a_;
-  Tensor *wte_, *wpe_, *lnfw_, *lnfb_, *dwte_, *dwpe_, *dlnfw_, *dlnfb_;
+  Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
+         *dlnfw_ = nullptr, *dlnfb_ = nullptr;  // null where this pipeline stage does not hold them
   const int32_t* last_inputs_ = nullptr;                 // (B, T) tokens of the last forward (encoder backward)
   Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;
   Tensor *ce_max_ = nullptr, *ce_stats_ = nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections

@@ -46,12 +46,7 @@ void validate_model_parallel(const GptConfig& cfg, int tp, int pp, const std::st
 // embedding nor head), then to stage 0 (the embedding lookup is cheap; only its memory weighs), and to
 // the last stage only when every other stage already has one (its head GEMM, 2 C Vp flops per token,
 // is worth ~5 blocks of GPT-2 small). Megatron-LM requires L % p == 0 by default; this is a superset.
-struct StagePlan {
-  int first_layer = 0, end_layer = 0;
-  bool has_embedding = false;  // wte + wpe: the first stage
-  bool has_head = false;       // lnf + the (tied) wte: the last stage
-  int num_layers() const { return end_layer - first_layer; }
-};
+// StagePlan (defined in gpt.hpp): the blocks [first_layer, end_layer) of a stage, with embedding / head flags.
 StagePlan stage_plan(const GptConfig& cfg, int pp, int pp_rank);
 
 // One tensor as a rank holds it: spec.name is the global name, spec.shape the local shape; the local

@@ -1,5 +1,5 @@
 // train_gpt: trains a GPT-2-family model from a TOML deck.
-//   train_gpt DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5]
+//   train_gpt DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5] [--plan WORLD]
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
         ->allow_extra_args(false);
     app.add_option("--dump", dump_path, "write initial weights, batches, losses and step-1 gradients to this HDF5 "
                                         "file (for the PyTorch cross-check)");
+    int plan_world = 0;
+    app.add_option("--plan", plan_world, "validate the layout for a world of this many ranks and print every rank's "
+                                         "memory plan, without data or training (e.g. --plan 8 --set parallel.tp=4)")
+        ->check(CLI::PositiveNumber);
     app.footer("Deck keys (type, default, doc):\n" + hpct::train::gpt_deck_schema().help_text());
     try {
       app.parse(argc, argv);
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
       HPCT_USAGE_FAIL("{} (see train_gpt --help)", e.what());
     }
     const hpct::Config deck = hpct::Config::load(hpct::train::gpt_deck_schema(), deck_path, overrides);
+    if (plan_world > 0) return hpct::process_identity().rank == 0 ? hpct::train::plan_gpt(deck, plan_world) : 0;
     hpct::train::RunOptions opts;
     opts.out_dir = out_dir.empty() ? ("runs/" + std::filesystem::path(deck_path).stem().string()) : out_dir;
     opts.dump_path = dump_path;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <cmath>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/grid.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/parallel_context.hpp"
 #include "train/checkpointing.hpp"
@@ -193,6 +195,36 @@ struct GptPipelineStage : parallel::PipelineStage {
 
 }  // namespace
 
+int plan_gpt(const Config& deck, int world) {
+  const gpt::GptConfig cfg = gpt::GptConfig::from_deck(deck);
+  const int tp = static_cast<int>(deck.get_int("parallel.tp")), pp = static_cast<int>(deck.get_int("parallel.pp"));
+  const std::string where = fmt::format("deck {}", deck.deck_path());
+  const parallel::Grid grid(world, tp, pp, deck.get_string("parallel.order"), where);
+  gpt::validate_model_parallel(cfg, tp, pp, where);
+  const int MB = static_cast<int>(deck.get_int("train.micro_batch"));
+  const int zero = static_cast<int>(deck.get_int("parallel.zero"));
+  const int dp = grid.dp();
+  const gpt::MemoryPlan serial = gpt::memory_plan(cfg, MB);
+  std::printf("plan: %s | %s | micro_batch %d | ZeRO-%d | model %lld parameters (padded vocabulary %d)\n",
+              deck.deck_path().c_str(), grid.describe().c_str(), MB, zero,
+              static_cast<long long>(serial.num_params), cfg.padded_vocab);
+  std::printf("%8s %8s %8s | %12s %12s %12s %12s %12s\n", "pp_rank", "tp_rank", "layers", "params", "grads",
+              "optimizer", "activations", "total");
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t) {
+      const gpt::ModelParallel mp{tp, t, pp, p};
+      gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB);
+      if (zero) m.optim_bytes = (m.optim_bytes + dp - 1) / dp;  // sharded over DP (to within a bucket's rounding)
+      const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
+      std::printf("%8d %8d %3d..%-4d | %12s %12s %12s %12s %12s\n", p, t, st.first_layer, st.end_layer - 1,
+                  human_bytes(m.param_bytes).c_str(), human_bytes(m.grad_bytes).c_str(),
+                  human_bytes(m.optim_bytes).c_str(),
+                  human_bytes(m.activation_bytes + m.activation_grad_bytes).c_str(), human_bytes(m.total()).c_str());
+    }
+  std::printf("(activations: one micro-batch; a pipeline stage also keeps its inputs of the step's micro-batches)\n");
+  return 0;
+}
+
 int run_gpt(const Config& deck, const RunOptions& opts) {
   // ---- configuration, validated before any work ---------------------------------------------
   const gpt::GptConfig cfg = gpt::GptConfig::from_deck(deck);
@@ -289,16 +321,19 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   optim::AdamW adamw(model.params(), segments, decay, ocfg);
   // where each local tensor sits in the serial one, which replica counts (grad norm) and is written (checkpoint)
   std::vector<TensorPlacement> placements;
-  std::vector<bool> counted, tp_replicated;
+  std::vector<bool> counted, tp_replicated, is_wte;
   for (const gpt::ShardSpec& sh : gpt::parameter_layout(cfg, mp)) {
     placements.push_back({sh.global_shape, sh.offset, sh.split_axis, gpt::is_primary_replica(sh, mp)});
     counted.push_back(gpt::is_primary_replica(sh, mp));
     tp_replicated.push_back(sh.replicated_in_tp);
+    is_wte.push_back(sh.spec.name == "wte");
   }
   // replicas must stay bitwise equal (DESIGN.md §6): whole parameters over DP, replicated tensors over TP
   auto check_all_replicas = [&](const std::string& when) {
     check_replicas(pc.dp_group(), model.params(), when);
     check_replicas(pc.tp_group(), model.params(), when + ", TP-replicated tensors", &tp_replicated);
+    if (pc.has_embedding_group() && pc.embedding_group().size() > 1)  // the tied embedding's two copies
+      check_replicas(pc.embedding_group(), model.params(), when + ", tied embedding (first and last stage)", &is_wte);
   };
   Slab io("batch", ctx.device);
   Tensor& in_dev = io.add("inputs", {MB, T}, DType::I32);

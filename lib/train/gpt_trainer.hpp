@@ -16,6 +16,11 @@ struct RunOptions {
 // (default <repository>/data).
 std::string resolve_data_path(const std::string& path);
 
+// `train_gpt DECK --plan WORLD`: validates the model and the layout (parallel.tp, parallel.pp, order) for a
+// world of WORLD ranks and prints every distinct rank's memory plan (parameters, gradients, optimizer,
+// activations) without data, MPI collectives or allocation. Returns the exit code.
+int plan_gpt(const Config& deck, int world);
+
 // Runs the whole training job described by the deck. Returns the process exit code (0: finished).
 int run_gpt(const Config& deck, const RunOptions& opts);
 

@@ -373,6 +373,12 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
            human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.optim_bytes),
            human_bytes(2.0 * plan.param_bytes), human_bytes(plan.activation_bytes),
            human_bytes(plan.activation_grad_bytes), human_bytes(plan.total()));
+  {
+    double worst[2] = {static_cast<double>(plan.param_bytes), static_cast<double>(plan.total())};
+    pc.world().allreduce(worst, 2, DType::F64, comm::ReduceOp::Max, "memory report");
+    log_info("memory, max over the {} ranks: params {} | total {} (every rank: train_gpt DECK --plan {})",
+             pc.world_size(), human_bytes(worst[0]), human_bytes(worst[1]), pc.world_size());
+  }
   log_info("data: train {} ({} tokens) | val {} ({} tokens, eval set {} x {} tokens)", train_shard.path(),
            train_shard.size(), val_shard.path(), val_shard.size(), eval_set.num_sequences(), T);
 
@@ -464,7 +470,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
 
   // ---- training loop --------------------------------------------------------------------------
   const float dloss = static_cast<float>(1.0 / (static_cast<double>(GB) * T));  // 1 / global loss terms
-  std::vector<double> step_ms, exposed_ms, tp_ms, bubbles;
+  std::vector<double> step_ms, exposed_ms, tp_ms, bubbles, pp_wait_ms;
   double theory_bubble = 0.0;
   step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
   exposed_ms.reserve(step_ms.capacity());
@@ -498,6 +504,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       stage->loss_sum = 0.0;
       const parallel::PipelineStats ps = parallel::run_schedule(schedule, *stage, pc.pp_group(), *pbufs);
       bubbles.push_back(ps.measured_bubble);
+      pp_wait_ms.push_back(ps.wait_ms);
       theory_bubble = ps.theoretical_bubble;
       loss_sum = stage->loss_sum;  // non-zero on the last stage only
       pc.pp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum (pipeline)");
@@ -639,9 +646,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const double med_tp = median_after_first(tp_ms);
   if (pipe && !bubbles.empty())
     log_info("pipeline: schedule {}, {} stages, {} micro-batches per step: measured bubble {:.4f} (median over steps "
-             "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}",
+             "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}; PP communication wait {:.2f} ms/step",
              parallel::schedule_kind_name(sched_kind), pp, n_micro, median_after_first(bubbles), pc.pp_rank(),
-             theory_bubble);
+             theory_bubble, median_after_first(pp_wait_ms));
   const double tok_s = static_cast<double>(GB) * T / (med / 1e3);
   const std::string mfu_s = peak_tflops > 0 ? fmt::format("{:.2f}%", 100 * flops_tok * tok_s / (peak_tflops * 1e12))
                                             : std::string("n/a");

@@ -136,9 +136,9 @@ elif scenario == "pp":
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5"])
     ref = losses(serial)
-    for dp, tp, pp, sched, zero in [(1, 1, 2, "gpipe", 0), (1, 1, 2, "1f1b", 0), (1, 1, 4, "gpipe", 0),
-                                    (1, 1, 4, "1f1b", 0), (2, 1, 2, "1f1b", 0), (1, 2, 2, "gpipe", 0),
-                                    (2, 2, 2, "1f1b", 1)]:
+    for dp, tp, pp, sched, zero in [(d, t, p, sch, 0) for (d, t, p) in [(1, 1, 2), (1, 1, 4), (2, 1, 2), (1, 2, 2),
+                                                                     (2, 2, 2)] for sch in ("gpipe", "1f1b")] + \
+                                   [(2, 2, 2, "1f1b", 1)]:
         out = f"{work}/dp{dp}_tp{tp}_pp{pp}_{sched}_zero{zero}"
         p = train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5",
                                       f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.schedule={sched}",
@@ -152,6 +152,11 @@ elif scenario == "pp":
         train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.pp={pp}",
                                   "checkpoint.resume=latest"])
         compare(f"checkpoint (2, 2, 1) -> ({dp}, {tp}, {pp})", losses(out), ref, 1e-5)
+    # from a pipeline checkpoint (with ZeRO-1) onto a TP layout
+    out = f"{work}/from_112z_to_221"
+    train(2, out, ["train.steps=5", "optim.decay_steps=10", "parallel.pp=2", "parallel.zero=1"])
+    train(4, out, ["train.steps=10", "optim.decay_steps=10", "parallel.tp=2", "checkpoint.resume=latest"])
+    compare("checkpoint (1, 1, 2) ZeRO-1 -> (2, 2, 1)", losses(out), ref, 1e-5)
 
 elif scenario == "restart":
     import numpy as np_

@@ -42,6 +42,8 @@ if(NOT HPCT_KERNELS_ONLY)
   if(NOT HDF5_IS_PARALLEL)
     message(FATAL_ERROR "HDF5 found (${HDF5_VERSION}) is not the parallel build: install libhdf5-openmpi-dev and remove libhdf5-dev")
   endif()
+  # --- zlib (apps/prepare_images reads gzipped IDX files) --------------------------------------
+  find_package(ZLIB REQUIRED)             # zlib1g-dev
   if(NOT TARGET hdf5::hdf5)
     add_library(hdf5::hdf5 INTERFACE IMPORTED)
     target_include_directories(hdf5::hdf5 INTERFACE ${HDF5_C_INCLUDE_DIRS})

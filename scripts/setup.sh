@@ -7,12 +7,14 @@ PKGS=(
   build-essential cmake ninja-build pkg-config git
   openmpi-bin libopenmpi-dev                      # MPI (Open MPI 4.1)
   libhdf5-openmpi-dev hdf5-tools                  # parallel HDF5 (never also libhdf5-dev)
+  zlib1g-dev                                      # gzip reading (apps/prepare_images)
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev
   libopenblas-openmp-dev libopenblas-dev          # BLAS, OpenMP build selected below
   libdnnl-dev ocl-icd-opencl-dev                  # oneDNN (measured against OpenBLAS by validation/bench_gemm)
   python3-h5py python3-numpy python3-torch        # PyTorch cross-checks (call /usr/bin/python3)
   bible-kjv bible-kjv-text                        # the embedded default corpus
+  dataset-fashion-mnist                           # Fashion-MNIST IDX files (image decks)
 )
 
 SUDO=""

@@ -110,6 +110,85 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
   HPCT_DISPATCH(crossentropy_vp_loss, losses, global_max, global_sumexp, global_target_logit, N);
 }
 
+// ---- convolutional layers (ResNet) ----
+int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                                int pad) {
+  HPCT_DISPATCH(conv2d_workspace_floats, N, C, H, W, OC, KH, KW, stride, pad);
+}
+void conv2d_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
+                    float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
+                    int stride, int pad) {
+  HPCT_DISPATCH(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH, KW, stride,
+                pad);
+}
+void conv2d_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, float* workspace, int64_t workspace_floats, int N, int C,
+                     int H, int W, int OC, int KH, int KW, int stride, int pad) {
+  HPCT_DISPATCH(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N, C, H, W, OC,
+                KH, KW, stride, pad);
+}
+void batchnorm2d_forward_train(const ExecContext& ctx, float* out, float* stats, float* save_mean, float* save_rstd,
+                               const float* inp, const float* gamma, const float* beta, int N, int C, int HW,
+                               float eps) {
+  HPCT_DISPATCH(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
+}
+void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const float* inp, int N, int C, int HW) {
+  HPCT_DISPATCH(batchnorm2d_local_stats, stats, inp, N, C, HW);
+}
+void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float* gathered, int R, int C) {
+  HPCT_DISPATCH(batchnorm2d_merge_stats, merged, gathered, R, C);
+}
+void batchnorm2d_forward_apply(const ExecContext& ctx, float* out, float* save_mean, float* save_rstd,
+                               const float* inp, const float* gamma, const float* beta, const float* stats, int N,
+                               int C, int HW, float eps) {
+  HPCT_DISPATCH(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+}
+void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, float* running_var, const float* stats,
+                                int C, float momentum) {
+  HPCT_DISPATCH(batchnorm2d_update_running, running_mean, running_var, stats, C, momentum);
+}
+void batchnorm2d_forward_eval(const ExecContext& ctx, float* out, const float* inp, const float* gamma,
+                              const float* beta, const float* running_mean, const float* running_var, int N, int C,
+                              int HW, float eps) {
+  HPCT_DISPATCH(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
+}
+void batchnorm2d_backward(const ExecContext& ctx, float* dinp, float* dgamma, float* dbeta, const float* dout,
+                          const float* inp, const float* save_mean, const float* save_rstd, const float* gamma, int N,
+                          int C, int HW) {
+  HPCT_DISPATCH(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
+}
+void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta,
+                                     const float* dout, const float* inp, const float* save_mean,
+                                     const float* save_rstd, int N, int C, int HW) {
+  HPCT_DISPATCH(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
+}
+void batchnorm2d_backward_apply(const ExecContext& ctx, float* dinp, const float* dout, const float* inp,
+                                const float* save_mean, const float* save_rstd, const float* gamma,
+                                const float* global_sums, int64_t global_count, int N, int C, int HW) {
+  HPCT_DISPATCH(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count,
+                N, C, HW);
+}
+void relu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {
+  HPCT_DISPATCH(relu_forward, out, inp, n);
+}
+void relu_backward(const ExecContext& ctx, float* dinp, const float* dout, const float* out, int64_t n) {
+  HPCT_DISPATCH(relu_backward, dinp, dout, out, n);
+}
+void maxpool2d_forward(const ExecContext& ctx, float* out, int32_t* idx, const float* inp, int N, int C, int H, int W,
+                       int K, int stride, int pad) {
+  HPCT_DISPATCH(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
+}
+void maxpool2d_backward(const ExecContext& ctx, float* dinp, const float* dout, const int32_t* idx, int N, int C,
+                        int H, int W, int K, int stride, int pad) {
+  HPCT_DISPATCH(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
+}
+void global_avgpool_forward(const ExecContext& ctx, float* out, const float* inp, int N, int C, int HW) {
+  HPCT_DISPATCH(global_avgpool_forward, out, inp, N, C, HW);
+}
+void global_avgpool_backward(const ExecContext& ctx, float* dinp, const float* dout, int N, int C, int HW) {
+  HPCT_DISPATCH(global_avgpool_backward, dinp, dout, N, C, HW);
+}
+
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) { HPCT_DISPATCH(sum, out, x, n); }
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n) {
   HPCT_DISPATCH(sum_squares_accumulate, out, x, n);

@@ -118,6 +118,106 @@ void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/
 void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const float* global_max /*(N)*/,
                           const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/, int N);
 
+// ---- convolutional layers (ResNet) ---------------------------------------------------------------
+// Legend: N images, C input channels, H W input height/width, OC output channels, KH KW kernel, OH OW output
+//         height/width with OH = (H + 2 pad - KH) / stride + 1 (floor, as torch), HW = H*W. Layout NCHW.
+// Gradients follow the convention above: dweight, dbias, dgamma, dbeta +=; dinp assigned (=).
+// The classifier head uses matmul_forward/backward (N, C) -> (N, classes) and crossentropy_forward_backward with
+// V = Vp = classes (no padding: every column is real).
+//
+// Conv2d (torch.nn.Conv2d, groups = 1, dilation = 1): out[n,oc] = bias[oc] + sum_c weight[oc,c] (*) inp[n,c].
+// The CPU backend is im2col + sgemm, one image per OpenMP thread; `workspace` holds its per-thread column and
+// partial-dweight buffers, planned once by the model (DESIGN invariant 7: nothing allocates in the step loop):
+// pass workspace_floats = conv2d_workspace_floats(...) of the same shape (a smaller multiple of one thread's share
+// runs on fewer threads; less than one share is an error). One workspace may serve every conv layer in turn
+// (size it for the largest); its contents between calls are unspecified.
+int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW,
+                                int stride, int pad);
+void conv2d_forward(const ExecContext& ctx, float* out /*(N,OC,OH,OW)*/, const float* inp /*(N,C,H,W)*/,
+                    const float* weight /*(OC,C,KH,KW)*/, const float* bias /*(OC) or null*/,
+                    float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
+                    int OC, int KH, int KW, int stride, int pad);
+// dinp = conv_transpose(dout, weight) (assigned; skipped when null, e.g. the first layer), dweight += dout (*) inp,
+// dbias += sum over (n, oh, ow) of dout (skipped when null).
+void conv2d_backward(const ExecContext& ctx, float* dinp /*(N,C,H,W) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
+                     float* dbias /*(OC) += or null*/, const float* dout /*(N,OC,OH,OW)*/,
+                     const float* inp /*(N,C,H,W)*/, const float* weight /*(OC,C,KH,KW)*/,
+                     float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
+                     int OC, int KH, int KW, int stride, int pad);
+
+// BatchNorm2d (torch.nn.BatchNorm2d semantics): training normalises with the batch's BIASED variance
+// var = M2 / count, count = N*HW per channel; running_var is updated with the UNBIASED M2 / (count - 1).
+// Statistics are never computed as E[x^2] - mean^2 (cancellation): per-channel (count, mean, M2) triples, two-pass
+// in double within a rank, merged across ranks with Chan's parallel formula (kernels/batchnorm_stats.hpp).
+// stats buffers are (C,3) rows of (count, mean, M2), float.
+//
+// Single process (or model.sync_bn = false): batchnorm2d_forward_train, batchnorm2d_backward.
+// SyncBN over the DP group of R ranks (the same code runs at R = 1), forward:
+//   1. batchnorm2d_local_stats(local (C,3))           this rank's images
+//   2. allgather of local over DP -> gathered (R,C,3), rank order
+//   3. batchnorm2d_merge_stats(global (C,3), gathered, R)   Chan's formula, folded in rank order (so every rank
+//      gets bitwise the same global stats)
+//   4. batchnorm2d_forward_apply(..., global)  and  batchnorm2d_update_running(..., global)
+// backward (the conjugate: the forward's allgather of statistics becomes an allreduce of gradient sums):
+//   1. batchnorm2d_backward_local_sums(local_sums (C,2) = (sum dout, sum dout*xhat) over this rank's images;
+//      also dgamma += sum dout*xhat, dbeta += sum dout of the LOCAL sums: gamma and beta are replicated
+//      parameters whose gradients the DP gradient allreduce sums like any other)
+//   2. allreduce(SUM) of local_sums over DP -> global_sums (C,2)
+//   3. batchnorm2d_backward_apply(dinp, ..., global_sums, global_count = sum over ranks of N_r*HW)
+//   dinp = gamma rstd (dout - global_sum_dout / count - xhat global_sum_dout_xhat / count).
+void batchnorm2d_forward_train(const ExecContext& ctx, float* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,
+                               float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const float* inp /*(N,C,HW)*/,
+                               const float* gamma /*(C)*/, const float* beta /*(C)*/, int N, int C, int HW, float eps);
+void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const float* inp /*(N,C,HW)*/,
+                             int N, int C, int HW);
+void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged /*(C,3) assigned*/,
+                             const float* gathered /*(R,C,3)*/, int R, int C);
+// out = (inp - mean) * rstd * gamma + beta with mean = stats mean, rstd = 1 / sqrt(M2 / count + eps);
+// save_mean, save_rstd (assigned) are what the backward needs.
+void batchnorm2d_forward_apply(const ExecContext& ctx, float* out /*(N,C,HW)*/, float* save_mean /*(C)*/,
+                               float* save_rstd /*(C)*/, const float* inp /*(N,C,HW)*/, const float* gamma /*(C)*/,
+                               const float* beta /*(C)*/, const float* stats /*(C,3) global*/, int N, int C, int HW,
+                               float eps);
+// running_mean = (1 - momentum) running_mean + momentum mean; running_var likewise with M2 / (count - 1).
+void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean /*(C)*/, float* running_var /*(C)*/,
+                                const float* stats /*(C,3) global*/, int C, float momentum);
+// Evaluation: out = (inp - running_mean) / sqrt(running_var + eps) * gamma + beta.
+void batchnorm2d_forward_eval(const ExecContext& ctx, float* out /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
+                              const float* gamma /*(C)*/, const float* beta /*(C)*/, const float* running_mean /*(C)*/,
+                              const float* running_var /*(C)*/, int N, int C, int HW, float eps);
+void batchnorm2d_backward(const ExecContext& ctx, float* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
+                          float* dbeta /*(C) +=*/, const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
+                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const float* gamma /*(C)*/,
+                          int N, int C, int HW);
+void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums /*(C,2) assigned*/, float* dgamma /*(C) +=*/,
+                                     float* dbeta /*(C) +=*/, const float* dout /*(N,C,HW)*/,
+                                     const float* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
+                                     const float* save_rstd /*(C)*/, int N, int C, int HW);
+void batchnorm2d_backward_apply(const ExecContext& ctx, float* dinp /*(N,C,HW) assigned*/,
+                                const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
+                                const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/,
+                                const float* gamma /*(C)*/, const float* global_sums /*(C,2)*/, int64_t global_count,
+                                int N, int C, int HW);
+
+// ReLU. In place allowed (out == inp; dinp == dout). The backward reads the forward's OUTPUT (out > 0 exactly where
+// inp > 0), so an in-place forward loses nothing: dinp = dout * (out > 0) (assigned).
+void relu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n);
+void relu_backward(const ExecContext& ctx, float* dinp, const float* dout, const float* out, int64_t n);
+
+// MaxPool2d (torch semantics: padding counts as -inf, floor mode, the first maximum in row-major window order wins).
+// idx[n,c,oh,ow] = ih*W + iw of the maximum within its (H,W) plane; the backward scatters dout there (dinp assigned:
+// zeroed first, overlapping windows add up).
+void maxpool2d_forward(const ExecContext& ctx, float* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/,
+                       const float* inp /*(N,C,H,W)*/, int N, int C, int H, int W, int K, int stride, int pad);
+void maxpool2d_backward(const ExecContext& ctx, float* dinp /*(N,C,H,W)*/, const float* dout /*(N,C,OH,OW)*/,
+                        const int32_t* idx /*(N,C,OH,OW)*/, int N, int C, int H, int W, int K, int stride, int pad);
+
+// Global average pooling (N,C,H,W) -> (N,C); backward dinp = dout / HW broadcast (assigned).
+void global_avgpool_forward(const ExecContext& ctx, float* out /*(N,C)*/, const float* inp /*(N,C,HW)*/, int N, int C,
+                            int HW);
+void global_avgpool_backward(const ExecContext& ctx, float* dinp /*(N,C,HW)*/, const float* dout /*(N,C)*/, int N,
+                             int C, int HW);
+
 // ---- reductions and optimizer ---------------------------------------------------------------
 // *out = sum of x[i] (accumulated in double, written as float) on ctx.device.
 void sum(const ExecContext& ctx, float* out /*(1)*/, const float* x, int64_t n);

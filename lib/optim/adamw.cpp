@@ -9,23 +9,8 @@ namespace hpct::optim {
 
 namespace k = hpct::kernels;
 
-namespace {
-std::vector<Segment> whole_tensors(Slab& params, Slab& grads) {
-  HPCT_CHECK(grads.tensors().size() == params.tensors().size(), "grads and params differ in count ({} vs {})",
-             grads.tensors().size(), params.tensors().size());
-  std::vector<Segment> segs;
-  for (size_t i = 0; i < params.tensors().size(); ++i) {
-    Tensor& g = grads.tensors()[i];
-    HPCT_CHECK(g.numel() == params.tensors()[i].numel(), "gradient {} has {} elements, its parameter {}", g.name,
-               g.numel(), params.tensors()[i].numel());
-    segs.push_back({static_cast<int>(i), 0, g.numel(), g.f32(), 0});
-  }
-  return segs;
-}
-}  // namespace
-
 AdamW::AdamW(Slab& params, Slab& grads, std::vector<bool> decay, const AdamWConfig& cfg)
-    : AdamW(params, whole_tensors(params, grads), std::move(decay), cfg) {}
+    : AdamW(params, whole_tensor_segments(params, grads), std::move(decay), cfg) {}
 
 AdamW::AdamW(Slab& params, std::vector<Segment> segments, std::vector<bool> decay, const AdamWConfig& cfg)
     : params_(params),
@@ -40,16 +25,7 @@ AdamW::AdamW(Slab& params, std::vector<Segment> segments, std::vector<bool> deca
 }
 
 void AdamW::plan_state() {
-  int64_t off = 0;
-  for (Segment& s : segs_) {
-    HPCT_CHECK(s.tensor >= 0 && static_cast<size_t>(s.tensor) < params_.tensors().size(), "segment of tensor {}",
-               s.tensor);
-    const Tensor& p = params_.tensors()[static_cast<size_t>(s.tensor)];
-    HPCT_CHECK(0 <= s.begin && s.begin <= s.end && s.end <= p.numel(), "segment [{}, {}) of {} with {} elements",
-               s.begin, s.end, p.name, p.numel());
-    s.state_offset = off;
-    off += s.numel();
-  }
+  const int64_t off = plan_segment_state(params_, segs_);
   state_numel_ = off;
   m_ = &state_.add("exp_avg", {std::max<int64_t>(off, 1)});
   v_ = &state_.add("exp_avg_sq", {std::max<int64_t>(off, 1)});
@@ -61,23 +37,13 @@ void AdamW::plan_state() {
 }
 
 double AdamW::grad_sumsq(const ExecContext& ctx, const std::vector<bool>* counted) {
-  double* acc = norm_.tensors()[0].f64();
-  k::fill_zero(ctx, acc, sizeof(double));
-  for (const Segment& s : segs_)
-    if (s.numel() > 0 && (!counted || (*counted)[static_cast<size_t>(s.tensor)]))
-      k::sum_squares_accumulate(ctx, acc, s.grad, s.numel());
-  double host = 0.0;
-  k::copy_to_host(ctx, &host, acc, sizeof(double));
-  return host;
+  return segments_grad_sumsq(ctx, segs_, norm_.tensors()[0].f64(), counted);
 }
 
 double AdamW::grad_norm(const ExecContext& ctx) { return std::sqrt(grad_sumsq(ctx)); }
 
 float AdamW::clip_scale(double norm) const {
-  if (cfg_.grad_clip <= 0.0f) return 1.0f;
-  // torch: clip_coef = max_norm / (total_norm + 1e-6), applied when < 1 (computed in float32 there)
-  const float coef = cfg_.grad_clip / (static_cast<float>(norm) + 1e-6f);
-  return coef < 1.0f ? coef : 1.0f;
+  return clip_coefficient(cfg_.grad_clip, norm);
 }
 
 void AdamW::step(const ExecContext& ctx, float lr, float grad_scale) {

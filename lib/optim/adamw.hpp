@@ -3,8 +3,8 @@
 // correction), with global-norm gradient clipping as torch.nn.utils.clip_grad_norm_
 // (scale = clip / (norm + 1e-6) when that is < 1).
 //
-// The optimizer updates a list of segments: flat element ranges [begin, end) of parameter tensors, each
-// with the place its gradient lives. Unsharded, the segments are the whole tensors and the gradients
+// The optimizer updates a list of segments (optim/segment.hpp): flat element ranges [begin, end) of parameter
+// tensors, each with the place its gradient lives. Unsharded, the segments are the whole tensors and the gradients
 // are the model's gradient slab. Under ZeRO-1 (parallel.zero = 1) each DP rank owns a 1/DP share of
 // every gradient bucket, its segments are the pieces of tensors inside that share and their gradients
 // live in the reduce-scattered shard buffer (parallel/grad_sync.hpp). The state (exp_avg, exp_avg_sq)
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/exec_context.hpp"
+#include "optim/segment.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::optim {
@@ -22,15 +23,6 @@ struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float weight_decay = 0.0f;
   float grad_clip = 1.0f;  // 0: no clipping
-};
-
-// A flat range of one parameter tensor updated by this rank.
-struct Segment {
-  int tensor = 0;          // index into params.tensors()
-  int64_t begin = 0, end = 0;  // flat element range inside that tensor
-  float* grad = nullptr;   // end - begin gradient values
-  int64_t state_offset = 0;  // where its exp_avg / exp_avg_sq start in the state buffers (set by AdamW)
-  int64_t numel() const { return end - begin; }
 };
 
 class AdamW {

@@ -82,6 +82,66 @@ template <typename Real>
 void crossentropy_vp_loss(Real* losses /*(N)*/, const Real* global_max /*(N)*/, const Real* global_sumexp /*(N)*/,
                           const Real* global_target_logit /*(N)*/, int N);
 
+// ---- convolutional layers (ResNet), NCHW (reference_conv.cpp) ----
+// Legend: N images, C/OC input/output channels, H W input size, KH KW kernel, OH OW output size, HW = H*W.
+// Direct loops: conv2d needs no workspace (the backend's workspace arguments are absent here).
+// BatchNorm statistics are (C,3) rows of (count, mean, M2), two-pass; merge_stats folds ranks with Chan's formula.
+template <typename Real>
+void conv2d_forward(Real* out /*(N,OC,OH,OW)*/, const Real* inp /*(N,C,H,W)*/, const Real* weight /*(OC,C,KH,KW)*/,
+                    const Real* bias /*(OC) or null*/, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                    int pad);
+template <typename Real>
+void conv2d_backward(Real* dinp /*(N,C,H,W) or null*/, Real* dweight /*(OC,C,KH,KW) +=*/, Real* dbias /*(OC) += or null*/,
+                     const Real* dout /*(N,OC,OH,OW)*/, const Real* inp /*(N,C,H,W)*/,
+                     const Real* weight /*(OC,C,KH,KW)*/, int N, int C, int H, int W, int OC, int KH, int KW,
+                     int stride, int pad);
+template <typename Real>
+void batchnorm2d_forward_train(Real* out /*(N,C,HW)*/, Real* stats /*(C,3)*/, Real* save_mean /*(C)*/,
+                               Real* save_rstd /*(C)*/, const Real* inp /*(N,C,HW)*/, const Real* gamma /*(C)*/,
+                               const Real* beta /*(C)*/, int N, int C, int HW, Real eps);
+template <typename Real>
+void batchnorm2d_local_stats(Real* stats /*(C,3)*/, const Real* inp /*(N,C,HW)*/, int N, int C, int HW);
+template <typename Real>
+void batchnorm2d_merge_stats(Real* merged /*(C,3)*/, const Real* gathered /*(R,C,3)*/, int R, int C);
+template <typename Real>
+void batchnorm2d_forward_apply(Real* out /*(N,C,HW)*/, Real* save_mean /*(C)*/, Real* save_rstd /*(C)*/,
+                               const Real* inp /*(N,C,HW)*/, const Real* gamma /*(C)*/, const Real* beta /*(C)*/,
+                               const Real* stats /*(C,3)*/, int N, int C, int HW, Real eps);
+template <typename Real>
+void batchnorm2d_update_running(Real* running_mean /*(C)*/, Real* running_var /*(C)*/, const Real* stats /*(C,3)*/,
+                                int C, Real momentum);
+template <typename Real>
+void batchnorm2d_forward_eval(Real* out /*(N,C,HW)*/, const Real* inp /*(N,C,HW)*/, const Real* gamma /*(C)*/,
+                              const Real* beta /*(C)*/, const Real* running_mean /*(C)*/,
+                              const Real* running_var /*(C)*/, int N, int C, int HW, Real eps);
+template <typename Real>
+void batchnorm2d_backward(Real* dinp /*(N,C,HW) =*/, Real* dgamma /*(C) +=*/, Real* dbeta /*(C) +=*/,
+                          const Real* dout /*(N,C,HW)*/, const Real* inp /*(N,C,HW)*/, const Real* save_mean /*(C)*/,
+                          const Real* save_rstd /*(C)*/, const Real* gamma /*(C)*/, int N, int C, int HW);
+template <typename Real>
+void batchnorm2d_backward_local_sums(Real* sums /*(C,2)*/, Real* dgamma /*(C) +=*/, Real* dbeta /*(C) +=*/,
+                                     const Real* dout /*(N,C,HW)*/, const Real* inp /*(N,C,HW)*/,
+                                     const Real* save_mean /*(C)*/, const Real* save_rstd /*(C)*/, int N, int C,
+                                     int HW);
+template <typename Real>
+void batchnorm2d_backward_apply(Real* dinp /*(N,C,HW) =*/, const Real* dout /*(N,C,HW)*/, const Real* inp /*(N,C,HW)*/,
+                                const Real* save_mean /*(C)*/, const Real* save_rstd /*(C)*/, const Real* gamma /*(C)*/,
+                                const Real* global_sums /*(C,2)*/, int64_t global_count, int N, int C, int HW);
+template <typename Real>
+void relu_forward(Real* out, const Real* inp, int64_t n);
+template <typename Real>
+void relu_backward(Real* dinp, const Real* dout, const Real* out, int64_t n);
+template <typename Real>
+void maxpool2d_forward(Real* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/, const Real* inp /*(N,C,H,W)*/, int N,
+                       int C, int H, int W, int K, int stride, int pad);
+template <typename Real>
+void maxpool2d_backward(Real* dinp /*(N,C,H,W)*/, const Real* dout /*(N,C,OH,OW)*/, const int32_t* idx /*(N,C,OH,OW)*/,
+                        int N, int C, int H, int W, int K, int stride, int pad);
+template <typename Real>
+void global_avgpool_forward(Real* out /*(N,C)*/, const Real* inp /*(N,C,HW)*/, int N, int C, int HW);
+template <typename Real>
+void global_avgpool_backward(Real* dinp /*(N,C,HW)*/, const Real* dout /*(N,C)*/, int N, int C, int HW);
+
 template <typename Real>
 void sum(Real* out, const Real* x, int64_t n);
 template <typename Real>

@@ -1,0 +1,512 @@
+// CPU backend: the convolutional layers of a ResNet, NCHW. Legend: N images, C input channels, H W input size,
+// OC output channels, KH KW kernel, OH OW output size, CK = C*KH*KW (im2col rows), OHW = OH*OW, HW = H*W.
+// Forward and backward are paired; parameter grads (dweight, dbias, dgamma, dbeta) +=, activation grads (dinp) =.
+//
+// Conv2d = im2col + sgemm, one image per task:
+//   forward   col (CK,OHW) = im2col(inp[n]);  out[n] (OC,OHW) = weight (OC,CK) @ col + bias
+//   backward  col = im2col(inp[n]);           dweight (OC,CK) += dout[n] (OC,OHW) @ col^T
+//             dcol (CK,OHW) = weight^T (CK,OC) @ dout[n];  dinp[n] = col2im(dcol)
+// With T threads the images are split into T contiguous blocks, each thread calling single-threaded OpenBLAS
+// (omp_in_parallel(), cpu_gemm.hpp) on its own column buffer and its own dweight partial, which are then added to
+// dweight in thread order (deterministic for a fixed thread count, like the GEMMs). A 1x1, stride-1, unpadded
+// convolution is a plain GEMM on the image itself (no im2col). With one thread (or one image) the images run in
+// turn and each GEMM may be split by sgemm_rowmajor, never from inside a team of one (cpu_gemm.hpp explains why).
+//
+// BatchNorm2d: one channel per task; statistics two-pass in double (mean, then M2 = sum (x - mean)^2), the
+// backward's sums in double. Every per-channel reduction walks (n, hw) in order: bitwise reproducible.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.hpp"
+#include "kernels/batchnorm_stats.hpp"
+#include "kernels/cpu/cpu_gemm.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace hpct::kernels::cpu {
+namespace {
+
+constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a pointwise op stays serial
+
+struct ConvDims {
+  int N, C, H, W, OC, KH, KW, stride, pad, OH, OW;
+  int64_t CK() const { return static_cast<int64_t>(C) * KH * KW; }
+  int64_t OHW() const { return static_cast<int64_t>(OH) * OW; }
+  int64_t HW() const { return static_cast<int64_t>(H) * W; }
+  bool pointwise() const { return KH == 1 && KW == 1 && stride == 1 && pad == 0; }
+  // one thread's share of the workspace: a column buffer (CK,OHW) and a dweight partial (OC,CK)
+  int64_t slot_floats() const { return CK() * OHW() + static_cast<int64_t>(OC) * CK(); }
+};
+
+ConvDims conv_dims(const char* op, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && OC > 0 && KH > 0 && KW > 0 && stride > 0 && pad >= 0,
+             "{}: bad shape N={} C={} H={} W={} OC={} KH={} KW={} stride={} pad={}", op, N, C, H, W, OC, KH, KW, stride,
+             pad);
+  HPCT_CHECK(H + 2 * pad >= KH && W + 2 * pad >= KW, "{}: kernel {}x{} larger than the padded input {}x{}", op, KH, KW,
+             H + 2 * pad, W + 2 * pad);
+  ConvDims d{N, C, H, W, OC, KH, KW, stride, pad, (H + 2 * pad - KH) / stride + 1, (W + 2 * pad - KW) / stride + 1};
+  return d;
+}
+
+// The output columns ow whose input column iw = ow*stride - pad + kw lies in [0, W): [lo, hi).
+inline void valid_range(int k, int pad, int stride, int in, int out, int& lo, int& hi) {
+  const int first = pad - k;  // ow*stride >= first
+  lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+  const int last = in - 1 + pad - k;  // ow*stride <= last
+  hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+  if (hi < lo) hi = lo;
+}
+
+// col (CK,OHW), row (c,kh,kw), column (oh,ow) = img[c, oh*s-pad+kh, ow*s-pad+kw], or 0 in the padding.
+void im2col(float* col, const float* img /*(C,H,W)*/, const ConvDims& d) {
+  const int64_t OHW = d.OHW();
+  for (int c = 0; c < d.C; c++)
+    for (int kh = 0; kh < d.KH; kh++)
+      for (int kw = 0; kw < d.KW; kw++) {
+        float* row = col + ((static_cast<int64_t>(c) * d.KH + kh) * d.KW + kw) * OHW;  // (OH,OW)
+        int lo, hi;
+        valid_range(kw, d.pad, d.stride, d.W, d.OW, lo, hi);
+        for (int oh = 0; oh < d.OH; oh++) {
+          float* r = row + static_cast<int64_t>(oh) * d.OW;
+          const int ih = oh * d.stride - d.pad + kh;
+          if (ih < 0 || ih >= d.H) {
+            std::fill(r, r + d.OW, 0.0f);
+            continue;
+          }
+          const float* src = img + (static_cast<int64_t>(c) * d.H + ih) * d.W - d.pad + kw;  // src[ow*s] = x[ih, iw]
+          std::fill(r, r + lo, 0.0f);
+          if (d.stride == 1) {
+            std::copy(src + lo, src + hi, r + lo);
+          } else {
+            for (int ow = lo; ow < hi; ow++) r[ow] = src[static_cast<int64_t>(ow) * d.stride];
+          }
+          std::fill(r + hi, r + d.OW, 0.0f);
+        }
+      }
+}
+
+// img (C,H,W) = the sum of every col entry that im2col copied from each pixel (assigned).
+void col2im(float* img, const float* col, const ConvDims& d) {
+  const int64_t OHW = d.OHW();
+  std::fill(img, img + static_cast<int64_t>(d.C) * d.HW(), 0.0f);
+  for (int c = 0; c < d.C; c++)
+    for (int kh = 0; kh < d.KH; kh++)
+      for (int kw = 0; kw < d.KW; kw++) {
+        const float* row = col + ((static_cast<int64_t>(c) * d.KH + kh) * d.KW + kw) * OHW;
+        int lo, hi;
+        valid_range(kw, d.pad, d.stride, d.W, d.OW, lo, hi);
+        for (int oh = 0; oh < d.OH; oh++) {
+          const int ih = oh * d.stride - d.pad + kh;
+          if (ih < 0 || ih >= d.H) continue;
+          const float* r = row + static_cast<int64_t>(oh) * d.OW;
+          float* dst = img + (static_cast<int64_t>(c) * d.H + ih) * d.W - d.pad + kw;
+          if (d.stride == 1) {
+#pragma omp simd
+            for (int ow = lo; ow < hi; ow++) dst[ow] += r[ow];
+          } else {
+            for (int ow = lo; ow < hi; ow++) dst[static_cast<int64_t>(ow) * d.stride] += r[ow];
+          }
+        }
+      }
+}
+
+// Threads for an image loop: at most one per image and one per workspace slot.
+int conv_threads(const char* op, const ConvDims& d, const float* workspace, int64_t workspace_floats) {
+  const int64_t slots = workspace_floats / d.slot_floats();
+  HPCT_CHECK(workspace && slots >= 1,
+             "{}: workspace of {} floats is smaller than one thread's share ({} floats); size it with "
+             "conv2d_workspace_floats",
+             op, workspace_floats, d.slot_floats());
+  return static_cast<int>(std::min<int64_t>({slots, omp_get_max_threads(), d.N}));
+}
+
+// Runs body(n, slot) for every image: in turn with slot 0 (GEMMs may split themselves), or over `threads` contiguous
+// blocks of images with one slot per thread. after_blocks(threads) runs inside the team after a barrier.
+template <typename Body, typename After>
+void for_each_image(int threads, int N, Body&& body, After&& after_blocks) {
+  if (threads <= 1) {
+    for (int n = 0; n < N; n++) body(n, 0);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int lo = static_cast<int>(static_cast<int64_t>(N) * t / nt);
+    const int hi = static_cast<int>(static_cast<int64_t>(N) * (t + 1) / nt);
+    for (int n = lo; n < hi; n++) body(n, t);
+#pragma omp barrier
+    after_blocks(nt);
+  }
+}
+
+}  // namespace
+
+// ---- Conv2d ---------------------------------------------------------------------------------------------
+int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+  const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
+  return std::min<int64_t>(omp_get_max_threads(), N) * d.slot_floats();
+}
+
+void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias, float* workspace,
+                    int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+  const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
+  const int threads = conv_threads("conv2d_forward", d, workspace, workspace_floats);
+  const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats();
+  auto body = [&](int n, int t) {
+    const float* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
+    float* o = out + static_cast<int64_t>(n) * OC * OHW;            // (OC,OHW)
+    const float* col = x;                                           // (CK,OHW)
+    if (!d.pointwise()) {
+      float* buf = workspace + t * slot;
+      im2col(buf, x, d);
+      col = buf;
+    }
+    if (bias)
+      for (int oc = 0; oc < OC; oc++) std::fill(o + oc * OHW, o + (oc + 1) * OHW, bias[oc]);
+    sgemm_rowmajor(false, false, OC, static_cast<int>(OHW), static_cast<int>(CK), 1.0f, weight, static_cast<int>(CK),
+                   col, static_cast<int>(OHW), bias ? 1.0f : 0.0f, o, static_cast<int>(OHW));
+  };
+  for_each_image(threads, N, body, [](int) {});
+}
+
+void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
+                     int KH, int KW, int stride, int pad) {
+  const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
+  const int threads = conv_threads("conv2d_backward", d, workspace, workspace_floats);
+  const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats(), WN = OC * CK;
+  const int iCK = static_cast<int>(CK), iOHW = static_cast<int>(OHW);
+  // with several threads each accumulates its images into its own partial (OC,CK), zeroed here
+  if (threads > 1)
+    for (int t = 0; t < threads; t++) std::fill(workspace + t * slot + CK * OHW, workspace + (t + 1) * slot, 0.0f);
+  auto body = [&](int n, int t) {
+    const float* x = inp + static_cast<int64_t>(n) * C * d.HW();   // (C,H,W)
+    const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;   // (OC,OHW)
+    float* buf = workspace + t * slot;                               // (CK,OHW)
+    float* dw = threads > 1 ? buf + CK * OHW : dweight;              // (OC,CK)
+    const float* col = x;
+    if (!d.pointwise()) {
+      im2col(buf, x, d);
+      col = buf;
+    }
+    sgemm_rowmajor(false, true, OC, iCK, iOHW, 1.0f, dy, iOHW, col, iOHW, 1.0f, dw, iCK);
+    if (dinp) {
+      float* dx = dinp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
+      if (d.pointwise()) {
+        sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, dx, iOHW);
+      } else {
+        sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, buf, iOHW);  // dcol
+        col2im(dx, buf, d);
+      }
+    }
+  };
+  auto reduce_partials = [&](int nt) {
+    // dweight += partial_0 + partial_1 + ... in thread order; elements split over the team
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < WN; i++) {
+      float s = 0.0f;
+      for (int t = 0; t < nt; t++) s += workspace[t * slot + CK * OHW + i];
+      dweight[i] += s;
+    }
+  };
+  for_each_image(threads, N, body, reduce_partials);
+  if (dbias) {
+    // double over the N*OHW terms of each channel, in (n, ohw) order
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * OC * OHW >= kMinParallel)
+    for (int oc = 0; oc < OC; oc++) {
+      double acc = 0.0;
+      for (int n = 0; n < N; n++) {
+        const float* dy = dout + (static_cast<int64_t>(n) * OC + oc) * OHW;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < OHW; i++) acc += dy[i];
+      }
+      dbias[oc] += static_cast<float>(acc);
+    }
+  }
+}
+
+// ---- BatchNorm2d ---------------------------------------------------------------------------------------
+namespace {
+
+void check_bn(const char* op, int N, int C, int HW) {
+  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "{}: bad shape N={} C={} HW={}", op, N, C, HW);
+}
+
+// (count, mean, M2) of channel c over (N, HW), two-pass in double.
+void channel_stats(const float* inp, int c, int N, int C, int HW, double& mean, double& m2) {
+  double s = 0.0;
+  for (int n = 0; n < N; n++) {
+    const float* x = inp + (static_cast<int64_t>(n) * C + c) * HW;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < HW; i++) s += x[i];
+  }
+  mean = s / (static_cast<double>(N) * HW);
+  double q = 0.0;
+  for (int n = 0; n < N; n++) {
+    const float* x = inp + (static_cast<int64_t>(n) * C + c) * HW;
+#pragma omp simd reduction(+ : q)
+    for (int i = 0; i < HW; i++) {
+      const double dx = x[i] - mean;
+      q += dx * dx;
+    }
+  }
+  m2 = q;
+}
+
+// out[:, c] = (x - mean) * (rstd * gamma) + beta; mean and rstd from the float stats row (count, mean, M2).
+void apply_channel(float* out, float* save_mean, float* save_rstd, const float* inp, const float* gamma,
+                   const float* beta, const float* st /*(3)*/, int c, int N, int C, int HW, float eps) {
+  const float mean = st[1];
+  const float rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(st[2]) / st[0] + eps));
+  const float scale = rstd * gamma[c], shift = beta[c];
+  for (int n = 0; n < N; n++) {
+    const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
+    const float* x = inp + off;
+    float* o = out + off;
+#pragma omp simd
+    for (int i = 0; i < HW; i++) o[i] = (x[i] - mean) * scale + shift;
+  }
+  save_mean[c] = mean;
+  save_rstd[c] = rstd;
+}
+
+// (sum dout, sum dout * xhat) of channel c, in double.
+void channel_grad_sums(const float* dout, const float* inp, float mean, float rstd, int c, int N, int C, int HW,
+                       double& sum_dy, double& sum_dy_xhat) {
+  double a = 0.0, b = 0.0;
+  for (int n = 0; n < N; n++) {
+    const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
+    const float* x = inp + off;
+    const float* dy = dout + off;
+#pragma omp simd reduction(+ : a, b)
+    for (int i = 0; i < HW; i++) {
+      a += dy[i];
+      b += static_cast<double>(dy[i]) * ((x[i] - mean) * rstd);
+    }
+  }
+  sum_dy = a;
+  sum_dy_xhat = b;
+}
+
+// dinp[:, c] = gamma rstd (dout - mean_dy - xhat mean_dy_xhat)
+void dinp_channel(float* dinp, const float* dout, const float* inp, float mean, float rstd, float gamma, double sum_dy,
+                  double sum_dy_xhat, double count, int c, int N, int C, int HW) {
+  const float k0 = gamma * rstd;
+  const float mdy = static_cast<float>(sum_dy / count), mdyx = static_cast<float>(sum_dy_xhat / count);
+  for (int n = 0; n < N; n++) {
+    const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
+    const float* x = inp + off;
+    const float* dy = dout + off;
+    float* dx = dinp + off;
+#pragma omp simd
+    for (int i = 0; i < HW; i++) dx[i] = k0 * (dy[i] - mdy - (x[i] - mean) * rstd * mdyx);
+  }
+}
+
+bool bn_parallel(int N, int C, int HW) { return static_cast<int64_t>(N) * C * HW >= kMinParallel && C > 1; }
+
+}  // namespace
+
+void batchnorm2d_local_stats(float* stats, const float* inp, int N, int C, int HW) {
+  check_bn("batchnorm2d_local_stats", N, C, HW);
+#pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
+  for (int c = 0; c < C; c++) {
+    double mean, m2;
+    channel_stats(inp, c, N, C, HW, mean, m2);
+    stats[3 * c + 0] = static_cast<float>(static_cast<double>(N) * HW);
+    stats[3 * c + 1] = static_cast<float>(mean);
+    stats[3 * c + 2] = static_cast<float>(m2);
+  }
+}
+
+void batchnorm2d_merge_stats(float* merged, const float* gathered, int R, int C) {
+  HPCT_CHECK(R > 0 && C > 0, "batchnorm2d_merge_stats: bad shape R={} C={}", R, C);
+  for (int c = 0; c < C; c++) {
+    BnStats<double> acc{0.0, 0.0, 0.0};
+    for (int r = 0; r < R; r++) {
+      const float* g = gathered + (static_cast<int64_t>(r) * C + c) * 3;
+      acc = batchnorm_merge_stats(acc, BnStats<double>{g[0], g[1], g[2]});
+    }
+    merged[3 * c + 0] = static_cast<float>(acc.count);
+    merged[3 * c + 1] = static_cast<float>(acc.mean);
+    merged[3 * c + 2] = static_cast<float>(acc.m2);
+  }
+}
+
+void batchnorm2d_forward_apply(float* out, float* save_mean, float* save_rstd, const float* inp, const float* gamma,
+                               const float* beta, const float* stats, int N, int C, int HW, float eps) {
+  check_bn("batchnorm2d_forward_apply", N, C, HW);
+  for (int c = 0; c < C; c++)
+    HPCT_CHECK(stats[3 * c] > 0, "batchnorm2d_forward_apply: channel {} has count {}", c, stats[3 * c]);
+#pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
+  for (int c = 0; c < C; c++)
+    apply_channel(out, save_mean, save_rstd, inp, gamma, beta, stats + 3 * c, c, N, C, HW, eps);
+}
+
+void batchnorm2d_forward_train(float* out, float* stats, float* save_mean, float* save_rstd, const float* inp,
+                               const float* gamma, const float* beta, int N, int C, int HW, float eps) {
+  check_bn("batchnorm2d_forward_train", N, C, HW);
+  // the same float statistics and the same apply as the SyncBN path at one rank, fused per channel
+#pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
+  for (int c = 0; c < C; c++) {
+    double mean, m2;
+    channel_stats(inp, c, N, C, HW, mean, m2);
+    float* st = stats + 3 * c;
+    st[0] = static_cast<float>(static_cast<double>(N) * HW);
+    st[1] = static_cast<float>(mean);
+    st[2] = static_cast<float>(m2);
+    apply_channel(out, save_mean, save_rstd, inp, gamma, beta, st, c, N, C, HW, eps);
+  }
+}
+
+void batchnorm2d_update_running(float* running_mean, float* running_var, const float* stats, int C, float momentum) {
+  for (int c = 0; c < C; c++) {
+    const double count = stats[3 * c], mean = stats[3 * c + 1], m2 = stats[3 * c + 2];
+    HPCT_CHECK(count > 1, "batchnorm2d_update_running: channel {} has {} values; BatchNorm training needs more than 1",
+               c, count);
+    running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
+    running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * (m2 / (count - 1.0)));
+  }
+}
+
+void batchnorm2d_forward_eval(float* out, const float* inp, const float* gamma, const float* beta,
+                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
+  check_bn("batchnorm2d_forward_eval", N, C, HW);
+#pragma omp parallel for collapse(2) schedule(static) if (bn_parallel(N, C, HW))
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      const float mean = running_mean[c];
+      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps)) * gamma[c];
+      const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
+      const float* x = inp + off;
+      float* o = out + off;
+#pragma omp simd
+      for (int i = 0; i < HW; i++) o[i] = (x[i] - mean) * scale + beta[c];
+    }
+}
+
+void batchnorm2d_backward(float* dinp, float* dgamma, float* dbeta, const float* dout, const float* inp,
+                          const float* save_mean, const float* save_rstd, const float* gamma, int N, int C, int HW) {
+  check_bn("batchnorm2d_backward", N, C, HW);
+#pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
+  for (int c = 0; c < C; c++) {
+    double sdy, sdyx;
+    channel_grad_sums(dout, inp, save_mean[c], save_rstd[c], c, N, C, HW, sdy, sdyx);
+    dbeta[c] += static_cast<float>(sdy);
+    dgamma[c] += static_cast<float>(sdyx);
+    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], gamma[c], sdy, sdyx, static_cast<double>(N) * HW, c, N,
+                 C, HW);
+  }
+}
+
+void batchnorm2d_backward_local_sums(float* sums, float* dgamma, float* dbeta, const float* dout, const float* inp,
+                                     const float* save_mean, const float* save_rstd, int N, int C, int HW) {
+  check_bn("batchnorm2d_backward_local_sums", N, C, HW);
+#pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
+  for (int c = 0; c < C; c++) {
+    double sdy, sdyx;
+    channel_grad_sums(dout, inp, save_mean[c], save_rstd[c], c, N, C, HW, sdy, sdyx);
+    sums[2 * c + 0] = static_cast<float>(sdy);
+    sums[2 * c + 1] = static_cast<float>(sdyx);
+    dbeta[c] += static_cast<float>(sdy);
+    dgamma[c] += static_cast<float>(sdyx);
+  }
+}
+
+void batchnorm2d_backward_apply(float* dinp, const float* dout, const float* inp, const float* save_mean,
+                                const float* save_rstd, const float* gamma, const float* global_sums,
+                                int64_t global_count, int N, int C, int HW) {
+  check_bn("batchnorm2d_backward_apply", N, C, HW);
+  HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
+             "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
+             global_count, static_cast<int64_t>(N) * HW);
+#pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
+  for (int c = 0; c < C; c++)
+    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], gamma[c], global_sums[2 * c], global_sums[2 * c + 1],
+                 static_cast<double>(global_count), c, N, C, HW);
+}
+
+// ---- ReLU -------------------------------------------------------------------------------------------------
+void relu_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void relu_backward(float* dinp, const float* dout, const float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+// ---- MaxPool2d ---------------------------------------------------------------------------------------------
+void maxpool2d_forward(float* out, int32_t* idx, const float* inp, int N, int C, int H, int W, int K, int stride,
+                       int pad) {
+  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && K > 0 && stride > 0 && pad >= 0 && 2 * pad <= K && H + 2 * pad >= K &&
+                 W + 2 * pad >= K,
+             "maxpool2d_forward: bad shape N={} C={} H={} W={} K={} stride={} pad={} (torch needs pad <= K/2)", N, C, H,
+             W, K, stride, pad);
+  const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  const int64_t planes = static_cast<int64_t>(N) * C;
+#pragma omp parallel for schedule(static) if (planes * OH * OW >= kMinParallel / 4)
+  for (int64_t p = 0; p < planes; p++) {
+    const float* x = inp + p * H * W;                  // (H,W)
+    float* o = out + p * OH * OW;                      // (OH,OW)
+    int32_t* id = idx + p * OH * OW;                   // (OH,OW)
+    for (int oh = 0; oh < OH; oh++)
+      for (int ow = 0; ow < OW; ow++) {
+        const int h0 = oh * stride - pad, w0 = ow * stride - pad;
+        float best = -std::numeric_limits<float>::infinity();
+        int32_t arg = -1;
+        for (int ih = std::max(h0, 0); ih < std::min(h0 + K, H); ih++)
+          for (int iw = std::max(w0, 0); iw < std::min(w0 + K, W); iw++) {
+            const float v = x[ih * W + iw];
+            if (v > best || arg < 0) {
+              best = v;
+              arg = ih * W + iw;
+            }
+          }
+        o[oh * OW + ow] = best;
+        id[oh * OW + ow] = arg;
+      }
+  }
+}
+
+void maxpool2d_backward(float* dinp, const float* dout, const int32_t* idx, int N, int C, int H, int W, int K,
+                        int stride, int pad) {
+  const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  const int64_t planes = static_cast<int64_t>(N) * C;
+#pragma omp parallel for schedule(static) if (planes * H * W >= kMinParallel)
+  for (int64_t p = 0; p < planes; p++) {
+    float* dx = dinp + p * H * W;
+    std::fill(dx, dx + static_cast<int64_t>(H) * W, 0.0f);
+    const float* dy = dout + p * OH * OW;
+    const int32_t* id = idx + p * OH * OW;
+    for (int j = 0; j < OH * OW; j++) dx[id[j]] += dy[j];  // in output order: deterministic
+  }
+}
+
+// ---- global average pooling ------------------------------------------------------------------------------------
+void global_avgpool_forward(float* out, const float* inp, int N, int C, int HW) {
+  const int64_t planes = static_cast<int64_t>(N) * C;
+#pragma omp parallel for schedule(static) if (planes * HW >= kMinParallel)
+  for (int64_t p = 0; p < planes; p++) {
+    const float* x = inp + p * HW;
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < HW; i++) s += x[i];
+    out[p] = static_cast<float>(s / HW);
+  }
+}
+
+void global_avgpool_backward(float* dinp, const float* dout, int N, int C, int HW) {
+  const int64_t planes = static_cast<int64_t>(N) * C;
+#pragma omp parallel for schedule(static) if (planes * HW >= kMinParallel)
+  for (int64_t p = 0; p < planes; p++) {
+    const float g = dout[p] / static_cast<float>(HW);
+    std::fill(dinp + p * HW, dinp + (p + 1) * HW, g);
+  }
+}
+
+}  // namespace hpct::kernels::cpu

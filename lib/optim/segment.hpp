@@ -1,0 +1,40 @@
+#pragma once
+// What AdamW and Sgd share: the segment, a flat range of one parameter tensor that this rank updates, and the
+// helpers over a list of them (whole-tensor segments, gradient sum of squares, the clipping factor).
+//
+// Unsharded, the segments are the whole tensors and the gradients are the model's gradient slab. Under ZeRO-1
+// (parallel.zero = 1) each DP rank owns a 1/DP share of every gradient bucket, its segments are the pieces of
+// tensors inside that share and their gradients live in the reduce-scattered shard buffer
+// (parallel/grad_sync.hpp). An optimizer holds its state only for its segments, back to back (state_offset).
+#include <cstdint>
+#include <vector>
+
+#include "kernels/exec_context.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::optim {
+
+// A flat range of one parameter tensor updated by this rank.
+struct Segment {
+  int tensor = 0;          // index into params.tensors()
+  int64_t begin = 0, end = 0;  // flat element range inside that tensor
+  float* grad = nullptr;   // end - begin gradient values
+  int64_t state_offset = 0;  // where its state (exp_avg, momentum, ...) starts in the state buffers (set by the optimizer)
+  int64_t numel() const { return end - begin; }
+};
+
+// Every tensor of params whole, its gradient the same-index tensor of grads (same layout).
+std::vector<Segment> whole_tensor_segments(Slab& params, Slab& grads);
+
+// Checks every segment lies inside its tensor, sets the state offsets back to back; returns the state's numel.
+int64_t plan_segment_state(const Slab& params, std::vector<Segment>& segs);
+
+// Sum of squares of the segments' gradients, accumulated in double into device_acc (one double on ctx.device,
+// zeroed first), then one explicit copy to the host. counted (optional, by tensor index): only those tensors count.
+double segments_grad_sumsq(const ExecContext& ctx, const std::vector<Segment>& segs, double* device_acc,
+                           const std::vector<bool>* counted);
+
+// torch.nn.utils.clip_grad_norm_: clip / (norm + 1e-6) when that is < 1, else 1; 1 when clip <= 0 (off).
+float clip_coefficient(float clip, double norm);
+
+}  // namespace hpct::optim

@@ -1,0 +1,134 @@
+// The CIFAR-style ResNet: layout (names, shapes, decay flags), deterministic init, a whole-model directional-
+// derivative check of the backward (BatchNorm in training mode, stride-2 blocks with projection shortcuts), and
+// evaluation mode using the running statistics that training updated.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "models/resnet/resnet.hpp"
+
+using namespace hpct;
+using namespace hpct::resnet;
+
+namespace {
+ResNetConfig tiny() {
+  ResNetConfig c;
+  c.depth = 8;  // one BasicBlock per stage
+  c.in_channels = 1;
+  c.height = c.width = 8;
+  c.num_classes = 5;
+  c.base_width = 4;
+  return c;
+}
+}  // namespace
+
+TEST(ResNetLayout, NamesShapesAndDecay) {
+  ResNetConfig c;  // ResNet-20 on 1x28x28
+  const auto l = parameter_layout(c);
+  EXPECT_EQ(l.front().name, "conv1.weight");
+  EXPECT_EQ(l.front().shape, (std::vector<int64_t>{16, 1, 3, 3}));
+  EXPECT_EQ(l.back().name, "fc.bias");
+  int convs = 0, bns = 0;
+  for (const auto& p : l) {
+    if (p.shape.size() == 4) ++convs;
+    if (p.name.find("bn") != std::string::npos || p.name.find("downsample.1") != std::string::npos) {
+      ++bns;
+      EXPECT_FALSE(p.decay) << p.name;
+    }
+  }
+  EXPECT_EQ(convs, 1 + 2 * 9 + 2);  // stem, 9 blocks x 2, 2 projection shortcuts
+  EXPECT_EQ(bns, 2 * (1 + 2 * 9 + 2));
+  // by hand: stem 144 + 2*16; stage 1: 3 blocks x (2 x 16*16*9 + 4*16); stage 2: 32*16*9 + 32*32*9 + 4*32 + 16*32
+  // (1x1) + 2*32, then 2 blocks x (2*32*32*9 + 4*32); stage 3 likewise with 64; fc 64*10 + 10
+  const int64_t stage1 = 3 * (2 * 16 * 16 * 9 + 4 * 16);
+  const int64_t stage2 = (32 * 16 * 9 + 32 * 32 * 9 + 4 * 32 + 16 * 32 + 2 * 32) + 2 * (2 * 32 * 32 * 9 + 4 * 32);
+  const int64_t stage3 = (64 * 32 * 9 + 64 * 64 * 9 + 4 * 64 + 32 * 64 + 2 * 64) + 2 * (2 * 64 * 64 * 9 + 4 * 64);
+  EXPECT_EQ(num_parameters(c), 144 + 32 + stage1 + stage2 + stage3 + 650);
+  c.depth = 21;
+  EXPECT_THROW(c.validate("x"), UsageError);
+}
+
+// The loss is piecewise smooth (ReLU kinks, max-free here): a central difference is exact to O(h^2) only while
+// no pre-activation crosses zero within h |d|. With h = 1e-3 some of the few 2x2 last-stage activations do cross
+// (the check then misses by ~0.5%, converging as h shrinks); h = 1e-4 stays within one smooth piece while the fp32
+// rounding noise of the loss (~1e-7 x 1.6 / 2h ~ 1e-3 absolute) stays below the tolerance.
+TEST(ResNetGradient, DirectionalDerivativeMatchesFiniteDifference) {
+  const ResNetConfig c = tiny();
+  const int B = 3, D = c.in_channels * c.height * c.width;
+  const ExecContext ctx;
+  ResNet model(c, B, Device::CPU);
+  model.init_parameters(ctx, 7);
+  // non-trivial BN affine parameters, so their gradients are tested too
+  for (auto& t : model.params().tensors())
+    if (t.shape.size() == 1 && t.name.rfind("fc.", 0) != 0)
+      for (int64_t j = 0; j < t.numel(); ++j) t.f32()[j] += 0.2f * static_cast<float>(rng::normal(11, rng::stream_of(t.name), j));
+  std::vector<float> img(static_cast<size_t>(B * D));
+  std::vector<int32_t> lab(B);
+  for (int i = 0; i < B * D; ++i) img[i] = static_cast<float>(rng::normal(1, 1, i));
+  for (int i = 0; i < B; ++i) lab[i] = static_cast<int32_t>(rng::uniform_int(1, 2, i, c.num_classes));
+  auto mean_loss = [&]() {
+    model.forward(ctx, img.data(), B, true);
+    const float* l = model.loss(ctx, lab.data(), B);
+    double s = 0;
+    for (int i = 0; i < B; ++i) s += l[i];
+    return s / B;
+  };
+  model.zero_grad(ctx);
+  model.forward(ctx, img.data(), B, true);
+  model.loss_and_backward(ctx, lab.data(), 1.0f / B, B);
+  // every parameter at once, then groups on their own (stem, BatchNorm affine, projection shortcuts, head)
+  for (const char* group : {"", "conv1.weight", "bn", "downsample", "layer2", "fc."}) {
+    std::vector<std::vector<float>> dir;
+    double analytic = 0;
+    for (size_t i = 0; i < model.params().tensors().size(); ++i) {
+      auto& p = model.params().tensors()[i];
+      auto& g = model.grads().tensors()[i];
+      std::vector<float> d(static_cast<size_t>(p.numel()), 0.0f);
+      if (p.name.find(group) != std::string::npos)
+        for (int64_t j = 0; j < p.numel(); ++j) d[j] = static_cast<float>(rng::normal(5, rng::stream_of(p.name), j));
+      for (int64_t j = 0; j < p.numel(); ++j) analytic += static_cast<double>(g.f32()[j]) * d[j];
+      dir.push_back(std::move(d));
+    }
+    auto shift = [&](float h) {
+      for (size_t i = 0; i < dir.size(); ++i) {
+        auto& p = model.params().tensors()[i];
+        for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] += h * dir[i][j];
+      }
+    };
+    const float h = 1e-4f;
+    shift(h);
+    const double lp = mean_loss();
+    shift(-2 * h);
+    const double lm = mean_loss();
+    shift(h);
+    const double numeric = (lp - lm) / (2.0 * h);
+    EXPECT_NEAR(analytic, numeric, 2e-3 * std::max(1.0, std::fabs(numeric)))
+        << "group '" << group << "': analytic " << analytic << " numeric " << numeric;
+    EXPECT_GT(std::fabs(analytic), 1e-3) << "group '" << group << "'";  // a real signal, not two zeros
+  }
+}
+
+TEST(ResNetEval, UsesRunningStatisticsUpdatedByTraining) {
+  const ResNetConfig c = tiny();
+  const int B = 4, D = c.in_channels * c.height * c.width;
+  const ExecContext ctx;
+  ResNet model(c, B, Device::CPU);
+  model.init_parameters(ctx, 3);
+  std::vector<float> img(static_cast<size_t>(B * D));
+  for (int i = 0; i < B * D; ++i) img[i] = 2.0f + static_cast<float>(rng::normal(2, 1, i));
+  const float rv0 = model.buffers().tensors()[1].f32()[0];
+  EXPECT_EQ(rv0, 1.0f);
+  model.forward(ctx, img.data(), B, false);
+  std::vector<float> before(model.logits(), model.logits() + B * c.num_classes);
+  model.forward(ctx, img.data(), B, true);  // updates running stats
+  EXPECT_NE(model.buffers().tensors()[0].f32()[0], 0.0f);
+  model.forward(ctx, img.data(), B, false);
+  std::vector<float> after(model.logits(), model.logits() + B * c.num_classes);
+  EXPECT_NE(before, after);
+  // evaluation is per-sample: a batch of 1 gives the first sample's logits
+  model.forward(ctx, img.data(), 1, false);
+  for (int k = 0; k < c.num_classes; ++k) EXPECT_FLOAT_EQ(model.logits()[k], after[k]);
+}

@@ -67,12 +67,6 @@ void add_pieces(std::vector<ckpt::Piece>& out, const std::string& dataset, const
 
 }  // namespace
 
-std::vector<TensorPlacement> whole_placements(const Slab& params) {
-  std::vector<TensorPlacement> out;
-  for (const Tensor& t : params.tensors()) out.push_back({t.shape, std::vector<int64_t>(t.shape.size(), 0), -1, true});
-  return out;
-}
-
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
                            const std::vector<TensorPlacement>& placements, optim::AdamW& opt,
                            const ckpt::Attrs& attrs) {

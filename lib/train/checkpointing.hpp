@@ -37,8 +37,6 @@ struct TensorPlacement {
   int split_axis = -1;
   bool writer = true;
 };
-// Whole tensors, every one written (TP = PP = 1).
-std::vector<TensorPlacement> whole_placements(const Slab& params);
 
 // Allgathers one string per rank of comm (metadata only), in rank order.
 std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::string& mine, const std::string& what);

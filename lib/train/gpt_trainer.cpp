@@ -62,23 +62,38 @@ Device resolve_device(const Config& deck) {
   return Device::CPU;  // "cpu", and "auto" until the CUDA model backend exists
 }
 
+// Sum of n device floats, through the one-float device buffer sum_dev and one explicit copy to the host.
+float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64_t n) {
+  k::sum(ctx, sum_dev.f32(), x, n);
+  float s = 0.0f;
+  k::copy_to_host(ctx, &s, sum_dev.f32(), 4);
+  return s;
+}
+
 // Sum of the token losses over sequences [begin, end) of the fixed evaluation set, micro_batch at a time.
+// Under pipeline parallelism (pp non-null) each micro-batch runs through the stages: a later stage receives
+// its input in act (MB, T, C) from the previous one and sends its output on; only the last stage computes
+// losses, so the sum is non-zero there alone (the caller reduces it over the PP group).
 double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSet& eval, int begin, int end,
                 Tensor& in_dev, Tensor& tgt_dev, std::vector<int32_t>& in_host, std::vector<int32_t>& tgt_host,
-                Tensor& sum_dev) {
+                Tensor& sum_dev, comm::Communicator* pp = nullptr, std::vector<float>* act = nullptr) {
   const int T = model.config().seq_len, MB = model.micro_batch();
+  const gpt::StagePlan& st = model.stage();
   double total = 0.0;
   for (int first = begin; first < end; first += MB) {
     const int b = std::min(MB, end - first);
     eval.fill(first, b, in_host.data(), tgt_host.data());
     k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(b) * T * 4);
     k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(b) * T * 4);
-    model.forward(ctx, in_dev.i32(), b);
-    const float* losses = model.loss(ctx, tgt_dev.i32(), b);
-    k::sum(ctx, sum_dev.f32(), losses, static_cast<int64_t>(b) * T);
-    float s = 0.0f;
-    k::copy_to_host(ctx, &s, sum_dev.f32(), 4);
-    total += s;
+    const int64_t n = static_cast<int64_t>(b) * T * model.config().n_embd;  // the stage boundary activation
+    if (!st.has_embedding) pp->recv(act->data(), n, DType::F32, pp->rank() - 1, 7, "evaluation activation");
+    model.forward(ctx, in_dev.i32(), b, st.has_embedding ? nullptr : act->data());
+    if (!st.has_head) {
+      k::copy_to_host(ctx, act->data(), model.stage_output(), n * 4);
+      pp->send(act->data(), n, DType::F32, pp->rank() + 1, 7, "evaluation activation");
+      continue;
+    }
+    total += sum_to_host(ctx, sum_dev, model.loss(ctx, tgt_dev.i32(), b), static_cast<int64_t>(b) * T);
   }
   return total;
 }
@@ -185,11 +200,7 @@ struct GptPipelineStage : parallel::PipelineStage {
     }
     load_batch(micro);
     const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB, din);
-    const int64_t n = static_cast<int64_t>(MB) * model.config().seq_len;
-    k::sum(ctx, sum_dev.f32(), losses, n);
-    float part = 0.0f;
-    k::copy_to_host(ctx, &part, sum_dev.f32(), 4);
-    loss_sum += part;
+    loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * model.config().seq_len);
   }
 };
 
@@ -492,10 +503,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
       model.forward(ctx, in_dev.i32(), MB);
       const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB);
-      k::sum(ctx, sum_dev.f32(), losses, static_cast<int64_t>(MB) * T);
-      float part = 0.0f;
-      k::copy_to_host(ctx, &part, sum_dev.f32(), 4);
-      loss_sum += part;
+      loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * T);
     }
     if (pipe) {
       stage->step = s;
@@ -547,34 +555,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       const int n_eval = eval_set.num_sequences();
       const int e0 = static_cast<int>(static_cast<int64_t>(n_eval) * dr / dp);
       const int e1 = static_cast<int>(static_cast<int64_t>(n_eval) * (dr + 1) / dp);
-      double part = 0.0;
-      if (!pipe) {
-        part = evaluate(ctx, model, eval_set, e0, e1, in_dev, tgt_dev, in_host, tgt_host, sum_dev);
-      } else {  // forward through the stages, one micro-batch at a time; the last stage sums the losses
-        const auto& st = model.stage();
-        const int64_t act_n = static_cast<int64_t>(eval_act.size());
-        for (int first = e0; first < e1; first += MB) {
-          const int b = std::min(MB, e1 - first);
-          const int64_t n = act_n / MB * b;
-          eval_set.fill(first, b, in_host.data(), tgt_host.data());
-          k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(b) * T * 4);
-          k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(b) * T * 4);
-          if (!st.has_embedding)
-            pc.pp_group().recv(eval_act.data(), n, DType::F32, pc.pp_rank() - 1, 7, "evaluation activation");
-          model.forward(ctx, in_dev.i32(), b, st.has_embedding ? nullptr : eval_act.data());
-          if (!st.has_head) {
-            k::copy_to_host(ctx, eval_act.data(), model.stage_output(), n * 4);
-            pc.pp_group().send(eval_act.data(), n, DType::F32, pc.pp_rank() + 1, 7, "evaluation activation");
-            continue;
-          }
-          const float* losses = model.loss(ctx, tgt_dev.i32(), b);
-          k::sum(ctx, sum_dev.f32(), losses, static_cast<int64_t>(b) * T);
-          float f = 0.0f;
-          k::copy_to_host(ctx, &f, sum_dev.f32(), 4);
-          part += f;
-        }
-        pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");
-      }
+      double part = evaluate(ctx, model, eval_set, e0, e1, in_dev, tgt_dev, in_host, tgt_host, sum_dev,
+                             pipe ? &pc.pp_group() : nullptr, &eval_act);
+      if (pipe) pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");
       pc.dp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss");
       val_loss = part / (static_cast<double>(n_eval) * T);
       last_val = *val_loss;

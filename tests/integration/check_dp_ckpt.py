@@ -104,6 +104,35 @@ def tool_run(*args):
     return subprocess.run([tool] + list(args), capture_output=True, text=True, errors="replace", timeout=120, env=ENV)
 
 
+def read_until(proc, marker, timeout=120):
+    """Reads the job's merged output until a line contains marker (or EOF / timeout); returns what it read."""
+    seen = ""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if marker in line:
+            break
+    return seen
+
+
+def rank_pid(out, rank):
+    """The pid of this job's (its --out directory) train_gpt process of the given MPI rank, from /proc."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cl = f.read()
+        except OSError:
+            continue
+        if exe.encode() in cl and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and out.encode() in cl:
+            return int(pid)
+    return None
+
+
 STEPS20 = ["train.steps=20", "optim.decay_steps=20", "checkpoint.at_end=true"]
 
 if scenario == "layout":
@@ -283,13 +312,7 @@ elif scenario == "crash":
         proc = subprocess.Popen(cmd(2, out, ["train.steps=8", "checkpoint.every=2", "checkpoint.resume=latest"]),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True)
-        seen = ""
-        t0 = time.time()
-        while "pausing" not in seen and time.time() - t0 < 120:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen += line
+        seen = read_until(proc, "pausing")
         if "pausing" not in seen:
             fail(f"phase {phase}: the pause hook was never reached: {seen[-1000:]}")
             proc.kill()
@@ -316,27 +339,8 @@ elif scenario == "signal":
     out = f"{work}/sig"
     proc = subprocess.Popen(cmd(2, out, STEPS20 + ["log.every=1"]), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=ENV, start_new_session=True)
-    t0 = time.time()
-    seen = ""
-    while time.time() - t0 < 120:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
-        if "step      3/" in line:
-            break
-    # SIGUSR1 to one rank only (its pid from /proc: the rank-1 process of this job)
-    target = None
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cl = f.read()
-        except OSError:
-            continue
-        if exe.encode() in cl and b"OMPI_COMM_WORLD_RANK=1" in env and out.encode() in cl:
-            target = int(pid)
+    seen = read_until(proc, "step      3/")
+    target = rank_pid(out, 1)  # SIGUSR1 to one rank only
     if target is None:
         fail("could not find rank 1's process")
         proc.kill()
@@ -373,26 +377,8 @@ elif scenario == "stall":
                                          "checkpoint.at_end=false"]),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
                             start_new_session=True)
-    seen = ""
-    t0 = time.time()
-    while time.time() - t0 < 120:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
-        if "step      3/" in line:
-            break
-    target = None
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cl = f.read()
-        except OSError:
-            continue
-        if exe.encode() in cl and b"OMPI_COMM_WORLD_RANK=1" in env and out.encode() in cl:
-            target = int(pid)
+    seen = read_until(proc, "step      3/")
+    target = rank_pid(out, 1)
     if target is None:
         fail("could not find rank 1's process")
         os.killpg(proc.pid, signal.SIGKILL)

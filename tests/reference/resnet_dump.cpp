@@ -1,7 +1,8 @@
 // Writes what tests/reference/resnet_reference.py needs to replay one ResNet training-mode forward/backward in
 // PyTorch: the config, the initial parameters and BN buffers (torchvision-style names), a random batch, and
 // hpctrain's per-sample losses, every parameter gradient (dloss = 1/B: the mean loss) and the running statistics
-// after the step.   usage: resnet_dump OUT.h5 [depth base_width height num_classes batch]
+// after the step.
+//   usage: resnet_dump OUT.h5 [depth base_width height num_classes batch [style channels]]   (style cifar | imagenet)
 #include <hdf5.h>
 
 #include <cstdio>
@@ -39,7 +40,7 @@ std::vector<float> copy(const Tensor& t) { return std::vector<float>(t.f32(), t.
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: resnet_dump OUT.h5 [depth base_width height num_classes batch]\n");
+    std::fprintf(stderr, "usage: resnet_dump OUT.h5 [depth base_width height num_classes batch [style channels]]\n");
     return 2;
   }
   resnet::ResNetConfig c;
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
   c.height = c.width = argc > 4 ? std::atoi(argv[4]) : 12;
   c.num_classes = argc > 5 ? std::atoi(argv[5]) : 10;
   const int B = argc > 6 ? std::atoi(argv[6]) : 6;
+  if (argc > 7) c.style = argv[7];
+  if (argc > 8) c.in_channels = std::atoi(argv[8]);
   const int D = c.in_channels * c.height * c.width;
   const ExecContext ctx;
   resnet::ResNet model(c, B, Device::CPU);
@@ -63,6 +66,8 @@ int main(int argc, char** argv) {
   attr(f, "height", c.height);
   attr(f, "num_classes", c.num_classes);
   attr(f, "batch", B);
+  attr(f, "channels", c.in_channels);
+  attr(f, "imagenet_style", c.style == "imagenet" ? 1 : 0);
   for (auto& t : model.params().tensors()) write(f, "init/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
   write(f, "batch/images", {B, c.in_channels, c.height, c.width}, H5T_NATIVE_FLOAT, img.data());
   write(f, "batch/labels", {B}, H5T_NATIVE_INT32, lab.data());

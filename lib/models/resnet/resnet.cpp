@@ -10,40 +10,150 @@ namespace hpct::resnet {
 
 namespace k = hpct::kernels;
 
+namespace {
+
+// The architecture as data, walked once by parameter_layout(), forward_flops_per_image() and the constructor.
+struct UnitSpec {
+  int C, OC, K, stride, pad;
+  int H, W, OH, OW;  // input and output spatial size
+};
+struct BlockSpec {
+  std::string prefix;           // "layer<s>.<b>."
+  std::vector<UnitSpec> units;  // conv<i>/bn<i>, i = 1..
+  bool downsample = false;
+  UnitSpec ds{};  // 1x1 stride-s projection
+};
+struct ArchSpec {
+  UnitSpec stem{};
+  bool pool = false;
+  int pool_H = 0, pool_W = 0, pool_OH = 0, pool_OW = 0;  // 3x3 stride-2 pad-1 max-pool (imagenet)
+  std::vector<BlockSpec> blocks;
+  int C_last = 0, H_last = 0, W_last = 0;
+};
+
+int out_size(int n, int K, int stride, int pad) { return (n + 2 * pad - K) / stride + 1; }
+
+UnitSpec unit(int C, int OC, int K, int stride, int pad, int H, int W) {
+  return {C, OC, K, stride, pad, H, W, out_size(H, K, stride, pad), out_size(W, K, stride, pad)};
+}
+
+ArchSpec arch(const ResNetConfig& c) {
+  ArchSpec a;
+  const bool imagenet = c.style == "imagenet";
+  int H = c.height, W = c.width;
+  a.stem = imagenet ? unit(c.in_channels, c.base_width, 7, 2, 3, H, W) : unit(c.in_channels, c.base_width, 3, 1, 1, H, W);
+  H = a.stem.OH;
+  W = a.stem.OW;
+  if (imagenet) {
+    a.pool = true;
+    a.pool_H = H;
+    a.pool_W = W;
+    H = a.pool_OH = out_size(H, 3, 2, 1);
+    W = a.pool_OW = out_size(W, 3, 2, 1);
+  }
+  int in = c.base_width;
+  const std::vector<int> blocks = c.stage_blocks();
+  for (size_t s = 0; s < blocks.size(); ++s) {
+    const int planes = c.base_width << s;
+    const int out = planes * c.expansion();
+    for (int b = 0; b < blocks[s]; ++b) {
+      const int stride = (b == 0 && s > 0) ? 2 : 1;
+      BlockSpec blk;
+      blk.prefix = "layer" + std::to_string(s + 1) + "." + std::to_string(b) + ".";
+      if (c.bottleneck()) {
+        blk.units.push_back(unit(in, planes, 1, 1, 0, H, W));
+        blk.units.push_back(unit(planes, planes, 3, stride, 1, H, W));
+        const UnitSpec& u = blk.units.back();
+        blk.units.push_back(unit(planes, out, 1, 1, 0, u.OH, u.OW));
+      } else {
+        blk.units.push_back(unit(in, planes, 3, stride, 1, H, W));
+        const UnitSpec& u = blk.units.back();
+        blk.units.push_back(unit(planes, planes, 3, 1, 1, u.OH, u.OW));
+      }
+      blk.downsample = stride != 1 || in != out;
+      if (blk.downsample) blk.ds = unit(in, out, 1, stride, 0, H, W);
+      H = blk.units.back().OH;
+      W = blk.units.back().OW;
+      in = out;
+      a.blocks.push_back(std::move(blk));
+    }
+  }
+  a.C_last = in;
+  a.H_last = H;
+  a.W_last = W;
+  return a;
+}
+
+}  // namespace
+
+std::vector<int> ResNetConfig::stage_blocks() const {
+  if (style == "cifar") {
+    const int n = (depth - 2) / 6;
+    return {n, n, n};
+  }
+  switch (depth) {
+    case 18: return {2, 2, 2, 2};
+    case 34:
+    case 50: return {3, 4, 6, 3};
+    case 101: return {3, 4, 23, 3};
+    case 152: return {3, 8, 36, 3};
+    default: return {};
+  }
+}
+
 void ResNetConfig::validate(const std::string& where) const {
-  HPCT_USAGE_CHECK(depth >= 8 && (depth - 2) % 6 == 0,
-                   "{}: model.depth = {}: a CIFAR-style ResNet has depth 6n + 2 (20, 32, 44, 56, 110)", where, depth);
+  HPCT_USAGE_CHECK(style == "cifar" || style == "imagenet", "{}: model.style = \"{}\": use \"cifar\" or \"imagenet\"",
+                   where, style);
+  if (style == "cifar")
+    HPCT_USAGE_CHECK(depth >= 8 && (depth - 2) % 6 == 0,
+                     "{}: model.depth = {}: a CIFAR-style ResNet has depth 6n + 2 (8, 20, 32, 44, 56, 110)", where,
+                     depth);
+  else
+    HPCT_USAGE_CHECK(!stage_blocks().empty(),
+                     "{}: model.depth = {}: an ImageNet-style ResNet has depth 18, 34 (BasicBlock), 50, 101 or 152 "
+                     "(Bottleneck)",
+                     where, depth);
   HPCT_USAGE_CHECK(in_channels >= 1 && height >= 4 && width >= 4 && num_classes >= 2 && base_width >= 1,
                    "{}: image {}x{}x{}, {} classes, base width {}: all must be positive (image >= 4x4, >= 2 classes)",
                    where, in_channels, height, width, num_classes, base_width);
+  const ArchSpec a = arch(*this);
+  HPCT_USAGE_CHECK(a.H_last >= 1 && a.W_last >= 1,
+                   "{}: a {}x{} image is too small for a {}-style ResNet-{} (the last stage would be {}x{}); use larger "
+                   "images or the cifar style",
+                   where, height, width, style, depth, a.H_last, a.W_last);
+}
+
+ResNetConfig ResNetConfig::from_deck(const Config& deck, int in_channels, int height, int width, int dataset_classes) {
+  ResNetConfig c;
+  c.style = deck.get_string("model.style");
+  c.depth = static_cast<int>(deck.get_int("model.depth"));
+  c.base_width = static_cast<int>(deck.get_int("model.base_width"));
+  if (c.base_width == 0) c.base_width = c.style == "imagenet" ? 64 : 16;
+  c.num_classes = static_cast<int>(deck.get_int("model.num_classes"));
+  if (c.num_classes == 0) c.num_classes = dataset_classes;
+  c.in_channels = in_channels;
+  c.height = height;
+  c.width = width;
+  c.validate("deck " + deck.deck_path());
+  return c;
 }
 
 std::vector<ParamSpec> parameter_layout(const ResNetConfig& c) {
+  const ArchSpec a = arch(c);
   std::vector<ParamSpec> out;
-  const int64_t w = c.base_width;
-  out.push_back({"conv1.weight", {w, c.in_channels, 3, 3}, true});
-  out.push_back({"bn1.weight", {w}, false});
-  out.push_back({"bn1.bias", {w}, false});
-  int64_t in = w;
-  for (int s = 0; s < 3; ++s) {
-    const int64_t width = w << s;
-    for (int b = 0; b < c.blocks_per_stage(); ++b) {
-      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b) + ".";
-      out.push_back({p + "conv1.weight", {width, in, 3, 3}, true});
-      out.push_back({p + "bn1.weight", {width}, false});
-      out.push_back({p + "bn1.bias", {width}, false});
-      out.push_back({p + "conv2.weight", {width, width, 3, 3}, true});
-      out.push_back({p + "bn2.weight", {width}, false});
-      out.push_back({p + "bn2.bias", {width}, false});
-      if (b == 0 && s > 0) {
-        out.push_back({p + "downsample.0.weight", {width, in, 1, 1}, true});
-        out.push_back({p + "downsample.1.weight", {width}, false});
-        out.push_back({p + "downsample.1.bias", {width}, false});
-      }
-      in = width;
-    }
+  auto conv_bn = [&](const std::string& conv, const std::string& bn, const UnitSpec& u) {
+    out.push_back({conv, {u.OC, u.C, u.K, u.K}, true});
+    out.push_back({bn + ".weight", {u.OC}, false});
+    out.push_back({bn + ".bias", {u.OC}, false});
+  };
+  conv_bn("conv1.weight", "bn1", a.stem);
+  for (const BlockSpec& b : a.blocks) {
+    for (size_t i = 0; i < b.units.size(); ++i)
+      conv_bn(b.prefix + "conv" + std::to_string(i + 1) + ".weight", b.prefix + "bn" + std::to_string(i + 1),
+              b.units[i]);
+    if (b.downsample) conv_bn(b.prefix + "downsample.0.weight", b.prefix + "downsample.1", b.ds);
   }
-  out.push_back({"fc.weight", {c.num_classes, in}, true});
+  out.push_back({"fc.weight", {c.num_classes, a.C_last}, true});
   out.push_back({"fc.bias", {c.num_classes}, false});
   return out;
 }
@@ -56,6 +166,34 @@ int64_t num_parameters(const ResNetConfig& cfg) {
     n += e;
   }
   return n;
+}
+
+double forward_flops_per_image(const ResNetConfig& cfg) {
+  const ArchSpec a = arch(cfg);
+  auto conv = [](const UnitSpec& u) { return 2.0 * u.OC * u.OH * u.OW * u.C * u.K * u.K; };
+  double f = conv(a.stem);
+  for (const BlockSpec& b : a.blocks) {
+    for (const UnitSpec& u : b.units) f += conv(u);
+    if (b.downsample) f += conv(b.ds);
+  }
+  return f + 2.0 * a.C_last * cfg.num_classes;
+}
+
+MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch) {
+  const ResNet planned(cfg, micro_batch, Device::CPU, nullptr, /*allocate=*/false);
+  return planned.memory();
+}
+
+MemoryPlan ResNet::memory() const {
+  MemoryPlan m;
+  m.num_params = num_parameters(cfg_);
+  m.param_bytes = params_.bytes();
+  m.grad_bytes = grads_.bytes();
+  m.buffer_bytes = buffers_.bytes();
+  m.activation_bytes = acts_.bytes();
+  m.activation_grad_bytes = dacts_.bytes();
+  m.workspace_bytes = work_.bytes();
+  return m;
 }
 
 namespace {
@@ -88,7 +226,7 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
   return b;
 }
 
-ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group)
+ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate)
     : cfg_(cfg),
       B_(micro_batch),
       device_(device),
@@ -106,61 +244,71 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
   }
-  const int B = B_, w = cfg_.base_width;
-  int H = cfg_.height, W = cfg_.width, C = w;
+  const ArchSpec a = arch(cfg_);
+  const int B = B_;
   int64_t largest = 0;
   auto act = [&](const std::string& name, int ch, int h, int ww) {
     largest = std::max<int64_t>(largest, static_cast<int64_t>(B) * ch * h * ww);
     return &acts_.add(name, {B, ch, h, ww});
   };
-  stem_conv_ = make_conv("conv1.weight", cfg_.in_channels, w, H, W, 3, 1, 1);
-  stem_bn_ = make_bn("bn1", w, H * W);
-  x0c_ = act("stem.conv", w, H, W);
-  x0b_ = act("stem.bn", w, H, W);
-  x0r_ = act("stem.relu", w, H, W);
-  for (int s = 0; s < 3; ++s) {
-    const int width = w << s;
-    for (int b = 0; b < cfg_.blocks_per_stage(); ++b) {
-      const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b) + ".";
-      const int stride = (b == 0 && s > 0) ? 2 : 1;
-      Block blk;
-      blk.c1 = make_conv(p + "conv1.weight", C, width, H, W, 3, stride, 1);
-      const int OH = blk.c1.OH, OW = blk.c1.OW;
-      blk.b1 = make_bn(p + "bn1", width, OH * OW);
-      blk.c2 = make_conv(p + "conv2.weight", width, width, OH, OW, 3, 1, 1);
-      blk.b2 = make_bn(p + "bn2", width, OH * OW);
-      blk.downsample = stride != 1 || C != width;
-      if (blk.downsample) {
-        blk.ds = make_conv(p + "downsample.0.weight", C, width, H, W, 1, stride, 0);
-        blk.bds = make_bn(p + "downsample.1", width, OH * OW);
-        blk.xdsc = act(p + "ds.conv", width, OH, OW);
-        blk.xdsb = act(p + "ds.bn", width, OH, OW);
-      }
-      blk.xc1 = act(p + "c1", width, OH, OW);
-      blk.xb1 = act(p + "b1", width, OH, OW);
-      blk.xr1 = act(p + "r1", width, OH, OW);
-      blk.xc2 = act(p + "c2", width, OH, OW);
-      blk.xb2 = act(p + "b2", width, OH, OW);
-      blk.out = act(p + "out", width, OH, OW);
-      blocks_.push_back(blk);
-      H = OH;
-      W = OW;
-      C = width;
-    }
+  auto conv_of = [&](const std::string& name, const UnitSpec& u) {
+    return make_conv(name, u.C, u.OC, u.H, u.W, u.K, u.stride, u.pad);
+  };
+  stem_conv_ = conv_of("conv1.weight", a.stem);
+  stem_bn_ = make_bn("bn1", a.stem.OC, a.stem.OH * a.stem.OW);
+  x0c_ = act("stem.conv", a.stem.OC, a.stem.OH, a.stem.OW);
+  x0b_ = act("stem.bn_relu", a.stem.OC, a.stem.OH, a.stem.OW);
+  if (a.pool) {
+    stem_pool_ = true;
+    pool_C_ = a.stem.OC;
+    pool_H_ = a.pool_H;
+    pool_W_ = a.pool_W;
+    pool_OH_ = a.pool_OH;
+    pool_OW_ = a.pool_OW;
+    x0p_ = act("stem.maxpool", pool_C_, pool_OH_, pool_OW_);
+    pool_idx_ = &acts_.add("stem.maxpool_index", {B, pool_C_, pool_OH_, pool_OW_}, DType::I32);
   }
-  C_last_ = C;
-  HW_last_ = H * W;
+  for (const BlockSpec& bs : a.blocks) {
+    Block blk;
+    blk.first_param = index_of(layout_, bs.prefix + "conv1.weight");
+    for (size_t i = 0; i < bs.units.size(); ++i) {
+      const UnitSpec& u = bs.units[i];
+      const std::string n = std::to_string(i + 1);
+      Unit un;
+      un.conv = conv_of(bs.prefix + "conv" + n + ".weight", u);
+      un.bn = make_bn(bs.prefix + "bn" + n, u.OC, u.OH * u.OW);
+      un.xc = act(bs.prefix + "conv" + n, u.OC, u.OH, u.OW);
+      un.xb = act(bs.prefix + "bn" + n, u.OC, u.OH, u.OW);
+      blk.main.push_back(un);
+    }
+    const UnitSpec& last = bs.units.back();
+    blk.downsample = bs.downsample;
+    if (bs.downsample) {
+      blk.ds = conv_of(bs.prefix + "downsample.0.weight", bs.ds);
+      blk.bds = make_bn(bs.prefix + "downsample.1", bs.ds.OC, bs.ds.OH * bs.ds.OW);
+      blk.xdsc = act(bs.prefix + "downsample.conv", bs.ds.OC, bs.ds.OH, bs.ds.OW);
+      blk.xdsb = act(bs.prefix + "downsample.bn", bs.ds.OC, bs.ds.OH, bs.ds.OW);
+      blk.end_param = index_of(layout_, bs.prefix + "downsample.1.bias") + 1;
+    } else {
+      blk.end_param = index_of(layout_, bs.prefix + "bn" + std::to_string(bs.units.size()) + ".bias") + 1;
+    }
+    blk.out = act(bs.prefix + "out", last.OC, last.OH, last.OW);
+    blocks_.push_back(std::move(blk));
+  }
+  C_last_ = a.C_last;
+  HW_last_ = a.H_last * a.W_last;
   fc_w_ = index_of(layout_, "fc.weight");
   fc_b_ = index_of(layout_, "fc.bias");
-  pooled_ = &acts_.add("pooled", {B, C});
+  pooled_ = &acts_.add("pooled", {B, C_last_});
   logits_ = &acts_.add("logits", {B, cfg_.num_classes});
   losses_ = &acts_.add("losses", {B});
   dA_ = &dacts_.add("dA", {largest});
   dB_ = &dacts_.add("dB", {largest});
   dC_ = &dacts_.add("dC", {largest});
   dD_ = &dacts_.add("dD", {largest});
-  dpooled_ = &dacts_.add("dpooled", {B, C});
+  dpooled_ = &dacts_.add("dpooled", {B, C_last_});
   ws_ = &work_.add("workspace", {std::max<int64_t>(ws_floats_, 1)});
+  if (!allocate) return;
   params_.allocate();
   grads_.allocate();
   buffers_.allocate();
@@ -256,26 +404,37 @@ void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, float* dinp, const floa
 
 void ResNet::forward(const ExecContext& ctx, const float* images, int b, bool train) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
+  HPCT_CHECK(params_.allocated(), "forward on a ResNet built only to plan memory (allocate = false)");
   last_images_ = images;
+  // stem: conv -> BN -> ReLU (-> max-pool)
   conv_forward(ctx, stem_conv_, x0c_->f32(), images, b);
   bn_forward(ctx, stem_bn_, x0b_->f32(), x0c_->f32(), b, train);
-  const int64_t n0 = static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW;
-  k::relu_forward(ctx, x0r_->f32(), x0b_->f32(), n0);
-  const float* x = x0r_->f32();
+  k::relu_forward(ctx, x0b_->f32(), x0b_->f32(), static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW);
+  const float* x = x0b_->f32();
+  if (stem_pool_) {
+    k::maxpool2d_forward(ctx, x0p_->f32(), pool_idx_->i32(), x0b_->f32(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
+    x = x0p_->f32();
+  }
   for (Block& blk : blocks_) {
-    const int64_t n = static_cast<int64_t>(b) * blk.b1.C * blk.b1.HW;
-    conv_forward(ctx, blk.c1, blk.xc1->f32(), x, b);
-    bn_forward(ctx, blk.b1, blk.xb1->f32(), blk.xc1->f32(), b, train);
-    k::relu_forward(ctx, blk.xr1->f32(), blk.xb1->f32(), n);
-    conv_forward(ctx, blk.c2, blk.xc2->f32(), blk.xr1->f32(), b);
-    bn_forward(ctx, blk.b2, blk.xb2->f32(), blk.xc2->f32(), b, train);
+    // main branch: (conv -> BN -> ReLU) ..., conv -> BN
+    const float* in = x;
+    for (size_t j = 0; j < blk.main.size(); ++j) {
+      Unit& u = blk.main[j];
+      conv_forward(ctx, u.conv, u.xc->f32(), in, b);
+      bn_forward(ctx, u.bn, u.xb->f32(), u.xc->f32(), b, train);
+      if (j + 1 < blk.main.size())
+        k::relu_forward(ctx, u.xb->f32(), u.xb->f32(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);  // in place
+      in = u.xb->f32();
+    }
+    const Bn& last = blk.main.back().bn;
+    const int64_t n = static_cast<int64_t>(b) * last.C * last.HW;
     const float* shortcut = x;
     if (blk.downsample) {
       conv_forward(ctx, blk.ds, blk.xdsc->f32(), x, b);
       bn_forward(ctx, blk.bds, blk.xdsb->f32(), blk.xdsc->f32(), b, train);
       shortcut = blk.xdsb->f32();
     }
-    k::residual_forward(ctx, blk.out->f32(), blk.xb2->f32(), shortcut, n);
+    k::residual_forward(ctx, blk.out->f32(), blk.main.back().xb->f32(), shortcut, n);
     k::relu_forward(ctx, blk.out->f32(), blk.out->f32(), n);  // in place
     x = blk.out->f32();
   }
@@ -289,6 +448,9 @@ const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) 
   return losses_->f32();
 }
 
+// Backward walks forward in reverse. Scratch: dA holds the gradient of the current block's output and becomes
+// that of its input; dB the gradient after the block's last ReLU (dsum, also the shortcut's); dC and dD alternate
+// inside the main branch (BN backward writes dC, conv backward writes dD, or dA for the block's first conv).
 const float* ResNet::loss_and_backward(const ExecContext& ctx, const int32_t* labels, float dloss, int b) {
   const int K = cfg_.num_classes;
   k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), labels, dloss, b, K, K);
@@ -296,38 +458,52 @@ const float* ResNet::loss_and_backward(const ExecContext& ctx, const int32_t* la
   k::matmul_backward(ctx, dpooled_->f32(), grads_.tensors()[static_cast<size_t>(fc_w_)].f32(),
                      grads_.tensors()[static_cast<size_t>(fc_b_)].f32(), logits_->f32(), pooled_->f32(),
                      params_.tensors()[static_cast<size_t>(fc_w_)].f32(), b, C_last_, K);
-  float* dx = dA_->f32();  // gradient w.r.t. the current block output
+  ready(fc_w_, fc_b_ + 1);
+  float* dx = dA_->f32();
   k::global_avgpool_backward(ctx, dx, dpooled_->f32(), b, C_last_, HW_last_);
+  const float* stem_out = stem_pool_ ? x0p_->f32() : x0b_->f32();
   for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<size_t>(i)];
-    const float* x = i == 0 ? x0r_->f32() : blocks_[static_cast<size_t>(i) - 1].out->f32();
-    const int64_t n = static_cast<int64_t>(b) * blk.b1.C * blk.b1.HW;
+    const float* x = i == 0 ? stem_out : blocks_[static_cast<size_t>(i) - 1].out->f32();
+    const Bn& lastbn = blk.main.back().bn;
+    const int64_t n = static_cast<int64_t>(b) * lastbn.C * lastbn.HW;
     float* dsum = dB_->f32();
     k::relu_backward(ctx, dsum, dx, blk.out->f32(), n);  // through the block's final ReLU
-    // main branch: bn2 <- conv2 <- relu <- bn1 <- conv1
-    float* t1 = dC_->f32();
-    float* t2 = dD_->f32();
-    bn_backward(ctx, blk.b2, t1, dsum, blk.xc2->f32(), b);
-    conv_backward(ctx, blk.c2, t2, t1, blk.xr1->f32(), b);
-    k::relu_backward(ctx, t2, t2, blk.xr1->f32(), n);
-    bn_backward(ctx, blk.b1, t1, t2, blk.xc1->f32(), b);
-    float* dxin = dx;  // reuse: dx (the block output's gradient) is no longer needed
-    conv_backward(ctx, blk.c1, dxin, t1, x, b);
+    // main branch, last unit first: BN <- conv (<- ReLU of the unit before)
+    const float* cur = dsum;
+    for (int j = static_cast<int>(blk.main.size()) - 1; j >= 0; --j) {
+      Unit& u = blk.main[static_cast<size_t>(j)];
+      if (j + 1 < static_cast<int>(blk.main.size()))  // cur is dD here (written by the conv below), so in place
+        k::relu_backward(ctx, dD_->f32(), cur, u.xb->f32(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);
+      bn_backward(ctx, u.bn, dC_->f32(), cur, u.xc->f32(), b);
+      const float* in = j == 0 ? x : blk.main[static_cast<size_t>(j) - 1].xb->f32();
+      float* dst = j == 0 ? dx : dD_->f32();  // dx (the block output's gradient) was consumed into dsum
+      conv_backward(ctx, u.conv, dst, dC_->f32(), in, b);
+      cur = dst;
+      ready(0, 0);  // a progress point for in-flight gradient buckets
+    }
     // shortcut branch, summed into the input gradient
     if (blk.downsample) {
-      bn_backward(ctx, blk.bds, t1, dsum, blk.xdsc->f32(), b);
-      conv_backward(ctx, blk.ds, t2, t1, x, b);
+      bn_backward(ctx, blk.bds, dC_->f32(), dsum, blk.xdsc->f32(), b);
+      conv_backward(ctx, blk.ds, dD_->f32(), dC_->f32(), x, b);
       const int64_t nin = static_cast<int64_t>(b) * blk.ds.C * blk.ds.H * blk.ds.W;
-      k::residual_forward(ctx, dxin, dxin, t2, nin);
+      k::residual_forward(ctx, dx, dx, dD_->f32(), nin);
     } else {
-      k::residual_forward(ctx, dxin, dxin, dsum, n);
+      k::residual_forward(ctx, dx, dx, dsum, n);
     }
+    ready(blk.first_param, blk.end_param);
   }
-  // stem: relu <- bn <- conv (no gradient w.r.t. the images)
+  // stem: (max-pool <-) ReLU <- BN <- conv (no gradient w.r.t. the images)
+  float* g = dx;
+  if (stem_pool_) {
+    k::maxpool2d_backward(ctx, dB_->f32(), dx, pool_idx_->i32(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
+    g = dB_->f32();
+  }
   const int64_t n0 = static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW;
-  k::relu_backward(ctx, dx, dx, x0r_->f32(), n0);
-  bn_backward(ctx, stem_bn_, dC_->f32(), dx, x0c_->f32(), b);
+  k::relu_backward(ctx, g, g, x0b_->f32(), n0);
+  bn_backward(ctx, stem_bn_, dC_->f32(), g, x0c_->f32(), b);
   conv_backward(ctx, stem_conv_, nullptr, dC_->f32(), last_images_, b);
+  ready(0, 3);  // conv1.weight, bn1.weight, bn1.bias
   return losses_->f32();
 }
 

@@ -1,18 +1,25 @@
 #pragma once
-// ResNet for small images (He et al. 2016, the CIFAR variant: depth = 6n + 2, three stages of n BasicBlocks with
-// widths w, 2w, 4w, stride 2 at the start of stages 2 and 3 with a 1x1-conv + BN projection shortcut), NCHW,
-// forward and backward over kernels/ in llm.c's style. Training-mode BatchNorm uses the micro-batch statistics;
-// with a SyncBN group they are merged over the group with Chan's formula (DESIGN.md §6), and the same split code
-// runs on one rank. Evaluation uses the running statistics (torch semantics: momentum 0.1, unbiased running var).
+// ResNet (He et al. 2016), NCHW, forward and backward over kernels/ in llm.c's style, in two styles:
+//   - "cifar" (small images): a 3x3 stride-1 stem conv + BN + ReLU, three stages of n = (depth - 2) / 6
+//     BasicBlocks with widths w, 2w, 4w (w = base_width, 16 by default), stride 2 at the start of stages 2 and 3.
+//     ResNet-20/32/44/56/110.
+//   - "imagenet" (torchvision's resnet18/34/50/101/152): a 7x7 stride-2 stem conv + BN + ReLU + 3x3 stride-2
+//     max-pool, four stages with widths w, 2w, 4w, 8w (w = 64), stride 2 at the start of stages 2-4; BasicBlocks for
+//     depth 18/34, Bottlenecks (1x1 -> 3x3 (stride here, "v1.5") -> 1x1 with 4x expansion) for 50/101/152.
+// A shortcut is the identity, or a 1x1-conv + BN projection where the stride or the width changes ("option B").
+// Training-mode BatchNorm uses the micro-batch statistics; with a SyncBN group they are merged over the group with
+// Chan's formula (DESIGN.md §6), and the same split code runs on one rank. Evaluation uses the running statistics
+// (torch semantics: momentum 0.1, unbiased running var).
 //
 // Legend: B micro-batch, C channels, H x W image, K classes, w base width.
 // Gradients: parameter gradients accumulate (+=) over micro-batches; the caller zeroes them once per step.
-// Parameters (names as torchvision's cifar ports): conv1.weight (w, Cin, 3, 3), bn1.{weight,bias},
-// layer<s>.<b>.{conv1,conv2}.weight, layer<s>.<b>.{bn1,bn2}.{weight,bias}, layer<s>.<b>.downsample.{0.weight,
-// 1.weight, 1.bias}, fc.{weight (K, 4w), bias (K)}. Weight decay applies to conv and fc weights only.
-// Buffers: every BN's running_mean and running_var (<bn name>.running_mean / .running_var).
-// Not yet: ImageNet-style ResNet-18/34/50 (Bottleneck, 7x7 stem, max-pool): issue 5 continues.
+// Parameters (torchvision names): conv1.weight (w, Cin, k, k), bn1.{weight,bias}, layer<s>.<b>.conv<i>.weight,
+// layer<s>.<b>.bn<i>.{weight,bias} (i = 1, 2 for BasicBlocks, 1..3 for Bottlenecks), layer<s>.<b>.downsample.{0.weight,
+// 1.weight, 1.bias}, fc.{weight (K, C_last), bias (K)}. Weight decay applies to conv and fc weights only (not to
+// BatchNorm parameters or biases).
+// Buffers: every BN's running_mean and running_var (<bn name>.running_mean / .running_var), in layout order.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,12 +31,19 @@
 namespace hpct::resnet {
 
 struct ResNetConfig {
-  int depth = 20;  // 6n + 2
+  std::string style = "cifar";  // "cifar" | "imagenet"
+  int depth = 20;               // cifar: 6n + 2; imagenet: 18, 34, 50, 101, 152
   int in_channels = 1, height = 28, width = 28, num_classes = 10;
-  int base_width = 16;
+  int base_width = 16;  // w: the first stage's width (cifar 16, imagenet 64)
   float bn_eps = 1e-5f, bn_momentum = 0.1f;
-  int blocks_per_stage() const { return (depth - 2) / 6; }
+
+  bool bottleneck() const { return style == "imagenet" && depth >= 50; }
+  int expansion() const { return bottleneck() ? 4 : 1; }
+  // blocks per stage: cifar {n, n, n}; imagenet per torchvision
+  std::vector<int> stage_blocks() const;
   void validate(const std::string& where) const;  // UsageError naming the key
+  // model.style, model.depth, model.base_width, model.num_classes (0: the dataset's), image shape from the dataset
+  static ResNetConfig from_deck(const Config& deck, int in_channels, int height, int width, int dataset_classes);
 };
 
 struct ParamSpec {
@@ -39,11 +53,27 @@ struct ParamSpec {
 };
 std::vector<ParamSpec> parameter_layout(const ResNetConfig& cfg);
 int64_t num_parameters(const ResNetConfig& cfg);
+// Multiply-accumulates x 2 of one image's forward pass (convs and fc), for images/s -> FLOP/s and MFU.
+double forward_flops_per_image(const ResNetConfig& cfg);
+
+// Bytes of every planned slab of a ResNet at micro_batch B (DESIGN.md invariant 7), the model's own sizing
+// function: it builds the same plan the constructor allocates, without allocating.
+struct MemoryPlan {
+  int64_t num_params = 0;
+  size_t param_bytes = 0, grad_bytes = 0, buffer_bytes = 0, activation_bytes = 0, activation_grad_bytes = 0,
+         workspace_bytes = 0;
+  size_t total() const {
+    return param_bytes + grad_bytes + buffer_bytes + activation_bytes + activation_grad_bytes + workspace_bytes;
+  }
+};
+MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch);
 
 class ResNet {
  public:
   // bn_group: the SyncBN group (the DP communicator) or null for per-rank BatchNorm.
-  ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr);
+  // allocate = false: plan the slabs only (memory_plan()); such a model cannot run.
+  ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
+         bool allocate = true);
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
@@ -60,12 +90,16 @@ class ResNet {
   // fused loss + backward of the last (training) forward; every parameter gradient += dloss * d(sum losses)/dp
   const float* loss_and_backward(const ExecContext& ctx, const int32_t* labels, float dloss, int b);
   void zero_grad(const ExecContext& ctx);
+  // Called during backward when the gradients of parameter tensors [first, end) are final (first == end: only a
+  // progress point), for the data-parallel gradient sync's overlap (parallel/grad_sync.hpp).
+  void set_grad_ready_hook(std::function<void(int, int)> hook) { hook_ = std::move(hook); }
 
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
   Slab& buffers() { return buffers_; }
   const std::vector<ParamSpec>& layout() const { return layout_; }
   const float* logits() const { return logits_->f32(); }  // (B, K)
+  MemoryPlan memory() const;
 
  private:
   struct Conv {
@@ -78,11 +112,19 @@ class ResNet {
     int C, HW;
     Tensor *mean, *rstd, *stats, *gathered, *sums;
   };
+  // conv -> BN (-> ReLU in place, except the block's last unit, whose ReLU follows the residual sum)
+  struct Unit {
+    Conv conv;
+    Bn bn;
+    Tensor *xc, *xb;  // conv output; BN output (ReLU applied in place for inner units)
+  };
   struct Block {
-    Conv c1, c2, ds;
-    Bn b1, b2, bds;
+    std::vector<Unit> main;  // 2 (BasicBlock) or 3 (Bottleneck) units
     bool downsample = false;
-    Tensor *xc1, *xb1, *xr1, *xc2, *xb2, *xdsc, *xdsb, *out;  // activations of the block
+    Conv ds;
+    Bn bds;
+    Tensor *xdsc = nullptr, *xdsb = nullptr, *out = nullptr;
+    int first_param = 0, end_param = 0;  // the block's parameter tensors [first, end) in layout order
   };
   void bn_forward(const ExecContext& ctx, Bn& bn, float* out, const float* inp, int b, bool train);
   void bn_backward(const ExecContext& ctx, Bn& bn, float* dinp, const float* dout, const float* inp, int b);
@@ -90,6 +132,9 @@ class ResNet {
   void conv_backward(const ExecContext& ctx, const Conv& c, float* dinp, const float* dout, const float* inp, int b);
   Conv make_conv(const std::string& name, int C, int OC, int H, int W, int K, int stride, int pad);
   Bn make_bn(const std::string& name, int C, int HW);
+  void ready(int first, int end) {
+    if (hook_) hook_(first, end);
+  }
 
   ResNetConfig cfg_;
   int B_;
@@ -99,13 +144,16 @@ class ResNet {
   Slab params_, grads_, buffers_, acts_, dacts_, work_;
   Conv stem_conv_;
   Bn stem_bn_;
+  bool stem_pool_ = false;  // imagenet: 3x3 stride-2 max-pool after the stem
+  int pool_C_ = 0, pool_H_ = 0, pool_W_ = 0, pool_OH_ = 0, pool_OW_ = 0;
   std::vector<Block> blocks_;
-  Tensor *x0c_, *x0b_, *x0r_, *pooled_, *logits_, *losses_, *ws_;
+  Tensor *x0c_, *x0b_, *x0p_ = nullptr, *pool_idx_ = nullptr, *pooled_, *logits_, *losses_, *ws_;
   Tensor *dA_, *dB_, *dC_, *dD_, *dpooled_;  // backward scratch: the largest activation, several
   const float* last_images_ = nullptr;  // (B, Cin, H, W) of the last forward (the stem's weight gradient)
   int fc_w_ = 0, fc_b_ = 0;
   int64_t ws_floats_ = 0;
   int C_last_ = 0, HW_last_ = 0;
+  std::function<void(int, int)> hook_;
 };
 
 }  // namespace hpct::resnet

@@ -8,18 +8,30 @@
 //   DIR/fmnist_train.h5       60000 x 1 x 28 x 28
 //   DIR/fmnist_test.h5        10000 x 1 x 28 x 28
 //   DIR/fmnist_train_10k.h5   the first N training images (only with --subset N; named after N: 10k, 5k, 1234)
-// scripts/prepare_data.sh calls it. Errors: one line on stderr, exit code 2.
+//   prepare_images synthetic --out-dir DIR [--name imagenet_synth] [--train 256] [--val 64] [--shape 3x224x224]
+//                            [--classes 1000] [--seed 1]
+//
+// writes DIR/<name>_train.h5 and DIR/<name>_val.h5: an ImageNet-shaped stand-in (not ImageNet) for smoke runs and
+// throughput of inputs/resnet50.toml where the real data set is not at hand. Image i of class k = a class pattern
+// (a colour per channel and a stripe frequency and phase, all from the class) plus per-pixel noise, so the labels
+// are learnable; pixels and labels come from the counter-based RNG (seed, "synthetic.*", index): reproducible.
+// scripts/prepare_data.sh calls both. Errors: one line on stderr, exit code 2.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <tuple>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "app_main.hpp"
 #include "core/error.hpp"
+#include "core/rng.hpp"
 #include "data/image_dataset.hpp"
 
 namespace {
@@ -143,6 +155,47 @@ int prepare_fashion_mnist(const std::string& src, const std::string& out_dir, in
   return 0;
 }
 
+int prepare_synthetic(const std::string& out_dir, const std::string& name, int64_t n_train, int64_t n_val,
+                      const std::string& shape, int classes, uint64_t seed) {
+  int c = 0, h = 0, w = 0;
+  HPCT_USAGE_CHECK(std::sscanf(shape.c_str(), "%dx%dx%d", &c, &h, &w) == 3 && c >= 1 && h >= 1 && w >= 1,
+                   "--shape {}: give CxHxW, e.g. 3x224x224", shape);
+  HPCT_USAGE_CHECK(classes >= 2 && n_train >= 1 && n_val >= 1, "--classes must be >= 2 and --train/--val >= 1");
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  HPCT_USAGE_CHECK(!ec, "cannot create {}: {}", out_dir, ec.message());
+  const int64_t elems = int64_t{c} * h * w;
+  const uint64_t s_label = hpct::rng::stream_of("synthetic.label"), s_class = hpct::rng::stream_of("synthetic.class"),
+                 s_noise = hpct::rng::stream_of("synthetic.noise");
+  for (const auto& [split, n, offset] : {std::tuple{"train", n_train, int64_t{0}}, std::tuple{"val", n_val, n_train}}) {
+    std::vector<uint8_t> images(static_cast<size_t>(n * elems));
+    std::vector<int32_t> labels(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = offset + i;  // global image index: train and val never share noise
+      const int k = static_cast<int>(hpct::rng::uniform_int(seed, s_label, static_cast<uint64_t>(g), classes));
+      labels[static_cast<size_t>(i)] = k;
+      const double freq = 1.0 + 7.0 * hpct::rng::uniform(seed, s_class, static_cast<uint64_t>(k) * 16 + 15);
+      const double phase = 6.283185307 * hpct::rng::uniform(seed, s_class, static_cast<uint64_t>(k) * 16 + 14);
+      for (int ch = 0; ch < c; ++ch) {
+        const double base = 64.0 + 128.0 * hpct::rng::uniform(seed, s_class, static_cast<uint64_t>(k) * 16 + (ch % 14));
+        uint8_t* dst = images.data() + i * elems + int64_t{ch} * h * w;
+        for (int y = 0; y < h; ++y)
+          for (int x = 0; x < w; ++x) {
+            const uint64_t idx = static_cast<uint64_t>((g * c + ch) * h + y) * static_cast<uint64_t>(w) + x;
+            const double v = base + 40.0 * std::sin(freq * 6.283185307 * (x + y) / w + phase) +
+                             24.0 * (hpct::rng::uniform(seed, s_noise, idx) - 0.5);
+            dst[int64_t{y} * w + x] = static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+          }
+      }
+    }
+    const std::string path = (std::filesystem::path(out_dir) / (name + "_" + split + ".h5")).string();
+    hpct::data::write_image_dataset(path, images.data(), labels.data(), n, c, h, w, classes,
+                                    name + "/" + split, "prepare_images synthetic (not a real data set)");
+    fmt::print("prepare_images: synthetic {} {} x {} x {} x {} ({} classes) -> {}\n", split, n, c, h, w, classes, path);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,6 +212,20 @@ int main(int argc, char** argv) {
     fm->add_option("--src", src, "Directory of the (gzipped) IDX files")->capture_default_str();
     fm->add_option("--out-dir", out_dir, "Directory for the .h5 files (created if missing)")->required();
     fm->add_option("--subset", subset, "Also write the first N training images as a separate file");
+    std::string syn_name = "imagenet_synth", syn_shape = "3x224x224";
+    int64_t syn_train = 256, syn_val = 64;
+    int syn_classes = 1000;
+    uint64_t syn_seed = 1;
+    CLI::App* sy = app.add_subcommand(
+        "synthetic", "An ImageNet-shaped synthetic stand-in (class patterns + noise; not a real data set): writes "
+                     "OUT/<name>_train.h5 and OUT/<name>_val.h5");
+    sy->add_option("--out-dir", out_dir, "Directory for the .h5 files (created if missing)")->required();
+    sy->add_option("--name", syn_name, "File name stem")->capture_default_str();
+    sy->add_option("--train", syn_train, "Training images")->capture_default_str();
+    sy->add_option("--val", syn_val, "Validation images")->capture_default_str();
+    sy->add_option("--shape", syn_shape, "Image shape CxHxW")->capture_default_str();
+    sy->add_option("--classes", syn_classes, "Number of classes")->capture_default_str();
+    sy->add_option("--seed", syn_seed, "RNG seed")->capture_default_str();
     try {
       app.parse(ac, av);
     } catch (const CLI::Success& e) {  // --help
@@ -166,6 +233,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       HPCT_USAGE_FAIL("{} (see prepare_images --help)", e.what());
     }
+    if (sy->parsed()) return prepare_synthetic(out_dir, syn_name, syn_train, syn_val, syn_shape, syn_classes, syn_seed);
     return prepare_fashion_mnist(src, out_dir, subset);
   });
 }

@@ -125,4 +125,12 @@ else
     sed 's/^/[prepare_data] /'
 fi
 
+# An ImageNet-shaped synthetic stand-in (3x224x224, 1000 classes; not ImageNet) for inputs/resnet50.toml: 256 + 64
+# images, ~48 MB, from the counter-based RNG (reproducible, so existing files are kept).
+if [ -f "$DATA_DIR/imagenet_synth_train.h5" ] && [ -f "$DATA_DIR/imagenet_synth_val.h5" ]; then
+  say "imagenet_synth_train.h5, imagenet_synth_val.h5: up to date"
+else
+  "$PREPARE_IMAGES" synthetic --out-dir "$DATA_DIR" --name imagenet_synth | sed 's/^/[prepare_data] /'
+fi
+
 say "done in $(( SECONDS - start )) s: data in $DATA_DIR"

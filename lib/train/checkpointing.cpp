@@ -67,9 +67,24 @@ void add_pieces(std::vector<ckpt::Piece>& out, const std::string& dataset, const
 
 }  // namespace
 
+OptimizerState optimizer_state(optim::AdamW& opt) {
+  OptimizerState s;
+  s.segments = &opt.segments();
+  s.buffers.emplace_back("exp_avg", [&opt](size_t i) { return opt.exp_avg(i); });
+  s.buffers.emplace_back("exp_avg_sq", [&opt](size_t i) { return opt.exp_avg_sq(i); });
+  return s;
+}
+
+OptimizerState optimizer_state(optim::Sgd& opt) {
+  OptimizerState s;
+  s.segments = &opt.segments();
+  if (opt.has_momentum()) s.buffers.emplace_back("momentum", [&opt](size_t i) { return opt.momentum(i); });
+  return s;
+}
+
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
-                           const std::vector<TensorPlacement>& placements, optim::AdamW& opt,
-                           const ckpt::Attrs& attrs) {
+                           const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
+                           const ckpt::Attrs& attrs, Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
   Timer timer;
@@ -96,19 +111,26 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     const auto [b, e] = share(t.numel(), D, d);
     add_pieces(pieces, "model/" + t.name, t.shape, placements[i], b, e, static_cast<const float*>(t.data) + b);
   }
-  const bool sharded = opt.segments().size() != params.tensors().size() ||
-                       std::any_of(opt.segments().begin(), opt.segments().end(), [&](const optim::Segment& s) {
+  if (extra)  // replicated over DP, unsplit: disjoint flat shares as for the parameters
+    for (const Tensor& t : extra->tensors()) {
+      const auto [b, e] = share(t.numel(), D, d);
+      const TensorPlacement whole{t.shape, std::vector<int64_t>(t.shape.size(), 0), -1, true};
+      add_pieces(pieces, "model/" + t.name, t.shape, whole, b, e, static_cast<const float*>(t.data) + b);
+    }
+  const std::vector<optim::Segment>& segs = *opt.segments;
+  const bool sharded = segs.size() != params.tensors().size() ||
+                       std::any_of(segs.begin(), segs.end(), [&](const optim::Segment& s) {
                          return s.begin != 0 || s.end != params.tensors()[static_cast<size_t>(s.tensor)].numel();
                        });
-  for (size_t i = 0; i < opt.segments().size(); ++i) {
-    const optim::Segment& s = opt.segments()[i];
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const optim::Segment& s = segs[i];
     const size_t ti = static_cast<size_t>(s.tensor);
     const Tensor& t = params.tensors()[ti];
     if (!placements[ti].writer) continue;
     int64_t b = s.begin, e = s.end;
     if (!sharded) std::tie(b, e) = share(t.numel(), D, d);  // replicated state: write share d only
-    add_pieces(pieces, "optim/exp_avg/" + t.name, t.shape, placements[ti], b, e, opt.exp_avg(i) + (b - s.begin));
-    add_pieces(pieces, "optim/exp_avg_sq/" + t.name, t.shape, placements[ti], b, e, opt.exp_avg_sq(i) + (b - s.begin));
+    for (const auto& [name, state] : opt.buffers)
+      add_pieces(pieces, "optim/" + name + "/" + t.name, t.shape, placements[ti], b, e, state(i) + (b - s.begin));
   }
   int64_t bytes = 0;
   for (const auto& p : pieces) {
@@ -178,7 +200,7 @@ int64_t verify_collective(comm::Communicator& world, const std::string& dir) {
 }
 
 void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
-                     optim::AdamW& opt) {
+                     const OptimizerState& opt, Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
   auto global_box = [](const TensorPlacement& pl, std::vector<int64_t> off) {
@@ -196,15 +218,25 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
                      fmt::join(pl.global_shape, " x "));
     reader.read(ds, pl.offset, t.shape, DType::F32, t.data);
   }
-  for (size_t i = 0; i < opt.segments().size(); ++i) {
-    const optim::Segment& s = opt.segments()[i];
+  if (extra)
+    for (Tensor& t : extra->tensors()) {
+      const std::string ds = "model/" + t.name;
+      HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no tensor {}: it was written for another model", reader.dir(),
+                       ds);
+      HPCT_USAGE_CHECK(reader.shape(ds) == t.shape, "checkpoint {}: tensor {} has another shape than this model's",
+                       reader.dir(), ds);
+      reader.read(ds, std::vector<int64_t>(t.shape.size(), 0), t.shape, DType::F32, t.data);
+    }
+  const std::vector<optim::Segment>& segs = *opt.segments;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const optim::Segment& s = segs[i];
     const TensorPlacement& pl = placements[static_cast<size_t>(s.tensor)];
     const Tensor& t = params.tensors()[static_cast<size_t>(s.tensor)];
     if (s.numel() == 0) continue;
-    for (const char* which : {"exp_avg", "exp_avg_sq"}) {
+    for (const auto& [which, state] : opt.buffers) {
       const std::string ds = fmt::format("optim/{}/{}", which, t.name);
       HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no optimizer state {}", reader.dir(), ds);
-      float* dst = std::string(which) == "exp_avg" ? opt.exp_avg(i) : opt.exp_avg_sq(i);
+      float* dst = state(i);
       for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end))
         reader.read(ds, global_box(pl, b.offset), b.count, DType::F32, dst + (b.flat_begin - s.begin));
     }

@@ -9,6 +9,7 @@
 // a ZeRO-1 optimizer shard is written by its owner. Flat shares are stored as hyperslab pieces of the
 // named tensors, so the checkpoint reads back as whole tensors on any layout.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "optim/adamw.hpp"
+#include "optim/sgd.hpp"
 #include "parallel/parallel_context.hpp"
 #include "tensor/tensor.hpp"
 
@@ -41,8 +43,20 @@ struct TensorPlacement {
 // Allgathers one string per rank of comm (metadata only), in rank order.
 std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::string& mine, const std::string& what);
 
+// The optimizer state a checkpoint stores: the optimizer's segments and its named state buffers, each holding
+// segments()[i].numel() floats for segment i, stored as /optim/<name>/<tensor> (AdamW: exp_avg, exp_avg_sq;
+// SGD: momentum, none without momentum).
+struct OptimizerState {
+  const std::vector<optim::Segment>* segments = nullptr;
+  std::vector<std::pair<std::string, std::function<float*(size_t)>>> buffers;
+};
+OptimizerState optimizer_state(optim::AdamW& opt);
+OptimizerState optimizer_state(optim::Sgd& opt);
+
 // Writes a checkpoint of (params, optimizer) at pos.step under root (DIR/checkpoints). Collective over
 // pc.world(). Returns the committed step directory and the seconds it took.
+// extra (optional): more DP-replicated, unsharded tensors stored beside the parameters as /model/<name> (the BN
+// running statistics: bn1.running_mean, ..., torchvision's state_dict names).
 struct SaveResult {
   std::string dir;
   double seconds = 0.0;
@@ -52,7 +66,8 @@ struct SaveResult {
   double shard_s = 0.0, manifests_s = 0.0, commit_s = 0.0;
 };
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
-                           const std::vector<TensorPlacement>& placements, optim::AdamW& opt, const ckpt::Attrs& attrs);
+                           const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
+                           const ckpt::Attrs& attrs, Slab* extra = nullptr);
 
 // Resolves checkpoint.resume: "none" -> "", "latest" -> the newest complete checkpoint under root or ""
 // (no checkpoint yet), anything else -> that path (an error if it is not a checkpoint directory).
@@ -65,7 +80,7 @@ int64_t verify_collective(comm::Communicator& world, const std::string& dir);
 // Loads this rank's parameters (its hyperslab of every global tensor) and optimizer segments from dir,
 // whatever layout wrote it.
 void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
-                     optim::AdamW& opt);
+                     const OptimizerState& opt, Slab* extra = nullptr);
 
 // Checks that the checkpoint's deck agrees with this run on the keys that must not change across a
 // restart (model.*, optim.*, train.seed, train.global_batch); UsageError naming the first difference.

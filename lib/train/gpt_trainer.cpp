@@ -34,41 +34,14 @@
 #include "train/stop_signals.hpp"
 #include "train/metrics.hpp"
 #include "train/reference_dump.hpp"
-
-#ifndef HPCT_SOURCE_DIR
-#define HPCT_SOURCE_DIR "."
-#endif
+#include "train/run_support.hpp"
 
 namespace hpct::train {
 
 namespace fs = std::filesystem;
 namespace k = hpct::kernels;
 
-std::string resolve_data_path(const std::string& path) {
-  if (fs::path(path).is_absolute()) return path;
-  const char* env = std::getenv("HPCT_DATA_DIR");
-  const fs::path base = env && *env ? fs::path(env) : fs::path(HPCT_SOURCE_DIR) / "data";
-  return (base / path).string();
-}
-
 namespace {
-
-Device resolve_device(const Config& deck) {
-  const std::string& d = deck.get_string("train.device");
-  if (d == "cuda")
-    HPCT_USAGE_FAIL("deck {}: train.device = \"cuda\": the CUDA backend of the GPT model is not implemented in this "
-                    "version; use --set train.device=cpu (or auto)",
-                    deck.deck_path());
-  return Device::CPU;  // "cpu", and "auto" until the CUDA model backend exists
-}
-
-// Sum of n device floats, through the one-float device buffer sum_dev and one explicit copy to the host.
-float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64_t n) {
-  k::sum(ctx, sum_dev.f32(), x, n);
-  float s = 0.0f;
-  k::copy_to_host(ctx, &s, sum_dev.f32(), 4);
-  return s;
-}
 
 // Sum of the token losses over sequences [begin, end) of the fixed evaluation set, micro_batch at a time.
 // Under pipeline parallelism (pp non-null) each micro-batch runs through the stages: a later stage receives
@@ -260,7 +233,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
                    pc.world_size());
   const int64_t n_micro = GB / (dp * MB);
   const int64_t rank_first = dr * (GB / dp);  // DP rank d takes the contiguous block d of the global batch
-  const ExecContext ctx{resolve_device(deck), nullptr};
+  const ExecContext ctx{resolve_device(deck, "train_gpt"), nullptr};
 
   optim::LrSchedule sched;
   sched.lr = deck.get_float("optim.lr");
@@ -279,15 +252,8 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const int64_t log_every = deck.get_int("log.every");
   const int64_t eval_every = deck.get_int("train.eval_every");
   const double peak_tflops = deck.get_float("log.peak_tflops");
-  const int64_t ckpt_every = deck.get_int("checkpoint.every");
-  const double ckpt_minutes = deck.get_float("checkpoint.every_minutes");
   const int ckpt_keep = static_cast<int>(deck.get_int("checkpoint.keep"));
-  const bool ckpt_at_end = deck.get_bool("checkpoint.at_end");
-  const int64_t deadline = deck.get_int("train.deadline");
-  const auto unix_now = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
-  HPCT_USAGE_CHECK(deadline == 0 || deadline > unix_now(),
-                   "deck {}: train.deadline = {} is in the past (now {:.0f}); set a future Unix time or 0", deck.deck_path(),
-                   deadline, unix_now());
+  check_deadline(deck);
 
   // ---- data ------------------------------------------------------------------------------
   const data::TokenShard train_shard = data::TokenShard::open(resolve_data_path(deck.get_string("data.train")));
@@ -306,14 +272,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   check_vocab(val_shard);
 
   // ---- output directory ---------------------------------------------------------------------
-  const std::string ckpt_root = (fs::path(opts.out_dir) / "checkpoints").string();
-  if (pc.rank() == 0) {
-    std::error_code ec;
-    fs::create_directories(opts.out_dir, ec);
-    HPCT_USAGE_CHECK(!ec, "cannot create the output directory {}: {}", opts.out_dir, ec.message());
-  }
-  pc.world().barrier("output directory created");
-  set_log_file((fs::path(opts.out_dir) / "train.log").string());
+  const std::string ckpt_root = prepare_output(pc, opts.out_dir);
 
   // ---- model, gradient sync, optimizer, planned buffers (nothing allocates in the step loop) -----
   const gpt::ModelParallel mp{tp, pc.tp_rank(), pp, pc.pp_rank()};
@@ -394,44 +353,18 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
            train_shard.size(), val_shard.path(), val_shard.size(), eval_set.num_sequences(), T);
 
   // ---- resume --------------------------------------------------------------------------------
-  int64_t start = 0;
-  const std::string resume = deck.get_string("checkpoint.resume");
-  const std::string resume_dir = resolve_resume(resume, ckpt_root, deck.deck_path());
-  if (!resume_dir.empty()) {
+  const ResumePoint resumed = open_resume(pc, deck, gpt_deck_schema(), ckpt_root, steps);
+  const int64_t start = resumed.step;
+  if (resumed.reader) {
     Timer t;
-    const int64_t checked = verify_collective(pc.world(), resume_dir);
-    ckpt::Reader reader(resume_dir);
-    check_resume_compatible(deck, gpt_deck_schema(), reader);
-    load_checkpoint(reader, model.params(), placements, adamw);
-    start = reader.attrs().ints.at("step");
-    adamw.set_step_count(reader.attrs().ints.at("optim.step"));
-    HPCT_USAGE_CHECK(start <= steps || steps == 0,
-                     "checkpoint {} is at step {}, past train.steps = {}; raise train.steps to continue", resume_dir,
-                     start, steps);
-    log_info("resumed from {} (step {}, written with {}): {} verified and loaded in {:.2f} s", resume_dir, start,
-             reader.attrs().strings.count("layout") ? reader.attrs().strings.at("layout") : "?",
-             human_bytes(static_cast<double>(checked)), t.seconds());
-  } else if (resume == "latest") {
-    log_info("checkpoint.resume = latest: no checkpoint under {}, starting fresh", ckpt_root);
+    load_checkpoint(*resumed.reader, model.params(), placements, optimizer_state(adamw));
+    adamw.set_step_count(resumed.reader->attrs().ints.at("optim.step"));
+    log_info("resumed at step {}: loaded in {:.2f} s (verified in {:.2f} s)", start, t.seconds(), resumed.seconds);
   }
-  if (resume_dir.empty() && pc.rank() == 0 && fs::exists(fs::path(ckpt_root) / "latest")) {
-    // A fresh run never mixes its checkpoints with an earlier run's, and never deletes them: move them aside.
-    const std::time_t now = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
-    const std::string aside = ckpt_root + ".prev-" + stamp;
-    std::error_code ec;
-    fs::rename(ckpt_root, aside, ec);
-    HPCT_USAGE_CHECK(!ec, "cannot move the earlier run's checkpoints {} aside to {}: {}", ckpt_root, aside, ec.message());
-    log_warn("starting fresh (checkpoint.resume = {}): the earlier run's checkpoints in {} were moved to {} (resume "
-             "them with --set checkpoint.resume=latest next time)",
-             resume, ckpt_root, aside);
-  }
-  pc.world().barrier("resume decided");
   std::unique_ptr<MetricsWriter> metrics;
   if (pc.rank() == 0)
     metrics = std::make_unique<MetricsWriter>((fs::path(opts.out_dir) / "metrics.jsonl").string(),
-                                              resume_dir.empty() ? -1 : start);
+                                              resumed.reader ? start : -1);
   install_stop_signal_handlers();
 
   std::unique_ptr<ReferenceDump> dump;
@@ -444,7 +377,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     return fmt::format("world={} dp={} tp={} pp={} zero={} order={}", pc.world_size(), dp, tp, pp, gso.zero,
                        pc.grid().order());
   };
-  double last_ckpt_s = 0.0;
+  CheckpointCadence cadence(deck);
   auto save = [&](int64_t s, const char* why) {
     check_all_replicas(fmt::format("step {}", s));
     ckpt::Attrs a;
@@ -469,8 +402,8 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     a.strings["rng.algorithm"] = "philox4x32-10 keyed by (train.seed, stream name, counter); streams are functions "
                                  "of the step, so rng.seed and step are the whole state";
     a.strings["app"] = "train_gpt";
-    const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), placements, adamw, a);
-    last_ckpt_s = r.seconds;
+    const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), placements, optimizer_state(adamw), a);
+    cadence.saved(r.seconds);
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
     log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s; rank 0: shards {:.2f} s, manifests {:.2f} s, "
@@ -487,7 +420,6 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   exposed_ms.reserve(step_ms.capacity());
   tp_ms.reserve(step_ms.capacity());
   double last_loss = NAN, last_val = NAN;
-  Timer since_ckpt;
   int exit_code = 0;
   for (int64_t s = start + 1; s <= steps; ++s) {
     Timer timer;
@@ -580,20 +512,10 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     }
 
     // ---- checkpoint and stop, decided collectively (one allreduce(MAX) per step) -------------
-    int32_t flags[3] = {stop_signal_received(), 0, 0};  // signal, deadline near, minutes cadence due
-    if (deadline > 0) {
-      const double margin = 2.0 * ms / 1e3 + 1.5 * last_ckpt_s + 2.0;
-      flags[1] = unix_now() + margin >= static_cast<double>(deadline) ? 1 : 0;
-    }
-    if (ckpt_minutes > 0) flags[2] = since_ckpt.seconds() >= ckpt_minutes * 60.0 ? 1 : 0;
-    pc.world().allreduce(flags, 3, DType::I32, comm::ReduceOp::Max, "stop / checkpoint decision");
-    const bool stop = (flags[0] != 0 || flags[1] != 0) && s < steps;
-    const char* why = flags[0] ? signal_name(flags[0]) : flags[1] ? "train.deadline" : flags[2] ? "every_minutes"
-                      : (ckpt_every > 0 && s % ckpt_every == 0) ? "every" : "end";
-    if (stop || flags[2] || (ckpt_every > 0 && s % ckpt_every == 0) || (s == steps && ckpt_at_end)) {
-      save(s, why);
-      since_ckpt.reset();
-    }
+    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms);
+    const bool stop = dec.stop;
+    const char* why = dec.why;
+    if (dec.save) save(s, why);
     if (stop) {
       log_info("stopping after step {} ({}): checkpoint written; exit code 3 asks to be requeued and resumed with "
                "--set checkpoint.resume=latest",
@@ -619,12 +541,6 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
              deck.get_int("sample.top_k"), text);
   }
   // steady-state step time: median over the steps after the first (warm-up)
-  auto median_after_first = [](const std::vector<double>& x) {
-    if (x.empty()) return static_cast<double>(NAN);
-    std::vector<double> v(x.begin() + (x.size() > 1 ? 1 : 0), x.end());
-    std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
   const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
   const double med_tp = median_after_first(tp_ms);
   if (pipe && !bubbles.empty())

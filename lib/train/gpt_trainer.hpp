@@ -4,17 +4,9 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "train/run_support.hpp"
 
 namespace hpct::train {
-
-struct RunOptions {
-  std::string out_dir;    // receives train.log and metrics.jsonl
-  std::string dump_path;  // optional: write the ReferenceDump there
-};
-
-// Resolves a data.* path: absolute paths stay; relative ones resolve against $HPCT_DATA_DIR
-// (default <repository>/data).
-std::string resolve_data_path(const std::string& path);
 
 // `train_gpt DECK --plan WORLD`: validates the model and the layout (parallel.tp, parallel.pp, order) for a
 // world of WORLD ranks and prints every distinct rank's memory plan (parameters, gradients, optimizer,

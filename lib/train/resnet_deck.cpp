@@ -1,0 +1,91 @@
+#include "train/resnet_deck.hpp"
+
+namespace hpct::train {
+
+const ConfigSchema& resnet_deck_schema() {
+  static const ConfigSchema schema = [] {
+    ConfigSchema s;
+    s.section("model", true, "ResNet architecture (image shape and classes come from the dataset)");
+    s.string_key("model.style", "cifar", "cifar (3x3 stem, 3 stages, depth 6n+2: 20, 56, ...) | imagenet (7x7 stem + "
+                                         "max-pool, 4 stages: 18, 34 BasicBlocks; 50, 101, 152 Bottlenecks)",
+                 {"cifar", "imagenet"});
+    s.int_key("model.depth", 20, "layers: cifar 6n+2 (8, 20, 32, 44, 56, 110); imagenet 18, 34, 50, 101, 152", 8, 1000);
+    s.int_key("model.base_width", 0, "channels of the first stage (0: 16 for cifar, 64 for imagenet)", 0, 4096);
+    s.int_key("model.num_classes", 0, "classifier outputs (0: the dataset's num_classes attribute)", 0, 1 << 20);
+    s.bool_key("model.sync_bn", true, "SyncBN: BatchNorm statistics over the whole data-parallel batch (Chan's "
+                                      "merge); false: per-rank statistics, running statistics of DP rank 0");
+
+    s.section("data", true, "HDF5 image datasets (uint8 /images N x C x H x W, int /labels); relative paths resolve "
+                            "against $HPCT_DATA_DIR");
+    s.string_key("data.train", std::nullopt, "training split, e.g. fmnist_train.h5");
+    s.string_key("data.test", std::nullopt, "evaluation split, e.g. fmnist_test.h5 (test accuracy)");
+    s.string_key("data.mean", "0.2860", "per-channel mean of pixel/255, comma-separated (1 or C values)");
+    s.string_key("data.std", "0.3530", "per-channel std of pixel/255, comma-separated (1 or C values)");
+    s.int_key("data.crop_pad", 0, "random crop with this much zero padding (0: off); torchvision RandomCrop(H, pad)",
+              0, 1 << 16);
+    s.bool_key("data.flip", false, "random horizontal flip with probability 1/2");
+    s.int_key("data.eval_images", 0, "evaluate on the first this many test images (0: all)", 0, 1e12);
+
+    s.section("train", false, "the training run");
+    s.int_key("train.steps", 100, "optimizer steps (ignored when train.epochs > 0)", 0, 1e12);
+    s.int_key("train.epochs", 0, "train for this many epochs of N / global_batch steps (0: use train.steps)", 0, 1e9);
+    s.int_key("train.seed", 1337, "seed of parameter init, data order and augmentation", 0, 9.2e18);
+    s.int_key("train.global_batch", 128, "images per optimizer step (all ranks, all micro-batches)", 1, 1 << 24);
+    s.int_key("train.micro_batch", 128, "images per forward/backward pass on one rank", 1, 1 << 20);
+    s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto picks cpu until the CUDA "
+                                        "model backend exists)", {"cpu", "cuda", "auto"});
+    s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
+    s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
+              1e12);
+
+    s.section("optim", false, "SGD with momentum (torch.optim.SGD), warm-up + cosine or step LR");
+    s.float_key("optim.lr", 0.1, "peak learning rate", 0.0, 100.0);
+    s.float_key("optim.momentum", 0.9, "momentum (0: plain SGD, no state)", 0.0, 0.999999);
+    s.bool_key("optim.nesterov", true, "Nesterov momentum");
+    s.float_key("optim.dampening", 0.0, "momentum dampening (must be 0 with nesterov)", 0.0, 1.0);
+    s.float_key("optim.weight_decay", 5e-4, "L2 weight decay on conv and fc weights (not BatchNorm, not biases)", 0.0,
+                10.0);
+    s.string_key("optim.schedule", "cosine", "after warm-up: cosine (to final_lr_frac at decay_steps) | step (x gamma "
+                                             "at each milestone epoch)", {"cosine", "step"});
+    s.float_key("optim.final_lr_frac", 0.0, "cosine: lr at decay_steps as a fraction of optim.lr", 0.0, 1.0);
+    s.int_key("optim.decay_steps", 0, "cosine: absolute step where the decay ends (0: the run's last step)", 0, 1e12);
+    s.string_key("optim.milestones", "", "step: comma-separated epochs after which lr is multiplied by gamma (e.g. "
+                                         "\"30,60,80\")");
+    s.float_key("optim.gamma", 0.1, "step: the factor at each milestone", 0.0, 1.0);
+    s.int_key("optim.warmup_steps", 0, "linear warm-up steps", 0, 1e12);
+    s.float_key("optim.grad_clip", 0.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
+
+    s.section("parallel", false, "data parallelism (DP = world) and its gradient sync");
+    s.int_key("parallel.tp", 1, "tensor-parallel size: the ResNet is data-parallel only, must be 1", 1, 4096);
+    s.int_key("parallel.pp", 1, "pipeline-parallel size: the ResNet is data-parallel only, must be 1", 1, 4096);
+    s.string_key("parallel.order", "tp-dp-pp", "grid order (DP only here: any order gives rank = dp)",
+                 {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
+    s.int_key("parallel.zero", 0, "ZeRO stage: 0 (replicated optimizer) or 1 (momentum sharded over DP, gradients "
+                                  "reduce-scattered, parameters allgathered)", 0, 1);
+    s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)",
+                1e-6, 1e6);
+    s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");
+
+    s.section("comm", false, "communication");
+    s.float_key("comm.timeout_s", 300.0, "bound of every wait (collective, p2p, checkpoint barrier): past it the job "
+                                         "aborts naming the rank and the operation", 0.01, 1e7);
+
+    s.section("checkpoint", false, "HDF5 sharded checkpoints under <out>/checkpoints (DESIGN.md §4)");
+    s.int_key("checkpoint.every", 0, "write a checkpoint every this many steps (0: off)", 0, 1e12);
+    s.float_key("checkpoint.every_minutes", 0.0, "write a checkpoint when this many minutes passed since the last "
+                                                 "(decided collectively; 0: off)", 0.0, 1e9);
+    s.int_key("checkpoint.keep", 3, "keep the newest this many checkpoints (0: all)", 0, 1e9);
+    s.bool_key("checkpoint.at_end", true, "write a checkpoint after the last step");
+    s.string_key("checkpoint.resume", "none", "\"latest\" (the newest under <out>/checkpoints; none yet: start "
+                                              "fresh), a step_XXXXXXXX directory, or \"none\"");
+
+    s.section("log", false, "stdout logging");
+    s.int_key("log.every", 10, "print one line every this many steps", 1, 1e12);
+    s.float_key("log.peak_tflops", 0.0, "peak TFLOP/s of one rank's device for MFU (0: unknown, mfu = null)", 0.0,
+                1e6);
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace hpct::train

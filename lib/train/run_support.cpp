@@ -1,0 +1,143 @@
+#include "train/run_support.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "kernels/kernels.hpp"
+#include "train/checkpointing.hpp"
+#include "train/stop_signals.hpp"
+
+#ifndef HPCT_SOURCE_DIR
+#define HPCT_SOURCE_DIR "."
+#endif
+
+namespace hpct::train {
+
+namespace fs = std::filesystem;
+
+std::string resolve_data_path(const std::string& path) {
+  if (fs::path(path).is_absolute()) return path;
+  const char* env = std::getenv("HPCT_DATA_DIR");
+  const fs::path base = env && *env ? fs::path(env) : fs::path(HPCT_SOURCE_DIR) / "data";
+  return (base / path).string();
+}
+
+float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64_t n) {
+  kernels::sum(ctx, sum_dev.f32(), x, n);
+  float s = 0.0f;
+  kernels::copy_to_host(ctx, &s, sum_dev.f32(), 4);
+  return s;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Device resolve_device(const Config& deck, const char* app) {
+  const std::string& d = deck.get_string("train.device");
+  if (d == "cuda")
+    HPCT_USAGE_FAIL("deck {}: train.device = \"cuda\": the CUDA backend of {} is not implemented in this version; use "
+                    "--set train.device=cpu (or auto)",
+                    deck.deck_path(), app);
+  return Device::CPU;  // "cpu", and "auto" until the CUDA model backend exists
+}
+
+void check_deadline(const Config& deck) {
+  const int64_t deadline = deck.get_int("train.deadline");
+  HPCT_USAGE_CHECK(deadline == 0 || deadline > unix_now(),
+                   "deck {}: train.deadline = {} is in the past (now {:.0f}); set a future Unix time or 0",
+                   deck.deck_path(), deadline, unix_now());
+}
+
+std::string prepare_output(parallel::ParallelContext& pc, const std::string& out_dir) {
+  if (pc.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    HPCT_USAGE_CHECK(!ec, "cannot create the output directory {}: {}", out_dir, ec.message());
+  }
+  pc.world().barrier("output directory created");
+  set_log_file((fs::path(out_dir) / "train.log").string());
+  return (fs::path(out_dir) / "checkpoints").string();
+}
+
+ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const ConfigSchema& schema,
+                        const std::string& ckpt_root, int64_t steps) {
+  ResumePoint r;
+  const std::string resume = deck.get_string("checkpoint.resume");
+  r.dir = resolve_resume(resume, ckpt_root, deck.deck_path());
+  if (!r.dir.empty()) {
+    Timer t;
+    r.checked_bytes = verify_collective(pc.world(), r.dir);
+    r.reader = std::make_unique<ckpt::Reader>(r.dir);
+    check_resume_compatible(deck, schema, *r.reader);
+    r.step = r.reader->attrs().ints.at("step");
+    HPCT_USAGE_CHECK(r.step <= steps || steps == 0,
+                     "checkpoint {} is at step {}, past train.steps = {}; raise train.steps to continue", r.dir,
+                     r.step, steps);
+    r.seconds = t.seconds();
+    log_info("resuming from {} (step {}, written with {}): {} verified", r.dir, r.step,
+             r.reader->attrs().strings.count("layout") ? r.reader->attrs().strings.at("layout") : "?",
+             human_bytes(static_cast<double>(r.checked_bytes)));
+  } else if (resume == "latest") {
+    log_info("checkpoint.resume = latest: no checkpoint under {}, starting fresh", ckpt_root);
+  }
+  if (r.dir.empty() && pc.rank() == 0 && fs::exists(fs::path(ckpt_root) / "latest")) {
+    // A fresh run never mixes its checkpoints with an earlier run's, and never deletes them: move them aside.
+    const std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+    const std::string aside = ckpt_root + ".prev-" + stamp;
+    std::error_code ec;
+    fs::rename(ckpt_root, aside, ec);
+    HPCT_USAGE_CHECK(!ec, "cannot move the earlier run's checkpoints {} aside to {}: {}", ckpt_root, aside, ec.message());
+    log_warn("starting fresh (checkpoint.resume = {}): the earlier run's checkpoints in {} were moved to {} (resume "
+             "them with --set checkpoint.resume=latest next time)",
+             resume, ckpt_root, aside);
+  }
+  pc.world().barrier("resume decided");
+  return r;
+}
+
+CheckpointCadence::CheckpointCadence(const Config& deck)
+    : every_(deck.get_int("checkpoint.every")),
+      deadline_(deck.get_int("train.deadline")),
+      minutes_(deck.get_float("checkpoint.every_minutes")),
+      at_end_(deck.get_bool("checkpoint.at_end")) {}
+
+CheckpointCadence::Decision CheckpointCadence::decide(comm::Communicator& world, int64_t s, int64_t steps,
+                                                      double step_ms) {
+  int32_t flags[3] = {stop_signal_received(), 0, 0};  // signal, deadline near, minutes cadence due
+  if (deadline_ > 0) {
+    const double margin = 2.0 * step_ms / 1e3 + 1.5 * last_ckpt_s_ + 2.0;
+    flags[1] = unix_now() + margin >= static_cast<double>(deadline_) ? 1 : 0;
+  }
+  if (minutes_ > 0) flags[2] = since_.seconds() >= minutes_ * 60.0 ? 1 : 0;
+  world.allreduce(flags, 3, DType::I32, comm::ReduceOp::Max, "stop / checkpoint decision");
+  Decision d;
+  d.stop = (flags[0] != 0 || flags[1] != 0) && s < steps;
+  const bool every = every_ > 0 && s % every_ == 0;
+  d.why = flags[0] ? signal_name(flags[0]) : flags[1] ? "train.deadline" : flags[2] ? "every_minutes"
+          : every ? "every" : "end";
+  d.save = d.stop || flags[2] || every || (s == steps && at_end_);
+  return d;
+}
+
+void CheckpointCadence::saved(double seconds) {
+  last_ckpt_s_ = seconds;
+  since_.reset();
+}
+
+double median_after_first(const std::vector<double>& x) {
+  if (x.empty()) return NAN;
+  std::vector<double> v(x.begin() + (x.size() > 1 ? 1 : 0), x.end());
+  std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace hpct::train

@@ -1,0 +1,85 @@
+#pragma once
+// What every training app's run shares (train_gpt, train_resnet), so that the loops stay model-specific and the
+// contracts of DESIGN.md §4 live in one place: the device, the deadline check, the output directory, resuming
+// (resolve, verify, compatibility, or moving an earlier run's checkpoints aside), the collective checkpoint / stop
+// decision of every step (signals, train.deadline, checkpoint cadences), and the steady-state median.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "core/timer.hpp"
+#include "parallel/parallel_context.hpp"
+#include "kernels/exec_context.hpp"
+#include "tensor/device.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::train {
+
+struct RunOptions {
+  std::string out_dir;    // receives train.log, metrics.jsonl and checkpoints/
+  std::string dump_path;  // optional: write the app's reference dump (PyTorch cross-check) there
+};
+
+// Resolves a data.* path: absolute paths stay; relative ones resolve against $HPCT_DATA_DIR
+// (default <repository>/data).
+std::string resolve_data_path(const std::string& path);
+
+// Sum of n device floats, through the one-float device buffer sum_dev and one explicit copy to the host.
+float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64_t n);
+
+double unix_now();  // seconds since the epoch, wall clock
+
+// train.device: "cpu"; "auto" -> cpu until the CUDA model backend exists; "cuda" -> UsageError naming the app.
+Device resolve_device(const Config& deck, const char* app);
+
+// train.deadline: 0 or a future Unix time (UsageError naming the key otherwise).
+void check_deadline(const Config& deck);
+
+// Creates the output directory (rank 0), waits for it, and sends the log to <out_dir>/train.log.
+// Returns the checkpoint root <out_dir>/checkpoints.
+std::string prepare_output(parallel::ParallelContext& pc, const std::string& out_dir);
+
+// checkpoint.resume, collective over pc.world(): "latest" / a path -> the checkpoint is verified (every shard, split
+// over the ranks), its deck checked against this one on the keys that must not change, and opened; "none" or no
+// checkpoint yet -> a fresh start, and an earlier run's checkpoints under ckpt_root are moved aside to
+// <ckpt_root>.prev-<UTC time> (never mixed, never deleted). `reader` is null for a fresh start.
+struct ResumePoint {
+  std::unique_ptr<ckpt::Reader> reader;
+  std::string dir;
+  int64_t step = 0;  // optimizer steps the checkpoint completed
+  int64_t checked_bytes = 0;
+  double seconds = 0.0;
+};
+ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const ConfigSchema& schema,
+                        const std::string& ckpt_root, int64_t steps);
+
+// The per-step checkpoint and stop decision (DESIGN.md §4): SIGUSR1/SIGTERM, train.deadline (with a margin of two
+// steps, 1.5 checkpoint writes and 2 s) and checkpoint.every_minutes are agreed by one allreduce(MAX) over the
+// world, so every rank saves and stops at the same step; checkpoint.every and checkpoint.at_end are local.
+class CheckpointCadence {
+ public:
+  explicit CheckpointCadence(const Config& deck);
+  struct Decision {
+    bool save = false, stop = false;
+    const char* why = "";  // the reason, for the log: a signal name, "train.deadline", "every_minutes", "every", "end"
+  };
+  // After optimizer step s of steps, which took step_ms.
+  Decision decide(comm::Communicator& world, int64_t s, int64_t steps, double step_ms);
+  // A checkpoint was written and took `seconds` (restarts the minutes cadence, sizes the deadline margin).
+  void saved(double seconds);
+
+ private:
+  int64_t every_ = 0, deadline_ = 0;
+  double minutes_ = 0.0, last_ckpt_s_ = 0.0;
+  bool at_end_ = true;
+  Timer since_;
+};
+
+// Median of x without its first element (the warm-up step); NaN when empty.
+double median_after_first(const std::vector<double>& x);
+
+}  // namespace hpct::train

@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""train_resnet end to end (issue 5's "done when" list). One scenario per invocation, each a ctest:
+
+  layout    resnet_tiny 10 steps with SyncBN at a constant global micro-batch DP x MB = 8 (np 1 MB 8, np 2 MB 4,
+            np 4 MB 2, ZeRO-1 and overlap off at np 2, np 4 with one micro-batch of 8): per-step losses and the test
+            loss equal the np 1 run within 1e-5 relative (DESIGN.md invariant 1); without SyncBN at a constant MB = 4
+            np 2 equals np 1, and differs from the SyncBN run (BN over 4 images, not 8), so the test can fail
+  restart   5 steps (decay_steps 10) + resume to 10 == an uninterrupted 10-step run bitwise, at np 2: losses, and
+            every tensor of the final checkpoint (parameters, BN running statistics, SGD momentum); index.h5 read by
+            h5py holds torchvision's state_dict names; a resume at np 4 (micro-batch 2: the same SyncBN groups) continues within 1e-5
+  np8       mpirun -np 8 --oversubscribe train_resnet resnet_tiny.toml: exit 0, PERFORMANCE line, metrics.jsonl
+            with images_per_s and val_acc
+  signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed run ends
+            bitwise equal to an uninterrupted one
+  smoke     ResNet-20 (inputs/resnet20_fmnist.toml) on the 10,000-image subset for one epoch (156 steps of 64) at np 2:
+            test accuracy on the 10,000 test images >= 0.75
+usage: check_resnet_run.py SCENARIO TRAIN_RESNET DECK WORKDIR
+Prints VALID, or FAILED: <what> (is X, should be Y) and exits 1."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+scenario, exe, deck, work = sys.argv[1:5]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+failures = []
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def fail(msg):
+    failures.append(msg)
+    print("  FAIL:", msg, flush=True)
+
+
+def cmd(np, out, sets, deck_=None):
+    c = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none", exe, deck_ or deck, "--out", out]
+    for s in sets:
+        c += ["--set", s]
+    return c
+
+
+def train(np, out, sets, expect=0, deck_=None, env=None, timeout=600):
+    t0 = time.time()
+    p = subprocess.run(cmd(np, out, sets, deck_), capture_output=True, text=True, errors="replace", timeout=timeout,
+                       env=env or ENV)
+    print(f"  np {np} {' '.join(sets)} -> rc {p.returncode} in {time.time() - t0:.1f} s", flush=True)
+    if p.returncode != expect:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+        print(f"FAILED: train_resnet np {np} {sets} exited with {p.returncode}, should be {expect}")
+        sys.exit(1)
+    return p
+
+
+def records(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return list(map(json.loads, f))
+
+
+def losses(out):
+    return {r["step"]: r["loss"] for r in records(out)}
+
+
+def compare(name, got, ref, rtol):
+    if sorted(got) != sorted(ref):
+        fail(f"{name}: steps {sorted(got)} differ from {sorted(ref)}")
+        return
+    worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
+    print(f"  {name}: worst relative loss difference {worst:.3g} over {len(ref)} steps", flush=True)
+    if worst > rtol:
+        fail(f"{name}: losses differ by {worst:.3g} relative (should be <= {rtol:g})")
+
+
+def final_tensors(out):
+    import h5py
+    import numpy as np
+    with open(os.path.join(out, "checkpoints", "latest")) as f:
+        step_dir = os.path.join(out, "checkpoints", f.read().strip())
+    t = {}
+    with h5py.File(os.path.join(step_dir, "index.h5"), "r") as f:
+        f.visititems(lambda k, v: t.__setitem__(k, np.array(v)) if isinstance(v, h5py.Dataset) else None)
+    return t
+
+
+if scenario == "layout":
+    base = os.path.join(work, "np1")
+    train(1, base, ["train.micro_batch=8"])
+    ref = losses(base)
+    ref_val = records(base)[-1]["val_loss"]
+    for np_, sets in [(2, []), (4, ["train.micro_batch=2"]), (2, ["parallel.zero=1"]), (2, ["parallel.overlap=false"]),
+                      (4, ["train.micro_batch=2", "parallel.zero=1", "parallel.bucket_mb=0.005"]),
+                      (1, ["train.micro_batch=16", "train.global_batch=32"])]:
+        if sets and sets[0] == "train.micro_batch=16":
+            continue
+        out = os.path.join(work, f"np{np_}_{'_'.join(sets) or 'default'}")
+        train(np_, out, sets)
+        compare(f"np {np_} {' '.join(sets)}", losses(out), ref, 1e-5)
+        v = records(out)[-1]["val_loss"]
+        if abs(v - ref_val) > 1e-5 * abs(ref_val):
+            fail(f"np {np_} {sets}: test loss {v} vs {ref_val} at np 1")
+    # per-rank BatchNorm: layouts agree at a constant micro-batch (BN over each rank's 4 images)
+    nosync1 = os.path.join(work, "np1_nosync")
+    train(1, nosync1, ["model.sync_bn=false"])
+    nosync2 = os.path.join(work, "np2_nosync")
+    train(2, nosync2, ["model.sync_bn=false"])
+    compare("np 2 vs np 1 without SyncBN (micro-batch 4)", losses(nosync2), losses(nosync1), 1e-5)
+    got = losses(nosync2)
+    worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
+    print(f"  np 2 without SyncBN vs SyncBN over 8 images: worst relative difference {worst:.3g} (must be > 1e-4)")
+    if worst <= 1e-4:
+        fail(f"np 2 without SyncBN equals the SyncBN run ({worst:.3g}): SyncBN did not change the statistics")
+elif scenario == "restart":
+    sched = ["optim.decay_steps=10"]
+    full = os.path.join(work, "full")
+    train(2, full, sched + ["train.steps=10"])
+    part = os.path.join(work, "part")
+    train(2, part, sched + ["train.steps=5"])
+    train(2, part, sched + ["train.steps=10", "checkpoint.resume=latest"])
+    a, b = losses(full), losses(part)
+    if a != b:
+        fail(f"resumed losses differ from the uninterrupted run: {[(s, a[s], b.get(s)) for s in a if a[s] != b.get(s)][:3]}")
+    else:
+        print(f"  np 2: 5 + resume to 10 == 10 bitwise ({len(a)} losses)")
+    ta, tb = final_tensors(full), final_tensors(part)
+    diff = [k for k in ta if k not in tb or not (ta[k] == tb[k]).all()]
+    print(f"  final checkpoint: {len(ta)} tensors, {len(diff)} differ")
+    if diff or len(ta) != len(tb):
+        fail(f"final checkpoint tensors differ after a restart: {diff[:5]}")
+    for k in ["model/conv1.weight", "model/bn1.running_mean", "model/layer3.0.downsample.1.running_var",
+              "optim/momentum/fc.weight", "model/fc.bias"]:
+        if k not in ta:
+            fail(f"index.h5 has no {k} (torchvision state_dict names expected)")
+    if "model/bn1.running_var" in ta and (ta["model/bn1.running_var"] == 1).all():
+        fail("bn1.running_var is still its initial value: running statistics not checkpointed")
+    other = os.path.join(work, "np4")
+    shutil.copytree(os.path.join(part, "checkpoints"), os.path.join(other, "checkpoints"))
+    os.remove(os.path.join(other, "checkpoints", "latest"))  # resume explicitly from step 5
+    step5 = os.path.join(other, "checkpoints", "step_00000005")
+    train(4, other, sched + ["train.steps=10", "train.micro_batch=2", f"checkpoint.resume={step5}"])  # DP x MB = 8
+    got = losses(other)
+    compare("resume of the np 2 step-5 checkpoint at np 4", {s: got[s] for s in got}, {s: a[s] for s in got}, 1e-5)
+elif scenario == "np8":
+    out = os.path.join(work, "np8")
+    p = train(8, out, [])
+    if "PERFORMANCE 8 8 |" not in p.stdout:
+        fail("no 'PERFORMANCE 8 8 |' line on stdout")
+    r = records(out)
+    if len(r) != 10 or "images_per_s" not in r[-1] or "val_acc" not in r[-1]:
+        fail(f"metrics.jsonl: {len(r)} records, last {r[-1] if r else None} (should be 10 with images_per_s, val_acc)")
+elif scenario == "signal":
+    full = os.path.join(work, "full")
+    sets = ["train.steps=40", "optim.decay_steps=40", "train.eval_every=0", "data.eval_images=64"]
+    train(2, full, sets)
+    out = os.path.join(work, "sig")
+    p = subprocess.Popen(cmd(2, out, sets), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    got_line = ""
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        line = p.stdout.readline()
+        if not line:
+            break
+        if line.startswith("step      3/"):
+            got_line = line
+            break
+    ranks = subprocess.run(["pgrep", "-f", f"train_resnet {deck} --out {out}"], capture_output=True, text=True).stdout.split()
+    pids = [int(x) for x in ranks if int(x) != p.pid]
+    if not got_line or not pids:
+        fail("could not find the running ranks")
+    else:
+        os.kill(max(pids), signal.SIGUSR1)  # one rank only
+    rest, _ = p.communicate(timeout=120)
+    print(f"  SIGUSR1 to one rank -> exit {p.returncode}")
+    if p.returncode != 3:
+        fail(f"exit code after SIGUSR1 is {p.returncode}, should be 3: {rest[-800:]}")
+    stopped = max(losses(out))
+    if stopped >= 40:
+        fail("the run did not stop early")
+    train(2, out, sets + ["checkpoint.resume=latest"])
+    if losses(out) != losses(full):
+        fail("the resumed run's losses differ from the uninterrupted run's")
+    else:
+        print(f"  stopped after step {stopped}, resumed: 40 losses bitwise equal")
+elif scenario == "smoke":
+    out = os.path.join(work, "smoke")
+    env = dict(ENV)
+    t0 = time.time()
+    # batch 64 (lr 0.05 by the linear scaling rule): 156 steps in the one epoch instead of 78
+    train(2, out, ["data.train=fmnist_train_10k.h5", "train.epochs=1", "optim.warmup_steps=10", "log.every=20",
+                   "train.global_batch=64", "train.micro_batch=32", "optim.lr=0.05",
+                   "checkpoint.every_minutes=0"], env=env)
+    r = records(out)
+    acc = r[-1]["val_acc"]
+    print(f"  ResNet-20, 10,000 images, 1 epoch ({len(r)} steps) at np 2: test accuracy {acc:.4f} "
+          f"(10,000 test images) in {time.time() - t0:.0f} s")
+    if acc < 0.75:
+        fail(f"test accuracy after one epoch is {acc:.4f}, should be >= 0.75")
+else:
+    print(f"FAILED: unknown scenario {scenario}")
+    sys.exit(1)
+
+if failures:
+    print("FAILED: " + failures[0])
+    sys.exit(1)
+print(f"VALID: {scenario}")

@@ -19,7 +19,7 @@ add_library(hpct_blas INTERFACE)
 target_link_libraries(hpct_blas INTERFACE ${HPCT_OPENBLAS_LIB})
 target_include_directories(hpct_blas SYSTEM INTERFACE ${HPCT_CBLAS_INCLUDE})
 
-# --- oneDNN (optional; only validation/bench_gemm links it, to measure it against OpenBLAS) -----
+# --- oneDNN (optional: Conv2d primitives in lib/kernels (HPCT_KERNELS_DNNL), and validation/bench_gemm) -----
 find_package(dnnl CONFIG QUIET)
 
 # --- small C++ libraries --------------------------------------------------------------------

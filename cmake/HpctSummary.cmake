@@ -5,7 +5,7 @@ message(STATUS "  compiler             : ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_CO
 message(STATUS "  kernels only         : ${HPCT_KERNELS_ONLY}")
 message(STATUS "  OpenMP               : ${OpenMP_CXX_VERSION}")
 message(STATUS "  BLAS                 : ${HPCT_OPENBLAS_LIB}")
-message(STATUS "  oneDNN (bench only)  : ${dnnl_FOUND}")
+message(STATUS "  oneDNN (Conv2d, bench): ${dnnl_FOUND}")
 if(NOT HPCT_KERNELS_ONLY)
   message(STATUS "  MPI                  : ${MPI_C_VERSION} (${MPIEXEC_EXECUTABLE})")
   message(STATUS "  HDF5                 : ${HDF5_VERSION} parallel=${HDF5_IS_PARALLEL}")

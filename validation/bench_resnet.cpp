@@ -1,28 +1,84 @@
 // bench_resnet: milliseconds of one ResNet training-mode forward + loss + backward (no optimizer: the SGD update of
 // 0.27 M parameters is negligible) at batch B on 1x28x28 images, median of --iters after --warmup.
-// usage: OMP_NUM_THREADS=2 bench_resnet [--depth 20] [--batch 128] [--iters 30] [--warmup 5]
+// usage: OMP_NUM_THREADS=2 bench_resnet [--depth 20] [--batch 128] [--iters 30] [--warmup 5] [--profile 1]
 // Prints one line: BENCH_RESNET depth=.. batch=.. threads=.. median_ms=.. min_ms=.. max_ms=.. images_per_s=..
+// --profile 1: then `iters` more steps with the kernels' per-op profile on (kernels::profile_enable), printed as
+// ms per step by kernel kind (conv fwd, conv bwd-weight, conv bwd-data, bn fwd, bn bwd, relu, ...) and by row
+// (op, or conv phase and layer shape), largest first. The timed steps above run with the profile off.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/rng.hpp"
 #include "core/timer.hpp"
+#include "kernels/kernels.hpp"
 #include "models/resnet/resnet.hpp"
 
 using namespace hpct;
 
+namespace {
+
+// The kind of a profile row: its op name, conv phases by name, e.g. "conv2d_backward/weight 3x3s1 16>16 @28".
+std::string kind_of(const std::string& row) {
+  static const std::pair<const char*, const char*> kinds[] = {
+      {"conv2d_forward", "conv fwd"},         {"conv2d_backward/weight", "conv bwd-weight"},
+      {"conv2d_backward/data", "conv bwd-data"}, {"batchnorm2d_forward", "bn fwd"},
+      {"batchnorm2d_backward", "bn bwd"},       {"relu_forward", "relu fwd"},
+      {"relu_backward", "relu bwd"},            {"residual_forward", "residual add"},
+      {"fill_zero", "zero_grad"}};
+  for (const auto& [prefix, kind] : kinds)
+    if (row.rfind(prefix, 0) == 0) return kind;
+  return "other (" + row.substr(0, row.find(' ')) + ")";
+}
+
+void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* img, const int32_t* lab, int B,
+                   int iters) {
+  kernels::profile_take();
+  kernels::profile_enable(true);
+  Timer t;
+  for (int it = 0; it < iters; ++it) {
+    model.zero_grad(ctx);
+    model.forward(ctx, img, B, true);
+    model.loss_and_backward(ctx, lab, 1.0f / B, B);
+  }
+  const double step_ms = t.ms() / iters;
+  kernels::profile_enable(false);
+  std::vector<kernels::ProfileRow> rows = kernels::profile_take();
+  // the conv ops' own rows include their per-shape phase rows: keep the phase rows only
+  std::erase_if(rows, [](const kernels::ProfileRow& r) { return r.name == "conv2d_forward" || r.name == "conv2d_backward"; });
+  std::map<std::string, double> by_kind;
+  double total = 0.0;
+  for (const auto& r : rows) {
+    by_kind[kind_of(r.name)] += r.ms / iters;
+    total += r.ms / iters;
+  }
+  std::vector<std::pair<double, std::string>> kinds;
+  for (const auto& [k, ms] : by_kind) kinds.push_back({ms, k});
+  std::sort(kinds.rbegin(), kinds.rend());
+  std::printf("PROFILE mean over %d steps: %.2f ms/step wall, %.2f ms/step in kernels\n", iters, step_ms, total);
+  for (const auto& [ms, k] : kinds) std::printf("PROFILE_KIND %-22s %8.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / step_ms);
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
+  for (const auto& r : rows)
+    std::printf("PROFILE_ROW  %-44s %8.2f ms %4lld calls/step\n", r.name.c_str(), r.ms / iters,
+                static_cast<long long>(r.calls / iters));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  int depth = 20, B = 128, iters = 30, warmup = 5;
+  int depth = 20, B = 128, iters = 30, warmup = 5, profile = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--depth")) depth = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) B = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]);
   }
   resnet::ResNetConfig c;
   c.depth = depth;
@@ -46,5 +102,6 @@ int main(int argc, char** argv) {
   const double med = ms[ms.size() / 2];
   std::printf("BENCH_RESNET depth=%d batch=%d threads=%d median_ms=%.2f min_ms=%.2f max_ms=%.2f images_per_s=%.1f\n",
               depth, B, omp_get_max_threads(), med, ms.front(), ms.back(), B / (med / 1e3));
+  if (profile) print_profile(model, ctx, img.data(), lab.data(), B, iters);
   return 0;
 }

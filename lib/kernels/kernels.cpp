@@ -3,8 +3,12 @@
 // No logic lives here: shapes are checked by the backends.
 #include "kernels/kernels.hpp"
 
+#include <string>
+#include <unordered_map>
+
 #include "core/error.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/cpu_profile.hpp"
 
 namespace hpct::kernels {
 namespace {
@@ -17,10 +21,35 @@ namespace {
 
 }  // namespace
 
+// ---- the per-op profile (kernels.hpp) ----
+namespace {
+bool g_profile_on = false;
+std::vector<ProfileRow> g_profile_rows;                 // first-seen order
+std::unordered_map<std::string, size_t> g_profile_row;  // name -> index in g_profile_rows
+}  // namespace
+
+void profile_enable(bool on) { g_profile_on = on; }
+bool profile_on() { return g_profile_on; }
+void profile_add(std::string_view name, double ms) {
+  auto [it, fresh] = g_profile_row.try_emplace(std::string(name), g_profile_rows.size());
+  if (fresh) g_profile_rows.push_back({std::string(name), 0.0, 0});
+  g_profile_rows[it->second].ms += ms;
+  g_profile_rows[it->second].calls += 1;
+}
+std::vector<ProfileRow> profile_take() {
+  std::vector<ProfileRow> out;
+  out.swap(g_profile_rows);
+  g_profile_row.clear();
+  return out;
+}
+
 // One line per op: the CPU call, or the CUDA error naming the op.
 #define HPCT_DISPATCH(op, ...)                            \
   do {                                                    \
-    if (ctx.device == Device::CPU) return cpu::op(__VA_ARGS__); \
+    if (ctx.device == Device::CPU) {                      \
+      const ProfileScope profile_scope_(#op);             \
+      return cpu::op(__VA_ARGS__);                        \
+    }                                                     \
     cuda_not_implemented(#op);                            \
   } while (0)
 

@@ -13,6 +13,8 @@
 //   - activation gradients are ASSIGNED (=), except layernorm_backward's dinp, which ACCUMULATES (+=)
 //     because a LayerNorm input is always the residual stream, whose gradient also flows around it.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/exec_context.hpp"
 
@@ -126,11 +128,13 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 // V = Vp = classes (no padding: every column is real).
 //
 // Conv2d (torch.nn.Conv2d, groups = 1, dilation = 1): out[n,oc] = bias[oc] + sum_c weight[oc,c] (*) inp[n,c].
-// The CPU backend is im2col + sgemm, one image per OpenMP thread; `workspace` holds its per-thread column and
-// partial-dweight buffers, planned once by the model (DESIGN invariant 7: nothing allocates in the step loop):
-// pass workspace_floats = conv2d_workspace_floats(...) of the same shape (a smaller multiple of one thread's share
-// runs on fewer threads; less than one share is an error). One workspace may serve every conv layer in turn
-// (size it for the largest); its contents between calls are unspecified.
+// The CPU backend runs oneDNN's convolution primitives when built with oneDNN (cpu/cpu_conv_dnnl.hpp; `workspace`
+// then holds the blocked-layout copies and the primitives' scratchpad), else im2col + sgemm, one image per OpenMP
+// thread (`workspace` holds per-thread column and partial-dweight buffers). Planned once by the model (DESIGN
+// invariant 7: nothing allocates in the step loop): pass workspace_floats = conv2d_workspace_floats(...) of the
+// same shape. A smaller workspace falls back to im2col, on fewer threads if need be; less than one thread's im2col
+// share is an error. One workspace may serve every conv layer in turn (size it for the largest); its contents
+// between calls are unspecified. HPCT_CONV=im2col in the environment forces the im2col path.
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW,
                                 int stride, int pad);
 void conv2d_forward(const ExecContext& ctx, float* out /*(N,OC,OH,OW)*/, const float* inp /*(N,C,H,W)*/,
@@ -235,5 +239,17 @@ void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes);
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes);
 void synchronize(const ExecContext& ctx);  // host blocks until all work on ctx.stream is done
+
+// ---- per-op wall-clock profile (off by default; validation/bench_resnet --profile) -------------
+// When on, every dispatched op, and named phases inside some ops (e.g. "conv2d_backward/weight 3x3s1 16>16 @28"),
+// add their wall time to a table keyed by name. For a single host thread driving the ops (the step loop); a CPU op
+// returns only when its work is done, so wall time is its time. Off, it costs one branch per op.
+struct ProfileRow {
+  std::string name;
+  double ms;
+  int64_t calls;
+};
+void profile_enable(bool on);
+std::vector<ProfileRow> profile_take();  // the rows since the last take, in first-seen order; clears the table
 
 }  // namespace hpct::kernels

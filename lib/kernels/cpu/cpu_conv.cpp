@@ -2,10 +2,13 @@
 // OC output channels, KH KW kernel, OH OW output size, CK = C*KH*KW (im2col rows), OHW = OH*OW, HW = H*W.
 // Forward and backward are paired; parameter grads (dweight, dbias, dgamma, dbeta) +=, activation grads (dinp) =.
 //
-// Conv2d = im2col + sgemm, one image per task:
+// Conv2d: through oneDNN's convolution primitives when built with it and the workspace holds their share
+// (cpu_conv_dnnl.hpp: direct AVX-512/AVX2 convolutions, 2-3x faster than im2col here, and what PyTorch uses);
+// otherwise im2col + sgemm, one image per task:
 //   forward   col (CK,OHW) = im2col(inp[n]);  out[n] (OC,OHW) = weight (OC,CK) @ col + bias
-//   backward  col = im2col(inp[n]);           dweight (OC,CK) += dout[n] (OC,OHW) @ col^T
-//             dcol (CK,OHW) = weight^T (CK,OC) @ dout[n];  dinp[n] = col2im(dcol)
+//   backward  weight phase: col = im2col(inp[n]);  dweight (OC,CK) += dout[n] (OC,OHW) @ col^T
+//             data phase:   dcol (CK,OHW) = weight^T (CK,OC) @ dout[n];  dinp[n] = col2im(dcol)
+// (two passes over the images, so that the profile, kernels.hpp, can time the phases apart; the same work)
 // With T threads the images are split into T contiguous blocks, each thread calling single-threaded OpenBLAS
 // (omp_in_parallel(), cpu_gemm.hpp) on its own column buffer and its own dweight partial, which are then added to
 // dweight in thread order (deterministic for a fixed thread count, like the GEMMs). A 1x1, stride-1, unpadded
@@ -18,13 +21,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "core/error.hpp"
 #include "kernels/batchnorm_stats.hpp"
+#include "kernels/cpu/cpu_conv_dnnl.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/cpu_profile.hpp"
 
 namespace hpct::kernels::cpu {
 namespace {
@@ -37,6 +44,7 @@ struct ConvDims {
   int64_t OHW() const { return static_cast<int64_t>(OH) * OW; }
   int64_t HW() const { return static_cast<int64_t>(H) * W; }
   bool pointwise() const { return KH == 1 && KW == 1 && stride == 1 && pad == 0; }
+  dnnl_conv::Shape shape() const { return {N, C, H, W, OC, KH, KW, stride, pad}; }
   // one thread's share of the workspace: a column buffer (CK,OHW) and a dweight partial (OC,CK)
   int64_t slot_floats() const { return CK() * OHW() + static_cast<int64_t>(OC) * CK(); }
 };
@@ -113,6 +121,13 @@ void col2im(float* img, const float* col, const ConvDims& d) {
       }
 }
 
+// "op KHxKWsS C>OC @H", e.g. "conv2d_forward 3x3s1 16>16 @28": a profile row per layer shape.
+std::string conv_label(const char* op, const ConvDims& d) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s %dx%ds%d %d>%d @%d", op, d.KH, d.KW, d.stride, d.C, d.OC, d.H);
+  return buf;
+}
+
 // Threads for an image loop: at most one per image and one per workspace slot.
 int conv_threads(const char* op, const ConvDims& d, const float* workspace, int64_t workspace_floats) {
   const int64_t slots = workspace_floats / d.slot_floats();
@@ -147,14 +162,30 @@ void for_each_image(int threads, int N, Body&& body, After&& after_blocks) {
 // ---- Conv2d ---------------------------------------------------------------------------------------------
 int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
-  return std::min<int64_t>(omp_get_max_threads(), N) * d.slot_floats();
+  const int64_t im2col = std::min<int64_t>(omp_get_max_threads(), N) * d.slot_floats();
+  return std::max(im2col, dnnl_conv::workspace_floats(d.shape()));
 }
 
 void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias, float* workspace,
                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
-  const int threads = conv_threads("conv2d_forward", d, workspace, workspace_floats);
+  const std::string label = profile_on() ? conv_label("conv2d_forward", d) : std::string();
+  const ProfileScope ps(label);
   const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats();
+  if (dnnl_conv::forward(out, inp, weight, workspace, workspace_floats, d.shape())) {
+    if (bias) {
+#pragma omp parallel for collapse(2) schedule(static) if (static_cast<int64_t>(N) * OC * OHW >= kMinParallel)
+      for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++) {
+          float* o = out + (static_cast<int64_t>(n) * OC + oc) * OHW;
+          const float b = bias[oc];
+#pragma omp simd
+          for (int64_t i = 0; i < OHW; i++) o[i] += b;
+        }
+    }
+    return;
+  }
+  const int threads = conv_threads("conv2d_forward", d, workspace, workspace_floats);
   auto body = [&](int n, int t) {
     const float* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
     float* o = out + static_cast<int64_t>(n) * OC * OHW;            // (OC,OHW)
@@ -176,43 +207,70 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
                      int KH, int KW, int stride, int pad) {
   const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
-  const int threads = conv_threads("conv2d_backward", d, workspace, workspace_floats);
   const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats(), WN = OC * CK;
   const int iCK = static_cast<int>(CK), iOHW = static_cast<int>(OHW);
-  // with several threads each accumulates its images into its own partial (OC,CK), zeroed here
-  if (threads > 1)
-    for (int t = 0; t < threads; t++) std::fill(workspace + t * slot + CK * OHW, workspace + (t + 1) * slot, 0.0f);
-  auto body = [&](int n, int t) {
-    const float* x = inp + static_cast<int64_t>(n) * C * d.HW();   // (C,H,W)
-    const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;   // (OC,OHW)
-    float* buf = workspace + t * slot;                               // (CK,OHW)
-    float* dw = threads > 1 ? buf + CK * OHW : dweight;              // (OC,CK)
-    const float* col = x;
-    if (!d.pointwise()) {
-      im2col(buf, x, d);
-      col = buf;
-    }
-    sgemm_rowmajor(false, true, OC, iCK, iOHW, 1.0f, dy, iOHW, col, iOHW, 1.0f, dw, iCK);
-    if (dinp) {
-      float* dx = dinp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
+  // oneDNN's primitives when they run (the same workspace check for both phases), else im2col
+  const bool dnnl_ok = workspace && dnnl_conv::workspace_floats(d.shape()) >= 0 &&
+                       workspace_floats >= dnnl_conv::workspace_floats(d.shape());
+  if (dnnl_ok) {
+    const std::string label = profile_on() ? conv_label("conv2d_backward/weight", d) : std::string();
+    const ProfileScope ps(label);
+    HPCT_CHECK(dnnl_conv::backward_weight(dweight, dout, inp, workspace, workspace_floats, d.shape()),
+               "conv2d_backward: oneDNN backward-weights did not run");
+  } else {
+    const int threads = conv_threads("conv2d_backward", d, workspace, workspace_floats);
+    // weight: dweight (OC,CK) += sum_n dout[n] (OC,OHW) @ im2col(inp[n])^T
+    const std::string label = profile_on() ? conv_label("conv2d_backward/weight", d) : std::string();
+    const ProfileScope ps(label);
+    // with several threads each accumulates its images into its own partial (OC,CK), zeroed here
+    if (threads > 1)
+      for (int t = 0; t < threads; t++) std::fill(workspace + t * slot + CK * OHW, workspace + (t + 1) * slot, 0.0f);
+    auto body = [&](int n, int t) {
+      const float* x = inp + static_cast<int64_t>(n) * C * d.HW();   // (C,H,W)
+      const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;   // (OC,OHW)
+      float* buf = workspace + t * slot;                               // (CK,OHW)
+      float* dw = threads > 1 ? buf + CK * OHW : dweight;              // (OC,CK)
+      const float* col = x;
+      if (!d.pointwise()) {
+        im2col(buf, x, d);
+        col = buf;
+      }
+      sgemm_rowmajor(false, true, OC, iCK, iOHW, 1.0f, dy, iOHW, col, iOHW, 1.0f, dw, iCK);
+    };
+    auto reduce_partials = [&](int nt) {
+      // dweight += partial_0 + partial_1 + ... in thread order; elements split over the team
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < WN; i++) {
+        float s = 0.0f;
+        for (int t = 0; t < nt; t++) s += workspace[t * slot + CK * OHW + i];
+        dweight[i] += s;
+      }
+    };
+    for_each_image(threads, N, body, reduce_partials);
+  }
+  if (dinp && dnnl_ok) {
+    const std::string label = profile_on() ? conv_label("conv2d_backward/data", d) : std::string();
+    const ProfileScope ps(label);
+    HPCT_CHECK(dnnl_conv::backward_data(dinp, dout, weight, workspace, workspace_floats, d.shape()),
+               "conv2d_backward: oneDNN backward-data did not run");
+  } else if (dinp) {
+    // data: dinp[n] = col2im(weight^T (CK,OC) @ dout[n] (OC,OHW))
+    const std::string label = profile_on() ? conv_label("conv2d_backward/data", d) : std::string();
+    const ProfileScope ps(label);
+    const int threads = conv_threads("conv2d_backward", d, workspace, workspace_floats);
+    auto body = [&](int n, int t) {
+      const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;  // (OC,OHW)
+      float* dx = dinp + static_cast<int64_t>(n) * C * d.HW();        // (C,H,W)
       if (d.pointwise()) {
         sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, dx, iOHW);
       } else {
-        sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, buf, iOHW);  // dcol
+        float* buf = workspace + t * slot;  // dcol (CK,OHW)
+        sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, buf, iOHW);
         col2im(dx, buf, d);
       }
-    }
-  };
-  auto reduce_partials = [&](int nt) {
-    // dweight += partial_0 + partial_1 + ... in thread order; elements split over the team
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < WN; i++) {
-      float s = 0.0f;
-      for (int t = 0; t < nt; t++) s += workspace[t * slot + CK * OHW + i];
-      dweight[i] += s;
-    }
-  };
-  for_each_image(threads, N, body, reduce_partials);
+    };
+    for_each_image(threads, N, body, [](int) {});
+  }
   if (dbias) {
     // double over the N*OHW terms of each channel, in (n, ohw) order
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * OC * OHW >= kMinParallel)

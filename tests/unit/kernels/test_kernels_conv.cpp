@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -89,18 +90,59 @@ TEST(KernelsConv, Conv2dForwardBackward) {
 }
 
 TEST(KernelsConv, Conv2dWorkspaceTooSmallIsAnError) {
-  const int64_t per_thread = conv2d_workspace_floats(kCpu, 1, 4, 8, 8, 4, 3, 3, 1, 1);
-  std::vector<float> ws(static_cast<size_t>(per_thread - 1)), inp(4 * 64, 1.0f), w(4 * 4 * 9, 1.0f), out(4 * 64);
-  EXPECT_ANY_THROW(conv2d_forward(kCpu, out.data(), inp.data(), w.data(), nullptr, ws.data(), per_thread - 1, 1, 4, 8,
-                                  8, 4, 3, 3, 1, 1));
-  // a workspace for fewer threads (one share) still gives the right result for a larger batch
+  // a workspace below one thread's im2col share (the smallest any path takes) is an error
+  std::vector<float> tiny(16), inp(4 * 64, 1.0f), w(4 * 4 * 9, 1.0f), out(4 * 64);
+  EXPECT_ANY_THROW(conv2d_forward(kCpu, out.data(), inp.data(), w.data(), nullptr, tiny.data(), 16, 1, 4, 8, 8, 4, 3,
+                                  3, 1, 1));
+  // a workspace planned for one image is too small for oneDNN's buffers of six: the im2col path runs on one slot
+  // and still gives the right result, forward and backward
+  const int64_t planned = conv2d_workspace_floats(kCpu, 1, 4, 8, 8, 4, 3, 3, 1, 1);
   const int N = 6;
   const auto x = random_vector(static_cast<size_t>(N) * 4 * 64, 7);
   const auto wt = random_vector(4 * 4 * 9, 8);
-  std::vector<float> ws1(static_cast<size_t>(per_thread)), o1(static_cast<size_t>(N) * 4 * 64), o2(o1.size());
-  conv2d_forward(kCpu, o1.data(), x.data(), wt.data(), nullptr, ws1.data(), per_thread, N, 4, 8, 8, 4, 3, 3, 1, 1);
+  std::vector<float> ws1(static_cast<size_t>(planned)), o1(static_cast<size_t>(N) * 4 * 64), o2(o1.size());
+  conv2d_forward(kCpu, o1.data(), x.data(), wt.data(), nullptr, ws1.data(), planned, N, 4, 8, 8, 4, 3, 3, 1, 1);
   ref::conv2d_forward(o2.data(), x.data(), wt.data(), static_cast<const float*>(nullptr), N, 4, 8, 8, 4, 3, 3, 1, 1);
-  EXPECT_TRUE(all_close("conv out, one-slot workspace", o1, o2, 2e-5, 2e-5));
+  EXPECT_TRUE(all_close("conv out, one-image workspace", o1, o2, 2e-5, 2e-5));
+  const auto dy = random_vector(o1.size(), 9);
+  std::vector<float> dx1(x.size()), dx2(x.size()), dw1(wt.size(), 0.5f), dw2(wt.size(), 0.5f);
+  conv2d_backward(kCpu, dx1.data(), dw1.data(), nullptr, dy.data(), x.data(), wt.data(), ws1.data(), planned, N, 4, 8,
+                  8, 4, 3, 3, 1, 1);
+  ref::conv2d_backward(dx2.data(), dw2.data(), static_cast<float*>(nullptr), dy.data(), x.data(), wt.data(), N, 4, 8,
+                       8, 4, 3, 3, 1, 1);
+  EXPECT_TRUE(all_close("conv dinp, one-image workspace", dx1, dx2, 2e-5, 2e-5));
+  EXPECT_TRUE(all_close("conv dweight, one-image workspace", dw1, dw2, 1e-4, 1e-4));
+}
+
+// Run to run, the same inputs give bitwise the same outputs at a fixed thread count (the bitwise-restart invariant),
+// on the ResNet-20 stage shapes (oneDNN's blocked direct convolutions when built with it, weight-gradient partials
+// reduced over the threads).
+TEST(KernelsConv, Conv2dIsBitwiseReproducible) {
+  const ConvShape shapes[] = {{32, 16, 28, 28, 16, 3, 1, 1}, {32, 16, 28, 28, 32, 3, 2, 1}, {32, 64, 7, 7, 64, 3, 1, 1},
+                              {32, 32, 14, 14, 64, 1, 2, 0}};
+  for (const ConvShape& s : shapes) {
+    SCOPED_TRACE(name(s));
+    const int OH = (s.H + 2 * s.pad - s.K) / s.stride + 1, OW = (s.W + 2 * s.pad - s.K) / s.stride + 1;
+    const auto x = random_vector(static_cast<size_t>(s.N) * s.C * s.H * s.W, 11);
+    const auto w = random_vector(static_cast<size_t>(s.OC) * s.C * s.K * s.K, 12, -0.3, 0.3);
+    const auto dy = random_vector(static_cast<size_t>(s.N) * s.OC * OH * OW, 13);
+    const int64_t wsz = conv2d_workspace_floats(kCpu, s.N, s.C, s.H, s.W, s.OC, s.K, s.K, s.stride, s.pad);
+    std::vector<float> ws(static_cast<size_t>(wsz));
+    std::vector<float> out[2], dx[2], dw[2];
+    for (int run = 0; run < 2; run++) {
+      out[run].assign(dy.size(), NAN);
+      dx[run].assign(x.size(), NAN);
+      dw[run].assign(w.size(), 0.25f);
+      std::fill(ws.begin(), ws.end(), run ? -1.0f : NAN);
+      conv2d_forward(kCpu, out[run].data(), x.data(), w.data(), nullptr, ws.data(), wsz, s.N, s.C, s.H, s.W, s.OC, s.K,
+                     s.K, s.stride, s.pad);
+      conv2d_backward(kCpu, dx[run].data(), dw[run].data(), nullptr, dy.data(), x.data(), w.data(), ws.data(), wsz,
+                      s.N, s.C, s.H, s.W, s.OC, s.K, s.K, s.stride, s.pad);
+    }
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float))) << "conv out";
+    EXPECT_EQ(0, std::memcmp(dx[0].data(), dx[1].data(), dx[0].size() * sizeof(float))) << "conv dinp";
+    EXPECT_EQ(0, std::memcmp(dw[0].data(), dw[1].data(), dw[0].size() * sizeof(float))) << "conv dweight";
+  }
 }
 
 // ---- BatchNorm2d ------------------------------------------------------------------------------------------

@@ -118,6 +118,14 @@ void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local, 
   HPCT_DISPATCH(encoder_backward_vocab_parallel, dwte_local, dwpe, dout, inp, v0, Vl, B, T, C);
 }
 
+void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const float* logits, const int32_t* targets,
+                                   float eps, int N, int K) {
+  HPCT_DISPATCH(crossentropy_smoothed_forward, losses, logits, targets, eps, N, K);
+}
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, float* logits, const int32_t* targets,
+                                            float dloss, float eps, int N, int K) {
+  HPCT_DISPATCH(crossentropy_smoothed_forward_backward, losses, logits, targets, dloss, eps, N, K);
+}
 void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl,
                                int V, int N) {
   HPCT_DISPATCH(crossentropy_vp_local_max, max_out, logits_local, v0, Vl, V, N);

@@ -70,6 +70,16 @@ void crossentropy_forward(const ExecContext& ctx, float* losses /*(N)*/, const f
 void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits /*(N,Vp) in/out*/,
                                    const int32_t* targets /*(N)*/, float dloss, int N, int V, int Vp);
 
+// ---- label-smoothed softmax cross-entropy (classifiers: K classes, no padding; torch's label_smoothing = eps) -----
+// The target distribution is (1 - eps) one-hot(y) + eps / K, so with p = softmax(z) and lse = logsumexp(z):
+//   losses[n] = (1 - eps) (-log p[y_n]) + eps mean_k (-log p[k]) = lse - (1 - eps) z[y_n] - eps mean_k z[k]  (assigned);
+// eps = 0 gives crossentropy_forward. The fused backward leaves in logits
+//   dlogits[n, k] = dloss * (p[k] - (1 - eps) [k == y_n] - eps / K).
+void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,K)*/,
+                                   const int32_t* targets /*(N)*/, float eps, int N, int K);
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits /*(N,K) in/out*/,
+                                            const int32_t* targets /*(N)*/, float dloss, float eps, int N, int K);
+
 // ---- vocabulary-parallel embedding and cross-entropy (Megatron VocabParallelEmbedding / vocab-parallel CE) ----
 // Legend (in addition to the above): t TP ranks; this rank holds the global vocabulary rows/columns [v0, v0+Vl)
 // of the padded Vp, with Vl = Vp / t; of those only the ones < V are real (a rank may hold only padding).

@@ -53,6 +53,8 @@ const ConfigSchema& resnet_deck_schema() {
                                          "\"30,60,80\")");
     s.float_key("optim.gamma", 0.1, "step: the factor at each milestone", 0.0, 1.0);
     s.int_key("optim.warmup_steps", 0, "linear warm-up steps", 0, 1e12);
+    s.float_key("optim.label_smoothing", 0.0, "label smoothing of the cross-entropy (torch's label_smoothing; "
+                                              "also in the test loss)", 0.0, 0.999);
     s.float_key("optim.grad_clip", 0.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
 
     s.section("parallel", false, "data parallelism (DP = world) and its gradient sync");

@@ -114,6 +114,7 @@ class ResNetDump {
     h5::attr_f64(f, "dampening", deck_.get_float("optim.dampening"));
     h5::attr_f64(f, "weight_decay", deck_.get_float("optim.weight_decay"));
     h5::attr_f64(f, "grad_clip", deck_.get_float("optim.grad_clip"));
+    h5::attr_f64(f, "label_smoothing", deck_.get_float("optim.label_smoothing"));
     h5::attr_str(f, "deck", deck_.effective_toml());
     for (const auto& n : init_) h5::write_dataset(f, "init/" + n.name, n.shape, H5T_NATIVE_FLOAT, n.data.data());
     for (const auto& n : final_) h5::write_dataset(f, "final/" + n.name, n.shape, H5T_NATIVE_FLOAT, n.data.data());

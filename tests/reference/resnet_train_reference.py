@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch replay of a `train_resnet --dump` run (issue 5's cross-check): the same initial weights and BN buffers, the
-same (augmented, normalised) batches in the same micro-batches, torch.optim.SGD with the same momentum / Nesterov /
+same (augmented, normalised) batches in the same micro-batches, the same label smoothing, torch.optim.SGD with the same momentum / Nesterov /
 dampening, weight decay on conv and fc weights only, the dumped per-step learning rate and global-norm clipping; BN in
 training mode, micro-batch statistics. Replayed twice, in float32 and in float64.
 
@@ -10,8 +10,12 @@ cancel), and over 5 SGD steps at the deck's lr 0.1 torch fp32 and fp64 losses pa
 lr 1e-3). So no fp32 implementation can meet a fixed 1e-5 against another after the first update; the check is:
   - step 1 (same weights, same batch: no dynamics yet): |ours - fp64| <= 1e-6 relative;
   - every step: ours within max(1e-5, 2 x torch fp32's distance) of fp64 (worst over the steps);
-  - final parameters and BN running statistics: worst relative L2 to fp64 within max(1e-4, 2 x torch fp32's worst).
-A wrong update rule, a lost micro-batch or a wrong decay group moves the losses by 1e-3 and more at step 2.
+  - the parameter update (final - initial, all tensors together) and the BN running statistics' update: relative L2
+    to fp64 within max(1e-4, 4 x torch fp32's) (per tensor, BN-bias updates are cancelling sums: noise in fp32; torch's
+    own fp32 distance moves between 1.5e-4 and 1.5e-2 with the settings).
+Sensitivity, measured by replaying this test's dump with one setting changed: Nesterov off -> losses 1.9e-3 and the
+update 0.26 away; momentum 0.5 -> 3.7e-3 and 0.97; no label smoothing -> 4.7e-3 and 0.12 (all fail). Weight decay
+(5e-4 at lr 1e-3) moves nothing measurably in 5 steps: tests/unit/optim checks it against the reference update.
 usage: resnet_train_reference.py DUMP.h5    Prints VALID or FAILED: <what> and exits 1."""
 import os
 import sys
@@ -29,6 +33,7 @@ a = f.attrs
 style = a["style"].decode() if isinstance(a["style"], bytes) else str(a["style"])
 depth, w, Cin, K = int(a["depth"]), int(a["base_width"]), int(a["channels"]), int(a["num_classes"])
 steps, GB, MB = int(a["steps"]), int(a["global_batch"]), int(a["micro_batch"])
+smoothing = float(a["label_smoothing"]) if "label_smoothing" in a else 0.0
 images = torch.from_numpy(f["batches/images"][()])
 labels = torch.from_numpy(f["batches/labels"][()]).long()
 mine_loss, mine_lr = f["steps/loss"][()], f["steps/lr"][()]
@@ -54,7 +59,7 @@ def replay(dtype):
         total = 0.0
         for j in range(GB // MB):  # serial run: micro-batch j = global samples [j*MB, (j+1)*MB)
             x, y = images[s, j * MB:(j + 1) * MB].to(dtype), labels[s, j * MB:(j + 1) * MB]
-            loss = F.cross_entropy(net(x), y, reduction="sum") / GB
+            loss = F.cross_entropy(net(x), y, reduction="sum", label_smoothing=smoothing) / GB
             loss.backward()
             total += loss.item()
         losses.append(total)
@@ -83,16 +88,33 @@ if ours > max(1e-5, 2 * theirs):
     failures.append(f"losses differ from fp64 by {ours:.3g} (should be <= max(1e-5, 2 x torch fp32's {theirs:.3g}))")
 
 
+init = {k: torch.from_numpy(f["init/" + k][()]).double() for k in s64}
+mine_state = {k: torch.from_numpy(f["final/" + k][()]).double() for k in s64}
+params = [k for k, _ in build_resnet(style == "imagenet", depth, w, Cin, K).named_parameters()]
+buffers = [k for k in s64 if k not in params]
+
+
+def update_distance(state, keys):
+    """Relative L2 distance to fp64 of the update (final - init) over the given tensors, all concatenated: per tensor
+    the BN-bias updates are sums that cancel (noise-dominated in fp32); the whole update is what training did."""
+    num = sum(((state[k] - init[k]) - (s64[k] - init[k])).pow(2).sum() for k in keys)
+    den = sum((s64[k] - init[k]).pow(2).sum() for k in keys)
+    return (num / den).sqrt().item()
+
+
 def worst(state):
     return max((((state[k] - s64[k]).norm() / s64[k].norm().clamp_min(1e-30)).item(), k) for k in s64)
 
 
-mine_state = {k: torch.from_numpy(f["final/" + k][()]).double() for k in s64}
+for what, keys, tol in (("parameter update", params, 1e-4), ("BN running statistics update", buffers, 1e-4)):
+    ours_d, theirs_d = update_distance(mine_state, keys), update_distance(s32, keys)
+    print(f"{what} ({len(keys)} tensors): relative L2 to fp64 hpctrain {ours_d:.3g}, torch fp32 {theirs_d:.3g}")
+    if ours_d > max(tol, 4 * theirs_d):
+        failures.append(f"{what} differs from fp64 by {ours_d:.3g} (should be <= max({tol:g}, 4 x torch fp32's "
+                        f"{theirs_d:.3g}))")
 wo, wt = worst(mine_state), worst(s32)
-print(f"final parameters and BN running statistics ({len(s64)} tensors), worst relative L2 to fp64: hpctrain {wo[0]:.3g} "
-      f"({wo[1]}), torch fp32 {wt[0]:.3g} ({wt[1]})")
-if wo[0] > max(1e-4, 2 * wt[0]):
-    failures.append(f"final {wo[1]}: relative L2 {wo[0]:.3g} to fp64 (should be <= max(1e-4, 2 x torch fp32's {wt[0]:.3g}))")
+print(f"(per tensor, worst relative L2 of the final state: hpctrain {wo[0]:.3g} ({wo[1]}), torch fp32 {wt[0]:.3g} "
+      f"({wt[1]}))")
 if failures:
     print("FAILED: " + failures[0])
     sys.exit(1)

@@ -55,6 +55,10 @@ void encoder_forward_vocab_parallel(float* out /*(B,T,C)*/, const int32_t* inp /
 void encoder_backward_vocab_parallel(float* dwte_local /*(Vl,C) +=*/, float* dwpe /*(T,C) += or null*/,
                                      const float* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl,
                                      int B, int T, int C);
+void crossentropy_smoothed_forward(float* losses /*(N)*/, const float* logits /*(N,K)*/, const int32_t* targets /*(N)*/,
+                                   float eps, int N, int K);
+void crossentropy_smoothed_forward_backward(float* losses /*(N)*/, float* logits /*(N,K) in/out*/,
+                                            const int32_t* targets /*(N)*/, float dloss, float eps, int N, int K);
 void crossentropy_vp_local_max(float* max_out /*(N)*/, const float* logits_local /*(N,Vl)*/, int v0, int Vl, int V,
                                int N);
 void crossentropy_vp_local_sumexp(float* sumexp_out /*(N)*/, float* target_logit_out /*(N)*/,

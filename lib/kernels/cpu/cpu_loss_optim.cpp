@@ -109,6 +109,39 @@ void crossentropy_forward_backward(float* losses, float* logits, const int32_t* 
   }
 }
 
+// ---- label-smoothed softmax cross-entropy (kernels.hpp): lse - (1 - eps) z[y] - eps mean(z) ------------------
+void crossentropy_smoothed_forward(float* losses, const float* logits, const int32_t* targets, float eps, int N, int K) {
+  check_targets("crossentropy_smoothed_forward", targets, N, K, K);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = logits + static_cast<int64_t>(n) * K;  // (K)
+    float m, s, zsum = 0.0f;
+    softmax_stats(x, nullptr, K, m, s);
+    for (int k = 0; k < K; k++) zsum += x[k];
+    // (1 - eps)(lse - z[y]) + eps (lse - mean z), lse = m + log s
+    losses[n] = (1.0f - eps) * ((m - x[targets[n]]) + std::log(s)) + eps * ((m - zsum / K) + std::log(s));
+  }
+}
+
+void crossentropy_smoothed_forward_backward(float* losses, float* logits, const int32_t* targets, float dloss,
+                                            float eps, int N, int K) {
+  check_targets("crossentropy_smoothed_forward_backward", targets, N, K, K);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float* x = logits + static_cast<int64_t>(n) * K;  // (K) logits in, dlogits out
+    const int tgt = targets[n];
+    const float x_tgt = x[tgt];
+    float zsum = 0.0f;
+    for (int k = 0; k < K; k++) zsum += x[k];
+    float m, s;
+    softmax_stats(x, x, K, m, s);  // x[k] <- exp(x[k] - m)
+    losses[n] = (1.0f - eps) * ((m - x_tgt) + std::log(s)) + eps * ((m - zsum / K) + std::log(s));
+    const float c = dloss / s, uniform = dloss * eps / K;
+    for (int k = 0; k < K; k++) x[k] = x[k] * c - uniform;  // dloss (p - eps / K)
+    x[tgt] -= dloss * (1.0f - eps);
+  }
+}
+
 // ---- vocab-parallel softmax cross-entropy (kernels.hpp): the local slices of crossentropy_forward_backward ------
 // The same float operations as the serial kernel, row by row (no cross-thread reduction): the max is exact whatever
 // the split; only the sum of exponentials is split into per-rank partial sums (added by the SUM allreduce), which

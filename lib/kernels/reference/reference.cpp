@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <vector>
 
 namespace hpct::kernels::reference {
 
@@ -251,6 +252,43 @@ void crossentropy_forward_backward(Real* losses, Real* logits, const int32_t* ta
   }
 }
 
+// ---- label-smoothed cross-entropy: the definition, -sum_k q[k] log p[k] with q = (1 - eps) one-hot + eps / K -------
+template <typename Real>
+void crossentropy_smoothed_forward(Real* losses, const Real* logits, const int32_t* targets, Real eps, int N, int K) {
+  for (int n = 0; n < N; n++) {
+    const Real* x = logits + static_cast<int64_t>(n) * K;
+    Real maxval = x[0];
+    for (int k = 1; k < K; k++) maxval = x[k] > maxval ? x[k] : maxval;
+    Real sum = 0;
+    for (int k = 0; k < K; k++) sum += std::exp(x[k] - maxval);
+    Real loss = 0;
+    for (int k = 0; k < K; k++) {
+      const Real q = (k == targets[n] ? Real(1) - eps : Real(0)) + eps / K;
+      loss -= q * (x[k] - maxval - std::log(sum));
+    }
+    losses[n] = loss;
+  }
+}
+
+template <typename Real>
+void crossentropy_smoothed_forward_backward(Real* losses, Real* logits, const int32_t* targets, Real dloss, Real eps,
+                                            int N, int K) {
+  crossentropy_smoothed_forward(losses, logits, targets, eps, N, K);
+  for (int n = 0; n < N; n++) {
+    Real* x = logits + static_cast<int64_t>(n) * K;
+    Real maxval = x[0];
+    for (int k = 1; k < K; k++) maxval = x[k] > maxval ? x[k] : maxval;
+    Real sum = 0;
+    for (int k = 0; k < K; k++) sum += std::exp(x[k] - maxval);
+    std::vector<Real> p(static_cast<size_t>(K));
+    for (int k = 0; k < K; k++) p[static_cast<size_t>(k)] = std::exp(x[k] - maxval) / sum;
+    for (int k = 0; k < K; k++) {
+      const Real q = (k == targets[n] ? Real(1) - eps : Real(0)) + eps / K;
+      x[k] = dloss * (p[static_cast<size_t>(k)] - q);
+    }
+  }
+}
+
 // ---- vocabulary parallelism: this rank holds the global rows/columns [v0, v0+Vl) of Vp --------------------------
 template <typename Real>
 void encoder_forward_vocab_parallel(Real* out, const int32_t* inp, const Real* wte_local, const Real* wpe, int v0,
@@ -377,6 +415,8 @@ void adamw_update(Real* params, const Real* grads, Real* m, Real* v, int64_t n, 
   template void residual_forward<Real>(Real*, const Real*, const Real*, int64_t);                                 \
   template void crossentropy_forward<Real>(Real*, const Real*, const int32_t*, int, int, int);                    \
   template void crossentropy_forward_backward<Real>(Real*, Real*, const int32_t*, Real, int, int, int);           \
+  template void crossentropy_smoothed_forward<Real>(Real*, const Real*, const int32_t*, Real, int, int);           \
+  template void crossentropy_smoothed_forward_backward<Real>(Real*, Real*, const int32_t*, Real, Real, int, int);   \
   template void encoder_forward_vocab_parallel<Real>(Real*, const int32_t*, const Real*, const Real*, int, int, int,  \
                                                      int, int);                                                   \
   template void encoder_backward_vocab_parallel<Real>(Real*, Real*, const Real*, const int32_t*, int, int, int, int, \

@@ -67,6 +67,12 @@ void encoder_backward_vocab_parallel(Real* dwte_local /*(Vl,C) +=*/, Real* dwpe 
                                      const Real* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl, int B,
                                      int T, int C);
 template <typename Real>
+void crossentropy_smoothed_forward(Real* losses /*(N)*/, const Real* logits /*(N,K)*/, const int32_t* targets /*(N)*/,
+                                   Real eps, int N, int K);
+template <typename Real>
+void crossentropy_smoothed_forward_backward(Real* losses /*(N)*/, Real* logits /*(N,K) in/out*/,
+                                            const int32_t* targets /*(N)*/, Real dloss, Real eps, int N, int K);
+template <typename Real>
 void crossentropy_vp_local_max(Real* max_out /*(N)*/, const Real* logits_local /*(N,Vl)*/, int v0, int Vl, int V,
                                int N);
 template <typename Real>

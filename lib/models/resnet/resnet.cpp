@@ -113,6 +113,8 @@ void ResNetConfig::validate(const std::string& where) const {
                      "{}: model.depth = {}: an ImageNet-style ResNet has depth 18, 34 (BasicBlock), 50, 101 or 152 "
                      "(Bottleneck)",
                      where, depth);
+  HPCT_USAGE_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f,
+                   "{}: optim.label_smoothing = {} must be in [0, 1)", where, label_smoothing);
   HPCT_USAGE_CHECK(in_channels >= 1 && height >= 4 && width >= 4 && num_classes >= 2 && base_width >= 1,
                    "{}: image {}x{}x{}, {} classes, base width {}: all must be positive (image >= 4x4, >= 2 classes)",
                    where, in_channels, height, width, num_classes, base_width);
@@ -131,6 +133,7 @@ ResNetConfig ResNetConfig::from_deck(const Config& deck, int in_channels, int he
   if (c.base_width == 0) c.base_width = c.style == "imagenet" ? 64 : 16;
   c.num_classes = static_cast<int>(deck.get_int("model.num_classes"));
   if (c.num_classes == 0) c.num_classes = dataset_classes;
+  c.label_smoothing = static_cast<float>(deck.get_float("optim.label_smoothing"));
   c.in_channels = in_channels;
   c.height = height;
   c.width = width;
@@ -444,7 +447,11 @@ void ResNet::forward(const ExecContext& ctx, const float* images, int b, bool tr
 }
 
 const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) {
-  k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), labels, b, cfg_.num_classes, cfg_.num_classes);
+  const int K = cfg_.num_classes;
+  if (cfg_.label_smoothing > 0.0f)
+    k::crossentropy_smoothed_forward(ctx, losses_->f32(), logits_->f32(), labels, cfg_.label_smoothing, b, K);
+  else
+    k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), labels, b, K, K);
   return losses_->f32();
 }
 
@@ -453,7 +460,11 @@ const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) 
 // inside the main branch (BN backward writes dC, conv backward writes dD, or dA for the block's first conv).
 const float* ResNet::loss_and_backward(const ExecContext& ctx, const int32_t* labels, float dloss, int b) {
   const int K = cfg_.num_classes;
-  k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), labels, dloss, b, K, K);
+  if (cfg_.label_smoothing > 0.0f)
+    k::crossentropy_smoothed_forward_backward(ctx, losses_->f32(), logits_->f32(), labels, dloss, cfg_.label_smoothing,
+                                              b, K);
+  else
+    k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), labels, dloss, b, K, K);
   // head, in reverse: fc, average pool
   k::matmul_backward(ctx, dpooled_->f32(), grads_.tensors()[static_cast<size_t>(fc_w_)].f32(),
                      grads_.tensors()[static_cast<size_t>(fc_b_)].f32(), logits_->f32(), pooled_->f32(),

@@ -36,13 +36,15 @@ struct ResNetConfig {
   int in_channels = 1, height = 28, width = 28, num_classes = 10;
   int base_width = 16;  // w: the first stage's width (cifar 16, imagenet 64)
   float bn_eps = 1e-5f, bn_momentum = 0.1f;
+  float label_smoothing = 0.0f;  // of the cross-entropy (torch's label_smoothing): target (1 - eps) one-hot + eps / K
 
   bool bottleneck() const { return style == "imagenet" && depth >= 50; }
   int expansion() const { return bottleneck() ? 4 : 1; }
   // blocks per stage: cifar {n, n, n}; imagenet per torchvision
   std::vector<int> stage_blocks() const;
   void validate(const std::string& where) const;  // UsageError naming the key
-  // model.style, model.depth, model.base_width, model.num_classes (0: the dataset's), image shape from the dataset
+  // model.style, model.depth, model.base_width, model.num_classes (0: the dataset's), optim.label_smoothing; the
+  // image shape from the dataset
   static ResNetConfig from_deck(const Config& deck, int in_channels, int height, int width, int dataset_classes);
 };
 
@@ -85,7 +87,7 @@ class ResNet {
 
   // images (b, Cin, H, W) on the device, b <= micro_batch; train: batch statistics (and running-stat update).
   void forward(const ExecContext& ctx, const float* images, int b, bool train);
-  // per-sample losses (b) of the last forward against labels (b)
+  // per-sample losses (b) of the last forward against labels (b), label-smoothed when config().label_smoothing > 0
   const float* loss(const ExecContext& ctx, const int32_t* labels, int b);
   // fused loss + backward of the last (training) forward; every parameter gradient += dloss * d(sum losses)/dp
   const float* loss_and_backward(const ExecContext& ctx, const int32_t* labels, float dloss, int b);

@@ -288,6 +288,55 @@ TEST(KernelsCpu, CrossEntropy) {
   }
 }
 
+// Label smoothing (classifier head of train_resnet): the fused kernel against the definition -sum_k q_k log p_k
+// (reference, double), eps = 0 against the plain kernel, rows of dlogits summing to 0, and the backward against
+// central differences of the reference loss.
+TEST(KernelsCpu, CrossEntropySmoothedMatchesDefinitionAndGradient) {
+  const int N = 7, K = 10;
+  const auto logits = random_vector(static_cast<size_t>(N) * K, 81, -4.0, 4.0);
+  std::vector<int32_t> targets(N);
+  for (int n = 0; n < N; n++) targets[n] = (3 * n + 1) % K;
+  for (const float eps : {0.0f, 0.1f, 0.3f}) {
+    SCOPED_TRACE("eps=" + std::to_string(eps));
+    std::vector<float> losses(N), losses_fused(N), dlogits = logits;
+    crossentropy_smoothed_forward(kCpu, losses.data(), logits.data(), targets.data(), eps, N, K);
+    crossentropy_smoothed_forward_backward(kCpu, losses_fused.data(), dlogits.data(), targets.data(), 0.25f, eps, N, K);
+    std::vector<double> ld(logits.begin(), logits.end()), loss_ref(N), dref = ld;
+    ref::crossentropy_smoothed_forward_backward(loss_ref.data(), dref.data(), targets.data(), 0.25, double(eps), N, K);
+    for (int n = 0; n < N; n++) {
+      EXPECT_NEAR(losses[n], loss_ref[n], 2e-6 * std::max(1.0, std::fabs(loss_ref[n]))) << n;
+      EXPECT_EQ(losses_fused[n], losses[n]) << n;  // the same float operations
+      double row = 0.0;
+      for (int k = 0; k < K; k++) {
+        const size_t i = static_cast<size_t>(n) * K + k;
+        EXPECT_NEAR(dlogits[i], dref[i], 1e-6) << n << "," << k;
+        row += dlogits[i];
+      }
+      EXPECT_NEAR(row, 0.0, 1e-6);  // softmax - q sums to zero
+    }
+    if (eps == 0.0f) {  // the plain kernel
+      std::vector<float> plain(N);
+      crossentropy_forward(kCpu, plain.data(), logits.data(), targets.data(), N, K, K);
+      for (int n = 0; n < N; n++) EXPECT_NEAR(losses[n], plain[n], 1e-6) << n;
+    }
+    // d(0.25 * sum_n loss_n) / d z[n,k] by central differences in double
+    for (int n = 0; n < N; n += 3)
+      for (int k = 0; k < K; k += 4) {
+        const size_t i = static_cast<size_t>(n) * K + k;
+        auto total = [&](double dz) {
+          std::vector<double> z = ld, l(N), g = ld;
+          z[i] += dz;
+          ref::crossentropy_smoothed_forward(l.data(), z.data(), targets.data(), double(eps), N, K);
+          double t = 0.0;
+          for (double v : l) t += 0.25 * v;
+          return t;
+        };
+        const double h = 1e-5, fd = (total(h) - total(-h)) / (2 * h);
+        EXPECT_NEAR(dref[i], fd, 1e-7) << n << "," << k;
+      }
+  }
+}
+
 TEST(KernelsCpu, CrossEntropyRejectsBadTargets) {
   std::vector<float> logits(2 * 128, 0.5f), losses(2);
   const std::vector<int32_t> targets = {3, 100};  // 100 >= V = 50: a padded column

@@ -1,11 +1,9 @@
 // train_resnet: trains a ResNet on an HDF5 image dataset from a TOML deck, data-parallel over the MPI ranks.
 //   train_resnet DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5] [--plan]
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
-#include <filesystem>
 
 #include "app_main.hpp"
+#include "train_cli.hpp"
 #include "core/config.hpp"
 #include "core/format.hpp"
 #include "data/image_dataset.hpp"
@@ -16,28 +14,16 @@
 int main(int argc, char** argv) {
   return hpct::run_mpi_app(argc, argv, "train_resnet", [](int argc, char** argv) {
     CLI::App app{"hpctrain train_resnet: trains a ResNet described by a TOML deck on an HDF5 image dataset"};
-    std::string deck_path, out_dir, dump_path;
-    std::vector<std::string> overrides;
+    hpct::TrainCli cli;
+    hpct::add_train_options(app, cli, "inputs/resnet20_fmnist.toml",
+                            "write initial weights, every step's batch, losses and final weights to this HDF5 file "
+                            "(for the PyTorch cross-check; one rank)",
+                            hpct::train::resnet_deck_schema());
     bool plan = false;
-    app.add_option("deck", deck_path, "input deck (TOML), e.g. inputs/resnet20_fmnist.toml")->required();
-    app.add_option("--out", out_dir, "output directory (default runs/<deck file stem>)");
-    app.add_option("--set", overrides, "override a deck key: --set section.key=value (repeatable)")
-        ->take_all()
-        ->allow_extra_args(false);
-    app.add_option("--dump", dump_path, "write initial weights, every step's batch, losses and final weights to this "
-                                        "HDF5 file (for the PyTorch cross-check; one rank)");
     app.add_flag("--plan", plan, "print the model and one rank's memory plan from the deck and the dataset's image "
                                  "shape, without training");
-    app.footer("Deck keys (type, default, doc):\n" + hpct::train::resnet_deck_schema().help_text());
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-      if (hpct::process_identity().rank == 0) std::printf("%s", app.help().c_str());
-      return 0;
-    } catch (const CLI::ParseError& e) {
-      HPCT_USAGE_FAIL("{} (see train_resnet --help)", e.what());
-    }
-    const hpct::Config deck = hpct::Config::load(hpct::train::resnet_deck_schema(), deck_path, overrides);
+    if (!hpct::parse_train_cli(app, argc, argv, "train_resnet")) return 0;
+    const hpct::Config deck = hpct::Config::load(hpct::train::resnet_deck_schema(), cli.deck_path, cli.overrides);
     if (plan) {
       if (hpct::process_identity().rank != 0) return 0;
       const auto ds = hpct::data::ImageDataset::open(hpct::train::resolve_data_path(deck.get_string("data.train")));
@@ -57,9 +43,6 @@ int main(int argc, char** argv) {
                   hpct::human_bytes(m.workspace_bytes).c_str(), hpct::human_bytes(m.total() + m.param_bytes).c_str());
       return 0;
     }
-    hpct::train::RunOptions opts;
-    opts.out_dir = out_dir.empty() ? ("runs/" + std::filesystem::path(deck_path).stem().string()) : out_dir;
-    opts.dump_path = dump_path;
-    return hpct::train::run_resnet(deck, opts);
+    return hpct::train::run_resnet(deck, cli.run_options());
   });
 }

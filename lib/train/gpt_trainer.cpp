@@ -278,17 +278,10 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const gpt::ModelParallel mp{tp, pc.tp_rank(), pp, pc.pp_rank()};
   gpt::Gpt model(cfg, MB, ctx.device, mp, &pc.tp_group());
   model.init_parameters(ctx, seed);
-  parallel::GradSyncOptions gso;
-  gso.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
-  gso.overlap = deck.get_bool("parallel.overlap");
-  gso.zero = static_cast<int>(deck.get_int("parallel.zero"));
+  const parallel::GradSyncOptions gso = grad_sync_options(deck);
   parallel::GradSync grad_sync(pc.dp_group(), model.params(), model.grads(), gso);
   model.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
-  std::vector<bool> decay;
-  for (const auto& p : model.layout()) decay.push_back(p.decay);
-  std::vector<optim::Segment> segments;
-  for (const auto& o : grad_sync.owned()) segments.push_back({o.tensor, o.begin, o.end, o.grad, 0});
-  optim::AdamW adamw(model.params(), segments, decay, ocfg);
+  optim::AdamW adamw(model.params(), owned_segments(grad_sync), decay_flags(model.layout()), ocfg);
   // where each local tensor sits in the serial one, which replica counts (grad norm) and is written (checkpoint)
   std::vector<TensorPlacement> placements;
   std::vector<bool> counted, tp_replicated, is_wte;

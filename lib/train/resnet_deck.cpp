@@ -1,5 +1,7 @@
 #include "train/resnet_deck.hpp"
 
+#include "train/run_support.hpp"
+
 namespace hpct::train {
 
 const ConfigSchema& resnet_deck_schema() {
@@ -62,24 +64,7 @@ const ConfigSchema& resnet_deck_schema() {
     s.int_key("parallel.pp", 1, "pipeline-parallel size: the ResNet is data-parallel only, must be 1", 1, 4096);
     s.string_key("parallel.order", "tp-dp-pp", "grid order (DP only here: any order gives rank = dp)",
                  {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
-    s.int_key("parallel.zero", 0, "ZeRO stage: 0 (replicated optimizer) or 1 (momentum sharded over DP, gradients "
-                                  "reduce-scattered, parameters allgathered)", 0, 1);
-    s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)",
-                1e-6, 1e6);
-    s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");
-
-    s.section("comm", false, "communication");
-    s.float_key("comm.timeout_s", 300.0, "bound of every wait (collective, p2p, checkpoint barrier): past it the job "
-                                         "aborts naming the rank and the operation", 0.01, 1e7);
-
-    s.section("checkpoint", false, "HDF5 sharded checkpoints under <out>/checkpoints (DESIGN.md §4)");
-    s.int_key("checkpoint.every", 0, "write a checkpoint every this many steps (0: off)", 0, 1e12);
-    s.float_key("checkpoint.every_minutes", 0.0, "write a checkpoint when this many minutes passed since the last "
-                                                 "(decided collectively; 0: off)", 0.0, 1e9);
-    s.int_key("checkpoint.keep", 3, "keep the newest this many checkpoints (0: all)", 0, 1e9);
-    s.bool_key("checkpoint.at_end", true, "write a checkpoint after the last step");
-    s.string_key("checkpoint.resume", "none", "\"latest\" (the newest under <out>/checkpoints; none yet: start "
-                                              "fresh), a step_XXXXXXXX directory, or \"none\"");
+    add_run_keys(s);
 
     s.section("log", false, "stdout logging");
     s.int_key("log.every", 10, "print one line every this many steps", 1, 1e12);

@@ -262,17 +262,10 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   const std::string ckpt_root = prepare_output(pc, opts.out_dir);
   resnet::ResNet model(cfg, MB, ctx.device, sync_bn ? &pc.dp_group() : nullptr);
   model.init_parameters(ctx, seed);
-  parallel::GradSyncOptions gso;
-  gso.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
-  gso.overlap = deck.get_bool("parallel.overlap");
-  gso.zero = static_cast<int>(deck.get_int("parallel.zero"));
+  const parallel::GradSyncOptions gso = grad_sync_options(deck);
   parallel::GradSync grad_sync(pc.dp_group(), model.params(), model.grads(), gso);
   model.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
-  std::vector<bool> decay;
-  for (const auto& p : model.layout()) decay.push_back(p.decay);
-  std::vector<optim::Segment> segments;
-  for (const auto& o : grad_sync.owned()) segments.push_back({o.tensor, o.begin, o.end, o.grad, 0});
-  optim::Sgd sgd(model.params(), segments, decay, ocfg);
+  optim::Sgd sgd(model.params(), owned_segments(grad_sync), decay_flags(model.layout()), ocfg);
   std::vector<TensorPlacement> placements;  // data-parallel only: every tensor whole
   for (const auto& p : model.layout()) placements.push_back({p.shape, std::vector<int64_t>(p.shape.size(), 0), -1, true});
   // Without SyncBN every rank's running statistics follow its own images; DP rank 0's are the model's (as

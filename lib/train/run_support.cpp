@@ -35,6 +35,41 @@ float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64
   return s;
 }
 
+void add_run_keys(ConfigSchema& s) {
+  s.int_key("parallel.zero", 0, "ZeRO stage: 0 (replicated optimizer) or 1 (optimizer state, AdamW moments or SGD "
+                                "momentum, sharded over DP; gradients reduce-scattered, parameters allgathered)", 0, 1);
+  s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)",
+              1e-6, 1e6);
+  s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");
+
+  s.section("comm", false, "communication");
+  s.float_key("comm.timeout_s", 300.0, "bound of every wait (collective, p2p, checkpoint barrier): past it the job "
+                                       "aborts naming the rank and the operation", 0.01, 1e7);
+
+  s.section("checkpoint", false, "HDF5 sharded checkpoints under <out>/checkpoints (DESIGN.md §4)");
+  s.int_key("checkpoint.every", 0, "write a checkpoint every this many steps (0: off)", 0, 1e12);
+  s.float_key("checkpoint.every_minutes", 0.0, "write a checkpoint when this many minutes passed since the last "
+                                               "(decided collectively; 0: off)", 0.0, 1e9);
+  s.int_key("checkpoint.keep", 3, "keep the newest this many checkpoints (0: all)", 0, 1e9);
+  s.bool_key("checkpoint.at_end", true, "write a checkpoint after the last step");
+  s.string_key("checkpoint.resume", "none", "\"latest\" (the newest under <out>/checkpoints; none yet: start "
+                                            "fresh), a step_XXXXXXXX directory, or \"none\"");
+}
+
+parallel::GradSyncOptions grad_sync_options(const Config& deck) {
+  parallel::GradSyncOptions o;
+  o.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
+  o.overlap = deck.get_bool("parallel.overlap");
+  o.zero = static_cast<int>(deck.get_int("parallel.zero"));
+  return o;
+}
+
+std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync) {
+  std::vector<optim::Segment> segs;
+  for (const auto& o : sync.owned()) segs.push_back({o.tensor, o.begin, o.end, o.grad, 0});
+  return segs;
+}
+
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }

@@ -12,6 +12,8 @@
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "core/timer.hpp"
+#include "optim/segment.hpp"
+#include "parallel/grad_sync.hpp"
 #include "parallel/parallel_context.hpp"
 #include "kernels/exec_context.hpp"
 #include "tensor/device.hpp"
@@ -32,6 +34,22 @@ std::string resolve_data_path(const std::string& path);
 float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64_t n);
 
 double unix_now();  // seconds since the epoch, wall clock
+
+// The deck keys every training app shares, added to a schema inside its [parallel] section: parallel.zero,
+// parallel.bucket_mb, parallel.overlap; then the [comm] (comm.timeout_s) and [checkpoint] sections (every,
+// every_minutes, keep, at_end, resume).
+void add_run_keys(ConfigSchema& s);
+// The data-parallel gradient sync those keys describe.
+parallel::GradSyncOptions grad_sync_options(const Config& deck);
+// The optimizer's segments: the ranges this rank updates (whole tensors, or its ZeRO-1 shares), with their gradients.
+std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync);
+// Weight-decay flags of a parameter layout (any model's ParamSpec list with a `decay` member), by tensor index.
+template <class Layout>
+std::vector<bool> decay_flags(const Layout& layout) {
+  std::vector<bool> d;
+  for (const auto& p : layout) d.push_back(p.decay);
+  return d;
+}
 
 // train.device: "cpu"; "auto" -> cpu until the CUDA model backend exists; "cuda" -> UsageError naming the app.
 Device resolve_device(const Config& deck, const char* app);

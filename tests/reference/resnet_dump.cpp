@@ -13,28 +13,13 @@
 #include "core/h5_check.hpp"
 #include "core/rng.hpp"
 #include "models/resnet/resnet.hpp"
+#include "train/h5_write.hpp"
 
 using namespace hpct;
 
 namespace {
-void write(hid_t f, const std::string& name, const std::vector<int64_t>& shape, hid_t type, const void* data) {
-  std::vector<hsize_t> dims(shape.begin(), shape.end());
-  hid_t lcpl = H5_CHECK(H5Pcreate(H5P_LINK_CREATE));
-  H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
-  hid_t space = H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-  hid_t d = H5_CHECK(H5Dcreate2(f, name.c_str(), type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
-  H5_CHECK(H5Dclose(d));
-  H5_CHECK(H5Sclose(space));
-  H5_CHECK(H5Pclose(lcpl));
-}
-void attr(hid_t f, const char* name, int64_t v) {
-  hid_t s = H5_CHECK(H5Screate(H5S_SCALAR));
-  hid_t a = H5_CHECK(H5Acreate2(f, name, H5T_NATIVE_INT64, s, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, &v));
-  H5_CHECK(H5Aclose(a));
-  H5_CHECK(H5Sclose(s));
-}
+using train::h5::attr_i64;
+using train::h5::write_dataset;
 std::vector<float> copy(const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); }
 }  // namespace
 
@@ -61,22 +46,22 @@ int main(int argc, char** argv) {
   for (int i = 0; i < B; ++i) lab[i] = static_cast<int32_t>(rng::uniform_int(3, 2, i, c.num_classes));
 
   hid_t f = H5_CHECK(H5Fcreate(argv[1], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  attr(f, "depth", c.depth);
-  attr(f, "base_width", c.base_width);
-  attr(f, "height", c.height);
-  attr(f, "num_classes", c.num_classes);
-  attr(f, "batch", B);
-  attr(f, "channels", c.in_channels);
-  attr(f, "imagenet_style", c.style == "imagenet" ? 1 : 0);
-  for (auto& t : model.params().tensors()) write(f, "init/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
-  write(f, "batch/images", {B, c.in_channels, c.height, c.width}, H5T_NATIVE_FLOAT, img.data());
-  write(f, "batch/labels", {B}, H5T_NATIVE_INT32, lab.data());
+  attr_i64(f, "depth", c.depth);
+  attr_i64(f, "base_width", c.base_width);
+  attr_i64(f, "height", c.height);
+  attr_i64(f, "num_classes", c.num_classes);
+  attr_i64(f, "batch", B);
+  attr_i64(f, "channels", c.in_channels);
+  attr_i64(f, "imagenet_style", c.style == "imagenet" ? 1 : 0);
+  for (auto& t : model.params().tensors()) write_dataset(f, "init/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
+  write_dataset(f, "batch/images", {B, c.in_channels, c.height, c.width}, H5T_NATIVE_FLOAT, img.data());
+  write_dataset(f, "batch/labels", {B}, H5T_NATIVE_INT32, lab.data());
   model.zero_grad(ctx);
   model.forward(ctx, img.data(), B, true);
   const float* losses = model.loss_and_backward(ctx, lab.data(), 1.0f / B, B);
-  write(f, "losses", {B}, H5T_NATIVE_FLOAT, losses);
-  for (auto& t : model.grads().tensors()) write(f, "grads/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
-  for (auto& t : model.buffers().tensors()) write(f, "buffers/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
+  write_dataset(f, "losses", {B}, H5T_NATIVE_FLOAT, losses);
+  for (auto& t : model.grads().tensors()) write_dataset(f, "grads/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
+  for (auto& t : model.buffers().tensors()) write_dataset(f, "buffers/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
   H5_CHECK(H5Fclose(f));
   return 0;
 }

@@ -1,0 +1,57 @@
+#pragma once
+// The command line every training app shares (DESIGN.md §4):
+//   APP DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5] [app options]
+// with every deck key (type, default, doc) in --help, printed by rank 0 only. A parse error is a UsageError that
+// names the app's --help.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "train/run_support.hpp"
+
+namespace hpct {
+
+struct TrainCli {
+  std::string deck_path, out_dir, dump_path;
+  std::vector<std::string> overrides;
+
+  // --out, defaulting to runs/<deck file stem> (stable across jobs, so checkpoint.resume=latest finds it)
+  train::RunOptions run_options() const {
+    train::RunOptions o;
+    o.out_dir = out_dir.empty() ? ("runs/" + std::filesystem::path(deck_path).stem().string()) : out_dir;
+    o.dump_path = dump_path;
+    return o;
+  }
+};
+
+// Adds the shared options; dump_doc says what --dump writes for this app.
+inline void add_train_options(CLI::App& app, TrainCli& cli, const char* deck_example, const char* dump_doc,
+                              const ConfigSchema& schema) {
+  app.add_option("deck", cli.deck_path, std::string("input deck (TOML), e.g. ") + deck_example)->required();
+  app.add_option("--out", cli.out_dir, "output directory (default runs/<deck file stem>)");
+  app.add_option("--set", cli.overrides, "override a deck key: --set section.key=value (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  app.add_option("--dump", cli.dump_path, dump_doc);
+  app.footer("Deck keys (type, default, doc):\n" + schema.help_text());
+}
+
+// Parses argv; false when --help was printed (the app exits 0).
+inline bool parse_train_cli(CLI::App& app, int argc, char** argv, const char* name) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (process_identity().rank == 0) std::printf("%s", app.help().c_str());
+    return false;
+  } catch (const CLI::ParseError& e) {
+    HPCT_USAGE_FAIL("{} (see {} --help)", e.what(), name);
+  }
+  return true;
+}
+
+}  // namespace hpct

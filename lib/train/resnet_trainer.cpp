@@ -307,6 +307,9 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
            human_bytes(plan.workspace_bytes), human_bytes(plan.total() + sgd.state_bytes()));
   log_info("data: train {} ({} images, {} steps per epoch) | test {} ({} of {} images evaluated) | crop pad {} flip {}",
            train_set.path(), train_set.size(), spe, test_set.path(), n_eval, test_set.size(), aug.pad, aug.flip);
+  if (epochs > 0 && deck.was_set("train.steps"))
+    log_warn("train.epochs = {} sets the run to {} steps; train.steps = {} is ignored", epochs, steps,
+             deck.get_int("train.steps"));
   log_info("schedule: {} steps ({:.2f} epochs) | SGD lr {} momentum {} nesterov {} weight decay {} | {} LR, warm-up {}",
            steps, static_cast<double>(steps) / spe, sched.lr, ocfg.momentum, ocfg.nesterov, ocfg.weight_decay,
            deck.get_string("optim.schedule"), sched.warmup_steps);

@@ -13,6 +13,7 @@ PKGS=(
   libopenblas-openmp-dev libopenblas-dev          # BLAS, OpenMP build selected below
   libdnnl-dev ocl-icd-opencl-dev                  # oneDNN (measured against OpenBLAS by validation/bench_gemm)
   python3-h5py python3-numpy python3-torch python3-torchvision  # PyTorch cross-checks (call /usr/bin/python3)
+  python3-matplotlib                              # validation report plots
   bible-kjv bible-kjv-text                        # the embedded default corpus
   dataset-fashion-mnist                           # Fashion-MNIST IDX files (image decks)
 )

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <utility>
 
 #include "comm/op_desc.hpp"
@@ -100,6 +101,51 @@ OpDesc make_desc(const char* op, int64_t count, DType dtype, const std::string& 
 }
 
 constexpr int64_t kMaxCount = INT_MAX;
+
+// Open MPI 4.1's non-blocking collectives (coll/libnbc) choose a binomial tree for every MPI_Iallreduce that is in
+// place or runs on fewer than 4 ranks (nbc_iallreduce.c: `p < 4 || bytes < 65536 || inplace`): a reduce to rank 0
+// and a broadcast back, so the whole buffer crosses the critical path twice, ~2x the time of the blocking
+// MPI_Allreduce (coll/tuned) at >= 1 MiB. Our allreduce is always in place. For large calls we therefore select
+// libnbc's reduce-scatter + allgather algorithm ("rabenseifner", value 3; libnbc falls back to its ring when
+// count < the largest power of two <= size) through the MPI tool interface's control variable
+// coll_libnbc_iallreduce_algorithm, per call; small calls keep libnbc's own choice (value 0 = ignore). The choice is
+// a function of the byte count only, which every rank passes identically (the collective contract), so all ranks
+// run the same schedule. A mutex makes "write the variable, post the call" atomic within the process (the variable
+// is process-wide). A value set by the user (mpirun --mca coll_libnbc_iallreduce_algorithm N, or
+// OMPI_MCA_coll_libnbc_iallreduce_algorithm) is left alone, as is any MPI without this variable.
+class IallreduceAlgorithm {
+ public:
+  static constexpr size_t kLargeBytes = 64 * 1024;  // libnbc's own small-message limit for its binomial choice
+  static constexpr int kIgnore = 0, kRedscatAllgather = 3;
+
+  static IallreduceAlgorithm& instance() {
+    static IallreduceAlgorithm a;  // after MPI_Init (first allreduce); thread-safe initialisation
+    return a;
+  }
+  // Selects the algorithm for a call of `bytes`; hold the returned lock until the MPI_Iallreduce is posted.
+  std::unique_lock<std::mutex> select(size_t bytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!usable_) return lock;
+    int want = bytes >= kLargeBytes ? kRedscatAllgather : kIgnore;
+    if (want != current_ && MPI_T_cvar_write(handle_, &want) == MPI_SUCCESS) current_ = want;
+    return lock;
+  }
+
+ private:
+  IallreduceAlgorithm() {
+    int provided = 0, index = 0, count = 0, value = -1;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) != MPI_SUCCESS) return;
+    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &count) != MPI_SUCCESS) return;
+    if (count != 1 || MPI_T_cvar_read(handle_, &value) != MPI_SUCCESS || value != kIgnore) return;  // user's choice
+    int v = kIgnore;
+    usable_ = MPI_T_cvar_write(handle_, &v) == MPI_SUCCESS;  // not writable at run time: leave it
+  }
+  std::mutex mutex_;
+  MPI_T_cvar_handle handle_ = MPI_T_CVAR_HANDLE_NULL;
+  bool usable_ = false;
+  int current_ = kIgnore;
+};
 
 }  // namespace
 
@@ -316,6 +362,7 @@ WorkPtr MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, 
   OpDesc d = make_desc("allreduce", count, dtype, what);
   d.set_reduce(op);
   auto w = std::make_unique<MpiWork>(this, std::move(d));
+  const auto algorithm = IallreduceAlgorithm::instance().select(static_cast<size_t>(count) * dtype_size(dtype));
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_datatype(dtype), mpi_op(op), comm_,
                            w->request()));
   if (op == ReduceOp::Avg) w->set_avg(buf, count);

@@ -10,6 +10,9 @@
 //    counts); more is an error asking to split the buffer. DTypes: f32, f64, i32, i64, u8 (u8 sums wrap modulo 256).
 //    The uneven forms are MPI_Ireduce_scatter and MPI_Iallgatherv; their sum(counts) is limited to INT_MAX too
 //    (int displacements).
+//  - MPI_Iallreduce of >= 64 KiB runs libnbc's reduce-scatter + allgather schedule: Open MPI 4.1's libnbc would pick
+//    a binomial tree (reduce + broadcast, ~2x slower) for every in-place call; selected per call through the MPI_T
+//    control variable coll_libnbc_iallreduce_algorithm unless the user set it (mpi_communicator.cpp).
 //  - Avg is MPI_SUM followed by a division by size() on the host buffer when the Work completes (in wait(), test()
 //    or progress()); on integer types the division truncates toward zero.
 //  - In place: allgather's send may be block rank() of recv (MPI_IN_PLACE); reduce_scatter's recv may be block

@@ -1,0 +1,451 @@
+#!/usr/bin/python3
+"""Scaling campaign (issue 6, scaling validation): strong and weak data-parallel scaling of train_gpt
+(inputs/bench_gpt.toml, ~220 ms/step serial on 2 cores) and train_resnet (inputs/resnet20_fmnist.toml, ~100 ms/step),
+measured through the apps' contracts only (command line, --set, stdout PERFORMANCE and memory lines, metrics.jsonl,
+exit codes; DESIGN.md §4), never their internals.
+
+  strong: a fixed global batch (the deck's) over every R in --ranks. The micro-batch is the deck's, lowered until it
+          divides global_batch / R for every R of the campaign, and then kept constant (the report says which).
+  weak:   a fixed per-rank batch P (default: the deck's global batch / 2), global_batch = R x P, the same micro-batch.
+Threads per rank: OMP_NUM_THREADS = max(1, C // R) for C = os.cpu_count(), so the ranks share the C cores; R > C is
+oversubscribed (R ranks at 1 thread on C cores), and its efficiency then mostly measures the oversubscription.
+
+Recorded per run (one job at a time, mpirun -np R --oversubscribe --bind-to none): the PERFORMANCE line's median
+ms/step over the steps after the first, throughput (tokens/s or images/s), comm_exposed_ms (median; and the mean of
+metrics.jsonl's comm_exposed_ms over the same steps), the log's "memory per rank ... total", the peak RSS of the
+largest process of the job (wait4), R, threads, cores used, global batch, micro-batch.
+Efficiencies against the R = 1 run of the same app and mode:
+  strong  E = T(1) / (R T(R))                      weak  E = T(1) / T(R)         (the textbook ones, as asked)
+  per-core E_c = (throughput(R) / cores(R)) / (throughput(1) / cores(1)),  cores(R) = min(C, R x threads)
+With the cores fixed (threads = C // R), the textbook E is capped at cores(R) / (R cores(1)) = 1/R for R <= C;
+E_c is the one whose ideal is 1 (strong: T(1)/T(R) for R <= C).
+
+usage: validation/scaling.py [--ranks 1 2 4] [--apps gpt resnet] [--steps N] [--quick] [--out DIR] [--report F.md]
+                             [--repeat K] [--train-gpt EXE] [--train-resnet EXE]
+  --repeat  runs per configuration, back to back; the one with the median ms/step is kept (default 3; --quick: 1)
+  --quick   ranks 1 2 (unless --ranks is given), 5 steps, 1 run each, both apps: the ctest `validation_scaling_quick`
+Writes DIR/<app>_<mode>_R<r>/ run directories (with command.txt and stdout.txt), and scaling.csv (one row per run, `kept` marking the median run of each configuration)
+and scaling.png (throughput and efficiency vs ranks) next to the report (or in DIR without --report), the report;
+prints the table, and last `VALID` (every run exited 0 and produced its records; no pass/fail on speed) or
+`FAILED: <what>` (exit 1)."""
+import argparse
+import csv
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+C = os.cpu_count() or 1
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--ranks", type=int, nargs="+", help="rank counts (default 1 2 4; --quick: 1 2); 1 is always run")
+ap.add_argument("--apps", nargs="+", choices=["gpt", "resnet"], default=["gpt", "resnet"])
+ap.add_argument("--steps", type=int, help="optimizer steps per run (default 20; --quick: 5); the first is not timed")
+ap.add_argument("--quick", action="store_true", help="ranks 1 2, 5 steps (the ctest)")
+ap.add_argument("--out", default=os.path.join(REPO, "runs", "scaling"), help="work directory (wiped first)")
+ap.add_argument("--report", help="write the markdown report here (the CSV and PNG go next to it)")
+ap.add_argument("--train-gpt", default=os.path.join(REPO, "build", "apps", "train_gpt"))
+ap.add_argument("--train-resnet", default=os.path.join(REPO, "build", "apps", "train_resnet"))
+ap.add_argument("--gpt-deck", default=os.path.join(REPO, "inputs", "bench_gpt.toml"))
+ap.add_argument("--resnet-deck", default=os.path.join(REPO, "inputs", "resnet20_fmnist.toml"))
+ap.add_argument("--gpt-weak-batch", type=int, help="weak scaling: sequences per rank (default deck global_batch / 2)")
+ap.add_argument("--resnet-weak-batch", type=int, help="weak scaling: images per rank (default deck global_batch / 2)")
+ap.add_argument("--resnet-eval-images", type=int, default=256, help="test images evaluated at the end (default 256)")
+ap.add_argument("--repeat", type=int, help="runs per configuration, the one with the median ms/step is kept "
+                "(default 3; --quick: 1)")
+ap.add_argument("--timeout", type=float, default=300, help="seconds per job before it counts as failed")
+args = ap.parse_args()
+ranks = sorted(set([1] + (args.ranks or ([1, 2] if args.quick else [1, 2, 4]))))
+N = args.steps or (5 if args.quick else 20)
+REPEAT = max(1, args.repeat or (1 if args.quick else 3))
+if N < 2:
+    ap.error("--steps must be >= 2 (the PERFORMANCE median excludes the first step)")
+exes = {"gpt": args.train_gpt, "resnet": args.train_resnet}
+for app in args.apps:
+    if not os.access(exes[app], os.X_OK):
+        print(f"FAILED: {exes[app]} is not an executable (build the apps, or pass --train-gpt/--train-resnet)")
+        sys.exit(1)
+out_root = os.path.abspath(args.out)
+shutil.rmtree(out_root, ignore_errors=True)
+os.makedirs(out_root)
+if args.report:
+    art_dir = os.path.dirname(os.path.abspath(args.report))
+    stem = os.path.splitext(os.path.basename(args.report))[0]
+else:
+    art_dir, stem = out_root, "scaling"
+os.makedirs(art_dir, exist_ok=True)
+csv_path = os.path.join(art_dir, stem + ".csv")
+png_path = os.path.join(art_dir, stem + ".png")
+
+# every run: no checkpoint, no sample, little stdout; ResNet by steps, not epochs, on a small test subset
+QUIET = {"gpt": ["checkpoint.at_end=false", "sample.tokens=0", "train.eval_every=0", "log.every=5"],
+         "resnet": ["checkpoint.at_end=false", "checkpoint.every_minutes=0", "train.epochs=0", "train.eval_every=0",
+                    "optim.warmup_steps=0", f"data.eval_images={args.resnet_eval_images}", "log.every=5"]}
+UNIT = {"gpt": "tokens/s", "resnet": "images/s"}
+decks, plans, notes = {}, {}, []
+for app in args.apps:
+    with open(args.gpt_deck if app == "gpt" else args.resnet_deck, "rb") as f:
+        decks[app] = tomllib.load(f)
+    gb, mb0 = decks[app]["train"]["global_batch"], decks[app]["train"]["micro_batch"]
+    strong_r = [r for r in ranks if gb % r == 0]
+    for r in ranks:
+        if r not in strong_r:
+            notes.append(f"{app} strong R={r} skipped: global_batch {gb} is not a multiple of {r}")
+    mb = mb0
+    while mb > 1 and any((gb // r) % mb for r in strong_r):
+        mb -= 1
+    P = (args.gpt_weak_batch if app == "gpt" else args.resnet_weak_batch) or max(1, gb // 2)
+    wmb = mb
+    while wmb > 1 and P % wmb:
+        wmb -= 1
+    notes.append(f"{app}: strong global_batch {gb} (deck), micro_batch {mb} at every R (deck {mb0}; the largest "
+                 f"<= {mb0} dividing global_batch / R for R in {strong_r}), so R ranks run {gb} / (R x {mb}) "
+                 f"micro-batches each; weak {P} per rank (global_batch R x {P}), micro_batch {wmb}")
+    plans[app] = dict(strong=[(r, gb, mb) for r in strong_r], weak=[(r, r * P, wmb) for r in ranks], P=P)
+
+
+# ---------------------------------------------------------------------------------------------------- running
+def threads(r):
+    return max(1, C // r)
+
+
+def run_job(app, mode, r, gb, mb, rep):
+    out = os.path.join(out_root, f"{app}_{mode}_R{r}" + (f"_run{rep}" if REPEAT > 1 else ""))
+    os.makedirs(out, exist_ok=True)
+    deck = args.gpt_deck if app == "gpt" else args.resnet_deck
+    c = ["mpirun", "-np", str(r), "--oversubscribe", "--bind-to", "none", exes[app], deck, "--out", out]
+    for s in QUIET[app] + [f"train.steps={N}", f"train.global_batch={gb}", f"train.micro_batch={mb}"]:
+        c += ["--set", s]
+    env = dict(ENV, OMP_NUM_THREADS=str(threads(r)))
+    log = os.path.join(out, "stdout.txt")
+    t0 = time.time()
+    with open(log, "w") as f:
+        p = subprocess.Popen(c, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        timed_out = []
+
+        def kill():
+            timed_out.append(1)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        timer = threading.Timer(args.timeout, kill)
+        timer.start()
+        _, status, ru = os.wait4(p.pid, 0)  # ru_maxrss: the largest process of the job's tree (KiB)
+        timer.cancel()
+        p.returncode = rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
+    dt = time.time() - t0
+    cmd = f"OMP_NUM_THREADS={threads(r)} " + shlex.join(c)
+    with open(os.path.join(out, "command.txt"), "w") as f:
+        f.write(cmd + f"\n# rc {rc} in {dt:.2f} s\n")
+    with open(log, errors="replace") as f:
+        text = f.read()
+    return out, cmd, rc, dt, text, ru.ru_maxrss / 1024.0
+
+
+def mib(v, unit):
+    return float(v) * {"B": 2**-20, "KiB": 2**-10, "MiB": 1.0, "GiB": 1024.0}[unit]
+
+
+def parse(text, out):
+    """PERFORMANCE header + values -> dict; memory per rank total (MiB); metrics.jsonl records."""
+    perf, problems = None, []
+    lines = [l for l in text.splitlines() if l.startswith("PERFORMANCE")]
+    if len(lines) >= 2:
+        keys = [k for k in lines[-2].split()[1:] if k != "|"]
+        vals = [v for v in lines[-1].split()[1:] if v != "|"]
+        if len(keys) == len(vals):
+            perf = dict(zip(keys, vals))
+    if perf is None:
+        problems.append("no PERFORMANCE line")
+    m = re.search(r"^memory per rank:.*\btotal ([0-9.]+) (B|KiB|MiB|GiB)", text, re.M)
+    mem = mib(m.group(1), m.group(2)) if m else None
+    if mem is None:
+        problems.append("no 'memory per rank ... total' line")
+    m = re.search(r"^memory, max over the \d+ ranks:.*\btotal ([0-9.]+) (B|KiB|MiB|GiB)", text, re.M)
+    mem_max = mib(m.group(1), m.group(2)) if m else None
+    recs = []
+    try:
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            recs = [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError) as e:
+        problems.append(f"metrics.jsonl: {e}")
+    if [r.get("step") for r in recs] != list(range(1, N + 1)):
+        problems.append(f"metrics.jsonl holds {len(recs)} steps, not 1..{N}")
+    return perf, mem, mem_max, recs, problems
+
+
+def fnum(d, k):
+    try:
+        return float(d[k])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+rows, all_runs = [], []  # rows: one kept run per configuration; all_runs: every run (the CSV)
+t_start = time.time()
+command = "validation/scaling.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+print(f"scaling campaign: apps {args.apps}, ranks {ranks}, {N} steps per run, {REPEAT} run(s) per configuration, {C} cores "
+      f"(OMP_NUM_THREADS = max(1, {C} // R))", flush=True)
+for n in notes:
+    print("  " + n)
+for app in args.apps:
+    for mode in ("strong", "weak"):
+        for r, gb, mb in plans[app][mode]:
+            tries = []
+            for rep in range(1, REPEAT + 1):
+                out, cmd, rc, dt, text, rss = run_job(app, mode, r, gb, mb, rep)
+                perf, mem, mem_max, recs, problems = parse(text, out)
+                if rc != 0:
+                    tail = [l for l in text.strip().splitlines() if l.strip()]
+                    problems.insert(0, f"exit code {rc}" + (f": {tail[-1][:160]}" if tail else ""))
+                timed = recs[1:]
+                row = dict(app=app, mode=mode, ranks=r, threads=threads(r), cores=min(C, r * threads(r)),
+                           oversubscribed=r * threads(r) > C, global_batch=gb, micro_batch=mb,
+                           micro_batches_per_rank=gb // (r * mb), steps=N, rc=rc, wall_s=round(dt, 2),
+                           ms_step=fnum(perf, "ms/step"), throughput=fnum(perf, UNIT[app]),
+                           throughput_per_rank=fnum(perf, UNIT[app] + "/rank"),
+                           comm_exposed_ms=fnum(perf, "comm_exposed_ms"), comm_exposed_frac=fnum(perf, "comm_exposed_frac"),
+                           comm_exposed_mean_ms=(statistics.fmean(float(x.get("comm_exposed_ms") or 0) for x in timed)
+                                                 if timed else None),
+                           ms_step_jsonl=statistics.median(float(x["ms"]) for x in timed) if timed else None,
+                           mem_per_rank_mib=mem, mem_max_rank_mib=mem_max, peak_rss_mib=round(rss, 1),
+                           problems="; ".join(problems), command=cmd, out=os.path.relpath(out, REPO))
+                tries.append(row)
+            ok = [T for T in tries if not T["problems"]]
+            if len(ok) == len(tries):  # the run with the median step time stands for the configuration
+                row = sorted(tries, key=lambda T: T["ms_step"])[(len(tries) - 1) // 2]
+            else:
+                row = next(T for T in tries if T["problems"])
+            for T in tries:
+                T["kept"] = T is row
+                T["repeats"] = len(tries)
+            all_runs.extend(tries)
+            row["ms_step_runs"] = " ".join(f"{T['ms_step']:.2f}" if T["ms_step"] else "-" for T in tries)
+            problems = row["problems"]
+            dt, mem = row["wall_s"], row["mem_per_rank_mib"]
+            rows.append(row)
+            ms = f"{row['ms_step']:8.2f}" if row["ms_step"] is not None else "       -"
+            tp = f"{row['throughput']:9.1f}" if row["throughput"] is not None else "        -"
+            print(f"  {app:<6} {mode:<6} R={r} thr={threads(r)} gb={gb:<4} mb={mb:<3} {ms} ms/step {tp} {UNIT[app]}"
+                  f"  comm {row['comm_exposed_ms'] if row['comm_exposed_ms'] is not None else '-'} ms"
+                  f"  mem {mem if mem is not None else '-'} MiB  runs {row['ms_step_runs']}" + (f"  [{row['problems']}]" if problems
+                                                                                 else ""), flush=True)
+total_s = time.time() - t_start
+
+# efficiencies against R = 1 of the same app and mode
+for R in rows:
+    base = next((B for B in rows if B["app"] == R["app"] and B["mode"] == R["mode"] and B["ranks"] == 1), None)
+    R["eff"] = R["eff_core"] = R["speedup"] = None
+    if base and base["ms_step"] and R["ms_step"] and base["throughput"] and R["throughput"]:
+        t1, tr, r = base["ms_step"], R["ms_step"], R["ranks"]
+        R["speedup"] = t1 / tr
+        R["eff"] = t1 / (r * tr) if R["mode"] == "strong" else t1 / tr
+        R["eff_core"] = (R["throughput"] / R["cores"]) / (base["throughput"] / base["cores"])
+    R["eff_cap"] = R["cores"] / (R["ranks"] * (base["cores"] if base else C))  # textbook E at perfect per-core scaling
+
+bad = [R for R in all_runs if R["problems"]]
+final = "VALID" if not bad and rows else \
+    f"FAILED: {len(bad)} of {len(all_runs)} runs (" + "; ".join(f"{R['app']} {R['mode']} R={R['ranks']}: {R['problems']}"
+                                                         for R in bad[:3]) + ")"
+
+# ---------------------------------------------------------------------------------------------------- outputs
+machine = {}
+try:
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    for line in lscpu.splitlines():
+        k, _, v = line.partition(":")
+        if k.strip() in ("Model name", "CPU(s)", "Thread(s) per core", "Core(s) per socket", "Socket(s)",
+                         "Hypervisor vendor", "L3 cache"):
+            machine[k.strip()] = v.strip()
+    machine["os.cpu_count()"] = C
+    with open("/proc/meminfo") as f:
+        machine["memory"] = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
+    machine["mpirun"] = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    machine["os"] = platform.platform()
+    machine["git"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip()
+except Exception as e:  # the description is informative only
+    machine["error"] = str(e)
+
+FIELDS = ["app", "mode", "ranks", "threads", "cores", "oversubscribed", "global_batch", "micro_batch",
+          "micro_batches_per_rank", "steps", "rc", "repeats", "kept", "ms_step", "ms_step_runs", "ms_step_jsonl", "throughput", "throughput_per_rank",
+          "speedup", "eff", "eff_core", "eff_cap", "comm_exposed_ms", "comm_exposed_frac", "comm_exposed_mean_ms",
+          "mem_per_rank_mib", "mem_max_rank_mib", "peak_rss_mib", "wall_s", "problems", "out", "command"]
+
+
+def rnd(v):
+    return round(v, 4) if isinstance(v, float) else v
+
+
+with open(csv_path, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=FIELDS + ["unit"])
+    w.writeheader()
+    for R in all_runs:
+        w.writerow({**{k: rnd(R.get(k)) for k in FIELDS}, "unit": UNIT[R["app"]]})
+
+plot_note = ""
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(2, len(args.apps), figsize=(6.5 * len(args.apps), 8), squeeze=False)
+    for j, app in enumerate(args.apps):
+        for mode, col in (("strong", "tab:blue"), ("weak", "tab:orange")):
+            rs = [R for R in rows if R["app"] == app and R["mode"] == mode and R["throughput"]]
+            x = [R["ranks"] for R in rs]
+            ax[0, j].plot(x, [R["throughput"] for R in rs], "o-", color=col,
+                          label=f"{mode} (global batch " + ("fixed" if mode == "strong" else "R x per-rank") + ")")
+            ax[1, j].plot(x, [R["eff_core"] for R in rs], "o-", color=col, label=f"{mode}: per-core efficiency")
+            ax[1, j].plot(x, [R["eff"] for R in rs], "s--", color=col, alpha=0.6,
+                          label=f"{mode}: " + ("T(1)/(R T(R))" if mode == "strong" else "T(1)/T(R)"))
+        caps = sorted({(R["ranks"], R["eff_cap"]) for R in rows if R["app"] == app})
+        ax[1, j].plot([c[0] for c in caps], [c[1] for c in caps], ":", color="gray",
+                      label="textbook ceiling at fixed cores: cores(R)/(R cores(1))")
+        ax[1, j].axhline(1.0, color="black", lw=0.8)
+        for a in ax[:, j]:
+            a.set_xscale("log", base=2)
+            a.set_xticks(ranks)
+            a.set_xticklabels([str(r) for r in ranks])
+            if max(ranks) > C:
+                a.axvspan(C * 1.25, max(ranks) * 1.2, color="red", alpha=0.07)
+        ax[0, j].set_title(f"train_{app} ({os.path.basename(args.gpt_deck if app == 'gpt' else args.resnet_deck)}), "
+                           f"{C} cores, OMP threads = max(1, {C}//R)" + (f"; shaded: R > {C} oversubscribed"
+                                                                          if max(ranks) > C else ""), fontsize=9)
+        ax[0, j].set_ylabel(f"throughput ({UNIT[app]})")
+        ax[0, j].set_ylim(bottom=0)
+        ax[0, j].legend(fontsize=8)
+        ax[1, j].set_ylabel("efficiency vs R = 1")
+        ax[1, j].set_ylim(0, 1.3)
+        ax[1, j].set_xlabel("ranks R (data parallel)")
+        ax[1, j].legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"DP scaling on CPU, {N} steps per run (median ms/step after the first): {final.split(':')[0]}")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+except ImportError:
+    plot_note = "no plot: matplotlib is not installed for /usr/bin/python3 (apt-get install python3-matplotlib)"
+    png_path = None
+    print(plot_note)
+
+
+def f2(v, fmt=".2f"):
+    return "—" if v is None else format(v, fmt)
+
+
+def table(app):
+    lines = [f"| mode | R | threads/rank | global batch | micro-batch (per rank) | ms/step | {UNIT[app]} | speedup "
+             "T(1)/T(R) | efficiency (textbook) | per-core efficiency | comm exposed ms (frac) | memory/rank MiB "
+             "| peak RSS MiB | exit |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for R in rows:
+        if R["app"] != app:
+            continue
+        o = " (oversubscribed)" if R["oversubscribed"] else ""
+        lines.append(f"| {R['mode']} | {R['ranks']}{o} | {R['threads']} | {R['global_batch']} | {R['micro_batch']} "
+                     f"(x{R['micro_batches_per_rank']}) | {f2(R['ms_step'])} | {f2(R['throughput'], '.0f')} | "
+                     f"{f2(R['speedup'])} | {f2(R['eff'])} | {f2(R['eff_core'])} | {f2(R['comm_exposed_ms'])} "
+                     f"({f2(R['comm_exposed_frac'], '.3f')}) | {f2(R['mem_per_rank_mib'], '.1f')} | "
+                     f"{f2(R['peak_rss_mib'], '.0f')} | {R['rc']}" + (f": {R['problems']}" if R["problems"] else "")
+                     + " |")
+    return "\n".join(lines)
+
+
+def get(app, mode, r):
+    return next((R for R in rows if R["app"] == app and R["mode"] == mode and R["ranks"] == r), None)
+
+
+def reading():
+    out = []
+    for app in args.apps:
+        s1, s2 = get(app, "strong", 1), get(app, "strong", 2)
+        w1, w2 = get(app, "weak", 1), get(app, "weak", 2)
+        bits = []
+        if s1 and s2 and s1["ms_step"] and s2["ms_step"]:
+            bits.append(f"strong R=2 (1 thread each) vs R=1 ({s1['threads']} threads): {s1['ms_step']:.1f} -> "
+                        f"{s2['ms_step']:.1f} ms/step, per-core efficiency {f2(s2['eff_core'])} (textbook "
+                        f"T(1)/(2 T(2)) = {f2(s2['eff'])}, ceiling {s2['eff_cap']:.2f}); exposed communication "
+                        f"{f2(s2['comm_exposed_ms'])} ms = {100 * (s2['comm_exposed_frac'] or 0):.1f} % of the step")
+        if w1 and w2 and w1["ms_step"] and w2["ms_step"]:
+            bits.append(f"weak R=2: {w1['ms_step']:.1f} -> {w2['ms_step']:.1f} ms/step for twice the work, per-core "
+                        f"efficiency {f2(w2['eff_core'])} (T(1)/T(2) = {f2(w2['eff'])}, ceiling {w2['eff_cap']:.2f})")
+        big = [R for R in rows if R["app"] == app and R["oversubscribed"] and R["eff_core"]]
+        if big:
+            bits.append("oversubscribed " + ", ".join(f"{R['mode']} R={R['ranks']}: per-core efficiency "
+                                                      f"{R['eff_core']:.2f}, comm exposed "
+                                                      f"{f2(R['comm_exposed_ms'])} ms" for R in big))
+        if bits:
+            out.append(f"- **train_{app}**: " + "; ".join(bits) + ".")
+    return out
+
+
+print()
+for app in args.apps:
+    print(f"train_{app}:")
+    print(table(app))
+if args.report:
+    md = ["# Data-parallel scaling on CPU: train_gpt and train_resnet, strong and weak", "",
+          "`validation/scaling.py` drives `train_gpt` and `train_resnet` through their contracts only (command line, "
+          "`--set`, the stdout PERFORMANCE and `memory per rank` lines, `metrics.jsonl`, exit codes), one job at a "
+          f"time, and records per run the PERFORMANCE line's ms/step (median over the {N - 1} steps after the first), "
+          "throughput, exposed communication (`comm_exposed_ms`, median; the time blocked in the gradient sync after "
+          "backward), the log's per-rank memory total (the app's own accounting: parameters, gradients, optimizer, "
+          "activations) and the peak RSS of the job's largest process (wait4 `ru_maxrss`, measured).", "",
+          "## Machine", ""]
+    md += [f"- {k}: {v}" for k, v in machine.items()]
+    md += [f"- every job: `mpirun -np R --oversubscribe --bind-to none`, OMP_NUM_THREADS = max(1, {C} // R): the "
+           f"ranks share the {C} cores; R > {C} is oversubscribed ({C} cores run R single-threaded ranks), so its "
+           "efficiencies mostly measure the oversubscription, not the parallel algorithm", "",
+           "## Command", "", "```sh", command, "```", "",
+           f"{len(rows)} configurations x {REPEAT} run(s) in {total_s:.0f} s, {N} steps each; of the {REPEAT} "
+           "consecutive runs of a configuration the one with the median ms/step is kept (all in the CSV's "
+           "`ms_step_runs`: run-to-run spread on this VM reaches ~20 % for single runs). Every run adds "
+           + ", ".join(f"`--set {s}`" for s in QUIET["gpt"]) + " (train_gpt) and "
+           + ", ".join(f"`--set {s}`" for s in QUIET["resnet"]) + " (train_resnet), then `--set train.steps`, "
+           "`train.global_batch`, `train.micro_batch`; each run directory holds its exact `command.txt` (also in the "
+           "CSV).", "", "Batches:", ""] + [f"- {n}" for n in notes] + [
+           "", "## Efficiency definitions", "",
+           "- textbook (as specified): strong E = T(1) / (R T(R)), weak E = T(1) / T(R), T = median ms/step.",
+           "- per-core: E_c = (throughput(R) / cores(R)) / (throughput(1) / cores(1)), cores(R) = min(C, R x threads). "
+           f"Here every R <= {C} uses all {C} cores (R = 1 runs {C} threads), so a perfect code keeps the step time "
+           "constant under strong scaling and doubles it under weak scaling from R = 1 to 2: E_c = 1, while the "
+           f"textbook E is capped at cores(R) / (R cores(1)) = 1/R (the 'ceiling' column of the CSV, the dotted line "
+           "of the plot). E_c is the number to read; the textbook E is given because the issue asks for it.", ""]
+    for app in args.apps:
+        md += [f"## train_{app} ({os.path.relpath(args.gpt_deck if app == 'gpt' else args.resnet_deck, REPO)})", "",
+               table(app), ""]
+    md += ["## Plot", ""]
+    md += [f"![scaling]({os.path.basename(png_path)})", "",
+           "Top: throughput vs R (strong: fixed global batch; weak: R x per-rank batch). Bottom: per-core efficiency "
+           "(solid), textbook efficiency (dashed) and its ceiling at fixed cores (dotted)."] if png_path else [plot_note]
+    md += ["", "## Reading", "",
+           f"Expected: with {C} cores, R = 2 at 1 thread per rank against R = 1 at 2 threads uses the same cores, so "
+           "its per-core efficiency is near 1 when the step is compute-bound, the 1-thread kernels are as efficient "
+           "per core as the 2-thread ones and the DP allreduce is cheap (shared memory, a few MiB of gradients, "
+           "overlapped with backward); below 1 when the 2-thread kernels already scaled well and the allreduce or the "
+           "smaller per-rank GEMMs cost something, above 1 when the OpenMP threading of a kernel was worse than two "
+           f"independent processes. R = 4 > {C} cores is oversubscribed: two single-threaded ranks per core "
+           "time-slice, the gradient allreduce waits for the descheduled peer, and exposed communication grows; "
+           "its numbers are an oversubscription measurement.", "", "Measured:", ""] + reading() + [
+           "", f"One row per run (`kept` marks the median run of each configuration) with every recorded field: `{os.path.basename(csv_path)}`. Run directories (logs, "
+           f"metrics.jsonl, command.txt): `{os.path.relpath(out_root, REPO)}/`.", "",
+           "Verdict: VALID when every run exited 0 and produced its PERFORMANCE line, memory line and "
+           "metrics.jsonl records (a scaling campaign has no pass/fail on speed).", "", final]
+    with open(args.report, "w") as f:
+        f.write("\n".join(md) + "\n")
+    print(f"report: {args.report}")
+print(f"csv: {csv_path}" + (f", plot: {png_path}" if png_path else ""))
+print(f"{len(all_runs)} runs ({len(rows)} configurations) in {total_s:.0f} s")
+print(final)
+sys.exit(0 if final == "VALID" else 1)

@@ -25,19 +25,18 @@ DIR without --report), the report; prints the tables, and last `VALID` (exit 0) 
 `FAILED: <n> of <m> layouts (worst: ...)` (exit 1). Runs one job at a time (mpirun --oversubscribe --bind-to none,
 OMP_NUM_THREADS=1 per rank, the conventions of tests/integration/check_dp_ckpt.py)."""
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 import tomllib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from campaign import REPO, machine_info, output_dirs  # noqa: E402
+
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
 GPT_QUIET = ["sample.tokens=0", "train.eval_every=0", "log.every=10"]
@@ -66,15 +65,7 @@ for exe in (args.train_gpt, args.train_resnet, args.ckpt_tool):
     if not os.access(exe, os.X_OK):
         print(f"FAILED: {exe} is not an executable (build the apps, or pass --train-gpt/--train-resnet/--ckpt-tool)")
         sys.exit(1)
-out_root = os.path.abspath(args.out)
-shutil.rmtree(out_root, ignore_errors=True)
-os.makedirs(out_root)
-if args.report:
-    art_dir = os.path.dirname(os.path.abspath(args.report))
-    stem = os.path.splitext(os.path.basename(args.report))[0]
-else:
-    art_dir, stem = out_root, "equivalence"
-os.makedirs(art_dir, exist_ok=True)
+out_root, art_dir, stem = output_dirs(args.out, args.report, "equivalence")
 json_path = os.path.join(art_dir, stem + ".json")
 png_path = os.path.join(art_dir, stem + ".png")
 
@@ -200,7 +191,7 @@ def run_job(L, out, sets, env=None):
     try:
         p = subprocess.run(c, capture_output=True, text=True, errors="replace", timeout=args.timeout, env=env or ENV)
         rc, tail = p.returncode, (p.stdout + p.stderr)[-1500:]
-    except subprocess.TimeoutExpired as e:
+    except subprocess.TimeoutExpired:
         rc, tail = 124, f"timed out after {args.timeout:g} s"
     dt = time.time() - t0
     with open(os.path.join(out, "command.txt"), "a") as f:
@@ -370,21 +361,7 @@ else:
     final = "VALID"
 
 # ---------------------------------------------------------------------------------------------------- outputs
-machine = {}
-try:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    for line in lscpu.splitlines():
-        k, _, v = line.partition(":")
-        if k.strip() in ("Model name", "CPU(s)", "Thread(s) per core", "Hypervisor vendor"):
-            machine[k.strip()] = v.strip()
-    with open("/proc/meminfo") as f:
-        machine["memory"] = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
-    machine["mpirun"] = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    machine["os"] = platform.platform()
-    machine["git"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()
-except Exception as e:  # the description is informative only
-    machine["error"] = str(e)
+machine = machine_info()
 
 
 def jclean(R):
@@ -457,7 +434,7 @@ for W in [1] + worlds:
     print(f"world {W}:" if W > 1 else "serial references:")
     print(table(W))
 if args.report:
-    md = [f"# Layout equivalence on CPU: every (DP, TP, PP) layout vs the serial run", "",
+    md = ["# Layout equivalence on CPU: every (DP, TP, PP) layout vs the serial run", "",
           "DESIGN.md §2 invariant 1 (layout independence): for one deck every layout reproduces the serial loss curve "
           f"to floating-point reduction order, {RTOL:g} relative (fp32, up to 50 steps). A check passes within "
           f"max({RTOL:g}, 2 x the deck's rounding control): the control is the serial run repeated at 2 threads, where "

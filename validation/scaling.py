@@ -32,10 +32,8 @@ import argparse
 import csv
 import json
 import os
-import platform
 import re
 import shlex
-import shutil
 import signal
 import statistics
 import subprocess
@@ -44,7 +42,9 @@ import threading
 import time
 import tomllib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from campaign import REPO, machine_info, output_dirs  # noqa: E402
+
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
 C = os.cpu_count() or 1
@@ -77,15 +77,7 @@ for app in args.apps:
     if not os.access(exes[app], os.X_OK):
         print(f"FAILED: {exes[app]} is not an executable (build the apps, or pass --train-gpt/--train-resnet)")
         sys.exit(1)
-out_root = os.path.abspath(args.out)
-shutil.rmtree(out_root, ignore_errors=True)
-os.makedirs(out_root)
-if args.report:
-    art_dir = os.path.dirname(os.path.abspath(args.report))
-    stem = os.path.splitext(os.path.basename(args.report))[0]
-else:
-    art_dir, stem = out_root, "scaling"
-os.makedirs(art_dir, exist_ok=True)
+out_root, art_dir, stem = output_dirs(args.out, args.report, "scaling")
 csv_path = os.path.join(art_dir, stem + ".csv")
 png_path = os.path.join(art_dir, stem + ".png")
 
@@ -262,23 +254,8 @@ final = "VALID" if not bad and rows else \
                                                          for R in bad[:3]) + ")"
 
 # ---------------------------------------------------------------------------------------------------- outputs
-machine = {}
-try:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    for line in lscpu.splitlines():
-        k, _, v = line.partition(":")
-        if k.strip() in ("Model name", "CPU(s)", "Thread(s) per core", "Core(s) per socket", "Socket(s)",
-                         "Hypervisor vendor", "L3 cache"):
-            machine[k.strip()] = v.strip()
-    machine["os.cpu_count()"] = C
-    with open("/proc/meminfo") as f:
-        machine["memory"] = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
-    machine["mpirun"] = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    machine["os"] = platform.platform()
-    machine["git"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()
-except Exception as e:  # the description is informative only
-    machine["error"] = str(e)
+machine = machine_info(("Core(s) per socket", "Socket(s)", "L3 cache"))
+machine["os.cpu_count()"] = C
 
 FIELDS = ["app", "mode", "ranks", "threads", "cores", "oversubscribed", "global_batch", "micro_batch",
           "micro_batches_per_rank", "steps", "rc", "repeats", "kept", "ms_step", "ms_step_runs", "ms_step_jsonl", "throughput", "throughput_per_rank",

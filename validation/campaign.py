@@ -1,0 +1,47 @@
+"""What the validation campaigns share (validation/equivalence.py, validation/scaling.py): the repository root, the
+output directories (run directories under --out, report artefacts next to --report) and the machine description
+for the reports. Python 3.11 (/usr/bin/python3)."""
+import os
+import platform
+import shutil
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def output_dirs(out, report, default_stem):
+    """Clears and creates the run directory `out`; returns (out_root, artefact dir, artefact stem): the report's
+    directory and file stem when a report is asked for, else out_root and default_stem."""
+    out_root = os.path.abspath(out)
+    shutil.rmtree(out_root, ignore_errors=True)
+    os.makedirs(out_root)
+    if report:
+        art_dir = os.path.dirname(os.path.abspath(report))
+        stem = os.path.splitext(os.path.basename(report))[0]
+    else:
+        art_dir, stem = out_root, default_stem
+    os.makedirs(art_dir, exist_ok=True)
+    return out_root, art_dir, stem
+
+
+def machine_info(extra_lscpu=()):
+    """lscpu's model and core lines, memory, the MPI launcher's version, the OS and the git revision (informative
+    only: a failure is recorded, not raised)."""
+    machine = {}
+    keys = ("Model name", "CPU(s)", "Thread(s) per core", "Hypervisor vendor") + tuple(extra_lscpu)
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in lscpu.splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in keys:
+                machine[k.strip()] = v.strip()
+        with open("/proc/meminfo") as f:
+            machine["memory"] = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
+        machine["mpirun"] = subprocess.run(["mpirun", "--version"], capture_output=True,
+                                           text=True).stdout.splitlines()[0]
+        machine["os"] = platform.platform()
+        machine["git"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip()
+    except Exception as e:  # noqa: BLE001 - the description is informative only
+        machine["error"] = str(e)
+    return machine

@@ -331,7 +331,7 @@ for (op, p, rng), f in sorted(fits.items(), key=lambda kv: (kv[0][0], kv[0][1], 
 
 L_.append("\n## 2. Predicted vs measured step time (data parallel, CPU)\n")
 L_.append("Model, per row of the scaling CSV (kept runs):\n")
-L_.append(f"- T_compute(R) = T(1) x (per-rank samples / samples at R = 1) x (threads at R = 1 / effective cores per "
+L_.append("- T_compute(R) = T(1) x (per-rank samples / samples at R = 1) x (threads at R = 1 / effective cores per "
           f"rank). R <= 2: threads per rank = 2 / R, per-core throughput assumed constant (so strong: T(1), weak: "
           f"R T(1)). R = 4 (oversubscribed, 4 single-thread ranks on 2 cores): modelled as perfect time-slicing, "
           f"0.5 core per rank; its collective fit is the np 4 one, measured under the same oversubscription.")

@@ -5,7 +5,7 @@
   3. validation/scaling.py (strong and weak scaling of train_gpt and train_resnet at R = 1, 2, 4),
   4. validation/perf_model.py (alpha-beta fits of step 1's JSON, predicted vs measured step times of step 3's CSV,
      projection to GPUs),
-and writes one markdown report that links the four reports, shows their plots (loss curves of all layouts, throughput
+and writes one markdown report that holds the four reports (tables inline), shows their plots (loss curves of all layouts, throughput
 and efficiency vs ranks, busbw vs size with the fits, predicted vs measured) and ends in one verdict: VALID when all
 four are VALID, else FAILED naming which. ~4.5 minutes on the 2-core development machine; `--quick` (~30 s: the
 tools' quick modes, bench_collectives up to 1 MiB, the model checked against the recorded full scaling CSV) is the
@@ -106,6 +106,12 @@ if args.report:
         png = os.path.join(art_dir, f"{stem}_{name}.png")
         if os.path.exists(png):
             md += [f"### {title}", "", f"![{name}]({os.path.basename(png)})", ""]
+    # each tool's report inline (headings demoted one level, its plot links kept): one file with every table
+    for name, cmd, rc, dt, verdict, rep in steps:
+        if rep and os.path.exists(rep):
+            body = open(rep).read().splitlines()
+            md += [f"## {name} (from {os.path.basename(rep)})", ""]
+            md += [("#" + line if line.startswith("#") else line) for line in body[1:]] + [""]
     md += ["## Verdict", "", final, ""]
     with open(args.report, "w") as f:
         f.write("\n".join(md))

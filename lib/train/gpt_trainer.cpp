@@ -1,9 +1,7 @@
 #include "train/gpt_trainer.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,7 +12,6 @@
 
 #include "core/format.hpp"
 #include "comm/communicator.hpp"
-#include "core/format.hpp"
 #include "core/log.hpp"
 #include "core/rng.hpp"
 #include "core/timer.hpp"

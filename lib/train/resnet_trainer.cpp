@@ -199,10 +199,12 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
                    "deck {}: model.num_classes = {} but the datasets have {} classes; raise it or set 0 (the dataset's)",
                    deck.deck_path(), cfg.num_classes, std::max(train_set.num_classes(), test_set.num_classes()));
   data::ImageNormalization norm;
-  for (double v : parse_list(deck, "data.mean")) norm.mean.push_back(static_cast<float>(v));
-  for (double v : parse_list(deck, "data.std")) norm.std.push_back(static_cast<float>(v));
-  norm.mean.erase(norm.mean.begin());  // the struct's defaults
-  norm.std.erase(norm.std.begin());
+  const auto floats = [&](const std::string& key) {
+    const std::vector<double> v = parse_list(deck, key);
+    return std::vector<float>(v.begin(), v.end());
+  };
+  norm.mean = floats("data.mean");
+  norm.std = floats("data.std");
   const auto n_ok = [&](size_t n) { return n == 1 || n == static_cast<size_t>(train_set.channels()); };
   HPCT_USAGE_CHECK(n_ok(norm.mean.size()) && n_ok(norm.std.size()),
                    "deck {}: data.mean has {} and data.std {} values; give 1 or C = {} values each", deck.deck_path(),

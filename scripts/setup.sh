@@ -16,6 +16,7 @@ PKGS=(
   python3-matplotlib                              # validation report plots
   bible-kjv bible-kjv-text                        # the embedded default corpus
   dataset-fashion-mnist                           # Fashion-MNIST IDX files (image decks)
+  slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev  # Slurm 22.05 for the template tests (tests/slurm)
 )
 
 SUDO=""

@@ -1,47 +1,57 @@
 #!/usr/bin/env bash
-# Slurm batch template for train_gpt.   sbatch slurm/train_gpt.sh [DECK] [--set section.key=value ...]
-# Data-parallel training over the job's tasks (one MPI rank per task, OpenMP threads inside), restartable:
-# the run directory is stable per deck, every start resumes from its newest checkpoint
-# (checkpoint.resume=latest; none yet: a fresh start), and before the time limit Slurm sends SIGUSR1, the
-# ranks checkpoint at the same step and exit with code 3, and the job requeues itself.
-#SBATCH --job-name=hpct-gpt          # name shown by squeue
-#SBATCH --nodes=1                    # nodes; DP = nodes x ntasks-per-node (TP = PP = 1 in this version)
-#SBATCH --ntasks-per-node=2          # MPI ranks per node
-#SBATCH --cpus-per-task=1            # OpenMP threads per rank: the node's cores / ranks per node
-#SBATCH --time=00:30:00              # wall-clock limit
-#SBATCH --signal=B:USR1@90           # SIGUSR1 to this batch shell 90 s before the limit: checkpoint and stop
-#SBATCH --requeue                    # allow `scontrol requeue` of this job after a stop with exit code 3
-#SBATCH --open-mode=append           # a requeued job appends to the same output file
-#SBATCH --output=hpct-gpt-%j.out     # stdout and stderr of the job (%j = job id)
+# hpctrain: train the GPT under Slurm.   sbatch slurm/train_gpt.sh [DECK] [--set section.key=value ...]
+# One MPI rank per task (one per GPU on GPU nodes), OpenMP threads = --cpus-per-task. Layout from the deck:
+# DP = tasks / (parallel.tp x parallel.pp). Restartable: the run directory runs/<job name>-<job id> is stable
+# across requeues, every start resumes from its newest checkpoint (checkpoint.resume=latest), and
+#  - SIGUSR1 (--signal below, 90 s before the time limit; or `scancel --batch --signal=USR1 JOBID` by hand)
+#    makes every rank write a checkpoint at the same step and exit with code 3; the job then requeues itself;
+#  - train.deadline (the job's end time minus HPCT_DEADLINE_MARGIN, read from squeue) does the same when no
+#    signal comes;
+#  - SIGTERM (scancel, a preemption, the time limit) checkpoints and stops without requeueing.
+# A job that finished (exit 0) or failed (any other code) does not requeue. Submit from the hpctrain checkout
+# (or export HPCT_ROOT); deck paths are relative to the job's working directory
+# (the submit directory, or sbatch --chdir).
+#
+#SBATCH --job-name=hpct-gpt          # shown by squeue; names the run directory runs/hpct-gpt-<job id>
+#SBATCH --nodes=1                    # nodes
+#SBATCH --ntasks-per-node=2          # MPI ranks per node: = GPUs per node on GPU nodes
+#SBATCH --cpus-per-task=1            # CPU cores per rank = OpenMP threads (CPU runs: cores per node / ranks)
+#SBATCH --time=00:30:00              # wall-clock limit of one start (a requeued start gets it again)
+#SBATCH --signal=B:USR1@90           # SIGUSR1 to the batch shell 90 s before the limit: checkpoint, requeue
+#SBATCH --requeue                    # allow `scontrol requeue` of this job (after exit code 3)
+#SBATCH --open-mode=append           # a requeued start appends to the same output file
+#SBATCH --output=%x-%j.out           # stdout + stderr of every start (%x job name, %j job id)
 
-# ---- site-specific block: edit for your cluster ------------------------------------------------------
-# #SBATCH --partition=compute       # partition / queue
-# #SBATCH --account=myproject       # account to charge
-# module load openmpi hdf5          # modules providing the runtime libraries, if not system packages
-HPCT_ROOT="${HPCT_ROOT:-${SLURM_SUBMIT_DIR:-$(pwd)}}"   # the hpctrain checkout
-HPCT_BUILD_DIR="${HPCT_BUILD_DIR:-$HPCT_ROOT/build}"   # where scripts/build.sh put the binaries
-export HPCT_DATA_DIR="${HPCT_DATA_DIR:-$HPCT_ROOT/data}" # token shards (scripts/prepare_data.sh)
-# ---- end of the site-specific block ------------------------------------------------------------------
+# ==== site block: edit for your cluster ==============================================================
+# #SBATCH --partition=gpu            # partition (queue)
+# #SBATCH --account=myproject        # account to charge
+# #SBATCH --gpus-per-node=4          # GPUs per node; set --ntasks-per-node to the same number
+# #SBATCH --exclusive                # whole nodes (recommended for multi-node runs)
+# module load openmpi hdf5 cuda      # modules with the runtime libraries, where they are not system packages
+# export HPCT_ROOT=/path/to/hpctrain # the checkout (default: found from the submitted script's path)
+# export HPCT_BUILD_DIR=$HPCT_ROOT/build        # the binaries (scripts/build.sh)
+# export HPCT_DATA_DIR=$HPCT_ROOT/data          # data files (scripts/prepare_data.sh); relative data.* paths
+# export HPCT_RUNS_DIR=/scratch/$USER/hpct-runs # run directories (default <working dir>/runs)
+# export HPCT_LAUNCHER=mpirun        # launch with mpirun inside the allocation instead of srun --mpi=pmix
+# export HPCT_SRUN_MPI=pmix_v4       # srun's MPI plugin if your site's differs (`srun --mpi=list`)
+# NCCL (GPU runs; the defaults are right on most clusters):
+# export NCCL_SOCKET_IFNAME=ib0      # interface for NCCL's bootstrap / socket transport (not lo, not docker0)
+# export NCCL_IB_HCA=mlx5_0,mlx5_1   # InfiniBand adapters to use (default: all)
+# export NCCL_DEBUG=WARN             # INFO prints the rings/trees and transports chosen (first thing to check)
+# export NCCL_NET_GDR_LEVEL=PHB      # GPUDirect RDMA distance; leave unset unless your site says otherwise
+# export NCCL_CROSS_NIC=0            # keep rings on one rail on multi-rail fabrics
+# ==== end of the site block ==========================================================================
 
 set -uo pipefail
-deck="${1:-$HPCT_ROOT/inputs/gpt_demo.toml}"
-shift || true
-export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
-out="$HPCT_ROOT/runs/$(basename "$deck" .toml)"   # stable across jobs and requeues of the same deck
-echo "job ${SLURM_JOB_ID:-none} (restart ${SLURM_RESTART_COUNT:-0}) on ${SLURM_JOB_NODELIST:-$(hostname)}: $deck -> $out"
-
-# The signal reaches this shell only; forward it to the ranks (they agree on it at the next step).
-step_pid=""
-trap 'echo "SIGUSR1: asking the ranks to checkpoint and stop"; [ -n "$step_pid" ] && kill -USR1 "$step_pid"' USR1
-# srun with PMIx, as Debian's Slurm and Open MPI provide (srun forwards SIGUSR1 to every task).
-srun --mpi=pmix --kill-on-bad-exit=1 "$HPCT_BUILD_DIR/apps/train_gpt" "$deck" --out "$out" \
-     --set checkpoint.resume=latest "$@" &
-step_pid=$!
-wait "$step_pid"; rc=$?
-while [ "$rc" -gt 128 ] && kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid"; rc=$?; done  # wait again after a trap
-echo "train_gpt exited with $rc"
-if [ "$rc" -eq 3 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  echo "checkpoint written: requeueing job $SLURM_JOB_ID"
-  scontrol requeue "$SLURM_JOB_ID"
+if [ -z "${HPCT_ROOT:-}" ]; then  # sbatch runs a copy of this script: find the original from the job record
+  script="$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')"
+  HPCT_ROOT="$(cd "$(dirname "${script:-${SLURM_SUBMIT_DIR:-.}/slurm/x}")/.." 2>/dev/null && pwd)"
 fi
-exit "$rc"
+[ -f "$HPCT_ROOT/slurm/job_common.sh" ] || { echo "hpctrain checkout not found (HPCT_ROOT=$HPCT_ROOT): export HPCT_ROOT"; exit 2; }
+source "$HPCT_ROOT/slurm/job_common.sh"
+
+deck="${1:-$HPCT_ROOT/inputs/gpt_demo.toml}"
+shift $(($# > 0 ? 1 : 0))
+hpct_job_init "${SLURM_JOB_NAME:-hpct-gpt}"
+hpct_launch train_gpt "$deck" --out "$HPCT_RUN_DIR" --set checkpoint.resume=latest "${HPCT_DEADLINE_ARGS[@]}" "$@"
+exit $?

@@ -20,6 +20,12 @@ Efficiencies against the R = 1 run of the same app and mode:
 With the cores fixed (threads = C // R), the textbook E is capped at cores(R) / (R cores(1)) = 1/R for R <= C;
 E_c is the one whose ideal is 1 (strong: T(1)/T(R) for R <= C).
 
+Under Slurm (--launcher srun, inside an allocation: what slurm/scaling.sh does), every job is a job step
+`srun --mpi=pmix --kill-on-bad-exit=1 -N <nodes> -n R -c T` with T = --threads (default SLURM_CPUS_PER_TASK) threads
+per rank at every R, on ceil(R / tasks-per-node) nodes: each rank has its own cores, as on a cluster, so
+cores(R) = R x T, the textbook and per-core efficiencies coincide and their ideal is 1. R may not exceed the
+allocation's tasks. The peak RSS column is empty there (wait4 sees srun, not the ranks).
+
 usage: validation/scaling.py [--ranks 1 2 4] [--apps gpt resnet] [--steps N] [--quick] [--out DIR] [--report F.md]
                              [--repeat K] [--train-gpt EXE] [--train-resnet EXE]
   --repeat  runs per configuration, back to back; the one with the median ms/step is kept (default 3; --quick: 1)
@@ -66,10 +72,32 @@ ap.add_argument("--resnet-eval-images", type=int, default=256, help="test images
 ap.add_argument("--repeat", type=int, help="runs per configuration, the one with the median ms/step is kept "
                 "(default 3; --quick: 1)")
 ap.add_argument("--timeout", type=float, default=300, help="seconds per job before it counts as failed")
+ap.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun",
+                help="mpirun on this machine (default), or srun job steps inside a Slurm allocation (slurm/scaling.sh)")
+ap.add_argument("--threads", type=int, help="OpenMP threads per rank at every R (default: max(1, cores // R) with "
+                "mpirun; SLURM_CPUS_PER_TASK with srun)")
+ap.add_argument("--srun-mpi", default=os.environ.get("HPCT_SRUN_MPI", "pmix"), help="srun's --mpi plugin (default pmix)")
 args = ap.parse_args()
+SRUN = args.launcher == "srun"
+if SRUN:  # the allocation: tasks, nodes, CPUs per task; C = the CPUs Slurm gave the job's tasks
+    def senv(k, default=None):
+        v = os.environ.get(k, default)
+        try:
+            return int(str(v).split("(")[0].split(",")[0])
+        except (TypeError, ValueError):
+            print(f"FAILED: --launcher srun needs a Slurm allocation ({k}={v!r}): run inside sbatch/salloc "
+                  "(slurm/scaling.sh)")
+            sys.exit(1)
+    S_TASKS, S_NODES = senv("SLURM_NTASKS"), senv("SLURM_JOB_NUM_NODES", "1")
+    S_TPN = -(-S_TASKS // S_NODES)
+    if args.threads is None:
+        args.threads = senv("SLURM_CPUS_PER_TASK", "1")
+    C = S_TASKS * args.threads
 ranks = sorted(set([1] + (args.ranks or ([1, 2] if args.quick else [1, 2, 4]))))
 N = args.steps or (5 if args.quick else 20)
 REPEAT = max(1, args.repeat or (1 if args.quick else 3))
+if SRUN and max(ranks) > S_TASKS:
+    ap.error(f"--ranks {max(ranks)} exceeds the allocation's {S_TASKS} tasks (sbatch --ntasks / --nodes)")
 if N < 2:
     ap.error("--steps must be >= 2 (the PERFORMANCE median excludes the first step)")
 exes = {"gpt": args.train_gpt, "resnet": args.train_resnet}
@@ -110,14 +138,22 @@ for app in args.apps:
 
 # ---------------------------------------------------------------------------------------------------- running
 def threads(r):
-    return max(1, C // r)
+    return args.threads if args.threads else max(1, C // r)
+
+
+def launcher(r):
+    if SRUN:
+        nodes = -(-r // S_TPN)
+        return ["srun", f"--mpi={args.srun_mpi}", "--kill-on-bad-exit=1", "-N", str(nodes), "-n", str(r), "-c",
+                str(threads(r))]
+    return ["mpirun", "-np", str(r), "--oversubscribe", "--bind-to", "none"]
 
 
 def run_job(app, mode, r, gb, mb, rep):
     out = os.path.join(out_root, f"{app}_{mode}_R{r}" + (f"_run{rep}" if REPEAT > 1 else ""))
     os.makedirs(out, exist_ok=True)
     deck = args.gpt_deck if app == "gpt" else args.resnet_deck
-    c = ["mpirun", "-np", str(r), "--oversubscribe", "--bind-to", "none", exes[app], deck, "--out", out]
+    c = launcher(r) + [exes[app], deck, "--out", out]
     for s in QUIET[app] + [f"train.steps={N}", f"train.global_batch={gb}", f"train.micro_batch={mb}"]:
         c += ["--set", s]
     env = dict(ENV, OMP_NUM_THREADS=str(threads(r)))
@@ -144,7 +180,7 @@ def run_job(app, mode, r, gb, mb, rep):
         f.write(cmd + f"\n# rc {rc} in {dt:.2f} s\n")
     with open(log, errors="replace") as f:
         text = f.read()
-    return out, cmd, rc, dt, text, ru.ru_maxrss / 1024.0
+    return out, cmd, rc, dt, text, None if SRUN else ru.ru_maxrss / 1024.0
 
 
 def mib(v, unit):
@@ -190,7 +226,9 @@ rows, all_runs = [], []  # rows: one kept run per configuration; all_runs: every
 t_start = time.time()
 command = "validation/scaling.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 print(f"scaling campaign: apps {args.apps}, ranks {ranks}, {N} steps per run, {REPEAT} run(s) per configuration, {C} cores "
-      f"(OMP_NUM_THREADS = max(1, {C} // R))", flush=True)
+      + (f"in the Slurm allocation ({S_TASKS} tasks on {S_NODES} node(s)), srun job steps, {args.threads} threads per rank"
+         if SRUN else f"(OMP_NUM_THREADS = " + (str(args.threads) if args.threads else f"max(1, {C} // R)") + ")"),
+      flush=True)
 for n in notes:
     print("  " + n)
 for app in args.apps:
@@ -213,7 +251,7 @@ for app in args.apps:
                            comm_exposed_mean_ms=(statistics.fmean(float(x.get("comm_exposed_ms") or 0) for x in timed)
                                                  if timed else None),
                            ms_step_jsonl=statistics.median(float(x["ms"]) for x in timed) if timed else None,
-                           mem_per_rank_mib=mem, mem_max_rank_mib=mem_max, peak_rss_mib=round(rss, 1),
+                           mem_per_rank_mib=mem, mem_max_rank_mib=mem_max, peak_rss_mib=round(rss, 1) if rss is not None else None,
                            problems="; ".join(problems), command=cmd, out=os.path.relpath(out, REPO))
                 tries.append(row)
             ok = [T for T in tries if not T["problems"]]
@@ -255,7 +293,12 @@ final = "VALID" if not bad and rows else \
 
 # ---------------------------------------------------------------------------------------------------- outputs
 machine = machine_info(("Core(s) per socket", "Socket(s)", "L3 cache"))
-machine["os.cpu_count()"] = C
+machine["os.cpu_count()"] = os.cpu_count()
+if SRUN:
+    for k in ("SLURM_JOB_ID", "SLURM_CLUSTER_NAME", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS",
+              "SLURM_CPUS_PER_TASK", "SLURM_JOB_PARTITION"):
+        if os.environ.get(k):
+            machine[k] = os.environ[k]
 
 FIELDS = ["app", "mode", "ranks", "threads", "cores", "oversubscribed", "global_batch", "micro_batch",
           "micro_batches_per_rank", "steps", "rc", "repeats", "kept", "ms_step", "ms_step_runs", "ms_step_jsonl", "throughput", "throughput_per_rank",
@@ -299,7 +342,8 @@ try:
             if max(ranks) > C:
                 a.axvspan(C * 1.25, max(ranks) * 1.2, color="red", alpha=0.07)
         ax[0, j].set_title(f"train_{app} ({os.path.basename(args.gpt_deck if app == 'gpt' else args.resnet_deck)}), "
-                           f"{C} cores, OMP threads = max(1, {C}//R)" + (f"; shaded: R > {C} oversubscribed"
+                           + (f"srun, {args.threads} threads per rank" if SRUN else f"{C} cores, OMP threads = "
+                              + (str(args.threads) if args.threads else f"max(1, {C}//R)")) + (f"; shaded: R > {C} oversubscribed"
                                                                           if max(ranks) > C else ""), fontsize=9)
         ax[0, j].set_ylabel(f"throughput ({UNIT[app]})")
         ax[0, j].set_ylim(bottom=0)
@@ -350,7 +394,7 @@ def reading():
         w1, w2 = get(app, "weak", 1), get(app, "weak", 2)
         bits = []
         if s1 and s2 and s1["ms_step"] and s2["ms_step"]:
-            bits.append(f"strong R=2 (1 thread each) vs R=1 ({s1['threads']} threads): {s1['ms_step']:.1f} -> "
+            bits.append(f"strong R=2 ({s2['threads']} thread(s) each) vs R=1 ({s1['threads']} threads): {s1['ms_step']:.1f} -> "
                         f"{s2['ms_step']:.1f} ms/step, per-core efficiency {f2(s2['eff_core'])} (textbook "
                         f"T(1)/(2 T(2)) = {f2(s2['eff'])}, ceiling {s2['eff_cap']:.2f}); exposed communication "
                         f"{f2(s2['comm_exposed_ms'])} ms = {100 * (s2['comm_exposed_frac'] or 0):.1f} % of the step")
@@ -381,9 +425,14 @@ if args.report:
           "activations) and the peak RSS of the job's largest process (wait4 `ru_maxrss`, measured).", "",
           "## Machine", ""]
     md += [f"- {k}: {v}" for k, v in machine.items()]
-    md += [f"- every job: `mpirun -np R --oversubscribe --bind-to none`, OMP_NUM_THREADS = max(1, {C} // R): the "
+    md += [f"- every job: a Slurm job step `srun --mpi={args.srun_mpi} --kill-on-bad-exit=1 -N <nodes> -n R -c "
+           f"{args.threads}` on ceil(R / {S_TPN}) node(s) of the allocation, {args.threads} OpenMP threads per rank at "
+           "every R: each rank has its own cores (cores(R) = R x threads), so the textbook and per-core efficiencies "
+           "coincide and their ideal is 1; peak RSS is not measured (wait4 sees srun)", ""] if SRUN else [
+           f"- every job: `mpirun -np R --oversubscribe --bind-to none`, OMP_NUM_THREADS = max(1, {C} // R): the "
            f"ranks share the {C} cores; R > {C} is oversubscribed ({C} cores run R single-threaded ranks), so its "
-           "efficiencies mostly measure the oversubscription, not the parallel algorithm", "",
+           "efficiencies mostly measure the oversubscription, not the parallel algorithm", ""]
+    md += [
            "## Command", "", "```sh", command, "```", "",
            f"{len(rows)} configurations x {REPEAT} run(s) in {total_s:.0f} s, {N} steps each; of the {REPEAT} "
            "consecutive runs of a configuration the one with the median ms/step is kept (all in the CSV's "
@@ -395,10 +444,13 @@ if args.report:
            "", "## Efficiency definitions", "",
            "- textbook (as specified): strong E = T(1) / (R T(R)), weak E = T(1) / T(R), T = median ms/step.",
            "- per-core: E_c = (throughput(R) / cores(R)) / (throughput(1) / cores(1)), cores(R) = min(C, R x threads). "
-           f"Here every R <= {C} uses all {C} cores (R = 1 runs {C} threads), so a perfect code keeps the step time "
-           "constant under strong scaling and doubles it under weak scaling from R = 1 to 2: E_c = 1, while the "
-           f"textbook E is capped at cores(R) / (R cores(1)) = 1/R (the 'ceiling' column of the CSV, the dotted line "
-           "of the plot). E_c is the number to read; the textbook E is given because the issue asks for it.", ""]
+           + ("Under srun every rank has its own cores at every R, so E_c equals the textbook E for strong scaling "
+              "and both have the ideal 1 (the 'ceiling' column is 1)." if SRUN else
+              f"Here every R <= {C} uses all {C} cores (R = 1 runs {C} threads), so a perfect code keeps the step "
+              "time constant under strong scaling and doubles it under weak scaling from R = 1 to 2: E_c = 1, while "
+              f"the textbook E is capped at cores(R) / (R cores(1)) = 1/R (the 'ceiling' column of the CSV, the "
+              "dotted line of the plot). E_c is the number to read; the textbook E is given because the issue asks "
+              "for it."), ""]
     for app in args.apps:
         md += [f"## train_{app} ({os.path.relpath(args.gpt_deck if app == 'gpt' else args.resnet_deck, REPO)})", "",
                table(app), ""]
@@ -406,15 +458,20 @@ if args.report:
     md += [f"![scaling]({os.path.basename(png_path)})", "",
            "Top: throughput vs R (strong: fixed global batch; weak: R x per-rank batch). Bottom: per-core efficiency "
            "(solid), textbook efficiency (dashed) and its ceiling at fixed cores (dotted)."] if png_path else [plot_note]
-    md += ["", "## Reading", "",
-           f"Expected: with {C} cores, R = 2 at 1 thread per rank against R = 1 at 2 threads uses the same cores, so "
+    expected = (f"Expected: each rank runs on its own {args.threads} core(s) of the allocation, so strong scaling "
+                "divides the per-rank work by R and adds the gradient allreduce (overlapped with backward), and weak "
+                "scaling keeps the per-rank work and adds the allreduce: efficiencies near 1 while the step is "
+                "compute-bound, lower as the allreduce's exposed part and the smaller per-rank GEMMs grow. On an "
+                "oversubscribed test allocation (Slurm claiming more CPUs than the node has) the numbers measure the "
+                "oversubscription instead.") if SRUN else (f"Expected: with {C} cores, R = 2 at 1 thread per rank against R = 1 at 2 threads uses the same cores, so "
            "its per-core efficiency is near 1 when the step is compute-bound, the 1-thread kernels are as efficient "
            "per core as the 2-thread ones and the DP allreduce is cheap (shared memory, a few MiB of gradients, "
            "overlapped with backward); below 1 when the 2-thread kernels already scaled well and the allreduce or the "
            "smaller per-rank GEMMs cost something, above 1 when the OpenMP threading of a kernel was worse than two "
            f"independent processes. R = 4 > {C} cores is oversubscribed: two single-threaded ranks per core "
            "time-slice, the gradient allreduce waits for the descheduled peer, and exposed communication grows; "
-           "its numbers are an oversubscription measurement.", "", "Measured:", ""] + reading() + [
+           "its numbers are an oversubscription measurement.")
+    md += ["", "## Reading", "", expected, "", "Measured:", ""] + reading() + [
            "", f"One row per run (`kept` marks the median run of each configuration) with every recorded field: `{os.path.basename(csv_path)}`. Run directories (logs, "
            f"metrics.jsonl, command.txt): `{os.path.relpath(out_root, REPO)}/`.", "",
            "Verdict: VALID when every run exited 0 and produced its PERFORMANCE line, memory line and "

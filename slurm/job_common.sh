@@ -48,7 +48,7 @@ hpct_job_init() {
   [ -n "${SLURM_JOB_ID:-}" ] && end="$(timeout 20 squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null | head -1)"
   if [ -n "$end" ] && end_s="$(date -d "$end" +%s 2>/dev/null)"; then
     now="$(date +%s)"
-    if [ $((end_s - HPCT_DEADLINE_MARGIN)) -gt $((now + 10)) ]; then
+    if [ $((end_s - HPCT_DEADLINE_MARGIN)) -gt $((now + 5)) ]; then
       HPCT_DEADLINE_ARGS=(--set "train.deadline=$((end_s - HPCT_DEADLINE_MARGIN))")
       hpct_log "time limit at $end: train.deadline = end - ${HPCT_DEADLINE_MARGIN} s = $((end_s - HPCT_DEADLINE_MARGIN))"
     else

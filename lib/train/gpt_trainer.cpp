@@ -219,6 +219,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   gpt::validate_model_parallel(cfg, tp, pp, where);
   comm::CommOptions copts;
   copts.timeout_s = deck.get_float("comm.timeout_s");
+  // Slurm / launcher facts and the node-local rank (the CUDA backend's GPU choice), before the ParallelContext: srun
+  // tasks that did not wire up into one MPI job stop here (run_support.hpp)
+  const parallel::LaunchEnv launch = read_launch(copts);
   parallel::ParallelContext pc(tp, pp, deck.get_string("parallel.order"), copts, where);
   const int dp = pc.dp_size(), dr = pc.dp_rank();
   HPCT_USAGE_CHECK(GB % (static_cast<int64_t>(dp) * MB) == 0,
@@ -320,6 +323,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   plan.optim_bytes = adamw.state_bytes();  // 1/DP of the unsharded figure under ZeRO-1
   const double flops_tok = gpt::flops_per_token(cfg);
   log_info("hpctrain train_gpt | deck {} | out {}", deck.deck_path(), opts.out_dir);
+  parallel::log_launch_env(launch);
   log_info("model: L={} NH={} C={} T={} V={} (padded {}) bias={} | {} parameters ({:.3f} M)", cfg.n_layer,
            cfg.n_head, cfg.n_embd, T, cfg.vocab_size, cfg.padded_vocab, cfg.bias, plan.num_params,
            plan.num_params / 1e6);
@@ -392,6 +396,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     a.strings["rng.algorithm"] = "philox4x32-10 keyed by (train.seed, stream name, counter); streams are functions "
                                  "of the step, so rng.seed and step are the whole state";
     a.strings["app"] = "train_gpt";
+    add_launch_attrs(a, launch);
     const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), placements, optimizer_state(adamw), a);
     cadence.saved(r.seconds);
     int64_t bytes = r.bytes_written;

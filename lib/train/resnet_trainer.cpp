@@ -159,6 +159,9 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
                    deck.deck_path(), deck.get_int("parallel.tp"), deck.get_int("parallel.pp"));
   comm::CommOptions copts;
   copts.timeout_s = deck.get_float("comm.timeout_s");
+  // Slurm / launcher facts and the node-local rank (the CUDA backend's GPU choice), before the ParallelContext: srun
+  // tasks that did not wire up into one MPI job stop here (run_support.hpp)
+  const parallel::LaunchEnv launch = read_launch(copts);
   parallel::ParallelContext pc(1, 1, deck.get_string("parallel.order"), copts, where);
   const int dp = pc.dp_size(), dr = pc.dp_rank();
   HPCT_USAGE_CHECK(GB % (static_cast<int64_t>(dp) * MB) == 0,
@@ -293,6 +296,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   resnet::MemoryPlan plan = model.memory();
   const double flops_img = 3.0 * resnet::forward_flops_per_image(cfg);  // forward + backward (2x)
   log_info("hpctrain train_resnet | deck {} | out {}", deck.deck_path(), opts.out_dir);
+  parallel::log_launch_env(launch);
   log_info("model: ResNet-{} ({} style{}) | input {}x{}x{} | {} classes | {} parameters ({:.3f} M) | {:.3f} GFLOP "
            "per image (forward)",
            cfg.depth, cfg.style, cfg.bottleneck() ? ", Bottleneck" : ", BasicBlock", cfg.in_channels, cfg.height,
@@ -364,6 +368,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     a.strings["rng.algorithm"] = "philox4x32-10 keyed by (train.seed, stream name, counter); data order keyed by "
                                  "(seed, epoch), augmentation by (seed, step, sample): rng.seed and step are the state";
     a.strings["app"] = "train_resnet";
+    add_launch_attrs(a, launch);
     const SaveResult r =
         save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), placements, optimizer_state(sgd), a, &model.buffers());
     cadence.saved(r.seconds);

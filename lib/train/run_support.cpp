@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "comm/comm.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "kernels/kernels.hpp"
@@ -81,6 +82,17 @@ Device resolve_device(const Config& deck, const char* app) {
                     "--set train.device=cpu (or auto)",
                     deck.deck_path(), app);
   return Device::CPU;  // "cpu", and "auto" until the CUDA model backend exists
+}
+
+parallel::LaunchEnv read_launch(const comm::CommOptions& opts) {
+  // a world communicator of its own (a duplicate of MPI_COMM_WORLD, freed on return): the ParallelContext, which
+  // checks the layout against the world size, comes after the wire-up check
+  return parallel::read_launch_env(*comm::make_world_communicator(opts));
+}
+
+void add_launch_attrs(ckpt::Attrs& a, const parallel::LaunchEnv& launch) {
+  a.ints["restart_count"] = launch.restart_count;
+  if (launch.job_id) a.ints["slurm_job_id"] = *launch.job_id;
 }
 
 void check_deadline(const Config& deck) {

@@ -14,6 +14,7 @@
 #include "core/timer.hpp"
 #include "optim/segment.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/launch_env.hpp"
 #include "parallel/parallel_context.hpp"
 #include "kernels/exec_context.hpp"
 #include "tensor/device.hpp"
@@ -53,6 +54,15 @@ std::vector<bool> decay_flags(const Layout& layout) {
 
 // train.device: "cpu"; "auto" -> cpu until the CUDA model backend exists; "cuda" -> UsageError naming the app.
 Device resolve_device(const Config& deck, const char* app);
+
+// How the job was started (parallel/launch_env.hpp), collective over MPI_COMM_WORLD: call it on every rank before the
+// ParallelContext, so that srun tasks that did not wire up into one MPI job fail first (UsageError), not with a layout
+// error about a world of 1. The trainers keep the result: its local_rank is what the CUDA backend will choose the GPU
+// by (device = local_rank % device count); log it with parallel::log_launch_env after the run's first log line.
+parallel::LaunchEnv read_launch(const comm::CommOptions& opts);
+// The launch facts a checkpoint records in index.h5's attributes: restart_count (SLURM_RESTART_COUNT, 0 outside
+// Slurm) and, under Slurm, slurm_job_id: which job (and which requeue of it) wrote the checkpoint.
+void add_launch_attrs(ckpt::Attrs& a, const parallel::LaunchEnv& launch);
 
 // train.deadline: 0 or a future Unix time (UsageError naming the key otherwise).
 void check_deadline(const Config& deck);

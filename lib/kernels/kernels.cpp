@@ -1,5 +1,5 @@
 // Thin run-time dispatch of every op in kernels.hpp on ctx.device (DESIGN.md invariant 5):
-// Device::CPU -> cpu/ (OpenMP + OpenBLAS); Device::CUDA -> not written yet (issue 8).
+// Device::CPU -> cpu/ (OpenMP + OpenBLAS); Device::CUDA -> cuda/ (cuda_kernels.hpp) when built with HPCT_HAVE_CUDA.
 // No logic lives here: shapes are checked by the backends.
 #include "kernels/kernels.hpp"
 
@@ -9,13 +9,16 @@
 #include "core/error.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/cpu_profile.hpp"
+#ifdef HPCT_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.hpp"
+#endif
 
 namespace hpct::kernels {
 namespace {
 
-[[noreturn]] void cuda_not_implemented(const char* op) {
-  HPCT_FAIL("kernels::{}: the CUDA backend of this op is not implemented yet (issue 8); "
-            "run with train.device=cpu (--set train.device=cpu)",
+[[maybe_unused]] [[noreturn]] void cuda_not_built(const char* op) {
+  HPCT_FAIL("kernels::{}: this build of hpctrain has no CUDA backend (nvcc was not found when it was configured, or "
+            "-DHPCT_ENABLE_CUDA=OFF); rebuild with the CUDA toolkit, or run with train.device=cpu",
             op);
 }
 
@@ -43,14 +46,20 @@ std::vector<ProfileRow> profile_take() {
   return out;
 }
 
-// One line per op: the CPU call, or the CUDA error naming the op.
+// One line per op: the CPU call, or the CUDA call (with the context: its stream), or the error of a build without
+// the CUDA backend.
+#ifdef HPCT_HAVE_CUDA
+#define HPCT_CUDA_CALL(op, ...) return cuda::op(ctx __VA_OPT__(, ) __VA_ARGS__)
+#else
+#define HPCT_CUDA_CALL(op, ...) cuda_not_built(#op)
+#endif
 #define HPCT_DISPATCH(op, ...)                            \
   do {                                                    \
     if (ctx.device == Device::CPU) {                      \
       const ProfileScope profile_scope_(#op);             \
       return cpu::op(__VA_ARGS__);                        \
     }                                                     \
-    cuda_not_implemented(#op);                            \
+    HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);        \
   } while (0)
 
 void encoder_forward(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe,

@@ -4,6 +4,9 @@
 
 #include "core/error.hpp"
 #include "kernels/optim_kernels.hpp"
+#ifdef HPCT_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.hpp"
+#endif
 
 namespace hpct::kernels {
 namespace cpu {
@@ -58,8 +61,13 @@ void sgd_update(const ExecContext& ctx, float* params, const float* grads, float
   if (ctx.device == Device::CPU)
     return cpu::sgd_update(params, grads, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov, grad_scale,
                            first_step);
-  HPCT_FAIL("kernels::sgd_update: the CUDA backend of this op is not implemented yet (issue 8); "
-            "run with train.device=cpu (--set train.device=cpu)");
+#ifdef HPCT_HAVE_CUDA
+  return cuda::sgd_update(ctx, params, grads, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
+                          grad_scale, first_step);
+#else
+  HPCT_FAIL("kernels::sgd_update: this build of hpctrain has no CUDA backend (nvcc was not found when it was "
+            "configured, or -DHPCT_ENABLE_CUDA=OFF); rebuild with the CUDA toolkit, or run with train.device=cpu");
+#endif
 }
 
 }  // namespace hpct::kernels

@@ -23,6 +23,9 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/cpu_math.hpp"
 #include "kernels/kernels.hpp"
+#ifdef HPCT_HAVE_CUDA
+#include "kernels/cuda/cuda_probe.hpp"
+#endif
 #include "kernels/reference/reference.hpp"
 
 namespace hpct::kernels {
@@ -457,7 +460,12 @@ TEST(KernelsCpu, MemoryHelpers) {
   synchronize(kCpu);
 }
 
-TEST(KernelsDispatch, CudaContextFailsWithAClearMessage) {
+// Device::CUDA without a usable device (this machine, CI): an hpct::Error naming the op, never a crash. Built without
+// the CUDA backend, the error says so and names the fix. With a device the backend-vs-CPU tests (test_cuda_*) cover it.
+TEST(KernelsDispatch, CudaContextWithoutADeviceFailsWithAClearMessage) {
+#ifdef HPCT_HAVE_CUDA
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: test_cuda_* compare the backend with the CPU";
+#endif
   const ExecContext cuda{Device::CUDA, nullptr};
   std::vector<float> x(16, 1.0f);
   try {
@@ -466,11 +474,12 @@ TEST(KernelsDispatch, CudaContextFailsWithAClearMessage) {
   } catch (const hpct::Error& e) {
     const std::string msg = e.cause();
     EXPECT_NE(msg.find("gelu_forward"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("not implemented yet"), std::string::npos) << msg;
+#ifndef HPCT_HAVE_CUDA
+    EXPECT_NE(msg.find("no CUDA backend"), std::string::npos) << msg;
     EXPECT_NE(msg.find("train.device=cpu"), std::string::npos) << msg;
+#endif
   }
   EXPECT_THROW(synchronize(cuda), hpct::Error);
-  EXPECT_THROW(attention_forward(cuda, x.data(), x.data(), x.data(), 1, 1, 1, 1), hpct::Error);
 }
 
 }  // namespace

@@ -1,0 +1,544 @@
+// CUDA backend, GPT group: Linear (cuBLAS), causal multi-head attention (cuBLAS strided-batched GEMMs + causal
+// softmax kernels), and the softmax cross-entropies (plain with vocabulary padding, label-smoothed, and the three
+// vocabulary-parallel phases). Contracts: kernels.hpp; reference: the CPU backend (cpu_matmul.cpp,
+// cpu_attention.cpp, cpu_loss_optim.cpp), whose formulas these kernels follow operation for operation.
+//
+// Every op is asynchronous on stream_of(ctx): no synchronisation, no allocation, no host read of device data.
+// Determinism: no atomics anywhere in this file. Every reduction (softmax max/sum, dbias over rows, the
+// cross-entropy sums) runs in a fixed order that depends on the shapes only, and cuBLAS GEMMs are bitwise
+// reproducible run to run on the same GPU model / toolkit / stream setup, so a run reproduces itself bit for bit.
+// fp32 throughout; cuBLAS runs CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (no TF32).
+//
+// Targets: the CPU backend checks targets on the host and throws; the device cannot (the targets live on the
+// device and the op must not read them back). An out-of-range target instead makes that row's loss NaN (and its
+// dlogits NaN; for the vocabulary-parallel pieces the target logit is NaN, so the reduced loss is NaN on every
+// rank): loud, never an out-of-bounds read.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <type_traits>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.hpp"
+
+namespace hpct::kernels::cuda {
+namespace {
+
+// ================================================================================================================
+// cuBLAS: one handle per device, created on first use and kept for the life of the process
+// ================================================================================================================
+constexpr int kMaxDevices = 64;
+
+// The handle of the current device, bound to `stream`. Created once per device (cublasCreate allocates; that
+// happens at the first GEMM, not in the steady state of the step) and deliberately never destroyed: destroying
+// it from a static destructor may run after the CUDA runtime has been torn down. cublasSetStream is called
+// before each op, since consecutive ops may use different streams. Thread-safety: creation is guarded by a
+// mutex; the ops themselves assume one host thread drives a device (a cuBLAS handle must not be used by two
+// threads at once).
+cublasHandle_t cublas_handle(cudaStream_t stream) {
+  static std::mutex mu;
+  static cublasHandle_t handles[kMaxDevices] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  HPCT_CHECK(dev >= 0 && dev < kMaxDevices, "kernels::cuda: device {} is beyond the cuBLAS handle table ({})", dev,
+             kMaxDevices);
+  cublasHandle_t h = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!handles[dev]) {
+      cublasHandle_t created = nullptr;
+      CUBLAS_CHECK(cublasCreate(&created));
+      // fp32 GEMMs in full fp32: the default math mode, stated explicitly (CUBLAS_TF32_TENSOR_OP_MATH would round
+      // the inputs to 10-bit mantissas and break the 1e-5 agreement with the CPU backend).
+      CUBLAS_CHECK(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH));
+      CUBLAS_CHECK(cublasSetPointerMode(created, CUBLAS_POINTER_MODE_HOST));  // alpha, beta are host floats
+      handles[dev] = created;
+    }
+    h = handles[dev];
+  }
+  CUBLAS_CHECK(cublasSetStream(h, stream));
+  return h;
+}
+
+// ---- row-major GEMMs on column-major cuBLAS ----------------------------------------------------------------------
+// Every matrix of this code base is row-major. A row-major matrix X (r, c) with leading dimension ld (the row
+// stride) occupies memory exactly as the column-major matrix X^T (c, r) with the same ld. So the row-major product
+//     C (M, N) = alpha op(A) (M, K) op(B) (K, N) + beta C
+// is, seen column-major, the product of transposes
+//     C^T (N, M) = alpha op(B)^T (N, K) op(A)^T (K, M) + beta C^T.
+// cuBLAS sees B's buffer as B_rm^T (B_rm: the row-major matrix stored there). If trans_b is false, op(B) = B_rm and
+// op(B)^T = B_rm^T is the buffer as cuBLAS sees it: CUBLAS_OP_N; if trans_b is true, op(B)^T = B_rm, the transpose
+// of what cuBLAS sees: CUBLAS_OP_T. Likewise for A. Hence
+//     cublasGemm(op_b, op_a, m = N, n = M, k = K, alpha, B, ldb, A, lda, beta, C, ldc)
+// with the row-major leading dimensions unchanged. gemm_rm takes exactly the arguments of the CPU backend's
+// sgemm_rowmajor / cblas_sgemm(CblasRowMajor, ...), so each call below reads like its CPU twin.
+inline cublasOperation_t op_of(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+             const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;  // nothing to write (K = 0 is legal: C = beta C)
+  CUBLAS_CHECK(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
+                            lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// `batch` independent row-major GEMMs; matrix i of A, B, C starts at A + i*stride_a etc. (strides in elements).
+void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                     int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b, float beta, float* C,
+                     int ldc, int64_t stride_c, int batch) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_of(trans_b), op_of(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb,
+                                          static_cast<long long>(stride_b), A, CUDA_R_32F, lda,
+                                          static_cast<long long>(stride_a), &beta, C, CUDA_R_32F, ldc,
+                                          static_cast<long long>(stride_c), batch, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+}
+
+// Threads of a one-block-per-row kernel for rows of `len` elements: a multiple of 32 (block_sum / block_max need
+// it), at least one warp, at most 512 (a 50k-column vocabulary row then gives each thread ~100 elements).
+int row_threads(int64_t len) {
+  int64_t t = (len + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(t, 32, 512));
+}
+
+// ================================================================================================================
+// Linear
+// ================================================================================================================
+
+// out[n, o] = bias[o] for every row: the seed onto which the GEMM accumulates with beta = 1 (as the CPU backend).
+__global__ void bias_broadcast_kernel(float* __restrict__ out, const float* __restrict__ bias, int64_t N, int OC) {
+  const int64_t total = N * OC;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = bias[i % OC];
+}
+
+// dbias[o] += sum over the N rows of dout[n, o], in double (as the CPU backend), in a fixed order: a block owns
+// kBiasCols columns; thread (x, y) sums the rows y, y + kBiasRows, ... of column x (consecutive x read consecutive
+// addresses: coalesced), then thread (x, 0) adds the kBiasRows partial sums in order y = 0, 1, ... No atomics.
+constexpr int kBiasCols = 32;
+constexpr int kBiasRows = 16;
+
+__global__ void bias_grad_kernel(float* __restrict__ dbias, const float* __restrict__ dout, int N, int OC) {
+  __shared__ double part[kBiasRows][kBiasCols + 1];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int o = blockIdx.x * kBiasCols + x;
+  double acc = 0.0;
+  if (o < OC)
+    for (int n = y; n < N; n += kBiasRows) acc += static_cast<double>(dout[static_cast<int64_t>(n) * OC + o]);
+  part[y][x] = acc;
+  __syncthreads();
+  if (y == 0 && o < OC) {
+    double total = 0.0;
+    for (int r = 0; r < kBiasRows; r++) total += part[r][x];
+    dbias[o] += static_cast<float>(total);
+  }
+}
+
+void check_linear(const char* op, int N, int C, int OC) {
+  HPCT_CHECK(N >= 0 && C > 0 && OC > 0, "kernels::cuda::{}: bad shape N={} C={} OC={}", op, N, C, OC);
+}
+
+// ================================================================================================================
+// Attention: causal softmax over rows of (B*NH*T, T), one warp per row
+// ================================================================================================================
+constexpr int kSoftmaxWarps = 8;  // rows per block of the attention softmax kernels
+
+// In place on att: a row (b, h, t) holds preatt = scale q_t . k_j for every j in [0, T) on entry; on return
+// softmax over the causal prefix j <= t, and exactly 0 for j > t (the full-T GEMMs that follow read those zeros).
+// As the CPU: max, e = exp(x - max) stored in place with their sum, then multiplied by 1 / sum.
+__global__ void causal_softmax_forward_kernel(float* __restrict__ att, int64_t rows, int T) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // uniform over the warp: the warp shuffles below see all 32 lanes
+  const int t = static_cast<int>(row % T);
+  float* a = att + row * T;
+  float m = -INFINITY;
+  for (int j = lane; j <= t; j += 32) m = fmaxf(m, a[j]);
+  m = warp_max(m);
+  float s = 0.0f;
+  for (int j = lane; j <= t; j += 32) {
+    const float e = expf(a[j] - m);
+    a[j] = e;  // each lane rereads only its own elements below: no hazard
+    s += e;
+  }
+  s = warp_sum(s);
+  const float inv = 1.0f / s;
+  for (int j = lane; j < T; j += 32) a[j] = j <= t ? a[j] * inv : 0.0f;
+}
+
+// In place on datt: a row holds datt = dout_t . v_j on entry; on return dpreatt = scale att (datt - sum_j att datt)
+// for j <= t, and exactly 0 for j > t (the full-T dq / dk GEMMs read them). The sum runs over j <= t only: att is 0
+// beyond, so the CPU's sum over a longer prefix has the same value.
+__global__ void causal_softmax_backward_kernel(float* __restrict__ datt, const float* __restrict__ att, int64_t rows,
+                                               int T, float scale) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // uniform over the warp
+  const int t = static_cast<int>(row % T);
+  const float* a = att + row * T;
+  float* d = datt + row * T;
+  float s = 0.0f;
+  for (int j = lane; j <= t; j += 32) s += a[j] * d[j];
+  s = warp_sum(s);
+  for (int j = lane; j < T; j += 32) d[j] = j <= t ? scale * a[j] * (d[j] - s) : 0.0f;
+}
+
+void check_attention(const char* op, int B, int T, int C, int NH) {
+  HPCT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0, "kernels::cuda::{}: bad shape B={} T={} C={} NH={}", op, B, T, C,
+             NH);
+  HPCT_CHECK(C % NH == 0, "kernels::cuda::{}: C={} is not a multiple of NH={}", op, C, NH);
+  HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large for cuBLAS", op, C);
+}
+
+// ================================================================================================================
+// Cross-entropies: one block per row, block reductions (cuda_common.cuh)
+// ================================================================================================================
+
+// Plain softmax cross-entropy over the first V of Vp logits; kBackward: also dlogits in place (padding -> 0).
+// CPU twin: crossentropy_forward / crossentropy_forward_backward (softmax_stats: max, then sum of exp(x - max)).
+// The logits are const in the forward-only instantiation.
+template <bool kBackward>
+using LogitsPtr = std::conditional_t<kBackward, float*, const float*>;
+
+template <bool kBackward>
+__global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
+                                    const int32_t* __restrict__ targets, float dloss, int V, int Vp) {
+  __shared__ float shared[32];
+  const int n = blockIdx.x;
+  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * Vp;
+  const int tgt = targets[n];
+  const bool valid = tgt >= 0 && tgt < V;
+  // read by every thread before the first block reduction's barrier, hence before any thread writes the row
+  const float x_tgt = valid ? x[tgt] : NAN;
+  float m = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, x[v]);
+  m = block_max(m, shared);
+  float s = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) losses[n] = valid ? (m - x_tgt) + logf(s) : NAN;  // logsumexp - x[target]
+  if constexpr (kBackward) {
+    const float k = dloss / s;
+    // each thread rewrites only the columns it read above (same stride): no cross-thread hazard
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+      float g = 0.0f;  // padded columns: no gradient
+      if (v < V) {
+        g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
+        if (v == tgt) g -= dloss;
+      }
+      x[v] = valid ? g : NAN;
+    }
+  }
+}
+
+// Label-smoothed cross-entropy over K classes (no padding). CPU twin: crossentropy_smoothed_forward(_backward):
+//   loss = (1 - eps) ((m - z[y]) + log s) + eps ((m - sum(z) / K) + log s);  dlogits = p c - eps dloss / K,
+//   minus dloss (1 - eps) at the target, with c = dloss / s.
+template <bool kBackward>
+__global__ void crossentropy_smoothed_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
+                                             const int32_t* __restrict__ targets, float dloss, float eps, int K) {
+  __shared__ float shared[32];
+  const int n = blockIdx.x;
+  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * K;
+  const int tgt = targets[n];
+  const bool valid = tgt >= 0 && tgt < K;
+  const float x_tgt = valid ? x[tgt] : NAN;
+  float m = -INFINITY, z = 0.0f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    m = fmaxf(m, x[k]);
+    z += x[k];
+  }
+  m = block_max(m, shared);
+  const float zsum = block_sum(z, shared);
+  float s = 0.0f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) s += expf(x[k] - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    const float lse_part = logf(s);
+    losses[n] = valid ? (1.0f - eps) * ((m - x_tgt) + lse_part) + eps * ((m - zsum / K) + lse_part) : NAN;
+  }
+  if constexpr (kBackward) {
+    const float c = dloss / s, uniform = dloss * eps / K;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      float g = expf(x[k] - m) * c - uniform;
+      if (k == tgt) g -= dloss * (1.0f - eps);
+      x[k] = valid ? g : NAN;
+    }
+  }
+}
+
+// ---- vocabulary-parallel pieces: this rank holds columns [v0, v0 + Vl), of which [0, Vr) are real ----
+__global__ void vp_local_max_kernel(float* __restrict__ max_out, const float* __restrict__ logits_local, int Vl,
+                                    int Vr) {
+  __shared__ float shared[32];
+  const int n = blockIdx.x;
+  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  float m = -INFINITY;  // a rank of padding only: -inf, the identity of the MAX allreduce
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) m = fmaxf(m, x[v]);
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) max_out[n] = m;
+}
+
+__global__ void vp_local_sumexp_kernel(float* __restrict__ sumexp_out, float* __restrict__ target_logit_out,
+                                       const float* __restrict__ logits_local, const float* __restrict__ global_max,
+                                       const int32_t* __restrict__ targets, int v0, int Vl, int Vr, int V) {
+  __shared__ float shared[32];
+  const int n = blockIdx.x;
+  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  const float m = global_max[n];  // subtracted before exp: no overflow
+  float s = 0.0f;
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) s += expf(x[v] - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    sumexp_out[n] = s;
+    const int tgt = targets[n];
+    const int j = tgt - v0;  // local column of the target; in range on exactly one rank
+    float tl = (j >= 0 && j < Vr) ? x[j] : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
+    if (tgt < 0 || tgt >= V) tl = NAN;             // a bad target: NaN on every rank, NaN loss after the allreduce
+    target_logit_out[n] = tl;
+  }
+}
+
+__global__ void vp_loss_backward_kernel(float* __restrict__ losses, float* __restrict__ logits_local,
+                                        const float* __restrict__ global_max, const float* __restrict__ global_sumexp,
+                                        const float* __restrict__ global_target_logit,
+                                        const int32_t* __restrict__ targets, float dloss, int v0, int Vl, int Vr,
+                                        int V) {
+  const int n = blockIdx.x;
+  float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  const float m = global_max[n], s = global_sumexp[n];  // s >= 1: the max column contributes exp(0)
+  const int tgt = targets[n];
+  const bool valid = tgt >= 0 && tgt < V;
+  const int j = tgt - v0;
+  if (threadIdx.x == 0) losses[n] = valid ? (m - global_target_logit[n]) + logf(s) : NAN;
+  const float k = dloss / s;
+  for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
+    float g = 0.0f;  // padded columns: no gradient
+    if (v < Vr) {
+      g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
+      if (v == j) g -= dloss;
+    }
+    x[v] = valid ? g : NAN;
+  }
+}
+
+__global__ void vp_loss_kernel(float* __restrict__ losses, const float* __restrict__ global_max,
+                               const float* __restrict__ global_sumexp, const float* __restrict__ global_target_logit,
+                               int N) {
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    losses[n] = (global_max[n] - global_target_logit[n]) + logf(global_sumexp[n]);
+}
+
+// Checks a vocab-parallel slice; returns Vr, the number of real (non-padded) local columns (as the CPU).
+int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
+  HPCT_CHECK(V > 0 && v0 >= 0 && Vl > 0 && N >= 0, "kernels::cuda::{}: bad vocabulary slice [v0={}, v0+Vl={}) of "
+             "V={}, N={}", op, v0, static_cast<int64_t>(v0) + Vl, V, N);
+  return static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(V) - v0, 0, Vl));
+}
+
+}  // namespace
+
+// ================================================================================================================
+// Linear (torch.nn.Linear layout), the CPU twin's sgemm_rowmajor calls through gemm_rm:
+//   forward   out (N,OC) = inp (N,C) @ weight^T + bias:  out seeded with bias, then GEMM with beta = 1
+//             (cuBLAS: op_a = T on weight (C,OC col-major, ld C), op_b = N on inp (C,N col-major, ld C),
+//              m = OC, n = N, k = C, out (OC,N col-major, ld OC))
+//   backward  dinp (N,C) = dout (N,OC) @ weight (OC,C)        beta = 0 (assigned)
+//             (cuBLAS: N, N; m = C, n = N, k = OC; A = weight ld C, B = dout ld OC, C = dinp ld C)
+//             dweight (OC,C) += dout^T (OC,N) @ inp (N,C)     beta = 1 (accumulated)
+//             (cuBLAS: op_a = N on inp (C,N, ld C), op_b = T on dout (OC,N, ld OC); m = C, n = OC, k = N,
+//              dweight (C,OC col-major, ld C))
+//             dbias (OC) += sum_n dout                        bias_grad_kernel (double, fixed order)
+// ================================================================================================================
+void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC) {
+  check_linear("matmul_forward", N, C, OC);
+  if (N == 0) return;
+  const cudaStream_t stream = stream_of(ctx);
+  cublasHandle_t h = cublas_handle(stream);
+  float beta = 0.0f;
+  if (bias) {
+    const int64_t total = static_cast<int64_t>(N) * OC;
+    bias_broadcast_kernel<<<grid_for(total), 256, 0, stream>>>(out, bias, N, OC);
+    HPCT_CUDA_LAUNCH_CHECK("matmul_forward");
+    beta = 1.0f;
+  }
+  gemm_rm(h, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+  check_linear("matmul_backward", N, C, OC);
+  if (N == 0) return;  // no rows: dinp is empty, the parameter gradients receive nothing
+  const cudaStream_t stream = stream_of(ctx);
+  cublasHandle_t h = cublas_handle(stream);
+  if (dinp) gemm_rm(h, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+  gemm_rm(h, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias) {
+    const dim3 block(kBiasCols, kBiasRows);
+    const unsigned grid = static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols);
+    bias_grad_kernel<<<grid, block, 0, stream>>>(dbias, dout, N, OC);
+    HPCT_CUDA_LAUNCH_CHECK("matmul_backward");
+  }
+}
+
+// ================================================================================================================
+// Causal multi-head self-attention as strided-batched GEMMs reading q, k, v in place from qkv (row stride 3C).
+// For head h of batch b:  q = qkv + b T 3C + h HS, k = q + C, v = q + 2C  (each (T,HS), ld 3C);
+//                         att/datt block = (b NH + h) T T  ((T,T), ld T);  out/dout = b T C + h HS  ((T,HS), ld C).
+// The offsets are linear in b for a fixed h (strides T 3C, NH T T, T C) but not in the flattened index b NH + h,
+// so one strided-batched call per head, batched over the B sequences (NH calls per GEMM). The GEMMs span the full
+// T x T (the causal half above the diagonal is computed and then overwritten with zeros by the softmax kernel):
+// twice the minimum GEMM work, simple and correct; a flash kernel removes it together with the T x T buffers.
+//   forward   preatt = scale q k^T  -> causal softmax in place (att, 0 above the diagonal) -> out = att v
+//   backward  datt = dout v^T -> dpreatt = scale att (datt - rowsum(att datt)) in place (0 above the diagonal)
+//             dq = dpreatt k;  dk = dpreatt^T q;  dv = att^T dout          (all beta = 0: dqkv assigned, every
+//             element of dqkv is written by exactly one of the three)
+// ================================================================================================================
+void attention_forward(const ExecContext& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
+                       int NH) {
+  check_attention("attention_forward", B, T, C, NH);
+  const int HS = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int64_t s_qkv = static_cast<int64_t>(T) * C3, s_att = static_cast<int64_t>(NH) * T * T,
+                s_out = static_cast<int64_t>(T) * C;
+  const cudaStream_t stream = stream_of(ctx);
+  cublasHandle_t h = cublas_handle(stream);
+  for (int hd = 0; hd < NH; hd++) {
+    const float* q = qkv + static_cast<int64_t>(hd) * HS;
+    const float* k = q + C;
+    float* a = att + static_cast<int64_t>(hd) * T * T;
+    gemm_rm_strided(h, false, true, T, T, HS, scale, q, C3, s_qkv, k, C3, s_qkv, 0.0f, a, T, s_att, B);
+  }
+  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  const unsigned grid = static_cast<unsigned>((rows + kSoftmaxWarps - 1) / kSoftmaxWarps);
+  causal_softmax_forward_kernel<<<grid, kSoftmaxWarps * 32, 0, stream>>>(att, rows, T);
+  HPCT_CUDA_LAUNCH_CHECK("attention_forward");
+  for (int hd = 0; hd < NH; hd++) {
+    const float* v = qkv + static_cast<int64_t>(hd) * HS + 2 * C;
+    const float* a = att + static_cast<int64_t>(hd) * T * T;
+    float* o = out + static_cast<int64_t>(hd) * HS;
+    gemm_rm_strided(h, false, false, T, HS, T, 1.0f, a, T, s_att, v, C3, s_qkv, 0.0f, o, C, s_out, B);
+  }
+}
+
+void attention_backward(const ExecContext& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+  check_attention("attention_backward", B, T, C, NH);
+  const int HS = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int64_t s_qkv = static_cast<int64_t>(T) * C3, s_att = static_cast<int64_t>(NH) * T * T,
+                s_out = static_cast<int64_t>(T) * C;
+  const cudaStream_t stream = stream_of(ctx);
+  cublasHandle_t h = cublas_handle(stream);
+  // datt = dout v^T
+  for (int hd = 0; hd < NH; hd++) {
+    const float* v = qkv + static_cast<int64_t>(hd) * HS + 2 * C;
+    const float* d_o = dout + static_cast<int64_t>(hd) * HS;
+    float* da = datt + static_cast<int64_t>(hd) * T * T;
+    gemm_rm_strided(h, false, true, T, T, HS, 1.0f, d_o, C, s_out, v, C3, s_qkv, 0.0f, da, T, s_att, B);
+  }
+  // softmax backward, in place: datt becomes dpreatt
+  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  const unsigned grid = static_cast<unsigned>((rows + kSoftmaxWarps - 1) / kSoftmaxWarps);
+  causal_softmax_backward_kernel<<<grid, kSoftmaxWarps * 32, 0, stream>>>(datt, att, rows, T, scale);
+  HPCT_CUDA_LAUNCH_CHECK("attention_backward");
+  for (int hd = 0; hd < NH; hd++) {
+    const int64_t off = static_cast<int64_t>(hd) * HS;
+    const float* q = qkv + off;
+    const float* k = q + C;
+    float* dq = dqkv + off;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = att + static_cast<int64_t>(hd) * T * T;
+    const float* da = datt + static_cast<int64_t>(hd) * T * T;
+    const float* d_o = dout + off;
+    gemm_rm_strided(h, false, false, T, HS, T, 1.0f, da, T, s_att, k, C3, s_qkv, 0.0f, dq, C3, s_qkv, B);  // dq
+    gemm_rm_strided(h, true, false, T, HS, T, 1.0f, da, T, s_att, q, C3, s_qkv, 0.0f, dk, C3, s_qkv, B);   // dk
+    gemm_rm_strided(h, true, false, T, HS, T, 1.0f, a, T, s_att, d_o, C, s_out, 0.0f, dv, C3, s_qkv, B);   // dv
+  }
+}
+
+// ================================================================================================================
+// Cross-entropies
+// ================================================================================================================
+void crossentropy_forward(const ExecContext& ctx, float* losses, const float* logits, const int32_t* targets, int N,
+                          int V, int Vp) {
+  HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward: bad shape N={} V={} Vp={}", N, V, Vp);
+  if (N == 0) return;
+  crossentropy_kernel<false><<<N, row_threads(V), 0, stream_of(ctx)>>>(losses, logits, targets, 0.0f, V, Vp);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward");
+}
+
+void crossentropy_forward_backward(const ExecContext& ctx, float* losses, float* logits, const int32_t* targets,
+                                   float dloss, int N, int V, int Vp) {
+  HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward_backward: bad shape N={} V={} Vp={}", N,
+             V, Vp);
+  if (N == 0) return;
+  crossentropy_kernel<true><<<N, row_threads(V), 0, stream_of(ctx)>>>(losses, logits, targets, dloss, V, Vp);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward_backward");
+}
+
+void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const float* logits, const int32_t* targets,
+                                   float eps, int N, int K) {
+  HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward: bad shape N={} K={}", N, K);
+  if (N == 0) return;
+  crossentropy_smoothed_kernel<false><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, 0.0f, eps,
+                                                                                K);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward");
+}
+
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, float* logits,
+                                            const int32_t* targets, float dloss, float eps, int N, int K) {
+  HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward_backward: bad shape N={} K={}", N, K);
+  if (N == 0) return;
+  crossentropy_smoothed_kernel<true><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, dloss, eps,
+                                                                               K);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward_backward");
+}
+
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl,
+                               int V, int N) {
+  const int Vr = check_vp_slice("crossentropy_vp_local_max", v0, Vl, V, N);
+  if (N == 0) return;
+  vp_local_max_kernel<<<N, row_threads(Vr), 0, stream_of(ctx)>>>(max_out, logits_local, Vl, Vr);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_local_max");
+}
+
+void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, float* target_logit_out,
+                                  const float* logits_local, const float* global_max, const int32_t* targets, int v0,
+                                  int Vl, int V, int N) {
+  const int Vr = check_vp_slice("crossentropy_vp_local_sumexp", v0, Vl, V, N);
+  if (N == 0) return;
+  vp_local_sumexp_kernel<<<N, row_threads(Vr), 0, stream_of(ctx)>>>(sumexp_out, target_logit_out, logits_local,
+                                                                    global_max, targets, v0, Vl, Vr, V);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_local_sumexp");
+}
+
+void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, float* logits_local, const float* global_max,
+                                   const float* global_sumexp, const float* global_target_logit,
+                                   const int32_t* targets, float dloss, int v0, int Vl, int V, int N) {
+  const int Vr = check_vp_slice("crossentropy_vp_loss_backward", v0, Vl, V, N);
+  if (N == 0) return;
+  vp_loss_backward_kernel<<<N, row_threads(Vl), 0, stream_of(ctx)>>>(losses, logits_local, global_max, global_sumexp,
+                                                                      global_target_logit, targets, dloss, v0, Vl, Vr,
+                                                                      V);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss_backward");
+}
+
+void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* global_max, const float* global_sumexp,
+                          const float* global_target_logit, int N) {
+  HPCT_CHECK(N >= 0, "kernels::cuda::crossentropy_vp_loss: bad N={}", N);
+  if (N == 0) return;
+  vp_loss_kernel<<<grid_for(N), 256, 0, stream_of(ctx)>>>(losses, global_max, global_sumexp, global_target_logit, N);
+  HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss");
+}
+
+}  // namespace hpct::kernels::cuda

@@ -1,0 +1,550 @@
+// The CUDA backend's GPT group (lib/kernels/cuda/cuda_gpt.cu) against the CPU backend: every op runs through the
+// kernels.hpp dispatch on Device::CUDA and on Device::CPU with the same random inputs (fixed seeds), and the outputs
+// are compared with all_close (|got - want| <= atol + rtol |want|, atol = atol_rel * max|want|). Every test skips
+// without a usable device (HPCT_REQUIRE_GPU).
+// Legend: N rows, C input, OC output channels, B batch, T time, NH heads, HS = C/NH, V vocabulary, Vp padded
+// vocabulary, K classes; vocab-parallel: this rank holds the columns [v0, v0+Vl) of Vp.
+//
+// Coverage: odd sizes (not multiples of 32, of the CE block or of the CPU's causal block of 64), accumulate-vs-assign
+// (+= outputs pre-filled with random values that must be added to; assigned outputs pre-filled with garbage that
+// must be overwritten), null optional pointers (bias, dinp, dbias), padded vocabulary columns (masked in the forward,
+// exactly 0 in dlogits), a vocab-parallel slice with padding and one with padding only, bitwise run-to-run
+// reproducibility, and the device's answer to an out-of-range target (a NaN loss; the CPU throws).
+//
+// Tolerances, and why:
+//   - exact: a max, a copy, a masked zero (att above the diagonal, padded dlogits, the vocab-parallel max and
+//     target logit), and a GPU run against itself (determinism);
+//   - 2e-5 / 2e-5 (kGemm*): GEMM outputs (Linear, attention out and dqkv). cuBLAS and OpenBLAS sum the K products in
+//     different orders (tiles, split-K), each with a rounding error of ~sqrt(K) 2^-24 of the scale of the terms;
+//     results that cancel to ~0 are judged against the tensor's scale. The same bound as the CPU backend's own tests
+//     (test_kernels_cpu.cpp) against the reference. A transposed or misplaced operand is an O(1) error;
+//   - 1e-5 / 1e-6 (kSoftmax*): softmax probabilities and cross-entropy losses/dlogits. The device sums exp over a
+//     row in a tree of per-thread partial sums, the CPU over 8 SIMD lanes; expf (device, <= 2 ulp) vs exp_simd
+//     (CPU, <= 1.5 ulp); both give ~1e-7 relative. Padded and masked entries are checked exactly on top;
+//   - 1e-6 / 1e-7 (kDouble*): dbias, summed over the rows in double on both sides, only the order differs, then
+//     rounded to float: at most an ulp apart; the vocab-parallel loss from identical statistics (logf vs log).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/kernels.hpp"
+
+namespace hpct::kernels {
+namespace {
+
+using test::all_close;
+using test::cpu_ctx;
+using test::DeviceBuffer;
+using test::gpu_ctx;
+using test::random_ints;
+using test::random_vector;
+
+constexpr double kGemmRtol = 2e-5, kGemmAtolRel = 2e-5;
+constexpr double kSoftmaxRtol = 1e-5, kSoftmaxAtolRel = 1e-6;
+constexpr double kDoubleRtol = 1e-6, kDoubleAtolRel = 1e-7;
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+// Bitwise equality (NaN and -inf included), reporting the first difference.
+::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<float>& got,
+                                         const std::vector<float>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  for (size_t i = 0; i < got.size(); i++)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << what << ": element " << i << " differs: got " << got[i] << ", want "
+                                           << want[i];
+  return ::testing::AssertionSuccess();
+}
+
+// ==============================================================================================================
+// Linear
+// ==============================================================================================================
+struct LinearShape {
+  int N, C, OC;
+};
+// tiny; odd sizes (nothing a multiple of 32); rows/columns across several dbias blocks of 32 columns and 16 row
+// lanes; a GPT-like shape (C = 256 -> 3C) with an odd N
+const LinearShape kLinearShapes[] = {{1, 1, 1}, {7, 5, 3}, {37, 45, 29}, {131, 200, 257}, {253, 256, 768}};
+
+std::string name(const LinearShape& s) {
+  return "N" + std::to_string(s.N) + "C" + std::to_string(s.C) + "OC" + std::to_string(s.OC);
+}
+
+TEST(CudaGpt, MatmulForward) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (const LinearShape& s : kLinearShapes) {
+    for (const bool with_bias : {true, false}) {
+      SCOPED_TRACE(name(s) + (with_bias ? " bias" : " no bias"));
+      const int N = s.N, C = s.C, OC = s.OC;
+      const auto inp = random_vector(sz(int64_t{N} * C), seed++);
+      const auto weight = random_vector(sz(int64_t{OC} * C), seed++);
+      const auto bias = random_vector(sz(OC), seed++);
+      std::vector<float> want(sz(int64_t{N} * OC));
+      matmul_forward(cpu_ctx(), want.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N, C, OC);
+
+      DeviceBuffer<float> d_inp(inp), d_weight(weight), d_bias(bias);
+      DeviceBuffer<float> d_out(random_vector(want.size(), seed++, 1e3, 2e3));  // assigned: garbage must go
+      matmul_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_weight.get(), with_bias ? d_bias.get() : nullptr, N, C,
+                     OC);
+      EXPECT_TRUE(all_close("matmul_forward out", d_out.download(), want, kGemmRtol, kGemmAtolRel));
+    }
+  }
+}
+
+TEST(CudaGpt, MatmulBackward) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 200;
+  for (const LinearShape& s : kLinearShapes) {
+    // all outputs; dinp null (first layer); dbias null (bias-free Linear); both null
+    for (const int variant : {0, 1, 2, 3}) {
+      const bool with_dinp = variant == 0 || variant == 2, with_dbias = variant == 0 || variant == 1;
+      SCOPED_TRACE(name(s) + (with_dinp ? " dinp" : " dinp=null") + (with_dbias ? " dbias" : " dbias=null"));
+      const int N = s.N, C = s.C, OC = s.OC;
+      const auto dout = random_vector(sz(int64_t{N} * OC), seed++);
+      const auto inp = random_vector(sz(int64_t{N} * C), seed++);
+      const auto weight = random_vector(sz(int64_t{OC} * C), seed++);
+      const auto dweight0 = random_vector(sz(int64_t{OC} * C), seed++);  // += : pre-filled, must be added to
+      const auto dbias0 = random_vector(sz(OC), seed++);
+      const auto dinp0 = random_vector(sz(int64_t{N} * C), seed++, 1e3, 2e3);  // = : garbage, must be overwritten
+
+      std::vector<float> dinp = dinp0, dweight = dweight0, dbias = dbias0;
+      matmul_backward(cpu_ctx(), with_dinp ? dinp.data() : nullptr, dweight.data(), with_dbias ? dbias.data() : nullptr,
+                      dout.data(), inp.data(), weight.data(), N, C, OC);
+
+      DeviceBuffer<float> d_dout(dout), d_inp(inp), d_weight(weight), d_dweight(dweight0), d_dbias(dbias0),
+          d_dinp(dinp0);
+      matmul_backward(gpu_ctx(), with_dinp ? d_dinp.get() : nullptr, d_dweight.get(),
+                      with_dbias ? d_dbias.get() : nullptr, d_dout.get(), d_inp.get(), d_weight.get(), N, C, OC);
+      if (with_dinp) {
+        EXPECT_TRUE(all_close("matmul_backward dinp", d_dinp.download(), dinp, kGemmRtol, kGemmAtolRel));
+      } else {
+        EXPECT_TRUE(bitwise_equal("matmul_backward dinp untouched", d_dinp.download(), dinp0));
+      }
+      EXPECT_TRUE(all_close("matmul_backward dweight", d_dweight.download(), dweight, kGemmRtol, kGemmAtolRel));
+      if (with_dbias) {
+        EXPECT_TRUE(all_close("matmul_backward dbias", d_dbias.download(), dbias, kDoubleRtol, kDoubleAtolRel));
+      } else {
+        EXPECT_TRUE(bitwise_equal("matmul_backward dbias untouched", d_dbias.download(), dbias0));
+      }
+    }
+  }
+}
+
+// Accumulation over micro-batches: two backward calls add both contributions (dweight, dbias +=), as the trainer
+// relies on; and N = 0 rows is a no-op.
+TEST(CudaGpt, MatmulBackwardAccumulatesAcrossCallsAndEmptyIsNoop) {
+  HPCT_REQUIRE_GPU();
+  const int N = 19, C = 33, OC = 41;
+  const auto dout1 = random_vector(sz(N * OC), 301), dout2 = random_vector(sz(N * OC), 302);
+  const auto inp = random_vector(sz(N * C), 303), weight = random_vector(sz(OC * C), 304);
+  const auto dweight0 = random_vector(sz(OC * C), 305), dbias0 = random_vector(sz(OC), 306);
+  std::vector<float> dweight = dweight0, dbias = dbias0;
+  matmul_backward(cpu_ctx(), nullptr, dweight.data(), dbias.data(), dout1.data(), inp.data(), weight.data(), N, C, OC);
+  matmul_backward(cpu_ctx(), nullptr, dweight.data(), dbias.data(), dout2.data(), inp.data(), weight.data(), N, C, OC);
+
+  DeviceBuffer<float> d_dout1(dout1), d_dout2(dout2), d_inp(inp), d_weight(weight), d_dweight(dweight0),
+      d_dbias(dbias0);
+  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), N,
+                  C, OC);
+  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout2.get(), d_inp.get(), d_weight.get(), N,
+                  C, OC);
+  EXPECT_TRUE(all_close("dweight after two calls", d_dweight.download(), dweight, kGemmRtol, kGemmAtolRel));
+  EXPECT_TRUE(all_close("dbias after two calls", d_dbias.download(), dbias, kDoubleRtol, kDoubleAtolRel));
+
+  const auto before_w = d_dweight.download(), before_b = d_dbias.download();
+  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), 0,
+                  C, OC);
+  EXPECT_TRUE(bitwise_equal("dweight after N = 0", d_dweight.download(), before_w));
+  EXPECT_TRUE(bitwise_equal("dbias after N = 0", d_dbias.download(), before_b));
+}
+
+// ==============================================================================================================
+// Attention
+// ==============================================================================================================
+struct AttnShape {
+  int B, T, C, NH;
+};
+// tiny; odd T < 32 (one partial warp of columns); odd T across the CPU's causal block of 64 and several warp strides;
+// T = 129 with HS = 32; a GPT-like head size 64 at T = 256
+const AttnShape kAttnShapes[] = {{2, 1, 8, 2}, {3, 5, 24, 3}, {2, 70, 48, 4}, {1, 129, 64, 2}, {2, 256, 256, 4}};
+
+std::string name(const AttnShape& s) {
+  return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" + std::to_string(s.C) + "NH" +
+         std::to_string(s.NH);
+}
+
+// Every att row: exactly 0 above the diagonal.
+::testing::AssertionResult causal_zeros(const std::vector<float>& att, int rows, int T) {
+  for (int r = 0; r < rows; r++) {
+    const int t = r % T;
+    for (int j = t + 1; j < T; j++)
+      if (att[sz(int64_t{r} * T + j)] != 0.0f)
+        return ::testing::AssertionFailure() << "att row " << r << " (t = " << t << ") column " << j << " is "
+                                             << att[sz(int64_t{r} * T + j)] << ", not 0";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CudaGpt, AttentionForward) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 400;
+  for (const AttnShape& s : kAttnShapes) {
+    SCOPED_TRACE(name(s));
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C),
+                 n_att = sz(int64_t{B} * NH * T * T);
+    const auto qkv = random_vector(n_qkv, seed++, -2.0, 2.0);  // a spread of scores: non-uniform softmax
+    std::vector<float> out(n_out), att(n_att);
+    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
+
+    DeviceBuffer<float> d_qkv(qkv);
+    DeviceBuffer<float> d_out(random_vector(n_out, seed++, 1e3, 2e3)), d_att(random_vector(n_att, seed++, 1e3, 2e3));
+    attention_forward(gpu_ctx(), d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
+    const auto got_att = d_att.download();
+    EXPECT_TRUE(causal_zeros(got_att, B * NH * T, T));
+    EXPECT_TRUE(all_close("attention att", got_att, att, kSoftmaxRtol, kSoftmaxAtolRel));
+    EXPECT_TRUE(all_close("attention out", d_out.download(), out, kGemmRtol, kGemmAtolRel));
+  }
+}
+
+TEST(CudaGpt, AttentionBackward) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 500;
+  for (const AttnShape& s : kAttnShapes) {
+    SCOPED_TRACE(name(s));
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C),
+                 n_att = sz(int64_t{B} * NH * T * T);
+    const auto qkv = random_vector(n_qkv, seed++, -2.0, 2.0);
+    const auto dout = random_vector(n_out, seed++);
+    std::vector<float> out(n_out), att(n_att);
+    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);  // the same att for both sides
+    std::vector<float> dqkv(n_qkv), datt(n_att);
+    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+
+    DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_att(att);
+    DeviceBuffer<float> d_dqkv(random_vector(n_qkv, seed++, 1e3, 2e3));  // assigned: garbage must go
+    DeviceBuffer<float> d_datt(random_vector(n_att, seed++, 1e3, 2e3));  // scratch: its contents must not matter
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_datt.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
+    EXPECT_TRUE(all_close("attention dqkv", d_dqkv.download(), dqkv, kGemmRtol, kGemmAtolRel));
+    EXPECT_TRUE(bitwise_equal("attention att (read only)", d_att.download(), att));
+  }
+}
+
+// A run reproduces itself bit for bit: forward, backward, Linear backward and fused cross-entropy twice on the same
+// inputs (no atomics, fixed reduction orders, deterministic cuBLAS).
+TEST(CudaGpt, BitwiseReproducible) {
+  HPCT_REQUIRE_GPU();
+  const int B = 2, T = 70, C = 48, NH = 4, N = B * T, OC = 3 * C, V = 1000, Vp = 1024;
+  const auto qkv = random_vector(sz(int64_t{N} * 3 * C), 601, -2.0, 2.0);
+  const auto dout = random_vector(sz(int64_t{N} * C), 602);
+  const auto lin_inp = random_vector(sz(int64_t{N} * C), 603), lin_w = random_vector(sz(int64_t{OC} * C), 604);
+  const auto lin_dout = random_vector(sz(int64_t{N} * OC), 605);
+  const auto logits = random_vector(sz(int64_t{N} * Vp), 606, -4.0, 4.0);
+  const auto targets = random_ints(sz(N), 607, 0, V);
+  std::vector<std::vector<float>> runs[2];
+  for (auto& run : runs) {
+    DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(sz(int64_t{N} * C)), d_att(sz(int64_t{B} * NH * T * T)),
+        d_dqkv(qkv.size()), d_datt(sz(int64_t{B} * NH * T * T));
+    attention_forward(gpu_ctx(), d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_datt.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
+    DeviceBuffer<float> d_inp(lin_inp), d_w(lin_w), d_ldout(lin_dout), d_dinp(lin_inp.size()), d_dw(lin_w.size()),
+        d_db(sz(OC));
+    matmul_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_ldout.get(), d_inp.get(), d_w.get(), N, C, OC);
+    DeviceBuffer<float> d_logits(logits), d_losses(sz(N));
+    DeviceBuffer<int32_t> d_targets(targets);
+    crossentropy_forward_backward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), 1.0f / N, N, V, Vp);
+    run = {d_out.download(), d_att.download(), d_dqkv.download(), d_dinp.download(), d_dw.download(),
+           d_db.download(),  d_losses.download(), d_logits.download()};
+  }
+  const char* what[] = {"out", "att", "dqkv", "dinp", "dweight", "dbias", "losses", "dlogits"};
+  for (size_t i = 0; i < runs[0].size(); i++) EXPECT_TRUE(bitwise_equal(what[i], runs[1][i], runs[0][i]));
+}
+
+// ==============================================================================================================
+// Cross-entropies
+// ==============================================================================================================
+
+// Random logits (N, Vp) as in test_kernels_vocab_parallel.cpp: row 0 offset by 80 (exp overflows without the max
+// subtraction), padded columns v >= V at 1e4 (they must be masked, not merely multiplied by zero).
+std::vector<float> make_logits(int N, int V, int Vp, uint32_t seed) {
+  auto logits = random_vector(sz(int64_t{N} * Vp), seed, -4.0, 4.0);
+  for (int v = 0; v < V; v++) logits[sz(v)] += 80.0f;
+  for (int n = 0; n < N; n++)
+    for (int v = V; v < Vp; v++) logits[sz(int64_t{n} * Vp + v)] = 1e4f;
+  return logits;
+}
+
+// Targets in [0, V), with the first and the last class present.
+std::vector<int32_t> make_targets(int N, int V, uint32_t seed) {
+  auto t = random_ints(sz(N), seed, 0, V);
+  t[0] = V - 1;
+  if (N > 1) t[1] = 0;
+  return t;
+}
+
+struct VocabShape {
+  int N, V, Vp;
+};
+// one row; a tiny vocabulary below one warp; odd V with padding in the last warp; V across several per-thread
+// strides of the 512-thread block; the GPT-2 vocabulary (50257 padded to 50304)
+const VocabShape kVocabShapes[] = {{1, 3, 128}, {5, 17, 128}, {37, 1000, 1024}, {9, 3001, 3072}, {3, 50257, 50304}};
+
+std::string name(const VocabShape& s) {
+  return "N" + std::to_string(s.N) + "V" + std::to_string(s.V) + "Vp" + std::to_string(s.Vp);
+}
+
+TEST(CudaGpt, CrossentropyForward) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (const VocabShape& s : kVocabShapes) {
+    SCOPED_TRACE(name(s));
+    const auto logits = make_logits(s.N, s.V, s.Vp, seed++);
+    const auto targets = make_targets(s.N, s.V, seed++);
+    std::vector<float> losses(sz(s.N));
+    crossentropy_forward(cpu_ctx(), losses.data(), logits.data(), targets.data(), s.N, s.V, s.Vp);
+
+    DeviceBuffer<float> d_logits(logits), d_losses(random_vector(sz(s.N), seed++, 1e3, 2e3));
+    DeviceBuffer<int32_t> d_targets(targets);
+    crossentropy_forward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), s.N, s.V, s.Vp);
+    EXPECT_TRUE(all_close("crossentropy_forward losses", d_losses.download(), losses, kSoftmaxRtol, kSoftmaxAtolRel));
+    EXPECT_TRUE(bitwise_equal("crossentropy_forward logits (read only)", d_logits.download(), logits));
+  }
+}
+
+TEST(CudaGpt, CrossentropyForwardBackward) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 800;
+  for (const VocabShape& s : kVocabShapes) {
+    SCOPED_TRACE(name(s));
+    const auto logits = make_logits(s.N, s.V, s.Vp, seed++);
+    const auto targets = make_targets(s.N, s.V, seed++);
+    const float dloss = 1.0f / static_cast<float>(s.N);
+    std::vector<float> losses(sz(s.N)), dlogits = logits;
+    crossentropy_forward_backward(cpu_ctx(), losses.data(), dlogits.data(), targets.data(), dloss, s.N, s.V, s.Vp);
+
+    DeviceBuffer<float> d_logits(logits), d_losses(random_vector(sz(s.N), seed++, 1e3, 2e3));
+    DeviceBuffer<int32_t> d_targets(targets);
+    crossentropy_forward_backward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), dloss, s.N, s.V, s.Vp);
+    const auto got = d_logits.download();
+    EXPECT_TRUE(all_close("crossentropy_forward_backward losses", d_losses.download(), losses, kSoftmaxRtol,
+                          kSoftmaxAtolRel));
+    EXPECT_TRUE(all_close("crossentropy_forward_backward dlogits", got, dlogits, kSoftmaxRtol, kSoftmaxAtolRel));
+    for (int n = 0; n < s.N; n++)
+      for (int v = s.V; v < s.Vp; v++)
+        ASSERT_EQ(got[sz(int64_t{n} * s.Vp + v)], 0.0f) << "padded dlogit row " << n << " column " << v;
+  }
+}
+
+// The device cannot throw on a bad target (it would have to read the targets back): the row's loss is NaN instead,
+// and the other rows are unaffected.
+TEST(CudaGpt, CrossentropyBadTargetGivesNaN) {
+  HPCT_REQUIRE_GPU();
+  const int N = 4, V = 100, Vp = 128;
+  const auto logits = make_logits(N, V, Vp, 901);
+  std::vector<int32_t> targets = {3, V, -1, V - 1};  // rows 1 and 2 out of range (a padding column; negative)
+  DeviceBuffer<float> d_logits(logits), d_losses(sz(N));
+  DeviceBuffer<int32_t> d_targets(targets);
+  crossentropy_forward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
+  const auto losses = d_losses.download();
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  EXPECT_TRUE(std::isnan(losses[1]));
+  EXPECT_TRUE(std::isnan(losses[2]));
+  EXPECT_TRUE(std::isfinite(losses[3]));
+}
+
+TEST(CudaGpt, CrossentropySmoothed) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 1000;
+  const int kN[] = {1, 33, 130};
+  const int kK[] = {2, 10, 100, 1000, 1001};
+  for (const int N : kN) {
+    for (const int K : kK) {
+      for (const float eps : {0.0f, 0.1f}) {
+        SCOPED_TRACE("N" + std::to_string(N) + "K" + std::to_string(K) + " eps " + std::to_string(eps));
+        auto logits = random_vector(sz(int64_t{N} * K), seed++, -4.0, 4.0);
+        for (int k = 0; k < K; k++) logits[sz(k)] += 80.0f;  // row 0: overflows without the max subtraction
+        const auto targets = make_targets(N, K, seed++);
+        const float dloss = 0.25f;
+        std::vector<float> losses(sz(N)), losses_fused(sz(N)), dlogits = logits;
+        crossentropy_smoothed_forward(cpu_ctx(), losses.data(), logits.data(), targets.data(), eps, N, K);
+        crossentropy_smoothed_forward_backward(cpu_ctx(), losses_fused.data(), dlogits.data(), targets.data(), dloss,
+                                               eps, N, K);
+
+        DeviceBuffer<float> d_logits(logits), d_losses(random_vector(sz(N), seed++, 1e3, 2e3));
+        DeviceBuffer<float> d_dlogits(logits), d_losses_fused(random_vector(sz(N), seed++, 1e3, 2e3));
+        DeviceBuffer<int32_t> d_targets(targets);
+        crossentropy_smoothed_forward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), eps, N, K);
+        crossentropy_smoothed_forward_backward(gpu_ctx(), d_losses_fused.get(), d_dlogits.get(), d_targets.get(),
+                                               dloss, eps, N, K);
+        EXPECT_TRUE(all_close("smoothed losses", d_losses.download(), losses, kSoftmaxRtol, kSoftmaxAtolRel));
+        EXPECT_TRUE(all_close("smoothed fused losses", d_losses_fused.download(), losses_fused, kSoftmaxRtol,
+                              kSoftmaxAtolRel));
+        EXPECT_TRUE(all_close("smoothed dlogits", d_dlogits.download(), dlogits, kSoftmaxRtol, kSoftmaxAtolRel));
+        EXPECT_TRUE(bitwise_equal("smoothed forward logits (read only)", d_logits.download(), logits));
+      }
+    }
+  }
+}
+
+// ---- vocabulary-parallel pieces: every rank's slice, each phase on its own with identical inputs on both sides ----
+// The reduced statistics (the model's allreduces) are computed on the host from the CPU backend's per-rank outputs;
+// each device phase is then compared with the CPU phase on the same inputs. V = 700 of Vp = 1024 over t = 4 ranks
+// (Vl = 256): ranks 0, 1 all real, rank 2 partly padding (188 real columns), rank 3 padding only; t = 3 on Vp = 768
+// (Vl = 256, not a power of two of ranks) and t = 1 (the serial case).
+struct VpCase {
+  int N, V, Vp, t;
+};
+const VpCase kVpCases[] = {{37, 700, 1024, 4}, {5, 700, 768, 3}, {9, 1000, 1024, 1}};
+
+TEST(CudaGpt, CrossentropyVocabParallel) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 1100;
+  for (const VpCase& c : kVpCases) {
+    const int N = c.N, V = c.V, Vp = c.Vp, t = c.t, Vl = Vp / t;
+    SCOPED_TRACE("N" + std::to_string(N) + "V" + std::to_string(V) + "Vp" + std::to_string(Vp) + "t" +
+                 std::to_string(t));
+    const auto logits = make_logits(N, V, Vp, seed++);
+    const auto targets = make_targets(N, V, seed++);
+    const float dloss = 1.0f / static_cast<float>(N);
+    // the per-rank slices
+    std::vector<std::vector<float>> slices(sz(t));
+    for (int r = 0; r < t; r++) {
+      slices[sz(r)].resize(sz(int64_t{N} * Vl));
+      for (int n = 0; n < N; n++)
+        std::memcpy(&slices[sz(r)][sz(int64_t{n} * Vl)], &logits[sz(int64_t{n} * Vp + int64_t{r} * Vl)],
+                    sizeof(float) * sz(Vl));
+    }
+    DeviceBuffer<int32_t> d_targets(targets);
+
+    // phase a: local max, allreduce(MAX) on the host
+    std::vector<float> global_max(sz(N), -INFINITY);
+    for (int r = 0; r < t; r++) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const int v0 = r * Vl;
+      std::vector<float> mx(sz(N));
+      crossentropy_vp_local_max(cpu_ctx(), mx.data(), slices[sz(r)].data(), v0, Vl, V, N);
+      DeviceBuffer<float> d_slice(slices[sz(r)]), d_mx(random_vector(sz(N), seed++, 1e3, 2e3));
+      crossentropy_vp_local_max(gpu_ctx(), d_mx.get(), d_slice.get(), v0, Vl, V, N);
+      EXPECT_TRUE(bitwise_equal("vp local max", d_mx.download(), mx));  // a max is exact; -inf for padding only
+      for (int n = 0; n < N; n++) global_max[sz(n)] = std::max(global_max[sz(n)], mx[sz(n)]);
+    }
+
+    // phase b: local sum of exp and target logit, allreduce(SUM) on the host in rank order
+    std::vector<float> global_sumexp(sz(N), 0.0f), global_tl(sz(N), 0.0f);
+    DeviceBuffer<float> d_gmax(global_max);
+    for (int r = 0; r < t; r++) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const int v0 = r * Vl;
+      std::vector<float> se(sz(N)), tl(sz(N));
+      crossentropy_vp_local_sumexp(cpu_ctx(), se.data(), tl.data(), slices[sz(r)].data(), global_max.data(),
+                                   targets.data(), v0, Vl, V, N);
+      DeviceBuffer<float> d_slice(slices[sz(r)]), d_se(random_vector(sz(N), seed++, 1e3, 2e3)),
+          d_tl(random_vector(sz(N), seed++, 1e3, 2e3));
+      crossentropy_vp_local_sumexp(gpu_ctx(), d_se.get(), d_tl.get(), d_slice.get(), d_gmax.get(), d_targets.get(), v0,
+                                   Vl, V, N);
+      // a rank of padding only: exactly 0 on both sides; all_close's atol floor is then 0, hence the exact check
+      if (v0 >= V) {
+        EXPECT_TRUE(bitwise_equal("vp local sumexp (padding only)", d_se.download(), se));
+      } else {
+        EXPECT_TRUE(all_close("vp local sumexp", d_se.download(), se, kSoftmaxRtol, kSoftmaxAtolRel));
+      }
+      EXPECT_TRUE(bitwise_equal("vp local target logit", d_tl.download(), tl));  // a copy or 0
+      for (int n = 0; n < N; n++) {
+        global_sumexp[sz(n)] += se[sz(n)];
+        global_tl[sz(n)] += tl[sz(n)];
+      }
+    }
+
+    // phase c: losses and dlogits in place (training), losses only (evaluation)
+    DeviceBuffer<float> d_gse(global_sumexp), d_gtl(global_tl);
+    for (int r = 0; r < t; r++) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const int v0 = r * Vl;
+      std::vector<float> losses(sz(N)), dl = slices[sz(r)];
+      crossentropy_vp_loss_backward(cpu_ctx(), losses.data(), dl.data(), global_max.data(), global_sumexp.data(),
+                                    global_tl.data(), targets.data(), dloss, v0, Vl, V, N);
+      DeviceBuffer<float> d_dl(slices[sz(r)]), d_losses(random_vector(sz(N), seed++, 1e3, 2e3));
+      crossentropy_vp_loss_backward(gpu_ctx(), d_losses.get(), d_dl.get(), d_gmax.get(), d_gse.get(), d_gtl.get(),
+                                    d_targets.get(), dloss, v0, Vl, V, N);
+      EXPECT_TRUE(all_close("vp losses", d_losses.download(), losses, kDoubleRtol, kDoubleAtolRel));
+      const auto got = d_dl.download();
+      if (v0 >= V) {
+        EXPECT_TRUE(bitwise_equal("vp dlogits (padding only)", got, dl));  // all exactly 0
+      } else {
+        EXPECT_TRUE(all_close("vp dlogits", got, dl, kSoftmaxRtol, kSoftmaxAtolRel));
+      }
+      for (int n = 0; n < N; n++)
+        for (int j = std::max(0, V - v0); j < Vl; j++)
+          ASSERT_EQ(got[sz(int64_t{n} * Vl + j)], 0.0f) << "padded dlogit row " << n << " local column " << j;
+    }
+    std::vector<float> losses(sz(N));
+    crossentropy_vp_loss(cpu_ctx(), losses.data(), global_max.data(), global_sumexp.data(), global_tl.data(), N);
+    DeviceBuffer<float> d_losses(random_vector(sz(N), seed++, 1e3, 2e3));
+    crossentropy_vp_loss(gpu_ctx(), d_losses.get(), d_gmax.get(), d_gse.get(), d_gtl.get(), N);
+    EXPECT_TRUE(all_close("vp_loss", d_losses.download(), losses, kDoubleRtol, kDoubleAtolRel));
+  }
+}
+
+// The composed device phases (allreduces on the host) against the device's serial fused cross-entropy: the only
+// difference is the split of the sum of exponentials (t partial sums then t - 1 adds): ~1e-7 relative.
+TEST(CudaGpt, CrossentropyVocabParallelMatchesSerial) {
+  HPCT_REQUIRE_GPU();
+  const int N = 23, V = 700, Vp = 1024, t = 4, Vl = Vp / t;
+  const auto logits = make_logits(N, V, Vp, 1201);
+  const auto targets = make_targets(N, V, 1202);
+  const float dloss = 1.0f / N;
+  DeviceBuffer<float> d_full(logits), d_losses(sz(N));
+  DeviceBuffer<int32_t> d_targets(targets);
+  crossentropy_forward_backward(gpu_ctx(), d_losses.get(), d_full.get(), d_targets.get(), dloss, N, V, Vp);
+  const auto serial_losses = d_losses.download(), serial_dlogits = d_full.download();
+
+  std::vector<float> gmax(sz(N), -INFINITY), gse(sz(N), 0.0f), gtl(sz(N), 0.0f);
+  std::vector<std::vector<float>> host_slices(sz(t), std::vector<float>(sz(int64_t{N} * Vl)));
+  for (int r = 0; r < t; r++)
+    for (int n = 0; n < N; n++)
+      std::memcpy(&host_slices[sz(r)][sz(int64_t{n} * Vl)], &logits[sz(int64_t{n} * Vp + int64_t{r} * Vl)],
+                  sizeof(float) * sz(Vl));
+  DeviceBuffer<float> d_m(sz(N)), d_se(sz(N)), d_tl(sz(N));
+  for (int r = 0; r < t; r++) {
+    DeviceBuffer<float> d_slice(host_slices[sz(r)]);
+    crossentropy_vp_local_max(gpu_ctx(), d_m.get(), d_slice.get(), r * Vl, Vl, V, N);
+    const auto m = d_m.download();
+    for (int n = 0; n < N; n++) gmax[sz(n)] = std::max(gmax[sz(n)], m[sz(n)]);
+  }
+  DeviceBuffer<float> d_gmax(gmax);
+  for (int r = 0; r < t; r++) {
+    DeviceBuffer<float> d_slice(host_slices[sz(r)]);
+    crossentropy_vp_local_sumexp(gpu_ctx(), d_se.get(), d_tl.get(), d_slice.get(), d_gmax.get(), d_targets.get(),
+                                 r * Vl, Vl, V, N);
+    const auto se = d_se.download(), tl = d_tl.download();
+    for (int n = 0; n < N; n++) {
+      gse[sz(n)] += se[sz(n)];
+      gtl[sz(n)] += tl[sz(n)];
+    }
+  }
+  DeviceBuffer<float> d_gse(gse), d_gtl(gtl);
+  std::vector<float> dlogits(logits.size());
+  for (int r = 0; r < t; r++) {
+    DeviceBuffer<float> d_slice(host_slices[sz(r)]), d_l(sz(N));
+    crossentropy_vp_loss_backward(gpu_ctx(), d_l.get(), d_slice.get(), d_gmax.get(), d_gse.get(), d_gtl.get(),
+                                  d_targets.get(), dloss, r * Vl, Vl, V, N);
+    EXPECT_TRUE(all_close("vp losses vs serial (rank " + std::to_string(r) + ")", d_l.download(), serial_losses, 2e-6,
+                          1e-6));
+    const auto s = d_slice.download();
+    for (int n = 0; n < N; n++)
+      std::memcpy(&dlogits[sz(int64_t{n} * Vp + int64_t{r} * Vl)], &s[sz(int64_t{n} * Vl)], sizeof(float) * sz(Vl));
+  }
+  EXPECT_TRUE(all_close("vp dlogits vs serial", dlogits, serial_dlogits, 2e-6, 1e-6));
+}
+
+}  // namespace
+}  // namespace hpct::kernels

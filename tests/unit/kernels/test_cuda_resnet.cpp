@@ -1,0 +1,457 @@
+// Backend-vs-CPU tests of lib/kernels/cuda/cuda_resnet.cu: Conv2d (cuDNN), BatchNorm2d (train, the SyncBN pieces,
+// eval, backward), MaxPool2d and global average pooling. Each op runs through kernels.hpp's dispatch on Device::CUDA and
+// on Device::CPU with the same random inputs. Outputs the CUDA op assigns start as NaN on the device (a value it fails to
+// write shows up); outputs it accumulates (+=) start as random values on both sides. Every test skips without a GPU.
+// Legend: N images, C/OC input/output channels, H W input size, K kernel, HW = H*W.
+//
+// Tolerances (|got - want| <= atol + rtol |want|, atol = atol_rel * max|want|), and why:
+//   - exact (0, 0): max-pooling (a selection; the backward's gather adds the same floats in the CPU scatter's order),
+//     global-average-pool backward (one float division), count columns;
+//   - 1e-4 / 1e-4: convolution out, dinp, dweight: fp32 sums of up to C*KH*KW (out, dinp) or N*OH*OW (dweight) products
+//     in a different order (cuDNN's implicit GEMM, Winograd or FFT vs oneDNN / OpenBLAS), each erring by ~sqrt(terms)
+//     2^-24 of the terms' scale, Winograd/FFT transforms a little more; a wrong index errs by O(1);
+//   - 1e-5 / 1e-6 (the fp32 default): everything computed in double on both sides and rounded once to float (BatchNorm
+//     statistics, gradient sums, dbias, avg-pool forward) and the pointwise float formulas that follow from them
+//     (normalisation, dinp), which may differ by an FMA contraction.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "cuda_test_util.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/kernels.hpp"
+
+namespace hpct::kernels {
+namespace {
+
+using test::all_close;
+using test::cpu_ctx;
+using test::DeviceBuffer;
+using test::gpu_ctx;
+using test::random_ints;
+using test::random_vector;
+using Vec = std::vector<float>;
+
+Vec nan_vector(size_t n) { return Vec(n, NAN); }
+
+// column k of rows of `stride` floats (stats (C,3), sums (C,2))
+Vec column(const Vec& v, int stride, int k) {
+  Vec r;
+  for (size_t i = static_cast<size_t>(k); i < v.size(); i += static_cast<size_t>(stride)) r.push_back(v[i]);
+  return r;
+}
+
+bool all_nan(const Vec& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isnan(x); });
+}
+
+// ---- Conv2d ------------------------------------------------------------------------------------------------
+struct ConvShape {
+  int N, C, H, W, OC, KH, KW, stride, pad;
+  int OH() const { return (H + 2 * pad - KH) / stride + 1; }
+  int OW() const { return (W + 2 * pad - KW) / stride + 1; }
+  size_t in_size() const { return static_cast<size_t>(N) * C * H * W; }
+  size_t out_size() const { return static_cast<size_t>(N) * OC * OH() * OW(); }
+  size_t w_size() const { return static_cast<size_t>(OC) * C * KH * KW; }
+  std::string name() const {
+    return fmt::format("N{} C{} H{} W{} OC{} {}x{} s{} p{}", N, C, H, W, OC, KH, KW, stride, pad);
+  }
+};
+
+// ResNet's layer kinds on odd sizes: 3x3 pad 1, 3x3 stride 2 (downsampling), 1x1 (pointwise), 1x1 stride 2
+// (projection shortcut), 7x7 stride 2 pad 3 (ImageNet stem) on a non-square input, KH != KW on a single image, and
+// channel counts that are not multiples of 32 with a longer reduction.
+const ConvShape kConvShapes[] = {{3, 5, 11, 9, 7, 3, 3, 1, 1},  {2, 6, 13, 10, 9, 3, 3, 2, 1},
+                                 {4, 6, 7, 7, 5, 1, 1, 1, 0},   {3, 8, 9, 9, 12, 1, 1, 2, 0},
+                                 {2, 3, 23, 19, 8, 7, 7, 2, 3}, {1, 4, 6, 8, 3, 3, 1, 1, 0},
+                                 {2, 37, 10, 10, 33, 3, 3, 1, 1}};
+
+struct ConvCpu {
+  Vec out, dinp, dw, db;
+};
+
+// The CPU backend's forward and backward on the given inputs (dw0, db0: the accumulators' starting values).
+ConvCpu conv_cpu(const ConvShape& s, const Vec& inp, const Vec& w, const Vec* bias, const Vec& dout, const Vec& dw0,
+                 const Vec& db0, bool with_dinp) {
+  const int64_t wsf = conv2d_workspace_floats(cpu_ctx(), s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+  Vec ws(static_cast<size_t>(std::max<int64_t>(wsf, 1)));
+  ConvCpu r{Vec(s.out_size()), Vec(s.in_size()), dw0, db0};
+  conv2d_forward(cpu_ctx(), r.out.data(), inp.data(), w.data(), bias ? bias->data() : nullptr, ws.data(), wsf, s.N,
+                 s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+  conv2d_backward(cpu_ctx(), with_dinp ? r.dinp.data() : nullptr, r.dw.data(), bias ? r.db.data() : nullptr,
+                  dout.data(), inp.data(), w.data(), ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride,
+                  s.pad);
+  return r;
+}
+
+void check_conv(const ConvShape& s, bool with_bias, bool with_dinp) {
+  SCOPED_TRACE(fmt::format("{}{}{}", s.name(), with_bias ? " bias" : " no bias", with_dinp ? " dinp" : " no dinp"));
+  const Vec inp = random_vector(s.in_size(), 11), w = random_vector(s.w_size(), 12, -0.3, 0.3);
+  const Vec b = random_vector(static_cast<size_t>(s.OC), 13), dout = random_vector(s.out_size(), 14);
+  const Vec dw0 = random_vector(s.w_size(), 15), db0 = random_vector(static_cast<size_t>(s.OC), 16);
+  const ConvCpu want = conv_cpu(s, inp, w, with_bias ? &b : nullptr, dout, dw0, db0, with_dinp);
+
+  const int64_t wsf = conv2d_workspace_floats(gpu_ctx(), s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+  ASSERT_GE(wsf, 0);
+  const size_t ws_n = static_cast<size_t>(std::max<int64_t>(wsf, 1));
+  DeviceBuffer<float> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_dw(dw0), d_db(db0);
+  DeviceBuffer<float> d_out(nan_vector(s.out_size())), d_dinp(nan_vector(s.in_size())), d_ws(nan_vector(ws_n));
+  conv2d_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, d_ws.get(), wsf, s.N,
+                 s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+  EXPECT_TRUE(all_close("conv out", d_out.download(), want.out, 1e-4, 1e-4));
+
+  d_ws.upload(nan_vector(ws_n));  // garbage left in the workspace must not leak into the backward either
+  conv2d_backward(gpu_ctx(), with_dinp ? d_dinp.get() : nullptr, d_dw.get(), with_bias ? d_db.get() : nullptr,
+                  d_dout.get(), d_inp.get(), d_w.get(), d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW,
+                  s.stride, s.pad);
+  if (with_dinp)
+    EXPECT_TRUE(all_close("conv dinp", d_dinp.download(), want.dinp, 1e-4, 1e-4));
+  else
+    EXPECT_TRUE(all_nan(d_dinp.download())) << "dinp = null must leave the buffer alone";
+  EXPECT_TRUE(all_close("conv dweight (+=)", d_dw.download(), want.dw, 1e-4, 1e-4));
+  if (with_bias)
+    EXPECT_TRUE(all_close("conv dbias (+=)", d_db.download(), want.db, 1e-5, 1e-6));
+  else
+    EXPECT_EQ(d_db.download(), db0) << "dbias = null must leave the buffer alone";
+}
+
+TEST(CudaResnet, Conv2dForwardBackward) {
+  HPCT_REQUIRE_GPU();
+  for (const ConvShape& s : kConvShapes) {
+    check_conv(s, /*with_bias=*/true, /*with_dinp=*/true);
+    check_conv(s, /*with_bias=*/false, /*with_dinp=*/false);
+  }
+}
+
+// One workspace, sized for the larger of two layers, serves both in turn; the backward reproduces itself bit for bit.
+TEST(CudaResnet, Conv2dSharedWorkspaceDeterministic) {
+  HPCT_REQUIRE_GPU();
+  const ConvShape a{4, 16, 14, 14, 16, 3, 3, 1, 1}, b{4, 16, 14, 14, 32, 1, 1, 2, 0};
+  const int64_t wsf =
+      std::max(conv2d_workspace_floats(gpu_ctx(), a.N, a.C, a.H, a.W, a.OC, a.KH, a.KW, a.stride, a.pad),
+               conv2d_workspace_floats(gpu_ctx(), b.N, b.C, b.H, b.W, b.OC, b.KH, b.KW, b.stride, b.pad));
+  DeviceBuffer<float> d_ws(nan_vector(static_cast<size_t>(std::max<int64_t>(wsf, 1))));
+  for (const ConvShape& s : {a, b}) {
+    SCOPED_TRACE(s.name());
+    const Vec inp = random_vector(s.in_size(), 21), w = random_vector(s.w_size(), 22, -0.3, 0.3);
+    const Vec dout = random_vector(s.out_size(), 23), dw0 = random_vector(s.w_size(), 24);
+    const Vec db0 = random_vector(static_cast<size_t>(s.OC), 25);
+    const ConvCpu want = conv_cpu(s, inp, w, nullptr, dout, dw0, db0, true);
+    DeviceBuffer<float> d_inp(inp), d_w(w), d_dout(dout), d_out(nan_vector(s.out_size()));
+    conv2d_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_w.get(), nullptr, d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC,
+                   s.KH, s.KW, s.stride, s.pad);
+    EXPECT_TRUE(all_close("conv out", d_out.download(), want.out, 1e-4, 1e-4));
+    Vec first_dinp, first_dw, first_db;
+    for (int run = 0; run < 2; run++) {
+      DeviceBuffer<float> d_dinp(nan_vector(s.in_size())), d_dw(dw0), d_db(db0);
+      conv2d_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(),
+                      d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+      const Vec dinp = d_dinp.download(), dw = d_dw.download(), db = d_db.download();
+      if (run == 0) {
+        EXPECT_TRUE(all_close("conv dinp", dinp, want.dinp, 1e-4, 1e-4));
+        EXPECT_TRUE(all_close("conv dweight (+=)", dw, want.dw, 1e-4, 1e-4));
+        first_dinp = dinp;
+        first_dw = dw;
+        first_db = db;
+      } else {
+        EXPECT_EQ(dinp, first_dinp) << "conv dinp differs between two identical runs";
+        EXPECT_EQ(dw, first_dw) << "conv dweight differs between two identical runs";
+        EXPECT_EQ(db, first_db) << "conv dbias differs between two identical runs";
+      }
+    }
+  }
+}
+
+// No workspace at all: each phase either runs a workspace-free algorithm (and is still right) or fails with an error
+// naming the sizes and conv2d_workspace_floats; never a crash or a silent wrong result.
+TEST(CudaResnet, Conv2dWithoutWorkspace) {
+  HPCT_REQUIRE_GPU();
+  const ConvShape s{3, 5, 11, 9, 7, 3, 3, 1, 1};
+  const Vec inp = random_vector(s.in_size(), 31), w = random_vector(s.w_size(), 32, -0.3, 0.3);
+  const Vec b = random_vector(static_cast<size_t>(s.OC), 33), dout = random_vector(s.out_size(), 34);
+  const Vec dw0 = random_vector(s.w_size(), 35), db0 = random_vector(static_cast<size_t>(s.OC), 36);
+  const ConvCpu want = conv_cpu(s, inp, w, &b, dout, dw0, db0, true);
+  DeviceBuffer<float> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_dw(dw0), d_db(db0);
+  DeviceBuffer<float> d_out(nan_vector(s.out_size())), d_dinp(nan_vector(s.in_size()));
+  auto expect_sized_error = [](const hpct::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("conv2d_workspace_floats"), std::string::npos) << what;
+    EXPECT_NE(what.find("floats"), std::string::npos) << what;
+  };
+  try {
+    conv2d_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_w.get(), d_b.get(), nullptr, 0, s.N, s.C, s.H, s.W, s.OC,
+                   s.KH, s.KW, s.stride, s.pad);
+    EXPECT_TRUE(all_close("conv out (no workspace)", d_out.download(), want.out, 1e-4, 1e-4));
+  } catch (const hpct::Error& e) {
+    expect_sized_error(e);
+  }
+  try {
+    conv2d_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), nullptr, 0,
+                    s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    EXPECT_TRUE(all_close("conv dinp (no workspace)", d_dinp.download(), want.dinp, 1e-4, 1e-4));
+    EXPECT_TRUE(all_close("conv dweight (no workspace)", d_dw.download(), want.dw, 1e-4, 1e-4));
+    EXPECT_TRUE(all_close("conv dbias (no workspace)", d_db.download(), want.db, 1e-5, 1e-6));
+  } catch (const hpct::Error& e) {
+    expect_sized_error(e);
+  }
+}
+
+// ---- BatchNorm2d -------------------------------------------------------------------------------------------
+struct BnShape {
+  int N, C, HW;
+  size_t size() const { return static_cast<size_t>(N) * C * HW; }
+  std::string name() const { return fmt::format("N{} C{} HW{}", N, C, HW); }
+};
+// a plane longer than the reduction block (1031 > 512 threads), planes shorter than a warp (HW = 1, 9), a channel's
+// N*HW above the block size made of short planes (16 x 49), and a channel count (70) that is not a multiple of 32
+const BnShape kBnShapes[] = {{3, 5, 37}, {2, 3, 1031}, {5, 4, 1}, {16, 3, 49}, {1, 70, 9}};
+
+TEST(CudaResnet, BatchNormForwardTrainAndEval) {
+  HPCT_REQUIRE_GPU();
+  int k = 0;
+  for (const BnShape& s : kBnShapes) {
+    SCOPED_TRACE(s.name());
+    const double offset = (k++ % 2) ? 50.0 : 0.0;  // |mean| >> std on every other shape: no cancellation allowed
+    const Vec inp = random_vector(s.size(), 41, offset - 1.0, offset + 1.0);
+    const Vec gamma = random_vector(static_cast<size_t>(s.C), 42, 0.5, 1.5), beta = random_vector(s.C, 43);
+    const float eps = 1e-5f;
+    Vec out(s.size()), stats(3 * static_cast<size_t>(s.C)), mean(s.C), rstd(s.C);
+    batchnorm2d_forward_train(cpu_ctx(), out.data(), stats.data(), mean.data(), rstd.data(), inp.data(), gamma.data(),
+                              beta.data(), s.N, s.C, s.HW, eps);
+    DeviceBuffer<float> d_inp(inp), d_gamma(gamma), d_beta(beta), d_out(nan_vector(s.size()));
+    DeviceBuffer<float> d_stats(nan_vector(stats.size())), d_mean(nan_vector(s.C)), d_rstd(nan_vector(s.C));
+    batchnorm2d_forward_train(gpu_ctx(), d_out.get(), d_stats.get(), d_mean.get(), d_rstd.get(), d_inp.get(),
+                              d_gamma.get(), d_beta.get(), s.N, s.C, s.HW, eps);
+    const Vec g_stats = d_stats.download();
+    EXPECT_TRUE(all_close("bn stats count", column(g_stats, 3, 0), column(stats, 3, 0), 0.0, 0.0));
+    EXPECT_TRUE(all_close("bn stats mean", column(g_stats, 3, 1), column(stats, 3, 1), 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("bn stats M2", column(g_stats, 3, 2), column(stats, 3, 2), 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("bn save_mean", d_mean.download(), mean, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("bn save_rstd", d_rstd.download(), rstd, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("bn out", d_out.download(), out, 1e-5, 1e-6));
+
+    // running statistics (+ the unbiased variance), then evaluation with them (skipped at one value per channel:
+    // the unbiased variance needs two)
+    if (static_cast<int64_t>(s.N) * s.HW > 1) {
+      Vec rm = random_vector(s.C, 44), rv = random_vector(s.C, 45, 0.5, 1.5);
+      DeviceBuffer<float> d_rm(rm), d_rv(rv);
+      batchnorm2d_update_running(cpu_ctx(), rm.data(), rv.data(), stats.data(), s.C, 0.1f);
+      batchnorm2d_update_running(gpu_ctx(), d_rm.get(), d_rv.get(), d_stats.get(), s.C, 0.1f);
+      EXPECT_TRUE(all_close("bn running_mean", d_rm.download(), rm, 1e-5, 1e-6));
+      EXPECT_TRUE(all_close("bn running_var", d_rv.download(), rv, 1e-5, 1e-6));
+    }
+    const Vec rm = random_vector(s.C, 46, offset - 0.5, offset + 0.5), rv = random_vector(s.C, 47, 0.2, 2.0);
+    Vec oe(s.size());
+    batchnorm2d_forward_eval(cpu_ctx(), oe.data(), inp.data(), gamma.data(), beta.data(), rm.data(), rv.data(), s.N,
+                             s.C, s.HW, eps);
+    DeviceBuffer<float> d_rm(rm), d_rv(rv), d_oe(nan_vector(s.size()));
+    batchnorm2d_forward_eval(gpu_ctx(), d_oe.get(), d_inp.get(), d_gamma.get(), d_beta.get(), d_rm.get(), d_rv.get(),
+                             s.N, s.C, s.HW, eps);
+    EXPECT_TRUE(all_close("bn eval out", d_oe.download(), oe, 1e-5, 1e-6));
+  }
+}
+
+// SyncBN forward over three simulated ranks of different batch sizes: local stats into the rank rows of `gathered`,
+// Chan's merge, apply on one rank's images, running statistics from the merged ones.
+TEST(CudaResnet, BatchNormSyncForward) {
+  HPCT_REQUIRE_GPU();
+  const int C = 37, HW = 50, R = 3;
+  const int Ns[R] = {2, 3, 1};
+  const float eps = 1e-5f;
+  std::vector<Vec> inps;
+  for (int r = 0; r < R; r++)
+    inps.push_back(random_vector(static_cast<size_t>(Ns[r]) * C * HW, 51 + static_cast<uint32_t>(r), 19.0 + r, 21.0));
+  Vec gathered(static_cast<size_t>(R) * C * 3), merged(static_cast<size_t>(C) * 3);
+  DeviceBuffer<float> d_gathered(nan_vector(gathered.size())), d_merged(nan_vector(merged.size()));
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> d_inps;
+  for (int r = 0; r < R; r++) {
+    batchnorm2d_local_stats(cpu_ctx(), gathered.data() + static_cast<size_t>(r) * C * 3, inps[r].data(), Ns[r], C, HW);
+    d_inps.push_back(std::make_unique<DeviceBuffer<float>>(inps[r]));
+    batchnorm2d_local_stats(gpu_ctx(), d_gathered.get() + static_cast<size_t>(r) * C * 3, d_inps[r]->get(), Ns[r], C,
+                            HW);
+  }
+  const Vec g_gathered = d_gathered.download();
+  EXPECT_TRUE(all_close("local stats count", column(g_gathered, 3, 0), column(gathered, 3, 0), 0.0, 0.0));
+  EXPECT_TRUE(all_close("local stats mean", column(g_gathered, 3, 1), column(gathered, 3, 1), 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("local stats M2", column(g_gathered, 3, 2), column(gathered, 3, 2), 1e-5, 1e-6));
+
+  // merge the CPU's gathered rows on both backends, so the merge itself is compared on identical inputs
+  d_gathered.upload(gathered);
+  batchnorm2d_merge_stats(cpu_ctx(), merged.data(), gathered.data(), R, C);
+  batchnorm2d_merge_stats(gpu_ctx(), d_merged.get(), d_gathered.get(), R, C);
+  const Vec g_merged = d_merged.download();
+  EXPECT_TRUE(all_close("merged count", column(g_merged, 3, 0), column(merged, 3, 0), 0.0, 0.0));
+  EXPECT_TRUE(all_close("merged mean", column(g_merged, 3, 1), column(merged, 3, 1), 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("merged M2", column(g_merged, 3, 2), column(merged, 3, 2), 1e-5, 1e-6));
+
+  // apply on rank 1's images with the (CPU's) merged stats
+  const int N = Ns[1];
+  const Vec gamma = random_vector(C, 55, 0.5, 1.5), beta = random_vector(C, 56);
+  Vec out(inps[1].size()), mean(C), rstd(C);
+  batchnorm2d_forward_apply(cpu_ctx(), out.data(), mean.data(), rstd.data(), inps[1].data(), gamma.data(), beta.data(),
+                            merged.data(), N, C, HW, eps);
+  d_merged.upload(merged);
+  DeviceBuffer<float> d_gamma(gamma), d_beta(beta), d_out(nan_vector(out.size())), d_mean(nan_vector(C)),
+      d_rstd(nan_vector(C));
+  batchnorm2d_forward_apply(gpu_ctx(), d_out.get(), d_mean.get(), d_rstd.get(), d_inps[1]->get(), d_gamma.get(),
+                            d_beta.get(), d_merged.get(), N, C, HW, eps);
+  EXPECT_TRUE(all_close("apply save_mean", d_mean.download(), mean, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("apply save_rstd", d_rstd.download(), rstd, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("apply out", d_out.download(), out, 1e-5, 1e-6));
+
+  Vec rm = random_vector(C, 57, 19.0, 21.0), rv = random_vector(C, 58, 0.5, 1.5);
+  DeviceBuffer<float> d_rm(rm), d_rv(rv);
+  batchnorm2d_update_running(cpu_ctx(), rm.data(), rv.data(), merged.data(), C, 0.1f);
+  batchnorm2d_update_running(gpu_ctx(), d_rm.get(), d_rv.get(), d_merged.get(), C, 0.1f);
+  EXPECT_TRUE(all_close("sync running_mean", d_rm.download(), rm, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("sync running_var", d_rv.download(), rv, 1e-5, 1e-6));
+}
+
+// The CPU forward's save_mean / save_rstd feed both backends' backward (the same inputs on both sides).
+struct BnSaved {
+  Vec inp, gamma, mean, rstd, dout;
+};
+BnSaved bn_saved(const BnShape& s, uint32_t seed) {
+  BnSaved b{random_vector(s.size(), seed, -2.0, 3.0), random_vector(s.C, seed + 1, 0.5, 1.5), Vec(s.C), Vec(s.C),
+            random_vector(s.size(), seed + 2)};
+  const Vec beta = random_vector(s.C, seed + 3);
+  Vec out(s.size()), stats(3 * static_cast<size_t>(s.C));
+  batchnorm2d_forward_train(cpu_ctx(), out.data(), stats.data(), b.mean.data(), b.rstd.data(), b.inp.data(),
+                            b.gamma.data(), beta.data(), s.N, s.C, s.HW, 1e-5f);
+  return b;
+}
+
+TEST(CudaResnet, BatchNormBackward) {
+  HPCT_REQUIRE_GPU();
+  for (const BnShape& s : kBnShapes) {
+    SCOPED_TRACE(s.name());
+    const BnSaved b = bn_saved(s, 61);
+    const Vec dg0 = random_vector(s.C, 65), db0 = random_vector(s.C, 66);
+    Vec dinp(s.size()), dg = dg0, db = db0;
+    batchnorm2d_backward(cpu_ctx(), dinp.data(), dg.data(), db.data(), b.dout.data(), b.inp.data(), b.mean.data(),
+                         b.rstd.data(), b.gamma.data(), s.N, s.C, s.HW);
+    DeviceBuffer<float> d_inp(b.inp), d_gamma(b.gamma), d_mean(b.mean), d_rstd(b.rstd), d_dout(b.dout);
+    Vec first;
+    for (int run = 0; run < 2; run++) {
+      DeviceBuffer<float> d_dinp(nan_vector(s.size())), d_dg(dg0), d_db(db0);
+      batchnorm2d_backward(gpu_ctx(), d_dinp.get(), d_dg.get(), d_db.get(), d_dout.get(), d_inp.get(), d_mean.get(),
+                           d_rstd.get(), d_gamma.get(), s.N, s.C, s.HW);
+      const Vec g_dinp = d_dinp.download();
+      if (run == 0) {
+        EXPECT_TRUE(all_close("bn dinp", g_dinp, dinp, 1e-5, 1e-6));
+        EXPECT_TRUE(all_close("bn dgamma (+=)", d_dg.download(), dg, 1e-5, 1e-6));
+        EXPECT_TRUE(all_close("bn dbeta (+=)", d_db.download(), db, 1e-5, 1e-6));
+        first = g_dinp;
+      } else {
+        EXPECT_EQ(g_dinp, first) << "bn dinp differs between two identical runs";
+      }
+    }
+  }
+}
+
+// SyncBN backward: local sums (assigned) + local dgamma/dbeta (+=), then dinp from "allreduced" sums and a global count
+// larger than this rank's.
+TEST(CudaResnet, BatchNormSyncBackward) {
+  HPCT_REQUIRE_GPU();
+  for (const BnShape& s : kBnShapes) {
+    SCOPED_TRACE(s.name());
+    const BnSaved b = bn_saved(s, 71);
+    const Vec dg0 = random_vector(s.C, 75), db0 = random_vector(s.C, 76);
+    Vec sums(2 * static_cast<size_t>(s.C)), dg = dg0, db = db0;
+    batchnorm2d_backward_local_sums(cpu_ctx(), sums.data(), dg.data(), db.data(), b.dout.data(), b.inp.data(),
+                                    b.mean.data(), b.rstd.data(), s.N, s.C, s.HW);
+    DeviceBuffer<float> d_inp(b.inp), d_gamma(b.gamma), d_mean(b.mean), d_rstd(b.rstd), d_dout(b.dout);
+    DeviceBuffer<float> d_sums(nan_vector(sums.size())), d_dg(dg0), d_db(db0);
+    batchnorm2d_backward_local_sums(gpu_ctx(), d_sums.get(), d_dg.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                                    d_mean.get(), d_rstd.get(), s.N, s.C, s.HW);
+    const Vec g_sums = d_sums.download();
+    EXPECT_TRUE(all_close("sum dout", column(g_sums, 2, 0), column(sums, 2, 0), 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("sum dout*xhat", column(g_sums, 2, 1), column(sums, 2, 1), 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("local dgamma (+=)", d_dg.download(), dg, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("local dbeta (+=)", d_db.download(), db, 1e-5, 1e-6));
+
+    const Vec global_sums = random_vector(2 * static_cast<size_t>(s.C), 77, -5.0, 5.0);
+    const int64_t global_count = 3 * static_cast<int64_t>(s.N) * s.HW;
+    Vec dinp(s.size());
+    batchnorm2d_backward_apply(cpu_ctx(), dinp.data(), b.dout.data(), b.inp.data(), b.mean.data(), b.rstd.data(),
+                               b.gamma.data(), global_sums.data(), global_count, s.N, s.C, s.HW);
+    DeviceBuffer<float> d_gs(global_sums), d_dinp(nan_vector(s.size()));
+    batchnorm2d_backward_apply(gpu_ctx(), d_dinp.get(), d_dout.get(), d_inp.get(), d_mean.get(), d_rstd.get(),
+                               d_gamma.get(), d_gs.get(), global_count, s.N, s.C, s.HW);
+    EXPECT_TRUE(all_close("sync dinp", d_dinp.download(), dinp, 1e-5, 1e-6));
+  }
+}
+
+// ---- MaxPool2d ---------------------------------------------------------------------------------------------
+struct PoolShape {
+  int N, C, H, W, K, stride, pad;
+  int OH() const { return (H + 2 * pad - K) / stride + 1; }
+  int OW() const { return (W + 2 * pad - K) / stride + 1; }
+  std::string name() const { return fmt::format("N{} C{} H{} W{} K{} s{} p{}", N, C, H, W, K, stride, pad); }
+};
+// the ResNet stem's 3x3 stride 2 pad 1 on odd and on ImageNet-like sizes, 2x2 stride 2, 3x3 stride 1 pad 1 (windows
+// overlapping 9-fold), 3x3 stride 2 unpadded (floor mode drops the last row/column)
+const PoolShape kPoolShapes[] = {{2, 3, 11, 13, 3, 2, 1}, {2, 4, 56, 56, 3, 2, 1}, {2, 3, 8, 8, 2, 2, 0},
+                                 {1, 4, 9, 7, 3, 1, 1},   {3, 2, 10, 10, 3, 2, 0}};
+
+TEST(CudaResnet, MaxPool) {
+  HPCT_REQUIRE_GPU();
+  for (const PoolShape& s : kPoolShapes) {
+    for (int ties = 0; ties < 2; ties++) {
+      SCOPED_TRACE(fmt::format("{}{}", s.name(), ties ? " (many ties)" : ""));
+      const size_t n_in = static_cast<size_t>(s.N) * s.C * s.H * s.W;
+      const size_t n_out = static_cast<size_t>(s.N) * s.C * s.OH() * s.OW();
+      // small integers make equal maxima in a window common: the first in row-major order must win on both
+      const Vec inp = ties ? test::cast_vector<float>(random_ints(n_in, 81, -3, 4)) : random_vector(n_in, 82);
+      Vec out(n_out);
+      std::vector<int32_t> idx(n_out);
+      maxpool2d_forward(cpu_ctx(), out.data(), idx.data(), inp.data(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad);
+      DeviceBuffer<float> d_inp(inp), d_out(nan_vector(n_out));
+      DeviceBuffer<int32_t> d_idx(std::vector<int32_t>(n_out, -7));
+      maxpool2d_forward(gpu_ctx(), d_out.get(), d_idx.get(), d_inp.get(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad);
+      EXPECT_TRUE(all_close("maxpool out", d_out.download(), out, 0.0, 0.0));
+      EXPECT_EQ(d_idx.download(), idx) << "maxpool argmax indices differ";
+
+      const Vec dout = random_vector(n_out, 83);
+      Vec dinp(n_in);
+      maxpool2d_backward(cpu_ctx(), dinp.data(), dout.data(), idx.data(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad);
+      DeviceBuffer<float> d_dout(dout), d_dinp(nan_vector(n_in));
+      d_idx.upload(idx);
+      maxpool2d_backward(gpu_ctx(), d_dinp.get(), d_dout.get(), d_idx.get(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad);
+      EXPECT_TRUE(all_close("maxpool dinp (assigned)", d_dinp.download(), dinp, 0.0, 0.0));
+    }
+  }
+}
+
+// ---- global average pooling ------------------------------------------------------------------------------------
+TEST(CudaResnet, GlobalAvgPool) {
+  HPCT_REQUIRE_GPU();
+  const BnShape shapes[] = {{3, 5, 49}, {2, 7, 1}, {2, 3, 3136}, {1, 33, 17}, {64, 40, 16}};
+  for (const BnShape& s : shapes) {
+    SCOPED_TRACE(s.name());
+    const size_t planes = static_cast<size_t>(s.N) * s.C;
+    const Vec inp = random_vector(s.size(), 91, -1.0, 2.0);
+    Vec out(planes);
+    global_avgpool_forward(cpu_ctx(), out.data(), inp.data(), s.N, s.C, s.HW);
+    DeviceBuffer<float> d_inp(inp), d_out(nan_vector(planes));
+    global_avgpool_forward(gpu_ctx(), d_out.get(), d_inp.get(), s.N, s.C, s.HW);
+    EXPECT_TRUE(all_close("avgpool out", d_out.download(), out, 1e-5, 1e-6));
+
+    const Vec dout = random_vector(planes, 92);
+    Vec dinp(s.size());
+    global_avgpool_backward(cpu_ctx(), dinp.data(), dout.data(), s.N, s.C, s.HW);
+    DeviceBuffer<float> d_dout(dout), d_dinp(nan_vector(s.size()));
+    global_avgpool_backward(gpu_ctx(), d_dinp.get(), d_dout.get(), s.N, s.C, s.HW);
+    EXPECT_TRUE(all_close("avgpool dinp (assigned)", d_dinp.download(), dinp, 0.0, 0.0));
+  }
+}
+
+}  // namespace
+}  // namespace hpct::kernels

@@ -442,6 +442,26 @@ void add_candidate(std::vector<ConvAlgo>& list, int algo, size_t bytes) {
   list.push_back({algo, bytes});
 }
 
+// The candidates of one algorithm family, in cuDNN's heuristic order (cudnnGet*Algorithm_v7: ranks without running or
+// allocating): those that succeed, are CUDNN_DETERMINISTIC, use no tensor-op math (no TF32) and whose workspace query
+// succeeds; then `fallback`, an algorithm known to be deterministic. max_count / rank / workspace wrap the family's
+// cudnnGet*AlgorithmMaxCount, cudnnGet*Algorithm_v7 and cudnnGet*WorkspaceSize.
+template <class Perf, class Algo, class MaxCount, class Rank, class Workspace>
+void add_deterministic(std::vector<ConvAlgo>& list, Algo fallback, MaxCount max_count, Rank rank, Workspace workspace) {
+  int n = 0, returned = 0;
+  CUDNN_CHECK(max_count(&n));
+  std::vector<Perf> perf(static_cast<size_t>(std::max(n, 1)));
+  CUDNN_CHECK(rank(static_cast<int>(perf.size()), &returned, perf.data()));
+  size_t bytes = 0;
+  for (int i = 0; i < returned; i++) {
+    const Perf& r = perf[static_cast<size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC || tensor_op_math(r.mathType))
+      continue;
+    if (workspace(r.algo, &bytes) == CUDNN_STATUS_SUCCESS) add_candidate(list, r.algo, bytes);
+  }
+  if (workspace(fallback, &bytes) == CUDNN_STATUS_SUCCESS) add_candidate(list, fallback, bytes);
+}
+
 ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
   ConvPlan p;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
@@ -461,68 +481,34 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
              "conv2d: cuDNN's output shape ({}, {}, {}, {}) differs from torch's ({}, {}, {}, {})", on, oc, oh, ow, d.N,
              d.OC, d.OH, d.OW);
 
-  {  // forward
-    int max_count = 0, returned = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(std::max(max_count, 1)));
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, static_cast<int>(perf.size()),
-                                                       &returned, perf.data()));
-    for (int i = 0; i < returned; i++) {
-      const auto& r = perf[i];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC || tensor_op_math(r.mathType))
-        continue;
-      size_t bytes = 0;
-      if (cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, r.algo, &bytes) != CUDNN_STATUS_SUCCESS)
-        continue;
-      add_candidate(p.fwd, r.algo, bytes);
-    }
-    size_t bytes = 0;
-    if (cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-                                                &bytes) == CUDNN_STATUS_SUCCESS)
-      add_candidate(p.fwd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, bytes);
-  }
-  {  // backward data
-    int max_count = 0, returned = 0;
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(std::max(max_count, 1)));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, static_cast<int>(perf.size()),
-                                                            &returned, perf.data()));
-    for (int i = 0; i < returned; i++) {
-      const auto& r = perf[i];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC || tensor_op_math(r.mathType))
-        continue;
-      size_t bytes = 0;
-      if (cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x, r.algo, &bytes) !=
-          CUDNN_STATUS_SUCCESS)
-        continue;
-      add_candidate(p.bwd_data, r.algo, bytes);
-    }
-    size_t bytes = 0;
-    if (cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
-                                                     &bytes) == CUDNN_STATUS_SUCCESS)
-      add_candidate(p.bwd_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, bytes);
-  }
-  {  // backward filter
-    int max_count = 0, returned = 0;
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(std::max(max_count, 1)));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, static_cast<int>(perf.size()),
-                                                              &returned, perf.data()));
-    for (int i = 0; i < returned; i++) {
-      const auto& r = perf[i];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC || tensor_op_math(r.mathType))
-        continue;
-      size_t bytes = 0;
-      if (cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, r.algo, &bytes) !=
-          CUDNN_STATUS_SUCCESS)
-        continue;
-      add_candidate(p.bwd_filter, r.algo, bytes);
-    }
-    size_t bytes = 0;
-    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
-                                                       &bytes) == CUDNN_STATUS_SUCCESS)
-      add_candidate(p.bwd_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, bytes);
-  }
+  // forward, backward data, backward filter: the same selection over cuDNN's three algorithm families
+  add_deterministic<cudnnConvolutionFwdAlgoPerf_t>(
+      p.fwd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+      [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); },
+      [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* perf) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, n, got, perf);
+      },
+      [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, a, bytes);
+      });
+  add_deterministic<cudnnConvolutionBwdDataAlgoPerf_t>(
+      p.bwd_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+      [&](int* n) { return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n); },
+      [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, n, got, perf);
+      },
+      [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x, a, bytes);
+      });
+  add_deterministic<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      p.bwd_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+      [&](int* n) { return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n); },
+      [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, n, got, perf);
+      },
+      [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, a, bytes);
+      });
   HPCT_CHECK(!p.fwd.empty() && !p.bwd_data.empty() && !p.bwd_filter.empty(),
              "conv2d: cuDNN offers no deterministic fp32 algorithm for N={} C={} H={} W={} OC={} {}x{} stride {} pad {} "
              "(forward {}, backward-data {}, backward-filter {} candidates)",

@@ -89,13 +89,23 @@ void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float*
   HPCT_DISPATCH(matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
-void attention_forward(const ExecContext& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
-                       int NH) {
-  HPCT_DISPATCH(attention_forward, out, att, qkv, B, T, C, NH);
+// The size queries are not profiled ops (the model calls them while planning): called directly, not through
+// HPCT_DISPATCH's profile scope.
+int64_t attention_stats_floats(const ExecContext& ctx, int B, int T, int C, int NH) {
+  if (ctx.device == Device::CPU) return cpu::attention_stats_floats(B, T, C, NH);
+  HPCT_CUDA_CALL(attention_stats_floats, B, T, C, NH);
 }
-void attention_backward(const ExecContext& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
-  HPCT_DISPATCH(attention_backward, dqkv, datt, dout, qkv, att, B, T, C, NH);
+int64_t attention_scratch_floats(const ExecContext& ctx, int B, int T, int C, int NH) {
+  if (ctx.device == Device::CPU) return cpu::attention_scratch_floats(B, T, C, NH);
+  HPCT_CUDA_CALL(attention_scratch_floats, B, T, C, NH);
+}
+void attention_forward(const ExecContext& ctx, float* out, float* stats, const float* qkv, int B, int T, int C,
+                       int NH) {
+  HPCT_DISPATCH(attention_forward, out, stats, qkv, B, T, C, NH);
+}
+void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* stats, int B, int T, int C, int NH) {
+  HPCT_DISPATCH(attention_backward, dqkv, scratch, dout, qkv, out, stats, B, T, C, NH);
 }
 
 void gelu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {

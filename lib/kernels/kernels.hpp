@@ -44,14 +44,27 @@ void matmul_backward(const ExecContext& ctx, float* dinp /*(N,C) or null*/, floa
                      const float* weight /*(OC,C)*/, int N, int C, int OC);
 
 // ---- causal multi-head self-attention -------------------------------------------------------
-// qkv rows hold [q (NH,HS) | k (NH,HS) | v (NH,HS)], the (3, NH, HS) row order of the fused QKV weight.
-// att keeps the softmax probabilities (zero above the diagonal) for backward. Scale 1/sqrt(HS).
-void attention_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, float* att /*(B,NH,T,T)*/,
+// qkv rows hold [q (NH,HS) | k (NH,HS) | v (NH,HS)], the (3, NH, HS) row order of the fused QKV weight; out (B,T,C)
+// holds head h in columns [h HS, (h+1) HS). Scale 1/sqrt(HS); query t attends to the keys j <= t.
+//
+// What forward keeps for backward (`stats`) and what backward needs as scratch are the backend's choice (DESIGN.md
+// §7: activation and workspace sizes come from the backend); the model plans them once with the two size queries
+// for the same shape, per layer for stats and one scratch shared by all layers:
+//   CPU   stats   = the softmax probabilities (B,NH,T,T), exactly 0 above the diagonal  -> B*NH*T*T floats
+//         scratch = dprobabilities (B,NH,T,T)                                           -> B*NH*T*T floats
+//   CUDA  stats   = the log-sum-exp L (B,NH,T) of each row's scaled scores (flash attention: the T x T matrix is
+//                   never stored; backward recomputes P = exp(q k^T scale - L) tile by tile)  -> B*NH*T floats
+//         scratch = D (B,NH,T) = rowsum(dout * out) per head                           -> B*NH*T floats
+// A buffer of at least that many floats, on ctx.device; stats must survive from forward to backward; the scratch
+// contents on entry and on return are unspecified. A smaller micro-batch b <= B may use the buffers planned for B.
+int64_t attention_stats_floats(const ExecContext& ctx, int B, int T, int C, int NH);
+int64_t attention_scratch_floats(const ExecContext& ctx, int B, int T, int C, int NH);
+void attention_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, float* stats /*(stats_floats)*/,
                        const float* qkv /*(B,T,3C)*/, int B, int T, int C, int NH);
-// dqkv assigned; datt is scratch of the same shape as att (contents on return unspecified).
-void attention_backward(const ExecContext& ctx, float* dqkv /*(B,T,3C)*/, float* datt /*(B,NH,T,T) scratch*/,
-                        const float* dout /*(B,T,C)*/, const float* qkv /*(B,T,3C)*/, const float* att /*(B,NH,T,T)*/,
-                        int B, int T, int C, int NH);
+// dqkv assigned. out is the forward's output for this qkv (the CUDA backend's D needs it; the CPU does not read it).
+void attention_backward(const ExecContext& ctx, float* dqkv /*(B,T,3C)*/, float* scratch /*(scratch_floats)*/,
+                        const float* dout /*(B,T,C)*/, const float* qkv /*(B,T,3C)*/, const float* out /*(B,T,C)*/,
+                        const float* stats /*(stats_floats)*/, int B, int T, int C, int NH);
 
 // ---- GELU, tanh approximation (torch approximate="tanh") ------------------------------------
 void gelu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n);

@@ -42,6 +42,7 @@ double segments_grad_sumsq(const ExecContext& ctx, const std::vector<Segment>& s
       k::sum_squares_accumulate(ctx, device_acc, s.grad, s.numel());
   double host = 0.0;
   k::copy_to_host(ctx, &host, device_acc, sizeof(double));
+  k::synchronize(ctx);  // the copy is asynchronous on CUDA: host is valid only now (a no-op on the CPU)
   return host;
 }
 

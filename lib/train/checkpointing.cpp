@@ -10,6 +10,7 @@
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::train {
 
@@ -82,11 +83,81 @@ OptimizerState optimizer_state(optim::Sgd& opt) {
   return s;
 }
 
+namespace {
+// A host slab with the same tensors (names, shapes, dtypes) as `like`.
+std::unique_ptr<Slab> host_twin(const Slab& like) {
+  auto h = std::make_unique<Slab>(like.name() + " (host staging)", Device::CPU);
+  for (const Tensor& t : like.tensors()) h->add(t.name, t.shape, t.dtype);
+  h->allocate();
+  return h;
+}
+}  // namespace
+
+CheckpointStaging::CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra)
+    : ctx_(ctx), params_(params), opt_(std::move(opt)), extra_(extra) {
+  if (ctx_.device == Device::CPU) return;  // zero-copy: the views are the run's own tensors
+  host_params_ = host_twin(params_);
+  if (extra_) host_extra_ = host_twin(*extra_);
+  // one host buffer per optimizer state buffer, laid out like the optimizer's (segment i at its state_offset)
+  const std::vector<optim::Segment>& segs = *opt_.segments;
+  int64_t numel = 0;
+  for (const optim::Segment& sg : segs) numel = std::max(numel, sg.state_offset + sg.numel());
+  host_state_ = std::make_unique<Slab>("optimizer state (host staging)", Device::CPU);
+  for (const auto& [name, state] : opt_.buffers) host_state_->add(name, {numel});
+  host_state_->allocate();
+  host_opt_.segments = opt_.segments;
+  for (size_t b = 0; b < opt_.buffers.size(); ++b) {
+    float* base = host_state_->tensors()[b].f32();
+    const std::vector<optim::Segment>* sp = opt_.segments;  // owned by the optimizer, which outlives the staging
+    host_opt_.buffers.emplace_back(opt_.buffers[b].first,
+                                   [base, sp](size_t i) { return base + (*sp)[i].state_offset; });
+  }
+}
+
+size_t CheckpointStaging::host_bytes() const {
+  size_t n = 0;
+  for (const auto* s : {host_params_.get(), host_extra_.get(), host_state_.get()})
+    if (s) n += s->bytes();
+  return n;
+}
+
+void CheckpointStaging::copy(bool to_host) {
+  auto move = [&](void* dev, void* host, size_t bytes) {
+    if (to_host)
+      kernels::copy_to_host(ctx_, host, dev, static_cast<int64_t>(bytes));
+    else
+      kernels::copy_from_host(ctx_, dev, host, static_cast<int64_t>(bytes));
+  };
+  auto slab = [&](Slab& dev, Slab& host) {
+    for (size_t i = 0; i < dev.tensors().size(); ++i)
+      move(dev.tensors()[i].data, host.tensors()[i].data, dev.tensors()[i].bytes());
+  };
+  slab(params_, *host_params_);
+  if (extra_) slab(*extra_, *host_extra_);
+  const std::vector<optim::Segment>& segs = *opt_.segments;
+  for (size_t b = 0; b < opt_.buffers.size(); ++b)
+    for (size_t i = 0; i < segs.size(); ++i)
+      if (segs[i].numel() > 0)
+        move(opt_.buffers[b].second(i), host_opt_.buffers[b].second(i), static_cast<size_t>(segs[i].numel()) * 4);
+  // CUDA copies are asynchronous: the host views are valid (to_host), and may be reused (to_device), only now
+  kernels::synchronize(ctx_);
+}
+
+void CheckpointStaging::to_host() {
+  if (host_params_) copy(true);
+}
+
+void CheckpointStaging::to_device() {
+  if (host_params_) copy(false);
+}
+
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
                            const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
                            const ckpt::Attrs& attrs, Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
+  HPCT_CHECK(params.device() == Device::CPU && (!extra || extra->device() == Device::CPU),
+             "save_checkpoint writes host memory: pass CheckpointStaging's views of device tensors");
   Timer timer;
   comm::Communicator& world = pc.world();
   const int64_t step = attrs.ints.at("step");
@@ -203,6 +274,8 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
                      const OptimizerState& opt, Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
+  HPCT_CHECK(params.device() == Device::CPU && (!extra || extra->device() == Device::CPU),
+             "load_checkpoint reads into host memory: pass CheckpointStaging's views of device tensors");
   auto global_box = [](const TensorPlacement& pl, std::vector<int64_t> off) {
     for (size_t a = 0; a < off.size(); ++a) off[a] += pl.offset[a];
     return off;
@@ -272,6 +345,8 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
 void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when,
                     const std::vector<bool>* which) {
   if (comm.size() == 1) return;
+  HPCT_CHECK(params.device() == Device::CPU, "check_replicas ({}) hashes host memory: pass CheckpointStaging's views "
+             "of device tensors", when);
   uint32_t crc = 0;
   if (!which) {
     crc = ckpt::crc32c(params.base(), params.bytes());

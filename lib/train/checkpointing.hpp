@@ -10,12 +10,14 @@
 // named tensors, so the checkpoint reads back as whole tensors on any layout.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
+#include "kernels/exec_context.hpp"
 #include "optim/adamw.hpp"
 #include "optim/sgd.hpp"
 #include "parallel/parallel_context.hpp"
@@ -53,8 +55,40 @@ struct OptimizerState {
 OptimizerState optimizer_state(optim::AdamW& opt);
 OptimizerState optimizer_state(optim::Sgd& opt);
 
+// What a checkpoint writes and reads, as host memory (DESIGN.md §7: the host reads device memory only through explicit
+// copies): the parameters, the optimizer's state buffers and the extra tensors (the BN running statistics). For a run on
+// a device it holds host slabs of the same tensors, planned once before the first step (not per save), and copies
+// through them; on the CPU it holds nothing and hands out the run's own tensors, zero-copy (the CPU path unchanged).
+//   save:   to_host(); check_replicas(..., params(), ...); save_checkpoint(..., params(), ..., optimizer(), ..., extra())
+//   resume: load_checkpoint(reader, params(), ..., optimizer(), extra()); to_device()
+class CheckpointStaging {
+ public:
+  CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra = nullptr);
+  CheckpointStaging(const CheckpointStaging&) = delete;
+  CheckpointStaging& operator=(const CheckpointStaging&) = delete;
+
+  // Device -> host copies of everything, then synchronize(ctx): the views below hold the run's current values.
+  void to_host();
+  // Host -> device copies of everything (after load_checkpoint into the views), then synchronize(ctx).
+  void to_device();
+
+  Slab& params() { return host_params_ ? *host_params_ : params_; }
+  const OptimizerState& optimizer() const { return host_params_ ? host_opt_ : opt_; }
+  Slab* extra() { return host_extra_ ? host_extra_.get() : extra_; }
+  size_t host_bytes() const;  // host memory of the staging copies (0 on the CPU)
+
+ private:
+  void copy(bool to_host);
+  ExecContext ctx_;
+  Slab& params_;
+  OptimizerState opt_, host_opt_;
+  Slab* extra_;
+  std::unique_ptr<Slab> host_params_, host_extra_, host_state_;  // host_state_: one tensor per optimizer buffer
+};
+
 // Writes a checkpoint of (params, optimizer) at pos.step under root (DIR/checkpoints). Collective over
-// pc.world(). Returns the committed step directory and the seconds it took.
+// pc.world(). Returns the committed step directory and the seconds it took. Every tensor is host memory (for a run on a
+// device: CheckpointStaging's views, after to_host()).
 // extra (optional): more DP-replicated, unsharded tensors stored beside the parameters as /model/<name> (the BN
 // running statistics: bn1.running_mean, ..., torchvision's state_dict names).
 struct SaveResult {
@@ -78,7 +112,7 @@ std::string resolve_resume(const std::string& resume, const std::string& root, c
 int64_t verify_collective(comm::Communicator& world, const std::string& dir);
 
 // Loads this rank's parameters (its hyperslab of every global tensor) and optimizer segments from dir,
-// whatever layout wrote it.
+// whatever layout wrote it, into host memory (for a run on a device: CheckpointStaging's views, then to_device()).
 void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
                      const OptimizerState& opt, Slab* extra = nullptr);
 
@@ -86,7 +120,8 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
 // restart (model.*, optim.*, train.seed, train.global_batch); UsageError naming the first difference.
 void check_resume_compatible(const Config& deck, const ConfigSchema& schema, const ckpt::Reader& reader);
 
-// CRC32C of the parameter slab, allgathered over comm: replicas must be bitwise equal (DESIGN.md §6).
+// CRC32C of the parameter slab (host memory: on a device, CheckpointStaging::params() after to_host()), allgathered
+// over comm (an MPI group: host buffers): replicas must be bitwise equal (DESIGN.md §6).
 // Throws naming the ranks that disagree.
 // which (optional, by tensor index): only those tensors (e.g. the TP-replicated ones over the TP group).
 void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when,

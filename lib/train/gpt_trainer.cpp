@@ -52,6 +52,7 @@ double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSe
   double total = 0.0;
   for (int first = begin; first < end; first += MB) {
     const int b = std::min(MB, end - first);
+    k::synchronize(ctx);  // the last micro-batch's copies from in_host / tgt_host are done before we refill them
     eval.fill(first, b, in_host.data(), tgt_host.data());
     k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(b) * T * 4);
     k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(b) * T * 4);
@@ -60,6 +61,7 @@ double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSe
     model.forward(ctx, in_dev.i32(), b, st.has_embedding ? nullptr : act->data());
     if (!st.has_head) {
       k::copy_to_host(ctx, act->data(), model.stage_output(), n * 4);
+      k::synchronize(ctx);  // act is sent from the host
       pp->send(act->data(), n, DType::F32, pp->rank() + 1, 7, "evaluation activation");
       continue;
     }
@@ -90,6 +92,7 @@ std::string generate(const ExecContext& ctx, gpt::Gpt& model, const Config& deck
     k::copy_from_host(ctx, in_dev.data, window.data(), static_cast<int64_t>(T) * 4);
     model.forward(ctx, in_dev.i32(), 1);  // causal: position len-1 sees only the real tokens
     k::copy_to_host(ctx, row.data(), model.logits() + static_cast<int64_t>(len - 1) * Vp, static_cast<int64_t>(Vp) * 4);
+    k::synchronize(ctx);  // row is read now, window rewritten next
     for (int v = 0; v < V; ++v) cand[v] = {row[v], v};
     const int kk = top_k > 0 ? std::min(top_k, V) : V;
     std::partial_sort(cand.begin(), cand.begin() + kk, cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
@@ -138,6 +141,7 @@ struct GptPipelineStage : parallel::PipelineStage {
   }
   int64_t activation_numel() const override { return numel; }
   void load_batch(int micro) {
+    k::synchronize(ctx);  // earlier copies from in_host / tgt_host are done before we refill them
     sampler.fill(step, rank_first + static_cast<int64_t>(micro) * MB, MB, in_host.data(), tgt_host.data());
     k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(in_host.size()) * 4);
     k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
@@ -154,23 +158,28 @@ struct GptPipelineStage : parallel::PipelineStage {
       model.forward(ctx, nullptr, MB, stashed(micro));
     }
     k::copy_to_host(ctx, out, model.stage_output(), numel * 4);
+    k::synchronize(ctx);  // the schedule sends `out` from the host once we return
   }
+  // On return every copy between the device and the schedule's host buffers (dout read, din written by the model) has
+  // completed: the schedule sends din and reuses dout's buffer.
   void backward(int micro, const float* dout, float* din) override {
     const auto& st = model.stage();
     if (st.has_embedding) {
       load_batch(micro);
       model.forward(ctx, in_dev.i32(), MB);  // recompute
       model.backward_stage(ctx, dout, nullptr, MB);
+      k::synchronize(ctx);
       return;
     }
     model.forward(ctx, nullptr, MB, stashed(micro));  // recompute (the last stage: its only forward)
     if (!st.has_head) {
       model.backward_stage(ctx, dout, din, MB);
+      k::synchronize(ctx);
       return;
     }
     load_batch(micro);
     const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB, din);
-    loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * model.config().seq_len);
+    loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * model.config().seq_len);  // synchronizes
   }
 };
 
@@ -185,16 +194,19 @@ int plan_gpt(const Config& deck, int world) {
   const int MB = static_cast<int>(deck.get_int("train.micro_batch"));
   const int zero = static_cast<int>(deck.get_int("parallel.zero"));
   const int dp = grid.dp();
-  const gpt::MemoryPlan serial = gpt::memory_plan(cfg, MB);
-  std::printf("plan: %s | %s | micro_batch %d | ZeRO-%d | model %lld parameters (padded vocabulary %d)\n",
-              deck.deck_path().c_str(), grid.describe().c_str(), MB, zero,
+  // the backend's buffer sizes (attention: T x T probabilities on the CPU, a log-sum-exp per row on CUDA); "auto"
+  // is planned as the CPU, where it falls back without a GPU
+  const Device plan_device = deck.get_string("train.device") == "cuda" ? Device::CUDA : Device::CPU;
+  const gpt::MemoryPlan serial = gpt::memory_plan(cfg, MB, plan_device);
+  std::printf("plan: %s | %s | micro_batch %d | ZeRO-%d | device %s | model %lld parameters (padded vocabulary %d)\n",
+              deck.deck_path().c_str(), grid.describe().c_str(), MB, zero, device_name(plan_device),
               static_cast<long long>(serial.num_params), cfg.padded_vocab);
   std::printf("%8s %8s %8s | %12s %12s %12s %12s %12s\n", "pp_rank", "tp_rank", "layers", "params", "grads",
               "optimizer", "activations", "total");
   for (int p = 0; p < pp; ++p)
     for (int t = 0; t < tp; ++t) {
       const gpt::ModelParallel mp{tp, t, pp, p};
-      gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB);
+      gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, plan_device);
       if (zero) m.optim_bytes = (m.optim_bytes + dp - 1) / dp;  // sharded over DP (to within a bucket's rounding)
       const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
       std::printf("%8d %8d %3d..%-4d | %12s %12s %12s %12s %12s\n", p, t, st.first_layer, st.end_layer - 1,
@@ -222,7 +234,11 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   // Slurm / launcher facts and the node-local rank (the CUDA backend's GPU choice), before the ParallelContext: srun
   // tasks that did not wire up into one MPI job stop here (run_support.hpp)
   const parallel::LaunchEnv launch = read_launch(copts);
-  parallel::ParallelContext pc(tp, pp, deck.get_string("parallel.order"), copts, where);
+  // train.device, agreed by every rank; on CUDA the GPU (local_rank % devices) and the compute stream. Before the
+  // ParallelContext, which builds its NCCL groups on that GPU; declared first, so it outlives everything that computes.
+  const RunDevice run_device(deck, launch, copts);
+  const ExecContext& ctx = run_device.exec();
+  parallel::ParallelContext pc(tp, pp, deck.get_string("parallel.order"), copts, where, ctx);
   const int dp = pc.dp_size(), dr = pc.dp_rank();
   HPCT_USAGE_CHECK(GB % (static_cast<int64_t>(dp) * MB) == 0,
                    "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
@@ -233,7 +249,6 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
                    pc.world_size());
   const int64_t n_micro = GB / (dp * MB);
   const int64_t rank_first = dr * (GB / dp);  // DP rank d takes the contiguous block d of the global batch
-  const ExecContext ctx{resolve_device(deck, "train_gpt"), nullptr};
 
   optim::LrSchedule sched;
   sched.lr = deck.get_float("optim.lr");
@@ -276,10 +291,10 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
 
   // ---- model, gradient sync, optimizer, planned buffers (nothing allocates in the step loop) -----
   const gpt::ModelParallel mp{tp, pc.tp_rank(), pp, pc.pp_rank()};
-  gpt::Gpt model(cfg, MB, ctx.device, mp, &pc.tp_group());
+  gpt::Gpt model(cfg, MB, ctx.device, mp, &pc.device_tp_group());
   model.init_parameters(ctx, seed);
   const parallel::GradSyncOptions gso = grad_sync_options(deck);
-  parallel::GradSync grad_sync(pc.dp_group(), model.params(), model.grads(), gso);
+  parallel::GradSync grad_sync(pc.device_dp_group(), model.params(), model.grads(), gso);
   model.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   optim::AdamW adamw(model.params(), owned_segments(grad_sync), decay_flags(model.layout()), ocfg);
   // where each local tensor sits in the serial one, which replica counts (grad norm) and is written (checkpoint)
@@ -291,12 +306,15 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     tp_replicated.push_back(sh.replicated_in_tp);
     is_wte.push_back(sh.spec.name == "wte");
   }
+  // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy)
+  CheckpointStaging staging(ctx, model.params(), optimizer_state(adamw));
   // replicas must stay bitwise equal (DESIGN.md §6): whole parameters over DP, replicated tensors over TP
-  auto check_all_replicas = [&](const std::string& when) {
-    check_replicas(pc.dp_group(), model.params(), when);
-    check_replicas(pc.tp_group(), model.params(), when + ", TP-replicated tensors", &tp_replicated);
+  auto check_all_replicas = [&](const std::string& when) {  // after staging.to_host()
+    Slab& params = staging.params();
+    check_replicas(pc.dp_group(), params, when);
+    check_replicas(pc.tp_group(), params, when + ", TP-replicated tensors", &tp_replicated);
     if (pc.has_embedding_group() && pc.embedding_group().size() > 1)  // the tied embedding's two copies
-      check_replicas(pc.embedding_group(), model.params(), when + ", tied embedding (first and last stage)", &is_wte);
+      check_replicas(pc.embedding_group(), params, when + ", tied embedding (first and last stage)", &is_wte);
   };
   Slab io("batch", ctx.device);
   Tensor& in_dev = io.add("inputs", {MB, T}, DType::I32);
@@ -319,11 +337,12 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     eval_act.assign(static_cast<size_t>(stage->activation_numel()), 0.0f);
   }
 
-  gpt::MemoryPlan plan = gpt::memory_plan(cfg, mp, MB);
+  gpt::MemoryPlan plan = gpt::memory_plan(cfg, mp, MB, ctx.device);
   plan.optim_bytes = adamw.state_bytes();  // 1/DP of the unsharded figure under ZeRO-1
   const double flops_tok = gpt::flops_per_token(cfg);
   log_info("hpctrain train_gpt | deck {} | out {}", deck.deck_path(), opts.out_dir);
   parallel::log_launch_env(launch);
+  run_device.log();  // the GPU, or auto's fallback to the CPU (nothing for train.device = cpu)
   log_info("model: L={} NH={} C={} T={} V={} (padded {}) bias={} | {} parameters ({:.3f} M)", cfg.n_layer,
            cfg.n_head, cfg.n_embd, T, cfg.vocab_size, cfg.padded_vocab, cfg.bias, plan.num_params,
            plan.num_params / 1e6);
@@ -332,6 +351,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
            pc.world_size(), dp, tp, pp, pc.grid().order(), device_name(ctx.device), omp_get_max_threads(), GB, dp,
            n_micro, MB, GB * T);
   log_info("gradient sync: {}", grad_sync.describe());
+  if (ctx.device != Device::CPU)
+    log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
+             human_bytes(static_cast<double>(staging.host_bytes())));
   log_info("memory per rank: params {} | grads {} | optimizer {} (unsharded {}) | activations {} | activation grads {} "
            "| total {}",
            human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.optim_bytes),
@@ -351,7 +373,8 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const int64_t start = resumed.step;
   if (resumed.reader) {
     Timer t;
-    load_checkpoint(*resumed.reader, model.params(), placements, optimizer_state(adamw));
+    load_checkpoint(*resumed.reader, staging.params(), placements, staging.optimizer());
+    staging.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
     adamw.set_step_count(resumed.reader->attrs().ints.at("optim.step"));
     log_info("resumed at step {}: loaded in {:.2f} s (verified in {:.2f} s)", start, t.seconds(), resumed.seconds);
   }
@@ -373,6 +396,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   };
   CheckpointCadence cadence(deck);
   auto save = [&](int64_t s, const char* why) {
+    staging.to_host();  // CUDA: device -> host views, synchronized (the CPU writes its tensors in place)
     check_all_replicas(fmt::format("step {}", s));
     ckpt::Attrs a;
     a.ints["step"] = s;
@@ -397,7 +421,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
                                  "of the step, so rng.seed and step are the whole state";
     a.strings["app"] = "train_gpt";
     add_launch_attrs(a, launch);
-    const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), placements, optimizer_state(adamw), a);
+    const SaveResult r = save_checkpoint(pc, ckpt_root, ckpt_keep, staging.params(), placements, staging.optimizer(), a);
     cadence.saved(r.seconds);
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
@@ -423,6 +447,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     double loss_sum = 0.0;
     for (int64_t j = 0; j < (pipe ? 0 : n_micro); ++j) {
       const int64_t first = rank_first + j * MB;  // micro-batch j: a contiguous sub-block of this rank's block
+      // The previous copies from in_host / tgt_host have completed before we refill them (CUDA copies are asynchronous;
+      // the stream is idle here anyway: sum_to_host below and the step's end synchronize). A no-op on the CPU.
+      k::synchronize(ctx);
       sampler.fill(s, first, MB, in_host.data(), tgt_host.data());
       if (dump) dump->record_batch(s, first, MB, in_host.data(), tgt_host.data());
       k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(in_host.size()) * 4);
@@ -430,7 +457,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
       model.forward(ctx, in_dev.i32(), MB);
       const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB);
-      loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * T);
+      loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * T);  // synchronizes
     }
     if (pipe) {
       stage->step = s;
@@ -444,9 +471,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       loss_sum = stage->loss_sum;  // non-zero on the last stage only
       pc.pp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum (pipeline)");
       if (pc.has_embedding_group() && pc.embedding_group().size() > 1) {  // tied embedding: first + last stage
-        Tensor& dwte = model.grads().get("wte");
-        pc.embedding_group().allreduce(dwte.data, dwte.numel(), DType::F32, comm::ReduceOp::Sum,
-                                       "tied embedding gradient");
+        Tensor& dwte = model.grads().get("wte");  // device memory: the NCCL embedding group on CUDA
+        pc.device_embedding_group().allreduce(dwte.data, dwte.numel(), DType::F32, comm::ReduceOp::Sum,
+                                              "tied embedding gradient");
       }
       grad_sync.arm();  // no overlap under PP: the buckets start after the embedding sum
     }
@@ -519,6 +546,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       break;
     }
   }
+  staging.to_host();
   check_all_replicas("end of training");
   if (dump) {
     dump->record_params(ctx, model, "final");

@@ -32,6 +32,7 @@ void ReferenceDump::record_params(const ExecContext& ctx, gpt::Gpt& model, const
     kernels::copy_to_host(ctx, n.data.data(), t.data, static_cast<int64_t>(t.bytes()));
     dst.push_back(std::move(n));
   }
+  kernels::synchronize(ctx);  // the copies are asynchronous on CUDA: dst is valid only now
 }
 
 void ReferenceDump::record_grads(const ExecContext& ctx, gpt::Gpt& model) { record_params(ctx, model, "grads_step1"); }

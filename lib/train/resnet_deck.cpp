@@ -34,8 +34,8 @@ const ConfigSchema& resnet_deck_schema() {
     s.int_key("train.seed", 1337, "seed of parameter init, data order and augmentation", 0, 9.2e18);
     s.int_key("train.global_batch", 128, "images per optimizer step (all ranks, all micro-batches)", 1, 1 << 24);
     s.int_key("train.micro_batch", 128, "images per forward/backward pass on one rank", 1, 1 << 20);
-    s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto picks cpu until the CUDA "
-                                        "model backend exists)", {"cpu", "cuda", "auto"});
+    s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
+                                        "usable GPU, else cpu with one log line)", {"cpu", "cuda", "auto"});
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
               1e12);

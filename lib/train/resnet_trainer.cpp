@@ -84,6 +84,7 @@ class ResNetDump {
         k::copy_to_host(ctx, n.data.data(), t.data, static_cast<int64_t>(t.bytes()));
         dst.push_back(std::move(n));
       }
+    k::synchronize(ctx);  // the copies are asynchronous on CUDA: dst is valid only now
   }
   void record_batch(int64_t step, int64_t first, int count, const float* images, const int32_t* labels) {
     const int64_t row = (step - 1) * gb_ + first;
@@ -162,7 +163,11 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   // Slurm / launcher facts and the node-local rank (the CUDA backend's GPU choice), before the ParallelContext: srun
   // tasks that did not wire up into one MPI job stop here (run_support.hpp)
   const parallel::LaunchEnv launch = read_launch(copts);
-  parallel::ParallelContext pc(1, 1, deck.get_string("parallel.order"), copts, where);
+  // train.device, agreed by every rank; on CUDA the GPU (local_rank % devices) and the compute stream. Before the
+  // ParallelContext, which builds its NCCL groups on that GPU; declared first, so it outlives everything that computes.
+  const RunDevice run_device(deck, launch, copts);
+  const ExecContext& ctx = run_device.exec();
+  parallel::ParallelContext pc(1, 1, deck.get_string("parallel.order"), copts, where, ctx);
   const int dp = pc.dp_size(), dr = pc.dp_rank();
   HPCT_USAGE_CHECK(GB % (static_cast<int64_t>(dp) * MB) == 0,
                    "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
@@ -182,7 +187,6 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   auto micro_first = [&](int64_t j) {
     return sync_split ? j * dp * MB + static_cast<int64_t>(dr) * MB : dr * (GB / dp) + j * MB;
   };
-  const ExecContext ctx{resolve_device(deck, "train_resnet"), nullptr};
   check_deadline(deck);
 
   const data::ImageDataset train_set = data::ImageDataset::open(resolve_data_path(deck.get_string("data.train")));
@@ -265,10 +269,10 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
 
   // ---- output, model, gradient sync, optimizer, planned buffers (nothing allocates in the step loop) ----
   const std::string ckpt_root = prepare_output(pc, opts.out_dir);
-  resnet::ResNet model(cfg, MB, ctx.device, sync_bn ? &pc.dp_group() : nullptr);
+  resnet::ResNet model(cfg, MB, ctx.device, sync_bn ? &pc.device_dp_group() : nullptr);  // SyncBN: device buffers
   model.init_parameters(ctx, seed);
   const parallel::GradSyncOptions gso = grad_sync_options(deck);
-  parallel::GradSync grad_sync(pc.dp_group(), model.params(), model.grads(), gso);
+  parallel::GradSync grad_sync(pc.device_dp_group(), model.params(), model.grads(), gso);
   model.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   optim::Sgd sgd(model.params(), owned_segments(grad_sync), decay_flags(model.layout()), ocfg);
   std::vector<TensorPlacement> placements;  // data-parallel only: every tensor whole
@@ -277,12 +281,14 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   // torch DDP's broadcast_buffers): they are broadcast before every evaluation and checkpoint.
   auto sync_buffers = [&] {
     if (!sync_bn && dp > 1)
-      pc.dp_group().broadcast(model.buffers().base(), static_cast<int64_t>(model.buffers().bytes() / 4), DType::F32, 0,
-                              "BN running statistics (from DP rank 0)");
+      pc.device_dp_group().broadcast(model.buffers().base(), static_cast<int64_t>(model.buffers().bytes() / 4),
+                                     DType::F32, 0, "BN running statistics (from DP rank 0)");
   };
-  auto check_all_replicas = [&](const std::string& when) {  // replicas stay bitwise equal (DESIGN.md §6)
-    check_replicas(pc.dp_group(), model.params(), when);
-    check_replicas(pc.dp_group(), model.buffers(), when + ", BN running statistics");
+  // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy)
+  CheckpointStaging staging(ctx, model.params(), optimizer_state(sgd), &model.buffers());
+  auto check_all_replicas = [&](const std::string& when) {  // replicas stay bitwise equal (DESIGN.md §6); after to_host()
+    check_replicas(pc.dp_group(), staging.params(), when);
+    check_replicas(pc.dp_group(), *staging.extra(), when + ", BN running statistics");
   };
   const int D = static_cast<int>(train_set.image_elems()), K = cfg.num_classes;
   Slab io("batch", ctx.device);
@@ -297,6 +303,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   const double flops_img = 3.0 * resnet::forward_flops_per_image(cfg);  // forward + backward (2x)
   log_info("hpctrain train_resnet | deck {} | out {}", deck.deck_path(), opts.out_dir);
   parallel::log_launch_env(launch);
+  run_device.log();  // the GPU, or auto's fallback to the CPU (nothing for train.device = cpu)
   log_info("model: ResNet-{} ({} style{}) | input {}x{}x{} | {} classes | {} parameters ({:.3f} M) | {:.3f} GFLOP "
            "per image (forward)",
            cfg.depth, cfg.style, cfg.bottleneck() ? ", Bottleneck" : ", BasicBlock", cfg.in_channels, cfg.height,
@@ -306,6 +313,9 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
            pc.world_size(), dp, device_name(ctx.device), omp_get_max_threads(), GB, dp, n_micro, MB,
            sync_bn && dp > 1 ? "SyncBN over the DP group" : sync_bn ? "SyncBN (one rank: plain)" : "per rank");
   log_info("gradient sync: {}", grad_sync.describe());
+  if (ctx.device != Device::CPU)
+    log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
+             human_bytes(static_cast<double>(staging.host_bytes())));
   log_info("memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | activations {} | activation grads "
            "{} | conv workspace {} | total {}",
            human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.buffer_bytes),
@@ -325,7 +335,8 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   const int64_t start = resumed.step;
   if (resumed.reader) {
     Timer t;
-    load_checkpoint(*resumed.reader, model.params(), placements, optimizer_state(sgd), &model.buffers());
+    load_checkpoint(*resumed.reader, staging.params(), placements, staging.optimizer(), staging.extra());
+    staging.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
     sgd.set_step_count(resumed.reader->attrs().ints.at("optim.step"));
     log_info("resumed at step {} (epoch {}): loaded in {:.2f} s (verified in {:.2f} s)", start,
              start / std::max<int64_t>(spe, 1), t.seconds(), resumed.seconds);
@@ -344,6 +355,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   CheckpointCadence cadence(deck);
   auto save = [&](int64_t s, const char* why) {
     sync_buffers();
+    staging.to_host();  // CUDA: device -> host views, synchronized (the CPU writes its tensors in place)
     check_all_replicas(fmt::format("step {}", s));
     ckpt::Attrs a;
     a.ints["step"] = s;
@@ -370,7 +382,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     a.strings["app"] = "train_resnet";
     add_launch_attrs(a, launch);
     const SaveResult r =
-        save_checkpoint(pc, ckpt_root, ckpt_keep, model.params(), placements, optimizer_state(sgd), a, &model.buffers());
+        save_checkpoint(pc, ckpt_root, ckpt_keep, staging.params(), placements, staging.optimizer(), a, staging.extra());
     cadence.saved(r.seconds);
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
@@ -386,12 +398,14 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     double part[2] = {0.0, 0.0};
     for (int64_t first = e0; first < e1; first += MB) {
       const int b = static_cast<int>(std::min<int64_t>(MB, e1 - first));
+      k::synchronize(ctx);  // the last batch's copies from img_host / lab_host are done before we refill them
       data::fill_images(test_set, norm, first, b, img_host.data(), lab_host.data());
       k::copy_from_host(ctx, img_dev.data, img_host.data(), static_cast<int64_t>(b) * D * 4);
       k::copy_from_host(ctx, lab_dev.data, lab_host.data(), static_cast<int64_t>(b) * 4);
       model.forward(ctx, img_dev.f32(), b, /*train=*/false);
       part[0] += sum_to_host(ctx, sum_dev, model.loss(ctx, lab_dev.i32(), b), b);
       k::copy_to_host(ctx, logits_host.data(), model.logits(), static_cast<int64_t>(b) * K * 4);
+      k::synchronize(ctx);  // logits_host is read now
       part[1] += static_cast<double>(count_correct(logits_host.data(), lab_host.data(), b, K));
     }
     pc.dp_group().allreduce(part, 2, DType::F64, comm::ReduceOp::Sum, "test loss and accuracy");
@@ -413,6 +427,9 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     double sums[2] = {0.0, 0.0};  // loss sum, correct predictions (this rank's images)
     for (int64_t j = 0; j < n_micro; ++j) {
       const int64_t first = micro_first(j);
+      // The previous copies from img_host / lab_host have completed before we refill them (CUDA copies are
+      // asynchronous; the stream is idle here anyway: sum_to_host below and the step's end synchronize). CPU: a no-op.
+      k::synchronize(ctx);
       sampler.fill(s, first, MB, img_host.data(), lab_host.data());
       if (dump) dump->record_batch(s, first, MB, img_host.data(), lab_host.data());
       k::copy_from_host(ctx, img_dev.data, img_host.data(), static_cast<int64_t>(img_host.size()) * 4);
@@ -420,9 +437,10 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
       if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
       model.forward(ctx, img_dev.f32(), MB, /*train=*/true);
       k::copy_to_host(ctx, logits_host.data(), model.logits(), static_cast<int64_t>(MB) * K * 4);  // before backward
-      sums[1] += static_cast<double>(count_correct(logits_host.data(), lab_host.data(), MB, K));
-      const float* losses = model.loss_and_backward(ctx, lab_dev.i32(), dloss, MB);
+      const float* losses = model.loss_and_backward(ctx, lab_dev.i32(), dloss, MB);  // (overwrites the logits)
       sums[0] += sum_to_host(ctx, sum_dev, losses, MB);
+      // logits_host is read only now: sum_to_host synchronized, so the copy queued before backward has landed
+      sums[1] += static_cast<double>(count_correct(logits_host.data(), lab_host.data(), MB, K));
     }
     grad_sync.finish();
     pc.dp_group().allreduce(sums, 2, DType::F64, comm::ReduceOp::Sum, "loss sum and accuracy");
@@ -487,6 +505,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     }
   }
   sync_buffers();
+  staging.to_host();
   check_all_replicas("end of training");
   if (dump) {
     dump->record_state(ctx, model, "final");

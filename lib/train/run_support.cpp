@@ -14,6 +14,10 @@
 #include "train/checkpointing.hpp"
 #include "train/stop_signals.hpp"
 
+#if HPCT_HAVE_CUDA
+#include "kernels/cuda/cuda_device.hpp"
+#endif
+
 #ifndef HPCT_SOURCE_DIR
 #define HPCT_SOURCE_DIR "."
 #endif
@@ -33,6 +37,7 @@ float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64
   kernels::sum(ctx, sum_dev.f32(), x, n);
   float s = 0.0f;
   kernels::copy_to_host(ctx, &s, sum_dev.f32(), 4);
+  kernels::synchronize(ctx);  // CUDA copies are asynchronous: s is valid only now (a no-op on the CPU)
   return s;
 }
 
@@ -75,13 +80,99 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Device resolve_device(const Config& deck, const char* app) {
-  const std::string& d = deck.get_string("train.device");
-  if (d == "cuda")
-    HPCT_USAGE_FAIL("deck {}: train.device = \"cuda\": the CUDA backend of {} is not implemented in this version; use "
-                    "--set train.device=cpu (or auto)",
-                    deck.deck_path(), app);
-  return Device::CPU;  // "cpu", and "auto" until the CUDA model backend exists
+DeviceDecision decide_device(const std::string& requested, const std::string& build_gap, int unusable_ranks,
+                             int world_size, const std::string& reason, const std::string& deck_path) {
+  HPCT_CHECK(requested == "cpu" || requested == "cuda" || requested == "auto", "train.device = \"{}\"", requested);
+  DeviceDecision d;
+  if (requested == "cpu") return d;
+  std::string why;  // why CUDA cannot be used, "" when it can
+  if (!build_gap.empty()) {
+    why = build_gap;
+  } else if (unusable_ranks > 0) {
+    why = unusable_ranks == world_size
+              ? fmt::format("no usable CUDA device ({})", reason)
+              : fmt::format("no usable CUDA device on {} of {} ranks ({})", unusable_ranks, world_size, reason);
+  }
+  if (why.empty()) {
+    d.device = Device::CUDA;
+    return d;
+  }
+  if (requested == "cuda")
+    HPCT_USAGE_FAIL("deck {}: train.device = \"cuda\" but {}; {}, or run on the CPU with --set train.device=cpu",
+                    deck_path, why,
+                    build_gap.empty() ? "run where every rank sees a GPU"
+                                      : "rebuild with the CUDA toolkit (scripts/build.sh -DHPCT_ENABLE_CUDA=ON)");
+  d.note = fmt::format("train.device = auto: {}: running on the CPU", why);
+  return d;
+}
+
+#if HPCT_HAVE_CUDA
+struct RunDevice::Cuda {
+  kernels::CudaStream stream;  // the rank's compute stream
+};
+#else
+struct RunDevice::Cuda {};
+#endif
+
+RunDevice::RunDevice(const Config& deck, const parallel::LaunchEnv& launch, const comm::CommOptions& opts) {
+  const std::string& requested = deck.get_string("train.device");
+  if (requested == "cpu") return;  // no CUDA call, no collective: the CPU path exactly as before
+  std::string build_gap;
+#if !HPCT_HAVE_CUDA
+  build_gap = "this build has no CUDA backend (configured without the CUDA toolkit, or with -DHPCT_ENABLE_CUDA=OFF)";
+#elif !HPCT_HAVE_NCCL
+  build_gap = "this build has the CUDA kernels but no NCCL (nccl.h / libnccl were not found at configure time)";
+#endif
+  int unusable = 0;
+  std::string reason;
+  std::unique_ptr<comm::MpiCommunicator> world;
+#if HPCT_HAVE_CUDA
+  if (build_gap.empty()) {
+    // Every rank's view, gathered: all ranks take the same decision (the deck, hence this branch, is the same on all).
+    world = comm::make_world_communicator(opts);
+    const std::vector<std::string> why =
+        allgather_strings(*world, kernels::cuda_unavailable_reason(), "train.device: CUDA availability");
+    const std::vector<std::string> hosts = allgather_strings(*world, launch.host, "train.device: host names");
+    for (size_t r = 0; r < why.size(); ++r) {
+      if (why[r].empty()) continue;
+      if (unusable++ == 0) reason = why.size() > 1 ? fmt::format("rank {} on {}: {}", r, hosts[r], why[r]) : why[r];
+    }
+  }
+#else
+  (void)opts;
+#endif
+  const DeviceDecision d = decide_device(requested, build_gap, unusable, launch.world_size, reason, deck.deck_path());
+  line_ = d.note;
+  if (d.device == Device::CPU) return;
+#if HPCT_HAVE_CUDA
+  const kernels::CudaDeviceInfo info = kernels::cuda_select_device(launch.local_rank);
+  // One GPU per rank: NCCL refuses two ranks of one communicator on one GPU. Gathered, so every rank stops alike.
+  const std::string shared =
+      launch.local_size > info.count
+          ? fmt::format("{} ranks run on {} but it has {} visible CUDA device(s)", launch.local_size, launch.host,
+                        info.count)
+          : std::string();
+  const std::vector<std::string> over = allgather_strings(*world, shared, "train.device: ranks per GPU");
+  for (const std::string& o : over)
+    HPCT_USAGE_CHECK(o.empty(),
+                     "deck {}: train.device = {}: {}; NCCL needs one GPU per rank: launch at most one rank per GPU on "
+                     "each node (e.g. srun --ntasks-per-node=<GPUs> --gpus-per-task=1), or run on the CPU with --set "
+                     "train.device=cpu",
+                     deck.deck_path(), requested, o);
+  cuda_ = std::make_unique<Cuda>();
+  exec_ = ExecContext{Device::CUDA, cuda_->stream.get()};
+  line_ = fmt::format("device: cuda:{} {} (sm_{}{}, {} total, {} free) on rank 0 | train.device = {}: every rank "
+                      "computes on GPU local_rank % visible devices ({} rank(s), {} device(s) on rank 0's node)",
+                      info.index, info.name, info.cc_major, info.cc_minor,
+                      human_bytes(static_cast<double>(info.total_bytes)),
+                      human_bytes(static_cast<double>(info.free_bytes)), requested, launch.local_size, info.count);
+#endif
+}
+
+RunDevice::~RunDevice() = default;
+
+void RunDevice::log() const {
+  if (!line_.empty()) log_info("{}", line_);
 }
 
 parallel::LaunchEnv read_launch(const comm::CommOptions& opts) {

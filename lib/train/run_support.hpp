@@ -31,7 +31,8 @@ struct RunOptions {
 // (default <repository>/data).
 std::string resolve_data_path(const std::string& path);
 
-// Sum of n device floats, through the one-float device buffer sum_dev and one explicit copy to the host.
+// Sum of n device floats, through the one-float device buffer sum_dev and one explicit copy to the host, after which
+// it synchronizes ctx (the host reads the copy): all work queued on ctx.stream before has completed on return.
 float sum_to_host(const ExecContext& ctx, Tensor& sum_dev, const float* x, int64_t n);
 
 double unix_now();  // seconds since the epoch, wall clock
@@ -52,8 +53,49 @@ std::vector<bool> decay_flags(const Layout& layout) {
   return d;
 }
 
-// train.device: "cpu"; "auto" -> cpu until the CUDA model backend exists; "cuda" -> UsageError naming the app.
-Device resolve_device(const Config& deck, const char* app);
+// train.device (DESIGN.md §4), the decision alone: pure, so that tests inject what the machine has.
+//   requested       "cpu" | "cuda" | "auto" (the deck's value)
+//   build_gap       "" when this build has the CUDA backend and NCCL; else why not ("this build has no CUDA backend ...")
+//   unusable_ranks  how many of the world_size ranks have no usable CUDA device (0: every rank has one)
+//   reason          why, for the messages: the first such rank's CUDA runtime error ("rank 3 on vm02: ...")
+// "cpu" -> CPU. "cuda" -> CUDA, else a UsageError naming the cause and the fix (--set train.device=cpu). "auto" -> CUDA
+// when every rank can use it, else CPU with `note` set to the one line rank 0 logs:
+//   train.device = auto: no usable CUDA device (CUDA driver version is insufficient ...): running on the CPU
+struct DeviceDecision {
+  Device device = Device::CPU;
+  std::string note;  // "" unless auto fell back to the CPU
+};
+DeviceDecision decide_device(const std::string& requested, const std::string& build_gap, int unusable_ranks,
+                             int world_size, const std::string& reason, const std::string& deck_path);
+
+// The run's device: train.device resolved collectively, and on CUDA the rank's GPU and compute stream. Construct it on
+// every rank after read_launch and before the ParallelContext (which takes exec(), and builds its NCCL groups on the
+// selected GPU); keep it alive longer than everything that computes (declare it first).
+//  - "cpu": no CUDA call and no collective; exec() = {CPU, no stream}, as before there was a CUDA backend.
+//  - "cuda" / "auto": every rank's CUDA availability (kernels::cuda_unavailable_reason) is gathered over the world, so
+//    all ranks decide alike (a node without GPUs cannot split the job) with decide_device.
+//  - on CUDA: GPU local_rank % visible devices (kernels::cuda_select_device, launch.local_rank from MPI's shared-memory
+//    split); a UsageError on every rank when some node has more ranks than GPUs (one GPU cannot host two ranks of an
+//    NCCL communicator); one compute stream per rank (kernels::CudaStream), exec() = {CUDA, that stream}.
+class RunDevice {
+ public:
+  RunDevice(const Config& deck, const parallel::LaunchEnv& launch, const comm::CommOptions& opts);
+  ~RunDevice();
+  RunDevice(const RunDevice&) = delete;
+  RunDevice& operator=(const RunDevice&) = delete;
+
+  const ExecContext& exec() const { return exec_; }
+  Device device() const { return exec_.device; }
+  // Rank 0 logs one line: the auto fallback note, or the selected GPU (name, index, memory); nothing for "cpu".
+  // Call it after prepare_output, so that the line also reaches train.log.
+  void log() const;
+
+ private:
+  struct Cuda;  // the compute stream (CUDA builds only)
+  ExecContext exec_;
+  std::string line_;
+  std::unique_ptr<Cuda> cuda_;
+};
 
 // How the job was started (parallel/launch_env.hpp), collective over MPI_COMM_WORLD: call it on every rank before the
 // ParallelContext, so that srun tasks that did not wire up into one MPI job fail first (UsageError), not with a layout

@@ -1,5 +1,6 @@
 // CPU backend: causal multi-head self-attention with GEMMs per (batch, head).
 // Legend: B batch, T time, C channels, NH heads, HS = C/NH head size; qkv rows hold [q | k | v], each (NH, HS).
+// kernels.hpp's `stats` is att here, the softmax probabilities (B,NH,T,T); its `scratch` is datt (B,NH,T,T).
 //
 // One task per (b, h), an `omp parallel for` over the B*NH tasks; inside it cblas_sgemm runs single-threaded
 // (OpenBLAS's OpenMP build checks omp_in_parallel()), so the threads are used once, without oversubscription.
@@ -39,6 +40,16 @@ void check_shape(const char* op, int B, int T, int C, int NH) {
 }
 
 }  // namespace
+
+// The probabilities and their gradient, T x T per (batch, head): kernels.hpp's stats and scratch of this backend.
+int64_t attention_stats_floats(int B, int T, int C, int NH) {
+  check_shape("attention_stats_floats", B, T, C, NH);
+  return static_cast<int64_t>(B) * NH * T * T;
+}
+int64_t attention_scratch_floats(int B, int T, int C, int NH) {
+  check_shape("attention_scratch_floats", B, T, C, NH);
+  return static_cast<int64_t>(B) * NH * T * T;
+}
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   check_shape("attention_forward", B, T, C, NH);
@@ -80,8 +91,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   }
 }
 
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH) {
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* /*out*/,
+                        const float* att, int B, int T, int C, int NH) {
   check_shape("attention_backward", B, T, C, NH);
   const int HS = C / NH;
   const int C3 = 3 * C;

@@ -33,10 +33,14 @@ void matmul_backward(float* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/
                      const float* dout /*(N,OC)*/, const float* inp /*(N,C)*/, const float* weight /*(OC,C)*/, int N,
                      int C, int OC);
 
+// kernels.hpp's stats are the softmax probabilities att (B,NH,T,T), its scratch datt (B,NH,T,T); out is not read.
+int64_t attention_stats_floats(int B, int T, int C, int NH);    // B*NH*T*T
+int64_t attention_scratch_floats(int B, int T, int C, int NH);  // B*NH*T*T
 void attention_forward(float* out /*(B,T,C)*/, float* att /*(B,NH,T,T)*/, const float* qkv /*(B,T,3C)*/, int B, int T,
                        int C, int NH);
 void attention_backward(float* dqkv /*(B,T,3C)*/, float* datt /*(B,NH,T,T) scratch*/, const float* dout /*(B,T,C)*/,
-                        const float* qkv /*(B,T,3C)*/, const float* att /*(B,NH,T,T)*/, int B, int T, int C, int NH);
+                        const float* qkv /*(B,T,3C)*/, const float* out /*(B,T,C) unused*/,
+                        const float* att /*(B,NH,T,T)*/, int B, int T, int C, int NH);
 
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);

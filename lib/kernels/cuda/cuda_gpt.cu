@@ -1,10 +1,11 @@
-// CUDA backend, GPT group: Linear (cuBLAS), causal multi-head attention (cuBLAS strided-batched GEMMs + causal
-// softmax kernels), and the softmax cross-entropies (plain with vocabulary padding, label-smoothed, and the three
-// vocabulary-parallel phases). Contracts: kernels.hpp; reference: the CPU backend (cpu_matmul.cpp,
-// cpu_attention.cpp, cpu_loss_optim.cpp), whose formulas these kernels follow operation for operation.
+// CUDA backend, GPT group: Linear (cuBLAS), causal multi-head attention (flash-attention-2 style fused kernels that
+// keep a log-sum-exp per row instead of the T x T probabilities), and the softmax cross-entropies (plain with
+// vocabulary padding, label-smoothed, and the three vocabulary-parallel phases). Contracts: kernels.hpp; reference:
+// the CPU backend (cpu_matmul.cpp, cpu_attention.cpp, cpu_loss_optim.cpp). Linear and the cross-entropies follow its
+// formulas operation for operation; attention computes the same function another way (online softmax, recompute).
 //
 // Every op is asynchronous on stream_of(ctx): no synchronisation, no allocation, no host read of device data.
-// Determinism: no atomics anywhere in this file. Every reduction (softmax max/sum, dbias over rows, the
+// Determinism: no atomics anywhere in this file. Every reduction (the attention tiles, dbias over rows, the
 // cross-entropy sums) runs in a fixed order that depends on the shapes only, and cuBLAS GEMMs are bitwise
 // reproducible run to run on the same GPU model / toolkit / stream setup, so a run reproduces itself bit for bit.
 // fp32 throughout; cuBLAS runs CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (no TF32).
@@ -25,6 +26,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_flash_attention.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 
 namespace hpct::kernels::cuda {
@@ -87,18 +89,6 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, 
                             lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// `batch` independent row-major GEMMs; matrix i of A, B, C starts at A + i*stride_a etc. (strides in elements).
-void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                     int lda, int64_t stride_a, const float* B, int ldb, int64_t stride_b, float beta, float* C,
-                     int ldc, int64_t stride_c, int batch) {
-  if (M <= 0 || N <= 0 || batch <= 0) return;
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_of(trans_b), op_of(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb,
-                                          static_cast<long long>(stride_b), A, CUDA_R_32F, lda,
-                                          static_cast<long long>(stride_a), &beta, C, CUDA_R_32F, ldc,
-                                          static_cast<long long>(stride_c), batch, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT));
-}
-
 // Threads of a one-block-per-row kernel for rows of `len` elements: a multiple of 32 (block_sum / block_max need
 // it), at least one warp, at most 512 (a 50k-column vocabulary row then gives each thread ~100 elements).
 int row_threads(int64_t len) {
@@ -145,55 +135,59 @@ void check_linear(const char* op, int N, int C, int OC) {
 }
 
 // ================================================================================================================
-// Attention: causal softmax over rows of (B*NH*T, T), one warp per row
+// Attention: the flash kernels (cuda_flash_attention.cuh) and their launch helpers
 // ================================================================================================================
-constexpr int kSoftmaxWarps = 8;  // rows per block of the attention softmax kernels
+using flash::kAttnThreads;
+using flash::kMaxHS;
+using flash::kTile;
+using flash::kWarps;
 
-// In place on att: a row (b, h, t) holds preatt = scale q_t . k_j for every j in [0, T) on entry; on return
-// softmax over the causal prefix j <= t, and exactly 0 for j > t (the full-T GEMMs that follow read those zeros).
-// As the CPU: max, e = exp(x - max) stored in place with their sum, then multiplied by 1 / sum.
-__global__ void causal_softmax_forward_kernel(float* __restrict__ att, int64_t rows, int T) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;  // uniform over the warp: the warp shuffles below see all 32 lanes
-  const int t = static_cast<int>(row % T);
-  float* a = att + row * T;
-  float m = -INFINITY;
-  for (int j = lane; j <= t; j += 32) m = fmaxf(m, a[j]);
-  m = warp_max(m);
-  float s = 0.0f;
-  for (int j = lane; j <= t; j += 32) {
-    const float e = expf(a[j] - m);
-    a[j] = e;  // each lane rereads only its own elements below: no hazard
-    s += e;
-  }
-  s = warp_sum(s);
-  const float inv = 1.0f / s;
-  for (int j = lane; j < T; j += 32) a[j] = j <= t ? a[j] * inv : 0.0f;
+// Checks a flash kernel's dynamic shared memory against the device's per-block limit (a clear error instead of a
+// failed launch) and opts the kernel in to more than the default 48 KiB when it needs it (the backward kernels from
+// HS = 96 on, the forward at HS = 128).
+template <typename Kernel>
+void prepare_shared_memory(Kernel* kernel, int64_t floats, const char* op, int HS) {
+  const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+  int dev = 0, optin = 0, dflt = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&dflt, cudaDevAttrMaxSharedMemoryPerBlock, dev));
+  HPCT_CHECK(bytes <= optin,
+             "kernels::cuda::{}: head size {} needs {} bytes of shared memory per block; device {} allows {} "
+             "(cudaDevAttrMaxSharedMemoryPerBlockOptin)",
+             op, HS, bytes, dev, optin);
+  if (bytes > dflt)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-// In place on datt: a row holds datt = dout_t . v_j on entry; on return dpreatt = scale att (datt - sum_j att datt)
-// for j <= t, and exactly 0 for j > t (the full-T dq / dk GEMMs read them). The sum runs over j <= t only: att is 0
-// beyond, so the CPU's sum over a longer prefix has the same value.
-__global__ void causal_softmax_backward_kernel(float* __restrict__ datt, const float* __restrict__ att, int64_t rows,
-                                               int T, float scale) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;  // uniform over the warp
-  const int t = static_cast<int>(row % T);
-  const float* a = att + row * T;
-  float* d = datt + row * T;
-  float s = 0.0f;
-  for (int j = lane; j <= t; j += 32) s += a[j] * d[j];
-  s = warp_sum(s);
-  for (int j = lane; j < T; j += 32) d[j] = j <= t ? scale * a[j] * (d[j] - s) : 0.0f;
+// Calls f(std::integral_constant<int, NS>{}) with NS = ceil(HS / 32), the register slots per lane (1 .. 4).
+template <typename F>
+void with_head_slots(int HS, F&& f) {
+  switch ((HS + 31) / 32) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    default: HPCT_FAIL("kernels::cuda::attention: head size {} is not in [1, {}]", HS, kMaxHS);
+  }
+}
+
+// The flash grid: x = the B*NH heads, y = the tiles of 32 rows.
+dim3 flash_grid(const char* op, int B, int T, int NH) {
+  const int64_t heads = static_cast<int64_t>(B) * NH, tiles = (static_cast<int64_t>(T) + kTile - 1) / kTile;
+  HPCT_CHECK(heads <= INT32_MAX && tiles <= 65535,
+             "kernels::cuda::{}: B*NH={} heads and {} tiles of {} rows exceed the launch grid (2^31-1 x 65535)", op,
+             heads, tiles, kTile);
+  return dim3(static_cast<unsigned>(heads), static_cast<unsigned>(tiles));
 }
 
 void check_attention(const char* op, int B, int T, int C, int NH) {
   HPCT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0, "kernels::cuda::{}: bad shape B={} T={} C={} NH={}", op, B, T, C,
              NH);
   HPCT_CHECK(C % NH == 0, "kernels::cuda::{}: C={} is not a multiple of NH={}", op, C, NH);
-  HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large for cuBLAS", op, C);
+  HPCT_CHECK(C / NH <= kMaxHS, "kernels::cuda::{}: head size C/NH = {} exceeds the flash kernels' {} (C={}, NH={})",
+             op, C / NH, kMaxHS, C, NH);
+  HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large", op, C);
 }
 
 // ================================================================================================================
@@ -390,80 +384,71 @@ void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float*
 }
 
 // ================================================================================================================
-// Causal multi-head self-attention as strided-batched GEMMs reading q, k, v in place from qkv (row stride 3C).
-// For head h of batch b:  q = qkv + b T 3C + h HS, k = q + C, v = q + 2C  (each (T,HS), ld 3C);
-//                         att/datt block = (b NH + h) T T  ((T,T), ld T);  out/dout = b T C + h HS  ((T,HS), ld C).
-// The offsets are linear in b for a fixed h (strides T 3C, NH T T, T C) but not in the flattened index b NH + h,
-// so one strided-batched call per head, batched over the B sequences (NH calls per GEMM). The GEMMs span the full
-// T x T (the causal half above the diagonal is computed and then overwritten with zeros by the softmax kernel):
-// twice the minimum GEMM work, simple and correct; a flash kernel removes it together with the T x T buffers.
-//   forward   preatt = scale q k^T  -> causal softmax in place (att, 0 above the diagonal) -> out = att v
-//   backward  datt = dout v^T -> dpreatt = scale att (datt - rowsum(att datt)) in place (0 above the diagonal)
-//             dq = dpreatt k;  dk = dpreatt^T q;  dv = att^T dout          (all beta = 0: dqkv assigned, every
-//             element of dqkv is written by exactly one of the three)
+// Causal multi-head self-attention, flash style (kernels above). kernels.hpp's stats are the log-sum-exp L (B,NH,T)
+// of each row's scaled scores; its scratch holds D (B,NH,T). Per head h of sequence b, with q, k, v read in place
+// from qkv (row stride 3C) and out / dout at column h HS (row stride C):
+//   forward   out = softmax(scale q k^T, causal) v and L, one pass over the key tiles with an online softmax
+//                                                                             flash::forward_kernel
+//   backward  D = rowsum(dout * out)                                          flash::rowdot_kernel
+//             P = exp(scale q k^T - L) (causal), dP = dout v^T, dS = P (dP - D), recomputed tile by tile in both:
+//             dk = scale dS^T q, dv = P^T dout  per key tile, over the query tiles in order  flash::backward_dkv_kernel
+//             dq = scale dS k                   per query tile, over the key tiles in order  flash::backward_dq_kernel
+// The score tiles are recomputed by both backward kernels (twice the forward's score work) so that each output
+// element is owned by one block and summed in a fixed order: deterministic without atomics. Every element of dqkv is
+// written exactly once (dq by the dq kernel; dk, dv by the dkv kernel): assigned.
 // ================================================================================================================
-void attention_forward(const ExecContext& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
-                       int NH) {
-  check_attention("attention_forward", B, T, C, NH);
-  const int HS = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int64_t s_qkv = static_cast<int64_t>(T) * C3, s_att = static_cast<int64_t>(NH) * T * T,
-                s_out = static_cast<int64_t>(T) * C;
-  const cudaStream_t stream = stream_of(ctx);
-  cublasHandle_t h = cublas_handle(stream);
-  for (int hd = 0; hd < NH; hd++) {
-    const float* q = qkv + static_cast<int64_t>(hd) * HS;
-    const float* k = q + C;
-    float* a = att + static_cast<int64_t>(hd) * T * T;
-    gemm_rm_strided(h, false, true, T, T, HS, scale, q, C3, s_qkv, k, C3, s_qkv, 0.0f, a, T, s_att, B);
-  }
-  const int64_t rows = static_cast<int64_t>(B) * NH * T;
-  const unsigned grid = static_cast<unsigned>((rows + kSoftmaxWarps - 1) / kSoftmaxWarps);
-  causal_softmax_forward_kernel<<<grid, kSoftmaxWarps * 32, 0, stream>>>(att, rows, T);
-  HPCT_CUDA_LAUNCH_CHECK("attention_forward");
-  for (int hd = 0; hd < NH; hd++) {
-    const float* v = qkv + static_cast<int64_t>(hd) * HS + 2 * C;
-    const float* a = att + static_cast<int64_t>(hd) * T * T;
-    float* o = out + static_cast<int64_t>(hd) * HS;
-    gemm_rm_strided(h, false, false, T, HS, T, 1.0f, a, T, s_att, v, C3, s_qkv, 0.0f, o, C, s_out, B);
-  }
+int64_t attention_stats_floats(const ExecContext& /*ctx*/, int B, int T, int C, int NH) {
+  check_attention("attention_stats_floats", B, T, C, NH);
+  return static_cast<int64_t>(B) * NH * T;
+}
+int64_t attention_scratch_floats(const ExecContext& /*ctx*/, int B, int T, int C, int NH) {
+  check_attention("attention_scratch_floats", B, T, C, NH);
+  return static_cast<int64_t>(B) * NH * T;
 }
 
-void attention_backward(const ExecContext& ctx, float* dqkv, float* datt, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
-  check_attention("attention_backward", B, T, C, NH);
-  const int HS = C / NH, C3 = 3 * C;
+void attention_forward(const ExecContext& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
+                       int NH) {
+  check_attention("attention_forward", B, T, C, NH);
+  const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int64_t s_qkv = static_cast<int64_t>(T) * C3, s_att = static_cast<int64_t>(NH) * T * T,
-                s_out = static_cast<int64_t>(T) * C;
+  const dim3 grid = flash_grid("attention_forward", B, T, NH);
+  const int64_t floats = flash::forward_smem_floats(HS);
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
   const cudaStream_t stream = stream_of(ctx);
-  cublasHandle_t h = cublas_handle(stream);
-  // datt = dout v^T
-  for (int hd = 0; hd < NH; hd++) {
-    const float* v = qkv + static_cast<int64_t>(hd) * HS + 2 * C;
-    const float* d_o = dout + static_cast<int64_t>(hd) * HS;
-    float* da = datt + static_cast<int64_t>(hd) * T * T;
-    gemm_rm_strided(h, false, true, T, T, HS, 1.0f, d_o, C, s_out, v, C3, s_qkv, 0.0f, da, T, s_att, B);
-  }
-  // softmax backward, in place: datt becomes dpreatt
+  with_head_slots(HS, [&](auto slots) {
+    constexpr int NS = decltype(slots)::value;
+    prepare_shared_memory(flash::forward_kernel<NS>, floats, "attention_forward", HS);
+    flash::forward_kernel<NS><<<grid, kAttnThreads, bytes, stream>>>(out, lse, qkv, T, C, NH, scale);
+    HPCT_CUDA_LAUNCH_CHECK("attention_forward");
+  });
+}
+
+void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* lse, int B, int T, int C, int NH) {
+  check_attention("attention_backward", B, T, C, NH);
+  const int HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const dim3 grid = flash_grid("attention_backward", B, T, NH);
+  const cudaStream_t stream = stream_of(ctx);
+  float* dsum = scratch;  // D (B,NH,T)
   const int64_t rows = static_cast<int64_t>(B) * NH * T;
-  const unsigned grid = static_cast<unsigned>((rows + kSoftmaxWarps - 1) / kSoftmaxWarps);
-  causal_softmax_backward_kernel<<<grid, kSoftmaxWarps * 32, 0, stream>>>(datt, att, rows, T, scale);
-  HPCT_CUDA_LAUNCH_CHECK("attention_backward");
-  for (int hd = 0; hd < NH; hd++) {
-    const int64_t off = static_cast<int64_t>(hd) * HS;
-    const float* q = qkv + off;
-    const float* k = q + C;
-    float* dq = dqkv + off;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* a = att + static_cast<int64_t>(hd) * T * T;
-    const float* da = datt + static_cast<int64_t>(hd) * T * T;
-    const float* d_o = dout + off;
-    gemm_rm_strided(h, false, false, T, HS, T, 1.0f, da, T, s_att, k, C3, s_qkv, 0.0f, dq, C3, s_qkv, B);  // dq
-    gemm_rm_strided(h, true, false, T, HS, T, 1.0f, da, T, s_att, q, C3, s_qkv, 0.0f, dk, C3, s_qkv, B);   // dk
-    gemm_rm_strided(h, true, false, T, HS, T, 1.0f, a, T, s_att, d_o, C, s_out, 0.0f, dv, C3, s_qkv, B);   // dv
-  }
+  const int64_t row_blocks = (rows + kWarps - 1) / kWarps;
+  HPCT_CHECK(row_blocks <= INT32_MAX, "kernels::cuda::attention_backward: {} rows exceed the launch grid", rows);
+  flash::rowdot_kernel<<<static_cast<unsigned>(row_blocks), kAttnThreads, 0, stream>>>(dsum, dout, out, rows, T, C,
+                                                                                        NH);
+  HPCT_CUDA_LAUNCH_CHECK("attention_backward (D = rowsum(dout * out))");
+  const int64_t dkv_floats = flash::backward_dkv_smem_floats(HS), dq_floats = flash::backward_dq_smem_floats(HS);
+  with_head_slots(HS, [&](auto slots) {
+    constexpr int NS = decltype(slots)::value;
+    prepare_shared_memory(flash::backward_dkv_kernel<NS>, dkv_floats, "attention_backward", HS);
+    flash::backward_dkv_kernel<NS><<<grid, kAttnThreads, static_cast<size_t>(dkv_floats) * sizeof(float), stream>>>(
+        dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+    HPCT_CUDA_LAUNCH_CHECK("attention_backward (dk, dv)");
+    prepare_shared_memory(flash::backward_dq_kernel<NS>, dq_floats, "attention_backward", HS);
+    flash::backward_dq_kernel<NS><<<grid, kAttnThreads, static_cast<size_t>(dq_floats) * sizeof(float), stream>>>(
+        dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+    HPCT_CUDA_LAUNCH_CHECK("attention_backward (dq)");
+  });
 }
 
 // ================================================================================================================

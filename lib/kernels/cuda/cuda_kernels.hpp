@@ -32,10 +32,15 @@ void matmul_backward(const ExecContext& ctx, float* dinp /*(N,C) or null*/, floa
                      const float* dout /*(N,OC)*/, const float* inp /*(N,C)*/, const float* weight /*(OC,C)*/, int N,
                      int C, int OC);
 
-void attention_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, float* att /*(B,NH,T,T)*/, const float* qkv /*(B,T,3C)*/, int B, int T,
-                       int C, int NH);
-void attention_backward(const ExecContext& ctx, float* dqkv /*(B,T,3C)*/, float* datt /*(B,NH,T,T) scratch*/, const float* dout /*(B,T,C)*/,
-                        const float* qkv /*(B,T,3C)*/, const float* att /*(B,NH,T,T)*/, int B, int T, int C, int NH);
+// Flash attention (cuda_gpt.cu): stats is the log-sum-exp L (B,NH,T), scratch holds D = rowsum(dout * out) (B,NH,T).
+// The two size queries are pure host arithmetic (no device call).
+int64_t attention_stats_floats(const ExecContext& ctx, int B, int T, int C, int NH);    // B*NH*T
+int64_t attention_scratch_floats(const ExecContext& ctx, int B, int T, int C, int NH);  // B*NH*T
+void attention_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, float* lse /*(B,NH,T)*/,
+                       const float* qkv /*(B,T,3C)*/, int B, int T, int C, int NH);
+void attention_backward(const ExecContext& ctx, float* dqkv /*(B,T,3C)*/, float* scratch /*(B,NH,T)*/,
+                        const float* dout /*(B,T,C)*/, const float* qkv /*(B,T,3C)*/, const float* out /*(B,T,C)*/,
+                        const float* lse /*(B,NH,T)*/, int B, int T, int C, int NH);
 
 void gelu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n);
 void gelu_backward(const ExecContext& ctx, float* dinp, const float* inp, const float* dout, int64_t n);

@@ -151,8 +151,8 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
 }
 
 template <typename Real>
-void attention_backward(Real* dqkv, Real* datt, const Real* dout, const Real* qkv, const Real* att, int B, int T, int C,
-                        int NH) {
+void attention_backward(Real* dqkv, Real* datt, const Real* dout, const Real* qkv, const Real* /*out*/, const Real* att,
+                        int B, int T, int C, int NH) {
   const int HS = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
@@ -409,7 +409,8 @@ void adamw_update(Real* params, const Real* grads, Real* m, Real* v, int64_t n, 
   template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, int, int, int);                \
   template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int, int); \
   template void attention_forward<Real>(Real*, Real*, const Real*, int, int, int, int);                           \
-  template void attention_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int, int, int, int); \
+  template void attention_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, const Real*, int, int, \
+                                         int, int);                                                               \
   template void gelu_forward<Real>(Real*, const Real*, int64_t);                                                  \
   template void gelu_backward<Real>(Real*, const Real*, const Real*, int64_t);                                    \
   template void residual_forward<Real>(Real*, const Real*, const Real*, int64_t);                                 \

@@ -38,9 +38,12 @@ void matmul_backward(Real* dinp /*(N,C) or null*/, Real* dweight /*(OC,C) +=*/, 
 template <typename Real>
 void attention_forward(Real* out /*(B,T,C)*/, Real* att /*(B,NH,T,T)*/, const Real* qkv /*(B,T,3C)*/, int B, int T,
                        int C, int NH);
+// att: kernels.hpp's stats in the CPU backend's form (the probabilities); out is not read (kernels.hpp passes it for
+// backends that keep a log-sum-exp instead).
 template <typename Real>
 void attention_backward(Real* dqkv /*(B,T,3C)*/, Real* datt /*(B,NH,T,T) scratch*/, const Real* dout /*(B,T,C)*/,
-                        const Real* qkv /*(B,T,3C)*/, const Real* att /*(B,NH,T,T)*/, int B, int T, int C, int NH);
+                        const Real* qkv /*(B,T,3C)*/, const Real* out /*(B,T,C) unused*/,
+                        const Real* att /*(B,NH,T,T)*/, int B, int T, int C, int NH);
 
 template <typename Real>
 void gelu_forward(Real* out, const Real* inp, int64_t n);

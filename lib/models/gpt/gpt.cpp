@@ -79,8 +79,12 @@ struct ActSpec {
   std::vector<int64_t> shape;
 };
 // t: tensor-parallel size (local head, MLP and vocabulary widths are / t; the residual stream is full width).
-std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t = 1) {
+// device: the backend, which sizes what attention keeps for backward and its backward scratch (kernels.hpp).
+std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
+  const ExecContext ctx{device, nullptr};
+  const int64_t att_stats = k::attention_stats_floats(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
+                                                      static_cast<int>(NH));
   std::vector<ActSpec> a;
   a.push_back({"encoded", {B, T, C}});
   for (int l = 0; l < c.n_layer; ++l) {
@@ -90,7 +94,9 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t = 1) {
     a.push_back({h + "ln1_rstd", {B, T}});
     a.push_back({h + "qkv", {B, T, 3 * Cl}});
     a.push_back({h + "atty", {B, T, Cl}});
-    a.push_back({h + "att", {B, NH, T, T}});  // softmax probabilities (the CPU backend keeps T x T)
+    // what attention keeps for backward: the softmax probabilities (B,NH,T,T) on the CPU, the log-sum-exp
+    // (B,NH,T) on CUDA (flash attention)
+    a.push_back({h + "att_stats", {att_stats}});
     a.push_back({h + "residual2", {B, T, C}});
     a.push_back({h + "ln2", {B, T, C}});
     a.push_back({h + "ln2_mean", {B, T}});
@@ -111,15 +117,19 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t = 1) {
   }
   return a;
 }
-std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t = 1) {
+std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Cl = C / t;
+  const ExecContext ctx{device, nullptr};
+  // attention backward's scratch, shared by every layer: dprobabilities (B,NH,T,T) on the CPU, D (B,NH,T) on CUDA
+  const int64_t att_scratch = k::attention_scratch_floats(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
+                                                          static_cast<int>(NH));
   return {{"dresidual", {B, T, C}}, {"dln", {B, T, C}},           {"dqkv", {B, T, 3 * Cl}},
-          {"datty", {B, T, Cl}},    {"datt", {B, NH, T, T}},      {"dfch", {B, T, 4 * Cl}},
+          {"datty", {B, T, Cl}},    {"att_scratch", {att_scratch}}, {"dfch", {B, T, 4 * Cl}},
           {"dfch_gelu", {B, T, 4 * Cl}}};
 }
 }  // namespace
 
-MemoryPlan memory_plan(const GptConfig& c, int B) {
+MemoryPlan memory_plan(const GptConfig& c, int B, Device device) {
   MemoryPlan m;
   for (const auto& p : parameter_layout(c)) {
     const int64_t n = numel(p.shape);
@@ -130,8 +140,9 @@ MemoryPlan memory_plan(const GptConfig& c, int B) {
   m.num_params_no_wpe -= static_cast<int64_t>(c.padded_vocab - c.vocab_size) * c.n_embd;
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
-  for (const auto& a : activation_layout(c, B)) m.activation_bytes += aligned(numel(a.shape) * 4);
-  for (const auto& a : activation_grad_layout(c, B)) m.activation_grad_bytes += aligned(numel(a.shape) * 4);
+  for (const auto& a : activation_layout(c, B, 1, device)) m.activation_bytes += aligned(numel(a.shape) * 4);
+  for (const auto& a : activation_grad_layout(c, B, 1, device))
+    m.activation_grad_bytes += aligned(numel(a.shape) * 4);
   return m;
 }
 
@@ -188,8 +199,8 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     HPCT_CHECK(k < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
     layer_first_.push_back(k);
   }
-  for (const auto& a : activation_layout(local_cfg, B_, mp.tp)) acts_.add(a.name, a.shape);
-  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp)) dacts_.add(a.name, a.shape);
+  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device)) acts_.add(a.name, a.shape);
+  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device)) dacts_.add(a.name, a.shape);
   params_.allocate();
   grads_.allocate();
   acts_.allocate();
@@ -214,8 +225,8 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     g_.push_back(layer_params(grads_, stage_.first_layer + l));
     const std::string h = "h." + std::to_string(l) + ".";
     auto A = [&](const char* n) { return &acts_.get(h + n); };
-    a_.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att"), A("residual2"), A("ln2"),
-                  A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
+    a_.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att_stats"), A("residual2"),
+                  A("ln2"), A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
   }
   encoded_ = &acts_.get("encoded");
   lnf_ = &acts_.get("lnf");
@@ -232,7 +243,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   dln_ = &dacts_.get("dln");
   dqkv_ = &dacts_.get("dqkv");
   datty_ = &dacts_.get("datty");
-  datt_ = &dacts_.get("datt");
+  att_scratch_ = &dacts_.get("att_scratch");
   dfch_ = &dacts_.get("dfch");
   dfch_gelu_ = &dacts_.get("dfch_gelu");
 }
@@ -257,6 +268,7 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
       host.assign(static_cast<size_t>(t.numel()), 0.0f);
       init_shard(host.data(), sh, cfg_, seed);
       k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
+      k::synchronize(ctx);  // `host` is refilled for the next tensor: the (asynchronous on CUDA) copy must be done
     }
     return;
   }
@@ -277,6 +289,7 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
     if (spec.name == "wte")  // padding rows never receive a gradient through the loss: keep them zero
       std::fill(host.begin() + static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd, host.end(), 0.0f);
     k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
+    k::synchronize(ctx);  // as above
   }
 }
 
@@ -320,7 +333,7 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const fl
     k::layernorm_forward(ctx, a.ln1->f32(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->f32(),
                          ptr(p.ln1b), N, C);
     k::matmul_forward(ctx, a.qkv->f32(), a.ln1->f32(), p.qkvw->f32(), ptr(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
-    k::attention_forward(ctx, a.atty->f32(), a.att->f32(), a.qkv->f32(), b, T, Cl, NH);
+    k::attention_forward(ctx, a.atty->f32(), a.att_stats->f32(), a.qkv->f32(), b, T, Cl, NH);
     k::matmul_forward(ctx, scratch_->f32(), a.atty->f32(), p.projw->f32(), lead ? ptr(p.projb) : nullptr, N, Cl, C);
     if (tp) tp_allreduce(scratch_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP attention proj");
     k::residual_forward(ctx, a.residual2->f32(), residual, scratch_->f32(), static_cast<int64_t>(N) * C);
@@ -429,7 +442,8 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
     ready(0, 0);  // progress point
     // attention block backward (residual2 = residual + ...)
     k::matmul_backward(ctx, datty_->f32(), g.projw->f32(), ptr(g.projb), dres, a.atty->f32(), p.projw->f32(), N, Cl, C);
-    k::attention_backward(ctx, dqkv_->f32(), datt_->f32(), datty_->f32(), a.qkv->f32(), a.att->f32(), b, T, Cl, NH);
+    k::attention_backward(ctx, dqkv_->f32(), att_scratch_->f32(), datty_->f32(), a.qkv->f32(), a.atty->f32(),
+                          a.att_stats->f32(), b, T, Cl, NH);
     k::matmul_backward(ctx, dln_->f32(), g.qkvw->f32(), ptr(g.qkvb), dqkv_->f32(), a.ln1->f32(), p.qkvw->f32(), N, C,
                        3 * Cl);
     if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP attention qkv dX");

@@ -68,7 +68,9 @@ struct MemoryPlan {
   size_t activation_grad_bytes = 0;  // backward scratch (one layer at a time + residual stream)
   size_t total() const { return param_bytes + grad_bytes + optim_bytes + activation_bytes + activation_grad_bytes; }
 };
-MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch);
+// device: the backend whose attention sizes apply (kernels.hpp: the CPU keeps T x T probabilities per head, CUDA a
+// log-sum-exp per row); the CPU's by default.
+MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU);
 
 // Training flops per token, PaLM count: 6 N + 12 L C T with N = parameters except the position embedding.
 double flops_per_token(const GptConfig& cfg);
@@ -132,8 +134,8 @@ class Gpt {
     Tensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   };
   struct LayerActs {  // forward activations kept for backward
-    Tensor *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu,
-        *residual3;
+    Tensor *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_stats, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fch_gelu, *residual3;
   };
   LayerParams layer_params(Slab& slab, int l);
   static float* ptr(Tensor* t) { return t ? t->f32() : nullptr; }
@@ -163,7 +165,7 @@ class Gpt {
   Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;
   Tensor *ce_max_ = nullptr, *ce_stats_ = nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections
   // backward scratch, reused by every layer (activation gradients are assigned, see kernels.hpp)
-  Tensor *dresidual_, *dln_, *dqkv_, *datty_, *datt_, *dfch_, *dfch_gelu_;
+  Tensor *dresidual_, *dln_, *dqkv_, *datty_, *att_scratch_, *dfch_, *dfch_gelu_;
 };
 
 }  // namespace hpct::gpt

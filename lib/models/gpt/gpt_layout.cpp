@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::gpt {
 
@@ -184,7 +185,7 @@ void init_shard(float* out, const ShardSpec& s, const GptConfig& c, uint64_t see
   }
 }
 
-MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B) {
+MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Device device) {
   HPCT_CHECK(B >= 1, "micro_batch must be >= 1, is {}", B);
   const std::vector<ShardSpec> layout = parameter_layout(c, mp);  // validates mp
   const StagePlan st = stage_plan(c, mp.pp, mp.pp_rank);
@@ -209,6 +210,12 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B) {
   auto add = [](size_t& acc, std::initializer_list<int64_t> shape) {
     acc += aligned(static_cast<size_t>(numel(std::vector<int64_t>(shape))) * 4);
   };
+  // attention's saved statistics (per block) and backward scratch (shared) in the backend's sizes (kernels.hpp)
+  const ExecContext ctx{device, nullptr};
+  const int64_t att_stats = kernels::attention_stats_floats(ctx, B, static_cast<int>(T), static_cast<int>(C / t),
+                                                            static_cast<int>(NHl));
+  const int64_t att_scratch = kernels::attention_scratch_floats(ctx, B, static_cast<int>(T), static_cast<int>(C / t),
+                                                                static_cast<int>(NHl));
   size_t& a = m.activation_bytes;
   add(a, {B, T, C});  // encoded (first stage) / received stage input
   for (int l = st.first_layer; l < st.end_layer; ++l) {
@@ -217,7 +224,7 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B) {
     add(a, {B, T});               // ln1_rstd
     add(a, {B, T, 3 * C / t});    // qkv: this rank's heads
     add(a, {B, T, C / t});        // atty
-    add(a, {B, NHl, T, T});       // att
+    add(a, {att_stats});          // attention stats: (B,NHl,T,T) probabilities on the CPU, (B,NHl,T) on CUDA
     add(a, {B, T, C});            // residual2
     add(a, {B, T, C});            // ln2
     add(a, {B, T});               // ln2_mean
@@ -239,7 +246,7 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B) {
   add(d, {B, T, C});          // dln
   add(d, {B, T, 3 * C / t});  // dqkv
   add(d, {B, T, C / t});      // datty
-  add(d, {B, NHl, T, T});     // datt
+  add(d, {att_scratch});      // attention scratch: (B,NHl,T,T) on the CPU, (B,NHl,T) on CUDA
   add(d, {B, T, 4 * C / t});  // dfch
   add(d, {B, T, 4 * C / t});  // dfch_gelu
   return m;

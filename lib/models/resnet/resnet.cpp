@@ -338,11 +338,13 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
       std::fill(host.begin(), host.end(), 1.0f);
     }  // BN beta: 0
     k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
+    k::synchronize(ctx);  // `host` is refilled for the next tensor: the (asynchronous on CUDA) copy must be done
   }
   for (size_t i = 0; i < buffers_.tensors().size(); ++i) {  // running_mean 0, running_var 1
     Tensor& t = buffers_.tensors()[i];
     host.assign(static_cast<size_t>(t.numel()), i % 2 == 0 ? 0.0f : 1.0f);
     k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
+    k::synchronize(ctx);  // as above
   }
 }
 
@@ -401,6 +403,7 @@ void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, float* dinp, const floa
                        "SyncBN gradient sums");
   float count = 0.0f;  // the merged element count per channel (exact in float up to 2^24)
   k::copy_to_host(ctx, &count, bn.stats->f32(), 4);
+  k::synchronize(ctx);  // count is read on the host next (CUDA copies are asynchronous; a no-op on the CPU)
   k::batchnorm2d_backward_apply(ctx, dinp, dout, inp, bn.mean->f32(), bn.rstd->f32(), gamma, bn.sums->f32(),
                                 static_cast<int64_t>(count), b, bn.C, bn.HW);
 }

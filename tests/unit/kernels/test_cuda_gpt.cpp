@@ -12,9 +12,10 @@
 // reproducibility, and the device's answer to an out-of-range target (a NaN loss; the CPU throws).
 //
 // Tolerances, and why:
-//   - exact: a max, a copy, a masked zero (att above the diagonal, padded dlogits, the vocab-parallel max and
-//     target logit), and a GPU run against itself (determinism);
-//   - 2e-5 / 2e-5 (kGemm*): GEMM outputs (Linear, attention out and dqkv). cuBLAS and OpenBLAS sum the K products in
+//   - exact: a max, a copy, a masked zero (padded dlogits, the vocab-parallel max and target logit), read-only
+//     inputs left untouched, and a GPU run against itself (determinism);
+//   - 1e-5 / 1e-5 (kFlash*): flash attention's out and dqkv against the CPU's probabilities (see kFlashRtol);
+//   - 2e-5 / 2e-5 (kGemm*): GEMM outputs (Linear). cuBLAS and OpenBLAS sum the K products in
 //     different orders (tiles, split-K), each with a rounding error of ~sqrt(K) 2^-24 of the scale of the terms;
 //     results that cancel to ~0 are judged against the tensor's scale. The same bound as the CPU backend's own tests
 //     (test_kernels_cpu.cpp) against the reference. A transposed or misplaced operand is an O(1) error;
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "cuda_test_util.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/kernels.hpp"
@@ -167,30 +169,72 @@ TEST(CudaGpt, MatmulBackwardAccumulatesAcrossCallsAndEmptyIsNoop) {
 }
 
 // ==============================================================================================================
-// Attention
+// Attention (flash: the device keeps the log-sum-exp L (B,NH,T), the CPU the probabilities (B,NH,T,T))
 // ==============================================================================================================
 struct AttnShape {
   int B, T, C, NH;
 };
-// tiny; odd T < 32 (one partial warp of columns); odd T across the CPU's causal block of 64 and several warp strides;
-// T = 129 with HS = 32; a GPT-like head size 64 at T = 256
-const AttnShape kAttnShapes[] = {{2, 1, 8, 2}, {3, 5, 24, 3}, {2, 70, 48, 4}, {1, 129, 64, 2}, {2, 256, 256, 4}};
+// T: 1, 5, 70, 129, 200 (not multiples of the kernels' tile of 32, one row past a tile boundary at 33 and 129) and 64
+// (two whole tiles); head sizes 4, 8, 12, 32, 64 (GPT-2), 96 and 128 (3 and 4 register slots per lane; the backward's
+// shared memory passes the default 48 KiB from HS = 96 on, the forward's at 128); B and NH > 1 for most; the GPT
+// step's T = 256, C = 256, NH = 4.
+const AttnShape kAttnShapes[] = {{2, 1, 8, 2},    {3, 5, 24, 3},   {2, 70, 48, 4},  {1, 129, 64, 2}, {2, 64, 128, 2},
+                                 {2, 33, 192, 2}, {1, 200, 128, 1}, {2, 256, 256, 4}, {1, 40, 16, 2}};
 
 std::string name(const AttnShape& s) {
   return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" + std::to_string(s.C) + "NH" +
          std::to_string(s.NH);
 }
 
-// Every att row: exactly 0 above the diagonal.
-::testing::AssertionResult causal_zeros(const std::vector<float>& att, int rows, int T) {
-  for (int r = 0; r < rows; r++) {
-    const int t = r % T;
-    for (int j = t + 1; j < T; j++)
-      if (att[sz(int64_t{r} * T + j)] != 0.0f)
-        return ::testing::AssertionFailure() << "att row " << r << " (t = " << t << ") column " << j << " is "
-                                             << att[sz(int64_t{r} * T + j)] << ", not 0";
+// The log-sum-exp of each row's scaled causal scores, L[(b NH + h) T + t] = log sum_{j <= t} exp(scale q_t . k_j),
+// in double on the host: what the device's forward keeps for backward.
+std::vector<double> log_sum_exp_rows(const std::vector<float>& qkv, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  const int64_t C3 = 3 * int64_t{C};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> lse(sz(int64_t{B} * NH * T)), x(sz(T));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const float* q = qkv.data() + (int64_t{b} * T + t) * C3 + h * HS;
+        double m = -INFINITY;
+        for (int j = 0; j <= t; j++) {
+          const float* k = qkv.data() + (int64_t{b} * T + j) * C3 + C + h * HS;
+          double dot = 0.0;
+          for (int d = 0; d < HS; d++) dot += static_cast<double>(q[d]) * k[d];
+          x[sz(j)] = dot * scale;
+          m = std::max(m, x[sz(j)]);
+        }
+        double s = 0.0;
+        for (int j = 0; j <= t; j++) s += std::exp(x[sz(j)] - m);
+        lse[sz((int64_t{b} * NH + h) * T + t)] = m + std::log(s);
+      }
+  return lse;
+}
+
+// Tolerances of the flash kernels against the CPU backend (1e-5 relative, atol 1e-5 of the tensor's largest |value|):
+// the same function computed another way. The device sums the online softmax tile by tile (rescaling by
+// exp(m_old - m_new)) and normalises once at the end; the CPU forms the normalised probabilities and multiplies them
+// with GEMMs; the backward recomputes P = exp(s - L) instead of reading it, and takes D = rowsum(dout * out) where the
+// CPU sums P dP. Each is a sum of at most T products in fp32, with expf (<= 2 ulp) vs exp_simd (<= 1.5 ulp): about
+// sqrt(T) 2^-24 of the scale, a few 1e-7 at T = 256. Run as host code (test_flash_attention_emulated.cpp), the
+// same kernels stay within a tenth of this bound. A wrong index, mask or rescale is an O(1) error.
+constexpr double kFlashRtol = 1e-5, kFlashAtolRel = 1e-5;
+// L against the double reference: log of a sum of exps plus the max, ~1e-7 absolute for |L| of a few units.
+constexpr double kLseRtol = 1e-6, kLseAtolRel = 1e-6;
+
+// The buffer sizes the model plans with (pure host arithmetic: no device needed).
+TEST(CudaGpt, AttentionBufferSizes) {
+  for (const AttnShape& s : kAttnShapes) {
+    SCOPED_TRACE(name(s));
+    EXPECT_EQ(attention_stats_floats(gpu_ctx(), s.B, s.T, s.C, s.NH), int64_t{s.B} * s.NH * s.T);
+    EXPECT_EQ(attention_scratch_floats(gpu_ctx(), s.B, s.T, s.C, s.NH), int64_t{s.B} * s.NH * s.T);
   }
-  return ::testing::AssertionSuccess();
+  // GPT-2 small at T = 1024, B = 8: 98k floats where the CPU keeps 100M
+  EXPECT_EQ(attention_stats_floats(gpu_ctx(), 8, 1024, 768, 12), int64_t{8} * 12 * 1024);
+  EXPECT_EQ(attention_stats_floats(cpu_ctx(), 8, 1024, 768, 12), int64_t{8} * 12 * 1024 * 1024);
+  EXPECT_THROW(attention_stats_floats(gpu_ctx(), 1, 8, 129, 1), hpct::Error);   // HS = 129 > 128
+  EXPECT_THROW(attention_scratch_floats(gpu_ctx(), 1, 8, 10, 3), hpct::Error);  // C not a multiple of NH
 }
 
 TEST(CudaGpt, AttentionForward) {
@@ -200,21 +244,22 @@ TEST(CudaGpt, AttentionForward) {
     SCOPED_TRACE(name(s));
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C),
-                 n_att = sz(int64_t{B} * NH * T * T);
+                 n_att = sz(attention_stats_floats(cpu_ctx(), B, T, C, NH)),
+                 n_lse = sz(attention_stats_floats(gpu_ctx(), B, T, C, NH));
     const auto qkv = random_vector(n_qkv, seed++, -2.0, 2.0);  // a spread of scores: non-uniform softmax
     std::vector<float> out(n_out), att(n_att);
     attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
 
     DeviceBuffer<float> d_qkv(qkv);
-    DeviceBuffer<float> d_out(random_vector(n_out, seed++, 1e3, 2e3)), d_att(random_vector(n_att, seed++, 1e3, 2e3));
-    attention_forward(gpu_ctx(), d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
-    const auto got_att = d_att.download();
-    EXPECT_TRUE(causal_zeros(got_att, B * NH * T, T));
-    EXPECT_TRUE(all_close("attention att", got_att, att, kSoftmaxRtol, kSoftmaxAtolRel));
-    EXPECT_TRUE(all_close("attention out", d_out.download(), out, kGemmRtol, kGemmAtolRel));
+    DeviceBuffer<float> d_out(random_vector(n_out, seed++, 1e3, 2e3)), d_lse(random_vector(n_lse, seed++, 1e3, 2e3));
+    attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+    EXPECT_TRUE(all_close("attention out", d_out.download(), out, kFlashRtol, kFlashAtolRel));
+    EXPECT_TRUE(all_close("attention L", d_lse.download(), log_sum_exp_rows(qkv, B, T, C, NH), kLseRtol, kLseAtolRel));
+    EXPECT_TRUE(bitwise_equal("attention qkv (read only)", d_qkv.download(), qkv));
   }
 }
 
+// Each side runs its own forward and backward (the device's backward needs its L and its out), as the model does.
 TEST(CudaGpt, AttentionBackward) {
   HPCT_REQUIRE_GPU();
   uint32_t seed = 500;
@@ -222,21 +267,69 @@ TEST(CudaGpt, AttentionBackward) {
     SCOPED_TRACE(name(s));
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C),
-                 n_att = sz(int64_t{B} * NH * T * T);
+                 n_att = sz(attention_stats_floats(cpu_ctx(), B, T, C, NH)),
+                 n_lse = sz(attention_stats_floats(gpu_ctx(), B, T, C, NH)),
+                 n_scratch = sz(attention_scratch_floats(gpu_ctx(), B, T, C, NH));
     const auto qkv = random_vector(n_qkv, seed++, -2.0, 2.0);
     const auto dout = random_vector(n_out, seed++);
-    std::vector<float> out(n_out), att(n_att);
-    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);  // the same att for both sides
-    std::vector<float> dqkv(n_qkv), datt(n_att);
-    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    std::vector<float> out(n_out), att(n_att), dqkv(n_qkv), datt(n_att);
+    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C,
+                       NH);
 
-    DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_att(att);
-    DeviceBuffer<float> d_dqkv(random_vector(n_qkv, seed++, 1e3, 2e3));  // assigned: garbage must go
-    DeviceBuffer<float> d_datt(random_vector(n_att, seed++, 1e3, 2e3));  // scratch: its contents must not matter
-    attention_backward(gpu_ctx(), d_dqkv.get(), d_datt.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
-    EXPECT_TRUE(all_close("attention dqkv", d_dqkv.download(), dqkv, kGemmRtol, kGemmAtolRel));
-    EXPECT_TRUE(bitwise_equal("attention att (read only)", d_att.download(), att));
+    DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(n_out), d_lse(n_lse);
+    attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+    const auto out_dev = d_out.download(), lse_dev = d_lse.download();
+    DeviceBuffer<float> d_dqkv(random_vector(n_qkv, seed++, 1e3, 2e3));        // assigned: garbage must go
+    DeviceBuffer<float> d_scratch(random_vector(n_scratch, seed++, 1e3, 2e3));  // scratch: contents must not matter
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                       B, T, C, NH);
+    const auto got = d_dqkv.download();
+    EXPECT_TRUE(all_close("attention dqkv", got, dqkv, kFlashRtol, kFlashAtolRel));
+    // dq, dk, dv separately (a swapped pair would pass the combined check only by accident; this names the part)
+    for (int part = 0; part < 3; part++) {
+      std::vector<float> g, w;
+      for (int64_t r = 0; r < int64_t{B} * T; r++)
+        for (int c = 0; c < C; c++) {
+          g.push_back(got[sz(r * 3 * C + part * C + c)]);
+          w.push_back(dqkv[sz(r * 3 * C + part * C + c)]);
+        }
+      const char* what[] = {"attention dq", "attention dk", "attention dv"};
+      EXPECT_TRUE(all_close(what[part], g, w, kFlashRtol, kFlashAtolRel));
+    }
+    EXPECT_TRUE(bitwise_equal("attention out (read only)", d_out.download(), out_dev));
+    EXPECT_TRUE(bitwise_equal("attention L (read only)", d_lse.download(), lse_dev));
+    EXPECT_TRUE(bitwise_equal("attention qkv (read only)", d_qkv.download(), qkv));
+    EXPECT_TRUE(bitwise_equal("attention dout (read only)", d_dout.download(), dout));
   }
+}
+
+// A micro-batch smaller than the one the buffers were planned for (the model's last, partial micro-batch) uses the
+// leading part of the same buffers and gives the same rows as a run at that batch size.
+TEST(CudaGpt, AttentionSmallerBatchInPlannedBuffers) {
+  HPCT_REQUIRE_GPU();
+  const int Bplan = 3, B = 2, T = 45, C = 64, NH = 2;
+  const auto qkv = random_vector(sz(int64_t{B} * T * 3 * C), 550, -2.0, 2.0);
+  const auto dout = random_vector(sz(int64_t{B} * T * C), 551);
+  std::vector<float> out(sz(int64_t{B} * T * C)), dqkv(qkv.size());
+  {
+    DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_dqkv(qkv.size()),
+        d_lse(sz(attention_stats_floats(gpu_ctx(), B, T, C, NH))),
+        d_scratch(sz(attention_scratch_floats(gpu_ctx(), B, T, C, NH)));
+    attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                       B, T, C, NH);
+    out = d_out.download();
+    dqkv = d_dqkv.download();
+  }
+  DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_dqkv(qkv.size()),
+      d_lse(random_vector(sz(attention_stats_floats(gpu_ctx(), Bplan, T, C, NH)), 552, 1e3, 2e3)),
+      d_scratch(random_vector(sz(attention_scratch_floats(gpu_ctx(), Bplan, T, C, NH)), 553, 1e3, 2e3));
+  attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+  attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B,
+                     T, C, NH);
+  EXPECT_TRUE(bitwise_equal("out", d_out.download(), out));
+  EXPECT_TRUE(bitwise_equal("dqkv", d_dqkv.download(), dqkv));
 }
 
 // A run reproduces itself bit for bit: forward, backward, Linear backward and fused cross-entropy twice on the same
@@ -250,22 +343,36 @@ TEST(CudaGpt, BitwiseReproducible) {
   const auto lin_dout = random_vector(sz(int64_t{N} * OC), 605);
   const auto logits = random_vector(sz(int64_t{N} * Vp), 606, -4.0, 4.0);
   const auto targets = random_ints(sz(N), 607, 0, V);
+  // flash attention at a GPT-2 head size too (HS = 64, T across several tiles)
+  const int B2 = 2, T2 = 300, C2 = 256, NH2 = 4;
+  const auto qkv2 = random_vector(sz(int64_t{B2} * T2 * 3 * C2), 608, -2.0, 2.0);
+  const auto dout2 = random_vector(sz(int64_t{B2} * T2 * C2), 609);
   std::vector<std::vector<float>> runs[2];
   for (auto& run : runs) {
-    DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(sz(int64_t{N} * C)), d_att(sz(int64_t{B} * NH * T * T)),
-        d_dqkv(qkv.size()), d_datt(sz(int64_t{B} * NH * T * T));
-    attention_forward(gpu_ctx(), d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
-    attention_backward(gpu_ctx(), d_dqkv.get(), d_datt.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
+    DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(sz(int64_t{N} * C)),
+        d_lse(sz(attention_stats_floats(gpu_ctx(), B, T, C, NH))), d_dqkv(qkv.size()),
+        d_scratch(sz(attention_scratch_floats(gpu_ctx(), B, T, C, NH)));
+    attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                       B, T, C, NH);
+    DeviceBuffer<float> d_qkv2(qkv2), d_dout2(dout2), d_out2(dout2.size()),
+        d_lse2(sz(attention_stats_floats(gpu_ctx(), B2, T2, C2, NH2))), d_dqkv2(qkv2.size()),
+        d_scratch2(sz(attention_scratch_floats(gpu_ctx(), B2, T2, C2, NH2)));
+    attention_forward(gpu_ctx(), d_out2.get(), d_lse2.get(), d_qkv2.get(), B2, T2, C2, NH2);
+    attention_backward(gpu_ctx(), d_dqkv2.get(), d_scratch2.get(), d_dout2.get(), d_qkv2.get(), d_out2.get(),
+                       d_lse2.get(), B2, T2, C2, NH2);
     DeviceBuffer<float> d_inp(lin_inp), d_w(lin_w), d_ldout(lin_dout), d_dinp(lin_inp.size()), d_dw(lin_w.size()),
         d_db(sz(OC));
     matmul_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_ldout.get(), d_inp.get(), d_w.get(), N, C, OC);
     DeviceBuffer<float> d_logits(logits), d_losses(sz(N));
     DeviceBuffer<int32_t> d_targets(targets);
     crossentropy_forward_backward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), 1.0f / N, N, V, Vp);
-    run = {d_out.download(), d_att.download(), d_dqkv.download(), d_dinp.download(), d_dw.download(),
-           d_db.download(),  d_losses.download(), d_logits.download()};
+    run = {d_out.download(),  d_lse.download(),  d_dqkv.download(),  d_out2.download(),
+           d_lse2.download(), d_dqkv2.download(), d_dinp.download(),  d_dw.download(),
+           d_db.download(),   d_losses.download(), d_logits.download()};
   }
-  const char* what[] = {"out", "att", "dqkv", "dinp", "dweight", "dbias", "losses", "dlogits"};
+  const char* what[] = {"out", "L", "dqkv", "out (HS 64)", "L (HS 64)", "dqkv (HS 64)", "dinp", "dweight", "dbias",
+                        "losses", "dlogits"};
   for (size_t i = 0; i < runs[0].size(); i++) EXPECT_TRUE(bitwise_equal(what[i], runs[1][i], runs[0][i]));
 }
 

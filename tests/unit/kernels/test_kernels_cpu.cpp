@@ -181,10 +181,25 @@ TEST(KernelsCpu, AttentionForwardBackward) {
     auto dqkv = random_vector(qkv.size(), 32);  // assigned: the seed values must disappear
     auto datt = random_vector(att_n, 33);       // scratch: its contents must not matter
     std::vector<float> dqkv_ref(qkv.size()), datt_ref(att_n);
-    attention_backward(kCpu, dqkv.data(), datt.data(), dout.data(), qkv.data(), att_ref.data(), B, T, C, NH);
-    ref::attention_backward(dqkv_ref.data(), datt_ref.data(), dout.data(), qkv.data(), att_ref.data(), B, T, C, NH);
+    attention_backward(kCpu, dqkv.data(), datt.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(), B, T,
+                       C, NH);
+    ref::attention_backward(dqkv_ref.data(), datt_ref.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(),
+                            B, T, C, NH);
     EXPECT_TRUE(all_close("dqkv", dqkv, dqkv_ref, 2e-5, 2e-5));
   }
+}
+
+// The CPU backend's attention keeps the probabilities: stats and scratch are T x T per (batch, head), the buffers
+// the test above passes (the model sizes its buffers with these two queries).
+TEST(KernelsCpu, AttentionBufferSizes) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const int64_t want = int64_t{s.B} * s.NH * s.T * s.T;
+    EXPECT_EQ(attention_stats_floats(kCpu, s.B, s.T, s.C, s.NH), want);
+    EXPECT_EQ(attention_scratch_floats(kCpu, s.B, s.T, s.C, s.NH), want);
+  }
+  EXPECT_EQ(attention_stats_floats(kCpu, 8, 1024, 768, 12), int64_t{8} * 12 * 1024 * 1024);  // no int overflow
+  EXPECT_THROW(attention_stats_floats(kCpu, 1, 4, 10, 3), hpct::Error);  // C not a multiple of NH
 }
 
 // ---- the backend's vectorizable exp (cpu/cpu_math.hpp), on which softmax, cross-entropy and GELU rest ----------

@@ -127,7 +127,7 @@ TEST(KernelsGradcheck, Attention) {
   };
   objective();
   Vec dqkv(qkv.size(), 0.0), datt(att.size(), 0.0);
-  ref::attention_backward(dqkv.data(), datt.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
+  ref::attention_backward(dqkv.data(), datt.data(), r.data(), qkv.data(), out.data(), att.data(), B, T, C, NH);
   expect_matches_fd("dqkv", qkv, dqkv, objective);
 }
 

@@ -1,0 +1,56 @@
+// Device placement (cuda_device.hpp): the reason CUDA is unusable, the GPU choice by node-local rank, the compute
+// stream. Host code only (no kernels); every runtime call checked.
+#include <cstdio>
+
+#include "core/cuda_check.hpp"
+#include "kernels/cuda/cuda_device.hpp"
+
+namespace hpct::kernels {
+
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error state so later runtime calls do not report it
+    return fmt::format("{} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
+  }
+  if (count <= 0) return "the CUDA runtime sees no device (cudaGetDeviceCount = 0)";
+  return "";
+}
+
+CudaDeviceInfo cuda_select_device(int local_rank) {
+  HPCT_CHECK(local_rank >= 0, "cuda_select_device: local rank {} is negative", local_rank);
+  CudaDeviceInfo info;
+  CUDA_CHECK(cudaGetDeviceCount(&info.count));
+  HPCT_CHECK(info.count > 0, "cuda_select_device: no CUDA device is visible");
+  info.index = local_rank % info.count;
+  CUDA_CHECK(cudaSetDevice(info.index));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, info.index));
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));  // also creates the context on this device
+  return info;
+}
+
+CudaStream::CudaStream() {
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault));  // blocking: see cuda_device.hpp
+  stream_ = s;
+}
+
+CudaStream::~CudaStream() {
+  if (stream_ == nullptr) return;
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  // Destructors must not throw: an error here (a fault of queued work) is reported, the stream still destroyed.
+  cudaError_t rc = cudaStreamSynchronize(s);
+  if (rc == cudaSuccess) rc = cudaStreamDestroy(s);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "hpctrain: destroying the compute stream: %s (%s)\n", cudaGetErrorString(rc),
+                 cudaGetErrorName(rc));
+  }
+}
+
+}  // namespace hpct::kernels

@@ -1,0 +1,87 @@
+// train.device (DESIGN.md §4) as decide_device takes it: cpu | cuda | auto against what the build and the ranks have.
+// The collective part (RunDevice: every rank's CUDA availability gathered) runs in the integration tests
+// (check_device_fallback.py); the GPU parts in test_cuda_device (label cuda).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "train/run_support.hpp"
+
+namespace hpct::train {
+namespace {
+
+const std::string kDeck = "inputs/gpt_tiny.toml";
+const std::string kDriver = "CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver)";
+const std::string kNoBackend = "this build has no CUDA backend (configured without the CUDA toolkit, or with "
+                               "-DHPCT_ENABLE_CUDA=OFF)";
+
+std::string usage_message(const std::string& requested, const std::string& gap, int unusable, int world,
+                          const std::string& reason) {
+  try {
+    decide_device(requested, gap, unusable, world, reason, kDeck);
+  } catch (const UsageError& e) {
+    return e.cause();
+  }
+  return "";
+}
+
+TEST(DecideDevice, CpuIsCpuWhateverTheMachineHas) {
+  for (int unusable : {0, 1}) {
+    const DeviceDecision d = decide_device("cpu", "", unusable, 1, unusable ? kDriver : "", kDeck);
+    EXPECT_EQ(d.device, Device::CPU);
+    EXPECT_EQ(d.note, "");
+  }
+  const DeviceDecision d = decide_device("cpu", kNoBackend, 0, 4, "", kDeck);
+  EXPECT_EQ(d.device, Device::CPU);
+  EXPECT_EQ(d.note, "");
+}
+
+TEST(DecideDevice, CudaAndAutoPickCudaWhenEveryRankHasOne) {
+  for (const char* req : {"cuda", "auto"}) {
+    const DeviceDecision d = decide_device(req, "", 0, 8, "", kDeck);
+    EXPECT_EQ(d.device, Device::CUDA) << req;
+    EXPECT_EQ(d.note, "") << req;
+  }
+}
+
+TEST(DecideDevice, AutoFallsBackWithOneLineNamingTheCause) {
+  const DeviceDecision d = decide_device("auto", "", 1, 1, kDriver, kDeck);
+  EXPECT_EQ(d.device, Device::CPU);
+  EXPECT_EQ(d.note, "train.device = auto: no usable CUDA device (" + kDriver + "): running on the CPU");
+  EXPECT_EQ(d.note.find('\n'), std::string::npos);
+  const DeviceDecision b = decide_device("auto", kNoBackend, 0, 2, "", kDeck);
+  EXPECT_EQ(b.device, Device::CPU);
+  EXPECT_EQ(b.note, "train.device = auto: " + kNoBackend + ": running on the CPU");
+}
+
+TEST(DecideDevice, OneRankWithoutGpuMovesTheWholeJob) {
+  // a node without GPUs cannot split the job: auto runs every rank on the CPU, and says how many ranks lacked one
+  const std::string why = "rank 3 on vm02: " + kDriver;
+  const DeviceDecision d = decide_device("auto", "", 1, 4, why, kDeck);
+  EXPECT_EQ(d.device, Device::CPU);
+  EXPECT_NE(d.note.find("no usable CUDA device on 1 of 4 ranks (rank 3 on vm02: CUDA driver"), std::string::npos)
+      << d.note;
+  const std::string msg = usage_message("cuda", "", 1, 4, why);
+  EXPECT_NE(msg.find("on 1 of 4 ranks (rank 3 on vm02"), std::string::npos) << msg;
+}
+
+TEST(DecideDevice, CudaWithoutDeviceIsAUsageErrorNamingCauseAndFix) {
+  const std::string msg = usage_message("cuda", "", 1, 1, kDriver);
+  EXPECT_NE(msg.find("deck inputs/gpt_tiny.toml: train.device = \"cuda\" but no usable CUDA device (" + kDriver + ")"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("--set train.device=cpu"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+TEST(DecideDevice, CudaWithoutBackendIsAUsageErrorNamingTheBuild) {
+  const std::string msg = usage_message("cuda", kNoBackend, 0, 1, "");
+  EXPECT_NE(msg.find("train.device = \"cuda\" but this build has no CUDA backend"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-DHPCT_ENABLE_CUDA=ON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--set train.device=cpu"), std::string::npos) << msg;
+  // the build gap wins over device counts (there is nothing to count without the backend)
+  EXPECT_NE(usage_message("cuda", kNoBackend, 1, 1, kDriver).find("no CUDA backend"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hpct::train

@@ -78,4 +78,30 @@ template <typename A, typename B>
   return all_close(what, got.data(), want.data(), got.size(), rtol, atol_rel);
 }
 
+// The log-sum-exp of each row's scaled causal attention scores, L[(b NH + h) T + t] = log sum_{j <= t} exp(scale q_t . k_j)
+// with scale 1/sqrt(HS), in double from qkv (B,T,3C) rows [q | k | v]: what the CUDA flash forward keeps for backward.
+inline std::vector<double> attention_log_sum_exp_rows(const std::vector<float>& qkv, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  const int64_t C3 = 3 * int64_t{C};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> lse(static_cast<size_t>(int64_t{B} * NH * T)), x(static_cast<size_t>(T));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const float* q = qkv.data() + (int64_t{b} * T + t) * C3 + h * HS;
+        double m = -INFINITY;
+        for (int j = 0; j <= t; j++) {
+          const float* k = qkv.data() + (int64_t{b} * T + j) * C3 + C + h * HS;
+          double dot = 0.0;
+          for (int d = 0; d < HS; d++) dot += static_cast<double>(q[d]) * k[d];
+          x[static_cast<size_t>(j)] = dot * scale;
+          m = std::max(m, x[static_cast<size_t>(j)]);
+        }
+        double s = 0.0;
+        for (int j = 0; j <= t; j++) s += std::exp(x[static_cast<size_t>(j)] - m);
+        lse[static_cast<size_t>((int64_t{b} * NH + h) * T + t)] = m + std::log(s);
+      }
+  return lse;
+}
+
 }  // namespace hpct::kernels::test

@@ -186,31 +186,6 @@ std::string name(const AttnShape& s) {
          std::to_string(s.NH);
 }
 
-// The log-sum-exp of each row's scaled causal scores, L[(b NH + h) T + t] = log sum_{j <= t} exp(scale q_t . k_j),
-// in double on the host: what the device's forward keeps for backward.
-std::vector<double> log_sum_exp_rows(const std::vector<float>& qkv, int B, int T, int C, int NH) {
-  const int HS = C / NH;
-  const int64_t C3 = 3 * int64_t{C};
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-  std::vector<double> lse(sz(int64_t{B} * NH * T)), x(sz(T));
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const float* q = qkv.data() + (int64_t{b} * T + t) * C3 + h * HS;
-        double m = -INFINITY;
-        for (int j = 0; j <= t; j++) {
-          const float* k = qkv.data() + (int64_t{b} * T + j) * C3 + C + h * HS;
-          double dot = 0.0;
-          for (int d = 0; d < HS; d++) dot += static_cast<double>(q[d]) * k[d];
-          x[sz(j)] = dot * scale;
-          m = std::max(m, x[sz(j)]);
-        }
-        double s = 0.0;
-        for (int j = 0; j <= t; j++) s += std::exp(x[sz(j)] - m);
-        lse[sz((int64_t{b} * NH + h) * T + t)] = m + std::log(s);
-      }
-  return lse;
-}
 
 // Tolerances of the flash kernels against the CPU backend (1e-5 relative, atol 1e-5 of the tensor's largest |value|):
 // the same function computed another way. The device sums the online softmax tile by tile (rescaling by
@@ -254,7 +229,8 @@ TEST(CudaGpt, AttentionForward) {
     DeviceBuffer<float> d_out(random_vector(n_out, seed++, 1e3, 2e3)), d_lse(random_vector(n_lse, seed++, 1e3, 2e3));
     attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
     EXPECT_TRUE(all_close("attention out", d_out.download(), out, kFlashRtol, kFlashAtolRel));
-    EXPECT_TRUE(all_close("attention L", d_lse.download(), log_sum_exp_rows(qkv, B, T, C, NH), kLseRtol, kLseAtolRel));
+    EXPECT_TRUE(all_close("attention L", d_lse.download(), test::attention_log_sum_exp_rows(qkv, B, T, C, NH),
+                          kLseRtol, kLseAtolRel));
     EXPECT_TRUE(bitwise_equal("attention qkv (read only)", d_qkv.download(), qkv));
   }
 }

@@ -167,30 +167,6 @@ void emulated_backward(float* dqkv, float* scratch, const float* dout, const flo
   });
 }
 
-// L = log sum_{j <= t} exp(scale q_t . k_j) per (b, h, t), in double
-std::vector<double> log_sum_exp_rows(const std::vector<float>& qkv, int B, int T, int C, int NH) {
-  const int HS = C / NH;
-  const int64_t C3 = 3 * int64_t{C};
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-  std::vector<double> lse(sz(int64_t{B} * NH * T)), x(sz(T));
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const float* q = qkv.data() + (int64_t{b} * T + t) * C3 + h * HS;
-        double m = -INFINITY;
-        for (int j = 0; j <= t; j++) {
-          const float* k = qkv.data() + (int64_t{b} * T + j) * C3 + C + h * HS;
-          double dot = 0.0;
-          for (int d = 0; d < HS; d++) dot += static_cast<double>(q[d]) * k[d];
-          x[sz(j)] = dot * scale;
-          m = std::max(m, x[sz(j)]);
-        }
-        double s = 0.0;
-        for (int j = 0; j <= t; j++) s += std::exp(x[sz(j)] - m);
-        lse[sz((int64_t{b} * NH + h) * T + t)] = m + std::log(s);
-      }
-  return lse;
-}
 
 ::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<float>& got,
                                          const std::vector<float>& want) {
@@ -236,7 +212,7 @@ TEST(FlashAttentionEmulated, MatchesCpuBackend) {
     emulated_backward(e_dqkv.data(), e_scratch.data(), dout.data(), qkv.data(), e_out.data(), e_lse.data(), B, T, C,
                       NH);
     EXPECT_TRUE(all_close("out", e_out, out, kFlashRtol, kFlashAtolRel));
-    EXPECT_TRUE(all_close("L", e_lse, log_sum_exp_rows(qkv, B, T, C, NH), kLseRtol, kLseAtolRel));
+    EXPECT_TRUE(all_close("L", e_lse, test::attention_log_sum_exp_rows(qkv, B, T, C, NH), kLseRtol, kLseAtolRel));
     EXPECT_TRUE(all_close("dqkv", e_dqkv, dqkv, kFlashRtol, kFlashAtolRel));
   }
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "comm/nccl_check.hpp"
+#include "comm/nccl_wait.hpp"
 #include "comm/wait_backoff.hpp"
 #include "core/cuda_check.hpp"
 
@@ -23,7 +24,19 @@ ncclDataType_t nccl_datatype(DType t) {
   HPCT_FAIL("dtype {} has no NCCL datatype", static_cast<int>(t));
 }
 
+std::string detail::nccl_init_timeout_message(const std::string& name, int rank, int size, int cuda_device,
+                                              double timeout_s) {
+  return fmt::format("NCCL initialisation (ncclCommInitRankConfig) on communicator {} (rank {} of {}, CUDA device {}) "
+                     "timed out after {:g} s (comm.timeout_s): a rank of this group stalled or died before joining, or "
+                     "NCCL cannot reach it over the network (check NCCL_SOCKET_IFNAME, the interface NCCL bootstraps "
+                     "over; NCCL_DEBUG=INFO shows where it waits); the job aborts",
+                     name, rank, size, cuda_device, timeout_s);
+}
+
 namespace {
+
+// A non-blocking communicator's calls return ncclInProgress while NCCL finishes them in the background.
+bool nccl_accepted(ncclResult_t rc) { return rc == ncclSuccess || rc == ncclInProgress; }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
@@ -145,7 +158,7 @@ void NcclWork::wait() {
     throw_if_failed_();
     return;
   }
-  HPCT_CHECK(event_ != nullptr || done_, "{}: wait() called before group_end() of its group",
+  HPCT_CHECK(event_ != nullptr || done_ || comm_->aborted_, "{}: wait() called before group_end() of its group",
              detail::describe(desc_, *comm_));
   const bool complete = wait_with_backoff([this] { return poll_(); }, comm_->options().timeout_s, waited_ms_);
   if (!complete) {
@@ -199,9 +212,29 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, std::string name,
     CUDA_CHECK(cudaMemset(barrier_scratch_, 0, sizeof(int32_t)));  // sums of zeros stay zero
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    // Bounded by the bootstrap's timeout: a rank 0 that failed above aborts the job instead of hanging the others.
+    // Bounded by the bootstrap's timeout (MPI_Ibcast polled with back-off): a rank 0 that failed above aborts the job
+    // instead of hanging the others.
     bootstrap.broadcast(&id, static_cast<int64_t>(sizeof(id)), DType::U8, 0, fmt::format("NCCL id of {}", name_));
-    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+    // Non-blocking: the call returns at once (ncclInProgress) and NCCL joins the peers in the background; a peer that
+    // is stuck (not dead) would block ncclCommInitRank forever, here the wait is bounded by timeout_s.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t state = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    if (nccl_accepted(state)) state = comm_ != nullptr ? await_state_() : ncclInternalError;
+    if (state != ncclSuccess) {
+      const std::string msg =
+          state == ncclInProgress
+              ? detail::nccl_init_timeout_message(name_, rank_, size_, cuda_device_, options_.timeout_s)
+              : fmt::format("NCCL initialisation (ncclCommInitRankConfig) on communicator {} (rank {} of {}, CUDA "
+                            "device {}) failed: NCCL: {} ({}); a rank of this group failed, or NCCL cannot reach it "
+                            "(NCCL_SOCKET_IFNAME; NCCL_DEBUG=INFO for details); the job aborts",
+                            name_, rank_, size_, cuda_device_, ncclGetErrorString(state), ncclGetLastError(comm_));
+      // Stops the background initialisation (it watches the abort flag) and frees the communicator; the job is
+      // failing already, so its own result changes nothing.
+      if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+      comm_ = nullptr;
+      HPCT_FAIL("{} (the NCCL communicator was aborted)", msg);
+    }
   } catch (...) {
     if (barrier_scratch_) cudaFree(barrier_scratch_);
     if (input_ready_) cudaEventDestroy(input_ready_);
@@ -226,7 +259,31 @@ NcclCommunicator::~NcclCommunicator() {
     w->deregister_();  // no-op when wait() did it
     w->comm_ = nullptr;
   }
-  if (comm_ && !aborted_) ncclCommDestroy(comm_);
+  if (comm_ && !aborted_) {
+    if (unwinding) {
+      abort_();  // an error is on its way to main(): no waiting on peers that may be the cause
+    } else {
+      // Non-blocking: ncclCommFinalize flushes the communicator and returns ncclInProgress until it is quiescent;
+      // wait for that (bounded by timeout_s), then ncclCommDestroy frees the local resources without waiting on
+      // peers. A failure or a timeout aborts instead (nothing can be thrown from here).
+      ncclResult_t state = ncclCommFinalize(comm_);
+      if (nccl_accepted(state)) state = await_state_();
+      if (state == ncclSuccess) {
+        state = ncclCommDestroy(comm_);
+        if (!nccl_accepted(state))
+          std::fprintf(stderr, "warning: ncclCommDestroy of communicator %s (rank %d of %d) failed: %s\n",
+                       name_.c_str(), rank_, size_, ncclGetErrorString(state));
+      } else {
+        const std::string why = state == ncclInProgress
+                                    ? fmt::format("timed out after {:g} s (comm.timeout_s)", options_.timeout_s)
+                                    : fmt::format("failed: {}", ncclGetErrorString(state));
+        std::fprintf(stderr, "warning: finalising NCCL communicator %s (rank %d of %d) %s: aborting it instead\n",
+                     name_.c_str(), rank_, size_, why.c_str());
+        abort_();
+      }
+      std::fflush(stderr);
+    }
+  }
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (barrier_scratch_) cudaFree(barrier_scratch_);
   if (input_ready_) cudaEventDestroy(input_ready_);
@@ -236,7 +293,38 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::abort_() {
   if (aborted_) return;
   aborted_ = true;
-  ncclCommAbort(comm_);  // frees the communicator; its kernels stop, so the stream drains
+  // Frees the communicator; its kernels and background work stop, so the stream drains. Only called on the way to
+  // an error (or during one): its own result changes nothing.
+  (void)ncclCommAbort(comm_);
+}
+
+ncclResult_t NcclCommunicator::await_state_() {
+  double waited_ms = 0.0;  // not a Work's wait: not accounted
+  return detail::await_nccl_state(
+      [this] {
+        ncclResult_t state = ncclInProgress;
+        const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+        return rc != ncclSuccess ? rc : state;
+      },
+      options_.timeout_s, waited_ms);
+}
+
+void NcclCommunicator::await_enqueued_(const OpDesc* desc) {
+  const ncclResult_t state = await_state_();
+  if (state == ncclSuccess) return;
+  const std::string what = desc != nullptr ? detail::describe(*desc, *this)
+                                           : fmt::format("group of {} operation(s) ending in group_end() on "
+                                                         "communicator {} (rank {} of {})",
+                                                         group_works_.size(), name_, rank_, size_);
+  const std::string msg =
+      state == ncclInProgress
+          ? fmt::format("{} timed out after {:g} s (comm.timeout_s) while NCCL set it up (it connects to the peers on "
+                        "first use): a rank of this group stalled or died, or NCCL cannot reach it "
+                        "(NCCL_SOCKET_IFNAME); the job aborts",
+                        what, options_.timeout_s)
+          : fmt::format("{} failed: NCCL: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_));
+  abort_();
+  HPCT_FAIL("{} (the NCCL communicator was aborted)", msg);
 }
 
 cudaEvent_t NcclCommunicator::take_event_() {
@@ -265,10 +353,13 @@ WorkPtr NcclCommunicator::issue_(OpDesc desc, Enqueue&& enqueue) {
   CUDA_CHECK(cudaEventRecord(input_ready_, input_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_, 0));
   const ncclResult_t rc = enqueue();
-  HPCT_CHECK(rc == ncclSuccess, "{} failed: {} ({})", detail::describe(desc, *this), ncclGetErrorString(rc),
+  HPCT_CHECK(nccl_accepted(rc), "{} failed: {} ({})", detail::describe(desc, *this), ncclGetErrorString(rc),
              ncclGetLastError(comm_));
   cudaEvent_t ev = nullptr;
   if (group_depth_ == 0) {  // inside a group the operation is only enqueued by ncclGroupEnd: record then
+    // Non-blocking: the kernel is on stream_ only once the state has left ncclInProgress (checked also after a
+    // plain ncclSuccess: one atomic read).
+    await_enqueued_(&desc);
     ev = take_event_();
     const cudaError_t rec = cudaEventRecord(ev, stream_);
     if (rec != cudaSuccess) {
@@ -292,8 +383,20 @@ void NcclCommunicator::group_start() {
 void NcclCommunicator::group_end() {
   HPCT_CHECK(group_depth_ > 0, "group_end() on communicator {} without group_start()", name_);
   --group_depth_;
-  NCCL_CHECK(ncclGroupEnd());
-  if (group_depth_ > 0) return;
+  const ncclResult_t rc = ncclGroupEnd();  // non-blocking: may return ncclInProgress when the depth reaches 0
+  if (group_depth_ > 0) {
+    NCCL_CHECK(rc);
+    return;
+  }
+  if (!nccl_accepted(rc)) {
+    const std::string msg = fmt::format("group of {} operation(s) ending in group_end() on communicator {} (rank {} of "
+                                        "{}) failed: NCCL: {} ({})",
+                                        group_works_.size(), name_, rank_, size_, ncclGetErrorString(rc),
+                                        ncclGetLastError(comm_));
+    abort_();  // the group's Works report the abort
+    HPCT_FAIL("{} (the NCCL communicator was aborted)", msg);
+  }
+  await_enqueued_(nullptr);
   for (NcclWork* w : group_works_) {
     w->event_ = take_event_();
     CUDA_CHECK(cudaEventRecord(w->event_, stream_));
@@ -395,13 +498,13 @@ WorkPtr NcclCommunicator::reduce_scatter_v_async(const void* send, void* recv, c
     // Block q is reduced onto rank q; recvbuff is only written on the root.
     ncclResult_t rc = ncclGroupStart();
     int64_t off = 0;
-    for (int q = 0; q < size_ && rc == ncclSuccess; ++q) {
+    for (int q = 0; q < size_ && nccl_accepted(rc); ++q) {
       rc = ncclReduce(static_cast<const char*>(send) + off * esize, recv, static_cast<size_t>(counts[q]),
                       nccl_datatype(dtype), nccl_op(op), q, comm_, stream_);
       off += counts[q];
     }
-    const ncclResult_t end = ncclGroupEnd();
-    return rc != ncclSuccess ? rc : end;
+    const ncclResult_t end = ncclGroupEnd();  // ncclInProgress at depth 0: issue_ waits for the enqueue
+    return nccl_accepted(rc) ? end : rc;
   });
 }
 
@@ -421,14 +524,14 @@ WorkPtr NcclCommunicator::allgather_v_async(const void* send, void* recv, const 
     // Rank q broadcasts its block into place q of everyone's recv; sendbuff is only read on the root.
     ncclResult_t rc = ncclGroupStart();
     int64_t off = 0;
-    for (int q = 0; q < size_ && rc == ncclSuccess; ++q) {
+    for (int q = 0; q < size_ && nccl_accepted(rc); ++q) {
       char* block = static_cast<char*>(recv) + off * esize;
       rc = ncclBroadcast(q == rank_ ? send : block, block, static_cast<size_t>(counts[q]), nccl_datatype(dtype), q,
                          comm_, stream_);
       off += counts[q];
     }
-    const ncclResult_t end = ncclGroupEnd();
-    return rc != ncclSuccess ? rc : end;
+    const ncclResult_t end = ncclGroupEnd();  // ncclInProgress at depth 0: issue_ waits for the enqueue
+    return nccl_accepted(rc) ? end : rc;
   });
 }
 

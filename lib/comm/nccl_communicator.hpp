@@ -3,9 +3,20 @@
 // NCCL (HPCT_HAVE_NCCL); bootstrapped over an MpiCommunicator of the same ranks.
 //
 // Contract, beyond communicator.hpp's:
-//  - Construction is collective over the bootstrap communicator: rank 0 makes the ncclUniqueId, MPI_Bcast hands it
-//    to the others, every rank calls ncclCommInitRank on its *current* CUDA device (cudaSetDevice before, one GPU
-//    per rank: one GPU cannot host several ranks of one communicator).
+//  - Construction is collective over the bootstrap communicator: rank 0 makes the ncclUniqueId, the bootstrap's
+//    broadcast hands it to the others (MPI_Ibcast, bounded by the bootstrap's timeout_s), every rank creates the
+//    communicator on its *current* CUDA device (cudaSetDevice before, one GPU per rank: one GPU cannot host several
+//    ranks of one communicator).
+//  - The communicator is NCCL's non-blocking kind (ncclCommInitRankConfig with config.blocking = 0; NCCL >= 2.14), so
+//    that no wait escapes options().timeout_s: the constructor polls ncclCommGetAsyncError with back-off
+//    (wait_backoff.hpp) until the initialisation has finished, for at most timeout_s; a peer that is stuck or dead,
+//    or unreachable (NCCL_SOCKET_IFNAME), makes it call ncclCommAbort and throw hpct::Error naming the communicator,
+//    the rank, the CUDA device, the timeout and those causes. Likewise every enqueue (an operation outside a group,
+//    group_end()) may return ncclInProgress while NCCL connects to the peers in the background: the operation is on
+//    stream() only once the state is ncclSuccess, so each is awaited (bounded, abort + throw on a timeout) before
+//    its completion event is recorded. The destructor finalises (ncclCommFinalize, awaited, bounded) and then
+//    destroys; on a timeout or failure there, or while an exception unwinds, it aborts instead. (NCCL_COMM_BLOCKING=1
+//    in the environment overrides config.blocking: the code stays correct, but NCCL's own calls block again.)
 //  - Operations are enqueued on the communicator's own non-blocking stream (stream()). Each first waits (on the GPU,
 //    through an event) for the work issued so far on the input stream (set_input_stream; default the legacy
 //    default stream), so buffers written by kernels on that stream are ready. Counts are size_t in NCCL: no INT_MAX
@@ -20,6 +31,7 @@
 //  - Point-to-point: the tag is ignored (NCCL matches sends and receives by order, per peer). A send only completes
 //    while its receive runs, so a rank that both sends and receives in one step (a ring, 1F1B) brackets those calls
 //    with group_start() / group_end() (ncclGroupStart / ncclGroupEnd); their Works can be waited on after group_end().
+//    A group holds the operations of this communicator only (group_end() awaits this communicator's state).
 //  - progress() only marks finished operations complete (NCCL progresses on the GPU by itself).
 //  - One thread drives a communicator and its Works. Works must not outlive their communicator (the destructor
 //    completes and detaches the ones still in flight, as MpiCommunicator's does).
@@ -80,6 +92,12 @@ class NcclCommunicator final : public Communicator {
   WorkPtr issue_(detail::OpDesc desc, Enqueue&& enqueue);  // defined and used in the .cpp only
   void check_usable_(const char* op, const std::string& what) const;
   void abort_();
+  // Polls ncclCommGetAsyncError with back-off until the state leaves ncclInProgress, for at most timeout_s; returns
+  // it (ncclInProgress: timed out). Never throws.
+  ncclResult_t await_state_();
+  // await_state_() after an enqueue at group depth 0: of the operation `desc`, or (nullptr) of the group ended by
+  // group_end(); on a timeout or an error aborts and throws hpct::Error naming it.
+  void await_enqueued_(const detail::OpDesc* desc);
   cudaEvent_t take_event_();
   void give_event_(cudaEvent_t e) { free_events_.push_back(e); }
 

@@ -74,7 +74,9 @@ void check_conv(int N, int C, int H, int W, int OC, int KH, int KW, int stride, 
                   inp.data(), w.data(), ws.data(), wsz, N, C, H, W, OC, KH, KW, stride, pad);
   ref::conv2d_backward(with_dinp ? dinp_ref.data() : nullptr, dw_ref.data(), with_bias ? db_ref.data() : nullptr,
                        dout.data(), inp.data(), w.data(), N, C, H, W, OC, KH, KW, stride, pad);
-  if (with_dinp) EXPECT_TRUE(all_close("conv dinp", dinp, dinp_ref, 2e-5, 2e-5));
+  if (with_dinp) {
+    EXPECT_TRUE(all_close("conv dinp", dinp, dinp_ref, 2e-5, 2e-5));
+  }
   EXPECT_TRUE(all_close("conv dweight", dw, dw_ref, 1e-4, 1e-4));
   EXPECT_TRUE(all_close("conv dbias", db, db_ref, 1e-4, 1e-4));
 }

@@ -50,7 +50,9 @@ TEST(GptLayout, QkvIsLogical3NhHsC) {
     }
   EXPECT_TRUE(found);
   for (const auto& p : layout)
-    if (p.name.find("ln") != std::string::npos || p.name.find("bias") != std::string::npos) EXPECT_FALSE(p.decay) << p.name;
+    if (p.name.find("ln") != std::string::npos || p.name.find("bias") != std::string::npos) {
+      EXPECT_FALSE(p.decay) << p.name;
+    }
 }
 
 TEST(GptMemory, PlanMatchesSlabs) {

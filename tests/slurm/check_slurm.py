@@ -53,8 +53,8 @@ def check(cond, msg):
     return cond
 
 
-def sh(cmd, timeout=60):
-    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+def sh(cmd, timeout=60, env=None):
+    r = subprocess.run(cmd, env=env or ENV, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         fail(f"{' '.join(cmd)} -> {r.returncode}: {r.stdout}{r.stderr}")
     return r.stdout
@@ -65,13 +65,8 @@ def submit(template, args, sbatch_opts=(), env=None, name=None):
     opts = ["--parsable", f"--chdir={work}", "--ntasks=2", "--cpus-per-task=1", *sbatch_opts]
     if name:
         opts.append(f"--job-name={name}")
-    global ENV
-    saved = ENV
-    ENV = dict(ENV, **(env or {}))
-    try:
-        jid = sh(["sbatch", *opts, os.path.join(ROOT, "slurm", template), *args]).strip().split(";")[0]
-    finally:
-        ENV = saved
+    jid = sh(["sbatch", *opts, os.path.join(ROOT, "slurm", template), *args],
+             env=dict(ENV, **(env or {}))).strip().split(";")[0]
     print(f"  submitted {template} {' '.join(args)} as job {jid} ({' '.join(sbatch_opts)})")
     return jid
 

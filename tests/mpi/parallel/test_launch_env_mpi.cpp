@@ -10,22 +10,15 @@
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "parallel/launch_env.hpp"
+#include "../mpi_test_util.hpp"
 
 using namespace hpct;
 using namespace hpct::parallel;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
+using test::world_size;
 
 using Env = std::map<std::string, std::string>;
 GetEnv from(const Env& env) {

@@ -9,22 +9,15 @@
 #include "core/error.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/parallel_context.hpp"
+#include "../mpi_test_util.hpp"
 
 using namespace hpct;
 using namespace hpct::parallel;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
+using test::world_size;
 
 // tensors of odd sizes (so buckets and ZeRO shares cut tensors at odd places)
 void plan(Slab& s) {

@@ -8,7 +8,7 @@
           (the speed does not depend on the tokens; --gpt-data for real shards), vs a nanoGPT-style PyTorch GPT-2
           (validation/torch_models.py) with bf16 autocast, torch.compile where it works (else eager, and the table
           says which), fused AdamW where torch has it, clip 1.0, the same batch and sequence length; plus PyTorch in
-          fp32 with TF32 off (hpctrain's CUDA GEMMs are fp32 without TF32: the like-for-like line).
+          fp32 with TF32 off (the like-for-like line for hpctrain's fp32 row).
   resnet  ResNet-50 at 3x224x224, 1000 classes (inputs/resnet50.toml), micro-batch 256 128 64 32 16 likewise:
           build/apps/train_resnet --set train.device=cuda on a synthetic HDF5 image set (augmentation off: the
           training step, not the host loader, is measured) vs torchvision's resnet50 (or the same network from
@@ -25,8 +25,9 @@ the bf16 peak); peak GPU memory of the process, sampled with nvidia-smi every 0.
 above the idle baseline when nvidia-smi does not show the process, e.g. in a container), and for PyTorch also
 torch.cuda.max_memory_allocated. Peak table (dense, TFLOP/s; bf16 / tf32 / fp32): H100 SXM and H200 989 / 495 / 67,
 H100 NVL and H200 NVL 835 / 418 / 60, H100 PCIe 756 / 378 / 51, A100 312 / 156 / 19.5.
-hpctrain's precision column: the value of the apps' precision deck key where they have one (its default, or what
---hp-set gives it, e.g. --hp-set train.precision=bf16), else fp32 (this version's CUDA backend: fp32, no TF32).
+hpctrain runs once per --hp-precisions value (train.precision; default bf16 then fp32: the bf16 row against PyTorch's
+bf16 autocast, the fp32 row like-for-like against PyTorch fp32 with TF32 off), each at the largest micro-batch that
+fits; PyTorch runs at the first row's micro-batch. --hp-set train.precision=X runs that one precision only.
 Targets (issue 8, printed PASS/MISS, not a failure): GPT-2 124M MFU >= 50% on an H100 (vs the bf16 peak);
 ResNet-50 images/s >= PyTorch's best.
 
@@ -619,6 +620,16 @@ def precision_label(exe, hp_set):
     return default
 
 
+def hp_precisions(exe, args, on_gpu):
+    """[(label, extra --set)] of the hpctrain rows: each of --hp-precisions (default bf16,fp32) on a GPU, unless
+    --hp-set fixes the precision key; the CPU (--dry-run) computes fp32 only."""
+    key, _ = help_precision(exe)
+    fixed = [s for s in args.hp_set if key and s.startswith(key + "=")]
+    if key is None or fixed or not on_gpu:
+        return [(precision_label(exe, args.hp_set), [])]
+    return [(p, [f"{key}={p}"]) for p in args.hp_precisions.split(",") if p]
+
+
 def peak_key(precision):
     return {"fp32": "fp32", "tf32": "tf32"}.get(precision, "bf16")
 
@@ -676,18 +687,21 @@ def run_suite(args, dev, peaks, work, device, tiny):
             write_token_shard(tr, (1 << 16) if tiny else (8 << 20), V, 1)
             write_token_shard(va, 128 * T, V, 2)
             notes.append(f"- GPT data: synthetic llm.c shards of uniform random tokens (vocabulary {V})")
-        prec = precision_label(exes["train_gpt"], args.hp_set)
         log("== GPT-2 124M" + (" (tiny: L2 C64 T64, CPU)" if tiny else ""))
         cands = [args.gpt_micro_batch] if args.gpt_micro_batch else ([2] if tiny else GPT_CANDIDATES)
-        hp, mb, plans = bench_hpctrain("gpt", exes["train_gpt"], GPT_DECK,
-                                       lambda m: dev_sets(gpt_sets(m, args, tr, va, peaks["bf16"])) + tiny_sets,
-                                       cands, mem_gib, work, args, T * args.accum, on_gpu)
-        results.append({"workload": "GPT-2 124M", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
-                        "unit": "tok/s", "flops_per_unit": fpt, "peak_key": peak_key(prec)})
-        if hp.get("perf"):
-            notes.append(f"- train_gpt's own PERFORMANCE figures (ms/step tokens/s tokens/s/rank MFU): "
-                         f"{' '.join(hp['perf'])}")
-        tb = mb or args.gpt_micro_batch or 8
+        first_mb = None
+        for prec, psets in hp_precisions(exes["train_gpt"], args, on_gpu):
+            hp, mb, plans = bench_hpctrain(
+                "gpt", exes["train_gpt"], GPT_DECK,
+                lambda m: dev_sets(gpt_sets(m, args, tr, va, peaks["bf16"])) + psets + tiny_sets,
+                cands, mem_gib, work, args, T * args.accum, on_gpu)
+            first_mb = first_mb or mb
+            results.append({"workload": "GPT-2 124M", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
+                            "unit": "tok/s", "flops_per_unit": fpt, "peak_key": peak_key(prec)})
+            if hp.get("perf"):
+                notes.append(f"- train_gpt ({prec}) own PERFORMANCE figures (ms/step tokens/s tokens/s/rank MFU): "
+                             f"{' '.join(hp['perf'])}")
+        tb = first_mb or args.gpt_micro_batch or 8
         tcfg = dict(n_layer=L, n_head=NH, n_embd=C, seq_len=T, vocab_size=V) if tiny else None
         for p in ("bf16", "fp32"):
             r, b = bench_torch("gpt", p, tb * args.accum, args, device, on_gpu, work, tcfg)
@@ -709,18 +723,21 @@ def run_suite(args, dev, peaks, work, device, tiny):
         write_image_set(te, 64, hw, 1000, 2)
         notes.append(f"- ResNet data: synthetic HDF5, {n} random 3x{hw}x{hw} images of 1000 classes; augmentation "
                      "off (data.crop_pad=0, data.flip=false); PyTorch: random float batches copied from pinned memory")
-        prec = precision_label(exes["train_resnet"], args.hp_set)
-        hp, mb, plans = bench_hpctrain("resnet", exes["train_resnet"], RESNET_DECK,
-                                       lambda m: dev_sets(resnet_sets(m, args, tr, te, peaks["bf16"])) + tiny_sets,
-                                       cands, mem_gib, work, args, args.accum, on_gpu)
-        gf = next(iter(plans.values()))[2] if plans else None
-        fpi = 3 * gf * 1e9 if gf else None
-        results.append({"workload": "ResNet-50", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
-                        "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec)})
-        if hp.get("perf"):
-            notes.append(f"- train_resnet's own PERFORMANCE figures (ms/step images/s images/s/rank MFU): "
-                         f"{' '.join(hp['perf'])}")
-        tb = mb or args.resnet_micro_batch or 64
+        first_mb, fpi = None, None
+        for prec, psets in hp_precisions(exes["train_resnet"], args, on_gpu):
+            hp, mb, plans = bench_hpctrain(
+                "resnet", exes["train_resnet"], RESNET_DECK,
+                lambda m: dev_sets(resnet_sets(m, args, tr, te, peaks["bf16"])) + psets + tiny_sets,
+                cands, mem_gib, work, args, args.accum, on_gpu)
+            first_mb = first_mb or mb
+            gf = next(iter(plans.values()))[2] if plans else None
+            fpi = fpi or (3 * gf * 1e9 if gf else None)
+            results.append({"workload": "ResNet-50", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
+                            "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec)})
+            if hp.get("perf"):
+                notes.append(f"- train_resnet ({prec}) own PERFORMANCE figures (ms/step images/s images/s/rank MFU): "
+                             f"{' '.join(hp['perf'])}")
+        tb = first_mb or args.resnet_micro_batch or 64
         for p in ("bf16", "fp32"):
             r, b = bench_torch("resnet", p, tb * args.accum, args, device, on_gpu, work,
                                {"width": 8, "hw": hw} if tiny else None)
@@ -895,6 +912,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, help="bf16 dense peak of the device (default: the table)")
     ap.add_argument("--no-compile", action="store_true", help="PyTorch eager only")
     ap.add_argument("--hp-set", action="append", default=[], metavar="KEY=VALUE", help="extra --set for the apps")
+    ap.add_argument("--hp-precisions", default="bf16,fp32",
+                    help="train.precision values hpctrain runs at, one row each (default bf16,fp32; GPU only)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")
     ap.add_argument("--work", help="work directory (default: a new temporary one)")
     ap.add_argument("--record", action="store_true", help="write validation/results/gpu_<device>.md")

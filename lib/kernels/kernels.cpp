@@ -22,6 +22,14 @@ namespace {
             op);
 }
 
+// The CPU backend computes fp32 only (exec_context.hpp): another precision reaching it is a wiring error of the
+// caller (the trainers reject train.precision != fp32 on the CPU with a UsageError first).
+[[noreturn]] void cpu_precision_error(const char* op, Precision p) {
+  HPCT_FAIL("kernels::{}: precision {} requested on the CPU backend, which computes fp32 only; run with "
+            "train.precision=fp32 (or train.device=cuda)",
+            op, precision_name(p));
+}
+
 }  // namespace
 
 // ---- the per-op profile (kernels.hpp) ----
@@ -56,6 +64,8 @@ std::vector<ProfileRow> profile_take() {
 #define HPCT_DISPATCH(op, ...)                            \
   do {                                                    \
     if (ctx.device == Device::CPU) {                      \
+      if (ctx.precision != Precision::FP32)               \
+        cpu_precision_error(#op, ctx.precision);          \
       const ProfileScope profile_scope_(#op);             \
       return cpu::op(__VA_ARGS__);                        \
     }                                                     \

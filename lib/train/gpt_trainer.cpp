@@ -297,6 +297,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   parallel::GradSync grad_sync(pc.device_dp_group(), model.params(), model.grads(), gso);
   model.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   optim::AdamW adamw(model.params(), owned_segments(grad_sync), decay_flags(model.layout()), ocfg);
+  optim::LossScaler scaler(loss_scale_config(deck, ctx.precision));
   // where each local tensor sits in the serial one, which replica counts (grad norm) and is written (checkpoint)
   std::vector<TensorPlacement> placements;
   std::vector<bool> counted, tp_replicated, is_wte;
@@ -351,6 +352,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
            pc.world_size(), dp, tp, pp, pc.grid().order(), device_name(ctx.device), omp_get_max_threads(), GB, dp,
            n_micro, MB, GB * T);
   log_info("gradient sync: {}", grad_sync.describe());
+  log_precision(ctx, scaler);
   if (ctx.device != Device::CPU)
     log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
              human_bytes(static_cast<double>(staging.host_bytes())));
@@ -376,6 +378,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     load_checkpoint(*resumed.reader, staging.params(), placements, staging.optimizer());
     staging.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
     adamw.set_step_count(resumed.reader->attrs().ints.at("optim.step"));
+    restore_loss_scaler(scaler, resumed.reader->attrs());
     log_info("resumed at step {}: loaded in {:.2f} s (verified in {:.2f} s)", start, t.seconds(), resumed.seconds);
   }
   std::unique_ptr<MetricsWriter> metrics;
@@ -403,6 +406,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     a.ints["tokens_seen"] = s * GB * T;
     a.ints["sequences_seen"] = s * GB;
     a.ints["optim.step"] = adamw.step_count();
+    add_loss_scaler_attrs(a, ctx, scaler);
     a.ints["data.next_step"] = s + 1;  // the sampler is keyed by (seed, step): the step is the loader state
     a.ints["rng.seed"] = static_cast<int64_t>(seed);
     a.ints["layout.world"] = pc.world_size();
@@ -444,6 +448,8 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     Timer timer;
     model.zero_grad(ctx);
     model.reset_tp_comm_ms();
+    // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
+    const float scaled_dloss = scaled_loss_gradient(dloss, scaler, s, dr);
     double loss_sum = 0.0;
     for (int64_t j = 0; j < (pipe ? 0 : n_micro); ++j) {
       const int64_t first = rank_first + j * MB;  // micro-batch j: a contiguous sub-block of this rank's block
@@ -456,13 +462,13 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
       if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
       model.forward(ctx, in_dev.i32(), MB);
-      const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB);
+      const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), scaled_dloss, MB);
       loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * T);  // synchronizes
     }
     if (pipe) {
       stage->step = s;
       stage->rank_first = rank_first;
-      stage->dloss = dloss;
+      stage->dloss = scaled_dloss;
       stage->loss_sum = 0.0;
       const parallel::PipelineStats ps = parallel::run_schedule(schedule, *stage, pc.pp_group(), *pbufs);
       bubbles.push_back(ps.measured_bubble);
@@ -488,9 +494,12 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     if (gso.zero && dp > 1) pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
     if (tp > 1) pc.tp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (TP)");
     if (pp > 1) pc.pp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (PP)");
-    const double norm = std::sqrt(sumsq);
+    // the loss scaler sees the global sum of squares (every rank alike) and decides whether this step updates
+    const optim::LossScaler::Outcome ls = scaler.update(sumsq, s);
+    const double norm = ls.norm;
     const double lr = sched.at(s);
-    adamw.step(ctx, static_cast<float>(lr), adamw.clip_scale(norm));
+    if (!ls.skip) adamw.step(ctx, static_cast<float>(lr), optim::LossScaler::grad_scale(adamw.clip_scale(norm), ls));
+    else log_skipped_step(s, ls);
     grad_sync.gather_params();
     k::synchronize(ctx);
     const double ms = timer.ms();
@@ -518,19 +527,21 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     }
     if (metrics) {
       std::vector<std::pair<std::string, std::optional<double>>> rec = {
-          {"step", static_cast<double>(s)}, {"loss", loss},    {"lr", lr},  {"grad_norm", norm},
+          {"step", static_cast<double>(s)}, {"loss", loss},    {"lr", lr},
+          {"grad_norm", ls.skip ? std::nullopt : std::optional<double>(norm)},
           {"ms", ms},                       {"tokens_per_s", tok_s}, {"mfu", mfu},
           {"comm_exposed_ms", exposed_ms.back()}, {"tp_comm_ms", model.tp_comm_ms()}};
+      add_loss_scale_metrics(rec, scaler, ls);
       if (val_loss) rec.push_back({"val_loss", *val_loss});
       metrics->write(rec);
     }
     if (s % log_every == 0 || s == steps || val_loss) {
       log_info("step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | {:.0f} "
-               "tok/s | mfu {}{}",
+               "tok/s | mfu {}{}{}",
                s, steps, loss, lr, norm, ms, exposed_ms.back(),
                tp > 1 ? fmt::format(", TP {:.1f}", model.tp_comm_ms()) : std::string(), tok_s,
                mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a",
-               val_loss ? fmt::format(" | val loss {:.6f}", *val_loss) : "");
+               val_loss ? fmt::format(" | val loss {:.6f}", *val_loss) : "", loss_scale_suffix(scaler, ls));
     }
 
     // ---- checkpoint and stop, decided collectively (one allreduce(MAX) per step) -------------

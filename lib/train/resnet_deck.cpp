@@ -36,6 +36,7 @@ const ConfigSchema& resnet_deck_schema() {
     s.int_key("train.micro_batch", 128, "images per forward/backward pass on one rank", 1, 1 << 20);
     s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
                                         "usable GPU, else cpu with one log line)", {"cpu", "cuda", "auto"});
+    add_precision_keys(s);
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
               1e12);

@@ -275,6 +275,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   parallel::GradSync grad_sync(pc.device_dp_group(), model.params(), model.grads(), gso);
   model.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   optim::Sgd sgd(model.params(), owned_segments(grad_sync), decay_flags(model.layout()), ocfg);
+  optim::LossScaler scaler(loss_scale_config(deck, ctx.precision));
   std::vector<TensorPlacement> placements;  // data-parallel only: every tensor whole
   for (const auto& p : model.layout()) placements.push_back({p.shape, std::vector<int64_t>(p.shape.size(), 0), -1, true});
   // Without SyncBN every rank's running statistics follow its own images; DP rank 0's are the model's (as
@@ -313,6 +314,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
            pc.world_size(), dp, device_name(ctx.device), omp_get_max_threads(), GB, dp, n_micro, MB,
            sync_bn && dp > 1 ? "SyncBN over the DP group" : sync_bn ? "SyncBN (one rank: plain)" : "per rank");
   log_info("gradient sync: {}", grad_sync.describe());
+  log_precision(ctx, scaler);
   if (ctx.device != Device::CPU)
     log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
              human_bytes(static_cast<double>(staging.host_bytes())));
@@ -338,6 +340,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     load_checkpoint(*resumed.reader, staging.params(), placements, staging.optimizer(), staging.extra());
     staging.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
     sgd.set_step_count(resumed.reader->attrs().ints.at("optim.step"));
+    restore_loss_scaler(scaler, resumed.reader->attrs());
     log_info("resumed at step {} (epoch {}): loaded in {:.2f} s (verified in {:.2f} s)", start,
              start / std::max<int64_t>(spe, 1), t.seconds(), resumed.seconds);
   }
@@ -363,6 +366,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     a.ints["samples_seen"] = s * GB;
     a.ints["epoch"] = s / spe;
     a.ints["optim.step"] = sgd.step_count();
+    add_loss_scaler_attrs(a, ctx, scaler);
     a.ints["data.next_step"] = s + 1;  // the sampler is a pure function of (seed, N, GB, step)
     a.ints["data.steps_per_epoch"] = spe;
     a.ints["rng.seed"] = static_cast<int64_t>(seed);
@@ -424,6 +428,8 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   for (int64_t s = start + 1; s <= steps; ++s) {
     Timer timer;
     model.zero_grad(ctx);
+    // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
+    const float scaled_dloss = scaled_loss_gradient(dloss, scaler, s, dr);
     double sums[2] = {0.0, 0.0};  // loss sum, correct predictions (this rank's images)
     for (int64_t j = 0; j < n_micro; ++j) {
       const int64_t first = micro_first(j);
@@ -437,7 +443,7 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
       if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
       model.forward(ctx, img_dev.f32(), MB, /*train=*/true);
       k::copy_to_host(ctx, logits_host.data(), model.logits(), static_cast<int64_t>(MB) * K * 4);  // before backward
-      const float* losses = model.loss_and_backward(ctx, lab_dev.i32(), dloss, MB);  // (overwrites the logits)
+      const float* losses = model.loss_and_backward(ctx, lab_dev.i32(), scaled_dloss, MB);  // (overwrites the logits)
       sums[0] += sum_to_host(ctx, sum_dev, losses, MB);
       // logits_host is read only now: sum_to_host synchronized, so the copy queued before backward has landed
       sums[1] += static_cast<double>(count_correct(logits_host.data(), lab_host.data(), MB, K));
@@ -450,9 +456,12 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
                      sched.lr);
     double sumsq = sgd.grad_sumsq(ctx);
     if (gso.zero && dp > 1) pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
-    const double norm = std::sqrt(sumsq);
+    // the loss scaler sees the global sum of squares (every rank alike) and decides whether this step updates
+    const optim::LossScaler::Outcome ls = scaler.update(sumsq, s);
+    const double norm = ls.norm;
     const double lr = sched.at(s);
-    sgd.step(ctx, static_cast<float>(lr), sgd.clip_scale(norm));
+    if (!ls.skip) sgd.step(ctx, static_cast<float>(lr), optim::LossScaler::grad_scale(sgd.clip_scale(norm), ls));
+    else log_skipped_step(s, ls);
     grad_sync.gather_params();
     k::synchronize(ctx);
     const double ms = timer.ms();
@@ -474,8 +483,9 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     if (metrics) {
       std::vector<std::pair<std::string, std::optional<double>>> rec = {
           {"step", static_cast<double>(s)}, {"epoch", static_cast<double>(s) / spe}, {"loss", loss}, {"acc", acc},
-          {"lr", lr}, {"grad_norm", norm}, {"ms", ms}, {"images_per_s", img_s}, {"mfu", mfu},
-          {"comm_exposed_ms", exposed_ms.back()}};
+          {"lr", lr}, {"grad_norm", ls.skip ? std::nullopt : std::optional<double>(norm)}, {"ms", ms},
+          {"images_per_s", img_s}, {"mfu", mfu}, {"comm_exposed_ms", exposed_ms.back()}};
+      add_loss_scale_metrics(rec, scaler, ls);
       if (val_loss) {
         rec.push_back({"val_loss", *val_loss});
         rec.push_back({"val_acc", *val_acc});
@@ -484,9 +494,10 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
     }
     if (s % log_every == 0 || s == steps || val_loss)
       log_info("step {:>6}/{} | epoch {:.2f} | loss {:.6f} | acc {:.4f} | lr {:.4e} | grad norm {:.4f} | {:.1f} ms "
-               "(comm exposed {:.1f}) | {:.0f} img/s{}",
+               "(comm exposed {:.1f}) | {:.0f} img/s{}{}",
                s, steps, static_cast<double>(s) / spe, loss, acc, lr, norm, ms, exposed_ms.back(), img_s,
-               val_loss ? fmt::format(" | test loss {:.6f} acc {:.4f}", *val_loss, *val_acc) : "");
+               val_loss ? fmt::format(" | test loss {:.6f} acc {:.4f}", *val_loss, *val_acc) : "",
+               loss_scale_suffix(scaler, ls));
     if (epoch_end) {
       log_info("epoch {} done in {:.1f} s{}", s / spe, epoch_timer.seconds(),
                val_acc ? fmt::format(" | test accuracy {:.4f} ({} images)", *val_acc, n_eval) : "");

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "comm/comm.hpp"
 #include "core/format.hpp"
@@ -106,6 +107,109 @@ DeviceDecision decide_device(const std::string& requested, const std::string& bu
   return d;
 }
 
+Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
+                           const std::string& deck_path, std::string* note) {
+  if (decided == Device::CUDA || requested == Precision::FP32) return requested;
+  HPCT_USAGE_CHECK(requested_device != "cpu",
+                   "deck {}: train.precision = {} needs train.device = cuda (the CPU backend computes fp32 only); use "
+                   "--set train.precision=fp32 on the CPU",
+                   deck_path, precision_name(requested));
+  if (note)
+    *note += fmt::format("{}train.precision = {} applies to CUDA only: fp32 on the CPU", note->empty() ? "" : "; ",
+                         precision_name(requested));
+  return Precision::FP32;
+}
+
+void add_precision_keys(ConfigSchema& s) {
+  s.string_key("train.precision", "fp32",
+               "arithmetic of the matrix products on CUDA: fp32 | tf32 | bf16 | fp16 (fp32 storage, master weights "
+               "and accumulation throughout; the CPU computes fp32 only)",
+               {"fp32", "tf32", "bf16", "fp16"});
+  s.string_key("train.loss_scale", "auto",
+               "loss scaling: auto (dynamic for fp16, none otherwise) | none | dynamic | a fixed positive number");
+  s.float_key("train.loss_scale_init", 65536.0, "dynamic loss scaling: the initial scale", 1e-30, 3.4e38);
+  s.int_key("train.loss_scale_window", 2000,
+            "dynamic loss scaling: double the scale after this many consecutive finite steps (at most 2^24)", 1, 1e12);
+  s.float_key("train.loss_scale_min", 1.0,
+              "dynamic loss scaling: a non-finite step at this scale stops the run (divergence, not overflow)", 1e-30,
+              1e38);
+}
+
+optim::LossScaleConfig loss_scale_config(const Config& deck, Precision precision) {
+  return optim::parse_loss_scale(deck.get_string("train.loss_scale"), precision, deck.get_float("train.loss_scale_init"),
+                                 deck.get_int("train.loss_scale_window"), deck.get_float("train.loss_scale_min"),
+                                 fmt::format("deck {}", deck.deck_path()));
+}
+
+void log_precision(const ExecContext& ctx, const optim::LossScaler& scaler) {
+  if (ctx.precision == Precision::FP32 && !scaler.active()) return;
+  const optim::LossScaleConfig& c = scaler.config();
+  std::string scaling = "none";
+  if (c.mode == optim::LossScaleConfig::Mode::Fixed) scaling = fmt::format("fixed {}", c.init);
+  if (c.mode == optim::LossScaleConfig::Mode::Dynamic)
+    scaling = fmt::format("dynamic (init {}, x{} after {} finite steps up to {}, x{} on a non-finite step, min {})",
+                          c.init, c.growth, c.growth_interval, c.max_scale, c.backoff, c.min_scale);
+  log_info("precision: {} products, fp32 storage, master weights and accumulation | loss scaling {}",
+           precision_name(ctx.precision), scaling);
+}
+
+void add_loss_scaler_attrs(ckpt::Attrs& a, const ExecContext& ctx, const optim::LossScaler& scaler) {
+  a.strings["precision"] = precision_name(ctx.precision);
+  a.strings["loss_scale.mode"] = optim::loss_scale_mode_name(scaler.config().mode);
+  a.floats["loss_scale.scale"] = scaler.scale();
+  a.ints["loss_scale.good_steps"] = scaler.good_steps();
+}
+
+void restore_loss_scaler(optim::LossScaler& scaler, const ckpt::Attrs& a) {
+  const auto s = a.floats.find("loss_scale.scale");
+  const auto g = a.ints.find("loss_scale.good_steps");
+  const auto m = a.strings.find("loss_scale.mode");
+  // only a dynamic scale carries over, and only from a run that was scaling dynamically too
+  if (s == a.floats.end() || g == a.ints.end() || m == a.strings.end() || m->second != "dynamic") return;
+  scaler.restore(s->second, g->second);
+  if (scaler.config().mode == optim::LossScaleConfig::Mode::Dynamic)
+    log_info("loss scale resumed at {} ({} finite steps since its last change)", scaler.scale(), scaler.good_steps());
+}
+
+void log_skipped_step(int64_t step, const optim::LossScaler::Outcome& o) {
+  log_info("step {}: non-finite gradients (sum of squares {}) at loss scale {}: optimizer step skipped, loss scale -> {}",
+           step, std::isnan(o.norm) ? std::string("NaN") : fmt::format("{}", o.norm), o.scale, o.next_scale);
+}
+
+void add_loss_scale_metrics(std::vector<std::pair<std::string, std::optional<double>>>& rec,
+                            const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o) {
+  if (!scaler.active()) return;
+  rec.push_back({"loss_scale", o.scale});
+  if (o.skip) rec.push_back({"skipped", 1.0});
+}
+
+float scaled_loss_gradient(float dloss, const optim::LossScaler& scaler, int64_t step, int dp_rank) {
+  static const std::vector<int64_t> inf_steps = [] {
+    std::vector<int64_t> v;
+    if (const char* e = std::getenv("HPCT_TEST_INF_DLOSS_STEPS")) {
+      std::string item;
+      for (const char* c = e;; ++c) {
+        if (*c == ',' || *c == '\0') {
+          if (!item.empty()) v.push_back(std::stoll(item));
+          item.clear();
+          if (*c == '\0') break;
+        } else {
+          item += *c;
+        }
+      }
+    }
+    return v;
+  }();
+  if (dp_rank == 0 && std::find(inf_steps.begin(), inf_steps.end(), step) != inf_steps.end())
+    return std::numeric_limits<float>::infinity();
+  return static_cast<float>(static_cast<double>(dloss) * scaler.scale());
+}
+
+std::string loss_scale_suffix(const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o) {
+  if (!scaler.active()) return "";
+  return fmt::format(" | scale {}{}", o.scale, o.skip ? " | SKIPPED" : "");
+}
+
 #if HPCT_HAVE_CUDA
 struct RunDevice::Cuda {
   kernels::CudaStream stream;  // the rank's compute stream
@@ -116,7 +220,11 @@ struct RunDevice::Cuda {};
 
 RunDevice::RunDevice(const Config& deck, const parallel::LaunchEnv& launch, const comm::CommOptions& opts) {
   const std::string& requested = deck.get_string("train.device");
-  if (requested == "cpu") return;  // no CUDA call, no collective: the CPU path exactly as before
+  const Precision precision = parse_precision(deck.get_string("train.precision"));
+  if (requested == "cpu") {  // no CUDA call, no collective: the CPU path exactly as before
+    exec_.precision = decide_precision(requested, Device::CPU, precision, deck.deck_path(), &line_);
+    return;
+  }
   std::string build_gap;
 #if !HPCT_HAVE_CUDA
   build_gap = "this build has no CUDA backend (configured without the CUDA toolkit, or with -DHPCT_ENABLE_CUDA=OFF)";
@@ -143,6 +251,7 @@ RunDevice::RunDevice(const Config& deck, const parallel::LaunchEnv& launch, cons
 #endif
   const DeviceDecision d = decide_device(requested, build_gap, unusable, launch.world_size, reason, deck.deck_path());
   line_ = d.note;
+  exec_.precision = decide_precision(requested, d.device, precision, deck.deck_path(), &line_);
   if (d.device == Device::CPU) return;
 #if HPCT_HAVE_CUDA
   const kernels::CudaDeviceInfo info = kernels::cuda_select_device(launch.local_rank);
@@ -160,12 +269,13 @@ RunDevice::RunDevice(const Config& deck, const parallel::LaunchEnv& launch, cons
                      "train.device=cpu",
                      deck.deck_path(), requested, o);
   cuda_ = std::make_unique<Cuda>();
-  exec_ = ExecContext{Device::CUDA, cuda_->stream.get()};
+  exec_ = ExecContext{Device::CUDA, cuda_->stream.get(), precision};
   line_ = fmt::format("device: cuda:{} {} (sm_{}{}, {} total, {} free) on rank 0 | train.device = {}: every rank "
-                      "computes on GPU local_rank % visible devices ({} rank(s), {} device(s) on rank 0's node)",
+                      "computes on GPU local_rank % visible devices ({} rank(s), {} device(s) on rank 0's node) | precision {}",
                       info.index, info.name, info.cc_major, info.cc_minor,
                       human_bytes(static_cast<double>(info.total_bytes)),
-                      human_bytes(static_cast<double>(info.free_bytes)), requested, launch.local_size, info.count);
+                      human_bytes(static_cast<double>(info.free_bytes)), requested, launch.local_size, info.count,
+                      precision_name(precision));
 #endif
 }
 

@@ -5,13 +5,16 @@
 // decision of every step (signals, train.deadline, checkpoint cadences), and the steady-state median.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "core/timer.hpp"
+#include "optim/loss_scaler.hpp"
 #include "optim/segment.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/launch_env.hpp"
@@ -68,6 +71,38 @@ struct DeviceDecision {
 DeviceDecision decide_device(const std::string& requested, const std::string& build_gap, int unusable_ranks,
                              int world_size, const std::string& reason, const std::string& deck_path);
 
+// train.precision (exec_context.hpp) on the decided device, pure: on CUDA the requested precision; on the CPU fp32 (the
+// CPU backend computes nothing else). Non-fp32 with train.device = "cpu" is a UsageError naming the fix; with "auto"
+// that fell back to the CPU it becomes fp32 and `note` gets the line rank 0 logs.
+Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
+                           const std::string& deck_path, std::string* note);
+
+// The [train] keys of mixed precision (both apps): train.precision, train.loss_scale, train.loss_scale_init,
+// train.loss_scale_window, train.loss_scale_min. Add them inside the [train] section.
+void add_precision_keys(ConfigSchema& s);
+// The loss scaling those keys describe, for the run's effective precision (RunDevice::exec().precision).
+optim::LossScaleConfig loss_scale_config(const Config& deck, Precision precision);
+
+// The loss scaler in a trainer's step (both apps alike):
+//   log_precision          one log line: the precision of the products, and the loss scaling when active
+//   add_loss_scaler_attrs  checkpoint attributes: precision, loss_scale.mode, loss_scale.scale, loss_scale.good_steps
+//   restore_loss_scaler    a resumed run continues the checkpoint's dynamic scale (absent attributes: the deck's init)
+//   log_skipped_step       the line of a skipped step (non-finite gradients: the scale backs off)
+//   add_loss_scale_metrics metrics.jsonl fields loss_scale (S of the step) and skipped (1) when scaling is active
+//   loss_scale_suffix      " | scale S" (and " | SKIPPED") for the step line, "" without scaling
+void log_precision(const ExecContext& ctx, const optim::LossScaler& scaler);
+void add_loss_scaler_attrs(ckpt::Attrs& a, const ExecContext& ctx, const optim::LossScaler& scaler);
+void restore_loss_scaler(optim::LossScaler& scaler, const ckpt::Attrs& a);
+void log_skipped_step(int64_t step, const optim::LossScaler::Outcome& o);
+void add_loss_scale_metrics(std::vector<std::pair<std::string, std::optional<double>>>& rec,
+                            const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o);
+std::string loss_scale_suffix(const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o);
+// The loss gradient of step `step` on a rank of DP rank dp_rank: dloss x S. Test hook (tests/integration/
+// check_loss_scale.py): the environment variable HPCT_TEST_INF_DLOSS_STEPS="3,4" makes the ranks of DP rank 0 use an
+// infinite loss gradient on those steps, a deterministic stand-in for an fp16 overflow (fp32 on the CPU cannot overflow
+// at any representable scale); the other DP ranks see it only through the gradient reduction, as with a real overflow.
+float scaled_loss_gradient(float dloss, const optim::LossScaler& scaler, int64_t step, int dp_rank);
+
 // The run's device: train.device resolved collectively, and on CUDA the rank's GPU and compute stream. Construct it on
 // every rank after read_launch and before the ParallelContext (which takes exec(), and builds its NCCL groups on the
 // selected GPU); keep it alive longer than everything that computes (declare it first).
@@ -76,7 +111,8 @@ DeviceDecision decide_device(const std::string& requested, const std::string& bu
 //    all ranks decide alike (a node without GPUs cannot split the job) with decide_device.
 //  - on CUDA: GPU local_rank % visible devices (kernels::cuda_select_device, launch.local_rank from MPI's shared-memory
 //    split); a UsageError on every rank when some node has more ranks than GPUs (one GPU cannot host two ranks of an
-//    NCCL communicator); one compute stream per rank (kernels::CudaStream), exec() = {CUDA, that stream}.
+//    NCCL communicator); one compute stream per rank (kernels::CudaStream), exec() = {CUDA, that stream, precision}.
+//  - exec().precision: train.precision as decide_precision resolves it (fp32 on the CPU).
 class RunDevice {
  public:
   RunDevice(const Config& deck, const parallel::LaunchEnv& launch, const comm::CommOptions& opts);

@@ -8,7 +8,10 @@
 // Determinism: no atomics anywhere in this file. Every reduction (the attention tiles, dbias over rows, the
 // cross-entropy sums) runs in a fixed order that depends on the shapes only, and cuBLAS GEMMs are bitwise
 // reproducible run to run on the same GPU model / toolkit / stream setup, so a run reproduces itself bit for bit.
-// fp32 throughout; cuBLAS runs CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (no TF32).
+// fp32 storage throughout. The Linear GEMMs' arithmetic follows ctx.precision (exec_context.hpp): fp32 runs
+// CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (no TF32); tf32 / bf16 / fp16 run CUBLAS_COMPUTE_32F_FAST_TF32 / _16BF /
+// _16F: cuBLAS rounds the fp32 inputs to that type for the tensor cores and accumulates in fp32, C stays fp32. The
+// attention kernels and the cross-entropies compute in fp32 whatever the precision.
 //
 // Targets: the CPU backend checks targets on the host and throws; the device cannot (the targets live on the
 // device and the op must not read them back). An out-of-range target instead makes that row's loss NaN (and its
@@ -82,11 +85,22 @@ cublasHandle_t cublas_handle(cudaStream_t stream) {
 // sgemm_rowmajor / cblas_sgemm(CblasRowMajor, ...), so each call below reads like its CPU twin.
 inline cublasOperation_t op_of(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-             const float* B, int ldb, float beta, float* C, int ldc) {
+// The cuBLAS compute type of a precision (fp32 data in and out, fp32 accumulation in every case).
+cublasComputeType_t gemm_compute(Precision p) {
+  switch (p) {
+    case Precision::FP32: return CUBLAS_COMPUTE_32F;
+    case Precision::TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case Precision::BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case Precision::FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
+  }
+  HPCT_FAIL("kernels::cuda: unknown precision {}", static_cast<int>(p));
+}
+
+void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+             const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;  // nothing to write (K = 0 is legal: C = beta C)
   CUBLAS_CHECK(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
-                            lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            lda, &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 // Threads of a one-block-per-row kernel for rows of `len` elements: a multiple of 32 (block_sum / block_max need
@@ -364,7 +378,7 @@ void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const 
     HPCT_CUDA_LAUNCH_CHECK("matmul_forward");
     beta = 1.0f;
   }
-  gemm_rm(h, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  gemm_rm(h, gemm_compute(ctx.precision), false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
@@ -373,8 +387,9 @@ void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float*
   if (N == 0) return;  // no rows: dinp is empty, the parameter gradients receive nothing
   const cudaStream_t stream = stream_of(ctx);
   cublasHandle_t h = cublas_handle(stream);
-  if (dinp) gemm_rm(h, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-  gemm_rm(h, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  const cublasComputeType_t compute = gemm_compute(ctx.precision);
+  if (dinp) gemm_rm(h, compute, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+  gemm_rm(h, compute, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) {
     const dim3 block(kBiasCols, kBiasRows);
     const unsigned grid = static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols);

@@ -6,9 +6,12 @@
 // reproduces itself bit for bit on the same GPU.
 //
 // Conv2d: cuDNN 9's legacy convolution API (cudnn_cnn.h), fp32 NCHW, CUDNN_CROSS_CORRELATION (torch's Conv2d),
-// groups 1, dilation 1, CUDNN_FMA_MATH (no TF32 tensor cores: fp32 results within the tests' 1e-4-level tolerances).
+// groups 1, dilation 1. The math type follows ctx.precision (exec_context.hpp): fp32 -> CUDNN_FMA_MATH (no TF32 tensor
+// cores: fp32 results within the tests' 1e-4-level tolerances); tf32 and bf16 -> CUDNN_TENSOR_OP_MATH (TF32 tensor cores
+// on fp32 data; the legacy API has no bf16 conversion of fp32 tensors); fp16 -> CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+// (fp32 data converted to fp16 for the tensor cores).
 // Algorithms come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7: no benchmarking, no device allocation),
-// filtered to CUDNN_DETERMINISTIC, non-tensor-op, supported ones whose workspace is at most kMaxWorkspaceBytes, in the
+// filtered to CUDNN_DETERMINISTIC, supported ones (under fp32 also non-tensor-op) whose workspace is at most kMaxWorkspaceBytes, in the
 // heuristics' order; a known deterministic algorithm (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1) is appended
 // as the last resort. Each call runs the FIRST candidate whose workspace fits the one passed in, so with the size
 // conv2d_workspace_floats returns (the largest of the three first choices) every phase runs its preferred algorithm,
@@ -443,11 +446,12 @@ void add_candidate(std::vector<ConvAlgo>& list, int algo, size_t bytes) {
 }
 
 // The candidates of one algorithm family, in cuDNN's heuristic order (cudnnGet*Algorithm_v7: ranks without running or
-// allocating): those that succeed, are CUDNN_DETERMINISTIC, use no tensor-op math (no TF32) and whose workspace query
-// succeeds; then `fallback`, an algorithm known to be deterministic. max_count / rank / workspace wrap the family's
+// allocating): those that succeed, are CUDNN_DETERMINISTIC, use no tensor-op math unless `tensor_ops` (fp32: no TF32)
+// and whose workspace query succeeds; then `fallback`, an algorithm known to be deterministic. max_count / rank / workspace wrap the family's
 // cudnnGet*AlgorithmMaxCount, cudnnGet*Algorithm_v7 and cudnnGet*WorkspaceSize.
 template <class Perf, class Algo, class MaxCount, class Rank, class Workspace>
-void add_deterministic(std::vector<ConvAlgo>& list, Algo fallback, MaxCount max_count, Rank rank, Workspace workspace) {
+void add_deterministic(std::vector<ConvAlgo>& list, bool tensor_ops, Algo fallback, MaxCount max_count, Rank rank,
+                       Workspace workspace) {
   int n = 0, returned = 0;
   CUDNN_CHECK(max_count(&n));
   std::vector<Perf> perf(static_cast<size_t>(std::max(n, 1)));
@@ -455,14 +459,26 @@ void add_deterministic(std::vector<ConvAlgo>& list, Algo fallback, MaxCount max_
   size_t bytes = 0;
   for (int i = 0; i < returned; i++) {
     const Perf& r = perf[static_cast<size_t>(i)];
-    if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC || tensor_op_math(r.mathType))
+    if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC ||
+        (!tensor_ops && tensor_op_math(r.mathType)))
       continue;
     if (workspace(r.algo, &bytes) == CUDNN_STATUS_SUCCESS) add_candidate(list, r.algo, bytes);
   }
   if (workspace(fallback, &bytes) == CUDNN_STATUS_SUCCESS) add_candidate(list, fallback, bytes);
 }
 
-ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
+// The convolution math type of a precision (header comment).
+cudnnMathType_t conv_math(Precision p) {
+  switch (p) {
+    case Precision::FP32: return CUDNN_FMA_MATH;
+    case Precision::TF32:
+    case Precision::BF16: return CUDNN_TENSOR_OP_MATH;
+    case Precision::FP16: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+  HPCT_FAIL("conv2d: unknown precision {}", static_cast<int>(p));
+}
+
+ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision) {
   ConvPlan p;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
@@ -474,7 +490,9 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, d.pad, d.pad, d.stride, d.stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT));
   CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, 1));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, CUDNN_FMA_MATH));  // plain fp32 FMAs: no TF32
+  const cudnnMathType_t math = conv_math(precision);
+  const bool tensor_ops = math != CUDNN_FMA_MATH;
+  CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, math));  // fp32: plain fp32 FMAs, no TF32
   int on = 0, oc = 0, oh = 0, ow = 0;
   CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &on, &oc, &oh, &ow));
   HPCT_CHECK(on == d.N && oc == d.OC && oh == d.OH && ow == d.OW,
@@ -483,7 +501,7 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
 
   // forward, backward data, backward filter: the same selection over cuDNN's three algorithm families
   add_deterministic<cudnnConvolutionFwdAlgoPerf_t>(
-      p.fwd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+      p.fwd, tensor_ops, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
       [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); },
       [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* perf) {
         return cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, n, got, perf);
@@ -492,7 +510,7 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
         return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, a, bytes);
       });
   add_deterministic<cudnnConvolutionBwdDataAlgoPerf_t>(
-      p.bwd_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+      p.bwd_data, tensor_ops, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
       [&](int* n) { return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n); },
       [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, n, got, perf);
@@ -501,7 +519,7 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x, a, bytes);
       });
   add_deterministic<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      p.bwd_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+      p.bwd_filter, tensor_ops, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
       [&](int* n) { return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n); },
       [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, n, got, perf);
@@ -510,22 +528,22 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, a, bytes);
       });
   HPCT_CHECK(!p.fwd.empty() && !p.bwd_data.empty() && !p.bwd_filter.empty(),
-             "conv2d: cuDNN offers no deterministic fp32 algorithm for N={} C={} H={} W={} OC={} {}x{} stride {} pad {} "
+             "conv2d: cuDNN offers no deterministic algorithm (math type {}) for N={} C={} H={} W={} OC={} {}x{} stride {} pad {} "
              "(forward {}, backward-data {}, backward-filter {} candidates)",
-             d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad, p.fwd.size(), p.bwd_data.size(),
-             p.bwd_filter.size());
+             static_cast<int>(math), d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad, p.fwd.size(),
+             p.bwd_data.size(), p.bwd_filter.size());
   return p;
 }
 
 // The cached plan of this shape on the current device (built on first use; the handle must be current).
-const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d) {
+const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precision) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  using Key = std::array<int, 10>;
+  using Key = std::array<int, 11>;
   thread_local std::map<Key, std::unique_ptr<ConvPlan>> plans;  // descriptors never destroyed (header comment)
-  const Key key{dev, d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad};
+  const Key key{dev, d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad, static_cast<int>(precision)};
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, std::make_unique<ConvPlan>(build_plan(h, d))).first;
+  if (it == plans.end()) it = plans.emplace(key, std::make_unique<ConvPlan>(build_plan(h, d, precision))).first;
   return *it->second;
 }
 
@@ -563,7 +581,7 @@ int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int
                                 int pad) {
   const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
   const cudnnHandle_t h = cudnn_handle(stream_of(ctx));
-  const ConvPlan& p = conv_plan(h, d);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision);
   const size_t bytes = std::max({p.fwd.front().bytes, p.bwd_data.front().bytes, p.bwd_filter.front().bytes});
   return floats_of(bytes);
 }
@@ -574,7 +592,7 @@ void conv2d_forward(const ExecContext& ctx, float* out, const float* inp, const 
   const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
-  const ConvPlan& p = conv_plan(h, d);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision);
   const size_t have = workspace_bytes(workspace, workspace_floats);
   const ConvAlgo& a = pick(p.fwd, have, "conv2d_forward", "forward", d);
   const float one = 1.0f, zero = 0.0f;
@@ -595,7 +613,7 @@ void conv2d_backward(const ExecContext& ctx, float* dinp, float* dweight, float*
   const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
-  const ConvPlan& p = conv_plan(h, d);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision);
   const size_t have = workspace_bytes(workspace, workspace_floats);
   const float one = 1.0f, zero = 0.0f;
   // dweight += dout (*) inp: beta = 1 accumulates

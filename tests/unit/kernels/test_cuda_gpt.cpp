@@ -142,6 +142,76 @@ TEST(CudaGpt, MatmulBackward) {
 
 // Accumulation over micro-batches: two backward calls add both contributions (dweight, dbias +=), as the trainer
 // relies on; and N = 0 rows is a no-op.
+// train.precision tf32 / bf16 / fp16 (exec_context.hpp): cuBLAS rounds the fp32 inputs for the tensor cores and
+// accumulates in fp32. Every element of out, dinp and dweight lies within the rigorous rounding bound of its inner
+// product (cuda_test_util.hpp product_bound) around the exact (double) value; the outputs keep fp32 storage. Whether
+// cuBLAS actually took a tensor-core path (the compute types *allow* it) is printed, not asserted.
+TEST(CudaGpt, MatmulReducedPrecisionWithinRoundingBounds) {
+  HPCT_REQUIRE_GPU();
+  const LinearShape shapes[] = {{37, 45, 29}, {131, 200, 257}, {253, 256, 768}};
+  uint32_t seed = 700;
+  for (const Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    const ExecContext ctx{Device::CUDA, nullptr, p};
+    const double u = test::unit_roundoff(p);
+    for (const LinearShape& sh : shapes) {
+      SCOPED_TRACE(name(sh) + " " + precision_name(p));
+      const int N = sh.N, C = sh.C, OC = sh.OC;
+      const auto inp = random_vector(sz(int64_t{N} * C), seed++);
+      const auto weight = random_vector(sz(int64_t{OC} * C), seed++);
+      const auto bias = random_vector(sz(OC), seed++);
+      const auto dout = random_vector(sz(int64_t{N} * OC), seed++);
+      const auto dweight0 = random_vector(sz(int64_t{OC} * C), seed++);
+      // exact values and bounds in double: out = inp W^T + b, dinp = dout W, dweight = dweight0 + dout^T inp
+      std::vector<double> out_x(sz(int64_t{N} * OC)), out_b(out_x.size());
+      for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+          double acc = 0, ap = 0, ai = 0;
+          for (int c = 0; c < C; c++) {
+            const double a = inp[sz(int64_t{n} * C + c)], b = weight[sz(int64_t{o} * C + c)];
+            acc += a * b, ap += std::fabs(a * b), ai += std::fabs(a) + std::fabs(b);
+          }
+          out_x[sz(int64_t{n} * OC + o)] = acc + bias[sz(o)];
+          out_b[sz(int64_t{n} * OC + o)] = test::product_bound(u, C, ap, ai, std::fabs(bias[sz(o)]));
+        }
+      std::vector<double> dinp_x(sz(int64_t{N} * C)), dinp_b(dinp_x.size());
+      for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+          double acc = 0, ap = 0, ai = 0;
+          for (int o = 0; o < OC; o++) {
+            const double a = dout[sz(int64_t{n} * OC + o)], b = weight[sz(int64_t{o} * C + c)];
+            acc += a * b, ap += std::fabs(a * b), ai += std::fabs(a) + std::fabs(b);
+          }
+          dinp_x[sz(int64_t{n} * C + c)] = acc;
+          dinp_b[sz(int64_t{n} * C + c)] = test::product_bound(u, OC, ap, ai, 0.0);
+        }
+      std::vector<double> dw_x(sz(int64_t{OC} * C)), dw_b(dw_x.size());
+      for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) {
+          double acc = 0, ap = 0, ai = 0;
+          for (int n = 0; n < N; n++) {
+            const double a = dout[sz(int64_t{n} * OC + o)], b = inp[sz(int64_t{n} * C + c)];
+            acc += a * b, ap += std::fabs(a * b), ai += std::fabs(a) + std::fabs(b);
+          }
+          const double w0 = dweight0[sz(int64_t{o} * C + c)];
+          dw_x[sz(int64_t{o} * C + c)] = acc + w0;
+          dw_b[sz(int64_t{o} * C + c)] = test::product_bound(u, N, ap, ai, std::fabs(w0));
+        }
+
+      DeviceBuffer<float> d_inp(inp), d_weight(weight), d_bias(bias), d_dout(dout), d_dw(dweight0);
+      DeviceBuffer<float> d_out(out_x.size()), d_dinp(dinp_x.size()), d_out32(out_x.size());
+      matmul_forward(ctx, d_out.get(), d_inp.get(), d_weight.get(), d_bias.get(), N, C, OC);
+      matmul_backward(ctx, d_dinp.get(), d_dw.get(), nullptr, d_dout.get(), d_inp.get(), d_weight.get(), N, C, OC);
+      const std::vector<float> out = d_out.download();
+      EXPECT_TRUE(test::within_bounds("matmul_forward out", out, out_x, out_b));
+      EXPECT_TRUE(test::within_bounds("matmul_backward dinp", d_dinp.download(), dinp_x, dinp_b));
+      EXPECT_TRUE(test::within_bounds("matmul_backward dweight (+=)", d_dw.download(), dw_x, dw_b));
+      matmul_forward(gpu_ctx(), d_out32.get(), d_inp.get(), d_weight.get(), d_bias.get(), N, C, OC);
+      std::printf("  [%s %s] forward %s the fp32 GEMM's bits\n", precision_name(p), name(sh).c_str(),
+                  bitwise_equal("", out, d_out32.download()) ? "equals (no tensor-core rounding chosen)" : "differs from");
+    }
+  }
+}
+
 TEST(CudaGpt, MatmulBackwardAccumulatesAcrossCallsAndEmptyIsNoop) {
   HPCT_REQUIRE_GPU();
   const int N = 19, C = 33, OC = 41;

@@ -130,6 +130,54 @@ TEST(CudaResnet, Conv2dForwardBackward) {
   }
 }
 
+// train.precision tf32 / bf16 / fp16 on Conv2d: cuDNN tensor ops on fp32 data (TF32 for tf32 and bf16, fp16 conversion
+// for fp16; cuda_resnet.cu). The forward output lies within the rounding bound of each output's inner product over
+// (C, KH, KW) (cuda_test_util.hpp product_bound, with u = 2^-11 for all three: bf16 runs TF32 convolutions) around
+// the exact value, with a deterministic algorithm; the backward's reduced precision is covered end to end by
+// check_cuda_run.py's bf16 losses.
+TEST(CudaResnet, Conv2dReducedPrecisionWithinRoundingBounds) {
+  HPCT_REQUIRE_GPU();
+  const ConvShape shapes[] = {{3, 5, 11, 9, 7, 3, 3, 1, 1}, {2, 16, 14, 14, 32, 3, 3, 2, 1}, {2, 64, 7, 7, 48, 1, 1, 1, 0}};
+  for (const Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    const ExecContext ctx{Device::CUDA, nullptr, p};
+    for (const ConvShape& s : shapes) {
+      SCOPED_TRACE(s.name() + " " + precision_name(p));
+      const Vec inp = random_vector(s.in_size(), 41), w = random_vector(s.w_size(), 42, -0.3, 0.3);
+      const Vec b = random_vector(static_cast<size_t>(s.OC), 43);
+      std::vector<double> exact(s.out_size()), bound(s.out_size());
+      const int OH = s.OH(), OW = s.OW();
+      for (int n = 0; n < s.N; n++)
+        for (int o = 0; o < s.OC; o++)
+          for (int y = 0; y < OH; y++)
+            for (int x = 0; x < OW; x++) {
+              double acc = 0, ap = 0, ai = 0;
+              for (int c = 0; c < s.C; c++)
+                for (int ky = 0; ky < s.KH; ky++)
+                  for (int kx = 0; kx < s.KW; kx++) {
+                    const int iy = y * s.stride - s.pad + ky, ix = x * s.stride - s.pad + kx;
+                    if (iy < 0 || iy >= s.H || ix < 0 || ix >= s.W) continue;
+                    const double a = inp[((static_cast<size_t>(n) * s.C + c) * s.H + iy) * s.W + ix];
+                    const double k = w[((static_cast<size_t>(o) * s.C + c) * s.KH + ky) * s.KW + kx];
+                    acc += a * k, ap += std::fabs(a * k), ai += std::fabs(a) + std::fabs(k);
+                  }
+              const size_t i = ((static_cast<size_t>(n) * s.OC + o) * OH + y) * OW + x;
+              exact[i] = acc + b[static_cast<size_t>(o)];
+              bound[i] = test::product_bound(0x1p-11, int64_t{s.C} * s.KH * s.KW, ap, ai, std::fabs(b[static_cast<size_t>(o)]));
+            }
+      const int64_t wsf = conv2d_workspace_floats(ctx, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+      DeviceBuffer<float> d_ws(static_cast<size_t>(std::max<int64_t>(wsf, 1))), d_inp(inp), d_w(w), d_b(b);
+      DeviceBuffer<float> d_out(nan_vector(s.out_size()));
+      conv2d_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC,
+                     s.KH, s.KW, s.stride, s.pad);
+      const Vec first = d_out.download();
+      EXPECT_TRUE(test::within_bounds("conv out", first, exact, bound));
+      conv2d_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC,
+                     s.KH, s.KW, s.stride, s.pad);
+      EXPECT_EQ(d_out.download(), first) << "reduced-precision conv differs between two identical runs";
+    }
+  }
+}
+
 // One workspace, sized for the larger of two layers, serves both in turn; the backward reproduces itself bit for bit.
 TEST(CudaResnet, Conv2dSharedWorkspaceDeterministic) {
   HPCT_REQUIRE_GPU();

@@ -83,5 +83,53 @@ TEST(DecideDevice, CudaWithoutBackendIsAUsageErrorNamingTheBuild) {
   EXPECT_NE(usage_message("cuda", kNoBackend, 1, 1, kDriver).find("no CUDA backend"), std::string::npos);
 }
 
+// train.precision on the decided device: CUDA keeps it; the CPU computes fp32 only.
+TEST(DecidePrecision, CudaKeepsTheRequestedPrecision) {
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16}) {
+    std::string note;
+    EXPECT_EQ(decide_precision("cuda", Device::CUDA, p, kDeck, &note), p);
+    EXPECT_EQ(decide_precision("auto", Device::CUDA, p, kDeck, &note), p);
+    EXPECT_EQ(note, "");
+  }
+}
+
+TEST(DecidePrecision, CpuRefusesAnythingButFp32) {
+  std::string note;
+  EXPECT_EQ(decide_precision("cpu", Device::CPU, Precision::FP32, kDeck, &note), Precision::FP32);
+  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    try {
+      decide_precision("cpu", Device::CPU, p, kDeck, &note);
+      ADD_FAILURE() << "no error for " << precision_name(p);
+    } catch (const UsageError& e) {
+      const std::string c = e.cause();
+      EXPECT_NE(c.find(std::string("train.precision = ") + precision_name(p)), std::string::npos) << c;
+      EXPECT_NE(c.find("--set train.precision=fp32"), std::string::npos) << c;
+      EXPECT_NE(c.find(kDeck), std::string::npos) << c;
+    }
+  }
+  EXPECT_EQ(note, "");
+}
+
+TEST(DecidePrecision, AutoFallingBackToTheCpuRunsFp32WithANote) {
+  std::string note = "train.device = auto: no usable CUDA device (x): running on the CPU";
+  EXPECT_EQ(decide_precision("auto", Device::CPU, Precision::BF16, kDeck, &note), Precision::FP32);
+  EXPECT_EQ(note, "train.device = auto: no usable CUDA device (x): running on the CPU; train.precision = bf16 applies "
+                  "to CUDA only: fp32 on the CPU");
+  std::string unchanged = "n";
+  EXPECT_EQ(decide_precision("auto", Device::CPU, Precision::FP32, kDeck, &unchanged), Precision::FP32);
+  EXPECT_EQ(unchanged, "n");
+}
+
+TEST(ParsePrecision, NamesRoundTripAndUnknownIsAUsageError) {
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16})
+    EXPECT_EQ(parse_precision(precision_name(p)), p);
+  try {
+    parse_precision("fp8");
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.cause()).find("fp32, tf32, bf16, fp16"), std::string::npos) << e.cause();
+  }
+}
+
 }  // namespace
 }  // namespace hpct::train

@@ -393,7 +393,8 @@ WorkPtr NcclCommunicator::issue_(OpDesc desc, Enqueue&& enqueue) {
       CUDA_CHECK(rec);
     }
     CUDA_CHECK(cudaEventRecord(last_done_, stream_));
-    last_desc_ = detail::describe(desc, *this);
+    last_op_ = desc;  // described only if a timeout message needs it (unfinished())
+    last_group_ = 0;
   }
   auto w = std::make_unique<NcclWork>(this, std::move(desc), ev);
   in_flight_.push_back(w.get());
@@ -431,8 +432,8 @@ void NcclCommunicator::group_end() {
   }
   if (!group_works_.empty()) {
     CUDA_CHECK(cudaEventRecord(last_done_, stream_));
-    last_desc_ = fmt::format("group of {} operation(s), the last {}", group_works_.size(),
-                             detail::describe(group_works_.back()->desc_, *this));
+    last_op_ = group_works_.back()->desc_;
+    last_group_ = group_works_.size();
   }
   group_works_.clear();
 }
@@ -465,12 +466,14 @@ std::string NcclCommunicator::async_error() const {
 }
 
 std::string NcclCommunicator::unfinished() const {
-  if (last_desc_.empty() || aborted_) return "";
+  if (last_op_.op[0] == '\0' || aborted_) return "";
   const cudaError_t e = cudaEventQuery(last_done_);
   if (e == cudaSuccess) return "";
-  if (e == cudaErrorNotReady) return last_desc_;
+  std::string d = detail::describe(last_op_, *this);
+  if (last_group_ > 0) d = fmt::format("group of {} operation(s), the last {}", last_group_, d);
+  if (e == cudaErrorNotReady) return d;
   (void)cudaGetLastError();
-  return fmt::format("{} (its completion event reports {})", last_desc_, cudaGetErrorString(e));
+  return fmt::format("{} (its completion event reports {})", d, cudaGetErrorString(e));
 }
 
 void NcclCommunicator::progress() {

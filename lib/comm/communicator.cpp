@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "comm/guarded_wait.hpp"
 #include "comm/op_desc.hpp"
 #include "core/format.hpp"
 
@@ -45,6 +46,21 @@ void check_count(int64_t count, int64_t max_count, const char* op, const std::st
 void check_peer(int peer, const char* role, const char* op, const std::string& what, const Communicator& comm) {
   HPCT_CHECK(peer >= 0 && peer < comm.size(), "{} ({}) on communicator {}: {} {} is not a rank of this group of {}",
              op, what, comm.name(), role, peer, comm.size());
+}
+
+std::string guarded_wait_message(int rank, const std::string& what, double waited_s, double timeout_s,
+                                 const std::string& error, const std::string& pending) {
+  if (!error.empty())
+    return fmt::format("rank {}: {} failed after {:.3g} s: {}; every NCCL communicator of this rank was aborted and the "
+                       "job aborts",
+                       rank, what, waited_s, error);
+  return fmt::format("rank {}: {} timed out after {:.3g} s (comm.timeout_s = {:g}): the stream waits on NCCL work that "
+                     "did not complete ({}); a rank of one of those groups stalled or died; every NCCL communicator of "
+                     "this rank was aborted and the job aborts",
+                     rank, what, waited_s, timeout_s,
+                     pending.empty() ? std::string("no unfinished NCCL operation was found: the stall is in the "
+                                                   "kernels themselves")
+                                     : pending);
 }
 
 }  // namespace detail

@@ -4,7 +4,13 @@
 //
 // Contract: every rank of the group calls collectives in the same order with matching counts and types.
 // Every operation has an async form returning a Work handle; the blocking form is async + wait().
-// Every wait is bounded by CommOptions::timeout_s: past it, wait() throws hpct::Error naming the rank,
+// DESIGN.md §7: Work::wait() means completion *in stream order*; synchronize() (kernels.hpp) means the host blocks.
+// For host buffers (MpiCommunicator) the two coincide: wait() returns once the buffer is readable and reusable. For
+// device buffers (NcclCommunicator) wait() makes the communicator's input stream (the compute stream) wait on the
+// operation and returns at once: kernels queued afterwards on that stream see the result, but the host may read a
+// result only after a copy on the compute stream and a synchronize of it (kernels::synchronize, bounded through the
+// ParallelContext's sync guard). Work::wait_host() is the host-blocking form for the few callers that need one.
+// Every host wait is bounded by CommOptions::timeout_s: past it, wait() throws hpct::Error naming the rank,
 // host, the operation and its `what` label ("allreduce of 4.00 MiB (grad bucket 3) on dp group timed out
 // after 300 s"), and main() aborts the job (DESIGN.md invariant 3). Wait loops back off (spin, yield,
 // then sleeps growing to 1 ms) so that oversubscribed ranks do not starve each other.
@@ -27,15 +33,19 @@ struct CommOptions {
   double timeout_s = 300.0;  // deck key comm.timeout_s
 };
 
-// Handle of an operation in flight. wait(): the operation has completed (host buffers: readable and
-// reusable; device buffers: complete in stream order on the communicator's stream). test(): non-blocking
-// completion check that also drives progress. Destroying an unfinished Work waits for it.
+// Handle of an operation in flight. wait(): the operation has completed in stream order (host buffers: readable and
+// reusable when it returns; device buffers: the communicator's input stream waits for it, the host does not).
+// wait_host(): the host blocks until the operation has completed (device buffers: on the GPU), bounded by
+// timeout_s; for host buffers the same as wait(). test(): non-blocking completion check that also drives progress.
+// Destroying an unfinished Work waits for it (in stream order).
 class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  virtual void wait_host() { wait(); }
   virtual bool test() = 0;
-  // Milliseconds the host spent blocked inside wait() (for the exposed-communication figures).
+  // Milliseconds the host spent blocked inside wait() or wait_host() (for the exposed-communication figures; a
+  // stream-ordered wait() on device buffers does not block: about 0).
   double waited_ms() const { return waited_ms_; }
 
  protected:

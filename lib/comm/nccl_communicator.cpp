@@ -74,13 +74,15 @@ void check_device(const void* p, size_t bytes, const char* op, const std::string
 // ---- NcclWork ---------------------------------------------------------------------------------------------------
 
 // One NCCL operation, followed on its stream by a completion event (taken from the communicator's pool and given
-// back when the Work leaves the registry).
+// back when the Work leaves the registry: a cudaStreamWaitEvent already issued on it keeps waiting for the record it
+// saw, so the event can be recorded again by a later operation).
 class NcclWork final : public Work {
  public:
   NcclWork(NcclCommunicator* comm, OpDesc desc, cudaEvent_t event)
       : comm_(comm), desc_(std::move(desc)), event_(event) {}
   ~NcclWork() override;
-  void wait() override;
+  void wait() override;       // stream-ordered: the input stream waits on event_
+  void wait_host() override;  // the host polls event_, bounded by timeout_s
   bool test() override;
 
  private:
@@ -160,6 +162,27 @@ void NcclWork::wait() {
   }
   HPCT_CHECK(event_ != nullptr || done_ || comm_->aborted_, "{}: wait() called before group_end() of its group",
              detail::describe(desc_, *comm_));
+  if (!poll_()) {  // still running on the GPU (poll_ also checked NCCL's asynchronous error): order, do not block
+    const cudaError_t rc = cudaStreamWaitEvent(comm_->input_stream_, event_, 0);
+    if (rc != cudaSuccess) {
+      (void)cudaGetLastError();
+      const std::string what = detail::describe(desc_, *comm_);
+      deregister_();
+      HPCT_FAIL("{}: cudaStreamWaitEvent of the input stream on its completion failed: {} ({})", what,
+                cudaGetErrorString(rc), cudaGetErrorName(rc));
+    }
+  }
+  deregister_();
+  throw_if_failed_();
+}
+
+void NcclWork::wait_host() {
+  if (!registered_) {
+    throw_if_failed_();
+    return;
+  }
+  HPCT_CHECK(event_ != nullptr || done_ || comm_->aborted_, "{}: wait_host() called before group_end() of its group",
+             detail::describe(desc_, *comm_));
   const bool complete = wait_with_backoff([this] { return poll_(); }, comm_->options().timeout_s, waited_ms_);
   if (!complete) {
     const std::string msg = detail::timeout_message(desc_, *comm_);
@@ -208,8 +231,9 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, std::string name,
   try {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(int32_t)));
-    CUDA_CHECK(cudaMemset(barrier_scratch_, 0, sizeof(int32_t)));  // sums of zeros stay zero
+    CUDA_CHECK(cudaEventCreateWithFlags(&last_done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaMalloc(&barrier_scratch_, 3 * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemset(barrier_scratch_, 0, 3 * sizeof(int32_t)));  // sums of zeros stay zero
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     // Bounded by the bootstrap's timeout (MPI_Ibcast polled with back-off): a rank 0 that failed above aborts the job
@@ -237,6 +261,7 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, std::string name,
     }
   } catch (...) {
     if (barrier_scratch_) cudaFree(barrier_scratch_);
+    if (last_done_) cudaEventDestroy(last_done_);
     if (input_ready_) cudaEventDestroy(input_ready_);
     if (stream_) cudaStreamDestroy(stream_);
     throw;
@@ -249,7 +274,7 @@ NcclCommunicator::~NcclCommunicator() {
     NcclWork* w = in_flight_.back();
     if (!unwinding && !aborted_) {
       try {
-        w->wait();  // removes w from in_flight_
+        w->wait_host();  // removes w from in_flight_ (the streams are destroyed below: the host waits)
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%s\n(while destroying communicator %s: aborting the job)\n", e.what(), name_.c_str());
         std::fflush(stderr);
@@ -286,6 +311,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (barrier_scratch_) cudaFree(barrier_scratch_);
+  if (last_done_) cudaEventDestroy(last_done_);
   if (input_ready_) cudaEventDestroy(input_ready_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -366,6 +392,9 @@ WorkPtr NcclCommunicator::issue_(OpDesc desc, Enqueue&& enqueue) {
       give_event_(ev);
       CUDA_CHECK(rec);
     }
+    CUDA_CHECK(cudaEventRecord(last_done_, stream_));
+    last_op_ = desc;  // described only if a timeout message needs it (unfinished())
+    last_group_ = 0;
   }
   auto w = std::make_unique<NcclWork>(this, std::move(desc), ev);
   in_flight_.push_back(w.get());
@@ -401,7 +430,50 @@ void NcclCommunicator::group_end() {
     w->event_ = take_event_();
     CUDA_CHECK(cudaEventRecord(w->event_, stream_));
   }
+  if (!group_works_.empty()) {
+    CUDA_CHECK(cudaEventRecord(last_done_, stream_));
+    last_op_ = group_works_.back()->desc_;
+    last_group_ = group_works_.size();
+  }
   group_works_.clear();
+}
+
+void NcclCommunicator::connect_p2p(int peer, const std::string& what) {
+  detail::check_peer(peer, "peer", "connect_p2p", what, *this);
+  group_start();
+  WorkPtr s, r;
+  try {
+    s = send_async(barrier_scratch_ + 1, 1, DType::I32, peer, 0, what);
+    r = recv_async(barrier_scratch_ + 2, 1, DType::I32, peer, 0, what);
+  } catch (...) {
+    abort_();  // a group left open cannot be ended cleanly; the error is on its way to main()
+    throw;
+  }
+  group_end();
+  r->wait_host();
+  s->wait_host();
+}
+
+std::string NcclCommunicator::async_error() const {
+  if (aborted_)
+    return fmt::format("NCCL communicator {} (rank {} of {}) was aborted after an earlier failure", name_, rank_, size_);
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+  const ncclResult_t bad = rc != ncclSuccess ? rc : state;
+  if (bad == ncclSuccess || bad == ncclInProgress) return "";
+  return fmt::format("NCCL error on communicator {} (rank {} of {}): {} ({})", name_, rank_, size_,
+                     ncclGetErrorString(bad), ncclGetLastError(comm_));
+}
+
+std::string NcclCommunicator::unfinished() const {
+  if (last_op_.op[0] == '\0' || aborted_) return "";
+  const cudaError_t e = cudaEventQuery(last_done_);
+  if (e == cudaSuccess) return "";
+  std::string d = detail::describe(last_op_, *this);
+  if (last_group_ > 0) d = fmt::format("group of {} operation(s), the last {}", last_group_, d);
+  if (e == cudaErrorNotReady) return d;
+  (void)cudaGetLastError();
+  return fmt::format("{} (its completion event reports {})", d, cudaGetErrorString(e));
 }
 
 void NcclCommunicator::progress() {

@@ -23,16 +23,30 @@
 //    limit. Avg is ncclAvg. The uneven forms are one NCCL group of ncclReduce (reduce_scatter_v) or ncclBroadcast
 //    (allgather_v) calls, one per rank. In place as in MpiCommunicator: allgather's send may be block rank() of recv,
 //    reduce_scatter's recv may be block rank() of send.
-//  - Work::wait() blocks the host until the operation has completed on the GPU: it polls cudaEventQuery on an event
-//    recorded after the operation, and ncclCommGetAsyncError, with back-off (wait_backoff.hpp), for at most
-//    options().timeout_s. On a timeout or an asynchronous NCCL error it calls ncclCommAbort (the communicator is
-//    unusable afterwards: every later operation throws) and throws hpct::Error naming the operation. Destroying an
-//    unfinished Work waits for it; on failure the destructor prints and calls MPI_Abort(MPI_COMM_WORLD, 1).
+//  - Work::wait() is stream-ordered (DESIGN.md §7): it makes the input stream wait on an event recorded after the
+//    operation (cudaStreamWaitEvent) and returns at once; kernels queued on the input stream afterwards see the
+//    result. It throws if the operation already failed (an asynchronous NCCL error, an aborted communicator). The host
+//    reads results only after a copy on the input stream and a synchronize of it; on the compute stream that is
+//    kernels::synchronize, which ParallelContext bounds with its sync guard (nccl_sync_guard.hpp: cudaStreamQuery
+//    polled with back-off, every NCCL communicator's ncclCommGetAsyncError checked, ncclCommAbort + hpct::Error past
+//    comm.timeout_s). waited_ms() of a stream-ordered wait is 0.
+//  - Work::wait_host() blocks the host until the operation has completed on the GPU: it polls cudaEventQuery on that
+//    event, and ncclCommGetAsyncError, with back-off (wait_backoff.hpp), for at most options().timeout_s. On a timeout
+//    or an asynchronous NCCL error it calls ncclCommAbort (the communicator is unusable afterwards: every later
+//    operation throws) and throws hpct::Error naming the operation. Destroying an unfinished Work waits for it in
+//    stream order (wait()); on failure the destructor prints and calls MPI_Abort(MPI_COMM_WORLD, 1). The
+//    communicator's destructor waits for the Works still in flight on the host (wait_host()).
 //  - Point-to-point: the tag is ignored (NCCL matches sends and receives by order, per peer). A send only completes
 //    while its receive runs, so a rank that both sends and receives in one step (a ring, 1F1B) brackets those calls
 //    with group_start() / group_end() (ncclGroupStart / ncclGroupEnd); their Works can be waited on after group_end().
 //    A group holds the operations of this communicator only (group_end() awaits this communicator's state).
+//    connect_p2p(): one grouped send + receive of one element with a peer, waited on the host; it makes NCCL set up
+//    its point-to-point connections with that peer collectively, at a time both ranks choose (construction), instead
+//    of lazily at the first send or receive, where the enqueue (awaited on the host, bounded) would wait for the peer
+//    to reach its matching call.
 //  - progress() only marks finished operations complete (NCCL progresses on the GPU by itself).
+//  - For the sync guard: async_error() reports an asynchronous NCCL error ("" when none), unfinished() describes the
+//    last operation issued when it has not completed on the GPU ("" otherwise), abort() calls ncclCommAbort.
 //  - One thread drives a communicator and its Works. Works must not outlive their communicator (the destructor
 //    completes and detaches the ones still in flight, as MpiCommunicator's does).
 #include <cuda_runtime.h>
@@ -82,9 +96,20 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream() const { return stream_; }
   // Operations start after the work issued so far on this stream (nullptr: the legacy default stream).
   void set_input_stream(cudaStream_t s) { input_stream_ = s; }
+  cudaStream_t input_stream() const { return input_stream_; }
   int cuda_device() const { return cuda_device_; }
   bool aborted() const { return aborted_; }
   size_t in_flight() const { return in_flight_.size(); }
+
+  // Sets up the point-to-point connections with `peer` (see above); collective with the peer's connect_p2p(rank()).
+  void connect_p2p(int peer, const std::string& what);
+  // "" when NCCL reports no asynchronous error (ncclCommGetAsyncError: ncclSuccess or ncclInProgress), else the error
+  // named with the communicator; an aborted communicator reports that it was aborted. Never throws.
+  std::string async_error() const;
+  // "" when the last operation issued has completed on the GPU (or none was issued), else its description. Never throws.
+  std::string unfinished() const;
+  // ncclCommAbort (once); every later operation throws. Never throws.
+  void abort() { abort_(); }
 
  private:
   friend class NcclWork;
@@ -110,7 +135,10 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaStream_t input_stream_ = nullptr;
   cudaEvent_t input_ready_ = nullptr;       // recorded on input_stream_, waited on by stream_, per operation
-  int32_t* barrier_scratch_ = nullptr;      // (1,) on the device: a barrier is an allreduce of one int
+  int32_t* barrier_scratch_ = nullptr;      // (3,) on the device: [0] a barrier's allreduce, [1..2] connect_p2p
+  cudaEvent_t last_done_ = nullptr;         // recorded on stream_ after every operation (unfinished())
+  detail::OpDesc last_op_;                  // that operation (op "" before the first)
+  size_t last_group_ = 0;                   // > 0: it ended a group of that many operations
   std::vector<cudaEvent_t> free_events_;    // completion events, reused (nothing allocates per op in steady state)
   std::vector<NcclWork*> in_flight_;
   std::vector<NcclWork*> group_works_;      // issued inside group_start/group_end: events recorded at group_end

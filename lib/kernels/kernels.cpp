@@ -272,6 +272,9 @@ void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes) {
   HPCT_DISPATCH(copy_from_host, dst, host_src, bytes);
 }
+void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes) {
+  HPCT_DISPATCH(copy_device, dst, src, bytes);
+}
 void synchronize(const ExecContext& ctx) { HPCT_DISPATCH(synchronize); }
 
 #undef HPCT_DISPATCH

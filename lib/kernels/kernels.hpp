@@ -261,7 +261,12 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes);
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes);
-void synchronize(const ExecContext& ctx);  // host blocks until all work on ctx.stream is done
+// dst and src both on ctx.device, not overlapping (CUDA: device-to-device, stream-ordered on ctx.stream).
+void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes);
+// The host blocks until all work on ctx.stream is done. CUDA: through ctx.sync_guard when set (bounded by
+// comm.timeout_s, with the NCCL communicators watched: exec_context.hpp), else cudaStreamSynchronize. With a guard,
+// copy_to_host / copy_from_host with pageable host memory also drain the stream through it first (cuda_core.cu).
+void synchronize(const ExecContext& ctx);
 
 // ---- per-op wall-clock profile (off by default; validation/bench_resnet --profile) -------------
 // When on, every dispatched op, and named phases inside some ops (e.g. "conv2d_backward/weight 3x3s1 16>16 @28"),

@@ -14,6 +14,15 @@
 // (PLATFORM.md). finish() launches what is left and waits; the time it blocks is the exposed
 // communication of the step. With overlap off, every bucket is launched in finish().
 //
+// On CUDA (NCCL device groups) a bucket's allreduce / reduce-scatter is queued on the dp communicator's stream after
+// the backward kernels queued so far on the compute stream (an event; no host synchronisation), and finish()'s waits
+// are stream-ordered (DESIGN.md §7): the compute stream waits on each bucket's completion event, the host does not
+// block. The optimizer's kernels queued afterwards see the reduced gradients; the host reads them (the gradient norm)
+// only after a synchronize of the compute stream, bounded by the ParallelContext's sync guard. last_exposed_ms() and
+// last_gather_ms() are then the host time spent issuing the remaining buckets and their stream waits (about 0), not
+// the communication the GPU waits for: measuring that needs timing events on the two streams, which this class does
+// not record. On the CPU (MPI) they are unchanged: the time the host blocks in finish() / gather_params().
+//
 // ZeRO stage 1 (zero = 1): bucket b of length n is split into DP contiguous shares (counts n/DP, the
 // first n%DP ranks one more); gradients are reduce-scattered into this rank's shard buffer, the
 // optimizer updates only the owned share (owned()), and gather_params() allgathers the updated
@@ -69,8 +78,8 @@ class GradSync {
   const std::vector<OwnedRange>& owned() const { return owned_; }
   int64_t shard_numel() const { return shard_numel_; }
   int zero() const { return opts_.zero; }
-  double last_exposed_ms() const { return exposed_ms_; }  // blocked in finish()
-  double last_gather_ms() const { return gather_ms_; }    // blocked in gather_params()
+  double last_exposed_ms() const { return exposed_ms_; }  // in finish() (CUDA: host issue time only, see above)
+  double last_gather_ms() const { return gather_ms_; }    // in gather_params() (likewise)
   std::string describe() const;
 
  private:

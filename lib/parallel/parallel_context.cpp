@@ -6,6 +6,7 @@
 #include "core/mpi_check.hpp"
 #if HPCT_HAVE_NCCL
 #include "comm/nccl_communicator.hpp"
+#include "comm/nccl_sync_guard.hpp"
 #endif
 
 namespace hpct::parallel {
@@ -34,11 +35,22 @@ std::unique_ptr<comm::Communicator> device_twin(comm::MpiCommunicator& host, con
             device_name(exec.device));
 #endif
 }
+
+#if HPCT_HAVE_NCCL
+// An NCCL communicator over a 2-rank MPI link, for one direction of it, its point-to-point connections set up now.
+std::unique_ptr<comm::Communicator> nccl_link(comm::MpiCommunicator& link, const char* direction,
+                                              const ExecContext& exec, const comm::CommOptions& opts) {
+  auto nccl = std::make_unique<comm::NcclCommunicator>(link, fmt::format("{} {}", link.name(), direction), opts);
+  nccl->set_input_stream(static_cast<cudaStream_t>(exec.stream));
+  nccl->connect_p2p(1 - nccl->rank(), "connection set-up");
+  return nccl;
+}
+#endif
 }  // namespace
 
 ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const comm::CommOptions& opts,
                                  const std::string& where, const ExecContext& exec)
-    : grid_(mpi_world_size(), tp, pp, order, where), device_(exec.device) {
+    : grid_(mpi_world_size(), tp, pp, order, where), device_(exec.device), exec_(exec) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   coord_ = grid_.coord_of(rank_);
   auto world = std::make_unique<comm::MpiCommunicator>(MPI_COMM_WORLD, "world", opts);
@@ -60,6 +72,40 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
   dev_tp_ = device_twin(*tpg, exec, opts);
   dev_dp_ = device_twin(*dpg, exec, opts);
   if (embg) dev_emb_ = device_twin(*embg, exec, opts);
+  // Pipeline links (CUDA, pp > 1): even links first, then odd links, on every rank (see the header).
+  if (exec.device != Device::CPU && grid_.pp() > 1) {
+    PipelineLinks links = split_pipeline_links(*ppg);
+#if HPCT_HAVE_NCCL
+    auto build = [&](bool even) {
+      if (links.prev && links.prev_in_even == even) {  // this stage is rank 1: receives activations, sends gradients
+        act_prev_ = nccl_link(*links.prev, "activations", exec, opts);
+        grad_prev_ = nccl_link(*links.prev, "gradients", exec, opts);
+      }
+      if (links.next && links.next_in_even == even) {  // this stage is rank 0: sends activations, receives gradients
+        act_next_ = nccl_link(*links.next, "activations", exec, opts);
+        grad_next_ = nccl_link(*links.next, "gradients", exec, opts);
+      }
+    };
+    build(true);
+    build(false);
+#endif
+    link_prev_ = std::move(links.prev);
+    link_next_ = std::move(links.next);
+    pipe_ = std::make_unique<LinkPipelineTransport>(*ppg, act_prev_.get(), grad_prev_.get(), act_next_.get(),
+                                                    grad_next_.get());
+  } else {
+    pipe_ = std::make_unique<MpiPipelineTransport>(*ppg);
+  }
+#if HPCT_HAVE_NCCL
+  if (exec.device != Device::CPU) {  // every NCCL communicator of this context, watched by the compute stream's waits
+    auto guard = std::make_unique<comm::NcclSyncGuard>(rank_, opts.timeout_s);
+    for (comm::Communicator* c : {dev_tp_.get(), dev_dp_.get(), dev_emb_.get(), act_prev_.get(), grad_prev_.get(),
+                                  act_next_.get(), grad_next_.get()})
+      if (c != nullptr) guard->watch(static_cast<comm::NcclCommunicator&>(*c));
+    exec_.sync_guard = guard.get();
+    guard_ = std::move(guard);
+  }
+#endif
   tp_ = std::move(tpg);
   dp_ = std::move(dpg);
   pp_ = std::move(ppg);
@@ -71,8 +117,10 @@ ParallelContext::~ParallelContext() = default;
 
 std::string ParallelContext::describe_device_groups() const {
   if (!dev_tp_) return "MPI for every group (host buffers)";
-  return "NCCL for tp, dp and the embedding group (device buffers, stream-ordered after the compute stream); MPI for "
-         "the world, pp (host-staged activations) and host scalars";
+  return fmt::format("NCCL for tp, dp and the embedding group (device buffers, stream-ordered on the compute stream, "
+                     "host waits bounded by the sync guard); pipeline: {}; MPI for the world, the pp group's barriers "
+                     "and host scalars",
+                     grid_.pp() > 1 ? pipe_->describe() : std::string("none (pp = 1: no links)"));
 }
 
 }  // namespace hpct::parallel

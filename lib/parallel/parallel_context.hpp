@@ -13,9 +13,23 @@
 // host-staged activations. The device_*_group() communicators carry buffers on device(): on the CPU they are those same
 // MPI communicators; on CUDA they are NcclCommunicators over the same ranks (bootstrapped over the matching MPI group,
 // MPI_Bcast of the unique id), whose operations start after the work queued so far on the compute stream (exec.stream)
-// and whose Work::wait() returns once they completed on the GPU (comm/nccl_communicator.hpp): gradient buckets,
-// tensor-parallel activations and gradients, the tied-embedding gradient, SyncBN statistics. Pipeline activations
-// stay host-staged over pp_group() (the model copies them to and from the host), so there is no device PP group.
+// and whose Work::wait() is stream-ordered: the compute stream waits for them, the host does not
+// (comm/nccl_communicator.hpp; DESIGN.md §7): gradient buckets, tensor-parallel activations and gradients, the
+// tied-embedding gradient, SyncBN statistics, ZeRO's parameter gathers. The host reads their results only after a copy
+// on the compute stream and kernels::synchronize(exec()).
+//
+// exec(): the ExecContext given to the constructor, with this context's sync guard installed on CUDA
+// (comm/nccl_sync_guard.hpp): kernels::synchronize(exec()) then polls the compute stream with back-off, watches every
+// NCCL communicator of this context for asynchronous errors and, past comm.timeout_s, aborts them all and throws
+// hpct::Error naming the rank and the unfinished NCCL operations, so that no host wait is unbounded although NCCL
+// work is queued on the stream. Compute with exec(), not with the context given to the constructor.
+//
+// Pipeline transfers (pipeline_transport(), parallel/pipeline_transport.hpp): on the CPU, MPI over pp_group() with host
+// buffers. On CUDA with pp > 1, one 2-rank NcclCommunicator per link and direction: for the link to the previous
+// stage "pp link <s-1>-<s> activations" (receives) and "... gradients" (sends), for the link to the next stage the
+// same with the roles swapped; each with its own stream, input stream = the compute stream, bootstrapped over the 2-rank
+// MPI links of split_pipeline_links() (even links first, then odd links), with their point-to-point connections set
+// up at construction (NcclCommunicator::connect_p2p). pp = 1 has no links.
 #include <memory>
 #include <string>
 
@@ -23,6 +37,7 @@
 #include "core/error.hpp"
 #include "kernels/exec_context.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/pipeline_transport.hpp"
 
 namespace hpct::parallel {
 
@@ -50,6 +65,8 @@ class ParallelContext {
   int pp_size() const { return grid_.pp(); }
 
   Device device() const { return device_; }
+  // The compute context: the constructor's, with the sync guard on CUDA (see above).
+  const ExecContext& exec() const { return exec_; }
 
   // Host buffers (MPI).
   comm::Communicator& world() { return *world_; }
@@ -69,7 +86,9 @@ class ParallelContext {
     HPCT_CHECK(emb_ != nullptr, "pipeline stage {} of {} holds no embedding", coord_.pp, grid_.pp());
     return dev_emb_ ? *dev_emb_ : *emb_;
   }
-  // "MPI (host buffers)" or "NCCL tp, dp, embedding (device buffers); world, pp and host scalars over MPI", for the log.
+  // The pipeline's transfers between this stage and its neighbours, on device() (see above).
+  PipelineTransport& pipeline_transport() { return *pipe_; }
+  // "MPI for every group (host buffers)" or the NCCL groups, including the pipeline links, for the log.
   std::string describe_device_groups() const;
 
  private:
@@ -79,6 +98,12 @@ class ParallelContext {
   Device device_ = Device::CPU;
   std::unique_ptr<comm::Communicator> world_, tp_, dp_, pp_, emb_;
   std::unique_ptr<comm::Communicator> dev_tp_, dev_dp_, dev_emb_;  // NCCL on CUDA; null on the CPU
+  // CUDA, pp > 1: the MPI links (bootstrap) and the NCCL communicator per link and direction; null where none.
+  std::unique_ptr<comm::Communicator> link_prev_, link_next_;
+  std::unique_ptr<comm::Communicator> act_prev_, grad_prev_, act_next_, grad_next_;
+  std::unique_ptr<PipelineTransport> pipe_;
+  std::unique_ptr<StreamSyncGuard> guard_;  // CUDA: watches every NCCL communicator above; installed in exec_
+  ExecContext exec_;
 };
 
 }  // namespace hpct::parallel

@@ -96,14 +96,15 @@ double theoretical_bubble(int pp_size, int n_micro) {
   return static_cast<double>(pp_size - 1) / static_cast<double>(n_micro + pp_size - 1);
 }
 
-PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel)
-    : schedule_(schedule), numel_(activation_numel), slab_("pipeline_buffers", Device::CPU) {
+PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device)
+    : schedule_(schedule), numel_(activation_numel), slab_("pipeline_buffers", device) {
   HPCT_CHECK(activation_numel > 0, "activation_numel = {}", activation_numel);
   const int m = schedule_micro_batches(schedule_);
   slots_ = max_in_flight(schedule_);
   // A micro-batch takes the lowest free slot at its forward and frees it at its backward.
   slot_of_.assign(static_cast<size_t>(m), -1);
   next_in_slot_.assign(static_cast<size_t>(m), -1);
+  prev_in_slot_.assign(static_cast<size_t>(m), -1);
   first_in_slot_.assign(static_cast<size_t>(slots_), -1);
   std::vector<int> last_in_slot(static_cast<size_t>(slots_), -1);
   std::vector<bool> busy(static_cast<size_t>(slots_), false);
@@ -115,9 +116,12 @@ PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t ac
       slot_of_[a.micro] = k;
       if (last_in_slot[k] < 0) first_in_slot_[k] = a.micro;
       else next_in_slot_[last_in_slot[k]] = a.micro;
+      prev_in_slot_[a.micro] = last_in_slot[k];
       last_in_slot[k] = a.micro;
+      fwd_order_.push_back(a.micro);
     } else {
       busy[slot_of_[a.micro]] = false;
+      bwd_order_.push_back(a.micro);
     }
   }
   act_in_ = &slab_.add("act_in", {slots_, numel_});
@@ -134,12 +138,12 @@ PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t ac
 // The executor's state for one call of run_schedule (a friend of PipelineBuffers).
 struct PipelineRunner {
   PipelineBuffers& b;
-  comm::Communicator& pp;
+  PipelineTransport& tr;
   PipelineStats& st;
   const int stage, last;
-
-  static int act_tag(int micro) { return 2 * micro; }
-  static int grad_tag(int micro) { return 2 * micro + 1; }
+  std::vector<bool> forwarded;  // micro -> its forward has run
+  size_t act_cursor = 0;        // next activation receive to post: b.fwd_order_[act_cursor]
+  size_t grad_cursor = 0;       // next gradient receive to post: b.bwd_order_[grad_cursor]
 
   // Waits for w (if any) and releases it; the time blocked counts as wait.
   void finish(comm::WorkPtr& w) {
@@ -152,14 +156,37 @@ struct PipelineRunner {
   void post_act_recv(int micro) {
     const int k = b.slot_of(micro);
     HPCT_CHECK(!b.recv_act_[k], "pipeline slot {} still receiving", k);
-    b.recv_act_[k] = pp.recv_async(b.act_in(k), b.numel_, DType::F32, stage - 1, act_tag(micro),
-                                   fmt::format("pipeline activation of micro-batch {} from stage {}", micro, stage - 1));
+    b.recv_act_[k] = tr.recv_activation(b.act_in(k), b.numel_, micro,
+                                        fmt::format("pipeline activation of micro-batch {} from stage {}", micro, stage - 1));
   }
   void post_grad_recv(int micro) {
     const int k = b.slot_of(micro);
     HPCT_CHECK(!b.recv_grad_[k], "pipeline slot {} still receiving", k);
-    b.recv_grad_[k] = pp.recv_async(b.grad_in(k), b.numel_, DType::F32, stage + 1, grad_tag(micro),
-                                    fmt::format("pipeline gradient of micro-batch {} from stage {}", micro, stage + 1));
+    b.recv_grad_[k] = tr.recv_gradient(b.grad_in(k), b.numel_, micro,
+                                       fmt::format("pipeline gradient of micro-batch {} from stage {}", micro, stage + 1));
+  }
+  // Activation receives in forward order (the previous stage's send order), each once its slot's input is free: the
+  // micro-batch before it in the slot has been forwarded (the stage copied what it needs of its input).
+  void post_ready_act_recvs() {
+    if (stage == 0) return;
+    while (act_cursor < b.fwd_order_.size()) {
+      const int j = b.fwd_order_[act_cursor];
+      const int before = b.prev_in_slot_[static_cast<size_t>(j)];
+      if (before >= 0 && !forwarded[static_cast<size_t>(before)]) break;
+      post_act_recv(j);
+      ++act_cursor;
+    }
+  }
+  // Gradient receives in backward order (the next stage's send order), each once its micro-batch has been forwarded
+  // (its slot's previous gradient was consumed by the backward that freed the slot).
+  void post_ready_grad_recvs() {
+    if (stage == last) return;
+    while (grad_cursor < b.bwd_order_.size()) {
+      const int j = b.bwd_order_[grad_cursor];
+      if (!forwarded[static_cast<size_t>(j)]) break;
+      post_grad_recv(j);
+      ++grad_cursor;
+    }
   }
 
   void forward(PipelineStage& s, int j) {
@@ -171,17 +198,21 @@ struct PipelineRunner {
       s.forward(j, stage > 0 ? b.act_in(k) : nullptr, stage < last ? b.act_out(k) : nullptr);
       st.compute_ms += t.ms();
     }
-    if (stage > 0 && b.next_in_slot_[j] >= 0) post_act_recv(b.next_in_slot_[j]);  // act_in(k) is free again
+    forwarded[static_cast<size_t>(j)] = true;
+    post_ready_act_recvs();  // act_in(k) is free again
     if (stage < last) {
-      b.send_act_[k] = pp.send_async(b.act_out(k), b.numel_, DType::F32, stage + 1, act_tag(j),
-                                     fmt::format("pipeline activation of micro-batch {} to stage {}", j, stage + 1));
-      post_grad_recv(j);  // posted before the next stage can possibly send it
+      b.send_act_[k] = tr.send_activation(b.act_out(k), b.numel_, j,
+                                          fmt::format("pipeline activation of micro-batch {} to stage {}", j, stage + 1));
+      post_ready_grad_recvs();  // posted before the next stage can possibly send it
     }
   }
 
   void backward(PipelineStage& s, int j) {
     const int k = b.slot_of(j);
-    if (stage < last) finish(b.recv_grad_[k]);
+    if (stage < last) {
+      HPCT_CHECK(b.recv_grad_[k], "pipeline stage {}: the gradient receive of micro-batch {} was not posted", stage, j);
+      finish(b.recv_grad_[k]);
+    }
     if (stage > 0) finish(b.send_grad_[k]);  // wait-before-reuse of the gradient buffer
     {
       Timer t;
@@ -189,36 +220,34 @@ struct PipelineRunner {
       st.compute_ms += t.ms();
     }
     if (stage > 0)
-      b.send_grad_[k] = pp.send_async(b.grad_out(k), b.numel_, DType::F32, stage - 1, grad_tag(j),
-                                      fmt::format("pipeline gradient of micro-batch {} to stage {}", j, stage - 1));
+      b.send_grad_[k] = tr.send_gradient(b.grad_out(k), b.numel_, j,
+                                         fmt::format("pipeline gradient of micro-batch {} to stage {}", j, stage - 1));
   }
 };
 
-PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& stage, comm::Communicator& pp,
+PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& stage, PipelineTransport& transport,
                            PipelineBuffers& buffers, const PipelineRunOptions& options) {
   HPCT_CHECK(buffers.schedule() == schedule, "pipeline buffers were planned for schedule {}, run with {}",
              format_schedule(buffers.schedule()), format_schedule(schedule));
   HPCT_CHECK(stage.activation_numel() == buffers.activation_numel(),
              "pipeline buffers hold {} floats per activation, the stage exchanges {}", buffers.activation_numel(),
              stage.activation_numel());
-  HPCT_CHECK(pp.device() == Device::CPU, "pipeline buffers are host memory; the {} communicator is on {}", pp.name(),
-             device_name(pp.device()));
+  HPCT_CHECK(transport.device() == buffers.device(), "pipeline buffers are on {}; the transport ({}) takes {} buffers",
+             device_name(buffers.device()), transport.describe(), device_name(transport.device()));
   const int m = buffers.n_micro();
-  HPCT_CHECK(2 * m <= 32767, "{} micro-batches exceed the MPI tags guaranteed (2 per micro-batch, 32767)", m);
   for (size_t k = 0; k < static_cast<size_t>(buffers.slots()); ++k)
     HPCT_CHECK(!buffers.recv_act_[k] && !buffers.send_act_[k] && !buffers.recv_grad_[k] && !buffers.send_grad_[k],
                "pipeline buffers still hold operations of an unfinished run (slot {})", k);
 
   PipelineStats st;
-  st.theoretical_bubble = theoretical_bubble(pp.size(), m);
-  PipelineRunner r{buffers, pp, st, pp.rank(), pp.size() - 1};
-  if (options.barrier) pp.barrier("pipeline step start");
+  st.theoretical_bubble = theoretical_bubble(transport.stages(), m);
+  PipelineRunner r{buffers, transport, st, transport.stage(), transport.stages() - 1,
+                   std::vector<bool>(static_cast<size_t>(m), false)};
+  if (options.barrier) transport.barrier("pipeline step start");
   Timer total;
-  if (r.stage > 0)
-    for (int j : buffers.first_in_slot_)
-      if (j >= 0) r.post_act_recv(j);
+  r.post_ready_act_recvs();  // the first micro-batch of every slot
   for (const Action& a : schedule) {
-    pp.progress();  // drive the sends and receives in flight (they progress only inside MPI calls)
+    transport.progress();  // drive the sends and receives in flight (MPI progresses only inside MPI calls)
     if (a.op == Action::Forward) r.forward(stage, a.micro);
     else r.backward(stage, a.micro);
   }
@@ -227,14 +256,24 @@ PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& s
     r.finish(buffers.send_grad_[k]);
     HPCT_CHECK(!buffers.recv_act_[k] && !buffers.recv_grad_[k], "pipeline receive left in slot {}", k);
   }
+  HPCT_CHECK((r.stage == 0 || r.act_cursor == static_cast<size_t>(m)) &&
+                 (r.stage == r.last || r.grad_cursor == static_cast<size_t>(m)),
+             "pipeline stage {}: {} activation and {} gradient receives posted for {} micro-batches", r.stage,
+             r.act_cursor, r.grad_cursor, m);
   if (options.barrier) {
     Timer t;
-    pp.barrier("pipeline step end");
+    transport.barrier("pipeline step end");
     st.wait_ms += t.ms();
   }
   st.total_ms = total.ms();
   st.measured_bubble = st.total_ms > 0.0 ? 1.0 - st.compute_ms / st.total_ms : 0.0;
   return st;
+}
+
+PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& stage, comm::Communicator& pp,
+                           PipelineBuffers& buffers, const PipelineRunOptions& options) {
+  MpiPipelineTransport transport(pp);
+  return run_schedule(schedule, stage, transport, buffers, options);
 }
 
 }  // namespace hpct::parallel

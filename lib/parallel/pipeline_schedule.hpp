@@ -15,23 +15,31 @@
 // 1F1B only lowers the activation memory.
 //
 // Executor (run_schedule): one call runs one stage's schedule; every stage of the pp group calls it with the
-// schedule make_schedule() gives for its own rank (the same kind and n_micro on all stages). Point to point,
-// host buffers, one float tensor of activation_numel() elements per micro-batch in both directions:
+// schedule make_schedule() gives for its own rank (the same kind and n_micro on all stages). Point to point through a
+// PipelineTransport (parallel/pipeline_transport.hpp: MPI over the pp group with host buffers, or one communicator per
+// link and direction, NCCL with device buffers on CUDA), one float tensor of activation_numel() elements per
+// micro-batch in both directions:
 //  - forward on stage s > 0:    its input is micro-batch j's activation received from stage s-1;
 //    forward on stage s < last: its output is sent to stage s+1;
 //  - backward on stage s < last: its dout is micro-batch j's gradient received from stage s+1;
 //    backward on stage s > 0:    its din is sent to stage s-1.
-// Tags: 2j for activations, 2j + 1 for gradients (distinct per direction and micro-batch).
-// Sends are asynchronous (a stage never blocks on its own send); receives are posted ahead: the gradient
-// receive of micro-batch j right after its forward, the activation receive as soon as the previous
-// micro-batch of its buffer slot has consumed its input. The only waits on sends are wait-before-reuse
-// (below): an activation slot is reused after its backward, which the next stage could only return after
-// receiving the activation; a gradient's receive was posted at the previous stage's forward of that
-// micro-batch. So no wait depends on a receive not yet posted, and no schedule whose actions respect the
-// data dependencies deadlocks (the classic 1F1B pitfall: two neighbours both blocked in a send to each
-// other). Every wait is the communicator's, bounded by comm.timeout_s, and names the micro-batch and peer.
-// Sends of large activations (rendezvous protocol) progress only inside MPI calls (PLATFORM.md): the
-// executor calls pp.progress() between actions.
+// Sends are asynchronous (a stage never blocks on its own send); receives are posted ahead, in the order the peer
+// sends (NCCL and the link transport match by order, not by tag): the activation receives in forward order, each as
+// soon as the previous micro-batch of its buffer slot has consumed its input; the gradient receives in backward
+// order, each as soon as its micro-batch has been forwarded (1F1B: right after its forward; GPipe, whose backwards
+// run in reverse: all after the last forward). Every stage of make_schedule()'s schedules forwards in the same order
+// (0 .. m-1) and backwards in the same order, so the receive order of a stage is the send order of its peer. The only
+// waits on sends are wait-before-reuse (below): an activation slot is reused after its backward, which the next stage
+// could only return after receiving the activation; a gradient's receive was posted after this stage's forward of
+// that micro-batch, before its backward waits for it. So no wait depends on a receive not yet posted, and no schedule
+// whose actions respect the data dependencies deadlocks (the classic 1F1B pitfall: two neighbours both blocked in a
+// send to each other). Every wait is the communicator's, bounded by comm.timeout_s, and names the micro-batch and
+// peer. Sends of large activations (rendezvous protocol) progress only inside MPI calls (PLATFORM.md): the executor
+// calls the transport's progress() between actions.
+// With stream-ordered waits (NCCL, DESIGN.md §7) the same waits happen on the GPU: a receive starts after the
+// kernels queued before it on the compute stream (so it cannot overwrite a slot still being read), a send after the
+// kernels that produced its buffer, and wait() makes the compute stream wait; the host runs through the whole schedule
+// without blocking. The stage's buffers are then device memory (PipelineBuffers on transport.device()).
 //
 // Memory (DESIGN.md invariant 7): PipelineBuffers is planned from the schedule before the step: one slot per
 // activation in flight (max_in_flight(): m for GPipe, min(p - r, m) for 1F1B), each slot holding the
@@ -44,7 +52,9 @@
 // (a stage that needs its input in backward keeps its own copy); `out` and `din` are written by the call.
 //
 // Bubble (PipelineStats): compute_ms is the time spent inside forward()/backward(), total_ms the wall time of
-// the step, measured_bubble = 1 - compute_ms / total_ms. With options.barrier (default), total_ms runs from
+// the step, measured_bubble = 1 - compute_ms / total_ms. These are host times: with a stream-ordered transport (NCCL)
+// forward()/backward() only queue kernels and the waits do not block, so the figures measure the host's issue, not
+// the GPU's bubble. With options.barrier (default), total_ms runs from
 // the end of an entry barrier over the pp group to the end of an exit barrier, so all stages measure the
 // same window and the idle of the stages that finish early (the last stage's cool-down) is counted; without
 // it, total_ms runs from entry to the completion of this stage's last send.
@@ -53,6 +63,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "parallel/pipeline_transport.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::parallel {
@@ -80,7 +91,9 @@ int max_in_flight(const std::vector<Action>& schedule);
 // (p - 1) / (m + p - 1): the idle fraction of every stage with uniform stage times and free communication.
 double theoretical_bubble(int pp_size, int n_micro);
 
-// One pipeline stage (its layers of the model). Called by run_schedule in schedule order.
+// One pipeline stage (its layers of the model). Called by run_schedule in schedule order. The buffers are on the
+// transport's device (device memory with NCCL: then read and write them with kernels on the compute stream, which the
+// transfers are ordered with, and do not synchronize: the executor needs no host wait).
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
@@ -106,10 +119,11 @@ struct PipelineRunOptions {
   bool barrier = true;  // entry and exit barriers over pp: every stage measures the same window
 };
 
-// The communication buffers of one stage for one schedule, planned before the step (see above).
+// The communication buffers of one stage for one schedule, planned before the step (see above), on `device` (the
+// transport's).
 class PipelineBuffers {
  public:
-  PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel);
+  PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device = Device::CPU);
   PipelineBuffers(const PipelineBuffers&) = delete;
   PipelineBuffers& operator=(const PipelineBuffers&) = delete;
 
@@ -119,6 +133,7 @@ class PipelineBuffers {
   int64_t activation_numel() const { return numel_; }
   int slot_of(int micro) const { return slot_of_[static_cast<size_t>(micro)]; }
   size_t bytes() const { return slab_.bytes(); }
+  Device device() const { return slab_.device(); }
 
   float* act_in(int slot) { return act_in_->f32() + static_cast<int64_t>(slot) * numel_; }    // (numel)
   float* act_out(int slot) { return act_out_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
@@ -127,13 +142,15 @@ class PipelineBuffers {
 
  private:
   friend struct PipelineRunner;
-  friend PipelineStats run_schedule(const std::vector<Action>&, PipelineStage&, comm::Communicator&, PipelineBuffers&,
+  friend PipelineStats run_schedule(const std::vector<Action>&, PipelineStage&, PipelineTransport&, PipelineBuffers&,
                                     const PipelineRunOptions&);
   std::vector<Action> schedule_;
   int64_t numel_ = 0;
   int slots_ = 0;
   std::vector<int> slot_of_;       // micro -> slot
   std::vector<int> next_in_slot_;  // micro -> the micro-batch forwarded next in its slot (-1: none)
+  std::vector<int> prev_in_slot_;  // micro -> the micro-batch forwarded before it in its slot (-1: none)
+  std::vector<int> fwd_order_, bwd_order_;  // the micro-batches in the order of their forwards / backwards
   std::vector<int> first_in_slot_; // slot -> its first micro-batch (-1: unused)
   Slab slab_;
   Tensor* act_in_ = nullptr;    // (slots, numel)
@@ -144,8 +161,11 @@ class PipelineBuffers {
   std::vector<comm::WorkPtr> recv_act_, send_act_, recv_grad_, send_grad_;
 };
 
-// Runs one stage's schedule (see the header comment). pp: the pipeline group, rank == stage. buffers must
-// have been planned for this schedule and stage.activation_numel().
+// Runs one stage's schedule (see the header comment) over `transport` (stage() == this stage). buffers must have
+// been planned for this schedule and stage.activation_numel(), on transport.device().
+PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& stage, PipelineTransport& transport,
+                           PipelineBuffers& buffers, const PipelineRunOptions& options = {});
+// The same over MpiPipelineTransport(pp): pp the pipeline group (host buffers), rank == stage.
 PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& stage, comm::Communicator& pp,
                            PipelineBuffers& buffers, const PipelineRunOptions& options = {});
 

@@ -41,12 +41,16 @@ namespace k = hpct::kernels;
 namespace {
 
 // Sum of the token losses over sequences [begin, end) of the fixed evaluation set, micro_batch at a time.
-// Under pipeline parallelism (pp non-null) each micro-batch runs through the stages: a later stage receives
-// its input in act (MB, T, C) from the previous one and sends its output on; only the last stage computes
-// losses, so the sum is non-zero there alone (the caller reduces it over the PP group).
+// Under pipeline parallelism (pp non-null) each micro-batch runs through the stages over the training's transport: a
+// later stage receives its input in act (MB, T, C, on the transport's device = ctx.device) from the previous one and
+// sends its output on, straight from stage_output(); only the last stage computes losses, so the sum is non-zero
+// there alone (the caller reduces it over the PP group). With NCCL the waits are stream-ordered: the send's wait()
+// keeps the next forward from overwriting stage_output() before it has gone, the receive into act is queued after the
+// forward that copied act in. Every micro-batch passes micro 0 to the transport: evaluation runs between steps, when
+// no training transfer is in flight, and each link carries it in order (MPI: tag 0, matched in order like NCCL).
 double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSet& eval, int begin, int end,
                 Tensor& in_dev, Tensor& tgt_dev, std::vector<int32_t>& in_host, std::vector<int32_t>& tgt_host,
-                Tensor& sum_dev, comm::Communicator* pp = nullptr, std::vector<float>* act = nullptr) {
+                Tensor& sum_dev, parallel::PipelineTransport* pp = nullptr, float* act = nullptr) {
   const int T = model.config().seq_len, MB = model.micro_batch();
   const gpt::StagePlan& st = model.stage();
   double total = 0.0;
@@ -57,12 +61,10 @@ double evaluate(const ExecContext& ctx, gpt::Gpt& model, const data::TokenEvalSe
     k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(b) * T * 4);
     k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(b) * T * 4);
     const int64_t n = static_cast<int64_t>(b) * T * model.config().n_embd;  // the stage boundary activation
-    if (!st.has_embedding) pp->recv(act->data(), n, DType::F32, pp->rank() - 1, 7, "evaluation activation");
-    model.forward(ctx, in_dev.i32(), b, st.has_embedding ? nullptr : act->data());
+    if (!st.has_embedding) pp->recv_activation(act, n, 0, "evaluation activation")->wait();
+    model.forward(ctx, in_dev.i32(), b, st.has_embedding ? nullptr : act);
     if (!st.has_head) {
-      k::copy_to_host(ctx, act->data(), model.stage_output(), n * 4);
-      k::synchronize(ctx);  // act is sent from the host
-      pp->send(act->data(), n, DType::F32, pp->rank() + 1, 7, "evaluation activation");
+      pp->send_activation(model.stage_output(), n, 0, "evaluation activation")->wait();
       continue;
     }
     total += sum_to_host(ctx, sum_dev, model.loss(ctx, tgt_dev.i32(), b), static_cast<int64_t>(b) * T);
@@ -119,67 +121,98 @@ std::string generate(const ExecContext& ctx, gpt::Gpt& model, const Config& deck
 // first stage, the received activation on the others) and recomputes its forward right before the backward
 // (full recomputation per stage: one extra forward, activation memory of one micro-batch plus the inputs).
 // The last stage computes the loss and the head in its backward slot.
+// Everything lives on ctx.device, the transport's device (the CPU: host memory and MPI; CUDA: device memory and the
+// NCCL links), so nothing in forward() or backward() blocks the host: begin_step() stages the step's tokens of all
+// micro-batches with one copy, the stage inputs are stashed with copy_device, the last stage's loss sum of each
+// micro-batch stays on the device until end_step() reads them with one copy and one synchronize, and the transfers
+// are ordered with the kernels on the compute stream (pipeline_transport.hpp).
 struct GptPipelineStage : parallel::PipelineStage {
   const ExecContext& ctx;
   gpt::Gpt& model;
   const data::TokenBatchSampler& sampler;
-  Tensor &in_dev, &tgt_dev, &sum_dev;
-  std::vector<int32_t>& in_host;
-  std::vector<int32_t>& tgt_host;
-  std::vector<float> stash;  // (n_micro, MB, T, C): the stage inputs of a step (later stages)
-  int64_t step = 0, rank_first = 0;
-  int MB = 0;
+  const std::vector<parallel::Action>& schedule;
+  int MB = 0, T = 0, n_micro = 0;
   int64_t numel = 0;
+  Slab bufs;
+  Tensor* tokens = nullptr;     // (n_micro, MB, T) i32: first stage
+  Tensor* targets = nullptr;    // (n_micro, MB, T) i32: last stage
+  Tensor* loss_sums = nullptr;  // (n_micro) f32: last stage, the sum of each micro-batch's token losses
+  Tensor* stash = nullptr;      // (n_micro, MB, T, C): the stage inputs of a step (later stages)
+  std::vector<int32_t> tok_host, tgt_host;  // (n_micro, MB, T)
+  std::vector<float> sums_host;             // (n_micro)
   float dloss = 0.0f;
-  double loss_sum = 0.0;
 
-  GptPipelineStage(const ExecContext& c, gpt::Gpt& m, const data::TokenBatchSampler& smp, Tensor& in, Tensor& tgt,
-                   Tensor& sum, std::vector<int32_t>& ih, std::vector<int32_t>& th, int n_micro, int mb)
-      : ctx(c), model(m), sampler(smp), in_dev(in), tgt_dev(tgt), sum_dev(sum), in_host(ih), tgt_host(th), MB(mb) {
-    numel = static_cast<int64_t>(mb) * m.config().seq_len * m.config().n_embd;
-    if (!m.stage().has_embedding) stash.assign(static_cast<size_t>(n_micro * numel), 0.0f);
+  GptPipelineStage(const ExecContext& c, gpt::Gpt& m, const data::TokenBatchSampler& smp,
+                   const std::vector<parallel::Action>& sched, int n_micro_, int mb)
+      : ctx(c), model(m), sampler(smp), schedule(sched), MB(mb), T(m.config().seq_len), n_micro(n_micro_),
+        bufs("pipeline stage", c.device) {
+    numel = static_cast<int64_t>(mb) * T * m.config().n_embd;
+    const auto& st = m.stage();
+    if (st.has_embedding || st.has_head) {
+      tok_host.assign(static_cast<size_t>(n_micro) * MB * T, 0);
+      tgt_host.assign(tok_host.size(), 0);
+    }
+    if (st.has_embedding) tokens = &bufs.add("tokens", {n_micro, MB, T}, DType::I32);
+    if (st.has_head) {
+      targets = &bufs.add("targets", {n_micro, MB, T}, DType::I32);
+      loss_sums = &bufs.add("loss_sums", {n_micro});
+      sums_host.assign(static_cast<size_t>(n_micro), 0.0f);
+    }
+    if (!st.has_embedding) stash = &bufs.add("stash", {n_micro, MB, T, m.config().n_embd});
+    bufs.allocate();
   }
   int64_t activation_numel() const override { return numel; }
-  void load_batch(int micro) {
-    k::synchronize(ctx);  // earlier copies from in_host / tgt_host are done before we refill them
-    sampler.fill(step, rank_first + static_cast<int64_t>(micro) * MB, MB, in_host.data(), tgt_host.data());
-    k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(in_host.size()) * 4);
-    k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
+  const int32_t* tok(int micro) const { return tokens->i32() + static_cast<int64_t>(micro) * MB * T; }
+  const int32_t* tgt(int micro) const { return targets->i32() + static_cast<int64_t>(micro) * MB * T; }
+  float* stashed(int micro) { return stash->f32() + static_cast<int64_t>(micro) * numel; }
+
+  // The step's tokens, micro-batch j = the rank's sequences [rank_first + j MB, rank_first + (j+1) MB).
+  void begin_step(int64_t step, int64_t rank_first, float dloss_) {
+    dloss = dloss_;
+    if (tok_host.empty()) return;
+    k::synchronize(ctx);  // the last step's copies from tok_host / tgt_host are done (the stream is idle here anyway)
+    for (int j = 0; j < n_micro; ++j) {
+      const int64_t off = static_cast<int64_t>(j) * MB * T;
+      sampler.fill(step, rank_first + static_cast<int64_t>(j) * MB, MB, tok_host.data() + off, tgt_host.data() + off);
+    }
+    if (tokens) k::copy_from_host(ctx, tokens->data, tok_host.data(), static_cast<int64_t>(tok_host.size()) * 4);
+    if (targets) k::copy_from_host(ctx, targets->data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
   }
-  float* stashed(int micro) { return stash.data() + static_cast<int64_t>(micro) * numel; }
+  // The sum of the step's token losses (the last stage; 0 elsewhere), added in backward order (as micro-batches finish).
+  double end_step() {
+    if (!loss_sums) return 0.0;
+    k::copy_to_host(ctx, sums_host.data(), loss_sums->data, static_cast<int64_t>(n_micro) * 4);
+    k::synchronize(ctx);  // sums_host is read now (CUDA: bounded by the sync guard; NCCL work is queued)
+    double sum = 0.0;
+    for (const parallel::Action& a : schedule)
+      if (a.op == parallel::Action::Backward) sum += sums_host[static_cast<size_t>(a.micro)];
+    return sum;
+  }
   void forward(int micro, const float* in, float* out) override {
     const auto& st = model.stage();
     if (st.has_embedding) {
-      load_batch(micro);
-      model.forward(ctx, in_dev.i32(), MB);
+      model.forward(ctx, tok(micro), MB);
     } else {
-      std::copy_n(in, numel, stashed(micro));
+      k::copy_device(ctx, stashed(micro), in, numel * 4);  // `in` is valid during this call only
       if (st.has_head) return;  // the last stage computes in its backward slot
       model.forward(ctx, nullptr, MB, stashed(micro));
     }
-    k::copy_to_host(ctx, out, model.stage_output(), numel * 4);
-    k::synchronize(ctx);  // the schedule sends `out` from the host once we return
+    k::copy_device(ctx, out, model.stage_output(), numel * 4);  // the executor sends `out` (stream-ordered after this)
   }
-  // On return every copy between the device and the schedule's host buffers (dout read, din written by the model) has
-  // completed: the schedule sends din and reuses dout's buffer.
   void backward(int micro, const float* dout, float* din) override {
     const auto& st = model.stage();
     if (st.has_embedding) {
-      load_batch(micro);
-      model.forward(ctx, in_dev.i32(), MB);  // recompute
+      model.forward(ctx, tok(micro), MB);  // recompute
       model.backward_stage(ctx, dout, nullptr, MB);
-      k::synchronize(ctx);
       return;
     }
     model.forward(ctx, nullptr, MB, stashed(micro));  // recompute (the last stage: its only forward)
     if (!st.has_head) {
       model.backward_stage(ctx, dout, din, MB);
-      k::synchronize(ctx);
       return;
     }
-    load_batch(micro);
-    const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), dloss, MB, din);
-    loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * model.config().seq_len);  // synchronizes
+    const float* losses = model.loss_and_backward(ctx, tgt(micro), dloss, MB, din);
+    k::sum(ctx, loss_sums->f32() + micro, losses, static_cast<int64_t>(MB) * T);
   }
 };
 
@@ -237,8 +270,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   // train.device, agreed by every rank; on CUDA the GPU (local_rank % devices) and the compute stream. Before the
   // ParallelContext, which builds its NCCL groups on that GPU; declared first, so it outlives everything that computes.
   const RunDevice run_device(deck, launch, copts);
-  const ExecContext& ctx = run_device.exec();
-  parallel::ParallelContext pc(tp, pp, deck.get_string("parallel.order"), copts, where, ctx);
+  parallel::ParallelContext pc(tp, pp, deck.get_string("parallel.order"), copts, where, run_device.exec());
+  // the compute context, with the ParallelContext's bounded synchronize on CUDA (NCCL work is queued on the stream)
+  const ExecContext& ctx = pc.exec();
   const int dp = pc.dp_size(), dr = pc.dp_rank();
   HPCT_USAGE_CHECK(GB % (static_cast<int64_t>(dp) * MB) == 0,
                    "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
@@ -329,13 +363,15 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   std::unique_ptr<GptPipelineStage> stage;
   std::unique_ptr<parallel::PipelineBuffers> pbufs;
   std::vector<parallel::Action> schedule;
-  std::vector<float> eval_act;  // (MB, T, C): the activation passed between stages during evaluation
+  Slab eval_io("pipeline evaluation", ctx.device);
+  Tensor* eval_act = nullptr;  // (MB, T, C): the activation passed between stages during evaluation
   if (pipe) {
     schedule = parallel::make_schedule(sched_kind, pp, pc.pp_rank(), static_cast<int>(n_micro));
-    stage = std::make_unique<GptPipelineStage>(ctx, model, sampler, in_dev, tgt_dev, sum_dev, in_host, tgt_host,
-                                               static_cast<int>(n_micro), MB);
-    pbufs = std::make_unique<parallel::PipelineBuffers>(schedule, stage->activation_numel());
-    eval_act.assign(static_cast<size_t>(stage->activation_numel()), 0.0f);
+    stage = std::make_unique<GptPipelineStage>(ctx, model, sampler, schedule, static_cast<int>(n_micro), MB);
+    pbufs = std::make_unique<parallel::PipelineBuffers>(schedule, stage->activation_numel(),
+                                                        pc.pipeline_transport().device());
+    eval_act = &eval_io.add("activation", {MB, T, cfg.n_embd});
+    eval_io.allocate();
   }
 
   gpt::MemoryPlan plan = gpt::memory_plan(cfg, mp, MB, ctx.device);
@@ -466,15 +502,12 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * T);  // synchronizes
     }
     if (pipe) {
-      stage->step = s;
-      stage->rank_first = rank_first;
-      stage->dloss = scaled_dloss;
-      stage->loss_sum = 0.0;
-      const parallel::PipelineStats ps = parallel::run_schedule(schedule, *stage, pc.pp_group(), *pbufs);
+      stage->begin_step(s, rank_first, scaled_dloss);
+      const parallel::PipelineStats ps = parallel::run_schedule(schedule, *stage, pc.pipeline_transport(), *pbufs);
       bubbles.push_back(ps.measured_bubble);
       pp_wait_ms.push_back(ps.wait_ms);
       theory_bubble = ps.theoretical_bubble;
-      loss_sum = stage->loss_sum;  // non-zero on the last stage only
+      loss_sum = stage->end_step();  // non-zero on the last stage only
       pc.pp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum (pipeline)");
       if (pc.has_embedding_group() && pc.embedding_group().size() > 1) {  // tied embedding: first + last stage
         Tensor& dwte = model.grads().get("wte");  // device memory: the NCCL embedding group on CUDA
@@ -519,7 +552,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
       const int e0 = static_cast<int>(static_cast<int64_t>(n_eval) * dr / dp);
       const int e1 = static_cast<int>(static_cast<int64_t>(n_eval) * (dr + 1) / dp);
       double part = evaluate(ctx, model, eval_set, e0, e1, in_dev, tgt_dev, in_host, tgt_host, sum_dev,
-                             pipe ? &pc.pp_group() : nullptr, &eval_act);
+                             pipe ? &pc.pipeline_transport() : nullptr, eval_act ? eval_act->f32() : nullptr);
       if (pipe) pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");
       pc.dp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss");
       val_loss = part / (static_cast<double>(n_eval) * T);
@@ -579,9 +612,12 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const double med_tp = median_after_first(tp_ms);
   if (pipe && !bubbles.empty())
     log_info("pipeline: schedule {}, {} stages, {} micro-batches per step: measured bubble {:.4f} (median over steps "
-             "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}; PP communication wait {:.2f} ms/step",
+             "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}; PP communication wait {:.2f} ms/step{}",
              parallel::schedule_kind_name(sched_kind), pp, n_micro, median_after_first(bubbles), pc.pp_rank(),
-             theory_bubble, median_after_first(pp_wait_ms));
+             theory_bubble, median_after_first(pp_wait_ms),
+             ctx.device == Device::CPU ? ""
+                                       : " (host times: over NCCL the host only queues the work and the waits are "
+                                         "stream-ordered, so these do not measure the GPU's bubble)");
   const double tok_s = static_cast<double>(GB) * T / (med / 1e3);
   const std::string mfu_s = peak_tflops > 0 ? fmt::format("{:.2f}%", 100 * flops_tok * tok_s / (peak_tflops * 1e12))
                                             : std::string("n/a");

@@ -166,8 +166,9 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
   // train.device, agreed by every rank; on CUDA the GPU (local_rank % devices) and the compute stream. Before the
   // ParallelContext, which builds its NCCL groups on that GPU; declared first, so it outlives everything that computes.
   const RunDevice run_device(deck, launch, copts);
-  const ExecContext& ctx = run_device.exec();
-  parallel::ParallelContext pc(1, 1, deck.get_string("parallel.order"), copts, where, ctx);
+  parallel::ParallelContext pc(1, 1, deck.get_string("parallel.order"), copts, where, run_device.exec());
+  // the compute context, with the ParallelContext's bounded synchronize on CUDA (NCCL work is queued on the stream)
+  const ExecContext& ctx = pc.exec();
   const int dp = pc.dp_size(), dr = pc.dp_rank();
   HPCT_USAGE_CHECK(GB % (static_cast<int64_t>(dp) * MB) == 0,
                    "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "

@@ -140,6 +140,7 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
 void fill_zero(void* dst, int64_t bytes);
 void copy_to_host(void* host_dst, const void* src, int64_t bytes);
 void copy_from_host(void* dst, const void* host_src, int64_t bytes);
+void copy_device(void* dst, const void* src, int64_t bytes);
 void synchronize();
 
 }  // namespace hpct::kernels::cpu

@@ -243,6 +243,9 @@ void copy_to_host(void* host_dst, const void* src, int64_t bytes) {
 void copy_from_host(void* dst, const void* host_src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, host_src, static_cast<size_t>(bytes));
 }
+void copy_device(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
 void synchronize() {}
 
 }  // namespace hpct::kernels::cpu

@@ -551,10 +551,29 @@ void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes) {
   CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_of(ctx)));
 }
 
+// With pageable (not page-locked) host memory the CUDA runtime itself may block the host until the stream reaches
+// the copy: a device-to-host cudaMemcpyAsync into pageable memory returns only once the copy is done, and one from
+// pageable memory may first synchronize with the stream to stage it. When NCCL work can be queued on the stream (a
+// sync guard is installed) that wait would be unbounded, so the stream is first drained through the guard (bounded by
+// comm.timeout_s, exec_context.hpp); the runtime's own wait is then only for the copy. Page-locked memory is not
+// affected. (The callers copy to the host right before a synchronize and from the host right after one, so in
+// practice this adds no synchronisation point.)
+namespace {
+void drain_before_pageable_copy(const ExecContext& ctx, const void* host, const char* what) {
+  if (ctx.sync_guard == nullptr) return;
+  cudaPointerAttributes attr{};
+  const cudaError_t rc = cudaPointerGetAttributes(&attr, host);
+  if (rc != cudaSuccess) (void)cudaGetLastError();  // older runtimes: an unregistered pointer is an error
+  if (rc == cudaSuccess && attr.type != cudaMemoryTypeUnregistered) return;  // page-locked, managed or device
+  ctx.sync_guard->synchronize(ctx.stream, what);
+}
+}  // namespace
+
 // The host data is valid only after synchronize(ctx) (or another synchronization of ctx.stream).
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes) {
   HPCT_CHECK(bytes >= 0, "copy_to_host: bytes={} is negative", bytes);
   if (bytes == 0) return;
+  drain_before_pageable_copy(ctx, host_dst, "copy_to_host into pageable host memory (the stream before the copy)");
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_of(ctx)));
 }
 
@@ -562,11 +581,27 @@ void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes) {
   HPCT_CHECK(bytes >= 0, "copy_from_host: bytes={} is negative", bytes);
   if (bytes == 0) return;
+  drain_before_pageable_copy(ctx, host_src, "copy_from_host from pageable host memory (the stream before the copy)");
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_of(ctx)));
 }
 
+void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes) {
+  HPCT_CHECK(bytes >= 0, "copy_device: bytes={} is negative", bytes);
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
 // Blocks the host until all work queued on ctx.stream has completed; also where asynchronous faults of the ops
-// before it surface (as a CUDA error naming the failed synchronize).
-void synchronize(const ExecContext& ctx) { CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx))); }
+// before it surface (as a CUDA error naming the failed synchronize). With a sync guard (exec_context.hpp: installed by
+// ParallelContext when NCCL work can be queued on the stream) the wait is the guard's: bounded by comm.timeout_s,
+// aborting the NCCL communicators and throwing on a stall; without one, cudaStreamSynchronize (nothing on the stream
+// can wait on a peer then).
+void synchronize(const ExecContext& ctx) {
+  if (ctx.sync_guard != nullptr) {
+    ctx.sync_guard->synchronize(ctx.stream, "kernels::synchronize of the compute stream");
+    return;
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
 
 }  // namespace hpct::kernels::cuda

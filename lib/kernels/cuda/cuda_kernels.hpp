@@ -140,6 +140,7 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes);
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes);
+void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes);
 void synchronize(const ExecContext& ctx);
 
 // optim_kernels.hpp

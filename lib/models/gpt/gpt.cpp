@@ -317,7 +317,7 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const fl
 
   if (!stage_.has_embedding) {  // a later pipeline stage: its input is the previous stage's residual stream
     HPCT_CHECK(in_act != nullptr, "pipeline stage {} needs its input activation", mp_.pp_rank);
-    k::copy_from_host(ctx, encoded_->f32(), in_act, static_cast<int64_t>(N) * C * 4);
+    k::copy_device(ctx, encoded_->f32(), in_act, static_cast<int64_t>(N) * C * 4);
   } else if (tp) {
     k::encoder_forward_vocab_parallel(ctx, encoded_->f32(), inputs, wte_->f32(), lead ? wpe_->f32() : nullptr,
                                       mp_.tp_rank * Vl, Vl, b, T, C);
@@ -421,7 +421,7 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
     ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
   } else {  // the next stage's gradient w.r.t. this stage's output
     HPCT_CHECK(dout != nullptr, "pipeline stage {} needs the gradient of its output", mp_.pp_rank);
-    k::copy_from_host(ctx, dres, dout, NC * 4);
+    k::copy_device(ctx, dres, dout, NC * 4);
   }
 
   for (int l = L - 1; l >= 0; --l) {
@@ -453,7 +453,7 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
   }
   if (!stage_.has_embedding) {  // hand the gradient of the stage's input to the previous stage
     HPCT_CHECK(din != nullptr, "pipeline stage {} needs a buffer for the gradient of its input", mp_.pp_rank);
-    k::copy_to_host(ctx, din, dres, NC * 4);
+    k::copy_device(ctx, din, dres, NC * 4);
     return;
   }
   if (tp)

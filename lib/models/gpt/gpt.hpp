@@ -93,25 +93,27 @@ class Gpt {
   void init_parameters(const ExecContext& ctx, uint64_t seed);
 
   const ModelParallel& model_parallel() const { return mp_; }
-  // Milliseconds spent in TP collectives since the last reset (forward, loss and backward).
+  // Milliseconds the host spent in TP collectives since the last reset (forward, loss and backward). On CUDA their
+  // waits are stream-ordered (the compute stream waits, the host does not), so this is the time to issue them.
   double tp_comm_ms() const { return tp_comm_ms_; }
   void reset_tp_comm_ms() { tp_comm_ms_ = 0.0; }
 
   // Forward of b <= micro_batch sequences: inputs (b, T) on the device. Leaves logits (b, T, Vp) (under TP:
   // this rank's vocabulary columns, (b, T, Vp/tp)).
   // Pipeline stages (mp.pp > 1): the first stage starts from inputs; a later stage from in_act, the previous
-  // stage's output (b, T, C) on the host; a stage without the head leaves its output in stage_output().
+  // stage's output (b, T, C) on ctx.device (copied in, stream-ordered: in_act may be reused once the copy has run);
+  // a stage without the head leaves its output in stage_output().
   void forward(const ExecContext& ctx, const int32_t* inputs, int b, const float* in_act = nullptr);
   const float* stage_output() const { return a_.back().residual3->f32(); }  // (b, T, C)
   // Backward of a stage without the head, after its forward of the same micro-batch: dout (b, T, C) is the
-  // gradient of its output (host); din (b, T, C, host) receives the gradient of its input (null on the first).
+  // gradient of its output; din (b, T, C) receives the gradient of its input (null on the first); both on ctx.device.
   void backward_stage(const ExecContext& ctx, const float* dout, float* din, int b);
   const StagePlan& stage() const { return stage_; }
   // Per-token losses (b, T) of the last forward against targets (b, T); logits are kept.
   const float* loss(const ExecContext& ctx, const int32_t* targets, int b);
   // Fused loss + backward of the last forward: losses (b*T) are computed, then every parameter
   // gradient accumulates dloss * d(sum of losses)/d(param). Overwrites the logits with their gradient.
-  // din: on the last stage of a pipeline, receives the gradient of the stage's input (b, T, C, host).
+  // din: on the last stage of a pipeline, receives the gradient of the stage's input (b, T, C, on ctx.device).
   const float* loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b,
                                  float* din = nullptr);
 

@@ -1,15 +1,19 @@
 // NcclCommunicator (label cuda): the same exact-value checks as test_comm_collectives on device buffers, one GPU per
 // rank. Skips at run time when there is no usable GPU (cudaGetDeviceCount fails, e.g. no driver) or fewer GPUs on the
-// node than ranks on it. Also: MpiCommunicator rejects device memory, NcclCommunicator rejects host memory.
+// node than ranks on it. Also: MpiCommunicator rejects device memory, NcclCommunicator rejects host memory; wait() is
+// stream-ordered on the input stream and wait_host() blocks the host; the sync guard (NcclSyncGuard) drains a stream
+// that waits on NCCL work, and at np 2 turns a peer that never joins into an hpct::Error naming the operation.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "comm/comm.hpp"
 #include "comm/nccl_communicator.hpp"
+#include "comm/nccl_sync_guard.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 
@@ -178,6 +182,84 @@ TEST(NcclCommunicator, SendRecvRingInAGroup) {
   q->wait();
   s->wait();
   EXPECT_EQ(count_wrong(in.download(), [&](int64_t i) { return value<float>(i, (r + n - 1) % n); }), 0);
+}
+
+// wait() orders the input stream after the operation without blocking the host: a copy queued on that stream after
+// wait() sees the result (64 MiB, so an unordered copy would run while the allreduce still does), and the guard's
+// synchronize of that stream makes it readable. wait_host() blocks: a plain cudaMemcpy (legacy stream, which does not
+// synchronize with NCCL's non-blocking stream) reads the result afterwards.
+TEST(NcclCommunicator, WaitIsStreamOrderedAndWaitHostBlocks) {
+  SKIP_WITHOUT_GPU();
+  auto world = make_world_communicator(test_options());
+  NcclCommunicator nccl(*world, "world-nccl", test_options());
+  cudaStream_t compute = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  nccl.set_input_stream(compute);
+  EXPECT_EQ(nccl.input_stream(), compute);
+  NcclSyncGuard guard(world->rank(), 60.0);
+  guard.watch(nccl);
+  const int n = nccl.size(), r = nccl.rank();
+  const int64_t count = int64_t{16} << 20;
+  std::vector<float> h(count);
+  for (int64_t i = 0; i < count; ++i) h[i] = value<float>(i, r);
+  DeviceBuffer<float> buf(count);
+  buf.upload(h);
+  WorkPtr w = nccl.allreduce_async(buf.p, count, DType::F32, ReduceOp::Sum, "stream-ordered");
+  w->wait();
+  EXPECT_EQ(w->waited_ms(), 0.0);  // the host did not block
+  EXPECT_EQ(nccl.in_flight(), 0u);
+  std::vector<float> got(count, -1.0f);
+  CUDA_CHECK(cudaMemcpyAsync(got.data(), buf.p, count * sizeof(float), cudaMemcpyDeviceToHost, compute));
+  guard.synchronize(compute, "test: the copy after a stream-ordered wait");
+  EXPECT_EQ(count_wrong(got, [&](int64_t i) { return expected<float>(i, n, ReduceOp::Sum); }), 0);
+  EXPECT_EQ(nccl.unfinished(), "");
+  EXPECT_EQ(nccl.async_error(), "");
+  // host-blocking form
+  buf.upload(h);
+  WorkPtr m = nccl.allreduce_async(buf.p, count, DType::F32, ReduceOp::Max, "host wait");
+  m->wait_host();
+  EXPECT_EQ(count_wrong(buf.download(), [&](int64_t i) { return expected<float>(i, n, ReduceOp::Max); }), 0);
+  CUDA_CHECK(cudaStreamDestroy(compute));
+}
+
+// At np 2: rank 0 queues an allreduce rank 1 never joins and waits for its compute stream through the guard, with
+// comm.timeout_s = 3: the guard must abort the communicator and throw an error naming the rank and the operation
+// within about the timeout (instead of blocking forever in cudaStreamSynchronize). Rank 1 then aborts its own.
+TEST(NcclCommunicator, SyncGuardTurnsAStalledPeerIntoAnError) {
+  SKIP_WITHOUT_GPU();
+  auto world = make_world_communicator(test_options());
+  if (world->size() != 2) GTEST_SKIP() << "needs exactly 2 ranks";
+  CommOptions quick;
+  quick.timeout_s = 3.0;
+  NcclCommunicator nccl(*world, "dp", quick);
+  cudaStream_t compute = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  nccl.set_input_stream(compute);
+  DeviceBuffer<float> buf(1024);
+  if (world->rank() == 0) {
+    NcclSyncGuard guard(0, quick.timeout_s);
+    guard.watch(nccl);
+    WorkPtr w = nccl.allreduce_async(buf.p, 1024, DType::F32, ReduceOp::Sum, "grad bucket 7");
+    w->wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      guard.synchronize(compute, "kernels::synchronize of the compute stream");
+      ADD_FAILURE() << "the guard returned although the peer never joined";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("timed out"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("grad bucket 7"), std::string::npos) << msg;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(s, quick.timeout_s);
+    EXPECT_LT(s, quick.timeout_s + 30.0);
+    EXPECT_TRUE(nccl.aborted());
+  }
+  world->barrier("after the stalled allreduce");
+  if (world->rank() == 1) nccl.abort();
+  CUDA_CHECK(cudaStreamSynchronize(compute));  // drained: the aborted communicator's kernel exited
+  CUDA_CHECK(cudaStreamDestroy(compute));
 }
 
 TEST(NcclCommunicator, BuffersOnTheWrongDeviceAreRejected) {

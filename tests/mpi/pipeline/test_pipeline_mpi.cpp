@@ -6,7 +6,10 @@
 //  - exactness of the schedule (DESIGN.md §6): the stage sleeps F ms in forward and 2F in backward (a
 //    sleeping rank leaves the core, so oversubscription does not distort it); the measured bubble
 //    1 - compute / total of every stage must be within 0.02 of (p - 1) / (m + p - 1), and the step must
-//    take (m + p - 1) * 3F within 3% (best of up to 3 steps, see the test).
+//    take (m + p - 1) * 3F within 3% (best of up to 3 steps, see the test);
+//  - the link transport (one 2-rank communicator per link, the splits ParallelContext bootstraps its NCCL links over)
+//    over MPI link communicators with tag 0, so that MPI matches sends and receives by order, as NCCL does: the same
+//    exact values through both schedules.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
 #include "parallel/parallel_context.hpp"
 #include "parallel/pipeline_schedule.hpp"
@@ -140,6 +144,40 @@ TEST(Pipeline, PassesExactValuesBothWays) {
           EXPECT_GE(st.total_ms, st.compute_ms);
           EXPECT_GE(st.wait_ms, 0.0);
         }
+        EXPECT_EQ(stage.wrong(), 0);
+        EXPECT_EQ(stage.forwards(), 3 * m);
+        EXPECT_EQ(stage.backwards(), 3 * m);
+      }
+}
+
+// The executor over LinkPipelineTransport with MPI links: every transfer has tag 0, so a receive issued out of the
+// peer's send order would get another micro-batch's data (as over NCCL) and the stage would count it wrong.
+TEST(Pipeline, LinkTransportMatchedByOrderPassesExactValues) {
+  ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi");
+  auto& pp = dynamic_cast<comm::MpiCommunicator&>(pc.pp_group());
+  const int s = pp.rank(), p = pp.size();
+  PipelineLinks links = split_pipeline_links(pp);
+  ASSERT_EQ(links.prev != nullptr, s > 0);
+  ASSERT_EQ(links.next != nullptr, s < p - 1);
+  if (links.prev) {
+    EXPECT_EQ(links.prev->name(), fmt::format("pp link {}-{}", s - 1, s));
+    EXPECT_EQ(links.prev->rank(), 1);
+  }
+  if (links.next) {
+    EXPECT_EQ(links.next->name(), fmt::format("pp link {}-{}", s, s + 1));
+    EXPECT_EQ(links.next->rank(), 0);
+  }
+  // one MPI link carries both directions here (the source tells them apart); NCCL gets one communicator for each
+  LinkPipelineTransport transport(pp, links.prev.get(), links.prev.get(), links.next.get(), links.next.get());
+  EXPECT_EQ(transport.device(), Device::CPU);
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    for (int m : {1, 3, 8})
+      for (int64_t numel : {int64_t{5}, int64_t{1} << 16}) {
+        SCOPED_TRACE(fmt::format("{} m {} numel {}", schedule_kind_name(kind), m, numel));
+        const auto schedule = make_schedule(kind, p, s, m);
+        SyntheticStage stage(s, p, numel, 0.0);
+        PipelineBuffers buffers(schedule, numel);
+        for (int step = 0; step < 3; ++step) run_schedule(schedule, stage, transport, buffers, {.barrier = step != 1});
         EXPECT_EQ(stage.wrong(), 0);
         EXPECT_EQ(stage.forwards(), 3 * m);
         EXPECT_EQ(stage.backwards(), 3 * m);

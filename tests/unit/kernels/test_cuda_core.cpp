@@ -77,6 +77,52 @@ TEST(CudaCore, CopiesRoundTripAndFillZeroClearsExactlyItsRange) {
   EXPECT_TRUE(bitwise_equal("sub-range copies", back, y));
 }
 
+// copy_device is stream-ordered on ctx.stream; synchronize() goes through ctx.sync_guard when one is set (the bounded
+// wait ParallelContext installs, exec_context.hpp), and through cudaStreamSynchronize otherwise; a copy to or from
+// pageable host memory (where the runtime itself may block until the stream reaches it) drains the stream through the
+// guard first, one to page-locked memory does not.
+TEST(CudaCore, CopyDeviceAndSynchronizeThroughTheGuard) {
+  HPCT_REQUIRE_GPU();
+  struct CountingGuard final : StreamSyncGuard {
+    std::vector<std::string> whats;
+    void* last_stream = reinterpret_cast<void*>(1);
+    void synchronize(void* stream, const char* what) override {
+      whats.emplace_back(what);
+      last_stream = stream;
+      CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    }
+  } guard;
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ExecContext ctx{Device::CUDA, stream};
+  ctx.sync_guard = &guard;
+  const size_t n = 4099;
+  const auto x = random_vector(n, 7);
+  DBuf<float> a(x), b(n);
+  synchronize(gpu_ctx());  // the buffers were filled on the default stream (no guard there)
+  copy_device(ctx, b.get() + 1, a.get() + 1, static_cast<int64_t>((n - 2) * sizeof(float)));
+  std::vector<float> got(n, -1.0f);  // pageable
+  copy_to_host(ctx, got.data(), b.get(), static_cast<int64_t>(n * sizeof(float)));
+  ASSERT_EQ(guard.whats.size(), 1u);  // drained before the pageable copy
+  EXPECT_NE(guard.whats[0].find("pageable"), std::string::npos) << guard.whats[0];
+  synchronize(ctx);
+  ASSERT_EQ(guard.whats.size(), 2u);
+  EXPECT_NE(guard.whats[1].find("synchronize"), std::string::npos) << guard.whats[1];
+  EXPECT_EQ(guard.last_stream, static_cast<void*>(stream));
+  float* pinned = nullptr;  // page-locked: no drain, the copy stays asynchronous
+  CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
+  copy_to_host(ctx, pinned, b.get() + 1, sizeof(float));
+  EXPECT_EQ(guard.whats.size(), 2u);
+  synchronize(ctx);
+  EXPECT_EQ(guard.whats.size(), 3u);
+  EXPECT_EQ(*pinned, x[1]);
+  CUDA_CHECK(cudaFreeHost(pinned));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  auto want = x;
+  want[0] = want[n - 1] = 0.0f;  // b was zeroed; the copy skipped the first and the last element
+  EXPECT_TRUE(bitwise_equal("copy_device", got, want));
+}
+
 // The ops are stream-ordered on ctx.stream: a chain on a non-default stream, synchronized once at the end.
 TEST(CudaCore, OpsRunInOrderOnANonDefaultStream) {
   HPCT_REQUIRE_GPU();

@@ -470,6 +470,11 @@ TEST(KernelsCpu, MemoryHelpers) {
   copy_from_host(kCpu, dst.data(), src.data(), 1000 * sizeof(float));
   copy_to_host(kCpu, back.data(), dst.data(), 1000 * sizeof(float));
   EXPECT_TRUE(all_close("copies", back, src, 0, 0));
+  std::vector<float> twin(1000, NAN);
+  copy_device(kCpu, twin.data() + 1, dst.data() + 1, 998 * sizeof(float));  // a sub-range: the ends stay NaN
+  EXPECT_TRUE(std::isnan(twin[0]) && std::isnan(twin[999]));
+  EXPECT_TRUE(all_close("copy_device", std::vector<float>(twin.begin() + 1, twin.end() - 1),
+                        std::vector<float>(src.begin() + 1, src.end() - 1), 0, 0));
   fill_zero(kCpu, dst.data(), 1000 * sizeof(float));
   EXPECT_EQ(test::max_abs(dst.data(), dst.size()), 0.0);
   synchronize(kCpu);

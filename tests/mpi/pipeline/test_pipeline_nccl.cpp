@@ -1,0 +1,179 @@
+// The pipeline over NCCL (label cuda; skips without a usable GPU or with fewer GPUs on a node than ranks on it):
+// ParallelContext on CUDA with pp = world builds one NcclCommunicator per link and direction, and the executor runs
+// both schedules with device buffers through them, nothing blocking the host inside the step: a synthetic stage on
+// the device (forward out = 2 in, backward din = 2 dout, with kernels on the compute stream) records every input and
+// output gradient it is handed in a device buffer, read once after the step (one synchronize, through the context's
+// sync guard). Values are small integers times powers of two: exact in fp32, distinct per micro-batch, so a transfer
+// matched to the wrong micro-batch is counted wrong.
+// At np 1 (pp = 1) there are no links: the test checks that the context says so and that the sync guard drains a
+// compute stream that waits on a (1-rank) NCCL allreduce queued with a stream-ordered wait.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "kernels/kernels.hpp"
+#include "../mpi_test_util.hpp"
+#include "parallel/parallel_context.hpp"
+#include "parallel/pipeline_schedule.hpp"
+
+using namespace hpct;
+using namespace hpct::parallel;
+namespace k = hpct::kernels;
+
+namespace {
+
+// Selects this rank's GPU (local rank on the node); returns "" when the test can run, else why it cannot.
+std::string select_gpu() {
+  int ngpu = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&ngpu);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("no usable GPU: ") + cudaGetErrorString(rc);
+  }
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0, local_n = 1;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &local_n);
+  MPI_Comm_free(&node);
+  if (ngpu < local_n) return fmt::format("{} GPU(s) for {} ranks on this node: NCCL needs one GPU per rank", ngpu, local_n);
+  CUDA_CHECK(cudaSetDevice(local));
+  return "";
+}
+
+// Every rank decides alike (a rank that skipped alone would leave the others in a collective).
+#define SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                       \
+    const std::string why = select_gpu();                                    \
+    int ok = why.empty() ? 1 : 0;                                            \
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   \
+    if (!ok) GTEST_SKIP() << (why.empty() ? "another rank has no GPU" : why); \
+  } while (0)
+
+float x0(int j, int64_t i) { return static_cast<float>(j * 64 + i % 61 + 1); }
+float g0(int j, int64_t i) { return static_cast<float>(j * 32 + i % 29 + 1); }
+
+class DeviceStage final : public PipelineStage {
+ public:
+  DeviceStage(const ExecContext& ctx, int stage, int stages, int m, int64_t numel)
+      : ctx_(ctx), s_(stage), p_(stages), m_(m), numel_(numel), dev_("test stage", Device::CUDA) {
+    seen_in_ = &dev_.add("seen_in", {m, numel});
+    seen_dout_ = &dev_.add("seen_dout", {m, numel});
+    src_x_ = &dev_.add("src_x", {m, numel});
+    src_g_ = &dev_.add("src_g", {m, numel});
+    dev_.allocate();
+    std::vector<float> hx(static_cast<size_t>(m * numel)), hg(hx.size());
+    for (int j = 0; j < m; ++j)
+      for (int64_t i = 0; i < numel; ++i) {
+        hx[static_cast<size_t>(j * numel + i)] = x0(j, i);
+        hg[static_cast<size_t>(j * numel + i)] = g0(j, i);
+      }
+    k::copy_from_host(ctx_, src_x_->data, hx.data(), static_cast<int64_t>(hx.size()) * 4);
+    k::copy_from_host(ctx_, src_g_->data, hg.data(), static_cast<int64_t>(hg.size()) * 4);
+    k::synchronize(ctx_);  // hx, hg are freed on return
+  }
+  int64_t activation_numel() const override { return numel_; }
+  float* at(Tensor* t, int j) { return t->f32() + static_cast<int64_t>(j) * numel_; }
+
+  void begin_step() {
+    k::fill_zero(ctx_, seen_in_->data, static_cast<int64_t>(seen_in_->bytes()));
+    k::fill_zero(ctx_, seen_dout_->data, static_cast<int64_t>(seen_dout_->bytes()));
+  }
+  void forward(int j, const float* in, float* out) override {
+    if ((s_ == 0) != (in == nullptr) || (s_ == p_ - 1) != (out == nullptr)) ++wrong_;
+    const float* x = in ? in : at(src_x_, j);
+    if (in) k::copy_device(ctx_, at(seen_in_, j), in, numel_ * 4);
+    if (out) {
+      k::copy_device(ctx_, out, x, numel_ * 4);
+      k::scale(ctx_, out, 2.0f, numel_);
+    }
+  }
+  void backward(int j, const float* dout, float* din) override {
+    if ((s_ == p_ - 1) != (dout == nullptr) || (s_ == 0) != (din == nullptr)) ++wrong_;
+    const float* g = dout ? dout : at(src_g_, j);
+    if (dout) k::copy_device(ctx_, at(seen_dout_, j), dout, numel_ * 4);
+    if (din) {
+      k::copy_device(ctx_, din, g, numel_ * 4);
+      k::scale(ctx_, din, 2.0f, numel_);
+    }
+  }
+  // Reads what the step received (one copy, one synchronize) and counts the values that are not micro-batch j's.
+  int64_t check() {
+    std::vector<float> in(static_cast<size_t>(m_ * numel_)), dout(in.size());
+    k::copy_to_host(ctx_, in.data(), seen_in_->data, static_cast<int64_t>(in.size()) * 4);
+    k::copy_to_host(ctx_, dout.data(), seen_dout_->data, static_cast<int64_t>(dout.size()) * 4);
+    k::synchronize(ctx_);
+    int64_t wrong = wrong_;
+    for (int j = 0; j < m_; ++j)
+      for (int64_t i = 0; i < numel_; ++i) {
+        const size_t e = static_cast<size_t>(j * numel_ + i);
+        if (s_ > 0 && in[e] != x0(j, i) * std::ldexp(1.0f, s_)) ++wrong;
+        if (s_ < p_ - 1 && dout[e] != g0(j, i) * std::ldexp(1.0f, p_ - 1 - s_)) ++wrong;
+      }
+    return wrong;
+  }
+
+ private:
+  const ExecContext& ctx_;
+  int s_, p_, m_;
+  int64_t numel_;
+  Slab dev_;
+  Tensor *seen_in_, *seen_dout_, *src_x_, *src_g_;
+  int64_t wrong_ = 0;
+};
+
+struct Stream {
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  cudaStream_t s = nullptr;
+};
+
+TEST(PipelineNccl, DeviceBuffersOverNcclLinksPassExactValues) {
+  SKIP_WITHOUT_GPU();
+  Stream stream;
+  ExecContext exec{Device::CUDA, stream.s};
+  ParallelContext pc(1, test::world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_nccl", exec);
+  const ExecContext& ctx = pc.exec();
+  ASSERT_NE(ctx.sync_guard, nullptr) << "ParallelContext on CUDA installs its sync guard";
+  EXPECT_EQ(ctx.stream, exec.stream);
+  const int s = pc.pp_rank(), p = pc.pp_size();
+  PipelineTransport& transport = pc.pipeline_transport();
+  if (p == 1) {
+    // no links at pp = 1: the transport is the (unused) MPI one; the guard still bounds the stream's waits
+    EXPECT_EQ(transport.device(), Device::CPU);
+    EXPECT_NE(pc.describe_device_groups().find("pp = 1: no links"), std::string::npos) << pc.describe_device_groups();
+    Slab buf("buf", Device::CUDA);
+    Tensor& t = buf.add("x", {1 << 20});
+    buf.allocate();
+    std::vector<float> h(static_cast<size_t>(t.numel()), 3.0f), back(h.size(), 0.0f);
+    k::copy_from_host(ctx, t.data, h.data(), t.numel() * 4);
+    pc.device_dp_group().allreduce(t.data, t.numel(), DType::F32, comm::ReduceOp::Sum, "1-rank allreduce");
+    k::copy_to_host(ctx, back.data(), t.data, t.numel() * 4);
+    k::synchronize(ctx);
+    EXPECT_EQ(back, h);
+    return;
+  }
+  EXPECT_EQ(transport.device(), Device::CUDA);
+  EXPECT_NE(pc.describe_device_groups().find("pp link"), std::string::npos) << pc.describe_device_groups();
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    for (int m : {1, 3, 8})
+      for (int64_t numel : {int64_t{5}, int64_t{1} << 20}) {
+        SCOPED_TRACE(fmt::format("{} m {} numel {}", schedule_kind_name(kind), m, numel));
+        const auto schedule = make_schedule(kind, p, s, m);
+        DeviceStage stage(ctx, s, p, m, numel);
+        PipelineBuffers buffers(schedule, numel, Device::CUDA);
+        for (int step = 0; step < 3; ++step) {
+          stage.begin_step();
+          run_schedule(schedule, stage, transport, buffers, {.barrier = step != 1});
+          EXPECT_EQ(stage.check(), 0) << "step " << step;
+        }
+      }
+}
+
+}  // namespace

@@ -1,0 +1,240 @@
+// The pipeline's link transport, its pure parts (no MPI launch):
+//  - pipeline_link_plan(): which stages pair into which link, with which colours in the even and the odd
+//    MPI_Comm_split of a pp group, at pp = 1, 2, 3, 4 exactly and as properties up to pp = 9 (pp = 1 has no links);
+//  - the property the link transport relies on (NCCL and the link communicators match by order): every stage of
+//    make_schedule()'s schedules forwards in the same micro-batch order and backwards in the same order;
+//  - the executor over a recording transport, one stage at a time: on every link and direction the receive order of
+//    one stage is the send order of its neighbour, each receive is issued before the action that consumes it, and the
+//    buffer a receive fills is not reused before its micro-batch's action has read it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "parallel/pipeline_transport.hpp"
+
+using namespace hpct;
+using namespace hpct::parallel;
+
+namespace {
+
+constexpr ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+
+PipelineLinkPlan plan(int even_colour, int odd_colour, int prev_link, int next_link, bool prev_in_even,
+                      bool next_in_even) {
+  PipelineLinkPlan p;
+  p.even_colour = even_colour;
+  p.odd_colour = odd_colour;
+  p.prev_link = prev_link;
+  p.next_link = next_link;
+  p.prev_in_even = prev_in_even;
+  p.next_in_even = next_in_even;
+  return p;
+}
+
+TEST(PipelineLinks, PlanAtOneToFourStages) {
+  // pp = 1: no links at all (the NCCL transport builds nothing)
+  EXPECT_EQ(pipeline_link_plan(1, 0), plan(-1, -1, -1, -1, false, false));
+  // pp = 2: link 0 = (0, 1) in the even split, colour 0
+  EXPECT_EQ(pipeline_link_plan(2, 0), plan(0, -1, -1, 0, false, true));
+  EXPECT_EQ(pipeline_link_plan(2, 1), plan(0, -1, 0, -1, true, false));
+  // pp = 3: link 0 = (0, 1) even colour 0; link 1 = (1, 2) odd colour 0
+  EXPECT_EQ(pipeline_link_plan(3, 0), plan(0, -1, -1, 0, false, true));
+  EXPECT_EQ(pipeline_link_plan(3, 1), plan(0, 0, 0, 1, true, false));
+  EXPECT_EQ(pipeline_link_plan(3, 2), plan(-1, 0, 1, -1, false, false));
+  // pp = 4: links 0 = (0, 1) even 0, 1 = (1, 2) odd 0, 2 = (2, 3) even 1
+  EXPECT_EQ(pipeline_link_plan(4, 0), plan(0, -1, -1, 0, false, true));
+  EXPECT_EQ(pipeline_link_plan(4, 1), plan(0, 0, 0, 1, true, false));
+  EXPECT_EQ(pipeline_link_plan(4, 2), plan(1, 0, 1, 2, false, true));
+  EXPECT_EQ(pipeline_link_plan(4, 3), plan(1, -1, 2, -1, true, false));
+  EXPECT_THROW(pipeline_link_plan(4, 4), Error);
+  EXPECT_THROW(pipeline_link_plan(0, 0), Error);
+}
+
+// Every link (s, s+1) is exactly the two stages of one colour of one split; no stage is in two links of one split; the
+// link to the previous stage and the link to the next stage come from different splits.
+TEST(PipelineLinks, EveryLinkIsOneColourOfOneSplit) {
+  for (int p = 1; p <= 9; ++p) {
+    SCOPED_TRACE(fmt::format("pp {}", p));
+    std::vector<PipelineLinkPlan> plans;
+    for (int s = 0; s < p; ++s) plans.push_back(pipeline_link_plan(p, s));
+    for (int l = 0; l + 1 < p; ++l) {
+      const bool even = l % 2 == 0;
+      const int colour = even ? plans[l].even_colour : plans[l].odd_colour;
+      ASSERT_GE(colour, 0) << "link " << l;
+      std::vector<int> members;
+      for (int s = 0; s < p; ++s)
+        if ((even ? plans[s].even_colour : plans[s].odd_colour) == colour) members.push_back(s);
+      EXPECT_EQ(members, (std::vector<int>{l, l + 1})) << "link " << l;
+      EXPECT_EQ(plans[l].next_link, l);
+      EXPECT_EQ(plans[l + 1].prev_link, l);
+      EXPECT_EQ(plans[l].next_in_even, even);
+      EXPECT_EQ(plans[l + 1].prev_in_even, even);
+    }
+    for (int s = 0; s < p; ++s) {
+      EXPECT_EQ(plans[s].prev_link >= 0, s > 0);
+      EXPECT_EQ(plans[s].next_link >= 0, s + 1 < p);
+      if (s > 0 && s + 1 < p) {
+        EXPECT_NE(plans[s].prev_in_even, plans[s].next_in_even);
+      }
+      const int links = (s > 0) + (s + 1 < p);
+      EXPECT_EQ((plans[s].even_colour >= 0) + (plans[s].odd_colour >= 0), links);
+    }
+  }
+}
+
+std::vector<int> order_of(const std::vector<Action>& s, Action::Op op) {
+  std::vector<int> o;
+  for (const Action& a : s)
+    if (a.op == op) o.push_back(a.micro);
+  return o;
+}
+
+TEST(PipelineLinks, EveryStageForwardsAndBackwardsInTheSameOrder) {
+  for (ScheduleKind kind : kKinds)
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 12; ++m) {
+        const auto s0 = make_schedule(kind, p, 0, m);
+        for (int r = 1; r < p; ++r) {
+          const auto s = make_schedule(kind, p, r, m);
+          EXPECT_EQ(order_of(s, Action::Forward), order_of(s0, Action::Forward)) << schedule_kind_name(kind) << p << r;
+          EXPECT_EQ(order_of(s, Action::Backward), order_of(s0, Action::Backward)) << schedule_kind_name(kind) << p;
+        }
+      }
+}
+
+// ---- the executor over a recording transport ----------------------------------------------------------------------
+
+struct DoneWork final : comm::Work {
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+enum Kind { SendAct, RecvAct, SendGrad, RecvGrad };
+
+// Completes everything at once; a receive writes its micro-batch number into the buffer (every element), so the stage
+// can check that the buffer it is handed holds its own micro-batch's data.
+class RecordingTransport final : public PipelineTransport {
+ public:
+  RecordingTransport(int stage, int stages) : stage_(stage), stages_(stages) {}
+  Device device() const override { return Device::CPU; }
+  int stage() const override { return stage_; }
+  int stages() const override { return stages_; }
+  comm::WorkPtr send_activation(const float* buf, int64_t n, int micro, const std::string&) override {
+    check_sent(buf, n, micro);
+    log[SendAct].push_back(micro);
+    return std::make_unique<DoneWork>();
+  }
+  comm::WorkPtr recv_activation(float* buf, int64_t n, int micro, const std::string&) override {
+    fill(buf, n, micro);
+    log[RecvAct].push_back(micro);
+    return std::make_unique<DoneWork>();
+  }
+  comm::WorkPtr send_gradient(const float* buf, int64_t n, int micro, const std::string&) override {
+    check_sent(buf, n, micro);
+    log[SendGrad].push_back(micro);
+    return std::make_unique<DoneWork>();
+  }
+  comm::WorkPtr recv_gradient(float* buf, int64_t n, int micro, const std::string&) override {
+    fill(buf, n, micro);
+    log[RecvGrad].push_back(micro);
+    return std::make_unique<DoneWork>();
+  }
+  void progress() override {}
+  void barrier(const std::string&) override {}
+  std::string describe() const override { return "recording"; }
+
+  std::vector<int> log[4];
+  int64_t wrong = 0;
+
+ private:
+  static void fill(float* buf, int64_t n, int micro) {
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(micro);
+  }
+  void check_sent(const float* buf, int64_t n, int micro) {
+    for (int64_t i = 0; i < n; ++i)
+      if (buf[i] != static_cast<float>(1000 + micro)) ++wrong;
+  }
+  int stage_, stages_;
+};
+
+// Checks that its inputs hold its micro-batch's number; writes 1000 + micro into what it hands on.
+class CheckingStage final : public PipelineStage {
+ public:
+  CheckingStage(int64_t numel) : numel_(numel) {}
+  void forward(int micro, const float* in, float* out) override {
+    check(in, micro);
+    if (out) std::fill(out, out + numel_, static_cast<float>(1000 + micro));
+  }
+  void backward(int micro, const float* dout, float* din) override {
+    check(dout, micro);
+    if (din) std::fill(din, din + numel_, static_cast<float>(1000 + micro));
+  }
+  int64_t activation_numel() const override { return numel_; }
+  int64_t wrong = 0;
+
+ private:
+  void check(const float* buf, int micro) {
+    if (!buf) return;
+    for (int64_t i = 0; i < numel_; ++i)
+      if (buf[i] != static_cast<float>(micro)) ++wrong;
+  }
+  int64_t numel_;
+};
+
+TEST(PipelineLinks, ReceivesAreIssuedInTheNeighboursSendOrder) {
+  for (ScheduleKind kind : kKinds)
+    for (int p = 1; p <= 5; ++p)
+      for (int m : {1, 2, 3, 5, 8, 13}) {
+        SCOPED_TRACE(fmt::format("{} p {} m {}", schedule_kind_name(kind), p, m));
+        std::vector<RecordingTransport> tr;
+        for (int s = 0; s < p; ++s) tr.emplace_back(s, p);
+        for (int s = 0; s < p; ++s) {
+          const auto schedule = make_schedule(kind, p, s, m);
+          PipelineBuffers buffers(schedule, 7);
+          CheckingStage stage(7);
+          for (int step = 0; step < 2; ++step) run_schedule(schedule, stage, tr[s], buffers);
+          EXPECT_EQ(stage.wrong, 0) << "stage " << s << " read another micro-batch's data";
+          EXPECT_EQ(tr[s].wrong, 0) << "stage " << s << " sent another micro-batch's data";
+        }
+        for (int s = 0; s < p; ++s) {
+          const std::vector<int> none;
+          if (s > 0) {
+            EXPECT_EQ(tr[s].log[RecvAct], tr[s - 1].log[SendAct]) << "activations " << s - 1 << " -> " << s;
+            EXPECT_EQ(tr[s - 1].log[RecvGrad], tr[s].log[SendGrad]) << "gradients " << s << " -> " << s - 1;
+            EXPECT_EQ(tr[s].log[RecvAct].size(), 2u * m);
+          } else {
+            EXPECT_EQ(tr[s].log[RecvAct], none);
+            EXPECT_EQ(tr[s].log[SendGrad], none);
+          }
+          if (s == p - 1) {
+            EXPECT_EQ(tr[s].log[SendAct], none);
+            EXPECT_EQ(tr[s].log[RecvGrad], none);
+          }
+        }
+      }
+}
+
+TEST(PipelineLinks, BuffersMustBeOnTheTransportsDevice) {
+  const auto schedule = make_schedule(ScheduleKind::OneFOneB, 2, 0, 2);
+  PipelineBuffers buffers(schedule, 4);
+  CheckingStage stage(4);
+  struct CudaRecording final : PipelineTransport {
+    Device device() const override { return Device::CUDA; }
+    int stage() const override { return 0; }
+    int stages() const override { return 2; }
+    comm::WorkPtr send_activation(const float*, int64_t, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr recv_activation(float*, int64_t, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr send_gradient(const float*, int64_t, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr recv_gradient(float*, int64_t, int, const std::string&) override { return nullptr; }
+    void progress() override {}
+    void barrier(const std::string&) override {}
+    std::string describe() const override { return "cuda"; }
+  } cuda;
+  EXPECT_THROW(run_schedule(schedule, stage, cuda, buffers), Error);
+}
+
+}  // namespace

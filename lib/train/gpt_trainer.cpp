@@ -357,6 +357,16 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   Tensor& sum_dev = io.add("loss_sum", {1});
   io.allocate();
   std::vector<int32_t> in_host(static_cast<size_t>(MB) * T), tgt_host(in_host.size());
+  // without pipeline parallelism, a training step's batch of this rank (n_micro micro-batches) and the loss sum of
+  // each micro-batch, on the device (the pipeline stage plans its own)
+  Slab step_io("step batch", ctx.device);
+  const int64_t step_micro = pp > 1 ? 1 : n_micro;
+  Tensor& step_in = step_io.add("inputs", {step_micro, MB, T}, DType::I32);
+  Tensor& step_tgt = step_io.add("targets", {step_micro, MB, T}, DType::I32);
+  Tensor& micro_sums = step_io.add("micro-batch loss sums", {step_micro});
+  step_io.allocate();
+  std::vector<int32_t> step_in_host(static_cast<size_t>(step_micro * MB * T)), step_tgt_host(step_in_host.size());
+  std::vector<float> micro_sums_host(static_cast<size_t>(step_micro));
   // pipeline parallelism: the schedule of this stage, its planned buffers, the stage adaptor
   const bool pipe = pp > 1;
   const parallel::ScheduleKind sched_kind = parallel::parse_schedule_kind(deck.get_string("parallel.schedule"));
@@ -487,19 +497,27 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
     const float scaled_dloss = scaled_loss_gradient(dloss, scaler, s, dr);
     double loss_sum = 0.0;
-    for (int64_t j = 0; j < (pipe ? 0 : n_micro); ++j) {
-      const int64_t first = rank_first + j * MB;  // micro-batch j: a contiguous sub-block of this rank's block
-      // The previous copies from in_host / tgt_host have completed before we refill them (CUDA copies are asynchronous;
-      // the stream is idle here anyway: sum_to_host below and the step's end synchronize). A no-op on the CPU.
-      k::synchronize(ctx);
-      sampler.fill(s, first, MB, in_host.data(), tgt_host.data());
-      if (dump) dump->record_batch(s, first, MB, in_host.data(), tgt_host.data());
-      k::copy_from_host(ctx, in_dev.data, in_host.data(), static_cast<int64_t>(in_host.size()) * 4);
-      k::copy_from_host(ctx, tgt_dev.data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
-      if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
-      model.forward(ctx, in_dev.i32(), MB);
-      const float* losses = model.loss_and_backward(ctx, tgt_dev.i32(), scaled_dloss, MB);
-      loss_sum += sum_to_host(ctx, sum_dev, losses, static_cast<int64_t>(MB) * T);  // synchronizes
+    if (!pipe) {
+      // The step's batch of this rank, all micro-batches, staged with one copy each for tokens and targets (the host
+      // buffers are free: the previous step ended with a synchronize); micro-batch j is the contiguous sub-block j of
+      // this rank's block. Each micro-batch's loss sum stays on the device; one copy and one synchronize read them
+      // after the last backward, so the micro-batch loop never blocks the host.
+      for (int64_t j = 0; j < n_micro; ++j) {
+        const int64_t first = rank_first + j * MB, off = j * MB * T;
+        sampler.fill(s, first, MB, step_in_host.data() + off, step_tgt_host.data() + off);
+        if (dump) dump->record_batch(s, first, MB, step_in_host.data() + off, step_tgt_host.data() + off);
+      }
+      k::copy_from_host(ctx, step_in.data, step_in_host.data(), static_cast<int64_t>(step_in_host.size()) * 4);
+      k::copy_from_host(ctx, step_tgt.data, step_tgt_host.data(), static_cast<int64_t>(step_tgt_host.size()) * 4);
+      for (int64_t j = 0; j < n_micro; ++j) {
+        if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
+        model.forward(ctx, step_in.i32() + j * MB * T, MB);
+        const float* losses = model.loss_and_backward(ctx, step_tgt.i32() + j * MB * T, scaled_dloss, MB);
+        k::sum(ctx, micro_sums.f32() + j, losses, static_cast<int64_t>(MB) * T);
+      }
+      k::copy_to_host(ctx, micro_sums_host.data(), micro_sums.data, n_micro * 4);
+      k::synchronize(ctx);  // micro_sums_host is read now (CUDA: bounded by the sync guard when NCCL work is queued)
+      for (float v : micro_sums_host) loss_sum += v;  // in micro-batch order, in double, as before
     }
     if (pipe) {
       stage->begin_step(s, rank_first, scaled_dloss);

@@ -9,7 +9,7 @@ usage: check_slurm.py SCENARIO SLURM_DIR WORK_DIR      (environment: HPCT_ROOT, 
             it checkpoints, exits 3, requeues itself, resumes (restart 1) and completes; every step's loss and the
             final checkpoint's tensors equal the uninterrupted job's bit for bit
   deadline  train_gpt, 2 tasks, a 1-minute time limit and HPCT_DEADLINE_MARGIN so that train.deadline (from squeue's
-            end time) stops each start ~5 s in: stops on the deadline, requeues, completes, equal bit for bit to
+            end time) stops each start ~8 s in: stops on the deadline, requeues, completes, equal bit for bit to
             an uninterrupted run
   mpirun    train_resnet through HPCT_LAUNCHER=mpirun (the documented alternative), USR1 mid-run: requeue, resume,
             bitwise equal to an uninterrupted mpirun job
@@ -189,9 +189,10 @@ def interrupted(template, name, deck, args, env, at_step, how):
     completed(ref, name + "-ref", restarts=0)
     ref_dir = run_dir(name + "-ref", ref)
     if how == "deadline":
-        # squeue's EndTime = start + 60 s; deadline = EndTime - margin = start + 7 s; --signal moved out of the way
+        # squeue's EndTime = start + 60 s; deadline = EndTime - margin = start + 10 s (the app's start-up, a few s on 2
+        # loaded cores, must fit before it, or check_deadline refuses a past deadline); --signal moved out of the way
         jid = submit(template, [deck, *args], ["--time=1", "--signal=B:USR1@5"],
-                     env=dict(env, HPCT_DEADLINE_MARGIN="53"), name=name)
+                     env=dict(env, HPCT_DEADLINE_MARGIN="50"), name=name)
     else:
         jid = submit(template, [deck, *args], env=env, name=name)
         wait_steps(run_dir(name, jid), at_step, jid)
@@ -216,7 +217,7 @@ if scenario == "gpt":
 elif scenario == "resnet":
     basic("train_resnet.sh", "t-resnet", RESNET_DECK, 10, [])
 elif scenario in ("preempt", "deadline"):
-    steps = 400 if scenario == "preempt" else 1000
+    steps = 400 if scenario == "preempt" else 1500
     args = ["--set", f"train.steps={steps}", *QUIET]
     ref_dir, rd, text = interrupted("train_gpt.sh", f"t-{scenario}", GPT_DECK, args, {}, 20, scenario)
     why = "SIGUSR1" if scenario == "preempt" else "train.deadline"

@@ -103,7 +103,7 @@ LossScaler::Outcome LossScaler::update(double sumsq, int64_t step) {
       break;
   }
   o.next_scale = scale_;
-  o.norm = o.skip ? sumsq : std::sqrt(sumsq) / o.scale;
+  o.norm = std::sqrt(sumsq) / o.scale;
   return o;
 }
 

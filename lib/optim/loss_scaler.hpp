@@ -59,7 +59,7 @@ class LossScaler {
 
   struct Outcome {
     bool skip = false;     // true: do not step the optimizer this step
-    double norm = 0.0;     // the unscaled gradient norm (sqrt(sumsq) / S); meaningless when skip
+    double norm = 0.0;     // the unscaled gradient norm sqrt(sumsq) / S (inf or NaN when skip)
     double scale = 1.0;    // S of this step
     double next_scale = 1.0;
   };

@@ -457,12 +457,9 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
                      sched.lr);
     double sumsq = sgd.grad_sumsq(ctx);
     if (gso.zero && dp > 1) pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
-    // the loss scaler sees the global sum of squares (every rank alike) and decides whether this step updates
-    const optim::LossScaler::Outcome ls = scaler.update(sumsq, s);
-    const double norm = ls.norm;
     const double lr = sched.at(s);
-    if (!ls.skip) sgd.step(ctx, static_cast<float>(lr), optim::LossScaler::grad_scale(sgd.clip_scale(norm), ls));
-    else log_skipped_step(s, ls);
+    const optim::LossScaler::Outcome ls = scaled_optimizer_step(ctx, sgd, scaler, sumsq, s, lr);
+    const double norm = ls.norm;
     grad_sync.gather_params();
     k::synchronize(ctx);
     const double ms = timer.ms();

@@ -172,7 +172,7 @@ void restore_loss_scaler(optim::LossScaler& scaler, const ckpt::Attrs& a) {
 }
 
 void log_skipped_step(int64_t step, const optim::LossScaler::Outcome& o) {
-  log_info("step {}: non-finite gradients (sum of squares {}) at loss scale {}: optimizer step skipped, loss scale -> {}",
+  log_info("step {}: non-finite gradients (gradient norm {}) at loss scale {}: optimizer step skipped, loss scale -> {}",
            step, std::isnan(o.norm) ? std::string("NaN") : fmt::format("{}", o.norm), o.scale, o.next_scale);
 }
 
@@ -269,7 +269,8 @@ RunDevice::RunDevice(const Config& deck, const parallel::LaunchEnv& launch, cons
                      "train.device=cpu",
                      deck.deck_path(), requested, o);
   cuda_ = std::make_unique<Cuda>();
-  exec_ = ExecContext{Device::CUDA, cuda_->stream.get(), precision};
+  exec_.device = Device::CUDA;  // exec_.precision: decided above
+  exec_.stream = cuda_->stream.get();
   line_ = fmt::format("device: cuda:{} {} (sm_{}{}, {} total, {} free) on rank 0 | train.device = {}: every rank "
                       "computes on GPU local_rank % visible devices ({} rank(s), {} device(s) on rank 0's node) | precision {}",
                       info.index, info.name, info.cc_major, info.cc_minor,

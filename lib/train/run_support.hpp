@@ -87,16 +87,30 @@ optim::LossScaleConfig loss_scale_config(const Config& deck, Precision precision
 //   log_precision          one log line: the precision of the products, and the loss scaling when active
 //   add_loss_scaler_attrs  checkpoint attributes: precision, loss_scale.mode, loss_scale.scale, loss_scale.good_steps
 //   restore_loss_scaler    a resumed run continues the checkpoint's dynamic scale (absent attributes: the deck's init)
-//   log_skipped_step       the line of a skipped step (non-finite gradients: the scale backs off)
+//   scaled_optimizer_step  the step's update under the scaler (below)
 //   add_loss_scale_metrics metrics.jsonl fields loss_scale (S of the step) and skipped (1) when scaling is active
 //   loss_scale_suffix      " | scale S" (and " | SKIPPED") for the step line, "" without scaling
 void log_precision(const ExecContext& ctx, const optim::LossScaler& scaler);
 void add_loss_scaler_attrs(ckpt::Attrs& a, const ExecContext& ctx, const optim::LossScaler& scaler);
 void restore_loss_scaler(optim::LossScaler& scaler, const ckpt::Attrs& a);
-void log_skipped_step(int64_t step, const optim::LossScaler::Outcome& o);
+void log_skipped_step(int64_t step, const optim::LossScaler::Outcome& o);  // (scaled_optimizer_step's line)
 void add_loss_scale_metrics(std::vector<std::pair<std::string, std::optional<double>>>& rec,
                             const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o);
 std::string loss_scale_suffix(const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o);
+// One optimizer step (AdamW, Sgd: clip_scale and step) under the loss scaler. sumsq: the global sum of squares of the
+// scaled gradients, the same on every rank, so all ranks decide alike. A finite step updates with grad_scale = clip / S
+// (clip from the unscaled norm); a skipped one updates nothing and logs one line. Returns the scaler's outcome (norm:
+// the unscaled gradient norm).
+template <class Optimizer>
+optim::LossScaler::Outcome scaled_optimizer_step(const ExecContext& ctx, Optimizer& opt, optim::LossScaler& scaler,
+                                                 double sumsq, int64_t step, double lr) {
+  const optim::LossScaler::Outcome o = scaler.update(sumsq, step);
+  if (o.skip)
+    log_skipped_step(step, o);
+  else
+    opt.step(ctx, static_cast<float>(lr), optim::LossScaler::grad_scale(opt.clip_scale(o.norm), o));
+  return o;
+}
 // The loss gradient of step `step` on a rank of DP rank dp_rank: dloss x S. Test hook (tests/integration/
 // check_loss_scale.py): the environment variable HPCT_TEST_INF_DLOSS_STEPS="3,4" makes the ranks of DP rank 0 use an
 // infinite loss gradient on those steps, a deterministic stand-in for an fp16 overflow (fp32 on the CPU cannot overflow

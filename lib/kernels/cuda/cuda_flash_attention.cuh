@@ -315,5 +315,19 @@ inline int64_t forward_smem_floats(int HS) { return static_cast<int64_t>(kTile) 
 inline int64_t backward_dkv_smem_floats(int HS) { return static_cast<int64_t>(kTile) * (2 * HS + 2 * (HS + 1) + 2); }
 inline int64_t backward_dq_smem_floats(int HS) { return static_cast<int64_t>(kTile) * (2 * HS + 2 * (HS + 1)); }
 
+// Host side: calls f(std::integral_constant<int, NS>{}) with NS = ceil(HS / 32), the register slots per lane (1 .. 4)
+// the kernels are instantiated for; false (f not called) when HS is outside [1, kMaxHS]. (std::integral_constant:
+// the includer provides <type_traits>.)
+template <typename F>
+bool with_head_slots(int HS, F&& f) {
+  switch ((HS + 31) / 32) {
+    case 1: f(std::integral_constant<int, 1>{}); return true;
+    case 2: f(std::integral_constant<int, 2>{}); return true;
+    case 3: f(std::integral_constant<int, 3>{}); return true;
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 }  // namespace hpct::kernels::cuda::flash

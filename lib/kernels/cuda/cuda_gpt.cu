@@ -153,6 +153,7 @@ void check_linear(const char* op, int N, int C, int OC) {
 // ================================================================================================================
 using flash::kAttnThreads;
 using flash::kMaxHS;
+using flash::with_head_slots;
 using flash::kTile;
 using flash::kWarps;
 
@@ -174,17 +175,6 @@ void prepare_shared_memory(Kernel* kernel, int64_t floats, const char* op, int H
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-// Calls f(std::integral_constant<int, NS>{}) with NS = ceil(HS / 32), the register slots per lane (1 .. 4).
-template <typename F>
-void with_head_slots(int HS, F&& f) {
-  switch ((HS + 31) / 32) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    default: HPCT_FAIL("kernels::cuda::attention: head size {} is not in [1, {}]", HS, kMaxHS);
-  }
-}
 
 // The flash grid: x = the B*NH heads, y = the tiles of 32 rows.
 dim3 flash_grid(const char* op, int B, int T, int NH) {
@@ -430,12 +420,13 @@ void attention_forward(const ExecContext& ctx, float* out, float* lse, const flo
   const int64_t floats = flash::forward_smem_floats(HS);
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
   const cudaStream_t stream = stream_of(ctx);
-  with_head_slots(HS, [&](auto slots) {
+  const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
     prepare_shared_memory(flash::forward_kernel<NS>, floats, "attention_forward", HS);
     flash::forward_kernel<NS><<<grid, kAttnThreads, bytes, stream>>>(out, lse, qkv, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_forward");
   });
+  HPCT_CHECK(launched, "kernels::cuda::attention_forward: head size {} is not in [1, {}]", HS, kMaxHS);
 }
 
 void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -453,7 +444,7 @@ void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, con
                                                                                         NH);
   HPCT_CUDA_LAUNCH_CHECK("attention_backward (D = rowsum(dout * out))");
   const int64_t dkv_floats = flash::backward_dkv_smem_floats(HS), dq_floats = flash::backward_dq_smem_floats(HS);
-  with_head_slots(HS, [&](auto slots) {
+  const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
     prepare_shared_memory(flash::backward_dkv_kernel<NS>, dkv_floats, "attention_backward", HS);
     flash::backward_dkv_kernel<NS><<<grid, kAttnThreads, static_cast<size_t>(dkv_floats) * sizeof(float), stream>>>(
@@ -464,6 +455,7 @@ void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, con
         dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dq)");
   });
+  HPCT_CHECK(launched, "kernels::cuda::attention_backward: head size {} is not in [1, {}]", HS, kMaxHS);
 }
 
 // ================================================================================================================

@@ -126,18 +126,6 @@ void launch(EmuDim3 grid, int threads, int64_t smem_floats, const std::function<
   for (auto& th : pool) th.join();
 }
 
-// cuda_gpt.cu's with_head_slots
-template <typename F>
-void with_head_slots(int HS, F&& f) {
-  switch ((HS + 31) / 32) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    default: FAIL() << "head size " << HS;
-  }
-}
-
 // cuda_gpt.cu's attention_forward and attention_backward, launched on the emulation
 EmuDim3 flash_grid(int B, int T, int NH) {
   return {static_cast<unsigned>(B * NH), static_cast<unsigned>((T + flash::kTile - 1) / flash::kTile), 1};
@@ -145,11 +133,12 @@ EmuDim3 flash_grid(int B, int T, int NH) {
 void emulated_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  with_head_slots(HS, [&](auto slots) {
+  const bool launched = flash::with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
     launch(flash_grid(B, T, NH), flash::kAttnThreads, flash::forward_smem_floats(HS),
            [&] { flash::forward_kernel<NS>(out, lse, qkv, T, C, NH, scale); });
   });
+  EXPECT_TRUE(launched) << "head size " << HS;
 }
 void emulated_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
                        const float* lse, int B, int T, int C, int NH) {
@@ -158,13 +147,14 @@ void emulated_backward(float* dqkv, float* scratch, const float* dout, const flo
   const int64_t rows = int64_t{B} * NH * T;
   launch({static_cast<unsigned>((rows + flash::kWarps - 1) / flash::kWarps), 1, 1}, flash::kAttnThreads, 0,
          [&] { flash::rowdot_kernel(scratch, dout, out, rows, T, C, NH); });
-  with_head_slots(HS, [&](auto slots) {
+  const bool launched = flash::with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
     launch(flash_grid(B, T, NH), flash::kAttnThreads, flash::backward_dkv_smem_floats(HS),
            [&] { flash::backward_dkv_kernel<NS>(dqkv, dout, qkv, lse, scratch, T, C, NH, scale); });
     launch(flash_grid(B, T, NH), flash::kAttnThreads, flash::backward_dq_smem_floats(HS),
            [&] { flash::backward_dq_kernel<NS>(dqkv, dout, qkv, lse, scratch, T, C, NH, scale); });
   });
+  EXPECT_TRUE(launched) << "head size " << HS;
 }
 
 

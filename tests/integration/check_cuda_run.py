@@ -55,6 +55,8 @@ import subprocess
 import sys
 import time
 
+from ckpt_read import latest_step_dir, read_checkpoint
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIOS = ("gpt", "resnet", "precision", "layouts", "restart")
 
@@ -178,16 +180,10 @@ def compare(name, got, ref, rtol, fail=fail, log=print):
 def final_tensors(out):
     """Every dataset of the newest checkpoint's index.h5 (None when h5py is not importable)."""
     try:
-        import h5py
-        import numpy as np
+        import h5py  # noqa: F401 (read_checkpoint's dependency)
     except ImportError:
         return None
-    with open(os.path.join(out, "checkpoints", "latest")) as f:
-        step_dir = os.path.join(out, "checkpoints", f.read().strip())
-    t = {}
-    with h5py.File(os.path.join(step_dir, "index.h5"), "r") as f:
-        f.visititems(lambda k, v: t.__setitem__(k, np.array(v)) if isinstance(v, h5py.Dataset) else None)
-    return t
+    return read_checkpoint(latest_step_dir(out))[0]
 
 
 def compare_tensors(name, a, b, rtol):

@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+from ckpt_read import latest_step_dir, read_checkpoint
+
 scenario, exe, tool, deck, work = sys.argv[1:6]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
@@ -84,20 +86,8 @@ def compare(name, got, ref, rtol):
         fail(f"{name}: relative loss difference {worst:.3g} (should be <= {rtol:g})")
 
 
-def latest(out):
-    with open(os.path.join(out, "checkpoints", "latest")) as f:
-        return os.path.join(out, "checkpoints", f.read().strip())
-
-
 def read_index(step_dir):
-    import h5py
-    out = {}
-    with h5py.File(os.path.join(step_dir, "index.h5"), "r") as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset) and (name.startswith("model/") or name.startswith("optim/")):
-                out[name] = obj[()]
-        f.visititems(visit)
-    return out
+    return read_checkpoint(step_dir, ("model/", "optim/"))[0]
 
 
 def tool_run(*args):
@@ -200,7 +190,7 @@ elif scenario == "restart":
         fail(f"resumed losses are not bitwise equal to the uninterrupted run at steps {diff}")
     else:
         print("  same layout: 20 losses bitwise equal")
-    ta, tb = read_index(latest(full)), read_index(latest(half))
+    ta, tb = read_index(latest_step_dir(full)), read_index(latest_step_dir(half))
     bad = [k for k in ta if k not in tb or ta[k].tobytes() != tb[k].tobytes()]
     if bad or len(ta) != len(tb):
         fail(f"final checkpoint tensors differ bitwise: {bad[:5]}")
@@ -220,7 +210,7 @@ elif scenario == "h5py":
     dump = f"{work}/dump.h5"
     subprocess.run([exe, deck, "--out", out, "--dump", dump, "--set", "train.steps=3"] + QUIET, check=True,
                    capture_output=True, env=ENV, timeout=300)
-    t = read_index(latest(out))
+    t = read_index(latest_step_dir(out))
     with h5py.File(dump, "r") as f:
         names = list(f["final"].keys())
         for n in names:
@@ -231,7 +221,7 @@ elif scenario == "h5py":
     print(f"  np 1: {len(names)} parameter tensors in index.h5 equal the run's final parameters exactly")
     out2 = f"{work}/np2"
     train(2, out2, ["train.steps=3", "parallel.zero=1", "parallel.bucket_mb=0.05"])
-    step = latest(out2)
+    step = latest_step_dir(out2)
     t2 = read_index(step)
     # assemble every tensor by hand from the shard files' per-piece attributes
     built = {k: np_.full(v.shape, np_.nan, dtype=v.dtype) for k, v in t2.items()}
@@ -260,7 +250,7 @@ elif scenario == "h5py":
 elif scenario == "damage":
     out = f"{work}/run"
     train(2, out, ["train.steps=4", "checkpoint.every=2"])
-    step = latest(out)
+    step = latest_step_dir(out)
     p = tool_run("verify", step)
     if p.returncode != 0 or "VALID" not in p.stdout:
         fail(f"ckpt_tool verify of a good checkpoint: rc {p.returncode}: {p.stdout} {p.stderr}")
@@ -307,7 +297,7 @@ elif scenario == "crash":
     for phase in ["shards", "renamed"]:
         out = f"{work}/{phase}"
         train(2, out, ["train.steps=4", "checkpoint.every=2"])
-        good = latest(out)
+        good = latest_step_dir(out)
         env = dict(ENV, HPCT_CKPT_PAUSE_AT=phase)
         proc = subprocess.Popen(cmd(2, out, ["train.steps=8", "checkpoint.every=2", "checkpoint.resume=latest"]),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -320,7 +310,7 @@ elif scenario == "crash":
         os.killpg(proc.pid, signal.SIGKILL)  # the whole job, as a node failure would
         proc.wait()
         time.sleep(0.5)
-        now = latest(out)
+        now = latest_step_dir(out)
         if now != good:
             fail(f"phase {phase}: latest is {now} after the crash, should be {good}")
         p = tool_run("verify", now)
@@ -351,7 +341,7 @@ elif scenario == "signal":
         if proc.returncode != 3:
             fail(f"after SIGUSR1 the job exited with {proc.returncode}, should be 3: {seen[-1500:]}")
         stopped = max(losses(out))
-        ck = os.path.basename(latest(out))
+        ck = os.path.basename(latest_step_dir(out))
         if ck != f"step_{stopped:08d}" or stopped >= 20:
             fail(f"stopped after step {stopped} but latest is {ck}")
         print(f"  SIGUSR1 to rank 1: stopped after step {stopped} with exit code 3, {ck} written")
@@ -367,7 +357,7 @@ elif scenario == "signal":
     end = time.time()
     if end > dl + 1:
         fail(f"train.deadline: the job ended {end - dl:.1f} s after the deadline")
-    ck = os.path.basename(latest(out))
+    ck = os.path.basename(latest_step_dir(out))
     print(f"  train.deadline: exit 3 {dl - end:.1f} s before the deadline, {ck} written")
 
 elif scenario == "stall":

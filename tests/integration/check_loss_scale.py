@@ -26,6 +26,8 @@ import shutil
 import subprocess
 import sys
 
+from ckpt_read import read_checkpoint
+
 scenario, exe, deck, work = sys.argv[1:5]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
@@ -69,15 +71,7 @@ def metrics(out):
 
 
 def ckpt(step_dir):
-    import h5py
-    out, attrs = {}, {}
-    with h5py.File(os.path.join(step_dir, "index.h5"), "r") as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset) and (name.startswith("model/") or name.startswith("optim/")):
-                out[name] = obj[()]
-        f.visititems(visit)
-        attrs = dict(f.attrs)
-    return out, attrs
+    return read_checkpoint(step_dir, ("model/", "optim/"))
 
 
 def step_dir(out, s):

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from ckpt_read import latest_step_dir, read_checkpoint
+
 scenario, exe, deck, work = sys.argv[1:5]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
@@ -76,14 +78,7 @@ def compare(name, got, ref, rtol):
 
 
 def final_tensors(out):
-    import h5py
-    import numpy as np
-    with open(os.path.join(out, "checkpoints", "latest")) as f:
-        step_dir = os.path.join(out, "checkpoints", f.read().strip())
-    t = {}
-    with h5py.File(os.path.join(step_dir, "index.h5"), "r") as f:
-        f.visititems(lambda k, v: t.__setitem__(k, np.array(v)) if isinstance(v, h5py.Dataset) else None)
-    return t
+    return read_checkpoint(latest_step_dir(out))[0]
 
 
 if scenario == "layout":

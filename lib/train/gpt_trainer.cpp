@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <numeric>
 
 #include <omp.h>
@@ -116,16 +117,68 @@ std::string generate(const ExecContext& ctx, gpt::Gpt& model, const Config& deck
   return text;
 }
 
+// One training step's batch of this rank on ctx.device: n_micro micro-batches of MB sequences (micro-batch j = the
+// rank's sequences [rank_first + j MB, rank_first + (j+1) MB)), their tokens and/or targets filled from the sampler and
+// staged with one copy each, and one loss sum per micro-batch, which stays on the device until read_loss_sums() reads
+// them all with one copy and one synchronize: the micro-batch loop never blocks the host.
+struct StepBatch {
+  const ExecContext& ctx;
+  int n_micro = 0, MB = 0, T = 0;
+  Slab bufs;
+  Tensor* tokens = nullptr;  // (n_micro, MB, T) i32
+  Tensor* targets = nullptr;  // (n_micro, MB, T) i32
+  Tensor* sums = nullptr;     // (n_micro) f32
+  std::vector<int32_t> tok_host, tgt_host;  // (n_micro, MB, T): the sampler fills both
+  std::vector<float> sums_host;             // (n_micro)
+
+  StepBatch(const ExecContext& c, int n_micro_, int mb, int t, bool with_tokens, bool with_targets)
+      : ctx(c), n_micro(n_micro_), MB(mb), T(t), bufs("step batch", c.device) {
+    if (with_tokens) tokens = &bufs.add("tokens", {n_micro, MB, T}, DType::I32);
+    if (with_targets) {
+      targets = &bufs.add("targets", {n_micro, MB, T}, DType::I32);
+      sums = &bufs.add("loss sums", {n_micro});
+      sums_host.assign(static_cast<size_t>(n_micro), 0.0f);
+    }
+    bufs.allocate();
+    if (with_tokens || with_targets) {
+      tok_host.assign(static_cast<size_t>(n_micro) * MB * T, 0);
+      tgt_host.assign(tok_host.size(), 0);
+    }
+  }
+  const int32_t* tok(int micro) const { return tokens->i32() + static_cast<int64_t>(micro) * MB * T; }
+  const int32_t* tgt(int micro) const { return targets->i32() + static_cast<int64_t>(micro) * MB * T; }
+  // Adds the sum of micro-batch `micro`'s n token losses to its slot (on the device).
+  void add_loss(int micro, const float* losses) { k::sum(ctx, sums->f32() + micro, losses, static_cast<int64_t>(MB) * T); }
+
+  void load(const data::TokenBatchSampler& sampler, int64_t step, int64_t rank_first, ReferenceDump* dump) {
+    if (tok_host.empty()) return;
+    k::synchronize(ctx);  // the last step's copies from tok_host / tgt_host are done (the stream is idle here anyway)
+    for (int j = 0; j < n_micro; ++j) {
+      const int64_t first = rank_first + static_cast<int64_t>(j) * MB, off = static_cast<int64_t>(j) * MB * T;
+      sampler.fill(step, first, MB, tok_host.data() + off, tgt_host.data() + off);
+      if (dump) dump->record_batch(step, first, MB, tok_host.data() + off, tgt_host.data() + off);
+    }
+    if (tokens) k::copy_from_host(ctx, tokens->data, tok_host.data(), static_cast<int64_t>(tok_host.size()) * 4);
+    if (targets) k::copy_from_host(ctx, targets->data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
+  }
+  // The per-micro-batch loss sums (CUDA: one copy, then a synchronize bounded by the sync guard).
+  const std::vector<float>& read_loss_sums() {
+    k::copy_to_host(ctx, sums_host.data(), sums->data, static_cast<int64_t>(n_micro) * 4);
+    k::synchronize(ctx);  // sums_host is read now
+    return sums_host;
+  }
+};
+
 // One pipeline stage of the GPT for the schedule executor (parallel/pipeline_schedule.hpp). Activations are
 // not kept between a micro-batch's forward and its backward: each stage keeps its input (the tokens on the
 // first stage, the received activation on the others) and recomputes its forward right before the backward
 // (full recomputation per stage: one extra forward, activation memory of one micro-batch plus the inputs).
 // The last stage computes the loss and the head in its backward slot.
 // Everything lives on ctx.device, the transport's device (the CPU: host memory and MPI; CUDA: device memory and the
-// NCCL links), so nothing in forward() or backward() blocks the host: begin_step() stages the step's tokens of all
-// micro-batches with one copy, the stage inputs are stashed with copy_device, the last stage's loss sum of each
-// micro-batch stays on the device until end_step() reads them with one copy and one synchronize, and the transfers
-// are ordered with the kernels on the compute stream (pipeline_transport.hpp).
+// NCCL links), so nothing in forward() or backward() blocks the host: begin_step() stages the step's tokens (first
+// stage) and targets (last stage) as a StepBatch, the stage inputs are stashed with copy_device, the last stage's
+// loss sum of each micro-batch stays on the device until end_step() reads them with one copy and one synchronize, and
+// the transfers are ordered with the kernels on the compute stream (pipeline_transport.hpp).
 struct GptPipelineStage : parallel::PipelineStage {
   const ExecContext& ctx;
   gpt::Gpt& model;
@@ -133,56 +186,32 @@ struct GptPipelineStage : parallel::PipelineStage {
   const std::vector<parallel::Action>& schedule;
   int MB = 0, T = 0, n_micro = 0;
   int64_t numel = 0;
+  StepBatch batch;  // tokens: first stage; targets and loss sums: last stage
   Slab bufs;
-  Tensor* tokens = nullptr;     // (n_micro, MB, T) i32: first stage
-  Tensor* targets = nullptr;    // (n_micro, MB, T) i32: last stage
-  Tensor* loss_sums = nullptr;  // (n_micro) f32: last stage, the sum of each micro-batch's token losses
-  Tensor* stash = nullptr;      // (n_micro, MB, T, C): the stage inputs of a step (later stages)
-  std::vector<int32_t> tok_host, tgt_host;  // (n_micro, MB, T)
-  std::vector<float> sums_host;             // (n_micro)
+  Tensor* stash = nullptr;  // (n_micro, MB, T, C): the stage inputs of a step (later stages)
   float dloss = 0.0f;
 
   GptPipelineStage(const ExecContext& c, gpt::Gpt& m, const data::TokenBatchSampler& smp,
                    const std::vector<parallel::Action>& sched, int n_micro_, int mb)
       : ctx(c), model(m), sampler(smp), schedule(sched), MB(mb), T(m.config().seq_len), n_micro(n_micro_),
+        batch(c, n_micro_, mb, m.config().seq_len, m.stage().has_embedding, m.stage().has_head),
         bufs("pipeline stage", c.device) {
     numel = static_cast<int64_t>(mb) * T * m.config().n_embd;
-    const auto& st = m.stage();
-    if (st.has_embedding || st.has_head) {
-      tok_host.assign(static_cast<size_t>(n_micro) * MB * T, 0);
-      tgt_host.assign(tok_host.size(), 0);
-    }
-    if (st.has_embedding) tokens = &bufs.add("tokens", {n_micro, MB, T}, DType::I32);
-    if (st.has_head) {
-      targets = &bufs.add("targets", {n_micro, MB, T}, DType::I32);
-      loss_sums = &bufs.add("loss_sums", {n_micro});
-      sums_host.assign(static_cast<size_t>(n_micro), 0.0f);
-    }
-    if (!st.has_embedding) stash = &bufs.add("stash", {n_micro, MB, T, m.config().n_embd});
+    if (!m.stage().has_embedding) stash = &bufs.add("stash", {n_micro, MB, T, m.config().n_embd});
     bufs.allocate();
   }
   int64_t activation_numel() const override { return numel; }
-  const int32_t* tok(int micro) const { return tokens->i32() + static_cast<int64_t>(micro) * MB * T; }
-  const int32_t* tgt(int micro) const { return targets->i32() + static_cast<int64_t>(micro) * MB * T; }
   float* stashed(int micro) { return stash->f32() + static_cast<int64_t>(micro) * numel; }
 
   // The step's tokens, micro-batch j = the rank's sequences [rank_first + j MB, rank_first + (j+1) MB).
   void begin_step(int64_t step, int64_t rank_first, float dloss_) {
     dloss = dloss_;
-    if (tok_host.empty()) return;
-    k::synchronize(ctx);  // the last step's copies from tok_host / tgt_host are done (the stream is idle here anyway)
-    for (int j = 0; j < n_micro; ++j) {
-      const int64_t off = static_cast<int64_t>(j) * MB * T;
-      sampler.fill(step, rank_first + static_cast<int64_t>(j) * MB, MB, tok_host.data() + off, tgt_host.data() + off);
-    }
-    if (tokens) k::copy_from_host(ctx, tokens->data, tok_host.data(), static_cast<int64_t>(tok_host.size()) * 4);
-    if (targets) k::copy_from_host(ctx, targets->data, tgt_host.data(), static_cast<int64_t>(tgt_host.size()) * 4);
+    batch.load(sampler, step, rank_first, nullptr);
   }
   // The sum of the step's token losses (the last stage; 0 elsewhere), added in backward order (as micro-batches finish).
   double end_step() {
-    if (!loss_sums) return 0.0;
-    k::copy_to_host(ctx, sums_host.data(), loss_sums->data, static_cast<int64_t>(n_micro) * 4);
-    k::synchronize(ctx);  // sums_host is read now (CUDA: bounded by the sync guard; NCCL work is queued)
+    if (!model.stage().has_head) return 0.0;
+    const std::vector<float>& sums_host = batch.read_loss_sums();
     double sum = 0.0;
     for (const parallel::Action& a : schedule)
       if (a.op == parallel::Action::Backward) sum += sums_host[static_cast<size_t>(a.micro)];
@@ -191,7 +220,7 @@ struct GptPipelineStage : parallel::PipelineStage {
   void forward(int micro, const float* in, float* out) override {
     const auto& st = model.stage();
     if (st.has_embedding) {
-      model.forward(ctx, tok(micro), MB);
+      model.forward(ctx, batch.tok(micro), MB);
     } else {
       k::copy_device(ctx, stashed(micro), in, numel * 4);  // `in` is valid during this call only
       if (st.has_head) return;  // the last stage computes in its backward slot
@@ -202,7 +231,7 @@ struct GptPipelineStage : parallel::PipelineStage {
   void backward(int micro, const float* dout, float* din) override {
     const auto& st = model.stage();
     if (st.has_embedding) {
-      model.forward(ctx, tok(micro), MB);  // recompute
+      model.forward(ctx, batch.tok(micro), MB);  // recompute
       model.backward_stage(ctx, dout, nullptr, MB);
       return;
     }
@@ -211,8 +240,7 @@ struct GptPipelineStage : parallel::PipelineStage {
       model.backward_stage(ctx, dout, din, MB);
       return;
     }
-    const float* losses = model.loss_and_backward(ctx, tgt(micro), dloss, MB, din);
-    k::sum(ctx, loss_sums->f32() + micro, losses, static_cast<int64_t>(MB) * T);
+    batch.add_loss(micro, model.loss_and_backward(ctx, batch.tgt(micro), dloss, MB, din));
   }
 };
 
@@ -357,16 +385,9 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   Tensor& sum_dev = io.add("loss_sum", {1});
   io.allocate();
   std::vector<int32_t> in_host(static_cast<size_t>(MB) * T), tgt_host(in_host.size());
-  // without pipeline parallelism, a training step's batch of this rank (n_micro micro-batches) and the loss sum of
-  // each micro-batch, on the device (the pipeline stage plans its own)
-  Slab step_io("step batch", ctx.device);
-  const int64_t step_micro = pp > 1 ? 1 : n_micro;
-  Tensor& step_in = step_io.add("inputs", {step_micro, MB, T}, DType::I32);
-  Tensor& step_tgt = step_io.add("targets", {step_micro, MB, T}, DType::I32);
-  Tensor& micro_sums = step_io.add("micro-batch loss sums", {step_micro});
-  step_io.allocate();
-  std::vector<int32_t> step_in_host(static_cast<size_t>(step_micro * MB * T)), step_tgt_host(step_in_host.size());
-  std::vector<float> micro_sums_host(static_cast<size_t>(step_micro));
+  // without pipeline parallelism, a training step's batch of this rank (the pipeline stage holds its own)
+  std::optional<StepBatch> step_batch;
+  if (pp == 1) step_batch.emplace(ctx, static_cast<int>(n_micro), MB, T, true, true);
   // pipeline parallelism: the schedule of this stage, its planned buffers, the stage adaptor
   const bool pipe = pp > 1;
   const parallel::ScheduleKind sched_kind = parallel::parse_schedule_kind(deck.get_string("parallel.schedule"));
@@ -498,26 +519,13 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
     const float scaled_dloss = scaled_loss_gradient(dloss, scaler, s, dr);
     double loss_sum = 0.0;
     if (!pipe) {
-      // The step's batch of this rank, all micro-batches, staged with one copy each for tokens and targets (the host
-      // buffers are free: the previous step ended with a synchronize); micro-batch j is the contiguous sub-block j of
-      // this rank's block. Each micro-batch's loss sum stays on the device; one copy and one synchronize read them
-      // after the last backward, so the micro-batch loop never blocks the host.
-      for (int64_t j = 0; j < n_micro; ++j) {
-        const int64_t first = rank_first + j * MB, off = j * MB * T;
-        sampler.fill(s, first, MB, step_in_host.data() + off, step_tgt_host.data() + off);
-        if (dump) dump->record_batch(s, first, MB, step_in_host.data() + off, step_tgt_host.data() + off);
-      }
-      k::copy_from_host(ctx, step_in.data, step_in_host.data(), static_cast<int64_t>(step_in_host.size()) * 4);
-      k::copy_from_host(ctx, step_tgt.data, step_tgt_host.data(), static_cast<int64_t>(step_tgt_host.size()) * 4);
-      for (int64_t j = 0; j < n_micro; ++j) {
+      step_batch->load(sampler, s, rank_first, dump.get());
+      for (int j = 0; j < static_cast<int>(n_micro); ++j) {
         if (j == n_micro - 1) grad_sync.arm();  // gradients are final during the last backward
-        model.forward(ctx, step_in.i32() + j * MB * T, MB);
-        const float* losses = model.loss_and_backward(ctx, step_tgt.i32() + j * MB * T, scaled_dloss, MB);
-        k::sum(ctx, micro_sums.f32() + j, losses, static_cast<int64_t>(MB) * T);
+        model.forward(ctx, step_batch->tok(j), MB);
+        step_batch->add_loss(j, model.loss_and_backward(ctx, step_batch->tgt(j), scaled_dloss, MB));
       }
-      k::copy_to_host(ctx, micro_sums_host.data(), micro_sums.data, n_micro * 4);
-      k::synchronize(ctx);  // micro_sums_host is read now (CUDA: bounded by the sync guard when NCCL work is queued)
-      for (float v : micro_sums_host) loss_sum += v;  // in micro-batch order, in double, as before
+      for (float v : step_batch->read_loss_sums()) loss_sum += v;  // in micro-batch order, in double, as before
     }
     if (pipe) {
       stage->begin_step(s, rank_first, scaled_dloss);

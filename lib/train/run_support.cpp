@@ -190,7 +190,13 @@ float scaled_loss_gradient(float dloss, const optim::LossScaler& scaler, int64_t
       std::string item;
       for (const char* c = e;; ++c) {
         if (*c == ',' || *c == '\0') {
-          if (!item.empty()) v.push_back(std::stoll(item));
+          if (!item.empty()) {
+            char* end = nullptr;
+            const long long step = std::strtoll(item.c_str(), &end, 10);
+            HPCT_USAGE_CHECK(end && *end == '\0', "HPCT_TEST_INF_DLOSS_STEPS=\"{}\": \"{}\" is not a step number; give "
+                             "comma-separated steps, e.g. 2,3,7 (a test hook: unset it for real runs)", e, item);
+            v.push_back(step);
+          }
           item.clear();
           if (*c == '\0') break;
         } else {

@@ -1,4 +1,4 @@
-# Finds every dependency with modern imported targets. See ../shared/PLATFORM.md for the pitfalls.
+# Finds every dependency with modern imported targets. See docs/platform.md for the pitfalls.
 
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Threads REQUIRED)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates every data file the tiny and demo decks need (DESIGN.md §4 "Data preparation"), from Debian
+# Creates every data file the tiny and demo decks need (docs/contracts.md "Data preparation"), from Debian
 # packages that scripts/setup.sh installed. Idempotent: a file whose inputs have not changed since it was
 # written is left alone, so a second run takes well under a second.
 #
@@ -27,7 +27,7 @@ PREPARE_TEXT="$BUILD_DIR/apps/prepare_text"
 PREPARE_IMAGES="$BUILD_DIR/apps/prepare_images"
 FMNIST_SRC=/usr/share/datasets/fashion-mnist
 FMNIST_SUBSET=10000
-VAL_FRACTION=0.1   # DESIGN.md §4: validation = the last 10% of the text
+VAL_FRACTION=0.1   # docs/contracts.md: validation = the last 10% of the text
 
 say() { echo "[prepare_data] $*"; }
 die() { echo "[prepare_data] error: $*" >&2; exit 1; }

@@ -1,4 +1,4 @@
-// bench_comm: allreduce bandwidth of hpct::comm::MpiCommunicator, the nccl-tests way (DESIGN.md §5).
+// bench_comm: allreduce bandwidth of hpct::comm::MpiCommunicator, the nccl-tests way (docs/performance.md).
 //
 //   mpirun -np N bench_comm [--min-bytes 4096] [--max-bytes 67108864] [--factor 4] [--warmup 5] [--iters K]
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""CPU training-step benchmark: hpctrain's train_gpt vs PyTorch on the same GPT (DESIGN.md §5 method).
+"""CPU training-step benchmark: hpctrain's train_gpt vs PyTorch on the same GPT (docs/performance.md, "Benchmark rules").
 
 Model: inputs/bench_gpt.toml (L=4, C=256, NH=4, T=256, B=8, vocab 256, fp32 AdamW). Both programs run
 on the same number of threads (PyTorch pinned with torch.set_num_threads, hpctrain with OMP_NUM_THREADS),

@@ -18,7 +18,7 @@
 Figures: the median step time over the steps after --warmup (hpctrain: metrics.jsonl `ms`; PyTorch: wall time of
 the whole step incl. the host-to-device copy of the batch from pinned memory, ending with cuda.synchronize);
 tokens/s or images/s from it; MFU with the PaLM count 6N + 12 L C T flops per token (N: parameters without the
-position embedding and the padding rows; DESIGN.md §5) or 3 x forward FLOPs per image (train_resnet --plan),
+position embedding and the padding rows; docs/performance.md) or 3 x forward FLOPs per image (train_resnet --plan),
 against the bf16 dense tensor peak of the device (table below, or --peak-tflops: the issue's target is defined
 against it), and against the peak of the precision the row computes in (fp32 without TF32: the FP32 peak; bf16:
 the bf16 peak); peak GPU memory of the process, sampled with nvidia-smi every 0.2 s (or the device's used memory
@@ -36,7 +36,7 @@ usage:
   /usr/bin/python3 validation/bench_gpu.py --dry-run [--work DIR]              # anywhere: checks without a GPU
   (one workload takes a few minutes; on a machine with a 10-minute command limit run --only gpt, --only resnet)
 options: --build DIR (default build) or --train-gpt / --train-resnet EXE, --steps 40 --warmup 10 (30 measured steps,
-  DESIGN.md §5), --accum 1, --gpt-micro-batch N, --resnet-micro-batch N, --gpt-data TRAIN VAL (real shards),
+  docs/performance.md), --accum 1, --gpt-micro-batch N, --resnet-micro-batch N, --gpt-data TRAIN VAL (real shards),
   --peak-tflops X (bf16 dense), --no-compile, --hp-set KEY=VALUE (extra --set for both apps, e.g. a precision key),
   --timeout S (per run). --record writes validation/results/gpu_<device>.md (gpu_<device>_<only>.md with --only).
 --dry-run checks what it can without a GPU: the binaries exist, the decks parse with the benchmark's overrides

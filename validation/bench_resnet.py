@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ResNet-20 training-mode forward + loss + backward on 1x28x28, batch 128: hpctrain (build/validation/bench_resnet)
 vs PyTorch (Debian's torch, the same model as tests/reference/resnet_reference.py), both pinned to the same threads,
-alternated --rounds times, each round the median of --iters steps after warm-up (DESIGN.md §5). No optimizer step in
+alternated --rounds times, each round the median of --iters steps after warm-up (docs/performance.md). No optimizer step in
 either (the SGD update of 0.27 M parameters is negligible next to ~100+ ms).
 With --profile, then the per-kernel profile of our step (bench_resnet --profile 1) twice: as built (oneDNN convolutions
 when found) and with HPCT_CONV=im2col (the im2col + OpenBLAS convolutions that preceded them), both into the record.

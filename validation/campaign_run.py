@@ -92,7 +92,7 @@ if args.report:
     machine = machine_info()
     md = ["# Scaling-validation campaign" + (" (quick)" if args.quick else ""), "",
           "One command: `validation/campaign_run.py " + " ".join(sys.argv[1:]) + "`. Each tool drives the apps "
-          "through their contracts (DESIGN.md §4) and writes its own report next to this one.", "", "## Machine", ""]
+          "through their contracts (docs/contracts.md) and writes its own report next to this one.", "", "## Machine", ""]
     md += [f"- {k}: {v}" for k, v in machine.items()] + ["", "## Steps", "",
                                                            "| step | time (s) | verdict | report |", "|---|---:|---|---|"]
     for name, cmd, rc, dt, verdict, rep in steps:

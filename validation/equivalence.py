@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Equivalence campaign (issue 6, scaling validation): every parallel layout a world size allows computes what
-the serial run computes (DESIGN.md §2 invariant 1, "layout independence"), proven through the apps' contracts only
-(command line, --set, metrics.jsonl, checkpoints, ckpt_tool, exit codes; DESIGN.md §4), never their internals.
+the serial run computes (docs/invariants.md, invariant 1, "layout independence"), proven through the apps' contracts only
+(command line, --set, metrics.jsonl, checkpoints, ckpt_tool, exit codes; docs/contracts.md), never their internals.
 
   1. train_gpt on inputs/gpt_tiny.toml: for each world size W every (DP, TP, PP) with DP*TP*PP = W, TP | n_head,
      TP | padded vocabulary, PP <= n_layer, global_batch % (DP*micro_batch) == 0 (micro_batch lowered until it
@@ -74,7 +74,7 @@ with open(args.gpt_deck, "rb") as f:
 with open(args.resnet_deck, "rb") as f:
     rdeck = tomllib.load(f)
 G_LAYER, G_HEAD = gdeck["model"]["n_layer"], gdeck["model"]["n_head"]
-G_VOCAB_PAD = -(-gdeck["model"]["vocab_size"] // 128) * 128  # DESIGN.md §6: padded to a multiple of 128
+G_VOCAB_PAD = -(-gdeck["model"]["vocab_size"] // 128) * 128  # docs/parallelism.md: padded to a multiple of 128
 G_GB, G_MB = gdeck["train"]["global_batch"], gdeck["train"]["micro_batch"]
 R_GB, R_GMB = rdeck["train"]["global_batch"], args.resnet_gmb
 if R_GB % R_GMB:
@@ -223,7 +223,7 @@ controls = {}  # app -> worst deviation of the serial run at OMP_NUM_THREADS=2 f
 
 
 def limit(app):
-    """DESIGN.md invariant 1: every layout reproduces the serial curve "to floating-point reduction order". The limit is
+    """docs/invariants.md (invariant 1): every layout reproduces the serial curve "to floating-point reduction order". The limit is
     RTOL, or twice what reduction order alone does to this deck (the serial run at 2 threads instead of 1: the rounding
     control), whichever is larger. A deck that amplifies any reordering (resnet_tiny at lr 0.05 beyond ~10 steps: 8e-4
     at 20 steps from the thread count alone) is thus judged against its own noise, and says so in the report; GPT's
@@ -329,7 +329,7 @@ def restart_run(A, B, ref, W):
 # ---------------------------------------------------------------------------------------------------- campaign
 t_start = time.time()
 command = "validation/equivalence.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-print(f"equivalence campaign: worlds {worlds}, {N} steps, limit {RTOL:g} relative (DESIGN.md invariant 1)", flush=True)
+print(f"equivalence campaign: worlds {worlds}, {N} steps, limit {RTOL:g} relative (docs/invariants.md, invariant 1)", flush=True)
 print("serial references (world 1):", flush=True)
 refs = {"gpt": reference("gpt"), "resnet": reference("resnet")}
 for app in refs:
@@ -435,7 +435,7 @@ for W in [1] + worlds:
     print(table(W))
 if args.report:
     md = ["# Layout equivalence on CPU: every (DP, TP, PP) layout vs the serial run", "",
-          "DESIGN.md §2 invariant 1 (layout independence): for one deck every layout reproduces the serial loss curve "
+          "docs/invariants.md, invariant 1 (layout independence): for one deck every layout reproduces the serial loss curve "
           f"to floating-point reduction order, {RTOL:g} relative (fp32, up to 50 steps). A check passes within "
           f"max({RTOL:g}, 2 x the deck's rounding control): the control is the serial run repeated at 2 threads, where "
           "only the kernels' reduction order changes; a deck that amplifies rounding is judged against its own "

@@ -211,7 +211,7 @@ GB_SEQ, T_SEQ, V = 512, 1024, 50304
 MB_SEQ = {"124M": 16, "1.5B": 4}  # micro-batch (sequences per GPU per micro-batch); more: gradient accumulation
 ASSUMPTIONS = [
     f"compute at MFU {MFU:.0%} of {PEAK / 1e12:.0f} TFLOP/s (H100 SXM bf16 dense) per GPU, FLOPs per token "
-    "6N + 12 L C T (N without the position embedding, DESIGN.md §5), independent of the per-GPU batch (optimistic "
+    "6N + 12 L C T (N without the position embedding, docs/performance.md), independent of the per-GPU batch (optimistic "
     "when a GPU holds only 1-2 sequences)",
     f"global batch {GB_SEQ} x {T_SEQ} tokens; DP ranks split it evenly; micro-batch {MB_SEQ['124M']} (124M) / "
     f"{MB_SEQ['1.5B']} (1.5B) sequences, gradient accumulation for the rest; pure DP needs R <= {GB_SEQ}",

@@ -2,7 +2,7 @@
 """Scaling campaign (issue 6, scaling validation): strong and weak data-parallel scaling of train_gpt
 (inputs/bench_gpt.toml, ~220 ms/step serial on 2 cores) and train_resnet (inputs/resnet20_fmnist.toml, ~100 ms/step),
 measured through the apps' contracts only (command line, --set, stdout PERFORMANCE and memory lines, metrics.jsonl,
-exit codes; DESIGN.md §4), never their internals.
+exit codes; docs/contracts.md), never their internals.
 
   strong: a fixed global batch (the deck's) over every R in --ranks. The micro-batch is the deck's, lowered until it
           divides global_batch / R for every R of the campaign, and then kept constant (the report says which).

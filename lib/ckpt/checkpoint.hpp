@@ -1,5 +1,5 @@
 #pragma once
-// HDF5 sharded checkpoints (DESIGN.md invariant 4 and §4 "Checkpoints").
+// HDF5 sharded checkpoints (docs/invariants.md, invariant 4, and docs/contracts.md "Checkpoints").
 //
 // On disk, DIR/checkpoints/ holds
 //   step_%08d/shard_%05d.h5   one file per rank: only the bytes that rank owns ("pieces"), each piece a
@@ -67,7 +67,7 @@ struct Box {
 };
 // Decomposes the flat row-major range [begin, end) of a tensor into hyperslab boxes whose elements are
 // contiguous in that range, in order (at most 2*ndim-1 boxes). A ZeRO shard that cuts a tensor is
-// stored as these pieces (DESIGN.md §4: never as raw flat buffers).
+// stored as these pieces (docs/contracts.md: never as raw flat buffers).
 std::vector<Box> flat_range_to_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
 
 // Part of one global tensor held by this rank, contiguous in memory (row-major over `count`).

@@ -1,4 +1,4 @@
-// The atomic commit of a checkpoint directory and the `latest` pointer (checkpoint.hpp, DESIGN.md §4).
+// The atomic commit of a checkpoint directory and the `latest` pointer (checkpoint.hpp, docs/contracts.md).
 // Crash at any point:
 //   before the rename        .tmp_step_N is incomplete or unreferenced; `latest` names the previous step
 //                            (the next commit removes the stale .tmp_step_N)

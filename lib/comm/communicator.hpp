@@ -1,10 +1,10 @@
 #pragma once
 // Communicator: the collective and point-to-point operations hpctrain needs, over one group of ranks
-// (DESIGN.md §1, STYLE.md "Interfaces like PyTorch c10d").
+// (docs/architecture.md, docs/style.md "Interfaces like PyTorch c10d").
 //
 // Contract: every rank of the group calls collectives in the same order with matching counts and types.
 // Every operation has an async form returning a Work handle; the blocking form is async + wait().
-// DESIGN.md §7: Work::wait() means completion *in stream order*; synchronize() (kernels.hpp) means the host blocks.
+// docs/cuda.md: Work::wait() means completion *in stream order*; synchronize() (kernels.hpp) means the host blocks.
 // For host buffers (MpiCommunicator) the two coincide: wait() returns once the buffer is readable and reusable. For
 // device buffers (NcclCommunicator) wait() makes the communicator's input stream (the compute stream) wait on the
 // operation and returns at once: kernels queued afterwards on that stream see the result, but the host may read a
@@ -12,7 +12,7 @@
 // ParallelContext's sync guard). Work::wait_host() is the host-blocking form for the few callers that need one.
 // Every host wait is bounded by CommOptions::timeout_s: past it, wait() throws hpct::Error naming the rank,
 // host, the operation and its `what` label ("allreduce of 4.00 MiB (grad bucket 3) on dp group timed out
-// after 300 s"), and main() aborts the job (DESIGN.md invariant 3). Wait loops back off (spin, yield,
+// after 300 s"), and main() aborts the job (docs/invariants.md, invariant 3). Wait loops back off (spin, yield,
 // then sleeps growing to 1 ms) so that oversubscribed ranks do not starve each other.
 // Buffers are on the communicator's device(): MpiCommunicator takes host buffers only (Open MPI here is
 // not CUDA-aware) and rejects device memory; NcclCommunicator takes device buffers.
@@ -90,7 +90,7 @@ class Communicator {
   virtual WorkPtr recv_async(void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) = 0;
   virtual WorkPtr barrier_async(const std::string& what) = 0;
 
-  // Drives progress of operations in flight without blocking (MPI: MPI_Test on each; PLATFORM.md: non-
+  // Drives progress of operations in flight without blocking (MPI: MPI_Test on each; docs/platform.md: non-
   // blocking collectives progress only inside MPI calls). Call it between kernels or layers.
   virtual void progress() = 0;
 

@@ -1,7 +1,7 @@
 #pragma once
 // The decisions of a bounded host wait on a CUDA stream that NCCL work is queued on (NcclSyncGuard,
-// comm/nccl_sync_guard.hpp; DESIGN.md invariant 3 and §7). Plain C++: the queries are parameters, so the logic runs in
-// tests without a GPU (tests/unit/comm/test_guarded_wait.cpp). Internal to lib/comm.
+// comm/nccl_sync_guard.hpp; docs/invariants.md (invariant 3) and docs/cuda.md). Plain C++: the queries are parameters,
+// so the logic runs in tests without a GPU (tests/unit/comm/test_guarded_wait.cpp). Internal to lib/comm.
 //
 // Why it is needed: NcclCommunicator's Work::wait() is stream-ordered (the compute stream waits on the operation's
 // completion event), so a collective whose peer stalled shows up as a compute stream that never drains, and a plain

@@ -27,7 +27,7 @@
 //    aborts the job instead. Destroying an unfinished Work waits for it; if that times out, the destructor prints
 //    the message to stderr and calls MPI_Abort(MPI_COMM_WORLD, 1) (a destructor cannot throw).
 //  - progress() calls MPI_Test on every operation in flight (non-blocking collectives progress only inside MPI
-//    calls here, PLATFORM.md) and completes those that finished, Avg division included.
+//    calls here, docs/platform.md) and completes those that finished, Avg division included.
 //  - One thread drives a communicator and its Works (no locking). Works should not outlive their communicator;
 //    if they do, the communicator's destructor completes them first (bounded by the timeout) and detaches them.
 #include <mpi.h>

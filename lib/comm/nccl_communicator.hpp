@@ -23,7 +23,7 @@
 //    limit. Avg is ncclAvg. The uneven forms are one NCCL group of ncclReduce (reduce_scatter_v) or ncclBroadcast
 //    (allgather_v) calls, one per rank. In place as in MpiCommunicator: allgather's send may be block rank() of recv,
 //    reduce_scatter's recv may be block rank() of send.
-//  - Work::wait() is stream-ordered (DESIGN.md §7): it makes the input stream wait on an event recorded after the
+//  - Work::wait() is stream-ordered (docs/cuda.md): it makes the input stream wait on an event recorded after the
 //    operation (cudaStreamWaitEvent) and returns at once; kernels queued on the input stream afterwards see the
 //    result. It throws if the operation already failed (an asynchronous NCCL error, an aborted communicator). The host
 //    reads results only after a copy on the input stream and a synchronize of it; on the compute stream that is

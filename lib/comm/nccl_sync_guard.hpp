@@ -1,7 +1,8 @@
 #pragma once
 // NcclSyncGuard: the bounded host wait on a CUDA stream that NCCL work is queued on (kernels/exec_context.hpp's
-// StreamSyncGuard; DESIGN.md invariant 3 and §7). ParallelContext builds one on CUDA, watching every NcclCommunicator
-// it owns, and installs it in its exec(), so every kernels::synchronize of the compute stream goes through it.
+// StreamSyncGuard; docs/invariants.md (invariant 3) and docs/cuda.md). ParallelContext builds one on CUDA, watching
+// every NcclCommunicator it owns, and installs it in its exec(), so every kernels::synchronize of the compute stream
+// goes through it.
 //
 // synchronize(stream, what) polls cudaStreamQuery(stream) with back-off (wait_backoff.hpp) for at most timeout_s;
 // while it waits it checks ncclCommGetAsyncError of every watched communicator (NcclCommunicator::async_error()).

@@ -1,5 +1,5 @@
 #pragma once
-// Bounded polling with back-off, shared by the communicators' Work::wait() (DESIGN.md invariant 3).
+// Bounded polling with back-off, shared by the communicators' Work::wait() (docs/invariants.md, invariant 3).
 //
 // wait_with_backoff(done, timeout_s, waited_ms) calls done() until it returns true or timeout_s seconds
 // have passed on the steady clock. Between polls it backs off so that oversubscribed ranks (more ranks than

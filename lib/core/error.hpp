@@ -1,5 +1,5 @@
 #pragma once
-// Typed errors carrying rank, host, file, line and cause (DESIGN.md invariant 3).
+// Typed errors carrying rank, host, file, line and cause (docs/invariants.md, invariant 3).
 // Library code throws hpct::Error through the CHECK macros; main() catches, prints one line on the
 // failing rank and aborts the job (apps/common). Library-specific checks specialise the one generic
 // macro: MPI_CHECK (core/mpi_check.hpp), H5_CHECK (core/h5_check.hpp), CUDA_CHECK / CUBLAS_CHECK

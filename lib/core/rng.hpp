@@ -2,7 +2,7 @@
 // Counter-based RNG: Philox4x32-10 (Salmon et al., SC'11; the generator of cuRAND and PyTorch's CUDA RNG).
 // Every random number hpctrain draws is a pure function of (seed, stream, index): parameters use
 // stream = hash(parameter name) and index = logical element index, so a tensor-parallel shard draws
-// exactly the values the serial model holds (DESIGN.md invariant 1). No state, nothing global.
+// exactly the values the serial model holds (docs/invariants.md, invariant 1). No state, nothing global.
 // All arithmetic is integer or IEEE float/double with correctly rounded operations plus std::log/cos
 // in double, so streams do not depend on the layout.
 #include <array>

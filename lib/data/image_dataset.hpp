@@ -1,6 +1,6 @@
 #pragma once
-// HDF5 image datasets and deterministic global-batch sampling over them (DESIGN.md §4 "Images", §2
-// invariant 1).
+// HDF5 image datasets and deterministic global-batch sampling over them (docs/contracts.md "Images",
+// docs/invariants.md, invariant 1).
 //
 // File format (one file per split, e.g. fmnist_train.h5, written by apps/prepare_images):
 //   /images   uint8 (N, C, H, W)     pixel values 0..255, row-major, channel first

@@ -14,7 +14,7 @@ namespace hpct::data {
 
 TrainValSplit split_train_val(int64_t n_bytes, double val_fraction) {
   HPCT_USAGE_CHECK(val_fraction > 0.0 && val_fraction < 1.0,
-                   "validation fraction must lie strictly between 0 and 1 (DESIGN.md default 0.1), got {}",
+                   "validation fraction must lie strictly between 0 and 1 (docs/contracts.md: default 0.1), got {}",
                    val_fraction);
   HPCT_CHECK(n_bytes >= 0, "negative text size {}", n_bytes);
   TrainValSplit split;

@@ -1,5 +1,5 @@
 #pragma once
-// Plain text -> byte-level token shards (DESIGN.md §4 "Data preparation"), the library half of
+// Plain text -> byte-level token shards (docs/contracts.md "Data preparation"), the library half of
 // apps/prepare_text so that tests can call it. Vocabulary 256: token = byte value, no merges, no special
 // tokens, so any file (UTF-8 or not) round-trips byte for byte. The validation split is the LAST
 // val_fraction of the text and the training split the rest: a contiguous tail (not a random subset of

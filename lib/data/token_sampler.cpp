@@ -58,7 +58,7 @@ TokenEvalSet::TokenEvalSet(const TokenShard& shard, int seq_len, int num_sequenc
   const int64_t needed = int64_t{num_sequences} * seq_len + 1;
   HPCT_USAGE_CHECK(shard.size() >= needed,
                    "validation shard {} has {} tokens, too few for an evaluation set of {} sequences x seq_len {}: "
-                   "it needs {} tokens (DESIGN.md §4 asks for an evaluation set of at least 64 x seq_len tokens); "
+                   "it needs {} tokens (docs/contracts.md asks for an evaluation set of at least 64 x seq_len tokens); "
                    "use a larger validation split or fewer evaluation sequences",
                    shard.path(), shard.size(), num_sequences, seq_len, needed);
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Deterministic global-batch sampling from a token shard (DESIGN.md §2 invariant 1, layout independence).
+// Deterministic global-batch sampling from a token shard (docs/invariants.md, invariant 1, layout independence).
 //
 // Training: optimizer step s (1-based) uses the global samples i = 0 .. global_batch-1. Sample i of
 // step s is the window starting at

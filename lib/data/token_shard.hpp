@@ -1,5 +1,5 @@
 #pragma once
-// Token shards in the llm.c / nanoGPT format (DESIGN.md §4), so shards written by llm.c's
+// Token shards in the llm.c / nanoGPT format (docs/contracts.md), so shards written by llm.c's
 // dev/data/*.py scripts load here unchanged, and ours load there:
 //
 //   header: 256 x int32 (1024 bytes), little-endian

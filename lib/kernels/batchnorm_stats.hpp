@@ -1,5 +1,5 @@
 #pragma once
-// Chan's parallel merge of per-channel BatchNorm statistics (SyncBN, DESIGN.md §6). Host and device code
+// Chan's parallel merge of per-channel BatchNorm statistics (SyncBN, docs/parallelism.md). Host and device code
 // (kept C++17-clean for nvcc). Legend: count = elements seen, mean, M2 = sum of squared deviations from mean.
 //
 // Chan, Golub, LeVeque (1979): two disjoint sets a and b with (n_a, mean_a, M2_a), (n_b, mean_b, M2_b) give

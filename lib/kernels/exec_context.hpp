@@ -1,5 +1,5 @@
 #pragma once
-// Execution context every kernel takes (DESIGN.md §7): which backend runs it, on which stream, and in which precision.
+// Execution context every kernel takes (docs/cuda.md): which backend runs it, on which stream, and in which precision.
 // On the CPU the stream is unused (kernels complete before they return); on CUDA it is a cudaStream_t.
 #include <string>
 
@@ -24,8 +24,8 @@ const char* precision_name(Precision p);
 // The inverse; anything else is a UsageError naming the accepted values.
 Precision parse_precision(const std::string& s);
 
-// A bounded host wait on a stream (DESIGN.md invariant 3). Once NCCL work is queued on the compute stream (the
-// communicators' Work::wait() is stream-ordered: the stream waits on their completion events), a plain
+// A bounded host wait on a stream (docs/invariants.md, invariant 3). Once NCCL work is queued on the compute stream
+// (the communicators' Work::wait() is stream-ordered: the stream waits on their completion events), a plain
 // cudaStreamSynchronize could block forever on a peer that stalled. lib/parallel's ParallelContext installs an
 // implementation in its exec() (comm/nccl_sync_guard.hpp) that polls the stream with back-off, watches the NCCL
 // communicators' asynchronous errors and, past comm.timeout_s, aborts them and throws hpct::Error naming the rank and

@@ -1,4 +1,4 @@
-// Thin run-time dispatch of every op in kernels.hpp on ctx.device (DESIGN.md invariant 5):
+// Thin run-time dispatch of every op in kernels.hpp on ctx.device (docs/invariants.md, invariant 5):
 // Device::CPU -> cpu/ (OpenMP + OpenBLAS); Device::CUDA -> cuda/ (cuda_kernels.hpp) when built with HPCT_HAVE_CUDA.
 // No logic lives here: shapes are checked by the backends.
 #include "kernels/kernels.hpp"

@@ -47,8 +47,8 @@ void matmul_backward(const ExecContext& ctx, float* dinp /*(N,C) or null*/, floa
 // qkv rows hold [q (NH,HS) | k (NH,HS) | v (NH,HS)], the (3, NH, HS) row order of the fused QKV weight; out (B,T,C)
 // holds head h in columns [h HS, (h+1) HS). Scale 1/sqrt(HS); query t attends to the keys j <= t.
 //
-// What forward keeps for backward (`stats`) and what backward needs as scratch are the backend's choice (DESIGN.md
-// §7: activation and workspace sizes come from the backend); the model plans them once with the two size queries
+// What forward keeps for backward (`stats`) and what backward needs as scratch are the backend's choice (docs/cuda.md:
+// activation and workspace sizes come from the backend); the model plans them once with the two size queries
 // for the same shape, per layer for stats and one scratch shared by all layers:
 //   CPU   stats   = the softmax probabilities (B,NH,T,T), exactly 0 above the diagonal  -> B*NH*T*T floats
 //         scratch = dprobabilities (B,NH,T,T)                                           -> B*NH*T*T floats

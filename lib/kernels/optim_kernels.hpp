@@ -1,5 +1,5 @@
 #pragma once
-// Optimizer kernels beyond kernels.hpp's adamw_update, dispatched on ctx.device like every op (DESIGN.md
+// Optimizer kernels beyond kernels.hpp's adamw_update, dispatched on ctx.device like every op (docs/invariants.md,
 // invariant 5). Kept in their own header and translation units (cpu/cpu_sgd.cpp, reference/reference_sgd.*) so
 // that they can grow without touching the model kernels. Plain reference twin: reference/reference_sgd.hpp.
 //

@@ -1,6 +1,6 @@
 #pragma once
 // Tensor: a named, shaped, typed view of contiguous memory on one device. Tensors do not own memory:
-// a Slab does (DESIGN.md invariant 7: parameters, gradients, optimizer state and activations live in
+// a Slab does (docs/invariants.md, invariant 7: parameters, gradients, optimizer state and activations live in
 // slabs planned before the first step; nothing allocates in the step loop).
 #include <cstdint>
 #include <deque>

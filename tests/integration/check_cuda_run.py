@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """The apps on a GPU (issue 8, item 3) against the CPU and against themselves, through their contracts only
-(command line, --set, metrics.jsonl, checkpoints; DESIGN.md §4). One scenario per invocation (or `all`):
+(command line, --set, metrics.jsonl, checkpoints; docs/contracts.md). One scenario per invocation (or `all`):
 
   gpt       train_gpt inputs/gpt_tiny.toml, 10 steps, world 1, train.device=cuda vs train.device=cpu (same deck,
             same seed): every step's loss and the val loss within 1e-5 relative (fp32; the issue's criterion); the
             initial parameters and every batch (--dump) bitwise equal: all random draws are made on the host by the
-            counter-based RNG and copied, which is how the RNG is bit-identical on the GPU (DESIGN.md §7)
+            counter-based RNG and copied, which is how the RNG is bit-identical on the GPU (docs/cuda.md)
   resnet    train_resnet inputs/resnet_tiny.toml, 10 steps, likewise; plus a CPU rounding control (information):
             how far this near-chaotic deck carries a ~1e-8 step-1 difference in 10 steps (2.2e-5 measured)
   precision train.precision on the device vs the CPU's fp32, both apps, 10 steps: every step's loss within an absolute
@@ -14,7 +14,7 @@
             (10-bit mantissas, 8x finer); fp16 runs train.loss_scale = auto (dynamic), its scales and skipped steps are
             reported. With --device cpu (self-test) the CPU cannot compute them: the same driver runs fp32 with a fixed
             power-of-two scale and with dynamic scaling, which must equal the unscaled run bit for bit
-  layouts   DESIGN.md invariant 1 on the device. At world 1 (one GPU cannot host several NCCL ranks): train_gpt with
+  layouts   docs/invariants.md (invariant 1) on the device. At world 1 (one GPU cannot host several NCCL ranks): train_gpt with
             ZeRO-1, 4 and 1 micro-batches instead of 8, and gradient buckets of 0.05 MiB launched after backward;
             train_resnet with ZeRO-1 and overlap off -- each vs the plain device run within 1e-5. At --world W > 1 (a multi-GPU node or a cluster:
             NCCL): every (DP, TP, PP) of train_gpt with DP*TP*PP = W (TP, PP in 1, 2, 4; ZeRO-1 where DP > 1) and
@@ -234,7 +234,7 @@ def gpt_layouts(world):
 
 
 def compare_host_draws(app, dev_dump, cpu_dump):
-    """DESIGN.md §7, the RNG bit-identical on the GPU: every random draw (parameter init, data order, augmentation) is
+    """docs/cuda.md, the RNG bit-identical on the GPU: every random draw (parameter init, data order, augmentation) is
     made on the host from the counter-based Philox and copied to the device, so the device run's initial parameters and
     batches (--dump: /init/*, /batches/*) must equal the CPU run's bit for bit. Skipped when h5py is missing."""
     try:

@@ -3,7 +3,7 @@
 "done when" list). One scenario per invocation, each a ctest:
 
   layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1 at np 2, 4): per-step losses equal the np 1
-            run within 1e-5 relative (DESIGN.md invariant 1)
+            run within 1e-5 relative (docs/invariants.md, invariant 1)
   tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1) vs serial within 1e-5; a checkpoint
             written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
   pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO, GPipe and 1F1B, vs

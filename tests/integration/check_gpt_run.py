@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs train_gpt on a deck and checks its outputs against the contracts of DESIGN.md §4:
+"""Runs train_gpt on a deck and checks its outputs against the contracts of docs/contracts.md:
 metrics.jsonl has one record per step with the required fields, the loss goes down, the val loss is
 recorded on evaluation steps, stdout ends with a PERFORMANCE line, and a second identical run
 reproduces the losses bit for bit (invariant 1: the same layout reproduces itself).

@@ -14,7 +14,7 @@ scaling must change nothing but the scale itself. One scenario per invocation, e
             change) reproduces steps 6..10 bit for bit, loss scale included (a scaler restarted at init would not)
   layouts   the dynamic run with the same injection at np 2 (DP; the other DP rank sees the overflow only through the
             gradient allreduce; train_resnet: SyncBN groups of 8 images at np 1 and np 2) and, for train_gpt, np 4 = DP 2 x TP 2 and np 4 = DP 2 x PP 2: the same skipped steps and
-            scales, losses within 1e-5 of np 1 (DESIGN.md invariant 1)
+            scales, losses within 1e-5 of np 1 (docs/invariants.md, invariant 1)
   errors    train.precision = bf16 with train.device = cpu and a bad train.loss_scale exit 2 with one message naming the
             key and the fix; train.device = auto + train.precision = bf16 without a GPU runs fp32 on the CPU, says so in
             one line, and equals the cpu run bit for bit

@@ -3,7 +3,7 @@
 
   layout    resnet_tiny 10 steps with SyncBN at a constant global micro-batch DP x MB = 8 (np 1 MB 8, np 2 MB 4,
             np 4 MB 2, ZeRO-1 and overlap off at np 2, np 4 with one micro-batch of 8): per-step losses and the test
-            loss equal the np 1 run within 1e-5 relative (DESIGN.md invariant 1); without SyncBN at a constant MB = 4
+            loss equal the np 1 run within 1e-5 relative (docs/invariants.md, invariant 1); without SyncBN at a constant MB = 4
             np 2 equals np 1, and differs from the SyncBN run (BN over 4 images, not 8), so the test can fail
   restart   5 steps (decay_steps 10) + resume to 10 == an uninterrupted 10-step run bitwise, at np 2: losses, and
             every tensor of the final checkpoint (parameters, BN running statistics, SGD momentum); index.h5 read by

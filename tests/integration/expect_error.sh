@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # usage: expect_error.sh REGEX CMD ARGS...
 # Passes when CMD exits non-zero (and not by a signal), prints exactly one line on stderr, and that line
-# matches REGEX (grep -E). This is the contract for bad input (DESIGN.md §4, invariant 3).
+# matches REGEX (grep -E). This is the contract for bad input (docs/contracts.md; docs/invariants.md, invariant 3).
 set -u
 regex="$1"; shift
 err="$(mktemp)"

@@ -6,7 +6,7 @@
 #   tests/slurm/local_slurm.sh stop DIR    stop the daemons this script started (by the pids in DIR/pids)
 #   tests/slurm/local_slurm.sh status DIR  sinfo + squeue
 #
-# Settings from ../shared/PLATFORM.md: proctrack/linuxproc, task/none, select/cons_tres + CR_Core, MpiDefault=pmix,
+# Settings from docs/platform.md: proctrack/linuxproc, task/none, select/cons_tres + CR_Core, MpiDefault=pmix,
 # a node line claiming HPCT_SLURM_CPUS CPUs (default 8; the real cores are oversubscribed, config_overrides),
 # OverSubscribe=FORCE on the partition, short credential expiry and scheduler intervals so that a requeued job
 # restarts within seconds. Needs root (slurmd launches the job steps) and the packages of scripts/setup.sh.

@@ -1,4 +1,4 @@
-// The timeout contract at np 2 (DESIGN.md invariant 3): rank 1 joins an allreduce 4 s late; rank 0, with
+// The timeout contract at np 2 (docs/invariants.md, invariant 3): rank 1 joins an allreduce 4 s late; rank 0, with
 // comm.timeout_s = 1, gets an hpct::Error naming the operation within about a second, not a hang. The request
 // stays valid after the timeout: rank 0 then completes it with further waits, and both ranks finish in step.
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 //    so every stage checks that the activation and gradient it received for micro-batch j are exactly the
 //    ones of micro-batch j (small integers: exact in fp32), with large activations too (rendezvous protocol)
 //    and the same buffers reused over several steps;
-//  - exactness of the schedule (DESIGN.md §6): the stage sleeps F ms in forward and 2F in backward (a
+//  - exactness of the schedule (docs/parallelism.md): the stage sleeps F ms in forward and 2F in backward (a
 //    sleeping rank leaves the core, so oversubscription does not distort it); the measured bubble
 //    1 - compute / total of every stage must be within 0.02 of (p - 1) / (m + p - 1), and the step must
 //    take (m + p - 1) * 3F within 3% (best of up to 3 steps, see the test);
@@ -195,7 +195,7 @@ TEST(Pipeline, RejectsMismatchedBuffers) {
   EXPECT_THROW(run_schedule(schedule, stage, pp, wrong_schedule), Error);
 }
 
-// DESIGN.md §6: with forward F and backward 2F on every stage, each stage idles (p - 1) / (m + p - 1).
+// docs/parallelism.md: with forward F and backward 2F on every stage, each stage idles (p - 1) / (m + p - 1).
 // Each wait hand-off costs up to ~1 ms here (the communicator's back-off sleeps), which puts the measured
 // bubble about 0.003 (p 2) to 0.006 (p 4) above the theory on an idle machine. Load from other processes
 // delays every wake-up and can only make the bubble larger, so the step is repeated up to 3 times and the

@@ -1,5 +1,5 @@
-// HDF5 image datasets and their deterministic sampling (DESIGN.md §4 "Images", §2 invariant 1): round trip,
-// malformed files rejected with clear messages, epoch permutations, layout independence, augmentation
+// HDF5 image datasets and their deterministic sampling (docs/contracts.md "Images"; docs/invariants.md, invariant 1):
+// round trip, malformed files rejected with clear messages, epoch permutations, layout independence, augmentation
 // keyed by (seed, step, sample), exact normalisation.
 #include <gtest/gtest.h>
 #include <hdf5.h>

@@ -1,4 +1,4 @@
-// Deterministic global-batch sampling (DESIGN.md §2 invariant 1): the sequences of a global batch do
+// Deterministic global-batch sampling (docs/invariants.md, invariant 1): the sequences of a global batch do
 // not depend on how it is split over DP ranks and micro-batches; the eval set is fixed windows.
 #include <gtest/gtest.h>
 

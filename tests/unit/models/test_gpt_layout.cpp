@@ -362,7 +362,7 @@ TEST(GptShardMemory, ActivationsSplitAcrossStagesAndShrinkWithTp) {
   EXPECT_EQ(serial.activation_grad_bytes - t4.activation_grad_bytes, per_layer_split * 3 / 4);
 }
 
-// DESIGN.md §6: memory per rank at TP=t, PP=p is about block params / (t p) + embedding params / t on the
+// docs/parallelism.md: memory per rank at TP=t, PP=p is about block params / (t p) + embedding params / t on the
 // first and last stages. block params = every per-layer tensor of the 12 blocks (LayerNorms and biases
 // included, as if all were split t ways); embedding params = wte (Vp x C) + wpe (T x C), counted on both the
 // first and the last stage and divided by t as if wpe were split too. What a rank really holds differs by

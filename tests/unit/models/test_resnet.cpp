@@ -149,7 +149,7 @@ TEST(ResNetLayout, ImageNetStyleMatchesTorchvision) {
   EXPECT_THROW(c.validate("x"), UsageError);
 }
 
-// The sizing function (DESIGN.md invariant 7) equals what a constructed model allocates.
+// The sizing function (docs/invariants.md, invariant 7) equals what a constructed model allocates.
 TEST(ResNetMemory, PlanEqualsTheAllocatedSlabs) {
   ResNetConfig c = tiny();
   ResNet model(c, 5, Device::CPU);

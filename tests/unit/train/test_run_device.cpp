@@ -1,5 +1,5 @@
-// train.device (DESIGN.md §4) as decide_device takes it: cpu | cuda | auto against what the build and the ranks have.
-// The collective part (RunDevice: every rank's CUDA availability gathered) runs in the integration tests
+// train.device (docs/contracts.md) as decide_device takes it: cpu | cuda | auto against what the build and the ranks
+// have. The collective part (RunDevice: every rank's CUDA availability gathered) runs in the integration tests
 // (check_device_fallback.py); the GPU parts in test_cuda_device (label cuda).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 #pragma once
-// The shared main() frame of every hpctrain MPI app (DESIGN.md invariant 3): MPI up, process identity
+// The shared main() frame of every hpctrain MPI app (docs/invariants.md, invariant 3): MPI up, process identity
 // set, the app body run, and any error turned into one clear line and a non-zero exit of the whole job.
 //   - UsageError (bad deck, option, missing file): every rank hits it the same way, so rank 0 prints it
 //     (without a source location: the message says what to do) and the job ends with exit code 2.

@@ -1,5 +1,5 @@
-// bench_collectives: collective bandwidth through hpct::comm::Communicator, the nccl-tests way (DESIGN.md §5,
-// STYLE.md "Output like nccl-tests"). Supersedes validation/bench_comm (allreduce only).
+// bench_collectives: collective bandwidth through hpct::comm::Communicator, the nccl-tests way (docs/performance.md,
+// docs/style.md "Output like nccl-tests"). Supersedes validation/bench_comm (allreduce only).
 //
 //   mpirun -np N bench_collectives [--backend mpi|nccl] [--ops allreduce,reduce_scatter,allgather,broadcast,sendrecv]
 //          [--min-bytes 8] [--max-bytes 256M] [--factor 2] [--warmup W] [--iters K] [--json FILE]

@@ -1,4 +1,5 @@
-// ckpt_tool: look into, check and export hpctrain checkpoints (DESIGN.md invariant 4, lib/ckpt/checkpoint.hpp).
+// ckpt_tool: look into, check and export hpctrain checkpoints (docs/invariants.md, invariant 4,
+// lib/ckpt/checkpoint.hpp).
 //
 //   ckpt_tool inspect PATH                    step, attributes, layout (shard files), table of tensors
 //   ckpt_tool verify PATH                     every shard file present, every piece's CRC32C: VALID or FAILED

@@ -1,4 +1,4 @@
-// prepare_images: image data sets -> HDF5 image dataset files (lib/data/image_dataset.hpp, DESIGN.md §4).
+// prepare_images: image data sets -> HDF5 image dataset files (lib/data/image_dataset.hpp, docs/contracts.md).
 //
 //   prepare_images fashion-mnist --src /usr/share/datasets/fashion-mnist --out-dir DIR [--subset N]
 //

@@ -1,4 +1,4 @@
-// prepare_text: plain text -> byte-level token shards in the llm.c / nanoGPT format (DESIGN.md §4).
+// prepare_text: plain text -> byte-level token shards in the llm.c / nanoGPT format (docs/contracts.md).
 //
 //   prepare_text INPUT.txt --out-dir DIR --name NAME [--val-fraction 0.1]
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The command line every training app shares (DESIGN.md §4):
+// The command line every training app shares (docs/contracts.md):
 //   APP DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5] [app options]
 // with every deck key (type, default, doc) in --help, printed by rank 0 only. A parse error is a UsageError that
 // names the app's --help.

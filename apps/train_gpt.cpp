@@ -1,9 +1,11 @@
 // train_gpt: trains a GPT-2-family model from a TOML deck.
-//   train_gpt DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5] [--plan WORLD]
+//   train_gpt DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5]
+//             [--plan WORLD [--json] [--device-name NAME]]
 #include "app_main.hpp"
 #include "train_cli.hpp"
 #include "core/config.hpp"
 #include "train/gpt_deck.hpp"
+#include "train/gpt_plan.hpp"
 #include "train/gpt_trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -15,12 +17,23 @@ int main(int argc, char** argv) {
                             "PyTorch cross-check)",
                             hpct::train::gpt_deck_schema());
     int plan_world = 0;
-    app.add_option("--plan", plan_world, "validate the layout for a world of this many ranks and print every rank's "
-                                         "memory plan, without data or training (e.g. --plan 8 --set parallel.tp=4)")
-        ->check(CLI::PositiveNumber);
+    hpct::train::PlanOutput plan_out;
+    CLI::Option* plan_opt =
+        app.add_option("--plan", plan_world, "validate the layout for a world of this many ranks and print every "
+                                             "rank's memory plan, without data or training (e.g. --plan 8 --set "
+                                             "parallel.tp=4)")
+            ->check(CLI::PositiveNumber);
+    app.add_flag("--json", plan_out.json, "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs "
+                                          "per token and per step, memory, the device's peak TFLOP/s)")
+        ->needs(plan_opt);
+    app.add_option("--device-name", plan_out.device_name, "with --plan: the device whose peak TFLOP/s the JSON line "
+                                                          "gives at train.precision, as nvidia-smi names it (e.g. "
+                                                          "\"NVIDIA H100 80GB HBM3\")")
+        ->needs(plan_opt);
     if (!hpct::parse_train_cli(app, argc, argv, "train_gpt")) return 0;
     const hpct::Config deck = hpct::Config::load(hpct::train::gpt_deck_schema(), cli.deck_path, cli.overrides);
-    if (plan_world > 0) return hpct::process_identity().rank == 0 ? hpct::train::plan_gpt(deck, plan_world) : 0;
+    if (plan_world > 0)
+      return hpct::process_identity().rank == 0 ? hpct::train::plan_gpt(deck, plan_world, plan_out) : 0;
     return hpct::train::run_gpt(deck, cli.run_options());
   });
 }

@@ -1,10 +1,12 @@
 // train_resnet: trains a ResNet on an HDF5 image dataset from a TOML deck, data-parallel over the MPI ranks.
-//   train_resnet DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5] [--plan]
+//   train_resnet DECK.toml [--out DIR] [--set section.key=value]... [--dump FILE.h5]
+//                [--plan [--json] [--device-name NAME]]
 #include <cstdio>
 
 #include "app_main.hpp"
 #include "train_cli.hpp"
 #include "core/config.hpp"
+#include "core/device_peaks.hpp"
 #include "core/format.hpp"
 #include "data/image_dataset.hpp"
 #include "models/resnet/resnet.hpp"
@@ -19,9 +21,17 @@ int main(int argc, char** argv) {
                             "write initial weights, every step's batch, losses and final weights to this HDF5 file "
                             "(for the PyTorch cross-check; one rank)",
                             hpct::train::resnet_deck_schema());
-    bool plan = false;
-    app.add_flag("--plan", plan, "print the model and one rank's memory plan from the deck and the dataset's image "
-                                 "shape, without training");
+    bool plan = false, plan_json = false;
+    std::string device_name;
+    CLI::Option* plan_opt = app.add_flag("--plan", plan, "print the model and one rank's memory plan from the deck "
+                                                         "and the dataset's image shape, without training");
+    app.add_flag("--json", plan_json, "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs per "
+                                      "image and per step, memory, the device's peak TFLOP/s)")
+        ->needs(plan_opt);
+    app.add_option("--device-name", device_name, "with --plan: the device whose peak TFLOP/s the JSON line gives at "
+                                                 "train.precision, as nvidia-smi names it (e.g. \"NVIDIA H100 80GB "
+                                                 "HBM3\")")
+        ->needs(plan_opt);
     if (!hpct::parse_train_cli(app, argc, argv, "train_resnet")) return 0;
     const hpct::Config deck = hpct::Config::load(hpct::train::resnet_deck_schema(), cli.deck_path, cli.overrides);
     if (plan) {
@@ -41,6 +51,23 @@ int main(int argc, char** argv) {
                   hpct::human_bytes(m.buffer_bytes).c_str(), hpct::human_bytes(m.param_bytes).c_str(),
                   hpct::human_bytes(m.activation_bytes).c_str(), hpct::human_bytes(m.activation_grad_bytes).c_str(),
                   hpct::human_bytes(m.workspace_bytes).c_str(), hpct::human_bytes(m.total() + m.param_bytes).c_str());
+      if (plan_json) {
+        // FLOPs as the trainer counts them (docs/performance.md): 3 x forward per image, x global_batch per step
+        const int64_t gb = deck.get_int("train.global_batch");
+        const double train_fpi = hpct::resnet::training_flops_per_image(cfg);
+        const std::string& precision = deck.get_string("train.precision");
+        const std::string line = fmt::format(
+            R"({{"plan":{{"app":"train_resnet","deck":{},"depth":{},"style":{},"image":[{},{},{}],"num_classes":{},)"
+            R"("micro_batch":{},"global_batch":{},"parameters":{},"flops_per_image_forward":{},)"
+            R"("flops_per_image_training":{},"training_flops_per_step":{},"memory_bytes":{},"device":{},)"
+            R"("precision":{},{},"log_peak_tflops":{}}}}})",
+            hpct::json_quote(deck.deck_path()), cfg.depth, hpct::json_quote(cfg.style), cfg.in_channels, cfg.height,
+            cfg.width, cfg.num_classes, mb, gb, m.num_params, hpct::resnet::forward_flops_per_image(cfg), train_fpi,
+            train_fpi * static_cast<double>(gb), m.total() + m.param_bytes,
+            hpct::json_quote(deck.get_string("train.device")), hpct::json_quote(precision),
+            hpct::peak_json_members(device_name, precision), deck.get_float("log.peak_tflops"));
+        std::printf("%s\n", line.c_str());
+      }
       return 0;
     }
     return hpct::train::run_resnet(deck, cli.run_options());

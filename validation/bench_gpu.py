@@ -17,14 +17,13 @@
 
 Figures: the median step time over the steps after --warmup (hpctrain: metrics.jsonl `ms`; PyTorch: wall time of
 the whole step incl. the host-to-device copy of the batch from pinned memory, ending with cuda.synchronize);
-tokens/s or images/s from it; MFU with the PaLM count 6N + 12 L C T flops per token (N: parameters without the
-position embedding and the padding rows; docs/performance.md) or 3 x forward FLOPs per image (train_resnet --plan),
-against the bf16 dense tensor peak of the device (table below, or --peak-tflops: the issue's target is defined
-against it), and against the peak of the precision the row computes in (fp32 without TF32: the FP32 peak; bf16:
-the bf16 peak); peak GPU memory of the process, sampled with nvidia-smi every 0.2 s (or the device's used memory
-above the idle baseline when nvidia-smi does not show the process, e.g. in a container), and for PyTorch also
-torch.cuda.max_memory_allocated. Peak table (dense, TFLOP/s; bf16 / tf32 / fp32): H100 SXM and H200 989 / 495 / 67,
-H100 NVL and H200 NVL 835 / 418 / 60, H100 PCIe 756 / 378 / 51, A100 312 / 156 / 19.5.
+tokens/s or images/s from it; MFU with the FLOP counts the apps define and print (`--plan ... --json`: GPT the PaLM
+count 6N + 12 L C T flops per token, ResNet 3 x forward FLOPs per image; docs/performance.md), against the bf16 dense
+tensor peak of the device (or --peak-tflops: the issue's target is defined against it), and against the peak of the
+precision the row computes in (fp32 without TF32: the FP32 peak; bf16: the bf16 peak); peak GPU memory of the
+process, sampled with nvidia-smi every 0.2 s (or the device's used memory above the idle baseline when nvidia-smi does
+not show the process, e.g. in a container), and for PyTorch also torch.cuda.max_memory_allocated. The peaks come from
+the one table, lib/core/device_peaks.cpp, through `train_gpt DECK --plan 1 --json --device-name <nvidia-smi name>`.
 hpctrain runs once per --hp-precisions value (train.precision; default bf16 then fp32: the bf16 row against PyTorch's
 bf16 autocast, the fp32 row like-for-like against PyTorch fp32 with TF32 off), each at the largest micro-batch that
 fits; PyTorch runs at the first row's micro-batch. --hp-set train.precision=X runs that one precision only.
@@ -40,7 +39,7 @@ options: --build DIR (default build) or --train-gpt / --train-resnet EXE, --step
   --peak-tflops X (bf16 dense), --no-compile, --hp-set KEY=VALUE (extra --set for both apps, e.g. a precision key),
   --timeout S (per run). --record writes validation/results/gpu_<device>.md (gpu_<device>_<only>.md with --only).
 --dry-run checks what it can without a GPU: the binaries exist, the decks parse with the benchmark's overrides
-(`--plan`), the FLOP formula reproduces train_gpt's parameter count, the whole benchmark orchestration on the CPU
+(`--plan --json`), the apps' FLOP counts and peak lookup, the whole benchmark orchestration on the CPU
 with tiny models (synthetic data, both apps run and parsed, the PyTorch worker in bf16 autocast and fp32, table and
 record), the PyTorch models' parameter counts, and the table and record code on FAKE numbers (written under
 --work, never to validation/results). Prints VALID at the end (the ctest validation_bench_gpu_dry).
@@ -66,11 +65,6 @@ GPT_CANDIDATES = [32, 16, 8, 4, 2, 1]
 RESNET_CANDIDATES = [256, 128, 64, 32, 16]
 OOM = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
                  r"CUDA_ERROR_OUT_OF_MEMORY|OutOfMemoryError", re.I)
-# dense TFLOP/s: (name pattern, label, bf16, tf32, fp32); the first match wins
-PEAKS = [(r"H[12]00 NVL", "H100/H200 NVL", 835.0, 418.0, 60.0),
-         (r"H100 PCIe", "H100 PCIe", 756.0, 378.0, 51.2),
-         (r"GH200|H100|H200", "H100/H200 SXM", 989.0, 494.7, 66.9),
-         (r"A100", "A100", 312.0, 156.0, 19.5)]
 
 
 def log(msg=""):
@@ -108,14 +102,13 @@ def device_info():
             "nvcc": m2.group(1) if m2 else "not found"}
 
 
-def peaks_for(name, override):
-    """{'label', 'bf16', 'tf32', 'fp32'} (TFLOP/s, dense) for the device name; --peak-tflops sets bf16."""
-    for pat, label, bf16, tf32, fp32 in PEAKS:
-        if re.search(pat, name or ""):
-            p = {"label": label, "bf16": bf16, "tf32": tf32, "fp32": fp32}
-            break
-    else:
-        p = {"label": "unknown device", "bf16": None, "tf32": None, "fp32": None}
+def peaks_for(train_gpt, name, override):
+    """{'label', 'bf16', 'tf32', 'fp32', 'fp16'} (TFLOP/s, dense) for the device name, from the apps' peak table
+    (lib/core/device_peaks.cpp) through `train_gpt --plan 1 --json --device-name NAME`; --peak-tflops sets bf16."""
+    pl = plan_json(train_gpt, GPT_DECK, ["--plan", "1"] + (["--device-name", name] if name else []))[0]
+    e = pl["device_peaks"]
+    p = {"label": e["label"], **{k: float(e[k]) for k in ("bf16", "tf32", "fp32", "fp16")}} if e else \
+        {"label": "unknown device", "bf16": None, "tf32": None, "fp32": None, "fp16": None}
     if override:
         p["bf16"] = override
         p["label"] += f", bf16 peak {override:g} from --peak-tflops"
@@ -178,19 +171,7 @@ class GpuMemSampler:
         return None, "n/a (nvidia-smi saw nothing)"
 
 
-# ---------------------------------------------------------------- FLOPs ----
-
-def gpt_params(L, C, T, V, bias=True):
-    """(N for MFU: all parameters without the position embedding and the padding rows, all with padding)."""
-    per_block = 12 * C * C + (13 * C if bias else 2 * C)
-    n = V * C + L * per_block + (2 * C if bias else C)
-    vp = (V + 127) // 128 * 128
-    return n, n + (vp - V) * C + T * C
-
-
-def gpt_flops_per_token(L, C, T, V, bias=True):
-    return 6 * gpt_params(L, C, T, V, bias)[0] + 12 * L * C * T
-
+# ---------------------------------------------------------------- decks ----
 
 def read_deck(path):
     try:
@@ -227,28 +208,29 @@ def write_image_set(path, n, hw, classes, seed):
 
 # ---------------------------------------------------------------- hpctrain ----
 
-def plan(exe, deck, sets, gpt):
-    """`--plan` with the benchmark's overrides: (total GiB of the rank's memory plan, parameters, GFLOP/image or
-    None, text). Raises RuntimeError with the app's message when the deck does not parse."""
-    cmd = [exe, deck] + (["--plan", "1"] if gpt else ["--plan"])
-    for s in sets:
-        cmd += ["--set", s]
+def plan_json(exe, deck, args):
+    """Runs `exe deck ARGS --json` (ARGS: --plan ..., --set ...) and returns (its {"plan": ...} object, the output).
+    Raises RuntimeError with the app's message when the deck does not parse."""
+    cmd = [exe, deck] + args + ["--json"]
     rc, out = sh(cmd, timeout=120)
     if rc != 0:
         raise RuntimeError(f"{' '.join(cmd)} -> rc {rc}: {out.strip()[-500:]}")
-    units = {"B": 2 ** -30, "KiB": 2 ** -20, "MiB": 2 ** -10, "GiB": 1.0, "TiB": 1024.0}
-    if gpt:
-        row = [l for l in out.splitlines() if re.match(r"\s+0\s+0\s", l)]
-        m = re.search(r"([\d.]+) (B|KiB|MiB|GiB|TiB)\s*$", row[0]) if row else None
-        p = re.search(r"model (\d+) parameters", out)
-        g = None
-    else:
-        m = re.search(r"total ([\d.]+) (B|KiB|MiB|GiB|TiB)", out)
-        p = re.search(r"\| (\d+) parameters", out)
-        g = re.search(r"([\d.]+) GFLOP/image forward", out)
-    if not m or not p:
-        raise RuntimeError(f"cannot read the memory plan / parameter count from: {out[-800:]}")
-    return float(m.group(1)) * units[m.group(2)], int(p.group(1)), float(g.group(1)) if g else None, out
+    lines = [l for l in out.splitlines() if l.startswith('{"plan":')]
+    if len(lines) != 1:
+        raise RuntimeError(f"{' '.join(cmd)}: expected one {{\"plan\": ...}} line in: {out[-800:]}")
+    return json.loads(lines[0])["plan"], out
+
+
+def plan(exe, deck, sets, gpt):
+    """`--plan --json` with the benchmark's overrides: the app's plan object (train_gpt: parameters, flops_per_token,
+    memory_bytes_max_rank, ...; train_resnet: parameters, flops_per_image_forward, flops_per_image_training,
+    memory_bytes, ...) plus memory_gib (the largest rank's plan). Raises RuntimeError when the deck does not parse."""
+    args = ["--plan", "1"] if gpt else ["--plan"]
+    for s in sets:
+        args += ["--set", s]
+    p = plan_json(exe, deck, args)[0]
+    p["memory_gib"] = p["memory_bytes_max_rank" if gpt else "memory_bytes"] / 2 ** 30
+    return p
 
 
 def help_precision(exe):
@@ -313,12 +295,13 @@ def bench_hpctrain(kind, exe, deck, base_sets, candidates, mem_gib, work, args, 
         except RuntimeError as e:
             log(f"  plan at micro-batch {mb} fails: {e}")
     # a candidate without a plan is tried too (the out-of-memory fallback decides)
-    fitting = [mb for mb in candidates if mb not in plans or mem_gib is None or plans[mb][0] <= 0.9 * mem_gib]
+    fitting = [mb for mb in candidates
+               if mb not in plans or mem_gib is None or plans[mb]["memory_gib"] <= 0.9 * mem_gib]
     if not fitting:
         fitting = candidates[-1:]
     for mb in fitting:
         log(f"  hpctrain {kind} micro-batch {mb}"
-            + (f" (plan {plans[mb][0]:.1f} GiB of {mem_gib:.1f})" if mb in plans and mem_gib else ""))
+            + (f" (plan {plans[mb]['memory_gib']:.1f} GiB of {mem_gib:.1f})" if mb in plans and mem_gib else ""))
         r = run_hpctrain(exe, deck, base_sets(mb), work, f"hpctrain_{kind}_mb{mb}", args.timeout, args.warmup,
                          sample_mem)
         if r.get("oom"):
@@ -582,7 +565,7 @@ def report(path, title, dev, torch_info, peaks, args, table, target_lines, resul
              f"{fmt(peaks['tf32'], 'g')}, fp32 {fmt(peaks['fp32'], 'g')}",
              f"- method: median step time over the steps after {args.warmup} warm-up steps of {args.steps}; MFU = "
              "achieved FLOP/s / peak, GPT 6N + 12 L C T flops per token (PaLM), ResNet 3 x forward FLOPs per image "
-             "(train_resnet --plan); memory: nvidia-smi sampled every 0.2 s (alloc: torch.cuda.max_memory_allocated)",
+             "(both from the apps' --plan --json; peaks: lib/core/device_peaks.cpp); memory: nvidia-smi sampled every 0.2 s (alloc: torch.cuda.max_memory_allocated)",
              f"- command: `/usr/bin/python3 validation/bench_gpu.py {' '.join(args.argv)}`", ""]
     lines += notes + ["", *table, "", "```", *target_lines, "```", "", "## Commands", ""]
     for r in results:
@@ -631,7 +614,7 @@ def hp_precisions(exe, args, on_gpu):
 
 
 def peak_key(precision):
-    return {"fp32": "fp32", "tf32": "tf32"}.get(precision, "bf16")
+    return precision if precision in ("fp32", "tf32", "bf16", "fp16") else "bf16"
 
 
 def app_paths(args):
@@ -643,7 +626,10 @@ def main_gpu(args):
     dev = device_info()
     if dev is None:
         sys.exit("error: nvidia-smi lists no GPU: run this on a GPU machine, or --dry-run here")
-    peaks = peaks_for(dev["name"], args.peak_tflops)
+    train_gpt = app_paths(args)["train_gpt"]
+    if not os.path.exists(train_gpt):
+        sys.exit(f"error: {train_gpt} not found: build it (scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES=90)")
+    peaks = peaks_for(train_gpt, dev["name"], args.peak_tflops)
     log(f"device: {dev['name']}, driver {dev['driver']}, CUDA {dev['cuda_driver']}; peaks {peaks}")
     work = args.work or tempfile.mkdtemp(prefix="bench_gpu_")
     os.makedirs(work, exist_ok=True)
@@ -679,7 +665,7 @@ def run_suite(args, dev, peaks, work, device, tiny):
         if tiny:
             L, NH, C, T = 2, 2, 64, 64
             tiny_sets = [f"model.n_layer={L}", f"model.n_head={NH}", f"model.n_embd={C}", f"model.seq_len={T}"]
-        fpt = gpt_flops_per_token(L, C, T, V, d.get("bias", True))
+        fpt, n_flops = None, None  # from train_gpt --plan --json
         if args.gpt_data:
             tr, va = args.gpt_data
         else:
@@ -696,6 +682,9 @@ def run_suite(args, dev, peaks, work, device, tiny):
                 lambda m: dev_sets(gpt_sets(m, args, tr, va, peaks["bf16"])) + psets + tiny_sets,
                 cands, mem_gib, work, args, T * args.accum, on_gpu)
             first_mb = first_mb or mb
+            if plans and fpt is None:
+                pl = next(iter(plans.values()))
+                fpt, n_flops = pl["flops_per_token"], pl["parameters_for_flops"]
             results.append({"workload": "GPT-2 124M", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
                             "unit": "tok/s", "flops_per_unit": fpt, "peak_key": peak_key(prec)})
             if hp.get("perf"):
@@ -710,8 +699,8 @@ def run_suite(args, dev, peaks, work, device, tiny):
                             "precision": p + (" autocast" if p == "bf16" else ", TF32 off"),
                             "mb": b, "res": dict(r, throughput=(T * b / r["ms"] * 1e3) if "ms" in r else None),
                             "unit": "tok/s", "flops_per_unit": fpt, "peak_key": p})
-        notes.append(f"- GPT flops per token 6N + 12 L C T = {fpt / 1e6:.1f} M (N = "
-                     f"{gpt_params(L, C, T, V)[0]:,}); one micro-batch per step x --accum {args.accum}")
+        notes.append(f"- GPT flops per token 6N + 12 L C T = {fmt(fpt and fpt / 1e6, '.1f')} M (N = "
+                     f"{fmt(n_flops, ',')}; train_gpt --plan --json); one micro-batch per step x --accum {args.accum}")
     if args.only in (None, "resnet"):
         log("== ResNet-50" + (" (tiny: width 8, 3x64x64, CPU)" if tiny else ""))
         hw = 64 if tiny else 224
@@ -730,8 +719,7 @@ def run_suite(args, dev, peaks, work, device, tiny):
                 lambda m: dev_sets(resnet_sets(m, args, tr, te, peaks["bf16"])) + psets + tiny_sets,
                 cands, mem_gib, work, args, args.accum, on_gpu)
             first_mb = first_mb or mb
-            gf = next(iter(plans.values()))[2] if plans else None
-            fpi = fpi or (3 * gf * 1e9 if gf else None)
+            fpi = fpi or (next(iter(plans.values()))["flops_per_image_training"] if plans else None)
             results.append({"workload": "ResNet-50", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
                             "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec)})
             if hp.get("perf"):
@@ -798,25 +786,36 @@ def main_dry(args):
             return plan(exe, deck, [s.replace("train.device=cuda", "train.device=cpu") for s in sets], gpt)
 
     for mb in GPT_CANDIDATES[:2]:
-        gib, params, _, _ = dry_plan(exes["train_gpt"], GPT_DECK, gpt_sets(mb, args, "x.bin", "y.bin", 989.0), True)
+        gp = dry_plan(exes["train_gpt"], GPT_DECK, gpt_sets(mb, args, "x.bin", "y.bin", 989.0), True)
+        gib, params = gp["memory_gib"], gp["parameters"]
         check(gib > 0, f"gpt2_124m.toml parses with the benchmark's overrides at micro-batch {mb}: plan {gib:.1f} GiB")
-    n_mfu, n_all = gpt_params(L, C, T, V, d.get("bias", True))
-    check(n_all == params, f"FLOP count's N ({n_mfu:,} + position embedding + padding rows = {n_all:,}) equals "
-                           f"train_gpt's parameter count {params:,}")
-    fpt = gpt_flops_per_token(L, C, T, V)
-    check(abs(fpt - 855_166_464) < 1, f"GPT-2 124M flops per token {fpt:,} (6N + 12 L C T)")
+        check(gp["tokens_per_step"] == mb * args.accum * T and
+              gp["training_flops_per_step"] == gp["flops_per_token"] * gp["tokens_per_step"],
+              f"train_gpt --plan --json: {gp['tokens_per_step']:,} tokens and {gp['training_flops_per_step']:.4g} "
+              f"FLOPs per step at micro-batch {mb}")
+    fpt = gp["flops_per_token"]
+    check(fpt == 855_166_464 and gp["parameters_for_flops"] < params,
+          f"GPT-2 124M flops per token {fpt:,} (6N + 12 L C T, N = {gp['parameters_for_flops']:,} of {params:,} "
+          "parameters: train_gpt --plan --json)")
     # train_resnet --plan reads the datasets' shapes: the synthetic writer at full size (256 images of 3x224x224)
     big_tr, big_te = os.path.join(work, "img224_train.h5"), os.path.join(work, "img224_test.h5")
     write_image_set(big_tr, 256, 224, 1000, 1)
     write_image_set(big_te, 64, 224, 1000, 2)
-    gib, rparams, gflop, _ = dry_plan(exes["train_resnet"], RESNET_DECK,
-                                      resnet_sets(256, args, big_tr, big_te, 989.0), False)
-    check(rparams == 25_557_032 and gflop and gflop > 4,
-          f"resnet50.toml parses with the benchmark's overrides: {rparams:,} parameters, {gflop} GFLOP/image, "
-          f"plan {gib:.1f} GiB at micro-batch 256")
-    check(peaks_for("NVIDIA H100 80GB HBM3", None)["bf16"] == 989.0 and peaks_for("NVIDIA H200", None)["bf16"] == 989.0
-          and peaks_for("NVIDIA H100 PCIe", None)["bf16"] == 756.0 and peaks_for("NVIDIA H100 NVL", None)["bf16"] == 835
-          and peaks_for("Tesla X", 100.0)["bf16"] == 100.0, "peak table (H100 SXM, H200, PCIe, NVL, --peak-tflops)")
+    rp = dry_plan(exes["train_resnet"], RESNET_DECK, resnet_sets(256, args, big_tr, big_te, 989.0), False)
+    rparams, gflop, fpi_train = rp["parameters"], rp["flops_per_image_forward"] / 1e9, rp["flops_per_image_training"]
+    check(rparams == 25_557_032 and gflop > 4 and fpi_train == 3 * rp["flops_per_image_forward"]
+          and rp["training_flops_per_step"] == 256 * args.accum * fpi_train,
+          f"resnet50.toml parses with the benchmark's overrides: {rparams:,} parameters, {gflop:.3f} GFLOP/image "
+          f"forward, 3x that for training, plan {rp['memory_gib']:.1f} GiB at micro-batch 256")
+    gpt_exe = exes["train_gpt"]
+    h100 = peaks_for(gpt_exe, "NVIDIA H100 80GB HBM3", None)
+    check(h100["bf16"] == 989.5 and peaks_for(gpt_exe, "NVIDIA H200", None) == h100
+          and peaks_for(gpt_exe, "NVIDIA H100 PCIe", None)["bf16"] < h100["bf16"]
+          and peaks_for(gpt_exe, "NVIDIA H100 NVL", None)["label"] not in (h100["label"], "unknown device")
+          and peaks_for(gpt_exe, "Tesla X", None)["bf16"] is None
+          and peaks_for(gpt_exe, "Tesla X", 100.0)["bf16"] == 100.0,
+          f"peak table through train_gpt --plan --json --device-name (H100 SXM {h100}, H200, PCIe, NVL, unknown, "
+          "--peak-tflops)")
 
     # an out-of-memory message is recognised (descending micro-batch search) and other failures are not
     check(bool(OOM.search("CUDA error: out of memory (cudaErrorMemoryAllocation)")) and
@@ -826,7 +825,7 @@ def main_dry(args):
         " not a measurement)")
     args.steps, args.warmup, args.no_compile = 4, 1, True
     cpu_dev = {"name": "CPU dry run", "driver": "-", "mem_mib": 0.0, "cuda_driver": "-", "nvcc": "-"}
-    cpu_peaks = peaks_for("", 1.0)
+    cpu_peaks = peaks_for(gpt_exe, "", 1.0)
     results, notes, torch_info = run_suite(args, cpu_dev, cpu_peaks, os.path.join(work, "suite"), "cpu", tiny=True)
     for r in results:
         res = r["res"]
@@ -861,7 +860,7 @@ def main_dry(args):
     log("== table and record on FAKE numbers")
     dev = {"name": "FAKE GPU (dry run) H100", "driver": "FAKE", "mem_mib": 81559.0, "cuda_driver": "FAKE",
            "nvcc": "FAKE"}
-    peaks = peaks_for("NVIDIA H100 80GB HBM3", None)
+    peaks = h100
     args.steps, args.warmup = 40, 10
     fake = lambda ms, tput, **kw: dict(ms=ms, throughput=tput, mem_mib=40000.0, mem_src="FAKE", cmd=["FAKE"], **kw)
     results = [
@@ -871,10 +870,10 @@ def main_dry(args):
          "res": fake(100.0, 163840.0, max_allocated_mib=30000.0), "unit": "tok/s", "flops_per_unit": fpt,
          "peak_key": "bf16"},
         {"workload": "ResNet-50", "program": "hpctrain", "precision": "fp32", "mb": 128, "res": fake(200.0, 640.0),
-         "unit": "img/s", "flops_per_unit": 3 * gflop * 1e9, "peak_key": "fp32"},
+         "unit": "img/s", "flops_per_unit": fpi_train, "peak_key": "fp32"},
         {"workload": "ResNet-50", "program": "PyTorch eager", "precision": "fp32, NCHW, TF32 off", "mb": 128,
          "res": {"error": "FAKE failure to show the failed-row format"}, "unit": "img/s",
-         "flops_per_unit": 3 * gflop * 1e9, "peak_key": "fp32"},
+         "flops_per_unit": fpi_train, "peak_key": "fp32"},
     ]
     table, tl, path = finish(results, dev, torch_info, peaks, args, ["- FAKE notes line"],
                              "FAKE NUMBERS (bench_gpu.py --dry-run: the table and record code on made-up figures, not "

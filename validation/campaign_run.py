@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The local scaling-validation campaign in one command (issue 6): runs, one after the other,
+"""The local scaling-validation campaign in one command: runs, one after the other,
   1. apps/bench_collectives at np 2 and np 4 (every op, 8 B .. 64 MiB, JSON),
   2. validation/equivalence.py (every layout at world 4 and 8 vs serial, restarts across layouts),
   3. validation/scaling.py (strong and weak scaling of train_gpt and train_resnet at R = 1, 2, 4),

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Exposed data-parallel communication, with and without overlap (issue 3's figure).
+"""Exposed data-parallel communication, with and without overlap (the data-parallel overlap figure).
 
 Runs train_gpt on inputs/bench_gpt.toml at np 2 (one OpenMP thread per rank on a 2-core machine) with
 parallel.overlap = true / false (and ZeRO-1 with overlap), alternating the configurations --rounds times,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Equivalence campaign (issue 6, scaling validation): every parallel layout a world size allows computes what
+"""Equivalence campaign (scaling validation): every parallel layout a world size allows computes what
 the serial run computes (docs/invariants.md, invariant 1, "layout independence"), proven through the apps' contracts only
 (command line, --set, metrics.jsonl, checkpoints, ckpt_tool, exit codes; docs/contracts.md), never their internals.
 

@@ -8,7 +8,9 @@ H100 clusters (a model, not a measurement).
               the equivalent ring alpha (allreduce: a / 2(p-1); reduce_scatter, allgather: a / (p-1)) is reported too.
   2. predict: the rows of scaling_cpu.csv (kept runs) for train_gpt and train_resnet (see ASSUMPTIONS below);
               acceptance |pred / meas - 1| <= 25 % at every measured R > 1 point (R = 1 is the model's input).
-  3. project: GPT-2 124M and a 1.5B GPT (L48 C1600 NH25 T1024) on 8..1024 H100 with hierarchical allreduce.
+  3. project: GPT-2 124M and a 1.5B GPT (L48 C1600 NH25 T1024) on 8..1024 H100 with hierarchical allreduce; the
+              FLOPs per token, parameter counts and the H100 peak come from `train_gpt --plan 1 --json --device-name`
+              (gpt::flops_per_token and lib/core/device_peaks.cpp, the one definition; docs/performance.md).
 
 usage: validation/perf_model.py [--collectives FILE.json] [--scaling FILE.csv] [--run] [--report F.md]
   --collectives  bench_collectives --json output (one run) or the merged {"runs": [...]} file this script writes
@@ -17,6 +19,8 @@ usage: validation/perf_model.py [--collectives FILE.json] [--scaling FILE.csv] [
   --run          run `mpirun -np {2,4} build/apps/bench_collectives --max-bytes 64M --json ...` first (~35 s here) and
                  write the merged JSON next to the report (<stem>_collectives.json) or to --collectives
   --report       markdown report; the JSON and PNG go next to it (same stem)
+  --train-gpt    the train_gpt binary (default: apps/train_gpt of the build tree the working directory is in, as
+                 under ctest, else the one next to --bench)
 Prints the tables and last `VALID` or `FAILED: <what>` (exit 1)."""
 import argparse
 import csv
@@ -37,6 +41,7 @@ ap.add_argument("--scaling", default=os.path.join(REPO, "validation", "results",
 ap.add_argument("--run", action="store_true", help="run bench_collectives at np 2 and 4 first")
 ap.add_argument("--bench", default=os.path.join(REPO, "build", "apps", "bench_collectives"))
 ap.add_argument("--report", help="markdown report (JSON and PNG next to it)")
+ap.add_argument("--train-gpt", help="train_gpt binary (FLOP counts and the peak table, via --plan --json)")
 ap.add_argument("--tolerance", type=float, default=0.25)
 args = ap.parse_args()
 
@@ -199,7 +204,6 @@ for p in bad:
     failures.append(f"{p['app']} {p['mode']} R={p['R']}: pred/meas - 1 = {p['err']:+.1%}")
 
 # ------------------------------------------------------------------------------------------------ 3. projection
-PEAK = 989e12
 MFU = 0.40
 G_NODE = 8
 BW_NVL = 450e9     # intra-node busbw (NVLink/NVSwitch, NCCL-measured order for H100 SXM)
@@ -207,12 +211,64 @@ A_NVL = 3e-6       # per-step latency intra-node
 BW_IB = 85e9       # per node, 4 x 200 Gb/s (100 GB/s raw) at ~85 %
 A_IB = 6e-6        # per-step latency inter-node
 BUCKET = 25e6      # gradient bucket bytes (fp32 gradients: 4 B / parameter)
-GB_SEQ, T_SEQ, V = 512, 1024, 50304
+GB_SEQ, T_SEQ = 512, 1024
 MB_SEQ = {"124M": 16, "1.5B": 4}  # micro-batch (sequences per GPU per micro-batch); more: gradient accumulation
+PEAK_DEVICE = "H100 SXM"          # the peak table entry (lib/core/device_peaks.cpp) the projection uses, at bf16
+GPT_DECK = os.path.join(REPO, "inputs", "gpt2_124m.toml")
+MODELS = (("124M", 12, 768, 12, (1,)), ("1.5B", 48, 1600, 25, (1, 8)))  # name, L, C, NH, TP options
+
+
+def find_train_gpt():
+    """--train-gpt; else apps/train_gpt of the build tree holding the working directory (ctest runs this in
+    BUILD/validation); else the one next to --bench (default build/apps)."""
+    if args.train_gpt:
+        return args.train_gpt
+    d = os.getcwd()
+    while True:
+        if os.path.exists(os.path.join(d, "CMakeCache.txt")):
+            if os.path.exists(os.path.join(d, "apps", "train_gpt")):
+                return os.path.join(d, "apps", "train_gpt")
+            break
+        if os.path.dirname(d) == d:
+            break
+        d = os.path.dirname(d)
+    return os.path.join(os.path.dirname(os.path.abspath(args.bench)), "train_gpt")
+
+
+TRAIN_GPT = find_train_gpt()
+plan_cmds = []
+
+
+def gpt_plan(name, L, C, NH):
+    """train_gpt's --plan JSON for the model at the projection's batch: parameters (all, position embedding and
+    vocabulary padding included), flops_per_token (6N + 12 L C T), and the PEAK_DEVICE entry of the peak table."""
+    cmd = [TRAIN_GPT, GPT_DECK, "--plan", "1", "--json", "--device-name", PEAK_DEVICE]
+    for kv in (f"model.n_layer={L}", f"model.n_embd={C}", f"model.n_head={NH}", f"model.seq_len={T_SEQ}",
+               f"train.global_batch={GB_SEQ}", f"train.micro_batch={MB_SEQ[name]}", "train.precision=bf16"):
+        cmd += ["--set", kv]
+    plan_cmds.append(" ".join(os.path.relpath(c, REPO) if os.path.isabs(c) and c.startswith(REPO) else
+                              (f'"{c}"' if " " in c else c) for c in cmd))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out, err, rc = "", str(e), None
+    lines = [l for l in out.splitlines() if l.startswith('{"plan":')]
+    if rc != 0 or len(lines) != 1:
+        print(out[-2000:], err[-2000:])
+        print(f"FAILED: {' '.join(cmd)} (exit {rc}): no --plan JSON line; build train_gpt or pass --train-gpt")
+        sys.exit(1)
+    return json.loads(lines[0])["plan"]
+
+
+PLANS = {name: gpt_plan(name, L, C, NH) for name, L, C, NH, _ in MODELS}
+PEAK = PLANS["124M"]["peak_tflops"] * 1e12
+PEAK_LABEL = PLANS["124M"]["device_peaks"]["label"]
 ASSUMPTIONS = [
-    f"compute at MFU {MFU:.0%} of {PEAK / 1e12:.0f} TFLOP/s (H100 SXM bf16 dense) per GPU, FLOPs per token "
-    "6N + 12 L C T (N without the position embedding, docs/performance.md), independent of the per-GPU batch (optimistic "
-    "when a GPU holds only 1-2 sequences)",
+    f"compute at MFU {MFU:.0%} of {PEAK / 1e12:g} TFLOP/s ({PEAK_LABEL} bf16 dense, lib/core/device_peaks.cpp) per "
+    "GPU, FLOPs per token 6N + 12 L C T (N without the position embedding and the vocabulary padding; "
+    "gpt::flops_per_token, docs/performance.md; both through `train_gpt --plan 1 --json`), independent of the per-GPU "
+    "batch (optimistic when a GPU holds only 1-2 sequences)",
     f"global batch {GB_SEQ} x {T_SEQ} tokens; DP ranks split it evenly; micro-batch {MB_SEQ['124M']} (124M) / "
     f"{MB_SEQ['1.5B']} (1.5B) sequences, gradient accumulation for the rest; pure DP needs R <= {GB_SEQ}",
     f"fp32 gradients (4 B / parameter), allreduced in {BUCKET / 1e6:.0f} MB buckets, overlapped with the last "
@@ -228,11 +284,6 @@ ASSUMPTIONS = [
     "optimizer step, data loading, pipeline stalls and stragglers not modelled; efficiency = T_step(8 GPUs) x 8 / "
     "(T_step(R) x R) with the same model at 8 GPUs as reference",
 ]
-
-
-def gpt_params(L, C, V, T):
-    n_block = L * (12 * C * C + 13 * C)
-    return dict(N=n_block + V * C + 2 * C, N_all=n_block + V * C + 2 * C + T * C)
 
 
 def ring_ar(n, p, bw, a):
@@ -251,8 +302,8 @@ def hier_allreduce(n, gpus):
 
 
 def project(name, L, C, NH, tp, gpus):
-    pr = gpt_params(L, C, V, T_SEQ)
-    flop_tok = 6 * pr["N"] + 12 * L * C * T_SEQ
+    pr = PLANS[name]
+    flop_tok = pr["flops_per_token"]
     dp = gpus // tp
     if GB_SEQ % dp or dp > GB_SEQ:
         return None
@@ -264,7 +315,7 @@ def project(name, L, C, NH, tp, gpus):
     if tp > 1:
         act = mb * T_SEQ * C * 2
         t_tp = nmb * L * 4 * ring_ar(act, tp, BW_NVL, A_NVL)
-    grad = 4 * pr["N_all"] / tp
+    grad = 4 * pr["parameters"] / tp
     nb = max(1, math.ceil(grad / BUCKET))
     bsz = grad / nb
     if tp == 1:
@@ -276,14 +327,14 @@ def project(name, L, C, NH, tp, gpus):
     t_ar = nb * tb
     exposed = max(tb, t_ar - BWD_FRAC * Tc / nmb) if dp > 1 else 0.0
     T = Tc + t_tp + exposed
-    return dict(model=name, tp=tp, dp=dp, gpus=gpus, nodes=max(1, gpus // G_NODE), params=pr["N_all"],
+    return dict(model=name, tp=tp, dp=dp, gpus=gpus, nodes=max(1, gpus // G_NODE), params=pr["parameters"],
                 flop_per_token=flop_tok, seq_per_rank=seq_rank, micro_batches=nmb, T_compute_s=Tc, t_tp_s=t_tp,
                 t_allreduce_s=t_ar, exposed_s=exposed, step_s=T, tokens_per_s=GB_SEQ * T_SEQ / T,
                 comm_frac=(t_tp + exposed) / T, mfu_eff=MFU * Tc / T)
 
 
 proj = []
-for name, L, C, NH, tps in (("124M", 12, 768, 12, (1,)), ("1.5B", 48, 1600, 25, (1, 8))):
+for name, L, C, NH, tps in MODELS:
     for tp in tps:
         ref = None
         for gpus in (8, 16, 32, 64, 128, 256, 512, 1024):
@@ -311,6 +362,8 @@ L_.append(f"- collectives: `{os.path.relpath(coll_path, REPO)}`" + "".join(f"\n 
           "cores; run on an idle machine, one job at a time)")
 L_.append(f"- scaling points: `{os.path.relpath(os.path.abspath(args.scaling), REPO)}` (validation/scaling.py, "
           "kept = median of 3 runs)")
+L_.append("- FLOPs per token, parameters and the peak (projection): " +
+          "; ".join(f"`{c}`" for c in plan_cmds))
 L_.append(f"- this report: `{command}`\n")
 
 L_.append("## 1. Collective fits: t(n) = a + b n per operation and rank count\n")
@@ -381,8 +434,9 @@ for p in proj:
               f"{p['t_allreduce_s'] * 1e3:.1f} | {p['exposed_s'] * 1e3:.2f} | {p['step_s'] * 1e3:.1f} | "
               f"{p['tokens_per_s'] / 1e6:.2f} M | {p['eff_vs_8']:.2f} | {p['comm_frac']:.1%} | {p['mfu_eff']:.1%} |")
 L_.append("")
-L_.append("Parameters (all, incl. position embedding): " + ", ".join(
-    f"{n}: {gpt_params(L, C, V, T_SEQ)['N_all'] / 1e6:.1f} M" for n, L, C in (("124M", 12, 768), ("1.5B", 48, 1600))))
+L_.append("Parameters (all, incl. position embedding and vocabulary padding) and FLOPs per token (train_gpt --plan "
+          "--json): " + ", ".join(f"{n}: {PLANS[n]['parameters'] / 1e6:.1f} M, {PLANS[n]['flops_per_token'] / 1e9:.3f} "
+                                  "GFLOP" for n, *_ in MODELS))
 L_.append("\nReading: at this global batch the data-parallel allreduce hides behind backward while each GPU still "
           "holds several micro-batches; as R grows the per-GPU compute shrinks as 1/R while the ring's bandwidth "
           "term stays ~2 n / B_ib per node, so the exposed part grows and the efficiency falls, fastest for 124M "

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Scaling campaign (issue 6, scaling validation): strong and weak data-parallel scaling of train_gpt
+"""Scaling campaign (scaling validation): strong and weak data-parallel scaling of train_gpt
 (inputs/bench_gpt.toml, ~220 ms/step serial on 2 cores) and train_resnet (inputs/resnet20_fmnist.toml, ~100 ms/step),
 measured through the apps' contracts only (command line, --set, stdout PERFORMANCE and memory lines, metrics.jsonl,
 exit codes; docs/contracts.md), never their internals.
@@ -449,8 +449,8 @@ if args.report:
               f"Here every R <= {C} uses all {C} cores (R = 1 runs {C} threads), so a perfect code keeps the step "
               "time constant under strong scaling and doubles it under weak scaling from R = 1 to 2: E_c = 1, while "
               f"the textbook E is capped at cores(R) / (R cores(1)) = 1/R (the 'ceiling' column of the CSV, the "
-              "dotted line of the plot). E_c is the number to read; the textbook E is given because the issue asks "
-              "for it."), ""]
+              "dotted line of the plot). E_c is the number to read; the textbook E is given because the scaling "
+              "validation specifies it."), ""]
     for app in args.apps:
         md += [f"## train_{app} ({os.path.relpath(args.gpt_deck if app == 'gpt' else args.resnet_deck, REPO)})", "",
                table(app), ""]

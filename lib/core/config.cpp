@@ -16,6 +16,8 @@ const char* value_type_name(ValueType t) {
     case ValueType::Float: return "float";
     case ValueType::Bool: return "bool";
     case ValueType::String: return "string";
+    case ValueType::StringList: return "list of strings";
+    case ValueType::FloatList: return "list of floats";
   }
   return "?";
 }
@@ -40,18 +42,73 @@ std::string toml_quote(const std::string& x) {
   return out + "\"";
 }
 
+// shortest text that reads back as the same double (the checkpoint stores the effective deck)
+std::string format_double(double x) {
+  const std::string s = fmt::format("{}", x);
+  return s.find_first_of(".en") == std::string::npos ? s + ".0" : s;
+}
+
 std::string format_value(const ConfigValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using X = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<X, bool>) return x ? "true" : "false";
-        else if constexpr (std::is_same_v<X, std::string>) return toml_quote(x);
-        // shortest text that reads back as the same double (the checkpoint stores the effective deck)
-        else if constexpr (std::is_same_v<X, double>) return fmt::format("{}", x).find_first_of(".en") == std::string::npos
-                                                                 ? fmt::format("{}.0", x) : fmt::format("{}", x);
-        else return fmt::format("{}", x);
+        if constexpr (std::is_same_v<X, bool>) {
+          return x ? "true" : "false";
+        } else if constexpr (std::is_same_v<X, std::string>) {
+          return toml_quote(x);
+        } else if constexpr (std::is_same_v<X, double>) {
+          return format_double(x);
+        } else if constexpr (std::is_same_v<X, std::vector<std::string>> || std::is_same_v<X, std::vector<double>>) {
+          std::string out = "[";
+          for (size_t i = 0; i < x.size(); ++i) {
+            if (i) out += ", ";
+            if constexpr (std::is_same_v<X, std::vector<double>>) out += format_double(x[i]);
+            else out += toml_quote(x[i]);
+          }
+          return out + "]";
+        } else {
+          return fmt::format("{}", x);
+        }
       },
       v);
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+// The items of a compact list: comma-separated, blanks around items ignored, surrounding [ ] and quotes dropped.
+std::vector<std::string> split_list(std::string text) {
+  text = trim(text);
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  std::vector<std::string> out;
+  if (trim(text).empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (item.size() >= 2 && ((item.front() == '"' && item.back() == '"') || (item.front() == '\'' && item.back() == '\'')))
+      item = item.substr(1, item.size() - 2);
+    out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// A compact float list; a UsageError names the key, the text and the item that is not a number.
+std::vector<double> parse_float_list(const KeySpec& spec, const std::string& text, const std::string& where) {
+  std::vector<double> out;
+  for (const std::string& item : split_list(text)) {
+    char* end = nullptr;
+    const double v = item.empty() ? 0.0 : std::strtod(item.c_str(), &end);
+    HPCT_USAGE_CHECK(!item.empty() && end == item.c_str() + item.size(),
+                     "{}: {} = \"{}\": \"{}\" is not a number; give comma-separated numbers", where, spec.name, text,
+                     item);
+    out.push_back(v);
+  }
+  return out;
 }
 
 std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
@@ -64,10 +121,14 @@ std::string join(const std::vector<std::string>& v) {
 
 // Range and choice checks shared by deck values and --set values; `where` names the source.
 void validate(const KeySpec& spec, const ConfigValue& v, const std::string& where) {
+  if (const auto* list = std::get_if<std::vector<double>>(&v)) {
+    for (double item : *list) validate(spec, item, where);
+    return;
+  }
   double x = 0;
   if (std::holds_alternative<int64_t>(v)) x = static_cast<double>(std::get<int64_t>(v));
   else if (std::holds_alternative<double>(v)) x = std::get<double>(v);
-  if (spec.type == ValueType::Float && !std::isfinite(x))
+  if ((spec.type == ValueType::Float || spec.type == ValueType::FloatList) && !std::isfinite(x))
     HPCT_USAGE_FAIL("{}: {} must be a finite number, is {}", where, spec.name, format_value(v));
   if (spec.min && x < *spec.min)
     HPCT_USAGE_FAIL("{}: {} = {} is out of range: it must be >= {}", where, spec.name, format_value(v), *spec.min);
@@ -123,6 +184,28 @@ ConfigValue from_toml(const KeySpec& spec, const toml::node& node, const std::st
     case ValueType::String:
       if (auto v = node.value_exact<std::string>()) return *v;
       return wrong();
+    case ValueType::StringList: {
+      if (auto v = node.value_exact<std::string>()) return split_list(*v);
+      std::vector<std::string> out;
+      if (!node.is_array()) return wrong();
+      for (const toml::node& item : *node.as_array()) {
+        auto v = item.value_exact<std::string>();
+        if (!v) return wrong();
+        out.push_back(*v);
+      }
+      return out;
+    }
+    case ValueType::FloatList: {
+      if (auto v = node.value_exact<std::string>()) return parse_float_list(spec, *v, where);
+      if (node.is_integer() || node.is_floating_point()) return std::vector<double>{*node.value<double>()};
+      std::vector<double> out;
+      if (!node.is_array()) return wrong();
+      for (const toml::node& item : *node.as_array()) {
+        if (!item.is_integer() && !item.is_floating_point()) return wrong();
+        out.push_back(*item.value<double>());
+      }
+      return out;
+    }
   }
   return wrong();
 }
@@ -154,6 +237,8 @@ ConfigValue from_text(const KeySpec& spec, std::string text, const std::string& 
       if (text.size() >= 2 && ((text.front() == '"' && text.back() == '"') || (text.front() == '\'' && text.back() == '\'')))
         text = text.substr(1, text.size() - 2);
       return text;
+    case ValueType::StringList: return split_list(text);
+    case ValueType::FloatList: return parse_float_list(spec, text, where);
   }
   return fail();
 }
@@ -196,6 +281,19 @@ ConfigSchema& ConfigSchema::string_key(std::string name, std::optional<std::stri
                                        std::vector<std::string> choices) {
   KeySpec s{std::move(name), ValueType::String, std::nullopt, std::move(doc), std::nullopt, std::nullopt,
             std::move(choices)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ConfigSchema& ConfigSchema::string_list_key(std::string name, std::optional<std::vector<std::string>> def,
+                                            std::string doc) {
+  KeySpec s{std::move(name), ValueType::StringList, std::nullopt, std::move(doc), std::nullopt, std::nullopt, {}};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+ConfigSchema& ConfigSchema::float_list_key(std::string name, std::optional<std::vector<double>> def, std::string doc,
+                                           std::optional<double> min, std::optional<double> max) {
+  KeySpec s{std::move(name), ValueType::FloatList, std::nullopt, std::move(doc), min, max, {}};
   if (def) s.default_value = *def;
   return add(std::move(s));
 }
@@ -310,8 +408,9 @@ Config Config::parse(const ConfigSchema& schema, const std::string& deck_text, c
 const ConfigValue& Config::value(const std::string& key, ValueType expected) const {
   auto it = values_.find(key);
   HPCT_CHECK(it != values_.end(), "config key {} is not in the schema", key);
-  const size_t want = expected == ValueType::Int ? 0 : expected == ValueType::Float ? 1 : expected == ValueType::Bool ? 2 : 3;
-  HPCT_CHECK(it->second.index() == want, "config key {} read as {}", key, value_type_name(expected));
+  // the variant's alternatives are in ValueType's order
+  HPCT_CHECK(it->second.index() == static_cast<size_t>(expected), "config key {} read as {}", key,
+             value_type_name(expected));
   return it->second;
 }
 
@@ -320,6 +419,12 @@ double Config::get_float(const std::string& key) const { return std::get<double>
 bool Config::get_bool(const std::string& key) const { return std::get<bool>(value(key, ValueType::Bool)); }
 const std::string& Config::get_string(const std::string& key) const {
   return std::get<std::string>(value(key, ValueType::String));
+}
+const std::vector<std::string>& Config::get_string_list(const std::string& key) const {
+  return std::get<std::vector<std::string>>(value(key, ValueType::StringList));
+}
+const std::vector<double>& Config::get_float_list(const std::string& key) const {
+  return std::get<std::vector<double>>(value(key, ValueType::FloatList));
 }
 bool Config::was_set(const std::string& key) const { return set_.count(key) > 0; }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Input decks: TOML files plus `--set section.key=value` overrides, typed and validated against a schema
-// (DESIGN.md §4). Every key an app reads is declared once in its schema with type, default, range and
+// (docs/contracts.md). Every key an app reads is declared once in its schema with type, default, range and
 // doc; `--help` prints the schema. Errors (unknown key or section, wrong type, out-of-range value,
 // missing required section or key, unparsable TOML) are UsageErrors naming the key and the deck file.
 #include <cstdint>
@@ -12,17 +12,20 @@
 
 namespace hpct {
 
-enum class ValueType { Int, Float, Bool, String };
+// Lists: a TOML array, or (the compact form, also what --set takes) one string of comma-separated items:
+//   mean = [0.485, 0.456, 0.406]    mean = "0.485,0.456,0.406"    --set data.mean=0.485,0.456,0.406
+//   train = ["a.bin", "b.bin"]      train = "a.bin"               --set data.train=a.bin,b.bin   (--set k= : empty)
+enum class ValueType { Int, Float, Bool, String, StringList, FloatList };
 const char* value_type_name(ValueType t);
 
-using ConfigValue = std::variant<int64_t, double, bool, std::string>;
+using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<std::string>, std::vector<double>>;
 
 struct KeySpec {
   std::string name;                      // "section.key"
   ValueType type = ValueType::Int;
   std::optional<ConfigValue> default_value;  // nullopt: the key is required
   std::string doc;
-  std::optional<double> min, max;        // inclusive bounds (Int and Float)
+  std::optional<double> min, max;        // inclusive bounds (Int and Float; every item of a FloatList)
   std::vector<std::string> choices;      // allowed values (String); empty: any
 };
 
@@ -43,6 +46,9 @@ class ConfigSchema {
   ConfigSchema& bool_key(std::string name, std::optional<bool> def, std::string doc);
   ConfigSchema& string_key(std::string name, std::optional<std::string> def, std::string doc,
                            std::vector<std::string> choices = {});
+  ConfigSchema& string_list_key(std::string name, std::optional<std::vector<std::string>> def, std::string doc);
+  ConfigSchema& float_list_key(std::string name, std::optional<std::vector<double>> def, std::string doc,
+                               std::optional<double> min = std::nullopt, std::optional<double> max = std::nullopt);
 
   const KeySpec* find(const std::string& name) const;
   const SectionSpec* find_section(const std::string& name) const;
@@ -71,7 +77,10 @@ class Config {
   double get_float(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   const std::string& get_string(const std::string& key) const;
+  const std::vector<std::string>& get_string_list(const std::string& key) const;
+  const std::vector<double>& get_float_list(const std::string& key) const;
   bool was_set(const std::string& key) const;  // given in the deck or by --set (not a default)
+  bool has_key(const std::string& key) const { return values_.count(key) > 0; }  // declared by the schema
 
   const std::string& deck_path() const { return deck_path_; }
   const std::string& deck_text() const { return deck_text_; }

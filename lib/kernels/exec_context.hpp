@@ -15,7 +15,7 @@ namespace hpct {
 //         convolutions: TF32 tensor ops, cuDNN's legacy API has no bf16 conversion of fp32 data)
 //   FP16  inputs rounded to fp16 (10-bit mantissa, max 65504, normal min 6.1e-5), fp32 accumulation
 //         (CUBLAS_COMPUTE_32F_FAST_16F; cuDNN CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION): needs loss scaling
-//         (train/loss_scaler.hpp) so that small gradients do not flush to zero in the conversion.
+//         (optim/loss_scaler.hpp) so that small gradients do not flush to zero in the conversion.
 // The CPU backend computes FP32 only: an op dispatched to the CPU with another precision throws.
 enum class Precision { FP32, TF32, BF16, FP16 };
 

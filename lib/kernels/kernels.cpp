@@ -256,6 +256,13 @@ void global_avgpool_backward(const ExecContext& ctx, float* dinp, const float* d
 }
 
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) { HPCT_DISPATCH(sum, out, x, n); }
+float sum_to_host(const ExecContext& ctx, float* scratch, const float* x, int64_t n) {
+  sum(ctx, scratch, x, n);
+  float s = 0.0f;
+  copy_to_host(ctx, &s, scratch, 4);
+  synchronize(ctx);  // CUDA copies are asynchronous: s is valid only now (a no-op on the CPU)
+  return s;
+}
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n) {
   HPCT_DISPATCH(sum_squares_accumulate, out, x, n);
 }

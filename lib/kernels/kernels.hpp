@@ -1,6 +1,6 @@
 #pragma once
 // The compute interface of hpctrain: every op the models use, dispatched on ctx.device to a backend
-// (cpu/: OpenMP + OpenBLAS; cuda/: later). Every op has a plain reference twin in reference/reference.hpp
+// (cpu/: OpenMP + OpenBLAS; cuda/: CUDA, cuBLAS, cuDNN). Every op has a plain reference twin in reference/reference.hpp
 // with the same signature minus the context; tests compare the two on random data.
 //
 // Legend: B batch, T time (sequence), C channels, OC output channels, NH heads, HS = C/NH head size,
@@ -248,6 +248,9 @@ void global_avgpool_backward(const ExecContext& ctx, float* dinp /*(N,C,HW)*/, c
 // ---- reductions and optimizer ---------------------------------------------------------------
 // *out = sum of x[i] (accumulated in double, written as float) on ctx.device.
 void sum(const ExecContext& ctx, float* out /*(1)*/, const float* x, int64_t n);
+// The same sum as a host float: sum() into `scratch` (one float on ctx.device), one explicit copy, then
+// synchronize(ctx) (the host reads the copy): all work queued on ctx.stream before has completed on return.
+float sum_to_host(const ExecContext& ctx, float* scratch /*(1)*/, const float* x, int64_t n);
 // *out += sum of x[i]^2 (accumulated in double) on ctx.device; out is a double on the device.
 void sum_squares_accumulate(const ExecContext& ctx, double* out /*(1)*/, const float* x, int64_t n);
 void scale(const ExecContext& ctx, float* x, float s, int64_t n);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/exec_context.hpp"
+#include "optim/optimizer.hpp"
 #include "optim/segment.hpp"
 #include "tensor/tensor.hpp"
 
@@ -25,48 +26,27 @@ struct AdamWConfig {
   float grad_clip = 1.0f;  // 0: no clipping
 };
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   // Unsharded: every tensor whole, gradients in `grads` (same layout as params).
   // decay[i] says whether weight decay applies to params.tensors()[i].
   AdamW(Slab& params, Slab& grads, std::vector<bool> decay, const AdamWConfig& cfg);
   // Sharded: only the given segments (e.g. this rank's ZeRO-1 share).
   AdamW(Slab& params, std::vector<Segment> segments, std::vector<bool> decay, const AdamWConfig& cfg);
-  AdamW(const AdamW&) = delete;
-  AdamW& operator=(const AdamW&) = delete;
 
-  // Sum of squares of the segments' gradients (this rank's share; the caller reduces it over ranks when
-  // the optimizer is sharded), accumulated in double on the device, one explicit copy to the host.
-  // counted (optional, by tensor index): only those tensors' segments count (a replica held by several
-  // ranks of a TP group counts on one of them, DESIGN.md §6).
-  double grad_sumsq(const ExecContext& ctx, const std::vector<bool>* counted = nullptr);
-  // Global L2 norm of all gradients, for the unsharded optimizer.
-  double grad_norm(const ExecContext& ctx);
-  // Clipping factor for a given norm (1 when clipping is off or not needed).
-  float clip_scale(double norm) const;
-  // One update with learning rate lr; gradients are multiplied by grad_scale first. Increments step().
-  void step(const ExecContext& ctx, float lr, float grad_scale);
+  void step(const ExecContext& ctx, float lr, float grad_scale) override;
+  std::vector<StateBuffer> state_buffers() override;
 
-  int64_t step_count() const { return t_; }
-  void set_step_count(int64_t t) { t_ = t; }
-  const std::vector<Segment>& segments() const { return segs_; }
   // exp_avg / exp_avg_sq of segment i: segments()[i].numel() values.
   float* exp_avg(size_t i) { return m_->f32() + segs_[i].state_offset; }
   float* exp_avg_sq(size_t i) { return v_->f32() + segs_[i].state_offset; }
-  int64_t state_numel() const { return state_numel_; }
-  size_t state_bytes() const { return 2 * static_cast<size_t>(state_numel_) * sizeof(float); }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
-  void plan_state();
-  Slab& params_;
-  std::vector<Segment> segs_;
-  std::vector<bool> decay_;
+  size_t state_buffers_count() const override { return 2; }
   AdamWConfig cfg_;
-  Slab state_, norm_;  // state_: exp_avg (state_numel_) then exp_avg_sq; norm_: one double on the device
+  Slab state_;  // exp_avg (state_numel_) then exp_avg_sq
   Tensor *m_ = nullptr, *v_ = nullptr;
-  int64_t state_numel_ = 0;
-  int64_t t_ = 0;
 };
 
 }  // namespace hpct::optim

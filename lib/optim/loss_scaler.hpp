@@ -1,9 +1,10 @@
 #pragma once
-// Loss scaling (deck keys train.loss_scale*, DESIGN.md §7 mixed precision): the loss gradient is multiplied by a scale
-// S before backward, so that small activation gradients survive the fp16 rounding of the tensor-core products
-// (exec_context.hpp); the optimizer receives grad_scale = clip / S, so the update is that of the unscaled gradients.
-// Pure host logic, the same on every rank: it sees only the global sum of squares of the (scaled) gradients, which every
-// rank of every layout holds identically after the gradient-norm reductions (DESIGN.md §6), so all ranks skip alike.
+// Loss scaling (deck keys train.loss_scale*, docs/cuda.md, "Precision and loss scaling"): the loss gradient is
+// multiplied by a scale S before backward, so that small activation gradients survive the fp16 rounding of the
+// tensor-core products (exec_context.hpp); the optimizer receives grad_scale = clip / S, so the update is that of the
+// unscaled gradients. Pure host logic, the same on every rank: it sees only the global sum of squares of the (scaled)
+// gradients, which every rank of every layout holds identically after the gradient-norm reductions
+// (docs/parallelism.md), so all ranks skip alike.
 //
 // Modes (torch.cuda.amp.GradScaler semantics for dynamic; apex's cap on growth):
 //   none     S = 1; a non-finite gradient norm stops the run (training diverged).

@@ -2,7 +2,7 @@
 // Learning-rate schedules over 1-based optimizer steps, all with the same linear warm-up
 // (s / warmup_steps * lr for s <= warmup_steps), then by `kind`:
 //   - Kind::Cosine (the default, GPT decks): cosine decay to final_lr_frac * lr at decay_steps, then flat.
-//     decay_steps is absolute (DESIGN.md §4), so a run stopped early and resumed follows the same schedule.
+//     decay_steps is absolute (docs/contracts.md), so a run stopped early and resumed follows the same schedule.
 //   - Kind::Step (ResNet decks): lr * gamma^k, k = the number of milestones m with m < s, i.e. lr is multiplied by
 //     gamma after m optimizer steps: torch.optim.lr_scheduler.MultiStepLR stepped once per optimizer step (the
 //     caller converts epoch milestones to steps: epoch * steps_per_epoch). Milestones are absolute steps too;

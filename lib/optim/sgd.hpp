@@ -8,12 +8,13 @@
 // checkpoint code drive either optimizer alike: unsharded, the segments are the whole tensors and the gradients
 // the model's gradient slab; under ZeRO-1 they are this rank's share and its reduce-scattered gradients. The state
 // (one momentum buffer) is held only for the segments, back to back, so it is 1/DP of the unsharded figure; the
-// checkpoint stores it per named tensor as /optim/momentum/<name> (DESIGN.md §4). With momentum = 0 there is no
+// checkpoint stores it per named tensor as /optim/momentum/<name> (docs/contracts.md). With momentum = 0 there is no
 // state at all (torch keeps no buffer): has_momentum() is false and state_numel() is 0.
 #include <cstdint>
 #include <vector>
 
 #include "kernels/exec_context.hpp"
+#include "optim/optimizer.hpp"
 #include "optim/segment.hpp"
 #include "tensor/tensor.hpp"
 
@@ -27,7 +28,7 @@ struct SgdConfig {
   float grad_clip = 0.0f;  // 0: no clipping
 };
 
-class Sgd {
+class Sgd final : public Optimizer {
  public:
   // Unsharded: every tensor whole, gradients in `grads` (same layout as params).
   // decay[i] says whether weight decay applies to params.tensors()[i] (the caller's choice: e.g. none on
@@ -35,42 +36,22 @@ class Sgd {
   Sgd(Slab& params, Slab& grads, std::vector<bool> decay, const SgdConfig& cfg);
   // Sharded: only the given segments (e.g. this rank's ZeRO-1 share).
   Sgd(Slab& params, std::vector<Segment> segments, std::vector<bool> decay, const SgdConfig& cfg);
-  Sgd(const Sgd&) = delete;
-  Sgd& operator=(const Sgd&) = delete;
 
-  // Sum of squares of the segments' gradients (this rank's share; the caller reduces it over ranks when the
-  // optimizer is sharded), accumulated in double on the device, one explicit copy to the host.
-  // counted (optional, by tensor index): only those tensors' segments count (a replica counts on one rank).
-  double grad_sumsq(const ExecContext& ctx, const std::vector<bool>* counted = nullptr);
-  // Global L2 norm of all gradients, for the unsharded optimizer.
-  double grad_norm(const ExecContext& ctx);
-  // Clipping factor for a given norm (1 when clipping is off or not needed).
-  float clip_scale(double norm) const;
-  // One update with learning rate lr; gradients are multiplied by grad_scale first. Increments step_count();
-  // the step that makes it 1 initialises the momentum buffers to the gradients (torch: buffer created then), so
-  // a run resumed with set_step_count(t > 0) and its buffers restored continues exactly.
-  void step(const ExecContext& ctx, float lr, float grad_scale);
+  // The step that makes step_count() 1 initialises the momentum buffers to the gradients (torch: buffer created
+  // then), so a run resumed with set_step_count(t > 0) and its buffers restored continues exactly.
+  void step(const ExecContext& ctx, float lr, float grad_scale) override;
+  std::vector<StateBuffer> state_buffers() override;
 
-  int64_t step_count() const { return t_; }
-  void set_step_count(int64_t t) { t_ = t; }
-  const std::vector<Segment>& segments() const { return segs_; }
   bool has_momentum() const { return buf_ != nullptr; }
   // Momentum buffer of segment i: segments()[i].numel() values; null when has_momentum() is false.
   float* momentum(size_t i) { return buf_ ? buf_->f32() + segs_[i].state_offset : nullptr; }
-  int64_t state_numel() const { return state_numel_; }
-  size_t state_bytes() const { return static_cast<size_t>(state_numel_) * sizeof(float); }
   const SgdConfig& config() const { return cfg_; }
 
  private:
-  void plan_state();
-  Slab& params_;
-  std::vector<Segment> segs_;
-  std::vector<bool> decay_;
+  size_t state_buffers_count() const override { return buf_ ? 1 : 0; }
   SgdConfig cfg_;
-  Slab state_, norm_;  // state_: the momentum buffers (state_numel_); norm_: one double on the device
+  Slab state_;  // the momentum buffers (state_numel_)
   Tensor* buf_ = nullptr;
-  int64_t state_numel_ = 0;
-  int64_t t_ = 0;
 };
 
 }  // namespace hpct::optim

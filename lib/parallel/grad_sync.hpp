@@ -1,5 +1,5 @@
 #pragma once
-// Data-parallel gradient synchronisation (DESIGN.md §3): gradients are summed over the DP group in
+// Data-parallel gradient synchronisation (docs/architecture.md): gradients are summed over the DP group in
 // buckets that start as soon as backward has produced them, overlapped with the rest of backward.
 //
 // Buckets: the parameter tensors, walked in reverse layout order (the order backward finishes them),
@@ -11,12 +11,12 @@
 // [first, end) are final (and with an empty range as a progress point). During the last micro-batch
 // (arm()), a bucket whose tensors are all ready is launched at once (MPI_Iallreduce); every hook call
 // drives progress (MPI_Test), because non-blocking MPI collectives progress only inside MPI calls here
-// (PLATFORM.md). finish() launches what is left and waits; the time it blocks is the exposed
+// (docs/platform.md). finish() launches what is left and waits; the time it blocks is the exposed
 // communication of the step. With overlap off, every bucket is launched in finish().
 //
 // On CUDA (NCCL device groups) a bucket's allreduce / reduce-scatter is queued on the dp communicator's stream after
 // the backward kernels queued so far on the compute stream (an event; no host synchronisation), and finish()'s waits
-// are stream-ordered (DESIGN.md §7): the compute stream waits on each bucket's completion event, the host does not
+// are stream-ordered (docs/cuda.md): the compute stream waits on each bucket's completion event, the host does not
 // block. The optimizer's kernels queued afterwards see the reduced gradients; the host reads them (the gradient norm)
 // only after a synchronize of the compute stream, bounded by the ParallelContext's sync guard. last_exposed_ms() and
 // last_gather_ms() are then the host time spent issuing the remaining buckets and their stream waits (about 0), not

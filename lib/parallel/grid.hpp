@@ -1,5 +1,5 @@
 #pragma once
-// The DP x PP x TP process grid (DESIGN.md invariant 2), pure arithmetic (no MPI), unit-tested.
+// The DP x PP x TP process grid (docs/invariants.md, invariant 2), pure arithmetic (no MPI), unit-tested.
 //
 // The order string names the three axes from fastest to slowest varying, e.g. "tp-dp-pp" (the default):
 //     rank = tp + TP * (dp + DP * pp)

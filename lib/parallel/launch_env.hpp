@@ -26,7 +26,7 @@
 //  - in a batch script of several tasks, a direct start (launcher "other", one rank) is a warning only.
 //
 // local_rank: this rank's index among the ranks sharing its node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED, ordered
-// by world rank), whatever the launcher. The CUDA backend (issue 8) chooses its GPU from it:
+// by world rank), whatever the launcher. The CUDA backend chooses its GPU from it:
 // device = local_rank % device count. The trainers keep the LaunchEnv that read_launch_env returns for that.
 #include <cstdint>
 #include <functional>

@@ -1,20 +1,20 @@
 #pragma once
-// ParallelContext: built once in main() and passed down (DESIGN.md invariant 2: no hidden global state).
+// ParallelContext: built once in main() and passed down (docs/invariants.md, invariant 2: no hidden global state).
 // It owns the world communicator and one sub-communicator per grid axis (parallel/grid.hpp): the TP
 // group (adjacent ranks), the DP group (same tp and pp) and the PP group (same tp and dp). Every
 // communicator carries comm.timeout_s, so no wait in the job is unbounded (invariant 3).
-// The embedding group (DESIGN.md §6, tied embeddings under PP) joins the first and the last pipeline stage
+// The embedding group (docs/parallelism.md, tied embeddings under PP) joins the first and the last pipeline stage
 // of the same (tp, dp): they both hold the embedding and sum its gradient over this group. Ranks of the
 // middle stages have none (has_embedding_group() false); at PP = 1 it is the rank alone.
 //
-// Host and device communicators (DESIGN.md §7: the communicator matches the device). world(), tp_group(),
+// Host and device communicators (docs/cuda.md: the communicator matches the device). world(), tp_group(),
 // dp_group(), pp_group() and embedding_group() are MpiCommunicators and take host buffers: the run's host-side
 // decisions and scalars (stop flags, barriers, checkpoint manifests, loss and norm sums, replica CRCs) and the pipeline's
 // host-staged activations. The device_*_group() communicators carry buffers on device(): on the CPU they are those same
 // MPI communicators; on CUDA they are NcclCommunicators over the same ranks (bootstrapped over the matching MPI group,
 // MPI_Bcast of the unique id), whose operations start after the work queued so far on the compute stream (exec.stream)
 // and whose Work::wait() is stream-ordered: the compute stream waits for them, the host does not
-// (comm/nccl_communicator.hpp; DESIGN.md §7): gradient buckets, tensor-parallel activations and gradients, the
+// (comm/nccl_communicator.hpp; docs/cuda.md): gradient buckets, tensor-parallel activations and gradients, the
 // tied-embedding gradient, SyncBN statistics, ZeRO's parameter gathers. The host reads their results only after a copy
 // on the compute stream and kernels::synchronize(exec()).
 //

@@ -12,9 +12,30 @@ ScheduleKind parse_schedule_kind(const std::string& s) {
   HPCT_USAGE_FAIL("parallel.schedule = \"{}\": use \"gpipe\" or \"1f1b\"", s);
 }
 
-const char* schedule_kind_name(ScheduleKind k) { return k == ScheduleKind::GPipe ? "gpipe" : "1f1b"; }
+const char* schedule_kind_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::None: return "none";
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+  }
+  return "?";
+}
+
+ScheduleKind schedule_kind_for(int pp_size, ScheduleKind requested) {
+  return pp_size == 1 ? ScheduleKind::None : requested;
+}
 
 namespace {
+
+std::vector<Action> sequential_schedule(int n_micro) {
+  std::vector<Action> a;
+  a.reserve(2 * static_cast<size_t>(n_micro));
+  for (int j = 0; j < n_micro; ++j) {
+    a.push_back({Action::Forward, j});
+    a.push_back({Action::Backward, j});
+  }
+  return a;
+}
 
 std::vector<Action> gpipe_schedule(int n_micro) {
   std::vector<Action> a;
@@ -47,6 +68,9 @@ std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int pp_rank, i
   HPCT_CHECK(pp_size >= 1 && pp_rank >= 0 && pp_rank < pp_size, "pipeline stage {} of {}", pp_rank, pp_size);
   HPCT_CHECK(n_micro >= 1, "n_micro = {} (at least 1 micro-batch)", n_micro);
   switch (kind) {
+    case ScheduleKind::None:
+      HPCT_CHECK(pp_size == 1, "schedule \"none\" is the schedule of one stage, not of {} stages", pp_size);
+      return sequential_schedule(n_micro);
     case ScheduleKind::GPipe: return gpipe_schedule(n_micro);
     case ScheduleKind::OneFOneB: return one_f_one_b_schedule(pp_size, pp_rank, n_micro);
   }
@@ -98,7 +122,7 @@ double theoretical_bubble(int pp_size, int n_micro) {
 
 PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device)
     : schedule_(schedule), numel_(activation_numel), slab_("pipeline_buffers", device) {
-  HPCT_CHECK(activation_numel > 0, "activation_numel = {}", activation_numel);
+  HPCT_CHECK(activation_numel >= 0, "activation_numel = {}", activation_numel);
   const int m = schedule_micro_batches(schedule_);
   slots_ = max_in_flight(schedule_);
   // A micro-batch takes the lowest free slot at its forward and frees it at its backward.
@@ -124,11 +148,13 @@ PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t ac
       bwd_order_.push_back(a.micro);
     }
   }
-  act_in_ = &slab_.add("act_in", {slots_, numel_});
-  act_out_ = &slab_.add("act_out", {slots_, numel_});
-  grad_in_ = &slab_.add("grad_in", {slots_, numel_});
-  grad_out_ = &slab_.add("grad_out", {slots_, numel_});
-  slab_.allocate();
+  if (numel_ > 0) {  // a single stage (activation_numel 0) exchanges nothing
+    act_in_ = &slab_.add("act_in", {slots_, numel_});
+    act_out_ = &slab_.add("act_out", {slots_, numel_});
+    grad_in_ = &slab_.add("grad_in", {slots_, numel_});
+    grad_out_ = &slab_.add("grad_out", {slots_, numel_});
+    slab_.allocate();
+  }
   recv_act_.resize(static_cast<size_t>(slots_));
   send_act_.resize(static_cast<size_t>(slots_));
   recv_grad_.resize(static_cast<size_t>(slots_));
@@ -232,6 +258,9 @@ PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& s
   HPCT_CHECK(stage.activation_numel() == buffers.activation_numel(),
              "pipeline buffers hold {} floats per activation, the stage exchanges {}", buffers.activation_numel(),
              stage.activation_numel());
+  HPCT_CHECK(buffers.activation_numel() > 0 || transport.stages() == 1,
+             "a stage that exchanges no activation (activation_numel 0) cannot run in a pipeline of {} stages",
+             transport.stages());
   HPCT_CHECK(transport.device() == buffers.device(), "pipeline buffers are on {}; the transport ({}) takes {} buffers",
              device_name(buffers.device()), transport.describe(), device_name(transport.device()));
   const int m = buffers.n_micro();
@@ -246,10 +275,15 @@ PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& s
   if (options.barrier) transport.barrier("pipeline step start");
   Timer total;
   r.post_ready_act_recvs();  // the first micro-batch of every slot
+  const int last_backward = static_cast<int>(r.b.bwd_order_.back());
   for (const Action& a : schedule) {
     transport.progress();  // drive the sends and receives in flight (MPI progresses only inside MPI calls)
-    if (a.op == Action::Forward) r.forward(stage, a.micro);
-    else r.backward(stage, a.micro);
+    if (a.op == Action::Forward) {
+      r.forward(stage, a.micro);
+    } else {
+      if (a.micro == last_backward && options.before_last_backward) options.before_last_backward();
+      r.backward(stage, a.micro);
+    }
   }
   for (size_t k = 0; k < static_cast<size_t>(buffers.slots()); ++k) {
     r.finish(buffers.send_act_[k]);

@@ -1,8 +1,12 @@
 #pragma once
-// Pipeline-parallel schedules and their executor (DESIGN.md §3 and §6, STYLE.md "Parallelism like
-// Megatron-Core"). Generic: a stage is anything that implements PipelineStage; the GPT model plugs in later.
+// Pipeline-parallel schedules and their executor (docs/architecture.md and docs/parallelism.md, docs/style.md
+// "Parallelism like Megatron-Core"). Generic: a stage is anything that implements PipelineStage; the GPT model plugs in
+// through GptStage (lib/models/gpt/gpt_stage.hpp).
 //
 // Schedule: the ordered list of actions one stage performs in one optimizer step, over n_micro micro-batches.
+//  - none: no pipeline (pp = 1): the one stage runs each micro-batch's forward and backward back to back,
+//    F0 B0 F1 B1 ... (1F1B of a single stage; what plain gradient accumulation does). Every training step runs
+//    through a schedule, so the training loop has one path for every layout.
 //  - GPipe: all forwards F0 .. F(m-1), then all backwards in reverse order B(m-1) .. B0 (as in GPipe /
 //    torchgpipe, where autograd walks the micro-batches back; the last micro-batch forwarded is the first one
 //    whose gradient the next stage can return). Activations in flight: m.
@@ -34,14 +38,14 @@
 // that micro-batch, before its backward waits for it. So no wait depends on a receive not yet posted, and no schedule
 // whose actions respect the data dependencies deadlocks (the classic 1F1B pitfall: two neighbours both blocked in a
 // send to each other). Every wait is the communicator's, bounded by comm.timeout_s, and names the micro-batch and
-// peer. Sends of large activations (rendezvous protocol) progress only inside MPI calls (PLATFORM.md): the executor
-// calls the transport's progress() between actions.
-// With stream-ordered waits (NCCL, DESIGN.md §7) the same waits happen on the GPU: a receive starts after the
+// peer. Sends of large activations (rendezvous protocol) progress only inside MPI calls (docs/platform.md): the
+// executor calls the transport's progress() between actions.
+// With stream-ordered waits (NCCL, docs/cuda.md) the same waits happen on the GPU: a receive starts after the
 // kernels queued before it on the compute stream (so it cannot overwrite a slot still being read), a send after the
 // kernels that produced its buffer, and wait() makes the compute stream wait; the host runs through the whole schedule
 // without blocking. The stage's buffers are then device memory (PipelineBuffers on transport.device()).
 //
-// Memory (DESIGN.md invariant 7): PipelineBuffers is planned from the schedule before the step: one slot per
+// Memory (docs/invariants.md, invariant 7): PipelineBuffers is planned from the schedule before the step: one slot per
 // activation in flight (max_in_flight(): m for GPipe, min(p - r, m) for 1F1B), each slot holding the
 // received input, the output being sent, the received gradient and the gradient being sent of one
 // micro-batch. A slot is taken by a micro-batch at its forward and released at its backward; a send buffer
@@ -59,6 +63,7 @@
 // same window and the idle of the stages that finish early (the last stage's cool-down) is counted; without
 // it, total_ms runs from entry to the completion of this stage's last send.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,10 +73,13 @@
 
 namespace hpct::parallel {
 
-enum class ScheduleKind { GPipe, OneFOneB };
+enum class ScheduleKind { None, GPipe, OneFOneB };
 // "gpipe" | "1f1b" (deck key parallel.schedule); anything else is a UsageError naming the accepted values.
 ScheduleKind parse_schedule_kind(const std::string& s);
-const char* schedule_kind_name(ScheduleKind k);  // "gpipe" | "1f1b"
+const char* schedule_kind_name(ScheduleKind k);  // "none" | "gpipe" | "1f1b"
+// The schedule a run uses: None for one stage (whatever the deck asks for: its order is then the only one), else
+// the requested kind.
+ScheduleKind schedule_kind_for(int pp_size, ScheduleKind requested);
 
 struct Action {
   enum Op { Forward, Backward } op;
@@ -117,10 +125,13 @@ struct PipelineStats {
 
 struct PipelineRunOptions {
   bool barrier = true;  // entry and exit barriers over pp: every stage measures the same window
+  // Called right before the stage's last backward of the step (e.g. to arm the data-parallel gradient sync, whose
+  // buckets can then go out while that backward produces the final gradients); empty: nothing.
+  std::function<void()> before_last_backward;
 };
 
 // The communication buffers of one stage for one schedule, planned before the step (see above), on `device` (the
-// transport's).
+// transport's). activation_numel 0 (a single stage, which exchanges nothing): no buffers at all.
 class PipelineBuffers {
  public:
   PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device = Device::CPU);

@@ -1,6 +1,6 @@
 #pragma once
 // How a pipeline stage exchanges activations and gradients with its neighbours (the executor's four transfers,
-// parallel/pipeline_schedule.hpp), behind one interface with two implementations (STYLE.md: swappable concerns):
+// parallel/pipeline_schedule.hpp), behind one interface with two implementations (docs/style.md: swappable concerns):
 //
 //  - MpiPipelineTransport: host buffers over the pp group (an MpiCommunicator): tags 2j for the activation and 2j + 1
 //    for the gradient of micro-batch j, so receives may be posted in any order. The CPU backend's transport, and the
@@ -45,7 +45,7 @@ class PipelineTransport {
   // The gradient of micro-batch `micro` (w.r.t. the activation) to stage()-1 / from stage()+1.
   virtual comm::WorkPtr send_gradient(const float* buf, int64_t n, int micro, const std::string& what) = 0;
   virtual comm::WorkPtr recv_gradient(float* buf, int64_t n, int micro, const std::string& what) = 0;
-  // Drives the transfers in flight (MPI progresses only inside MPI calls, PLATFORM.md).
+  // Drives the transfers in flight (MPI progresses only inside MPI calls, docs/platform.md).
   virtual void progress() = 0;
   // A host barrier over the pp group (the executor's entry and exit barriers).
   virtual void barrier(const std::string& what) = 0;

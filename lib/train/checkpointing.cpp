@@ -68,18 +68,10 @@ void add_pieces(std::vector<ckpt::Piece>& out, const std::string& dataset, const
 
 }  // namespace
 
-OptimizerState optimizer_state(optim::AdamW& opt) {
+OptimizerState optimizer_state(optim::Optimizer& opt) {
   OptimizerState s;
   s.segments = &opt.segments();
-  s.buffers.emplace_back("exp_avg", [&opt](size_t i) { return opt.exp_avg(i); });
-  s.buffers.emplace_back("exp_avg_sq", [&opt](size_t i) { return opt.exp_avg_sq(i); });
-  return s;
-}
-
-OptimizerState optimizer_state(optim::Sgd& opt) {
-  OptimizerState s;
-  s.segments = &opt.segments();
-  if (opt.has_momentum()) s.buffers.emplace_back("momentum", [&opt](size_t i) { return opt.momentum(i); });
+  for (optim::Optimizer::StateBuffer& b : opt.state_buffers()) s.buffers.emplace_back(b.name, std::move(b.of_segment));
   return s;
 }
 
@@ -235,41 +227,6 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
   return r;
 }
 
-std::string resolve_resume(const std::string& resume, const std::string& root, const std::string& deck_path) {
-  if (resume == "none" || resume.empty()) return "";
-  if (resume == "latest") return ckpt::resolve_latest(root);
-  fs::path p(resume);
-  if (fs::is_directory(p) && !fs::exists(p / "index.h5") && fs::exists(p / "latest")) {
-    const std::string r = ckpt::resolve_latest(p.string());  // a checkpoints/ directory
-    HPCT_USAGE_CHECK(!r.empty(), "checkpoint.resume = {}: no checkpoint in that directory", resume);
-    return r;
-  }
-  if (fs::is_directory(p) && !fs::exists(p / "index.h5") && fs::exists(p / "checkpoints" / "latest"))
-    return ckpt::resolve_latest((p / "checkpoints").string());  // a run directory
-  HPCT_USAGE_CHECK(fs::exists(p / "index.h5"),
-                   "deck {}: checkpoint.resume = {}: not a checkpoint (no {}); give a step_XXXXXXXX directory, "
-                   "\"latest\" or \"none\"",
-                   deck_path, resume, (p / "index.h5").string());
-  return p.string();
-}
-
-int64_t verify_collective(comm::Communicator& world, const std::string& dir) {
-  std::string err;
-  int64_t bytes = 0;
-  try {
-    bytes = ckpt::verify(dir, world.rank(), world.size());
-  } catch (const Error& e) {
-    err = e.cause();
-  }
-  const std::vector<std::string> errs = allgather_strings(world, err, "checkpoint verification");
-  for (size_t r = 0; r < errs.size(); ++r)
-    HPCT_USAGE_CHECK(errs[r].empty(), "cannot resume: {} (found by rank {}); resume from an earlier checkpoint with "
-                                      "--set checkpoint.resume=<dir>/checkpoints/step_XXXXXXXX",
-                     errs[r], r);
-  world.allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint verification (bytes)");
-  return bytes;
-}
-
 void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
                      const OptimizerState& opt, Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
@@ -313,32 +270,6 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
       for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end))
         reader.read(ds, global_box(pl, b.offset), b.count, DType::F32, dst + (b.flat_begin - s.begin));
     }
-  }
-}
-
-void check_resume_compatible(const Config& deck, const ConfigSchema& schema, const ckpt::Reader& reader) {
-  const auto it = reader.attrs().strings.find("deck");
-  HPCT_USAGE_CHECK(it != reader.attrs().strings.end(), "checkpoint {} has no deck attribute", reader.dir());
-  const Config old = Config::parse(schema, it->second, reader.dir() + "/index.h5:deck");
-  std::vector<std::string> keys;
-  for (const auto& k : schema.keys())
-    if (k.name.rfind("model.", 0) == 0 || k.name.rfind("optim.", 0) == 0) keys.push_back(k.name);
-  keys.push_back("train.seed");
-  keys.push_back("train.global_batch");
-  for (const auto& key : keys) {
-    const KeySpec* spec = schema.find(key);
-    std::string a, b;
-    switch (spec->type) {
-      case ValueType::Int: a = std::to_string(old.get_int(key)), b = std::to_string(deck.get_int(key)); break;
-      case ValueType::Float: a = fmt::format("{}", old.get_float(key)), b = fmt::format("{}", deck.get_float(key)); break;
-      case ValueType::Bool: a = old.get_bool(key) ? "true" : "false", b = deck.get_bool(key) ? "true" : "false"; break;
-      case ValueType::String: a = old.get_string(key), b = deck.get_string(key); break;
-    }
-    HPCT_USAGE_CHECK(a == b,
-                     "deck {}: {} = {} but checkpoint {} was written with {} = {}; model, optim, train.seed and "
-                     "train.global_batch must match to resume (steps, log, checkpoint and parallel keys may change); "
-                     "restore the value or start fresh with --set checkpoint.resume=none and another --out",
-                     deck.deck_path(), key, b, reader.dir(), key, a);
   }
 }
 

@@ -18,8 +18,7 @@
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "kernels/exec_context.hpp"
-#include "optim/adamw.hpp"
-#include "optim/sgd.hpp"
+#include "optim/optimizer.hpp"
 #include "parallel/parallel_context.hpp"
 #include "tensor/tensor.hpp"
 
@@ -52,10 +51,9 @@ struct OptimizerState {
   const std::vector<optim::Segment>* segments = nullptr;
   std::vector<std::pair<std::string, std::function<float*(size_t)>>> buffers;
 };
-OptimizerState optimizer_state(optim::AdamW& opt);
-OptimizerState optimizer_state(optim::Sgd& opt);
+OptimizerState optimizer_state(optim::Optimizer& opt);
 
-// What a checkpoint writes and reads, as host memory (DESIGN.md §7: the host reads device memory only through explicit
+// What a checkpoint writes and reads, as host memory (docs/cuda.md: the host reads device memory only through explicit
 // copies): the parameters, the optimizer's state buffers and the extra tensors (the BN running statistics). For a run on
 // a device it holds host slabs of the same tensors, planned once before the first step (not per save), and copies
 // through them; on the CPU it holds nothing and hands out the run's own tensors, zero-copy (the CPU path unchanged).
@@ -103,25 +101,13 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
                            const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
                            const ckpt::Attrs& attrs, Slab* extra = nullptr);
 
-// Resolves checkpoint.resume: "none" -> "", "latest" -> the newest complete checkpoint under root or ""
-// (no checkpoint yet), anything else -> that path (an error if it is not a checkpoint directory).
-std::string resolve_resume(const std::string& resume, const std::string& root, const std::string& deck_path);
-
-// Verifies every shard of dir (split over the ranks of comm) and turns any problem into a UsageError
-// raised on every rank with the failing rank's message (so rank 0 prints it). Returns bytes checked.
-int64_t verify_collective(comm::Communicator& world, const std::string& dir);
-
 // Loads this rank's parameters (its hyperslab of every global tensor) and optimizer segments from dir,
 // whatever layout wrote it, into host memory (for a run on a device: CheckpointStaging's views, then to_device()).
 void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
                      const OptimizerState& opt, Slab* extra = nullptr);
 
-// Checks that the checkpoint's deck agrees with this run on the keys that must not change across a
-// restart (model.*, optim.*, train.seed, train.global_batch); UsageError naming the first difference.
-void check_resume_compatible(const Config& deck, const ConfigSchema& schema, const ckpt::Reader& reader);
-
 // CRC32C of the parameter slab (host memory: on a device, CheckpointStaging::params() after to_host()), allgathered
-// over comm (an MPI group: host buffers): replicas must be bitwise equal (DESIGN.md §6).
+// over comm (an MPI group: host buffers): replicas must be bitwise equal (docs/parallelism.md).
 // Throws naming the ranks that disagree.
 // which (optional, by tensor index): only those tensors (e.g. the TP-replicated ones over the TP group).
 void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when,

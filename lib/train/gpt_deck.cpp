@@ -1,5 +1,8 @@
 #include "train/gpt_deck.hpp"
 
+#include "core/format.hpp"
+#include "models/gpt/gpt_layout.hpp"
+#include "train/loss_scaling.hpp"
 #include "train/run_support.hpp"
 
 namespace hpct::train {
@@ -46,7 +49,7 @@ const ConfigSchema& gpt_deck_schema() {
     s.float_key("optim.grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
 
     s.section("parallel", false, "the DP x TP x PP layout (DP = world / (TP x PP)) and data-parallel gradient sync");
-    s.int_key("parallel.tp", 1, "tensor-parallel size (1 in this version)", 1, 4096);
+    s.int_key("parallel.tp", 1, "tensor-parallel size: attention heads, MLP and vocabulary split over this many ranks", 1, 4096);
     s.int_key("parallel.pp", 1, "pipeline-parallel size (blocks split into stages)", 1, 4096);
     s.string_key("parallel.order", "tp-dp-pp", "grid order, fastest axis first: rank = tp + TP*(dp + DP*pp) for "
                                                "tp-dp-pp", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
@@ -66,6 +69,24 @@ const ConfigSchema& gpt_deck_schema() {
     return s;
   }();
   return schema;
+}
+
+GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
+  GptDeck d;
+  d.model = gpt::GptConfig::from_deck(deck);
+  gpt::validate_model_parallel(d.model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", deck.deck_path()));
+  d.train_path = resolve_data_path(deck.get_string("data.train"));
+  d.val_path = resolve_data_path(deck.get_string("data.val"));
+  d.eval_sequences = static_cast<int>(deck.get_int("data.eval_sequences"));
+  d.adamw.beta1 = static_cast<float>(deck.get_float("optim.beta1"));
+  d.adamw.beta2 = static_cast<float>(deck.get_float("optim.beta2"));
+  d.adamw.eps = static_cast<float>(deck.get_float("optim.eps"));
+  d.adamw.weight_decay = static_cast<float>(deck.get_float("optim.weight_decay"));
+  d.adamw.grad_clip = static_cast<float>(deck.get_float("optim.grad_clip"));
+  d.lr = read_cosine_schedule(deck, run.train.steps);
+  d.sample = {static_cast<int>(deck.get_int("sample.tokens")), deck.get_float("sample.temperature"),
+              static_cast<int>(deck.get_int("sample.top_k")), deck.get_string("sample.prompt")};
+  return d;
 }
 
 }  // namespace hpct::train

@@ -1,9 +1,30 @@
 #pragma once
-// The deck schema of train_gpt: every key, its type, default, range and doc (printed by --help).
+// The deck of train_gpt: its schema (every key, type, default, range and doc, printed by --help) and its typed
+// sections, read and validated once (read_gpt_deck) next to the shared ones (train/run_config.hpp).
+#include <string>
+
 #include "core/config.hpp"
+#include "models/gpt/gpt.hpp"
+#include "models/gpt/gpt_sample.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+#include "train/run_config.hpp"
 
 namespace hpct::train {
 
 const ConfigSchema& gpt_deck_schema();
+
+struct GptDeck {
+  gpt::GptConfig model;        // [model]
+  std::string train_path;      // data.train, resolved against $HPCT_DATA_DIR
+  std::string val_path;        // data.val, resolved
+  int eval_sequences = 0;      // data.eval_sequences
+  optim::AdamWConfig adamw;    // optim.beta1, beta2, eps, weight_decay, grad_clip
+  optim::LrSchedule lr;        // optim.lr, final_lr_frac, warmup_steps, decay_steps (derived: see run_config.hpp)
+  gpt::SampleOptions sample;   // [sample]
+};
+
+// The app's own sections, and the model against the layout (heads and layers divisible by TP and PP).
+GptDeck read_gpt_deck(const Config& deck, const RunConfig& run);
 
 }  // namespace hpct::train

@@ -1,5 +1,5 @@
 #pragma once
-// metrics.jsonl (DESIGN.md §4): one JSON object per optimizer step, floats printed with %.9g.
+// metrics.jsonl (docs/contracts.md): one JSON object per optimizer step, floats printed with %.9g.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,7 +13,7 @@ namespace hpct::train {
 class MetricsWriter {
  public:
   // keep_through_step < 0: a fresh run, truncates. Otherwise (a resumed run) the records with a step
-  // greater than keep_through_step are dropped first and the file is appended (DESIGN.md §4).
+  // greater than keep_through_step are dropped first and the file is appended (docs/contracts.md).
   explicit MetricsWriter(const std::string& path, int64_t keep_through_step = -1);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;

@@ -1,5 +1,16 @@
 #include "train/resnet_deck.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include <fmt/ranges.h>
+
+#include "core/format.hpp"
+#include "train/loss_scaling.hpp"
 #include "train/run_support.hpp"
 
 namespace hpct::train {
@@ -21,8 +32,8 @@ const ConfigSchema& resnet_deck_schema() {
                             "against $HPCT_DATA_DIR");
     s.string_key("data.train", std::nullopt, "training split, e.g. fmnist_train.h5");
     s.string_key("data.test", std::nullopt, "evaluation split, e.g. fmnist_test.h5 (test accuracy)");
-    s.string_key("data.mean", "0.2860", "per-channel mean of pixel/255, comma-separated (1 or C values)");
-    s.string_key("data.std", "0.3530", "per-channel std of pixel/255, comma-separated (1 or C values)");
+    s.float_list_key("data.mean", std::vector<double>{0.2860}, "per-channel mean of pixel/255 (1 or C values)");
+    s.float_list_key("data.std", std::vector<double>{0.3530}, "per-channel std of pixel/255 (1 or C values)");
     s.int_key("data.crop_pad", 0, "random crop with this much zero padding (0: off); torchvision RandomCrop(H, pad)",
               0, 1 << 16);
     s.bool_key("data.flip", false, "random horizontal flip with probability 1/2");
@@ -52,8 +63,8 @@ const ConfigSchema& resnet_deck_schema() {
                                              "at each milestone epoch)", {"cosine", "step"});
     s.float_key("optim.final_lr_frac", 0.0, "cosine: lr at decay_steps as a fraction of optim.lr", 0.0, 1.0);
     s.int_key("optim.decay_steps", 0, "cosine: absolute step where the decay ends (0: the run's last step)", 0, 1e12);
-    s.string_key("optim.milestones", "", "step: comma-separated epochs after which lr is multiplied by gamma (e.g. "
-                                         "\"30,60,80\")");
+    s.float_list_key("optim.milestones", std::vector<double>{},
+                     "step: the epochs after which lr is multiplied by gamma (e.g. [30, 60, 80] or \"30,60,80\")");
     s.float_key("optim.gamma", 0.1, "step: the factor at each milestone", 0.0, 1.0);
     s.int_key("optim.warmup_steps", 0, "linear warm-up steps", 0, 1e12);
     s.float_key("optim.label_smoothing", 0.0, "label smoothing of the cross-entropy (torch's label_smoothing; "
@@ -74,6 +85,78 @@ const ConfigSchema& resnet_deck_schema() {
     return s;
   }();
   return schema;
+}
+
+
+ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
+  const int64_t GB = run.train.global_batch;
+  ResNetDeck d{data::ImageDataset::open(resolve_data_path(deck.get_string("data.train"))),
+               data::ImageDataset::open(resolve_data_path(deck.get_string("data.test"))), {}, {}, {}, 0, 0, 0, {}, {}, false, {}};
+  const data::ImageDataset &train_set = d.train_set, &test_set = d.test_set;
+  HPCT_USAGE_CHECK(test_set.channels() == train_set.channels() && test_set.height() == train_set.height() &&
+                       test_set.width() == train_set.width(),
+                   "deck {}: data.test {} holds {}x{}x{} images but data.train {} holds {}x{}x{}; both splits must have "
+                   "one image shape",
+                   deck.deck_path(), test_set.path(), test_set.channels(), test_set.height(), test_set.width(),
+                   train_set.path(), train_set.channels(), train_set.height(), train_set.width());
+  HPCT_USAGE_CHECK(GB <= train_set.size(), "deck {}: train.global_batch = {} is larger than data.train {} ({} images)",
+                   deck.deck_path(), GB, train_set.path(), train_set.size());
+  const int classes = std::max(train_set.num_classes(), test_set.num_classes());
+  d.cfg = resnet::ResNetConfig::from_deck(deck, train_set.channels(), train_set.height(), train_set.width(), classes);
+  HPCT_USAGE_CHECK(d.cfg.num_classes >= classes,
+                   "deck {}: model.num_classes = {} but the datasets have {} classes; raise it or set 0 (the dataset's)",
+                   deck.deck_path(), d.cfg.num_classes, classes);
+  const auto floats = [&](const std::string& key) {
+    const std::vector<double>& v = deck.get_float_list(key);
+    return std::vector<float>(v.begin(), v.end());
+  };
+  d.norm.mean = floats("data.mean");
+  d.norm.std = floats("data.std");
+  const auto n_ok = [&](size_t n) { return n == 1 || n == static_cast<size_t>(train_set.channels()); };
+  HPCT_USAGE_CHECK(n_ok(d.norm.mean.size()) && n_ok(d.norm.std.size()),
+                   "deck {}: data.mean has {} and data.std {} values; give 1 or C = {} values each", deck.deck_path(),
+                   d.norm.mean.size(), d.norm.std.size(), train_set.channels());
+  for (float s : d.norm.std) HPCT_USAGE_CHECK(s > 0, "deck {}: data.std values must be positive", deck.deck_path());
+  d.aug.pad = static_cast<int>(deck.get_int("data.crop_pad"));
+  d.aug.flip = deck.get_bool("data.flip");
+  HPCT_USAGE_CHECK(d.aug.pad <= std::min(train_set.height(), train_set.width()),
+                   "deck {}: data.crop_pad = {} is larger than the image ({}x{})", deck.deck_path(), d.aug.pad,
+                   train_set.height(), train_set.width());
+  const int64_t spe = train_set.size() / GB;  // as ImageBatchSampler::steps_per_epoch()
+  d.epochs = deck.get_int("train.epochs");
+  d.steps = d.epochs > 0 ? d.epochs * spe : run.train.steps;
+  d.n_eval = deck.get_int("data.eval_images");
+  d.n_eval = d.n_eval > 0 ? std::min<int64_t>(d.n_eval, test_set.size()) : test_set.size();
+
+  std::vector<int64_t> milestones;  // optimizer steps
+  for (double e : deck.get_float_list("optim.milestones")) {
+    HPCT_USAGE_CHECK(e == std::floor(e) && e > static_cast<double>(milestones.empty() ? 0 : milestones.back() / spe),
+                     "deck {}: optim.milestones = [{}]: epochs must be ascending positive integers",
+                     deck.deck_path(), fmt::join(deck.get_float_list("optim.milestones"), ", "));
+    milestones.push_back(static_cast<int64_t>(e) * spe);
+  }
+  d.sync_bn = deck.get_bool("model.sync_bn");
+  d.lr_kind = deck.get_string("optim.schedule");
+  if (d.lr_kind == "step") {
+    HPCT_USAGE_CHECK(!milestones.empty(), "deck {}: optim.schedule = \"step\" needs optim.milestones (epochs, e.g. "
+                                          "\"30,60,80\")", deck.deck_path());
+    d.sched.lr = deck.get_float("optim.lr");
+    d.sched.warmup_steps = deck.get_int("optim.warmup_steps");
+    d.sched.kind = optim::LrSchedule::Kind::Step;
+    d.sched.gamma = deck.get_float("optim.gamma");
+    d.sched.milestones = milestones;
+  } else {
+    d.sched = read_cosine_schedule(deck, d.steps);
+  }
+  d.sgd.momentum = static_cast<float>(deck.get_float("optim.momentum"));
+  d.sgd.nesterov = deck.get_bool("optim.nesterov");
+  d.sgd.dampening = static_cast<float>(deck.get_float("optim.dampening"));
+  d.sgd.weight_decay = static_cast<float>(deck.get_float("optim.weight_decay"));
+  d.sgd.grad_clip = static_cast<float>(deck.get_float("optim.grad_clip"));
+  HPCT_USAGE_CHECK(!d.sgd.nesterov || (d.sgd.momentum > 0 && d.sgd.dampening == 0),
+                   "deck {}: optim.nesterov = true needs optim.momentum > 0 and optim.dampening = 0 (torch.optim.SGD)",
+                   deck.deck_path());
+  return d;
 }
 
 }  // namespace hpct::train

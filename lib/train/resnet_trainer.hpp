@@ -1,8 +1,8 @@
 #pragma once
-// The ResNet training loop (apps/train_resnet): HDF5 image data -> this DP rank's block of the global batch ->
-// micro-batches -> forward/backward (BatchNorm or SyncBN over DP) -> bucketed gradient sync (ZeRO-1 optional) ->
-// clip -> SGD (momentum, Nesterov) -> metrics (loss, accuracy, images/s), test accuracy per epoch, checkpoints with
-// the BN running statistics, signals and deadline (DESIGN.md §3, §4). Data-parallel only (parallel.tp = pp = 1).
+// train_resnet: the ResNet as a task of the one training loop (train/training_loop.hpp): HDF5 image data -> this DP
+// rank's micro-batches -> forward/backward (BatchNorm or SyncBN over DP) -> SGD (momentum, Nesterov); accuracy,
+// test loss and accuracy per epoch, checkpoints with the BN running statistics (docs/architecture.md,
+// docs/contracts.md). Data-parallel only (parallel.tp = pp = 1).
 #include "core/config.hpp"
 #include "train/run_support.hpp"
 

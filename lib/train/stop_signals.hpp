@@ -1,5 +1,5 @@
 #pragma once
-// Preemption: SIGUSR1 / SIGTERM ask the job to checkpoint and exit with code 3 (DESIGN.md §4). The
+// Preemption: SIGUSR1 / SIGTERM ask the job to checkpoint and exit with code 3 (docs/contracts.md). The
 // handlers only set a flag; the trainer agrees on it once per step with one allreduce(MAX) together
 // with the deadline and the minutes cadence, so every rank checkpoints at the same step.
 namespace hpct::train {

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""The apps on a GPU (issue 8, item 3) against the CPU and against themselves, through their contracts only
+"""The apps on a GPU against the CPU and against themselves, through their contracts only
 (command line, --set, metrics.jsonl, checkpoints; docs/contracts.md). One scenario per invocation (or `all`):
 
   gpt       train_gpt inputs/gpt_tiny.toml, 10 steps, world 1, train.device=cuda vs train.device=cpu (same deck,
-            same seed): every step's loss and the val loss within 1e-5 relative (fp32; the issue's criterion); the
+            same seed): every step's loss and the val loss within 1e-5 relative (fp32; the acceptance criterion); the
             initial parameters and every batch (--dump) bitwise equal: all random draws are made on the host by the
             counter-based RNG and copied, which is how the RNG is bit-identical on the GPU (docs/cuda.md)
   resnet    train_resnet inputs/resnet_tiny.toml, 10 steps, likewise; plus a CPU rounding control (information):

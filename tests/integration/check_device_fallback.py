@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""train.device on a machine without a usable GPU (issue 8: "train.device=auto falls back to CPU with a log line when
-no GPU is visible"), through the apps' contracts only (command line, stdout/stderr, exit codes, metrics.jsonl, the
+"""train.device on a machine without a usable GPU ("train.device=auto falls back to CPU with a log line when no
+GPU is visible"), through the apps' contracts only (command line, stdout/stderr, exit codes, metrics.jsonl, the
 final checkpoint). For one app (train_gpt or train_resnet) and its tiny deck, 3 steps:
 
   auto   train.device=auto runs on the CPU (the layout line says `device cpu`), prints the fallback line

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Data parallelism and HDF5 checkpoints, end to end through train_gpt and ckpt_tool (issue 3's
-"done when" list). One scenario per invocation, each a ctest:
+"""Data parallelism and HDF5 checkpoints, end to end through train_gpt and ckpt_tool: layout
+independence, exact restarts, checkpoint integrity and failure handling. One scenario per invocation, each a ctest:
 
   layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1 at np 2, 4): per-step losses equal the np 1
             run within 1e-5 relative (docs/invariants.md, invariant 1)
@@ -134,7 +134,7 @@ if scenario == "layout":
         compare(f"np {np} zero {zero} vs np 1", losses(out), ref, 1e-5)
 
 elif scenario == "tp":
-    # tensor parallelism (issue 4, TP part): (DP, TP) layouts vs the serial run, ZeRO-1 on top, and a
+    # tensor parallelism: (DP, TP) layouts vs the serial run, ZeRO-1 on top, and a
     # checkpoint written at (2, 2) restored at (1, 1), (4, 1) and (1, 4)
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10"])
@@ -150,7 +150,7 @@ elif scenario == "tp":
         compare(f"checkpoint (dp 2, tp 2) -> (dp {dp}, tp {tp})", losses(out), ref, 1e-5)
 
 elif scenario == "pp":
-    # pipeline and 3D layouts (issue 4): (DP, TP, PP) vs the serial run, both schedules, ZeRO-1 in 3D; a
+    # pipeline and 3D layouts: (DP, TP, PP) vs the serial run, both schedules, ZeRO-1 in 3D; a
     # checkpoint written at (2, 2, 1) continued at (1, 1, 4) and (4, 1, 1)
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5"])

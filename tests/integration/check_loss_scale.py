@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Loss scaling and train.precision through the training apps (issue 8, mixed precision), on the CPU in fp32, where
+"""Loss scaling and train.precision through the training apps (mixed precision), on the CPU in fp32, where
 scaling must change nothing but the scale itself. One scenario per invocation, each a ctest:
 
   exact     train.loss_scale = 1024 (a fixed power of two) == none, bit for bit: every step's loss and gradient norm,

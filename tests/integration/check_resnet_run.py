@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""train_resnet end to end (issue 5's "done when" list). One scenario per invocation, each a ctest:
+"""train_resnet end to end: layout independence with SyncBN, exact restarts, np 8, signals, convergence.
+One scenario per invocation, each a ctest:
 
   layout    resnet_tiny 10 steps with SyncBN at a constant global micro-batch DP x MB = 8 (np 1 MB 8, np 2 MB 4,
             np 4 MB 2, ZeRO-1 and overlap off at np 2, np 4 with one micro-batch of 8): per-step losses and the test

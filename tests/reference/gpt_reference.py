@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch cross-check of hpctrain's GPT (issue: model-level reference, docs/style.md "Tests like llm.c").
+"""PyTorch cross-check of hpctrain's GPT (model-level reference, docs/style.md "Tests like llm.c").
 
 Reads the HDF5 file written by `train_gpt DECK --dump FILE.h5` (lib/train/reference_dump.hpp): the
 initial parameters, every step's token batches, hpctrain's per-step losses and step-1 gradients.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch replay of a `train_resnet --dump` run (issue 5's cross-check): the same initial weights and BN buffers, the
+"""PyTorch replay of a `train_resnet --dump` run (the PyTorch cross-check): the same initial weights and BN buffers, the
 same (augmented, normalised) batches in the same micro-batches, the same label smoothing, torch.optim.SGD with the same momentum / Nesterov /
 dampening, weight decay on conv and fc weights only, the dumped per-step learning rate and global-norm clipping; BN in
 training mode, micro-batch statistics. Replayed twice, in float32 and in float64.

@@ -72,7 +72,7 @@ __device__ __forceinline__ void accumulate4(double& acc, float4 v) {
 // x is 16-byte aligned) k, k + 1024, k + 2048, ...; then a fixed tree over the block. The order depends on n and on
 // the alignment of x only. Writes *out_sum = float(total) when out_sum is set, else *out_acc += total.
 // Note: one SM streams a few hundred GB/s at best, so a 500 MB gradient norm takes a few ms; a multi-block two-pass
-// version needs a scratch of partial sums, which the interface does not pass (see the report of issue 8).
+// version needs a scratch of partial sums, which the interface does not pass.
 template <bool kSquare>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_kernel(const float* x, int64_t n, bool vec4, float* out_sum, double* out_acc) {

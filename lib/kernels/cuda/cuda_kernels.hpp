@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA backend of kernels.hpp and optim_kernels.hpp (issue 8): the same ops as cpu/cpu_kernels.hpp, each taking the
+// The CUDA backend of kernels.hpp and optim_kernels.hpp: the same ops as cpu/cpu_kernels.hpp, each taking the
 // ExecContext (its stream: a cudaStream_t, or null for the default stream). Every op is asynchronous on ctx.stream
 // (kernels.hpp: Work::wait means stream-ordered, synchronize() blocks the host), checks its launches
 // (HPCT_CUDA_LAUNCH_CHECK, cuda_common.cuh) and never allocates in the step: scratch comes from the caller.
@@ -7,7 +7,8 @@
 //   cuda_core.cu    memory helpers, reductions, scale, AdamW, SGD, residual, GELU, ReLU, embedding, LayerNorm
 //   cuda_gpt.cu     Linear (cuBLAS), attention, the cross-entropies (plain, smoothed, vocabulary-parallel)
 //   cuda_resnet.cu  Conv2d (cuDNN), BatchNorm2d (train / SyncBN pieces / eval), max and global-average pooling
-// Reference: each op must equal the CPU backend within the tolerances of tests/cuda (fp32).
+// Reference: each op must equal the CPU backend within the tolerances of tests/unit/kernels/test_cuda_*.cpp (fp32;
+// ctest label cuda).
 #include <cstdint>
 
 #include "kernels/exec_context.hpp"

@@ -2,10 +2,11 @@
 // GPT-2 parameter layout of one rank of a TP x PP grid: which blocks a pipeline stage holds, which
 // hyperslab of each logical tensor a tensor-parallel rank holds, its initialisation and its slab sizes.
 // The forward/backward over these shards lives elsewhere; this file is the bookkeeping they share with
-// the checkpoint writer (DESIGN.md invariant 4), the grad-norm (§6) and the memory report (invariant 7).
+// the checkpoint writer (docs/invariants.md, invariant 4), the grad-norm (docs/parallelism.md) and the memory report
+// (invariant 7).
 //
 // Legend: L layers, B micro-batch, T seq_len, C n_embd, NH heads, HS = C/NH, Vp padded vocab (a multiple
-// of 128, independent of TP, DESIGN.md §6), t = parallel.tp, p = parallel.pp, r = tp_rank.
+// of 128, independent of TP, docs/parallelism.md), t = parallel.tp, p = parallel.pp, r = tp_rank.
 //
 // Tensor-parallel rules (Megatron-LM; each layer states its split axis once; weights are (out, in)):
 //   wte (Vp, C)              VocabParallelEmbedding: split on axis 0 (rows = vocabulary); rank r holds
@@ -15,7 +16,7 @@
 //   ln1, ln2, lnf (C)        replicated (they act on the full residual stream).
 //   attn.qkv (3, NH, HS, C)  ColumnParallelLinear, Y = X A + b, A = [A_1 ... A_t] split by output columns,
 //                            here the NH axis (axis 1): rank r holds heads [r NH/t, (r+1) NH/t), a
-//                            hyperslab of the serial tensor (DESIGN.md §6). bias (3, NH, HS): axis 1.
+//                            hyperslab of the serial tensor (docs/parallelism.md). bias (3, NH, HS): axis 1.
 //                            Forward: copy (identity) in, no communication; backward: allreduce of dX.
 //   attn.proj (C, C)         RowParallelLinear, Y = X A + b, A = [A_1; ...; A_t] split by input rows,
 //                            i.e. axis 1 of the stored (out, in) weight: rank r holds the input channels
@@ -25,7 +26,7 @@
 //   mlp.proj (C, 4C)         RowParallelLinear: axis 1 (input features); bias (C) replicated.
 //
 // Pipeline rules: stage s holds blocks [first_layer, end_layer) (stage_plan); the first stage also holds
-// wte and wpe, the last stage also holds lnf and a tied copy of wte for the head (DESIGN.md §6). At p = 1
+// wte and wpe, the last stage also holds lnf and a tied copy of wte for the head (docs/parallelism.md). At p = 1
 // the single stage holds wte once (no copy).
 #include <cstdint>
 #include <string>
@@ -64,7 +65,7 @@ struct ShardSpec {
 std::vector<ShardSpec> parameter_layout(const GptConfig& cfg, const ModelParallel& mp);
 
 // True for the one replica of each global element that counts in the gradient norm and is written to
-// checkpoints: not the tied copy of wte, and for TP-replicated tensors only tp_rank 0 (DESIGN.md §6).
+// checkpoints: not the tied copy of wte, and for TP-replicated tensors only tp_rank 0 (docs/parallelism.md).
 bool is_primary_replica(const ShardSpec& shard, const ModelParallel& mp);
 
 // Fills the local tensor (numel(shard.spec.shape) floats, host memory) with exactly the values that

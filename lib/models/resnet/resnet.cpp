@@ -182,6 +182,8 @@ double forward_flops_per_image(const ResNetConfig& cfg) {
   return f + 2.0 * a.C_last * cfg.num_classes;
 }
 
+double training_flops_per_image(const ResNetConfig& cfg) { return 3.0 * forward_flops_per_image(cfg); }
+
 MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch) {
   const ResNet planned(cfg, micro_batch, Device::CPU, nullptr, /*allocate=*/false);
   return planned.memory();

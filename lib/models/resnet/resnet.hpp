@@ -8,8 +8,8 @@
 //     depth 18/34, Bottlenecks (1x1 -> 3x3 (stride here, "v1.5") -> 1x1 with 4x expansion) for 50/101/152.
 // A shortcut is the identity, or a 1x1-conv + BN projection where the stride or the width changes ("option B").
 // Training-mode BatchNorm uses the micro-batch statistics; with a SyncBN group they are merged over the group with
-// Chan's formula (DESIGN.md §6), and the same split code runs on one rank. Evaluation uses the running statistics
-// (torch semantics: momentum 0.1, unbiased running var).
+// Chan's formula (docs/parallelism.md), and the same split code runs on one rank. Evaluation uses the running
+// statistics (torch semantics: momentum 0.1, unbiased running var).
 //
 // Legend: B micro-batch, C channels, H x W image, K classes, w base width.
 // Gradients: parameter gradients accumulate (+=) over micro-batches; the caller zeroes them once per step.
@@ -57,8 +57,10 @@ std::vector<ParamSpec> parameter_layout(const ResNetConfig& cfg);
 int64_t num_parameters(const ResNetConfig& cfg);
 // Multiply-accumulates x 2 of one image's forward pass (convs and fc), for images/s -> FLOP/s and MFU.
 double forward_flops_per_image(const ResNetConfig& cfg);
+// Training FLOPs of one image: forward + backward = 3 x forward (backward = 2 x forward; docs/performance.md).
+double training_flops_per_image(const ResNetConfig& cfg);
 
-// Bytes of every planned slab of a ResNet at micro_batch B (DESIGN.md invariant 7), the model's own sizing
+// Bytes of every planned slab of a ResNet at micro_batch B (docs/invariants.md, invariant 7), the model's own sizing
 // function: it builds the same plan the constructor allocates, without allocating.
 struct MemoryPlan {
   int64_t num_params = 0;

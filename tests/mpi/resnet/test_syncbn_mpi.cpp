@@ -2,7 +2,7 @@
 // the world (the DP group) and whose ranks each hold a contiguous slice of a batch computes the same loss and,
 // after summing the parameter gradients over ranks, the same gradients and running statistics as one model that
 // sees the whole batch with per-rank BatchNorm. This is what makes data parallelism with SyncBN reproduce the
-// serial run (docs/parallelism.md, issue 5). The serial side uses the fused training kernels, the SyncBN side the split
+// serial run (docs/parallelism.md). The serial side uses the fused training kernels, the SyncBN side the split
 // ones (local stats -> allgather -> Chan merge -> apply; local sums -> allreduce -> apply), so the comparison is
 // to float rounding: 1e-4 relative on gradients, 1e-5 on the loss.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Vocabulary parallelism (issue 4): the vocab-parallel embedding and softmax cross-entropy kernels (kernels.hpp).
+// Vocabulary parallelism: the vocab-parallel embedding and softmax cross-entropy kernels (kernels.hpp).
 // Legend: B batch, T time, C channels, N = B*T rows, V true vocabulary, Vp padded vocabulary (multiple of 128),
 //         t simulated TP ranks; rank r holds the rows/columns [v0, v0+Vl) of Vp, v0 = r*Vl, Vl = Vp/t.
 //

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -216,6 +217,45 @@ TEST(PipelineLinks, ReceivesAreIssuedInTheNeighboursSendOrder) {
           }
         }
       }
+}
+
+// before_last_backward runs once per step, right before the stage's last backward (the data-parallel sync is armed
+// there), for every kind and stage; the single-stage schedule runs with no buffers and no transfers.
+TEST(PipelineLinks, BeforeLastBackwardRunsOnceBeforeTheLastBackward) {
+  struct OrderStage final : PipelineStage {
+    std::vector<std::string> events;
+    void forward(int micro, const float*, float*) override { events.push_back(fmt::format("F{}", micro)); }
+    void backward(int micro, const float*, float*) override { events.push_back(fmt::format("B{}", micro)); }
+    int64_t activation_numel() const override { return numel; }
+    int64_t numel = 3;
+  };
+  for (ScheduleKind kind : {ScheduleKind::None, ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    for (int p : {1, 3}) {
+      if ((kind == ScheduleKind::None) != (p == 1)) continue;
+      for (int s = 0; s < p; ++s) {
+        const auto schedule = make_schedule(kind, p, s, 4);
+        OrderStage stage;
+        stage.numel = p == 1 ? 0 : 3;
+        RecordingTransport tr(s, p);
+        PipelineBuffers buffers(schedule, stage.numel);
+        PipelineRunOptions opts;
+        opts.before_last_backward = [&stage] { stage.events.push_back("arm"); };
+        run_schedule(schedule, stage, tr, buffers, opts);
+        std::vector<std::string> expected;
+        for (const Action& a : schedule) expected.push_back(fmt::format("{}{}", a.op == Action::Forward ? 'F' : 'B', a.micro));
+        const auto last_b = std::find_if(expected.rbegin(), expected.rend(), [](const std::string& e) { return e[0] == 'B'; });
+        expected.insert(last_b.base() - 1, "arm");
+        EXPECT_EQ(stage.events, expected) << schedule_kind_name(kind) << " stage " << s << " of " << p;
+        if (p == 1)
+          for (const auto& l : tr.log) EXPECT_TRUE(l.empty()) << "a single stage transfers nothing";
+      }
+    }
+  // a stage without an activation cannot be one of several stages
+  const auto two = make_schedule(ScheduleKind::OneFOneB, 2, 0, 2);
+  PipelineBuffers none(two, 0);
+  CheckingStage stage(0);
+  RecordingTransport tr(0, 2);
+  EXPECT_THROW(run_schedule(two, stage, tr, none), Error);
 }
 
 TEST(PipelineLinks, BuffersMustBeOnTheTransportsDevice) {

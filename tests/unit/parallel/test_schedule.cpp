@@ -78,6 +78,22 @@ TEST(Schedule, ParseKind) {
   EXPECT_THROW(parse_schedule_kind("interleaved"), UsageError);
 }
 
+// No pipeline is a schedule too: the one stage's forward and backward of each micro-batch back to back, the order of
+// plain gradient accumulation; any kind asked for at pp = 1 becomes it, and it is refused for several stages.
+TEST(Schedule, NoneIsTheSingleStageSchedule) {
+  EXPECT_STREQ(schedule_kind_name(ScheduleKind::None), "none");
+  EXPECT_EQ(format_schedule(make_schedule(ScheduleKind::None, 1, 0, 3)), "F0 B0 F1 B1 F2 B2");
+  EXPECT_EQ(max_in_flight(make_schedule(ScheduleKind::None, 1, 0, 4)), 1);
+  EXPECT_EQ(schedule_kind_for(1, ScheduleKind::GPipe), ScheduleKind::None);
+  EXPECT_EQ(schedule_kind_for(1, ScheduleKind::OneFOneB), ScheduleKind::None);
+  EXPECT_EQ(schedule_kind_for(2, ScheduleKind::GPipe), ScheduleKind::GPipe);
+  EXPECT_THROW(make_schedule(ScheduleKind::None, 2, 0, 3), Error);
+  // a single stage exchanges nothing: no communication buffers
+  const PipelineBuffers none(make_schedule(ScheduleKind::None, 1, 0, 3), 0);
+  EXPECT_EQ(none.bytes(), 0u);
+  EXPECT_EQ(none.slots(), 1);
+}
+
 TEST(Schedule, ExactListings) {
   // GPipe: all forwards, then backwards in reverse order (independent of the stage)
   EXPECT_EQ(format_schedule(make_schedule(ScheduleKind::GPipe, 4, 1, 3)), "F0 F1 F2 B2 B1 B0");
@@ -160,7 +176,9 @@ TEST(Schedule, BufferPlanNeverSharesASlot) {
             EXPECT_EQ(ptrs.size(), 4u);
           }
         }
-  EXPECT_THROW(PipelineBuffers(make_schedule(ScheduleKind::GPipe, 2, 0, 2), 0), Error);
+  EXPECT_THROW(PipelineBuffers(make_schedule(ScheduleKind::GPipe, 2, 0, 2), -1), Error);
+  // no activation (a single stage exchanges nothing): no buffers; run_schedule refuses it with several stages
+  EXPECT_EQ(PipelineBuffers(make_schedule(ScheduleKind::GPipe, 2, 0, 2), 0).bytes(), 0u);
 }
 
 TEST(Schedule, GlobalSimulationCompletesWithTheTheoreticalBubble) {

@@ -1,0 +1,117 @@
+#include "models/gpt/gpt_stage.hpp"
+
+#include <algorithm>
+
+#include "kernels/kernels.hpp"
+
+namespace hpct::gpt {
+
+namespace k = hpct::kernels;
+
+GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<parallel::Action>& schedule, int n_micro,
+                   BatchFill fill)
+    : ctx_(ctx),
+      model_(model),
+      schedule_(schedule),
+      fill_(std::move(fill)),
+      n_micro_(n_micro),
+      MB_(model.micro_batch()),
+      T_(model.config().seq_len),
+      C_(model.config().n_embd),
+      bufs_("pipeline stage", ctx.device) {
+  const StagePlan& st = model.stage();
+  const bool only_stage = st.has_embedding && st.has_head;
+  numel_ = only_stage ? 0 : static_cast<int64_t>(MB_) * T_ * C_;
+  if (st.has_embedding) tokens_ = &bufs_.add("tokens", {n_micro_, MB_, T_}, DType::I32);
+  if (st.has_head) {
+    targets_ = &bufs_.add("targets", {n_micro_, MB_, T_}, DType::I32);
+    sums_ = &bufs_.add("loss sums", {n_micro_});
+    sums_host_.assign(static_cast<size_t>(n_micro_), 0.0f);
+  }
+  if (!st.has_embedding) stash_ = &bufs_.add("stash", {n_micro_, MB_, T_, C_});
+  bufs_.allocate();
+  if (tokens_ || targets_) {
+    tok_host_.assign(static_cast<size_t>(n_micro_) * MB_ * T_, 0);
+    tgt_host_.assign(tok_host_.size(), 0);
+  }
+}
+
+void GptStage::begin_step(int64_t step, int64_t rank_first, float dloss) {
+  dloss_ = dloss;
+  if (tok_host_.empty()) return;  // a middle stage: its inputs come from the previous stage
+  k::synchronize(ctx_);  // the last step's copies from tok_host_ / tgt_host_ are done (the stream is idle here anyway)
+  for (int j = 0; j < n_micro_; ++j) {
+    const int64_t first = rank_first + static_cast<int64_t>(j) * MB_, off = static_cast<int64_t>(j) * MB_ * T_;
+    fill_(step, first, MB_, tok_host_.data() + off, tgt_host_.data() + off);
+  }
+  if (tokens_) k::copy_from_host(ctx_, tokens_->data, tok_host_.data(), static_cast<int64_t>(tok_host_.size()) * 4);
+  if (targets_) k::copy_from_host(ctx_, targets_->data, tgt_host_.data(), static_cast<int64_t>(tgt_host_.size()) * 4);
+}
+
+double GptStage::end_step() {
+  if (!sums_) return 0.0;
+  k::copy_to_host(ctx_, sums_host_.data(), sums_->data, static_cast<int64_t>(n_micro_) * 4);
+  k::synchronize(ctx_);  // sums_host_ is read now (CUDA: bounded by the sync guard)
+  double sum = 0.0;
+  for (const parallel::Action& a : schedule_)
+    if (a.op == parallel::Action::Backward) sum += sums_host_[static_cast<size_t>(a.micro)];
+  return sum;
+}
+
+void GptStage::forward(int micro, const float* in, float* out) {
+  const StagePlan& st = model_.stage();
+  if (!st.has_embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * 4);  // `in` is valid during this call only
+  if (st.has_head) return;  // the stage with the head computes in its backward slot
+  if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
+  else model_.forward(ctx_, nullptr, MB_, stashed(micro));
+  k::copy_device(ctx_, out, model_.stage_output(), numel_ * 4);  // the executor sends `out` (stream-ordered after this)
+}
+
+void GptStage::backward(int micro, const float* dout, float* din) {
+  const StagePlan& st = model_.stage();
+  // recompute the forward (the stage with the head: its only forward)
+  if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
+  else model_.forward(ctx_, nullptr, MB_, stashed(micro));
+  if (st.has_head) {
+    const float* losses = model_.loss_and_backward(ctx_, targets(micro), dloss_, MB_, din);
+    k::sum(ctx_, sums_->f32() + micro, losses, static_cast<int64_t>(MB_) * T_);
+  } else {
+    model_.backward_stage(ctx_, dout, din, MB_);
+  }
+}
+
+GptEvaluator::GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::PipelineTransport* transport)
+    : ctx_(ctx), model_(model), transport_(transport), io_("evaluation batch", ctx.device) {
+  const int MB = model.micro_batch(), T = model.config().seq_len;
+  in_dev_ = &io_.add("inputs", {MB, T}, DType::I32);
+  tgt_dev_ = &io_.add("targets", {MB, T}, DType::I32);
+  sum_dev_ = &io_.add("loss_sum", {1});
+  if (!model.stage().has_embedding) act_ = &io_.add("activation", {MB, T, model.config().n_embd});
+  io_.allocate();
+  in_host_.assign(static_cast<size_t>(MB) * T, 0);
+  tgt_host_.assign(in_host_.size(), 0);
+}
+
+double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end) {
+  const int T = model_.config().seq_len, MB = model_.micro_batch();
+  const StagePlan& st = model_.stage();
+  double total = 0.0;
+  for (int first = begin; first < end; first += MB) {
+    const int b = std::min(MB, end - first);
+    k::synchronize(ctx_);  // the last micro-batch's copies from in_host_ / tgt_host_ are done before we refill them
+    eval.fill(first, b, in_host_.data(), tgt_host_.data());
+    k::copy_from_host(ctx_, in_dev_->data, in_host_.data(), static_cast<int64_t>(b) * T * 4);
+    k::copy_from_host(ctx_, tgt_dev_->data, tgt_host_.data(), static_cast<int64_t>(b) * T * 4);
+    const int64_t n = static_cast<int64_t>(b) * T * model_.config().n_embd;  // the stage boundary activation
+    if (!st.has_embedding) transport_->recv_activation(act_->f32(), n, 0, "evaluation activation")->wait();
+    model_.forward(ctx_, in_dev_->i32(), b, st.has_embedding ? nullptr : act_->f32());
+    if (!st.has_head) {
+      transport_->send_activation(model_.stage_output(), n, 0, "evaluation activation")->wait();
+      continue;
+    }
+    total += k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, tgt_dev_->i32(), b), static_cast<int64_t>(b) * T);
+  }
+  return total;
+}
+
+}  // namespace hpct::gpt

@@ -1,0 +1,95 @@
+#pragma once
+// The GPT as a pipeline stage (parallel/pipeline_schedule.hpp): the unit every training step runs through a schedule,
+// whatever the layout. At pp = 1 the one stage is the whole model and the schedule is "none" (F0 B0 F1 B1 ...); at
+// pp > 1 it is this rank's layers (StagePlan) under GPipe or 1F1B.
+//
+// Activations are not kept between a micro-batch's forward and its backward: each stage keeps its input (the tokens
+// on the first stage, the received activation on the others) and recomputes its forward right before the backward
+// (full recomputation per stage: one extra forward, activation memory of one micro-batch plus the inputs). The stage
+// that holds the head (the last, or the only one) computes its forward, the loss and the backward in its backward
+// slot, so at pp = 1 a micro-batch runs forward + loss + backward once, as plain gradient accumulation does.
+//
+// Everything lives on ctx.device, the transport's device (the CPU: host memory and MPI; CUDA: device memory and the
+// NCCL links), so nothing in forward() or backward() blocks the host: begin_step() stages the step's tokens (first
+// stage) and targets (last stage) with one copy each, the stage inputs are stashed with copy_device, and the loss sum
+// of each micro-batch stays on the device until end_step() reads them all with one copy and one synchronize.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "data/token_sampler.hpp"
+#include "kernels/exec_context.hpp"
+#include "models/gpt/gpt.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::gpt {
+
+// Fills `count` sequences of step `step` starting at global sample `first`: tokens and targets, host arrays (count, T).
+using BatchFill = std::function<void(int64_t step, int64_t first, int count, int32_t* tokens, int32_t* targets)>;
+
+class GptStage final : public parallel::PipelineStage {
+ public:
+  // n_micro micro-batches of micro_batch sequences per step; fill supplies them (the data sampler).
+  GptStage(const ExecContext& ctx, Gpt& model, const std::vector<parallel::Action>& schedule, int n_micro,
+           BatchFill fill);
+
+  // Step `step`: micro-batch j = the rank's sequences [rank_first + j MB, rank_first + (j+1) MB); dloss = the loss
+  // gradient of every token (1 / global loss terms, times the loss scale).
+  void begin_step(int64_t step, int64_t rank_first, float dloss);
+  // The sum of the step's token losses (the stage with the head; 0 elsewhere), added in backward order (as the
+  // micro-batches finish), in double. Synchronizes the host once.
+  double end_step();
+
+  void forward(int micro, const float* in, float* out) override;
+  void backward(int micro, const float* dout, float* din) override;
+  // The activation at a stage boundary, (MB, T, C); 0 for the only stage (nothing is exchanged).
+  int64_t activation_numel() const override { return numel_; }
+
+ private:
+  const int32_t* tokens(int micro) const { return tokens_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
+  const int32_t* targets(int micro) const { return targets_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
+  float* stashed(int micro) { return stash_->f32() + static_cast<int64_t>(micro) * MB_ * T_ * C_; }
+
+  const ExecContext& ctx_;
+  Gpt& model_;
+  const std::vector<parallel::Action>& schedule_;
+  BatchFill fill_;
+  int n_micro_, MB_, T_, C_;
+  int64_t numel_ = 0;
+  float dloss_ = 0.0f;
+  Slab bufs_;
+  Tensor* tokens_ = nullptr;   // (n_micro, MB, T) i32: first stage
+  Tensor* targets_ = nullptr;  // (n_micro, MB, T) i32: the stage with the head
+  Tensor* sums_ = nullptr;     // (n_micro) f32: loss sum of each micro-batch (the stage with the head)
+  Tensor* stash_ = nullptr;    // (n_micro, MB, T, C): the stage inputs of a step (later stages)
+  std::vector<int32_t> tok_host_, tgt_host_;  // (n_micro, MB, T): the sampler fills both
+  std::vector<float> sums_host_;              // (n_micro)
+};
+
+// The GPT's evaluation on the fixed token set (data/token_sampler.hpp), micro_batch sequences at a time. Under pipeline
+// parallelism (transport non-null) each micro-batch runs through the stages over the training's transport: a later
+// stage receives its input (MB, T, C, on the transport's device = ctx.device) from the previous one and sends its
+// output on, straight from stage_output(); only the stage with the head computes losses, so the sum is non-zero there
+// alone (the caller reduces it over the PP group). With NCCL the waits are stream-ordered: the send's wait() keeps the
+// next forward from overwriting stage_output() before it has gone, the receive is queued after the forward that
+// copied the previous input in. Every micro-batch passes micro 0 to the transport: evaluation runs between steps,
+// when no training transfer is in flight, and each link carries it in order (MPI: tag 0, matched in order like NCCL).
+class GptEvaluator {
+ public:
+  GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::PipelineTransport* transport);
+  // Sum of the token losses over sequences [begin, end) of eval, in double.
+  double loss_sum(const data::TokenEvalSet& eval, int begin, int end);
+  Tensor& tokens() { return *in_dev_; }  // (MB, T) i32 on ctx.device (also the text sample's window)
+
+ private:
+  const ExecContext& ctx_;
+  Gpt& model_;
+  parallel::PipelineTransport* transport_;
+  Slab io_;
+  Tensor *in_dev_ = nullptr, *tgt_dev_ = nullptr, *sum_dev_ = nullptr;  // (MB, T), (MB, T), (1)
+  Tensor* act_ = nullptr;  // (MB, T, C): the activation received from the previous stage (pipeline only)
+  std::vector<int32_t> in_host_, tgt_host_;  // (MB, T)
+};
+
+}  // namespace hpct::gpt

@@ -1,0 +1,79 @@
+#include "models/resnet/resnet_stage.hpp"
+
+#include <algorithm>
+
+#include "kernels/kernels.hpp"
+
+namespace hpct::resnet {
+
+namespace k = hpct::kernels;
+
+int64_t count_correct(const float* logits, const int32_t* labels, int b, int K) {
+  int64_t n = 0;
+  for (int i = 0; i < b; ++i) {
+    const float* row = logits + static_cast<int64_t>(i) * K;
+    n += (std::max_element(row, row + K) - row) == labels[i];
+  }
+  return n;
+}
+
+ResNetStage::ResNetStage(const ExecContext& ctx, ResNet& model, ImageFill fill, MicroFirst micro_first)
+    : ctx_(ctx),
+      model_(model),
+      fill_(std::move(fill)),
+      micro_first_(std::move(micro_first)),
+      MB_(model.micro_batch()),
+      K_(model.config().num_classes),
+      io_("batch", ctx.device) {
+  const ResNetConfig& c = model.config();
+  D_ = static_cast<int64_t>(c.in_channels) * c.height * c.width;
+  img_dev_ = &io_.add("images", {MB_, c.in_channels, c.height, c.width});
+  lab_dev_ = &io_.add("labels", {MB_}, DType::I32);
+  sum_dev_ = &io_.add("loss_sum", {1});
+  io_.allocate();
+  img_host_.assign(static_cast<size_t>(MB_ * D_), 0.0f);
+  logits_host_.assign(static_cast<size_t>(MB_) * K_, 0.0f);
+  lab_host_.assign(static_cast<size_t>(MB_), 0);
+}
+
+void ResNetStage::begin_step(int64_t step, float dloss) {
+  step_ = step;
+  dloss_ = dloss;
+  sums_[0] = sums_[1] = 0.0;
+}
+
+void ResNetStage::stage_in_and_forward(int b, bool train) {
+  k::copy_from_host(ctx_, img_dev_->data, img_host_.data(), b * D_ * 4);
+  k::copy_from_host(ctx_, lab_dev_->data, lab_host_.data(), static_cast<int64_t>(b) * 4);
+  model_.forward(ctx_, img_dev_->f32(), b, train);
+  k::copy_to_host(ctx_, logits_host_.data(), model_.logits(), static_cast<int64_t>(b) * K_ * 4);
+}
+
+void ResNetStage::backward(int micro, const float*, float*) {
+  const int64_t first = micro_first_(micro);
+  // The previous copies from img_host_ / lab_host_ have completed before we refill them (CUDA copies are
+  // asynchronous; the stream is idle here anyway: sum_to_host below synchronizes). CPU: a no-op.
+  k::synchronize(ctx_);
+  fill_(step_, first, MB_, img_host_.data(), lab_host_.data());
+  stage_in_and_forward(MB_, /*train=*/true);  // the logits' copy is queued before the backward overwrites them
+  const float* losses = model_.loss_and_backward(ctx_, lab_dev_->i32(), dloss_, MB_);
+  sums_[0] += k::sum_to_host(ctx_, sum_dev_->f32(), losses, MB_);
+  // logits_host_ is read only now: sum_to_host synchronized, so the copy queued before backward has landed
+  sums_[1] += static_cast<double>(count_correct(logits_host_.data(), lab_host_.data(), MB_, K_));
+}
+
+std::pair<double, double> ResNetStage::evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm,
+                                                int64_t first, int64_t end) {
+  double loss = 0.0, correct = 0.0;
+  for (int64_t i = first; i < end; i += MB_) {
+    const int b = static_cast<int>(std::min<int64_t>(MB_, end - i));
+    k::synchronize(ctx_);  // the last batch's copies from img_host_ / lab_host_ are done before we refill them
+    data::fill_images(set, norm, i, b, img_host_.data(), lab_host_.data());
+    stage_in_and_forward(b, /*train=*/false);
+    loss += k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, lab_dev_->i32(), b), b);  // synchronizes
+    correct += static_cast<double>(count_correct(logits_host_.data(), lab_host_.data(), b, K_));
+  }
+  return {loss, correct};
+}
+
+}  // namespace hpct::resnet

@@ -1,0 +1,43 @@
+#pragma once
+// Resuming a run (docs/contracts.md, "Checkpoints"): checkpoint.resume resolved, the checkpoint verified over the
+// ranks, its deck checked against this run's on the keys that must not change, and opened; or a fresh start that
+// moves an earlier run's checkpoints aside.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ckpt/checkpoint.hpp"
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "parallel/parallel_context.hpp"
+
+namespace hpct::train {
+
+// Resolves checkpoint.resume: "none" -> "", "latest" -> the newest complete checkpoint under root or ""
+// (no checkpoint yet), anything else -> that path (an error if it is not a checkpoint directory).
+std::string resolve_resume(const std::string& resume, const std::string& root, const std::string& deck_path);
+
+// Verifies every shard of dir (split over the ranks of comm) and turns any problem into a UsageError
+// raised on every rank with the failing rank's message (so rank 0 prints it). Returns bytes checked.
+int64_t verify_collective(comm::Communicator& world, const std::string& dir);
+
+// Checks that the checkpoint's deck agrees with this run on the keys that must not change across a
+// restart (model.*, optim.*, train.seed, train.global_batch); UsageError naming the first difference.
+void check_resume_compatible(const Config& deck, const ConfigSchema& schema, const ckpt::Reader& reader);
+
+// checkpoint.resume, collective over pc.world(): "latest" / a path -> the checkpoint is verified (every shard, split
+// over the ranks), its deck checked against this one on the keys that must not change, and opened; "none" or no
+// checkpoint yet -> a fresh start, and an earlier run's checkpoints under ckpt_root are moved aside to
+// <ckpt_root>.prev-<UTC time> (never mixed, never deleted). `reader` is null for a fresh start.
+struct ResumePoint {
+  std::unique_ptr<ckpt::Reader> reader;
+  std::string dir;
+  int64_t step = 0;  // optimizer steps the checkpoint completed
+  int64_t checked_bytes = 0;
+  double seconds = 0.0;
+};
+ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const ConfigSchema& schema,
+                        const std::string& resume,
+                        const std::string& ckpt_root, int64_t steps);
+
+}  // namespace hpct::train

@@ -1,0 +1,71 @@
+#include "train/run_config.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "train/run_support.hpp"
+
+namespace hpct::train {
+
+RunConfig read_run_config(const Config& deck) {
+  RunConfig c;
+  c.deck_path = deck.deck_path();
+  TrainSection& t = c.train;
+  t.steps = deck.get_int("train.steps");
+  t.seed = static_cast<uint64_t>(deck.get_int("train.seed"));
+  t.global_batch = deck.get_int("train.global_batch");
+  t.micro_batch = static_cast<int>(deck.get_int("train.micro_batch"));
+  t.deadline = deck.get_int("train.deadline");
+  t.eval_every = deck.get_int("train.eval_every");
+  t.device = deck.get_string("train.device");
+  t.precision = parse_precision(deck.get_string("train.precision"));
+  t.loss_scale = deck.get_string("train.loss_scale");
+  t.loss_scale_init = deck.get_float("train.loss_scale_init");
+  t.loss_scale_window = deck.get_int("train.loss_scale_window");
+  t.loss_scale_min = deck.get_float("train.loss_scale_min");
+  HPCT_USAGE_CHECK(t.deadline == 0 || t.deadline > unix_now(),
+                   "deck {}: train.deadline = {} is in the past (now {:.0f}); set a future Unix time or 0",
+                   deck.deck_path(), t.deadline, unix_now());
+
+  ParallelSection& p = c.parallel;
+  p.tp = static_cast<int>(deck.get_int("parallel.tp"));
+  p.pp = static_cast<int>(deck.get_int("parallel.pp"));
+  p.order = deck.get_string("parallel.order");
+  const parallel::ScheduleKind requested =
+      deck.has_key("parallel.schedule") ? parallel::parse_schedule_kind(deck.get_string("parallel.schedule"))
+                                        : parallel::ScheduleKind::OneFOneB;
+  p.schedule = parallel::schedule_kind_for(p.pp, requested);
+  p.sync.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
+  p.sync.overlap = deck.get_bool("parallel.overlap");
+  p.sync.zero = static_cast<int>(deck.get_int("parallel.zero"));
+
+  c.comm.timeout_s = deck.get_float("comm.timeout_s");
+
+  CheckpointSection& k = c.checkpoint;
+  k.every = deck.get_int("checkpoint.every");
+  k.every_minutes = deck.get_float("checkpoint.every_minutes");
+  k.keep = static_cast<int>(deck.get_int("checkpoint.keep"));
+  k.at_end = deck.get_bool("checkpoint.at_end");
+  k.resume = deck.get_string("checkpoint.resume");
+
+  c.log.every = deck.get_int("log.every");
+  c.log.peak_tflops = deck.get_float("log.peak_tflops");
+  return c;
+}
+
+optim::LrSchedule read_cosine_schedule(const Config& deck, int64_t steps) {
+  optim::LrSchedule s;
+  s.lr = deck.get_float("optim.lr");
+  s.final_lr_frac = deck.get_float("optim.final_lr_frac");
+  s.warmup_steps = deck.get_int("optim.warmup_steps");
+  const int64_t decay = deck.get_int("optim.decay_steps");
+  // a derived default never fails by itself: with warm-up longer than the run, the decay starts where warm-up ends
+  s.decay_steps = decay > 0 ? decay : std::max(steps, s.warmup_steps);
+  HPCT_USAGE_CHECK(s.decay_steps >= s.warmup_steps,
+                   "deck {}: optim.decay_steps = {} is before the end of optim.warmup_steps = {}; set optim.decay_steps "
+                   ">= {} (or 0: max(train.steps, optim.warmup_steps))",
+                   deck.deck_path(), s.decay_steps, s.warmup_steps, s.warmup_steps);
+  return s;
+}
+
+}  // namespace hpct::train

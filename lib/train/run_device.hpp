@@ -1,0 +1,68 @@
+#pragma once
+// train.device and train.precision: the decision (pure, testable with injected machine facts) and the run's device
+// (collective: every rank's CUDA availability; on CUDA the rank's GPU and compute stream).
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "kernels/exec_context.hpp"
+#include "parallel/launch_env.hpp"
+#include "tensor/device.hpp"
+
+namespace hpct::train {
+
+struct RunConfig;  // train/run_config.hpp
+
+// train.device (docs/contracts.md), the decision alone: pure, so that tests inject what the machine has.
+//   requested       "cpu" | "cuda" | "auto" (the deck's value)
+//   build_gap       "" when this build has the CUDA backend and NCCL; else why not ("this build has no CUDA backend ...")
+//   unusable_ranks  how many of the world_size ranks have no usable CUDA device (0: every rank has one)
+//   reason          why, for the messages: the first such rank's CUDA runtime error ("rank 3 on vm02: ...")
+// "cpu" -> CPU. "cuda" -> CUDA, else a UsageError naming the cause and the fix (--set train.device=cpu). "auto" -> CUDA
+// when every rank can use it, else CPU with `note` set to the one line rank 0 logs:
+//   train.device = auto: no usable CUDA device (CUDA driver version is insufficient ...): running on the CPU
+struct DeviceDecision {
+  Device device = Device::CPU;
+  std::string note;  // "" unless auto fell back to the CPU
+};
+DeviceDecision decide_device(const std::string& requested, const std::string& build_gap, int unusable_ranks,
+                             int world_size, const std::string& reason, const std::string& deck_path);
+
+// train.precision (exec_context.hpp) on the decided device, pure: on CUDA the requested precision; on the CPU fp32 (the
+// CPU backend computes nothing else). Non-fp32 with train.device = "cpu" is a UsageError naming the fix; with "auto"
+// that fell back to the CPU it becomes fp32 and `note` gets the line rank 0 logs.
+Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
+                           const std::string& deck_path, std::string* note);
+
+// The run's device: train.device resolved collectively, and on CUDA the rank's GPU and compute stream. Construct it on
+// every rank after read_launch and before the ParallelContext (which takes exec(), and builds its NCCL groups on the
+// selected GPU); keep it alive longer than everything that computes (declare it first).
+//  - "cpu": no CUDA call and no collective; exec() = {CPU, no stream}; the CPU path touches no GPU.
+//  - "cuda" / "auto": every rank's CUDA availability (kernels::cuda_unavailable_reason) is gathered over the world, so
+//    all ranks decide alike (a node without GPUs cannot split the job) with decide_device.
+//  - on CUDA: GPU local_rank % visible devices (kernels::cuda_select_device, launch.local_rank from MPI's shared-memory
+//    split); a UsageError on every rank when some node has more ranks than GPUs (one GPU cannot host two ranks of an
+//    NCCL communicator); one compute stream per rank (kernels::CudaStream), exec() = {CUDA, that stream, precision}.
+//  - exec().precision: train.precision as decide_precision resolves it (fp32 on the CPU).
+class RunDevice {
+ public:
+  RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch);
+  ~RunDevice();
+  RunDevice(const RunDevice&) = delete;
+  RunDevice& operator=(const RunDevice&) = delete;
+
+  const ExecContext& exec() const { return exec_; }
+  Device device() const { return exec_.device; }
+  // Rank 0 logs one line: the auto fallback note, or the selected GPU (name, index, memory); nothing for "cpu".
+  // Call it after prepare_output, so that the line also reaches train.log.
+  void log() const;
+
+ private:
+  struct Cuda;  // the compute stream (CUDA builds only)
+  ExecContext exec_;
+  std::string line_;
+  std::unique_ptr<Cuda> cuda_;
+};
+
+}  // namespace hpct::train

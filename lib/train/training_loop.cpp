@@ -1,0 +1,265 @@
+#include "train/training_loop.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "kernels/kernels.hpp"
+#include "optim/loss_scaler.hpp"
+#include "parallel/grad_sync.hpp"
+#include "train/checkpointing.hpp"
+#include "train/loss_scaling.hpp"
+#include "train/resume.hpp"
+#include "train/run_device.hpp"
+#include "train/metrics.hpp"
+#include "train/stop_signals.hpp"
+
+namespace hpct::train {
+
+namespace fs = std::filesystem;
+namespace k = hpct::kernels;
+
+namespace {
+
+int64_t micro_batches_per_step(const RunConfig& cfg, int dp) {
+  const int64_t GB = cfg.train.global_batch, MB = cfg.train.micro_batch;
+  HPCT_USAGE_CHECK(GB % (dp * MB) == 0,
+                   "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
+                   "global batch that is a multiple of {} (or another micro_batch)",
+                   cfg.deck_path, GB, dp, MB, dp * MB);
+  return GB / (dp * MB);
+}
+
+}  // namespace
+
+RunSession::RunSession(const char* app_name, const Config& deck_, const ConfigSchema& schema_, const RunConfig& cfg_,
+                       const RunOptions& opts_)
+    : app(app_name),
+      deck(deck_),
+      schema(schema_),
+      cfg(cfg_),
+      opts(opts_),
+      // srun tasks that did not wire up into one MPI job stop here, before a layout error about a world of 1
+      launch(read_launch(cfg_.comm)),
+      // train.device, agreed by every rank; on CUDA the GPU (local_rank % devices) and the compute stream, before the
+      // ParallelContext, which builds its NCCL groups on that GPU
+      device(cfg_, launch),
+      pc(cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.order, cfg_.comm, fmt::format("deck {}", cfg_.deck_path),
+         device.exec()),
+      n_micro(micro_batches_per_step(cfg_, pc.dp_size())),
+      schedule(parallel::make_schedule(cfg_.parallel.schedule, pc.pp_size(), pc.pp_rank(), static_cast<int>(n_micro))) {
+  HPCT_USAGE_CHECK(opts.dump_path.empty() || pc.world_size() == 1,
+                   "--dump writes the serial reference state: run it on one rank (world size is {})", pc.world_size());
+}
+
+std::optional<double> model_flops_utilization(double step_flops, double step_ms, int world_size, double peak_tflops) {
+  if (peak_tflops <= 0.0) return std::nullopt;
+  const double job_flops_per_s = step_flops / (step_ms / 1e3);
+  return job_flops_per_s / world_size / (peak_tflops * 1e12);
+}
+
+int run_training(RunSession& run, TrainTask& task) {
+  parallel::ParallelContext& pc = run.pc;
+  const ExecContext& ctx = run.ctx();
+  const RunConfig& cfg = run.cfg;
+  const StepShape& shape = task.shape();
+  const int64_t steps = task.steps();
+  const int dp = run.dp(), world = pc.world_size();
+
+  // ---- set-up: output, gradient sync, optimizer, loss scaler, checkpoint staging (nothing allocates in the loop) ---
+  const std::string ckpt_root = prepare_output(pc, run.opts.out_dir);
+  parallel::GradSync grad_sync(pc.device_dp_group(), task.params(), task.grads(), cfg.parallel.sync);
+  task.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
+  const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync));
+  optim::LossScaler scaler(loss_scale_config(cfg, ctx.precision));
+  const std::vector<TensorPlacement> placements = task.placements();
+  // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy)
+  CheckpointStaging staging(ctx, task.params(), optimizer_state(*opt), task.extra_state());
+  // the stage's communication buffers for its schedule (none for a single stage)
+  parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(),
+                                      pc.pipeline_transport().device());
+
+  log_info("hpctrain {} | deck {} | out {}", run.app, cfg.deck_path, run.opts.out_dir);
+  parallel::log_launch_env(run.launch);
+  run.device.log();  // the GPU, or auto's fallback to the CPU (nothing for train.device = cpu)
+  log_info("layout: ranks {} = {} | device {} | OpenMP threads {} | global_batch {} = {} x {} micro-batches of {}{}",
+           world, task.layout_axes(), device_name(ctx.device), omp_get_max_threads(), cfg.train.global_batch, dp,
+           run.n_micro, cfg.train.micro_batch, task.layout_tail());
+  log_info("gradient sync: {}", grad_sync.describe());
+  log_precision(ctx, scaler);
+  if (ctx.device != Device::CPU)
+    log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
+             human_bytes(static_cast<double>(staging.host_bytes())));
+  task.log_setup(*opt);
+
+  // ---- resume ------------------------------------------------------------------------------------------------
+  const ResumePoint resumed = open_resume(pc, run.deck, run.schema, cfg.checkpoint.resume, ckpt_root, steps);
+  const int64_t start = resumed.step;
+  if (resumed.reader) {
+    Timer t;
+    load_checkpoint(*resumed.reader, staging.params(), placements, staging.optimizer(), staging.extra());
+    staging.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
+    opt->set_step_count(resumed.reader->attrs().ints.at("optim.step"));
+    restore_loss_scaler(scaler, resumed.reader->attrs());
+    log_info("resumed at step {}: loaded in {:.2f} s (verified in {:.2f} s)", start, t.seconds(), resumed.seconds);
+  }
+  std::unique_ptr<MetricsWriter> metrics;
+  if (pc.rank() == 0)
+    metrics = std::make_unique<MetricsWriter>((fs::path(run.opts.out_dir) / "metrics.jsonl").string(),
+                                              resumed.reader ? start : -1);
+  install_stop_signal_handlers();
+  const InjectedOverflow overflow = InjectedOverflow::from_environment();  // a test seam; inert in real runs
+  task.before_first_step();
+
+  CheckpointCadence cadence(cfg);
+  auto save = [&](int64_t s, const char* why) {
+    task.before_checkpoint();
+    staging.to_host();  // CUDA: device -> host views, synchronized (the CPU writes its tensors in place)
+    task.check_replicas(staging, fmt::format("step {}", s));
+    ckpt::Attrs a;
+    a.ints["step"] = s;
+    a.ints["optim.step"] = opt->step_count();
+    add_loss_scaler_attrs(a, ctx, scaler);
+    a.ints["data.next_step"] = s + 1;  // the data order is keyed by (seed, step): the step is the loader state
+    a.ints["rng.seed"] = static_cast<int64_t>(cfg.train.seed);
+    a.ints["layout.world"] = world;
+    a.ints["layout.dp"] = dp;
+    a.ints["layout.tp"] = pc.tp_size();
+    a.ints["layout.pp"] = pc.pp_size();
+    a.ints["layout.zero"] = cfg.parallel.sync.zero;
+    a.floats["lr"] = task.lr_schedule().at(s);
+    a.floats["lr_next"] = task.lr_schedule().at(s + 1);
+    a.strings["deck"] = run.deck.effective_toml();
+    a.strings["deck_path"] = cfg.deck_path;
+    a.strings["app"] = run.app;
+    add_launch_attrs(a, run.launch);
+    task.checkpoint_attrs(a, s);
+    const SaveResult r = save_checkpoint(pc, ckpt_root, cfg.checkpoint.keep, staging.params(), placements,
+                                         staging.optimizer(), a, staging.extra());
+    cadence.saved(r.seconds);
+    int64_t bytes = r.bytes_written;
+    pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
+    log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s; rank 0: shards {:.2f} s, manifests {:.2f} s, "
+             "index + commit {:.2f} s)",
+             why, s, r.dir, human_bytes(static_cast<double>(bytes)), r.seconds,
+             bytes / 1048576.0 / std::max(r.seconds, 1e-9), r.shard_s, r.manifests_s, r.commit_s);
+  };
+
+  // ---- training loop ---------------------------------------------------------------------------------------------
+  const float dloss = static_cast<float>(1.0 / shape.loss_terms);  // 1 / global loss terms
+  // The DP buckets go out during the last backward when its gradients are final then; else after end_step().
+  const bool overlap = task.gradients_final_in_last_backward();
+  parallel::PipelineRunOptions schedule_opts;
+  schedule_opts.barrier = pc.pp_size() > 1;  // every stage measures the same window (one stage: nothing to wait for)
+  if (overlap) schedule_opts.before_last_backward = [&grad_sync] { grad_sync.arm(); };
+  std::vector<double> step_ms, exposed_ms;
+  step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
+  exposed_ms.reserve(step_ms.capacity());
+  double last_loss = NAN;
+  std::optional<EvalResult> last_eval;
+  int exit_code = 0;
+  for (int64_t s = start + 1; s <= steps; ++s) {
+    Timer timer;
+    // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
+    task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
+    const parallel::PipelineStats ps =
+        parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(), pipe_bufs, schedule_opts);
+    std::vector<double> sums = task.end_step(ps);
+    if (!overlap) grad_sync.arm();
+    grad_sync.finish();
+    pc.dp_group().allreduce(sums.data(), static_cast<int64_t>(sums.size()), DType::F64, comm::ReduceOp::Sum,
+                            "loss sum");
+    const double loss = sums[0] / shape.loss_terms;
+    HPCT_USAGE_CHECK(std::isfinite(loss),
+                     "loss is {} at step {}: training diverged; lower optim.lr (now {}) or check the data", loss, s,
+                     task.lr_schedule().lr);
+    task.after_gradients(s);
+    // the global gradient norm: this rank's share, summed over the groups that split the parameters
+    double sumsq = opt->grad_sumsq(ctx, task.counted_in_norm());
+    if (cfg.parallel.sync.zero && dp > 1)
+      pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
+    if (pc.tp_size() > 1) pc.tp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (TP)");
+    if (pc.pp_size() > 1) pc.pp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (PP)");
+    const double lr = task.lr_schedule().at(s);
+    const optim::LossScaler::Outcome ls = scaled_optimizer_step(ctx, *opt, scaler, sumsq, s, lr);
+    grad_sync.gather_params();
+    k::synchronize(ctx);
+    const double ms = timer.ms();
+    step_ms.push_back(ms);
+    exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms());
+    last_loss = loss;
+    task.record_step(s, loss, lr, ls.norm);
+
+    const double rate = shape.samples / (ms / 1e3);
+    const std::optional<double> mfu = model_flops_utilization(shape.flops, ms, world, cfg.log.peak_tflops);
+    std::optional<EvalResult> eval;
+    if ((cfg.train.eval_every > 0 ? s % cfg.train.eval_every == 0 : task.default_eval_step(s)) || s == steps)
+      last_eval = eval = task.evaluate();
+    const TrainTask::StepReport rep = task.report_step(s, sums);
+    if (metrics) {
+      MetricFields rec = {{"step", static_cast<double>(s)}};
+      rec.insert(rec.end(), rep.position.begin(), rep.position.end());
+      rec.push_back({"loss", loss});
+      rec.insert(rec.end(), rep.train.begin(), rep.train.end());
+      rec.push_back({"lr", lr});
+      rec.push_back({"grad_norm", ls.skip ? std::nullopt : std::optional<double>(ls.norm)});
+      rec.push_back({"ms", ms});
+      rec.push_back({shape.unit + "_per_s", rate});
+      rec.push_back({"mfu", mfu});
+      rec.push_back({"comm_exposed_ms", exposed_ms.back()});
+      rec.insert(rec.end(), rep.perf.begin(), rep.perf.end());
+      add_loss_scale_metrics(rec, scaler, ls);
+      if (eval) {
+        rec.push_back({"val_loss", eval->loss});
+        rec.insert(rec.end(), eval->extra.begin(), eval->extra.end());
+      }
+      metrics->write(rec);
+    }
+    if (s % cfg.log.every == 0 || s == steps || eval)
+      log_info("step {:>6}/{}{} | loss {:.6f}{} | lr {:.4e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | "
+               "{:.0f} {}/s | mfu {}{}{}{}",
+               s, steps, rep.position_text, loss, rep.train_text, lr, ls.norm, ms, exposed_ms.back(), rep.comm_text,
+               rate, shape.unit_short, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a", eval ? eval->text : "",
+               rep.tail_text, loss_scale_suffix(scaler, ls));
+    task.after_step_logged(s, eval);
+
+    // ---- checkpoint and stop, decided collectively (one allreduce(MAX) per step) ----------------------------------
+    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms);
+    if (dec.save) save(s, dec.why);
+    if (dec.stop) {
+      log_info("stopping after step {} ({}): checkpoint written; exit code 3 asks to be requeued and resumed with "
+               "--set checkpoint.resume=latest",
+               s, dec.why);
+      exit_code = 3;
+      break;
+    }
+  }
+  task.before_checkpoint();
+  staging.to_host();
+  task.check_replicas(staging, "end of training");
+  task.finish(exit_code);
+
+  // ---- the PERFORMANCE line: steady-state step time, the median over the steps after the first (warm-up) ----------
+  const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
+  const double rate = shape.samples / (med / 1e3);
+  const std::optional<double> mfu = model_flops_utilization(shape.flops, med, world, cfg.log.peak_tflops);
+  const PerfColumns col = task.perf_columns(last_loss, last_eval);
+  const int d = shape.rate_decimals;
+  log_info("PERFORMANCE ranks {} | ms/step {}/s {}/s/rank MFU | {} | comm_exposed_ms comm_exposed_frac{}",
+           col.layout_names, shape.unit, shape.unit, col.quality_names,
+           col.comm_names.empty() ? "" : " " + col.comm_names);
+  log_info("PERFORMANCE {} {} | {:.2f} {:.{}f} {:.{}f} {} | {} | {:.2f} {:.4f}{}", world, col.layout_values, med, rate,
+           d, rate / world, d, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a", col.quality_values, med_exposed,
+           med_exposed / med, col.comm_values.empty() ? "" : " " + col.comm_values);
+  set_log_file("");
+  return exit_code;
+}
+
+}  // namespace hpct::train

@@ -21,6 +21,12 @@ struct Coord {
   bool operator==(const Coord&) const = default;
 };
 
+// One rank's place in the model-parallel part of the grid: what a model needs to hold its shards (its TP shard of
+// every tensor, its pipeline stage's layers). Data parallelism does not change the model's layout.
+struct ModelParallel {
+  int tp = 1, tp_rank = 0, pp = 1, pp_rank = 0;
+};
+
 class Grid {
  public:
   // world = TP * DP * PP, DP derived. Throws UsageError naming `where` (the deck and keys) when the

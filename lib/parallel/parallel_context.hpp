@@ -70,6 +70,8 @@ class ParallelContext {
 
   // Host buffers (MPI).
   comm::Communicator& world() { return *world_; }
+  // The model-parallel view a model is built with (its TP shard and pipeline stage).
+  ModelParallel model_parallel() const { return {tp_size(), tp_rank(), pp_size(), pp_rank()}; }
   comm::Communicator& tp_group() { return *tp_; }
   comm::Communicator& dp_group() { return *dp_; }
   comm::Communicator& pp_group() { return *pp_; }

@@ -51,7 +51,7 @@ class GptTask final : public TrainTask {
         val_shard_(data::TokenShard::open(d.val_path)),
         sampler_(train_shard_, T_, run.cfg.train.seed),
         eval_set_(val_shard_, T_, d.eval_sequences),
-        mp_{run.pc.tp_size(), run.pc.tp_rank(), run.pc.pp_size(), run.pc.pp_rank()},
+        mp_(run.pc.model_parallel()),
         model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group()),
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch

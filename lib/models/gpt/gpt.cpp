@@ -3,13 +3,14 @@
 #include <cmath>
 
 #include "core/rng.hpp"
-#include "core/timer.hpp"
 #include "kernels/kernels.hpp"
 #include "models/gpt/gpt_layout.hpp"
+#include "parallel/tp_collectives.hpp"
 
 namespace hpct::gpt {
 
 namespace k = hpct::kernels;
+namespace par = hpct::parallel;
 
 // ---- configuration ---------------------------------------------------------------------------
 
@@ -295,18 +296,15 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
 
 void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
 
-void Gpt::tp_allreduce(float* buf, int64_t n, comm::ReduceOp op, const char* what) {
-  const Timer t;
-  tp_comm_->allreduce(buf, n, DType::F32, op, what);
-  tp_comm_ms_ += t.ms();
-}
-
-// Tensor parallelism (t = mp_.tp > 1; gpt_layout.hpp states each layer's split): the residual stream and the
-// LayerNorms are replicated; QKV and fc are column-parallel (local output widths 3C/t, 4C/t, no communication
-// forward, allreduce of dX backward); proj and mlp.proj are row-parallel (partial sums allreduced forward,
-// nothing backward) with their replicated bias added on tp_rank 0 only, so the allreduced sum holds it once;
-// wte is vocabulary-parallel (embedding: partial rows allreduced; head: local logit columns, cross-entropy
-// over them with two small allreduces). At t = 1 the calls are the serial ones.
+// Tensor parallelism (t = mp_.tp > 1; gpt_layout.hpp states each layer's split, docs/parallelism.md the rules): the
+// residual stream and the LayerNorms are replicated; QKV, fc and the tied head are column-parallel (local output
+// widths 3C/t, 4C/t, Vp/t; their input enters through copy_to_tp_region: identity forward, allreduce of dX
+// backward); proj and mlp.proj are row-parallel (their partial output leaves through reduce_from_tp_region:
+// allreduce forward, identity backward) with their replicated bias added on tp_rank 0 only, so the sum holds it
+// once; wte is vocabulary-parallel (embedding: reduce_from_tp_region of the partial rows; head: local logit
+// columns, cross-entropy over them with allreduce_tp_stats). parallel/tp_collectives.hpp holds the pairs; only
+// their communicating sides appear below (the identities are named in comments). At t = 1 the calls are the serial
+// ones.
 void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const float* in_act) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
   const int t = mp_.tp;
@@ -321,7 +319,8 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const fl
   } else if (tp) {
     k::encoder_forward_vocab_parallel(ctx, encoded_->f32(), inputs, wte_->f32(), lead ? wpe_->f32() : nullptr,
                                       mp_.tp_rank * Vl, Vl, b, T, C);
-    tp_allreduce(encoded_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP embedding");
+    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, encoded_->f32(), static_cast<int64_t>(N) * C,
+                                                      "TP embedding");
   } else {
     k::encoder_forward(ctx, encoded_->f32(), inputs, wte_->f32(), wpe_->f32(), b, T, C);  // (b,T,C)
   }
@@ -332,42 +331,51 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const fl
     // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
     k::layernorm_forward(ctx, a.ln1->f32(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->f32(),
                          ptr(p.ln1b), N, C);
+    // column-parallel QKV: ln1 enters through copy_to_tp_region (identity forward)
     k::matmul_forward(ctx, a.qkv->f32(), a.ln1->f32(), p.qkvw->f32(), ptr(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
     k::attention_forward(ctx, a.atty->f32(), a.att_stats->f32(), a.qkv->f32(), b, T, Cl, NH);
     k::matmul_forward(ctx, scratch_->f32(), a.atty->f32(), p.projw->f32(), lead ? ptr(p.projb) : nullptr, N, Cl, C);
-    if (tp) tp_allreduce(scratch_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP attention proj");
+    if (tp)  // row-parallel proj
+      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch_->f32(), static_cast<int64_t>(N) * C,
+                                                        "TP attention proj");
     k::residual_forward(ctx, a.residual2->f32(), residual, scratch_->f32(), static_cast<int64_t>(N) * C);
     // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
     k::layernorm_forward(ctx, a.ln2->f32(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->f32(), p.ln2w->f32(),
                          ptr(p.ln2b), N, C);
+    // column-parallel fc: ln2 enters through copy_to_tp_region (identity forward)
     k::matmul_forward(ctx, a.fch->f32(), a.ln2->f32(), p.fcw->f32(), ptr(p.fcb), N, C, 4 * Cl);  // (N, 4C/t)
     k::gelu_forward(ctx, a.fch_gelu->f32(), a.fch->f32(), static_cast<int64_t>(N) * 4 * Cl);
     k::matmul_forward(ctx, scratch_->f32(), a.fch_gelu->f32(), p.fcprojw->f32(), lead ? ptr(p.fcprojb) : nullptr, N,
                       4 * Cl, C);
-    if (tp) tp_allreduce(scratch_->f32(), static_cast<int64_t>(N) * C, comm::ReduceOp::Sum, "TP MLP proj");
+    if (tp)  // row-parallel mlp.proj
+      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch_->f32(), static_cast<int64_t>(N) * C,
+                                                        "TP MLP proj");
     k::residual_forward(ctx, a.residual3->f32(), a.residual2->f32(), scratch_->f32(), static_cast<int64_t>(N) * C);
     residual = a.residual3->f32();
   }
   if (!stage_.has_head) return;  // the stage's output is residual3 of its last block (stage_output())
   k::layernorm_forward(ctx, lnf_->f32(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->f32(), ptr(lnfb_), N, C);
+  // column-parallel tied head: lnf enters through copy_to_tp_region (identity forward)
   k::matmul_forward(ctx, logits_->f32(), lnf_->f32(), wte_->f32(), nullptr, N, C, Vl);  // tied head, (N, Vp/t)
 }
 
 // Vocabulary-parallel cross-entropy over this rank's logit columns: local max -> allreduce(MAX) -> local
-// sum of exp and target logit -> one allreduce(SUM) of both -> losses (and dlogits in place).
+// sum of exp and target logit -> one allreduce(SUM) of both -> losses (and dlogits in place). The reductions are
+// statistics, not a conjugate pair (the backward is local): parallel::allreduce_tp_stats.
 const float* Gpt::vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss) {
   const int N = b * cfg_.seq_len, Vl = cfg_.padded_vocab / mp_.tp, v0 = mp_.tp_rank * Vl, V = cfg_.vocab_size;
   float* mx = ce_max_->f32();
   float* sumexp = ce_stats_->f32();                 // (N) at the start of the (2, B, T) buffer
   float* tgt = ce_stats_->f32() + static_cast<int64_t>(B_) * cfg_.seq_len;  // (N) in the second half
   k::crossentropy_vp_local_max(ctx, mx, logits_->f32(), v0, Vl, V, N);
-  tp_allreduce(mx, N, comm::ReduceOp::Max, "TP cross-entropy max");
+  tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, mx, N, comm::ReduceOp::Max, "TP cross-entropy max");
   k::crossentropy_vp_local_sumexp(ctx, sumexp, tgt, logits_->f32(), mx, targets, v0, Vl, V, N);
   if (N == B_ * cfg_.seq_len) {
-    tp_allreduce(sumexp, 2 * static_cast<int64_t>(N), comm::ReduceOp::Sum, "TP cross-entropy sums");
+    tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, sumexp, 2 * static_cast<int64_t>(N), comm::ReduceOp::Sum,
+                                           "TP cross-entropy sums");
   } else {
-    tp_allreduce(sumexp, N, comm::ReduceOp::Sum, "TP cross-entropy sum of exp");
-    tp_allreduce(tgt, N, comm::ReduceOp::Sum, "TP cross-entropy target logit");
+    tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, sumexp, N, comm::ReduceOp::Sum, "TP cross-entropy sum of exp");
+    tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, tgt, N, comm::ReduceOp::Sum, "TP cross-entropy target logit");
   }
   if (backward)
     k::crossentropy_vp_loss_backward(ctx, losses_->f32(), logits_->f32(), mx, sumexp, tgt, targets, dloss, v0, Vl, V,
@@ -413,7 +421,7 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
   if (stage_.has_head) {
     // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns)
     k::matmul_backward(ctx, dln_->f32(), dwte_->f32(), nullptr, logits_->f32(), lnf_->f32(), wte_->f32(), N, C, Vl);
-    if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP head dX");
+    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln_->f32(), NC, "TP head dX");
     k::fill_zero(ctx, dres, NC * 4);
     const float* last_residual = a_[L - 1].residual3->f32();
     k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
@@ -430,13 +438,14 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
     const LayerActs& a = a_[l];
     const float* residual = l == 0 ? encoded_->f32() : a_[l - 1].residual3->f32();
     // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
-    // backward needs no communication (its replicated bias gradient is computed alike on every rank).
+    // reduce_from_tp_region's backward is the identity (its replicated bias gradient is computed alike on every
+    // rank).
     k::matmul_backward(ctx, dfch_gelu_->f32(), g.fcprojw->f32(), ptr(g.fcprojb), dres, a.fch_gelu->f32(),
                        p.fcprojw->f32(), N, 4 * Cl, C);
     k::gelu_backward(ctx, dfch_->f32(), a.fch->f32(), dfch_gelu_->f32(), static_cast<int64_t>(N) * 4 * Cl);
     k::matmul_backward(ctx, dln_->f32(), g.fcw->f32(), ptr(g.fcb), dfch_->f32(), a.ln2->f32(), p.fcw->f32(), N, C,
                        4 * Cl);
-    if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP MLP fc dX");  // column-parallel: allreduce dX
+    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln_->f32(), NC, "TP MLP fc dX");
     k::layernorm_backward(ctx, dres, g.ln2w->f32(), ptr(g.ln2b), dln_->f32(), a.residual2->f32(), p.ln2w->f32(),
                           a.ln2_mean->f32(), a.ln2_rstd->f32(), N, C);
     ready(0, 0);  // progress point
@@ -446,7 +455,7 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
                           a.att_stats->f32(), b, T, Cl, NH);
     k::matmul_backward(ctx, dln_->f32(), g.qkvw->f32(), ptr(g.qkvb), dqkv_->f32(), a.ln1->f32(), p.qkvw->f32(), N, C,
                        3 * Cl);
-    if (tp) tp_allreduce(dln_->f32(), NC, comm::ReduceOp::Sum, "TP attention qkv dX");
+    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln_->f32(), NC, "TP attention qkv dX");
     k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr(g.ln1b), dln_->f32(), residual, p.ln1w->f32(),
                           a.ln1_mean->f32(), a.ln1_rstd->f32(), N, C);
     ready(layer_first_[l], layer_first_[l + 1]);  // h.<l>.*

@@ -3,7 +3,7 @@
 // biases), forward and backward over kernels/ in llm.c's style.
 //
 // Legend: L layers, B micro-batch, T seq_len, C n_embd, NH heads, HS = C/NH, V vocab, Vp padded vocab
-// (multiple of 128, DESIGN.md §6; padded logits are masked out of the loss), N = B*T.
+// (multiple of 128, docs/parallelism.md; padded logits are masked out of the loss), N = B*T.
 // Gradients: parameter gradients accumulate (+=) over micro-batches (kernels.hpp convention); the
 // caller zeroes them once per optimizer step (zero_grad). Nothing here reads device data on the host.
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "parallel/grid.hpp"
 #include "core/config.hpp"
 #include "kernels/exec_context.hpp"
 #include "tensor/tensor.hpp"
@@ -32,10 +33,9 @@ struct GptConfig {
 
 enum class Init { Normal, ScaledNormal, Zeros, Ones };
 
-// This rank's place in the model-parallel part of the grid (data parallelism does not change the layout).
-struct ModelParallel {
-  int tp = 1, tp_rank = 0, pp = 1, pp_rank = 0;
-};
+// This rank's place in the model-parallel part of the grid, as the ParallelContext hands it to the model
+// (parallel/grid.hpp; data parallelism does not change the layout).
+using ModelParallel = parallel::ModelParallel;
 
 // The part of the model one pipeline stage holds (stage_plan() in gpt_layout.hpp).
 struct StagePlan {
@@ -56,10 +56,10 @@ struct ParamSpec {
 };
 
 // The parameter layout, in a fixed order: wte, wpe, h.<l>.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.*, lnf.*.
-// The fused QKV weight is the logical (3, NH, HS, C) tensor (DESIGN.md §6).
+// The fused QKV weight is the logical (3, NH, HS, C) tensor (docs/parallelism.md).
 std::vector<ParamSpec> parameter_layout(const GptConfig& cfg);
 
-// Sizes of the planned slabs for one rank (DESIGN.md invariant 7), callable from tests.
+// Sizes of the planned slabs for one rank (docs/invariants.md, invariant 7), callable from tests.
 struct MemoryPlan {
   int64_t num_params = 0;          // all parameters, padding rows of wte included
   int64_t num_params_no_wpe = 0;   // N of the PaLM flop count (padding rows of wte excluded too)
@@ -79,9 +79,11 @@ class Gpt {
  public:
   Gpt(const GptConfig& cfg, int micro_batch, Device device);
   // Tensor-parallel: this rank holds its shards of every tensor (models/gpt/gpt_layout.hpp) and tp_comm is
-  // its TP group (size mp.tp); the conjugate collectives run on it inside forward and backward (Megatron:
-  // column-parallel QKV and fc, row-parallel proj layers, vocabulary-parallel embedding and cross-entropy).
-  // Pipeline parallelism (mp.pp > 1) is not implemented by this class yet.
+  // its TP group (size mp.tp); the conjugate collectives of parallel/tp_collectives.hpp run on it inside forward
+  // and backward (Megatron: column-parallel QKV and fc, row-parallel proj layers, vocabulary-parallel embedding and
+  // cross-entropy).
+  // Pipeline parallelism (mp.pp > 1): this rank holds only its stage's tensors (stage_plan; forward with in_act,
+  // backward_stage).
   Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -146,13 +148,12 @@ class Gpt {
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
   }
-  void tp_allreduce(float* buf, int64_t n, comm::ReduceOp op, const char* what);
   const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
   GptConfig cfg_;
   ModelParallel mp_;
   StagePlan stage_;
   comm::Communicator* tp_comm_ = nullptr;
-  double tp_comm_ms_ = 0.0;
+  double tp_comm_ms_ = 0.0;  // the sum of what the parallel/tp_collectives.hpp calls return
   int B_;
   GradReadyHook hook_;
   std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf

@@ -1,0 +1,194 @@
+// Under mpirun at np 1, 2, 4: the tensor-parallel collectives of parallel/tp_collectives.hpp over every TP group size
+// t dividing the world (ParallelContext's device TP group, MPI on the CPU). Values are small integers, so float sums
+// are exact and checked with ==: reduce_from_tp_region forward and copy_to_tp_region backward sum (rank + 1), their
+// duals are identities, scatter then gather along the last dimension is the identity, gather's backward is scatter's
+// forward and scatter's backward gather's forward, and the cross-entropy statistics reduce with MAX and SUM.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.hpp"
+#include "parallel/parallel_context.hpp"
+#include "parallel/tp_collectives.hpp"
+#include "../mpi_test_util.hpp"
+
+using namespace hpct;
+using namespace hpct::parallel;
+
+namespace {
+
+using test::world_size;
+
+// Every TP size dividing the world, with pp = 1 (the DP axis takes the rest).
+template <class F>
+void for_each_tp(F&& f) {
+  const int n = world_size();
+  for (int tp = 1; tp <= n; ++tp) {
+    if (n % tp) continue;
+    ParallelContext pc(tp, 1, "tp-dp-pp", comm::CommOptions{30.0}, "test");
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    f(pc);
+  }
+}
+
+// The full (rows, cols) tensor every rank agrees on: element (i, j) = 100 i + j (exact in float).
+float full_value(int64_t i, int64_t j) { return static_cast<float>(100 * i + j); }
+
+}  // namespace
+
+TEST(TpCollectives, ReduceFromForwardSumsAndBackwardIsIdentity) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t n = 37;
+    std::vector<float> y(n);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>((r + 1) * (i + 1));
+    EXPECT_GE(reduce_from_tp_region_forward(tp, y.data(), n, "test reduce_from forward"), 0.0);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], static_cast<float>(t * (t + 1) / 2 * (i + 1))) << i;
+
+    std::vector<float> dy(n);
+    for (int64_t i = 0; i < n; ++i) dy[i] = static_cast<float>((r + 1) * 7 + i);
+    const std::vector<float> before = dy;
+    EXPECT_EQ(reduce_from_tp_region_backward(tp, dy.data(), n, "test reduce_from backward"), 0.0);
+    EXPECT_EQ(dy, before);
+  });
+}
+
+TEST(TpCollectives, CopyToForwardIsIdentityAndBackwardSums) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t n = 53;
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i - 20);
+    const std::vector<float> before = x;
+    EXPECT_EQ(copy_to_tp_region_forward(tp, x.data(), n, "test copy_to forward"), 0.0);
+    EXPECT_EQ(x, before);
+
+    std::vector<float> dx(n);
+    for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<float>((r + 1) * (i % 5 - 2));
+    EXPECT_GE(copy_to_tp_region_backward(tp, dx.data(), n, "test copy_to backward"), 0.0);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(dx[i], static_cast<float>(t * (t + 1) / 2 * (i % 5 - 2))) << i;
+  });
+}
+
+// The renaming is bit-for-bit: the communicating sides are the plain allreduce on the same buffer, also for values
+// whose float sum depends on the order of the terms.
+TEST(TpCollectives, CommunicatingSidesAreThePlainAllreduceBitForBit) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const int r = pc.tp_rank();
+    const int64_t n = 101;
+    std::vector<float> a(n);
+    for (int64_t i = 0; i < n; ++i) a[i] = 1.0f / static_cast<float>(3 + i + 17 * r) + 1e-3f * static_cast<float>(r);
+    std::vector<float> raw = a, via_reduce = a, via_copy = a, via_stats = a;
+    tp.allreduce(raw.data(), n, DType::F32, comm::ReduceOp::Sum, "test raw");
+    reduce_from_tp_region_forward(tp, via_reduce.data(), n, "test reduce_from");
+    copy_to_tp_region_backward(tp, via_copy.data(), n, "test copy_to");
+    allreduce_tp_stats(tp, via_stats.data(), n, comm::ReduceOp::Sum, "test stats");
+    EXPECT_EQ(std::memcmp(raw.data(), via_reduce.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(raw.data(), via_copy.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(raw.data(), via_stats.data(), n * sizeof(float)), 0);
+  });
+}
+
+TEST(TpCollectives, CrossEntropyStatsReduceMaxAndSum) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t n = 16;
+    std::vector<float> mx(n), sums(2 * n);
+    // the max sits on rank i % t for row i
+    for (int64_t i = 0; i < n; ++i) mx[i] = (i % t == r) ? static_cast<float>(i + 50) : static_cast<float>(-i - r);
+    for (int64_t i = 0; i < 2 * n; ++i) sums[i] = static_cast<float>((r + 1) * (i + 1));
+    EXPECT_GE(allreduce_tp_stats(tp, mx.data(), n, comm::ReduceOp::Max, "test max"), 0.0);
+    EXPECT_GE(allreduce_tp_stats(tp, sums.data(), 2 * n, comm::ReduceOp::Sum, "test sums"), 0.0);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(mx[i], static_cast<float>(i + 50)) << i;
+    for (int64_t i = 0; i < 2 * n; ++i) EXPECT_EQ(sums[i], static_cast<float>(t * (t + 1) / 2 * (i + 1))) << i;
+  });
+}
+
+TEST(TpCollectives, ScatterThenGatherIsTheIdentity) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const ExecContext& ctx = pc.exec();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t rows = 5, cols = 12, cl = cols / t;  // 12: divisible by 1, 2, 4
+    std::vector<float> x(rows * cols), y(rows * cl, -1.0f), back(rows * cols, -1.0f), scratch(rows * cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = full_value(i, j);
+
+    EXPECT_EQ(scatter_to_tp_region_forward(ctx, tp, x.data(), y.data(), rows, cols, "test scatter"), 0.0);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cl; ++j) EXPECT_EQ(y[i * cl + j], full_value(i, r * cl + j)) << i << "," << j;
+
+    EXPECT_GE(gather_from_tp_region_forward(ctx, tp, y.data(), back.data(), scratch.data(), rows, cols, "test gather"),
+              0.0);
+    EXPECT_EQ(back, x);
+  });
+}
+
+TEST(TpCollectives, GatherForwardConcatenatesInRankOrder) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const ExecContext& ctx = pc.exec();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t rows = 3, cl = 4, cols = cl * t;
+    std::vector<float> x(rows * cl), y(rows * cols, -1.0f), scratch(rows * cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cl; ++j) x[i * cl + j] = full_value(i, r * cl + j);  // this rank's columns
+    gather_from_tp_region_forward(ctx, tp, x.data(), y.data(), scratch.data(), rows, cols, "test gather");
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) EXPECT_EQ(y[i * cols + j], full_value(i, j)) << i << "," << j;
+  });
+}
+
+// The duals: gather's backward is scatter's forward (keep this rank's columns of dY), scatter's backward is
+// gather's forward (concatenate every rank's dY slice).
+TEST(TpCollectives, BackwardSidesAreTheDualForwards) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const ExecContext& ctx = pc.exec();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t rows = 4, cols = 8, cl = cols / t;
+    std::vector<float> dy_full(rows * cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) dy_full[i * cols + j] = full_value(i, j) + 0.5f;
+
+    std::vector<float> dx_gather(rows * cl, -1.0f), dx_scatter_fwd(rows * cl, -2.0f);
+    EXPECT_EQ(gather_from_tp_region_backward(ctx, tp, dy_full.data(), dx_gather.data(), rows, cols, "test gather bwd"),
+              0.0);
+    scatter_to_tp_region_forward(ctx, tp, dy_full.data(), dx_scatter_fwd.data(), rows, cols, "test scatter");
+    EXPECT_EQ(dx_gather, dx_scatter_fwd);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cl; ++j) EXPECT_EQ(dx_gather[i * cl + j], full_value(i, r * cl + j) + 0.5f);
+
+    std::vector<float> dy_local(rows * cl), dx_scatter(rows * cols, -1.0f), dx_gather_fwd(rows * cols, -2.0f),
+        scratch(rows * cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cl; ++j) dy_local[i * cl + j] = full_value(i, r * cl + j) - 0.25f;
+    EXPECT_GE(scatter_to_tp_region_backward(ctx, tp, dy_local.data(), dx_scatter.data(), scratch.data(), rows, cols,
+                                            "test scatter bwd"),
+              0.0);
+    gather_from_tp_region_forward(ctx, tp, dy_local.data(), dx_gather_fwd.data(), scratch.data(), rows, cols,
+                                  "test gather");
+    EXPECT_EQ(dx_scatter, dx_gather_fwd);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) EXPECT_EQ(dx_scatter[i * cols + j], full_value(i, j) - 0.25f);
+  });
+}
+
+// A last dimension the group does not divide is refused on every rank before any communication (so no rank hangs).
+TEST(TpCollectives, IndivisibleLastDimensionIsAnError) {
+  const int n = world_size();
+  if (n == 1) GTEST_SKIP() << "every size divides over one rank";
+  ParallelContext pc(n, 1, "tp-dp-pp", comm::CommOptions{30.0}, "test");
+  comm::Communicator& tp = pc.device_tp_group();
+  const int64_t rows = 2, cols = n + 1;
+  std::vector<float> x(rows * cols), y(rows * cols), scratch(rows * cols * n);
+  EXPECT_THROW(scatter_to_tp_region_forward(pc.exec(), tp, x.data(), y.data(), rows, cols, "test"), hpct::Error);
+  EXPECT_THROW(gather_from_tp_region_forward(pc.exec(), tp, x.data(), y.data(), scratch.data(), rows, cols, "test"),
+               hpct::Error);
+}

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     if (plan) {
       if (hpct::process_identity().rank != 0) return 0;
       const auto ds = hpct::data::ImageDataset::open(hpct::train::resolve_data_path(deck.get_string("data.train")));
-      const auto cfg = hpct::resnet::ResNetConfig::from_deck(deck, ds.channels(), ds.height(), ds.width(),
+      const auto cfg = hpct::train::resnet_model_config(deck, ds.channels(), ds.height(), ds.width(),
                                                              ds.num_classes());
       const int mb = static_cast<int>(deck.get_int("train.micro_batch"));
       const auto m = hpct::resnet::memory_plan(cfg, mb);

@@ -71,9 +71,23 @@ const ConfigSchema& gpt_deck_schema() {
   return schema;
 }
 
+gpt::GptConfig gpt_model_config(const Config& deck) {
+  gpt::GptConfig c;
+  c.n_layer = static_cast<int>(deck.get_int("model.n_layer"));
+  c.n_head = static_cast<int>(deck.get_int("model.n_head"));
+  c.n_embd = static_cast<int>(deck.get_int("model.n_embd"));
+  c.seq_len = static_cast<int>(deck.get_int("model.seq_len"));
+  c.vocab_size = static_cast<int>(deck.get_int("model.vocab_size"));
+  c.padded_vocab = (c.vocab_size + 127) / 128 * 128;
+  c.bias = deck.get_bool("model.bias");
+  c.init_std = static_cast<float>(deck.get_float("model.init_std"));
+  c.validate("deck " + deck.deck_path());
+  return c;
+}
+
 GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
   GptDeck d;
-  d.model = gpt::GptConfig::from_deck(deck);
+  d.model = gpt_model_config(deck);
   gpt::validate_model_parallel(d.model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", deck.deck_path()));
   d.train_path = resolve_data_path(deck.get_string("data.train"));
   d.val_path = resolve_data_path(deck.get_string("data.val"));

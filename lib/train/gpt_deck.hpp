@@ -24,6 +24,9 @@ struct GptDeck {
   gpt::SampleOptions sample;   // [sample]
 };
 
+// The [model] section, validated (UsageError naming the key on failure).
+gpt::GptConfig gpt_model_config(const Config& deck);
+
 // The app's own sections, and the model against the layout (heads and layers divisible by TP and PP).
 GptDeck read_gpt_deck(const Config& deck, const RunConfig& run);
 

@@ -8,11 +8,12 @@
 #include "models/gpt/gpt.hpp"
 #include "models/gpt/gpt_layout.hpp"
 #include "parallel/grid.hpp"
+#include "train/gpt_deck.hpp"
 
 namespace hpct::train {
 
 int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
-  const gpt::GptConfig cfg = gpt::GptConfig::from_deck(deck);
+  const gpt::GptConfig cfg = gpt_model_config(deck);
   const int tp = static_cast<int>(deck.get_int("parallel.tp")), pp = static_cast<int>(deck.get_int("parallel.pp"));
   const std::string where = fmt::format("deck {}", deck.deck_path());
   const parallel::Grid grid(world, tp, pp, deck.get_string("parallel.order"), where);

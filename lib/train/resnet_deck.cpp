@@ -88,6 +88,23 @@ const ConfigSchema& resnet_deck_schema() {
 }
 
 
+resnet::ResNetConfig resnet_model_config(const Config& deck, int in_channels, int height, int width,
+                                         int dataset_classes) {
+  resnet::ResNetConfig c;
+  c.style = deck.get_string("model.style");
+  c.depth = static_cast<int>(deck.get_int("model.depth"));
+  c.base_width = static_cast<int>(deck.get_int("model.base_width"));
+  if (c.base_width == 0) c.base_width = c.style == "imagenet" ? 64 : 16;
+  c.num_classes = static_cast<int>(deck.get_int("model.num_classes"));
+  if (c.num_classes == 0) c.num_classes = dataset_classes;
+  c.label_smoothing = static_cast<float>(deck.get_float("optim.label_smoothing"));
+  c.in_channels = in_channels;
+  c.height = height;
+  c.width = width;
+  c.validate("deck " + deck.deck_path());
+  return c;
+}
+
 ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
   const int64_t GB = run.train.global_batch;
   ResNetDeck d{data::ImageDataset::open(resolve_data_path(deck.get_string("data.train"))),
@@ -102,7 +119,7 @@ ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
   HPCT_USAGE_CHECK(GB <= train_set.size(), "deck {}: train.global_batch = {} is larger than data.train {} ({} images)",
                    deck.deck_path(), GB, train_set.path(), train_set.size());
   const int classes = std::max(train_set.num_classes(), test_set.num_classes());
-  d.cfg = resnet::ResNetConfig::from_deck(deck, train_set.channels(), train_set.height(), train_set.width(), classes);
+  d.cfg = resnet_model_config(deck, train_set.channels(), train_set.height(), train_set.width(), classes);
   HPCT_USAGE_CHECK(d.cfg.num_classes >= classes,
                    "deck {}: model.num_classes = {} but the datasets have {} classes; raise it or set 0 (the dataset's)",
                    deck.deck_path(), d.cfg.num_classes, classes);

@@ -30,6 +30,11 @@ struct ResNetDeck {
   std::string lr_kind;       // optim.schedule: "cosine" | "step"
 };
 
+// The [model] section (and optim.label_smoothing) for images of in_channels x height x width; num_classes 0 takes the
+// dataset's. Validated (UsageError naming the key on failure).
+resnet::ResNetConfig resnet_model_config(const Config& deck, int in_channels, int height, int width,
+                                         int dataset_classes);
+
 // Opens data.train and data.test and validates every [model], [data] and [optim] key against them.
 ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run);
 

@@ -14,20 +14,6 @@ namespace par = hpct::parallel;
 
 // ---- configuration ---------------------------------------------------------------------------
 
-GptConfig GptConfig::from_deck(const Config& deck) {
-  GptConfig c;
-  c.n_layer = static_cast<int>(deck.get_int("model.n_layer"));
-  c.n_head = static_cast<int>(deck.get_int("model.n_head"));
-  c.n_embd = static_cast<int>(deck.get_int("model.n_embd"));
-  c.seq_len = static_cast<int>(deck.get_int("model.seq_len"));
-  c.vocab_size = static_cast<int>(deck.get_int("model.vocab_size"));
-  c.padded_vocab = (c.vocab_size + 127) / 128 * 128;
-  c.bias = deck.get_bool("model.bias");
-  c.init_std = static_cast<float>(deck.get_float("model.init_std"));
-  c.validate("deck " + deck.deck_path());
-  return c;
-}
-
 void GptConfig::validate(const std::string& where) const {
   HPCT_USAGE_CHECK(n_layer >= 1 && n_head >= 1 && n_embd >= 1 && seq_len >= 1 && vocab_size >= 2,
                    "{}: model sizes must be positive (n_layer={}, n_head={}, n_embd={}, seq_len={}, vocab_size={})",

@@ -13,7 +13,6 @@
 
 #include "comm/communicator.hpp"
 #include "parallel/grid.hpp"
-#include "core/config.hpp"
 #include "kernels/exec_context.hpp"
 #include "tensor/tensor.hpp"
 
@@ -27,7 +26,6 @@ struct GptConfig {
   float init_std = 0.02f;
 
   int head_size() const { return n_embd / n_head; }
-  static GptConfig from_deck(const Config& deck);  // [model] section; validates, UsageError on failure
   void validate(const std::string& where) const;
 };
 

@@ -125,22 +125,6 @@ void ResNetConfig::validate(const std::string& where) const {
                    where, height, width, style, depth, a.H_last, a.W_last);
 }
 
-ResNetConfig ResNetConfig::from_deck(const Config& deck, int in_channels, int height, int width, int dataset_classes) {
-  ResNetConfig c;
-  c.style = deck.get_string("model.style");
-  c.depth = static_cast<int>(deck.get_int("model.depth"));
-  c.base_width = static_cast<int>(deck.get_int("model.base_width"));
-  if (c.base_width == 0) c.base_width = c.style == "imagenet" ? 64 : 16;
-  c.num_classes = static_cast<int>(deck.get_int("model.num_classes"));
-  if (c.num_classes == 0) c.num_classes = dataset_classes;
-  c.label_smoothing = static_cast<float>(deck.get_float("optim.label_smoothing"));
-  c.in_channels = in_channels;
-  c.height = height;
-  c.width = width;
-  c.validate("deck " + deck.deck_path());
-  return c;
-}
-
 std::vector<ParamSpec> parameter_layout(const ResNetConfig& c) {
   const ArchSpec a = arch(c);
   std::vector<ParamSpec> out;

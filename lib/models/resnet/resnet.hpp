@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "core/config.hpp"
 #include "kernels/exec_context.hpp"
 #include "tensor/tensor.hpp"
 
@@ -43,9 +42,6 @@ struct ResNetConfig {
   // blocks per stage: cifar {n, n, n}; imagenet per torchvision
   std::vector<int> stage_blocks() const;
   void validate(const std::string& where) const;  // UsageError naming the key
-  // model.style, model.depth, model.base_width, model.num_classes (0: the dataset's), optim.label_smoothing; the
-  // image shape from the dataset
-  static ResNetConfig from_deck(const Config& deck, int in_channels, int height, int width, int dataset_classes);
 };
 
 struct ParamSpec {

@@ -10,6 +10,7 @@ PKGS=(
   zlib1g-dev                                      # gzip reading (apps/prepare_images)
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev
+  clang-format                                    # C++ style check (scripts/check_format.sh, ctest -L format)
   libopenblas-openmp-dev libopenblas-dev          # BLAS, OpenMP build selected below
   libdnnl-dev ocl-icd-opencl-dev                  # oneDNN (measured against OpenBLAS by validation/bench_gemm)
   python3-h5py python3-numpy python3-torch python3-torchvision  # PyTorch cross-checks (call /usr/bin/python3)

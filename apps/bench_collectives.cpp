@@ -76,8 +76,7 @@ int64_t parse_bytes(const std::string& s, const char* opt) {
   if (unit.size() == 3 && unit.substr(1) == "IB") unit = unit.substr(0, 1);
   if (unit.size() == 2 && unit[1] == 'B') unit = unit.substr(0, 1);
   double mult = 1.0;
-  if (unit == "K")
-    mult = 1024.0;
+  if (unit == "K") mult = 1024.0;
   else if (unit == "M")
     mult = 1024.0 * 1024;
   else if (unit == "G")
@@ -157,7 +156,9 @@ class Buffer {
     for (int64_t i = 0; i < count_; ++i) h[i] = f(i);
     put(h);
   }
-  void zero() { fill([](int64_t) { return 0.0f; }); }
+  void zero() {
+    fill([](int64_t) { return 0.0f; });
+  }
   std::vector<float> get() const {
     if (!device_) return host_;
     std::vector<float> h(static_cast<size_t>(count_));
@@ -209,11 +210,21 @@ class Case {
  public:
   Case(const std::string& op, int64_t count, Communicator& comm, MPI_Comm raw, bool device, bool nccl_group,
        std::function<void()> group_start, std::function<void()> group_end)
-      : op_(op), count_(count), comm_(comm), raw_(raw), n_(comm.size()), rank_(comm.rank()),
+      : op_(op),
+        count_(count),
+        comm_(comm),
+        raw_(raw),
+        n_(comm.size()),
+        rank_(comm.rank()),
         block_(op == "reduce_scatter" || op == "allgather" ? count / comm.size() : count),
         a_(op == "allgather" ? block_ : count, device),
-        b_(op == "reduce_scatter" ? block_ : (op == "allgather" || op == "sendrecv") ? count : 0, device),
-        nccl_group_(nccl_group), group_start_(std::move(group_start)), group_end_(std::move(group_end)) {}
+        b_(op == "reduce_scatter"                    ? block_
+           : (op == "allgather" || op == "sendrecv") ? count
+                                                     : 0,
+           device),
+        nccl_group_(nccl_group),
+        group_start_(std::move(group_start)),
+        group_end_(std::move(group_end)) {}
 
   void ours() {
     const int next = (rank_ + 1) % n_, prev = (rank_ + n_ - 1) % n_;
@@ -238,8 +249,7 @@ class Case {
   void raw() {
     const int c = static_cast<int>(count_), blk = static_cast<int>(block_);
     const int next = (rank_ + 1) % n_, prev = (rank_ + n_ - 1) % n_;
-    if (op_ == "allreduce")
-      MPI_Allreduce(MPI_IN_PLACE, a_.data(), c, MPI_FLOAT, MPI_SUM, raw_);
+    if (op_ == "allreduce") MPI_Allreduce(MPI_IN_PLACE, a_.data(), c, MPI_FLOAT, MPI_SUM, raw_);
     else if (op_ == "reduce_scatter")
       MPI_Reduce_scatter_block(a_.data(), b_.data(), blk, MPI_FLOAT, MPI_SUM, raw_);
     else if (op_ == "allgather")
@@ -255,8 +265,7 @@ class Case {
     auto pat = [](int64_t i) { return static_cast<float>(i % 1009 + 1); };
     const float tri = static_cast<float>(n_ * (n_ + 1) / 2);
     const float me = static_cast<float>(rank_ + 1);
-    if (op_ == "broadcast")
-      a_.fill([&](int64_t i) { return rank_ == 0 ? pat(i) : -1.0f; });
+    if (op_ == "broadcast") a_.fill([&](int64_t i) { return rank_ == 0 ? pat(i) : -1.0f; });
     else
       a_.fill([&](int64_t i) { return me * pat(i); });
     if (b_.count() > 0) b_.fill([](int64_t) { return -1.0f; });
@@ -266,8 +275,7 @@ class Case {
     const int prev = (rank_ + n_ - 1) % n_;
     for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
       float want = 0.0f;
-      if (op_ == "allreduce")
-        want = tri * pat(i);
+      if (op_ == "allreduce") want = tri * pat(i);
       else if (op_ == "reduce_scatter")
         want = tri * pat(rank_ * block_ + i);
       else if (op_ == "allgather")
@@ -312,8 +320,9 @@ int run(int argc, char** argv) {
   Args a;
   CLI::App app{"bench_collectives: algbw / busbw of allreduce, reduce_scatter, allgather, broadcast and sendrecv "
                "through hpct::comm, nccl-tests style, with the raw MPI call as reference. Run under mpirun."};
-  app.add_option("--backend", a.backend, "mpi (MpiCommunicator, host buffers) or nccl (NcclCommunicator, device "
-                                         "buffers; CUDA builds with NCCL)")
+  app.add_option("--backend", a.backend,
+                 "mpi (MpiCommunicator, host buffers) or nccl (NcclCommunicator, device "
+                 "buffers; CUDA builds with NCCL)")
       ->capture_default_str();
   app.add_option("--ops", a.ops, "comma-separated operations")->capture_default_str();
   app.add_option("--min-bytes", a.min_bytes, "smallest size (bytes; K, M, G suffixes = KiB, MiB, GiB)")
@@ -337,8 +346,10 @@ int run(int argc, char** argv) {
   HPCT_USAGE_CHECK(a.factor > 1, "--factor {}: must be > 1", a.factor);
   HPCT_USAGE_CHECK(a.iters >= 0 && a.warmup >= -1, "--iters and --warmup must be >= 0");
   HPCT_USAGE_CHECK(a.backend == "mpi" || a.backend == "nccl", "--backend {}: choose mpi or nccl", a.backend);
-  HPCT_USAGE_CHECK(max_bytes / 4 <= INT32_MAX, "--max-bytes {}: counts above 2^31-1 f32 elements are not supported "
-                   "(MPI int counts)", a.max_bytes);
+  HPCT_USAGE_CHECK(max_bytes / 4 <= INT32_MAX,
+                   "--max-bytes {}: counts above 2^31-1 f32 elements are not supported "
+                   "(MPI int counts)",
+                   a.max_bytes);
 
   auto world = hpct::comm::make_world_communicator();
   Communicator* comm = world.get();
@@ -364,8 +375,9 @@ int run(int argc, char** argv) {
     group_end = [&] { nccl_comm->group_end(); };
   }
 #else
-  HPCT_USAGE_CHECK(!nccl, "--backend nccl: this build has no NcclCommunicator (it needs a CUDA build with NCCL: "
-                          "configure with -DHPCT_ENABLE_CUDA=ON on a machine with the CUDA toolkit); use --backend mpi");
+  HPCT_USAGE_CHECK(!nccl,
+                   "--backend nccl: this build has no NcclCommunicator (it needs a CUDA build with NCCL: "
+                   "configure with -DHPCT_ENABLE_CUDA=ON on a machine with the CUDA toolkit); use --backend mpi");
 #endif
   MPI_Comm raw = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
@@ -485,8 +497,8 @@ int run(int argc, char** argv) {
         std::fprintf(f,
                      "    {\"op\": \"%s\", \"bytes\": %lld, \"count\": %lld, \"iters\": %d, \"time_us\": %.9g, "
                      "\"algbw_gbs\": %.9g, \"busbw_gbs\": %.9g, \"bus_factor\": %.9g, \"wrong\": %lld",
-                     r.op.c_str(), static_cast<long long>(r.bytes), static_cast<long long>(r.count), r.iters,
-                     r.time_us, r.algbw, r.busbw, bus_factor(r.op, n), static_cast<long long>(r.wrong));
+                     r.op.c_str(), static_cast<long long>(r.bytes), static_cast<long long>(r.count), r.iters, r.time_us,
+                     r.algbw, r.busbw, bus_factor(r.op, n), static_cast<long long>(r.wrong));
         if (r.has_raw)
           std::fprintf(f,
                        ", \"raw\": \"%s\", \"raw_time_us\": %.9g, \"raw_algbw_gbs\": %.9g, \"raw_busbw_gbs\": %.9g, "
@@ -498,8 +510,7 @@ int run(int argc, char** argv) {
       std::fprintf(f, "  ]\n}\n");
       std::fclose(f);
     }
-    if (total_wrong == 0)
-      std::printf("VALID\n");
+    if (total_wrong == 0) std::printf("VALID\n");
     else
       std::printf("FAILED: %s\n", first_failure.c_str());
     std::fflush(stdout);

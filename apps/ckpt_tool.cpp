@@ -46,7 +46,8 @@ int inspect(const std::string& path) {
   ck::Reader reader(dir);
   const auto& a = reader.attrs();
   fmt::print("checkpoint   {}\n", dir);
-  fmt::print("step         {}\n", a.ints.count("step") ? std::to_string(a.ints.at("step")) : std::string("(no step attribute)"));
+  fmt::print("step         {}\n",
+             a.ints.count("step") ? std::to_string(a.ints.at("step")) : std::string("(no step attribute)"));
   fmt::print("format       {}\n", reader.format_version());
   fmt::print("attributes\n");
   std::map<std::string, std::string> all;
@@ -62,7 +63,8 @@ int inspect(const std::string& path) {
   for (const auto& m : reader.shards()) {
     for (const auto& p : m.pieces) {
       if (p.replica == 0) ++pieces_per_tensor[p.dataset];
-      else ++replicas_per_tensor[p.dataset];
+      else
+        ++replicas_per_tensor[p.dataset];
       split_axes[p.dataset].insert(p.split_axis);
     }
   }
@@ -81,9 +83,10 @@ int inspect(const std::string& path) {
   fmt::print("  {:<48} {:<5} {:<22} {:>6} {:>8}  {}\n", "name", "dtype", "shape", "pieces", "replicas", "split");
   for (const auto& n : names) {
     std::string split;
-    for (int s : split_axes[n]) split += (split.empty() ? "" : ",") + (s < 0 ? std::string("flat/none") : "axis " + std::to_string(s));
-    fmt::print("  {:<48} {:<5} {:<22} {:>6} {:>8}  {}\n", n, hpct::dtype_name(reader.dtype(n)), shape_str(reader.shape(n)),
-               pieces_per_tensor[n], replicas_per_tensor[n], split);
+    for (int s : split_axes[n])
+      split += (split.empty() ? "" : ",") + (s < 0 ? std::string("flat/none") : "axis " + std::to_string(s));
+    fmt::print("  {:<48} {:<5} {:<22} {:>6} {:>8}  {}\n", n, hpct::dtype_name(reader.dtype(n)),
+               shape_str(reader.shape(n)), pieces_per_tensor[n], replicas_per_tensor[n], split);
   }
   return 0;
 }
@@ -108,7 +111,8 @@ int verify(const std::string& path, int rank, int world) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (any_failed) return 1;
   if (rank == 0)
-    fmt::print("VALID: {} ({} checked in {:.3f} s, {:.1f} MiB/s, {} rank{})\n", dir, hpct::human_bytes(static_cast<double>(total)), s,
+    fmt::print("VALID: {} ({} checked in {:.3f} s, {:.1f} MiB/s, {} rank{})\n", dir,
+               hpct::human_bytes(static_cast<double>(total)), s,
                static_cast<double>(total) / (1 << 20) / std::max(s, 1e-9), world, world > 1 ? "s" : "");
   return 0;
 }
@@ -123,7 +127,8 @@ int main(int argc, char** argv) {
     std::string path, out;
     bool optimizer = false;
     auto* c_inspect = app.add_subcommand("inspect", "print step, attributes, shard files and the tensor table");
-    c_inspect->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
+    c_inspect->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")
+        ->required();
     auto* c_verify = app.add_subcommand("verify", "check every shard file and every piece's CRC32C (VALID or FAILED)");
     c_verify->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
     auto* c_export = app.add_subcommand("export", "write one plain HDF5 file with every tensor whole");
@@ -146,7 +151,8 @@ int main(int argc, char** argv) {
     ck::export_consolidated(dir, out, optimizer);
     std::error_code ec;
     fmt::print("ckpt_tool: exported {} -> {} ({}{}, {:.2f} s)\n", dir, out,
-               hpct::human_bytes(static_cast<double>(fs::file_size(out, ec))), optimizer ? ", with optimizer state" : ", model only",
+               hpct::human_bytes(static_cast<double>(fs::file_size(out, ec))),
+               optimizer ? ", with optimizer state" : ", model only",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return 0;
   });

@@ -189,8 +189,8 @@ int prepare_synthetic(const std::string& out_dir, const std::string& name, int64
       }
     }
     const std::string path = (std::filesystem::path(out_dir) / (name + "_" + split + ".h5")).string();
-    hpct::data::write_image_dataset(path, images.data(), labels.data(), n, c, h, w, classes,
-                                    name + "/" + split, "prepare_images synthetic (not a real data set)");
+    hpct::data::write_image_dataset(path, images.data(), labels.data(), n, c, h, w, classes, name + "/" + split,
+                                    "prepare_images synthetic (not a real data set)");
     fmt::print("prepare_images: synthetic {} {} x {} x {} x {} ({} classes) -> {}\n", split, n, c, h, w, classes, path);
   }
   return 0;

@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
 
   try {
     const auto out = hpct::data::prepare_text_shards(input, out_dir, name, val_fraction);
-    fmt::print("prepare_text: {} -> {} ({} tokens), {} ({} tokens); vocab 256 (bytes), validation = last {}\n",
-               input, out.train_path, out.train_tokens, out.val_path, out.val_tokens, val_fraction);
+    fmt::print("prepare_text: {} -> {} ({} tokens), {} ({} tokens); vocab 256 (bytes), validation = last {}\n", input,
+               out.train_path, out.train_tokens, out.val_path, out.val_tokens, val_fraction);
   } catch (const hpct::UsageError& e) {
     fmt::print(stderr, "prepare_text: error: {}\n", e.cause());
     return 1;

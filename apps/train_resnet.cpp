@@ -23,22 +23,24 @@ int main(int argc, char** argv) {
                             hpct::train::resnet_deck_schema());
     bool plan = false, plan_json = false;
     std::string device_name;
-    CLI::Option* plan_opt = app.add_flag("--plan", plan, "print the model and one rank's memory plan from the deck "
-                                                         "and the dataset's image shape, without training");
-    app.add_flag("--json", plan_json, "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs per "
-                                      "image and per step, memory, the device's peak TFLOP/s)")
+    CLI::Option* plan_opt = app.add_flag("--plan", plan,
+                                         "print the model and one rank's memory plan from the deck "
+                                         "and the dataset's image shape, without training");
+    app.add_flag("--json", plan_json,
+                 "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs per "
+                 "image and per step, memory, the device's peak TFLOP/s)")
         ->needs(plan_opt);
-    app.add_option("--device-name", device_name, "with --plan: the device whose peak TFLOP/s the JSON line gives at "
-                                                 "train.precision, as nvidia-smi names it (e.g. \"NVIDIA H100 80GB "
-                                                 "HBM3\")")
+    app.add_option("--device-name", device_name,
+                   "with --plan: the device whose peak TFLOP/s the JSON line gives at "
+                   "train.precision, as nvidia-smi names it (e.g. \"NVIDIA H100 80GB "
+                   "HBM3\")")
         ->needs(plan_opt);
     if (!hpct::parse_train_cli(app, argc, argv, "train_resnet")) return 0;
     const hpct::Config deck = hpct::Config::load(hpct::train::resnet_deck_schema(), cli.deck_path, cli.overrides);
     if (plan) {
       if (hpct::process_identity().rank != 0) return 0;
       const auto ds = hpct::data::ImageDataset::open(hpct::train::resolve_data_path(deck.get_string("data.train")));
-      const auto cfg = hpct::train::resnet_model_config(deck, ds.channels(), ds.height(), ds.width(),
-                                                             ds.num_classes());
+      const auto cfg = hpct::train::resnet_model_config(deck, ds.channels(), ds.height(), ds.width(), ds.num_classes());
       const int mb = static_cast<int>(deck.get_int("train.micro_batch"));
       const auto m = hpct::resnet::memory_plan(cfg, mb);
       std::printf("plan: %s | ResNet-%d (%s) on %dx%dx%d, %d classes | %lld parameters | %.3f GFLOP/image forward\n",

@@ -89,8 +89,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-    else if (a == "--size-mib" && i + 1 < argc) size_mib = std::atoll(argv[++i]);
-    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--size-mib" && i + 1 < argc)
+      size_mib = std::atoll(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
     else {
       if (rank == 0) std::fprintf(stderr, "usage: bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3]\n");
       MPI_Finalize();
@@ -131,11 +133,12 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::filesystem::remove_all(dir);
       std::filesystem::create_directories(dir);
-      std::printf("# bench_ckpt: np=%d, %lld MiB of f32 in %zu tensors (%lld MiB per rank, %zu pieces on rank 0), dir %s\n",
-                  world, static_cast<long long>(size_mib), model.size(), static_cast<long long>(size_mib / world),
-                  pieces.size(), dir.c_str());
-      std::printf("%4s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "gather_s", "index_s", "commit_s",
-                  "total_s", "MiB/s", "verify_s", "verify_MiB/s");
+      std::printf(
+          "# bench_ckpt: np=%d, %lld MiB of f32 in %zu tensors (%lld MiB per rank, %zu pieces on rank 0), dir %s\n",
+          world, static_cast<long long>(size_mib), model.size(), static_cast<long long>(size_mib / world),
+          pieces.size(), dir.c_str());
+      std::printf("%4s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "gather_s", "index_s",
+                  "commit_s", "total_s", "MiB/s", "verify_s", "verify_MiB/s");
     }
     std::vector<double> totals, shards_t, index_t, commit_t, verify_t;
     for (int r = 0; r < reps; ++r) {

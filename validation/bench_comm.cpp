@@ -84,8 +84,10 @@ int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, args)) {
     if (rank == 0)
-      std::fprintf(stderr, "usage: mpirun -np N %s [--min-bytes B] [--max-bytes B] [--factor F>1] [--warmup W] "
-                           "[--iters K]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: mpirun -np N %s [--min-bytes B] [--max-bytes B] [--factor F>1] [--warmup W] "
+                   "[--iters K]\n",
+                   argv[0]);
     MPI_Finalize();
     return 2;
   }
@@ -103,7 +105,8 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::printf("# bench_comm: allreduce (f32, sum, in place), %d ranks on %s, %s\n", n, host, lib);
       std::printf("# time: mean per call over the timed iterations, max over ranks; busbw = algbw * 2(n-1)/n\n");
-      std::printf("#                                      %-38s  %s\n", "hpct::comm::MpiCommunicator", "MPI_Allreduce (reference)");
+      std::printf("#                                      %-38s  %s\n", "hpct::comm::MpiCommunicator",
+                  "MPI_Allreduce (reference)");
       std::printf("# %10s %11s %5s %5s %6s %10s %10s %10s %6s  %10s %10s %10s\n", "size(B)", "count", "type", "redop",
                   "iters", "time_us", "algbw GB/s", "busbw GB/s", "#wrong", "time_us", "algbw GB/s", "busbw GB/s");
     }
@@ -139,10 +142,10 @@ int main(int argc, char** argv) {
                     alg_comm, alg_comm * bus, static_cast<long long>(wrong), t_mpi * 1e6, alg_mpi, alg_mpi * bus);
     }
     if (rank == 0) {
-      std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "ERROR" : "OK");
+      std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+                  total_wrong ? "ERROR" : "OK");
       std::printf("# Avg bus bandwidth    : %.3f GB/s (hpct::comm)\n", sizes ? busbw_sum / sizes : 0.0);
-      if (total_wrong == 0)
-        std::printf("VALID\n");
+      if (total_wrong == 0) std::printf("VALID\n");
       else
         std::printf("FAILED: %s (is wrong, should be the exact sum)\n", first_failure.c_str());
     }

@@ -213,8 +213,7 @@ int main(int argc, char** argv) {
     step_ms_best_each += c.per_step * t[best].median_s * 1e3;
     std::printf("%-28s %5d %5d %5d %c%c |", c.name, c.M, c.N, c.K, c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N');
     for (int l = 0; l < nlibs; l++) {
-      if (t[l].ok)
-        std::printf(" %14.1f", gflops(c, t[l].median_s));
+      if (t[l].ok) std::printf(" %14.1f", gflops(c, t[l].median_s));
       else
         std::printf(" %14s", "WRONG");
     }
@@ -230,7 +229,8 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%-40s %14.2f\n", "  picking the fastest per shape, ms:", step_ms_best_each);
   if (wrong) {
-    std::printf("FAILED: %d library results differ from OpenBLAS's (is max|diff|/max|C| > 1e-5, should be below)\n", wrong);
+    std::printf("FAILED: %d library results differ from OpenBLAS's (is max|diff|/max|C| > 1e-5, should be below)\n",
+                wrong);
     return 1;
   }
   std::printf("VERDICT: %s fastest on the GPT step GEMMs (%.2f ms", libs[best], step_ms[best]);

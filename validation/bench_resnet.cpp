@@ -26,12 +26,15 @@ namespace {
 
 // The kind of a profile row: its op name, conv phases by name, e.g. "conv2d_backward/weight 3x3s1 16>16 @28".
 std::string kind_of(const std::string& row) {
-  static const std::pair<const char*, const char*> kinds[] = {
-      {"conv2d_forward", "conv fwd"},         {"conv2d_backward/weight", "conv bwd-weight"},
-      {"conv2d_backward/data", "conv bwd-data"}, {"batchnorm2d_forward", "bn fwd"},
-      {"batchnorm2d_backward", "bn bwd"},       {"relu_forward", "relu fwd"},
-      {"relu_backward", "relu bwd"},            {"residual_forward", "residual add"},
-      {"fill_zero", "zero_grad"}};
+  static const std::pair<const char*, const char*> kinds[] = {{"conv2d_forward", "conv fwd"},
+                                                              {"conv2d_backward/weight", "conv bwd-weight"},
+                                                              {"conv2d_backward/data", "conv bwd-data"},
+                                                              {"batchnorm2d_forward", "bn fwd"},
+                                                              {"batchnorm2d_backward", "bn bwd"},
+                                                              {"relu_forward", "relu fwd"},
+                                                              {"relu_backward", "relu bwd"},
+                                                              {"residual_forward", "residual add"},
+                                                              {"fill_zero", "zero_grad"}};
   for (const auto& [prefix, kind] : kinds)
     if (row.rfind(prefix, 0) == 0) return kind;
   return "other (" + row.substr(0, row.find(' ')) + ")";
@@ -51,7 +54,8 @@ void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* i
   kernels::profile_enable(false);
   std::vector<kernels::ProfileRow> rows = kernels::profile_take();
   // the conv ops' own rows include their per-shape phase rows: keep the phase rows only
-  std::erase_if(rows, [](const kernels::ProfileRow& r) { return r.name == "conv2d_forward" || r.name == "conv2d_backward"; });
+  std::erase_if(rows,
+                [](const kernels::ProfileRow& r) { return r.name == "conv2d_forward" || r.name == "conv2d_backward"; });
   std::map<std::string, double> by_kind;
   double total = 0.0;
   for (const auto& r : rows) {
@@ -62,7 +66,8 @@ void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* i
   for (const auto& [k, ms] : by_kind) kinds.push_back({ms, k});
   std::sort(kinds.rbegin(), kinds.rend());
   std::printf("PROFILE mean over %d steps: %.2f ms/step wall, %.2f ms/step in kernels\n", iters, step_ms, total);
-  for (const auto& [ms, k] : kinds) std::printf("PROFILE_KIND %-22s %8.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / step_ms);
+  for (const auto& [ms, k] : kinds)
+    std::printf("PROFILE_KIND %-22s %8.2f ms %5.1f%%\n", k.c_str(), ms, 100 * ms / step_ms);
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
   for (const auto& r : rows)
     std::printf("PROFILE_ROW  %-44s %8.2f ms %4lld calls/step\n", r.name.c_str(), r.ms / iters,
@@ -75,10 +80,14 @@ int main(int argc, char** argv) {
   int depth = 20, B = 128, iters = 30, warmup = 5, profile = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--depth")) depth = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--batch")) B = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch"))
+      B = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--iters"))
+      iters = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--warmup"))
+      warmup = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--profile"))
+      profile = std::atoi(argv[i + 1]);
   }
   resnet::ResNetConfig c;
   c.depth = depth;

@@ -77,8 +77,8 @@ std::vector<Box> flat_range_to_boxes(const std::vector<int64_t>& shape, int64_t 
     HPCT_CHECK(d >= 0, "negative extent in shape");
     n *= d;
   }
-  HPCT_CHECK(0 <= begin && begin <= end && end <= n, "flat range [{}, {}) outside a tensor of {} elements", begin,
-             end, n);
+  HPCT_CHECK(0 <= begin && begin <= end && end <= n, "flat range [{}, {}) outside a tensor of {} elements", begin, end,
+             n);
   Decomposer d{shape, std::vector<int64_t>(shape.size(), 1), {}};
   for (size_t k = shape.size() - 1; k > 0; --k) d.inner[k - 1] = d.inner[k] * shape[k];
   std::vector<int64_t> prefix;

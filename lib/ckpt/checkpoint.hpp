@@ -72,11 +72,11 @@ std::vector<Box> flat_range_to_boxes(const std::vector<int64_t>& shape, int64_t 
 
 // Part of one global tensor held by this rank, contiguous in memory (row-major over `count`).
 struct Piece {
-  std::string dataset;                // "model/wte", "optim/exp_avg/h.0.attn.qkv.weight"
-  std::vector<int64_t> global_shape;  // logical shape of the whole tensor
-  std::vector<int64_t> offset, count; // place of this piece in the global tensor
-  int split_axis = -1;                // axis the tensor is split on (-1: not split, or a flat cut)
-  int replica = 0;                    // replica id of this copy (0 for the copy that is written)
+  std::string dataset;                 // "model/wte", "optim/exp_avg/h.0.attn.qkv.weight"
+  std::vector<int64_t> global_shape;   // logical shape of the whole tensor
+  std::vector<int64_t> offset, count;  // place of this piece in the global tensor
+  int split_axis = -1;                 // axis the tensor is split on (-1: not split, or a flat cut)
+  int replica = 0;                     // replica id of this copy (0 for the copy that is written)
   DType dtype = DType::F32;
   const void* data = nullptr;
 };
@@ -104,9 +104,9 @@ struct Attrs {
   std::map<std::string, std::string> strings;
 };
 
-std::string step_dir_name(int64_t step);     // "step_00000040"
-std::string tmp_step_dir_name(int64_t step); // ".tmp_step_00000040"
-std::string shard_file_name(int rank);       // "shard_00003.h5"
+std::string step_dir_name(int64_t step);      // "step_00000040"
+std::string tmp_step_dir_name(int64_t step);  // ".tmp_step_00000040"
+std::string shard_file_name(int rank);        // "shard_00003.h5"
 // Parses a DType name as written by dtype_name() ("f32", ...); error for anything else.
 DType dtype_from_name(const std::string& name);
 

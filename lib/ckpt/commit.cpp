@@ -84,10 +84,14 @@ void remove_tree(const fs::path& p) {
 std::string commit(const std::string& root, int64_t step, int keep) {
   const fs::path tmp = fs::path(root) / tmp_step_dir_name(step);
   const fs::path final_dir = fs::path(root) / step_dir_name(step);
-  HPCT_CHECK(fs::is_directory(tmp), "cannot commit checkpoint step {}: {} does not exist (write_shard and "
-             "write_index write into it first)", step, tmp.string());
-  HPCT_CHECK(fs::exists(tmp / "index.h5"), "cannot commit checkpoint step {}: {} has no index.h5 (write_index "
-             "has not run)", step, tmp.string());
+  HPCT_CHECK(fs::is_directory(tmp),
+             "cannot commit checkpoint step {}: {} does not exist (write_shard and "
+             "write_index write into it first)",
+             step, tmp.string());
+  HPCT_CHECK(fs::exists(tmp / "index.h5"),
+             "cannot commit checkpoint step {}: {} has no index.h5 (write_index "
+             "has not run)",
+             step, tmp.string());
 
   const std::string latest_before = read_latest_name(root);
   if (fs::exists(final_dir) && latest_before == step_dir_name(step)) {
@@ -133,15 +137,19 @@ std::string resolve_latest(const std::string& root) {
   const std::string name = read_latest_name(root);
   if (name.empty()) {
     std::error_code ec;
-    HPCT_USAGE_CHECK(!fs::exists(fs::path(root) / "latest", ec), "{}/latest is empty; it should name a step_* "
-                     "directory (delete it to start fresh)", root);
+    HPCT_USAGE_CHECK(!fs::exists(fs::path(root) / "latest", ec),
+                     "{}/latest is empty; it should name a step_* "
+                     "directory (delete it to start fresh)",
+                     root);
     return "";
   }
-  HPCT_USAGE_CHECK(parse_step_dir(name, "step_") >= 0, "{}/latest holds '{}', not a step_%08d directory name",
-                   root, name);
+  HPCT_USAGE_CHECK(parse_step_dir(name, "step_") >= 0, "{}/latest holds '{}', not a step_%08d directory name", root,
+                   name);
   const fs::path dir = fs::path(root) / name;
-  HPCT_USAGE_CHECK(fs::is_directory(dir), "{}/latest names {}, which does not exist: the checkpoint directory was "
-                   "removed or moved; point checkpoint.resume at an existing step_* directory", root, dir.string());
+  HPCT_USAGE_CHECK(fs::is_directory(dir),
+                   "{}/latest names {}, which does not exist: the checkpoint directory was "
+                   "removed or moved; point checkpoint.resume at an existing step_* directory",
+                   root, dir.string());
   return dir.string();
 }
 
@@ -153,7 +161,8 @@ std::string find_step_dir(const std::string& path) {
     if (fs::exists(root / "latest")) return resolve_latest(root.string());
   }
   HPCT_USAGE_FAIL("{} is not a checkpoint: it has no index.h5 (a step_* directory), no latest file (a checkpoints "
-                  "directory) and no checkpoints/latest (a run directory)", path);
+                  "directory) and no checkpoints/latest (a run directory)",
+                  path);
 }
 
 }  // namespace hpct::ckpt

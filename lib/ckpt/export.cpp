@@ -29,7 +29,8 @@ void export_consolidated(const std::string& step_dir, const std::string& out_fil
       const std::vector<int64_t> shape = reader.shape(name);
       std::vector<hsize_t> dims(shape.begin(), shape.end());
       H5Id space = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
-      H5Id ds = dataset_id(H5_CHECK(H5Dcreate2(file, name.c_str(), h5_file_type(dt), space, lcpl, H5P_DEFAULT, H5P_DEFAULT)));
+      H5Id ds = dataset_id(
+          H5_CHECK(H5Dcreate2(file, name.c_str(), h5_file_type(dt), space, lcpl, H5P_DEFAULT, H5P_DEFAULT)));
       const int64_t row = shape.empty() ? 1 : numel(shape) / std::max<int64_t>(1, shape[0]);
       const int64_t row_bytes = std::max<int64_t>(1, row * static_cast<int64_t>(dtype_size(dt)));
       const int64_t rows_per_slab = std::max<int64_t>(1, kSlabBytes / row_bytes);

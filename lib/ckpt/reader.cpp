@@ -82,15 +82,18 @@ Reader::Reader(const std::string& step_dir) : dir_(step_dir) {
     // with another close degree (the virtual datasets open the shard files with the default one).
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   }
-  HPCT_USAGE_CHECK(file_ >= 0, "cannot open checkpoint index {}: not a readable HDF5 file (truncated or damaged?); "
-                   "resume from an earlier checkpoint", path);
+  HPCT_USAGE_CHECK(file_ >= 0,
+                   "cannot open checkpoint index {}: not a readable HDF5 file (truncated or damaged?); "
+                   "resume from an earlier checkpoint",
+                   path);
   try {
     HPCT_USAGE_CHECK(attr_exists(file_, "format_version"),
                      "{} has no format_version attribute: it is not an hpctrain checkpoint index", path);
     format_version_ = read_attr_i64(file_, "format_version");
     HPCT_USAGE_CHECK(format_version_ <= kFormatVersion && format_version_ >= 1,
                      "checkpoint {} has format version {}, this build reads versions up to {}: use a newer hpctrain "
-                     "to read it", step_dir, format_version_, kFormatVersion);
+                     "to read it",
+                     step_dir, format_version_, kFormatVersion);
 
     AttrVisit av{&attrs_, {}, false, {}};
     hsize_t idx = 0;
@@ -174,8 +177,8 @@ void Reader::read(const std::string& dataset, const std::vector<int64_t>& offset
   try {
     H5_CHECK(H5Dread(ds, h5_mem_type(dtype), mspace, fspace, H5P_DEFAULT, out));
   } catch (const Error& e) {
-    HPCT_FAIL("cannot read tensor {} (offset {} count {}) from checkpoint {}: {} (run ckpt_tool verify on it)",
-              dataset, shape_str(offset), shape_str(count), dir_, e.cause());
+    HPCT_FAIL("cannot read tensor {} (offset {} count {}) from checkpoint {}: {} (run ckpt_tool verify on it)", dataset,
+              shape_str(offset), shape_str(count), dir_, e.cause());
   }
 }
 

@@ -32,7 +32,8 @@ uint32_t dataset_crc(hid_t ds, const PieceRecord& p, const std::string& path, st
   const size_t esize = dtype_size(p.dtype);
   int64_t row = 1;
   for (size_t a = 1; a < p.count.size(); ++a) row *= p.count[a];
-  const int64_t rows_per_slab = std::max<int64_t>(1, kSlabBytes / std::max<int64_t>(1, row * static_cast<int64_t>(esize)));
+  const int64_t rows_per_slab = std::max<int64_t>(1,
+                                                  kSlabBytes / std::max<int64_t>(1, row * static_cast<int64_t>(esize)));
   H5Id fspace = space_id(H5_CHECK(H5Dget_space(ds)));
   uint32_t crc = 0;
   for (int64_t r0 = 0; r0 < p.count[0]; r0 += rows_per_slab) {
@@ -82,7 +83,8 @@ int64_t verify(const std::string& step_dir, int part, int nparts) {
       if (nd > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
       const bool shape_ok = std::equal(dims.begin(), dims.end(), p.count.begin(), p.count.end(),
                                        [](hsize_t a, int64_t b) { return static_cast<int64_t>(a) == b; });
-      const bool type_ok = H5Tget_size(type) == dtype_size(p.dtype) && H5Tget_class(type) == H5Tget_class(h5_file_type(p.dtype));
+      const bool type_ok = H5Tget_size(type) == dtype_size(p.dtype) &&
+                           H5Tget_class(type) == H5Tget_class(h5_file_type(p.dtype));
       if (!shape_ok || !type_ok)
         HPCT_FAIL("checkpoint {}: dataset {} in {} (tensor {}) has the wrong shape or type (manifest: {} {}): {}",
                   step_dir, p.file_dataset, m.file, p.dataset, shape_str(p.count), dtype_name(p.dtype), kDamaged);
@@ -95,9 +97,10 @@ int64_t verify(const std::string& step_dir, int part, int nparts) {
       }
       const uint32_t computed = dataset_crc(ds, p, path, buf);
       if (computed != p.crc || attr_crc != p.crc)
-        HPCT_FAIL("checksum mismatch in {} dataset {} (tensor {}): stored 0x{:08x} (index) / 0x{:08x} (shard attribute), "
-                  "computed 0x{:08x}: {}",
-                  path, p.file_dataset, p.dataset, p.crc, attr_crc, computed, kDamaged);
+        HPCT_FAIL(
+            "checksum mismatch in {} dataset {} (tensor {}): stored 0x{:08x} (index) / 0x{:08x} (shard attribute), "
+            "computed 0x{:08x}: {}",
+            path, p.file_dataset, p.dataset, p.crc, attr_crc, computed, kDamaged);
       bytes += numel(p.count) * static_cast<int64_t>(dtype_size(p.dtype));
     }
   }

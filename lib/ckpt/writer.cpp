@@ -29,8 +29,10 @@ void check_dataset_name(const std::string& name) {
     ok = comp != "." && comp != "..";
     start = end + 1;
   }
-  HPCT_CHECK(ok, "invalid checkpoint dataset name '{}': use slash-separated non-empty components such as "
-                 "model/h.0.attn.qkv.weight", name);
+  HPCT_CHECK(ok,
+             "invalid checkpoint dataset name '{}': use slash-separated non-empty components such as "
+             "model/h.0.attn.qkv.weight",
+             name);
 }
 
 void check_box(const std::string& name, const std::vector<int64_t>& global, const std::vector<int64_t>& offset,
@@ -38,12 +40,12 @@ void check_box(const std::string& name, const std::vector<int64_t>& global, cons
   HPCT_CHECK(!global.empty(), "tensor {}: a checkpoint piece needs at least one axis (store a scalar as shape (1))",
              name);
   HPCT_CHECK(offset.size() == global.size() && count.size() == global.size(),
-             "tensor {}: piece offset {} / count {} do not match the rank of global shape {}", name,
-             shape_str(offset), shape_str(count), shape_str(global));
+             "tensor {}: piece offset {} / count {} do not match the rank of global shape {}", name, shape_str(offset),
+             shape_str(count), shape_str(global));
   for (size_t a = 0; a < global.size(); ++a)
     HPCT_CHECK(global[a] >= 0 && offset[a] >= 0 && count[a] >= 0 && offset[a] + count[a] <= global[a],
-               "tensor {}: piece offset {} count {} is outside the global shape {} (axis {})", name,
-               shape_str(offset), shape_str(count), shape_str(global), a);
+               "tensor {}: piece offset {} count {} is outside the global shape {} (axis {})", name, shape_str(offset),
+               shape_str(count), shape_str(global), a);
 }
 
 // The VDS mapping strings treat '%' as a format character (%b: block number); '%%' is a literal '%'.
@@ -74,8 +76,8 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
   HPCT_CHECK(file.get() >= 0, "cannot create checkpoint shard file {} (check the directory is writable)", path);
   H5Id lcpl = make_lcpl();
   H5Id dcpl = plist_id(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-  H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));            // plain bytes: no chunk index, H5Dget_offset works
-  H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));   // every byte is written right away
+  H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));          // plain bytes: no chunk index, H5Dget_offset works
+  H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every byte is written right away
 
   std::map<std::string, int> next_piece;  // per logical dataset: k of its next /D/piece_<k>
   for (const Piece& p : pieces) {
@@ -159,7 +161,8 @@ void check_tiling(const std::string& name, const std::vector<MappedPiece>& all) 
              "checkpoint tensor {} {} is not covered exactly by its replica-0 pieces: they hold {} elements, the "
              "tensor has {} (a rank did not write its part, or two ranks wrote the same part as replica 0)",
              name, shape_str(first.global_shape), total, want);
-  std::sort(r0.begin(), r0.end(), [](const PieceRecord* a, const PieceRecord* b) { return a->offset[0] < b->offset[0]; });
+  std::sort(r0.begin(), r0.end(),
+            [](const PieceRecord* a, const PieceRecord* b) { return a->offset[0] < b->offset[0]; });
   std::vector<const PieceRecord*> active;
   for (const auto* p : r0) {
     std::erase_if(active, [&](const PieceRecord* q) { return q->offset[0] + q->count[0] <= p->offset[0]; });
@@ -217,8 +220,10 @@ void write_index(const std::string& dir, const std::vector<ShardManifest>& shard
   std::map<std::string, std::vector<MappedPiece>> by_name;
   nlohmann::json all = nlohmann::json::array();
   for (const auto& m : shards) {
-    HPCT_CHECK(fs::exists(fs::path(dir) / m.file), "checkpoint {}: shard file {} (rank {}) is missing before the index "
-               "is written", dir, m.file, m.rank);
+    HPCT_CHECK(fs::exists(fs::path(dir) / m.file),
+               "checkpoint {}: shard file {} (rank {}) is missing before the index "
+               "is written",
+               dir, m.file, m.rank);
     for (const auto& p : m.pieces) by_name[p.dataset].push_back({&p, &m.file});
     all.push_back(nlohmann::json::parse(m.to_json()));
   }

@@ -23,7 +23,8 @@ namespace detail {
 std::string describe(const OpDesc& d, const Communicator& comm) {
   std::string s = d.op;
   if (d.has_reduce) s += fmt::format(" ({})", reduce_op_name(d.reduce));
-  if (std::string_view(d.op) != "barrier") s += fmt::format(" of {} {}", human_bytes(static_cast<double>(d.bytes)), dtype_name(d.dtype));
+  if (std::string_view(d.op) != "barrier")
+    s += fmt::format(" of {} {}", human_bytes(static_cast<double>(d.bytes)), dtype_name(d.dtype));
   if (d.peer_role) s += fmt::format(" {} {}", d.peer_role, d.peer);
   if (!d.what.empty()) s += fmt::format(" ({})", d.what);
   s += fmt::format(" on communicator {} (rank {} of {})", comm.name(), comm.rank(), comm.size());
@@ -44,16 +45,17 @@ void check_count(int64_t count, int64_t max_count, const char* op, const std::st
 }
 
 void check_peer(int peer, const char* role, const char* op, const std::string& what, const Communicator& comm) {
-  HPCT_CHECK(peer >= 0 && peer < comm.size(), "{} ({}) on communicator {}: {} {} is not a rank of this group of {}",
-             op, what, comm.name(), role, peer, comm.size());
+  HPCT_CHECK(peer >= 0 && peer < comm.size(), "{} ({}) on communicator {}: {} {} is not a rank of this group of {}", op,
+             what, comm.name(), role, peer, comm.size());
 }
 
 std::string guarded_wait_message(int rank, const std::string& what, double waited_s, double timeout_s,
                                  const std::string& error, const std::string& pending) {
   if (!error.empty())
-    return fmt::format("rank {}: {} failed after {:.3g} s: {}; every NCCL communicator of this rank was aborted and the "
-                       "job aborts",
-                       rank, what, waited_s, error);
+    return fmt::format(
+        "rank {}: {} failed after {:.3g} s: {}; every NCCL communicator of this rank was aborted and the "
+        "job aborts",
+        rank, what, waited_s, error);
   return fmt::format("rank {}: {} timed out after {:.3g} s (comm.timeout_s = {:g}): the stream waits on NCCL work that "
                      "did not complete ({}); a rank of one of those groups stalled or died; every NCCL communicator of "
                      "this rank was aborted and the job aborts",

@@ -27,8 +27,8 @@ std::string guarded_wait_message(int rank, const std::string& what, double waite
                                  const std::string& error, const std::string& pending);
 
 template <typename Done, typename AsyncError, typename AbortAll, typename Pending>
-void guarded_host_wait(Done&& done, AsyncError&& async_error, AbortAll&& abort_all, Pending&& pending,
-                       double timeout_s, int rank, const std::string& what, double& waited_ms) {
+void guarded_host_wait(Done&& done, AsyncError&& async_error, AbortAll&& abort_all, Pending&& pending, double timeout_s,
+                       int rank, const std::string& what, double& waited_ms) {
   std::string error;
   const double before_ms = waited_ms;
   const bool stopped = wait_with_backoff(

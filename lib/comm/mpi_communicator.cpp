@@ -85,10 +85,11 @@ bool is_device_pointer(const void* p) {
 }
 
 void check_host(const void* p, const char* op, const std::string& what, const Communicator& comm) {
-  HPCT_CHECK(!is_device_pointer(p),
-             "{} ({}) on communicator {}: the buffer is CUDA device memory, but MpiCommunicator takes host buffers only "
-             "(Open MPI here is not CUDA-aware); use NcclCommunicator for device buffers or copy to the host first",
-             op, what, comm.name());
+  HPCT_CHECK(
+      !is_device_pointer(p),
+      "{} ({}) on communicator {}: the buffer is CUDA device memory, but MpiCommunicator takes host buffers only "
+      "(Open MPI here is not CUDA-aware); use NcclCommunicator for device buffers or copy to the host first",
+      op, what, comm.name());
 }
 
 OpDesc make_desc(const char* op, int64_t count, DType dtype, const std::string& what) {
@@ -182,7 +183,7 @@ class MpiWork final : public Work {
 
  private:
   friend class MpiCommunicator;
-  bool poll_();            // true once complete or failed (then error_ holds the message); never throws
+  bool poll_();  // true once complete or failed (then error_ holds the message); never throws
   void throw_if_failed_();
   void deregister_();
 
@@ -363,8 +364,8 @@ WorkPtr MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, 
   d.set_reduce(op);
   auto w = std::make_unique<MpiWork>(this, std::move(d));
   const auto algorithm = IallreduceAlgorithm::instance().select(static_cast<size_t>(count) * dtype_size(dtype));
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_datatype(dtype), mpi_op(op), comm_,
-                           w->request()));
+  MPI_CHECK(
+      MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_datatype(dtype), mpi_op(op), comm_, w->request()));
   if (op == ReduceOp::Avg) w->set_avg(buf, count);
   w->start();
   return w;
@@ -459,8 +460,8 @@ WorkPtr MpiCommunicator::reduce_scatter_v_async(const void* send, void* recv, co
                                   w->request()));
     w->set_move(recv, full, static_cast<size_t>(mine) * esize);
   } else {
-    MPI_CHECK(MPI_Ireduce_scatter(send, recv, w->counts().data(), mpi_datatype(dtype), mpi_op(op), comm_,
-                                  w->request()));
+    MPI_CHECK(
+        MPI_Ireduce_scatter(send, recv, w->counts().data(), mpi_datatype(dtype), mpi_op(op), comm_, w->request()));
   }
   if (op == ReduceOp::Avg) w->set_avg(recv, mine);
   w->start();
@@ -485,10 +486,11 @@ WorkPtr MpiCommunicator::allgather_v_async(const void* send, void* recv, const s
   }
   const size_t mine = static_cast<size_t>(counts[rank_]) * esize;
   const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(displs[rank_]) * esize;
-  HPCT_CHECK(in_place || !detail::overlaps(send, mine, recv, total * esize),
-             "allgather_v ({}) on communicator {}: send and recv overlap; send must be disjoint from recv or be exactly "
-             "block {} of recv (in place)",
-             what, name_, rank_);
+  HPCT_CHECK(
+      in_place || !detail::overlaps(send, mine, recv, total * esize),
+      "allgather_v ({}) on communicator {}: send and recv overlap; send must be disjoint from recv or be exactly "
+      "block {} of recv (in place)",
+      what, name_, rank_);
   const MPI_Datatype t = mpi_datatype(dtype);
   MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, c[rank_], t, recv, c.data(), displs.data(), t, comm_,
                             w->request()));
@@ -523,8 +525,7 @@ WorkPtr MpiCommunicator::send_async(const void* buf, int64_t count, DType dtype,
   return w;
 }
 
-WorkPtr MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer, int tag,
-                                    const std::string& what) {
+WorkPtr MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) {
   detail::check_count(count, kMaxCount, "recv", what, *this);
   detail::check_peer(peer, "peer", "recv", what, *this);
   check_host(buf, "recv", what, *this);

@@ -5,11 +5,11 @@
 
 #include "core/error.hpp"
 
-#define NCCL_CHECK(expr)                                                                                     \
-  do {                                                                                                       \
-    ncclResult_t hpct_nccl_rc_ = (expr);                                                                     \
-    if (hpct_nccl_rc_ != ncclSuccess)                                                                        \
-      ::hpct::throw_error(__FILE__, __LINE__,                                                                \
-                          fmt::format("`{}` failed: {} ({})", #expr, ncclGetErrorString(hpct_nccl_rc_),      \
-                                      ncclGetLastError(nullptr)));                                           \
+#define NCCL_CHECK(expr)                                                                                \
+  do {                                                                                                  \
+    ncclResult_t hpct_nccl_rc_ = (expr);                                                                \
+    if (hpct_nccl_rc_ != ncclSuccess)                                                                   \
+      ::hpct::throw_error(__FILE__, __LINE__,                                                           \
+                          fmt::format("`{}` failed: {} ({})", #expr, ncclGetErrorString(hpct_nccl_rc_), \
+                                      ncclGetLastError(nullptr)));                                      \
   } while (0)

@@ -365,8 +365,10 @@ cudaEvent_t NcclCommunicator::take_event_() {
 }
 
 void NcclCommunicator::check_usable_(const char* op, const std::string& what) const {
-  HPCT_CHECK(!aborted_, "{} ({}) on communicator {}: the NCCL communicator was aborted after an earlier timeout or "
-             "error; the job must stop", op, what, name_);
+  HPCT_CHECK(!aborted_,
+             "{} ({}) on communicator {}: the NCCL communicator was aborted after an earlier timeout or "
+             "error; the job must stop",
+             op, what, name_);
   int dev = -1;
   CUDA_CHECK(cudaGetDevice(&dev));
   HPCT_CHECK(dev == cuda_device_, "{} ({}) on communicator {}: the current CUDA device is {}, the communicator's is {}",
@@ -456,7 +458,8 @@ void NcclCommunicator::connect_p2p(int peer, const std::string& what) {
 
 std::string NcclCommunicator::async_error() const {
   if (aborted_)
-    return fmt::format("NCCL communicator {} (rank {} of {}) was aborted after an earlier failure", name_, rank_, size_);
+    return fmt::format("NCCL communicator {} (rank {} of {}) was aborted after an earlier failure", name_, rank_,
+                       size_);
   ncclResult_t state = ncclSuccess;
   const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
   const ncclResult_t bad = rc != ncclSuccess ? rc : state;
@@ -586,10 +589,11 @@ WorkPtr NcclCommunicator::allgather_v_async(const void* send, void* recv, const 
   const size_t esize = dtype_size(dtype);
   OpDesc d = make_desc("allgather_v", counts[rank_], dtype, what);
   const bool in_place = send == static_cast<const char*>(recv) + displ * esize;
-  HPCT_CHECK(in_place || !detail::overlaps(send, d.bytes, recv, total * esize),
-             "allgather_v ({}) on communicator {}: send and recv overlap; send must be disjoint from recv or be exactly "
-             "block {} of recv (in place)",
-             what, name_, rank_);
+  HPCT_CHECK(
+      in_place || !detail::overlaps(send, d.bytes, recv, total * esize),
+      "allgather_v ({}) on communicator {}: send and recv overlap; send must be disjoint from recv or be exactly "
+      "block {} of recv (in place)",
+      what, name_, rank_);
   check_device(send, d.bytes, d.op, what, *this);
   check_device(recv, total * esize, d.op, what, *this);
   return issue_(std::move(d), [&]() -> ncclResult_t {
@@ -627,9 +631,8 @@ WorkPtr NcclCommunicator::send_async(const void* buf, int64_t count, DType dtype
   d.peer_role = "to rank";
   d.peer = peer;
   check_device(buf, d.bytes, d.op, what, *this);
-  return issue_(std::move(d), [&] {
-    return ncclSend(buf, static_cast<size_t>(count), nccl_datatype(dtype), peer, comm_, stream_);
-  });
+  return issue_(std::move(d),
+                [&] { return ncclSend(buf, static_cast<size_t>(count), nccl_datatype(dtype), peer, comm_, stream_); });
 }
 
 WorkPtr NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer, int /*tag*/,
@@ -640,9 +643,8 @@ WorkPtr NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int 
   d.peer_role = "from rank";
   d.peer = peer;
   check_device(buf, d.bytes, d.op, what, *this);
-  return issue_(std::move(d), [&] {
-    return ncclRecv(buf, static_cast<size_t>(count), nccl_datatype(dtype), peer, comm_, stream_);
-  });
+  return issue_(std::move(d),
+                [&] { return ncclRecv(buf, static_cast<size_t>(count), nccl_datatype(dtype), peer, comm_, stream_); });
 }
 
 WorkPtr NcclCommunicator::barrier_async(const std::string& what) {

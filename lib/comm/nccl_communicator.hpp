@@ -134,14 +134,14 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaStream_t input_stream_ = nullptr;
-  cudaEvent_t input_ready_ = nullptr;       // recorded on input_stream_, waited on by stream_, per operation
-  int32_t* barrier_scratch_ = nullptr;      // (3,) on the device: [0] a barrier's allreduce, [1..2] connect_p2p
-  cudaEvent_t last_done_ = nullptr;         // recorded on stream_ after every operation (unfinished())
-  detail::OpDesc last_op_;                  // that operation (op "" before the first)
-  size_t last_group_ = 0;                   // > 0: it ended a group of that many operations
-  std::vector<cudaEvent_t> free_events_;    // completion events, reused (nothing allocates per op in steady state)
+  cudaEvent_t input_ready_ = nullptr;     // recorded on input_stream_, waited on by stream_, per operation
+  int32_t* barrier_scratch_ = nullptr;    // (3,) on the device: [0] a barrier's allreduce, [1..2] connect_p2p
+  cudaEvent_t last_done_ = nullptr;       // recorded on stream_ after every operation (unfinished())
+  detail::OpDesc last_op_;                // that operation (op "" before the first)
+  size_t last_group_ = 0;                 // > 0: it ended a group of that many operations
+  std::vector<cudaEvent_t> free_events_;  // completion events, reused (nothing allocates per op in steady state)
   std::vector<NcclWork*> in_flight_;
-  std::vector<NcclWork*> group_works_;      // issued inside group_start/group_end: events recorded at group_end
+  std::vector<NcclWork*> group_works_;  // issued inside group_start/group_end: events recorded at group_end
   int group_depth_ = 0;
   bool aborted_ = false;
 };

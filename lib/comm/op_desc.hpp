@@ -10,14 +10,14 @@
 namespace hpct::comm::detail {
 
 struct OpDesc {
-  const char* op = "";           // "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier"
-  bool has_reduce = false;       // reductions name their operator
+  const char* op = "";      // "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier"
+  bool has_reduce = false;  // reductions name their operator
   ReduceOp reduce = ReduceOp::Sum;
-  size_t bytes = 0;              // payload of this rank's buffer
+  size_t bytes = 0;  // payload of this rank's buffer
   DType dtype = DType::F32;
   const char* peer_role = nullptr;  // "to rank", "from rank", "from root" (send, recv, broadcast)
   int peer = -1;
-  std::string what;              // the caller's label ("grad bucket 3")
+  std::string what;  // the caller's label ("grad bucket 3")
 
   void set_reduce(ReduceOp r) {
     has_reduce = true;

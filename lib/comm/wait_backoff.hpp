@@ -13,10 +13,10 @@ namespace hpct::comm {
 
 class Backoff {
  public:
-  static constexpr int kSpins = 100;                      // tight polls first: a small op is done in us
-  static constexpr double kYieldS = 1e-3;                 // then yield for this long
-  static constexpr long kSleepMinNs = 10'000;             // then sleep 10 us, doubling ...
-  static constexpr long kSleepMaxNs = 1'000'000;          // ... up to 1 ms (latency cost at most ~1 ms)
+  static constexpr int kSpins = 100;              // tight polls first: a small op is done in us
+  static constexpr double kYieldS = 1e-3;         // then yield for this long
+  static constexpr long kSleepMinNs = 10'000;     // then sleep 10 us, doubling ...
+  static constexpr long kSleepMaxNs = 1'000'000;  // ... up to 1 ms (latency cost at most ~1 ms)
 
   explicit Backoff(std::chrono::steady_clock::time_point start) : start_(start) {}
   // One pause; `now` is the caller's current steady-clock time.

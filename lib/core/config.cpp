@@ -36,7 +36,8 @@ std::string toml_quote(const std::string& x) {
       case '\r': out += "\\r"; break;
       default:
         if (c < 0x20 || c == 0x7f) out += fmt::format("\\u{:04X}", c);
-        else out += static_cast<char>(c);
+        else
+          out += static_cast<char>(c);
     }
   }
   return out + "\"";
@@ -63,7 +64,8 @@ std::string format_value(const ConfigValue& v) {
           for (size_t i = 0; i < x.size(); ++i) {
             if (i) out += ", ";
             if constexpr (std::is_same_v<X, std::vector<double>>) out += format_double(x[i]);
-            else out += toml_quote(x[i]);
+            else
+              out += toml_quote(x[i]);
           }
           return out + "]";
         } else {
@@ -88,7 +90,8 @@ std::vector<std::string> split_list(std::string text) {
   while (true) {
     const size_t comma = text.find(',', start);
     std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (item.size() >= 2 && ((item.front() == '"' && item.back() == '"') || (item.front() == '\'' && item.back() == '\'')))
+    if (item.size() >= 2 &&
+        ((item.front() == '"' && item.back() == '"') || (item.front() == '\'' && item.back() == '\'')))
       item = item.substr(1, item.size() - 2);
     out.push_back(item);
     if (comma == std::string::npos) break;
@@ -127,7 +130,8 @@ void validate(const KeySpec& spec, const ConfigValue& v, const std::string& wher
   }
   double x = 0;
   if (std::holds_alternative<int64_t>(v)) x = static_cast<double>(std::get<int64_t>(v));
-  else if (std::holds_alternative<double>(v)) x = std::get<double>(v);
+  else if (std::holds_alternative<double>(v))
+    x = std::get<double>(v);
   if ((spec.type == ValueType::Float || spec.type == ValueType::FloatList) && !std::isfinite(x))
     HPCT_USAGE_FAIL("{}: {} must be a finite number, is {}", where, spec.name, format_value(v));
   if (spec.min && x < *spec.min)
@@ -138,7 +142,8 @@ void validate(const KeySpec& spec, const ConfigValue& v, const std::string& wher
     const auto& s = std::get<std::string>(v);
     bool ok = false;
     for (const auto& c : spec.choices) ok = ok || c == s;
-    if (!ok) HPCT_USAGE_FAIL("{}: {} = \"{}\" is not allowed: choose one of {}", where, spec.name, s, join(spec.choices));
+    if (!ok)
+      HPCT_USAGE_FAIL("{}: {} = \"{}\" is not allowed: choose one of {}", where, spec.name, s, join(spec.choices));
   }
 }
 
@@ -234,7 +239,8 @@ ConfigValue from_text(const KeySpec& spec, std::string text, const std::string& 
       if (text == "false" || text == "0") return false;
       return fail();
     case ValueType::String:
-      if (text.size() >= 2 && ((text.front() == '"' && text.back() == '"') || (text.front() == '\'' && text.back() == '\'')))
+      if (text.size() >= 2 &&
+          ((text.front() == '"' && text.back() == '"') || (text.front() == '\'' && text.back() == '\'')))
         text = text.substr(1, text.size() - 2);
       return text;
     case ValueType::StringList: return split_list(text);
@@ -279,8 +285,8 @@ ConfigSchema& ConfigSchema::bool_key(std::string name, std::optional<bool> def, 
 }
 ConfigSchema& ConfigSchema::string_key(std::string name, std::optional<std::string> def, std::string doc,
                                        std::vector<std::string> choices) {
-  KeySpec s{std::move(name), ValueType::String, std::nullopt, std::move(doc), std::nullopt, std::nullopt,
-            std::move(choices)};
+  KeySpec s{std::move(name), ValueType::String, std::nullopt,      std::move(doc),
+            std::nullopt,    std::nullopt,      std::move(choices)};
   if (def) s.default_value = *def;
   return add(std::move(s));
 }
@@ -323,8 +329,10 @@ std::string ConfigSchema::help_text() const {
       if (section_of(k.name) != sec.name) continue;
       std::string range;
       if (k.min && k.max) range = fmt::format(", in [{}, {}]", *k.min, *k.max);
-      else if (k.min) range = fmt::format(", >= {}", *k.min);
-      else if (k.max) range = fmt::format(", <= {}", *k.max);
+      else if (k.min)
+        range = fmt::format(", >= {}", *k.min);
+      else if (k.max)
+        range = fmt::format(", <= {}", *k.max);
       if (!k.choices.empty()) range = ", one of " + join(k.choices);
       out += fmt::format("  {:<26} {:<7} {:<14} {}{}\n", k.name, value_type_name(k.type),
                          k.default_value ? "= " + format_value(*k.default_value) : "(required)", k.doc, range);
@@ -335,9 +343,11 @@ std::string ConfigSchema::help_text() const {
 
 // ---- config ------------------------------------------------------------------------------------
 
-Config Config::load(const ConfigSchema& schema, const std::string& deck_path, const std::vector<std::string>& overrides) {
+Config Config::load(const ConfigSchema& schema, const std::string& deck_path,
+                    const std::vector<std::string>& overrides) {
   std::ifstream in(deck_path);
-  HPCT_USAGE_CHECK(in.good(), "deck file '{}' not found or not readable (the decks shipped with hpctrain are in inputs/)",
+  HPCT_USAGE_CHECK(in.good(),
+                   "deck file '{}' not found or not readable (the decks shipped with hpctrain are in inputs/)",
                    deck_path);
   std::stringstream ss;
   ss << in.rdbuf();

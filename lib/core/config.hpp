@@ -21,12 +21,12 @@ const char* value_type_name(ValueType t);
 using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<std::string>, std::vector<double>>;
 
 struct KeySpec {
-  std::string name;                      // "section.key"
+  std::string name;  // "section.key"
   ValueType type = ValueType::Int;
   std::optional<ConfigValue> default_value;  // nullopt: the key is required
   std::string doc;
-  std::optional<double> min, max;        // inclusive bounds (Int and Float; every item of a FloatList)
-  std::vector<std::string> choices;      // allowed values (String); empty: any
+  std::optional<double> min, max;    // inclusive bounds (Int and Float; every item of a FloatList)
+  std::vector<std::string> choices;  // allowed values (String); empty: any
 };
 
 struct SectionSpec {

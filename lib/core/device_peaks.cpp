@@ -100,11 +100,11 @@ std::string json_quote(std::string_view s) {
 std::string peak_json_members(std::string_view device_name, std::string_view precision) {
   const std::optional<double> peak = peak_tflops(device_name, precision);
   const DevicePeaks* p = find_device_peaks(device_name);
-  const std::string entry =
-      p == nullptr ? std::string("null")
-                   : fmt::format(R"({{"label":{},"fp32":{},"tf32":{},"bf16":{},"fp16":{},"source":{}}})",
-                                 json_quote(p->label), json_number(p->fp32), json_number(p->tf32),
-                                 json_number(p->bf16), json_number(p->fp16), json_quote(p->source));
+  const std::string entry = p == nullptr
+                                ? std::string("null")
+                                : fmt::format(R"({{"label":{},"fp32":{},"tf32":{},"bf16":{},"fp16":{},"source":{}}})",
+                                              json_quote(p->label), json_number(p->fp32), json_number(p->tf32),
+                                              json_number(p->bf16), json_number(p->fp16), json_quote(p->source));
   return fmt::format(R"("device_name":{},"device_peaks":{},"peak_tflops":{})",
                      device_name.empty() ? std::string("null") : json_quote(device_name), entry,
                      peak ? json_number(*peak) : std::string("null"));

@@ -48,8 +48,8 @@ class UsageError : public Error {
 }  // namespace hpct
 
 // HPCT_CHECK(cond, "format {}", args...): throws hpct::Error naming the condition and the cause.
-#define HPCT_CHECK(cond, ...)                                                                            \
-  do {                                                                                                   \
+#define HPCT_CHECK(cond, ...)                                                                                      \
+  do {                                                                                                             \
     if (!(cond)) ::hpct::throw_error(__FILE__, __LINE__, "check `" #cond "` failed: " + fmt::format(__VA_ARGS__)); \
   } while (0)
 
@@ -57,8 +57,8 @@ class UsageError : public Error {
 #define HPCT_FAIL(...) ::hpct::throw_error(__FILE__, __LINE__, fmt::format(__VA_ARGS__))
 
 // HPCT_USAGE_CHECK(cond, ...): an error in the user's input; the message must say what to do.
-#define HPCT_USAGE_CHECK(cond, ...)                                                    \
-  do {                                                                                 \
+#define HPCT_USAGE_CHECK(cond, ...)                                                       \
+  do {                                                                                    \
     if (!(cond)) ::hpct::throw_usage_error(__FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)
 #define HPCT_USAGE_FAIL(...) ::hpct::throw_usage_error(__FILE__, __LINE__, fmt::format(__VA_ARGS__))

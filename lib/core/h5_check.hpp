@@ -4,9 +4,9 @@
 
 #include "core/error.hpp"
 
-#define H5_CHECK(expr)                                                                                  \
-  ([&]() {                                                                                              \
-    auto hpct_h5_rc_ = (expr);                                                                          \
+#define H5_CHECK(expr)                                                                                         \
+  ([&]() {                                                                                                     \
+    auto hpct_h5_rc_ = (expr);                                                                                 \
     if (hpct_h5_rc_ < 0) ::hpct::throw_error(__FILE__, __LINE__, fmt::format("HDF5 call `{}` failed", #expr)); \
-    return hpct_h5_rc_;                                                                                 \
+    return hpct_h5_rc_;                                                                                        \
   }())

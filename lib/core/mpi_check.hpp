@@ -13,10 +13,10 @@ inline std::string mpi_error_string(int code) {
 }
 }  // namespace hpct::detail
 
-#define MPI_CHECK(expr)                                                                                   \
-  do {                                                                                                    \
-    int hpct_mpi_rc_ = (expr);                                                                            \
-    if (hpct_mpi_rc_ != MPI_SUCCESS)                                                                      \
-      ::hpct::throw_error(__FILE__, __LINE__,                                                             \
+#define MPI_CHECK(expr)                                                                                           \
+  do {                                                                                                            \
+    int hpct_mpi_rc_ = (expr);                                                                                    \
+    if (hpct_mpi_rc_ != MPI_SUCCESS)                                                                              \
+      ::hpct::throw_error(__FILE__, __LINE__,                                                                     \
                           fmt::format("`{}` failed: {}", #expr, ::hpct::detail::mpi_error_string(hpct_mpi_rc_))); \
   } while (0)

@@ -28,8 +28,8 @@ std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_
 }
 
 std::array<uint32_t, 4> block(uint64_t seed, uint64_t stream, uint64_t index) {
-  return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
-                     static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)},
+  return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(stream),
+                     static_cast<uint32_t>(stream >> 32)},
                     {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
 }
 

@@ -35,7 +35,6 @@ uint64_t uniform_int(uint64_t seed, uint64_t stream, uint64_t index, uint64_t n)
 double normal(uint64_t seed, uint64_t stream, uint64_t index);
 
 // Fills out[i] = mean + stddev * normal(seed, stream, first_index + i), i in [0, n).
-void fill_normal(float* out, int64_t n, float mean, float stddev, uint64_t seed, uint64_t stream,
-                 uint64_t first_index);
+void fill_normal(float* out, int64_t n, float mean, float stddev, uint64_t seed, uint64_t stream, uint64_t first_index);
 
 }  // namespace hpct::rng

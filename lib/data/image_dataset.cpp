@@ -161,8 +161,8 @@ void convert_image(const uint8_t* src, int C, int H, int W, const ImageNormaliza
 
 // ---- writing ------------------------------------------------------------------------------------
 
-void write_image_dataset(const std::string& path, const uint8_t* images, const int32_t* labels, int64_t n, int c,
-                         int h, int w, int num_classes, const std::string& name, const std::string& source) {
+void write_image_dataset(const std::string& path, const uint8_t* images, const int32_t* labels, int64_t n, int c, int h,
+                         int w, int num_classes, const std::string& name, const std::string& source) {
   HPCT_USAGE_CHECK(n >= 1 && c >= 1 && h >= 1 && w >= 1,
                    "cannot write image dataset {}: shape ({}, {}, {}, {}) must have every extent >= 1", path, n, c, h,
                    w);
@@ -248,8 +248,8 @@ ImageDataset ImageDataset::open(const std::string& path) {
                      path, ds, kPrepareHint);
   H5Handle ids(H5Dopen2(file, "images", H5P_DEFAULT), H5Dclose);
   H5Handle lds(H5Dopen2(file, "labels", H5P_DEFAULT), H5Dclose);
-  HPCT_USAGE_CHECK(ids.valid() && lds.valid(), "image dataset {}: /images or /labels is not a dataset; re-create it: {}",
-                   path, kPrepareHint);
+  HPCT_USAGE_CHECK(ids.valid() && lds.valid(),
+                   "image dataset {}: /images or /labels is not a dataset; re-create it: {}", path, kPrepareHint);
 
   // /images: uint8, rank 4
   {
@@ -316,8 +316,8 @@ ImageDataset ImageDataset::open(const std::string& path) {
 
 void fill_images(const ImageDataset& dataset, const ImageNormalization& norm, int64_t first, int count, float* images,
                  int32_t* labels) {
-  HPCT_CHECK(first >= 0 && count >= 0 && first + count <= dataset.size(), "images [{}, {}) out of range [0, {})",
-             first, first + count, dataset.size());
+  HPCT_CHECK(first >= 0 && count >= 0 && first + count <= dataset.size(), "images [{}, {}) out of range [0, {})", first,
+             first + count, dataset.size());
   const int C = dataset.channels();
   HPCT_CHECK((norm.mean.size() == 1 || norm.mean.size() == static_cast<size_t>(C)) &&
                  norm.mean.size() == norm.std.size(),
@@ -340,8 +340,8 @@ ImageBatchSampler::ImageBatchSampler(const ImageDataset& dataset, uint64_t seed,
   HPCT_USAGE_CHECK(global_batch >= 1 && global_batch <= n,
                    "global batch {} does not fit image dataset {} of {} images: it must be in [1, {}]", global_batch,
                    dataset.path(), n, n);
-  HPCT_USAGE_CHECK(n < static_cast<int64_t>(kCounterSpan), "image dataset {} has {} images, more than 2^32", dataset.path(),
-                   n);
+  HPCT_USAGE_CHECK(n < static_cast<int64_t>(kCounterSpan), "image dataset {} has {} images, more than 2^32",
+                   dataset.path(), n);
   const size_t C = static_cast<size_t>(dataset.channels());
   HPCT_USAGE_CHECK(!norm_.mean.empty() && norm_.mean.size() == norm_.std.size() &&
                        (norm_.mean.size() == 1 || norm_.mean.size() == C),

@@ -47,8 +47,8 @@ inline constexpr float kFashionMnistStd = 0.3530f;
 // Writes an image dataset file at `path`, atomically: the file is built as `path.tmp`, fsynced and renamed
 // onto `path` (then the directory is fsynced). images: (n, c, h, w) uint8; labels: (n), each in
 // [0, num_classes) (UsageError naming the file otherwise, as for unwritable paths).
-void write_image_dataset(const std::string& path, const uint8_t* images, const int32_t* labels, int64_t n, int c,
-                         int h, int w, int num_classes, const std::string& name, const std::string& source);
+void write_image_dataset(const std::string& path, const uint8_t* images, const int32_t* labels, int64_t n, int c, int h,
+                         int w, int num_classes, const std::string& name, const std::string& source);
 
 // An image dataset loaded into memory (Fashion-MNIST train: 47 MB). Movable; copies are not needed.
 class ImageDataset {
@@ -58,10 +58,10 @@ class ImageDataset {
   // [0, num_classes) -> UsageError naming the file and what is wrong.
   static ImageDataset open(const std::string& path);
 
-  int64_t size() const { return n_; }                       // N
-  int channels() const { return c_; }                       // C
-  int height() const { return h_; }                         // H
-  int width() const { return w_; }                          // W
+  int64_t size() const { return n_; }                            // N
+  int channels() const { return c_; }                            // C
+  int height() const { return h_; }                              // H
+  int width() const { return w_; }                               // W
   int64_t image_elems() const { return int64_t{c_} * h_ * w_; }  // C*H*W
   int num_classes() const { return num_classes_; }
   const uint8_t* images() const { return images_.data(); }  // (N, C, H, W)
@@ -109,8 +109,8 @@ class ImageBatchSampler {
                     ImageAugmentation augment = {});
 
   int64_t global_batch() const { return global_batch_; }
-  int64_t steps_per_epoch() const { return steps_per_epoch_; }            // N / GB
-  int64_t epoch_of(int64_t step) const;                                   // (step-1) / steps_per_epoch
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }  // N / GB
+  int64_t epoch_of(int64_t step) const;                         // (step-1) / steps_per_epoch
   // perm_e: a permutation of [0, N).
   std::vector<int64_t> permutation(int64_t epoch) const;
   // The dataset index of global sample `sample` in [0, GB) of optimizer step `step` (>= 1).

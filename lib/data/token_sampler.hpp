@@ -50,7 +50,7 @@ class TokenBatchSampler {
   const uint16_t* tokens_;  // (N)
   int64_t num_tokens_;      // N
   std::string path_;
-  int seq_len_;             // T
+  int seq_len_;  // T
   uint64_t seed_;
   uint64_t stream_;
 };

@@ -43,8 +43,8 @@ class TokenShard {
   TokenShard& operator=(const TokenShard&) = delete;
   ~TokenShard();
 
-  int64_t size() const { return num_tokens_; }               // number of tokens N
-  const uint16_t* tokens() const { return tokens_; }         // (N)
+  int64_t size() const { return num_tokens_; }        // number of tokens N
+  const uint16_t* tokens() const { return tokens_; }  // (N)
   const std::string& path() const { return path_; }
 
  private:
@@ -52,7 +52,7 @@ class TokenShard {
   void release() noexcept;
 
   std::string path_;
-  void* map_ = nullptr;        // the whole file, header included
+  void* map_ = nullptr;  // the whole file, header included
   int64_t map_bytes_ = 0;
   const uint16_t* tokens_ = nullptr;
   int64_t num_tokens_ = 0;

@@ -61,23 +61,22 @@ std::vector<ProfileRow> profile_take() {
 #else
 #define HPCT_CUDA_CALL(op, ...) cuda_not_built(#op)
 #endif
-#define HPCT_DISPATCH(op, ...)                            \
-  do {                                                    \
-    if (ctx.device == Device::CPU) {                      \
-      if (ctx.precision != Precision::FP32)               \
-        cpu_precision_error(#op, ctx.precision);          \
-      const ProfileScope profile_scope_(#op);             \
-      return cpu::op(__VA_ARGS__);                        \
-    }                                                     \
-    HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);        \
+#define HPCT_DISPATCH(op, ...)                                                       \
+  do {                                                                               \
+    if (ctx.device == Device::CPU) {                                                 \
+      if (ctx.precision != Precision::FP32) cpu_precision_error(#op, ctx.precision); \
+      const ProfileScope profile_scope_(#op);                                        \
+      return cpu::op(__VA_ARGS__);                                                   \
+    }                                                                                \
+    HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);                                   \
   } while (0)
 
-void encoder_forward(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe,
-                     int B, int T, int C) {
+void encoder_forward(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                     int T, int C) {
   HPCT_DISPATCH(encoder_forward, out, inp, wte, wpe, B, T, C);
 }
-void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp,
-                      int B, int T, int C) {
+void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
+                      int T, int C) {
   HPCT_DISPATCH(encoder_backward, dwte, dwpe, dout, inp, B, T, C);
 }
 
@@ -90,8 +89,8 @@ void layernorm_backward(const ExecContext& ctx, float* dinp, float* dweight, flo
   HPCT_DISPATCH(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
-void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
-                    int N, int C, int OC) {
+void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
   HPCT_DISPATCH(matmul_forward, out, inp, weight, bias, N, C, OC);
 }
 void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
@@ -151,12 +150,12 @@ void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const 
                                    float eps, int N, int K) {
   HPCT_DISPATCH(crossentropy_smoothed_forward, losses, logits, targets, eps, N, K);
 }
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, float* logits, const int32_t* targets,
-                                            float dloss, float eps, int N, int K) {
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, float* logits,
+                                            const int32_t* targets, float dloss, float eps, int N, int K) {
   HPCT_DISPATCH(crossentropy_smoothed_forward_backward, losses, logits, targets, dloss, eps, N, K);
 }
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl,
-                               int V, int N) {
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl, int V,
+                               int N) {
   HPCT_DISPATCH(crossentropy_vp_local_max, max_out, logits_local, v0, Vl, V, N);
 }
 void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, float* target_logit_out,
@@ -166,8 +165,8 @@ void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, flo
                 V, N);
 }
 void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, float* logits_local, const float* global_max,
-                                   const float* global_sumexp, const float* global_target_logit,
-                                   const int32_t* targets, float dloss, int v0, int Vl, int V, int N) {
+                                   const float* global_sumexp, const float* global_target_logit, const int32_t* targets,
+                                   float dloss, int v0, int Vl, int V, int N) {
   HPCT_DISPATCH(crossentropy_vp_loss_backward, losses, logits_local, global_max, global_sumexp, global_target_logit,
                 targets, dloss, v0, Vl, V, N);
 }
@@ -204,9 +203,9 @@ void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const float* 
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float* gathered, int R, int C) {
   HPCT_DISPATCH(batchnorm2d_merge_stats, merged, gathered, R, C);
 }
-void batchnorm2d_forward_apply(const ExecContext& ctx, float* out, float* save_mean, float* save_rstd,
-                               const float* inp, const float* gamma, const float* beta, const float* stats, int N,
-                               int C, int HW, float eps) {
+void batchnorm2d_forward_apply(const ExecContext& ctx, float* out, float* save_mean, float* save_rstd, const float* inp,
+                               const float* gamma, const float* beta, const float* stats, int N, int C, int HW,
+                               float eps) {
   HPCT_DISPATCH(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
 }
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, float* running_var, const float* stats,
@@ -231,8 +230,8 @@ void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float*
 void batchnorm2d_backward_apply(const ExecContext& ctx, float* dinp, const float* dout, const float* inp,
                                 const float* save_mean, const float* save_rstd, const float* gamma,
                                 const float* global_sums, int64_t global_count, int N, int C, int HW) {
-  HPCT_DISPATCH(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count,
-                N, C, HW);
+  HPCT_DISPATCH(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N,
+                C, HW);
 }
 void relu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {
   HPCT_DISPATCH(relu_forward, out, inp, n);
@@ -244,8 +243,8 @@ void maxpool2d_forward(const ExecContext& ctx, float* out, int32_t* idx, const f
                        int K, int stride, int pad) {
   HPCT_DISPATCH(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
 }
-void maxpool2d_backward(const ExecContext& ctx, float* dinp, const float* dout, const int32_t* idx, int N, int C,
-                        int H, int W, int K, int stride, int pad) {
+void maxpool2d_backward(const ExecContext& ctx, float* dinp, const float* dout, const int32_t* idx, int N, int C, int H,
+                        int W, int K, int stride, int pad) {
   HPCT_DISPATCH(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
 }
 void global_avgpool_forward(const ExecContext& ctx, float* out, const float* inp, int N, int C, int HW) {

@@ -32,8 +32,8 @@ void layernorm_forward(const ExecContext& ctx, float* out /*(N,C)*/, float* mean
                        int N, int C);
 void layernorm_backward(const ExecContext& ctx, float* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/,
                         float* dbias /*(C) += or null*/, const float* dout /*(N,C)*/, const float* inp /*(N,C)*/,
-                        const float* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/,
-                        int N, int C);
+                        const float* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N,
+                        int C);
 
 // ---- Linear: out = inp @ weight^T + bias (torch.nn.Linear layout) -----------------------------
 void matmul_forward(const ExecContext& ctx, float* out /*(N,OC)*/, const float* inp /*(N,C)*/,
@@ -90,8 +90,9 @@ void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/
 //   dlogits[n, k] = dloss * (p[k] - (1 - eps) [k == y_n] - eps / K).
 void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,K)*/,
                                    const int32_t* targets /*(N)*/, float eps, int N, int K);
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits /*(N,K) in/out*/,
-                                            const int32_t* targets /*(N)*/, float dloss, float eps, int N, int K);
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/,
+                                            float* logits /*(N,K) in/out*/, const int32_t* targets /*(N)*/, float dloss,
+                                            float eps, int N, int K);
 
 // ---- vocabulary-parallel embedding and cross-entropy (Megatron VocabParallelEmbedding / vocab-parallel CE) ----
 // Legend (in addition to the above): t TP ranks; this rank holds the global vocabulary rows/columns [v0, v0+Vl)
@@ -135,10 +136,10 @@ void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out /*(N
 // In place: on return logits_local holds, for the real local columns,
 //   dlogits[n, j] = dloss * (exp(logits[n, j] - global_max[n]) / global_sumexp[n] - [v0 + j == targets[n]]),
 // and 0 for the padded ones; losses[n] as above (assigned). The local slice of crossentropy_forward_backward.
-void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/,
-                                   float* logits_local /*(N,Vl) in/out*/, const float* global_max /*(N)*/,
-                                   const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/,
-                                   const int32_t* targets /*(N)*/, float dloss, int v0, int Vl, int V, int N);
+void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits_local /*(N,Vl) in/out*/,
+                                   const float* global_max /*(N)*/, const float* global_sumexp /*(N)*/,
+                                   const float* global_target_logit /*(N)*/, const int32_t* targets /*(N)*/,
+                                   float dloss, int v0, int Vl, int V, int N);
 // Forward only (evaluation): losses[n] from the three reduced statistics; the logits are not needed any more.
 void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const float* global_max /*(N)*/,
                           const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/, int N);
@@ -158,8 +159,8 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 // same shape. A smaller workspace falls back to im2col, on fewer threads if need be; less than one thread's im2col
 // share is an error. One workspace may serve every conv layer in turn (size it for the largest); its contents
 // between calls are unspecified. HPCT_CONV=im2col in the environment forces the im2col path.
-int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW,
-                                int stride, int pad);
+int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                                int pad);
 void conv2d_forward(const ExecContext& ctx, float* out /*(N,OC,OH,OW)*/, const float* inp /*(N,C,H,W)*/,
                     const float* weight /*(OC,C,KH,KW)*/, const float* bias /*(OC) or null*/,
                     float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
@@ -257,8 +258,8 @@ void scale(const ExecContext& ctx, float* x, float s, int64_t n);
 // AdamW (torch.optim.AdamW semantics): p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). t is the 1-based step. g is multiplied by
 // grad_scale first (e.g. the clipping factor).
-void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 
 // ---- memory helpers on ctx.device ------------------------------------------------------------
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);

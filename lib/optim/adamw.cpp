@@ -13,7 +13,9 @@ AdamW::AdamW(Slab& params, Slab& grads, std::vector<bool> decay, const AdamWConf
     : AdamW(params, whole_tensor_segments(params, grads), std::move(decay), cfg) {}
 
 AdamW::AdamW(Slab& params, std::vector<Segment> segments, std::vector<bool> decay, const AdamWConfig& cfg)
-    : Optimizer(params, std::move(segments), std::move(decay), cfg.grad_clip), cfg_(cfg), state_("adamw_state", params.device()) {
+    : Optimizer(params, std::move(segments), std::move(decay), cfg.grad_clip),
+      cfg_(cfg),
+      state_("adamw_state", params.device()) {
   m_ = &state_.add("exp_avg", {std::max<int64_t>(state_numel_, 1)});
   v_ = &state_.add("exp_avg_sq", {std::max<int64_t>(state_numel_, 1)});
   state_.allocate();
@@ -22,7 +24,8 @@ AdamW::AdamW(Slab& params, std::vector<Segment> segments, std::vector<bool> deca
 }
 
 std::vector<Optimizer::StateBuffer> AdamW::state_buffers() {
-  return {{"exp_avg", [this](size_t i) { return exp_avg(i); }}, {"exp_avg_sq", [this](size_t i) { return exp_avg_sq(i); }}};
+  return {{"exp_avg", [this](size_t i) { return exp_avg(i); }},
+          {"exp_avg_sq", [this](size_t i) { return exp_avg_sq(i); }}};
 }
 
 void AdamW::step(const ExecContext& ctx, float lr, float grad_scale) {
@@ -33,7 +36,8 @@ void AdamW::step(const ExecContext& ctx, float lr, float grad_scale) {
     if (s.numel() == 0) continue;
     const size_t ti = static_cast<size_t>(s.tensor);
     k::adamw_update(ctx, ps[ti].f32() + s.begin, s.grad, exp_avg(i), exp_avg_sq(i), s.numel(), lr, cfg_.beta1,
-                    cfg_.beta2, cfg_.eps, decays(s.tensor) ? cfg_.weight_decay : 0.0f, grad_scale, static_cast<int>(t_));
+                    cfg_.beta2, cfg_.eps, decays(s.tensor) ? cfg_.weight_decay : 0.0f, grad_scale,
+                    static_cast<int>(t_));
   }
 }
 

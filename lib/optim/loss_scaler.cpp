@@ -81,10 +81,11 @@ LossScaler::Outcome LossScaler::update(double sumsq, int64_t step) {
                        std::sqrt(sumsq), step);
       break;
     case LossScaleConfig::Mode::Fixed:
-      HPCT_USAGE_CHECK(finite,
-                       "gradient norm is {} at step {} with the fixed loss scale {}: the scaled gradients overflowed or "
-                       "training diverged; lower train.loss_scale, use train.loss_scale = dynamic, or lower optim.lr",
-                       std::sqrt(sumsq), step, scale_);
+      HPCT_USAGE_CHECK(
+          finite,
+          "gradient norm is {} at step {} with the fixed loss scale {}: the scaled gradients overflowed or "
+          "training diverged; lower train.loss_scale, use train.loss_scale = dynamic, or lower optim.lr",
+          std::sqrt(sumsq), step, scale_);
       break;
     case LossScaleConfig::Mode::Dynamic:
       if (!finite) {

@@ -30,12 +30,12 @@ namespace hpct::optim {
 struct LossScaleConfig {
   enum class Mode { None, Fixed, Dynamic };
   Mode mode = Mode::None;
-  double init = 65536.0;           // dynamic: the first S; fixed: S
+  double init = 65536.0;  // dynamic: the first S; fixed: S
   double growth = 2.0;
   double backoff = 0.5;
   int64_t growth_interval = 2000;  // finite steps between growths
   double min_scale = 1.0;
-  double max_scale = 16777216.0;   // 2^24 (apex amp's max_loss_scale): growth stops there
+  double max_scale = 16777216.0;  // 2^24 (apex amp's max_loss_scale): growth stops there
 };
 
 // The deck's train.loss_scale value: "auto" (dynamic for fp16, none otherwise), "none", "dynamic", or a positive number
@@ -59,9 +59,9 @@ class LossScaler {
   void restore(double scale, int64_t good_steps);
 
   struct Outcome {
-    bool skip = false;     // true: do not step the optimizer this step
-    double norm = 0.0;     // the unscaled gradient norm sqrt(sumsq) / S (inf or NaN when skip)
-    double scale = 1.0;    // S of this step
+    bool skip = false;   // true: do not step the optimizer this step
+    double norm = 0.0;   // the unscaled gradient norm sqrt(sumsq) / S (inf or NaN when skip)
+    double scale = 1.0;  // S of this step
     double next_scale = 1.0;
   };
   // After backward and the gradient reductions: sumsq is the global sum of squares of the scaled gradients. Updates the
@@ -70,7 +70,9 @@ class LossScaler {
   Outcome update(double sumsq, int64_t step);
 
   // The optimizer's grad_scale for a step of this outcome: clip / S (exact for power-of-two S).
-  static float grad_scale(float clip, const Outcome& o) { return static_cast<float>(static_cast<double>(clip) / o.scale); }
+  static float grad_scale(float clip, const Outcome& o) {
+    return static_cast<float>(static_cast<double>(clip) / o.scale);
+  }
 
  private:
   LossScaleConfig cfg_;

@@ -16,10 +16,11 @@ namespace hpct::optim {
 
 // A flat range of one parameter tensor updated by this rank.
 struct Segment {
-  int tensor = 0;          // index into params.tensors()
+  int tensor = 0;              // index into params.tensors()
   int64_t begin = 0, end = 0;  // flat element range inside that tensor
-  float* grad = nullptr;   // end - begin gradient values
-  int64_t state_offset = 0;  // where its state (exp_avg, momentum, ...) starts in the state buffers (set by the optimizer)
+  float* grad = nullptr;       // end - begin gradient values
+  int64_t state_offset =
+      0;  // where its state (exp_avg, momentum, ...) starts in the state buffers (set by the optimizer)
   int64_t numel() const { return end - begin; }
 };
 

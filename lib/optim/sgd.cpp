@@ -15,7 +15,9 @@ Sgd::Sgd(Slab& params, Slab& grads, std::vector<bool> decay, const SgdConfig& cf
     : Sgd(params, whole_tensor_segments(params, grads), std::move(decay), cfg) {}
 
 Sgd::Sgd(Slab& params, std::vector<Segment> segments, std::vector<bool> decay, const SgdConfig& cfg)
-    : Optimizer(params, std::move(segments), std::move(decay), cfg.grad_clip), cfg_(cfg), state_("sgd_state", params.device()) {
+    : Optimizer(params, std::move(segments), std::move(decay), cfg.grad_clip),
+      cfg_(cfg),
+      state_("sgd_state", params.device()) {
   HPCT_USAGE_CHECK(cfg_.momentum >= 0.0f && cfg_.dampening >= 0.0f && cfg_.weight_decay >= 0.0f,
                    "SGD: momentum={}, dampening={} and weight_decay={} must not be negative", cfg_.momentum,
                    cfg_.dampening, cfg_.weight_decay);

@@ -22,10 +22,10 @@ namespace hpct::optim {
 
 struct SgdConfig {
   float momentum = 0.9f;
-  float dampening = 0.0f;  // torch's default; must be 0 with nesterov
-  bool nesterov = false;   // needs momentum > 0
+  float dampening = 0.0f;     // torch's default; must be 0 with nesterov
+  bool nesterov = false;      // needs momentum > 0
   float weight_decay = 0.0f;  // L2, added to the gradient of the tensors whose decay flag is set
-  float grad_clip = 0.0f;  // 0: no clipping
+  float grad_clip = 0.0f;     // 0: no clipping
 };
 
 class Sgd final : public Optimizer {

@@ -29,15 +29,25 @@ Grid::Grid(int world, int tp, int pp, const std::string& order, const std::strin
   for (size_t i = 0; ok && i < 3; ++i) {
     Axis a;
     if (parts[i] == "tp") a = Axis::TP;
-    else if (parts[i] == "dp") a = Axis::DP;
-    else if (parts[i] == "pp") a = Axis::PP;
-    else { ok = false; break; }
-    if (seen[static_cast<int>(a)]) { ok = false; break; }
+    else if (parts[i] == "dp")
+      a = Axis::DP;
+    else if (parts[i] == "pp")
+      a = Axis::PP;
+    else {
+      ok = false;
+      break;
+    }
+    if (seen[static_cast<int>(a)]) {
+      ok = false;
+      break;
+    }
     seen[static_cast<int>(a)] = true;
     order_[i] = a;
   }
-  HPCT_USAGE_CHECK(ok, "{}parallel.order = \"{}\" is not a permutation of tp, dp, pp joined by '-' (fastest first), "
-                       "e.g. \"tp-dp-pp\"", at, order);
+  HPCT_USAGE_CHECK(ok,
+                   "{}parallel.order = \"{}\" is not a permutation of tp, dp, pp joined by '-' (fastest first), "
+                   "e.g. \"tp-dp-pp\"",
+                   at, order);
   order_str_ = order;
 }
 

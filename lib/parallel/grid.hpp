@@ -52,8 +52,8 @@ class Grid {
 
  private:
   int world_;
-  std::array<int, 3> size_;   // indexed by Axis
-  std::array<Axis, 3> order_; // fastest first
+  std::array<int, 3> size_;    // indexed by Axis
+  std::array<Axis, 3> order_;  // fastest first
   std::string order_str_;
 };
 

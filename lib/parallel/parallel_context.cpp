@@ -64,8 +64,8 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
   HPCT_CHECK(tpg->rank() == coord_.tp && dpg->rank() == coord_.dp && ppg->rank() == coord_.pp,
              "group ranks do not match the grid coordinates");
   const bool holds_embedding = coord_.pp == 0 || coord_.pp == grid_.pp() - 1;
-  std::unique_ptr<comm::MpiCommunicator> embg =
-      world->split(holds_embedding ? grid_.group_id(Axis::PP, rank_) : MPI_UNDEFINED, coord_.pp, "embedding");
+  std::unique_ptr<comm::MpiCommunicator> embg = world->split(
+      holds_embedding ? grid_.group_id(Axis::PP, rank_) : MPI_UNDEFINED, coord_.pp, "embedding");
   HPCT_CHECK((embg != nullptr) == holds_embedding, "embedding group of stage {}", coord_.pp);
   // Device groups (CUDA: NCCL), built in the same order on every rank (each init is collective over its group);
   // also at size 1, where the model still calls them (SyncBN's allgather at DP 1).

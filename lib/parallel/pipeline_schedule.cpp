@@ -95,7 +95,8 @@ int schedule_micro_batches(const std::vector<Action>& schedule) {
     HPCT_CHECK(a.micro >= 0 && a.micro < m, "micro-batch {} out of range [0, {}) in schedule {}", a.micro, m,
                format_schedule(schedule));
     if (a.op == Action::Forward) {
-      HPCT_CHECK(++fwd[a.micro] == 1, "micro-batch {} forwarded twice in schedule {}", a.micro, format_schedule(schedule));
+      HPCT_CHECK(++fwd[a.micro] == 1, "micro-batch {} forwarded twice in schedule {}", a.micro,
+                 format_schedule(schedule));
     } else {
       HPCT_CHECK(fwd[a.micro] == 1, "micro-batch {} backwarded before its forward in schedule {}", a.micro,
                  format_schedule(schedule));
@@ -139,7 +140,8 @@ PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t ac
       busy[k] = true;
       slot_of_[a.micro] = k;
       if (last_in_slot[k] < 0) first_in_slot_[k] = a.micro;
-      else next_in_slot_[last_in_slot[k]] = a.micro;
+      else
+        next_in_slot_[last_in_slot[k]] = a.micro;
       prev_in_slot_[a.micro] = last_in_slot[k];
       last_in_slot[k] = a.micro;
       fwd_order_.push_back(a.micro);
@@ -183,13 +185,15 @@ struct PipelineRunner {
     const int k = b.slot_of(micro);
     HPCT_CHECK(!b.recv_act_[k], "pipeline slot {} still receiving", k);
     b.recv_act_[k] = tr.recv_activation(b.act_in(k), b.numel_, micro,
-                                        fmt::format("pipeline activation of micro-batch {} from stage {}", micro, stage - 1));
+                                        fmt::format("pipeline activation of micro-batch {} from stage {}", micro,
+                                                    stage - 1));
   }
   void post_grad_recv(int micro) {
     const int k = b.slot_of(micro);
     HPCT_CHECK(!b.recv_grad_[k], "pipeline slot {} still receiving", k);
     b.recv_grad_[k] = tr.recv_gradient(b.grad_in(k), b.numel_, micro,
-                                       fmt::format("pipeline gradient of micro-batch {} from stage {}", micro, stage + 1));
+                                       fmt::format("pipeline gradient of micro-batch {} from stage {}", micro,
+                                                   stage + 1));
   }
   // Activation receives in forward order (the previous stage's send order), each once its slot's input is free: the
   // micro-batch before it in the slot has been forwarded (the stage copied what it needs of its input).
@@ -227,8 +231,8 @@ struct PipelineRunner {
     forwarded[static_cast<size_t>(j)] = true;
     post_ready_act_recvs();  // act_in(k) is free again
     if (stage < last) {
-      b.send_act_[k] = tr.send_activation(b.act_out(k), b.numel_, j,
-                                          fmt::format("pipeline activation of micro-batch {} to stage {}", j, stage + 1));
+      b.send_act_[k] = tr.send_activation(
+          b.act_out(k), b.numel_, j, fmt::format("pipeline activation of micro-batch {} to stage {}", j, stage + 1));
       post_ready_grad_recvs();  // posted before the next stage can possibly send it
     }
   }
@@ -270,7 +274,11 @@ PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& s
 
   PipelineStats st;
   st.theoretical_bubble = theoretical_bubble(transport.stages(), m);
-  PipelineRunner r{buffers, transport, st, transport.stage(), transport.stages() - 1,
+  PipelineRunner r{buffers,
+                   transport,
+                   st,
+                   transport.stage(),
+                   transport.stages() - 1,
                    std::vector<bool>(static_cast<size_t>(m), false)};
   if (options.barrier) transport.barrier("pipeline step start");
   Timer total;

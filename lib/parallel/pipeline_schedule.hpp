@@ -116,9 +116,9 @@ class PipelineStage {
 };
 
 struct PipelineStats {
-  double compute_ms = 0.0;  // inside forward() and backward()
-  double wait_ms = 0.0;     // blocked in receive and send waits (and the exit barrier)
-  double total_ms = 0.0;    // the step's window (see the header comment)
+  double compute_ms = 0.0;          // inside forward() and backward()
+  double wait_ms = 0.0;             // blocked in receive and send waits (and the exit barrier)
+  double total_ms = 0.0;            // the step's window (see the header comment)
   double measured_bubble = 0.0;     // 1 - compute_ms / total_ms
   double theoretical_bubble = 0.0;  // (p - 1) / (m + p - 1)
 };
@@ -146,9 +146,9 @@ class PipelineBuffers {
   size_t bytes() const { return slab_.bytes(); }
   Device device() const { return slab_.device(); }
 
-  float* act_in(int slot) { return act_in_->f32() + static_cast<int64_t>(slot) * numel_; }    // (numel)
-  float* act_out(int slot) { return act_out_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
-  float* grad_in(int slot) { return grad_in_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
+  float* act_in(int slot) { return act_in_->f32() + static_cast<int64_t>(slot) * numel_; }      // (numel)
+  float* act_out(int slot) { return act_out_->f32() + static_cast<int64_t>(slot) * numel_; }    // (numel)
+  float* grad_in(int slot) { return grad_in_->f32() + static_cast<int64_t>(slot) * numel_; }    // (numel)
   float* grad_out(int slot) { return grad_out_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
 
  private:
@@ -158,11 +158,11 @@ class PipelineBuffers {
   std::vector<Action> schedule_;
   int64_t numel_ = 0;
   int slots_ = 0;
-  std::vector<int> slot_of_;       // micro -> slot
-  std::vector<int> next_in_slot_;  // micro -> the micro-batch forwarded next in its slot (-1: none)
-  std::vector<int> prev_in_slot_;  // micro -> the micro-batch forwarded before it in its slot (-1: none)
+  std::vector<int> slot_of_;                // micro -> slot
+  std::vector<int> next_in_slot_;           // micro -> the micro-batch forwarded next in its slot (-1: none)
+  std::vector<int> prev_in_slot_;           // micro -> the micro-batch forwarded before it in its slot (-1: none)
   std::vector<int> fwd_order_, bwd_order_;  // the micro-batches in the order of their forwards / backwards
-  std::vector<int> first_in_slot_; // slot -> its first micro-batch (-1: unused)
+  std::vector<int> first_in_slot_;          // slot -> its first micro-batch (-1: unused)
   Slab slab_;
   Tensor* act_in_ = nullptr;    // (slots, numel)
   Tensor* act_out_ = nullptr;   // (slots, numel)

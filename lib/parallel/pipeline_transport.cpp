@@ -14,8 +14,8 @@ int act_tag(int micro) { return 2 * micro; }
 int grad_tag(int micro) { return 2 * micro + 1; }
 void check_tag(int micro) {
   HPCT_CHECK(micro >= 0 && grad_tag(micro) <= kMaxTag,
-             "micro-batch {}: the MPI pipeline transport tags 2 per micro-batch and MPI guarantees tags up to {}", micro,
-             kMaxTag);
+             "micro-batch {}: the MPI pipeline transport tags 2 per micro-batch and MPI guarantees tags up to {}",
+             micro, kMaxTag);
 }
 }  // namespace
 
@@ -57,7 +57,8 @@ LinkPipelineTransport::LinkPipelineTransport(comm::Communicator& host_pp, comm::
   HPCT_CHECK((act_next != nullptr) == (s < p - 1) && (grad_next != nullptr) == (s < p - 1),
              "pipeline stage {} of {}: links to the next stage {}", s, p, s < p - 1 ? "missing" : "given on the last");
   bool first = true;
-  for (auto [c, me] : {std::pair{act_prev, 1}, std::pair{grad_prev, 1}, std::pair{act_next, 0}, std::pair{grad_next, 0}}) {
+  for (auto [c, me] :
+       {std::pair{act_prev, 1}, std::pair{grad_prev, 1}, std::pair{act_next, 0}, std::pair{grad_next, 0}}) {
     if (c == nullptr) continue;
     HPCT_CHECK(c->size() == 2 && c->rank() == me,
                "pipeline stage {}: link communicator {} has rank {} of {}, expected rank {} of 2 (the lower stage is "
@@ -136,7 +137,8 @@ PipelineLinkPlan pipeline_link_plan(int pp_size, int stage) {
   for (int link : {p.prev_link, p.next_link}) {
     if (link < 0) continue;
     if (link % 2 == 0) p.even_colour = link / 2;
-    else p.odd_colour = (link - 1) / 2;
+    else
+      p.odd_colour = (link - 1) / 2;
   }
   return p;
 }
@@ -146,23 +148,26 @@ PipelineLinks split_pipeline_links(const comm::MpiCommunicator& pp) {
   const PipelineLinkPlan plan = pipeline_link_plan(p, s);
   auto name = [](int link) { return fmt::format("pp link {}-{}", link, link + 1); };
   // The link a split gives this stage: the one of plan.prev_link / next_link in that split (at most one each).
-  auto link_in = [&](bool even) { return plan.prev_link >= 0 && plan.prev_in_even == even ? plan.prev_link
-                                        : plan.next_link >= 0 && plan.next_in_even == even ? plan.next_link
-                                                                                           : -1; };
+  auto link_in = [&](bool even) {
+    return plan.prev_link >= 0 && plan.prev_in_even == even   ? plan.prev_link
+           : plan.next_link >= 0 && plan.next_in_even == even ? plan.next_link
+                                                              : -1;
+  };
   PipelineLinks out;
   out.prev_in_even = plan.prev_in_even;
   out.next_in_even = plan.next_in_even;
   for (bool even : {true, false}) {  // collective over pp, the same order on every stage
     const int colour = even ? plan.even_colour : plan.odd_colour;
     const int link = link_in(even);
-    std::unique_ptr<comm::MpiCommunicator> c =
-        pp.split(colour >= 0 ? colour : MPI_UNDEFINED, s, link >= 0 ? name(link) : std::string("pp link none"));
+    std::unique_ptr<comm::MpiCommunicator> c = pp.split(colour >= 0 ? colour : MPI_UNDEFINED, s,
+                                                        link >= 0 ? name(link) : std::string("pp link none"));
     HPCT_CHECK((c != nullptr) == (link >= 0), "pipeline stage {} of {}: {} split gave {} communicator", s, p,
                even ? "even" : "odd", c ? "a" : "no");
     if (!c) continue;
     HPCT_CHECK(c->size() == 2, "pipeline stage {} of {}: link {} has {} ranks", s, p, link, c->size());
     if (link == plan.prev_link) out.prev = std::move(c);
-    else out.next = std::move(c);
+    else
+      out.next = std::move(c);
   }
   return out;
 }

@@ -104,10 +104,10 @@ class LinkPipelineTransport final : public PipelineTransport {
 struct PipelineLinkPlan {
   int even_colour = -1;
   int odd_colour = -1;
-  int prev_link = -1;          // the link to stage - 1 (index), -1 on the first stage
-  int next_link = -1;          // the link to stage + 1, -1 on the last stage
-  bool prev_in_even = false;   // the link to stage - 1 comes from the even split (else the odd one)
-  bool next_in_even = false;   // the link to stage + 1 comes from the even split
+  int prev_link = -1;         // the link to stage - 1 (index), -1 on the first stage
+  int next_link = -1;         // the link to stage + 1, -1 on the last stage
+  bool prev_in_even = false;  // the link to stage - 1 comes from the even split (else the odd one)
+  bool next_in_even = false;  // the link to stage + 1 comes from the even split
   bool operator==(const PipelineLinkPlan&) const = default;
 };
 PipelineLinkPlan pipeline_link_plan(int pp_size, int stage);

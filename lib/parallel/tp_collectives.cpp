@@ -18,8 +18,8 @@ double timed_allreduce(comm::Communicator& tp, float* buf, int64_t n, comm::Redu
 
 // Column slice [c0, c0 + cl) of src (rows, src_cols) into dst (rows, dst_cols) at column d0: one contiguous row
 // segment per copy (kernels have no strided copy; fine for the activation sizes this serves).
-void copy_columns(const ExecContext& ctx, float* dst, int64_t dst_cols, int64_t d0, const float* src,
-                  int64_t src_cols, int64_t c0, int64_t rows, int64_t cl) {
+void copy_columns(const ExecContext& ctx, float* dst, int64_t dst_cols, int64_t d0, const float* src, int64_t src_cols,
+                  int64_t c0, int64_t rows, int64_t cl) {
   const int64_t bytes = cl * static_cast<int64_t>(sizeof(float));
   if (dst_cols == cl && src_cols == cl) {  // whole rows on both sides: one copy
     kernels::copy_device(ctx, dst, src, rows * bytes);
@@ -47,8 +47,7 @@ double reduce_from_tp_region_forward(comm::Communicator& tp, float* y, int64_t n
   return timed_allreduce(tp, y, n, comm::ReduceOp::Sum, what);
 }
 
-double reduce_from_tp_region_backward(comm::Communicator& /*tp*/, float* /*dy*/, int64_t /*n*/,
-                                      const char* /*what*/) {
+double reduce_from_tp_region_backward(comm::Communicator& /*tp*/, float* /*dy*/, int64_t /*n*/, const char* /*what*/) {
   return 0.0;
 }
 

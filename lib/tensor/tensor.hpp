@@ -63,7 +63,9 @@ class Slab {
   const std::deque<Tensor>& tensors() const { return tensors_; }
   Tensor& get(const std::string& name);
   // Byte offset of a tensor's storage from base() (after allocate()).
-  size_t offset_of(const Tensor& t) const { return static_cast<size_t>(static_cast<const char*>(t.data) - static_cast<const char*>(base_)); }
+  size_t offset_of(const Tensor& t) const {
+    return static_cast<size_t>(static_cast<const char*>(t.data) - static_cast<const char*>(base_));
+  }
 
  private:
   std::string name_;

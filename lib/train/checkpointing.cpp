@@ -115,8 +115,7 @@ size_t CheckpointStaging::host_bytes() const {
 
 void CheckpointStaging::copy(bool to_host) {
   auto move = [&](void* dev, void* host, size_t bytes) {
-    if (to_host)
-      kernels::copy_to_host(ctx_, host, dev, static_cast<int64_t>(bytes));
+    if (to_host) kernels::copy_to_host(ctx_, host, dev, static_cast<int64_t>(bytes));
     else
       kernels::copy_from_host(ctx_, dev, host, static_cast<int64_t>(bytes));
   };
@@ -273,11 +272,12 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
   }
 }
 
-void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when,
-                    const std::vector<bool>* which) {
+void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when, const std::vector<bool>* which) {
   if (comm.size() == 1) return;
-  HPCT_CHECK(params.device() == Device::CPU, "check_replicas ({}) hashes host memory: pass CheckpointStaging's views "
-             "of device tensors", when);
+  HPCT_CHECK(params.device() == Device::CPU,
+             "check_replicas ({}) hashes host memory: pass CheckpointStaging's views "
+             "of device tensors",
+             when);
   uint32_t crc = 0;
   if (!which) {
     crc = ckpt::crc32c(params.base(), params.bytes());

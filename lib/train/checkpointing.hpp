@@ -26,7 +26,7 @@ namespace hpct::train {
 
 // The run's position, stored as index.h5 attributes.
 struct TrainPosition {
-  int64_t step = 0;           // optimizer steps completed
+  int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
   int64_t sequences_seen = 0;
 };

@@ -17,25 +17,27 @@ const ConfigSchema& gpt_deck_schema() {
     s.int_key("model.seq_len", std::nullopt, "context length (T)", 1, 65536);
     s.int_key("model.vocab_size", 256, "true vocabulary (V); padded to a multiple of 128 internally", 2, 65536);
     s.bool_key("model.bias", true, "biases in Linear and LayerNorm layers");
-    s.float_key("model.init_std", 0.02, "std of the normal initialisation (residual projections: / sqrt(2L))", 0.0, 1.0);
+    s.float_key("model.init_std", 0.02, "std of the normal initialisation (residual projections: / sqrt(2L))", 0.0,
+                1.0);
 
     s.section("data", true, "token shards (llm.c format); relative paths resolve against $HPCT_DATA_DIR");
     s.string_key("data.train", std::nullopt, "training shard, e.g. kjv_train.bin");
     s.string_key("data.val", std::nullopt, "validation shard, e.g. kjv_val.bin");
-    s.int_key("data.eval_sequences", 64, "sequences of the fixed evaluation set (>= 64 x seq_len tokens)", 64,
-              1 << 24);
+    s.int_key("data.eval_sequences", 64, "sequences of the fixed evaluation set (>= 64 x seq_len tokens)", 64, 1 << 24);
 
     s.section("train", false, "the training run");
     s.int_key("train.steps", 100, "optimizer steps", 0, 1e12);
     s.int_key("train.seed", 1337, "seed of parameter init, data order and sampling", 0, 9.2e18);
     s.int_key("train.global_batch", 8, "sequences per optimizer step (all ranks, all micro-batches)", 1, 1 << 24);
     s.int_key("train.micro_batch", 8, "sequences per forward/backward pass on one rank", 1, 1 << 20);
-    s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
-                                        "usable GPU, else cpu with one log line)", {"cpu", "cuda", "auto"});
+    s.string_key("train.device", "cpu",
+                 "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
+                 "usable GPU, else cpu with one log line)",
+                 {"cpu", "cuda", "auto"});
     add_precision_keys(s);
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
-    s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)",
-              0, 1e12);
+    s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)", 0,
+              1e12);
 
     s.section("optim", false, "AdamW, warm-up + cosine LR, global-norm clipping");
     s.float_key("optim.lr", 6e-4, "peak learning rate", 0.0, 10.0);
@@ -49,17 +51,19 @@ const ConfigSchema& gpt_deck_schema() {
     s.float_key("optim.grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
 
     s.section("parallel", false, "the DP x TP x PP layout (DP = world / (TP x PP)) and data-parallel gradient sync");
-    s.int_key("parallel.tp", 1, "tensor-parallel size: attention heads, MLP and vocabulary split over this many ranks", 1, 4096);
+    s.int_key("parallel.tp", 1, "tensor-parallel size: attention heads, MLP and vocabulary split over this many ranks",
+              1, 4096);
     s.int_key("parallel.pp", 1, "pipeline-parallel size (blocks split into stages)", 1, 4096);
-    s.string_key("parallel.order", "tp-dp-pp", "grid order, fastest axis first: rank = tp + TP*(dp + DP*pp) for "
-                                               "tp-dp-pp", {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
+    s.string_key("parallel.order", "tp-dp-pp",
+                 "grid order, fastest axis first: rank = tp + TP*(dp + DP*pp) for "
+                 "tp-dp-pp",
+                 {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
     s.string_key("parallel.schedule", "1f1b", "pipeline schedule: gpipe | 1f1b", {"gpipe", "1f1b"});
     add_run_keys(s);
 
     s.section("log", false, "stdout logging");
     s.int_key("log.every", 1, "print one line every this many steps", 1, 1e12);
-    s.float_key("log.peak_tflops", 0.0, "peak TFLOP/s of one rank's device for MFU (0: unknown, mfu = null)", 0.0,
-                1e6);
+    s.float_key("log.peak_tflops", 0.0, "peak TFLOP/s of one rank's device for MFU (0: unknown, mfu = null)", 0.0, 1e6);
 
     s.section("sample", false, "text generated from the trained model at the end");
     s.int_key("sample.tokens", 200, "tokens to generate (0: no sample)", 0, 1 << 20);

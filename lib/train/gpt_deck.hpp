@@ -15,13 +15,13 @@ namespace hpct::train {
 const ConfigSchema& gpt_deck_schema();
 
 struct GptDeck {
-  gpt::GptConfig model;        // [model]
-  std::string train_path;      // data.train, resolved against $HPCT_DATA_DIR
-  std::string val_path;        // data.val, resolved
-  int eval_sequences = 0;      // data.eval_sequences
-  optim::AdamWConfig adamw;    // optim.beta1, beta2, eps, weight_decay, grad_clip
-  optim::LrSchedule lr;        // optim.lr, final_lr_frac, warmup_steps, decay_steps (derived: see run_config.hpp)
-  gpt::SampleOptions sample;   // [sample]
+  gpt::GptConfig model;       // [model]
+  std::string train_path;     // data.train, resolved against $HPCT_DATA_DIR
+  std::string val_path;       // data.val, resolved
+  int eval_sequences = 0;     // data.eval_sequences
+  optim::AdamWConfig adamw;   // optim.beta1, beta2, eps, weight_decay, grad_clip
+  optim::LrSchedule lr;       // optim.lr, final_lr_frac, warmup_steps, decay_steps (derived: see run_config.hpp)
+  gpt::SampleOptions sample;  // [sample]
 };
 
 // The [model] section, validated (UsageError naming the key on failure).

@@ -40,8 +40,8 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
       const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
       std::printf("%8d %8d %3d..%-4d | %12s %12s %12s %12s %12s\n", p, t, st.first_layer, st.end_layer - 1,
                   human_bytes(m.param_bytes).c_str(), human_bytes(m.grad_bytes).c_str(),
-                  human_bytes(m.optim_bytes).c_str(),
-                  human_bytes(m.activation_bytes + m.activation_grad_bytes).c_str(), human_bytes(m.total()).c_str());
+                  human_bytes(m.optim_bytes).c_str(), human_bytes(m.activation_bytes + m.activation_grad_bytes).c_str(),
+                  human_bytes(m.total()).c_str());
     }
   std::printf("(activations: one micro-batch; a pipeline stage also keeps its inputs of the step's micro-batches)\n");
   if (out.json) {
@@ -57,7 +57,8 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
         R"({},"log_peak_tflops":{}}}}})",
         json_quote(deck.deck_path()), world, tp, pp, dp, MB, GB, cfg.seq_len, serial.num_params,
         serial.num_params_no_wpe, fpt, tokens, fpt * tokens, max_rank_bytes,
-        json_quote(deck.get_string("train.device")), json_quote(precision), peak_json_members(out.device_name, precision), deck.get_float("log.peak_tflops"));
+        json_quote(deck.get_string("train.device")), json_quote(precision),
+        peak_json_members(out.device_name, precision), deck.get_float("log.peak_tflops"));
     std::printf("%s\n", line.c_str());
   }
   return 0;

@@ -58,7 +58,11 @@ class GptTask final : public TrainTask {
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
     check_vocab(train_shard_, cfg_.vocab_size);
     check_vocab(val_shard_, cfg_.vocab_size);
-    shape_ = {static_cast<double>(GB_) * T_, static_cast<double>(GB_) * T_, "tokens", "tok", 0,
+    shape_ = {static_cast<double>(GB_) * T_,
+              static_cast<double>(GB_) * T_,
+              "tokens",
+              "tok",
+              0,
               gpt::flops_per_token(cfg_) * static_cast<double>(GB_) * T_};
     model_.init_parameters(ctx_, run.cfg.train.seed);
     for (const gpt::ShardSpec& sh : gpt::parameter_layout(cfg_, mp_)) {
@@ -70,7 +74,8 @@ class GptTask final : public TrainTask {
     if (!run.opts.dump_path.empty())
       dump_ = std::make_unique<ReferenceDump>(run.opts.dump_path, run.deck, cfg_, run.cfg.train.steps, GB_);
     stage_ = std::make_unique<gpt::GptStage>(ctx_, model_, run.schedule, static_cast<int>(run.n_micro),
-                                             [this](int64_t step, int64_t first, int count, int32_t* tok, int32_t* tgt) {
+                                             [this](int64_t step, int64_t first, int count, int32_t* tok,
+                                                    int32_t* tgt) {
                                                sampler_.fill(step, first, count, tok, tgt);
                                                if (dump_) dump_->record_batch(step, first, count, tok, tgt);
                                              });
@@ -156,7 +161,8 @@ class GptTask final : public TrainTask {
     const int e0 = static_cast<int>(static_cast<int64_t>(n_eval) * dr / dp);
     const int e1 = static_cast<int>(static_cast<int64_t>(n_eval) * (dr + 1) / dp);
     double part = evaluator_.loss_sum(eval_set_, e0, e1);
-    if (mp_.pp > 1) run_.pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");
+    if (mp_.pp > 1)
+      run_.pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");
     run_.pc.dp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss");
     EvalResult r;
     r.loss = part / (static_cast<double>(n_eval) * T_);
@@ -194,8 +200,8 @@ class GptTask final : public TrainTask {
       log_info("sample: skipped (generation with tensor parallelism is not implemented; the checkpoint can be sampled "
                "at tp = 1)");
     if (exit_code == 0 && d_.sample.tokens > 0 && run_.pc.rank() == 0 && mp_.tp == 1 && mp_.pp == 1)
-      log_info("sample (temperature {}, top-k {}):\n{}\n--- end of sample ---", d_.sample.temperature,
-               d_.sample.top_k, gpt::generate(ctx_, model_, d_.sample, evaluator_.tokens(), run_.cfg.train.seed));
+      log_info("sample (temperature {}, top-k {}):\n{}\n--- end of sample ---", d_.sample.temperature, d_.sample.top_k,
+               gpt::generate(ctx_, model_, d_.sample, evaluator_.tokens(), run_.cfg.train.seed));
     if (mp_.pp > 1 && !pipeline_.empty()) {
       std::vector<double> bubbles, waits;
       for (const parallel::PipelineStats& ps : pipeline_) {
@@ -212,9 +218,9 @@ class GptTask final : public TrainTask {
     }
   }
   PerfColumns perf_columns(double last_loss, const std::optional<EvalResult>& eval) const override {
-    return {"dp tp pp", fmt::format("{} {} {}", run_.dp(), mp_.tp, mp_.pp), "loss val_loss",
-            fmt::format("{:.6f} {:.6f}", last_loss, eval ? eval->loss : NAN), "tp_comm_ms",
-            fmt::format("{:.2f}", median_after_first(tp_ms_))};
+    return {"dp tp pp",      fmt::format("{} {} {}", run_.dp(), mp_.tp, mp_.pp),
+            "loss val_loss", fmt::format("{:.6f} {:.6f}", last_loss, eval ? eval->loss : NAN),
+            "tp_comm_ms",    fmt::format("{:.2f}", median_after_first(tp_ms_))};
   }
 
  private:

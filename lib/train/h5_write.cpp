@@ -37,5 +37,4 @@ void attr_str(hid_t loc, const char* name, const std::string& v) {
   H5_CHECK(H5Tclose(t));
 }
 
-
 }  // namespace hpct::train::h5

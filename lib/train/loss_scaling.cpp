@@ -28,13 +28,11 @@ void add_precision_keys(ConfigSchema& s) {
               1e38);
 }
 
-
 optim::LossScaleConfig loss_scale_config(const RunConfig& cfg, Precision precision) {
   const TrainSection& t = cfg.train;
   return optim::parse_loss_scale(t.loss_scale, precision, t.loss_scale_init, t.loss_scale_window, t.loss_scale_min,
                                  fmt::format("deck {}", cfg.deck_path));
 }
-
 
 void log_precision(const ExecContext& ctx, const optim::LossScaler& scaler) {
   if (ctx.precision == Precision::FP32 && !scaler.active()) return;
@@ -48,14 +46,12 @@ void log_precision(const ExecContext& ctx, const optim::LossScaler& scaler) {
            precision_name(ctx.precision), scaling);
 }
 
-
 void add_loss_scaler_attrs(ckpt::Attrs& a, const ExecContext& ctx, const optim::LossScaler& scaler) {
   a.strings["precision"] = precision_name(ctx.precision);
   a.strings["loss_scale.mode"] = optim::loss_scale_mode_name(scaler.config().mode);
   a.floats["loss_scale.scale"] = scaler.scale();
   a.ints["loss_scale.good_steps"] = scaler.good_steps();
 }
-
 
 void restore_loss_scaler(optim::LossScaler& scaler, const ckpt::Attrs& a) {
   const auto s = a.floats.find("loss_scale.scale");
@@ -68,12 +64,11 @@ void restore_loss_scaler(optim::LossScaler& scaler, const ckpt::Attrs& a) {
     log_info("loss scale resumed at {} ({} finite steps since its last change)", scaler.scale(), scaler.good_steps());
 }
 
-
 void log_skipped_step(int64_t step, const optim::LossScaler::Outcome& o) {
-  log_info("step {}: non-finite gradients (gradient norm {}) at loss scale {}: optimizer step skipped, loss scale -> {}",
-           step, std::isnan(o.norm) ? std::string("NaN") : fmt::format("{}", o.norm), o.scale, o.next_scale);
+  log_info(
+      "step {}: non-finite gradients (gradient norm {}) at loss scale {}: optimizer step skipped, loss scale -> {}",
+      step, std::isnan(o.norm) ? std::string("NaN") : fmt::format("{}", o.norm), o.scale, o.next_scale);
 }
-
 
 void add_loss_scale_metrics(std::vector<std::pair<std::string, std::optional<double>>>& rec,
                             const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o) {
@@ -81,7 +76,6 @@ void add_loss_scale_metrics(std::vector<std::pair<std::string, std::optional<dou
   rec.push_back({"loss_scale", o.scale});
   if (o.skip) rec.push_back({"skipped", 1.0});
 }
-
 
 float scaled_loss_gradient(float dloss, const optim::LossScaler& scaler) {
   return static_cast<float>(static_cast<double>(dloss) * scaler.scale());
@@ -97,8 +91,10 @@ InjectedOverflow InjectedOverflow::from_environment() {
       if (!item.empty()) {
         char* end = nullptr;
         const long long step = std::strtoll(item.c_str(), &end, 10);
-        HPCT_USAGE_CHECK(end && *end == '\0', "HPCT_TEST_INF_DLOSS_STEPS=\"{}\": \"{}\" is not a step number; give "
-                         "comma-separated steps, e.g. 2,3,7 (a test hook: unset it for real runs)", e, item);
+        HPCT_USAGE_CHECK(end && *end == '\0',
+                         "HPCT_TEST_INF_DLOSS_STEPS=\"{}\": \"{}\" is not a step number; give "
+                         "comma-separated steps, e.g. 2,3,7 (a test hook: unset it for real runs)",
+                         e, item);
         o.steps_.push_back(step);
       }
       item.clear();
@@ -116,18 +112,15 @@ float InjectedOverflow::apply(float dloss, int64_t step, int dp_rank) const {
   return dloss;
 }
 
-
 std::string loss_scale_suffix(const optim::LossScaler& scaler, const optim::LossScaler::Outcome& o) {
   if (!scaler.active()) return "";
   return fmt::format(" | scale {}{}", o.scale, o.skip ? " | SKIPPED" : "");
 }
 
-
 optim::LossScaler::Outcome scaled_optimizer_step(const ExecContext& ctx, optim::Optimizer& opt,
                                                  optim::LossScaler& scaler, double sumsq, int64_t step, double lr) {
   const optim::LossScaler::Outcome o = scaler.update(sumsq, step);
-  if (o.skip)
-    log_skipped_step(step, o);
+  if (o.skip) log_skipped_step(step, o);
   else
     opt.step(ctx, static_cast<float>(lr), optim::LossScaler::grad_scale(opt.clip_scale(o.norm), o));
   return o;

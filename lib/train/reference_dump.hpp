@@ -17,7 +17,8 @@ namespace hpct::train {
 class ReferenceDump {
  public:
   ReferenceDump(std::string path, const Config& deck, const gpt::GptConfig& cfg, int64_t steps, int64_t global_batch);
-  void record_params(const ExecContext& ctx, gpt::Gpt& model, const std::string& group);  // "init", "final" (parameters) or "grads_step1"
+  void record_params(const ExecContext& ctx, gpt::Gpt& model,
+                     const std::string& group);  // "init", "final" (parameters) or "grads_step1"
   void record_grads(const ExecContext& ctx, gpt::Gpt& model);
   // tokens of global samples [first, first+count) of step s (1-based), host arrays (count, T)
   void record_batch(int64_t step, int64_t first, int count, const int32_t* inputs, const int32_t* targets);

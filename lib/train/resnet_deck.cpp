@@ -19,23 +19,26 @@ const ConfigSchema& resnet_deck_schema() {
   static const ConfigSchema schema = [] {
     ConfigSchema s;
     s.section("model", true, "ResNet architecture (image shape and classes come from the dataset)");
-    s.string_key("model.style", "cifar", "cifar (3x3 stem, 3 stages, depth 6n+2: 20, 56, ...) | imagenet (7x7 stem + "
-                                         "max-pool, 4 stages: 18, 34 BasicBlocks; 50, 101, 152 Bottlenecks)",
+    s.string_key("model.style", "cifar",
+                 "cifar (3x3 stem, 3 stages, depth 6n+2: 20, 56, ...) | imagenet (7x7 stem + "
+                 "max-pool, 4 stages: 18, 34 BasicBlocks; 50, 101, 152 Bottlenecks)",
                  {"cifar", "imagenet"});
     s.int_key("model.depth", 20, "layers: cifar 6n+2 (8, 20, 32, 44, 56, 110); imagenet 18, 34, 50, 101, 152", 8, 1000);
     s.int_key("model.base_width", 0, "channels of the first stage (0: 16 for cifar, 64 for imagenet)", 0, 4096);
     s.int_key("model.num_classes", 0, "classifier outputs (0: the dataset's num_classes attribute)", 0, 1 << 20);
-    s.bool_key("model.sync_bn", true, "SyncBN: BatchNorm statistics over the whole data-parallel batch (Chan's "
-                                      "merge); false: per-rank statistics, running statistics of DP rank 0");
+    s.bool_key("model.sync_bn", true,
+               "SyncBN: BatchNorm statistics over the whole data-parallel batch (Chan's "
+               "merge); false: per-rank statistics, running statistics of DP rank 0");
 
-    s.section("data", true, "HDF5 image datasets (uint8 /images N x C x H x W, int /labels); relative paths resolve "
-                            "against $HPCT_DATA_DIR");
+    s.section("data", true,
+              "HDF5 image datasets (uint8 /images N x C x H x W, int /labels); relative paths resolve "
+              "against $HPCT_DATA_DIR");
     s.string_key("data.train", std::nullopt, "training split, e.g. fmnist_train.h5");
     s.string_key("data.test", std::nullopt, "evaluation split, e.g. fmnist_test.h5 (test accuracy)");
     s.float_list_key("data.mean", std::vector<double>{0.2860}, "per-channel mean of pixel/255 (1 or C values)");
     s.float_list_key("data.std", std::vector<double>{0.3530}, "per-channel std of pixel/255 (1 or C values)");
-    s.int_key("data.crop_pad", 0, "random crop with this much zero padding (0: off); torchvision RandomCrop(H, pad)",
-              0, 1 << 16);
+    s.int_key("data.crop_pad", 0, "random crop with this much zero padding (0: off); torchvision RandomCrop(H, pad)", 0,
+              1 << 16);
     s.bool_key("data.flip", false, "random horizontal flip with probability 1/2");
     s.int_key("data.eval_images", 0, "evaluate on the first this many test images (0: all)", 0, 1e12);
 
@@ -45,8 +48,10 @@ const ConfigSchema& resnet_deck_schema() {
     s.int_key("train.seed", 1337, "seed of parameter init, data order and augmentation", 0, 9.2e18);
     s.int_key("train.global_batch", 128, "images per optimizer step (all ranks, all micro-batches)", 1, 1 << 24);
     s.int_key("train.micro_batch", 128, "images per forward/backward pass on one rank", 1, 1 << 20);
-    s.string_key("train.device", "cpu", "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
-                                        "usable GPU, else cpu with one log line)", {"cpu", "cuda", "auto"});
+    s.string_key("train.device", "cpu",
+                 "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
+                 "usable GPU, else cpu with one log line)",
+                 {"cpu", "cuda", "auto"});
     add_precision_keys(s);
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
@@ -59,16 +64,20 @@ const ConfigSchema& resnet_deck_schema() {
     s.float_key("optim.dampening", 0.0, "momentum dampening (must be 0 with nesterov)", 0.0, 1.0);
     s.float_key("optim.weight_decay", 5e-4, "L2 weight decay on conv and fc weights (not BatchNorm, not biases)", 0.0,
                 10.0);
-    s.string_key("optim.schedule", "cosine", "after warm-up: cosine (to final_lr_frac at decay_steps) | step (x gamma "
-                                             "at each milestone epoch)", {"cosine", "step"});
+    s.string_key("optim.schedule", "cosine",
+                 "after warm-up: cosine (to final_lr_frac at decay_steps) | step (x gamma "
+                 "at each milestone epoch)",
+                 {"cosine", "step"});
     s.float_key("optim.final_lr_frac", 0.0, "cosine: lr at decay_steps as a fraction of optim.lr", 0.0, 1.0);
     s.int_key("optim.decay_steps", 0, "cosine: absolute step where the decay ends (0: the run's last step)", 0, 1e12);
     s.float_list_key("optim.milestones", std::vector<double>{},
                      "step: the epochs after which lr is multiplied by gamma (e.g. [30, 60, 80] or \"30,60,80\")");
     s.float_key("optim.gamma", 0.1, "step: the factor at each milestone", 0.0, 1.0);
     s.int_key("optim.warmup_steps", 0, "linear warm-up steps", 0, 1e12);
-    s.float_key("optim.label_smoothing", 0.0, "label smoothing of the cross-entropy (torch's label_smoothing; "
-                                              "also in the test loss)", 0.0, 0.999);
+    s.float_key("optim.label_smoothing", 0.0,
+                "label smoothing of the cross-entropy (torch's label_smoothing; "
+                "also in the test loss)",
+                0.0, 0.999);
     s.float_key("optim.grad_clip", 0.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
 
     s.section("parallel", false, "data parallelism (DP = world) and its gradient sync");
@@ -80,13 +89,11 @@ const ConfigSchema& resnet_deck_schema() {
 
     s.section("log", false, "stdout logging");
     s.int_key("log.every", 10, "print one line every this many steps", 1, 1e12);
-    s.float_key("log.peak_tflops", 0.0, "peak TFLOP/s of one rank's device for MFU (0: unknown, mfu = null)", 0.0,
-                1e6);
+    s.float_key("log.peak_tflops", 0.0, "peak TFLOP/s of one rank's device for MFU (0: unknown, mfu = null)", 0.0, 1e6);
     return s;
   }();
   return schema;
 }
-
 
 resnet::ResNetConfig resnet_model_config(const Config& deck, int in_channels, int height, int width,
                                          int dataset_classes) {
@@ -108,21 +115,33 @@ resnet::ResNetConfig resnet_model_config(const Config& deck, int in_channels, in
 ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
   const int64_t GB = run.train.global_batch;
   ResNetDeck d{data::ImageDataset::open(resolve_data_path(deck.get_string("data.train"))),
-               data::ImageDataset::open(resolve_data_path(deck.get_string("data.test"))), {}, {}, {}, 0, 0, 0, {}, {}, false, {}};
+               data::ImageDataset::open(resolve_data_path(deck.get_string("data.test"))),
+               {},
+               {},
+               {},
+               0,
+               0,
+               0,
+               {},
+               {},
+               false,
+               {}};
   const data::ImageDataset &train_set = d.train_set, &test_set = d.test_set;
-  HPCT_USAGE_CHECK(test_set.channels() == train_set.channels() && test_set.height() == train_set.height() &&
-                       test_set.width() == train_set.width(),
-                   "deck {}: data.test {} holds {}x{}x{} images but data.train {} holds {}x{}x{}; both splits must have "
-                   "one image shape",
-                   deck.deck_path(), test_set.path(), test_set.channels(), test_set.height(), test_set.width(),
-                   train_set.path(), train_set.channels(), train_set.height(), train_set.width());
+  HPCT_USAGE_CHECK(
+      test_set.channels() == train_set.channels() && test_set.height() == train_set.height() &&
+          test_set.width() == train_set.width(),
+      "deck {}: data.test {} holds {}x{}x{} images but data.train {} holds {}x{}x{}; both splits must have "
+      "one image shape",
+      deck.deck_path(), test_set.path(), test_set.channels(), test_set.height(), test_set.width(), train_set.path(),
+      train_set.channels(), train_set.height(), train_set.width());
   HPCT_USAGE_CHECK(GB <= train_set.size(), "deck {}: train.global_batch = {} is larger than data.train {} ({} images)",
                    deck.deck_path(), GB, train_set.path(), train_set.size());
   const int classes = std::max(train_set.num_classes(), test_set.num_classes());
   d.cfg = resnet_model_config(deck, train_set.channels(), train_set.height(), train_set.width(), classes);
-  HPCT_USAGE_CHECK(d.cfg.num_classes >= classes,
-                   "deck {}: model.num_classes = {} but the datasets have {} classes; raise it or set 0 (the dataset's)",
-                   deck.deck_path(), d.cfg.num_classes, classes);
+  HPCT_USAGE_CHECK(
+      d.cfg.num_classes >= classes,
+      "deck {}: model.num_classes = {} but the datasets have {} classes; raise it or set 0 (the dataset's)",
+      deck.deck_path(), d.cfg.num_classes, classes);
   const auto floats = [&](const std::string& key) {
     const std::vector<double>& v = deck.get_float_list(key);
     return std::vector<float>(v.begin(), v.end());
@@ -148,15 +167,17 @@ ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
   std::vector<int64_t> milestones;  // optimizer steps
   for (double e : deck.get_float_list("optim.milestones")) {
     HPCT_USAGE_CHECK(e == std::floor(e) && e > static_cast<double>(milestones.empty() ? 0 : milestones.back() / spe),
-                     "deck {}: optim.milestones = [{}]: epochs must be ascending positive integers",
-                     deck.deck_path(), fmt::join(deck.get_float_list("optim.milestones"), ", "));
+                     "deck {}: optim.milestones = [{}]: epochs must be ascending positive integers", deck.deck_path(),
+                     fmt::join(deck.get_float_list("optim.milestones"), ", "));
     milestones.push_back(static_cast<int64_t>(e) * spe);
   }
   d.sync_bn = deck.get_bool("model.sync_bn");
   d.lr_kind = deck.get_string("optim.schedule");
   if (d.lr_kind == "step") {
-    HPCT_USAGE_CHECK(!milestones.empty(), "deck {}: optim.schedule = \"step\" needs optim.milestones (epochs, e.g. "
-                                          "\"30,60,80\")", deck.deck_path());
+    HPCT_USAGE_CHECK(!milestones.empty(),
+                     "deck {}: optim.schedule = \"step\" needs optim.milestones (epochs, e.g. "
+                     "\"30,60,80\")",
+                     deck.deck_path());
     d.sched.lr = deck.get_float("optim.lr");
     d.sched.warmup_steps = deck.get_int("optim.warmup_steps");
     d.sched.kind = optim::LrSchedule::Kind::Step;

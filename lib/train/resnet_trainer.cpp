@@ -46,7 +46,11 @@ class ResNetTask final : public TrainTask {
             },
             [this](int64_t j) { return micro_first(j); }) {
     model_.init_parameters(ctx_, run.cfg.train.seed);
-    shape_ = {static_cast<double>(GB_), static_cast<double>(GB_), "images", "img", 1,
+    shape_ = {static_cast<double>(GB_),
+              static_cast<double>(GB_),
+              "images",
+              "img",
+              1,
               resnet::training_flops_per_image(d_.cfg) * static_cast<double>(GB_)};
     if (!run.opts.dump_path.empty())
       dump_ = std::make_unique<ResNetDump>(run.opts.dump_path, run.deck, d_.cfg, d_.steps, GB_);
@@ -71,8 +75,8 @@ class ResNetTask final : public TrainTask {
   std::string layout_axes() const override { return fmt::format("dp {}", run_.dp()); }
   std::string layout_tail() const override {
     return fmt::format(" | BatchNorm: {}", d_.sync_bn && run_.dp() > 1 ? "SyncBN over the DP group"
-                                           : d_.sync_bn               ? "SyncBN (one rank: plain)"
-                                                                      : "per rank");
+                                           : d_.sync_bn                ? "SyncBN (one rank: plain)"
+                                                                       : "per rank");
   }
   void log_setup(const optim::Optimizer& opt) override {
     const resnet::ResNetConfig& cfg = d_.cfg;
@@ -179,10 +183,13 @@ class ResNetTask final : public TrainTask {
     log_info("reference dump written to {}", run_.opts.dump_path);
   }
   PerfColumns perf_columns(double last_loss, const std::optional<EvalResult>& eval) const override {
-    return {"dp", fmt::format("{}", run_.dp()), "loss test_loss test_acc",
+    return {"dp",
+            fmt::format("{}", run_.dp()),
+            "loss test_loss test_acc",
             fmt::format("{:.6f} {:.6f} {:.4f}", last_loss, eval ? eval->loss : NAN,
                         eval ? *eval->extra[0].second : NAN),
-            "", ""};
+            "",
+            ""};
   }
 
  private:

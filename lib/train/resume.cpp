@@ -20,8 +20,7 @@ namespace fs = std::filesystem;
 namespace hpct::train {
 
 ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const ConfigSchema& schema,
-                        const std::string& resume,
-                        const std::string& ckpt_root, int64_t steps) {
+                        const std::string& resume, const std::string& ckpt_root, int64_t steps) {
   ResumePoint r;
   r.dir = resolve_resume(resume, ckpt_root, deck.deck_path());
   if (!r.dir.empty()) {
@@ -31,8 +30,8 @@ ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const
     check_resume_compatible(deck, schema, *r.reader);
     r.step = r.reader->attrs().ints.at("step");
     HPCT_USAGE_CHECK(r.step <= steps || steps == 0,
-                     "checkpoint {} is at step {}, past train.steps = {}; raise train.steps to continue", r.dir,
-                     r.step, steps);
+                     "checkpoint {} is at step {}, past train.steps = {}; raise train.steps to continue", r.dir, r.step,
+                     steps);
     r.seconds = t.seconds();
     log_info("resuming from {} (step {}, written with {}): {} verified", r.dir, r.step,
              r.reader->attrs().strings.count("layout") ? r.reader->attrs().strings.at("layout") : "?",
@@ -48,7 +47,8 @@ ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const
     const std::string aside = ckpt_root + ".prev-" + stamp;
     std::error_code ec;
     fs::rename(ckpt_root, aside, ec);
-    HPCT_USAGE_CHECK(!ec, "cannot move the earlier run's checkpoints {} aside to {}: {}", ckpt_root, aside, ec.message());
+    HPCT_USAGE_CHECK(!ec, "cannot move the earlier run's checkpoints {} aside to {}: {}", ckpt_root, aside,
+                     ec.message());
     log_warn("starting fresh (checkpoint.resume = {}): the earlier run's checkpoints in {} were moved to {} (resume "
              "them with --set checkpoint.resume=latest next time)",
              resume, ckpt_root, aside);
@@ -56,7 +56,6 @@ ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const
   pc.world().barrier("resume decided");
   return r;
 }
-
 
 std::string resolve_resume(const std::string& resume, const std::string& root, const std::string& deck_path) {
   if (resume == "none" || resume.empty()) return "";
@@ -76,7 +75,6 @@ std::string resolve_resume(const std::string& resume, const std::string& root, c
   return p.string();
 }
 
-
 int64_t verify_collective(comm::Communicator& world, const std::string& dir) {
   std::string err;
   int64_t bytes = 0;
@@ -87,13 +85,13 @@ int64_t verify_collective(comm::Communicator& world, const std::string& dir) {
   }
   const std::vector<std::string> errs = allgather_strings(world, err, "checkpoint verification");
   for (size_t r = 0; r < errs.size(); ++r)
-    HPCT_USAGE_CHECK(errs[r].empty(), "cannot resume: {} (found by rank {}); resume from an earlier checkpoint with "
-                                      "--set checkpoint.resume=<dir>/checkpoints/step_XXXXXXXX",
+    HPCT_USAGE_CHECK(errs[r].empty(),
+                     "cannot resume: {} (found by rank {}); resume from an earlier checkpoint with "
+                     "--set checkpoint.resume=<dir>/checkpoints/step_XXXXXXXX",
                      errs[r], r);
   world.allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint verification (bytes)");
   return bytes;
 }
-
 
 void check_resume_compatible(const Config& deck, const ConfigSchema& schema, const ckpt::Reader& reader) {
   const auto it = reader.attrs().strings.find("deck");
@@ -109,7 +107,9 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
     std::string a, b;
     switch (spec->type) {
       case ValueType::Int: a = std::to_string(old.get_int(key)), b = std::to_string(deck.get_int(key)); break;
-      case ValueType::Float: a = fmt::format("{}", old.get_float(key)), b = fmt::format("{}", deck.get_float(key)); break;
+      case ValueType::Float:
+        a = fmt::format("{}", old.get_float(key)), b = fmt::format("{}", deck.get_float(key));
+        break;
       case ValueType::Bool: a = old.get_bool(key) ? "true" : "false", b = deck.get_bool(key) ? "true" : "false"; break;
       case ValueType::String: a = old.get_string(key), b = deck.get_string(key); break;
     }

@@ -37,7 +37,6 @@ struct ResumePoint {
   double seconds = 0.0;
 };
 ResumePoint open_resume(parallel::ParallelContext& pc, const Config& deck, const ConfigSchema& schema,
-                        const std::string& resume,
-                        const std::string& ckpt_root, int64_t steps);
+                        const std::string& resume, const std::string& ckpt_root, int64_t steps);
 
 }  // namespace hpct::train

@@ -31,9 +31,9 @@ RunConfig read_run_config(const Config& deck) {
   p.tp = static_cast<int>(deck.get_int("parallel.tp"));
   p.pp = static_cast<int>(deck.get_int("parallel.pp"));
   p.order = deck.get_string("parallel.order");
-  const parallel::ScheduleKind requested =
-      deck.has_key("parallel.schedule") ? parallel::parse_schedule_kind(deck.get_string("parallel.schedule"))
-                                        : parallel::ScheduleKind::OneFOneB;
+  const parallel::ScheduleKind requested = deck.has_key("parallel.schedule")
+                                               ? parallel::parse_schedule_kind(deck.get_string("parallel.schedule"))
+                                               : parallel::ScheduleKind::OneFOneB;
   p.schedule = parallel::schedule_kind_for(p.pp, requested);
   p.sync.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
   p.sync.overlap = deck.get_bool("parallel.overlap");
@@ -61,10 +61,11 @@ optim::LrSchedule read_cosine_schedule(const Config& deck, int64_t steps) {
   const int64_t decay = deck.get_int("optim.decay_steps");
   // a derived default never fails by itself: with warm-up longer than the run, the decay starts where warm-up ends
   s.decay_steps = decay > 0 ? decay : std::max(steps, s.warmup_steps);
-  HPCT_USAGE_CHECK(s.decay_steps >= s.warmup_steps,
-                   "deck {}: optim.decay_steps = {} is before the end of optim.warmup_steps = {}; set optim.decay_steps "
-                   ">= {} (or 0: max(train.steps, optim.warmup_steps))",
-                   deck.deck_path(), s.decay_steps, s.warmup_steps, s.warmup_steps);
+  HPCT_USAGE_CHECK(
+      s.decay_steps >= s.warmup_steps,
+      "deck {}: optim.decay_steps = {} is before the end of optim.warmup_steps = {}; set optim.decay_steps "
+      ">= {} (or 0: max(train.steps, optim.warmup_steps))",
+      deck.deck_path(), s.decay_steps, s.warmup_steps, s.warmup_steps);
   return s;
 }
 

@@ -18,12 +18,12 @@
 namespace hpct::train {
 
 struct TrainSection {
-  int64_t steps = 0;         // train.steps (train_resnet: train.epochs x steps per epoch when epochs > 0)
-  uint64_t seed = 0;         // train.seed
-  int64_t global_batch = 0;  // train.global_batch: sequences or images per optimizer step
-  int micro_batch = 0;       // train.micro_batch: per forward/backward pass on one rank
-  int64_t deadline = 0;      // train.deadline: Unix time, 0 = none
-  int64_t eval_every = 0;    // train.eval_every: 0 = the app's default cadence
+  int64_t steps = 0;                      // train.steps (train_resnet: train.epochs x steps per epoch when epochs > 0)
+  uint64_t seed = 0;                      // train.seed
+  int64_t global_batch = 0;               // train.global_batch: sequences or images per optimizer step
+  int micro_batch = 0;                    // train.micro_batch: per forward/backward pass on one rank
+  int64_t deadline = 0;                   // train.deadline: Unix time, 0 = none
+  int64_t eval_every = 0;                 // train.eval_every: 0 = the app's default cadence
   std::string device = "cpu";             // train.device: cpu | cuda | auto
   Precision precision = Precision::FP32;  // train.precision, as requested (RunDevice decides the effective one)
   std::string loss_scale = "auto";        // train.loss_scale: auto | none | dynamic | a fixed number
@@ -33,23 +33,23 @@ struct TrainSection {
 };
 
 struct ParallelSection {
-  int tp = 1, pp = 1;                 // parallel.tp, parallel.pp (DP = world / (tp x pp))
-  std::string order = "tp-dp-pp";     // parallel.order
+  int tp = 1, pp = 1;                                              // parallel.tp, parallel.pp (DP = world / (tp x pp))
+  std::string order = "tp-dp-pp";                                  // parallel.order
   parallel::ScheduleKind schedule = parallel::ScheduleKind::None;  // parallel.schedule at pp > 1; none at pp = 1
-  parallel::GradSyncOptions sync;     // parallel.zero, parallel.bucket_mb, parallel.overlap
+  parallel::GradSyncOptions sync;  // parallel.zero, parallel.bucket_mb, parallel.overlap
 };
 
 struct CheckpointSection {
-  int64_t every = 0;           // checkpoint.every (steps, 0 = off)
-  double every_minutes = 0.0;  // checkpoint.every_minutes (0 = off)
-  int keep = 3;                // checkpoint.keep (0 = all)
-  bool at_end = true;          // checkpoint.at_end
-  std::string resume = "none"; // checkpoint.resume
+  int64_t every = 0;            // checkpoint.every (steps, 0 = off)
+  double every_minutes = 0.0;   // checkpoint.every_minutes (0 = off)
+  int keep = 3;                 // checkpoint.keep (0 = all)
+  bool at_end = true;           // checkpoint.at_end
+  std::string resume = "none";  // checkpoint.resume
 };
 
 struct LogSection {
-  int64_t every = 1;          // log.every
-  double peak_tflops = 0.0;   // log.peak_tflops: one device's peak, for MFU (0 = unknown)
+  int64_t every = 1;         // log.every
+  double peak_tflops = 0.0;  // log.peak_tflops: one device's peak, for MFU (0 = unknown)
 };
 
 struct RunConfig {

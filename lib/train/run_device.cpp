@@ -43,7 +43,6 @@ DeviceDecision decide_device(const std::string& requested, const std::string& bu
   return d;
 }
 
-
 Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
                            const std::string& deck_path, std::string* note) {
   if (decided == Device::CUDA || requested == Precision::FP32) return requested;
@@ -57,7 +56,6 @@ Precision decide_precision(const std::string& requested_device, Device decided, 
   return Precision::FP32;
 }
 
-
 #if HPCT_HAVE_CUDA
 struct RunDevice::Cuda {
   kernels::CudaStream stream;  // the rank's compute stream
@@ -65,7 +63,6 @@ struct RunDevice::Cuda {
 #else
 struct RunDevice::Cuda {};
 #endif
-
 
 RunDevice::RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch) {
   const comm::CommOptions& opts = cfg.comm;
@@ -89,8 +86,8 @@ RunDevice::RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch) {
   if (build_gap.empty()) {
     // Every rank's view, gathered: all ranks take the same decision (the deck, hence this branch, is the same on all).
     world = comm::make_world_communicator(opts);
-    const std::vector<std::string> why =
-        allgather_strings(*world, kernels::cuda_unavailable_reason(), "train.device: CUDA availability");
+    const std::vector<std::string> why = allgather_strings(*world, kernels::cuda_unavailable_reason(),
+                                                           "train.device: CUDA availability");
     const std::vector<std::string> hosts = allgather_strings(*world, launch.host, "train.device: host names");
     for (size_t r = 0; r < why.size(); ++r) {
       if (why[r].empty()) continue;
@@ -107,11 +104,10 @@ RunDevice::RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch) {
 #if HPCT_HAVE_CUDA
   const kernels::CudaDeviceInfo info = kernels::cuda_select_device(launch.local_rank);
   // One GPU per rank: NCCL refuses two ranks of one communicator on one GPU. Gathered, so every rank stops alike.
-  const std::string shared =
-      launch.local_size > info.count
-          ? fmt::format("{} ranks run on {} but it has {} visible CUDA device(s)", launch.local_size, launch.host,
-                        info.count)
-          : std::string();
+  const std::string shared = launch.local_size > info.count
+                                 ? fmt::format("{} ranks run on {} but it has {} visible CUDA device(s)",
+                                               launch.local_size, launch.host, info.count)
+                                 : std::string();
   const std::vector<std::string> over = allgather_strings(*world, shared, "train.device: ranks per GPU");
   for (const std::string& o : over)
     HPCT_USAGE_CHECK(o.empty(),
@@ -122,18 +118,16 @@ RunDevice::RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch) {
   cuda_ = std::make_unique<Cuda>();
   exec_.device = Device::CUDA;  // exec_.precision: decided above
   exec_.stream = cuda_->stream.get();
-  line_ = fmt::format("device: cuda:{} {} (sm_{}{}, {} total, {} free) on rank 0 | train.device = {}: every rank "
-                      "computes on GPU local_rank % visible devices ({} rank(s), {} device(s) on rank 0's node) | precision {}",
-                      info.index, info.name, info.cc_major, info.cc_minor,
-                      human_bytes(static_cast<double>(info.total_bytes)),
-                      human_bytes(static_cast<double>(info.free_bytes)), requested, launch.local_size, info.count,
-                      precision_name(precision));
+  line_ = fmt::format(
+      "device: cuda:{} {} (sm_{}{}, {} total, {} free) on rank 0 | train.device = {}: every rank "
+      "computes on GPU local_rank % visible devices ({} rank(s), {} device(s) on rank 0's node) | precision {}",
+      info.index, info.name, info.cc_major, info.cc_minor, human_bytes(static_cast<double>(info.total_bytes)),
+      human_bytes(static_cast<double>(info.free_bytes)), requested, launch.local_size, info.count,
+      precision_name(precision));
 #endif
 }
 
-
 RunDevice::~RunDevice() = default;
-
 
 void RunDevice::log() const {
   if (!line_.empty()) log_info("{}", line_);

@@ -36,24 +36,31 @@ std::string resolve_data_path(const std::string& path) {
 }
 
 void add_run_keys(ConfigSchema& s) {
-  s.int_key("parallel.zero", 0, "ZeRO stage: 0 (replicated optimizer) or 1 (optimizer state, AdamW moments or SGD "
-                                "momentum, sharded over DP; gradients reduce-scattered, parameters allgathered)", 0, 1);
-  s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)",
-              1e-6, 1e6);
+  s.int_key("parallel.zero", 0,
+            "ZeRO stage: 0 (replicated optimizer) or 1 (optimizer state, AdamW moments or SGD "
+            "momentum, sharded over DP; gradients reduce-scattered, parameters allgathered)",
+            0, 1);
+  s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)", 1e-6,
+              1e6);
   s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");
 
   s.section("comm", false, "communication");
-  s.float_key("comm.timeout_s", 300.0, "bound of every wait (collective, p2p, checkpoint barrier): past it the job "
-                                       "aborts naming the rank and the operation", 0.01, 1e7);
+  s.float_key("comm.timeout_s", 300.0,
+              "bound of every wait (collective, p2p, checkpoint barrier): past it the job "
+              "aborts naming the rank and the operation",
+              0.01, 1e7);
 
   s.section("checkpoint", false, "HDF5 sharded checkpoints under <out>/checkpoints (docs/contracts.md)");
   s.int_key("checkpoint.every", 0, "write a checkpoint every this many steps (0: off)", 0, 1e12);
-  s.float_key("checkpoint.every_minutes", 0.0, "write a checkpoint when this many minutes passed since the last "
-                                               "(decided collectively; 0: off)", 0.0, 1e9);
+  s.float_key("checkpoint.every_minutes", 0.0,
+              "write a checkpoint when this many minutes passed since the last "
+              "(decided collectively; 0: off)",
+              0.0, 1e9);
   s.int_key("checkpoint.keep", 3, "keep the newest this many checkpoints (0: all)", 0, 1e9);
   s.bool_key("checkpoint.at_end", true, "write a checkpoint after the last step");
-  s.string_key("checkpoint.resume", "none", "\"latest\" (the newest under <out>/checkpoints; none yet: start "
-                                            "fresh), a step_XXXXXXXX directory, or \"none\"");
+  s.string_key("checkpoint.resume", "none",
+               "\"latest\" (the newest under <out>/checkpoints; none yet: start "
+               "fresh), a step_XXXXXXXX directory, or \"none\"");
 }
 
 std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync) {
@@ -62,9 +69,7 @@ std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync) {
   return segs;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 parallel::LaunchEnv read_launch(const comm::CommOptions& opts) {
   // a world communicator of its own (a duplicate of MPI_COMM_WORLD, freed on return): the ParallelContext, which
@@ -106,8 +111,11 @@ CheckpointCadence::Decision CheckpointCadence::decide(comm::Communicator& world,
   Decision d;
   d.stop = (flags[0] != 0 || flags[1] != 0) && s < steps;
   const bool every = every_ > 0 && s % every_ == 0;
-  d.why = flags[0] ? signal_name(flags[0]) : flags[1] ? "train.deadline" : flags[2] ? "every_minutes"
-          : every ? "every" : "end";
+  d.why = flags[0]   ? signal_name(flags[0])
+          : flags[1] ? "train.deadline"
+          : flags[2] ? "every_minutes"
+          : every    ? "every"
+                     : "end";
   d.save = d.stop || flags[2] || every || (s == steps && at_end_);
   return d;
 }

@@ -102,9 +102,9 @@ class TrainTask {
   virtual void after_gradients(int64_t /*step*/) {}
   // The task's metrics.jsonl fields of a step and its step-line text, from the DP-summed sums.
   struct StepReport {
-    MetricFields position;  // after "step" (e.g. epoch)
-    MetricFields train;     // after "loss" (e.g. acc)
-    MetricFields perf;      // after "comm_exposed_ms" (e.g. tp_comm_ms)
+    MetricFields position;                                        // after "step" (e.g. epoch)
+    MetricFields train;                                           // after "loss" (e.g. acc)
+    MetricFields perf;                                            // after "comm_exposed_ms" (e.g. tp_comm_ms)
     std::string position_text, train_text, comm_text, tail_text;  // step-line pieces
   };
   virtual StepReport report_step(int64_t step, const std::vector<double>& sums) = 0;

@@ -83,8 +83,7 @@ int run_training(RunSession& run, TrainTask& task) {
   // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy)
   CheckpointStaging staging(ctx, task.params(), optimizer_state(*opt), task.extra_state());
   // the stage's communication buffers for its schedule (none for a single stage)
-  parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(),
-                                      pc.pipeline_transport().device());
+  parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(), pc.pipeline_transport().device());
 
   log_info("hpctrain {} | deck {} | out {}", run.app, cfg.deck_path, run.opts.out_dir);
   parallel::log_launch_env(run.launch);
@@ -146,10 +145,11 @@ int run_training(RunSession& run, TrainTask& task) {
     cadence.saved(r.seconds);
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
-    log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s; rank 0: shards {:.2f} s, manifests {:.2f} s, "
-             "index + commit {:.2f} s)",
-             why, s, r.dir, human_bytes(static_cast<double>(bytes)), r.seconds,
-             bytes / 1048576.0 / std::max(r.seconds, 1e-9), r.shard_s, r.manifests_s, r.commit_s);
+    log_info(
+        "checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s; rank 0: shards {:.2f} s, manifests {:.2f} s, "
+        "index + commit {:.2f} s)",
+        why, s, r.dir, human_bytes(static_cast<double>(bytes)), r.seconds,
+        bytes / 1048576.0 / std::max(r.seconds, 1e-9), r.shard_s, r.manifests_s, r.commit_s);
   };
 
   // ---- training loop ---------------------------------------------------------------------------------------------
@@ -169,8 +169,8 @@ int run_training(RunSession& run, TrainTask& task) {
     Timer timer;
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
     task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
-    const parallel::PipelineStats ps =
-        parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(), pipe_bufs, schedule_opts);
+    const parallel::PipelineStats ps = parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(),
+                                                              pipe_bufs, schedule_opts);
     std::vector<double> sums = task.end_step(ps);
     if (!overlap) grad_sync.arm();
     grad_sync.finish();

@@ -41,7 +41,7 @@ class RunSession {
   const parallel::LaunchEnv launch;  // Slurm / launcher facts, the node-local rank
   const RunDevice device;            // declared before pc: it outlives everything that computes
   parallel::ParallelContext pc;
-  const int64_t n_micro;             // micro-batches per step on this rank: GB / (DP x MB)
+  const int64_t n_micro;                         // micro-batches per step on this rank: GB / (DP x MB)
   const std::vector<parallel::Action> schedule;  // this stage's actions of a step
 
   const ExecContext& ctx() { return pc.exec(); }  // with the ParallelContext's bounded synchronize on CUDA

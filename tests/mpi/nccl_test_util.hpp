@@ -24,7 +24,8 @@ inline std::string select_gpu() {
   MPI_Comm_rank(node, &local);
   MPI_Comm_size(node, &local_n);
   MPI_Comm_free(&node);
-  if (ngpu < local_n) return fmt::format("{} GPU(s) for {} ranks on this node: NCCL needs one GPU per rank", ngpu, local_n);
+  if (ngpu < local_n)
+    return fmt::format("{} GPU(s) for {} ranks on this node: NCCL needs one GPU per rank", ngpu, local_n);
   CUDA_CHECK(cudaSetDevice(local));
   return "";
 }

@@ -53,15 +53,18 @@ int main(int argc, char** argv) {
   attr_i64(f, "batch", B);
   attr_i64(f, "channels", c.in_channels);
   attr_i64(f, "imagenet_style", c.style == "imagenet" ? 1 : 0);
-  for (auto& t : model.params().tensors()) write_dataset(f, "init/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
+  for (auto& t : model.params().tensors())
+    write_dataset(f, "init/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
   write_dataset(f, "batch/images", {B, c.in_channels, c.height, c.width}, H5T_NATIVE_FLOAT, img.data());
   write_dataset(f, "batch/labels", {B}, H5T_NATIVE_INT32, lab.data());
   model.zero_grad(ctx);
   model.forward(ctx, img.data(), B, true);
   const float* losses = model.loss_and_backward(ctx, lab.data(), 1.0f / B, B);
   write_dataset(f, "losses", {B}, H5T_NATIVE_FLOAT, losses);
-  for (auto& t : model.grads().tensors()) write_dataset(f, "grads/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
-  for (auto& t : model.buffers().tensors()) write_dataset(f, "buffers/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
+  for (auto& t : model.grads().tensors())
+    write_dataset(f, "grads/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
+  for (auto& t : model.buffers().tensors())
+    write_dataset(f, "buffers/" + t.name, t.shape, H5T_NATIVE_FLOAT, copy(t).data());
   H5_CHECK(H5Fclose(f));
   return 0;
 }

@@ -60,14 +60,14 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
     const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T, HS), row stride 3C
-    const float* k = q + C;                                             // (T, HS), row stride 3C
-    const float* v = q + 2 * C;                                         // (T, HS), row stride 3C
-    float* a = att + static_cast<int64_t>(bh) * T * T;                  // (T, T)
-    float* o = out + static_cast<int64_t>(b) * T * C + h * HS;          // (T, HS), row stride C
+    const float* k = q + C;                                            // (T, HS), row stride 3C
+    const float* v = q + 2 * C;                                        // (T, HS), row stride 3C
+    float* a = att + static_cast<int64_t>(bh) * T * T;                 // (T, T)
+    float* o = out + static_cast<int64_t>(b) * T * C + h * HS;         // (T, HS), row stride C
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock), rows = r1 - r0;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, scale, q + static_cast<int64_t>(r0) * C3,
-                  C3, k, C3, 0.0f, a + static_cast<int64_t>(r0) * T, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, scale, q + static_cast<int64_t>(r0) * C3, C3,
+                  k, C3, 0.0f, a + static_cast<int64_t>(r0) * T, T);
       // causal softmax of each row over its prefix [0, t]; zero the rest of the row
       for (int t = r0; t < r1; t++) {
         float* row = a + static_cast<int64_t>(t) * T;
@@ -85,8 +85,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         for (int j = 0; j <= t; j++) row[j] *= inv;
         std::fill(row + t + 1, row + T, 0.0f);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, r1, 1.0f, a + static_cast<int64_t>(r0) * T, T,
-                  v, C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, r1, 1.0f, a + static_cast<int64_t>(r0) * T, T, v,
+                  C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
     }
   }
 }
@@ -107,15 +107,15 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
     float* dq = dqkv + qkv_off;  // (T, HS), row stride 3C
     float* dk = dq + C;
     float* dv = dq + 2 * C;
-    const float* a = att + static_cast<int64_t>(bh) * T * T;   // (T, T)
-    float* da = datt + static_cast<int64_t>(bh) * T * T;       // (T, T) scratch, ends as dpreatt
+    const float* a = att + static_cast<int64_t>(bh) * T * T;             // (T, T)
+    float* da = datt + static_cast<int64_t>(bh) * T * T;                 // (T, T) scratch, ends as dpreatt
     const float* d_o = dout + static_cast<int64_t>(b) * T * C + h * HS;  // (T, HS), row stride C
 
     // by query row blocks: datt, softmax backward, dq
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock), rows = r1 - r0;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, 1.0f, d_o + static_cast<int64_t>(r0) * C, C,
-                  v, C3, 0.0f, da + static_cast<int64_t>(r0) * T, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, 1.0f, d_o + static_cast<int64_t>(r0) * C, C, v,
+                  C3, 0.0f, da + static_cast<int64_t>(r0) * T, T);
       for (int t = r0; t < r1; t++) {
         const float* arow = a + static_cast<int64_t>(t) * T;
         float* drow = da + static_cast<int64_t>(t) * T;

@@ -174,7 +174,7 @@ void conv2d_forward(float* out, const float* inp, const float* weight, const flo
   const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats();
   if (dnnl_conv::forward(out, inp, weight, workspace, workspace_floats, d.shape())) {
     if (bias) {
-#pragma omp parallel for collapse(2) schedule(static) if (static_cast<int64_t>(N) * OC * OHW >= kMinParallel)
+#pragma omp parallel for collapse(2) schedule(static) if (static_cast <int64_t>(N) * OC * OHW >= kMinParallel)
       for (int n = 0; n < N; n++)
         for (int oc = 0; oc < OC; oc++) {
           float* o = out + (static_cast<int64_t>(n) * OC + oc) * OHW;
@@ -188,8 +188,8 @@ void conv2d_forward(float* out, const float* inp, const float* weight, const flo
   const int threads = conv_threads("conv2d_forward", d, workspace, workspace_floats);
   auto body = [&](int n, int t) {
     const float* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
-    float* o = out + static_cast<int64_t>(n) * OC * OHW;            // (OC,OHW)
-    const float* col = x;                                           // (CK,OHW)
+    float* o = out + static_cast<int64_t>(n) * OC * OHW;          // (OC,OHW)
+    const float* col = x;                                         // (CK,OHW)
     if (!d.pointwise()) {
       float* buf = workspace + t * slot;
       im2col(buf, x, d);
@@ -204,8 +204,8 @@ void conv2d_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
-                     int KH, int KW, int stride, int pad) {
+                     const float* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W,
+                     int OC, int KH, int KW, int stride, int pad) {
   const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
   const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats(), WN = OC * CK;
   const int iCK = static_cast<int>(CK), iOHW = static_cast<int>(OHW);
@@ -226,10 +226,10 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
     if (threads > 1)
       for (int t = 0; t < threads; t++) std::fill(workspace + t * slot + CK * OHW, workspace + (t + 1) * slot, 0.0f);
     auto body = [&](int n, int t) {
-      const float* x = inp + static_cast<int64_t>(n) * C * d.HW();   // (C,H,W)
-      const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;   // (OC,OHW)
-      float* buf = workspace + t * slot;                               // (CK,OHW)
-      float* dw = threads > 1 ? buf + CK * OHW : dweight;              // (OC,CK)
+      const float* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
+      const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;  // (OC,OHW)
+      float* buf = workspace + t * slot;                            // (CK,OHW)
+      float* dw = threads > 1 ? buf + CK * OHW : dweight;           // (OC,CK)
       const float* col = x;
       if (!d.pointwise()) {
         im2col(buf, x, d);
@@ -238,7 +238,7 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
       sgemm_rowmajor(false, true, OC, iCK, iOHW, 1.0f, dy, iOHW, col, iOHW, 1.0f, dw, iCK);
     };
     auto reduce_partials = [&](int nt) {
-      // dweight += partial_0 + partial_1 + ... in thread order; elements split over the team
+    // dweight += partial_0 + partial_1 + ... in thread order; elements split over the team
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < WN; i++) {
         float s = 0.0f;
@@ -260,7 +260,7 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
     const int threads = conv_threads("conv2d_backward", d, workspace, workspace_floats);
     auto body = [&](int n, int t) {
       const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;  // (OC,OHW)
-      float* dx = dinp + static_cast<int64_t>(n) * C * d.HW();        // (C,H,W)
+      float* dx = dinp + static_cast<int64_t>(n) * C * d.HW();      // (C,H,W)
       if (d.pointwise()) {
         sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, dx, iOHW);
       } else {
@@ -273,7 +273,7 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
   if (dbias) {
     // double over the N*OHW terms of each channel, in (n, ohw) order
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * OC * OHW >= kMinParallel)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * OC * OHW >= kMinParallel)
     for (int oc = 0; oc < OC; oc++) {
       double acc = 0.0;
       for (int n = 0; n < N; n++) {
@@ -455,8 +455,8 @@ void batchnorm2d_backward(float* dinp, float* dgamma, float* dbeta, const float*
     channel_grad_sums(dout, inp, save_mean[c], save_rstd[c], c, N, C, HW, sdy, sdyx);
     dbeta[c] += static_cast<float>(sdy);
     dgamma[c] += static_cast<float>(sdyx);
-    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], gamma[c], sdy, sdyx, static_cast<double>(N) * HW, c, N,
-                 C, HW);
+    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], gamma[c], sdy, sdyx, static_cast<double>(N) * HW, c, N, C,
+                 HW);
   }
 }
 
@@ -509,9 +509,9 @@ void maxpool2d_forward(float* out, int32_t* idx, const float* inp, int N, int C,
   const int64_t planes = static_cast<int64_t>(N) * C;
 #pragma omp parallel for schedule(static) if (planes * OH * OW >= kMinParallel / 4)
   for (int64_t p = 0; p < planes; p++) {
-    const float* x = inp + p * H * W;                  // (H,W)
-    float* o = out + p * OH * OW;                      // (OH,OW)
-    int32_t* id = idx + p * OH * OW;                   // (OH,OW)
+    const float* x = inp + p * H * W;  // (H,W)
+    float* o = out + p * OH * OW;      // (OH,OW)
+    int32_t* id = idx + p * OH * OW;   // (OH,OW)
     for (int oh = 0; oh < OH; oh++)
       for (int ow = 0; ow < OW; ow++) {
         const int h0 = oh * stride - pad, w0 = ow * stride - pad;

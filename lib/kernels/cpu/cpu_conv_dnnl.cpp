@@ -94,10 +94,10 @@ struct Entry {
   dnnl::convolution_forward fwd;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weight;
-  View f_x, f_w, f_y;     // forward: x, w in; y out
-  View d_dy, d_w, d_dx;   // backward-data: dy, w in; dx out
-  View w_x, w_dy, w_dw;   // backward-weights: x, dy in; dw out (+=)
-  memory f_s, d_s, w_s;   // scratchpads (region S), null memories when a primitive needs none
+  View f_x, f_w, f_y;    // forward: x, w in; y out
+  View d_dy, d_w, d_dx;  // backward-data: dy, w in; dx out
+  View w_x, w_dy, w_dw;  // backward-weights: x, dy in; dw out (+=)
+  memory f_s, d_s, w_s;  // scratchpads (region S), null memories when a primitive needs none
   int64_t off_s = 0, total = 0;
 };
 
@@ -133,13 +133,14 @@ std::unique_ptr<Entry> build(const Shape& s) {
   auto need = [&](const memory::desc& user, const memory::desc& prim, bool acc = false) {
     return acc || prim != user ? floats_of(prim) : int64_t{0};
   };
-  const int64_t nx = std::max({need(x_md, fpd.src_desc()), need(x_md, dpd.diff_src_desc()), need(x_md, wpd.src_desc())});
+  const int64_t nx = std::max(
+      {need(x_md, fpd.src_desc()), need(x_md, dpd.diff_src_desc()), need(x_md, wpd.src_desc())});
   const int64_t nw = std::max(
       {need(w_md, fpd.weights_desc()), need(w_md, dpd.weights_desc()), need(w_md, wpd.diff_weights_desc(), true)});
   const int64_t ny = std::max(
       {need(y_md, fpd.dst_desc()), need(y_md, dpd.diff_dst_desc()), need(y_md, wpd.diff_dst_desc())});
-  const int64_t ns = std::max({floats_of(fpd.scratchpad_desc()), floats_of(dpd.scratchpad_desc()),
-                               floats_of(wpd.scratchpad_desc())});
+  const int64_t ns = std::max(
+      {floats_of(fpd.scratchpad_desc()), floats_of(dpd.scratchpad_desc()), floats_of(wpd.scratchpad_desc())});
   const int64_t ox = 0, ow = ox + nx, oy = ow + nw;
   e->off_s = oy + ny;
   e->total = e->off_s + ns;
@@ -226,16 +227,15 @@ bool forward(float* out, const float* inp, const float* weight, float* ws, int64
   bind(e->f_y, out, ws);
   reorder_in(e->f_x);
   reorder_in(e->f_w);
-  e->fwd.execute(stream(), args({{DNNL_ARG_SRC, e->f_x.prim}, {DNNL_ARG_WEIGHTS, e->f_w.prim},
-                                 {DNNL_ARG_DST, e->f_y.prim}},
-                                e->f_s, ws, e->off_s));
+  e->fwd.execute(stream(),
+                 args({{DNNL_ARG_SRC, e->f_x.prim}, {DNNL_ARG_WEIGHTS, e->f_w.prim}, {DNNL_ARG_DST, e->f_y.prim}},
+                      e->f_s, ws, e->off_s));
   reorder_out(e->f_y);
   stream().wait();
   return true;
 }
 
-bool backward_data(float* dinp, const float* dout, const float* weight, float* ws, int64_t ws_floats,
-                   const Shape& s) {
+bool backward_data(float* dinp, const float* dout, const float* weight, float* ws, int64_t ws_floats, const Shape& s) {
   Entry* e = usable(s, ws, ws_floats);
   if (!e) return false;
   bind(e->d_dy, dout, ws);
@@ -243,9 +243,10 @@ bool backward_data(float* dinp, const float* dout, const float* weight, float* w
   bind(e->d_dx, dinp, ws);
   reorder_in(e->d_dy);
   reorder_in(e->d_w);
-  e->bwd_data.execute(stream(), args({{DNNL_ARG_DIFF_DST, e->d_dy.prim}, {DNNL_ARG_WEIGHTS, e->d_w.prim},
-                                      {DNNL_ARG_DIFF_SRC, e->d_dx.prim}},
-                                     e->d_s, ws, e->off_s));
+  e->bwd_data.execute(
+      stream(),
+      args({{DNNL_ARG_DIFF_DST, e->d_dy.prim}, {DNNL_ARG_WEIGHTS, e->d_w.prim}, {DNNL_ARG_DIFF_SRC, e->d_dx.prim}},
+           e->d_s, ws, e->off_s));
   reorder_out(e->d_dx);
   stream().wait();
   return true;
@@ -260,9 +261,10 @@ bool backward_weight(float* dweight, const float* dout, const float* inp, float*
   bind(e->w_dw, dweight, ws);
   reorder_in(e->w_x);
   reorder_in(e->w_dy);
-  e->bwd_weight.execute(stream(), args({{DNNL_ARG_SRC, e->w_x.prim}, {DNNL_ARG_DIFF_DST, e->w_dy.prim},
-                                        {DNNL_ARG_DIFF_WEIGHTS, e->w_dw.prim}},
-                                       e->w_s, ws, e->off_s));
+  e->bwd_weight.execute(
+      stream(),
+      args({{DNNL_ARG_SRC, e->w_x.prim}, {DNNL_ARG_DIFF_DST, e->w_dy.prim}, {DNNL_ARG_DIFF_WEIGHTS, e->w_dw.prim}},
+           e->w_s, ws, e->off_s));
   reorder_out(e->w_dw);  // dweight = reorder(dw) + dweight
   stream().wait();
   return true;

@@ -25,7 +25,6 @@ bool forward(float* out, const float* inp, const float* weight, float* ws, int64
 // dinp (N,C,H,W) = conv_transpose(dout (N,OC,OH,OW), weight), assigned.
 bool backward_data(float* dinp, const float* dout, const float* weight, float* ws, int64_t ws_floats, const Shape& s);
 // dweight (OC,C,KH,KW) += dout (*) inp.
-bool backward_weight(float* dweight, const float* dout, const float* inp, float* ws, int64_t ws_floats,
-                     const Shape& s);
+bool backward_weight(float* dweight, const float* dout, const float* inp, float* ws, int64_t ws_floats, const Shape& s);
 
 }  // namespace hpct::kernels::cpu::dnnl_conv

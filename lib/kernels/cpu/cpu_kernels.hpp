@@ -57,8 +57,8 @@ void encoder_forward_vocab_parallel(float* out /*(B,T,C)*/, const int32_t* inp /
                                     const float* wte_local /*(Vl,C)*/, const float* wpe /*(T,C) or null*/, int v0,
                                     int Vl, int B, int T, int C);
 void encoder_backward_vocab_parallel(float* dwte_local /*(Vl,C) +=*/, float* dwpe /*(T,C) += or null*/,
-                                     const float* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl,
-                                     int B, int T, int C);
+                                     const float* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl, int B,
+                                     int T, int C);
 void crossentropy_smoothed_forward(float* losses /*(N)*/, const float* logits /*(N,K)*/, const int32_t* targets /*(N)*/,
                                    float eps, int N, int K);
 void crossentropy_smoothed_forward_backward(float* losses /*(N)*/, float* logits /*(N,K) in/out*/,
@@ -76,60 +76,51 @@ void crossentropy_vp_loss(float* losses /*(N)*/, const float* global_max /*(N)*/
                           const float* global_target_logit /*(N)*/, int N);
 
 // ---- convolutional layers (ResNet), NCHW: see kernels.hpp for the contracts (cpu_conv.cpp) ----
-int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int KW,
-                                int stride, int pad);
-void conv2d_forward(float* out /*(N,OC,OH,OW)*/, const float* inp /*(N,C,H,W)*/,
-                    const float* weight /*(OC,C,KH,KW)*/, const float* bias /*(OC) or null*/,
-                    float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
-                    int OC, int KH, int KW, int stride, int pad);
+int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
+void conv2d_forward(float* out /*(N,OC,OH,OW)*/, const float* inp /*(N,C,H,W)*/, const float* weight /*(OC,C,KH,KW)*/,
+                    const float* bias /*(OC) or null*/, float* workspace /*(workspace_floats)*/,
+                    int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 void conv2d_backward(float* dinp /*(N,C,H,W) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
                      float* dbias /*(OC) += or null*/, const float* dout /*(N,OC,OH,OW)*/,
                      const float* inp /*(N,C,H,W)*/, const float* weight /*(OC,C,KH,KW)*/,
                      float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
                      int OC, int KH, int KW, int stride, int pad);
 
-void batchnorm2d_forward_train(float* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,
-                               float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const float* inp /*(N,C,HW)*/,
-                               const float* gamma /*(C)*/, const float* beta /*(C)*/, int N, int C, int HW, float eps);
-void batchnorm2d_local_stats(float* stats /*(C,3) assigned*/, const float* inp /*(N,C,HW)*/,
-                             int N, int C, int HW);
-void batchnorm2d_merge_stats(float* merged /*(C,3) assigned*/,
-                             const float* gathered /*(R,C,3)*/, int R, int C);
-void batchnorm2d_forward_apply(float* out /*(N,C,HW)*/, float* save_mean /*(C)*/,
+void batchnorm2d_forward_train(float* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/, float* save_mean /*(C)*/,
                                float* save_rstd /*(C)*/, const float* inp /*(N,C,HW)*/, const float* gamma /*(C)*/,
-                               const float* beta /*(C)*/, const float* stats /*(C,3) global*/, int N, int C, int HW,
-                               float eps);
+                               const float* beta /*(C)*/, int N, int C, int HW, float eps);
+void batchnorm2d_local_stats(float* stats /*(C,3) assigned*/, const float* inp /*(N,C,HW)*/, int N, int C, int HW);
+void batchnorm2d_merge_stats(float* merged /*(C,3) assigned*/, const float* gathered /*(R,C,3)*/, int R, int C);
+void batchnorm2d_forward_apply(float* out /*(N,C,HW)*/, float* save_mean /*(C)*/, float* save_rstd /*(C)*/,
+                               const float* inp /*(N,C,HW)*/, const float* gamma /*(C)*/, const float* beta /*(C)*/,
+                               const float* stats /*(C,3) global*/, int N, int C, int HW, float eps);
 void batchnorm2d_update_running(float* running_mean /*(C)*/, float* running_var /*(C)*/,
                                 const float* stats /*(C,3) global*/, int C, float momentum);
-void batchnorm2d_forward_eval(float* out /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
-                              const float* gamma /*(C)*/, const float* beta /*(C)*/, const float* running_mean /*(C)*/,
+void batchnorm2d_forward_eval(float* out /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/, const float* gamma /*(C)*/,
+                              const float* beta /*(C)*/, const float* running_mean /*(C)*/,
                               const float* running_var /*(C)*/, int N, int C, int HW, float eps);
-void batchnorm2d_backward(float* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
-                          float* dbeta /*(C) +=*/, const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
-                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const float* gamma /*(C)*/,
-                          int N, int C, int HW);
-void batchnorm2d_backward_local_sums(float* sums /*(C,2) assigned*/, float* dgamma /*(C) +=*/,
-                                     float* dbeta /*(C) +=*/, const float* dout /*(N,C,HW)*/,
-                                     const float* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
-                                     const float* save_rstd /*(C)*/, int N, int C, int HW);
-void batchnorm2d_backward_apply(float* dinp /*(N,C,HW) assigned*/,
-                                const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
-                                const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/,
-                                const float* gamma /*(C)*/, const float* global_sums /*(C,2)*/, int64_t global_count,
-                                int N, int C, int HW);
+void batchnorm2d_backward(float* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/, float* dbeta /*(C) +=*/,
+                          const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
+                          const float* save_rstd /*(C)*/, const float* gamma /*(C)*/, int N, int C, int HW);
+void batchnorm2d_backward_local_sums(float* sums /*(C,2) assigned*/, float* dgamma /*(C) +=*/, float* dbeta /*(C) +=*/,
+                                     const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
+                                     const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, int N, int C,
+                                     int HW);
+void batchnorm2d_backward_apply(float* dinp /*(N,C,HW) assigned*/, const float* dout /*(N,C,HW)*/,
+                                const float* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
+                                const float* save_rstd /*(C)*/, const float* gamma /*(C)*/,
+                                const float* global_sums /*(C,2)*/, int64_t global_count, int N, int C, int HW);
 
 void relu_forward(float* out, const float* inp, int64_t n);
 void relu_backward(float* dinp, const float* dout, const float* out, int64_t n);
 
-void maxpool2d_forward(float* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/,
-                       const float* inp /*(N,C,H,W)*/, int N, int C, int H, int W, int K, int stride, int pad);
+void maxpool2d_forward(float* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/, const float* inp /*(N,C,H,W)*/, int N,
+                       int C, int H, int W, int K, int stride, int pad);
 void maxpool2d_backward(float* dinp /*(N,C,H,W)*/, const float* dout /*(N,C,OH,OW)*/,
                         const int32_t* idx /*(N,C,OH,OW)*/, int N, int C, int H, int W, int K, int stride, int pad);
 
-void global_avgpool_forward(float* out /*(N,C)*/, const float* inp /*(N,C,HW)*/, int N, int C,
-                            int HW);
-void global_avgpool_backward(float* dinp /*(N,C,HW)*/, const float* dout /*(N,C)*/, int N,
-                             int C, int HW);
+void global_avgpool_forward(float* out /*(N,C)*/, const float* inp /*(N,C,HW)*/, int N, int C, int HW);
+void global_avgpool_backward(float* dinp /*(N,C,HW)*/, const float* dout /*(N,C)*/, int N, int C, int HW);
 
 void sum(float* out, const float* x, int64_t n);
 void sum_squares_accumulate(double* out, const float* x, int64_t n);

@@ -77,9 +77,9 @@ void encoder_forward_vocab_parallel(float* out, const int32_t* inp, const float*
   check_tokens(inp, N);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
-    float* o = out + n * C;                                   // (C)
-    const int64_t j = static_cast<int64_t>(inp[n]) - v0;      // local row, or outside [0, Vl): another rank's
-    const float* p = wpe ? wpe + (n % T) * C : nullptr;       // (C) or null
+    float* o = out + n * C;                               // (C)
+    const int64_t j = static_cast<int64_t>(inp[n]) - v0;  // local row, or outside [0, Vl): another rank's
+    const float* p = wpe ? wpe + (n % T) * C : nullptr;   // (C) or null
     if (j >= 0 && j < Vl) {
       const float* w = wte_local + j * C;  // (C)
       if (p) {
@@ -101,8 +101,7 @@ void encoder_forward_vocab_parallel(float* out, const int32_t* inp, const float*
 
 void encoder_backward_vocab_parallel(float* dwte_local, float* dwpe, const float* dout, const int32_t* inp, int v0,
                                      int Vl, int B, int T, int C) {
-  HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_backward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0,
-             v0 + Vl);
+  HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_backward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0, v0 + Vl);
   const int64_t N = static_cast<int64_t>(B) * T;
   check_tokens(inp, N);
   const int nblocks = (C + kColBlock - 1) / kColBlock;

@@ -110,7 +110,8 @@ void crossentropy_forward_backward(float* losses, float* logits, const int32_t* 
 }
 
 // ---- label-smoothed softmax cross-entropy (kernels.hpp): lse - (1 - eps) z[y] - eps mean(z) ------------------
-void crossentropy_smoothed_forward(float* losses, const float* logits, const int32_t* targets, float eps, int N, int K) {
+void crossentropy_smoothed_forward(float* losses, const float* logits, const int32_t* targets, float eps, int N,
+                                   int K) {
   check_targets("crossentropy_smoothed_forward", targets, N, K, K);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
@@ -151,7 +152,7 @@ void crossentropy_vp_local_max(float* max_out, const float* logits_local, int v0
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* x = logits_local + static_cast<int64_t>(n) * Vl;  // (Vl), only the real [0, Vr) is read
-    float m = -INFINITY;                                              // a rank of padding only: -inf, the MAX identity
+    float m = -INFINITY;                                           // a rank of padding only: -inf, the MAX identity
 #pragma omp simd reduction(max : m)
     for (int v = 0; v < Vr; v++) m = x[v] > m ? x[v] : m;
     max_out[n] = m;
@@ -164,25 +165,25 @@ void crossentropy_vp_local_sumexp(float* sumexp_out, float* target_logit_out, co
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* x = logits_local + static_cast<int64_t>(n) * Vl;  // (Vl), only the real [0, Vr) is read
-    const float m = global_max[n];                                    // subtracted before exp: no overflow
+    const float m = global_max[n];                                 // subtracted before exp: no overflow
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int v = 0; v < Vr; v++) s += exp_simd(x[v] - m);
     sumexp_out[n] = s;
-    const int j = targets[n] - v0;  // local column of the target; in range on exactly one rank
+    const int j = targets[n] - v0;                           // local column of the target; in range on exactly one rank
     target_logit_out[n] = (j >= 0 && j < Vr) ? x[j] : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
   }
 }
 
 void crossentropy_vp_loss_backward(float* losses, float* logits_local, const float* global_max,
-                                   const float* global_sumexp, const float* global_target_logit,
-                                   const int32_t* targets, float dloss, int v0, int Vl, int V, int N) {
+                                   const float* global_sumexp, const float* global_target_logit, const int32_t* targets,
+                                   float dloss, int v0, int Vl, int V, int N) {
   const int Vr = check_vp_slice("crossentropy_vp_loss_backward", targets, v0, Vl, V, N);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     float* x = logits_local + static_cast<int64_t>(n) * Vl;  // (Vl) logits in, dlogits out
-    const float m = global_max[n], s = global_sumexp[n];      // s >= 1: the max column contributes exp(0)
-    losses[n] = (m - global_target_logit[n]) + std::log(s);   // as crossentropy_forward_backward
+    const float m = global_max[n], s = global_sumexp[n];     // s >= 1: the max column contributes exp(0)
+    losses[n] = (m - global_target_logit[n]) + std::log(s);  // as crossentropy_forward_backward
     const float k = dloss / s;
 #pragma omp simd
     for (int v = 0; v < Vr; v++) x[v] = exp_simd(x[v] - m) * k;  // dloss * softmax

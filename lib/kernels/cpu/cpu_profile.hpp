@@ -15,7 +15,8 @@ class ProfileScope {
     if (on_) t0_ = std::chrono::steady_clock::now();
   }
   ~ProfileScope() {
-    if (on_) profile_add(name_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
+    if (on_)
+      profile_add(name_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
   }
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;

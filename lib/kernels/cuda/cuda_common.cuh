@@ -21,13 +21,13 @@ inline unsigned grid_for(int64_t n, int threads = 256, int64_t max_blocks = 6553
 
 // Every launch is checked (cudaGetLastError names a bad configuration at once; asynchronous faults surface at the next
 // synchronising call with the op that follows, which is why the tests synchronise after each op).
-#define HPCT_CUDA_LAUNCH_CHECK(op_name)                                                                           \
-  do {                                                                                                           \
-    cudaError_t hpct_launch_rc_ = cudaGetLastError();                                                            \
-    if (hpct_launch_rc_ != cudaSuccess)                                                                          \
-      ::hpct::throw_error(__FILE__, __LINE__,                                                                    \
-                          fmt::format("kernels::cuda::{}: kernel launch failed: {} ({})", op_name,               \
-                                      cudaGetErrorString(hpct_launch_rc_), cudaGetErrorName(hpct_launch_rc_)));  \
+#define HPCT_CUDA_LAUNCH_CHECK(op_name)                                                                         \
+  do {                                                                                                          \
+    cudaError_t hpct_launch_rc_ = cudaGetLastError();                                                           \
+    if (hpct_launch_rc_ != cudaSuccess)                                                                         \
+      ::hpct::throw_error(__FILE__, __LINE__,                                                                   \
+                          fmt::format("kernels::cuda::{}: kernel launch failed: {} ({})", op_name,              \
+                                      cudaGetErrorString(hpct_launch_rc_), cudaGetErrorName(hpct_launch_rc_))); \
   } while (0)
 
 __device__ __forceinline__ float warp_sum(float v) {

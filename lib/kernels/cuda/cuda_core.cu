@@ -33,14 +33,16 @@
 namespace hpct::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;          // elementwise kernels: threads per block (grid_for caps the grid)
-constexpr int kReduceThreads = 1024;   // sum / sum_squares_accumulate: the single block
-constexpr int kWteGroups = 64;         // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
-                                       // same bits (each row's positions are added in increasing order regardless)
-constexpr int kWteThreads = 128;       // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
-constexpr int kLnWarps = 8;            // LayerNorm forward / dinp: rows (one warp each) per block
-constexpr int kLnColTile = 32;         // LayerNorm dweight/dbias: columns per block (one per lane)
-constexpr int kLnRowGroups = 16;       // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
+constexpr int kThreads = 256;         // elementwise kernels: threads per block (grid_for caps the grid)
+constexpr int kReduceThreads = 1024;  // sum / sum_squares_accumulate: the single block
+constexpr int kWteGroups = 64;        // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
+                                      // same bits (each row's positions are added in increasing order regardless)
+constexpr int kWteThreads = 128;      // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
+constexpr int kLnWarps = 8;           // LayerNorm forward / dinp: rows (one warp each) per block
+constexpr int kLnColTile = 32;        // LayerNorm dweight/dbias: columns per block (one per lane)
+constexpr int kLnRowGroups = 16;      // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
+constexpr int kLnRowThreads = kLnWarps * 32;                // LayerNorm forward / dinp: threads per block
+constexpr int kLnParamThreads = kLnColTile * kLnRowGroups;  // LayerNorm dweight/dbias: threads per block
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // GELU tanh approximation: the constants and formulation of cpu/cpu_math.hpp (gelu_simd / gelu_grad_simd), with
@@ -48,8 +50,8 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-#define HPCT_GRID_STRIDE_LOOP(i, n)                                                                   \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
+#define HPCT_GRID_STRIDE_LOOP(i, n)                                                      \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
@@ -99,8 +101,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   for (int64_t i = tail + tid; i < n; i += stride) accumulate<kSquare>(acc, __ldg(x + i));
   const double total = block_sum(acc, shared);
   if (threadIdx.x == 0) {
-    if (out_sum)
-      *out_sum = static_cast<float>(total);
+    if (out_sum) *out_sum = static_cast<float>(total);
     else
       *out_acc += total;
   }
@@ -109,9 +110,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 // ---- pointwise ----------------------------------------------------------------------------------------------------
 // (No __restrict__ on the pointwise kernels: in-place calls, out == inp, are allowed; each thread reads and writes
 // only its own index.)
-__global__ void scale_kernel(float* x, float s, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) x[i] *= s;
-}
+__global__ void scale_kernel(float* x, float s, int64_t n) { HPCT_GRID_STRIDE_LOOP(i, n) x[i] *= s; }
 
 __global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n) {
   HPCT_GRID_STRIDE_LOOP(i, n) out[i] = a[i] + b[i];
@@ -157,8 +156,8 @@ __global__ void relu_backward_kernel(float* dinp, const float* dout, const float
 }
 
 // ---- optimizers (cpu_loss_optim.cpp adamw_update, cpu_sgd.cpp sgd_update: same expressions, same order) ----------
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, float beta1,
-                             float beta2, float eps, float grad_scale, float decay, float step_size, float bc2_sqrt,
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, float beta1, float beta2,
+                             float eps, float grad_scale, float decay, float step_size, float bc2_sqrt,
                              float one_minus_b1, float one_minus_b2) {
   HPCT_GRID_STRIDE_LOOP(i, n) {
     const float g = grads[i] * grad_scale;
@@ -262,7 +261,7 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int 
 
 // ---- LayerNorm ----------------------------------------------------------------------------------------------------
 // One warp per row (kLnWarps rows per block): mean and two-pass variance as float warp sums, then the output.
-__global__ void __launch_bounds__(kLnWarps * 32)
+__global__ void __launch_bounds__(kLnRowThreads)
     layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                              const float* bias, int N, int C) {
   constexpr float eps = 1e-5f;
@@ -291,7 +290,7 @@ __global__ void __launch_bounds__(kLnWarps * 32)
 }
 
 // dinp += rstd * (w dout - mean(w dout) - norm * mean(w dout norm)): one warp per row, float warp sums.
-__global__ void __launch_bounds__(kLnWarps * 32)
+__global__ void __launch_bounds__(kLnRowThreads)
     layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
                                    const float* mean, const float* rstd, int N, int C) {
   const int lane = threadIdx.x % 32;
@@ -319,7 +318,7 @@ __global__ void __launch_bounds__(kLnWarps * 32)
 // dweight[c] += sum_n dout[n,c] norm[n,c], dbias[c] += sum_n dout[n,c] (dbias may be null), in double as the CPU.
 // Block (kLnColTile, kLnRowGroups) per kLnColTile columns: thread (lane, y) sums the rows y, y + 16, ... in order,
 // then row group 0 adds the 16 partials in order: a fixed order (deterministic), coalesced 128-byte row segments.
-__global__ void __launch_bounds__(kLnColTile * kLnRowGroups)
+__global__ void __launch_bounds__(kLnParamThreads)
     layernorm_backward_dweight_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
                                       const float* mean, const float* rstd, int N, int C) {
   __shared__ double part_w[kLnRowGroups][kLnColTile];
@@ -359,8 +358,8 @@ void launch_encoder_forward(const ExecContext& ctx, const char* op, float* out, 
   const int64_t N = static_cast<int64_t>(B) * T;
   if (N == 0) return;
   const int64_t total = N * C;
-  encoder_forward_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_of(ctx)>>>(out, inp, wte, wpe, v0, Vl, N,
-                                                                                      T, C);
+  encoder_forward_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_of(ctx)>>>(out, inp, wte, wpe, v0, Vl, N, T,
+                                                                                     C);
   HPCT_CUDA_LAUNCH_CHECK(op);
 }
 
@@ -379,8 +378,7 @@ void launch_encoder_backward(const ExecContext& ctx, const char* op, float* dwte
 }
 
 template <bool kSquare>
-void launch_reduce(const ExecContext& ctx, const char* op, const float* x, int64_t n, float* out_sum,
-                   double* out_acc) {
+void launch_reduce(const ExecContext& ctx, const char* op, const float* x, int64_t n, float* out_sum, double* out_acc) {
   HPCT_CHECK(n >= 0, "{}: n={} is negative", op, n);
   HPCT_CHECK(x != nullptr || n == 0, "{}: x is null", op);
   const bool vec4 = (reinterpret_cast<uintptr_t>(x) % alignof(float4)) == 0;
@@ -402,8 +400,8 @@ void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const fl
                       int T, int C) {
   check_encoder_shape("encoder_backward", B, T, C);
   HPCT_CHECK(dwpe != nullptr, "encoder_backward: dwpe is null (only the vocab-parallel encoder takes none)");
-  launch_encoder_backward(ctx, "encoder_backward", dwte, dwpe, dout, inp, 0, std::numeric_limits<int64_t>::max(), B,
-                          T, C);
+  launch_encoder_backward(ctx, "encoder_backward", dwte, dwpe, dout, inp, 0, std::numeric_limits<int64_t>::max(), B, T,
+                          C);
 }
 
 void encoder_forward_vocab_parallel(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte_local,
@@ -441,13 +439,13 @@ void layernorm_backward(const ExecContext& ctx, float* dinp, float* dweight, flo
              "layernorm_backward: dinp, dweight and weight must be set (only dbias may be null)");
   if (N == 0) return;
   const unsigned blocks = static_cast<unsigned>((static_cast<int64_t>(N) + kLnWarps - 1) / kLnWarps);
-  layernorm_backward_dinp_kernel<<<blocks, kLnWarps * 32, 0, stream_of(ctx)>>>(dinp, dout, inp, weight, mean, rstd,
-                                                                               N, C);
+  layernorm_backward_dinp_kernel<<<blocks, kLnWarps * 32, 0, stream_of(ctx)>>>(dinp, dout, inp, weight, mean, rstd, N,
+                                                                               C);
   HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
   const dim3 block(kLnColTile, kLnRowGroups);
   const unsigned col_blocks = static_cast<unsigned>((C + kLnColTile - 1) / kLnColTile);
-  layernorm_backward_dweight_kernel<<<col_blocks, block, 0, stream_of(ctx)>>>(dweight, dbias, dout, inp, mean, rstd,
-                                                                             N, C);
+  layernorm_backward_dweight_kernel<<<col_blocks, block, 0, stream_of(ctx)>>>(dweight, dbias, dout, inp, mean, rstd, N,
+                                                                              C);
   HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
 }
 
@@ -517,9 +515,8 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
   const float step_size = static_cast<float>(lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(params, grads, m, v, n, beta1, beta2, eps,
-                                                                       grad_scale, decay, step_size, bc2_sqrt,
-                                                                       one_minus_b1, one_minus_b2);
+  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(
+      params, grads, m, v, n, beta1, beta2, eps, grad_scale, decay, step_size, bc2_sqrt, one_minus_b1, one_minus_b2);
   HPCT_CUDA_LAUNCH_CHECK("adamw_update");
 }
 
@@ -529,14 +526,14 @@ void sgd_update(const ExecContext& ctx, float* params, const float* grads, float
   HPCT_CHECK(!nesterov || (momentum > 0.0f && dampening == 0.0f),
              "sgd_update: nesterov needs momentum > 0 and dampening = 0 (momentum={}, dampening={})", momentum,
              dampening);
-  const SgdMode mode =
-      momentum == 0.0f ? SgdMode::kNoMomentum : (first_step ? SgdMode::kFirstStep : SgdMode::kLaterStep);
+  const SgdMode mode = momentum == 0.0f ? SgdMode::kNoMomentum
+                                        : (first_step ? SgdMode::kFirstStep : SgdMode::kLaterStep);
   HPCT_CHECK(mode == SgdMode::kNoMomentum || momentum_buf != nullptr || n == 0,
              "sgd_update: momentum={} needs a momentum buffer", momentum);
   if (n == 0) return;
   const float take = 1.0f - dampening;
-  sgd_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(params, grads, momentum_buf, n, lr, momentum,
-                                                                     take, weight_decay, nesterov, grad_scale, mode);
+  sgd_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(params, grads, momentum_buf, n, lr, momentum, take,
+                                                                     weight_decay, nesterov, grad_scale, mode);
   HPCT_CUDA_LAUNCH_CHECK("sgd_update");
 }
 

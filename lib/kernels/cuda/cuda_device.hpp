@@ -18,9 +18,9 @@ namespace hpct::kernels {
 std::string cuda_unavailable_reason();
 
 struct CudaDeviceInfo {
-  int index = 0;           // the device this rank uses (cudaSetDevice)
-  int count = 0;           // devices visible to this process
-  std::string name;        // cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"
+  int index = 0;     // the device this rank uses (cudaSetDevice)
+  int count = 0;     // devices visible to this process
+  std::string name;  // cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"
   int cc_major = 0, cc_minor = 0;
   size_t total_bytes = 0;  // device memory
   size_t free_bytes = 0;   // free when selected (cudaMemGetInfo)

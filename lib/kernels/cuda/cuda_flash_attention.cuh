@@ -33,7 +33,7 @@ constexpr int kTile = 32;                     // rows per tile, on both sides: o
 constexpr int kWarps = 8;                     // warps per block
 constexpr int kRowsPerWarp = kTile / kWarps;  // rows of the block's own tile per warp
 constexpr int kAttnThreads = kWarps * 32;
-constexpr int kMaxHS = 128;                   // head sizes up to 4 slots of 32 per lane (GPT-2: 64)
+constexpr int kMaxHS = 128;  // head sizes up to 4 slots of 32 per lane (GPT-2: 64)
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // dst[r * ld_dst + d] = src[(row0 + r) * ld_src + d] for the kTile rows r and d < HS; rows >= T are zero. Called by
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       sl[threadIdx.x] = t < T ? L[t] : 0.0f;
       sd[threadIdx.x] = t < T ? D[t] : 0.0f;
     }
-    __syncthreads();  // the tiles (and, on the first pass, sk and sv) are in place
+    __syncthreads();          // the tiles (and, on the first pass, sk and sv) are in place
     const int i = q0 + lane;  // this lane's query row
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; r++) {
@@ -241,10 +241,10 @@ __global__ void __launch_bounds__(kAttnThreads)
                        float scale) {
   extern __shared__ float smem[];
   const int HS = C / NH, ldp = HS + 1;
-  float* sq = smem;               // (kTile, HS)     the block's query rows (broadcast reads)
-  float* sdo = sq + kTile * HS;   // (kTile, HS)     their dout (broadcast reads)
-  float* sk = sdo + kTile * HS;   // (kTile, HS + 1) the current key tile (lane = key, and lanes over d)
-  float* sv = sk + kTile * ldp;   // (kTile, HS + 1) the current value tile (lane = key)
+  float* sq = smem;              // (kTile, HS)     the block's query rows (broadcast reads)
+  float* sdo = sq + kTile * HS;  // (kTile, HS)     their dout (broadcast reads)
+  float* sk = sdo + kTile * HS;  // (kTile, HS + 1) the current key tile (lane = key, and lanes over d)
+  float* sv = sk + kTile * ldp;  // (kTile, HS + 1) the current value tile (lane = key)
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;  // the longest (last) query tiles are scheduled first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -96,11 +96,11 @@ cublasComputeType_t gemm_compute(Precision p) {
   HPCT_FAIL("kernels::cuda: unknown precision {}", static_cast<int>(p));
 }
 
-void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-             const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool trans_b, int M, int N, int K,
+             float alpha, const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;  // nothing to write (K = 0 is legal: C = beta C)
-  CUBLAS_CHECK(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
-                            lda, &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda,
+                            &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 // Threads of a one-block-per-row kernel for rows of `len` elements: a multiple of 32 (block_sum / block_max need
@@ -153,9 +153,9 @@ void check_linear(const char* op, int N, int C, int OC) {
 // ================================================================================================================
 using flash::kAttnThreads;
 using flash::kMaxHS;
-using flash::with_head_slots;
 using flash::kTile;
 using flash::kWarps;
+using flash::with_head_slots;
 
 // Checks a flash kernel's dynamic shared memory against the device's per-block limit (a clear error instead of a
 // failed launch) and opts the kernel in to more than the default 48 KiB when it needs it (the backward kernels from
@@ -175,7 +175,6 @@ void prepare_shared_memory(Kernel* kernel, int64_t floats, const char* op, int H
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-
 // The flash grid: x = the B*NH heads, y = the tiles of 32 rows.
 dim3 flash_grid(const char* op, int B, int T, int NH) {
   const int64_t heads = static_cast<int64_t>(B) * NH, tiles = (static_cast<int64_t>(T) + kTile - 1) / kTile;
@@ -186,11 +185,10 @@ dim3 flash_grid(const char* op, int B, int T, int NH) {
 }
 
 void check_attention(const char* op, int B, int T, int C, int NH) {
-  HPCT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0, "kernels::cuda::{}: bad shape B={} T={} C={} NH={}", op, B, T, C,
-             NH);
+  HPCT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0, "kernels::cuda::{}: bad shape B={} T={} C={} NH={}", op, B, T, C, NH);
   HPCT_CHECK(C % NH == 0, "kernels::cuda::{}: C={} is not a multiple of NH={}", op, C, NH);
-  HPCT_CHECK(C / NH <= kMaxHS, "kernels::cuda::{}: head size C/NH = {} exceeds the flash kernels' {} (C={}, NH={})",
-             op, C / NH, kMaxHS, C, NH);
+  HPCT_CHECK(C / NH <= kMaxHS, "kernels::cuda::{}: head size C/NH = {} exceeds the flash kernels' {} (C={}, NH={})", op,
+             C / NH, kMaxHS, C, NH);
   HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large", op, C);
 }
 
@@ -296,9 +294,9 @@ __global__ void vp_local_sumexp_kernel(float* __restrict__ sumexp_out, float* __
   if (threadIdx.x == 0) {
     sumexp_out[n] = s;
     const int tgt = targets[n];
-    const int j = tgt - v0;  // local column of the target; in range on exactly one rank
+    const int j = tgt - v0;                       // local column of the target; in range on exactly one rank
     float tl = (j >= 0 && j < Vr) ? x[j] : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
-    if (tgt < 0 || tgt >= V) tl = NAN;             // a bad target: NaN on every rank, NaN loss after the allreduce
+    if (tgt < 0 || tgt >= V) tl = NAN;            // a bad target: NaN on every rank, NaN loss after the allreduce
     target_logit_out[n] = tl;
   }
 }
@@ -336,8 +334,10 @@ __global__ void vp_loss_kernel(float* __restrict__ losses, const float* __restri
 
 // Checks a vocab-parallel slice; returns Vr, the number of real (non-padded) local columns (as the CPU).
 int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
-  HPCT_CHECK(V > 0 && v0 >= 0 && Vl > 0 && N >= 0, "kernels::cuda::{}: bad vocabulary slice [v0={}, v0+Vl={}) of "
-             "V={}, N={}", op, v0, static_cast<int64_t>(v0) + Vl, V, N);
+  HPCT_CHECK(V > 0 && v0 >= 0 && Vl > 0 && N >= 0,
+             "kernels::cuda::{}: bad vocabulary slice [v0={}, v0+Vl={}) of "
+             "V={}, N={}",
+             op, v0, static_cast<int64_t>(v0) + Vl, V, N);
   return static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(V) - v0, 0, Vl));
 }
 
@@ -355,8 +355,8 @@ int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
 //              dweight (C,OC col-major, ld C))
 //             dbias (OC) += sum_n dout                        bias_grad_kernel (double, fixed order)
 // ================================================================================================================
-void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
-                    int N, int C, int OC) {
+void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
   check_linear("matmul_forward", N, C, OC);
   if (N == 0) return;
   const cudaStream_t stream = stream_of(ctx);
@@ -411,8 +411,7 @@ int64_t attention_scratch_floats(const ExecContext& /*ctx*/, int B, int T, int C
   return static_cast<int64_t>(B) * NH * T;
 }
 
-void attention_forward(const ExecContext& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
-                       int NH) {
+void attention_forward(const ExecContext& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   check_attention("attention_forward", B, T, C, NH);
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -440,8 +439,7 @@ void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, con
   const int64_t rows = static_cast<int64_t>(B) * NH * T;
   const int64_t row_blocks = (rows + kWarps - 1) / kWarps;
   HPCT_CHECK(row_blocks <= INT32_MAX, "kernels::cuda::attention_backward: {} rows exceed the launch grid", rows);
-  flash::rowdot_kernel<<<static_cast<unsigned>(row_blocks), kAttnThreads, 0, stream>>>(dsum, dout, out, rows, T, C,
-                                                                                        NH);
+  flash::rowdot_kernel<<<static_cast<unsigned>(row_blocks), kAttnThreads, 0, stream>>>(dsum, dout, out, rows, T, C, NH);
   HPCT_CUDA_LAUNCH_CHECK("attention_backward (D = rowsum(dout * out))");
   const int64_t dkv_floats = flash::backward_dkv_smem_floats(HS), dq_floats = flash::backward_dq_smem_floats(HS);
   const bool launched = with_head_slots(HS, [&](auto slots) {
@@ -482,8 +480,7 @@ void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const 
                                    float eps, int N, int K) {
   HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward: bad shape N={} K={}", N, K);
   if (N == 0) return;
-  crossentropy_smoothed_kernel<false><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, 0.0f, eps,
-                                                                                K);
+  crossentropy_smoothed_kernel<false><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, 0.0f, eps, K);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward");
 }
 
@@ -491,13 +488,12 @@ void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losse
                                             const int32_t* targets, float dloss, float eps, int N, int K) {
   HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward_backward: bad shape N={} K={}", N, K);
   if (N == 0) return;
-  crossentropy_smoothed_kernel<true><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, dloss, eps,
-                                                                               K);
+  crossentropy_smoothed_kernel<true><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, dloss, eps, K);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward_backward");
 }
 
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl,
-                               int V, int N) {
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl, int V,
+                               int N) {
   const int Vr = check_vp_slice("crossentropy_vp_local_max", v0, Vl, V, N);
   if (N == 0) return;
   vp_local_max_kernel<<<N, row_threads(Vr), 0, stream_of(ctx)>>>(max_out, logits_local, Vl, Vr);
@@ -515,13 +511,12 @@ void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, flo
 }
 
 void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, float* logits_local, const float* global_max,
-                                   const float* global_sumexp, const float* global_target_logit,
-                                   const int32_t* targets, float dloss, int v0, int Vl, int V, int N) {
+                                   const float* global_sumexp, const float* global_target_logit, const int32_t* targets,
+                                   float dloss, int v0, int Vl, int V, int N) {
   const int Vr = check_vp_slice("crossentropy_vp_loss_backward", v0, Vl, V, N);
   if (N == 0) return;
-  vp_loss_backward_kernel<<<N, row_threads(Vl), 0, stream_of(ctx)>>>(losses, logits_local, global_max, global_sumexp,
-                                                                      global_target_logit, targets, dloss, v0, Vl, Vr,
-                                                                      V);
+  vp_loss_backward_kernel<<<N, row_threads(Vl), 0, stream_of(ctx)>>>(
+      losses, logits_local, global_max, global_sumexp, global_target_logit, targets, dloss, v0, Vl, Vr, V);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss_backward");
 }
 

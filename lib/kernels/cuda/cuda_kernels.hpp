@@ -15,23 +15,24 @@
 
 namespace hpct::kernels::cuda {
 
+void encoder_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
+                     const float* wte /*(Vp,C)*/, const float* wpe /*(T,C)*/, int B, int T, int C);
+void encoder_backward(const ExecContext& ctx, float* dwte /*(Vp,C) +=*/, float* dwpe /*(T,C) +=*/,
+                      const float* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int B, int T, int C);
 
-void encoder_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const float* wte /*(Vp,C)*/,
-                     const float* wpe /*(T,C)*/, int B, int T, int C);
-void encoder_backward(const ExecContext& ctx, float* dwte /*(Vp,C) +=*/, float* dwpe /*(T,C) +=*/, const float* dout /*(B,T,C)*/,
-                      const int32_t* inp /*(B,T)*/, int B, int T, int C);
+void layernorm_forward(const ExecContext& ctx, float* out /*(N,C)*/, float* mean /*(N)*/, float* rstd /*(N)*/,
+                       const float* inp /*(N,C)*/, const float* weight /*(C)*/, const float* bias /*(C) or null*/,
+                       int N, int C);
+void layernorm_backward(const ExecContext& ctx, float* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/,
+                        float* dbias /*(C) += or null*/, const float* dout /*(N,C)*/, const float* inp /*(N,C)*/,
+                        const float* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N,
+                        int C);
 
-void layernorm_forward(const ExecContext& ctx, float* out /*(N,C)*/, float* mean /*(N)*/, float* rstd /*(N)*/, const float* inp /*(N,C)*/,
-                       const float* weight /*(C)*/, const float* bias /*(C) or null*/, int N, int C);
-void layernorm_backward(const ExecContext& ctx, float* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/, float* dbias /*(C) += or null*/,
-                        const float* dout /*(N,C)*/, const float* inp /*(N,C)*/, const float* weight /*(C)*/,
-                        const float* mean /*(N)*/, const float* rstd /*(N)*/, int N, int C);
-
-void matmul_forward(const ExecContext& ctx, float* out /*(N,OC)*/, const float* inp /*(N,C)*/, const float* weight /*(OC,C)*/,
-                    const float* bias /*(OC) or null*/, int N, int C, int OC);
-void matmul_backward(const ExecContext& ctx, float* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/, float* dbias /*(OC) += or null*/,
-                     const float* dout /*(N,OC)*/, const float* inp /*(N,C)*/, const float* weight /*(OC,C)*/, int N,
-                     int C, int OC);
+void matmul_forward(const ExecContext& ctx, float* out /*(N,OC)*/, const float* inp /*(N,C)*/,
+                    const float* weight /*(OC,C)*/, const float* bias /*(OC) or null*/, int N, int C, int OC);
+void matmul_backward(const ExecContext& ctx, float* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/,
+                     float* dbias /*(OC) += or null*/, const float* dout /*(N,OC)*/, const float* inp /*(N,C)*/,
+                     const float* weight /*(OC,C)*/, int N, int C, int OC);
 
 // Flash attention (cuda_gpt.cu): stats is the log-sum-exp L (B,NH,T), scratch holds D = rowsum(dout * out) (B,NH,T).
 // The two size queries are pure host arithmetic (no device call).
@@ -48,8 +49,8 @@ void gelu_backward(const ExecContext& ctx, float* dinp, const float* inp, const 
 
 void residual_forward(const ExecContext& ctx, float* out, const float* a, const float* b, int64_t n);
 
-void crossentropy_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,Vp)*/, const int32_t* targets /*(N)*/, int N,
-                          int V, int Vp);
+void crossentropy_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,Vp)*/,
+                          const int32_t* targets /*(N)*/, int N, int V, int Vp);
 void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits /*(N,Vp) in/out*/,
                                    const int32_t* targets /*(N)*/, float dloss, int N, int V, int Vp);
 
@@ -57,15 +58,16 @@ void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/
 void encoder_forward_vocab_parallel(const ExecContext& ctx, float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
                                     const float* wte_local /*(Vl,C)*/, const float* wpe /*(T,C) or null*/, int v0,
                                     int Vl, int B, int T, int C);
-void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /*(Vl,C) +=*/, float* dwpe /*(T,C) += or null*/,
-                                     const float* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl,
-                                     int B, int T, int C);
-void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,K)*/, const int32_t* targets /*(N)*/,
-                                   float eps, int N, int K);
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits /*(N,K) in/out*/,
-                                            const int32_t* targets /*(N)*/, float dloss, float eps, int N, int K);
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const float* logits_local /*(N,Vl)*/, int v0, int Vl, int V,
-                               int N);
+void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /*(Vl,C) +=*/,
+                                     float* dwpe /*(T,C) += or null*/, const float* dout /*(B,T,C)*/,
+                                     const int32_t* inp /*(B,T)*/, int v0, int Vl, int B, int T, int C);
+void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,K)*/,
+                                   const int32_t* targets /*(N)*/, float eps, int N, int K);
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/,
+                                            float* logits /*(N,K) in/out*/, const int32_t* targets /*(N)*/, float dloss,
+                                            float eps, int N, int K);
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const float* logits_local /*(N,Vl)*/,
+                               int v0, int Vl, int V, int N);
 void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out /*(N)*/, float* target_logit_out /*(N)*/,
                                   const float* logits_local /*(N,Vl)*/, const float* global_max /*(N)*/,
                                   const int32_t* targets /*(N)*/, int v0, int Vl, int V, int N);
@@ -73,12 +75,12 @@ void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/
                                    const float* global_max /*(N)*/, const float* global_sumexp /*(N)*/,
                                    const float* global_target_logit /*(N)*/, const int32_t* targets /*(N)*/,
                                    float dloss, int v0, int Vl, int V, int N);
-void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const float* global_max /*(N)*/, const float* global_sumexp /*(N)*/,
-                          const float* global_target_logit /*(N)*/, int N);
+void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const float* global_max /*(N)*/,
+                          const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/, int N);
 
 // ---- convolutional layers (ResNet), NCHW: see kernels.hpp for the contracts (cpu_conv.cpp) ----
-int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW,
-                                int stride, int pad);
+int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                                int pad);
 void conv2d_forward(const ExecContext& ctx, float* out /*(N,OC,OH,OW)*/, const float* inp /*(N,C,H,W)*/,
                     const float* weight /*(OC,C,KH,KW)*/, const float* bias /*(OC) or null*/,
                     float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
@@ -135,8 +137,8 @@ void global_avgpool_backward(const ExecContext& ctx, float* dinp /*(N,C,HW)*/, c
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n);
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n);
 void scale(const ExecContext& ctx, float* x, float s, int64_t n);
-void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int t);
+void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes);

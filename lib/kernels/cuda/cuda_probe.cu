@@ -33,7 +33,9 @@ struct CublasHandle {
 };
 
 // deterministic, never-zero test values in [-1, 1]
-float test_value(int i, int salt) { return std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(salt)) + 0.01f; }
+float test_value(int i, int salt) {
+  return std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(salt)) + 0.01f;
+}
 
 void expect_close(const char* what, const std::vector<float>& got, const std::vector<float>& want, float tol) {
   for (size_t i = 0; i < want.size(); i++) {
@@ -95,7 +97,8 @@ void cuda_selftest() {
     CUBLAS_CHECK(cublasSetMathMode(handle.h, CUBLAS_PEDANTIC_MATH));
     // cuBLAS is column-major: row-major C = A B is column-major C^T = B^T A^T, i.e. sgemm(N, N, N, M, K, B, A)
     const float alpha = 1.0f, beta = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(handle.h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, dB.ptr, N, dA.ptr, K, &beta, dC.ptr, N));
+    CUBLAS_CHECK(
+        cublasSgemm(handle.h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, dB.ptr, N, dA.ptr, K, &beta, dC.ptr, N));
     CUDA_CHECK(cudaMemcpy(got.data(), dC.ptr, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
     // fp32 sums of K = 80 products of |values| <= 1.01: rounding stays below ~K * 6e-8 * 1 = 5e-6
     expect_close("cublasSgemm", got, want, 1e-5f);

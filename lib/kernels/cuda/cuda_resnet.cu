@@ -51,22 +51,22 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 
-#define CUDNN_CHECK(expr)                                                                                     \
-  do {                                                                                                        \
-    cudnnStatus_t hpct_cudnn_rc_ = (expr);                                                                    \
-    if (hpct_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                                               \
-      ::hpct::throw_error(__FILE__, __LINE__,                                                                 \
-                          fmt::format("`{}` failed: cuDNN status {} ({})", #expr,                             \
-                                      cudnnGetErrorString(hpct_cudnn_rc_), static_cast<int>(hpct_cudnn_rc_))); \
+#define CUDNN_CHECK(expr)                                                                                              \
+  do {                                                                                                                 \
+    cudnnStatus_t hpct_cudnn_rc_ = (expr);                                                                             \
+    if (hpct_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                                                        \
+      ::hpct::throw_error(__FILE__, __LINE__,                                                                          \
+                          fmt::format("`{}` failed: cuDNN status {} ({})", #expr, cudnnGetErrorString(hpct_cudnn_rc_), \
+                                      static_cast<int>(hpct_cudnn_rc_)));                                              \
   } while (0)
 
 namespace hpct::kernels::cuda {
 namespace {
 
-constexpr int kReduceThreads = 512;   // one block per channel for the BatchNorm / dbias reductions
-constexpr int kPlaneThreads = 256;    // threads of a plane launch (x * y)
-constexpr int kMaxGridY = 65535;      // gridDim.y limit; the plane loops stride over the rest
-constexpr int kMaxGridX = 65535;      // kept modest: the position loops stride over the rest
+constexpr int kReduceThreads = 512;                     // one block per channel for the BatchNorm / dbias reductions
+constexpr int kPlaneThreads = 256;                      // threads of a plane launch (x * y)
+constexpr int kMaxGridY = 65535;                        // gridDim.y limit; the plane loops stride over the rest
+constexpr int kMaxGridX = 65535;                        // kept modest: the position loops stride over the rest
 constexpr size_t kMaxWorkspaceBytes = size_t(1) << 30;  // candidates needing more (large FFTs) are skipped
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -92,11 +92,11 @@ PlaneLaunch plane_launch(int64_t planes, int64_t len) {
 }
 
 // Loops of a thread in a plane launch.
-#define HPCT_FOR_PLANES(p, planes)                                                                    \
-  for (int64_t p = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; p < (planes);       \
+#define HPCT_FOR_PLANES(p, planes)                                                            \
+  for (int64_t p = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; p < (planes); \
        p += static_cast<int64_t>(gridDim.y) * blockDim.y)
-#define HPCT_FOR_POSITIONS(i, len)                                                                    \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (len);          \
+#define HPCT_FOR_POSITIONS(i, len)                                                         \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (len); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // Calls f(offset) for every value of channel c of an (N, C, HW) tensor that this thread owns in a one-block-per-channel
@@ -200,8 +200,8 @@ __global__ void bn_eval_kernel(float* __restrict__ out, const float* __restrict_
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
     const float m = running_mean[c];
-    const float scale =
-        static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) * gamma[c];
+    const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
+                        gamma[c];
     const float shift = beta[c];
     const float* x = inp + p * HW;
     float* o = out + p * HW;
@@ -272,9 +272,8 @@ __global__ void bn_backward_kernel(float* __restrict__ dinp, float* __restrict__
   const double count = static_cast<double>(N) * HW;
   const float k0 = gamma[c] * rstd;
   const float mdy = static_cast<float>(sdy / count), mdyx = static_cast<float>(sdyx / count);
-  for_channel_values(c, N, C, HW, [&](int64_t off) {
-    dinp[off] = bn_dinp_value(dout[off], inp[off], mean, rstd, k0, mdy, mdyx);
-  });
+  for_channel_values(c, N, C, HW,
+                     [&](int64_t off) { dinp[off] = bn_dinp_value(dout[off], inp[off], mean, rstd, k0, mdy, mdyx); });
 }
 
 // SyncBN backward, step 1: this rank's sums (assigned) and the local dgamma / dbeta (+=); one block per channel.
@@ -315,8 +314,9 @@ __global__ void bn_backward_apply_kernel(float* __restrict__ dinp, const float* 
 
 // ---------------------------------------------------------------------------------------------------------------
 // MaxPool2d forward: one thread per output; the first maximum in row-major window order wins (as the CPU).
-__global__ void maxpool_forward_kernel(float* __restrict__ out, int32_t* __restrict__ idx, const float* __restrict__ inp,
-                                       int64_t planes, int H, int W, int OH, int OW, int K, int stride, int pad) {
+__global__ void maxpool_forward_kernel(float* __restrict__ out, int32_t* __restrict__ idx,
+                                       const float* __restrict__ inp, int64_t planes, int H, int W, int OH, int OW,
+                                       int K, int stride, int pad) {
   const int64_t OHW = static_cast<int64_t>(OH) * OW;
   HPCT_FOR_PLANES(p, planes) {
     const float* x = inp + p * H * W;
@@ -420,7 +420,8 @@ ConvDims conv_dims(const char* op, int N, int C, int H, int W, int OC, int KH, i
              pad);
   HPCT_CHECK(H + 2 * pad >= KH && W + 2 * pad >= KW, "{}: kernel {}x{} larger than the padded input {}x{}", op, KH, KW,
              H + 2 * pad, W + 2 * pad);
-  return ConvDims{N, C, H, W, OC, KH, KW, stride, pad, (H + 2 * pad - KH) / stride + 1, (W + 2 * pad - KW) / stride + 1};
+  return ConvDims{
+      N, C, H, W, OC, KH, KW, stride, pad, (H + 2 * pad - KH) / stride + 1, (W + 2 * pad - KW) / stride + 1};
 }
 
 struct ConvAlgo {
@@ -436,7 +437,9 @@ struct ConvPlan {
   std::vector<ConvAlgo> fwd, bwd_data, bwd_filter;
 };
 
-bool tensor_op_math(cudnnMathType_t m) { return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION; }
+bool tensor_op_math(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
 
 void add_candidate(std::vector<ConvAlgo>& list, int algo, size_t bytes) {
   if (bytes > kMaxWorkspaceBytes) return;
@@ -528,7 +531,8 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, a, bytes);
       });
   HPCT_CHECK(!p.fwd.empty() && !p.bwd_data.empty() && !p.bwd_filter.empty(),
-             "conv2d: cuDNN offers no deterministic algorithm (math type {}) for N={} C={} H={} W={} OC={} {}x{} stride {} pad {} "
+             "conv2d: cuDNN offers no deterministic algorithm (math type {}) for N={} C={} H={} W={} OC={} {}x{} "
+             "stride {} pad {} "
              "(forward {}, backward-data {}, backward-filter {} candidates)",
              static_cast<int>(math), d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad, p.fwd.size(),
              p.bwd_data.size(), p.bwd_filter.size());
@@ -678,7 +682,7 @@ void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, flo
                                 int C, float momentum) {
   HPCT_CHECK(C > 0, "batchnorm2d_update_running: bad shape C={}", C);
   bn_update_running_kernel<<<blocks_for(C, 128), 128, 0, stream_of(ctx)>>>(running_mean, running_var, stats, C,
-                                                                            momentum);
+                                                                           momentum);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_update_running");
 }
 
@@ -689,7 +693,7 @@ void batchnorm2d_forward_eval(const ExecContext& ctx, float* out, const float* i
   const int64_t planes = static_cast<int64_t>(N) * C;
   const PlaneLaunch l = plane_launch(planes, HW);
   bn_eval_kernel<<<l.grid, l.block, 0, stream_of(ctx)>>>(out, inp, gamma, beta, running_mean, running_var, planes, C,
-                                                          HW, eps);
+                                                         HW, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_eval");
 }
 
@@ -720,9 +724,8 @@ void batchnorm2d_backward_apply(const ExecContext& ctx, float* dinp, const float
              global_count, static_cast<int64_t>(N) * HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   const PlaneLaunch l = plane_launch(planes, HW);
-  bn_backward_apply_kernel<<<l.grid, l.block, 0, stream_of(ctx)>>>(dinp, dout, inp, save_mean, save_rstd, gamma,
-                                                                    global_sums, static_cast<double>(global_count),
-                                                                    planes, C, HW);
+  bn_backward_apply_kernel<<<l.grid, l.block, 0, stream_of(ctx)>>>(
+      dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, static_cast<double>(global_count), planes, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_apply");
 }
 
@@ -753,7 +756,7 @@ void maxpool2d_backward(const ExecContext& ctx, float* dinp, const float* dout, 
   const int64_t planes = static_cast<int64_t>(N) * C;
   const PlaneLaunch l = plane_launch(planes, static_cast<int64_t>(H) * W);
   maxpool_backward_kernel<<<l.grid, l.block, 0, stream_of(ctx)>>>(dinp, dout, idx, planes, H, W, OH, OW, K, stride,
-                                                                   pad);
+                                                                  pad);
   HPCT_CUDA_LAUNCH_CHECK("maxpool2d_backward");
 }
 

@@ -96,7 +96,8 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
     for (int n = 0; n < N; n++)
       for (int c = 0; c < C; c++) {
         Real acc = 0;
-        for (int o = 0; o < OC; o++) acc += dout[static_cast<int64_t>(n) * OC + o] * weight[static_cast<int64_t>(o) * C + c];
+        for (int o = 0; o < OC; o++)
+          acc += dout[static_cast<int64_t>(n) * OC + o] * weight[static_cast<int64_t>(o) * C + c];
         dinp[static_cast<int64_t>(n) * C + c] = acc;
       }
   }
@@ -305,8 +306,8 @@ void encoder_forward_vocab_parallel(Real* out, const int32_t* inp, const Real* w
 }
 
 template <typename Real>
-void encoder_backward_vocab_parallel(Real* dwte_local, Real* dwpe, const Real* dout, const int32_t* inp, int v0,
-                                     int Vl, int B, int T, int C) {
+void encoder_backward_vocab_parallel(Real* dwte_local, Real* dwpe, const Real* dout, const int32_t* inp, int v0, int Vl,
+                                     int B, int T, int C) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       const int64_t n = static_cast<int64_t>(b) * T + t;
@@ -400,37 +401,37 @@ void adamw_update(Real* params, const Real* grads, Real* m, Real* v, int64_t n, 
 }
 
 // ---- explicit instantiations: float (backend checks) and double (finite-difference checks) ---------------
-#define HPCT_INSTANTIATE_REFERENCE(Real)                                                                            \
-  template void encoder_forward<Real>(Real*, const int32_t*, const Real*, const Real*, int, int, int);            \
-  template void encoder_backward<Real>(Real*, Real*, const Real*, const int32_t*, int, int, int);                 \
-  template void layernorm_forward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int);    \
-  template void layernorm_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, const Real*, \
-                                         const Real*, int, int);                                                  \
-  template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, int, int, int);                \
-  template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int, int); \
-  template void attention_forward<Real>(Real*, Real*, const Real*, int, int, int, int);                           \
+#define HPCT_INSTANTIATE_REFERENCE(Real)                                                                             \
+  template void encoder_forward<Real>(Real*, const int32_t*, const Real*, const Real*, int, int, int);               \
+  template void encoder_backward<Real>(Real*, Real*, const Real*, const int32_t*, int, int, int);                    \
+  template void layernorm_forward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int);       \
+  template void layernorm_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, const Real*,    \
+                                         const Real*, int, int);                                                     \
+  template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, int, int, int);                   \
+  template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int, int);    \
+  template void attention_forward<Real>(Real*, Real*, const Real*, int, int, int, int);                              \
   template void attention_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, const Real*, int, int, \
-                                         int, int);                                                               \
-  template void gelu_forward<Real>(Real*, const Real*, int64_t);                                                  \
-  template void gelu_backward<Real>(Real*, const Real*, const Real*, int64_t);                                    \
-  template void residual_forward<Real>(Real*, const Real*, const Real*, int64_t);                                 \
-  template void crossentropy_forward<Real>(Real*, const Real*, const int32_t*, int, int, int);                    \
-  template void crossentropy_forward_backward<Real>(Real*, Real*, const int32_t*, Real, int, int, int);           \
-  template void crossentropy_smoothed_forward<Real>(Real*, const Real*, const int32_t*, Real, int, int);           \
-  template void crossentropy_smoothed_forward_backward<Real>(Real*, Real*, const int32_t*, Real, Real, int, int);   \
-  template void encoder_forward_vocab_parallel<Real>(Real*, const int32_t*, const Real*, const Real*, int, int, int,  \
-                                                     int, int);                                                   \
+                                         int, int);                                                                  \
+  template void gelu_forward<Real>(Real*, const Real*, int64_t);                                                     \
+  template void gelu_backward<Real>(Real*, const Real*, const Real*, int64_t);                                       \
+  template void residual_forward<Real>(Real*, const Real*, const Real*, int64_t);                                    \
+  template void crossentropy_forward<Real>(Real*, const Real*, const int32_t*, int, int, int);                       \
+  template void crossentropy_forward_backward<Real>(Real*, Real*, const int32_t*, Real, int, int, int);              \
+  template void crossentropy_smoothed_forward<Real>(Real*, const Real*, const int32_t*, Real, int, int);             \
+  template void crossentropy_smoothed_forward_backward<Real>(Real*, Real*, const int32_t*, Real, Real, int, int);    \
+  template void encoder_forward_vocab_parallel<Real>(Real*, const int32_t*, const Real*, const Real*, int, int, int, \
+                                                     int, int);                                                      \
   template void encoder_backward_vocab_parallel<Real>(Real*, Real*, const Real*, const int32_t*, int, int, int, int, \
-                                                      int);                                                       \
-  template void crossentropy_vp_local_max<Real>(Real*, const Real*, int, int, int, int);                          \
+                                                      int);                                                          \
+  template void crossentropy_vp_local_max<Real>(Real*, const Real*, int, int, int, int);                             \
   template void crossentropy_vp_local_sumexp<Real>(Real*, Real*, const Real*, const Real*, const int32_t*, int, int, \
-                                                   int, int);                                                     \
-  template void crossentropy_vp_loss_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*,           \
-                                                    const int32_t*, Real, int, int, int, int);                    \
-  template void crossentropy_vp_loss<Real>(Real*, const Real*, const Real*, const Real*, int);                    \
-  template void sum<Real>(Real*, const Real*, int64_t);                                                           \
-  template void sum_squares_accumulate<Real>(double*, const Real*, int64_t);                                      \
-  template void scale<Real>(Real*, Real, int64_t);                                                                \
+                                                   int, int);                                                        \
+  template void crossentropy_vp_loss_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*,             \
+                                                    const int32_t*, Real, int, int, int, int);                       \
+  template void crossentropy_vp_loss<Real>(Real*, const Real*, const Real*, const Real*, int);                       \
+  template void sum<Real>(Real*, const Real*, int64_t);                                                              \
+  template void sum_squares_accumulate<Real>(double*, const Real*, int64_t);                                         \
+  template void scale<Real>(Real*, Real, int64_t);                                                                   \
   template void adamw_update<Real>(Real*, const Real*, Real*, Real*, int64_t, Real, Real, Real, Real, Real, Real, int);
 
 HPCT_INSTANTIATE_REFERENCE(float)

@@ -57,14 +57,14 @@ template <typename Real>
 void crossentropy_forward(Real* losses /*(N)*/, const Real* logits /*(N,Vp)*/, const int32_t* targets /*(N)*/, int N,
                           int V, int Vp);
 template <typename Real>
-void crossentropy_forward_backward(Real* losses /*(N)*/, Real* logits /*(N,Vp) in/out*/,
-                                   const int32_t* targets /*(N)*/, Real dloss, int N, int V, int Vp);
+void crossentropy_forward_backward(Real* losses /*(N)*/, Real* logits /*(N,Vp) in/out*/, const int32_t* targets /*(N)*/,
+                                   Real dloss, int N, int V, int Vp);
 
 // Vocabulary parallelism (kernels.hpp): this rank holds the global rows/columns [v0, v0+Vl) of the padded Vp.
 template <typename Real>
 void encoder_forward_vocab_parallel(Real* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                                    const Real* wte_local /*(Vl,C)*/, const Real* wpe /*(T,C) or null*/, int v0,
-                                    int Vl, int B, int T, int C);
+                                    const Real* wte_local /*(Vl,C)*/, const Real* wpe /*(T,C) or null*/, int v0, int Vl,
+                                    int B, int T, int C);
 template <typename Real>
 void encoder_backward_vocab_parallel(Real* dwte_local /*(Vl,C) +=*/, Real* dwpe /*(T,C) += or null*/,
                                      const Real* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl, int B,
@@ -100,8 +100,8 @@ void conv2d_forward(Real* out /*(N,OC,OH,OW)*/, const Real* inp /*(N,C,H,W)*/, c
                     const Real* bias /*(OC) or null*/, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                     int pad);
 template <typename Real>
-void conv2d_backward(Real* dinp /*(N,C,H,W) or null*/, Real* dweight /*(OC,C,KH,KW) +=*/, Real* dbias /*(OC) += or null*/,
-                     const Real* dout /*(N,OC,OH,OW)*/, const Real* inp /*(N,C,H,W)*/,
+void conv2d_backward(Real* dinp /*(N,C,H,W) or null*/, Real* dweight /*(OC,C,KH,KW) +=*/,
+                     Real* dbias /*(OC) += or null*/, const Real* dout /*(N,OC,OH,OW)*/, const Real* inp /*(N,C,H,W)*/,
                      const Real* weight /*(OC,C,KH,KW)*/, int N, int C, int H, int W, int OC, int KH, int KW,
                      int stride, int pad);
 template <typename Real>

@@ -172,8 +172,8 @@ void batchnorm2d_backward(Real* dinp, Real* dgamma, Real* dbeta, const Real* dou
   // the single-rank backward is the split pair with this rank's sums as the global ones
   std::vector<Real> sums(2 * static_cast<size_t>(C));  // (C,2)
   batchnorm2d_backward_local_sums(sums.data(), dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
-  batchnorm2d_backward_apply(dinp, dout, inp, save_mean, save_rstd, gamma, sums.data(), static_cast<int64_t>(N) * HW,
-                             N, C, HW);
+  batchnorm2d_backward_apply(dinp, dout, inp, save_mean, save_rstd, gamma, sums.data(), static_cast<int64_t>(N) * HW, N,
+                             C, HW);
 }
 
 // ---- ReLU, pooling ------------------------------------------------------------------------------------------
@@ -235,31 +235,31 @@ void global_avgpool_backward(Real* dinp, const Real* dout, int N, int C, int HW)
     for (int i = 0; i < HW; i++) dinp[p * HW + i] = dout[p] / HW;
 }
 
-#define HPCT_INSTANTIATE_CONV(Real)                                                                                   \
+#define HPCT_INSTANTIATE_CONV(Real)                                                                                    \
   template void conv2d_forward<Real>(Real*, const Real*, const Real*, const Real*, int, int, int, int, int, int, int,  \
                                      int, int);                                                                        \
   template void conv2d_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int, int, int,  \
                                       int, int, int, int, int);                                                        \
-  template void batchnorm2d_forward_train<Real>(Real*, Real*, Real*, Real*, const Real*, const Real*, const Real*,    \
+  template void batchnorm2d_forward_train<Real>(Real*, Real*, Real*, Real*, const Real*, const Real*, const Real*,     \
                                                 int, int, int, Real);                                                  \
-  template void batchnorm2d_local_stats<Real>(Real*, const Real*, int, int, int);                                     \
-  template void batchnorm2d_merge_stats<Real>(Real*, const Real*, int, int);                                          \
-  template void batchnorm2d_forward_apply<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,           \
+  template void batchnorm2d_local_stats<Real>(Real*, const Real*, int, int, int);                                      \
+  template void batchnorm2d_merge_stats<Real>(Real*, const Real*, int, int);                                           \
+  template void batchnorm2d_forward_apply<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,            \
                                                 const Real*, int, int, int, Real);                                     \
-  template void batchnorm2d_update_running<Real>(Real*, Real*, const Real*, int, Real);                               \
+  template void batchnorm2d_update_running<Real>(Real*, Real*, const Real*, int, Real);                                \
   template void batchnorm2d_forward_eval<Real>(Real*, const Real*, const Real*, const Real*, const Real*, const Real*, \
                                                int, int, int, Real);                                                   \
-  template void batchnorm2d_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, const Real*,   \
+  template void batchnorm2d_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, const Real*,    \
                                            const Real*, int, int, int);                                                \
-  template void batchnorm2d_backward_local_sums<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,     \
+  template void batchnorm2d_backward_local_sums<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,      \
                                                       const Real*, int, int, int);                                     \
-  template void batchnorm2d_backward_apply<Real>(Real*, const Real*, const Real*, const Real*, const Real*,           \
+  template void batchnorm2d_backward_apply<Real>(Real*, const Real*, const Real*, const Real*, const Real*,            \
                                                  const Real*, const Real*, int64_t, int, int, int);                    \
-  template void relu_forward<Real>(Real*, const Real*, int64_t);                                                      \
-  template void relu_backward<Real>(Real*, const Real*, const Real*, int64_t);                                        \
-  template void maxpool2d_forward<Real>(Real*, int32_t*, const Real*, int, int, int, int, int, int, int);             \
-  template void maxpool2d_backward<Real>(Real*, const Real*, const int32_t*, int, int, int, int, int, int, int);      \
-  template void global_avgpool_forward<Real>(Real*, const Real*, int, int, int);                                      \
+  template void relu_forward<Real>(Real*, const Real*, int64_t);                                                       \
+  template void relu_backward<Real>(Real*, const Real*, const Real*, int64_t);                                         \
+  template void maxpool2d_forward<Real>(Real*, int32_t*, const Real*, int, int, int, int, int, int, int);              \
+  template void maxpool2d_backward<Real>(Real*, const Real*, const int32_t*, int, int, int, int, int, int, int);       \
+  template void global_avgpool_forward<Real>(Real*, const Real*, int, int, int);                                       \
   template void global_avgpool_backward<Real>(Real*, const Real*, int, int, int);
 
 HPCT_INSTANTIATE_CONV(float)

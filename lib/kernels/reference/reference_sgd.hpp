@@ -6,8 +6,7 @@
 namespace hpct::kernels::reference {
 
 template <typename Real>
-void sgd_update(Real* params /*(n)*/, const Real* grads /*(n)*/, Real* momentum_buf /*(n) or null*/, int64_t n,
-                Real lr, Real momentum, Real dampening, Real weight_decay, bool nesterov, Real grad_scale,
-                bool first_step);
+void sgd_update(Real* params /*(n)*/, const Real* grads /*(n)*/, Real* momentum_buf /*(n) or null*/, int64_t n, Real lr,
+                Real momentum, Real dampening, Real weight_decay, bool nesterov, Real grad_scale, bool first_step);
 
 }  // namespace hpct::kernels::reference

@@ -21,8 +21,8 @@ void GptConfig::validate(const std::string& where) const {
   HPCT_USAGE_CHECK(n_embd % n_head == 0,
                    "{}: model.n_embd={} is not divisible by model.n_head={}; choose n_head dividing n_embd", where,
                    n_embd, n_head);
-  HPCT_USAGE_CHECK(vocab_size <= 65536,
-                   "{}: model.vocab_size={} exceeds 65536, the limit of uint16 token shards", where, vocab_size);
+  HPCT_USAGE_CHECK(vocab_size <= 65536, "{}: model.vocab_size={} exceeds 65536, the limit of uint16 token shards",
+                   where, vocab_size);
   HPCT_USAGE_CHECK(padded_vocab % 128 == 0 && padded_vocab >= vocab_size, "{}: internal vocabulary padding error",
                    where);
 }
@@ -110,9 +110,8 @@ std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, De
   // attention backward's scratch, shared by every layer: dprobabilities (B,NH,T,T) on the CPU, D (B,NH,T) on CUDA
   const int64_t att_scratch = k::attention_scratch_floats(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                           static_cast<int>(NH));
-  return {{"dresidual", {B, T, C}}, {"dln", {B, T, C}},           {"dqkv", {B, T, 3 * Cl}},
-          {"datty", {B, T, Cl}},    {"att_scratch", {att_scratch}}, {"dfch", {B, T, 4 * Cl}},
-          {"dfch_gelu", {B, T, 4 * Cl}}};
+  return {{"dresidual", {B, T, C}},       {"dln", {B, T, C}},       {"dqkv", {B, T, 3 * Cl}},     {"datty", {B, T, Cl}},
+          {"att_scratch", {att_scratch}}, {"dfch", {B, T, 4 * Cl}}, {"dfch_gelu", {B, T, 4 * Cl}}};
 }
 }  // namespace
 
@@ -128,8 +127,7 @@ MemoryPlan memory_plan(const GptConfig& c, int B, Device device) {
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
   for (const auto& a : activation_layout(c, B, 1, device)) m.activation_bytes += aligned(numel(a.shape) * 4);
-  for (const auto& a : activation_grad_layout(c, B, 1, device))
-    m.activation_grad_bytes += aligned(numel(a.shape) * 4);
+  for (const auto& a : activation_grad_layout(c, B, 1, device)) m.activation_grad_bytes += aligned(numel(a.shape) * 4);
   return m;
 }
 
@@ -140,7 +138,8 @@ double flops_per_token(const GptConfig& c) {
 
 // ---- model -------------------------------------------------------------------------------------
 
-Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device) : Gpt(cfg, micro_batch, device, ModelParallel{}, nullptr) {}
+Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device)
+    : Gpt(cfg, micro_batch, device, ModelParallel{}, nullptr) {}
 
 namespace {
 std::vector<ParamSpec> local_layout(const GptConfig& cfg, const ModelParallel& mp) {
@@ -212,8 +211,8 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     g_.push_back(layer_params(grads_, stage_.first_layer + l));
     const std::string h = "h." + std::to_string(l) + ".";
     auto A = [&](const char* n) { return &acts_.get(h + n); };
-    a_.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att_stats"), A("residual2"),
-                  A("ln2"), A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
+    a_.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att_stats"), A("residual2"), A("ln2"),
+                  A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
   }
   encoded_ = &acts_.get("encoded");
   lnf_ = &acts_.get("lnf");
@@ -239,9 +238,9 @@ Gpt::LayerParams Gpt::layer_params(Slab& s, int l) {
   const std::string h = "h." + std::to_string(l) + ".";
   auto P = [&](const char* n) { return &s.get(h + n); };
   auto Pb = [&](const char* n) { return cfg_.bias ? &s.get(h + n) : nullptr; };
-  return {P("ln1.weight"),     Pb("ln1.bias"),     P("attn.qkv.weight"), Pb("attn.qkv.bias"),
+  return {P("ln1.weight"),       Pb("ln1.bias"),       P("attn.qkv.weight"), Pb("attn.qkv.bias"),
           P("attn.proj.weight"), Pb("attn.proj.bias"), P("ln2.weight"),      Pb("ln2.bias"),
-          P("mlp.fc.weight"),  Pb("mlp.fc.bias"),  P("mlp.proj.weight"), Pb("mlp.proj.bias")};
+          P("mlp.fc.weight"),    Pb("mlp.fc.bias"),    P("mlp.proj.weight"), Pb("mlp.proj.bias")};
 }
 
 void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
@@ -315,8 +314,8 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const fl
     const LayerParams& p = p_[l];
     const LayerActs& a = a_[l];
     // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
-    k::layernorm_forward(ctx, a.ln1->f32(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->f32(),
-                         ptr(p.ln1b), N, C);
+    k::layernorm_forward(ctx, a.ln1->f32(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->f32(), ptr(p.ln1b),
+                         N, C);
     // column-parallel QKV: ln1 enters through copy_to_tp_region (identity forward)
     k::matmul_forward(ctx, a.qkv->f32(), a.ln1->f32(), p.qkvw->f32(), ptr(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
     k::attention_forward(ctx, a.atty->f32(), a.att_stats->f32(), a.qkv->f32(), b, T, Cl, NH);
@@ -351,7 +350,7 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const fl
 const float* Gpt::vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss) {
   const int N = b * cfg_.seq_len, Vl = cfg_.padded_vocab / mp_.tp, v0 = mp_.tp_rank * Vl, V = cfg_.vocab_size;
   float* mx = ce_max_->f32();
-  float* sumexp = ce_stats_->f32();                 // (N) at the start of the (2, B, T) buffer
+  float* sumexp = ce_stats_->f32();                                         // (N) at the start of the (2, B, T) buffer
   float* tgt = ce_stats_->f32() + static_cast<int64_t>(B_) * cfg_.seq_len;  // (N) in the second half
   k::crossentropy_vp_local_max(ctx, mx, logits_->f32(), v0, Vl, V, N);
   tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, mx, N, comm::ReduceOp::Max, "TP cross-entropy max");
@@ -413,7 +412,7 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
     k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
                           lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
     ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
-  } else {  // the next stage's gradient w.r.t. this stage's output
+  } else {                                                     // the next stage's gradient w.r.t. this stage's output
     HPCT_CHECK(dout != nullptr, "pipeline stage {} needs the gradient of its output", mp_.pp_rank);
     k::copy_device(ctx, dres, dout, NC * 4);
   }
@@ -452,8 +451,8 @@ void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din)
     return;
   }
   if (tp)
-    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, mp_.tp_rank * Vl, Vl, b,
-                                       T, C);
+    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, mp_.tp_rank * Vl, Vl, b, T,
+                                       C);
   else
     k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, b, T, C);
   ready(0, layer_first_[0]);  // wte (head and encoder), wpe

@@ -43,7 +43,6 @@ struct StagePlan {
   int num_layers() const { return end_layer - first_layer; }
 };
 
-
 // One logical parameter tensor: name, logical shape (the serial model's), initialisation and whether
 // AdamW's decoupled weight decay applies (2-D weights and embeddings only, as nanoGPT / torch recipes).
 struct ParamSpec {
@@ -59,10 +58,10 @@ std::vector<ParamSpec> parameter_layout(const GptConfig& cfg);
 
 // Sizes of the planned slabs for one rank (docs/invariants.md, invariant 7), callable from tests.
 struct MemoryPlan {
-  int64_t num_params = 0;          // all parameters, padding rows of wte included
-  int64_t num_params_no_wpe = 0;   // N of the PaLM flop count (padding rows of wte excluded too)
+  int64_t num_params = 0;         // all parameters, padding rows of wte included
+  int64_t num_params_no_wpe = 0;  // N of the PaLM flop count (padding rows of wte excluded too)
   size_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0;
-  size_t activation_bytes = 0;     // forward activations kept for backward, for one micro-batch
+  size_t activation_bytes = 0;       // forward activations kept for backward, for one micro-batch
   size_t activation_grad_bytes = 0;  // backward scratch (one layer at a time + residual stream)
   size_t total() const { return param_bytes + grad_bytes + optim_bytes + activation_bytes + activation_grad_bytes; }
 };
@@ -136,8 +135,8 @@ class Gpt {
     Tensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   };
   struct LayerActs {  // forward activations kept for backward
-    Tensor *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_stats, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
-        *fch_gelu, *residual3;
+    Tensor *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_stats, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu,
+        *residual3;
   };
   LayerParams layer_params(Slab& slab, int l);
   static float* ptr(Tensor* t) { return t ? t->f32() : nullptr; }
@@ -162,9 +161,11 @@ class Gpt {
   std::vector<LayerActs> a_;
   Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
          *dlnfw_ = nullptr, *dlnfb_ = nullptr;  // null where this pipeline stage does not hold them
-  const int32_t* last_inputs_ = nullptr;                 // (B, T) tokens of the last forward (encoder backward)
+  const int32_t* last_inputs_ = nullptr;        // (B, T) tokens of the last forward (encoder backward)
   Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;
-  Tensor *ce_max_ = nullptr, *ce_stats_ = nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections
+  Tensor *ce_max_ = nullptr,
+         *ce_stats_ =
+             nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections
   // backward scratch, reused by every layer (activation gradients are assigned, see kernels.hpp)
   Tensor *dresidual_, *dln_, *dqkv_, *datty_, *att_scratch_, *dfch_, *dfch_gelu_;
 };

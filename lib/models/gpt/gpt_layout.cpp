@@ -21,7 +21,8 @@ size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }  // the Slab's 6
 std::string valid_tps(const GptConfig& c) {
   std::string s;
   for (int d = 1; d <= c.n_head; ++d)
-    if (c.n_head % d == 0 && c.padded_vocab % d == 0 && (4 * c.n_embd) % d == 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
+    if (c.n_head % d == 0 && c.padded_vocab % d == 0 && (4 * c.n_embd) % d == 0)
+      s += (s.empty() ? "" : ", ") + std::to_string(d);
   return s;
 }
 
@@ -31,11 +32,11 @@ int tp_split_axis(const std::string& name) {
     const std::string s(suffix);
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  if (name == "wte") return 0;                                                  // (Vp, C) vocab-parallel
-  if (ends_with("attn.qkv.weight") || ends_with("attn.qkv.bias")) return 1;     // (3, NH, HS[, C]) heads
-  if (ends_with("attn.proj.weight")) return 1;                                  // (C, C) row-parallel
-  if (ends_with("mlp.fc.weight") || ends_with("mlp.fc.bias")) return 0;         // (4C[, C]) column-parallel
-  if (ends_with("mlp.proj.weight")) return 1;                                   // (C, 4C) row-parallel
+  if (name == "wte") return 0;                                               // (Vp, C) vocab-parallel
+  if (ends_with("attn.qkv.weight") || ends_with("attn.qkv.bias")) return 1;  // (3, NH, HS[, C]) heads
+  if (ends_with("attn.proj.weight")) return 1;                               // (C, C) row-parallel
+  if (ends_with("mlp.fc.weight") || ends_with("mlp.fc.bias")) return 0;      // (4C[, C]) column-parallel
+  if (ends_with("mlp.proj.weight")) return 1;                                // (C, 4C) row-parallel
   return -1;  // wpe, LayerNorms, attn.proj.bias, mlp.proj.bias: replicated
 }
 
@@ -125,10 +126,10 @@ std::vector<ShardSpec> parameter_layout(const GptConfig& c, const ModelParallel&
   std::vector<ShardSpec> out;
   for (const ParamSpec& p : parameter_layout(c)) {
     const int l = layer_of(p.name);
-    const bool held = l >= 0                   ? (l >= st.first_layer && l < st.end_layer)
-                      : p.name == "wte"        ? (st.has_embedding || st.has_head)
-                      : p.name == "wpe"        ? st.has_embedding
-                                               : st.has_head;  // lnf.*
+    const bool held = l >= 0            ? (l >= st.first_layer && l < st.end_layer)
+                      : p.name == "wte" ? (st.has_embedding || st.has_head)
+                      : p.name == "wpe" ? st.has_embedding
+                                        : st.has_head;  // lnf.*
     if (!held) continue;
     ShardSpec s;
     s.spec = p;
@@ -139,8 +140,7 @@ std::vector<ShardSpec> parameter_layout(const GptConfig& c, const ModelParallel&
     s.is_tied_copy = p.name == "wte" && !st.has_embedding;
     if (s.split_axis >= 0) {
       const int a = s.split_axis;
-      HPCT_CHECK(p.shape[a] % mp.tp == 0, "{} axis {} of size {} does not split {} ways", p.name, a, p.shape[a],
-                 mp.tp);
+      HPCT_CHECK(p.shape[a] % mp.tp == 0, "{} axis {} of size {} does not split {} ways", p.name, a, p.shape[a], mp.tp);
       s.spec.shape[a] = p.shape[a] / mp.tp;
       s.offset[a] = s.spec.shape[a] * mp.tp_rank;
     }
@@ -160,8 +160,8 @@ void init_shard(float* out, const ShardSpec& s, const GptConfig& c, uint64_t see
              "{}: local shape, offset and global shape differ in rank", p.name);
   for (size_t d = 0; d < p.shape.size(); ++d)
     HPCT_CHECK(s.offset[d] >= 0 && p.shape[d] >= 0 && s.offset[d] + p.shape[d] <= s.global_shape[d],
-               "{}: axis {}: [{}, {}) is outside the global extent {}", p.name, d, s.offset[d], s.offset[d] + p.shape[d],
-               s.global_shape[d]);
+               "{}: axis {}: [{}, {}) is outside the global extent {}", p.name, d, s.offset[d],
+               s.offset[d] + p.shape[d], s.global_shape[d]);
   // The serial model's std for residual projections, computed the same way (float) as Gpt::init_parameters.
   const float proj_std = c.init_std / std::sqrt(2.0f * static_cast<float>(c.n_layer));
   const uint64_t stream = rng::stream_of(p.name);
@@ -181,7 +181,8 @@ void init_shard(float* out, const ShardSpec& s, const GptConfig& c, uint64_t see
   }
   if (p.name == "wte") {  // padding rows (global row >= V) stay zero, as in the serial model
     const int64_t C = p.shape[1], rows = p.shape[0], row0 = s.offset[0];
-    for (int64_t r = std::max<int64_t>(0, c.vocab_size - row0); r < rows; ++r) std::fill(out + r * C, out + (r + 1) * C, 0.0f);
+    for (int64_t r = std::max<int64_t>(0, c.vocab_size - row0); r < rows; ++r)
+      std::fill(out + r * C, out + (r + 1) * C, 0.0f);
   }
 }
 
@@ -219,19 +220,19 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
   size_t& a = m.activation_bytes;
   add(a, {B, T, C});  // encoded (first stage) / received stage input
   for (int l = st.first_layer; l < st.end_layer; ++l) {
-    add(a, {B, T, C});            // ln1
-    add(a, {B, T});               // ln1_mean
-    add(a, {B, T});               // ln1_rstd
-    add(a, {B, T, 3 * C / t});    // qkv: this rank's heads
-    add(a, {B, T, C / t});        // atty
-    add(a, {att_stats});          // attention stats: (B,NHl,T,T) probabilities on the CPU, (B,NHl,T) on CUDA
-    add(a, {B, T, C});            // residual2
-    add(a, {B, T, C});            // ln2
-    add(a, {B, T});               // ln2_mean
-    add(a, {B, T});               // ln2_rstd
-    add(a, {B, T, 4 * C / t});    // fch
-    add(a, {B, T, 4 * C / t});    // fch_gelu
-    add(a, {B, T, C});            // residual3
+    add(a, {B, T, C});          // ln1
+    add(a, {B, T});             // ln1_mean
+    add(a, {B, T});             // ln1_rstd
+    add(a, {B, T, 3 * C / t});  // qkv: this rank's heads
+    add(a, {B, T, C / t});      // atty
+    add(a, {att_stats});        // attention stats: (B,NHl,T,T) probabilities on the CPU, (B,NHl,T) on CUDA
+    add(a, {B, T, C});          // residual2
+    add(a, {B, T, C});          // ln2
+    add(a, {B, T});             // ln2_mean
+    add(a, {B, T});             // ln2_rstd
+    add(a, {B, T, 4 * C / t});  // fch
+    add(a, {B, T, 4 * C / t});  // fch_gelu
+    add(a, {B, T, C});          // residual3
   }
   if (st.has_head) {
     add(a, {B, T, C});    // lnf

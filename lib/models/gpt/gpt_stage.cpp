@@ -63,7 +63,8 @@ void GptStage::forward(int micro, const float* in, float* out) {
   if (!st.has_embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * 4);  // `in` is valid during this call only
   if (st.has_head) return;  // the stage with the head computes in its backward slot
   if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
-  else model_.forward(ctx_, nullptr, MB_, stashed(micro));
+  else
+    model_.forward(ctx_, nullptr, MB_, stashed(micro));
   k::copy_device(ctx_, out, model_.stage_output(), numel_ * 4);  // the executor sends `out` (stream-ordered after this)
 }
 
@@ -71,7 +72,8 @@ void GptStage::backward(int micro, const float* dout, float* din) {
   const StagePlan& st = model_.stage();
   // recompute the forward (the stage with the head: its only forward)
   if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
-  else model_.forward(ctx_, nullptr, MB_, stashed(micro));
+  else
+    model_.forward(ctx_, nullptr, MB_, stashed(micro));
   if (st.has_head) {
     const float* losses = model_.loss_and_backward(ctx_, targets(micro), dloss_, MB_, din);
     k::sum(ctx_, sums_->f32() + micro, losses, static_cast<int64_t>(MB_) * T_);

@@ -41,7 +41,8 @@ ArchSpec arch(const ResNetConfig& c) {
   ArchSpec a;
   const bool imagenet = c.style == "imagenet";
   int H = c.height, W = c.width;
-  a.stem = imagenet ? unit(c.in_channels, c.base_width, 7, 2, 3, H, W) : unit(c.in_channels, c.base_width, 3, 1, 1, H, W);
+  a.stem = imagenet ? unit(c.in_channels, c.base_width, 7, 2, 3, H, W)
+                    : unit(c.in_channels, c.base_width, 3, 1, 1, H, W);
   H = a.stem.OH;
   W = a.stem.OW;
   if (imagenet) {
@@ -119,10 +120,11 @@ void ResNetConfig::validate(const std::string& where) const {
                    "{}: image {}x{}x{}, {} classes, base width {}: all must be positive (image >= 4x4, >= 2 classes)",
                    where, in_channels, height, width, num_classes, base_width);
   const ArchSpec a = arch(*this);
-  HPCT_USAGE_CHECK(a.H_last >= 1 && a.W_last >= 1,
-                   "{}: a {}x{} image is too small for a {}-style ResNet-{} (the last stage would be {}x{}); use larger "
-                   "images or the cifar style",
-                   where, height, width, style, depth, a.H_last, a.W_last);
+  HPCT_USAGE_CHECK(
+      a.H_last >= 1 && a.W_last >= 1,
+      "{}: a {}x{} image is too small for a {}-style ResNet-{} (the last stage would be {}x{}); use larger "
+      "images or the cifar style",
+      where, height, width, style, depth, a.H_last, a.W_last);
 }
 
 std::vector<ParamSpec> parameter_layout(const ResNetConfig& c) {
@@ -194,7 +196,7 @@ int index_of(const std::vector<ParamSpec>& layout, const std::string& name) {
 }  // namespace
 
 ResNet::Conv ResNet::make_conv(const std::string& name, int C, int OC, int H, int W, int K, int stride, int pad) {
-  Conv c{index_of(layout_, name), C, OC, H, W, K, stride, pad, (H + 2 * pad - K) / stride + 1,
+  Conv c{index_of(layout_, name),       C, OC, H, W, K, stride, pad, (H + 2 * pad - K) / stride + 1,
          (W + 2 * pad - K) / stride + 1};
   const ExecContext ctx{device_, nullptr};
   ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad));
@@ -202,8 +204,15 @@ ResNet::Conv ResNet::make_conv(const std::string& name, int C, int OC, int H, in
 }
 
 ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
-  Bn b{index_of(layout_, name + ".weight"), static_cast<int>(buffers_.tensors().size()), C, HW, nullptr, nullptr,
-       nullptr, nullptr, nullptr};
+  Bn b{index_of(layout_, name + ".weight"),
+       static_cast<int>(buffers_.tensors().size()),
+       C,
+       HW,
+       nullptr,
+       nullptr,
+       nullptr,
+       nullptr,
+       nullptr};
   buffers_.add(name + ".running_mean", {C});
   buffers_.add(name + ".running_var", {C});
   const int R = bn_group_ ? bn_group_->size() : 1;
@@ -319,7 +328,8 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
     } else if (spec.name.rfind("fc.", 0) == 0) {  // torch.nn.Linear default: U(-1/sqrt(in), 1/sqrt(in))
       const double bound = 1.0 / std::sqrt(static_cast<double>(layout_[static_cast<size_t>(fc_w_)].shape[1]));
       for (int64_t j = 0; j < t.numel(); ++j)
-        host[static_cast<size_t>(j)] = static_cast<float>((2.0 * rng::uniform(seed, stream, static_cast<uint64_t>(j)) - 1.0) * bound);
+        host[static_cast<size_t>(j)] = static_cast<float>(
+            (2.0 * rng::uniform(seed, stream, static_cast<uint64_t>(j)) - 1.0) * bound);
     } else if (spec.name.find(".weight") != std::string::npos) {  // BN gamma
       std::fill(host.begin(), host.end(), 1.0f);
     }  // BN beta: 0
@@ -334,7 +344,9 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
   }
 }
 
-void ResNet::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
+void ResNet::zero_grad(const ExecContext& ctx) {
+  k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
+}
 
 void ResNet::conv_forward(const ExecContext& ctx, const Conv& c, float* out, const float* inp, int b) {
   k::conv2d_forward(ctx, out, inp, params_.tensors()[static_cast<size_t>(c.pidx)].f32(), nullptr, ws_->f32(),
@@ -344,8 +356,8 @@ void ResNet::conv_forward(const ExecContext& ctx, const Conv& c, float* out, con
 void ResNet::conv_backward(const ExecContext& ctx, const Conv& c, float* dinp, const float* dout, const float* inp,
                            int b) {
   k::conv2d_backward(ctx, dinp, grads_.tensors()[static_cast<size_t>(c.pidx)].f32(), nullptr, dout, inp,
-                     params_.tensors()[static_cast<size_t>(c.pidx)].f32(), ws_->f32(), ws_->numel(), b, c.C, c.H,
-                     c.W, c.OC, c.K, c.K, c.stride, c.pad);
+                     params_.tensors()[static_cast<size_t>(c.pidx)].f32(), ws_->f32(), ws_->numel(), b, c.C, c.H, c.W,
+                     c.OC, c.K, c.K, c.stride, c.pad);
 }
 
 // BatchNorm, training mode: local (count, mean, M2) per channel; with a SyncBN group, allgathered and merged
@@ -379,8 +391,7 @@ void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, float* dinp, const floa
   float* dgamma = grads_.tensors()[static_cast<size_t>(bn.pidx)].f32();
   float* dbeta = grads_.tensors()[static_cast<size_t>(bn.pidx) + 1].f32();
   if (!bn_group_) {
-    k::batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, bn.mean->f32(), bn.rstd->f32(), gamma, b, bn.C,
-                            bn.HW);
+    k::batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, bn.mean->f32(), bn.rstd->f32(), gamma, b, bn.C, bn.HW);
     return;
   }
   k::batchnorm2d_backward_local_sums(ctx, bn.sums->f32(), dgamma, dbeta, dout, inp, bn.mean->f32(), bn.rstd->f32(), b,

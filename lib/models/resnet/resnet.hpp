@@ -149,7 +149,7 @@ class ResNet {
   std::vector<Block> blocks_;
   Tensor *x0c_, *x0b_, *x0p_ = nullptr, *pool_idx_ = nullptr, *pooled_, *logits_, *losses_, *ws_;
   Tensor *dA_, *dB_, *dC_, *dD_, *dpooled_;  // backward scratch: the largest activation, several
-  const float* last_images_ = nullptr;  // (B, Cin, H, W) of the last forward (the stem's weight gradient)
+  const float* last_images_ = nullptr;       // (B, Cin, H, W) of the last forward (the stem's weight gradient)
   int fc_w_ = 0, fc_b_ = 0;
   int64_t ws_floats_ = 0;
   int C_last_ = 0, HW_last_ = 0;

@@ -36,8 +36,8 @@ class ResNetStage final : public parallel::PipelineStage {
   int64_t activation_numel() const override { return 0; }  // one stage: nothing is exchanged
 
   // (loss sum, correct predictions) over images [first, end) of `set`, micro_batch at a time, BN in eval mode.
-  std::pair<double, double> evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm,
-                                     int64_t first, int64_t end);
+  std::pair<double, double> evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm, int64_t first,
+                                     int64_t end);
 
  private:
   // Copies images (b, C, H, W) and labels (b) from the host buffers, runs the forward, queues the logits' copy to the
@@ -55,8 +55,8 @@ class ResNetStage final : public parallel::PipelineStage {
   double sums_[2] = {0.0, 0.0};  // loss sum, correct predictions
   Slab io_;
   Tensor *img_dev_ = nullptr, *lab_dev_ = nullptr, *sum_dev_ = nullptr;  // (MB, C, H, W), (MB), (1)
-  std::vector<float> img_host_, logits_host_;  // (MB, C, H, W), (MB, K)
-  std::vector<int32_t> lab_host_;              // (MB)
+  std::vector<float> img_host_, logits_host_;                            // (MB, C, H, W), (MB, K)
+  std::vector<int32_t> lab_host_;                                        // (MB)
 };
 
 }  // namespace hpct::resnet

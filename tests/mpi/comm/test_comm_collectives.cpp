@@ -25,28 +25,34 @@ CommOptions test_options() {
 
 // The element pattern: rank r holds (r+1) * base(i), base(i) = (i % kMod + 1) * kScale. kScale puts i64 values above
 // 2^32 and f64 values below 1 (both exact); u8 keeps its sums under 256 at np 4 (7 * 10 = 70).
-template <typename T> struct Pat;
-template <> struct Pat<float> {
+template <typename T>
+struct Pat;
+template <>
+struct Pat<float> {
   static constexpr DType dtype = DType::F32;
   static constexpr int64_t kMod = 1009;
   static float scale() { return 1.0f; }
 };
-template <> struct Pat<double> {
+template <>
+struct Pat<double> {
   static constexpr DType dtype = DType::F64;
   static constexpr int64_t kMod = 1009;
   static double scale() { return 1.0 / 1048576.0; }  // 2^-20
 };
-template <> struct Pat<int32_t> {
+template <>
+struct Pat<int32_t> {
   static constexpr DType dtype = DType::I32;
   static constexpr int64_t kMod = 1009;
   static int32_t scale() { return 3; }
 };
-template <> struct Pat<int64_t> {
+template <>
+struct Pat<int64_t> {
   static constexpr DType dtype = DType::I64;
   static constexpr int64_t kMod = 1009;
   static int64_t scale() { return int64_t{1} << 33; }
 };
-template <> struct Pat<uint8_t> {
+template <>
+struct Pat<uint8_t> {
   static constexpr DType dtype = DType::U8;
   static constexpr int64_t kMod = 7;
   static uint8_t scale() { return 1; }
@@ -81,8 +87,7 @@ int64_t count_wrong(const std::vector<T>& got, Want&& want, const std::string& w
   for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
     const T w = want(i);
     if (got[i] != w) {
-      if (wrong < 3)
-        ADD_FAILURE() << what << ": element " << i << " is " << +got[i] << ", should be " << +w;
+      if (wrong < 3) ADD_FAILURE() << what << ": element " << i << " is " << +got[i] << ", should be " << +w;
       ++wrong;
     }
   }
@@ -100,9 +105,12 @@ void check_allreduce(Communicator& comm) {
       std::vector<T> buf(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) buf[i] = value<T>(i, r);
       comm.allreduce(buf.data(), count, Pat<T>::dtype, op, "test");
-      const std::string what =
-          fmt::format("allreduce {} {} count {} np {}", dtype_name(Pat<T>::dtype), reduce_op_name(op), count, n);
-      EXPECT_EQ(count_wrong(buf, [&](int64_t i) { return expected<T>(i, n, op); }, what), 0) << what;
+      const std::string what = fmt::format("allreduce {} {} count {} np {}", dtype_name(Pat<T>::dtype),
+                                           reduce_op_name(op), count, n);
+      EXPECT_EQ(count_wrong(
+                    buf, [&](int64_t i) { return expected<T>(i, n, op); }, what),
+                0)
+          << what;
     }
 }
 
@@ -148,7 +156,10 @@ void check_reduce_scatter(Communicator& comm, bool in_place) {
       } else {
         comm.reduce_scatter(send.data(), recv.data(), count, Pat<T>::dtype, op, "test");
       }
-      EXPECT_EQ(count_wrong(recv, [&](int64_t j) { return expected<T>(r * count + j, n, op); }, what), 0) << what;
+      EXPECT_EQ(count_wrong(
+                    recv, [&](int64_t j) { return expected<T>(r * count + j, n, op); }, what),
+                0)
+          << what;
     }
 }
 
@@ -178,7 +189,10 @@ void check_allgather(Communicator& comm, int64_t count, bool in_place) {
   }
   const std::string what = fmt::format("allgather{} {} count {} np {}", in_place ? " (in place)" : "",
                                        dtype_name(Pat<T>::dtype), count, n);
-  EXPECT_EQ(count_wrong(recv, [&](int64_t i) { return value<T>(i, static_cast<int>(i / count)); }, what), 0) << what;
+  EXPECT_EQ(count_wrong(
+                recv, [&](int64_t i) { return value<T>(i, static_cast<int>(i / count)); }, what),
+            0)
+      << what;
 }
 
 TEST(MpiCommunicator, AllgatherOutOfPlaceAndInPlace) {
@@ -220,9 +234,12 @@ void check_v_forms(Communicator& comm, bool in_place) {
     } else {
       comm.reduce_scatter_v_async(send.data(), recv.data(), counts, t, op, "test")->wait();
     }
-    const std::string what = fmt::format("reduce_scatter_v{} {} {} np {}", in_place ? " (in place)" : "",
-                                         dtype_name(t), reduce_op_name(op), n);
-    EXPECT_EQ(count_wrong(recv, [&](int64_t j) { return expected<T>(displ + j, n, op); }, what), 0) << what;
+    const std::string what = fmt::format("reduce_scatter_v{} {} {} np {}", in_place ? " (in place)" : "", dtype_name(t),
+                                         reduce_op_name(op), n);
+    EXPECT_EQ(count_wrong(
+                  recv, [&](int64_t j) { return expected<T>(displ + j, n, op); }, what),
+              0)
+        << what;
   }
   {  // allgather_v: rank q's block holds value(i, q) at global indices of block q
     std::vector<T> recv(static_cast<size_t>(total), T{});
@@ -238,7 +255,10 @@ void check_v_forms(Communicator& comm, bool in_place) {
     for (int q = 0, i = 0; q < n; ++q)
       for (int64_t j = 0; j < counts[q]; ++j) owner[i++] = q;
     const std::string what = fmt::format("allgather_v{} {} np {}", in_place ? " (in place)" : "", dtype_name(t), n);
-    EXPECT_EQ(count_wrong(recv, [&](int64_t i) { return value<T>(i, owner[i]); }, what), 0) << what;
+    EXPECT_EQ(count_wrong(
+                  recv, [&](int64_t i) { return value<T>(i, owner[i]); }, what),
+              0)
+        << what;
   }
 }
 
@@ -264,7 +284,10 @@ TEST(MpiCommunicator, BroadcastFromEveryRoot) {
         for (int64_t i = 0; i < count; ++i) buf[i] = value<int64_t>(i, root);
       comm->broadcast(buf.data(), count, DType::I64, root, "test");
       const std::string what = fmt::format("broadcast from root {} count {} np {}", root, count, n);
-      EXPECT_EQ(count_wrong(buf, [&](int64_t i) { return value<int64_t>(i, root); }, what), 0) << what;
+      EXPECT_EQ(count_wrong(
+                    buf, [&](int64_t i) { return value<int64_t>(i, root); }, what),
+                0)
+          << what;
     }
 }
 
@@ -287,8 +310,12 @@ TEST(MpiCommunicator, SendRecvRingWithTags) {
   ra->wait();
   sa->wait();
   sb->wait();
-  EXPECT_EQ(count_wrong(got_a, [&](int64_t i) { return value<float>(i, prev); }, "ring tag 1"), 0);
-  EXPECT_EQ(count_wrong(got_b, [&](int64_t i) { return -value<float>(i, prev); }, "ring tag 2"), 0);
+  EXPECT_EQ(count_wrong(
+                got_a, [&](int64_t i) { return value<float>(i, prev); }, "ring tag 1"),
+            0);
+  EXPECT_EQ(count_wrong(
+                got_b, [&](int64_t i) { return -value<float>(i, prev); }, "ring tag 2"),
+            0);
 }
 
 TEST(MpiCommunicator, RecvOfWrongCountIsAnError) {
@@ -327,7 +354,8 @@ TEST(MpiCommunicator, AsyncOverlapCompletedByProgressOutOfOrder) {
   std::vector<WorkPtr> works;
   for (int k = 0; k < kOps; ++k) {
     for (int64_t i = 0; i < count; ++i) bufs[k][i] = value<float>(i + k, r);
-    works.push_back(comm->allreduce_async(bufs[k].data(), count, DType::F32, ReduceOp::Avg, fmt::format("bucket {}", k)));
+    works.push_back(
+        comm->allreduce_async(bufs[k].data(), count, DType::F32, ReduceOp::Avg, fmt::format("bucket {}", k)));
   }
   works.push_back(comm->barrier_async("after buckets"));
   EXPECT_EQ(comm->in_flight(), static_cast<size_t>(kOps + 1));
@@ -340,7 +368,9 @@ TEST(MpiCommunicator, AsyncOverlapCompletedByProgressOutOfOrder) {
   ASSERT_EQ(comm->in_flight(), 0u);
   for (int k = 0; k < kOps; ++k) {
     const std::string what = fmt::format("bucket {} np {}", k, n);
-    EXPECT_EQ(count_wrong(bufs[k], [&](int64_t i) { return expected<float>(i + k, n, ReduceOp::Avg); }, what), 0);
+    EXPECT_EQ(count_wrong(
+                  bufs[k], [&](int64_t i) { return expected<float>(i + k, n, ReduceOp::Avg); }, what),
+              0);
   }
   // Completed Works: test() and wait() return at once, in any order, without blocking.
   for (int k = kOps; k >= 0; --k) {
@@ -362,7 +392,8 @@ TEST(MpiCommunicator, OutstandingWorksWaitedInReverseOrder) {
   for (int k = 2; k >= 0; --k) works[k]->wait();
   EXPECT_EQ(comm->in_flight(), 0u);
   for (int k = 0; k < 3; ++k)
-    EXPECT_EQ(count_wrong(bufs[k], [&](int64_t i) { return expected<int64_t>(i * (k + 1), n, ReduceOp::Sum); }, "rev"),
+    EXPECT_EQ(count_wrong(
+                  bufs[k], [&](int64_t i) { return expected<int64_t>(i * (k + 1), n, ReduceOp::Sum); }, "rev"),
               0);
 }
 
@@ -374,7 +405,9 @@ TEST(MpiCommunicator, DestroyingTheCommunicatorCompletesItsWorks) {
   WorkPtr w = comm->allreduce_async(buf.data(), 4096, DType::F64, ReduceOp::Avg, "orphan");
   comm.reset();
   EXPECT_TRUE(w->test());
-  EXPECT_EQ(count_wrong(buf, [&](int64_t i) { return expected<double>(i, n, ReduceOp::Avg); }, "orphan"), 0);
+  EXPECT_EQ(count_wrong(
+                buf, [&](int64_t i) { return expected<double>(i, n, ReduceOp::Avg); }, "orphan"),
+            0);
 }
 
 TEST(MpiCommunicator, SplitEvenOddAndReversedKey) {

@@ -23,10 +23,10 @@ namespace {
 
 using test::select_gpu;
 
-#define SKIP_WITHOUT_GPU()                                   \
-  do {                                                       \
-    const std::string why = select_gpu();                    \
-    if (!why.empty()) GTEST_SKIP() << why;                   \
+#define SKIP_WITHOUT_GPU()                 \
+  do {                                     \
+    const std::string why = select_gpu();  \
+    if (!why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
 CommOptions test_options() {
@@ -135,7 +135,8 @@ TEST(NcclCommunicator, ReduceScatterAllgatherBroadcast) {
     DeviceBuffer<int32_t> buf(count * n);
     buf.upload(h);
     nccl.allgather(buf.p + r * count, buf.p, count, DType::I32, "ag in place");
-    EXPECT_EQ(count_wrong(buf.download(), [&](int64_t i) { return value<int32_t>(i, static_cast<int>(i / count)); }), 0);
+    EXPECT_EQ(count_wrong(buf.download(), [&](int64_t i) { return value<int32_t>(i, static_cast<int>(i / count)); }),
+              0);
   }
   for (int root = 0; root < n; ++root) {  // broadcast from every root
     std::vector<double> h(count, -1.0);

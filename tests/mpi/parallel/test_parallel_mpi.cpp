@@ -29,7 +29,9 @@ void plan(Slab& s) {
   s.add("lnf", {1});
   s.allocate();
 }
-float grad_value(int rank, int tensor, int64_t i) { return static_cast<float>((rank + 1) * 1000 + tensor * 37 + i % 101); }
+float grad_value(int rank, int tensor, int64_t i) {
+  return static_cast<float>((rank + 1) * 1000 + tensor * 37 + i % 101);
+}
 
 }  // namespace
 

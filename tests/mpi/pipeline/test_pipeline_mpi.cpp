@@ -140,7 +140,8 @@ TEST(Pipeline, PassesExactValuesBothWays) {
         SyntheticStage stage(pp.rank(), pp.size(), numel, 0.0);
         PipelineBuffers buffers(schedule, numel);
         for (int step = 0; step < 3; ++step) {
-          const PipelineStats st = run_schedule(schedule, stage, pp, buffers, {.barrier = step != 1, .before_last_backward = {}});
+          const PipelineStats st = run_schedule(schedule, stage, pp, buffers,
+                                                {.barrier = step != 1, .before_last_backward = {}});
           EXPECT_GE(st.total_ms, st.compute_ms);
           EXPECT_GE(st.wait_ms, 0.0);
         }
@@ -177,7 +178,8 @@ TEST(Pipeline, LinkTransportMatchedByOrderPassesExactValues) {
         const auto schedule = make_schedule(kind, p, s, m);
         SyntheticStage stage(s, p, numel, 0.0);
         PipelineBuffers buffers(schedule, numel);
-        for (int step = 0; step < 3; ++step) run_schedule(schedule, stage, transport, buffers, {.barrier = step != 1, .before_last_backward = {}});
+        for (int step = 0; step < 3; ++step)
+          run_schedule(schedule, stage, transport, buffers, {.barrier = step != 1, .before_last_backward = {}});
         EXPECT_EQ(stage.wrong(), 0);
         EXPECT_EQ(stage.forwards(), 3 * m);
         EXPECT_EQ(stage.backwards(), 3 * m);
@@ -217,7 +219,8 @@ TEST(Pipeline, MeasuredBubbleMatchesTheory) {
       if (best.max_bubble_err <= 0.02 && std::fabs(best.max_total_ms - ideal_ms) <= 0.03 * ideal_ms) break;
     }
     EXPECT_NEAR(best.stats.theoretical_bubble, double(p - 1) / (m + p - 1), 1e-12);
-    EXPECT_LE(best.max_bubble_err, 0.02) << "measured bubble on some stage is off the theory by " << best.max_bubble_err;
+    EXPECT_LE(best.max_bubble_err, 0.02) << "measured bubble on some stage is off the theory by "
+                                         << best.max_bubble_err;
     EXPECT_NEAR(best.max_total_ms, ideal_ms, 0.03 * ideal_ms);
   }
 }

@@ -32,11 +32,11 @@ namespace {
 using test::select_gpu;
 
 // Every rank decides alike (a rank that skipped alone would leave the others in a collective).
-#define SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                       \
-    const std::string why = select_gpu();                                    \
-    int ok = why.empty() ? 1 : 0;                                            \
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   \
+#define SKIP_WITHOUT_GPU()                                                    \
+  do {                                                                        \
+    const std::string why = select_gpu();                                     \
+    int ok = why.empty() ? 1 : 0;                                             \
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);    \
     if (!ok) GTEST_SKIP() << (why.empty() ? "another rank has no GPU" : why); \
   } while (0)
 

@@ -61,13 +61,15 @@ TEST(SyncBn, SlicedBatchEqualsWholeBatch) {
       num += std::pow(static_cast<double>(g.f32()[j]) - ref.f32()[j], 2);
       den += std::pow(static_cast<double>(ref.f32()[j]), 2);
     }
-    EXPECT_LE(std::sqrt(num), 1e-4 * std::sqrt(den) + 1e-7) << g.name << " (relative L2 " << std::sqrt(num / den) << ")";
+    EXPECT_LE(std::sqrt(num), 1e-4 * std::sqrt(den) + 1e-7)
+        << g.name << " (relative L2 " << std::sqrt(num / den) << ")";
   }
   // running statistics: the merged batch statistics, identical on every rank
   for (size_t i = 0; i < part.buffers().tensors().size(); ++i) {
     const Tensor& t = part.buffers().tensors()[i];
     const Tensor& ref = whole.buffers().tensors()[i];
     for (int64_t j = 0; j < t.numel(); ++j)
-      EXPECT_NEAR(t.f32()[j], ref.f32()[j], 1e-5f * std::max(1.0f, std::fabs(ref.f32()[j]))) << t.name << "[" << j << "]";
+      EXPECT_NEAR(t.f32()[j], ref.f32()[j], 1e-5f * std::max(1.0f, std::fabs(ref.f32()[j])))
+          << t.name << "[" << j << "]";
   }
 }

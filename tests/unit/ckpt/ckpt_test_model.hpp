@@ -65,9 +65,9 @@ inline std::vector<TestTensor> test_model() {
 }
 
 // Copies the box [offset, offset+count) of a row-major tensor into a contiguous row-major buffer.
-inline std::vector<unsigned char> extract_box(const std::vector<unsigned char>& whole, const std::vector<int64_t>& shape,
-                                              size_t esize, const std::vector<int64_t>& offset,
-                                              const std::vector<int64_t>& count) {
+inline std::vector<unsigned char> extract_box(const std::vector<unsigned char>& whole,
+                                              const std::vector<int64_t>& shape, size_t esize,
+                                              const std::vector<int64_t>& offset, const std::vector<int64_t>& count) {
   const size_t nd = shape.size();
   std::vector<unsigned char> out(static_cast<size_t>(numel_of(count)) * esize);
   if (out.empty()) return out;
@@ -118,7 +118,8 @@ inline std::vector<Piece> pieces_for_rank(const std::vector<TestTensor>& model, 
       case Split::Flat: {
         // Uneven cut points so that boxes start mid-row: ranges of a ZeRO flat shard.
         const int64_t n = numel_of(t.shape);
-        const int64_t b = rank == 0 ? 0 : (n * rank) / nranks + 1, e = rank == nranks - 1 ? n : (n * (rank + 1)) / nranks + 1;
+        const int64_t b = rank == 0 ? 0 : (n * rank) / nranks + 1,
+                      e = rank == nranks - 1 ? n : (n * (rank + 1)) / nranks + 1;
         for (const Box& box : flat_range_to_boxes(t.shape, b, e)) add(t, box.offset, box.count, -1, 0);
         break;
       }

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(root);
     const std::string dir = hpct::ckpt::testing::write_test_checkpoint(root, 7, 1);
     const int64_t bytes = hpct::ckpt::verify(dir);
-    std::printf("ckpt_make_test_checkpoint: wrote %s (%lld bytes verified)\n", dir.c_str(), static_cast<long long>(bytes));
+    std::printf("ckpt_make_test_checkpoint: wrote %s (%lld bytes verified)\n", dir.c_str(),
+                static_cast<long long>(bytes));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ckpt_make_test_checkpoint: error: %s\n", e.what());
     return 1;

@@ -60,8 +60,17 @@ void check_all_ranges(const std::vector<int64_t>& shape) {
 }
 
 TEST(FlatRangeToBoxes, ExhaustiveSmallShapes) {
-  for (const auto& shape : std::vector<std::vector<int64_t>>{
-           {1}, {7}, {1, 1}, {3, 4}, {4, 1}, {1, 5}, {2, 3, 4}, {3, 1, 2}, {2, 2, 2, 2}, {2, 1, 3, 2}, {3, 2, 1, 2, 2}}) {
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{1},
+                                                             {7},
+                                                             {1, 1},
+                                                             {3, 4},
+                                                             {4, 1},
+                                                             {1, 5},
+                                                             {2, 3, 4},
+                                                             {3, 1, 2},
+                                                             {2, 2, 2, 2},
+                                                             {2, 1, 3, 2},
+                                                             {3, 2, 1, 2, 2}}) {
     SCOPED_TRACE(::testing::Message() << "shape of " << shape.size() << " axes, first " << shape[0]);
     check_all_ranges(shape);
   }

@@ -33,8 +33,8 @@ class ScratchDir {
  public:
   ScratchDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("hpct_ckpt_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
+    path_ = fs::temp_directory_path() / ("hpct_ckpt_" + std::string(info->test_suite_name()) + "_" + info->name() +
+                                         "_" + std::to_string(::getpid()));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -134,8 +134,15 @@ TEST(Checkpoint, ManifestJsonRoundTrip) {
   ShardManifest m;
   m.rank = 5;
   m.file = shard_file_name(5);
-  m.pieces.push_back({"model/h.0.attn.qkv.weight", "model/h.0.attn.qkv.weight/piece_0", {3, 12, 64, 768},
-                      {0, 4, 0, 0}, {3, 4, 64, 768}, 1, 0, DType::F64, 0xDEADBEEFu});
+  m.pieces.push_back({"model/h.0.attn.qkv.weight",
+                      "model/h.0.attn.qkv.weight/piece_0",
+                      {3, 12, 64, 768},
+                      {0, 4, 0, 0},
+                      {3, 4, 64, 768},
+                      1,
+                      0,
+                      DType::F64,
+                      0xDEADBEEFu});
   const ShardManifest back = ShardManifest::from_json(m.to_json());
   EXPECT_EQ(back.to_json(), m.to_json());
   EXPECT_EQ(back.pieces[0].crc, 0xDEADBEEFu);
@@ -190,7 +197,11 @@ TEST(Checkpoint, ArbitraryHyperslabsAndOtherLayouts) {
   // Misuse is an error naming the tensor.
   std::vector<double> buf(100);
   expect_error<Error>([&] { reader.read("model/wte", {0, 0}, {2, 2}, DType::F64, buf.data()); }, {"model/wte", "f32"});
-  expect_error<Error>([&] { reader.read("model/wte", {8, 0}, {2, 2}, DType::F32, buf.data()); }, {"model/wte", "out of bounds"});
+  expect_error<Error>(
+      [&] {
+        reader.read("model/wte", {8, 0}, {2, 2}, DType::F32, buf.data());
+      },
+      {"model/wte", "out of bounds"});
   expect_error<UsageError>([&] { reader.read("model/none", {0}, {1}, DType::F32, buf.data()); }, {"model/none"});
 }
 
@@ -308,7 +319,8 @@ TEST(Verify, MissingShardFileIsNamed) {
   ScratchDir dir;
   const std::string step_dir = write_test_checkpoint(dir.str(), 1, 0);
   fs::remove(fs::path(step_dir) / "shard_00001.h5");
-  expect_error<Error>([&] { verify(step_dir); }, {"shard_00001.h5", "is missing", "model/h.0.attn.qkv.weight", "earlier"});
+  expect_error<Error>([&] { verify(step_dir); },
+                      {"shard_00001.h5", "is missing", "model/h.0.attn.qkv.weight", "earlier"});
   // Only the part that owns the file sees it.
   EXPECT_NO_THROW(verify(step_dir, 0, 2));
   EXPECT_THROW(verify(step_dir, 1, 2), Error);
@@ -316,9 +328,9 @@ TEST(Verify, MissingShardFileIsNamed) {
   Reader reader(step_dir);
   std::vector<float> wte(63);
   reader.read_all("model/wte", DType::F32, wte.data());
-  EXPECT_FALSE(std::isnan(wte[0]));       // row 0: rank 0
-  EXPECT_TRUE(std::isnan(wte[3 * 7]));    // row 3: rank 1, missing
-  EXPECT_FALSE(std::isnan(wte[6 * 7]));   // row 6: rank 2
+  EXPECT_FALSE(std::isnan(wte[0]));      // row 0: rank 0
+  EXPECT_TRUE(std::isnan(wte[3 * 7]));   // row 3: rank 1, missing
+  EXPECT_FALSE(std::isnan(wte[6 * 7]));  // row 6: rank 2
 }
 
 TEST(Verify, TruncatedShardIsNamed) {

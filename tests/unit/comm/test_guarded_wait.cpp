@@ -47,8 +47,9 @@ TEST(GuardedWait, AnAsynchronousErrorAbortsAtOnceAndNamesRankWaitAndError) {
   try {
     detail::guarded_host_wait([&] { return ++s.polls < 0; },  // never drains
                               [&] {
-                                return ++s.error_checks == 7 ? std::string("NCCL error on communicator dp: remote error")
-                                                             : std::string();
+                                return ++s.error_checks == 7
+                                           ? std::string("NCCL error on communicator dp: remote error")
+                                           : std::string();
                               },
                               [&] { ++s.aborts; },
                               [&] {
@@ -77,9 +78,7 @@ TEST(GuardedWait, ATimeoutAbortsAndNamesTheUnfinishedOperations) {
   const double timeout_s = 0.3;
   const auto t0 = clock_type::now();
   try {
-    detail::guarded_host_wait([&] { return ++s.polls < 0; },
-                              [&] { return std::string(); },
-                              [&] { ++s.aborts; },
+    detail::guarded_host_wait([&] { return ++s.polls < 0; }, [&] { return std::string(); }, [&] { ++s.aborts; },
                               [&] {
                                 ++s.pending_calls;
                                 return std::string("recv of 1.00 MiB f32 from rank 0 (pipeline activation of "
@@ -106,8 +105,8 @@ TEST(GuardedWait, ATimeoutAbortsAndNamesTheUnfinishedOperations) {
 TEST(GuardedWait, ATimeoutWithNothingPendingSaysSo) {
   double waited = 0.0;
   try {
-    detail::guarded_host_wait([] { return false; }, [] { return std::string(); }, [] {},
-                              [] { return std::string(); }, 0.05, 0, "wait", waited);
+    detail::guarded_host_wait([] { return false; }, [] { return std::string(); }, [] {}, [] { return std::string(); },
+                              0.05, 0, "wait", waited);
     ADD_FAILURE() << "no exception";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no unfinished NCCL operation"), std::string::npos) << e.what();
@@ -119,10 +118,9 @@ TEST(GuardedWait, DrainingAtTheDeadlineIsNotATimeout) {
   double waited = 0.0;
   const auto t0 = clock_type::now();
   const double timeout_s = 0.1;
-  detail::guarded_host_wait(
-      [&] { return std::chrono::duration<double>(clock_type::now() - t0).count() >= timeout_s; },
-      [&] { return std::string(); }, [&] { ++s.aborts; }, [&] { return std::string(); }, timeout_s, 0, "wait",
-      waited);
+  detail::guarded_host_wait([&] { return std::chrono::duration<double>(clock_type::now() - t0).count() >= timeout_s; },
+                            [&] { return std::string(); }, [&] { ++s.aborts; }, [&] { return std::string(); },
+                            timeout_s, 0, "wait", waited);
   EXPECT_EQ(s.aborts, 0);
 }
 
@@ -134,8 +132,8 @@ TEST(GuardedWait, AFailingStreamQueryPropagatesWithoutAbort) {
                      if (++s.polls == 3) throw std::runtime_error("cudaStreamQuery failed");
                      return false;
                    },
-                   [&] { return std::string(); }, [&] { ++s.aborts; }, [&] { return std::string(); }, 10.0, 0,
-                   "wait", waited),
+                   [&] { return std::string(); }, [&] { ++s.aborts; }, [&] { return std::string(); }, 10.0, 0, "wait",
+                   waited),
                std::runtime_error);
   EXPECT_EQ(s.polls, 3);
   EXPECT_EQ(s.aborts, 0);

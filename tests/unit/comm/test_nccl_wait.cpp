@@ -15,8 +15,8 @@ using clock_type = std::chrono::steady_clock;
 TEST(NcclWait, ReturnsSuccessOnceNoLongerInProgress) {
   int polls = 0;
   double waited = 0.0;
-  const ncclResult_t r =
-      detail::await_nccl_state([&] { return ++polls < 300 ? ncclInProgress : ncclSuccess; }, 10.0, waited);
+  const ncclResult_t r = detail::await_nccl_state([&] { return ++polls < 300 ? ncclInProgress : ncclSuccess; }, 10.0,
+                                                  waited);
   EXPECT_EQ(r, ncclSuccess);
   EXPECT_EQ(polls, 300);
   EXPECT_LT(waited, 1000.0);

@@ -38,7 +38,12 @@ TEST(WaitBackoff, TimesOutOnTime) {
   const auto t0 = clock_type::now();
   double waited = 5.0;  // accumulates
   int polls = 0;
-  EXPECT_FALSE(wait_with_backoff([&] { ++polls; return false; }, 0.3, waited));
+  EXPECT_FALSE(wait_with_backoff(
+      [&] {
+        ++polls;
+        return false;
+      },
+      0.3, waited));
   const double s = seconds_since(t0);
   EXPECT_GE(s, 0.3);
   EXPECT_LT(s, 0.5);

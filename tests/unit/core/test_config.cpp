@@ -31,7 +31,8 @@ void expect_usage_error(F f, std::initializer_list<const char*> needles) {
     f();
     FAIL() << "no error thrown";
   } catch (const hpct::UsageError& e) {
-    for (const char* n : needles) EXPECT_NE(e.cause().find(n), std::string::npos) << "'" << n << "' not in: " << e.cause();
+    for (const char* n : needles)
+      EXPECT_NE(e.cause().find(n), std::string::npos) << "'" << n << "' not in: " << e.cause();
   }
 }
 
@@ -80,8 +81,7 @@ TEST(Config, WrongTypeNamesKey) {
 }
 
 TEST(Config, OutOfRangeAndChoices) {
-  expect_usage_error([] { Config::parse(schema(), "[model]\nn_layer = 0\n", "deck.toml"); },
-                     {"model.n_layer", ">= 1"});
+  expect_usage_error([] { Config::parse(schema(), "[model]\nn_layer = 0\n", "deck.toml"); }, {"model.n_layer", ">= 1"});
   expect_usage_error([] { Config::parse(schema(), "[model]\nn_layer = 4\n", "d", {"model.n_layer=65"}); },
                      {"model.n_layer", "<= 64"});
   expect_usage_error([] { Config::parse(schema(), "[model]\nn_layer = 4\n", "d", {"train.device=tpu"}); },
@@ -138,11 +138,13 @@ TEST(Config, ListKeysFromArraysStringsAndSet) {
   const Config arr = Config::parse(list_schema(), "[data]\ntrain = [\"x.bin\", \"y.bin\"]\nmean = [0.25, 1]\n", "d");
   EXPECT_EQ(arr.get_string_list("data.train"), (V{"x.bin", "y.bin"}));
   EXPECT_EQ(arr.get_float_list("data.mean"), (D{0.25, 1.0}));
-  const Config compact = Config::parse(list_schema(), "[data]\ntrain = \"p.bin, q.bin\"\nmean = \"0.485,0.456,0.406\"\n", "d");
+  const Config compact = Config::parse(list_schema(),
+                                       "[data]\ntrain = \"p.bin, q.bin\"\nmean = \"0.485,0.456,0.406\"\n", "d");
   EXPECT_EQ(compact.get_string_list("data.train"), (V{"p.bin", "q.bin"}));
   EXPECT_EQ(compact.get_float_list("data.mean"), (D{0.485, 0.456, 0.406}));
   EXPECT_EQ(Config::parse(list_schema(), "[data]\nmean = 0.75\n", "d").get_float_list("data.mean"), D{0.75});
-  const Config set = Config::parse(list_schema(), "", "d", {"data.train=shard_*.bin,extra.bin", "data.mean=[0.1, 0.2]"});
+  const Config set = Config::parse(list_schema(), "", "d",
+                                   {"data.train=shard_*.bin,extra.bin", "data.mean=[0.1, 0.2]"});
   EXPECT_EQ(set.get_string_list("data.train"), (V{"shard_*.bin", "extra.bin"}));
   EXPECT_EQ(set.get_float_list("data.mean"), (D{0.1, 0.2}));
   EXPECT_TRUE(Config::parse(list_schema(), "", "d", {"data.train="}).get_string_list("data.train").empty());
@@ -151,7 +153,8 @@ TEST(Config, ListKeysFromArraysStringsAndSet) {
   EXPECT_EQ(back.get_float_list("data.mean"), set.get_float_list("data.mean"));
   expect_usage_error([] { Config::parse(list_schema(), "", "d", {"data.mean=0.1,x"}); },
                      {"data.mean = \"0.1,x\"", "\"x\" is not a number"});
-  expect_usage_error([] { Config::parse(list_schema(), "", "d", {"data.mean=0.1,2"}); }, {"data.mean = 2.0 is out of range"});
+  expect_usage_error([] { Config::parse(list_schema(), "", "d", {"data.mean=0.1,2"}); },
+                     {"data.mean = 2.0 is out of range"});
   expect_usage_error([] { Config::parse(list_schema(), "[data]\ntrain = [1, 2]\n", "d"); },
                      {"data.train must be of type list of strings, got a TOML array"});
   EXPECT_NE(list_schema().help_text().find("list of floats"), std::string::npos);

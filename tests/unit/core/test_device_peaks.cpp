@@ -65,7 +65,8 @@ TEST(DevicePeaks, JsonMembers) {
   EXPECT_EQ(hpct::peak_json_members("", "fp32"), R"("device_name":null,"device_peaks":null,"peak_tflops":null)");
   const std::string j = hpct::peak_json_members("NVIDIA H100 80GB HBM3", "bf16");
   EXPECT_EQ(j.rfind(R"("device_name":"NVIDIA H100 80GB HBM3","device_peaks":{"label":"H100/H200 SXM","fp32":67,)"
-                    R"("tf32":494.5,"bf16":989.5,"fp16":989.5,"source":")", 0),
+                    R"("tf32":494.5,"bf16":989.5,"fp16":989.5,"source":")",
+                    0),
             0u)
       << j;
   EXPECT_NE(j.find(R"(},"peak_tflops":989.5)"), std::string::npos) << j;

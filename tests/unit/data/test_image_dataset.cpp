@@ -17,8 +17,8 @@
 namespace hpct::data {
 namespace {
 
-using testing::ScratchDir;
 using testing::expect_usage_error;
+using testing::ScratchDir;
 
 // n images of C x H x W; pixel value depends on (image, channel, y, x) so crops and flips show; label i % k.
 struct Synthetic {
@@ -266,8 +266,11 @@ TEST(ImageBatchSampler, NormalisationExact) {
   Filled o{std::vector<float>(e), std::vector<int32_t>(1)};
   one.fill_eval(0, 1, o.images.data(), o.labels.data());
   EXPECT_EQ(o.images[e - 1], (static_cast<float>(syn.images[e - 1]) / 255.0f - 0.1f) / 0.7f);
-  expect_usage_error([&] { ImageBatchSampler(d, 5, 8, ImageNormalization{{0.1f, 0.2f, 0.3f}, {1, 1, 1}}); },
-                     {"1 or 2", "means"});
+  expect_usage_error(
+      [&] {
+        ImageBatchSampler(d, 5, 8, ImageNormalization{{0.1f, 0.2f, 0.3f}, {1, 1, 1}});
+      },
+      {"1 or 2", "means"});
 }
 
 TEST(ImageBatchSampler, AugmentationDeterministicAndEffective) {

@@ -12,8 +12,8 @@
 namespace hpct::data {
 namespace {
 
-using testing::ScratchDir;
 using testing::expect_usage_error;
+using testing::ScratchDir;
 
 TEST(SplitTrainVal, TailIsValidation) {
   auto s = split_train_val(100, 0.1);
@@ -31,10 +31,9 @@ TEST(SplitTrainVal, TailIsValidation) {
 }
 
 TEST(SplitTrainVal, RejectsBadFractionsAndTinyTexts) {
-  for (double f : {0.0, 1.0, -0.1, 1.5})
-    expect_usage_error([&] { split_train_val(1000, f); }, {"validation fraction"});
-  expect_usage_error([&] { split_train_val(4, 0.1); }, {"4 bytes", "too small"});   // val rounds to 0
-  expect_usage_error([&] { split_train_val(4, 0.9); }, {"4 bytes", "too small"});   // train would be 0
+  for (double f : {0.0, 1.0, -0.1, 1.5}) expect_usage_error([&] { split_train_val(1000, f); }, {"validation fraction"});
+  expect_usage_error([&] { split_train_val(4, 0.1); }, {"4 bytes", "too small"});  // val rounds to 0
+  expect_usage_error([&] { split_train_val(4, 0.9); }, {"4 bytes", "too small"});  // train would be 0
   expect_usage_error([&] { split_train_val(0, 0.5); }, {"too small"});
 }
 

@@ -14,8 +14,8 @@
 namespace hpct::data {
 namespace {
 
-using testing::ScratchDir;
 using testing::expect_usage_error;
+using testing::ScratchDir;
 
 // A shard whose token i is i (n <= 65536), so every window reveals its own offset.
 TokenShard iota_shard(const ScratchDir& dir, int64_t n, const std::string& name = "iota.bin") {

@@ -15,8 +15,8 @@
 namespace hpct::data {
 namespace {
 
-using testing::ScratchDir;
 using testing::expect_usage_error;
+using testing::ScratchDir;
 
 // Random tokens over the whole uint16 range (not just bytes), so a narrowing bug would show.
 std::vector<uint16_t> random_tokens(int64_t n, uint64_t seed) {

@@ -294,8 +294,8 @@ TEST(CudaCore, SgdMatchesCpuInEveryMode) {
     float momentum, dampening, weight_decay;
     bool nesterov;
   };
-  const Mode modes[] = {{0.0f, 0.0f, 5e-4f, false}, {0.9f, 0.0f, 5e-4f, false}, {0.9f, 0.1f, 0.0f, false},
-                        {0.9f, 0.0f, 1e-4f, true}};
+  const Mode modes[] = {
+      {0.0f, 0.0f, 5e-4f, false}, {0.9f, 0.0f, 5e-4f, false}, {0.9f, 0.1f, 0.0f, false}, {0.9f, 0.0f, 1e-4f, true}};
   for (const Mode& md : modes) {
     const std::string tag = "sgd momentum=" + std::to_string(md.momentum) + " nesterov=" + std::to_string(md.nesterov);
     auto p = random_vector(n, 30);
@@ -326,7 +326,8 @@ TEST(CudaCore, EncoderForwardBackwardEqualCpuBitForBit) {
     const size_t N = static_cast<size_t>(B) * T;
     // a small token range forces repeated tokens (several positions adding into one dwte row)
     const auto inp = random_ints(N, 50, 0, 9);
-    const auto wte = random_vector(static_cast<size_t>(Vp) * C, 51), wpe = random_vector(static_cast<size_t>(T) * C, 52);
+    const auto wte = random_vector(static_cast<size_t>(Vp) * C, 51),
+               wpe = random_vector(static_cast<size_t>(T) * C, 52);
     const auto dout = random_vector(N * C, 53);
     auto dwte = random_vector(static_cast<size_t>(Vp) * C, 54), dwpe = random_vector(static_cast<size_t>(T) * C, 55);
     DBuf<int32_t> dinp(inp);
@@ -367,10 +368,10 @@ TEST(CudaCore, EncoderVocabParallelEqualsCpuBitForBit) {
 
       auto dwte = random_vector(static_cast<size_t>(Vl) * C, 70), dwpe = random_vector(static_cast<size_t>(T) * C, 71);
       DBuf<float> ddwte(dwte), ddwpe(dwpe);
-      encoder_backward_vocab_parallel(gpu_ctx(), ddwte.get(), with_wpe ? ddwpe.get() : nullptr, ddout.get(),
-                                      dinp.get(), v0, Vl, B, T, C);
-      encoder_backward_vocab_parallel(cpu_ctx(), dwte.data(), with_wpe ? dwpe.data() : nullptr, dout.data(),
-                                      inp.data(), v0, Vl, B, T, C);
+      encoder_backward_vocab_parallel(gpu_ctx(), ddwte.get(), with_wpe ? ddwpe.get() : nullptr, ddout.get(), dinp.get(),
+                                      v0, Vl, B, T, C);
+      encoder_backward_vocab_parallel(cpu_ctx(), dwte.data(), with_wpe ? dwpe.data() : nullptr, dout.data(), inp.data(),
+                                      v0, Vl, B, T, C);
       EXPECT_TRUE(bitwise_equal("encoder_backward_vocab_parallel dwte" + tag, ddwte.download(), dwte));
       // with dwpe null the device buffer must be untouched; dwpe (host) is then untouched too
       EXPECT_TRUE(bitwise_equal("encoder_backward_vocab_parallel dwpe" + tag, ddwpe.download(), dwpe));
@@ -428,7 +429,8 @@ TEST(CudaCore, LayernormBackwardAccumulatesLikeCpu) {
   // N = 1037 > the 16 row groups of the dweight kernel, C = 77 and 800 not multiples of its 32-column tile
   for (const Shape s : {Shape{13, 77}, Shape{1037, 77}, Shape{67, 800}, Shape{3, 5}}) {
     for (bool with_bias : {true, false}) {
-      const std::string tag = " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + (with_bias ? "" : " no dbias");
+      const std::string tag = " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) +
+                              (with_bias ? "" : " no dbias");
       const size_t NC = static_cast<size_t>(s.N) * s.C, C = static_cast<size_t>(s.C);
       const auto inp = random_vector(NC, 100, -2.0, 3.0), dout = random_vector(NC, 101);
       const auto w = random_vector(C, 102), b = random_vector(C, 103);

@@ -60,8 +60,8 @@ size_t sz(int64_t n) { return static_cast<size_t>(n); }
   if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
   for (size_t i = 0; i < got.size(); i++)
     if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
-      return ::testing::AssertionFailure() << what << ": element " << i << " differs: got " << got[i] << ", want "
-                                           << want[i];
+      return ::testing::AssertionFailure()
+             << what << ": element " << i << " differs: got " << got[i] << ", want " << want[i];
   return ::testing::AssertionSuccess();
 }
 
@@ -94,8 +94,7 @@ TEST(CudaGpt, MatmulForward) {
 
       DeviceBuffer<float> d_inp(inp), d_weight(weight), d_bias(bias);
       DeviceBuffer<float> d_out(random_vector(want.size(), seed++, 1e3, 2e3));  // assigned: garbage must go
-      matmul_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_weight.get(), with_bias ? d_bias.get() : nullptr, N, C,
-                     OC);
+      matmul_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_weight.get(), with_bias ? d_bias.get() : nullptr, N, C, OC);
       EXPECT_TRUE(all_close("matmul_forward out", d_out.download(), want, kGemmRtol, kGemmAtolRel));
     }
   }
@@ -207,7 +206,8 @@ TEST(CudaGpt, MatmulReducedPrecisionWithinRoundingBounds) {
       EXPECT_TRUE(test::within_bounds("matmul_backward dweight (+=)", d_dw.download(), dw_x, dw_b));
       matmul_forward(gpu_ctx(), d_out32.get(), d_inp.get(), d_weight.get(), d_bias.get(), N, C, OC);
       std::printf("  [%s %s] forward %s the fp32 GEMM's bits\n", precision_name(p), name(sh).c_str(),
-                  bitwise_equal("", out, d_out32.download()) ? "equals (no tensor-core rounding chosen)" : "differs from");
+                  bitwise_equal("", out, d_out32.download()) ? "equals (no tensor-core rounding chosen)"
+                                                             : "differs from");
     }
   }
 }
@@ -224,16 +224,16 @@ TEST(CudaGpt, MatmulBackwardAccumulatesAcrossCallsAndEmptyIsNoop) {
 
   DeviceBuffer<float> d_dout1(dout1), d_dout2(dout2), d_inp(inp), d_weight(weight), d_dweight(dweight0),
       d_dbias(dbias0);
-  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), N,
-                  C, OC);
-  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout2.get(), d_inp.get(), d_weight.get(), N,
-                  C, OC);
+  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), N, C,
+                  OC);
+  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout2.get(), d_inp.get(), d_weight.get(), N, C,
+                  OC);
   EXPECT_TRUE(all_close("dweight after two calls", d_dweight.download(), dweight, kGemmRtol, kGemmAtolRel));
   EXPECT_TRUE(all_close("dbias after two calls", d_dbias.download(), dbias, kDoubleRtol, kDoubleAtolRel));
 
   const auto before_w = d_dweight.download(), before_b = d_dbias.download();
-  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), 0,
-                  C, OC);
+  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), 0, C,
+                  OC);
   EXPECT_TRUE(bitwise_equal("dweight after N = 0", d_dweight.download(), before_w));
   EXPECT_TRUE(bitwise_equal("dbias after N = 0", d_dbias.download(), before_b));
 }
@@ -248,14 +248,13 @@ struct AttnShape {
 // (two whole tiles); head sizes 4, 8, 12, 32, 64 (GPT-2), 96 and 128 (3 and 4 register slots per lane; the backward's
 // shared memory passes the default 48 KiB from HS = 96 on, the forward's at 128); B and NH > 1 for most; the GPT
 // step's T = 256, C = 256, NH = 4.
-const AttnShape kAttnShapes[] = {{2, 1, 8, 2},    {3, 5, 24, 3},   {2, 70, 48, 4},  {1, 129, 64, 2}, {2, 64, 128, 2},
+const AttnShape kAttnShapes[] = {{2, 1, 8, 2},    {3, 5, 24, 3},    {2, 70, 48, 4},   {1, 129, 64, 2}, {2, 64, 128, 2},
                                  {2, 33, 192, 2}, {1, 200, 128, 1}, {2, 256, 256, 4}, {1, 40, 16, 2}};
 
 std::string name(const AttnShape& s) {
   return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" + std::to_string(s.C) + "NH" +
          std::to_string(s.NH);
 }
-
 
 // Tolerances of the flash kernels against the CPU backend (1e-5 relative, atol 1e-5 of the tensor's largest |value|):
 // the same function computed another way. The device sums the online softmax tile by tile (rescaling by
@@ -299,8 +298,8 @@ TEST(CudaGpt, AttentionForward) {
     DeviceBuffer<float> d_out(random_vector(n_out, seed++, 1e3, 2e3)), d_lse(random_vector(n_lse, seed++, 1e3, 2e3));
     attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
     EXPECT_TRUE(all_close("attention out", d_out.download(), out, kFlashRtol, kFlashAtolRel));
-    EXPECT_TRUE(all_close("attention L", d_lse.download(), test::attention_log_sum_exp_rows(qkv, B, T, C, NH),
-                          kLseRtol, kLseAtolRel));
+    EXPECT_TRUE(all_close("attention L", d_lse.download(), test::attention_log_sum_exp_rows(qkv, B, T, C, NH), kLseRtol,
+                          kLseAtolRel));
     EXPECT_TRUE(bitwise_equal("attention qkv (read only)", d_qkv.download(), qkv));
   }
 }
@@ -326,10 +325,10 @@ TEST(CudaGpt, AttentionBackward) {
     DeviceBuffer<float> d_qkv(qkv), d_dout(dout), d_out(n_out), d_lse(n_lse);
     attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
     const auto out_dev = d_out.download(), lse_dev = d_lse.download();
-    DeviceBuffer<float> d_dqkv(random_vector(n_qkv, seed++, 1e3, 2e3));        // assigned: garbage must go
+    DeviceBuffer<float> d_dqkv(random_vector(n_qkv, seed++, 1e3, 2e3));         // assigned: garbage must go
     DeviceBuffer<float> d_scratch(random_vector(n_scratch, seed++, 1e3, 2e3));  // scratch: contents must not matter
-    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                       B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B,
+                       T, C, NH);
     const auto got = d_dqkv.download();
     EXPECT_TRUE(all_close("attention dqkv", got, dqkv, kFlashRtol, kFlashAtolRel));
     // dq, dk, dv separately (a swapped pair would pass the combined check only by accident; this names the part)
@@ -363,8 +362,8 @@ TEST(CudaGpt, AttentionSmallerBatchInPlannedBuffers) {
         d_lse(sz(attention_stats_floats(gpu_ctx(), B, T, C, NH))),
         d_scratch(sz(attention_scratch_floats(gpu_ctx(), B, T, C, NH)));
     attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
-    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                       B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B,
+                       T, C, NH);
     out = d_out.download();
     dqkv = d_dqkv.download();
   }
@@ -399,8 +398,8 @@ TEST(CudaGpt, BitwiseReproducible) {
         d_lse(sz(attention_stats_floats(gpu_ctx(), B, T, C, NH))), d_dqkv(qkv.size()),
         d_scratch(sz(attention_scratch_floats(gpu_ctx(), B, T, C, NH)));
     attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
-    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                       B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B,
+                       T, C, NH);
     DeviceBuffer<float> d_qkv2(qkv2), d_dout2(dout2), d_out2(dout2.size()),
         d_lse2(sz(attention_stats_floats(gpu_ctx(), B2, T2, C2, NH2))), d_dqkv2(qkv2.size()),
         d_scratch2(sz(attention_scratch_floats(gpu_ctx(), B2, T2, C2, NH2)));
@@ -413,12 +412,12 @@ TEST(CudaGpt, BitwiseReproducible) {
     DeviceBuffer<float> d_logits(logits), d_losses(sz(N));
     DeviceBuffer<int32_t> d_targets(targets);
     crossentropy_forward_backward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), 1.0f / N, N, V, Vp);
-    run = {d_out.download(),  d_lse.download(),  d_dqkv.download(),  d_out2.download(),
-           d_lse2.download(), d_dqkv2.download(), d_dinp.download(),  d_dw.download(),
+    run = {d_out.download(),  d_lse.download(),    d_dqkv.download(),  d_out2.download(),
+           d_lse2.download(), d_dqkv2.download(),  d_dinp.download(),  d_dw.download(),
            d_db.download(),   d_losses.download(), d_logits.download()};
   }
-  const char* what[] = {"out", "L", "dqkv", "out (HS 64)", "L (HS 64)", "dqkv (HS 64)", "dinp", "dweight", "dbias",
-                        "losses", "dlogits"};
+  const char* what[] = {"out",  "L",       "dqkv",  "out (HS 64)", "L (HS 64)", "dqkv (HS 64)",
+                        "dinp", "dweight", "dbias", "losses",      "dlogits"};
   for (size_t i = 0; i < runs[0].size(); i++) EXPECT_TRUE(bitwise_equal(what[i], runs[1][i], runs[0][i]));
 }
 
@@ -488,8 +487,8 @@ TEST(CudaGpt, CrossentropyForwardBackward) {
     DeviceBuffer<int32_t> d_targets(targets);
     crossentropy_forward_backward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), dloss, s.N, s.V, s.Vp);
     const auto got = d_logits.download();
-    EXPECT_TRUE(all_close("crossentropy_forward_backward losses", d_losses.download(), losses, kSoftmaxRtol,
-                          kSoftmaxAtolRel));
+    EXPECT_TRUE(
+        all_close("crossentropy_forward_backward losses", d_losses.download(), losses, kSoftmaxRtol, kSoftmaxAtolRel));
     EXPECT_TRUE(all_close("crossentropy_forward_backward dlogits", got, dlogits, kSoftmaxRtol, kSoftmaxAtolRel));
     for (int n = 0; n < s.N; n++)
       for (int v = s.V; v < s.Vp; v++)
@@ -536,11 +535,11 @@ TEST(CudaGpt, CrossentropySmoothed) {
         DeviceBuffer<float> d_dlogits(logits), d_losses_fused(random_vector(sz(N), seed++, 1e3, 2e3));
         DeviceBuffer<int32_t> d_targets(targets);
         crossentropy_smoothed_forward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), eps, N, K);
-        crossentropy_smoothed_forward_backward(gpu_ctx(), d_losses_fused.get(), d_dlogits.get(), d_targets.get(),
-                                               dloss, eps, N, K);
+        crossentropy_smoothed_forward_backward(gpu_ctx(), d_losses_fused.get(), d_dlogits.get(), d_targets.get(), dloss,
+                                               eps, N, K);
         EXPECT_TRUE(all_close("smoothed losses", d_losses.download(), losses, kSoftmaxRtol, kSoftmaxAtolRel));
-        EXPECT_TRUE(all_close("smoothed fused losses", d_losses_fused.download(), losses_fused, kSoftmaxRtol,
-                              kSoftmaxAtolRel));
+        EXPECT_TRUE(
+            all_close("smoothed fused losses", d_losses_fused.download(), losses_fused, kSoftmaxRtol, kSoftmaxAtolRel));
         EXPECT_TRUE(all_close("smoothed dlogits", d_dlogits.download(), dlogits, kSoftmaxRtol, kSoftmaxAtolRel));
         EXPECT_TRUE(bitwise_equal("smoothed forward logits (read only)", d_logits.download(), logits));
       }
@@ -690,8 +689,8 @@ TEST(CudaGpt, CrossentropyVocabParallelMatchesSerial) {
     DeviceBuffer<float> d_slice(host_slices[sz(r)]), d_l(sz(N));
     crossentropy_vp_loss_backward(gpu_ctx(), d_l.get(), d_slice.get(), d_gmax.get(), d_gse.get(), d_gtl.get(),
                                   d_targets.get(), dloss, r * Vl, Vl, V, N);
-    EXPECT_TRUE(all_close("vp losses vs serial (rank " + std::to_string(r) + ")", d_l.download(), serial_losses, 2e-6,
-                          1e-6));
+    EXPECT_TRUE(
+        all_close("vp losses vs serial (rank " + std::to_string(r) + ")", d_l.download(), serial_losses, 2e-6, 1e-6));
     const auto s = d_slice.download();
     for (int n = 0; n < N; n++)
       std::memcpy(&dlogits[sz(int64_t{n} * Vp + int64_t{r} * Vl)], &s[sz(int64_t{n} * Vl)], sizeof(float) * sz(Vl));

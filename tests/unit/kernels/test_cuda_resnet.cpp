@@ -68,9 +68,9 @@ struct ConvShape {
 // ResNet's layer kinds on odd sizes: 3x3 pad 1, 3x3 stride 2 (downsampling), 1x1 (pointwise), 1x1 stride 2
 // (projection shortcut), 7x7 stride 2 pad 3 (ImageNet stem) on a non-square input, KH != KW on a single image, and
 // channel counts that are not multiples of 32 with a longer reduction.
-const ConvShape kConvShapes[] = {{3, 5, 11, 9, 7, 3, 3, 1, 1},  {2, 6, 13, 10, 9, 3, 3, 2, 1},
-                                 {4, 6, 7, 7, 5, 1, 1, 1, 0},   {3, 8, 9, 9, 12, 1, 1, 2, 0},
-                                 {2, 3, 23, 19, 8, 7, 7, 2, 3}, {1, 4, 6, 8, 3, 3, 1, 1, 0},
+const ConvShape kConvShapes[] = {{3, 5, 11, 9, 7, 3, 3, 1, 1},   {2, 6, 13, 10, 9, 3, 3, 2, 1},
+                                 {4, 6, 7, 7, 5, 1, 1, 1, 0},    {3, 8, 9, 9, 12, 1, 1, 2, 0},
+                                 {2, 3, 23, 19, 8, 7, 7, 2, 3},  {1, 4, 6, 8, 3, 3, 1, 1, 0},
                                  {2, 37, 10, 10, 33, 3, 3, 1, 1}};
 
 struct ConvCpu {
@@ -83,8 +83,8 @@ ConvCpu conv_cpu(const ConvShape& s, const Vec& inp, const Vec& w, const Vec* bi
   const int64_t wsf = conv2d_workspace_floats(cpu_ctx(), s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
   Vec ws(static_cast<size_t>(std::max<int64_t>(wsf, 1)));
   ConvCpu r{Vec(s.out_size()), Vec(s.in_size()), dw0, db0};
-  conv2d_forward(cpu_ctx(), r.out.data(), inp.data(), w.data(), bias ? bias->data() : nullptr, ws.data(), wsf, s.N,
-                 s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+  conv2d_forward(cpu_ctx(), r.out.data(), inp.data(), w.data(), bias ? bias->data() : nullptr, ws.data(), wsf, s.N, s.C,
+                 s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
   conv2d_backward(cpu_ctx(), with_dinp ? r.dinp.data() : nullptr, r.dw.data(), bias ? r.db.data() : nullptr,
                   dout.data(), inp.data(), w.data(), ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride,
                   s.pad);
@@ -109,15 +109,13 @@ void check_conv(const ConvShape& s, bool with_bias, bool with_dinp) {
 
   d_ws.upload(nan_vector(ws_n));  // garbage left in the workspace must not leak into the backward either
   conv2d_backward(gpu_ctx(), with_dinp ? d_dinp.get() : nullptr, d_dw.get(), with_bias ? d_db.get() : nullptr,
-                  d_dout.get(), d_inp.get(), d_w.get(), d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW,
-                  s.stride, s.pad);
-  if (with_dinp)
-    EXPECT_TRUE(all_close("conv dinp", d_dinp.download(), want.dinp, 1e-4, 1e-4));
+                  d_dout.get(), d_inp.get(), d_w.get(), d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride,
+                  s.pad);
+  if (with_dinp) EXPECT_TRUE(all_close("conv dinp", d_dinp.download(), want.dinp, 1e-4, 1e-4));
   else
     EXPECT_TRUE(all_nan(d_dinp.download())) << "dinp = null must leave the buffer alone";
   EXPECT_TRUE(all_close("conv dweight (+=)", d_dw.download(), want.dw, 1e-4, 1e-4));
-  if (with_bias)
-    EXPECT_TRUE(all_close("conv dbias (+=)", d_db.download(), want.db, 1e-5, 1e-6));
+  if (with_bias) EXPECT_TRUE(all_close("conv dbias (+=)", d_db.download(), want.db, 1e-5, 1e-6));
   else
     EXPECT_EQ(d_db.download(), db0) << "dbias = null must leave the buffer alone";
 }
@@ -137,7 +135,8 @@ TEST(CudaResnet, Conv2dForwardBackward) {
 // check_cuda_run.py's bf16 losses.
 TEST(CudaResnet, Conv2dReducedPrecisionWithinRoundingBounds) {
   HPCT_REQUIRE_GPU();
-  const ConvShape shapes[] = {{3, 5, 11, 9, 7, 3, 3, 1, 1}, {2, 16, 14, 14, 32, 3, 3, 2, 1}, {2, 64, 7, 7, 48, 1, 1, 1, 0}};
+  const ConvShape shapes[] = {
+      {3, 5, 11, 9, 7, 3, 3, 1, 1}, {2, 16, 14, 14, 32, 3, 3, 2, 1}, {2, 64, 7, 7, 48, 1, 1, 1, 0}};
   for (const Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
     const ExecContext ctx{Device::CUDA, nullptr, p};
     for (const ConvShape& s : shapes) {
@@ -162,7 +161,8 @@ TEST(CudaResnet, Conv2dReducedPrecisionWithinRoundingBounds) {
                   }
               const size_t i = ((static_cast<size_t>(n) * s.OC + o) * OH + y) * OW + x;
               exact[i] = acc + b[static_cast<size_t>(o)];
-              bound[i] = test::product_bound(0x1p-11, int64_t{s.C} * s.KH * s.KW, ap, ai, std::fabs(b[static_cast<size_t>(o)]));
+              bound[i] = test::product_bound(0x1p-11, int64_t{s.C} * s.KH * s.KW, ap, ai,
+                                             std::fabs(b[static_cast<size_t>(o)]));
             }
       const int64_t wsf = conv2d_workspace_floats(ctx, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
       DeviceBuffer<float> d_ws(static_cast<size_t>(std::max<int64_t>(wsf, 1))), d_inp(inp), d_w(w), d_b(b);
@@ -182,9 +182,9 @@ TEST(CudaResnet, Conv2dReducedPrecisionWithinRoundingBounds) {
 TEST(CudaResnet, Conv2dSharedWorkspaceDeterministic) {
   HPCT_REQUIRE_GPU();
   const ConvShape a{4, 16, 14, 14, 16, 3, 3, 1, 1}, b{4, 16, 14, 14, 32, 1, 1, 2, 0};
-  const int64_t wsf =
-      std::max(conv2d_workspace_floats(gpu_ctx(), a.N, a.C, a.H, a.W, a.OC, a.KH, a.KW, a.stride, a.pad),
-               conv2d_workspace_floats(gpu_ctx(), b.N, b.C, b.H, b.W, b.OC, b.KH, b.KW, b.stride, b.pad));
+  const int64_t wsf = std::max(
+      conv2d_workspace_floats(gpu_ctx(), a.N, a.C, a.H, a.W, a.OC, a.KH, a.KW, a.stride, a.pad),
+      conv2d_workspace_floats(gpu_ctx(), b.N, b.C, b.H, b.W, b.OC, b.KH, b.KW, b.stride, b.pad));
   DeviceBuffer<float> d_ws(nan_vector(static_cast<size_t>(std::max<int64_t>(wsf, 1))));
   for (const ConvShape& s : {a, b}) {
     SCOPED_TRACE(s.name());
@@ -199,8 +199,8 @@ TEST(CudaResnet, Conv2dSharedWorkspaceDeterministic) {
     Vec first_dinp, first_dw, first_db;
     for (int run = 0; run < 2; run++) {
       DeviceBuffer<float> d_dinp(nan_vector(s.in_size())), d_dw(dw0), d_db(db0);
-      conv2d_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(),
-                      d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+      conv2d_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), d_ws.get(),
+                      wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
       const Vec dinp = d_dinp.download(), dw = d_dw.download(), db = d_db.download();
       if (run == 0) {
         EXPECT_TRUE(all_close("conv dinp", dinp, want.dinp, 1e-4, 1e-4));
@@ -446,8 +446,11 @@ struct PoolShape {
 };
 // the ResNet stem's 3x3 stride 2 pad 1 on odd and on ImageNet-like sizes, 2x2 stride 2, 3x3 stride 1 pad 1 (windows
 // overlapping 9-fold), 3x3 stride 2 unpadded (floor mode drops the last row/column)
-const PoolShape kPoolShapes[] = {{2, 3, 11, 13, 3, 2, 1}, {2, 4, 56, 56, 3, 2, 1}, {2, 3, 8, 8, 2, 2, 0},
-                                 {1, 4, 9, 7, 3, 1, 1},   {3, 2, 10, 10, 3, 2, 0}};
+const PoolShape kPoolShapes[] = {{2, 3, 11, 13, 3, 2, 1},
+                                 {2, 4, 56, 56, 3, 2, 1},
+                                 {2, 3, 8, 8, 2, 2, 0},
+                                 {1, 4, 9, 7, 3, 1, 1},
+                                 {3, 2, 10, 10, 3, 2, 0}};
 
 TEST(CudaResnet, MaxPool) {
   HPCT_REQUIRE_GPU();

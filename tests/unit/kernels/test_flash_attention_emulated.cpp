@@ -45,10 +45,10 @@ EmuDim3 blockDim, gridDim;
 
 namespace emu {
 constexpr int kMaxWarps = 32;
-std::barrier<>* g_block = nullptr;              // the running block's threads
-std::barrier<>* g_warp[kMaxWarps] = {};         // each warp's 32 lanes
-float g_slot[2][kMaxWarps][32];                 // shuffle exchange, two slots used alternately
-thread_local unsigned t_shuffles = 0;           // this lane's shuffles so far (all lanes of a warp agree)
+std::barrier<>* g_block = nullptr;       // the running block's threads
+std::barrier<>* g_warp[kMaxWarps] = {};  // each warp's 32 lanes
+float g_slot[2][kMaxWarps][32];          // shuffle exchange, two slots used alternately
+thread_local unsigned t_shuffles = 0;    // this lane's shuffles so far (all lanes of a warp agree)
 }  // namespace emu
 
 inline void __syncthreads() { emu::g_block->arrive_and_wait(); }
@@ -156,7 +156,6 @@ void emulated_backward(float* dqkv, float* scratch, const float* dout, const flo
   });
   EXPECT_TRUE(launched) << "head size " << HS;
 }
-
 
 ::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<float>& got,
                                          const std::vector<float>& want) {

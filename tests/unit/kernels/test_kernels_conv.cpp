@@ -51,7 +51,8 @@ std::string name(const ConvShape& s) {
          std::to_string(s.pad);
 }
 
-void check_conv(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad, bool with_bias, bool with_dinp) {
+void check_conv(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad, bool with_bias,
+                bool with_dinp) {
   const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
   const auto inp = random_vector(static_cast<size_t>(N) * C * H * W, 1);
   const auto w = random_vector(static_cast<size_t>(OC) * C * KH * KW, 2, -0.3, 0.3);
@@ -59,8 +60,8 @@ void check_conv(int N, int C, int H, int W, int OC, int KH, int KW, int stride, 
   const int64_t wsz = conv2d_workspace_floats(kCpu, N, C, H, W, OC, KH, KW, stride, pad);
   std::vector<float> ws(static_cast<size_t>(wsz), NAN);  // garbage in the workspace must not leak into results
   std::vector<float> out(static_cast<size_t>(N) * OC * OH * OW, NAN), out_ref(out.size());
-  conv2d_forward(kCpu, out.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, ws.data(), wsz, N, C, H, W,
-                 OC, KH, KW, stride, pad);
+  conv2d_forward(kCpu, out.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, ws.data(), wsz, N, C, H, W, OC,
+                 KH, KW, stride, pad);
   ref::conv2d_forward(out_ref.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, C, H, W, OC, KH, KW,
                       stride, pad);
   EXPECT_TRUE(all_close("conv out", out, out_ref, 2e-5, 2e-5));
@@ -94,8 +95,8 @@ TEST(KernelsConv, Conv2dForwardBackward) {
 TEST(KernelsConv, Conv2dWorkspaceTooSmallIsAnError) {
   // a workspace below one thread's im2col share (the smallest any path takes) is an error
   std::vector<float> tiny(16), inp(4 * 64, 1.0f), w(4 * 4 * 9, 1.0f), out(4 * 64);
-  EXPECT_ANY_THROW(conv2d_forward(kCpu, out.data(), inp.data(), w.data(), nullptr, tiny.data(), 16, 1, 4, 8, 8, 4, 3,
-                                  3, 1, 1));
+  EXPECT_ANY_THROW(
+      conv2d_forward(kCpu, out.data(), inp.data(), w.data(), nullptr, tiny.data(), 16, 1, 4, 8, 8, 4, 3, 3, 1, 1));
   // a workspace planned for one image is too small for oneDNN's buffers of six: the im2col path runs on one slot
   // and still gives the right result, forward and backward
   const int64_t planned = conv2d_workspace_floats(kCpu, 1, 4, 8, 8, 4, 3, 3, 1, 1);
@@ -110,8 +111,8 @@ TEST(KernelsConv, Conv2dWorkspaceTooSmallIsAnError) {
   std::vector<float> dx1(x.size()), dx2(x.size()), dw1(wt.size(), 0.5f), dw2(wt.size(), 0.5f);
   conv2d_backward(kCpu, dx1.data(), dw1.data(), nullptr, dy.data(), x.data(), wt.data(), ws1.data(), planned, N, 4, 8,
                   8, 4, 3, 3, 1, 1);
-  ref::conv2d_backward(dx2.data(), dw2.data(), static_cast<float*>(nullptr), dy.data(), x.data(), wt.data(), N, 4, 8,
-                       8, 4, 3, 3, 1, 1);
+  ref::conv2d_backward(dx2.data(), dw2.data(), static_cast<float*>(nullptr), dy.data(), x.data(), wt.data(), N, 4, 8, 8,
+                       4, 3, 3, 1, 1);
   EXPECT_TRUE(all_close("conv dinp, one-image workspace", dx1, dx2, 2e-5, 2e-5));
   EXPECT_TRUE(all_close("conv dweight, one-image workspace", dw1, dw2, 1e-4, 1e-4));
 }
@@ -120,7 +121,9 @@ TEST(KernelsConv, Conv2dWorkspaceTooSmallIsAnError) {
 // on the ResNet-20 stage shapes (oneDNN's blocked direct convolutions when built with it, weight-gradient partials
 // reduced over the threads).
 TEST(KernelsConv, Conv2dIsBitwiseReproducible) {
-  const ConvShape shapes[] = {{32, 16, 28, 28, 16, 3, 1, 1}, {32, 16, 28, 28, 32, 3, 2, 1}, {32, 64, 7, 7, 64, 3, 1, 1},
+  const ConvShape shapes[] = {{32, 16, 28, 28, 16, 3, 1, 1},
+                              {32, 16, 28, 28, 32, 3, 2, 1},
+                              {32, 64, 7, 7, 64, 3, 1, 1},
                               {32, 32, 14, 14, 64, 1, 2, 0}};
   for (const ConvShape& s : shapes) {
     SCOPED_TRACE(name(s));
@@ -138,8 +141,8 @@ TEST(KernelsConv, Conv2dIsBitwiseReproducible) {
       std::fill(ws.begin(), ws.end(), run ? -1.0f : NAN);
       conv2d_forward(kCpu, out[run].data(), x.data(), w.data(), nullptr, ws.data(), wsz, s.N, s.C, s.H, s.W, s.OC, s.K,
                      s.K, s.stride, s.pad);
-      conv2d_backward(kCpu, dx[run].data(), dw[run].data(), nullptr, dy.data(), x.data(), w.data(), ws.data(), wsz,
-                      s.N, s.C, s.H, s.W, s.OC, s.K, s.K, s.stride, s.pad);
+      conv2d_backward(kCpu, dx[run].data(), dw[run].data(), nullptr, dy.data(), x.data(), w.data(), ws.data(), wsz, s.N,
+                      s.C, s.H, s.W, s.OC, s.K, s.K, s.stride, s.pad);
     }
     EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float))) << "conv out";
     EXPECT_EQ(0, std::memcmp(dx[0].data(), dx[1].data(), dx[0].size() * sizeof(float))) << "conv dinp";
@@ -311,7 +314,8 @@ TEST(KernelsConv, MaxPoolForwardBackward) {
   struct P {
     int N, C, H, W, K, stride, pad;
   };
-  for (const P& p : {P{2, 3, 16, 16, 3, 2, 1}, P{3, 4, 15, 13, 3, 2, 1}, P{2, 2, 8, 8, 2, 2, 0}, P{1, 3, 7, 9, 3, 1, 1}}) {
+  for (const P& p :
+       {P{2, 3, 16, 16, 3, 2, 1}, P{3, 4, 15, 13, 3, 2, 1}, P{2, 2, 8, 8, 2, 2, 0}, P{1, 3, 7, 9, 3, 1, 1}}) {
     SCOPED_TRACE("H" + std::to_string(p.H) + "W" + std::to_string(p.W) + "K" + std::to_string(p.K));
     const int OH = (p.H + 2 * p.pad - p.K) / p.stride + 1, OW = (p.W + 2 * p.pad - p.K) / p.stride + 1;
     const size_t no = static_cast<size_t>(p.N) * p.C * OH * OW, ni = static_cast<size_t>(p.N) * p.C * p.H * p.W;
@@ -390,7 +394,8 @@ TEST(KernelsConvGradcheck, Conv2d) {
   for (const G& g : {G{2, 2, 5, 4, 3, 3, 3, 1, 1}, G{1, 2, 6, 5, 2, 3, 2, 2, 1}, G{2, 3, 3, 3, 2, 1, 1, 1, 0}}) {
     const int OH = (g.H + 2 * g.pad - g.KH) / g.stride + 1, OW = (g.W + 2 * g.pad - g.KW) / g.stride + 1;
     Vec inp = random_vector<double>(static_cast<size_t>(g.N) * g.C * g.H * g.W, 60),
-        w = random_vector<double>(static_cast<size_t>(g.OC) * g.C * g.KH * g.KW, 61), b = random_vector<double>(g.OC, 62);
+        w = random_vector<double>(static_cast<size_t>(g.OC) * g.C * g.KH * g.KW, 61),
+        b = random_vector<double>(g.OC, 62);
     const Vec r = random_vector<double>(static_cast<size_t>(g.N) * g.OC * OH * OW, 63);
     Vec out(r.size());
     auto objective = [&] {

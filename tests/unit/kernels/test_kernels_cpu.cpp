@@ -46,7 +46,8 @@ struct Shape {
 const Shape kShapes[] = {{2, 5, 8, 2}, {3, 67, 48, 3}, {2, 130, 64, 4}, {1, 256, 256, 4}};
 
 std::string name(const Shape& s) {
-  return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" + std::to_string(s.C) + "NH" + std::to_string(s.NH);
+  return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" + std::to_string(s.C) + "NH" +
+         std::to_string(s.NH);
 }
 
 // ---- encoder ----------------------------------------------------------------------------------------
@@ -181,8 +182,8 @@ TEST(KernelsCpu, AttentionForwardBackward) {
     auto dqkv = random_vector(qkv.size(), 32);  // assigned: the seed values must disappear
     auto datt = random_vector(att_n, 33);       // scratch: its contents must not matter
     std::vector<float> dqkv_ref(qkv.size()), datt_ref(att_n);
-    attention_backward(kCpu, dqkv.data(), datt.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(), B, T,
-                       C, NH);
+    attention_backward(kCpu, dqkv.data(), datt.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(), B, T, C,
+                       NH);
     ref::attention_backward(dqkv_ref.data(), datt_ref.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(),
                             B, T, C, NH);
     EXPECT_TRUE(all_close("dqkv", dqkv, dqkv_ref, 2e-5, 2e-5));
@@ -199,7 +200,7 @@ TEST(KernelsCpu, AttentionBufferSizes) {
     EXPECT_EQ(attention_scratch_floats(kCpu, s.B, s.T, s.C, s.NH), want);
   }
   EXPECT_EQ(attention_stats_floats(kCpu, 8, 1024, 768, 12), int64_t{8} * 12 * 1024 * 1024);  // no int overflow
-  EXPECT_THROW(attention_stats_floats(kCpu, 1, 4, 10, 3), hpct::Error);  // C not a multiple of NH
+  EXPECT_THROW(attention_stats_floats(kCpu, 1, 4, 10, 3), hpct::Error);                      // C not a multiple of NH
 }
 
 // ---- the backend's vectorizable exp (cpu/cpu_math.hpp), on which softmax, cross-entropy and GELU rest ----------
@@ -440,8 +441,13 @@ TEST(KernelsCpu, ReductionsAreBitwiseIndependentOfThreadCount) {
   auto run = [&](int threads) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
-    Result r{std::vector<float>(inp.size()), std::vector<float>(C), std::vector<float>(C),
-             std::vector<float>(static_cast<size_t>(Vp) * C), std::vector<float>(static_cast<size_t>(N) * C), 0.0f, 0.0};
+    Result r{std::vector<float>(inp.size()),
+             std::vector<float>(C),
+             std::vector<float>(C),
+             std::vector<float>(static_cast<size_t>(Vp) * C),
+             std::vector<float>(static_cast<size_t>(N) * C),
+             0.0f,
+             0.0};
     layernorm_backward(kCpu, r.dinp.data(), r.dw.data(), r.db.data(), dout.data(), inp.data(), w.data(), mean.data(),
                        rstd.data(), N, C);
     encoder_backward(kCpu, r.dwte.data(), r.dwpe.data(), dout.data(), tokens.data(), 1, N, C);

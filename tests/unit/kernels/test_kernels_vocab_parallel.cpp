@@ -135,8 +135,8 @@ TEST(KernelsVocabParallel, CrossEntropyCpuVsReference) {
     int N, V, v0, Vl;
   };
   // all real; partly padded (V = 200 in [128, 256)); padded only; a wider slice of V = 1000, Vp = 1024, t = 2
-  for (const Slice& s : {Slice{67, 200, 0, 128}, Slice{67, 200, 128, 128}, Slice{67, 200, 224, 32},
-                         Slice{33, 1000, 512, 512}}) {
+  for (const Slice& s :
+       {Slice{67, 200, 0, 128}, Slice{67, 200, 128, 128}, Slice{67, 200, 224, 32}, Slice{33, 1000, 512, 512}}) {
     SCOPED_TRACE("N" + std::to_string(s.N) + " V" + std::to_string(s.V) + " v0=" + std::to_string(s.v0) +
                  " Vl=" + std::to_string(s.Vl));
     const int N = s.N, Vl = s.Vl, Vr = std::clamp(s.V - s.v0, 0, Vl);
@@ -163,8 +163,8 @@ TEST(KernelsVocabParallel, CrossEntropyCpuVsReference) {
 
     // b) local sum of exponentials and target logit
     std::vector<float> se(N, NAN), tl(N, NAN), se_ref(N), tl_ref(N);
-    crossentropy_vp_local_sumexp(kCpu, se.data(), tl.data(), logits.data(), gmax.data(), targets.data(), s.v0, Vl,
-                                 s.V, N);
+    crossentropy_vp_local_sumexp(kCpu, se.data(), tl.data(), logits.data(), gmax.data(), targets.data(), s.v0, Vl, s.V,
+                                 N);
     ref::crossentropy_vp_local_sumexp(se_ref.data(), tl_ref.data(), logits.data(), gmax.data(), targets.data(), s.v0,
                                       Vl, s.V, N);
     // exp_simd within 1.5 ulp of libm, and sums of up to 512 terms in another order (SIMD lanes)
@@ -248,7 +248,7 @@ TEST(KernelsVocabParallel, EncoderRanksEqualSerial) {
 
       std::vector<float> dwte_local(dwte0.begin() + static_cast<size_t>(v0) * C,
                                     dwte0.begin() + static_cast<size_t>(v0 + Vl) * C);  // (Vl, C)
-      auto dwpe = dwpe0;  // every rank's replica of wpe
+      auto dwpe = dwpe0;                                                                // every rank's replica of wpe
       encoder_backward_vocab_parallel(kCpu, dwte_local.data(), dwpe.data(), dout.data(), inp.data(), v0, Vl, B, T, C);
       std::copy(dwte_local.begin(), dwte_local.end(), dwte_cat.begin() + static_cast<size_t>(v0) * C);
       EXPECT_TRUE(all_close("rank dwpe vs serial", dwpe, dwpe_serial, 0, 0)) << "rank " << r;
@@ -269,13 +269,14 @@ void run_vp_crossentropy(int t, const std::vector<Real>& logits, const std::vect
   for (int r = 0; r < t; r++) {  // a) local max, then allreduce(MAX)
     local[r] = column_block(logits, N, Vp, r * Vl, Vl);
     if constexpr (kCpuBackend) crossentropy_vp_local_max(kCpu, mx.data(), local[r].data(), r * Vl, Vl, V, N);
-    else ref::crossentropy_vp_local_max(mx.data(), local[r].data(), r * Vl, Vl, V, N);
+    else
+      ref::crossentropy_vp_local_max(mx.data(), local[r].data(), r * Vl, Vl, V, N);
     for (int n = 0; n < N; n++) gmax[n] = std::max(gmax[n], mx[n]);
   }
   for (int r = 0; r < t; r++) {  // b) local sums, then allreduce(SUM) in rank order
     if constexpr (kCpuBackend)
-      crossentropy_vp_local_sumexp(kCpu, se.data(), tl.data(), local[r].data(), gmax.data(), targets.data(), r * Vl,
-                                   Vl, V, N);
+      crossentropy_vp_local_sumexp(kCpu, se.data(), tl.data(), local[r].data(), gmax.data(), targets.data(), r * Vl, Vl,
+                                   V, N);
     else
       ref::crossentropy_vp_local_sumexp(se.data(), tl.data(), local[r].data(), gmax.data(), targets.data(), r * Vl, Vl,
                                         V, N);

@@ -29,7 +29,7 @@ GptConfig make(int L, int NH, int C, int T, int V, bool bias = true) {
   return c;
 }
 GptConfig small(bool bias) { return make(2, 4, 32, 16, 200, bias); }  // Vp = 256
-GptConfig gpt2_124m() { return make(12, 12, 768, 1024, 50257); }    // Vp = 50304
+GptConfig gpt2_124m() { return make(12, 12, 768, 1024, 50257); }      // Vp = 50304
 
 int64_t numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -84,16 +84,16 @@ TEST(GptShardLayout, TensorParallelSplitAxesAndOffsets) {
     int axis;
   };
   const std::vector<Want> want = {
-      {"wte", {128, 32}, {128, 0}, 0},                   // vocab-parallel rows
-      {"wpe", {16, 32}, {0, 0}, -1},                     // replicated
-      {"h.0.ln1.weight", {32}, {0}, -1},                 // replicated
+      {"wte", {128, 32}, {128, 0}, 0},                          // vocab-parallel rows
+      {"wpe", {16, 32}, {0, 0}, -1},                            // replicated
+      {"h.0.ln1.weight", {32}, {0}, -1},                        // replicated
       {"h.0.attn.qkv.weight", {3, 2, 8, 32}, {0, 2, 0, 0}, 1},  // heads 2, 3
       {"h.0.attn.qkv.bias", {3, 2, 8}, {0, 2, 0}, 1},
-      {"h.0.attn.proj.weight", {32, 16}, {0, 16}, 1},    // row-parallel: input channels of heads 2, 3
-      {"h.0.attn.proj.bias", {32}, {0}, -1},             // added once after the allreduce
-      {"h.1.mlp.fc.weight", {64, 32}, {64, 0}, 0},       // column-parallel
+      {"h.0.attn.proj.weight", {32, 16}, {0, 16}, 1},  // row-parallel: input channels of heads 2, 3
+      {"h.0.attn.proj.bias", {32}, {0}, -1},           // added once after the allreduce
+      {"h.1.mlp.fc.weight", {64, 32}, {64, 0}, 0},     // column-parallel
       {"h.1.mlp.fc.bias", {64}, {64}, 0},
-      {"h.1.mlp.proj.weight", {32, 64}, {0, 64}, 1},     // row-parallel
+      {"h.1.mlp.proj.weight", {32, 64}, {0, 64}, 1},  // row-parallel
       {"h.1.mlp.proj.bias", {32}, {0}, -1},
       {"lnf.bias", {32}, {0}, -1},
   };
@@ -160,7 +160,8 @@ TEST(GptShardLayout, PipelineStagesHoldTheirLayersAndTiedEmbedding) {
   EXPECT_EQ(names(first), serial_where([&](const std::string& n) {
               return n == "wte" || n == "wpe" || starts(n, "h.0.") || starts(n, "h.1.");
             }));
-  EXPECT_EQ(names(last), serial_where([&](const std::string& n) { return n == "wte" || starts(n, "h.2.") || starts(n, "lnf."); }));
+  EXPECT_EQ(names(last),
+            serial_where([&](const std::string& n) { return n == "wte" || starts(n, "h.2.") || starts(n, "lnf."); }));
   EXPECT_FALSE(find(first, "wte").is_tied_copy);
   EXPECT_TRUE(find(last, "wte").is_tied_copy);
   EXPECT_FALSE(is_primary_replica(find(last, "wte"), ModelParallel{1, 0, 2, 1}));
@@ -202,7 +203,8 @@ TEST(GptShardInit, EveryShardEqualsSerialHyperslab) {
     std::vector<int> tps;
   };
   // The second case has odd sizes (HS 5, C 15): qkv and row-parallel shards start at odd element indices.
-  const std::vector<Case> cases = {{small(true), {1, 2, 4}}, {small(false), {1, 2, 4}}, {make(2, 3, 15, 16, 300), {1, 3}}};
+  const std::vector<Case> cases = {
+      {small(true), {1, 2, 4}}, {small(false), {1, 2, 4}}, {make(2, 3, 15, 16, 300), {1, 3}}};
   const uint64_t seed = 1234;
   for (const Case& k : cases) {
     const GptConfig& c = k.c;
@@ -290,7 +292,8 @@ TEST(GptShardInit, ArbitraryOddHyperslab) {
       zeros += local[i] == 0.0f;
     }
     if (std::string(name) == "wte") EXPECT_EQ(zeros, 4 * s.spec.shape[1]);  // rows 200..203
-    else EXPECT_EQ(zeros, 0);
+    else
+      EXPECT_EQ(zeros, 0);
   }
 }
 
@@ -381,8 +384,8 @@ TEST(GptShardMemory, Gpt2PerRankParamsFollowTheDesignFormula) {
   }
   EXPECT_EQ(block, 12 * (12LL * 768 * 768 + 13 * 768));
   EXPECT_EQ(emb, 50304LL * 768 + 1024 * 768);
-  const std::vector<std::pair<int, int>> tps = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 2}, {2, 2}, {1, 4},
-                                                {4, 2}, {2, 4}, {3, 1}, {6, 2}, {12, 1}};
+  const std::vector<std::pair<int, int>> tps = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 2}, {2, 2},
+                                                {1, 4}, {4, 2}, {2, 4}, {3, 1}, {6, 2}, {12, 1}};
   std::printf("   t   p  max params/rank        formula   ratio\n");
   for (auto [t, p] : tps) {
     if (c.n_head % t != 0) {
@@ -416,7 +419,8 @@ TEST(GptShardMemory, Gpt2PerRankParamsFollowTheDesignFormula) {
                 ASSERT_EQ(s.spec.shape[d], s.global_shape[d]) << s.spec.name;
               }
             split_extent[s.spec.name] = s.global_shape[s.split_axis];
-            stage_intervals[s.spec.name].push_back({s.offset[s.split_axis], s.offset[s.split_axis] + s.spec.shape[s.split_axis]});
+            stage_intervals[s.spec.name].push_back(
+                {s.offset[s.split_axis], s.offset[s.split_axis] + s.spec.shape[s.split_axis]});
           } else {
             ASSERT_EQ(s.spec.shape, s.global_shape) << s.spec.name;
           }
@@ -428,7 +432,8 @@ TEST(GptShardMemory, Gpt2PerRankParamsFollowTheDesignFormula) {
         const StagePlan st = stage_plan(c, p, pr);
         const double rank_formula = static_cast<double>(block) / (t * p) +
                                     (st.has_embedding || st.has_head ? static_cast<double>(emb) / t : 0.0);
-        EXPECT_LE(static_cast<double>(n_rank), 1.1 * rank_formula) << "t=" << t << " p=" << p << " rank " << tr << "," << pr;
+        EXPECT_LE(static_cast<double>(n_rank), 1.1 * rank_formula)
+            << "t=" << t << " p=" << p << " rank " << tr << "," << pr;
         max_params = std::max(max_params, n_rank);
       }
       // the TP shards of each split tensor tile its split axis exactly, on every stage

@@ -37,7 +37,8 @@ void check_gradient(const ResNetConfig& c, int B, const std::vector<const char*>
   // non-trivial BN affine parameters, so their gradients are tested too
   for (auto& t : model.params().tensors())
     if (t.shape.size() == 1 && t.name.rfind("fc.", 0) != 0)
-      for (int64_t j = 0; j < t.numel(); ++j) t.f32()[j] += 0.2f * static_cast<float>(rng::normal(11, rng::stream_of(t.name), j));
+      for (int64_t j = 0; j < t.numel(); ++j)
+        t.f32()[j] += 0.2f * static_cast<float>(rng::normal(11, rng::stream_of(t.name), j));
   std::vector<float> img(static_cast<size_t>(B * D));
   std::vector<int32_t> lab(B);
   for (int i = 0; i < B * D; ++i) img[i] = static_cast<float>(rng::normal(1, 1, i));

@@ -241,7 +241,8 @@ TEST(Sgd, SplitSegmentsMatchWholeTensors) {
   Sgd a(whole.params, whole.grads, {true, false}, cfg);
   // the "shard": w[4,6) b[0,3) w[0,4): 9 gradient values back to back
   std::vector<float> shard(9);
-  std::vector<Segment> segs = {{0, 4, 6, shard.data(), 0}, {1, 0, 3, shard.data() + 2, 0}, {0, 0, 4, shard.data() + 5, 0}};
+  std::vector<Segment> segs = {
+      {0, 4, 6, shard.data(), 0}, {1, 0, 3, shard.data() + 2, 0}, {0, 0, 4, shard.data() + 5, 0}};
   Sgd b(split.params, segs, {true, false}, cfg);
   ASSERT_EQ(b.state_numel(), 9);
   EXPECT_EQ(b.segments()[1].state_offset, 2);

@@ -96,9 +96,8 @@ TEST(LaunchEnv, SrunStep) {
   e.local_rank = 0;
   e.local_size = 2;
   e.nodes_mpi = 2;
-  EXPECT_EQ(describe(e),
-            "launch: slurm job 123 'hpct-gpt' (restart 1) step 0 via srun on vm[01-02] (2 nodes; MPI sees "
-            "2) | rank 2 on vm02, local rank 0 of 2, 4 CPUs per task");
+  EXPECT_EQ(describe(e), "launch: slurm job 123 'hpct-gpt' (restart 1) step 0 via srun on vm[01-02] (2 nodes; MPI sees "
+                         "2) | rank 2 on vm02, local rank 0 of 2, 4 CPUs per task");
 }
 
 TEST(LaunchEnv, ArrayJobFirstStart) {
@@ -114,9 +113,8 @@ TEST(LaunchEnv, ArrayJobFirstStart) {
   EXPECT_EQ(e.restart_count, 0);
   e.host = "vm02";
   e.nodes_mpi = 2;
-  EXPECT_EQ(describe(e),
-            "launch: slurm job 123 (array 120_3) (restart 0) step 0 via srun on vm[01-02] (2 nodes; MPI "
-            "sees 2) | rank 2 on vm02, local rank 0 of 1");
+  EXPECT_EQ(describe(e), "launch: slurm job 123 (array 120_3) (restart 0) step 0 via srun on vm[01-02] (2 nodes; MPI "
+                         "sees 2) | rank 2 on vm02, local rank 0 of 1");
 }
 
 TEST(LaunchEnv, MpirunInsideSlurm) {
@@ -137,9 +135,8 @@ TEST(LaunchEnv, MpirunInsideSlurm) {
   e.local_rank = 1;
   e.local_size = 2;
   e.nodes_mpi = 2;
-  EXPECT_EQ(describe(e),
-            "launch: slurm job 77 (restart 0) via mpirun on node[01-02] (2 nodes; MPI sees 2) | rank 3 on "
-            "node02, local rank 1 of 2");
+  EXPECT_EQ(describe(e), "launch: slurm job 77 (restart 0) via mpirun on node[01-02] (2 nodes; MPI sees 2) | rank 3 on "
+                         "node02, local rank 1 of 2");
 }
 
 TEST(LaunchEnv, BatchScriptDirectStartWarns) {

@@ -242,8 +242,10 @@ TEST(PipelineLinks, BeforeLastBackwardRunsOnceBeforeTheLastBackward) {
         opts.before_last_backward = [&stage] { stage.events.push_back("arm"); };
         run_schedule(schedule, stage, tr, buffers, opts);
         std::vector<std::string> expected;
-        for (const Action& a : schedule) expected.push_back(fmt::format("{}{}", a.op == Action::Forward ? 'F' : 'B', a.micro));
-        const auto last_b = std::find_if(expected.rbegin(), expected.rend(), [](const std::string& e) { return e[0] == 'B'; });
+        for (const Action& a : schedule)
+          expected.push_back(fmt::format("{}{}", a.op == Action::Forward ? 'F' : 'B', a.micro));
+        const auto last_b = std::find_if(expected.rbegin(), expected.rend(),
+                                         [](const std::string& e) { return e[0] == 'B'; });
         expected.insert(last_b.base() - 1, "arm");
         EXPECT_EQ(stage.events, expected) << schedule_kind_name(kind) << " stage " << s << " of " << p;
         if (p == 1)

@@ -131,9 +131,8 @@ TEST(Schedule, EveryMicroBatchOnceAndActivationBound) {
           EXPECT_EQ(max_in_flight(s), bound);
           if (kind == ScheduleKind::OneFOneB) {
             // forwards before the first backward: warm-up min(p - r - 1, m), plus the first steady forward
-            const int lead = static_cast<int>(std::find_if(s.begin(), s.end(), [](const Action& a) {
-                                                 return a.op == Action::Backward;
-                                               }) - s.begin());
+            const int lead = static_cast<int>(
+                std::find_if(s.begin(), s.end(), [](const Action& a) { return a.op == Action::Backward; }) - s.begin());
             EXPECT_EQ(lead, std::min(p - r - 1, m) + (m > p - r - 1 ? 1 : 0));
             // forwards and backwards each in micro-batch order
             int nf = 0, nb = 0;
@@ -144,7 +143,7 @@ TEST(Schedule, EveryMicroBatchOnceAndActivationBound) {
 
 TEST(Schedule, ValidationRejectsBrokenSchedules) {
   using A = Action;
-  EXPECT_THROW(schedule_micro_batches({{A::Backward, 0}, {A::Forward, 0}}), Error);                      // B before F
+  EXPECT_THROW(schedule_micro_batches({{A::Backward, 0}, {A::Forward, 0}}), Error);  // B before F
   EXPECT_THROW(schedule_micro_batches({{A::Forward, 0}, {A::Forward, 0}, {A::Backward, 0}, {A::Backward, 1}}), Error);
   EXPECT_THROW(schedule_micro_batches({{A::Forward, 0}, {A::Backward, 0}, {A::Forward, 2}}), Error);
   EXPECT_THROW(schedule_micro_batches({}), Error);
@@ -168,7 +167,8 @@ TEST(Schedule, BufferPlanNeverSharesASlot) {
             ASSERT_GE(k, 0);
             ASSERT_LT(k, buf.slots());
             if (a.op == Action::Forward) EXPECT_TRUE(live.insert(k).second) << "slot " << k << " reused while live";
-            else EXPECT_EQ(live.erase(k), 1u);
+            else
+              EXPECT_EQ(live.erase(k), 1u);
           }
           // the four buffers of a slot are distinct, non-overlapping ranges
           for (int k = 0; k < buf.slots(); ++k) {
@@ -206,7 +206,7 @@ TEST(Schedule, SimulationDetectsDeadlock) {
       {{A::Forward, 0}, {A::Forward, 1}, {A::Backward, 0}, {A::Backward, 1}}};
   EXPECT_FALSE(simulate(stages, 1.0, 2.0).has_value());
   // mixing kinds across stages is fine as long as the dependencies allow it
-  EXPECT_TRUE(simulate({make_schedule(ScheduleKind::GPipe, 2, 0, 4), make_schedule(ScheduleKind::OneFOneB, 2, 1, 4)},
-                       1.0, 2.0)
-                  .has_value());
+  EXPECT_TRUE(
+      simulate({make_schedule(ScheduleKind::GPipe, 2, 0, 4), make_schedule(ScheduleKind::OneFOneB, 2, 1, 4)}, 1.0, 2.0)
+          .has_value());
 }

@@ -6,8 +6,8 @@
 
 TEST(Slab, PlansAlignedTensorsInOneBlock) {
   hpct::Slab s("test", hpct::Device::CPU);
-  auto& a = s.add("a", {3, 5});       // 60 bytes -> 64
-  auto& b = s.add("b", {7}, hpct::DType::I32);  // 28 -> 64
+  auto& a = s.add("a", {3, 5});                       // 60 bytes -> 64
+  auto& b = s.add("b", {7}, hpct::DType::I32);        // 28 -> 64
   auto& c = s.add("c", {2, 2, 2}, hpct::DType::F64);  // 64
   EXPECT_EQ(s.bytes(), 192u);
   s.allocate();

@@ -31,7 +31,9 @@ steps = 10
 warmup_steps = 4
 )";
 
-Config gpt_deck(const std::vector<std::string>& sets) { return Config::parse(gpt_deck_schema(), kGptDeck, "t.toml", sets); }
+Config gpt_deck(const std::vector<std::string>& sets) {
+  return Config::parse(gpt_deck_schema(), kGptDeck, "t.toml", sets);
+}
 
 std::string usage_message(const std::function<void()>& f) {
   try {
@@ -51,15 +53,14 @@ TEST(RunConfig, DecayStepsDefaultFollowsTheRunAndTheWarmUp) {
   EXPECT_EQ(s.decay_steps, 4);
   EXPECT_DOUBLE_EQ(s.at(1), 6e-4 / 4);  // still warming up: the same lr as in the longer run's first step
   // a decay_steps the user wrote before the warm-up's end is an error naming both keys and the fix
-  const std::string msg =
-      usage_message([] { read_cosine_schedule(gpt_deck({"optim.decay_steps=2"}), 10); });
+  const std::string msg = usage_message([] { read_cosine_schedule(gpt_deck({"optim.decay_steps=2"}), 10); });
   EXPECT_NE(msg.find("optim.decay_steps = 2 is before the end of optim.warmup_steps = 4"), std::string::npos) << msg;
   EXPECT_NE(msg.find("set optim.decay_steps >= 4"), std::string::npos) << msg;
 }
 
 TEST(RunConfig, TypedSectionsAndTheScheduleOfOneStage) {
-  const RunConfig c = read_run_config(gpt_deck({"parallel.zero=1", "parallel.bucket_mb=2", "log.every=5",
-                                                "parallel.schedule=gpipe", "checkpoint.keep=7"}));
+  const RunConfig c = read_run_config(gpt_deck(
+      {"parallel.zero=1", "parallel.bucket_mb=2", "log.every=5", "parallel.schedule=gpipe", "checkpoint.keep=7"}));
   EXPECT_EQ(c.train.steps, 10);
   EXPECT_EQ(c.parallel.sync.zero, 1);
   EXPECT_EQ(c.parallel.sync.bucket_bytes, 2u << 20);

@@ -11,7 +11,8 @@ namespace hpct::train {
 namespace {
 
 const std::string kDeck = "inputs/gpt_tiny.toml";
-const std::string kDriver = "CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver)";
+const std::string kDriver =
+    "CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver)";
 const std::string kNoBackend = "this build has no CUDA backend (configured without the CUDA toolkit, or with "
                                "-DHPCT_ENABLE_CUDA=OFF)";
 

@@ -30,12 +30,9 @@ namespace {
 
 // The largest token of a shard must fit the model's vocabulary.
 void check_vocab(const data::TokenShard& s, int vocab_size) {
-  int max_tok = 0;
-  const uint16_t* t = s.tokens();
-  for (int64_t i = 0; i < s.size(); ++i) max_tok = std::max<int>(max_tok, t[i]);
-  HPCT_USAGE_CHECK(max_tok < vocab_size,
+  HPCT_USAGE_CHECK(s.max_token() < vocab_size,
                    "data file {} holds token {} but model.vocab_size = {}; raise model.vocab_size or re-tokenise",
-                   s.path(), max_tok, vocab_size);
+                   s.path(), s.max_token(), vocab_size);
 }
 
 class GptTask final : public TrainTask {
@@ -127,13 +124,10 @@ class GptTask final : public TrainTask {
   parallel::PipelineStage& stage() override { return *stage_; }
   // the tied embedding's gradient is summed over the first and last stage after the schedule, before the DP sync
   bool gradients_final_in_last_backward() const override { return mp_.pp == 1; }
-  std::vector<double> end_step(const parallel::PipelineStats& ps) override {
+  std::vector<double> end_step() override {
     double loss_sum = stage_->end_step();  // non-zero on the stage with the head only
     parallel::ParallelContext& pc = run_.pc;
-    if (mp_.pp > 1) {
-      pipeline_.push_back(ps);
-      pc.pp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum (pipeline)");
-    }
+    if (mp_.pp > 1) pc.pp_group().allreduce(&loss_sum, 1, DType::F64, comm::ReduceOp::Sum, "loss sum (pipeline)");
     if (pc.has_embedding_group() && pc.embedding_group().size() > 1) {  // tied embedding: first + last stage
       Tensor& dwte = model_.grads().get("wte");  // device memory: the NCCL embedding group on CUDA
       pc.device_embedding_group().allreduce(dwte.data, dwte.numel(), DType::F32, comm::ReduceOp::Sum,
@@ -202,20 +196,6 @@ class GptTask final : public TrainTask {
     if (exit_code == 0 && d_.sample.tokens > 0 && run_.pc.rank() == 0 && mp_.tp == 1 && mp_.pp == 1)
       log_info("sample (temperature {}, top-k {}):\n{}\n--- end of sample ---", d_.sample.temperature, d_.sample.top_k,
                gpt::generate(ctx_, model_, d_.sample, evaluator_.tokens(), run_.cfg.train.seed));
-    if (mp_.pp > 1 && !pipeline_.empty()) {
-      std::vector<double> bubbles, waits;
-      for (const parallel::PipelineStats& ps : pipeline_) {
-        bubbles.push_back(ps.measured_bubble);
-        waits.push_back(ps.wait_ms);
-      }
-      log_info("pipeline: schedule {}, {} stages, {} micro-batches per step: measured bubble {:.4f} (median over steps "
-               "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}; PP communication wait {:.2f} ms/step{}",
-               parallel::schedule_kind_name(run_.cfg.parallel.schedule), mp_.pp, run_.n_micro,
-               median_after_first(bubbles), mp_.pp_rank, pipeline_.back().theoretical_bubble, median_after_first(waits),
-               ctx_.device == Device::CPU ? ""
-                                          : " (host times: over NCCL the host only queues the work and the waits are "
-                                            "stream-ordered, so these do not measure the GPU's bubble)");
-    }
   }
   PerfColumns perf_columns(double last_loss, const std::optional<EvalResult>& eval) const override {
     return {"dp tp pp",      fmt::format("{} {} {}", run_.dp(), mp_.tp, mp_.pp),
@@ -242,7 +222,6 @@ class GptTask final : public TrainTask {
   std::vector<bool> counted_, tp_replicated_, is_wte_;
   std::unique_ptr<ReferenceDump> dump_;
   std::unique_ptr<gpt::GptStage> stage_;
-  std::vector<parallel::PipelineStats> pipeline_;
   std::vector<double> tp_ms_;
 };
 

@@ -114,9 +114,7 @@ class ResNetTask final : public TrainTask {
   }
   parallel::PipelineStage& stage() override { return stage_; }
   bool gradients_final_in_last_backward() const override { return true; }
-  std::vector<double> end_step(const parallel::PipelineStats&) override {
-    return {stage_.loss_sum(), stage_.correct()};
-  }
+  std::vector<double> end_step() override { return {stage_.loss_sum(), stage_.correct()}; }
   StepReport report_step(int64_t s, const std::vector<double>& sums) override {
     const double epoch = static_cast<double>(s) / spe_, acc = sums[1] / static_cast<double>(GB_);
     StepReport r;

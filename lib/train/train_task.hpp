@@ -97,8 +97,8 @@ class TrainTask {
   // the DP sync starts after end_step().
   virtual bool gradients_final_in_last_backward() const = 0;
   // This rank's sums of the step, summed over DP by the loop: [0] = the loss sum, then the task's own (e.g. correct
-  // predictions). Also runs the reductions that precede the DP sync; `pipeline` holds the schedule's timing.
-  virtual std::vector<double> end_step(const parallel::PipelineStats& pipeline) = 0;
+  // predictions). Also runs the reductions that precede the DP sync.
+  virtual std::vector<double> end_step() = 0;
   virtual void after_gradients(int64_t /*step*/) {}
   // The task's metrics.jsonl fields of a step and its step-line text, from the DP-summed sums.
   struct StepReport {
@@ -126,7 +126,7 @@ class TrainTask {
   virtual void check_replicas(CheckpointStaging& staging, const std::string& when) = 0;
 
   // ---- the end ----------------------------------------------------------------------------------------------------
-  // After the last step (exit_code 0) or a stop (3): final dumps, the text sample, the pipeline summary.
+  // After the last step (exit_code 0) or a stop (3): final dumps, the text sample.
   virtual void finish(int exit_code) = 0;
   virtual PerfColumns perf_columns(double last_loss, const std::optional<EvalResult>& last_eval) const = 0;
 };

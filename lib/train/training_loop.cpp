@@ -59,6 +59,26 @@ RunSession::RunSession(const char* app_name, const Config& deck_, const ConfigSc
                    "--dump writes the serial reference state: run it on one rank (world size is {})", pc.world_size());
 }
 
+namespace {
+
+// The measured bubble and PP wait (medians over the steps after the first) next to the theory.
+void log_pipeline_summary(const RunSession& run, const std::vector<parallel::PipelineStats>& steps, Device device) {
+  std::vector<double> bubbles, waits;
+  for (const parallel::PipelineStats& ps : steps) {
+    bubbles.push_back(ps.measured_bubble);
+    waits.push_back(ps.wait_ms);
+  }
+  log_info("pipeline: schedule {}, {} stages, {} micro-batches per step: measured bubble {:.4f} (median over steps "
+           "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}; PP communication wait {:.2f} ms/step{}",
+           parallel::schedule_kind_name(run.cfg.parallel.schedule), run.pc.pp_size(), run.n_micro,
+           median_after_first(bubbles), run.pc.pp_rank(), steps.back().theoretical_bubble, median_after_first(waits),
+           device == Device::CPU ? ""
+                                 : " (host times: over NCCL the host only queues the work and the waits are "
+                                   "stream-ordered, so these do not measure the GPU's bubble)");
+}
+
+}  // namespace
+
 std::optional<double> model_flops_utilization(double step_flops, double step_ms, int world_size, double peak_tflops) {
   if (peak_tflops <= 0.0) return std::nullopt;
   const double job_flops_per_s = step_flops / (step_ms / 1e3);
@@ -160,6 +180,7 @@ int run_training(RunSession& run, TrainTask& task) {
   schedule_opts.barrier = pc.pp_size() > 1;  // every stage measures the same window (one stage: nothing to wait for)
   if (overlap) schedule_opts.before_last_backward = [&grad_sync] { grad_sync.arm(); };
   std::vector<double> step_ms, exposed_ms;
+  std::vector<parallel::PipelineStats> pipeline;  // per step, with several stages
   step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
   exposed_ms.reserve(step_ms.capacity());
   double last_loss = NAN;
@@ -171,7 +192,8 @@ int run_training(RunSession& run, TrainTask& task) {
     task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
     const parallel::PipelineStats ps = parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(),
                                                               pipe_bufs, schedule_opts);
-    std::vector<double> sums = task.end_step(ps);
+    if (pc.pp_size() > 1) pipeline.push_back(ps);
+    std::vector<double> sums = task.end_step();
     if (!overlap) grad_sync.arm();
     grad_sync.finish();
     pc.dp_group().allreduce(sums.data(), static_cast<int64_t>(sums.size()), DType::F64, comm::ReduceOp::Sum,
@@ -245,6 +267,7 @@ int run_training(RunSession& run, TrainTask& task) {
   staging.to_host();
   task.check_replicas(staging, "end of training");
   task.finish(exit_code);
+  if (!pipeline.empty()) log_pipeline_summary(run, pipeline, ctx.device);
 
   // ---- the PERFORMANCE line: steady-state step time, the median over the steps after the first (warm-up) ----------
   const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);

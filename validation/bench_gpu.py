@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""GPU training benchmarks (issue 8, item 4): hpctrain vs PyTorch on the same GPU, in the same run.
+"""GPU training benchmarks : hpctrain vs PyTorch on the same GPU, in the same run.
 
   gpt     GPT-2 124M (inputs/gpt2_124m.toml: L12 C768 NH12, T = 1024, vocabulary 50257), one GPU, the micro-batch
           as large as fits (--gpt-micro-batch, else the first of 32 16 8 4 2 1 that `train_gpt --plan` puts under 90%
@@ -19,7 +19,7 @@ Figures: the median step time over the steps after --warmup (hpctrain: metrics.j
 the whole step incl. the host-to-device copy of the batch from pinned memory, ending with cuda.synchronize);
 tokens/s or images/s from it; MFU with the FLOP counts the apps define and print (`--plan ... --json`: GPT the PaLM
 count 6N + 12 L C T flops per token, ResNet 3 x forward FLOPs per image; docs/performance.md), against the bf16 dense
-tensor peak of the device (or --peak-tflops: the issue's target is defined against it), and against the peak of the
+tensor peak of the device (or --peak-tflops: the MFU targets are defined against it), and against the peak of the
 precision the row computes in (fp32 without TF32: the FP32 peak; bf16: the bf16 peak); peak GPU memory of the
 process, sampled with nvidia-smi every 0.2 s (or the device's used memory above the idle baseline when nvidia-smi does
 not show the process, e.g. in a container), and for PyTorch also torch.cuda.max_memory_allocated. The peaks come from
@@ -27,7 +27,7 @@ the one table, lib/core/device_peaks.cpp, through `train_gpt DECK --plan 1 --jso
 hpctrain runs once per --hp-precisions value (train.precision; default bf16 then fp32: the bf16 row against PyTorch's
 bf16 autocast, the fp32 row like-for-like against PyTorch fp32 with TF32 off), each at the largest micro-batch that
 fits; PyTorch runs at the first row's micro-batch. --hp-set train.precision=X runs that one precision only.
-Targets (issue 8, printed PASS/MISS, not a failure): GPT-2 124M MFU >= 50% on an H100 (vs the bf16 peak);
+Targets (printed PASS/MISS, not a failure): GPT-2 124M MFU >= 50% on an H100 (vs the bf16 peak);
 ResNet-50 images/s >= PyTorch's best.
 
 usage:
@@ -520,7 +520,7 @@ def make_rows(results, peaks):
 
 
 def targets(results, dev_name):
-    """The issue's two targets as PASS / MISS lines (not failures)."""
+    """The two performance targets as PASS / MISS lines (not failures)."""
     lines = []
     hp = {r["workload"]: r for r in results if r["program"].startswith("hpctrain")}
     g = hp.get("GPT-2 124M")

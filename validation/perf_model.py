@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Performance model (issue 6 item 4): data-parallel step time T(R) = T_compute(R) + exposed_comm(R) from the measured
+"""Performance model : data-parallel step time T(R) = T_compute(R) + exposed_comm(R) from the measured
 serial step and an alpha-beta fit of each collective, checked against the measured scaling points, and projected to
 H100 clusters (a model, not a measurement).
 

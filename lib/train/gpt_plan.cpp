@@ -14,16 +14,17 @@ namespace hpct::train {
 
 int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
   const gpt::GptConfig cfg = gpt_model_config(deck);
-  const int tp = static_cast<int>(deck.get_int("parallel.tp")), pp = static_cast<int>(deck.get_int("parallel.pp"));
+  const RunConfig run = read_run_config(deck);
+  const int tp = run.parallel.tp, pp = run.parallel.pp;
   const std::string where = fmt::format("deck {}", deck.deck_path());
-  const parallel::Grid grid(world, tp, pp, deck.get_string("parallel.order"), where);
+  const parallel::Grid grid(world, tp, pp, run.parallel.order, where);
   gpt::validate_model_parallel(cfg, tp, pp, where);
-  const int MB = static_cast<int>(deck.get_int("train.micro_batch"));
-  const int zero = static_cast<int>(deck.get_int("parallel.zero"));
+  const int MB = run.train.micro_batch;
+  const int zero = run.parallel.sync.zero;
   const int dp = grid.dp();
   // the backend's buffer sizes (attention: T x T probabilities on the CPU, a log-sum-exp per row on CUDA); "auto"
   // is planned as the CPU, where it falls back without a GPU
-  const Device plan_device = deck.get_string("train.device") == "cuda" ? Device::CUDA : Device::CPU;
+  const Device plan_device = run.train.device == "cuda" ? Device::CUDA : Device::CPU;
   const gpt::MemoryPlan serial = gpt::memory_plan(cfg, MB, plan_device);
   std::printf("plan: %s | %s | micro_batch %d | ZeRO-%d | device %s | model %lld parameters (padded vocabulary %d)\n",
               deck.deck_path().c_str(), grid.describe().c_str(), MB, zero, device_name(plan_device),
@@ -46,19 +47,18 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
   std::printf("(activations: one micro-batch; a pipeline stage also keeps its inputs of the step's micro-batches)\n");
   if (out.json) {
     // FLOPs as the trainer counts them (docs/performance.md): flops_per_token x global_batch x seq_len per step
-    const int64_t GB = deck.get_int("train.global_batch");
+    const int64_t GB = run.train.global_batch;
     const double fpt = gpt::flops_per_token(cfg);
     const double tokens = static_cast<double>(GB) * cfg.seq_len;
-    const std::string& precision = deck.get_string("train.precision");
+    const std::string precision = precision_name(run.train.precision);
     const std::string line = fmt::format(
         R"({{"plan":{{"app":"train_gpt","deck":{},"world":{},"tp":{},"pp":{},"dp":{},"micro_batch":{},)"
         R"("global_batch":{},"seq_len":{},"parameters":{},"parameters_for_flops":{},"flops_per_token":{},)"
         R"("tokens_per_step":{},"training_flops_per_step":{},"memory_bytes_max_rank":{},"device":{},"precision":{},)"
         R"({},"log_peak_tflops":{}}}}})",
         json_quote(deck.deck_path()), world, tp, pp, dp, MB, GB, cfg.seq_len, serial.num_params,
-        serial.num_params_no_wpe, fpt, tokens, fpt * tokens, max_rank_bytes,
-        json_quote(deck.get_string("train.device")), json_quote(precision),
-        peak_json_members(out.device_name, precision), deck.get_float("log.peak_tflops"));
+        serial.num_params_no_wpe, fpt, tokens, fpt * tokens, max_rank_bytes, json_quote(run.train.device),
+        json_quote(precision), peak_json_members(out.device_name, precision), run.log.peak_tflops);
     std::printf("%s\n", line.c_str());
   }
   return 0;

@@ -69,7 +69,8 @@ class GptTask final : public TrainTask {
       is_wte_.push_back(sh.spec.name == "wte");
     }
     if (!run.opts.dump_path.empty())
-      dump_ = std::make_unique<ReferenceDump>(run.opts.dump_path, run.deck, cfg_, run.cfg.train.steps, GB_);
+      dump_ = std::make_unique<ReferenceDump>(run.opts.dump_path, cfg_, d.adamw, run.cfg.train.micro_batch,
+                                              run.deck.effective_toml(), run.cfg.train.steps, GB_);
     stage_ = std::make_unique<gpt::GptStage>(ctx_, model_, run.schedule, static_cast<int>(run.n_micro),
                                              [this](int64_t step, int64_t first, int count, int32_t* tok,
                                                     int32_t* tgt) {

@@ -1,43 +1,71 @@
 #pragma once
-// `train_gpt --dump FILE.h5`: everything an independent implementation needs to replay the run and
-// compare (tests/reference/gpt_reference.py with PyTorch): the initial parameters (/init/<name>, logical
-// shapes), every step's token batches (/batches/inputs, /batches/targets: (steps, global_batch, T)),
-// per-step loss, lr and gradient norm (/steps/*), and the raw gradients of step 1 (/grads_step1/<name>,
-// before clipping), and the parameters after the last step (/final/<name>). Attributes on / carry the model and optimizer settings. Serial HDF5, rank 0 only.
+// The reference dumps (`--dump FILE.h5`, one rank): what an independent implementation needs to replay a run and
+// compare, in PyTorch (tests/reference/). Serial HDF5, written to FILE.h5.tmp and renamed when complete.
+//   DumpRecorder  what both apps' dumps hold alike: named host copies of tensors (/init, /final, ...) and every step's
+//                 loss, lr and gradient norm (/steps/*)
+//   ReferenceDump train_gpt: the initial parameters (/init/<name>, logical shapes), every step's token batches
+//                 (/batches/inputs, /batches/targets: (steps, global_batch, T)), the raw gradients of step 1
+//                 (/grads_step1/<name>, before clipping), the parameters after the last step (/final/<name>);
+//                 attributes on / carry the model and optimizer settings
+//   ResNetDump    train_resnet (train/resnet_dump.hpp)
+#include <hdf5.h>
+
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
-#include "core/config.hpp"
 #include "kernels/exec_context.hpp"
 #include "models/gpt/gpt.hpp"
+#include "optim/adamw.hpp"
+#include "tensor/tensor.hpp"
 
 namespace hpct::train {
 
-class ReferenceDump {
+class DumpRecorder {
  public:
-  ReferenceDump(std::string path, const Config& deck, const gpt::GptConfig& cfg, int64_t steps, int64_t global_batch);
-  void record_params(const ExecContext& ctx, gpt::Gpt& model,
-                     const std::string& group);  // "init", "final" (parameters) or "grads_step1"
-  void record_grads(const ExecContext& ctx, gpt::Gpt& model);
-  // tokens of global samples [first, first+count) of step s (1-based), host arrays (count, T)
-  void record_batch(int64_t step, int64_t first, int count, const int32_t* inputs, const int32_t* targets);
-  void record_step(int64_t step, double loss, double lr, double grad_norm);
-  void write();  // writes the file (write to .tmp then rename)
+  DumpRecorder(std::string path, int64_t steps);
+  void record_step(int64_t step, double loss, double lr, double grad_norm);  // step is 1-based
 
- private:
+ protected:
   struct Named {
     std::string name;
     std::vector<int64_t> shape;
     std::vector<float> data;
   };
+  using Group = std::vector<Named>;
+  // Host copies of every tensor of the slabs, in order (synchronized: valid on return).
+  static Group host_copies(const ExecContext& ctx, std::initializer_list<Slab*> slabs);
+  // Creates FILE.h5.tmp, lets fill() write the app's attributes and datasets, adds /steps/*, closes, renames.
+  void write_file(const std::function<void(hid_t)>& fill) const;
+  static void write_group(hid_t file, const std::string& group, const Group& tensors);
+
   std::string path_;
-  const Config& deck_;
-  gpt::GptConfig cfg_;
-  int64_t steps_, global_batch_;
-  std::vector<Named> init_, final_, grads_;
-  std::vector<int32_t> inputs_, targets_;
+  int64_t steps_;
+
+ private:
   std::vector<double> loss_, lr_, grad_norm_;
+};
+
+class ReferenceDump final : public DumpRecorder {
+ public:
+  ReferenceDump(std::string path, const gpt::GptConfig& cfg, const optim::AdamWConfig& adamw, int micro_batch,
+                std::string deck_toml, int64_t steps, int64_t global_batch);
+  void record_params(const ExecContext& ctx, gpt::Gpt& model, const std::string& group);  // "init" or "final"
+  void record_grads(const ExecContext& ctx, gpt::Gpt& model);                             // "grads_step1"
+  // tokens of global samples [first, first+count) of step s (1-based), host arrays (count, T)
+  void record_batch(int64_t step, int64_t first, int count, const int32_t* inputs, const int32_t* targets);
+  void write() const;
+
+ private:
+  gpt::GptConfig cfg_;
+  optim::AdamWConfig adamw_;
+  int micro_batch_;
+  std::string deck_toml_;
+  int64_t global_batch_;
+  Group init_, final_, grads_;
+  std::vector<int32_t> inputs_, targets_;
 };
 
 }  // namespace hpct::train

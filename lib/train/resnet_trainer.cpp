@@ -53,7 +53,8 @@ class ResNetTask final : public TrainTask {
               1,
               resnet::training_flops_per_image(d_.cfg) * static_cast<double>(GB_)};
     if (!run.opts.dump_path.empty())
-      dump_ = std::make_unique<ResNetDump>(run.opts.dump_path, run.deck, d_.cfg, d_.steps, GB_);
+      dump_ = std::make_unique<ResNetDump>(run.opts.dump_path, d_.cfg, d_.sgd, MB_, run.deck.effective_toml(), d_.steps,
+                                           GB_);
   }
 
   Slab& params() override { return model_.params(); }

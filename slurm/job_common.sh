@@ -104,12 +104,15 @@ hpct_launch() {
     elif [ "$HPCT_RESTART" -ge "$HPCT_MAX_RESTARTS" ]; then
       hpct_log "stopped after a checkpoint, but the job was already requeued $HPCT_RESTART times" \
         "(HPCT_MAX_RESTARTS=$HPCT_MAX_RESTARTS): not requeued"
-    elif timeout 60 scontrol requeue "$SLURM_JOB_ID"; then
-      hpct_log "checkpoint written: job $SLURM_JOB_ID requeued (restart $((HPCT_RESTART + 1))); it resumes from" \
-        "$HPCT_RUN_DIR/checkpoints/latest"
     else
-      hpct_log "ERROR: scontrol requeue $SLURM_JOB_ID failed (was the job submitted with --requeue?); resubmit" \
-        "with HPCT_RUN_DIR=$HPCT_RUN_DIR to continue"
+      # logged before the requeue: Slurm may end this batch shell as soon as it requeues the job, and a line after
+      # scontrol would then be lost
+      hpct_log "checkpoint written: requeueing job $SLURM_JOB_ID (restart $((HPCT_RESTART + 1))); it resumes from" \
+        "$HPCT_RUN_DIR/checkpoints/latest"
+      if ! timeout 60 scontrol requeue "$SLURM_JOB_ID"; then
+        hpct_log "ERROR: scontrol requeue $SLURM_JOB_ID failed (was the job submitted with --requeue?); resubmit" \
+          "with HPCT_RUN_DIR=$HPCT_RUN_DIR to continue"
+      fi
     fi
   fi
   return "$rc"

@@ -223,7 +223,7 @@ elif scenario in ("preempt", "deadline"):
     why = "SIGUSR1" if scenario == "preempt" else "train.deadline"
     stops = re.findall(r"stopping after step (\d+) \(([^)]*)\)", text)
     check(any(w == why for _, w in stops), f"no stop on {why} in the output (stops: {stops})")
-    check("requeued (restart 1)" in text, "the template did not requeue the job")
+    check(re.search(r"requeueing job \d+ \(restart 1\)", text) is not None, "the template did not requeue the job")
     check(re.search(r"resumed at step \d+", text) is not None, "the requeued start did not resume")
     check(re.search(r"launch: slurm job \d+\b.*restart 1", text) is not None, "the restarted app did not log restart 1")
     print(f"  stops: {stops}")

@@ -75,6 +75,13 @@ std::string format_value(const ConfigValue& v) {
       v);
 }
 
+// A --set string or list item without one pair of surrounding quotes ("x" or 'x'), so strings need none.
+std::string unquote(const std::string& s) {
+  const bool quoted = s.size() >= 2 &&
+                      ((s.front() == '"' && s.back() == '"') || (s.front() == '\'' && s.back() == '\''));
+  return quoted ? s.substr(1, s.size() - 2) : s;
+}
+
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
@@ -89,11 +96,7 @@ std::vector<std::string> split_list(std::string text) {
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
-    std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (item.size() >= 2 &&
-        ((item.front() == '"' && item.back() == '"') || (item.front() == '\'' && item.back() == '\'')))
-      item = item.substr(1, item.size() - 2);
-    out.push_back(item);
+    out.push_back(unquote(trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start))));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -238,11 +241,7 @@ ConfigValue from_text(const KeySpec& spec, std::string text, const std::string& 
       if (text == "true" || text == "1") return true;
       if (text == "false" || text == "0") return false;
       return fail();
-    case ValueType::String:
-      if (text.size() >= 2 &&
-          ((text.front() == '"' && text.back() == '"') || (text.front() == '\'' && text.back() == '\'')))
-        text = text.substr(1, text.size() - 2);
-      return text;
+    case ValueType::String: return unquote(text);
     case ValueType::StringList: return split_list(text);
     case ValueType::FloatList: return parse_float_list(spec, text, where);
   }

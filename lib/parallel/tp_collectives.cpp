@@ -8,8 +8,8 @@ namespace hpct::parallel {
 
 namespace {
 
-// The one allreduce behind every communicating side, timed as Gpt::tp_allreduce timed it before these names
-// existed (a host timer around the blocking call), so tp_comm_ms keeps its meaning.
+// The one allreduce behind every communicating side, timed by a host timer around the call: the model's
+// tp_comm_ms (the host time spent in TP collectives).
 double timed_allreduce(comm::Communicator& tp, float* buf, int64_t n, comm::ReduceOp op, const char* what) {
   const Timer t;
   tp.allreduce(buf, n, DType::F32, op, what);

@@ -30,9 +30,10 @@ namespace {
 
 // The largest token of a shard must fit the model's vocabulary.
 void check_vocab(const data::TokenShard& s, int vocab_size) {
-  HPCT_USAGE_CHECK(s.max_token() < vocab_size,
+  const int max_token = s.max_token();  // one pass over the shard
+  HPCT_USAGE_CHECK(max_token < vocab_size,
                    "data file {} holds token {} but model.vocab_size = {}; raise model.vocab_size or re-tokenise",
-                   s.path(), s.max_token(), vocab_size);
+                   s.path(), max_token, vocab_size);
 }
 
 class GptTask final : public TrainTask {
@@ -41,7 +42,7 @@ class GptTask final : public TrainTask {
       : run_(run),
         ctx_(run.ctx()),
         d_(d),
-        cfg_(d.model),
+        cfg_(d_.model),
         T_(d.model.seq_len),
         GB_(run.cfg.train.global_batch),
         train_shard_(data::TokenShard::open(d.train_path)),
@@ -55,11 +56,7 @@ class GptTask final : public TrainTask {
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
     check_vocab(train_shard_, cfg_.vocab_size);
     check_vocab(val_shard_, cfg_.vocab_size);
-    shape_ = {static_cast<double>(GB_) * T_,
-              static_cast<double>(GB_) * T_,
-              "tokens",
-              "tok",
-              0,
+    shape_ = {static_cast<double>(GB_) * T_, "tokens", "tok", 0,
               gpt::flops_per_token(cfg_) * static_cast<double>(GB_) * T_};
     model_.init_parameters(ctx_, run.cfg.train.seed);
     for (const gpt::ShardSpec& sh : gpt::parameter_layout(cfg_, mp_)) {

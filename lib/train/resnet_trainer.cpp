@@ -46,11 +46,7 @@ class ResNetTask final : public TrainTask {
             },
             [this](int64_t j) { return micro_first(j); }) {
     model_.init_parameters(ctx_, run.cfg.train.seed);
-    shape_ = {static_cast<double>(GB_),
-              static_cast<double>(GB_),
-              "images",
-              "img",
-              1,
+    shape_ = {static_cast<double>(GB_), "images", "img", 1,
               resnet::training_flops_per_image(d_.cfg) * static_cast<double>(GB_)};
     if (!run.opts.dump_path.empty())
       dump_ = std::make_unique<ResNetDump>(run.opts.dump_path, d_.cfg, d_.sgd, MB_, run.deck.effective_toml(), d_.steps,

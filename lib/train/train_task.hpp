@@ -36,12 +36,13 @@ using MetricFields = std::vector<std::pair<std::string, std::optional<double>>>;
 
 // What one optimizer step is, constant over the run.
 struct StepShape {
-  double loss_terms = 0.0;  // terms of the global loss (tokens or images): the loss gradient is 1 / loss_terms
-  double samples = 0.0;     // throughput units per step, the whole job (tokens or images)
-  std::string unit;         // "tokens" | "images": metrics key <unit>_per_s
-  std::string unit_short;   // "tok" | "img": the step line's "<n> tok/s"
-  int rate_decimals = 0;    // digits of the PERFORMANCE line's rates
-  double flops = 0.0;       // training FLOPs of one step, the whole job (docs/performance.md)
+  // terms of the global loss per step (tokens or images): the loss gradient is 1 / loss_terms; also the job's
+  // throughput units per step
+  double loss_terms = 0.0;
+  std::string unit;        // "tokens" | "images": metrics key <unit>_per_s
+  std::string unit_short;  // "tok" | "img": the step line's "<n> tok/s"
+  int rate_decimals = 0;   // digits of the PERFORMANCE line's rates
+  double flops = 0.0;      // training FLOPs of one step, the whole job (docs/performance.md)
 };
 
 // An evaluation's result: the loss, and the task's extra figures for metrics.jsonl (e.g. val_acc).
@@ -102,10 +103,10 @@ class TrainTask {
   virtual void after_gradients(int64_t /*step*/) {}
   // The task's metrics.jsonl fields of a step and its step-line text, from the DP-summed sums.
   struct StepReport {
-    MetricFields position;                                        // after "step" (e.g. epoch)
-    MetricFields train;                                           // after "loss" (e.g. acc)
-    MetricFields perf;                                            // after "comm_exposed_ms" (e.g. tp_comm_ms)
-    std::string position_text, train_text, comm_text, tail_text;  // step-line pieces
+    MetricFields position;                             // after "step" (e.g. epoch)
+    MetricFields train;                                // after "loss" (e.g. acc)
+    MetricFields perf;                                 // after "comm_exposed_ms" (e.g. tp_comm_ms)
+    std::string position_text, train_text, comm_text;  // step-line pieces
   };
   virtual StepReport report_step(int64_t step, const std::vector<double>& sums) = 0;
   // The record of a step (the loop's reference dump hook): loss, lr, gradient norm.

@@ -219,7 +219,7 @@ int run_training(RunSession& run, TrainTask& task) {
     last_loss = loss;
     task.record_step(s, loss, lr, ls.norm);
 
-    const double rate = shape.samples / (ms / 1e3);
+    const double rate = shape.loss_terms / (ms / 1e3);
     const std::optional<double> mfu = model_flops_utilization(shape.flops, ms, world, cfg.log.peak_tflops);
     std::optional<EvalResult> eval;
     if ((cfg.train.eval_every > 0 ? s % cfg.train.eval_every == 0 : task.default_eval_step(s)) || s == steps)
@@ -246,10 +246,10 @@ int run_training(RunSession& run, TrainTask& task) {
     }
     if (s % cfg.log.every == 0 || s == steps || eval)
       log_info("step {:>6}/{}{} | loss {:.6f}{} | lr {:.4e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | "
-               "{:.0f} {}/s | mfu {}{}{}{}",
+               "{:.0f} {}/s | mfu {}{}{}",
                s, steps, rep.position_text, loss, rep.train_text, lr, ls.norm, ms, exposed_ms.back(), rep.comm_text,
                rate, shape.unit_short, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a", eval ? eval->text : "",
-               rep.tail_text, loss_scale_suffix(scaler, ls));
+               loss_scale_suffix(scaler, ls));
     task.after_step_logged(s, eval);
 
     // ---- checkpoint and stop, decided collectively (one allreduce(MAX) per step) ----------------------------------
@@ -271,7 +271,7 @@ int run_training(RunSession& run, TrainTask& task) {
 
   // ---- the PERFORMANCE line: steady-state step time, the median over the steps after the first (warm-up) ----------
   const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
-  const double rate = shape.samples / (med / 1e3);
+  const double rate = shape.loss_terms / (med / 1e3);
   const std::optional<double> mfu = model_flops_utilization(shape.flops, med, world, cfg.log.peak_tflops);
   const PerfColumns col = task.perf_columns(last_loss, last_eval);
   const int d = shape.rate_decimals;

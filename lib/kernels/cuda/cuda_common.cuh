@@ -1,10 +1,13 @@
 #pragma once
-// Shared by the CUDA backend's .cu files: the stream of a context, checked launches, grid sizes, warp reductions.
+// Shared by the CUDA backend's .cu files (host side): the stream of a context, checked launches, grid sizes. The
+// device side (warp and block reductions, shared-memory macros) is cuda_device_common.cuh, which the emulated tests
+// compile too.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "core/cuda_check.hpp"
+#include "kernels/cuda/cuda_device_common.cuh"
 #include "kernels/exec_context.hpp"
 
 namespace hpct::kernels::cuda {
@@ -19,6 +22,13 @@ inline unsigned grid_for(int64_t n, int threads = 256, int64_t max_blocks = 6553
   return static_cast<unsigned>(b);
 }
 
+inline dim3 to_dim3(const LaunchDim& d) { return dim3(d.x, d.y, d.z); }
+
+// kernel<<<shape>>>(args...) on `stream`, the geometry computed by the host function shared with the emulated tests.
+#define HPCT_LAUNCH(kernel, shape, stream, ...)                                                         \
+  kernel<<<::hpct::kernels::cuda::to_dim3((shape).grid), ::hpct::kernels::cuda::to_dim3((shape).block), \
+           static_cast<size_t>((shape).shared_bytes), stream>>>(__VA_ARGS__)
+
 // Every launch is checked (cudaGetLastError names a bad configuration at once; asynchronous faults surface at the next
 // synchronising call with the op that follows, which is why the tests synchronise after each op).
 #define HPCT_CUDA_LAUNCH_CHECK(op_name)                                                                         \
@@ -29,39 +39,5 @@ inline unsigned grid_for(int64_t n, int threads = 256, int64_t max_blocks = 6553
                           fmt::format("kernels::cuda::{}: kernel launch failed: {} ({})", op_name,              \
                                       cudaGetErrorString(hpct_launch_rc_), cudaGetErrorName(hpct_launch_rc_))); \
   } while (0)
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Sum over a block whose size is a multiple of 32 (<= 1024); every thread gets the result. `shared` holds >= 32.
-template <typename T>
-__device__ __forceinline__ T block_sum(T v, T* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-  v = warp_sum(v);
-  __syncthreads();  // shared may be reused by a previous call
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  T r = lane < nwarps ? shared[lane] : T(0);
-  return warp_sum(r);
-}
-__device__ __forceinline__ float block_max(float v, float* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  float r = lane < nwarps ? shared[lane] : -INFINITY;
-  return warp_max(r);
-}
 
 }  // namespace hpct::kernels::cuda

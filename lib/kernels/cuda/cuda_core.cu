@@ -28,325 +28,11 @@
 
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_core_kernels.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 
 namespace hpct::kernels::cuda {
 namespace {
-
-constexpr int kThreads = 256;         // elementwise kernels: threads per block (grid_for caps the grid)
-constexpr int kReduceThreads = 1024;  // sum / sum_squares_accumulate: the single block
-constexpr int kWteGroups = 64;        // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
-                                      // same bits (each row's positions are added in increasing order regardless)
-constexpr int kWteThreads = 128;      // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
-constexpr int kLnWarps = 8;           // LayerNorm forward / dinp: rows (one warp each) per block
-constexpr int kLnColTile = 32;        // LayerNorm dweight/dbias: columns per block (one per lane)
-constexpr int kLnRowGroups = 16;      // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
-constexpr int kLnRowThreads = kLnWarps * 32;                // LayerNorm forward / dinp: threads per block
-constexpr int kLnParamThreads = kLnColTile * kLnRowGroups;  // LayerNorm dweight/dbias: threads per block
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// GELU tanh approximation: the constants and formulation of cpu/cpu_math.hpp (gelu_simd / gelu_grad_simd), with
-// the device's expf in place of exp_simd (both within ~2 ulp of exp). cpu_math.hpp itself is C++20 host code.
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCubic = 0.044715f;
-
-#define HPCT_GRID_STRIDE_LOOP(i, n)                                                      \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
-
-// ---- reductions ---------------------------------------------------------------------------------------------------
-template <bool kSquare>
-__device__ __forceinline__ void accumulate(double& acc, float v) {
-  const double d = v;
-  acc += kSquare ? d * d : d;
-}
-template <bool kSquare>
-__device__ __forceinline__ void accumulate4(double& acc, float4 v) {
-  accumulate<kSquare>(acc, v.x);
-  accumulate<kSquare>(acc, v.y);
-  accumulate<kSquare>(acc, v.z);
-  accumulate<kSquare>(acc, v.w);
-}
-
-// One block of kReduceThreads: thread k sums, in double and in increasing index order, the elements (or float4s when
-// x is 16-byte aligned) k, k + 1024, k + 2048, ...; then a fixed tree over the block. The order depends on n and on
-// the alignment of x only. Writes *out_sum = float(total) when out_sum is set, else *out_acc += total.
-// Note: one SM streams a few hundred GB/s at best, so a 500 MB gradient norm takes a few ms; a multi-block two-pass
-// version needs a scratch of partial sums, which the interface does not pass.
-template <bool kSquare>
-__global__ void __launch_bounds__(kReduceThreads)
-    reduce_kernel(const float* x, int64_t n, bool vec4, float* out_sum, double* out_acc) {
-  __shared__ double shared[32];
-  double acc = 0.0;
-  const int64_t tid = threadIdx.x, stride = blockDim.x;
-  int64_t tail = 0;  // first element of the scalar tail
-  if (vec4) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    const int64_t n4 = n / 4;
-    int64_t j = tid;
-    // four independent loads in flight per thread; the additions stay in increasing j order
-    for (; j + 3 * stride < n4; j += 4 * stride) {
-      const float4 a = __ldg(x4 + j), b = __ldg(x4 + j + stride), c = __ldg(x4 + j + 2 * stride),
-                   d = __ldg(x4 + j + 3 * stride);
-      accumulate4<kSquare>(acc, a);
-      accumulate4<kSquare>(acc, b);
-      accumulate4<kSquare>(acc, c);
-      accumulate4<kSquare>(acc, d);
-    }
-    for (; j < n4; j += stride) accumulate4<kSquare>(acc, __ldg(x4 + j));
-    tail = n4 * 4;
-  }
-  for (int64_t i = tail + tid; i < n; i += stride) accumulate<kSquare>(acc, __ldg(x + i));
-  const double total = block_sum(acc, shared);
-  if (threadIdx.x == 0) {
-    if (out_sum) *out_sum = static_cast<float>(total);
-    else
-      *out_acc += total;
-  }
-}
-
-// ---- pointwise ----------------------------------------------------------------------------------------------------
-// (No __restrict__ on the pointwise kernels: in-place calls, out == inp, are allowed; each thread reads and writes
-// only its own index.)
-__global__ void scale_kernel(float* x, float s, int64_t n) { HPCT_GRID_STRIDE_LOOP(i, n) x[i] *= s; }
-
-__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) out[i] = a[i] + b[i];
-}
-
-// e = exp(2u) (2u capped at 80) and d = 1 / (1 + e), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh u) = e d.
-__device__ __forceinline__ void gelu_parts(float x, float& e, float& d) {
-  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-  const float two_u = 2.0f * u;
-  e = expf(two_u > 80.0f ? 80.0f : two_u);
-  d = 1.0f / (1.0f + e);
-}
-
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    float e, d;
-    gelu_parts(x, e, d);
-    out[i] = x * (e * d);
-  }
-}
-
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    float e, d;
-    gelu_parts(x, e, d);
-    const float sech2 = 4.0f * (e * d) * d;
-    const float grad = (e * d) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] = grad * dout[i];
-  }
-}
-
-__global__ void relu_forward_kernel(float* out, const float* inp, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    out[i] = x > 0.0f ? x : 0.0f;
-  }
-}
-
-__global__ void relu_backward_kernel(float* dinp, const float* dout, const float* out, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
-}
-
-// ---- optimizers (cpu_loss_optim.cpp adamw_update, cpu_sgd.cpp sgd_update: same expressions, same order) ----------
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, float beta1, float beta2,
-                             float eps, float grad_scale, float decay, float step_size, float bc2_sqrt,
-                             float one_minus_b1, float one_minus_b2) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float g = grads[i] * grad_scale;
-    const float p = params[i] * decay;
-    const float mi = m[i] * beta1 + g * one_minus_b1;
-    const float vi = v[i] * beta2 + g * g * one_minus_b2;
-    const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    params[i] = p - step_size * (mi / denom);
-  }
-}
-
-enum class SgdMode : int { kNoMomentum = 0, kFirstStep = 1, kLaterStep = 2 };
-
-__global__ void sgd_kernel(float* params, const float* grads, float* buf, int64_t n, float lr, float momentum,
-                           float take, float weight_decay, bool nesterov, float grad_scale, SgdMode mode) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float g = grads[i] * grad_scale + weight_decay * params[i];
-    float d;
-    if (mode == SgdMode::kNoMomentum) {
-      d = g;  // the buffer is neither read nor written (it may be null)
-    } else if (mode == SgdMode::kFirstStep) {
-      buf[i] = g;  // assigned, never read: the buffer may hold garbage on the first step
-      d = nesterov ? g + momentum * g : g;
-    } else {
-      const float b = buf[i] * momentum + take * g;
-      buf[i] = b;
-      d = nesterov ? g + momentum * b : b;
-    }
-    params[i] = params[i] - lr * d;
-  }
-}
-
-// ---- embedding ----------------------------------------------------------------------------------------------------
-// out[n, c] = (inp[n] - v0 in [0, Vl) ? wte[inp[n] - v0, c] : 0) (+ wpe[n % T, c] when wpe is set); the serial
-// encoder is v0 = 0, Vl = unbounded, wpe set. Branches as the CPU's (w + p, w, p or 0), so -0.0 survives alike.
-__global__ void encoder_forward_kernel(float* out, const int32_t* inp, const float* wte, const float* wpe, int64_t v0,
-                                       int64_t Vl, int64_t N, int T, int C) {
-  const int64_t total = N * C;
-  HPCT_GRID_STRIDE_LOOP(idx, total) {
-    const int64_t n = idx / C;
-    const int c = static_cast<int>(idx - n * C);
-    const int32_t tok = inp[n];
-    if (tok < 0) {
-      out[idx] = quiet_nan();  // an invalid token (the CPU backend throws): make it visible in the loss
-      continue;
-    }
-    const int64_t j = static_cast<int64_t>(tok) - v0;  // local row, or outside [0, Vl): another rank's
-    const bool mine = j >= 0 && j < Vl;
-    if (wpe) {
-      const float p = wpe[(n % T) * C + c];
-      out[idx] = mine ? wte[j * C + c] + p : p;
-    } else {
-      out[idx] = mine ? wte[j * C + c] : 0.0f;
-    }
-  }
-}
-
-// dwte[j, c] += dout[n, c] for every position n whose local row j = inp[n] - v0 lies in [0, Vl), in increasing n.
-// Grid (column blocks, kWteGroups): the thread of column c in group g owns the rows j with j % kWteGroups == g, so no
-// two threads ever touch the same element and each element's additions run in position order: the CPU backend's
-// order (bitwise equal results). A warp reads 32 tokens at once and walks only its own, in order, with a ballot.
-__global__ void __launch_bounds__(kWteThreads)
-    encoder_backward_wte_kernel(float* dwte, const float* dout, const int32_t* inp, int64_t v0, int64_t Vl, int64_t N,
-                                int C) {
-  const int lane = threadIdx.x % 32;
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;  // may be >= C: such lanes join the ballots, write nothing
-  const int g = blockIdx.y;
-  for (int64_t n0 = 0; n0 < N; n0 += 32) {
-    const int64_t n = n0 + lane;
-    int32_t tok = -1;
-    bool owned = false;
-    if (n < N) {
-      tok = inp[n];
-      const int64_t j = static_cast<int64_t>(tok) - v0;
-      owned = tok >= 0 && j >= 0 && j < Vl && j % kWteGroups == g;  // negative tokens are skipped
-    }
-    unsigned mask = __ballot_sync(kFullMask, owned);  // the same on every lane of the warp
-    while (mask) {
-      const int k = __ffs(mask) - 1;  // lowest set bit first: increasing position
-      mask &= mask - 1;
-      const int32_t tk = __shfl_sync(kFullMask, tok, k);
-      if (c < C) {
-        const int64_t j = static_cast<int64_t>(tk) - v0;
-        dwte[j * C + c] += dout[(n0 + k) * C + c];
-      }
-    }
-  }
-}
-
-// dwpe[t, c] += dout[b, t, c] for b = 0, 1, ..., B-1 in order, in float (the CPU's order: bitwise equal results).
-__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
-  const int64_t total = static_cast<int64_t>(T) * C;
-  HPCT_GRID_STRIDE_LOOP(idx, total) {
-    float acc = dwpe[idx];
-    for (int b = 0; b < B; b++) acc += dout[static_cast<int64_t>(b) * total + idx];
-    dwpe[idx] = acc;
-  }
-}
-
-// ---- LayerNorm ----------------------------------------------------------------------------------------------------
-// One warp per row (kLnWarps rows per block): mean and two-pass variance as float warp sums, then the output.
-__global__ void __launch_bounds__(kLnRowThreads)
-    layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                             const float* bias, int N, int C) {
-  constexpr float eps = 1e-5f;
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= N) return;  // uniform over the warp: the shuffles below see all 32 lanes
-  const float* x = inp + row * C;
-  float* o = out + row * C;
-  float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
-  s = warp_sum(s);
-  const float m = s / C;
-  float v = 0.0f;  // two-pass variance: no E[x^2] - m^2 cancellation
-  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
-  v = warp_sum(v);
-  const float r = 1.0f / sqrtf(v / C + eps);
-  if (bias) {
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
-  } else {
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c];
-  }
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
-}
-
-// dinp += rstd * (w dout - mean(w dout) - norm * mean(w dout norm)): one warp per row, float warp sums.
-__global__ void __launch_bounds__(kLnRowThreads)
-    layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
-                                   const float* mean, const float* rstd, int N, int C) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= N) return;  // uniform over the warp
-  const float* x = inp + row * C;
-  const float* d = dout + row * C;
-  float* dx = dinp + row * C;
-  const float m = mean[row], r = rstd[row];
-  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float dnorm = weight[c] * d[c];
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * (x[c] - m) * r;
-  }
-  dnorm_sum = warp_sum(dnorm_sum);
-  dnorm_norm_sum = warp_sum(dnorm_norm_sum);
-  const float dnorm_mean = dnorm_sum / C, dnorm_norm_mean = dnorm_norm_sum / C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * r;
-    dx[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
-  }
-}
-
-// dweight[c] += sum_n dout[n,c] norm[n,c], dbias[c] += sum_n dout[n,c] (dbias may be null), in double as the CPU.
-// Block (kLnColTile, kLnRowGroups) per kLnColTile columns: thread (lane, y) sums the rows y, y + 16, ... in order,
-// then row group 0 adds the 16 partials in order: a fixed order (deterministic), coalesced 128-byte row segments.
-__global__ void __launch_bounds__(kLnParamThreads)
-    layernorm_backward_dweight_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
-                                      const float* mean, const float* rstd, int N, int C) {
-  __shared__ double part_w[kLnRowGroups][kLnColTile];
-  __shared__ double part_b[kLnRowGroups][kLnColTile];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * kLnColTile + tx;
-  double acc_w = 0.0, acc_b = 0.0;
-  if (c < C) {
-    for (int64_t n = ty; n < N; n += kLnRowGroups) {
-      const float x = inp[n * C + c], d = dout[n * C + c];
-      const float m = mean[n], r = rstd[n];
-      acc_w += d * ((x - m) * r);  // the float product, added in double (as the CPU)
-      acc_b += d;
-    }
-  }
-  part_w[ty][tx] = acc_w;
-  part_b[ty][tx] = acc_b;
-  __syncthreads();
-  if (ty == 0 && c < C) {
-    double w = 0.0, b = 0.0;
-    for (int k = 0; k < kLnRowGroups; k++) {
-      w += part_w[k][tx];
-      b += part_b[k][tx];
-    }
-    dweight[c] += static_cast<float>(w);
-    if (dbias) dbias[c] += static_cast<float>(b);
-  }
-}
 
 // ---- host-side helpers ----------------------------------------------------------------------------------------------
 void check_encoder_shape(const char* op, int B, int T, int C) {
@@ -358,8 +44,7 @@ void launch_encoder_forward(const ExecContext& ctx, const char* op, float* out, 
   const int64_t N = static_cast<int64_t>(B) * T;
   if (N == 0) return;
   const int64_t total = N * C;
-  encoder_forward_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_of(ctx)>>>(out, inp, wte, wpe, v0, Vl, N, T,
-                                                                                     C);
+  HPCT_LAUNCH(encoder_forward_kernel, elementwise_shape(total), stream_of(ctx), out, inp, wte, wpe, v0, Vl, N, T, C);
   HPCT_CUDA_LAUNCH_CHECK(op);
 }
 
@@ -367,12 +52,11 @@ void launch_encoder_backward(const ExecContext& ctx, const char* op, float* dwte
                              const int32_t* inp, int64_t v0, int64_t Vl, int B, int T, int C) {
   const int64_t N = static_cast<int64_t>(B) * T;
   if (N == 0) return;
-  const dim3 grid((C + kWteThreads - 1) / kWteThreads, kWteGroups);
-  encoder_backward_wte_kernel<<<grid, kWteThreads, 0, stream_of(ctx)>>>(dwte, dout, inp, v0, Vl, N, C);
+  HPCT_LAUNCH(encoder_backward_wte_kernel, encoder_wte_shape(C), stream_of(ctx), dwte, dout, inp, v0, Vl, N, C);
   HPCT_CUDA_LAUNCH_CHECK(op);
   if (dwpe) {
     const int64_t total = static_cast<int64_t>(T) * C;
-    encoder_backward_wpe_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_of(ctx)>>>(dwpe, dout, B, T, C);
+    HPCT_LAUNCH(encoder_backward_wpe_kernel, elementwise_shape(total), stream_of(ctx), dwpe, dout, B, T, C);
     HPCT_CUDA_LAUNCH_CHECK(op);
   }
 }
@@ -381,8 +65,7 @@ template <bool kSquare>
 void launch_reduce(const ExecContext& ctx, const char* op, const float* x, int64_t n, float* out_sum, double* out_acc) {
   HPCT_CHECK(n >= 0, "{}: n={} is negative", op, n);
   HPCT_CHECK(x != nullptr || n == 0, "{}: x is null", op);
-  const bool vec4 = (reinterpret_cast<uintptr_t>(x) % alignof(float4)) == 0;
-  reduce_kernel<kSquare><<<1, kReduceThreads, 0, stream_of(ctx)>>>(x, n, vec4, out_sum, out_acc);
+  HPCT_LAUNCH(reduce_kernel<kSquare>, reduce_shape(), stream_of(ctx), x, n, float4_aligned(x), out_sum, out_acc);
   HPCT_CUDA_LAUNCH_CHECK(op);
 }
 
@@ -427,8 +110,8 @@ void layernorm_forward(const ExecContext& ctx, float* out, float* mean, float* r
   HPCT_CHECK(N >= 0 && C > 0, "layernorm_forward: bad shape N={} C={}", N, C);
   HPCT_CHECK(weight != nullptr, "layernorm_forward: weight is null");
   if (N == 0) return;
-  const unsigned blocks = static_cast<unsigned>((static_cast<int64_t>(N) + kLnWarps - 1) / kLnWarps);
-  layernorm_forward_kernel<<<blocks, kLnWarps * 32, 0, stream_of(ctx)>>>(out, mean, rstd, inp, weight, bias, N, C);
+  HPCT_LAUNCH(layernorm_forward_kernel, layernorm_rows_shape(N), stream_of(ctx), out, mean, rstd, inp, weight, bias, N,
+              C);
   HPCT_CUDA_LAUNCH_CHECK("layernorm_forward");
 }
 
@@ -438,14 +121,11 @@ void layernorm_backward(const ExecContext& ctx, float* dinp, float* dweight, flo
   HPCT_CHECK(dinp != nullptr && dweight != nullptr && weight != nullptr,
              "layernorm_backward: dinp, dweight and weight must be set (only dbias may be null)");
   if (N == 0) return;
-  const unsigned blocks = static_cast<unsigned>((static_cast<int64_t>(N) + kLnWarps - 1) / kLnWarps);
-  layernorm_backward_dinp_kernel<<<blocks, kLnWarps * 32, 0, stream_of(ctx)>>>(dinp, dout, inp, weight, mean, rstd, N,
-                                                                               C);
+  HPCT_LAUNCH(layernorm_backward_dinp_kernel, layernorm_rows_shape(N), stream_of(ctx), dinp, dout, inp, weight, mean,
+              rstd, N, C);
   HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
-  const dim3 block(kLnColTile, kLnRowGroups);
-  const unsigned col_blocks = static_cast<unsigned>((C + kLnColTile - 1) / kLnColTile);
-  layernorm_backward_dweight_kernel<<<col_blocks, block, 0, stream_of(ctx)>>>(dweight, dbias, dout, inp, mean, rstd, N,
-                                                                              C);
+  HPCT_LAUNCH(layernorm_backward_dweight_kernel, layernorm_params_shape(C), stream_of(ctx), dweight, dbias, dout, inp,
+              mean, rstd, N, C);
   HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
 }
 
@@ -453,35 +133,35 @@ void layernorm_backward(const ExecContext& ctx, float* dinp, float* dweight, flo
 void gelu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {
   HPCT_CHECK(n >= 0, "gelu_forward: n={} is negative", n);
   if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(out, inp, n);
+  HPCT_LAUNCH(gelu_forward_kernel, elementwise_shape(n), stream_of(ctx), out, inp, n);
   HPCT_CUDA_LAUNCH_CHECK("gelu_forward");
 }
 
 void gelu_backward(const ExecContext& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
   HPCT_CHECK(n >= 0, "gelu_backward: n={} is negative", n);
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(dinp, inp, dout, n);
+  HPCT_LAUNCH(gelu_backward_kernel, elementwise_shape(n), stream_of(ctx), dinp, inp, dout, n);
   HPCT_CUDA_LAUNCH_CHECK("gelu_backward");
 }
 
 void residual_forward(const ExecContext& ctx, float* out, const float* a, const float* b, int64_t n) {
   HPCT_CHECK(n >= 0, "residual_forward: n={} is negative", n);
   if (n == 0) return;
-  residual_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(out, a, b, n);
+  HPCT_LAUNCH(residual_kernel, elementwise_shape(n), stream_of(ctx), out, a, b, n);
   HPCT_CUDA_LAUNCH_CHECK("residual_forward");
 }
 
 void relu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {
   HPCT_CHECK(n >= 0, "relu_forward: n={} is negative", n);
   if (n == 0) return;
-  relu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(out, inp, n);
+  HPCT_LAUNCH(relu_forward_kernel, elementwise_shape(n), stream_of(ctx), out, inp, n);
   HPCT_CUDA_LAUNCH_CHECK("relu_forward");
 }
 
 void relu_backward(const ExecContext& ctx, float* dinp, const float* dout, const float* out, int64_t n) {
   HPCT_CHECK(n >= 0, "relu_backward: n={} is negative", n);
   if (n == 0) return;
-  relu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(dinp, dout, out, n);
+  HPCT_LAUNCH(relu_backward_kernel, elementwise_shape(n), stream_of(ctx), dinp, dout, out, n);
   HPCT_CUDA_LAUNCH_CHECK("relu_backward");
 }
 
@@ -499,7 +179,7 @@ void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x,
 void scale(const ExecContext& ctx, float* x, float s, int64_t n) {
   HPCT_CHECK(n >= 0, "scale: n={} is negative", n);
   if (n == 0) return;
-  scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(x, s, n);
+  HPCT_LAUNCH(scale_kernel, elementwise_shape(n), stream_of(ctx), x, s, n);
   HPCT_CUDA_LAUNCH_CHECK("scale");
 }
 
@@ -508,15 +188,9 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
   HPCT_CHECK(t >= 1, "adamw_update: the step t={} must be 1-based", t);
   HPCT_CHECK(n >= 0, "adamw_update: n={} is negative", n);
   if (n == 0) return;
-  // the scalars exactly as the CPU backend computes them (bias corrections in double, as torch)
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
-  const float decay = static_cast<float>(1.0 - static_cast<double>(lr) * weight_decay);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(
-      params, grads, m, v, n, beta1, beta2, eps, grad_scale, decay, step_size, bc2_sqrt, one_minus_b1, one_minus_b2);
+  const AdamwScalars k = adamw_scalars(lr, beta1, beta2, weight_decay, t);
+  HPCT_LAUNCH(adamw_kernel, elementwise_shape(n), stream_of(ctx), params, grads, m, v, n, beta1, beta2, eps, grad_scale,
+              k.decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
   HPCT_CUDA_LAUNCH_CHECK("adamw_update");
 }
 
@@ -526,14 +200,13 @@ void sgd_update(const ExecContext& ctx, float* params, const float* grads, float
   HPCT_CHECK(!nesterov || (momentum > 0.0f && dampening == 0.0f),
              "sgd_update: nesterov needs momentum > 0 and dampening = 0 (momentum={}, dampening={})", momentum,
              dampening);
-  const SgdMode mode = momentum == 0.0f ? SgdMode::kNoMomentum
-                                        : (first_step ? SgdMode::kFirstStep : SgdMode::kLaterStep);
+  const SgdMode mode = sgd_mode(momentum, first_step);
   HPCT_CHECK(mode == SgdMode::kNoMomentum || momentum_buf != nullptr || n == 0,
              "sgd_update: momentum={} needs a momentum buffer", momentum);
   if (n == 0) return;
   const float take = 1.0f - dampening;
-  sgd_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(params, grads, momentum_buf, n, lr, momentum, take,
-                                                                     weight_decay, nesterov, grad_scale, mode);
+  HPCT_LAUNCH(sgd_kernel, elementwise_shape(n), stream_of(ctx), params, grads, momentum_buf, n, lr, momentum, take,
+              weight_decay, nesterov, grad_scale, mode);
   HPCT_CUDA_LAUNCH_CHECK("sgd_update");
 }
 

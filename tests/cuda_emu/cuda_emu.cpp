@@ -1,0 +1,448 @@
+// The fiber scheduler behind cuda_emu.hpp: one block at a time, its threads as ucontext fibers on the calling OS
+// thread, barriers as the only switch points. See the header for the model; the comments here say how.
+#include "cuda_emu.hpp"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
+#include <vector>
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace cuda_emu {
+namespace {
+
+using hpct::kernels::cuda::LaunchShape;
+
+constexpr size_t kStackBytes = 128 * 1024;  // per CUDA thread; the kernels keep a few hundred bytes of locals
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
+
+struct Fiber {
+  ucontext_t ctx{};
+  char* stack = nullptr;  // usable part (a guard page below it)
+  unsigned tid = 0;       // linear thread index in the block
+  uint3 idx;
+  State state = State::Runnable;
+};
+
+struct Warp {
+  uint64_t generation = 0;  // completed warp barriers
+  unsigned expected = 0;    // the mask of the barrier being gathered (0: none in progress)
+  unsigned arrived = 0;
+  const char* what = nullptr;
+  uint64_t slots[2][32] = {};  // exchange values, by generation parity
+  bool votes[2][32] = {};
+};
+
+// The running launch and block. Only one exists at a time (launches do not nest).
+struct Run {
+  const char* kernel = "";
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  unsigned threads = 0;     // per block
+  unsigned exited = 0;      // threads of this block that returned
+  unsigned at_barrier = 0;  // threads waiting at __syncthreads
+  ucontext_t scheduler{};
+  Fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::string error;  // the first error raised inside a fiber
+  char* stacks = nullptr;
+  size_t stacks_bytes = 0;
+  std::vector<unsigned char> dynamic;  // dynamic shared memory (+ alignment slack)
+  unsigned char* dynamic_base = nullptr;
+};
+
+Run* g_run = nullptr;
+uint64_t g_seed = 0;
+Stats g_stats;
+std::set<std::string> g_launched;
+std::vector<std::pair<void*, size_t>> g_static_shared;
+
+std::string block_name() {
+  return "block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) + ", " +
+         std::to_string(blockIdx.z) + ")";
+}
+std::string thread_name(const Fiber& f) {
+  return "thread (" + std::to_string(f.idx.x) + ", " + std::to_string(f.idx.y) + ", " + std::to_string(f.idx.z) + ")";
+}
+
+// Raised inside a fiber: recorded, and the fiber parks for good (its stack is discarded with the launch).
+[[noreturn]] void fail_in_fiber(const std::string& msg) {
+  Run& r = *g_run;
+  if (r.error.empty())
+    r.error = std::string("cuda_emu: kernel ") + r.kernel + ", " + block_name() + ", " + thread_name(*r.current) +
+              ": " + msg;
+  r.current->state = State::Done;  // never resumed
+  swapcontext(&r.current->ctx, &r.scheduler);
+  std::abort();  // unreachable
+}
+
+void yield_to_scheduler() {
+  Run& r = *g_run;
+  g_stats.switches++;
+  swapcontext(&r.current->ctx, &r.scheduler);
+}
+
+void fiber_entry() {
+  Run& r = *g_run;
+  std::string thrown;
+  try {
+    (*r.body)();
+  } catch (const std::exception& e) {
+    thrown = e.what();  // reported outside the handler: this stack is never unwound
+  }
+  if (!thrown.empty()) fail_in_fiber("exception: " + thrown);
+  Fiber& f = *r.current;
+  if (r.at_barrier > 0)
+    fail_in_fiber("returned while " + std::to_string(r.at_barrier) +
+                  " other threads wait at __syncthreads (a barrier in divergent code)");
+  const unsigned warp = f.tid / 32, lane = f.tid % 32;
+  const Warp& w = r.warps[warp];
+  if (w.expected & (1u << lane))
+    fail_in_fiber(std::string("returned while lanes of its warp wait for it at ") + w.what);
+  f.state = State::Done;
+  r.exited++;
+  swapcontext(&f.ctx, &r.scheduler);
+}
+
+void poison_shared(Run& r) {
+  for (auto& [p, bytes] : g_static_shared) std::memset(p, 0xff, bytes);
+  std::fill(r.dynamic.begin(), r.dynamic.end(), 0xff);
+}
+
+unsigned lanes_of_warp(const Run& r, unsigned warp) {
+  const unsigned first = warp * 32, n = std::min(32u, r.threads - first);
+  return n == 32 ? kFullWarp : ((1u << n) - 1u);
+}
+
+// The launch checks of launch_shape.hpp, plus the kernel's own registers and static shared memory from the resource
+// table the CUDA build writes (when present): name -> (registers, static shared bytes), the largest over a kernel's
+// template instantiations.
+struct Resources {
+  int registers = 0;
+  int64_t static_shared = 0;
+};
+const std::map<std::string, Resources>& resource_table() {
+  static const std::map<std::string, Resources> table = [] {
+    std::map<std::string, Resources> t;
+    const char* path = std::getenv("HPCT_EMU_KERNEL_RESOURCES");
+#ifdef HPCT_EMU_DEFAULT_RESOURCES
+    if (path == nullptr) path = HPCT_EMU_DEFAULT_RESOURCES;
+#endif
+    if (path == nullptr) return t;
+    std::ifstream in(path);
+    std::string name;
+    Resources res;
+    while (in >> name >> res.registers >> res.static_shared) {
+      Resources& e = t[name];
+      e.registers = std::max(e.registers, res.registers);
+      e.static_shared = std::max(e.static_shared, res.static_shared);
+    }
+    return t;
+  }();
+  return table;
+}
+
+// "ns::reduce_kernel<true>" -> "reduce_kernel"
+std::string base_name(const std::string& expr) {
+  std::string s = expr.substr(0, expr.find('<'));
+  const size_t colon = s.rfind("::");
+  if (colon != std::string::npos) s = s.substr(colon + 2);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::vector<unsigned> order(unsigned n, std::mt19937_64* rng) {
+  std::vector<unsigned> o(n);
+  std::iota(o.begin(), o.end(), 0u);
+  if (rng) std::shuffle(o.begin(), o.end(), *rng);
+  return o;
+}
+
+void run_block(Run& r, std::mt19937_64* rng) {
+  poison_shared(r);
+  r.exited = 0;
+  r.at_barrier = 0;
+  for (Warp& w : r.warps) w = Warp{};
+  for (unsigned t = 0; t < r.threads; t++) {
+    Fiber& f = r.fibers[t];
+    f.state = State::Runnable;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_entry, 0);
+  }
+  while (r.exited < r.threads) {
+    bool progressed = false;
+    for (unsigned t : order(r.threads, rng)) {
+      Fiber& f = r.fibers[t];
+      if (f.state != State::Runnable) continue;
+      r.current = &f;
+      threadIdx = f.idx;
+      swapcontext(&r.scheduler, &f.ctx);
+      r.current = nullptr;
+      progressed = true;
+      if (!r.error.empty()) throw EmulationError(r.error);
+    }
+    if (!progressed) {
+      std::ostringstream os;
+      os << "cuda_emu: kernel " << r.kernel << ", " << block_name() << ": deadlock: " << r.at_barrier
+         << " threads wait at __syncthreads, " << r.exited << " have returned";
+      for (size_t w = 0; w < r.warps.size(); w++)
+        if (r.warps[w].expected)
+          os << "; warp " << w << " waits at " << r.warps[w].what << " for lanes 0x" << std::hex
+             << (r.warps[w].expected & ~r.warps[w].arrived) << std::dec;
+      throw EmulationError(os.str());
+    }
+  }
+}
+
+struct StackPool {
+  char* base = nullptr;
+  size_t bytes = 0;
+  ~StackPool() {
+    if (base) munmap(base, bytes);
+  }
+};
+
+}  // namespace
+
+uint64_t set_schedule(uint64_t seed) {
+  const uint64_t previous = g_seed;
+  g_seed = seed;
+  return previous;
+}
+
+Stats stats() { return g_stats; }
+void reset_stats() { g_stats = Stats{}; }
+
+std::string launched_kernels() {
+  std::string s;
+  for (const std::string& k : g_launched) s += k + "\n";
+  return s;
+}
+
+bool track_static_shared(void* p, size_t bytes) {
+  g_static_shared.emplace_back(p, bytes);
+  std::memset(p, 0xff, bytes);  // registered by its first use, inside a block: poisoned now
+  return true;
+}
+
+void* dynamic_shared() {
+  if (g_run == nullptr) throw EmulationError("cuda_emu: dynamic shared memory used outside a launch");
+  return g_run->dynamic_base;
+}
+
+void launch(const char* name, const LaunchShape& shape, const std::function<void()>& body) {
+  if (g_run != nullptr) throw EmulationError(std::string("cuda_emu: launch of ") + name + " inside a kernel");
+  const std::string base = base_name(name);
+  g_launched.insert(base);
+  // the device's verdict on the launch, before running anything
+  const auto& table = resource_table();
+  const auto it = table.find(base);
+  const Resources res = it == table.end() ? Resources{} : it->second;
+  const bool opt_in = shape.shared_bytes > hpct::kernels::cuda::kH100Limits.shared_default_bytes;
+  const std::string problem = hpct::kernels::cuda::launch_problem(shape, hpct::kernels::cuda::kH100Limits,
+                                                                  res.static_shared, res.registers, opt_in);
+  if (!problem.empty())
+    throw EmulationError(std::string("cuda_emu: kernel ") + name + ": an H100 would refuse this launch: " + problem);
+
+  Run r;
+  r.kernel = name;
+  r.body = &body;
+  r.threads = static_cast<unsigned>(shape.block.count());
+  r.warps.resize((r.threads + 31) / 32);
+  r.dynamic.assign(static_cast<size_t>(shape.shared_bytes) + 16, 0xff);
+  r.dynamic_base = r.dynamic.data() + (16 - reinterpret_cast<uintptr_t>(r.dynamic.data()) % 16) % 16;
+
+  // stacks, each above a guard page (an overflow faults instead of corrupting a neighbour)
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t slot = kStackBytes + page;
+  StackPool pool;
+  pool.bytes = slot * r.threads;
+  void* mem = mmap(nullptr, pool.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) throw EmulationError("cuda_emu: cannot map the thread stacks");
+  pool.base = static_cast<char*>(mem);
+  r.fibers.resize(r.threads);
+  for (unsigned t = 0; t < r.threads; t++) {
+    Fiber& f = r.fibers[t];
+    char* s = pool.base + t * slot;
+    mprotect(s, page, PROT_NONE);
+    f.stack = s + page;
+    f.tid = t;
+    f.idx = uint3(t % shape.block.x, (t / shape.block.x) % shape.block.y, t / (shape.block.x * shape.block.y));
+  }
+
+  blockDim = dim3(shape.block.x, shape.block.y, shape.block.z);
+  gridDim = dim3(shape.grid.x, shape.grid.y, shape.grid.z);
+  const int64_t blocks = shape.grid.count();
+  std::unique_ptr<std::mt19937_64> rng;
+  if (g_seed != 0) rng = std::make_unique<std::mt19937_64>(g_seed);
+  std::vector<int64_t> block_order(static_cast<size_t>(blocks));
+  std::iota(block_order.begin(), block_order.end(), int64_t{0});
+  if (rng) std::shuffle(block_order.begin(), block_order.end(), *rng);
+
+  g_run = &r;
+  try {
+    for (int64_t b : block_order) {
+      blockIdx = uint3(static_cast<unsigned>(b % shape.grid.x),
+                       static_cast<unsigned>((b / shape.grid.x) % shape.grid.y),
+                       static_cast<unsigned>(b / (int64_t{shape.grid.x} * shape.grid.y)));
+      run_block(r, rng.get());
+    }
+  } catch (...) {
+    g_run = nullptr;
+    throw;
+  }
+  g_run = nullptr;
+  g_stats.launches++;
+  g_stats.blocks += blocks;
+  g_stats.threads += blocks * r.threads;
+}
+
+void syncthreads() {
+  Run& r = *g_run;
+  if (r.exited > 0)
+    fail_in_fiber("__syncthreads after " + std::to_string(r.exited) +
+                  " threads of the block returned (a barrier in divergent code)");
+  r.current->state = State::AtBlockBarrier;
+  if (++r.at_barrier == r.threads) {  // the last one in releases the block
+    r.at_barrier = 0;
+    for (Fiber& f : r.fibers)
+      if (f.state == State::AtBlockBarrier) f.state = State::Runnable;
+  }
+  yield_to_scheduler();
+}
+
+namespace {
+// Arrive at the warp barrier of `mask`; returns the generation whose slots this barrier exchanges (read them after
+// this returns, before the next warp barrier).
+uint64_t warp_barrier(unsigned mask, const char* what, uint64_t bits, bool vote) {
+  Run& r = *g_run;
+  Fiber& f = *r.current;
+  const unsigned warp = f.tid / 32, lane = f.tid % 32;
+  Warp& w = r.warps[warp];
+  const unsigned lanes = lanes_of_warp(r, warp);
+  if (!(mask & (1u << lane))) fail_in_fiber(std::string(what) + " with a mask that does not name the calling lane");
+  if (mask & ~lanes) fail_in_fiber(std::string(what) + " with a mask naming lanes beyond the block");
+  if (w.expected == 0) {
+    w.expected = mask;
+    w.arrived = 0;
+    w.what = what;
+  } else if (w.expected != mask) {
+    fail_in_fiber(std::string(what) + ": the lanes of the warp disagree on the mask (" + std::to_string(w.expected) +
+                  " vs " + std::to_string(mask) + ")");
+  }
+  for (unsigned l = 0; l < 32; l++) {
+    const unsigned t = warp * 32 + l;
+    if ((mask & (1u << l)) && t < r.threads && r.fibers[t].state == State::Done)
+      fail_in_fiber(std::string(what) + ": the mask names lane " + std::to_string(l) + ", which has returned");
+  }
+  const uint64_t gen = w.generation;
+  w.slots[gen % 2][lane] = bits;
+  w.votes[gen % 2][lane] = vote;
+  w.arrived |= 1u << lane;
+  f.state = State::AtWarpBarrier;
+  if (w.arrived == w.expected) {
+    w.generation++;
+    w.expected = 0;
+    for (unsigned l = 0; l < 32; l++) {
+      const unsigned t = warp * 32 + l;
+      if ((mask & (1u << l)) && t < r.threads) r.fibers[t].state = State::Runnable;
+    }
+  }
+  yield_to_scheduler();
+  return gen;
+}
+}  // namespace
+
+void syncwarp(unsigned mask) { warp_barrier(mask, "__syncwarp", 0, false); }
+
+uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char* what) {
+  const uint64_t gen = warp_barrier(mask, what, bits, false);
+  Run& r = *g_run;
+  if (src_lane < 0 || src_lane >= 32 || !(mask & (1u << src_lane)))
+    fail_in_fiber(std::string(what) + " reads lane " + std::to_string(src_lane) + ", which the mask does not name");
+  return r.warps[r.current->tid / 32].slots[gen % 2][src_lane];
+}
+
+unsigned warp_ballot(unsigned mask, bool pred) {
+  const uint64_t gen = warp_barrier(mask, "__ballot_sync", 0, pred);
+  const Warp& w = g_run->warps[g_run->current->tid / 32];
+  unsigned b = 0;
+  for (unsigned l = 0; l < 32; l++)
+    if ((mask & (1u << l)) && w.votes[gen % 2][l]) b |= 1u << l;
+  return b;
+}
+
+// ---- 16-bit formats ------------------------------------------------------------------------------------------------
+namespace {
+// Round x to a binary format with `mant` fraction bits, minimum normal exponent emin and largest finite value
+// max_finite, round to nearest even; returns the value (as a double) or +-inf.
+double round_to_format(double x, int mant, int emin, double max_finite) {
+  if (x == 0.0 || !std::isfinite(x)) return x;
+  const int e = std::max(std::ilogb(x), emin);
+  const double quantum = std::ldexp(1.0, e - mant);
+  const double r = std::nearbyint(x / quantum) * quantum;  // the default rounding mode: ties to even
+  if (std::fabs(r) > max_finite) return std::copysign(INFINITY, x);
+  return r;
+}
+}  // namespace
+
+uint16_t bf16_bits_from(double x) {
+  if (std::isnan(x)) return 0x7fff;
+  const double r = round_to_format(x, 7, -126, 3.3895313892515355e38);  // (2 - 2^-7) 2^127
+  const float f = static_cast<float>(r);                                // exact: bf16 values are floats
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t half_bits_from(double x) {
+  if (std::isnan(x)) return 0x7fff;
+  const double r = round_to_format(x, 10, -14, 65504.0);
+  const uint16_t sign = std::signbit(r) ? 0x8000 : 0;
+  const double a = std::fabs(r);
+  if (std::isinf(a)) return sign | 0x7c00;
+  if (a == 0.0) return sign;
+  if (a < std::ldexp(1.0, -14))  // subnormal: a multiple of 2^-24
+    return sign | static_cast<uint16_t>(std::ldexp(a, 24));
+  const int e = std::ilogb(a);
+  const uint16_t frac = static_cast<uint16_t>(std::ldexp(a, 10 - e) - 1024.0);
+  return sign | static_cast<uint16_t>((e + 15) << 10) | frac;
+}
+
+float half_to_float(uint16_t bits) {
+  const int sign = bits & 0x8000 ? -1 : 1;
+  const int exp = (bits >> 10) & 0x1f, frac = bits & 0x3ff;
+  if (exp == 0x1f) return frac ? NAN : sign * INFINITY;
+  if (exp == 0) return static_cast<float>(sign * std::ldexp(frac, -24));
+  return static_cast<float>(sign * std::ldexp(1024 + frac, exp - 25));
+}
+
+float exp2_rn(float x) { return static_cast<float>(std::exp2(static_cast<double>(x))); }
+float log2_rn(float x) { return static_cast<float>(std::log2(static_cast<double>(x))); }
+
+}  // namespace cuda_emu

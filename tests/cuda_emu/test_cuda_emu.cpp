@@ -1,0 +1,358 @@
+// The CUDA host emulation itself (cuda_emu.hpp): barriers, warp intrinsics, the detection of what a GPU would
+// refuse or leave undefined, the schedules, the poisoning of shared memory, the launch limits, and the numerics of
+// the 16-bit conversions and the fast-math intrinsics against oracles independent of the emulation's own code.
+#include "cuda_emu.hpp"  // first: the CUDA surface
+
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_device_common.cuh"
+
+namespace {
+
+using hpct::kernels::cuda::LaunchShape;
+
+LaunchShape shape(unsigned grid, unsigned block, int64_t smem = 0) { return {{grid, 1, 1}, {block, 1, 1}, smem}; }
+
+// ---- kernels written for these tests ---------------------------------------------------------------------------------
+// out[i] = in[(i + 1) % n] through shared memory, with or without the barrier between the write and the read
+template <bool kBarrier>
+__global__ void rotate_kernel(float* out, const float* in) {
+  HPCT_SHARED(float, tile, [256]);
+  const int n = blockDim.x, i = threadIdx.x;
+  tile[i] = in[blockIdx.x * n + i];
+  if (kBarrier) __syncthreads();
+  out[blockIdx.x * n + i] = tile[(i + 1) % n];
+}
+
+__global__ void divergent_barrier_kernel(float* out) {
+  if (threadIdx.x < 16) __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void early_exit_kernel(float* out) {
+  if (threadIdx.x == 3) return;
+  __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void shuffle_exited_lane_kernel(float* out) {
+  if (threadIdx.x == 5) return;
+  out[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 0);
+}
+
+__global__ void block_sum_kernel(double* out, const float* in) {
+  HPCT_SHARED(double, shared, [32]);
+  const double s = hpct::kernels::cuda::block_sum(static_cast<double>(in[blockIdx.x * blockDim.x + threadIdx.x]),
+                                                  shared);
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
+__global__ void warp_ops_kernel(int* out) {
+  const int lane = threadIdx.x % 32, t = threadIdx.x;
+  out[8 * t + 0] = __shfl_sync(0xffffffffu, t * 10, 7);
+  out[8 * t + 1] = __shfl_xor_sync(0xffffffffu, t, 1);
+  out[8 * t + 2] = __shfl_down_sync(0xffffffffu, t, 3);
+  out[8 * t + 3] = __shfl_up_sync(0xffffffffu, t, 2);
+  out[8 * t + 4] = __shfl_sync(0xffffffffu, t, 1, 8);  // width 8: lane 1 of each 8-lane segment
+  out[8 * t + 5] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0));
+  out[8 * t + 6] = __shfl_xor_sync(0xffffffffu, t, 4, 4);  // beyond a 4-wide segment: own value
+  const double d = __shfl_sync(0xffffffffu, 0.5 + t, 31);
+  out[8 * t + 7] = static_cast<int>(d * 2);
+}
+
+__global__ void read_shared_unwritten_kernel(float* out) {
+  HPCT_DYNAMIC_SHARED(float, smem);
+  if (threadIdx.x == 0) smem[1] = 2.0f;
+  __syncthreads();
+  out[blockIdx.x * 2 + threadIdx.x] = smem[threadIdx.x];  // smem[0] is never written
+}
+
+__global__ void record_block_kernel(int* order, int* next) {
+  if (threadIdx.x == 0) order[atomicAdd(next, 1)] = static_cast<int>(blockIdx.x + gridDim.x * blockIdx.y);
+}
+
+TEST(CudaEmu, BarrierSeparatesWritesFromReads) {
+  std::vector<float> in(512), out(512);
+  for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(i);
+  for (uint64_t seed : {0, 1, 2}) {
+    cuda_emu::ScopedSchedule s(seed);
+    EMU_LAUNCH(rotate_kernel<true>, shape(2, 256), out.data(), in.data());
+    for (int b = 0; b < 2; b++)
+      for (int i = 0; i < 256; i++) ASSERT_EQ(out[b * 256 + i], in[b * 256 + (i + 1) % 256]) << "seed " << seed;
+  }
+}
+
+// The race the schedules exist to expose: without the barrier, thread order reads NaN poison (the neighbour has not
+// written yet) and a shuffled order reads a mixture.
+TEST(CudaEmu, MissingBarrierShowsUnderTheSchedules) {
+  std::vector<float> in(256, 1.0f), a(256), b(256);
+  {
+    cuda_emu::ScopedSchedule s(0);
+    EMU_LAUNCH(rotate_kernel<false>, shape(1, 256), a.data(), in.data());
+  }
+  {
+    cuda_emu::ScopedSchedule s(7);
+    EMU_LAUNCH(rotate_kernel<false>, shape(1, 256), b.data(), in.data());
+  }
+  const auto nans = [](const std::vector<float>& v) {
+    return std::count_if(v.begin(), v.end(), [](float x) { return std::isnan(x); });
+  };
+  EXPECT_EQ(nans(a), 255);  // thread order: every thread but the last reads a slot its neighbour has not filled
+  EXPECT_GT(nans(b), 0);
+  EXPECT_LT(nans(b), 255);
+}
+
+TEST(CudaEmu, DivergentBarrierIsAnErrorNotAHang) {
+  std::vector<float> out(64);
+  try {
+    EMU_LAUNCH(divergent_barrier_kernel, shape(1, 64), out.data());
+    FAIL() << "no error";
+  } catch (const cuda_emu::EmulationError& e) {
+    EXPECT_NE(std::string(e.what()).find("divergent"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("divergent_barrier_kernel"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(EMU_LAUNCH(early_exit_kernel, shape(1, 64), out.data()), cuda_emu::EmulationError);
+  EXPECT_THROW(EMU_LAUNCH(shuffle_exited_lane_kernel, shape(1, 32), out.data()), cuda_emu::EmulationError);
+}
+
+TEST(CudaEmu, WarpIntrinsicsFollowCuda) {
+  const int n = 64;
+  std::vector<int> out(8 * n);
+  cuda_emu::ScopedSchedule s(3);
+  EMU_LAUNCH(warp_ops_kernel, shape(1, n), out.data());
+  for (int t = 0; t < n; t++) {
+    const int lane = t % 32, base = t - lane;
+    SCOPED_TRACE(t);
+    EXPECT_EQ(out[8 * t + 0], (base + 7) * 10);
+    EXPECT_EQ(out[8 * t + 1], t ^ 1);
+    EXPECT_EQ(out[8 * t + 2], lane + 3 < 32 ? t + 3 : t);
+    EXPECT_EQ(out[8 * t + 3], lane >= 2 ? t - 2 : t);
+    EXPECT_EQ(out[8 * t + 4], base + (lane & ~7) + 1);
+    EXPECT_EQ(static_cast<unsigned>(out[8 * t + 5]), 0x49249249u);  // lanes 0, 3, 6, ..., 30
+    EXPECT_EQ(out[8 * t + 6], t);
+    EXPECT_EQ(out[8 * t + 7], 2 * (base + 31) + 1);
+  }
+}
+
+TEST(CudaEmu, BlockSumIsExactAndScheduleIndependent) {
+  std::vector<float> in(3 * 1024);
+  for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(i % 97);
+  std::vector<double> a(3), b(3);
+  {
+    cuda_emu::ScopedSchedule s(0);
+    EMU_LAUNCH(block_sum_kernel, shape(3, 1024), a.data(), in.data());
+  }
+  {
+    cuda_emu::ScopedSchedule s(11);
+    EMU_LAUNCH(block_sum_kernel, shape(3, 1024), b.data(), in.data());
+  }
+  for (int blk = 0; blk < 3; blk++) {
+    double want = 0;
+    for (int i = 0; i < 1024; i++) want += in[blk * 1024 + i];
+    EXPECT_EQ(a[blk], want);
+    EXPECT_EQ(b[blk], want);
+  }
+}
+
+TEST(CudaEmu, SharedMemoryIsPoisonedBeforeEachBlock) {
+  std::vector<float> out(2 * 2);
+  EMU_LAUNCH(read_shared_unwritten_kernel, shape(2, 2, 8), out.data());
+  for (int b = 0; b < 2; b++) {
+    EXPECT_TRUE(std::isnan(out[2 * b])) << "block " << b;
+    EXPECT_EQ(out[2 * b + 1], 2.0f);
+  }
+}
+
+TEST(CudaEmu, BlocksRunOnceEachInShuffledOrder) {
+  const unsigned gx = 7, gy = 5;
+  std::vector<int> order(gx * gy);
+  int next = 0;
+  {
+    cuda_emu::ScopedSchedule s(0);
+    EMU_LAUNCH(record_block_kernel, (LaunchShape{{gx, gy, 1}, {32, 1, 1}, 0}), order.data(), &next);
+    for (int i = 0; i < static_cast<int>(order.size()); i++) EXPECT_EQ(order[i], i);
+  }
+  next = 0;
+  cuda_emu::ScopedSchedule s(5);
+  EMU_LAUNCH(record_block_kernel, (LaunchShape{{gx, gy, 1}, {32, 1, 1}, 0}), order.data(), &next);
+  EXPECT_EQ(next, static_cast<int>(gx * gy));
+  EXPECT_EQ(std::set<int>(order.begin(), order.end()).size(), gx * gy);
+  EXPECT_FALSE(std::is_sorted(order.begin(), order.end()));
+}
+
+TEST(CudaEmu, LaunchesAnH100WouldRefuseFail) {
+  std::vector<float> out(4096);
+  const auto refused = [&](const LaunchShape& s) {
+    try {
+      EMU_LAUNCH(divergent_barrier_kernel, s, out.data());
+    } catch (const cuda_emu::EmulationError& e) {
+      return std::string(e.what()).find("H100 would refuse") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused(shape(1, 1025)));
+  EXPECT_TRUE(refused({{1, 65536, 1}, {32, 1, 1}, 0}));
+  EXPECT_TRUE(refused({{1, 1, 1}, {1, 1, 65}, 0}));
+  EXPECT_TRUE(refused(shape(1, 32, 227 * 1024 + 4)));
+  EXPECT_TRUE(refused(shape(0, 32)));
+  // and the helper directly, with a kernel's registers and static shared memory
+  using hpct::kernels::cuda::kH100Limits;
+  using hpct::kernels::cuda::launch_problem;
+  EXPECT_EQ(launch_problem(shape(1, 1024), kH100Limits, 0, 64), "");
+  EXPECT_NE(launch_problem(shape(1, 1024), kH100Limits, 0, 65), "");
+  EXPECT_NE(launch_problem(shape(1, 256, 40 * 1024), kH100Limits, 9 * 1024, 32), "");  // 49 KiB without the opt-in
+  EXPECT_EQ(launch_problem(shape(1, 256, 40 * 1024), kH100Limits, 9 * 1024, 32, true), "");
+}
+
+// In a CUDA build, ptxas' table of the real kernels is there and read (lib/kernels/CMakeLists.txt).
+TEST(CudaEmu, KernelResourceTable) {
+#ifdef HPCT_EMU_REQUIRE_RESOURCES
+  const char* path = HPCT_EMU_DEFAULT_RESOURCES_PATH;
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::string name;
+  int regs = 0;
+  int64_t smem = 0;
+  std::set<std::string> names;
+  while (in >> name >> regs >> smem) {
+    EXPECT_GT(regs, 0) << name;
+    EXPECT_LE(regs, 255) << name;
+    names.insert(name);
+  }
+  for (const char* k : {"reduce_kernel", "forward_kernel", "bn_stats_kernel", "crossentropy_kernel"})
+    EXPECT_TRUE(names.count(k)) << k << " missing from " << path;
+#else
+  GTEST_SKIP() << "a CPU-only build has no ptxas resource table";
+#endif
+}
+
+// ---- 16-bit conversions ----------------------------------------------------------------------------------------------
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// An independent oracle: round-to-nearest-even on the bit pattern (correct for every finite float, subnormals
+// included, and overflowing to infinity).
+uint16_t bf16_oracle(float f) {
+  if (std::isnan(f)) return 0x7fff;
+  const uint32_t u = bits(f);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+std::vector<float> probe_floats() {
+  std::vector<float> v;
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 1 << 21; i++) v.push_back(from_bits(rng()));
+  for (uint32_t e = 0; e < 256; e++)  // around every exponent: the ties and their neighbours
+    for (uint32_t m : {0u, 1u, 0x7fffu, 0x8000u, 0x8001u, 0x17fffu, 0x18000u, 0x18001u, 0x1000u, 0x1001u, 0xfffu,
+                       0x7fffffu, 0x7fe000u, 0x7ff000u, 0x3ff000u})
+      for (uint32_t s : {0u, 0x80000000u}) v.push_back(from_bits(s | (e << 23) | (m & 0x7fffffu)));
+  return v;
+}
+
+TEST(CudaEmu16Bit, Bf16RoundsToNearestEvenLikeTheHardware) {
+  for (float f : probe_floats()) {
+    if (std::isnan(f)) {
+      EXPECT_EQ(__float2bfloat16(f).bits, 0x7fff);
+      continue;
+    }
+    ASSERT_EQ(__float2bfloat16(f).bits, bf16_oracle(f)) << std::hexfloat << f;
+  }
+  for (uint32_t b = 0; b < 65536; b++) {  // every bf16 converts to float and back unchanged
+    const float f = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(b)));
+    if (!std::isnan(f)) ASSERT_EQ(__float2bfloat16(f).bits, b);
+  }
+  EXPECT_EQ(__float2bfloat16_rz(1.0f + 0x1.fep-8f).bits, 0x3f80);
+}
+
+TEST(CudaEmu16Bit, HalfRoundsLikeF16C) {
+  for (float f : probe_floats()) {
+    const uint16_t hw = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);  // the CPU's IEEE conversion
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(__half2float(__float2half(f))));
+      continue;
+    }
+    ASSERT_EQ(__float2half(f).bits, hw) << std::hexfloat << f;
+  }
+  for (uint32_t b = 0; b < 65536; b++) {
+    const float f = __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+    const float hw = _cvtsh_ss(static_cast<unsigned short>(b));
+    if (std::isnan(hw)) {
+      ASSERT_TRUE(std::isnan(f)) << b;  // NaN payloads aside
+      continue;
+    }
+    ASSERT_EQ(bits(f), bits(hw)) << b;
+    ASSERT_EQ(__float2half(f).bits, b);
+  }
+}
+
+TEST(CudaEmu16Bit, ArithmeticRoundsTheExactResultOnce) {
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> u(-100.0f, 100.0f);
+  for (int i = 0; i < 100000; i++) {
+    const __nv_bfloat16 a = u(rng), b = u(rng);
+    // a bf16 product is exact in float (16 significant bits); a sum of two is exact in double
+    ASSERT_EQ(__hmul(a, b).bits, bf16_oracle(float(a) * float(b)));
+    ASSERT_EQ((a + b).bits, __nv_bfloat16(static_cast<double>(float(a)) + float(b)).bits);
+    const __half c = u(rng), d = u(rng);
+    ASSERT_EQ(__hmul(c, d).bits, _cvtss_sh(float(c) * float(d), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+// ---- fast-math intrinsics within the CUDA C++ programming guide's bounds (its table of intrinsic functions) ---------
+double ulp_error(float got, double exact) {
+  const float r = static_cast<float>(exact);
+  const double ulp = std::nextafter(std::fabs(r), INFINITY) - std::fabs(r);
+  return std::fabs(static_cast<double>(got) - exact) / ulp;
+}
+
+TEST(CudaEmuFastMath, WithinTheGuidesBounds) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ux(-87.0f, 88.0f), u10(-37.0f, 38.0f), upos(1e-30f, 1e30f), unear(0.5f, 2.0f),
+      upi(-3.14159265f, 3.14159265f), uy(1e-30f, 1e30f);
+  for (int i = 0; i < 200000; i++) {
+    const float x = ux(rng);
+    ASSERT_LE(ulp_error(__expf(x), std::exp(static_cast<double>(x))), 2 + std::floor(std::fabs(1.16 * x))) << x;
+    const float x10 = u10(rng);
+    ASSERT_LE(ulp_error(__exp10f(x10), std::pow(10.0, static_cast<double>(x10))), 2 + std::floor(std::fabs(2.95 * x10)))
+        << x10;
+    const float p = upos(rng), q = unear(rng);
+    ASSERT_LE(ulp_error(__logf(p), std::log(static_cast<double>(p))), 3.0) << p;
+    ASSERT_LE(std::fabs(__logf(q) - std::log(static_cast<double>(q))), std::pow(2.0, -21.41)) << q;
+    ASSERT_LE(ulp_error(__log2f(p), std::log2(static_cast<double>(p))), 2.0) << p;
+    ASSERT_LE(std::fabs(__log2f(q) - std::log2(static_cast<double>(q))), std::pow(2.0, -22)) << q;
+    const float y = uy(rng) * (i % 2 ? 1.0f : -1.0f), n = ux(rng);
+    ASSERT_LE(ulp_error(__fdividef(n, y), static_cast<double>(n) / y), 2.0) << n << " / " << y;
+    const float a = upi(rng);
+    ASSERT_LE(std::fabs(__sinf(a) - std::sin(static_cast<double>(a))), std::pow(2.0, -21.41)) << a;
+    ASSERT_LE(std::fabs(__cosf(a) - std::cos(static_cast<double>(a))), std::pow(2.0, -21.19)) << a;
+    ASSERT_LE(ulp_error(rsqrtf(p), 1.0 / std::sqrt(static_cast<double>(p))), 2.0) << p;
+    ASSERT_EQ(__frcp_rn(y), 1.0f / y);
+  }
+  // the guide's caveat, reproduced: a denominator beyond 2^126 gives 0
+  EXPECT_EQ(__fdividef(1.0f, 1e38f), 0.0f);
+  // __fmul_rn is never contracted into an FMA: (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds (a tie, to even) to
+  // 1 + 2^-11 before the subtraction; an FMA would keep the 2^-24
+  const float a = 1.0f + 0x1p-12f;
+  EXPECT_EQ(__fmul_rn(a, a) - (1.0f + 0x1p-11f), 0.0f);
+}
+
+}  // namespace

@@ -7,15 +7,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 uint3 threadIdx, blockIdx;
@@ -212,6 +218,48 @@ void run_block(Run& r, std::mt19937_64* rng) {
   }
 }
 
+// A kernel that never reaches a barrier or its end cannot be preempted (its fibers share one OS thread), as a GPU
+// kernel stuck in an endless loop hangs the device: a watchdog thread ends the test process with a message naming
+// the kernel and the block after HPCT_EMU_WATCHDOG_S seconds (default 300) of one launch.
+class Watchdog {
+ public:
+  explicit Watchdog(const char* kernel) : kernel_(kernel) {
+    const char* env = std::getenv("HPCT_EMU_WATCHDOG_S");
+    const double seconds = env ? std::atof(env) : 300.0;
+    if (seconds <= 0) return;
+    thread_ = std::thread([this, seconds] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
+      std::fprintf(stderr,
+                   "cuda_emu: kernel %s has run for %.0f s (last block started: %ld): an endless loop in the kernel? "
+                   "(HPCT_EMU_WATCHDOG_S sets the limit)\n",
+                   kernel_, seconds, static_cast<long>(block_.load()));
+      std::fflush(stderr);
+      std::_Exit(124);
+    });
+  }
+  ~Watchdog() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  void block_started(int64_t linear_block) { block_.store(linear_block); }
+
+ private:
+  const char* kernel_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::atomic<int64_t> block_{-1};
+  std::thread thread_;
+};
+
 struct StackPool {
   char* base = nullptr;
   size_t bytes = 0;
@@ -298,8 +346,10 @@ void launch(const char* name, const LaunchShape& shape, const std::function<void
   if (rng) std::shuffle(block_order.begin(), block_order.end(), *rng);
 
   g_run = &r;
+  Watchdog watchdog(name);
   try {
     for (int64_t b : block_order) {
+      watchdog.block_started(b);
       blockIdx = uint3(static_cast<unsigned>(b % shape.grid.x),
                        static_cast<unsigned>((b / shape.grid.x) % shape.grid.y),
                        static_cast<unsigned>(b / (int64_t{shape.grid.x} * shape.grid.y)));

@@ -82,6 +82,21 @@ __global__ void record_block_kernel(int* order, int* next) {
   if (threadIdx.x == 0) order[atomicAdd(next, 1)] = static_cast<int>(blockIdx.x + gridDim.x * blockIdx.y);
 }
 
+__global__ void endless_kernel(const volatile int* flag) {
+  while (*flag == 0) {
+  }
+}
+
+// A kernel that never yields cannot be preempted; the watchdog ends the process, naming it, instead of a hang.
+TEST(CudaEmuDeathTest, AnEndlessKernelIsStoppedByTheWatchdog) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  ASSERT_EQ(setenv("HPCT_EMU_WATCHDOG_S", "1", 1), 0);
+  const int flag = 0;
+  EXPECT_EXIT(EMU_LAUNCH(endless_kernel, shape(1, 2), &flag), ::testing::ExitedWithCode(124),
+              "endless_kernel has run for 1 s");
+  ASSERT_EQ(unsetenv("HPCT_EMU_WATCHDOG_S"), 0);
+}
+
 TEST(CudaEmu, BarrierSeparatesWritesFromReads) {
   std::vector<float> in(512), out(512);
   for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(i);
@@ -278,7 +293,8 @@ TEST(CudaEmu16Bit, Bf16RoundsToNearestEvenLikeTheHardware) {
   }
   for (uint32_t b = 0; b < 65536; b++) {  // every bf16 converts to float and back unchanged
     const float f = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(b)));
-    if (!std::isnan(f)) ASSERT_EQ(__float2bfloat16(f).bits, b);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(__float2bfloat16(f).bits, b);
   }
   EXPECT_EQ(__float2bfloat16_rz(1.0f + 0x1.fep-8f).bits, 0x3f80);
 }

@@ -202,7 +202,9 @@ TEST(EmuCore, SgdInEveryMode) {
       sgd_update(kCpu, p.data(), g.data(), buf_ptr, n, lr, md.momentum, md.dampening, md.weight_decay, md.nesterov, gs,
                  step == 0);
       EXPECT_TRUE(all_close("sgd params step " + std::to_string(step), ep, p, 1e-5, 1e-6));
-      if (buf_ptr) EXPECT_TRUE(all_close("sgd buf step " + std::to_string(step), ebuf, buf, 1e-5, 1e-6));
+      if (buf_ptr) {
+        EXPECT_TRUE(all_close("sgd buf step " + std::to_string(step), ebuf, buf, 1e-5, 1e-6));
+      }
     }
   }
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Shared by the CUDA backend's .cu files (host side): the stream of a context, checked launches, grid sizes. The
+// Shared by the CUDA backend's .cu files (host side): the stream of a context, launches and their checks. The
 // device side (warp and block reductions, shared-memory macros) is cuda_device_common.cuh, which the emulated tests
 // compile too.
 #include <cuda_runtime.h>
@@ -13,14 +13,6 @@
 namespace hpct::kernels::cuda {
 
 inline cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
-
-// Blocks of `threads` covering n elements (at least 1 block), capped so that grid-stride loops cover the rest.
-inline unsigned grid_for(int64_t n, int threads = 256, int64_t max_blocks = 65535LL * 16) {
-  int64_t b = (n + threads - 1) / threads;
-  if (b < 1) b = 1;
-  if (b > max_blocks) b = max_blocks;
-  return static_cast<unsigned>(b);
-}
 
 inline dim3 to_dim3(const LaunchDim& d) { return dim3(d.x, d.y, d.z); }
 

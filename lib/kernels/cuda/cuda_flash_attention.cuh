@@ -1,19 +1,23 @@
 #pragma once
-// The flash attention kernels of the CUDA backend: device code only, included by cuda_gpt.cu (which launches them:
-// attention_forward / attention_backward there) and by tests/unit/kernels/test_flash_attention_emulated.cpp.
-// The kernels use a small surface: threadIdx, blockIdx, blockDim, gridDim, __syncthreads, __shfl_sync, warp_sum and
-// warp_max (cuda_common.cuh), expf, logf, fmaxf, min. The emulation test supplies host versions of exactly these and
-// compiles this same text as plain C++, running one std::thread per CUDA thread: on a machine without a GPU that is
-// how the kernels' indexing, masking, online softmax and barrier placement get executed and checked. Keep it so: no
-// other CUDA built-ins here, and no #include beyond <cstdint> (the includer provides the rest).
+// The flash attention kernels of the CUDA backend and the host functions that give their launch geometry, included
+// by cuda_gpt.cu (which launches them: attention_forward / attention_backward there). Device code compiled by nvcc
+// through cuda_gpt.cu and, as plain C++, by the host emulation of CUDA (tests/cuda_emu, cuda_emu.hpp):
+// tests/cuda_emu/test_emu_flash_attention.cpp runs every kernel here at the geometry below against the CPU backend,
+// which is how a machine without a GPU executes and checks the kernels' indexing, masking, online softmax and barrier
+// placement. Keep it so: CUDA built-ins only (no CUDA header), shared memory through HPCT_DYNAMIC_SHARED
+// (cuda_device_common.cuh), and every new kernel with its emulated test.
 //
 // Legend: B batch, T time, C channels, NH heads, HS = C/NH head size; qkv rows hold [q | k | v], each (NH, HS), row
 // stride 3C; out and dout (B,T,C) hold head h in columns [h HS, (h+1) HS); L (lse) and D (dsum) are (B,NH,T).
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_device_common.cuh"
 
 namespace hpct::kernels::cuda::flash {
-// Internal linkage: each includer compiles its own copy (the CUDA kernels in cuda_gpt.cu, host functions in the test),
-// which must never be merged by the linker.
+// Internal linkage: each includer compiles its own copy (the CUDA kernels in cuda_gpt.cu, host functions in the
+// emulated test), which must never be merged by the linker.
 namespace {
 
 // Tiling. A block of kWarps warps owns one tile of kTile = 32 rows of one (b, h): query rows in the forward and the dQ
@@ -54,7 +58,7 @@ template <int NS>
 __global__ void __launch_bounds__(kAttnThreads)
     forward_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv, int T, int C,
                    int NH, float scale) {
-  extern __shared__ float smem[];
+  HPCT_DYNAMIC_SHARED(float, smem);
   const int HS = C / NH, ldp = HS + 1;
   float* sq = smem;              // (kTile, HS)     the block's query rows (broadcast reads)
   float* sk = sq + kTile * HS;   // (kTile, HS + 1) the current key tile (lane = key)
@@ -155,7 +159,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     backward_dkv_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
                         const float* __restrict__ lse, const float* __restrict__ dsum, int T, int C, int NH,
                         float scale) {
-  extern __shared__ float smem[];
+  HPCT_DYNAMIC_SHARED(float, smem);
   const int HS = C / NH, ldp = HS + 1;
   float* sk = smem;               // (kTile, HS)     the block's keys (broadcast reads)
   float* sv = sk + kTile * HS;    // (kTile, HS)     the block's values (broadcast reads)
@@ -239,7 +243,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     backward_dq_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
                        const float* __restrict__ lse, const float* __restrict__ dsum, int T, int C, int NH,
                        float scale) {
-  extern __shared__ float smem[];
+  HPCT_DYNAMIC_SHARED(float, smem);
   const int HS = C / NH, ldp = HS + 1;
   float* sq = smem;              // (kTile, HS)     the block's query rows (broadcast reads)
   float* sdo = sq + kTile * HS;  // (kTile, HS)     their dout (broadcast reads)
@@ -310,14 +314,36 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 }
 
+// ---- launch geometry (host) ----------------------------------------------------------------------------------------
 // Dynamic shared memory per block of the three flash kernels, in floats.
 inline int64_t forward_smem_floats(int HS) { return static_cast<int64_t>(kTile) * (2 * HS + (HS + 1)); }
 inline int64_t backward_dkv_smem_floats(int HS) { return static_cast<int64_t>(kTile) * (2 * HS + 2 * (HS + 1) + 2); }
 inline int64_t backward_dq_smem_floats(int HS) { return static_cast<int64_t>(kTile) * (2 * HS + 2 * (HS + 1)); }
 
+// The grid of the tiled kernels: x = the B*NH heads, y = the tiles of kTile rows; kAttnThreads per block and the
+// kernel's dynamic shared memory. (The caller checks that B*NH and the tiles fit a grid: cuda_gpt.cu.)
+inline LaunchShape tiled_shape(int B, int T, int NH, int64_t smem_floats) {
+  const int64_t heads = static_cast<int64_t>(B) * NH, tiles = (static_cast<int64_t>(T) + kTile - 1) / kTile;
+  return {{static_cast<unsigned>(heads), static_cast<unsigned>(tiles), 1},
+          {kAttnThreads, 1, 1},
+          smem_floats * static_cast<int64_t>(sizeof(float))};
+}
+inline LaunchShape forward_shape(int B, int T, int NH, int HS) {
+  return tiled_shape(B, T, NH, forward_smem_floats(HS));
+}
+inline LaunchShape backward_dkv_shape(int B, int T, int NH, int HS) {
+  return tiled_shape(B, T, NH, backward_dkv_smem_floats(HS));
+}
+inline LaunchShape backward_dq_shape(int B, int T, int NH, int HS) {
+  return tiled_shape(B, T, NH, backward_dq_smem_floats(HS));
+}
+// rowdot_kernel: one warp per row, kWarps rows per block
+inline LaunchShape rowdot_shape(int64_t rows) {
+  return {{static_cast<unsigned>((rows + kWarps - 1) / kWarps), 1, 1}, {kAttnThreads, 1, 1}, 0};
+}
+
 // Host side: calls f(std::integral_constant<int, NS>{}) with NS = ceil(HS / 32), the register slots per lane (1 .. 4)
-// the kernels are instantiated for; false (f not called) when HS is outside [1, kMaxHS]. (std::integral_constant:
-// the includer provides <type_traits>.)
+// the kernels are instantiated for; false (f not called) when HS is outside [1, kMaxHS].
 template <typename F>
 bool with_head_slots(int HS, F&& f) {
   switch ((HS + 31) / 32) {

@@ -3,9 +3,12 @@
 // vocabulary padding, label-smoothed, and the three vocabulary-parallel phases). Contracts: kernels.hpp; reference:
 // the CPU backend (cpu_matmul.cpp, cpu_attention.cpp, cpu_loss_optim.cpp). Linear and the cross-entropies follow its
 // formulas operation for operation; attention computes the same function another way (online softmax, recompute).
+// This file holds the host side (cuBLAS, the checks, the launches); the kernels and their launch geometry are in
+// cuda_flash_attention.cuh (attention) and cuda_gpt_kernels.cuh (the Linear bias and the cross-entropies), which the
+// host emulation of tests/cuda_emu also compiles and runs (test_emu_flash_attention.cpp, test_emu_gpt.cpp).
 //
 // Every op is asynchronous on stream_of(ctx): no synchronisation, no allocation, no host read of device data.
-// Determinism: no atomics anywhere in this file. Every reduction (the attention tiles, dbias over rows, the
+// Determinism: no atomics anywhere in this group. Every reduction (the attention tiles, dbias over rows, the
 // cross-entropy sums) runs in a fixed order that depends on the shapes only, and cuBLAS GEMMs are bitwise
 // reproducible run to run on the same GPU model / toolkit / stream setup, so a run reproduces itself bit for bit.
 // fp32 storage throughout. The Linear GEMMs' arithmetic follows ctx.precision (exec_context.hpp): fp32 runs
@@ -24,12 +27,12 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
-#include <type_traits>
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_flash_attention.cuh"
+#include "kernels/cuda/cuda_gpt_kernels.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 
 namespace hpct::kernels::cuda {
@@ -103,46 +106,9 @@ void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool t
                             &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
 }
 
-// Threads of a one-block-per-row kernel for rows of `len` elements: a multiple of 32 (block_sum / block_max need
-// it), at least one warp, at most 512 (a 50k-column vocabulary row then gives each thread ~100 elements).
-int row_threads(int64_t len) {
-  int64_t t = (len + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<int64_t>(t, 32, 512));
-}
-
 // ================================================================================================================
 // Linear
 // ================================================================================================================
-
-// out[n, o] = bias[o] for every row: the seed onto which the GEMM accumulates with beta = 1 (as the CPU backend).
-__global__ void bias_broadcast_kernel(float* __restrict__ out, const float* __restrict__ bias, int64_t N, int OC) {
-  const int64_t total = N * OC;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = bias[i % OC];
-}
-
-// dbias[o] += sum over the N rows of dout[n, o], in double (as the CPU backend), in a fixed order: a block owns
-// kBiasCols columns; thread (x, y) sums the rows y, y + kBiasRows, ... of column x (consecutive x read consecutive
-// addresses: coalesced), then thread (x, 0) adds the kBiasRows partial sums in order y = 0, 1, ... No atomics.
-constexpr int kBiasCols = 32;
-constexpr int kBiasRows = 16;
-
-__global__ void bias_grad_kernel(float* __restrict__ dbias, const float* __restrict__ dout, int N, int OC) {
-  __shared__ double part[kBiasRows][kBiasCols + 1];
-  const int x = threadIdx.x, y = threadIdx.y;
-  const int o = blockIdx.x * kBiasCols + x;
-  double acc = 0.0;
-  if (o < OC)
-    for (int n = y; n < N; n += kBiasRows) acc += static_cast<double>(dout[static_cast<int64_t>(n) * OC + o]);
-  part[y][x] = acc;
-  __syncthreads();
-  if (y == 0 && o < OC) {
-    double total = 0.0;
-    for (int r = 0; r < kBiasRows; r++) total += part[r][x];
-    dbias[o] += static_cast<float>(total);
-  }
-}
 
 void check_linear(const char* op, int N, int C, int OC) {
   HPCT_CHECK(N >= 0 && C > 0 && OC > 0, "kernels::cuda::{}: bad shape N={} C={} OC={}", op, N, C, OC);
@@ -151,18 +117,18 @@ void check_linear(const char* op, int N, int C, int OC) {
 // ================================================================================================================
 // Attention: the flash kernels (cuda_flash_attention.cuh) and their launch helpers
 // ================================================================================================================
-using flash::kAttnThreads;
 using flash::kMaxHS;
 using flash::kTile;
 using flash::kWarps;
 using flash::with_head_slots;
 
-// Checks a flash kernel's dynamic shared memory against the device's per-block limit (a clear error instead of a
-// failed launch) and opts the kernel in to more than the default 48 KiB when it needs it (the backward kernels from
-// HS = 96 on, the forward at HS = 128).
+// Checks a flash kernel's dynamic shared memory (shape.shared_bytes, from the geometry functions of
+// cuda_flash_attention.cuh) against the device's per-block limit (a clear error instead of a failed launch) and opts
+// the kernel in to more than the default 48 KiB when it needs it (the backward kernels from HS = 96 on, the forward
+// at HS = 128).
 template <typename Kernel>
-void prepare_shared_memory(Kernel* kernel, int64_t floats, const char* op, int HS) {
-  const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+void prepare_shared_memory(Kernel* kernel, const LaunchShape& shape, const char* op, int HS) {
+  const int64_t bytes = shape.shared_bytes;
   int dev = 0, optin = 0, dflt = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -175,13 +141,12 @@ void prepare_shared_memory(Kernel* kernel, int64_t floats, const char* op, int H
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-// The flash grid: x = the B*NH heads, y = the tiles of 32 rows.
-dim3 flash_grid(const char* op, int B, int T, int NH) {
+// The flash grid (x = the B*NH heads, y = the tiles of 32 rows, cuda_flash_attention.cuh) fits the launch limits.
+void check_flash_grid(const char* op, int B, int T, int NH) {
   const int64_t heads = static_cast<int64_t>(B) * NH, tiles = (static_cast<int64_t>(T) + kTile - 1) / kTile;
   HPCT_CHECK(heads <= INT32_MAX && tiles <= 65535,
              "kernels::cuda::{}: B*NH={} heads and {} tiles of {} rows exceed the launch grid (2^31-1 x 65535)", op,
              heads, tiles, kTile);
-  return dim3(static_cast<unsigned>(heads), static_cast<unsigned>(tiles));
 }
 
 void check_attention(const char* op, int B, int T, int C, int NH) {
@@ -193,144 +158,8 @@ void check_attention(const char* op, int B, int T, int C, int NH) {
 }
 
 // ================================================================================================================
-// Cross-entropies: one block per row, block reductions (cuda_common.cuh)
+// Cross-entropies: the kernels (cuda_gpt_kernels.cuh) launch one block per row
 // ================================================================================================================
-
-// Plain softmax cross-entropy over the first V of Vp logits; kBackward: also dlogits in place (padding -> 0).
-// CPU twin: crossentropy_forward / crossentropy_forward_backward (softmax_stats: max, then sum of exp(x - max)).
-// The logits are const in the forward-only instantiation.
-template <bool kBackward>
-using LogitsPtr = std::conditional_t<kBackward, float*, const float*>;
-
-template <bool kBackward>
-__global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
-                                    const int32_t* __restrict__ targets, float dloss, int V, int Vp) {
-  __shared__ float shared[32];
-  const int n = blockIdx.x;
-  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * Vp;
-  const int tgt = targets[n];
-  const bool valid = tgt >= 0 && tgt < V;
-  // read by every thread before the first block reduction's barrier, hence before any thread writes the row
-  const float x_tgt = valid ? x[tgt] : NAN;
-  float m = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, x[v]);
-  m = block_max(m, shared);
-  float s = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - m);
-  s = block_sum(s, shared);
-  if (threadIdx.x == 0) losses[n] = valid ? (m - x_tgt) + logf(s) : NAN;  // logsumexp - x[target]
-  if constexpr (kBackward) {
-    const float k = dloss / s;
-    // each thread rewrites only the columns it read above (same stride): no cross-thread hazard
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-      float g = 0.0f;  // padded columns: no gradient
-      if (v < V) {
-        g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
-        if (v == tgt) g -= dloss;
-      }
-      x[v] = valid ? g : NAN;
-    }
-  }
-}
-
-// Label-smoothed cross-entropy over K classes (no padding). CPU twin: crossentropy_smoothed_forward(_backward):
-//   loss = (1 - eps) ((m - z[y]) + log s) + eps ((m - sum(z) / K) + log s);  dlogits = p c - eps dloss / K,
-//   minus dloss (1 - eps) at the target, with c = dloss / s.
-template <bool kBackward>
-__global__ void crossentropy_smoothed_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
-                                             const int32_t* __restrict__ targets, float dloss, float eps, int K) {
-  __shared__ float shared[32];
-  const int n = blockIdx.x;
-  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * K;
-  const int tgt = targets[n];
-  const bool valid = tgt >= 0 && tgt < K;
-  const float x_tgt = valid ? x[tgt] : NAN;
-  float m = -INFINITY, z = 0.0f;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
-    m = fmaxf(m, x[k]);
-    z += x[k];
-  }
-  m = block_max(m, shared);
-  const float zsum = block_sum(z, shared);
-  float s = 0.0f;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) s += expf(x[k] - m);
-  s = block_sum(s, shared);
-  if (threadIdx.x == 0) {
-    const float lse_part = logf(s);
-    losses[n] = valid ? (1.0f - eps) * ((m - x_tgt) + lse_part) + eps * ((m - zsum / K) + lse_part) : NAN;
-  }
-  if constexpr (kBackward) {
-    const float c = dloss / s, uniform = dloss * eps / K;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      float g = expf(x[k] - m) * c - uniform;
-      if (k == tgt) g -= dloss * (1.0f - eps);
-      x[k] = valid ? g : NAN;
-    }
-  }
-}
-
-// ---- vocabulary-parallel pieces: this rank holds columns [v0, v0 + Vl), of which [0, Vr) are real ----
-__global__ void vp_local_max_kernel(float* __restrict__ max_out, const float* __restrict__ logits_local, int Vl,
-                                    int Vr) {
-  __shared__ float shared[32];
-  const int n = blockIdx.x;
-  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
-  float m = -INFINITY;  // a rank of padding only: -inf, the identity of the MAX allreduce
-  for (int v = threadIdx.x; v < Vr; v += blockDim.x) m = fmaxf(m, x[v]);
-  m = block_max(m, shared);
-  if (threadIdx.x == 0) max_out[n] = m;
-}
-
-__global__ void vp_local_sumexp_kernel(float* __restrict__ sumexp_out, float* __restrict__ target_logit_out,
-                                       const float* __restrict__ logits_local, const float* __restrict__ global_max,
-                                       const int32_t* __restrict__ targets, int v0, int Vl, int Vr, int V) {
-  __shared__ float shared[32];
-  const int n = blockIdx.x;
-  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
-  const float m = global_max[n];  // subtracted before exp: no overflow
-  float s = 0.0f;
-  for (int v = threadIdx.x; v < Vr; v += blockDim.x) s += expf(x[v] - m);
-  s = block_sum(s, shared);
-  if (threadIdx.x == 0) {
-    sumexp_out[n] = s;
-    const int tgt = targets[n];
-    const int j = tgt - v0;                       // local column of the target; in range on exactly one rank
-    float tl = (j >= 0 && j < Vr) ? x[j] : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
-    if (tgt < 0 || tgt >= V) tl = NAN;            // a bad target: NaN on every rank, NaN loss after the allreduce
-    target_logit_out[n] = tl;
-  }
-}
-
-__global__ void vp_loss_backward_kernel(float* __restrict__ losses, float* __restrict__ logits_local,
-                                        const float* __restrict__ global_max, const float* __restrict__ global_sumexp,
-                                        const float* __restrict__ global_target_logit,
-                                        const int32_t* __restrict__ targets, float dloss, int v0, int Vl, int Vr,
-                                        int V) {
-  const int n = blockIdx.x;
-  float* x = logits_local + static_cast<int64_t>(n) * Vl;
-  const float m = global_max[n], s = global_sumexp[n];  // s >= 1: the max column contributes exp(0)
-  const int tgt = targets[n];
-  const bool valid = tgt >= 0 && tgt < V;
-  const int j = tgt - v0;
-  if (threadIdx.x == 0) losses[n] = valid ? (m - global_target_logit[n]) + logf(s) : NAN;
-  const float k = dloss / s;
-  for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
-    float g = 0.0f;  // padded columns: no gradient
-    if (v < Vr) {
-      g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
-      if (v == j) g -= dloss;
-    }
-    x[v] = valid ? g : NAN;
-  }
-}
-
-__global__ void vp_loss_kernel(float* __restrict__ losses, const float* __restrict__ global_max,
-                               const float* __restrict__ global_sumexp, const float* __restrict__ global_target_logit,
-                               int N) {
-  for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
-       n += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    losses[n] = (global_max[n] - global_target_logit[n]) + logf(global_sumexp[n]);
-}
 
 // Checks a vocab-parallel slice; returns Vr, the number of real (non-padded) local columns (as the CPU).
 int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
@@ -364,7 +193,7 @@ void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const 
   float beta = 0.0f;
   if (bias) {
     const int64_t total = static_cast<int64_t>(N) * OC;
-    bias_broadcast_kernel<<<grid_for(total), 256, 0, stream>>>(out, bias, N, OC);
+    HPCT_LAUNCH(bias_broadcast_kernel, bias_broadcast_shape(total), stream, out, bias, N, OC);
     HPCT_CUDA_LAUNCH_CHECK("matmul_forward");
     beta = 1.0f;
   }
@@ -381,17 +210,15 @@ void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float*
   if (dinp) gemm_rm(h, compute, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
   gemm_rm(h, compute, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) {
-    const dim3 block(kBiasCols, kBiasRows);
-    const unsigned grid = static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols);
-    bias_grad_kernel<<<grid, block, 0, stream>>>(dbias, dout, N, OC);
+    HPCT_LAUNCH(bias_grad_kernel, bias_grad_shape(OC), stream, dbias, dout, N, OC);
     HPCT_CUDA_LAUNCH_CHECK("matmul_backward");
   }
 }
 
 // ================================================================================================================
-// Causal multi-head self-attention, flash style (kernels above). kernels.hpp's stats are the log-sum-exp L (B,NH,T)
-// of each row's scaled scores; its scratch holds D (B,NH,T). Per head h of sequence b, with q, k, v read in place
-// from qkv (row stride 3C) and out / dout at column h HS (row stride C):
+// Causal multi-head self-attention, flash style (the kernels: cuda_flash_attention.cuh). kernels.hpp's stats are the
+// log-sum-exp L (B,NH,T) of each row's scaled scores; its scratch holds D (B,NH,T). Per head h of sequence b, with
+// q, k, v read in place from qkv (row stride 3C) and out / dout at column h HS (row stride C):
 //   forward   out = softmax(scale q k^T, causal) v and L, one pass over the key tiles with an online softmax
 //                                                                             flash::forward_kernel
 //   backward  D = rowsum(dout * out)                                          flash::rowdot_kernel
@@ -415,14 +242,13 @@ void attention_forward(const ExecContext& ctx, float* out, float* lse, const flo
   check_attention("attention_forward", B, T, C, NH);
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const dim3 grid = flash_grid("attention_forward", B, T, NH);
-  const int64_t floats = flash::forward_smem_floats(HS);
-  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  check_flash_grid("attention_forward", B, T, NH);
+  const LaunchShape shape = flash::forward_shape(B, T, NH, HS);
   const cudaStream_t stream = stream_of(ctx);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    prepare_shared_memory(flash::forward_kernel<NS>, floats, "attention_forward", HS);
-    flash::forward_kernel<NS><<<grid, kAttnThreads, bytes, stream>>>(out, lse, qkv, T, C, NH, scale);
+    prepare_shared_memory(flash::forward_kernel<NS>, shape, "attention_forward", HS);
+    HPCT_LAUNCH(flash::forward_kernel<NS>, shape, stream, out, lse, qkv, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_forward");
   });
   HPCT_CHECK(launched, "kernels::cuda::attention_forward: head size {} is not in [1, {}]", HS, kMaxHS);
@@ -433,24 +259,22 @@ void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, con
   check_attention("attention_backward", B, T, C, NH);
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const dim3 grid = flash_grid("attention_backward", B, T, NH);
+  check_flash_grid("attention_backward", B, T, NH);
   const cudaStream_t stream = stream_of(ctx);
   float* dsum = scratch;  // D (B,NH,T)
   const int64_t rows = static_cast<int64_t>(B) * NH * T;
   const int64_t row_blocks = (rows + kWarps - 1) / kWarps;
   HPCT_CHECK(row_blocks <= INT32_MAX, "kernels::cuda::attention_backward: {} rows exceed the launch grid", rows);
-  flash::rowdot_kernel<<<static_cast<unsigned>(row_blocks), kAttnThreads, 0, stream>>>(dsum, dout, out, rows, T, C, NH);
+  HPCT_LAUNCH(flash::rowdot_kernel, flash::rowdot_shape(rows), stream, dsum, dout, out, rows, T, C, NH);
   HPCT_CUDA_LAUNCH_CHECK("attention_backward (D = rowsum(dout * out))");
-  const int64_t dkv_floats = flash::backward_dkv_smem_floats(HS), dq_floats = flash::backward_dq_smem_floats(HS);
+  const LaunchShape dkv = flash::backward_dkv_shape(B, T, NH, HS), dq = flash::backward_dq_shape(B, T, NH, HS);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    prepare_shared_memory(flash::backward_dkv_kernel<NS>, dkv_floats, "attention_backward", HS);
-    flash::backward_dkv_kernel<NS><<<grid, kAttnThreads, static_cast<size_t>(dkv_floats) * sizeof(float), stream>>>(
-        dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+    prepare_shared_memory(flash::backward_dkv_kernel<NS>, dkv, "attention_backward", HS);
+    HPCT_LAUNCH(flash::backward_dkv_kernel<NS>, dkv, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dk, dv)");
-    prepare_shared_memory(flash::backward_dq_kernel<NS>, dq_floats, "attention_backward", HS);
-    flash::backward_dq_kernel<NS><<<grid, kAttnThreads, static_cast<size_t>(dq_floats) * sizeof(float), stream>>>(
-        dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+    prepare_shared_memory(flash::backward_dq_kernel<NS>, dq, "attention_backward", HS);
+    HPCT_LAUNCH(flash::backward_dq_kernel<NS>, dq, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dq)");
   });
   HPCT_CHECK(launched, "kernels::cuda::attention_backward: head size {} is not in [1, {}]", HS, kMaxHS);
@@ -463,7 +287,7 @@ void crossentropy_forward(const ExecContext& ctx, float* losses, const float* lo
                           int V, int Vp) {
   HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward: bad shape N={} V={} Vp={}", N, V, Vp);
   if (N == 0) return;
-  crossentropy_kernel<false><<<N, row_threads(V), 0, stream_of(ctx)>>>(losses, logits, targets, 0.0f, V, Vp);
+  HPCT_LAUNCH(crossentropy_kernel<false>, row_shape(N, V), stream_of(ctx), losses, logits, targets, 0.0f, V, Vp);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward");
 }
 
@@ -472,7 +296,7 @@ void crossentropy_forward_backward(const ExecContext& ctx, float* losses, float*
   HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward_backward: bad shape N={} V={} Vp={}", N,
              V, Vp);
   if (N == 0) return;
-  crossentropy_kernel<true><<<N, row_threads(V), 0, stream_of(ctx)>>>(losses, logits, targets, dloss, V, Vp);
+  HPCT_LAUNCH(crossentropy_kernel<true>, row_shape(N, V), stream_of(ctx), losses, logits, targets, dloss, V, Vp);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward_backward");
 }
 
@@ -480,7 +304,8 @@ void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const 
                                    float eps, int N, int K) {
   HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward: bad shape N={} K={}", N, K);
   if (N == 0) return;
-  crossentropy_smoothed_kernel<false><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, 0.0f, eps, K);
+  HPCT_LAUNCH(crossentropy_smoothed_kernel<false>, row_shape(N, K), stream_of(ctx), losses, logits, targets, 0.0f, eps,
+              K);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward");
 }
 
@@ -488,7 +313,8 @@ void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losse
                                             const int32_t* targets, float dloss, float eps, int N, int K) {
   HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward_backward: bad shape N={} K={}", N, K);
   if (N == 0) return;
-  crossentropy_smoothed_kernel<true><<<N, row_threads(K), 0, stream_of(ctx)>>>(losses, logits, targets, dloss, eps, K);
+  HPCT_LAUNCH(crossentropy_smoothed_kernel<true>, row_shape(N, K), stream_of(ctx), losses, logits, targets, dloss, eps,
+              K);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward_backward");
 }
 
@@ -496,7 +322,7 @@ void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const flo
                                int N) {
   const int Vr = check_vp_slice("crossentropy_vp_local_max", v0, Vl, V, N);
   if (N == 0) return;
-  vp_local_max_kernel<<<N, row_threads(Vr), 0, stream_of(ctx)>>>(max_out, logits_local, Vl, Vr);
+  HPCT_LAUNCH(vp_local_max_kernel, row_shape(N, Vr), stream_of(ctx), max_out, logits_local, Vl, Vr);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_local_max");
 }
 
@@ -505,8 +331,8 @@ void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, flo
                                   int Vl, int V, int N) {
   const int Vr = check_vp_slice("crossentropy_vp_local_sumexp", v0, Vl, V, N);
   if (N == 0) return;
-  vp_local_sumexp_kernel<<<N, row_threads(Vr), 0, stream_of(ctx)>>>(sumexp_out, target_logit_out, logits_local,
-                                                                    global_max, targets, v0, Vl, Vr, V);
+  HPCT_LAUNCH(vp_local_sumexp_kernel, row_shape(N, Vr), stream_of(ctx), sumexp_out, target_logit_out, logits_local,
+              global_max, targets, v0, Vl, Vr, V);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_local_sumexp");
 }
 
@@ -515,8 +341,8 @@ void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, float*
                                    float dloss, int v0, int Vl, int V, int N) {
   const int Vr = check_vp_slice("crossentropy_vp_loss_backward", v0, Vl, V, N);
   if (N == 0) return;
-  vp_loss_backward_kernel<<<N, row_threads(Vl), 0, stream_of(ctx)>>>(
-      losses, logits_local, global_max, global_sumexp, global_target_logit, targets, dloss, v0, Vl, Vr, V);
+  HPCT_LAUNCH(vp_loss_backward_kernel, row_shape(N, Vl), stream_of(ctx), losses, logits_local, global_max,
+              global_sumexp, global_target_logit, targets, dloss, v0, Vl, Vr, V);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss_backward");
 }
 
@@ -524,7 +350,8 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
                           const float* global_target_logit, int N) {
   HPCT_CHECK(N >= 0, "kernels::cuda::crossentropy_vp_loss: bad N={}", N);
   if (N == 0) return;
-  vp_loss_kernel<<<grid_for(N), 256, 0, stream_of(ctx)>>>(losses, global_max, global_sumexp, global_target_logit, N);
+  HPCT_LAUNCH(vp_loss_kernel, vp_loss_shape(N), stream_of(ctx), losses, global_max, global_sumexp, global_target_logit,
+              N);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss");
 }
 

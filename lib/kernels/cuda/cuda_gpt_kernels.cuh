@@ -1,0 +1,228 @@
+#pragma once
+// The kernels of the CUDA backend's GPT group other than flash attention (cuda_flash_attention.cuh): the Linear bias
+// (broadcast seed and dbias) and the softmax cross-entropies (plain with vocabulary padding, label-smoothed, and the
+// three vocabulary-parallel phases), with the host functions that give their launch geometry. cuda_gpt.cu launches
+// them (its header: contracts, determinism, targets); the CPU backend is their reference. Device code compiled by
+// nvcc through cuda_gpt.cu and, as plain C++, by the host emulation (tests/cuda_emu/test_emu_gpt.cpp), which runs
+// every kernel here at the geometry below against the CPU backend. Keep it so: CUDA built-ins only (no CUDA header),
+// shared memory through HPCT_SHARED, and every new kernel with its emulated test.
+//
+// No atomics: every reduction (dbias over rows, the cross-entropy sums) runs in a fixed order that depends on the
+// shapes only. Targets cannot be checked on the device: an out-of-range target makes that row's loss NaN (and its
+// dlogits NaN; for the vocabulary-parallel pieces the target logit is NaN, so the reduced loss is NaN on every rank).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_device_common.cuh"
+
+namespace hpct::kernels::cuda {
+namespace {  // internal linkage: each includer (the .cu, the emulated test) compiles its own copy
+
+constexpr int kBiasBroadcastThreads = 256;  // bias_broadcast_kernel: threads per block (grid-stride loop)
+constexpr int kVpLossThreads = 256;         // vp_loss_kernel: threads per block (grid-stride loop)
+constexpr int kRowMaxThreads = 512;         // one-block-per-row kernels: the largest block (row_threads)
+
+// ================================================================================================================
+// Linear
+// ================================================================================================================
+
+// out[n, o] = bias[o] for every row: the seed onto which the GEMM accumulates with beta = 1 (as the CPU backend).
+__global__ void bias_broadcast_kernel(float* __restrict__ out, const float* __restrict__ bias, int64_t N, int OC) {
+  const int64_t total = N * OC;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = bias[i % OC];
+}
+
+// dbias[o] += sum over the N rows of dout[n, o], in double (as the CPU backend), in a fixed order: a block owns
+// kBiasCols columns; thread (x, y) sums the rows y, y + kBiasRows, ... of column x (consecutive x read consecutive
+// addresses: coalesced), then thread (x, 0) adds the kBiasRows partial sums in order y = 0, 1, ... No atomics.
+constexpr int kBiasCols = 32;
+constexpr int kBiasRows = 16;
+
+__global__ void bias_grad_kernel(float* __restrict__ dbias, const float* __restrict__ dout, int N, int OC) {
+  HPCT_SHARED(double, part, [kBiasRows][kBiasCols + 1]);
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int o = blockIdx.x * kBiasCols + x;
+  double acc = 0.0;
+  if (o < OC)
+    for (int n = y; n < N; n += kBiasRows) acc += static_cast<double>(dout[static_cast<int64_t>(n) * OC + o]);
+  part[y][x] = acc;
+  __syncthreads();
+  if (y == 0 && o < OC) {
+    double total = 0.0;
+    for (int r = 0; r < kBiasRows; r++) total += part[r][x];
+    dbias[o] += static_cast<float>(total);
+  }
+}
+
+// ================================================================================================================
+// Cross-entropies: one block per row, block reductions (cuda_device_common.cuh)
+// ================================================================================================================
+
+// Plain softmax cross-entropy over the first V of Vp logits; kBackward: also dlogits in place (padding -> 0).
+// CPU twin: crossentropy_forward / crossentropy_forward_backward (softmax_stats: max, then sum of exp(x - max)).
+// The logits are const in the forward-only instantiation.
+template <bool kBackward>
+using LogitsPtr = std::conditional_t<kBackward, float*, const float*>;
+
+template <bool kBackward>
+__global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
+                                    const int32_t* __restrict__ targets, float dloss, int V, int Vp) {
+  HPCT_SHARED(float, shared, [32]);
+  const int n = blockIdx.x;
+  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * Vp;
+  const int tgt = targets[n];
+  const bool valid = tgt >= 0 && tgt < V;
+  // read by every thread before the first block reduction's barrier, hence before any thread writes the row
+  const float x_tgt = valid ? x[tgt] : NAN;
+  float m = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, x[v]);
+  m = block_max(m, shared);
+  float s = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) losses[n] = valid ? (m - x_tgt) + logf(s) : NAN;  // logsumexp - x[target]
+  if constexpr (kBackward) {
+    const float k = dloss / s;
+    // each thread rewrites only the columns it read above (same stride): no cross-thread hazard
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+      float g = 0.0f;  // padded columns: no gradient
+      if (v < V) {
+        g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
+        if (v == tgt) g -= dloss;
+      }
+      x[v] = valid ? g : NAN;
+    }
+  }
+}
+
+// Label-smoothed cross-entropy over K classes (no padding). CPU twin: crossentropy_smoothed_forward(_backward):
+//   loss = (1 - eps) ((m - z[y]) + log s) + eps ((m - sum(z) / K) + log s);  dlogits = p c - eps dloss / K,
+//   minus dloss (1 - eps) at the target, with c = dloss / s.
+template <bool kBackward>
+__global__ void crossentropy_smoothed_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
+                                             const int32_t* __restrict__ targets, float dloss, float eps, int K) {
+  HPCT_SHARED(float, shared, [32]);
+  const int n = blockIdx.x;
+  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * K;
+  const int tgt = targets[n];
+  const bool valid = tgt >= 0 && tgt < K;
+  const float x_tgt = valid ? x[tgt] : NAN;
+  float m = -INFINITY, z = 0.0f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    m = fmaxf(m, x[k]);
+    z += x[k];
+  }
+  m = block_max(m, shared);
+  const float zsum = block_sum(z, shared);
+  float s = 0.0f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) s += expf(x[k] - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    const float lse_part = logf(s);
+    losses[n] = valid ? (1.0f - eps) * ((m - x_tgt) + lse_part) + eps * ((m - zsum / K) + lse_part) : NAN;
+  }
+  if constexpr (kBackward) {
+    const float c = dloss / s, uniform = dloss * eps / K;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      float g = expf(x[k] - m) * c - uniform;
+      if (k == tgt) g -= dloss * (1.0f - eps);
+      x[k] = valid ? g : NAN;
+    }
+  }
+}
+
+// ---- vocabulary-parallel pieces: this rank holds columns [v0, v0 + Vl), of which [0, Vr) are real ----
+__global__ void vp_local_max_kernel(float* __restrict__ max_out, const float* __restrict__ logits_local, int Vl,
+                                    int Vr) {
+  HPCT_SHARED(float, shared, [32]);
+  const int n = blockIdx.x;
+  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  float m = -INFINITY;  // a rank of padding only: -inf, the identity of the MAX allreduce
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) m = fmaxf(m, x[v]);
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) max_out[n] = m;
+}
+
+__global__ void vp_local_sumexp_kernel(float* __restrict__ sumexp_out, float* __restrict__ target_logit_out,
+                                       const float* __restrict__ logits_local, const float* __restrict__ global_max,
+                                       const int32_t* __restrict__ targets, int v0, int Vl, int Vr, int V) {
+  HPCT_SHARED(float, shared, [32]);
+  const int n = blockIdx.x;
+  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  const float m = global_max[n];  // subtracted before exp: no overflow
+  float s = 0.0f;
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) s += expf(x[v] - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    sumexp_out[n] = s;
+    const int tgt = targets[n];
+    const int j = tgt - v0;                       // local column of the target; in range on exactly one rank
+    float tl = (j >= 0 && j < Vr) ? x[j] : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
+    if (tgt < 0 || tgt >= V) tl = NAN;            // a bad target: NaN on every rank, NaN loss after the allreduce
+    target_logit_out[n] = tl;
+  }
+}
+
+__global__ void vp_loss_backward_kernel(float* __restrict__ losses, float* __restrict__ logits_local,
+                                        const float* __restrict__ global_max, const float* __restrict__ global_sumexp,
+                                        const float* __restrict__ global_target_logit,
+                                        const int32_t* __restrict__ targets, float dloss, int v0, int Vl, int Vr,
+                                        int V) {
+  const int n = blockIdx.x;
+  float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  const float m = global_max[n], s = global_sumexp[n];  // s >= 1: the max column contributes exp(0)
+  const int tgt = targets[n];
+  const bool valid = tgt >= 0 && tgt < V;
+  const int j = tgt - v0;
+  if (threadIdx.x == 0) losses[n] = valid ? (m - global_target_logit[n]) + logf(s) : NAN;
+  const float k = dloss / s;
+  for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
+    float g = 0.0f;  // padded columns: no gradient
+    if (v < Vr) {
+      g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
+      if (v == j) g -= dloss;
+    }
+    x[v] = valid ? g : NAN;
+  }
+}
+
+__global__ void vp_loss_kernel(float* __restrict__ losses, const float* __restrict__ global_max,
+                               const float* __restrict__ global_sumexp, const float* __restrict__ global_target_logit,
+                               int N) {
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    losses[n] = (global_max[n] - global_target_logit[n]) + logf(global_sumexp[n]);
+}
+
+// ================================================================================================================
+// Launch geometry (host)
+// ================================================================================================================
+
+// Threads of a one-block-per-row kernel for rows of `len` elements: a multiple of 32 (block_sum / block_max need
+// it), at least one warp, at most kRowMaxThreads = 512 (a 50k-column vocabulary row then gives each thread ~100
+// elements).
+int row_threads(int64_t len) {
+  int64_t t = (len + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(t, 32, kRowMaxThreads));
+}
+
+// bias_broadcast_kernel over the N * OC elements of out
+LaunchShape bias_broadcast_shape(int64_t total) { return grid_stride_shape(total, kBiasBroadcastThreads); }
+// bias_grad_kernel: one block of (kBiasCols, kBiasRows) threads per kBiasCols columns
+LaunchShape bias_grad_shape(int OC) {
+  return {{static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols), 1, 1}, {kBiasCols, kBiasRows, 1}, 0};
+}
+// the one-block-per-row kernels (the cross-entropies and the vocabulary-parallel local pieces): N rows, each block
+// sized for rows of `len` elements
+LaunchShape row_shape(int N, int64_t len) {
+  return {{static_cast<unsigned>(N), 1, 1}, {static_cast<unsigned>(row_threads(len)), 1, 1}, 0};
+}
+// vp_loss_kernel over the N rows
+LaunchShape vp_loss_shape(int N) { return grid_stride_shape(N, kVpLossThreads); }
+
+}  // namespace
+}  // namespace hpct::kernels::cuda

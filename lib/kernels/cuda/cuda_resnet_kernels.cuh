@@ -1,0 +1,382 @@
+#pragma once
+// The kernels of the CUDA backend's ResNet group (cuda_resnet.cu launches them; cuDNN does the convolutions
+// themselves, the CPU backend's cpu/cpu_conv.cpp is the reference) and the host functions that give their launch
+// geometry. Device code compiled by nvcc through cuda_resnet.cu and, as plain C++, by the host emulation
+// (tests/cuda_emu/test_emu_resnet.cpp), which runs every kernel here at the geometry below against the CPU backend.
+// Keep it so: CUDA built-ins only (no CUDA header), shared memory through HPCT_SHARED, and every new kernel with its
+// emulated test.
+//
+// Legend: N images, C channels (OC: a convolution's output channels), HW = H*W, a "plane" is one (n, c) image channel
+// of HW contiguous floats (NCHW). No float atomics anywhere: every reduction runs in a fixed order, so a run reproduces
+// itself bit for bit on the same GPU.
+//
+// BatchNorm2d (our kernels, not cuDNN's): per-channel statistics and gradient sums run one block per channel,
+// kChannelReduceThreads threads, each thread walking the channel's N*HW values in a fixed strided order with a double
+// accumulator (for_channel_values), then a fixed-shape block reduction (cuda_device_common.cuh block_sum):
+// deterministic. Statistics are two-pass in double (mean, then M2 = sum (x - mean)^2), written as float (count, mean,
+// M2) triples like the CPU; normalisation uses the biased M2 / count, running_var the unbiased M2 / (count - 1);
+// SyncBN's merge folds Chan's formula (batchnorm_stats.hpp) over the ranks in rank order, one thread per channel. The
+// conv's dbias is the same one-block-per-channel reduction in double. Pointwise passes (BatchNorm apply and eval, the
+// SyncBN dinp, max-pooling forward and backward, global-average-pooling backward, the conv bias) use a "plane" launch
+// (plane_shape): threadIdx.x/blockIdx.x over the positions of a plane, threadIdx.y/blockIdx.y over planes, so that
+// the channel of a thread is a plane index modulo C (no 64-bit division per element) and small planes (7x7) still
+// fill the block. Global average pooling's forward runs one warp per plane (a double sum, then a shuffle tree).
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/batchnorm_stats.hpp"
+#include "kernels/cuda/cuda_device_common.cuh"
+
+namespace hpct::kernels::cuda {
+namespace {  // internal linkage: each includer (the .cu, the emulated test) compiles its own copy
+
+constexpr int kChannelReduceThreads = 512;    // one block per channel for the BatchNorm / dbias reductions
+constexpr int kPerChannelThreads = 128;       // one thread per channel (BatchNorm mean/rstd, merge, running stats)
+constexpr int kPlaneThreads = 256;            // threads of a plane launch (x * y)
+constexpr int kMaxGridY = 65535;              // gridDim.y limit; the plane loops stride over the rest
+constexpr int kMaxGridX = 65535;              // kept modest: the position loops stride over the rest
+constexpr int kAvgPoolThreads = 256;          // global average pooling forward: 8 warps, 8 planes per block
+constexpr int64_t kAvgPoolMaxBlocks = 65535;  // its grid cap (the plane loop strides over the rest)
+
+// Loops of a thread in a plane launch (plane_shape below).
+#define HPCT_FOR_PLANES(p, planes)                                                            \
+  for (int64_t p = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; p < (planes); \
+       p += static_cast<int64_t>(gridDim.y) * blockDim.y)
+#define HPCT_FOR_POSITIONS(i, len)                                                         \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (len); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Calls f(offset) for every value of channel c of an (N, C, HW) tensor that this thread owns in a one-block-per-channel
+// reduction: flat index j = n*HW + i over the channel's N*HW values, j = threadIdx.x, threadIdx.x + blockDim.x, ...
+// (n, i) advance incrementally, so the loop has no division; the order is fixed for a given block size.
+template <typename F>
+__device__ __forceinline__ void for_channel_values(int c, int N, int C, int HW, F&& f) {
+  const int S = blockDim.x;
+  int n = static_cast<int>(threadIdx.x) / HW, i = static_cast<int>(threadIdx.x) % HW;
+  const int dn = S / HW, di = S % HW;
+  while (n < N) {
+    f((static_cast<int64_t>(n) * C + c) * HW + i);
+    i += di;
+    n += dn;
+    if (i >= HW) {
+      i -= HW;
+      n++;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Conv2d bias: out[n, oc, :] += bias[oc], plane p = n*OC + oc.
+__global__ void add_plane_bias_kernel(float* __restrict__ out, const float* __restrict__ bias, int64_t planes, int C,
+                                      int64_t len) {
+  HPCT_FOR_PLANES(p, planes) {
+    const float b = bias[p % C];
+    float* o = out + p * len;
+    HPCT_FOR_POSITIONS(i, len) o[i] += b;
+  }
+}
+
+// dbias[c] += sum over (n, i) of dout[n, c, i], in double; one block per channel.
+__global__ void channel_sum_accumulate_kernel(float* __restrict__ dbias, const float* __restrict__ dout, int N, int C,
+                                              int HW) {
+  HPCT_SHARED(double, shared, [32]);
+  const int c = blockIdx.x;
+  double acc = 0.0;
+  for_channel_values(c, N, C, HW, [&](int64_t off) { acc += static_cast<double>(dout[off]); });
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) dbias[c] += static_cast<float>(acc);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// BatchNorm2d statistics: stats[c] = (count, mean, M2) two-pass in double; optionally save_mean / save_rstd from the
+// float triple exactly as the CPU's apply_channel: mean = st[1], rstd = float(1 / sqrt(double(st[2]) / st[0] + eps)).
+__global__ void bn_stats_kernel(float* __restrict__ stats, float* __restrict__ save_mean, float* __restrict__ save_rstd,
+                                const float* __restrict__ inp, int N, int C, int HW, float eps) {
+  HPCT_SHARED(double, shared, [32]);
+  const int c = blockIdx.x;
+  double s = 0.0;
+  for_channel_values(c, N, C, HW, [&](int64_t off) { s += static_cast<double>(inp[off]); });
+  s = block_sum(s, shared);
+  const double count = static_cast<double>(N) * HW;
+  const double mean = s / count;
+  double q = 0.0;
+  for_channel_values(c, N, C, HW, [&](int64_t off) {
+    const double dx = static_cast<double>(inp[off]) - mean;
+    q += dx * dx;
+  });
+  q = block_sum(q, shared);
+  if (threadIdx.x == 0) {
+    const float st0 = static_cast<float>(count), st1 = static_cast<float>(mean), st2 = static_cast<float>(q);
+    stats[3 * c + 0] = st0;
+    stats[3 * c + 1] = st1;
+    stats[3 * c + 2] = st2;
+    if (save_mean) {
+      save_mean[c] = st1;
+      save_rstd[c] = static_cast<float>(1.0 / sqrt(static_cast<double>(st2) / st0 + static_cast<double>(eps)));
+    }
+  }
+}
+
+// save_mean / save_rstd from (count, mean, M2) rows, one thread per channel (forward_apply's prologue).
+__global__ void bn_mean_rstd_kernel(float* __restrict__ save_mean, float* __restrict__ save_rstd,
+                                    const float* __restrict__ stats, int C, float eps) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const float st0 = stats[3 * c + 0], st1 = stats[3 * c + 1], st2 = stats[3 * c + 2];
+  save_mean[c] = st1;
+  save_rstd[c] = static_cast<float>(1.0 / sqrt(static_cast<double>(st2) / st0 + static_cast<double>(eps)));
+}
+
+// out = (x - mean) * (rstd * gamma) + beta, plane p = n*C + c.
+__global__ void bn_apply_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ mean,
+                                const float* __restrict__ rstd, const float* __restrict__ gamma,
+                                const float* __restrict__ beta, int64_t planes, int C, int HW) {
+  HPCT_FOR_PLANES(p, planes) {
+    const int c = static_cast<int>(p % C);
+    const float m = mean[c], scale = rstd[c] * gamma[c], shift = beta[c];
+    const float* x = inp + p * HW;
+    float* o = out + p * HW;
+    HPCT_FOR_POSITIONS(i, HW) o[i] = (x[i] - m) * scale + shift;
+  }
+}
+
+// Evaluation: out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) * gamma) + beta.
+__global__ void bn_eval_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ gamma,
+                               const float* __restrict__ beta, const float* __restrict__ running_mean,
+                               const float* __restrict__ running_var, int64_t planes, int C, int HW, float eps) {
+  HPCT_FOR_PLANES(p, planes) {
+    const int c = static_cast<int>(p % C);
+    const float m = running_mean[c];
+    const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
+                        gamma[c];
+    const float shift = beta[c];
+    const float* x = inp + p * HW;
+    float* o = out + p * HW;
+    HPCT_FOR_POSITIONS(i, HW) o[i] = (x[i] - m) * scale + shift;
+  }
+}
+
+// Chan's merge of R rank rows in rank order, in double, one thread per channel.
+__global__ void bn_merge_kernel(float* __restrict__ merged, const float* __restrict__ gathered, int R, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  BnStats<double> acc{0.0, 0.0, 0.0};
+  for (int r = 0; r < R; r++) {
+    const float* g = gathered + (static_cast<int64_t>(r) * C + c) * 3;
+    acc = batchnorm_merge_stats(acc, BnStats<double>{static_cast<double>(g[0]), static_cast<double>(g[1]),
+                                                     static_cast<double>(g[2])});
+  }
+  merged[3 * c + 0] = static_cast<float>(acc.count);
+  merged[3 * c + 1] = static_cast<float>(acc.mean);
+  merged[3 * c + 2] = static_cast<float>(acc.m2);
+}
+
+__global__ void bn_update_running_kernel(float* __restrict__ running_mean, float* __restrict__ running_var,
+                                         const float* __restrict__ stats, int C, float momentum) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double count = stats[3 * c], mean = stats[3 * c + 1], m2 = stats[3 * c + 2];
+  const double mom = momentum;
+  running_mean[c] = static_cast<float>((1.0 - mom) * running_mean[c] + mom * mean);
+  running_var[c] = static_cast<float>((1.0 - mom) * running_var[c] + mom * (m2 / (count - 1.0)));
+}
+
+// (sum dout, sum dout * xhat) of channel c in double, xhat = (x - mean) * rstd in float (as the CPU); every thread of
+// the block gets both sums.
+__device__ __forceinline__ void bn_grad_sums(const float* __restrict__ dout, const float* __restrict__ inp, float mean,
+                                             float rstd, int c, int N, int C, int HW, double* shared, double& sum_dy,
+                                             double& sum_dy_xhat) {
+  double a = 0.0, b = 0.0;
+  for_channel_values(c, N, C, HW, [&](int64_t off) {
+    const float dy = dout[off];
+    a += static_cast<double>(dy);
+    b += static_cast<double>(dy) * static_cast<double>((inp[off] - mean) * rstd);
+  });
+  sum_dy = block_sum(a, shared);
+  sum_dy_xhat = block_sum(b, shared);
+}
+
+// dx = gamma rstd (dy - sum_dy / count - xhat sum_dy_xhat / count), in float, as the CPU's dinp_channel.
+__device__ __forceinline__ float bn_dinp_value(float dy, float x, float mean, float rstd, float k0, float mdy,
+                                               float mdyx) {
+  return k0 * (dy - mdy - (x - mean) * rstd * mdyx);
+}
+
+// Single-process backward: one block per channel computes the sums, accumulates dgamma / dbeta, then writes dinp.
+__global__ void bn_backward_kernel(float* __restrict__ dinp, float* __restrict__ dgamma, float* __restrict__ dbeta,
+                                   const float* __restrict__ dout, const float* __restrict__ inp,
+                                   const float* __restrict__ save_mean, const float* __restrict__ save_rstd,
+                                   const float* __restrict__ gamma, int N, int C, int HW) {
+  HPCT_SHARED(double, shared, [32]);
+  const int c = blockIdx.x;
+  const float mean = save_mean[c], rstd = save_rstd[c];
+  double sdy, sdyx;
+  bn_grad_sums(dout, inp, mean, rstd, c, N, C, HW, shared, sdy, sdyx);
+  if (threadIdx.x == 0) {
+    dbeta[c] += static_cast<float>(sdy);
+    dgamma[c] += static_cast<float>(sdyx);
+  }
+  const double count = static_cast<double>(N) * HW;
+  const float k0 = gamma[c] * rstd;
+  const float mdy = static_cast<float>(sdy / count), mdyx = static_cast<float>(sdyx / count);
+  for_channel_values(c, N, C, HW,
+                     [&](int64_t off) { dinp[off] = bn_dinp_value(dout[off], inp[off], mean, rstd, k0, mdy, mdyx); });
+}
+
+// SyncBN backward, step 1: this rank's sums (assigned) and the local dgamma / dbeta (+=); one block per channel.
+__global__ void bn_backward_local_sums_kernel(float* __restrict__ sums, float* __restrict__ dgamma,
+                                              float* __restrict__ dbeta, const float* __restrict__ dout,
+                                              const float* __restrict__ inp, const float* __restrict__ save_mean,
+                                              const float* __restrict__ save_rstd, int N, int C, int HW) {
+  HPCT_SHARED(double, shared, [32]);
+  const int c = blockIdx.x;
+  double sdy, sdyx;
+  bn_grad_sums(dout, inp, save_mean[c], save_rstd[c], c, N, C, HW, shared, sdy, sdyx);
+  if (threadIdx.x == 0) {
+    sums[2 * c + 0] = static_cast<float>(sdy);
+    sums[2 * c + 1] = static_cast<float>(sdyx);
+    dbeta[c] += static_cast<float>(sdy);
+    dgamma[c] += static_cast<float>(sdyx);
+  }
+}
+
+// SyncBN backward, step 3: dinp from the allreduced sums, pointwise over planes.
+__global__ void bn_backward_apply_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+                                         const float* __restrict__ inp, const float* __restrict__ save_mean,
+                                         const float* __restrict__ save_rstd, const float* __restrict__ gamma,
+                                         const float* __restrict__ global_sums, double count, int64_t planes, int C,
+                                         int HW) {
+  HPCT_FOR_PLANES(p, planes) {
+    const int c = static_cast<int>(p % C);
+    const float mean = save_mean[c], rstd = save_rstd[c];
+    const float k0 = gamma[c] * rstd;
+    const float mdy = static_cast<float>(static_cast<double>(global_sums[2 * c]) / count);
+    const float mdyx = static_cast<float>(static_cast<double>(global_sums[2 * c + 1]) / count);
+    const float* x = inp + p * HW;
+    const float* dy = dout + p * HW;
+    float* dx = dinp + p * HW;
+    HPCT_FOR_POSITIONS(i, HW) dx[i] = bn_dinp_value(dy[i], x[i], mean, rstd, k0, mdy, mdyx);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// MaxPool2d forward: one thread per output; the first maximum in row-major window order wins (as the CPU).
+__global__ void maxpool_forward_kernel(float* __restrict__ out, int32_t* __restrict__ idx,
+                                       const float* __restrict__ inp, int64_t planes, int H, int W, int OH, int OW,
+                                       int K, int stride, int pad) {
+  const int64_t OHW = static_cast<int64_t>(OH) * OW;
+  HPCT_FOR_PLANES(p, planes) {
+    const float* x = inp + p * H * W;
+    HPCT_FOR_POSITIONS(j, OHW) {
+      const int jj = static_cast<int>(j);  // < OH*OW < 2^31: 32-bit division
+      const int oh = jj / OW, ow = jj % OW;
+      const int h0 = oh * stride - pad, w0 = ow * stride - pad;
+      const int h_lo = max(h0, 0), h_hi = min(h0 + K, H), w_lo = max(w0, 0), w_hi = min(w0 + K, W);
+      float best = -INFINITY;
+      int32_t arg = -1;
+      for (int ih = h_lo; ih < h_hi; ih++)
+        for (int iw = w_lo; iw < w_hi; iw++) {
+          const float v = x[ih * W + iw];
+          if (v > best || arg < 0) {
+            best = v;
+            arg = ih * W + iw;
+          }
+        }
+      out[p * OHW + j] = best;
+      idx[p * OHW + j] = arg;
+    }
+  }
+}
+
+// MaxPool2d backward as a gather (no atomics): input (ih, iw) sums dout over the windows that contain it and whose
+// idx names it, the windows taken in increasing (oh, ow) order, i.e. the order of the CPU's scatter loop: the same
+// float adds in the same order, bit for bit.
+__global__ void maxpool_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+                                        const int32_t* __restrict__ idx, int64_t planes, int H, int W, int OH, int OW,
+                                        int K, int stride, int pad) {
+  const int64_t HW = static_cast<int64_t>(H) * W, OHW = static_cast<int64_t>(OH) * OW;
+  HPCT_FOR_PLANES(p, planes) {
+    const float* dy = dout + p * OHW;
+    const int32_t* id = idx + p * OHW;
+    HPCT_FOR_POSITIONS(j, HW) {
+      const int jj = static_cast<int>(j);  // < H*W < 2^31: 32-bit division
+      const int ih = jj / W, iw = jj % W;
+      const int self = ih * W + iw;
+      // windows oh with oh*stride - pad <= ih < oh*stride - pad + K, i.e. ceil((ih+pad-K+1)/stride) <= oh <=
+      // floor((ih+pad)/stride); ih + pad >= 0 always
+      const int hn = ih + pad - K + 1, wn = iw + pad - K + 1;
+      const int oh_lo = hn <= 0 ? 0 : (hn + stride - 1) / stride;
+      const int oh_hi = min(OH - 1, (ih + pad) / stride);
+      const int ow_lo = wn <= 0 ? 0 : (wn + stride - 1) / stride;
+      const int ow_hi = min(OW - 1, (iw + pad) / stride);
+      float acc = 0.0f;
+      for (int oh = oh_lo; oh <= oh_hi; oh++)
+        for (int ow = ow_lo; ow <= ow_hi; ow++) {
+          const int64_t o = static_cast<int64_t>(oh) * OW + ow;
+          if (id[o] == self) acc += dy[o];
+        }
+      dinp[p * HW + j] = acc;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Global average pooling forward: one warp per plane, a double sum in a fixed (lane-strided, then shuffle-tree) order.
+__global__ void global_avgpool_forward_kernel(float* __restrict__ out, const float* __restrict__ inp, int64_t planes,
+                                              int HW) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps_per_block = blockDim.x / 32;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / 32; p < planes;
+       p += static_cast<int64_t>(gridDim.x) * warps_per_block) {
+    const float* x = inp + p * HW;
+    double s = 0.0;
+    for (int i = lane; i < HW; i += 32) s += static_cast<double>(x[i]);
+    s = warp_sum(s);
+    if (lane == 0) out[p] = static_cast<float>(s / HW);
+  }
+}
+
+__global__ void global_avgpool_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout, int64_t planes,
+                                               int HW) {
+  HPCT_FOR_PLANES(p, planes) {
+    const float g = dout[p] / static_cast<float>(HW);
+    float* dx = dinp + p * HW;
+    HPCT_FOR_POSITIONS(i, HW) dx[i] = g;
+  }
+}
+
+// ---- launch geometry (host) -----------------------------------------------------------------------------------------
+// Plane launches: plane p in [0, planes), position i in [0, len) of that plane. x covers the positions of a plane in
+// warps (at most kPlaneThreads), y fills the block with planes.
+LaunchShape plane_shape(int64_t planes, int64_t len) {
+  int64_t tx = ((len + 31) / 32) * 32;
+  if (tx > kPlaneThreads) tx = kPlaneThreads;
+  if (tx < 32) tx = 32;
+  const int64_t ty = kPlaneThreads / tx;
+  int64_t gx = (len + tx - 1) / tx;
+  if (gx > kMaxGridX) gx = kMaxGridX;
+  if (gx < 1) gx = 1;
+  int64_t gy = (planes + ty - 1) / ty;
+  if (gy > kMaxGridY) gy = kMaxGridY;
+  if (gy < 1) gy = 1;
+  return {{static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1},
+          {static_cast<unsigned>(tx), static_cast<unsigned>(ty), 1},
+          0};
+}
+
+// One block of kChannelReduceThreads per channel (bn_stats, bn_backward, bn_backward_local_sums, channel_sum_accumulate).
+LaunchShape channel_reduce_shape(int C) { return {{static_cast<unsigned>(C), 1, 1}, {kChannelReduceThreads, 1, 1}, 0}; }
+
+// One thread per channel (bn_mean_rstd, bn_merge, bn_update_running).
+unsigned blocks_for(int n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+LaunchShape per_channel_shape(int C) {
+  return {{blocks_for(C, kPerChannelThreads), 1, 1}, {kPerChannelThreads, 1, 1}, 0};
+}
+
+// One warp per plane, grid-stride over the planes.
+LaunchShape global_avgpool_forward_shape(int64_t planes) {
+  return grid_stride_shape(planes * 32, kAvgPoolThreads, kAvgPoolMaxBlocks);
+}
+
+}  // namespace
+}  // namespace hpct::kernels::cuda

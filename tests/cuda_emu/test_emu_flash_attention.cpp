@@ -1,0 +1,156 @@
+// The CUDA backend's flash attention kernels (lib/kernels/cuda/cuda_flash_attention.cuh) run on the host emulation
+// (cuda_emu.hpp), launched as cuda_gpt.cu's attention_forward / attention_backward launch them (the same geometry
+// functions: forward_shape, rowdot_shape, backward_dkv_shape, backward_dq_shape, and with_head_slots), against the CPU
+// backend. Forward and backward run as one launch sequence twice (in-order and shuffled schedules, emulate_twice) and
+// must give the same bits both times: a race between a shared-memory write and a read (a missing or misplaced
+// barrier) would differ. What it cannot check: the hardware itself (the real warp scheduler and memory model, speed),
+// which test_cuda_gpt.cpp covers on a GPU.
+//
+// Tolerances: test_cuda_gpt.cpp's kFlash* (out and dqkv: 1e-5 relative, atol 1e-5 of the tensor's largest |value|)
+// and kLse* (L against a double reference: 1e-6 / 1e-6), explained there: the same function computed another way
+// (online softmax tile by tile and recomputed probabilities vs the CPU's normalised probabilities and GEMMs), each a
+// sum of at most T fp32 products with expf vs exp_simd, a few 1e-7 at these T; a wrong index, mask or rescale is an
+// O(1) error.
+//
+// Shapes: every register-slot count NS = ceil(HS / 32) = 1 .. 4 (HS 8, 32, 40, 96, 128; at 128 the forward's shared
+// memory passes the default 48 KiB, from 96 on the backward's), T below one tile (1, 5), across tile boundaries (33,
+// 45, 70) and a whole number of tiles (64), B and NH > 1. Outputs are pre-filled with garbage: every element must be
+// written.
+#include "cuda_emu.hpp"  // first: the CUDA surface the kernel header compiles against
+#include "kernels/cuda/cuda_flash_attention.cuh"
+//
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emu_test_util.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/kernels.hpp"
+
+namespace hpct::kernels {
+namespace {
+
+namespace flash = cuda::flash;
+using cuda::LaunchShape;
+using test::all_close;
+using test::emu_output;
+using test::emulate_twice;
+using test::random_vector;
+
+const ExecContext kCpu{Device::CPU, nullptr};
+
+// test_cuda_gpt.cpp's tolerances (kFlash*, kLse*), where they are explained
+constexpr double kFlashRtol = 1e-5, kFlashAtolRel = 1e-5;
+constexpr double kLseRtol = 1e-6, kLseAtolRel = 1e-6;
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+// cuda_gpt.cu's attention_forward and attention_backward (without the host checks), on the emulation
+void emulated_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const LaunchShape shape = flash::forward_shape(B, T, NH, HS);
+  const bool launched = flash::with_head_slots(HS, [&](auto slots) {
+    constexpr int NS = decltype(slots)::value;
+    EMU_LAUNCH(flash::forward_kernel<NS>, shape, out, lse, qkv, T, C, NH, scale);
+  });
+  EXPECT_TRUE(launched) << "head size " << HS;
+}
+void emulated_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                       const float* lse, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int64_t rows = int64_t{B} * NH * T;
+  EMU_LAUNCH(flash::rowdot_kernel, flash::rowdot_shape(rows), scratch, dout, out, rows, T, C, NH);
+  const LaunchShape dkv = flash::backward_dkv_shape(B, T, NH, HS), dq = flash::backward_dq_shape(B, T, NH, HS);
+  const bool launched = flash::with_head_slots(HS, [&](auto slots) {
+    constexpr int NS = decltype(slots)::value;
+    EMU_LAUNCH(flash::backward_dkv_kernel<NS>, dkv, dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
+    EMU_LAUNCH(flash::backward_dq_kernel<NS>, dq, dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
+  });
+  EXPECT_TRUE(launched) << "head size " << HS;
+}
+
+struct Shape {
+  int B, T, C, NH;
+};
+// HS 8, 8, 40, 96, 128, 32: NS = 1, 1, 2, 3, 4, 1 (see the header); kept small (every CUDA thread is a fiber)
+const Shape kShapes[] = {{2, 1, 16, 2}, {2, 5, 16, 2}, {1, 70, 80, 2}, {2, 33, 96, 1}, {1, 64, 256, 2}, {1, 45, 64, 2}};
+
+std::string name(const Shape& s) {
+  return std::string("B") + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" + std::to_string(s.C) + "NH" +
+         std::to_string(s.NH);
+}
+
+TEST(EmuFlashAttention, MatchesCpuBackendAndIsRaceFree) {
+  uint32_t seed = 700;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C), n_lse = sz(int64_t{B} * NH * T),
+                 n_att = sz(attention_stats_floats(kCpu, B, T, C, NH));
+    const auto qkv = random_vector(n_qkv, seed++, -2.0, 2.0);  // a spread of scores: non-uniform softmax
+    const auto dout = random_vector(n_out, seed++);
+    std::vector<float> out(n_out), att(n_att), dqkv(n_qkv), datt(n_att);
+    attention_forward(kCpu, out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(kCpu, dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C, NH);
+
+    // outputs pre-filled with garbage: every element must be written (the scratch's contents must not matter)
+    auto e_out = random_vector(n_out, seed++, 1e3, 2e3), e_lse = random_vector(n_lse, seed++, 1e3, 2e3);
+    auto e_dqkv = random_vector(n_qkv, seed++, 1e3, 2e3), e_scratch = random_vector(n_lse, seed++, 1e3, 2e3);
+    ASSERT_TRUE(emulate_twice(
+        [&] {
+          emulated_forward(e_out.data(), e_lse.data(), qkv.data(), B, T, C, NH);
+          emulated_backward(e_dqkv.data(), e_scratch.data(), dout.data(), qkv.data(), e_out.data(), e_lse.data(), B, T,
+                            C, NH);
+        },
+        {emu_output("out", e_out), emu_output("L", e_lse), emu_output("dqkv", e_dqkv),
+         emu_output("scratch", e_scratch)}));
+    EXPECT_TRUE(all_close("out", e_out, out, kFlashRtol, kFlashAtolRel));
+    EXPECT_TRUE(all_close("L", e_lse, test::attention_log_sum_exp_rows(qkv, B, T, C, NH), kLseRtol, kLseAtolRel));
+    EXPECT_TRUE(all_close("dqkv", e_dqkv, dqkv, kFlashRtol, kFlashAtolRel));
+    // dq, dk, dv separately (a swapped pair would pass the combined check only by accident; this names the part),
+    // judged against the scale of the whole dqkv as above: at T = 1 dk is exactly 0 in exact arithmetic (one
+    // probability, 1, has no gradient) and the CPU gives 0, while the kernels give dS = P (dP - D) with dP and D the
+    // same dot product summed in two orders (sequential over d, and rowdot's warp tree): a few 1e-8, the rounding
+    // noise of |dout . v| ~ 1, which all_close's floor of atol_rel * max|dk| = 0 would reject.
+    const double atol = kFlashAtolRel * test::max_abs(dqkv.data(), dqkv.size());
+    for (int part = 0; part < 3; part++) {
+      const char* what[] = {"dq", "dk", "dv"};
+      int bad = 0;
+      for (int64_t r = 0; r < int64_t{B} * T; r++)
+        for (int c = 0; c < C; c++) {
+          const double g = e_dqkv[sz(r * 3 * C + part * C + c)], w = dqkv[sz(r * 3 * C + part * C + c)];
+          if (!(std::fabs(g - w) <= atol + kFlashRtol * std::fabs(w)) && bad++ < 3)
+            ADD_FAILURE() << what[part] << " row " << r << " column " << c << ": got " << g << ", want " << w;
+        }
+      EXPECT_EQ(bad, 0) << what[part] << ": elements beyond the tolerance";
+    }
+  }
+}
+
+// The geometry the launches use: the grid covers the heads and the tiles, the dynamic shared memory is the kernels'
+// stated need, and the H100 takes every shape up to the largest head size (the emulation checks each launch too).
+TEST(EmuFlashAttention, LaunchGeometry) {
+  for (const int HS : {1, 32, 64, 96, 128}) {
+    SCOPED_TRACE("HS " + std::to_string(HS));
+    const LaunchShape f = flash::forward_shape(3, 65, 4, HS);
+    EXPECT_EQ(f.grid.x, 12u);
+    EXPECT_EQ(f.grid.y, 3u);
+    EXPECT_EQ(f.block.count(), flash::kAttnThreads);
+    EXPECT_EQ(f.shared_bytes, flash::forward_smem_floats(HS) * 4);
+    EXPECT_EQ(flash::backward_dkv_shape(3, 65, 4, HS).shared_bytes, flash::backward_dkv_smem_floats(HS) * 4);
+    EXPECT_EQ(flash::backward_dq_shape(3, 65, 4, HS).shared_bytes, flash::backward_dq_smem_floats(HS) * 4);
+    for (const LaunchShape& s :
+         {f, flash::backward_dkv_shape(3, 65, 4, HS), flash::backward_dq_shape(3, 65, 4, HS), flash::rowdot_shape(781)})
+      EXPECT_EQ(cuda::launch_problem(s, cuda::kH100Limits, 0, 0, true), "");
+  }
+  EXPECT_EQ(flash::rowdot_shape(781).grid.x, 98u);  // ceil(781 / 8 warps)
+  EXPECT_EQ(flash::rowdot_shape(8).grid.x, 1u);
+}
+
+}  // namespace
+}  // namespace hpct::kernels

@@ -39,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include "comm/nccl_communicator.hpp"
+#include "core/cuda_check.hpp"
 #endif
 
 namespace {
@@ -135,7 +136,7 @@ class Buffer {
 #if HPCT_HAVE_NCCL
       if (count_ > 0 && cudaMalloc(&dev_, static_cast<size_t>(count_) * sizeof(float)) != cudaSuccess)
         HPCT_FAIL("cudaMalloc of {} bytes failed", count_ * 4);
-      if (count_ > 0) cudaMemset(dev_, 0, static_cast<size_t>(count_) * sizeof(float));
+      if (count_ > 0) CUDA_CHECK(cudaMemset(dev_, 0, static_cast<size_t>(count_) * sizeof(float)));
 #endif
     } else {
       host_.assign(static_cast<size_t>(count_), 0.0f);
@@ -163,7 +164,7 @@ class Buffer {
     if (!device_) return host_;
     std::vector<float> h(static_cast<size_t>(count_));
 #if HPCT_HAVE_NCCL
-    if (count_ > 0) cudaMemcpy(h.data(), dev_, h.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    if (count_ > 0) CUDA_CHECK(cudaMemcpy(h.data(), dev_, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
 #endif
     return h;
   }
@@ -175,7 +176,7 @@ class Buffer {
       return;
     }
 #if HPCT_HAVE_NCCL
-    if (count_ > 0) cudaMemcpy(dev_, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
+    if (count_ > 0) CUDA_CHECK(cudaMemcpy(dev_, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
 #endif
   }
   int64_t count_;
@@ -368,7 +369,7 @@ int run(int argc, char** argv) {
     MPI_Comm_free(&local);
     HPCT_USAGE_CHECK(local_rank < devices, "--backend nccl: {} ranks on this node but {} GPU(s); one GPU per rank",
                      local_rank + 1, devices);
-    cudaSetDevice(local_rank);
+    CUDA_CHECK(cudaSetDevice(local_rank));
     nccl_comm = std::make_unique<hpct::comm::NcclCommunicator>(*world, "world (nccl)");
     comm = nccl_comm.get();
     group_start = [&] { nccl_comm->group_start(); };

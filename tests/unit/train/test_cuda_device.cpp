@@ -54,7 +54,7 @@ TEST(CudaDevice, StreamRunsCopiesInOrder) {
   ASSERT_EQ(cudaMemcpyAsync(back.data(), dev, host.size() * 4, cudaMemcpyDeviceToHost, s), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(back, host);
-  cudaFree(dev);
+  EXPECT_EQ(cudaFree(dev), cudaSuccess);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@ of an EMU_LAUNCH in a tests/cuda_emu/test_emu_*.cpp, or it is listed, with a rea
 tests/cuda_emu/kernels_not_emulated.hpp. Fails naming the kernels that are neither, and the names that the tests or
 the list mention but no kernel has (stale entries).
 
-usage: check_kernel_coverage.py [SOURCE_ROOT]   |   check_kernel_coverage.py --self-test
+usage: check_kernel_coverage.py [--list] [SOURCE_ROOT]   |   check_kernel_coverage.py --self-test
+  --list  also print each kernel with its header and the emulated test that launches it (or the reason)
 """
 import pathlib
 import re
@@ -69,8 +70,14 @@ def main():
     if sys.argv[1:] == ["--self-test"]:
         self_test()
         return 0
-    root = sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2]
+    args = sys.argv[1:]
+    listing = "--list" in args
+    args = [a for a in args if a != "--list"]
+    root = args[0] if args else pathlib.Path(__file__).resolve().parents[2]
     kernels, launched, listed, problems = check(root)
+    if listing:
+        for name, where in sorted(kernels.items(), key=lambda kv: (kv[1], kv[0])):
+            print(f"  {where:28s} {name:34s} {launched.get(name, 'not emulated (kernels_not_emulated.hpp)')}")
     covered = sum(1 for k in kernels if k in launched)
     print(f"{len(kernels)} __global__ kernels in lib/kernels/cuda: {covered} launched by emulated tests, "
           f"{sum(1 for k in kernels if k in listed)} listed as not emulated")

@@ -304,9 +304,8 @@ void launch(const char* name, const LaunchShape& shape, const std::function<void
   const auto& table = resource_table();
   const auto it = table.find(base);
   const Resources res = it == table.end() ? Resources{} : it->second;
-  const bool opt_in = shape.shared_bytes > hpct::kernels::cuda::kH100Limits.shared_default_bytes;
   const std::string problem = hpct::kernels::cuda::launch_problem(shape, hpct::kernels::cuda::kH100Limits,
-                                                                  res.static_shared, res.registers, opt_in);
+                                                                  res.static_shared, res.registers);
   if (!problem.empty())
     throw EmulationError(std::string("cuda_emu: kernel ") + name + ": an H100 would refuse this launch: " + problem);
 

@@ -219,7 +219,9 @@ TEST(CudaEmu, LaunchesAnH100WouldRefuseFail) {
   EXPECT_TRUE(refused(shape(1, 1025)));
   EXPECT_TRUE(refused({{1, 65536, 1}, {32, 1, 1}, 0}));
   EXPECT_TRUE(refused({{1, 1, 1}, {1, 1, 65}, 0}));
-  EXPECT_TRUE(refused(shape(1, 32, 227 * 1024 + 4)));
+  EXPECT_TRUE(refused(shape(1, 32, 49 * 1024)));  // above 48 KiB without the opt-in
+  EXPECT_FALSE(refused({{1, 1, 1}, {32, 1, 1}, 49 * 1024, true}));
+  EXPECT_TRUE(refused({{1, 1, 1}, {32, 1, 1}, 227 * 1024 + 4, true}));
   EXPECT_TRUE(refused(shape(0, 32)));
   // and the helper directly, with a kernel's registers and static shared memory
   using hpct::kernels::cuda::kH100Limits;
@@ -227,7 +229,7 @@ TEST(CudaEmu, LaunchesAnH100WouldRefuseFail) {
   EXPECT_EQ(launch_problem(shape(1, 1024), kH100Limits, 0, 64), "");
   EXPECT_NE(launch_problem(shape(1, 1024), kH100Limits, 0, 65), "");
   EXPECT_NE(launch_problem(shape(1, 256, 40 * 1024), kH100Limits, 9 * 1024, 32), "");  // 49 KiB without the opt-in
-  EXPECT_EQ(launch_problem(shape(1, 256, 40 * 1024), kH100Limits, 9 * 1024, 32, true), "");
+  EXPECT_EQ(launch_problem({{1, 1, 1}, {256, 1, 1}, 40 * 1024, true}, kH100Limits, 9 * 1024, 32), "");
 }
 
 // In a CUDA build, ptxas' table of the real kernels is there and read (lib/kernels/CMakeLists.txt).

@@ -146,8 +146,14 @@ TEST(EmuFlashAttention, LaunchGeometry) {
     EXPECT_EQ(flash::backward_dq_shape(3, 65, 4, HS).shared_bytes, flash::backward_dq_smem_floats(HS) * 4);
     for (const LaunchShape& s :
          {f, flash::backward_dkv_shape(3, 65, 4, HS), flash::backward_dq_shape(3, 65, 4, HS), flash::rowdot_shape(781)})
-      EXPECT_EQ(cuda::launch_problem(s, cuda::kH100Limits, 0, 0, true), "");
+      EXPECT_EQ(cuda::launch_problem(s, cuda::kH100Limits), "");
+    // the shapes above 48 KiB opt in (HPCT_LAUNCH raises the kernel's limit), those below do not need to
+    for (const LaunchShape& s : {f, flash::backward_dkv_shape(3, 65, 4, HS), flash::backward_dq_shape(3, 65, 4, HS)})
+      EXPECT_EQ(s.shared_opt_in, s.shared_bytes > cuda::kSharedDefaultBytes);
   }
+  EXPECT_TRUE(flash::backward_dkv_shape(1, 1, 1, 96).shared_opt_in);
+  EXPECT_TRUE(flash::forward_shape(1, 1, 1, 128).shared_opt_in);
+  EXPECT_FALSE(flash::forward_shape(1, 1, 1, 96).shared_opt_in);
   EXPECT_EQ(flash::rowdot_shape(781).grid.x, 98u);  // ceil(781 / 8 warps)
   EXPECT_EQ(flash::rowdot_shape(8).grid.x, 1u);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.hpp"
+#include "core/error.hpp"
 #include "kernels/cuda/cuda_device_common.cuh"
 #include "kernels/exec_context.hpp"
 
@@ -16,10 +17,30 @@ inline cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaS
 
 inline dim3 to_dim3(const LaunchDim& d) { return dim3(d.x, d.y, d.z); }
 
-// kernel<<<shape>>>(args...) on `stream`, the geometry computed by the host function shared with the emulated tests.
-#define HPCT_LAUNCH(kernel, shape, stream, ...)                                                         \
-  kernel<<<::hpct::kernels::cuda::to_dim3((shape).grid), ::hpct::kernels::cuda::to_dim3((shape).block), \
-           static_cast<size_t>((shape).shared_bytes), stream>>>(__VA_ARGS__)
+// Raises a kernel's dynamic shared memory limit to `bytes` (a block above the 48 KiB default needs it), after checking
+// the device's opt-in maximum: a clear error instead of a failed launch.
+template <typename Kernel>
+void raise_dynamic_shared_limit(Kernel* kernel, int64_t bytes, const char* name) {
+  int dev = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  HPCT_CHECK(bytes <= optin,
+             "kernels::cuda: {} needs {} bytes of dynamic shared memory per block; device {} allows {} "
+             "(cudaDevAttrMaxSharedMemoryPerBlockOptin)",
+             name, bytes, dev, optin);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// kernel<<<shape>>>(args...) on `stream`, the geometry computed by the host function shared with the emulated tests
+// (which check it against the H100's limits, the opt-in included); a shape with shared_opt_in raises the limit first.
+#define HPCT_LAUNCH(kernel, shape, stream, ...)                                                                   \
+  do {                                                                                                            \
+    const ::hpct::kernels::cuda::LaunchShape& hpct_shape_ = (shape);                                              \
+    if (hpct_shape_.shared_opt_in)                                                                                \
+      ::hpct::kernels::cuda::raise_dynamic_shared_limit(kernel, hpct_shape_.shared_bytes, #kernel);               \
+    kernel<<<::hpct::kernels::cuda::to_dim3(hpct_shape_.grid), ::hpct::kernels::cuda::to_dim3(hpct_shape_.block), \
+             static_cast<size_t>(hpct_shape_.shared_bytes), stream>>>(__VA_ARGS__);                               \
+  } while (0)
 
 // Every launch is checked (cudaGetLastError names a bad configuration at once; asynchronous faults surface at the next
 // synchronising call with the op that follows, which is why the tests synchronise after each op).

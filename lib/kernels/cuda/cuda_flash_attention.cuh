@@ -324,9 +324,12 @@ inline int64_t backward_dq_smem_floats(int HS) { return static_cast<int64_t>(kTi
 // kernel's dynamic shared memory. (The caller checks that B*NH and the tiles fit a grid: cuda_gpt.cu.)
 inline LaunchShape tiled_shape(int B, int T, int NH, int64_t smem_floats) {
   const int64_t heads = static_cast<int64_t>(B) * NH, tiles = (static_cast<int64_t>(T) + kTile - 1) / kTile;
+  const int64_t bytes = smem_floats * static_cast<int64_t>(sizeof(float));
+  // above 48 KiB (the backward kernels from HS = 96 on, the forward at HS = 128) the launch opts in
   return {{static_cast<unsigned>(heads), static_cast<unsigned>(tiles), 1},
           {kAttnThreads, 1, 1},
-          smem_floats * static_cast<int64_t>(sizeof(float))};
+          bytes,
+          bytes > kSharedDefaultBytes};
 }
 inline LaunchShape forward_shape(int B, int T, int NH, int HS) {
   return tiled_shape(B, T, NH, forward_smem_floats(HS));

@@ -123,22 +123,17 @@ using flash::kWarps;
 using flash::with_head_slots;
 
 // Checks a flash kernel's dynamic shared memory (shape.shared_bytes, from the geometry functions of
-// cuda_flash_attention.cuh) against the device's per-block limit (a clear error instead of a failed launch) and opts
-// the kernel in to more than the default 48 KiB when it needs it (the backward kernels from HS = 96 on, the forward
-// at HS = 128).
-template <typename Kernel>
-void prepare_shared_memory(Kernel* kernel, const LaunchShape& shape, const char* op, int HS) {
-  const int64_t bytes = shape.shared_bytes;
-  int dev = 0, optin = 0, dflt = 0;
+// cuda_flash_attention.cuh) against the device's per-block limit, naming the head size: a clear error instead of a
+// failed launch. (HPCT_LAUNCH raises the kernel's limit when the shape opts in: above 48 KiB, the backward kernels
+// from HS = 96 on and the forward at HS = 128.)
+void check_shared_memory(const LaunchShape& shape, const char* op, int HS) {
+  int dev = 0, optin = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&dflt, cudaDevAttrMaxSharedMemoryPerBlock, dev));
-  HPCT_CHECK(bytes <= optin,
+  HPCT_CHECK(shape.shared_bytes <= optin,
              "kernels::cuda::{}: head size {} needs {} bytes of shared memory per block; device {} allows {} "
              "(cudaDevAttrMaxSharedMemoryPerBlockOptin)",
-             op, HS, bytes, dev, optin);
-  if (bytes > dflt)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+             op, HS, shape.shared_bytes, dev, optin);
 }
 
 // The flash grid (x = the B*NH heads, y = the tiles of 32 rows, cuda_flash_attention.cuh) fits the launch limits.
@@ -247,7 +242,7 @@ void attention_forward(const ExecContext& ctx, float* out, float* lse, const flo
   const cudaStream_t stream = stream_of(ctx);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    prepare_shared_memory(flash::forward_kernel<NS>, shape, "attention_forward", HS);
+    check_shared_memory(shape, "attention_forward", HS);
     HPCT_LAUNCH(flash::forward_kernel<NS>, shape, stream, out, lse, qkv, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_forward");
   });
@@ -270,10 +265,10 @@ void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, con
   const LaunchShape dkv = flash::backward_dkv_shape(B, T, NH, HS), dq = flash::backward_dq_shape(B, T, NH, HS);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    prepare_shared_memory(flash::backward_dkv_kernel<NS>, dkv, "attention_backward", HS);
+    check_shared_memory(dkv, "attention_backward", HS);
     HPCT_LAUNCH(flash::backward_dkv_kernel<NS>, dkv, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dk, dv)");
-    prepare_shared_memory(flash::backward_dq_kernel<NS>, dq, "attention_backward", HS);
+    check_shared_memory(dq, "attention_backward", HS);
     HPCT_LAUNCH(flash::backward_dq_kernel<NS>, dq, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dq)");
   });

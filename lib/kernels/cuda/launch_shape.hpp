@@ -17,9 +17,14 @@ struct LaunchDim {
   constexpr int64_t count() const { return int64_t{x} * y * z; }
 };
 
+// Shared memory a block may use without the opt-in attribute, on every architecture since sm_70.
+inline constexpr int64_t kSharedDefaultBytes = 48 * 1024;
+
 struct LaunchShape {
   LaunchDim grid, block;
-  int64_t shared_bytes = 0;  // dynamic shared memory per block
+  int64_t shared_bytes = 0;    // dynamic shared memory per block
+  bool shared_opt_in = false;  // the launch first raises the kernel's dynamic shared memory limit to shared_bytes
+                               // (HPCT_LAUNCH: cudaFuncSetAttribute), as a block above kSharedDefaultBytes needs
 };
 
 struct DeviceLimits {
@@ -27,21 +32,23 @@ struct DeviceLimits {
   int64_t max_threads_per_block;
   LaunchDim max_block;           // per dimension
   LaunchDim max_grid;            // per dimension
-  int64_t shared_default_bytes;  // per block without the opt-in attribute (static + dynamic)
+  int64_t shared_default_bytes;  // per block without the opt-in attribute (static + dynamic): kSharedDefaultBytes
   int64_t shared_optin_bytes;    // per block with cudaFuncAttributeMaxDynamicSharedMemorySize
   int64_t registers_per_block;
   int max_registers_per_thread;
 };
 
 // Compute capability 9.0 (H100 / H200): 227 KiB of shared memory per block with the opt-in, 48 KiB without.
-inline constexpr DeviceLimits kH100Limits{
-    "sm_90 (H100/H200)", 1024, {1024, 1024, 64}, {2147483647u, 65535, 65535}, 48 * 1024, 227 * 1024, 64 * 1024, 255};
+inline constexpr DeviceLimits kH100Limits{"sm_90 (H100/H200)", 1024,
+                                          {1024, 1024, 64},    {2147483647u, 65535, 65535},
+                                          kSharedDefaultBytes, 227 * 1024,
+                                          64 * 1024,           255};
 
 // What a device would refuse about this launch, or "" when it is valid. static_shared_bytes and
-// registers_per_thread are the kernel's own (from ptxas; 0 when unknown); opt_in says the launcher raises the
-// kernel's dynamic shared memory limit (cudaFuncSetAttribute) before launching.
+// registers_per_thread are the kernel's own (from ptxas; 0 when unknown).
 inline std::string launch_problem(const LaunchShape& s, const DeviceLimits& d, int64_t static_shared_bytes = 0,
-                                  int registers_per_thread = 0, bool opt_in = false) {
+                                  int registers_per_thread = 0) {
+  const bool opt_in = s.shared_opt_in;
   auto dims = [](const LaunchDim& v) {
     return std::to_string(v.x) + " x " + std::to_string(v.y) + " x " + std::to_string(v.z);
   };

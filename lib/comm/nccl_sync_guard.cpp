@@ -45,4 +45,8 @@ void NcclSyncGuard::synchronize(void* stream, const char* what) {
       timeout_s_, rank_, what, waited_ms_);
 }
 
+void NcclSyncGuard::abort_communication() noexcept {
+  for (NcclCommunicator* c : comms_) c->abort();
+}
+
 }  // namespace hpct::comm

@@ -26,6 +26,7 @@ class NcclSyncGuard final : public StreamSyncGuard {
   void watch(NcclCommunicator& comm) { comms_.push_back(&comm); }
   size_t watched() const { return comms_.size(); }
   void synchronize(void* stream, const char* what) override;
+  void abort_communication() noexcept override;
   double waited_ms() const { return waited_ms_; }  // the host time spent in synchronize(), summed
 
  private:

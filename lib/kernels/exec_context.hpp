@@ -36,6 +36,10 @@ class StreamSyncGuard {
   // Blocks the host until all work queued so far on `stream` (a cudaStream_t) has completed; throws hpct::Error on a
   // timeout or a failure (`what` names the wait in the message).
   virtual void synchronize(void* stream, const char* what) = 0;
+  // Aborts the communication the waited streams may depend on (NCCL: ncclCommAbort of every watched communicator,
+  // whose kernels then exit), so that nothing queued on them waits for a peer any more. Called on the way out of a
+  // failed run, before device memory is freed (a cudaFree waits for the device). Never throws.
+  virtual void abort_communication() noexcept {}
 };
 
 struct ExecContext {

@@ -67,6 +67,12 @@ class ParallelContext {
   Device device() const { return device_; }
   // The compute context: the constructor's, with the sync guard on CUDA (see above).
   const ExecContext& exec() const { return exec_; }
+  // On the way out of a failed run: aborts every NCCL communicator of this context (their kernels exit), so that
+  // freeing device memory, which waits for the device, cannot wait for a peer that will never arrive. A no-op on the
+  // CPU. Never throws.
+  void abort_device_communicators() noexcept {
+    if (guard_) guard_->abort_communication();
+  }
 
   // Host buffers (MPI).
   comm::Communicator& world() { return *world_; }

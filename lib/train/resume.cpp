@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/format.hpp"
@@ -112,6 +114,14 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
         break;
       case ValueType::Bool: a = old.get_bool(key) ? "true" : "false", b = deck.get_bool(key) ? "true" : "false"; break;
       case ValueType::String: a = old.get_string(key), b = deck.get_string(key); break;
+      case ValueType::StringList:
+        a = fmt::format("{}", fmt::join(old.get_string_list(key), ",")),
+        b = fmt::format("{}", fmt::join(deck.get_string_list(key), ","));
+        break;
+      case ValueType::FloatList:
+        a = fmt::format("{}", fmt::join(old.get_float_list(key), ",")),
+        b = fmt::format("{}", fmt::join(deck.get_float_list(key), ","));
+        break;
     }
     HPCT_USAGE_CHECK(a == b,
                      "deck {}: {} = {} but checkpoint {} was written with {} = {}; model, optim, train.seed and "

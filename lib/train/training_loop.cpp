@@ -85,7 +85,9 @@ std::optional<double> model_flops_utilization(double step_flops, double step_ms,
   return job_flops_per_s / world_size / (peak_tflops * 1e12);
 }
 
-int run_training(RunSession& run, TrainTask& task) {
+namespace {
+
+int run_steps(RunSession& run, TrainTask& task) {
   parallel::ParallelContext& pc = run.pc;
   const ExecContext& ctx = run.ctx();
   const RunConfig& cfg = run.cfg;
@@ -283,6 +285,19 @@ int run_training(RunSession& run, TrainTask& task) {
            med_exposed / med, col.comm_values.empty() ? "" : " " + col.comm_values);
   set_log_file("");
   return exit_code;
+}
+
+}  // namespace
+
+int run_training(RunSession& run, TrainTask& task) {
+  try {
+    return run_steps(run, task);
+  } catch (...) {
+    // Before the exception unwinds into the task (whose device buffers are freed, and a cudaFree waits for the
+    // device): abort the NCCL communicators, whose kernels may still wait for peers that this rank will never join.
+    run.pc.abort_device_communicators();
+    throw;
+  }
 }
 
 }  // namespace hpct::train

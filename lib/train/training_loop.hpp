@@ -50,7 +50,9 @@ class RunSession {
 };
 
 // Runs the task's training to its last step, or to a stop (signal, deadline) after a checkpoint. Returns the exit
-// code: 0 finished, 3 stopped after writing a checkpoint (requeue me; docs/contracts.md).
+// code: 0 finished, 3 stopped after writing a checkpoint (requeue me; docs/contracts.md). An error propagates as the
+// exception it is, after the device communicators are aborted (ParallelContext::abort_device_communicators: the
+// task's device memory is freed next, and nothing may still wait for a peer then).
 int run_training(RunSession& run, TrainTask& task);
 
 // MFU of a step (docs/performance.md): (job FLOP/s / world size) / one device's peak; nullopt when the peak is unknown.

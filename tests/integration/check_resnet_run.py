@@ -8,7 +8,8 @@ One scenario per invocation, each a ctest:
             np 2 equals np 1, and differs from the SyncBN run (BN over 4 images, not 8), so the test can fail
   restart   5 steps (decay_steps 10) + resume to 10 == an uninterrupted 10-step run bitwise, at np 2: losses, and
             every tensor of the final checkpoint (parameters, BN running statistics, SGD momentum); index.h5 read by
-            h5py holds torchvision's state_dict names; a resume at np 4 (micro-batch 2: the same SyncBN groups) continues within 1e-5
+            h5py holds torchvision's state_dict names; a resume at np 4 (micro-batch 2: the same SyncBN groups) continues within 1e-5;
+            a resume with other optim.milestones is refused (exit 2, naming the key)
   np8       mpirun -np 8 --oversubscribe train_resnet resnet_tiny.toml: exit 0, PERFORMANCE line, metrics.jsonl
             with images_per_s and val_acc
   signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed run ends
@@ -136,6 +137,14 @@ elif scenario == "restart":
     train(4, other, sched + ["train.steps=10", "train.micro_batch=2", f"checkpoint.resume={step5}"])  # DP x MB = 8
     got = losses(other)
     compare("resume of the np 2 step-5 checkpoint at np 4", {s: got[s] for s in got}, {s: a[s] for s in got}, 1e-5)
+    # a list-valued optimizer key that differs from the checkpoint's is refused, naming it
+    refused = os.path.join(work, "refused")
+    shutil.copytree(os.path.join(part, "checkpoints"), os.path.join(refused, "checkpoints"))
+    p = train(1, refused, sched + ["train.steps=10", "optim.milestones=3,7", "checkpoint.resume=latest"], expect=2)
+    if "optim.milestones" not in p.stderr or "must match to resume" not in p.stderr:
+        fail(f"a resume with other optim.milestones should be refused naming the key: {p.stderr[-500:]}")
+    else:
+        print("  resume with other optim.milestones: refused, naming the key")
 elif scenario == "np8":
     out = os.path.join(work, "np8")
     p = train(8, out, [])

@@ -93,11 +93,11 @@ def main():
             path.write_text(original)
         caught = status == "failed"
         bad += not caught
-        first = next((line.strip() for line in out.splitlines()
-                      if "Failure" in line or "differs" in line or "cuda_emu:" in line or "race" in line), "")
-        evidence = next((line.strip() for line in out.splitlines()
-                         if "cuda_emu:" in line or "schedule" in line or "differs" in line or "Which is" in line
-                         or "worst" in line), first)
+        evidence = ""
+        for pattern in ("(a race)", "cuda_emu:", "differs", "Which is", "Failure"):
+            evidence = next((line.strip() for line in out.splitlines() if pattern in line), "")
+            if evidence:
+                break
         rows.append((name, test, "caught" if caught else f"MISSED ({status})", expect, evidence[:160],
                      time.time() - t))
         print(f"{'caught' if caught else 'MISSED'}: {name} ({test}, {time.time() - t:.0f} s)\n    {evidence[:200]}",
@@ -114,9 +114,9 @@ def main():
         with open(args.report, "w") as f:
             f.write("# Mutations of the CUDA kernels caught by the host emulation\n\n")
             f.write(f"Command: `/usr/bin/python3 validation/emu_mutations.py --report {args.report}`  \n")
-            f.write(f"Machine: {run(['uname', '-srm']).stdout.strip()}, "
-                    f"{run(['sh', '-c', 'lscpu | grep \"Model name\" | sed s/.*:\\ *//']).stdout.strip()}, "
-                    f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}  \n")
+            cpu = run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"]).stdout.strip()
+            kernel = run(["uname", "-srm"]).stdout.strip()
+            f.write(f"Machine: {kernel}, {cpu}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}  \n")
             f.write(f"Verdict: **{verdict}** ({len(MUTATIONS)} mutations, {time.time() - t0:.0f} s)\n\n")
             f.write("| mutation | test | result | what the emulation should see | first evidence in the output |\n")
             f.write("|---|---|---|---|---|\n")

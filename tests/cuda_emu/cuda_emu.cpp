@@ -73,7 +73,7 @@ struct Run {
 };
 
 Run* g_run = nullptr;
-uint64_t g_seed = 0;
+Schedule g_schedule;
 Stats g_stats;
 std::set<std::string> g_launched;
 std::vector<std::pair<void*, size_t>> g_static_shared;
@@ -179,6 +179,49 @@ std::vector<unsigned> order(unsigned n, std::mt19937_64* rng) {
   return o;
 }
 
+void resume(Run& r, Fiber& f) {
+  r.current = &f;
+  threadIdx = f.idx;
+  swapcontext(&r.scheduler, &f.ctx);
+  r.current = nullptr;
+  if (!r.error.empty()) throw EmulationError(r.error);
+}
+
+// Resumes one runnable thread, or returns false when none is. InOrder and Shuffled go in rounds (every runnable
+// thread resumes once per round, in thread order or a fresh permutation); RunAhead always resumes the runnable thread
+// of highest priority (a random permutation drawn per block), so some threads run as far ahead as the barriers let
+// them while others lag: a write into shared memory that a lagging thread has not read yet, with no barrier in
+// between, then shows.
+class Scheduler {
+ public:
+  Scheduler(Run& r, ScheduleKind kind, std::mt19937_64* rng) : r_(r), kind_(kind), rng_(rng) {
+    priority_ = order(r.threads, kind == ScheduleKind::RunAhead ? rng : nullptr);
+  }
+  bool step() {
+    if (kind_ == ScheduleKind::RunAhead) {
+      for (unsigned t : priority_)
+        if (r_.fibers[t].state == State::Runnable) {
+          resume(r_, r_.fibers[t]);
+          return true;
+        }
+      return false;
+    }
+    bool progressed = false;
+    for (unsigned t : order(r_.threads, kind_ == ScheduleKind::Shuffled ? rng_ : nullptr)) {
+      if (r_.fibers[t].state != State::Runnable) continue;
+      resume(r_, r_.fibers[t]);
+      progressed = true;
+    }
+    return progressed;
+  }
+
+ private:
+  Run& r_;
+  ScheduleKind kind_;
+  std::mt19937_64* rng_;
+  std::vector<unsigned> priority_;
+};
+
 void run_block(Run& r, std::mt19937_64* rng) {
   poison_shared(r);
   r.exited = 0;
@@ -193,19 +236,9 @@ void run_block(Run& r, std::mt19937_64* rng) {
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, fiber_entry, 0);
   }
+  Scheduler scheduler(r, g_schedule.kind, rng);
   while (r.exited < r.threads) {
-    bool progressed = false;
-    for (unsigned t : order(r.threads, rng)) {
-      Fiber& f = r.fibers[t];
-      if (f.state != State::Runnable) continue;
-      r.current = &f;
-      threadIdx = f.idx;
-      swapcontext(&r.scheduler, &f.ctx);
-      r.current = nullptr;
-      progressed = true;
-      if (!r.error.empty()) throw EmulationError(r.error);
-    }
-    if (!progressed) {
+    if (!scheduler.step()) {
       std::ostringstream os;
       os << "cuda_emu: kernel " << r.kernel << ", " << block_name() << ": deadlock: " << r.at_barrier
          << " threads wait at __syncthreads, " << r.exited << " have returned";
@@ -270,9 +303,9 @@ struct StackPool {
 
 }  // namespace
 
-uint64_t set_schedule(uint64_t seed) {
-  const uint64_t previous = g_seed;
-  g_seed = seed;
+Schedule set_schedule(Schedule schedule) {
+  const Schedule previous = g_schedule;
+  g_schedule = schedule;
   return previous;
 }
 
@@ -339,7 +372,7 @@ void launch(const char* name, const LaunchShape& shape, const std::function<void
   gridDim = dim3(shape.grid.x, shape.grid.y, shape.grid.z);
   const int64_t blocks = shape.grid.count();
   std::unique_ptr<std::mt19937_64> rng;
-  if (g_seed != 0) rng = std::make_unique<std::mt19937_64>(g_seed);
+  if (g_schedule.kind != ScheduleKind::InOrder) rng = std::make_unique<std::mt19937_64>(g_schedule.seed);
   std::vector<int64_t> block_order(static_cast<size_t>(blocks));
   std::iota(block_order.begin(), block_order.end(), int64_t{0});
   if (rng) std::shuffle(block_order.begin(), block_order.end(), *rng);

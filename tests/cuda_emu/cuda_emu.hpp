@@ -10,10 +10,12 @@
 //   - every CUDA thread of a block is a fiber (its own stack); the fibers of one block run on the calling OS thread,
 //     switching only at __syncthreads and at warp-level intrinsics (__shfl*_sync, __ballot_sync, __syncwarp), which
 //     are barriers over the block or over the lanes the mask names. A schedule (set_schedule) fixes the order in
-//     which runnable threads resume: seed 0 resumes them in thread order, any other seed in a fresh random
-//     permutation after every barrier; a race (a shared-memory read not separated from the write by a barrier)
-//     then gives different bits under different schedules, and the tests run every kernel under two;
-//   - blocks run one after another, in grid order under seed 0 and in a shuffled order otherwise; static and
+//     which runnable threads resume: InOrder in rounds in thread order, Shuffled in rounds in a fresh random
+//     permutation each, RunAhead always the runnable thread of highest (random) priority, so that some threads run
+//     as far ahead as the barriers allow while others lag. A race (a shared-memory read not separated from its
+//     write by a barrier) then gives different bits under different schedules: the tests run every kernel under
+//     all three (emulate_schedules, emu_test_util.hpp);
+//   - blocks run one after another, in grid order (InOrder) or shuffled (the others); static and
 //     dynamic shared memory are filled with NaN bytes (0xff) before each block;
 //   - a barrier that cannot complete (a __syncthreads not reached by every thread, a thread that exited while others
 //     wait, lanes that disagree on a shuffle's mask, a mask naming an exited or absent lane, a shuffle's source lane
@@ -73,13 +75,21 @@ struct EmulationError : std::runtime_error {
 };
 
 // The schedule of the following launches (see the header comment); returns the previous seed.
-uint64_t set_schedule(uint64_t seed);
+enum class ScheduleKind { InOrder, Shuffled, RunAhead };
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::InOrder;
+  uint64_t seed = 0;  // of the permutations (Shuffled, RunAhead)
+};
+Schedule set_schedule(Schedule schedule);
 struct ScopedSchedule {
-  explicit ScopedSchedule(uint64_t seed) : previous(set_schedule(seed)) {}
+  explicit ScopedSchedule(Schedule s) : previous(set_schedule(s)) {}
+  // seed 0: in order; any other seed: shuffled rounds
+  explicit ScopedSchedule(uint64_t seed)
+      : ScopedSchedule(Schedule{seed == 0 ? ScheduleKind::InOrder : ScheduleKind::Shuffled, seed}) {}
   ~ScopedSchedule() { set_schedule(previous); }
   ScopedSchedule(const ScopedSchedule&) = delete;
   ScopedSchedule& operator=(const ScopedSchedule&) = delete;
-  uint64_t previous;
+  Schedule previous;
 };
 
 // Runs `body` as the kernel `name` (for messages and the resource table) with the given geometry. Throws

@@ -1,7 +1,7 @@
 #pragma once
-// Helpers of the emulated kernel tests (test_emu_*.cpp): run a sequence of emulated launches twice, under the
-// in-order schedule and under a shuffled one, from the same initial outputs, and require bitwise-equal results (a
-// race between threads shows as a difference); compare bitwise with the CPU backend where the kernel promises it.
+// Helpers of the emulated kernel tests (test_emu_*.cpp): run a sequence of emulated launches under the in-order, the
+// shuffled and the run-ahead schedule, from the same initial outputs, and require bitwise-equal results (a race
+// between threads shows as a difference); compare bitwise with the CPU backend where the kernel promises it.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -25,40 +25,51 @@ EmuOutput emu_output(const std::string& name, std::vector<T>& v) {
   return {name, v.data(), v.size() * sizeof(T)};
 }
 
-// The shuffled schedule of the second run (any non-zero seed; fixed so that a failure reproduces).
-constexpr uint64_t kShuffledSchedule = 0x5eedULL;
+// The schedules every launch sequence runs under (cuda_emu.hpp): in order, shuffled rounds, run-ahead; the seeds are
+// fixed so that a failure reproduces.
+inline const cuda_emu::Schedule kSchedules[] = {{cuda_emu::ScheduleKind::InOrder, 0},
+                                                {cuda_emu::ScheduleKind::Shuffled, 0x5eedULL},
+                                                {cuda_emu::ScheduleKind::RunAhead, 0xa4eadULL}};
+inline const char* schedule_name(cuda_emu::ScheduleKind k) {
+  return k == cuda_emu::ScheduleKind::InOrder    ? "in-order"
+         : k == cuda_emu::ScheduleKind::Shuffled ? "shuffled"
+                                                 : "run-ahead";
+}
 
-// Runs `launches` under the in-order schedule, then, from the same initial contents of `outputs`, under the shuffled
-// one; passes when both leave every output bit for bit the same. The outputs keep the first run's results.
-inline ::testing::AssertionResult emulate_twice(const std::function<void()>& launches,
-                                                const std::vector<EmuOutput>& outputs) {
+// Runs `launches` under each schedule of kSchedules, every time from the same initial contents of `outputs`; passes
+// when all leave every output bit for bit the same (a race between threads shows as a difference). The outputs keep
+// the first (in-order) run's results.
+inline ::testing::AssertionResult emulate_schedules(const std::function<void()>& launches,
+                                                    const std::vector<EmuOutput>& outputs) {
   std::vector<std::vector<unsigned char>> initial, first;
   for (const EmuOutput& o : outputs) {
     const auto* p = static_cast<const unsigned char*>(o.data);
     initial.emplace_back(p, p + o.bytes);
   }
-  {
-    cuda_emu::ScopedSchedule s(0);
-    launches();
-  }
-  for (size_t k = 0; k < outputs.size(); k++) {
-    const auto* p = static_cast<const unsigned char*>(outputs[k].data);
-    first.emplace_back(p, p + outputs[k].bytes);
-    std::memcpy(outputs[k].data, initial[k].data(), outputs[k].bytes);
-  }
-  {
-    cuda_emu::ScopedSchedule s(kShuffledSchedule);
-    launches();
-  }
-  for (size_t k = 0; k < outputs.size(); k++) {
-    if (std::memcmp(outputs[k].data, first[k].data(), outputs[k].bytes) != 0) {
+  for (const cuda_emu::Schedule& schedule : kSchedules) {
+    if (!first.empty())
+      for (size_t k = 0; k < outputs.size(); k++) std::memcpy(outputs[k].data, initial[k].data(), outputs[k].bytes);
+    {
+      cuda_emu::ScopedSchedule s(schedule);
+      launches();
+    }
+    if (first.empty()) {
+      for (const EmuOutput& o : outputs) {
+        const auto* p = static_cast<const unsigned char*>(o.data);
+        first.emplace_back(p, p + o.bytes);
+      }
+      continue;
+    }
+    for (size_t k = 0; k < outputs.size(); k++) {
+      if (std::memcmp(outputs[k].data, first[k].data(), outputs[k].bytes) == 0) continue;
       size_t at = 0;
       const auto* p = static_cast<const unsigned char*>(outputs[k].data);
       while (at < outputs[k].bytes && p[at] == first[k][at]) at++;
-      return ::testing::AssertionFailure() << outputs[k].name << " differs between the in-order and the shuffled "
-                                           << "schedule (a race) from byte " << at;
+      return ::testing::AssertionFailure() << outputs[k].name << " differs between the in-order and the "
+                                           << schedule_name(schedule.kind) << " schedule (a race) from byte " << at;
     }
   }
+  for (size_t k = 0; k < outputs.size(); k++) std::memcpy(outputs[k].data, first[k].data(), outputs[k].bytes);
   return ::testing::AssertionSuccess();
 }
 

@@ -97,6 +97,49 @@ TEST(CudaEmuDeathTest, AnEndlessKernelIsStoppedByTheWatchdog) {
   ASSERT_EQ(unsetenv("HPCT_EMU_WATCHDOG_S"), 0);
 }
 
+// Two block sums in a row through one shared array; without the barrier at the start of the second, a warp that runs
+// ahead overwrites its slot while a lagging warp has not read the first sum's value there yet.
+template <bool kProtected>
+__global__ void two_block_sums_kernel(double* out, const float* in) {
+  HPCT_SHARED(double, shared, [32]);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  double result[2];
+  for (int k = 0; k < 2; k++) {
+    double v = hpct::kernels::cuda::warp_sum(static_cast<double>(in[(2 * blockIdx.x + k) * blockDim.x + threadIdx.x]));
+    if (kProtected) __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    result[k] = hpct::kernels::cuda::warp_sum(lane < nwarps ? shared[lane] : 0.0);
+  }
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = result[0];
+    out[2 * blockIdx.x + 1] = result[1];
+  }
+}
+
+TEST(CudaEmu, RunAheadCatchesASlotOverwrittenBeforeItIsRead) {
+  const unsigned blocks = 4, threads = 512;
+  std::vector<float> in(2 * blocks * threads);
+  for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(i % 13 + (i / threads) * 100);
+  std::vector<double> want(2 * blocks);
+  for (size_t i = 0; i < in.size(); i++) want[i / threads] += in[i];
+  const auto run = [&](cuda_emu::ScheduleKind kind, bool protect) {
+    std::vector<double> out(2 * blocks);
+    cuda_emu::ScopedSchedule s(cuda_emu::Schedule{kind, 0xa4eadULL});
+    if (protect) EMU_LAUNCH(two_block_sums_kernel<true>, shape(blocks, threads), out.data(), in.data());
+    else
+      EMU_LAUNCH(two_block_sums_kernel<false>, shape(blocks, threads), out.data(), in.data());
+    return out;
+  };
+  for (auto kind :
+       {cuda_emu::ScheduleKind::InOrder, cuda_emu::ScheduleKind::Shuffled, cuda_emu::ScheduleKind::RunAhead})
+    EXPECT_EQ(run(kind, true), want);
+  // rounds resume every thread once before any runs again: the race stays hidden; running ahead shows it
+  EXPECT_EQ(run(cuda_emu::ScheduleKind::InOrder, false), want);
+  EXPECT_EQ(run(cuda_emu::ScheduleKind::Shuffled, false), want);
+  EXPECT_NE(run(cuda_emu::ScheduleKind::RunAhead, false), want);
+}
+
 TEST(CudaEmu, BarrierSeparatesWritesFromReads) {
   std::vector<float> in(512), out(512);
   for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(i);

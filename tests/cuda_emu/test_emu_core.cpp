@@ -1,6 +1,6 @@
 // The CUDA backend's core kernels (lib/kernels/cuda/cuda_core_kernels.cuh) run on the host emulation
-// (cuda_emu.hpp), at the launch geometry cuda_core.cu uses, against the CPU backend. Every launch sequence runs twice
-// (in-order and shuffled schedules, emulate_twice) and must give the same bits both times.
+// (cuda_emu.hpp), at the launch geometry cuda_core.cu uses, against the CPU backend. Every launch sequence runs under
+// three schedules (in-order, shuffled, run-ahead: emulate_schedules) and must give the same bits every time.
 //
 // Tolerances: those of the GPU test of the same ops (tests/unit/kernels/test_cuda_core.cpp, where they are
 // explained): exact for one IEEE operation per element and for the sums the kernels add in the CPU's order (scale,
@@ -34,7 +34,7 @@ namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
 using test::emu_output;
-using test::emulate_twice;
+using test::emulate_schedules;
 using test::random_ints;
 using test::random_vector;
 
@@ -50,7 +50,7 @@ TEST(EmuCore, SumAtOddSizesAndAlignments) {
       SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
       const float* xp = x.data() + off;
       std::vector<float> got{123.0f};  // assigned, whatever was there
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             EMU_LAUNCH(cu::reduce_kernel<false>, cu::reduce_shape(), xp, n, cu::float4_aligned(xp), got.data(),
                        nullptr);
@@ -70,7 +70,7 @@ TEST(EmuCore, SumSquaresAccumulatesInDouble) {
       SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
       const float* xp = x.data() + off;
       std::vector<double> got{3.25};  // += : the previous value is kept
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             for (int k = 0; k < 2; k++)
               EMU_LAUNCH(cu::reduce_kernel<true>, cu::reduce_shape(), xp, n, cu::float4_aligned(xp), nullptr,
@@ -98,14 +98,14 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
     const auto a = with_specials(random_vector(sz(n), 7)), b = random_vector(sz(n), 8), g = random_vector(sz(n), 9);
     // scale
     auto x = b;
-    ASSERT_TRUE(emulate_twice([&] { EMU_LAUNCH(cu::scale_kernel, cu::elementwise_shape(n), x.data(), -1.7f, n); },
-                              {emu_output("scale", x)}));
+    ASSERT_TRUE(emulate_schedules([&] { EMU_LAUNCH(cu::scale_kernel, cu::elementwise_shape(n), x.data(), -1.7f, n); },
+                                  {emu_output("scale", x)}));
     auto want = b;
     scale(kCpu, want.data(), -1.7f, n);
     EXPECT_TRUE(bitwise_equal("scale", x, want));
     // residual, out of place and in place
     std::vector<float> out(sz(n), 5.0f), inplace = a;
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::residual_kernel, cu::elementwise_shape(n), out.data(), a.data(), b.data(), n);
           EMU_LAUNCH(cu::residual_kernel, cu::elementwise_shape(n), inplace.data(), inplace.data(), b.data(), n);
@@ -117,7 +117,7 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
     EXPECT_TRUE(bitwise_equal("residual in place", inplace, want_res));
     // ReLU forward and backward
     std::vector<float> relu(sz(n), 5.0f), drelu(sz(n), 5.0f);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::relu_forward_kernel, cu::elementwise_shape(n), relu.data(), a.data(), n);
           EMU_LAUNCH(cu::relu_backward_kernel, cu::elementwise_shape(n), drelu.data(), g.data(), relu.data(), n);
@@ -138,7 +138,7 @@ TEST(EmuCore, GeluForwardBackward) {
     if (n > 3) x[2] = 100.0f, x[3] = -100.0f;  // finite extremes instead of the infinities
     const auto dout = random_vector(sz(n), 11);
     std::vector<float> out(sz(n), 5.0f), dinp(sz(n), 5.0f);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::gelu_forward_kernel, cu::elementwise_shape(n), out.data(), x.data(), n);
           EMU_LAUNCH(cu::gelu_backward_kernel, cu::elementwise_shape(n), dinp.data(), x.data(), dout.data(), n);
@@ -162,7 +162,7 @@ TEST(EmuCore, AdamwOverSeveralSteps) {
     SCOPED_TRACE("t=" + std::to_string(t));
     const auto g = random_vector(sz(n), 20 + t);
     const cu::AdamwScalars k = cu::adamw_scalars(lr, b1, b2, wd, t);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::adamw_kernel, cu::elementwise_shape(n), ep.data(), g.data(), em.data(), ev.data(), n, b1, b2,
                      eps, gs, k.decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
@@ -193,7 +193,7 @@ TEST(EmuCore, SgdInEveryMode) {
       const auto g = random_vector(sz(n), 40 + step);
       const cu::SgdMode mode = cu::sgd_mode(md.momentum, step == 0);
       const float lr = 0.05f, take = 1.0f - md.dampening, gs = 0.8f;
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             EMU_LAUNCH(cu::sgd_kernel, cu::elementwise_shape(n), ep.data(), g.data(), ebuf_ptr, n, lr, md.momentum,
                        take, md.weight_decay, md.nesterov, gs, mode);
@@ -235,7 +235,7 @@ TEST(EmuCore, EncoderForwardBackwardEqualCpuBitForBit) {
     auto dwte = random_vector(sz(int64_t{Vp} * C), 54), dwpe = random_vector(sz(int64_t{T} * C), 55);
     auto e_dwte = dwte, e_dwpe = dwpe;
     std::vector<float> out(N * C, 5.0f);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), 0, kUnbounded, B, T, C);
           emu_encoder_backward(e_dwte.data(), e_dwpe.data(), dout.data(), inp.data(), 0, kUnbounded, B, T, C);
@@ -263,7 +263,7 @@ TEST(EmuCore, EncoderVocabParallelEqualsCpuBitForBit) {
       std::vector<float> out(N * C, 5.0f);
       auto dwte = random_vector(sz(int64_t{Vl} * C), 70), dwpe = random_vector(sz(int64_t{T} * C), 71);
       auto e_dwte = dwte, e_dwpe = dwpe;
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             emu_encoder_forward(out.data(), inp.data(), wte_local.data(), with_wpe ? wpe.data() : nullptr, v0, Vl, B, T,
                                 C);
@@ -290,7 +290,7 @@ TEST(EmuCore, EncoderMarksANegativeTokenWithNaN) {
   const auto wte = random_vector(sz(int64_t{Vp} * C), 80), wpe = random_vector(sz(int64_t{T} * C), 81);
   const auto dout = random_vector(sz(int64_t{T} * C), 82);
   std::vector<float> out(sz(int64_t{T} * C)), dwte(sz(int64_t{Vp} * C), 0.0f), dwpe(sz(int64_t{T} * C), 0.0f);
-  ASSERT_TRUE(emulate_twice(
+  ASSERT_TRUE(emulate_schedules(
       [&] {
         emu_encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), 0, Vp, B, T, C);
         emu_encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), 0, Vp, B, T, C);
@@ -321,7 +321,7 @@ TEST(EmuCore, LayernormForward) {
       const auto inp = random_vector(NC, 90, -2.0, 3.0);
       const auto w = random_vector(sz(s.C), 91), b = random_vector(sz(s.C), 92);
       std::vector<float> out(NC, 5.0f), mean(sz(s.N), 5.0f), rstd(sz(s.N), 5.0f);
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             EMU_LAUNCH(cu::layernorm_forward_kernel, cu::layernorm_rows_shape(s.N), out.data(), mean.data(),
                        rstd.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, s.N, s.C);
@@ -349,7 +349,7 @@ TEST(EmuCore, LayernormBackwardAccumulates) {
       layernorm_forward(kCpu, fwd.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), s.N, s.C);
       auto dinp = random_vector(NC, 104), dw = random_vector(C, 105), db = random_vector(C, 106);  // +=
       auto e_dinp = dinp, e_dw = dw, e_db = db;
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             EMU_LAUNCH(cu::layernorm_backward_dinp_kernel, cu::layernorm_rows_shape(s.N), e_dinp.data(), dout.data(),
                        inp.data(), w.data(), mean.data(), rstd.data(), s.N, s.C);

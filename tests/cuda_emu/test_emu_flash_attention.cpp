@@ -1,9 +1,9 @@
 // The CUDA backend's flash attention kernels (lib/kernels/cuda/cuda_flash_attention.cuh) run on the host emulation
 // (cuda_emu.hpp), launched as cuda_gpt.cu's attention_forward / attention_backward launch them (the same geometry
 // functions: forward_shape, rowdot_shape, backward_dkv_shape, backward_dq_shape, and with_head_slots), against the CPU
-// backend. Forward and backward run as one launch sequence twice (in-order and shuffled schedules, emulate_twice) and
-// must give the same bits both times: a race between a shared-memory write and a read (a missing or misplaced
-// barrier) would differ. What it cannot check: the hardware itself (the real warp scheduler and memory model, speed),
+// backend. Forward and backward run as one launch sequence under three schedules (in-order, shuffled, run-ahead:
+// emulate_schedules) and must give the same bits every time: a race between a shared-memory write and a read (a
+// missing or misplaced barrier) would differ. What it cannot check: the hardware itself (the real warp scheduler and memory model, speed),
 // which test_cuda_gpt.cpp covers on a GPU.
 //
 // Tolerances: test_cuda_gpt.cpp's kFlash* (out and dqkv: 1e-5 relative, atol 1e-5 of the tensor's largest |value|)
@@ -37,7 +37,7 @@ namespace flash = cuda::flash;
 using cuda::LaunchShape;
 using test::all_close;
 using test::emu_output;
-using test::emulate_twice;
+using test::emulate_schedules;
 using test::random_vector;
 
 const ExecContext kCpu{Device::CPU, nullptr};
@@ -101,7 +101,7 @@ TEST(EmuFlashAttention, MatchesCpuBackendAndIsRaceFree) {
     // outputs pre-filled with garbage: every element must be written (the scratch's contents must not matter)
     auto e_out = random_vector(n_out, seed++, 1e3, 2e3), e_lse = random_vector(n_lse, seed++, 1e3, 2e3);
     auto e_dqkv = random_vector(n_qkv, seed++, 1e3, 2e3), e_scratch = random_vector(n_lse, seed++, 1e3, 2e3);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emulated_forward(e_out.data(), e_lse.data(), qkv.data(), B, T, C, NH);
           emulated_backward(e_dqkv.data(), e_scratch.data(), dout.data(), qkv.data(), e_out.data(), e_lse.data(), B, T,

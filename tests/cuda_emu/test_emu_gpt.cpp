@@ -1,7 +1,8 @@
 // The CUDA backend's GPT-group kernels other than flash attention (lib/kernels/cuda/cuda_gpt_kernels.cuh: the Linear
 // bias and the cross-entropies; flash attention is test_emu_flash_attention.cpp) run on the host emulation
 // (cuda_emu.hpp), launched as cuda_gpt.cu launches them (the same geometry functions), against the CPU backend. Every
-// launch sequence runs twice (in-order and shuffled schedules, emulate_twice) and must give the same bits both times.
+// launch sequence runs under three schedules (in-order, shuffled, run-ahead: emulate_schedules) and must give the
+// same bits every time.
 // The vocabulary-parallel phases run over simulated TP ranks, the allreduces done on the host (MAX, then SUM in rank
 // order) as the model does between the calls.
 //
@@ -47,7 +48,7 @@ namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
 using test::emu_output;
-using test::emulate_twice;
+using test::emulate_schedules;
 using test::EmuOutput;
 using test::random_ints;
 using test::random_vector;
@@ -101,7 +102,7 @@ TEST(EmuGpt, BiasBroadcastIsTheExactBroadcast) {
     const int64_t total = N * OC;
     const auto bias = random_vector(sz(OC), seed++);
     auto out = random_vector(sz(total), seed++, 1e3, 2e3);  // assigned: the garbage must go
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] { EMU_LAUNCH(cu::bias_broadcast_kernel, cu::bias_broadcast_shape(total), out.data(), bias.data(), N, OC); },
         {emu_output("out", out)}));
     std::vector<float> want(sz(total));
@@ -122,7 +123,7 @@ TEST(EmuGpt, BiasGradMatchesCpuDbias) {
     const auto inp = random_vector(sz(int64_t{N} * C), seed++), weight = random_vector(sz(int64_t{OC} * C), seed++);
     const auto dbias0 = random_vector(sz(OC), seed++);
     auto dbias = dbias0;
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::bias_grad_kernel, cu::bias_grad_shape(OC), dbias.data(), dout1.data(), N, OC);
           EMU_LAUNCH(cu::bias_grad_kernel, cu::bias_grad_shape(OC), dbias.data(), dout2.data(), N, OC);
@@ -182,7 +183,7 @@ TEST(EmuGpt, CrossentropyMatchesCpu) {
     const auto targets = make_targets(N, V, seed++);
     auto losses = random_vector(sz(N), seed++, 1e3, 2e3), losses_fused = random_vector(sz(N), seed++, 1e3, 2e3);
     auto dlogits = logits;
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::crossentropy_kernel<false>, cu::row_shape(N, V), losses.data(), logits.data(), targets.data(),
                      0.0f, V, Vp);
@@ -218,7 +219,7 @@ TEST(EmuGpt, CrossentropySmoothedMatchesCpu) {
       const float dloss = 0.25f;
       auto losses = random_vector(sz(N), seed++, 1e3, 2e3), losses_fused = random_vector(sz(N), seed++, 1e3, 2e3);
       auto dlogits = logits;
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             EMU_LAUNCH(cu::crossentropy_smoothed_kernel<false>, cu::row_shape(N, K), losses.data(), logits.data(),
                        targets.data(), 0.0f, eps, K);
@@ -249,7 +250,7 @@ TEST(EmuGpt, CrossentropyBadTargetGivesNanRow) {
   const float dloss = 0.5f, eps = 0.1f;
   std::vector<float> losses(sz(N)), losses_fused(sz(N)), dlogits = logits;
   std::vector<float> slosses(sz(N)), slosses_fused(sz(N)), sdlogits = slogits;
-  ASSERT_TRUE(emulate_twice(
+  ASSERT_TRUE(emulate_schedules(
       [&] {
         EMU_LAUNCH(cu::crossentropy_kernel<false>, cu::row_shape(N, V), losses.data(), logits.data(), targets.data(),
                    0.0f, V, Vp);
@@ -338,9 +339,9 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
       const int v0 = r * Vl, Vr = real_columns(v0, Vl, V);
       const float* slice = slices[sz(r)].data();
       auto mx = random_vector(sz(N), seed++, 1e3, 2e3);
-      ASSERT_TRUE(
-          emulate_twice([&] { EMU_LAUNCH(cu::vp_local_max_kernel, cu::row_shape(N, Vr), mx.data(), slice, Vl, Vr); },
-                        {emu_output("max", mx)}));
+      ASSERT_TRUE(emulate_schedules(
+          [&] { EMU_LAUNCH(cu::vp_local_max_kernel, cu::row_shape(N, Vr), mx.data(), slice, Vl, Vr); },
+          {emu_output("max", mx)}));
       std::vector<float> want(sz(N));
       crossentropy_vp_local_max(kCpu, want.data(), slice, v0, Vl, V, N);
       EXPECT_TRUE(bitwise_equal("vp local max", mx, want));  // a max is exact; -inf for padding only
@@ -354,7 +355,7 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
       const int v0 = r * Vl, Vr = real_columns(v0, Vl, V);
       const float* slice = slices[sz(r)].data();
       auto se = random_vector(sz(N), seed++, 1e3, 2e3), tl = random_vector(sz(N), seed++, 1e3, 2e3);
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             EMU_LAUNCH(cu::vp_local_sumexp_kernel, cu::row_shape(N, Vr), se.data(), tl.data(), slice, global_max.data(),
                        targets.data(), v0, Vl, Vr, V);
@@ -382,7 +383,7 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
       const int v0 = r * Vl, Vr = real_columns(v0, Vl, V);
       auto losses = random_vector(sz(N), seed++, 1e3, 2e3);
       auto dl = slices[sz(r)];
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             EMU_LAUNCH(cu::vp_loss_backward_kernel, cu::row_shape(N, Vl), losses.data(), dl.data(), global_max.data(),
                        global_sumexp.data(), global_tl.data(), targets.data(), dloss, v0, Vl, Vr, V);
@@ -400,7 +401,7 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
       EXPECT_EQ(nonzero_in_columns(dl, N, Vl, Vr, Vl), 0) << "padded dlogits must be exactly 0";
     }
     auto losses = random_vector(sz(N), seed++, 1e3, 2e3);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::vp_loss_kernel, cu::vp_loss_shape(N), losses.data(), global_max.data(), global_sumexp.data(),
                      global_tl.data(), N);
@@ -428,7 +429,7 @@ TEST(EmuGpt, CrossentropyVocabParallelComposedMatchesSerialCpu) {
     outputs.push_back(emu_output("dlogits rank " + std::to_string(r), slices[sz(r)]));
     outputs.push_back(emu_output("losses rank " + std::to_string(r), losses[sz(r)]));
   }
-  ASSERT_TRUE(emulate_twice(
+  ASSERT_TRUE(emulate_schedules(
       [&] {
         std::fill(gmax.begin(), gmax.end(), -INFINITY);
         std::fill(gse.begin(), gse.end(), 0.0f);
@@ -484,7 +485,7 @@ TEST(EmuGpt, CrossentropyVocabParallelBadTargetGivesNanRow) {
   }
   std::vector<std::vector<float>> se(sz(t), std::vector<float>(sz(N))), tl = se, losses = se;
   std::vector<float> eval_losses(sz(N));
-  ASSERT_TRUE(emulate_twice(
+  ASSERT_TRUE(emulate_schedules(
       [&] {
         std::fill(gse.begin(), gse.end(), 0.0f);
         std::fill(gtl.begin(), gtl.end(), 0.0f);
@@ -528,7 +529,7 @@ TEST(EmuGpt, VpLossOverSeveralBlocks) {
     const auto gse = random_vector(sz(N), seed++, 1.0, 5e4);  // >= 1: the max column contributes exp(0)
     const auto gtl = random_vector(sz(N), seed++, -5.0, 90.0);
     auto losses = random_vector(sz(N), seed++, 1e3, 2e3);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::vp_loss_kernel, cu::vp_loss_shape(N), losses.data(), gmax.data(), gse.data(), gtl.data(), N);
         },

@@ -1,8 +1,8 @@
 // The CUDA backend's ResNet kernels (lib/kernels/cuda/cuda_resnet_kernels.cuh: the conv bias and dbias, BatchNorm2d
 // in all its pieces, MaxPool2d, global average pooling) run on the host emulation (cuda_emu.hpp), at the launch
 // geometry cuda_resnet.cu uses and in the order its ops launch them (the emu_* functions below mirror them one for
-// one), against the CPU backend (cpu/cpu_conv.cpp). Every launch sequence runs twice (in-order and shuffled
-// schedules, emulate_twice) and must give the same bits both times. Outputs an op assigns start as NaN (a value it
+// one), against the CPU backend (cpu/cpu_conv.cpp). Every launch sequence runs under three schedules (in-order,
+// shuffled, run-ahead: emulate_schedules) and must give the same bits every time. Outputs an op assigns start as NaN (a value it
 // fails to write shows up); outputs it accumulates (+=) start as random values on both sides.
 //
 // Tolerances (kernel_test_util.hpp all_close: |got - want| <= atol + rtol |want|, atol = atol_rel * max|want|): those
@@ -50,7 +50,7 @@ namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
 using test::emu_output;
-using test::emulate_twice;
+using test::emulate_schedules;
 using test::random_ints;
 using test::random_vector;
 using Vec = std::vector<float>;
@@ -190,8 +190,8 @@ TEST(EmuResnet, ConvBiasAndDbias) {
     conv2d_forward(kCpu, biased.data(), inp.data(), w.data(), bias.data(), ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC,
                    s.KH, s.KW, s.stride, s.pad);
     Vec out = plain;
-    ASSERT_TRUE(emulate_twice([&] { emu_conv_bias(out.data(), bias.data(), s.N, s.OC, OHW); },
-                              {emu_output("conv out + bias", out)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_conv_bias(out.data(), bias.data(), s.N, s.OC, OHW); },
+                                  {emu_output("conv out + bias", out)}));
     Vec exact = plain;
     for (size_t i = 0; i < exact.size(); i++) exact[i] += bias[sz((static_cast<int64_t>(i) / OHW) % s.OC)];
     EXPECT_TRUE(bitwise_equal("conv out + bias", out, exact));
@@ -199,8 +199,8 @@ TEST(EmuResnet, ConvBiasAndDbias) {
 
     // backward: dbias += sum over (n, oh, ow) of dout, against the CPU's conv2d_backward (dweight is scratch here)
     Vec dbias = db0, want_db = db0, dw(s.w_size(), 0.0f);
-    ASSERT_TRUE(emulate_twice([&] { emu_conv_dbias(dbias.data(), dout.data(), s.N, s.OC, static_cast<int>(OHW)); },
-                              {emu_output("conv dbias", dbias)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_conv_dbias(dbias.data(), dout.data(), s.N, s.OC, static_cast<int>(OHW)); },
+                                  {emu_output("conv dbias", dbias)}));
     conv2d_backward(kCpu, nullptr, dw.data(), want_db.data(), dout.data(), inp.data(), w.data(), ws.data(), wsf, s.N,
                     s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
     EXPECT_TRUE(all_close("conv dbias (+=)", dbias, want_db, kRtol, kAtolRel));
@@ -234,7 +234,7 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
                               gamma.data(), beta.data(), s.N, s.C, s.HW, kEps);
     Vec out = nan_vector(s.size()), stats = nan_vector(3 * sz(s.C)), mean = nan_vector(sz(s.C)),
         rstd = nan_vector(sz(s.C));
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_bn_forward_train(out.data(), stats.data(), mean.data(), rstd.data(), inp.data(), gamma.data(),
                                beta.data(), s.N, s.C, s.HW, kEps);
@@ -250,8 +250,8 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
 
     // local statistics alone: the same kernel without save_mean / save_rstd, the same bits as above
     Vec local = nan_vector(3 * sz(s.C));
-    ASSERT_TRUE(emulate_twice([&] { emu_bn_local_stats(local.data(), inp.data(), s.N, s.C, s.HW); },
-                              {emu_output("bn local stats", local)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_bn_local_stats(local.data(), inp.data(), s.N, s.C, s.HW); },
+                                  {emu_output("bn local stats", local)}));
     EXPECT_TRUE(bitwise_equal("bn local stats vs forward_train's", local, stats));
 
     // running statistics (+ the unbiased variance) from the emulated stats, then evaluation (skipped at one value per
@@ -259,15 +259,15 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
     if (static_cast<int64_t>(s.N) * s.HW > 1) {
       Vec rm = random_vector(sz(s.C), 44), rv = random_vector(sz(s.C), 45, 0.5, 1.5);
       Vec want_rm = rm, want_rv = rv;
-      ASSERT_TRUE(emulate_twice([&] { emu_bn_update_running(rm.data(), rv.data(), stats.data(), s.C, 0.1f); },
-                                {emu_output("running_mean", rm), emu_output("running_var", rv)}));
+      ASSERT_TRUE(emulate_schedules([&] { emu_bn_update_running(rm.data(), rv.data(), stats.data(), s.C, 0.1f); },
+                                    {emu_output("running_mean", rm), emu_output("running_var", rv)}));
       batchnorm2d_update_running(kCpu, want_rm.data(), want_rv.data(), want_stats.data(), s.C, 0.1f);
       EXPECT_TRUE(all_close("bn running_mean", rm, want_rm, kRtol, kAtolRel));
       EXPECT_TRUE(all_close("bn running_var", rv, want_rv, kRtol, kAtolRel));
     }
     const Vec rm = random_vector(sz(s.C), 46, offset - 0.5, offset + 0.5), rv = random_vector(sz(s.C), 47, 0.2, 2.0);
     Vec oe = nan_vector(s.size()), want_oe(s.size());
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_bn_forward_eval(oe.data(), inp.data(), gamma.data(), beta.data(), rm.data(), rv.data(), s.N, s.C, s.HW,
                               kEps);
@@ -292,7 +292,7 @@ TEST(EmuResnet, BatchNormSyncForward) {
     Vec want_gathered(sz(int64_t{R} * C * 3)), gathered = nan_vector(want_gathered.size());
     for (int r = 0; r < R; r++)
       batchnorm2d_local_stats(kCpu, want_gathered.data() + sz(int64_t{r} * C * 3), inps[r].data(), Ns[r], C, HW);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           for (int r = 0; r < R; r++)
             emu_bn_local_stats(gathered.data() + sz(int64_t{r} * C * 3), inps[r].data(), Ns[r], C, HW);
@@ -305,8 +305,8 @@ TEST(EmuResnet, BatchNormSyncForward) {
     // merge the CPU's gathered rows on both sides, so that the merge itself is compared on identical inputs
     Vec want_merged(sz(C) * 3), merged = nan_vector(want_merged.size());
     batchnorm2d_merge_stats(kCpu, want_merged.data(), want_gathered.data(), R, C);
-    ASSERT_TRUE(emulate_twice([&] { emu_bn_merge_stats(merged.data(), want_gathered.data(), R, C); },
-                              {emu_output("merged", merged)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_bn_merge_stats(merged.data(), want_gathered.data(), R, C); },
+                                  {emu_output("merged", merged)}));
     EXPECT_TRUE(bitwise_equal("merged count", column(merged, 3, 0), column(want_merged, 3, 0)));
     EXPECT_TRUE(all_close("merged mean", column(merged, 3, 1), column(want_merged, 3, 1), kRtol, kAtolRel));
     EXPECT_TRUE(all_close("merged M2", column(merged, 3, 2), column(want_merged, 3, 2), kRtol, kAtolRel));
@@ -319,7 +319,7 @@ TEST(EmuResnet, BatchNormSyncForward) {
     batchnorm2d_forward_apply(kCpu, want_out.data(), want_mean.data(), want_rstd.data(), inp.data(), gamma.data(),
                               beta.data(), want_merged.data(), N, C, HW, kEps);
     Vec out = nan_vector(inp.size()), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_bn_forward_apply(out.data(), mean.data(), rstd.data(), inp.data(), gamma.data(), beta.data(),
                                want_merged.data(), N, C, HW, kEps);
@@ -332,8 +332,8 @@ TEST(EmuResnet, BatchNormSyncForward) {
     Vec rm = random_vector(sz(C), 57, 19.0, 21.0), rv = random_vector(sz(C), 58, 0.5, 1.5);
     Vec want_rm = rm, want_rv = rv;
     batchnorm2d_update_running(kCpu, want_rm.data(), want_rv.data(), want_merged.data(), C, 0.1f);
-    ASSERT_TRUE(emulate_twice([&] { emu_bn_update_running(rm.data(), rv.data(), want_merged.data(), C, 0.1f); },
-                              {emu_output("running_mean", rm), emu_output("running_var", rv)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_bn_update_running(rm.data(), rv.data(), want_merged.data(), C, 0.1f); },
+                                  {emu_output("running_mean", rm), emu_output("running_var", rv)}));
     EXPECT_TRUE(all_close("sync running_mean", rm, want_rm, kRtol, kAtolRel));
     EXPECT_TRUE(all_close("sync running_var", rv, want_rv, kRtol, kAtolRel));
   }
@@ -356,8 +356,8 @@ TEST(EmuResnet, BatchNormPerChannelKernelsOverTwoBlocks) {
     SCOPED_TRACE("R=" + std::to_string(R));
     Vec want_merged(sz(C) * 3), merged = nan_vector(want_merged.size());
     batchnorm2d_merge_stats(kCpu, want_merged.data(), gathered.data(), R, C);
-    ASSERT_TRUE(emulate_twice([&] { emu_bn_merge_stats(merged.data(), gathered.data(), R, C); },
-                              {emu_output("merged", merged)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_bn_merge_stats(merged.data(), gathered.data(), R, C); },
+                                  {emu_output("merged", merged)}));
     EXPECT_TRUE(bitwise_equal("merged count", column(merged, 3, 0), column(want_merged, 3, 0)));
     EXPECT_TRUE(all_close("merged mean", column(merged, 3, 1), column(want_merged, 3, 1), kRtol, kAtolRel));
     EXPECT_TRUE(all_close("merged M2", column(merged, 3, 2), column(want_merged, 3, 2), kRtol, kAtolRel));
@@ -368,7 +368,7 @@ TEST(EmuResnet, BatchNormPerChannelKernelsOverTwoBlocks) {
     batchnorm2d_forward_apply(kCpu, want_out.data(), want_mean.data(), want_rstd.data(), inps[0].data(), gamma.data(),
                               beta.data(), want_merged.data(), N, C, HW, kEps);
     Vec out = nan_vector(inps[0].size()), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_bn_forward_apply(out.data(), mean.data(), rstd.data(), inps[0].data(), gamma.data(), beta.data(),
                                want_merged.data(), N, C, HW, kEps);
@@ -381,8 +381,8 @@ TEST(EmuResnet, BatchNormPerChannelKernelsOverTwoBlocks) {
     Vec rm = random_vector(sz(C), 107), rv = random_vector(sz(C), 108, 0.5, 1.5);
     Vec want_rm = rm, want_rv = rv;
     batchnorm2d_update_running(kCpu, want_rm.data(), want_rv.data(), want_merged.data(), C, 0.1f);
-    ASSERT_TRUE(emulate_twice([&] { emu_bn_update_running(rm.data(), rv.data(), want_merged.data(), C, 0.1f); },
-                              {emu_output("running_mean", rm), emu_output("running_var", rv)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_bn_update_running(rm.data(), rv.data(), want_merged.data(), C, 0.1f); },
+                                  {emu_output("running_mean", rm), emu_output("running_var", rv)}));
     EXPECT_TRUE(all_close("running_mean", rm, want_rm, kRtol, kAtolRel));
     EXPECT_TRUE(all_close("running_var", rv, want_rv, kRtol, kAtolRel));
   }
@@ -411,7 +411,7 @@ TEST(EmuResnet, BatchNormBackward) {
     batchnorm2d_backward(kCpu, want_dinp.data(), want_dg.data(), want_db.data(), b.dout.data(), b.inp.data(),
                          b.mean.data(), b.rstd.data(), b.gamma.data(), s.N, s.C, s.HW);
     Vec dinp = nan_vector(s.size()), dg = dg0, db = db0;
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_bn_backward(dinp.data(), dg.data(), db.data(), b.dout.data(), b.inp.data(), b.mean.data(), b.rstd.data(),
                           b.gamma.data(), s.N, s.C, s.HW);
@@ -434,7 +434,7 @@ TEST(EmuResnet, BatchNormSyncBackward) {
     batchnorm2d_backward_local_sums(kCpu, want_sums.data(), want_dg.data(), want_db.data(), b.dout.data(), b.inp.data(),
                                     b.mean.data(), b.rstd.data(), s.N, s.C, s.HW);
     Vec sums = nan_vector(2 * sz(s.C)), dg = dg0, db = db0;
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_bn_backward_local_sums(sums.data(), dg.data(), db.data(), b.dout.data(), b.inp.data(), b.mean.data(),
                                      b.rstd.data(), s.N, s.C, s.HW);
@@ -450,7 +450,7 @@ TEST(EmuResnet, BatchNormSyncBackward) {
     Vec want_dinp(s.size()), dinp = nan_vector(s.size());
     batchnorm2d_backward_apply(kCpu, want_dinp.data(), b.dout.data(), b.inp.data(), b.mean.data(), b.rstd.data(),
                                b.gamma.data(), global_sums.data(), global_count, s.N, s.C, s.HW);
-    ASSERT_TRUE(emulate_twice(
+    ASSERT_TRUE(emulate_schedules(
         [&] {
           emu_bn_backward_apply(dinp.data(), b.dout.data(), b.inp.data(), b.mean.data(), b.rstd.data(), b.gamma.data(),
                                 global_sums.data(), global_count, s.N, s.C, s.HW);
@@ -491,7 +491,7 @@ TEST(EmuResnet, MaxPoolIsBitwiseTheCpus) {
       maxpool2d_forward(kCpu, want_out.data(), want_idx.data(), inp.data(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad);
       Vec out = nan_vector(n_out);
       std::vector<int32_t> idx(n_out, -7);
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] { emu_maxpool_forward(out.data(), idx.data(), inp.data(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad); },
           {emu_output("maxpool out", out), emu_output("maxpool idx", idx)}));
       EXPECT_TRUE(bitwise_equal("maxpool out", out, want_out));
@@ -501,7 +501,7 @@ TEST(EmuResnet, MaxPoolIsBitwiseTheCpus) {
       Vec want_dinp(n_in), dinp = nan_vector(n_in);
       maxpool2d_backward(kCpu, want_dinp.data(), dout.data(), want_idx.data(), s.N, s.C, s.H, s.W, s.K, s.stride,
                          s.pad);
-      ASSERT_TRUE(emulate_twice(
+      ASSERT_TRUE(emulate_schedules(
           [&] {
             emu_maxpool_backward(dinp.data(), dout.data(), want_idx.data(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad);
           },
@@ -522,15 +522,15 @@ TEST(EmuResnet, GlobalAvgPool) {
     const Vec inp = random_vector(s.size(), 91, -1.0, 2.0);
     Vec want_out(planes), out = nan_vector(planes);
     global_avgpool_forward(kCpu, want_out.data(), inp.data(), s.N, s.C, s.HW);
-    ASSERT_TRUE(emulate_twice([&] { emu_global_avgpool_forward(out.data(), inp.data(), s.N, s.C, s.HW); },
-                              {emu_output("avgpool out", out)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_global_avgpool_forward(out.data(), inp.data(), s.N, s.C, s.HW); },
+                                  {emu_output("avgpool out", out)}));
     EXPECT_TRUE(all_close("avgpool out", out, want_out, kRtol, kAtolRel));
 
     const Vec dout = random_vector(planes, 92);
     Vec want_dinp(s.size()), dinp = nan_vector(s.size());
     global_avgpool_backward(kCpu, want_dinp.data(), dout.data(), s.N, s.C, s.HW);
-    ASSERT_TRUE(emulate_twice([&] { emu_global_avgpool_backward(dinp.data(), dout.data(), s.N, s.C, s.HW); },
-                              {emu_output("avgpool dinp", dinp)}));
+    ASSERT_TRUE(emulate_schedules([&] { emu_global_avgpool_backward(dinp.data(), dout.data(), s.N, s.C, s.HW); },
+                                  {emu_output("avgpool dinp", dinp)}));
     EXPECT_TRUE(bitwise_equal("avgpool dinp (assigned)", dinp, want_dinp));
   }
 }
@@ -544,8 +544,8 @@ template <typename T, typename Launch>
                                                      const cu::LaunchShape& full, const cu::LaunchShape& small,
                                                      Launch launch) {
   std::vector<T> a = init, b = init;
-  ::testing::AssertionResult r = emulate_twice([&] { launch(a.data(), full); }, {emu_output(what, a)});
-  if (r) r = emulate_twice([&] { launch(b.data(), small); }, {emu_output(what, b)});
+  ::testing::AssertionResult r = emulate_schedules([&] { launch(a.data(), full); }, {emu_output(what, a)});
+  if (r) r = emulate_schedules([&] { launch(b.data(), small); }, {emu_output(what, b)});
   if (r) r = bitwise_equal(what + " (small grid vs full grid)", b, a);
   return r;
 }

@@ -248,8 +248,9 @@ TEST(PipelineLinks, BeforeLastBackwardRunsOnceBeforeTheLastBackward) {
                                          [](const std::string& e) { return e[0] == 'B'; });
         expected.insert(last_b.base() - 1, "arm");
         EXPECT_EQ(stage.events, expected) << schedule_kind_name(kind) << " stage " << s << " of " << p;
-        if (p == 1)
+        if (p == 1) {
           for (const auto& l : tr.log) EXPECT_TRUE(l.empty()) << "a single stage transfers nothing";
+        }
       }
     }
   // a stage without an activation cannot be one of several stages

@@ -89,7 +89,10 @@ const ConfigSchema& resnet_deck_schema() {
 
     s.section("log", false, "stdout logging");
     s.int_key("log.every", 10, "print one line every this many steps", 1, 1e12);
-    s.float_key("log.peak_tflops", 0.0, "peak TFLOP/s of one rank's device for MFU (0: unknown, mfu = null)", 0.0, 1e6);
+    s.float_key("log.peak_tflops", 0.0,
+                "peak TFLOP/s of one rank's device for MFU (0: the device table's at train.precision on CUDA; unknown "
+                "on the CPU: mfu = null)",
+                0.0, 1e6);
     return s;
   }();
   return schema;

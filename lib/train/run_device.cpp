@@ -118,6 +118,7 @@ RunDevice::RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch) {
   cuda_ = std::make_unique<Cuda>();
   exec_.device = Device::CUDA;  // exec_.precision: decided above
   exec_.stream = cuda_->stream.get();
+  gpu_name_ = info.name;
   line_ = fmt::format(
       "device: cuda:{} {} (sm_{}{}, {} total, {} free) on rank 0 | train.device = {}: every rank "
       "computes on GPU local_rank % visible devices ({} rank(s), {} device(s) on rank 0's node) | precision {}",

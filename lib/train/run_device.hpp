@@ -54,6 +54,8 @@ class RunDevice {
 
   const ExecContext& exec() const { return exec_; }
   Device device() const { return exec_.device; }
+  // The GPU's name as the driver reports it (cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"); "" on the CPU.
+  const std::string& gpu_name() const { return gpu_name_; }
   // Rank 0 logs one line: the auto fallback note, or the selected GPU (name, index, memory); nothing for "cpu".
   // Call it after prepare_output, so that the line also reaches train.log.
   void log() const;
@@ -61,6 +63,7 @@ class RunDevice {
  private:
   struct Cuda;  // the compute stream (CUDA builds only)
   ExecContext exec_;
+  std::string gpu_name_;
   std::string line_;
   std::unique_ptr<Cuda> cuda_;
 };

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/device_peaks.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -51,6 +52,7 @@ RunSession::RunSession(const char* app_name, const Config& deck_, const ConfigSc
       // train.device, agreed by every rank; on CUDA the GPU (local_rank % devices) and the compute stream, before the
       // ParallelContext, which builds its NCCL groups on that GPU
       device(cfg_, launch),
+      mfu_peak(resolve_mfu_peak(cfg_.log.peak_tflops, device.device(), device.gpu_name(), device.exec().precision)),
       pc(cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.order, cfg_.comm, fmt::format("deck {}", cfg_.deck_path),
          device.exec()),
       n_micro(micro_batches_per_step(cfg_, pc.dp_size())),
@@ -78,6 +80,15 @@ void log_pipeline_summary(const RunSession& run, const std::vector<parallel::Pip
 }
 
 }  // namespace
+
+MfuPeak resolve_mfu_peak(double deck_peak_tflops, Device device, const std::string& gpu_name, Precision precision) {
+  if (deck_peak_tflops > 0.0) return {deck_peak_tflops, "log.peak_tflops"};
+  if (device == Device::CPU) return {0.0, "unknown on the CPU: set log.peak_tflops"};
+  const char* prec = precision_name(precision);
+  const DevicePeaks* entry = find_device_peaks(gpu_name);
+  if (entry == nullptr) return {0.0, fmt::format("{} is not in the device table: set log.peak_tflops", gpu_name)};
+  return {entry->tflops(prec), fmt::format("{} {} dense, device table", entry->label, prec)};
+}
 
 std::optional<double> model_flops_utilization(double step_flops, double step_ms, int world_size, double peak_tflops) {
   if (peak_tflops <= 0.0) return std::nullopt;
@@ -115,6 +126,9 @@ int run_steps(RunSession& run, TrainTask& task) {
            run.n_micro, cfg.train.micro_batch, task.layout_tail());
   log_info("gradient sync: {}", grad_sync.describe());
   log_precision(ctx, scaler);
+  log_info("MFU peak: {}", run.mfu_peak.tflops > 0.0
+                               ? fmt::format("{:.1f} TFLOP/s per rank ({})", run.mfu_peak.tflops, run.mfu_peak.source)
+                               : fmt::format("n/a ({})", run.mfu_peak.source));
   if (ctx.device != Device::CPU)
     log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
              human_bytes(static_cast<double>(staging.host_bytes())));
@@ -222,7 +236,7 @@ int run_steps(RunSession& run, TrainTask& task) {
     task.record_step(s, loss, lr, ls.norm);
 
     const double rate = shape.loss_terms / (ms / 1e3);
-    const std::optional<double> mfu = model_flops_utilization(shape.flops, ms, world, cfg.log.peak_tflops);
+    const std::optional<double> mfu = model_flops_utilization(shape.flops, ms, world, run.mfu_peak.tflops);
     std::optional<EvalResult> eval;
     if ((cfg.train.eval_every > 0 ? s % cfg.train.eval_every == 0 : task.default_eval_step(s)) || s == steps)
       last_eval = eval = task.evaluate();
@@ -274,7 +288,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   // ---- the PERFORMANCE line: steady-state step time, the median over the steps after the first (warm-up) ----------
   const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
   const double rate = shape.loss_terms / (med / 1e3);
-  const std::optional<double> mfu = model_flops_utilization(shape.flops, med, world, cfg.log.peak_tflops);
+  const std::optional<double> mfu = model_flops_utilization(shape.flops, med, world, run.mfu_peak.tflops);
   const PerfColumns col = task.perf_columns(last_loss, last_eval);
   const int d = shape.rate_decimals;
   log_info("PERFORMANCE ranks {} | ms/step {}/s {}/s/rank MFU | {} | comm_exposed_ms comm_exposed_frac{}",

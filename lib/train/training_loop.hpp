@@ -23,6 +23,15 @@
 
 namespace hpct::train {
 
+// The peak MFU is measured against (docs/performance.md): log.peak_tflops when set (> 0); else, on CUDA, the figure
+// of the device table (core/device_peaks.hpp) for the GPU's name at the run's precision (bf16 dense, tf32, fp16 or
+// fp32); else unknown (the CPU, or a GPU the table does not know): tflops 0, MFU null.
+struct MfuPeak {
+  double tflops = 0.0;
+  std::string source;  // for the log: "log.peak_tflops", "H100/H200 SXM bf16 (device table)", or why unknown
+};
+MfuPeak resolve_mfu_peak(double deck_peak_tflops, Device device, const std::string& gpu_name, Precision precision);
+
 class RunSession {
  public:
   // Collective over MPI_COMM_WORLD: the launch check, train.device, the ParallelContext; then the global batch split
@@ -40,6 +49,7 @@ class RunSession {
   const RunOptions opts;
   const parallel::LaunchEnv launch;  // Slurm / launcher facts, the node-local rank
   const RunDevice device;            // declared before pc: it outlives everything that computes
+  const MfuPeak mfu_peak;            // the device's peak at this precision, for MFU
   parallel::ParallelContext pc;
   const int64_t n_micro;                         // micro-batches per step on this rank: GB / (DP x MB)
   const std::vector<parallel::Action> schedule;  // this stage's actions of a step

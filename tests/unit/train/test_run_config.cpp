@@ -83,5 +83,28 @@ TEST(Mfu, IsPerRankAgainstOneDevicesPeak) {
   EXPECT_FALSE(model_flops_utilization(3e12, 250.0, 2, 0.0).has_value());  // peak unknown: mfu = null
 }
 
+// The peak MFU is measured against: the deck's value when set, else the device table's at the run's precision on CUDA.
+TEST(Mfu, PeakPerPrecisionFromTheDeviceTableUnlessTheDeckSetsOne) {
+  const std::string h100 = "NVIDIA H100 80GB HBM3";
+  EXPECT_DOUBLE_EQ(resolve_mfu_peak(0.0, Device::CUDA, h100, Precision::BF16).tflops, 989.5);
+  EXPECT_DOUBLE_EQ(resolve_mfu_peak(0.0, Device::CUDA, h100, Precision::TF32).tflops, 494.5);
+  EXPECT_DOUBLE_EQ(resolve_mfu_peak(0.0, Device::CUDA, h100, Precision::FP16).tflops, 989.5);
+  EXPECT_DOUBLE_EQ(resolve_mfu_peak(0.0, Device::CUDA, h100, Precision::FP32).tflops, 67.0);
+  EXPECT_DOUBLE_EQ(resolve_mfu_peak(0.0, Device::CUDA, "NVIDIA H100 NVL", Precision::BF16).tflops, 835.5);
+  EXPECT_NE(resolve_mfu_peak(0.0, Device::CUDA, h100, Precision::BF16).source.find("bf16"), std::string::npos);
+  // log.peak_tflops wins, on any device
+  const MfuPeak deck = resolve_mfu_peak(123.0, Device::CUDA, h100, Precision::BF16);
+  EXPECT_DOUBLE_EQ(deck.tflops, 123.0);
+  EXPECT_EQ(deck.source, "log.peak_tflops");
+  EXPECT_DOUBLE_EQ(resolve_mfu_peak(2.5, Device::CPU, "", Precision::FP32).tflops, 2.5);
+  // unknown: the CPU, or a GPU the table lacks; the source says how to set it
+  const MfuPeak cpu = resolve_mfu_peak(0.0, Device::CPU, "", Precision::FP32);
+  EXPECT_EQ(cpu.tflops, 0.0);
+  EXPECT_NE(cpu.source.find("log.peak_tflops"), std::string::npos);
+  const MfuPeak other = resolve_mfu_peak(0.0, Device::CUDA, "Some Future GPU", Precision::BF16);
+  EXPECT_EQ(other.tflops, 0.0);
+  EXPECT_NE(other.source.find("Some Future GPU"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace hpct::train

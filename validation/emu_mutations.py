@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """How much the CUDA host emulation catches: plants one defect at a time in a kernel header of lib/kernels/cuda
-(a missing barrier, a wrong mask, a lost padding write, a tie broken the other way, a launch an H100 refuses, ...),
+(a missing barrier, a wrong mask, a lost padding write, a tie broken the other way, an out-of-bounds write, a
+launch an H100 refuses, ...),
 rebuilds the emulated test of that group and requires it to fail; then restores the header. Every mutation must be
 caught, and the unmutated tests must pass. A scratch CPU-only build (HPCT_ENABLE_CUDA=OFF: the emulation needs no
 CUDA) in --build (default build-emu-mutations) is configured once; the source tree is restored even on Ctrl-C.
@@ -42,6 +43,9 @@ MUTATIONS = [
     ("max-pool: ties go to the last maximum instead of the first",
      "cuda_resnet_kernels.cuh", "          if (v > best || arg < 0) {", "          if (v >= best || arg < 0) {",
      "test_emu_resnet", "the argmax (and dinp) differ from the CPU's bit for bit"),
+    ("scale: the grid-stride loop writes one element past the end (every value in range stays right)",
+     "cuda_core_kernels.cuh", "HPCT_GRID_STRIDE_LOOP(i, n) x[i] *= s;", "HPCT_GRID_STRIDE_LOOP(i, n + 1) x[i] *= s;",
+     "test_emu_core", "AddressSanitizer: a heap-buffer-overflow write in scale_kernel"),
     ("LayerNorm rows: a 1056-thread block (33 warps)",
      "cuda_core_kernels.cuh", "constexpr int kLnWarps = 8;", "constexpr int kLnWarps = 33;",
      "test_emu_core", "an H100 would refuse the launch (more than 1024 threads per block)"),
@@ -97,7 +101,7 @@ def main():
         caught = status == "failed"
         bad += not caught
         evidence = ""
-        for pattern in ("(a race)", "cuda_emu:", "differ", "Which is", "Failure"):
+        for pattern in ("(a race)", "cuda_emu:", "AddressSanitizer:", "differ", "Which is", "Failure"):
             evidence = next((line.strip() for line in out.splitlines() if pattern in line), "")
             if evidence:
                 break

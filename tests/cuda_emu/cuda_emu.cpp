@@ -6,6 +6,10 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,8 +43,9 @@ enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
 
 struct Fiber {
   ucontext_t ctx{};
-  char* stack = nullptr;  // usable part (a guard page below it)
-  unsigned tid = 0;       // linear thread index in the block
+  void* asan_fake_stack = nullptr;  // AddressSanitizer's record of this fiber's stack while it is switched out
+  char* stack = nullptr;            // usable part (a guard page below it)
+  unsigned tid = 0;                 // linear thread index in the block
   uint3 idx;
   State state = State::Runnable;
 };
@@ -65,12 +70,34 @@ struct Run {
   ucontext_t scheduler{};
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
-  std::string error;  // the first error raised inside a fiber
-  char* stacks = nullptr;
-  size_t stacks_bytes = 0;
-  std::vector<unsigned char> dynamic;  // dynamic shared memory (+ alignment slack)
-  unsigned char* dynamic_base = nullptr;
+  std::string error;                      // the first error raised inside a fiber
+  const void* scheduler_stack = nullptr;  // the scheduler's stack, for AddressSanitizer's fiber switches
+  size_t scheduler_stack_bytes = 0;
+  // dynamic shared memory, exactly the launch's bytes (an AddressSanitizer build reports a read or write past them)
+  std::unique_ptr<unsigned char[], void (*)(unsigned char*)> dynamic{nullptr, [](unsigned char*) {}};
+  size_t dynamic_bytes = 0;
 };
+
+// Stack switches announced to AddressSanitizer (when the emulated tests are built with it, as CI builds them): it
+// then checks the kernels' global and shared memory accesses, fiber stacks and all, instead of misreading a switch.
+// `to_fiber` / `from_fiber` bracket each swapcontext; a fiber that will never run again passes `finished`.
+#if defined(__SANITIZE_ADDRESS__)
+void asan_to_fiber(Run&, Fiber& f, void** scheduler_fake) {
+  __sanitizer_start_switch_fiber(scheduler_fake, f.stack, kStackBytes);
+}
+void asan_back_in_scheduler(void* scheduler_fake) { __sanitizer_finish_switch_fiber(scheduler_fake, nullptr, nullptr); }
+void asan_from_fiber(Run& r, Fiber& f, bool finished) {
+  __sanitizer_start_switch_fiber(finished ? nullptr : &f.asan_fake_stack, r.scheduler_stack, r.scheduler_stack_bytes);
+}
+void asan_in_fiber(Run& r, Fiber& f) {
+  __sanitizer_finish_switch_fiber(f.asan_fake_stack, &r.scheduler_stack, &r.scheduler_stack_bytes);
+}
+#else
+void asan_to_fiber(Run&, Fiber&, void**) {}
+void asan_back_in_scheduler(void*) {}
+void asan_from_fiber(Run&, Fiber&, bool) {}
+void asan_in_fiber(Run&, Fiber&) {}
+#endif
 
 Run* g_run = nullptr;
 Schedule g_schedule;
@@ -86,48 +113,59 @@ std::string thread_name(const Fiber& f) {
   return "thread (" + std::to_string(f.idx.x) + ", " + std::to_string(f.idx.y) + ", " + std::to_string(f.idx.z) + ")";
 }
 
-// Raised inside a fiber: recorded, and the fiber parks for good (its stack is discarded with the launch).
+// Unwinds a failing thread's stack to fiber_entry (its frames' destructors run), which parks the fiber for good.
+struct FiberAbort {};
+
+// Raised inside a fiber: recorded (the first error of the launch), then the thread stops.
 [[noreturn]] void fail_in_fiber(const std::string& msg) {
   Run& r = *g_run;
   if (r.error.empty())
     r.error = std::string("cuda_emu: kernel ") + r.kernel + ", " + block_name() + ", " + thread_name(*r.current) +
               ": " + msg;
-  r.current->state = State::Done;  // never resumed
-  swapcontext(&r.current->ctx, &r.scheduler);
-  std::abort();  // unreachable
+  throw FiberAbort{};
 }
 
 void yield_to_scheduler() {
   Run& r = *g_run;
   g_stats.switches++;
-  swapcontext(&r.current->ctx, &r.scheduler);
+  Fiber& f = *r.current;
+  asan_from_fiber(r, f, false);
+  swapcontext(&f.ctx, &r.scheduler);
+  asan_in_fiber(r, *r.current);
 }
 
+// The thread's body, then the checks of a thread that returns; exceptions are caught here, on the fiber's own stack
+// (unwound before the fiber parks: nothing it allocated is left behind).
 void fiber_entry() {
   Run& r = *g_run;
-  std::string thrown;
+  asan_in_fiber(r, *r.current);
   try {
-    (*r.body)();
-  } catch (const std::exception& e) {
-    thrown = e.what();  // reported outside the handler: this stack is never unwound
+    try {
+      (*r.body)();
+    } catch (const FiberAbort&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail_in_fiber(std::string("exception: ") + e.what());
+    }
+    const Fiber& f = *r.current;
+    if (r.at_barrier > 0)
+      fail_in_fiber("returned while " + std::to_string(r.at_barrier) +
+                    " other threads wait at __syncthreads (a barrier in divergent code)");
+    const Warp& w = r.warps[f.tid / 32];
+    if (w.expected & (1u << (f.tid % 32)))
+      fail_in_fiber(std::string("returned while lanes of its warp wait for it at ") + w.what);
+    r.exited++;
+  } catch (const FiberAbort&) {  // r.error says why; the scheduler throws it as an EmulationError
   }
-  if (!thrown.empty()) fail_in_fiber("exception: " + thrown);
   Fiber& f = *r.current;
-  if (r.at_barrier > 0)
-    fail_in_fiber("returned while " + std::to_string(r.at_barrier) +
-                  " other threads wait at __syncthreads (a barrier in divergent code)");
-  const unsigned warp = f.tid / 32, lane = f.tid % 32;
-  const Warp& w = r.warps[warp];
-  if (w.expected & (1u << lane))
-    fail_in_fiber(std::string("returned while lanes of its warp wait for it at ") + w.what);
-  f.state = State::Done;
-  r.exited++;
+  f.state = State::Done;  // never resumed
+  asan_from_fiber(r, f, true);
   swapcontext(&f.ctx, &r.scheduler);
 }
 
 void poison_shared(Run& r) {
   for (auto& [p, bytes] : g_static_shared) std::memset(p, 0xff, bytes);
-  std::fill(r.dynamic.begin(), r.dynamic.end(), 0xff);
+  if (r.dynamic_bytes > 0) std::memset(r.dynamic.get(), 0xff, r.dynamic_bytes);
 }
 
 unsigned lanes_of_warp(const Run& r, unsigned warp) {
@@ -182,7 +220,10 @@ std::vector<unsigned> order(unsigned n, std::mt19937_64* rng) {
 void resume(Run& r, Fiber& f) {
   r.current = &f;
   threadIdx = f.idx;
+  void* scheduler_fake = nullptr;
+  asan_to_fiber(r, f, &scheduler_fake);
   swapcontext(&r.scheduler, &f.ctx);
+  asan_back_in_scheduler(scheduler_fake);
   r.current = nullptr;
   if (!r.error.empty()) throw EmulationError(r.error);
 }
@@ -222,20 +263,23 @@ class Scheduler {
   std::vector<unsigned> priority_;
 };
 
+// A fresh context for the thread, entering fiber_entry on its stack at the first resume.
+void start_fiber(Fiber& f) {
+  f.state = State::Runnable;
+  f.asan_fake_stack = nullptr;
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack;
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, fiber_entry, 0);
+}
+
 void run_block(Run& r, std::mt19937_64* rng) {
   poison_shared(r);
   r.exited = 0;
   r.at_barrier = 0;
   for (Warp& w : r.warps) w = Warp{};
-  for (unsigned t = 0; t < r.threads; t++) {
-    Fiber& f = r.fibers[t];
-    f.state = State::Runnable;
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, fiber_entry, 0);
-  }
+  for (Fiber& f : r.fibers) start_fiber(f);
   Scheduler scheduler(r, g_schedule.kind, rng);
   while (r.exited < r.threads) {
     if (!scheduler.step()) {
@@ -326,7 +370,7 @@ bool track_static_shared(void* p, size_t bytes) {
 
 void* dynamic_shared() {
   if (g_run == nullptr) throw EmulationError("cuda_emu: dynamic shared memory used outside a launch");
-  return g_run->dynamic_base;
+  return g_run->dynamic.get();
 }
 
 void launch(const char* name, const LaunchShape& shape, const std::function<void()>& body) {
@@ -347,8 +391,11 @@ void launch(const char* name, const LaunchShape& shape, const std::function<void
   r.body = &body;
   r.threads = static_cast<unsigned>(shape.block.count());
   r.warps.resize((r.threads + 31) / 32);
-  r.dynamic.assign(static_cast<size_t>(shape.shared_bytes) + 16, 0xff);
-  r.dynamic_base = r.dynamic.data() + (16 - reinterpret_cast<uintptr_t>(r.dynamic.data()) % 16) % 16;
+  if (shape.shared_bytes > 0) {
+    r.dynamic_bytes = static_cast<size_t>(shape.shared_bytes);
+    r.dynamic = {static_cast<unsigned char*>(::operator new[](r.dynamic_bytes, std::align_val_t{16})),
+                 [](unsigned char* p) { ::operator delete[](p, std::align_val_t{16}); }};
+  }
 
   // stacks, each above a guard page (an overflow faults instead of corrupting a neighbour)
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));

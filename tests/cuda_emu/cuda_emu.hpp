@@ -21,6 +21,8 @@
 //     wait, lanes that disagree on a shuffle's mask, a mask naming an exited or absent lane, a shuffle's source lane
 //     outside the mask) is an EmulationError naming the kernel, block and threads, never a hang; a kernel that loops
 //     forever is ended by a watchdog (HPCT_EMU_WATCHDOG_S, default 300 s per launch) with a message naming it;
+//   - built with AddressSanitizer (HPCT_EMU_ASAN; the fiber switches are announced to it), an out-of-bounds access of
+//     a kernel to global memory or to static or dynamic shared memory fails the test with the kernel's source line;
 //   - every launch is checked against the H100's limits (launch_shape.hpp) and, where the CUDA build left a resource
 //     table (ptxas' registers and static shared memory per kernel, HPCT_EMU_KERNEL_RESOURCES), against those too.
 // Conversions to and from __nv_bfloat16 / __half round as the hardware does (round to nearest even, subnormals

@@ -140,6 +140,38 @@ TEST(CudaEmu, RunAheadCatchesASlotOverwrittenBeforeItIsRead) {
   EXPECT_NE(run(cuda_emu::ScheduleKind::RunAhead, false), want);
 }
 
+// Out-of-bounds accesses of a kernel, found by AddressSanitizer (the emulated tests are built with it: HPCT_EMU_ASAN)
+__global__ void read_past_global_kernel(float* out, const float* in, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i <= n) out[0] = in[i];  // `<=`: one element too far
+}
+__global__ void read_past_static_shared_kernel(float* out) {
+  HPCT_SHARED(float, tile, [32]);
+  tile[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x + 1];  // the last thread reads tile[32]
+}
+__global__ void read_past_dynamic_shared_kernel(float* out) {
+  HPCT_DYNAMIC_SHARED(float, smem);
+  smem[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = smem[threadIdx.x + 1];  // the launch has blockDim.x floats of dynamic shared memory
+}
+
+TEST(CudaEmuDeathTest, OutOfBoundsAccessesAreReported) {
+#if defined(__SANITIZE_ADDRESS__)
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  std::vector<float> in(64), out(64);
+  EXPECT_DEATH(EMU_LAUNCH(read_past_global_kernel, shape(2, 64), out.data(), in.data(), 64), "heap-buffer-overflow");
+  EXPECT_DEATH(EMU_LAUNCH(read_past_static_shared_kernel, shape(1, 32), out.data()), "global-buffer-overflow");
+  EXPECT_DEATH(EMU_LAUNCH(read_past_dynamic_shared_kernel, shape(1, 32, 32 * 4), out.data()), "heap-buffer-overflow");
+  // within bounds: no report
+  EMU_LAUNCH(read_past_global_kernel, shape(1, 32), out.data(), in.data(), 31);
+#else
+  GTEST_SKIP() << "built without AddressSanitizer (HPCT_EMU_ASAN=OFF)";
+#endif
+}
+
 TEST(CudaEmu, BarrierSeparatesWritesFromReads) {
   std::vector<float> in(512), out(512);
   for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(i);

@@ -1,7 +1,7 @@
 #pragma once
 // Helpers of the emulated kernel tests (test_emu_*.cpp): run a sequence of emulated launches under the in-order, the
 // shuffled and the run-ahead schedule, from the same initial outputs, and require bitwise-equal results (a race
-// between threads shows as a difference); compare bitwise with the CPU backend where the kernel promises it.
+// between threads shows as a difference). (kernel_test_util.hpp has the comparisons with the CPU backend.)
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda_emu.hpp"
+#include "kernel_test_util.hpp"
 
 namespace hpct::kernels::test {
 
@@ -70,17 +71,6 @@ inline ::testing::AssertionResult emulate_schedules(const std::function<void()>&
     }
   }
   for (size_t k = 0; k < outputs.size(); k++) std::memcpy(outputs[k].data, first[k].data(), outputs[k].bytes);
-  return ::testing::AssertionSuccess();
-}
-
-// Bitwise equality (NaN payloads and -0.0 included), naming the first difference.
-template <typename T>
-::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<T>& got,
-                                         const std::vector<T>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
-  for (size_t i = 0; i < got.size(); i++)
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
-      return ::testing::AssertionFailure() << what << ": element " << i << " differs: " << got[i] << " vs " << want[i];
   return ::testing::AssertionSuccess();
 }
 

@@ -33,14 +33,12 @@ namespace {
 namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
+using test::cpu_ctx;
 using test::emu_output;
 using test::emulate_schedules;
 using test::random_ints;
 using test::random_vector;
-
-const ExecContext kCpu{Device::CPU, nullptr};
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
+using test::sz;
 
 // ---- reductions --------------------------------------------------------------------------------------------------
 TEST(EmuCore, SumAtOddSizesAndAlignments) {
@@ -57,7 +55,7 @@ TEST(EmuCore, SumAtOddSizesAndAlignments) {
           },
           {emu_output("sum", got)}));
       float want = 0.0f;
-      sum(kCpu, &want, xp, n);
+      sum(cpu_ctx(), &want, xp, n);
       EXPECT_TRUE(all_close("sum", got.data(), &want, 1, 1e-6, 0.0));
     }
   }
@@ -78,8 +76,8 @@ TEST(EmuCore, SumSquaresAccumulatesInDouble) {
           },
           {emu_output("sum_squares", got)}));
       double want = 3.25;
-      sum_squares_accumulate(kCpu, &want, xp, n);
-      sum_squares_accumulate(kCpu, &want, xp, n);
+      sum_squares_accumulate(cpu_ctx(), &want, xp, n);
+      sum_squares_accumulate(cpu_ctx(), &want, xp, n);
       EXPECT_TRUE(all_close("sum_squares", got.data(), &want, 1, 1e-12, 0.0));
     }
   }
@@ -101,7 +99,7 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
     ASSERT_TRUE(emulate_schedules([&] { EMU_LAUNCH(cu::scale_kernel, cu::elementwise_shape(n), x.data(), -1.7f, n); },
                                   {emu_output("scale", x)}));
     auto want = b;
-    scale(kCpu, want.data(), -1.7f, n);
+    scale(cpu_ctx(), want.data(), -1.7f, n);
     EXPECT_TRUE(bitwise_equal("scale", x, want));
     // residual, out of place and in place
     std::vector<float> out(sz(n), 5.0f), inplace = a;
@@ -112,7 +110,7 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
         },
         {emu_output("residual", out), emu_output("residual in place", inplace)}));
     std::vector<float> want_res(sz(n));
-    residual_forward(kCpu, want_res.data(), a.data(), b.data(), n);
+    residual_forward(cpu_ctx(), want_res.data(), a.data(), b.data(), n);
     EXPECT_TRUE(bitwise_equal("residual", out, want_res));
     EXPECT_TRUE(bitwise_equal("residual in place", inplace, want_res));
     // ReLU forward and backward
@@ -124,8 +122,8 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
         },
         {emu_output("relu", relu), emu_output("drelu", drelu)}));
     std::vector<float> want_relu(sz(n)), want_drelu(sz(n));
-    relu_forward(kCpu, want_relu.data(), a.data(), n);
-    relu_backward(kCpu, want_drelu.data(), g.data(), want_relu.data(), n);
+    relu_forward(cpu_ctx(), want_relu.data(), a.data(), n);
+    relu_backward(cpu_ctx(), want_drelu.data(), g.data(), want_relu.data(), n);
     EXPECT_TRUE(bitwise_equal("relu_forward", relu, want_relu));
     EXPECT_TRUE(bitwise_equal("relu_backward", drelu, want_drelu));
   }
@@ -145,8 +143,8 @@ TEST(EmuCore, GeluForwardBackward) {
         },
         {emu_output("gelu", out), emu_output("dgelu", dinp)}));
     std::vector<float> want_out(sz(n)), want_dinp(sz(n));
-    gelu_forward(kCpu, want_out.data(), x.data(), n);
-    gelu_backward(kCpu, want_dinp.data(), x.data(), dout.data(), n);
+    gelu_forward(cpu_ctx(), want_out.data(), x.data(), n);
+    gelu_backward(cpu_ctx(), want_dinp.data(), x.data(), dout.data(), n);
     EXPECT_TRUE(all_close("gelu_forward", out, want_out, 1e-5, 1e-6));
     EXPECT_TRUE(all_close("gelu_backward", dinp, want_dinp, 1e-5, 1e-6));
   }
@@ -168,7 +166,7 @@ TEST(EmuCore, AdamwOverSeveralSteps) {
                      eps, gs, k.decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
         },
         {emu_output("params", ep), emu_output("m", em), emu_output("v", ev)}));
-    adamw_update(kCpu, p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs, t);
+    adamw_update(cpu_ctx(), p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs, t);
     EXPECT_TRUE(all_close("adamw params", ep, p, 1e-5, 1e-6));
     EXPECT_TRUE(all_close("adamw m", em, m, 1e-5, 1e-6));
     EXPECT_TRUE(all_close("adamw v", ev, v, 1e-5, 1e-6));
@@ -199,8 +197,8 @@ TEST(EmuCore, SgdInEveryMode) {
                        take, md.weight_decay, md.nesterov, gs, mode);
           },
           {emu_output("params", ep), emu_output("buf", ebuf)}));
-      sgd_update(kCpu, p.data(), g.data(), buf_ptr, n, lr, md.momentum, md.dampening, md.weight_decay, md.nesterov, gs,
-                 step == 0);
+      sgd_update(cpu_ctx(), p.data(), g.data(), buf_ptr, n, lr, md.momentum, md.dampening, md.weight_decay, md.nesterov,
+                 gs, step == 0);
       EXPECT_TRUE(all_close("sgd params step " + std::to_string(step), ep, p, 1e-5, 1e-6));
       if (buf_ptr) {
         EXPECT_TRUE(all_close("sgd buf step " + std::to_string(step), ebuf, buf, 1e-5, 1e-6));
@@ -242,8 +240,8 @@ TEST(EmuCore, EncoderForwardBackwardEqualCpuBitForBit) {
         },
         {emu_output("out", out), emu_output("dwte", e_dwte), emu_output("dwpe", e_dwpe)}));
     std::vector<float> want(N * C);
-    encoder_forward(kCpu, want.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
-    encoder_backward(kCpu, dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+    encoder_forward(cpu_ctx(), want.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+    encoder_backward(cpu_ctx(), dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
     EXPECT_TRUE(bitwise_equal("encoder_forward", out, want));
     EXPECT_TRUE(bitwise_equal("encoder_backward dwte", e_dwte, dwte));
     EXPECT_TRUE(bitwise_equal("encoder_backward dwpe", e_dwpe, dwpe));
@@ -272,10 +270,10 @@ TEST(EmuCore, EncoderVocabParallelEqualsCpuBitForBit) {
           },
           {emu_output("out", out), emu_output("dwte", e_dwte), emu_output("dwpe", e_dwpe)}));
       std::vector<float> want(N * C);
-      encoder_forward_vocab_parallel(kCpu, want.data(), inp.data(), wte_local.data(), with_wpe ? wpe.data() : nullptr,
-                                     v0, Vl, B, T, C);
-      encoder_backward_vocab_parallel(kCpu, dwte.data(), with_wpe ? dwpe.data() : nullptr, dout.data(), inp.data(), v0,
-                                      Vl, B, T, C);
+      encoder_forward_vocab_parallel(cpu_ctx(), want.data(), inp.data(), wte_local.data(),
+                                     with_wpe ? wpe.data() : nullptr, v0, Vl, B, T, C);
+      encoder_backward_vocab_parallel(cpu_ctx(), dwte.data(), with_wpe ? dwpe.data() : nullptr, dout.data(), inp.data(),
+                                      v0, Vl, B, T, C);
       EXPECT_TRUE(bitwise_equal("forward", out, want));
       EXPECT_TRUE(bitwise_equal("dwte", e_dwte, dwte));
       EXPECT_TRUE(bitwise_equal("dwpe (untouched without wpe)", e_dwpe, dwpe));
@@ -328,7 +326,7 @@ TEST(EmuCore, LayernormForward) {
           },
           {emu_output("out", out), emu_output("mean", mean), emu_output("rstd", rstd)}));
       std::vector<float> want(NC), want_mean(sz(s.N)), want_rstd(sz(s.N));
-      layernorm_forward(kCpu, want.data(), want_mean.data(), want_rstd.data(), inp.data(), w.data(),
+      layernorm_forward(cpu_ctx(), want.data(), want_mean.data(), want_rstd.data(), inp.data(), w.data(),
                         with_bias ? b.data() : nullptr, s.N, s.C);
       EXPECT_TRUE(all_close("out", out, want, 1e-5, 1e-6));
       EXPECT_TRUE(all_close("mean", mean, want_mean, 1e-5, 1e-6));
@@ -346,7 +344,7 @@ TEST(EmuCore, LayernormBackwardAccumulates) {
       const auto inp = random_vector(NC, 100, -2.0, 3.0), dout = random_vector(NC, 101);
       const auto w = random_vector(C, 102), b = random_vector(C, 103);
       std::vector<float> fwd(NC), mean(sz(s.N)), rstd(sz(s.N));
-      layernorm_forward(kCpu, fwd.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), s.N, s.C);
+      layernorm_forward(cpu_ctx(), fwd.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), s.N, s.C);
       auto dinp = random_vector(NC, 104), dw = random_vector(C, 105), db = random_vector(C, 106);  // +=
       auto e_dinp = dinp, e_dw = dw, e_db = db;
       ASSERT_TRUE(emulate_schedules(
@@ -357,7 +355,7 @@ TEST(EmuCore, LayernormBackwardAccumulates) {
                        with_bias ? e_db.data() : nullptr, dout.data(), inp.data(), mean.data(), rstd.data(), s.N, s.C);
           },
           {emu_output("dinp", e_dinp), emu_output("dweight", e_dw), emu_output("dbias", e_db)}));
-      layernorm_backward(kCpu, dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(),
+      layernorm_backward(cpu_ctx(), dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(),
                          w.data(), mean.data(), rstd.data(), s.N, s.C);
       EXPECT_TRUE(all_close("dinp", e_dinp, dinp, 1e-5, 1e-6));
       EXPECT_TRUE(all_close("dweight", e_dw, dw, 1e-6, 1e-7));

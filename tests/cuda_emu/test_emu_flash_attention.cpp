@@ -36,17 +36,15 @@ namespace {
 namespace flash = cuda::flash;
 using cuda::LaunchShape;
 using test::all_close;
+using test::cpu_ctx;
 using test::emu_output;
 using test::emulate_schedules;
 using test::random_vector;
-
-const ExecContext kCpu{Device::CPU, nullptr};
+using test::sz;
 
 // test_cuda_gpt.cpp's tolerances (kFlash*, kLse*), where they are explained
 constexpr double kFlashRtol = 1e-5, kFlashAtolRel = 1e-5;
 constexpr double kLseRtol = 1e-6, kLseAtolRel = 1e-6;
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
 // cuda_gpt.cu's attention_forward and attention_backward (without the host checks), on the emulation
 void emulated_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
@@ -91,12 +89,13 @@ TEST(EmuFlashAttention, MatchesCpuBackendAndIsRaceFree) {
     SCOPED_TRACE(name(s));
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C), n_lse = sz(int64_t{B} * NH * T),
-                 n_att = sz(attention_stats_floats(kCpu, B, T, C, NH));
+                 n_att = sz(attention_stats_floats(cpu_ctx(), B, T, C, NH));
     const auto qkv = random_vector(n_qkv, seed++, -2.0, 2.0);  // a spread of scores: non-uniform softmax
     const auto dout = random_vector(n_out, seed++);
     std::vector<float> out(n_out), att(n_att), dqkv(n_qkv), datt(n_att);
-    attention_forward(kCpu, out.data(), att.data(), qkv.data(), B, T, C, NH);
-    attention_backward(kCpu, dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C, NH);
+    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C,
+                       NH);
 
     // outputs pre-filled with garbage: every element must be written (the scratch's contents must not matter)
     auto e_out = random_vector(n_out, seed++, 1e3, 2e3), e_lse = random_vector(n_lse, seed++, 1e3, 2e3);

@@ -47,19 +47,17 @@ namespace {
 namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
+using test::cpu_ctx;
 using test::emu_output;
 using test::emulate_schedules;
 using test::EmuOutput;
 using test::random_ints;
 using test::random_vector;
-
-const ExecContext kCpu{Device::CPU, nullptr};
+using test::sz;
 
 // test_cuda_gpt.cpp's tolerances (see the header)
 constexpr double kSoftmaxRtol = 1e-5, kSoftmaxAtolRel = 1e-6;
 constexpr double kDoubleRtol = 1e-6, kDoubleAtolRel = 1e-7;
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
 // The rows `rows` of a row-major (., width) matrix.
 std::vector<float> rows_of(const std::vector<float>& m, const std::vector<int>& rows, int64_t width) {
@@ -131,7 +129,7 @@ TEST(EmuGpt, BiasGradMatchesCpuDbias) {
         {emu_output("dbias", dbias)}));
     std::vector<float> want = dbias0, dweight(sz(int64_t{OC} * C), 0.0f);
     for (const auto* d : {&dout1, &dout2})
-      matmul_backward(kCpu, nullptr, dweight.data(), want.data(), d->data(), inp.data(), weight.data(), N, C, OC);
+      matmul_backward(cpu_ctx(), nullptr, dweight.data(), want.data(), d->data(), inp.data(), weight.data(), N, C, OC);
     EXPECT_TRUE(all_close("dbias", dbias, want, kDoubleRtol, kDoubleAtolRel));
   }
 }
@@ -192,8 +190,8 @@ TEST(EmuGpt, CrossentropyMatchesCpu) {
         },
         {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
     std::vector<float> want_losses(sz(N)), want_fused(sz(N)), want_dlogits = logits;
-    crossentropy_forward(kCpu, want_losses.data(), logits.data(), targets.data(), N, V, Vp);
-    crossentropy_forward_backward(kCpu, want_fused.data(), want_dlogits.data(), targets.data(), dloss, N, V, Vp);
+    crossentropy_forward(cpu_ctx(), want_losses.data(), logits.data(), targets.data(), N, V, Vp);
+    crossentropy_forward_backward(cpu_ctx(), want_fused.data(), want_dlogits.data(), targets.data(), dloss, N, V, Vp);
     EXPECT_TRUE(all_close("losses", losses, want_losses, kSoftmaxRtol, kSoftmaxAtolRel));
     EXPECT_TRUE(all_close("fused losses", losses_fused, want_fused, kSoftmaxRtol, kSoftmaxAtolRel));
     EXPECT_TRUE(all_close("dlogits", dlogits, want_dlogits, kSoftmaxRtol, kSoftmaxAtolRel));
@@ -228,9 +226,9 @@ TEST(EmuGpt, CrossentropySmoothedMatchesCpu) {
           },
           {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
       std::vector<float> want_losses(sz(N)), want_fused(sz(N)), want_dlogits = logits;
-      crossentropy_smoothed_forward(kCpu, want_losses.data(), logits.data(), targets.data(), eps, N, K);
-      crossentropy_smoothed_forward_backward(kCpu, want_fused.data(), want_dlogits.data(), targets.data(), dloss, eps,
-                                             N, K);
+      crossentropy_smoothed_forward(cpu_ctx(), want_losses.data(), logits.data(), targets.data(), eps, N, K);
+      crossentropy_smoothed_forward_backward(cpu_ctx(), want_fused.data(), want_dlogits.data(), targets.data(), dloss,
+                                             eps, N, K);
       EXPECT_TRUE(all_close("smoothed losses", losses, want_losses, kSoftmaxRtol, kSoftmaxAtolRel));
       EXPECT_TRUE(all_close("smoothed fused losses", losses_fused, want_fused, kSoftmaxRtol, kSoftmaxAtolRel));
       EXPECT_TRUE(all_close("smoothed dlogits", dlogits, want_dlogits, kSoftmaxRtol, kSoftmaxAtolRel));
@@ -266,11 +264,11 @@ TEST(EmuGpt, CrossentropyBadTargetGivesNanRow) {
        emu_output("smoothed dlogits", sdlogits)}));
   std::vector<float> w_losses(sz(N)), w_fused(sz(N)), w_dlogits = logits;
   std::vector<float> w_slosses(sz(N)), w_sfused(sz(N)), w_sdlogits = slogits;
-  crossentropy_forward(kCpu, w_losses.data(), logits.data(), valid_targets.data(), N, V, Vp);
-  crossentropy_forward_backward(kCpu, w_fused.data(), w_dlogits.data(), valid_targets.data(), dloss, N, V, Vp);
-  crossentropy_smoothed_forward(kCpu, w_slosses.data(), slogits.data(), valid_targets.data(), eps, N, K);
-  crossentropy_smoothed_forward_backward(kCpu, w_sfused.data(), w_sdlogits.data(), valid_targets.data(), dloss, eps, N,
-                                         K);
+  crossentropy_forward(cpu_ctx(), w_losses.data(), logits.data(), valid_targets.data(), N, V, Vp);
+  crossentropy_forward_backward(cpu_ctx(), w_fused.data(), w_dlogits.data(), valid_targets.data(), dloss, N, V, Vp);
+  crossentropy_smoothed_forward(cpu_ctx(), w_slosses.data(), slogits.data(), valid_targets.data(), eps, N, K);
+  crossentropy_smoothed_forward_backward(cpu_ctx(), w_sfused.data(), w_sdlogits.data(), valid_targets.data(), dloss,
+                                         eps, N, K);
   const struct {
     const char* what;
     const std::vector<float>& got;
@@ -343,7 +341,7 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
           [&] { EMU_LAUNCH(cu::vp_local_max_kernel, cu::row_shape(N, Vr), mx.data(), slice, Vl, Vr); },
           {emu_output("max", mx)}));
       std::vector<float> want(sz(N));
-      crossentropy_vp_local_max(kCpu, want.data(), slice, v0, Vl, V, N);
+      crossentropy_vp_local_max(cpu_ctx(), want.data(), slice, v0, Vl, V, N);
       EXPECT_TRUE(bitwise_equal("vp local max", mx, want));  // a max is exact; -inf for padding only
       for (int n = 0; n < N; n++) global_max[sz(n)] = std::max(global_max[sz(n)], want[sz(n)]);
     }
@@ -362,8 +360,8 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
           },
           {emu_output("sumexp", se), emu_output("target logit", tl)}));
       std::vector<float> want_se(sz(N)), want_tl(sz(N));
-      crossentropy_vp_local_sumexp(kCpu, want_se.data(), want_tl.data(), slice, global_max.data(), targets.data(), v0,
-                                   Vl, V, N);
+      crossentropy_vp_local_sumexp(cpu_ctx(), want_se.data(), want_tl.data(), slice, global_max.data(), targets.data(),
+                                   v0, Vl, V, N);
       // a rank of padding only: exactly 0 on both sides (all_close's atol floor would be 0): the exact check
       if (v0 >= V) {
         EXPECT_TRUE(bitwise_equal("vp local sumexp (padding only)", se, want_se));
@@ -390,8 +388,8 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
           },
           {emu_output("losses", losses), emu_output("dlogits", dl)}));
       std::vector<float> want_losses(sz(N)), want_dl = slices[sz(r)];
-      crossentropy_vp_loss_backward(kCpu, want_losses.data(), want_dl.data(), global_max.data(), global_sumexp.data(),
-                                    global_tl.data(), targets.data(), dloss, v0, Vl, V, N);
+      crossentropy_vp_loss_backward(cpu_ctx(), want_losses.data(), want_dl.data(), global_max.data(),
+                                    global_sumexp.data(), global_tl.data(), targets.data(), dloss, v0, Vl, V, N);
       EXPECT_TRUE(all_close("vp losses", losses, want_losses, kDoubleRtol, kDoubleAtolRel));
       if (v0 >= V) {
         EXPECT_TRUE(bitwise_equal("vp dlogits (padding only)", dl, want_dl));  // all exactly 0
@@ -408,7 +406,7 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
         },
         {emu_output("losses", losses)}));
     std::vector<float> want(sz(N));
-    crossentropy_vp_loss(kCpu, want.data(), global_max.data(), global_sumexp.data(), global_tl.data(), N);
+    crossentropy_vp_loss(cpu_ctx(), want.data(), global_max.data(), global_sumexp.data(), global_tl.data(), N);
     EXPECT_TRUE(all_close("vp_loss", losses, want, kDoubleRtol, kDoubleAtolRel));
   }
 }
@@ -456,7 +454,7 @@ TEST(EmuGpt, CrossentropyVocabParallelComposedMatchesSerialCpu) {
       },
       outputs));
   std::vector<float> want_losses(sz(N)), want_dlogits = logits;
-  crossentropy_forward_backward(kCpu, want_losses.data(), want_dlogits.data(), targets.data(), dloss, N, V, Vp);
+  crossentropy_forward_backward(cpu_ctx(), want_losses.data(), want_dlogits.data(), targets.data(), dloss, N, V, Vp);
   std::vector<float> dlogits(logits.size());
   for (int r = 0; r < t; r++) {
     EXPECT_TRUE(all_close("vp losses vs serial (rank " + std::to_string(r) + ")", losses[sz(r)], want_losses,
@@ -480,7 +478,7 @@ TEST(EmuGpt, CrossentropyVocabParallelBadTargetGivesNanRow) {
   std::vector<float> gmax(sz(N), -INFINITY), gse(sz(N), 0.0f), gtl(sz(N), 0.0f);
   for (int r = 0; r < t; r++) {  // the valid statistics from the CPU (bad targets do not enter the max and sumexp)
     std::vector<float> m(sz(N)), se(sz(N)), tl(sz(N));
-    crossentropy_vp_local_max(kCpu, m.data(), slices[sz(r)].data(), r * Vl, Vl, V, N);
+    crossentropy_vp_local_max(cpu_ctx(), m.data(), slices[sz(r)].data(), r * Vl, Vl, V, N);
     for (int n = 0; n < N; n++) gmax[sz(n)] = std::max(gmax[sz(n)], m[sz(n)]);
   }
   std::vector<std::vector<float>> se(sz(t), std::vector<float>(sz(N))), tl = se, losses = se;
@@ -535,7 +533,7 @@ TEST(EmuGpt, VpLossOverSeveralBlocks) {
         },
         {emu_output("losses", losses)}));
     std::vector<float> want(sz(N));
-    crossentropy_vp_loss(kCpu, want.data(), gmax.data(), gse.data(), gtl.data(), N);
+    crossentropy_vp_loss(cpu_ctx(), want.data(), gmax.data(), gse.data(), gtl.data(), N);
     EXPECT_TRUE(all_close("vp_loss", losses, want, kDoubleRtol, kDoubleAtolRel));
   }
 }

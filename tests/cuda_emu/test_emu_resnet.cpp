@@ -49,18 +49,18 @@ namespace {
 namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
+using test::cpu_ctx;
 using test::emu_output;
 using test::emulate_schedules;
 using test::random_ints;
 using test::random_vector;
+using test::sz;
 using Vec = std::vector<float>;
 
-const ExecContext kCpu{Device::CPU, nullptr};
 constexpr double kRtol = 1e-5, kAtolRel = 1e-6;
 constexpr double kConvRtol = 1e-4, kConvAtolRel = 1e-4;
 constexpr float kEps = 1e-5f;
 
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
 Vec nan_vector(size_t n) { return Vec(n, NAN); }
 
 // column k of rows of `stride` floats (stats (C,3), sums (C,2))
@@ -180,15 +180,15 @@ TEST(EmuResnet, ConvBiasAndDbias) {
     const Vec inp = random_vector(s.in_size(), 11), w = random_vector(s.w_size(), 12, -0.3, 0.3);
     const Vec bias = random_vector(sz(s.OC), 13), dout = random_vector(s.out_size(), 14);
     const Vec db0 = random_vector(sz(s.OC), 16);
-    const int64_t wsf = conv2d_workspace_floats(kCpu, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    const int64_t wsf = conv2d_workspace_floats(cpu_ctx(), s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
     Vec ws(sz(std::max<int64_t>(wsf, 1)));
 
     // forward: the CPU's convolution without bias, then the bias kernel on it (cuDNN's part replaced by the CPU's)
     Vec plain(s.out_size()), biased(s.out_size());
-    conv2d_forward(kCpu, plain.data(), inp.data(), w.data(), nullptr, ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH,
-                   s.KW, s.stride, s.pad);
-    conv2d_forward(kCpu, biased.data(), inp.data(), w.data(), bias.data(), ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC,
+    conv2d_forward(cpu_ctx(), plain.data(), inp.data(), w.data(), nullptr, ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC,
                    s.KH, s.KW, s.stride, s.pad);
+    conv2d_forward(cpu_ctx(), biased.data(), inp.data(), w.data(), bias.data(), ws.data(), wsf, s.N, s.C, s.H, s.W,
+                   s.OC, s.KH, s.KW, s.stride, s.pad);
     Vec out = plain;
     ASSERT_TRUE(emulate_schedules([&] { emu_conv_bias(out.data(), bias.data(), s.N, s.OC, OHW); },
                                   {emu_output("conv out + bias", out)}));
@@ -201,8 +201,8 @@ TEST(EmuResnet, ConvBiasAndDbias) {
     Vec dbias = db0, want_db = db0, dw(s.w_size(), 0.0f);
     ASSERT_TRUE(emulate_schedules([&] { emu_conv_dbias(dbias.data(), dout.data(), s.N, s.OC, static_cast<int>(OHW)); },
                                   {emu_output("conv dbias", dbias)}));
-    conv2d_backward(kCpu, nullptr, dw.data(), want_db.data(), dout.data(), inp.data(), w.data(), ws.data(), wsf, s.N,
-                    s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    conv2d_backward(cpu_ctx(), nullptr, dw.data(), want_db.data(), dout.data(), inp.data(), w.data(), ws.data(), wsf,
+                    s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
     EXPECT_TRUE(all_close("conv dbias (+=)", dbias, want_db, kRtol, kAtolRel));
   }
 }
@@ -230,8 +230,8 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
     const Vec inp = random_vector(s.size(), 41, offset - 1.0, offset + 1.0);
     const Vec gamma = random_vector(sz(s.C), 42, 0.5, 1.5), beta = random_vector(sz(s.C), 43);
     Vec want_out(s.size()), want_stats(3 * sz(s.C)), want_mean(sz(s.C)), want_rstd(sz(s.C));
-    batchnorm2d_forward_train(kCpu, want_out.data(), want_stats.data(), want_mean.data(), want_rstd.data(), inp.data(),
-                              gamma.data(), beta.data(), s.N, s.C, s.HW, kEps);
+    batchnorm2d_forward_train(cpu_ctx(), want_out.data(), want_stats.data(), want_mean.data(), want_rstd.data(),
+                              inp.data(), gamma.data(), beta.data(), s.N, s.C, s.HW, kEps);
     Vec out = nan_vector(s.size()), stats = nan_vector(3 * sz(s.C)), mean = nan_vector(sz(s.C)),
         rstd = nan_vector(sz(s.C));
     ASSERT_TRUE(emulate_schedules(
@@ -261,7 +261,7 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
       Vec want_rm = rm, want_rv = rv;
       ASSERT_TRUE(emulate_schedules([&] { emu_bn_update_running(rm.data(), rv.data(), stats.data(), s.C, 0.1f); },
                                     {emu_output("running_mean", rm), emu_output("running_var", rv)}));
-      batchnorm2d_update_running(kCpu, want_rm.data(), want_rv.data(), want_stats.data(), s.C, 0.1f);
+      batchnorm2d_update_running(cpu_ctx(), want_rm.data(), want_rv.data(), want_stats.data(), s.C, 0.1f);
       EXPECT_TRUE(all_close("bn running_mean", rm, want_rm, kRtol, kAtolRel));
       EXPECT_TRUE(all_close("bn running_var", rv, want_rv, kRtol, kAtolRel));
     }
@@ -273,8 +273,8 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
                               kEps);
         },
         {emu_output("bn eval out", oe)}));
-    batchnorm2d_forward_eval(kCpu, want_oe.data(), inp.data(), gamma.data(), beta.data(), rm.data(), rv.data(), s.N,
-                             s.C, s.HW, kEps);
+    batchnorm2d_forward_eval(cpu_ctx(), want_oe.data(), inp.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                             s.N, s.C, s.HW, kEps);
     EXPECT_TRUE(all_close("bn eval out", oe, want_oe, kRtol, kAtolRel));
   }
 }
@@ -291,7 +291,7 @@ TEST(EmuResnet, BatchNormSyncForward) {
       inps.push_back(random_vector(sz(int64_t{Ns[r]} * C * HW), 51 + static_cast<uint32_t>(r), 19.0 + r, 21.0));
     Vec want_gathered(sz(int64_t{R} * C * 3)), gathered = nan_vector(want_gathered.size());
     for (int r = 0; r < R; r++)
-      batchnorm2d_local_stats(kCpu, want_gathered.data() + sz(int64_t{r} * C * 3), inps[r].data(), Ns[r], C, HW);
+      batchnorm2d_local_stats(cpu_ctx(), want_gathered.data() + sz(int64_t{r} * C * 3), inps[r].data(), Ns[r], C, HW);
     ASSERT_TRUE(emulate_schedules(
         [&] {
           for (int r = 0; r < R; r++)
@@ -304,7 +304,7 @@ TEST(EmuResnet, BatchNormSyncForward) {
 
     // merge the CPU's gathered rows on both sides, so that the merge itself is compared on identical inputs
     Vec want_merged(sz(C) * 3), merged = nan_vector(want_merged.size());
-    batchnorm2d_merge_stats(kCpu, want_merged.data(), want_gathered.data(), R, C);
+    batchnorm2d_merge_stats(cpu_ctx(), want_merged.data(), want_gathered.data(), R, C);
     ASSERT_TRUE(emulate_schedules([&] { emu_bn_merge_stats(merged.data(), want_gathered.data(), R, C); },
                                   {emu_output("merged", merged)}));
     EXPECT_TRUE(bitwise_equal("merged count", column(merged, 3, 0), column(want_merged, 3, 0)));
@@ -316,7 +316,7 @@ TEST(EmuResnet, BatchNormSyncForward) {
     const Vec& inp = inps.back();
     const Vec gamma = random_vector(sz(C), 55, 0.5, 1.5), beta = random_vector(sz(C), 56);
     Vec want_out(inp.size()), want_mean(sz(C)), want_rstd(sz(C));
-    batchnorm2d_forward_apply(kCpu, want_out.data(), want_mean.data(), want_rstd.data(), inp.data(), gamma.data(),
+    batchnorm2d_forward_apply(cpu_ctx(), want_out.data(), want_mean.data(), want_rstd.data(), inp.data(), gamma.data(),
                               beta.data(), want_merged.data(), N, C, HW, kEps);
     Vec out = nan_vector(inp.size()), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
     ASSERT_TRUE(emulate_schedules(
@@ -331,7 +331,7 @@ TEST(EmuResnet, BatchNormSyncForward) {
 
     Vec rm = random_vector(sz(C), 57, 19.0, 21.0), rv = random_vector(sz(C), 58, 0.5, 1.5);
     Vec want_rm = rm, want_rv = rv;
-    batchnorm2d_update_running(kCpu, want_rm.data(), want_rv.data(), want_merged.data(), C, 0.1f);
+    batchnorm2d_update_running(cpu_ctx(), want_rm.data(), want_rv.data(), want_merged.data(), C, 0.1f);
     ASSERT_TRUE(emulate_schedules([&] { emu_bn_update_running(rm.data(), rv.data(), want_merged.data(), C, 0.1f); },
                                   {emu_output("running_mean", rm), emu_output("running_var", rv)}));
     EXPECT_TRUE(all_close("sync running_mean", rm, want_rm, kRtol, kAtolRel));
@@ -348,14 +348,14 @@ TEST(EmuResnet, BatchNormPerChannelKernelsOverTwoBlocks) {
   Vec gathered(sz(3 * C * 3));
   for (int r = 0; r < 3; r++) {
     inps.push_back(random_vector(sz(int64_t{Ns[r]} * C * HW), 101 + static_cast<uint32_t>(r), -1.0 + r, 2.0 + r));
-    batchnorm2d_local_stats(kCpu, gathered.data() + sz(int64_t{r} * C * 3), inps[r].data(), Ns[r], C, HW);
+    batchnorm2d_local_stats(cpu_ctx(), gathered.data() + sz(int64_t{r} * C * 3), inps[r].data(), Ns[r], C, HW);
   }
   float* empty = gathered.data() + sz((int64_t{1} * C + 77) * 3);  // rank 1, channel 77: no values
   empty[0] = empty[1] = empty[2] = 0.0f;
   for (int R : {1, 3}) {
     SCOPED_TRACE("R=" + std::to_string(R));
     Vec want_merged(sz(C) * 3), merged = nan_vector(want_merged.size());
-    batchnorm2d_merge_stats(kCpu, want_merged.data(), gathered.data(), R, C);
+    batchnorm2d_merge_stats(cpu_ctx(), want_merged.data(), gathered.data(), R, C);
     ASSERT_TRUE(emulate_schedules([&] { emu_bn_merge_stats(merged.data(), gathered.data(), R, C); },
                                   {emu_output("merged", merged)}));
     EXPECT_TRUE(bitwise_equal("merged count", column(merged, 3, 0), column(want_merged, 3, 0)));
@@ -365,8 +365,8 @@ TEST(EmuResnet, BatchNormPerChannelKernelsOverTwoBlocks) {
     const int N = Ns[0];
     const Vec gamma = random_vector(sz(C), 105, 0.5, 1.5), beta = random_vector(sz(C), 106);
     Vec want_out(inps[0].size()), want_mean(sz(C)), want_rstd(sz(C));
-    batchnorm2d_forward_apply(kCpu, want_out.data(), want_mean.data(), want_rstd.data(), inps[0].data(), gamma.data(),
-                              beta.data(), want_merged.data(), N, C, HW, kEps);
+    batchnorm2d_forward_apply(cpu_ctx(), want_out.data(), want_mean.data(), want_rstd.data(), inps[0].data(),
+                              gamma.data(), beta.data(), want_merged.data(), N, C, HW, kEps);
     Vec out = nan_vector(inps[0].size()), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
     ASSERT_TRUE(emulate_schedules(
         [&] {
@@ -380,7 +380,7 @@ TEST(EmuResnet, BatchNormPerChannelKernelsOverTwoBlocks) {
 
     Vec rm = random_vector(sz(C), 107), rv = random_vector(sz(C), 108, 0.5, 1.5);
     Vec want_rm = rm, want_rv = rv;
-    batchnorm2d_update_running(kCpu, want_rm.data(), want_rv.data(), want_merged.data(), C, 0.1f);
+    batchnorm2d_update_running(cpu_ctx(), want_rm.data(), want_rv.data(), want_merged.data(), C, 0.1f);
     ASSERT_TRUE(emulate_schedules([&] { emu_bn_update_running(rm.data(), rv.data(), want_merged.data(), C, 0.1f); },
                                   {emu_output("running_mean", rm), emu_output("running_var", rv)}));
     EXPECT_TRUE(all_close("running_mean", rm, want_rm, kRtol, kAtolRel));
@@ -397,8 +397,8 @@ BnSaved bn_saved(const BnShape& s, uint32_t seed) {
             Vec(sz(s.C)), random_vector(s.size(), seed + 2)};
   const Vec beta = random_vector(sz(s.C), seed + 3);
   Vec out(s.size()), stats(3 * sz(s.C));
-  batchnorm2d_forward_train(kCpu, out.data(), stats.data(), b.mean.data(), b.rstd.data(), b.inp.data(), b.gamma.data(),
-                            beta.data(), s.N, s.C, s.HW, kEps);
+  batchnorm2d_forward_train(cpu_ctx(), out.data(), stats.data(), b.mean.data(), b.rstd.data(), b.inp.data(),
+                            b.gamma.data(), beta.data(), s.N, s.C, s.HW, kEps);
   return b;
 }
 
@@ -408,7 +408,7 @@ TEST(EmuResnet, BatchNormBackward) {
     const BnSaved b = bn_saved(s, 61);
     const Vec dg0 = random_vector(sz(s.C), 65), db0 = random_vector(sz(s.C), 66);
     Vec want_dinp(s.size()), want_dg = dg0, want_db = db0;
-    batchnorm2d_backward(kCpu, want_dinp.data(), want_dg.data(), want_db.data(), b.dout.data(), b.inp.data(),
+    batchnorm2d_backward(cpu_ctx(), want_dinp.data(), want_dg.data(), want_db.data(), b.dout.data(), b.inp.data(),
                          b.mean.data(), b.rstd.data(), b.gamma.data(), s.N, s.C, s.HW);
     Vec dinp = nan_vector(s.size()), dg = dg0, db = db0;
     ASSERT_TRUE(emulate_schedules(
@@ -431,8 +431,8 @@ TEST(EmuResnet, BatchNormSyncBackward) {
     const BnSaved b = bn_saved(s, 71);
     const Vec dg0 = random_vector(sz(s.C), 75), db0 = random_vector(sz(s.C), 76);
     Vec want_sums(2 * sz(s.C)), want_dg = dg0, want_db = db0;
-    batchnorm2d_backward_local_sums(kCpu, want_sums.data(), want_dg.data(), want_db.data(), b.dout.data(), b.inp.data(),
-                                    b.mean.data(), b.rstd.data(), s.N, s.C, s.HW);
+    batchnorm2d_backward_local_sums(cpu_ctx(), want_sums.data(), want_dg.data(), want_db.data(), b.dout.data(),
+                                    b.inp.data(), b.mean.data(), b.rstd.data(), s.N, s.C, s.HW);
     Vec sums = nan_vector(2 * sz(s.C)), dg = dg0, db = db0;
     ASSERT_TRUE(emulate_schedules(
         [&] {
@@ -448,7 +448,7 @@ TEST(EmuResnet, BatchNormSyncBackward) {
     const Vec global_sums = random_vector(2 * sz(s.C), 77, -5.0, 5.0);
     const int64_t global_count = 3 * static_cast<int64_t>(s.N) * s.HW;
     Vec want_dinp(s.size()), dinp = nan_vector(s.size());
-    batchnorm2d_backward_apply(kCpu, want_dinp.data(), b.dout.data(), b.inp.data(), b.mean.data(), b.rstd.data(),
+    batchnorm2d_backward_apply(cpu_ctx(), want_dinp.data(), b.dout.data(), b.inp.data(), b.mean.data(), b.rstd.data(),
                                b.gamma.data(), global_sums.data(), global_count, s.N, s.C, s.HW);
     ASSERT_TRUE(emulate_schedules(
         [&] {
@@ -488,7 +488,8 @@ TEST(EmuResnet, MaxPoolIsBitwiseTheCpus) {
       const Vec inp = ties ? test::cast_vector<float>(random_ints(n_in, 81, -3, 4)) : random_vector(n_in, 82);
       Vec want_out(n_out);
       std::vector<int32_t> want_idx(n_out);
-      maxpool2d_forward(kCpu, want_out.data(), want_idx.data(), inp.data(), s.N, s.C, s.H, s.W, s.K, s.stride, s.pad);
+      maxpool2d_forward(cpu_ctx(), want_out.data(), want_idx.data(), inp.data(), s.N, s.C, s.H, s.W, s.K, s.stride,
+                        s.pad);
       Vec out = nan_vector(n_out);
       std::vector<int32_t> idx(n_out, -7);
       ASSERT_TRUE(emulate_schedules(
@@ -499,7 +500,7 @@ TEST(EmuResnet, MaxPoolIsBitwiseTheCpus) {
 
       const Vec dout = random_vector(n_out, 83);
       Vec want_dinp(n_in), dinp = nan_vector(n_in);
-      maxpool2d_backward(kCpu, want_dinp.data(), dout.data(), want_idx.data(), s.N, s.C, s.H, s.W, s.K, s.stride,
+      maxpool2d_backward(cpu_ctx(), want_dinp.data(), dout.data(), want_idx.data(), s.N, s.C, s.H, s.W, s.K, s.stride,
                          s.pad);
       ASSERT_TRUE(emulate_schedules(
           [&] {
@@ -521,14 +522,14 @@ TEST(EmuResnet, GlobalAvgPool) {
     const size_t planes = sz(int64_t{s.N} * s.C);
     const Vec inp = random_vector(s.size(), 91, -1.0, 2.0);
     Vec want_out(planes), out = nan_vector(planes);
-    global_avgpool_forward(kCpu, want_out.data(), inp.data(), s.N, s.C, s.HW);
+    global_avgpool_forward(cpu_ctx(), want_out.data(), inp.data(), s.N, s.C, s.HW);
     ASSERT_TRUE(emulate_schedules([&] { emu_global_avgpool_forward(out.data(), inp.data(), s.N, s.C, s.HW); },
                                   {emu_output("avgpool out", out)}));
     EXPECT_TRUE(all_close("avgpool out", out, want_out, kRtol, kAtolRel));
 
     const Vec dout = random_vector(planes, 92);
     Vec want_dinp(s.size()), dinp = nan_vector(s.size());
-    global_avgpool_backward(kCpu, want_dinp.data(), dout.data(), s.N, s.C, s.HW);
+    global_avgpool_backward(cpu_ctx(), want_dinp.data(), dout.data(), s.N, s.C, s.HW);
     ASSERT_TRUE(emulate_schedules([&] { emu_global_avgpool_backward(dinp.data(), dout.data(), s.N, s.C, s.HW); },
                                   {emu_output("avgpool dinp", dinp)}));
     EXPECT_TRUE(bitwise_equal("avgpool dinp (assigned)", dinp, want_dinp));

@@ -11,16 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "kernel_test_util.hpp"
 #include "kernels/cuda/cuda_probe.hpp"
 #include "kernels/kernels.hpp"
 #include "tensor/device.hpp"
 
 namespace hpct::kernels::test {
 
-inline const ExecContext& cpu_ctx() {
-  static const ExecContext c{Device::CPU, nullptr};
-  return c;
-}
 // The default stream of the current device: the ops are stream-ordered, downloads synchronize.
 inline const ExecContext& gpu_ctx() {
   static const ExecContext c{Device::CUDA, nullptr};

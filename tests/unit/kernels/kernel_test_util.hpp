@@ -6,11 +6,34 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/exec_context.hpp"
+
 namespace hpct::kernels::test {
+
+// The CPU backend's context: the reference every backend test compares with.
+inline const ExecContext& cpu_ctx() {
+  static const ExecContext c{Device::CPU, nullptr};
+  return c;
+}
+
+inline size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+// Bitwise equality (NaN payloads and -0.0 included), naming the first difference.
+template <typename T>
+::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<T>& got,
+                                         const std::vector<T>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  for (size_t i = 0; i < got.size(); i++)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
+      return ::testing::AssertionFailure()
+             << what << ": element " << i << " differs: got " << got[i] << ", want " << want[i];
+  return ::testing::AssertionSuccess();
+}
 
 // Uniform in [lo, hi), from a fixed seed: every test is reproducible, and different seeds give different tensors.
 template <typename Real = float>

@@ -35,6 +35,7 @@ namespace hpct::kernels {
 namespace {
 
 using test::all_close;
+using test::bitwise_equal;
 using test::cpu_ctx;
 using test::DeviceBuffer;
 using test::gpu_ctx;
@@ -43,16 +44,6 @@ using test::random_vector;
 
 template <typename T>
 using DBuf = DeviceBuffer<T>;
-
-// Bitwise equality of two float vectors (NaN payloads and -0.0 included), naming the first difference.
-::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<float>& a,
-                                         const std::vector<float>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
-  for (size_t i = 0; i < a.size(); i++)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
-      return ::testing::AssertionFailure() << what << ": element " << i << " differs: " << a[i] << " vs " << b[i];
-  return ::testing::AssertionSuccess();
-}
 
 // ---- memory helpers ---------------------------------------------------------------------------------------------
 TEST(CudaCore, CopiesRoundTripAndFillZeroClearsExactlyItsRange) {

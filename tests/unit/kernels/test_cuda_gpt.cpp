@@ -42,28 +42,17 @@ namespace hpct::kernels {
 namespace {
 
 using test::all_close;
+using test::bitwise_equal;
 using test::cpu_ctx;
 using test::DeviceBuffer;
 using test::gpu_ctx;
 using test::random_ints;
 using test::random_vector;
+using test::sz;
 
 constexpr double kGemmRtol = 2e-5, kGemmAtolRel = 2e-5;
 constexpr double kSoftmaxRtol = 1e-5, kSoftmaxAtolRel = 1e-6;
 constexpr double kDoubleRtol = 1e-6, kDoubleAtolRel = 1e-7;
-
-size_t sz(int64_t n) { return static_cast<size_t>(n); }
-
-// Bitwise equality (NaN and -inf included), reporting the first difference.
-::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<float>& got,
-                                         const std::vector<float>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
-  for (size_t i = 0; i < got.size(); i++)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
-      return ::testing::AssertionFailure()
-             << what << ": element " << i << " differs: got " << got[i] << ", want " << want[i];
-  return ::testing::AssertionSuccess();
-}
 
 // ==============================================================================================================
 // Linear

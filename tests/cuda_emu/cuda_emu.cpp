@@ -23,7 +23,6 @@
 #include <memory>
 #include <numeric>
 #include <random>
-#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -101,8 +100,6 @@ void asan_in_fiber(Run&, Fiber&) {}
 
 Run* g_run = nullptr;
 Schedule g_schedule;
-Stats g_stats;
-std::set<std::string> g_launched;
 std::vector<std::pair<void*, size_t>> g_static_shared;
 
 std::string block_name() {
@@ -127,7 +124,6 @@ struct FiberAbort {};
 
 void yield_to_scheduler() {
   Run& r = *g_run;
-  g_stats.switches++;
   Fiber& f = *r.current;
   asan_from_fiber(r, f, false);
   swapcontext(&f.ctx, &r.scheduler);
@@ -353,15 +349,6 @@ Schedule set_schedule(Schedule schedule) {
   return previous;
 }
 
-Stats stats() { return g_stats; }
-void reset_stats() { g_stats = Stats{}; }
-
-std::string launched_kernels() {
-  std::string s;
-  for (const std::string& k : g_launched) s += k + "\n";
-  return s;
-}
-
 bool track_static_shared(void* p, size_t bytes) {
   g_static_shared.emplace_back(p, bytes);
   std::memset(p, 0xff, bytes);  // registered by its first use, inside a block: poisoned now
@@ -376,7 +363,6 @@ void* dynamic_shared() {
 void launch(const char* name, const LaunchShape& shape, const std::function<void()>& body) {
   if (g_run != nullptr) throw EmulationError(std::string("cuda_emu: launch of ") + name + " inside a kernel");
   const std::string base = base_name(name);
-  g_launched.insert(base);
   // the device's verdict on the launch, before running anything
   const auto& table = resource_table();
   const auto it = table.find(base);
@@ -439,9 +425,6 @@ void launch(const char* name, const LaunchShape& shape, const std::function<void
     throw;
   }
   g_run = nullptr;
-  g_stats.launches++;
-  g_stats.blocks += blocks;
-  g_stats.threads += blocks * r.threads;
 }
 
 void syncthreads() {

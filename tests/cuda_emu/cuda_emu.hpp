@@ -98,15 +98,6 @@ struct ScopedSchedule {
 // EmulationError on an invalid launch or a barrier that cannot complete.
 void launch(const char* name, const hpct::kernels::cuda::LaunchShape& shape, const std::function<void()>& body);
 
-// What the launches so far did (reset by reset_stats): for the tests of the emulation itself.
-struct Stats {
-  int64_t launches = 0, blocks = 0, threads = 0, switches = 0;
-};
-Stats stats();
-void reset_stats();
-// Every kernel name passed to launch() so far, one per line (the coverage check reads it).
-std::string launched_kernels();
-
 // shared memory
 bool track_static_shared(void* p, size_t bytes);  // registers (and poisons) a static shared array, once
 void* dynamic_shared();                           // the launch's dynamic shared memory (16-byte aligned)

@@ -122,20 +122,6 @@ using flash::kTile;
 using flash::kWarps;
 using flash::with_head_slots;
 
-// Checks a flash kernel's dynamic shared memory (shape.shared_bytes, from the geometry functions of
-// cuda_flash_attention.cuh) against the device's per-block limit, naming the head size: a clear error instead of a
-// failed launch. (HPCT_LAUNCH raises the kernel's limit when the shape opts in: above 48 KiB, the backward kernels
-// from HS = 96 on and the forward at HS = 128.)
-void check_shared_memory(const LaunchShape& shape, const char* op, int HS) {
-  int dev = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  HPCT_CHECK(shape.shared_bytes <= optin,
-             "kernels::cuda::{}: head size {} needs {} bytes of shared memory per block; device {} allows {} "
-             "(cudaDevAttrMaxSharedMemoryPerBlockOptin)",
-             op, HS, shape.shared_bytes, dev, optin);
-}
-
 // The flash grid (x = the B*NH heads, y = the tiles of 32 rows, cuda_flash_attention.cuh) fits the launch limits.
 void check_flash_grid(const char* op, int B, int T, int NH) {
   const int64_t heads = static_cast<int64_t>(B) * NH, tiles = (static_cast<int64_t>(T) + kTile - 1) / kTile;
@@ -222,7 +208,9 @@ void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float*
 //             dq = scale dS k                   per query tile, over the key tiles in order  flash::backward_dq_kernel
 // The score tiles are recomputed by both backward kernels (twice the forward's score work) so that each output
 // element is owned by one block and summed in a fixed order: deterministic without atomics. Every element of dqkv is
-// written exactly once (dq by the dq kernel; dk, dv by the dkv kernel): assigned.
+// written exactly once (dq by the dq kernel; dk, dv by the dkv kernel): assigned. Above 48 KiB of dynamic shared
+// memory (the backward kernels from HS = 96 on, the forward at HS = 128) the shapes opt in, and HPCT_LAUNCH raises
+// the kernel's limit after checking the device's maximum (cuda_common.cuh).
 // ================================================================================================================
 int64_t attention_stats_floats(const ExecContext& /*ctx*/, int B, int T, int C, int NH) {
   check_attention("attention_stats_floats", B, T, C, NH);
@@ -242,7 +230,6 @@ void attention_forward(const ExecContext& ctx, float* out, float* lse, const flo
   const cudaStream_t stream = stream_of(ctx);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    check_shared_memory(shape, "attention_forward", HS);
     HPCT_LAUNCH(flash::forward_kernel<NS>, shape, stream, out, lse, qkv, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_forward");
   });
@@ -265,10 +252,8 @@ void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, con
   const LaunchShape dkv = flash::backward_dkv_shape(B, T, NH, HS), dq = flash::backward_dq_shape(B, T, NH, HS);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    check_shared_memory(dkv, "attention_backward", HS);
     HPCT_LAUNCH(flash::backward_dkv_kernel<NS>, dkv, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dk, dv)");
-    check_shared_memory(dq, "attention_backward", HS);
     HPCT_LAUNCH(flash::backward_dq_kernel<NS>, dq, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dq)");
   });

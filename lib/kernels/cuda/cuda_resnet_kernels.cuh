@@ -42,9 +42,7 @@ constexpr int64_t kAvgPoolMaxBlocks = 65535;  // its grid cap (the plane loop st
 #define HPCT_FOR_PLANES(p, planes)                                                            \
   for (int64_t p = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; p < (planes); \
        p += static_cast<int64_t>(gridDim.y) * blockDim.y)
-#define HPCT_FOR_POSITIONS(i, len)                                                         \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (len); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+#define HPCT_FOR_POSITIONS(i, len) HPCT_GRID_STRIDE_LOOP(i, len)  // x: the positions of the plane
 
 // Calls f(offset) for every value of channel c of an (N, C, HW) tensor that this thread owns in a one-block-per-channel
 // reduction: flat index j = n*HW + i over the channel's N*HW values, j = threadIdx.x, threadIdx.x + blockDim.x, ...

@@ -48,6 +48,8 @@ namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
 using test::cpu_ctx;
+using test::cross_entropy_logits;
+using test::cross_entropy_targets;
 using test::emu_output;
 using test::emulate_schedules;
 using test::EmuOutput;
@@ -138,24 +140,6 @@ TEST(EmuGpt, BiasGradMatchesCpuDbias) {
 // Cross-entropies
 // ==============================================================================================================
 
-// Random logits (N, Vp) as in test_cuda_gpt.cpp: row 0 offset by 80 (exp overflows without the max subtraction),
-// padded columns v >= V at 1e4 (they must be masked, not merely multiplied by zero).
-std::vector<float> make_logits(int N, int V, int Vp, uint32_t seed) {
-  auto logits = random_vector(sz(int64_t{N} * Vp), seed, -4.0, 4.0);
-  for (int v = 0; v < V; v++) logits[sz(v)] += 80.0f;
-  for (int n = 0; n < N; n++)
-    for (int v = V; v < Vp; v++) logits[sz(int64_t{n} * Vp + v)] = 1e4f;
-  return logits;
-}
-
-// Targets in [0, V), with the first and the last class present.
-std::vector<int32_t> make_targets(int N, int V, uint32_t seed) {
-  auto t = random_ints(sz(N), seed, 0, V);
-  t[0] = V - 1;
-  if (N > 1) t[1] = 0;
-  return t;
-}
-
 struct VocabShape {
   int N, V, Vp;
 };
@@ -177,8 +161,8 @@ TEST(EmuGpt, CrossentropyMatchesCpu) {
     SCOPED_TRACE(name(s));
     const int N = s.N, V = s.V, Vp = s.Vp;
     const float dloss = k++ % 2 ? 0.37f : 1.0f / static_cast<float>(N);  // the mean's scale, and another
-    const auto logits = make_logits(N, V, Vp, seed++);
-    const auto targets = make_targets(N, V, seed++);
+    const auto logits = cross_entropy_logits(N, V, Vp, seed++);
+    const auto targets = cross_entropy_targets(N, V, seed++);
     auto losses = random_vector(sz(N), seed++, 1e3, 2e3), losses_fused = random_vector(sz(N), seed++, 1e3, 2e3);
     auto dlogits = logits;
     ASSERT_TRUE(emulate_schedules(
@@ -213,7 +197,7 @@ TEST(EmuGpt, CrossentropySmoothedMatchesCpu) {
       SCOPED_TRACE(std::string("N") + std::to_string(N) + "K" + std::to_string(K) + " eps " + std::to_string(eps));
       auto logits = random_vector(sz(int64_t{N} * K), seed++, -4.0, 4.0);
       for (int k = 0; k < K; k++) logits[sz(k)] += 80.0f;  // row 0: overflows without the max subtraction
-      const auto targets = make_targets(N, K, seed++);
+      const auto targets = cross_entropy_targets(N, K, seed++);
       const float dloss = 0.25f;
       auto losses = random_vector(sz(N), seed++, 1e3, 2e3), losses_fused = random_vector(sz(N), seed++, 1e3, 2e3);
       auto dlogits = logits;
@@ -243,7 +227,7 @@ TEST(EmuGpt, CrossentropyBadTargetGivesNanRow) {
   const std::vector<int32_t> targets = {3, V, -1, V - 1};  // rows 1 and 2 out of range (a padding column; negative)
   const std::vector<int32_t> valid_targets = {3, 0, 0, V - 1};
   const std::vector<int> good = {0, 3}, bad = {1, 2};
-  const auto logits = make_logits(N, V, Vp, 901);
+  const auto logits = cross_entropy_logits(N, V, Vp, 901);
   const auto slogits = random_vector(sz(int64_t{N} * K), 902, -4.0, 4.0);
   const float dloss = 0.5f, eps = 0.1f;
   std::vector<float> losses(sz(N)), losses_fused(sz(N)), dlogits = logits;
@@ -325,8 +309,8 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
   for (const VpCase& c : kVpCases) {
     SCOPED_TRACE(name(c));
     const int N = c.N, V = c.V, Vp = c.Vp, t = c.t, Vl = Vp / t;
-    const auto logits = make_logits(N, V, Vp, seed++);
-    const auto targets = make_targets(N, V, seed++);
+    const auto logits = cross_entropy_logits(N, V, Vp, seed++);
+    const auto targets = cross_entropy_targets(N, V, seed++);
     const float dloss = 1.0f / static_cast<float>(N);
     const auto slices = slices_of(logits, N, Vp, t);
 
@@ -416,8 +400,8 @@ TEST(EmuGpt, CrossentropyVocabParallelMatchesCpu) {
 // partial sums and the exp differ, ~1e-7 relative: kSoftmax*.
 TEST(EmuGpt, CrossentropyVocabParallelComposedMatchesSerialCpu) {
   const int N = 23, V = 700, Vp = 1024, t = 4, Vl = Vp / t;
-  const auto logits = make_logits(N, V, Vp, 1201);
-  const auto targets = make_targets(N, V, 1202);
+  const auto logits = cross_entropy_logits(N, V, Vp, 1201);
+  const auto targets = cross_entropy_targets(N, V, 1202);
   const float dloss = 1.0f / N;
   auto slices = slices_of(logits, N, Vp, t);
   std::vector<std::vector<float>> losses(sz(t), std::vector<float>(sz(N)));
@@ -473,7 +457,7 @@ TEST(EmuGpt, CrossentropyVocabParallelComposedMatchesSerialCpu) {
 TEST(EmuGpt, CrossentropyVocabParallelBadTargetGivesNanRow) {
   const int N = 3, V = 100, Vp = 128, t = 2, Vl = Vp / t;
   const std::vector<int32_t> targets = {5, V, -1};  // row 1: a padding column of rank 1; row 2: negative
-  const auto logits = make_logits(N, V, Vp, 1301);
+  const auto logits = cross_entropy_logits(N, V, Vp, 1301);
   auto slices = slices_of(logits, N, Vp, t);
   std::vector<float> gmax(sz(N), -INFINITY), gse(sz(N), 0.0f), gtl(sz(N), 0.0f);
   for (int r = 0; r < t; r++) {  // the valid statistics from the CPU (bad targets do not enter the max and sumexp)

@@ -53,6 +53,24 @@ inline std::vector<int32_t> random_ints(size_t n, uint32_t seed, int32_t lo, int
   return v;
 }
 
+// Logits (N, Vp) for the cross-entropy tests: uniform in [-4, 4), row 0 offset by 80 (exp overflows without the max
+// subtraction), the padded columns v >= V at 1e4 (they must be masked, not merely multiplied by zero).
+inline std::vector<float> cross_entropy_logits(int N, int V, int Vp, uint32_t seed) {
+  auto logits = random_vector(static_cast<size_t>(N) * Vp, seed, -4.0, 4.0);
+  for (int v = 0; v < V; v++) logits[static_cast<size_t>(v)] += 80.0f;
+  for (int n = 0; n < N; n++)
+    for (int v = V; v < Vp; v++) logits[static_cast<size_t>(n) * Vp + v] = 1e4f;
+  return logits;
+}
+
+// Targets in [0, V), with the last and (N > 1) the first class present.
+inline std::vector<int32_t> cross_entropy_targets(int N, int V, uint32_t seed) {
+  auto t = random_ints(static_cast<size_t>(N), seed, 0, V);
+  t[0] = V - 1;
+  if (N > 1) t[1] = 0;
+  return t;
+}
+
 template <typename To, typename From>
 std::vector<To> cast_vector(const std::vector<From>& v) {
   return std::vector<To>(v.begin(), v.end());

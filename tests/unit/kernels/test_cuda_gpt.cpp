@@ -44,6 +44,8 @@ namespace {
 using test::all_close;
 using test::bitwise_equal;
 using test::cpu_ctx;
+using test::cross_entropy_logits;
+using test::cross_entropy_targets;
 using test::DeviceBuffer;
 using test::gpu_ctx;
 using test::random_ints;
@@ -420,24 +422,6 @@ TEST(CudaGpt, BitwiseReproducible) {
 // Cross-entropies
 // ==============================================================================================================
 
-// Random logits (N, Vp) as in test_kernels_vocab_parallel.cpp: row 0 offset by 80 (exp overflows without the max
-// subtraction), padded columns v >= V at 1e4 (they must be masked, not merely multiplied by zero).
-std::vector<float> make_logits(int N, int V, int Vp, uint32_t seed) {
-  auto logits = random_vector(sz(int64_t{N} * Vp), seed, -4.0, 4.0);
-  for (int v = 0; v < V; v++) logits[sz(v)] += 80.0f;
-  for (int n = 0; n < N; n++)
-    for (int v = V; v < Vp; v++) logits[sz(int64_t{n} * Vp + v)] = 1e4f;
-  return logits;
-}
-
-// Targets in [0, V), with the first and the last class present.
-std::vector<int32_t> make_targets(int N, int V, uint32_t seed) {
-  auto t = random_ints(sz(N), seed, 0, V);
-  t[0] = V - 1;
-  if (N > 1) t[1] = 0;
-  return t;
-}
-
 struct VocabShape {
   int N, V, Vp;
 };
@@ -454,8 +438,8 @@ TEST(CudaGpt, CrossentropyForward) {
   uint32_t seed = 700;
   for (const VocabShape& s : kVocabShapes) {
     SCOPED_TRACE(name(s));
-    const auto logits = make_logits(s.N, s.V, s.Vp, seed++);
-    const auto targets = make_targets(s.N, s.V, seed++);
+    const auto logits = cross_entropy_logits(s.N, s.V, s.Vp, seed++);
+    const auto targets = cross_entropy_targets(s.N, s.V, seed++);
     std::vector<float> losses(sz(s.N));
     crossentropy_forward(cpu_ctx(), losses.data(), logits.data(), targets.data(), s.N, s.V, s.Vp);
 
@@ -472,8 +456,8 @@ TEST(CudaGpt, CrossentropyForwardBackward) {
   uint32_t seed = 800;
   for (const VocabShape& s : kVocabShapes) {
     SCOPED_TRACE(name(s));
-    const auto logits = make_logits(s.N, s.V, s.Vp, seed++);
-    const auto targets = make_targets(s.N, s.V, seed++);
+    const auto logits = cross_entropy_logits(s.N, s.V, s.Vp, seed++);
+    const auto targets = cross_entropy_targets(s.N, s.V, seed++);
     const float dloss = 1.0f / static_cast<float>(s.N);
     std::vector<float> losses(sz(s.N)), dlogits = logits;
     crossentropy_forward_backward(cpu_ctx(), losses.data(), dlogits.data(), targets.data(), dloss, s.N, s.V, s.Vp);
@@ -496,7 +480,7 @@ TEST(CudaGpt, CrossentropyForwardBackward) {
 TEST(CudaGpt, CrossentropyBadTargetGivesNaN) {
   HPCT_REQUIRE_GPU();
   const int N = 4, V = 100, Vp = 128;
-  const auto logits = make_logits(N, V, Vp, 901);
+  const auto logits = cross_entropy_logits(N, V, Vp, 901);
   std::vector<int32_t> targets = {3, V, -1, V - 1};  // rows 1 and 2 out of range (a padding column; negative)
   DeviceBuffer<float> d_logits(logits), d_losses(sz(N));
   DeviceBuffer<int32_t> d_targets(targets);
@@ -519,7 +503,7 @@ TEST(CudaGpt, CrossentropySmoothed) {
         SCOPED_TRACE("N" + std::to_string(N) + "K" + std::to_string(K) + " eps " + std::to_string(eps));
         auto logits = random_vector(sz(int64_t{N} * K), seed++, -4.0, 4.0);
         for (int k = 0; k < K; k++) logits[sz(k)] += 80.0f;  // row 0: overflows without the max subtraction
-        const auto targets = make_targets(N, K, seed++);
+        const auto targets = cross_entropy_targets(N, K, seed++);
         const float dloss = 0.25f;
         std::vector<float> losses(sz(N)), losses_fused(sz(N)), dlogits = logits;
         crossentropy_smoothed_forward(cpu_ctx(), losses.data(), logits.data(), targets.data(), eps, N, K);
@@ -559,8 +543,8 @@ TEST(CudaGpt, CrossentropyVocabParallel) {
     const int N = c.N, V = c.V, Vp = c.Vp, t = c.t, Vl = Vp / t;
     SCOPED_TRACE("N" + std::to_string(N) + "V" + std::to_string(V) + "Vp" + std::to_string(Vp) + "t" +
                  std::to_string(t));
-    const auto logits = make_logits(N, V, Vp, seed++);
-    const auto targets = make_targets(N, V, seed++);
+    const auto logits = cross_entropy_logits(N, V, Vp, seed++);
+    const auto targets = cross_entropy_targets(N, V, seed++);
     const float dloss = 1.0f / static_cast<float>(N);
     // the per-rank slices
     std::vector<std::vector<float>> slices(sz(t));
@@ -646,8 +630,8 @@ TEST(CudaGpt, CrossentropyVocabParallel) {
 TEST(CudaGpt, CrossentropyVocabParallelMatchesSerial) {
   HPCT_REQUIRE_GPU();
   const int N = 23, V = 700, Vp = 1024, t = 4, Vl = Vp / t;
-  const auto logits = make_logits(N, V, Vp, 1201);
-  const auto targets = make_targets(N, V, 1202);
+  const auto logits = cross_entropy_logits(N, V, Vp, 1201);
+  const auto targets = cross_entropy_targets(N, V, 1202);
   const float dloss = 1.0f / N;
   DeviceBuffer<float> d_full(logits), d_losses(sz(N));
   DeviceBuffer<int32_t> d_targets(targets);

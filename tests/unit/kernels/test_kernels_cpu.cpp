@@ -267,13 +267,7 @@ TEST(KernelsCpu, CrossEntropy) {
   };
   for (const CShape& s : {CShape{7, 5, 128}, CShape{67, 250, 256}, CShape{64, 256, 256}, CShape{33, 1000, 1024}}) {
     SCOPED_TRACE("N" + std::to_string(s.N) + "V" + std::to_string(s.V) + "Vp" + std::to_string(s.Vp));
-    const size_t n = static_cast<size_t>(s.N) * s.Vp;
-    auto logits = random_vector(n, 60, -4.0, 4.0);
-    // an offset of 80 on row 0 would overflow exp without the max subtraction; the padded columns hold large
-    // values, which must be ignored (masked), not only multiplied by zero
-    for (int v = 0; v < s.V; v++) logits[v] += 80.0f;
-    for (int r = 0; r < s.N; r++)
-      for (int v = s.V; v < s.Vp; v++) logits[static_cast<size_t>(r) * s.Vp + v] = 1e4f;
+    auto logits = test::cross_entropy_logits(s.N, s.V, s.Vp, 60);  // row 0 offset by 80, padding at 1e4
     const auto targets = random_ints(s.N, 61, 0, s.V);
 
     std::vector<float> losses(s.N, NAN), losses_ref(s.N);

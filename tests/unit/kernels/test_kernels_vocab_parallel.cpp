@@ -39,6 +39,7 @@ namespace {
 
 namespace ref = hpct::kernels::reference;
 using test::all_close;
+using test::cross_entropy_logits;
 using test::random_ints;
 using test::random_vector;
 
@@ -58,16 +59,6 @@ template <typename Real>
 void put_column_block(std::vector<Real>& x, const std::vector<Real>& block, int N, int Vp, int v0, int Vl) {
   for (int n = 0; n < N; n++)
     std::copy_n(block.begin() + static_cast<size_t>(n) * Vl, Vl, x.begin() + static_cast<size_t>(n) * Vp + v0);
-}
-
-// Random logits (N, Vp) as in test_kernels_cpu.cpp: row 0 offset by 80 (exp overflows without the max subtraction),
-// padded columns v >= V at 1e4 (they must be masked, not merely multiplied by zero).
-std::vector<float> make_logits(int N, int V, int Vp, uint32_t seed) {
-  auto logits = random_vector(static_cast<size_t>(N) * Vp, seed, -4.0, 4.0);
-  for (int v = 0; v < V; v++) logits[v] += 80.0f;
-  for (int n = 0; n < N; n++)
-    for (int v = V; v < Vp; v++) logits[static_cast<size_t>(n) * Vp + v] = 1e4f;
-  return logits;
 }
 
 // max_i |got_i - want_i| / max(|want_i|, floor * max|want|): the worst relative error, reported in the XML output.
@@ -312,7 +303,7 @@ TEST(KernelsVocabParallel, CrossEntropyRanksEqualSerial) {
   const int N = 67, Vp = 256;
   const float dloss = 1.0f / 37.0f;
   for (int V : {200, 256}) {
-    const auto logits = make_logits(N, V, Vp, 230 + V);
+    const auto logits = cross_entropy_logits(N, V, Vp, 230 + V);
     const auto targets = random_ints(N, 231 + V, 0, V);
     std::vector<float> losses_serial(N), losses_fwd_serial(N);
     auto dlogits_serial = logits;

@@ -5,7 +5,18 @@
 //
 // Legend: B batch, T time (sequence), C channels, OC output channels, NH heads, HS = C/NH head size,
 //         V true vocabulary, Vp padded vocabulary (multiple of 128), N = B*T rows.
-// All tensors are fp32, contiguous, row-major, on ctx.device.
+// All tensors are contiguous, row-major, on ctx.device.
+//
+// Storage types (train.precision, docs/precision.md). The ops marked `template <typename A>` exist for A = float and
+// A = bf16 (tensor/bf16.hpp); A is the type of everything a model stores between forward and backward and of the
+// parameters the op reads (under bf16: the compute copy, cast once per step from the fp32 masters by cast()):
+//   A      activations, activation gradients, logits, parameters read (weights, biases, LayerNorm/BatchNorm gains)
+//   float  parameter gradients (accumulated in fp32 across micro-batches: +=), per-row or per-channel statistics
+//          (LayerNorm mean and rstd, BatchNorm statistics, running averages), losses, every reduction's result
+// Arithmetic inside an op is fp32 for both: A = bf16 loads widen to fp32, and each output is rounded once, to nearest
+// even, when stored. GEMMs and convolutions multiply bf16 inputs with fp32 accumulation (oneDNN on the CPU, cuBLASLt /
+// cuDNN on CUDA). ctx.precision names the arithmetic of float-storage products on CUDA (tf32, fp16, below); with
+// A = bf16 it is BF16. The CPU backend accepts FP32 (A = float) and BF16 (A = bf16) and refuses TF32 and FP16.
 //
 // Gradient convention (say it once):
 //   - parameter gradients (dweight, dbias, dw, db, dwte, dwpe) are ACCUMULATED (+=), so micro-batches
@@ -17,31 +28,39 @@
 #include <vector>
 
 #include "kernels/exec_context.hpp"
+#include "tensor/bf16.hpp"
+#include "tensor/tensor.hpp"
 
 namespace hpct::kernels {
 
 // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------------------------
-void encoder_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                     const float* wte /*(Vp,C)*/, const float* wpe /*(T,C)*/, int B, int T, int C);
+template <typename A>
+void encoder_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
+                     const A* wte /*(Vp,C)*/, const A* wpe /*(T,C)*/, int B, int T, int C);
+template <typename A>
 void encoder_backward(const ExecContext& ctx, float* dwte /*(Vp,C) +=*/, float* dwpe /*(T,C) +=*/,
-                      const float* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int B, int T, int C);
+                      const A* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int B, int T, int C);
 
 // ---- LayerNorm over the last axis, eps = 1e-5 (as torch.nn.LayerNorm) --------------------------
-void layernorm_forward(const ExecContext& ctx, float* out /*(N,C)*/, float* mean /*(N)*/, float* rstd /*(N)*/,
-                       const float* inp /*(N,C)*/, const float* weight /*(C)*/, const float* bias /*(C) or null*/,
+template <typename A>
+void layernorm_forward(const ExecContext& ctx, A* out /*(N,C)*/, float* mean /*(N)*/, float* rstd /*(N)*/,
+                       const A* inp /*(N,C)*/, const A* weight /*(C)*/, const A* bias /*(C) or null*/,
                        int N, int C);
-void layernorm_backward(const ExecContext& ctx, float* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/,
-                        float* dbias /*(C) += or null*/, const float* dout /*(N,C)*/, const float* inp /*(N,C)*/,
-                        const float* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N,
+template <typename A>
+void layernorm_backward(const ExecContext& ctx, A* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/,
+                        float* dbias /*(C) += or null*/, const A* dout /*(N,C)*/, const A* inp /*(N,C)*/,
+                        const A* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N,
                         int C);
 
 // ---- Linear: out = inp @ weight^T + bias (torch.nn.Linear layout) -----------------------------
-void matmul_forward(const ExecContext& ctx, float* out /*(N,OC)*/, const float* inp /*(N,C)*/,
-                    const float* weight /*(OC,C)*/, const float* bias /*(OC) or null*/, int N, int C, int OC);
+template <typename A>
+void matmul_forward(const ExecContext& ctx, A* out /*(N,OC)*/, const A* inp /*(N,C)*/,
+                    const A* weight /*(OC,C)*/, const A* bias /*(OC) or null*/, int N, int C, int OC);
 // dinp = dout @ weight (assigned; skipped when dinp is null), dweight += dout^T @ inp, dbias += sum_n dout.
-void matmul_backward(const ExecContext& ctx, float* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/,
-                     float* dbias /*(OC) += or null*/, const float* dout /*(N,OC)*/, const float* inp /*(N,C)*/,
-                     const float* weight /*(OC,C)*/, int N, int C, int OC);
+template <typename A>
+void matmul_backward(const ExecContext& ctx, A* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/,
+                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC)*/, const A* inp /*(N,C)*/,
+                     const A* weight /*(OC,C)*/, int N, int C, int OC);
 
 // ---- causal multi-head self-attention -------------------------------------------------------
 // qkv rows hold [q (NH,HS) | k (NH,HS) | v (NH,HS)], the (3, NH, HS) row order of the fused QKV weight; out (B,T,C)
@@ -49,38 +68,46 @@ void matmul_backward(const ExecContext& ctx, float* dinp /*(N,C) or null*/, floa
 //
 // What forward keeps for backward (`stats`) and what backward needs as scratch are the backend's choice (docs/cuda.md:
 // activation and workspace sizes come from the backend); the model plans them once with the two size queries
-// for the same shape, per layer for stats and one scratch shared by all layers:
-//   CPU   stats   = the softmax probabilities (B,NH,T,T), exactly 0 above the diagonal  -> B*NH*T*T floats
-//         scratch = dprobabilities (B,NH,T,T)                                           -> B*NH*T*T floats
-//   CUDA  stats   = the log-sum-exp L (B,NH,T) of each row's scaled scores (flash attention: the T x T matrix is
-//                   never stored; backward recomputes P = exp(q k^T scale - L) tile by tile)  -> B*NH*T floats
-//         scratch = D (B,NH,T) = rowsum(dout * out) per head                           -> B*NH*T floats
-// A buffer of at least that many floats, on ctx.device; stats must survive from forward to backward; the scratch
-// contents on entry and on return are unspecified. A smaller micro-batch b <= B may use the buffers planned for B.
-int64_t attention_stats_floats(const ExecContext& ctx, int B, int T, int C, int NH);
-int64_t attention_scratch_floats(const ExecContext& ctx, int B, int T, int C, int NH);
-void attention_forward(const ExecContext& ctx, float* out /*(B,T,C)*/, float* stats /*(stats_floats)*/,
-                       const float* qkv /*(B,T,3C)*/, int B, int T, int C, int NH);
+// for the same shape and storage type, per layer for stats and one scratch shared by all layers:
+//   CPU   stats   = the softmax probabilities (B,NH,T,T) as A, exactly 0 above the diagonal -> B*NH*T*T*sizeof(A)
+//         scratch = dprobabilities (B,NH,T,T) as float (fp32 row sums in backward)       -> B*NH*T*T*4
+//   CUDA  stats   = the log-sum-exp L (B,NH,T) of each row's scaled scores, float (flash attention: the T x T matrix
+//                   is never stored; backward recomputes P = exp(q k^T scale - L) tile by tile)  -> B*NH*T*4
+//         scratch = D (B,NH,T) = rowsum(dout * out) per head, float                           -> B*NH*T*4
+// A buffer of at least that many bytes, 16-byte aligned, on ctx.device; stats must survive from forward to backward;
+// the scratch contents on entry and on return are unspecified. A smaller micro-batch b <= B may use the buffers
+// planned for B. act: the storage type A of the calls (DType::F32 or DType::BF16).
+int64_t attention_stats_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act = DType::F32);
+int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act = DType::F32);
+template <typename A>
+void attention_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, void* stats /*(stats_floats)*/,
+                       const A* qkv /*(B,T,3C)*/, int B, int T, int C, int NH);
 // dqkv assigned. out is the forward's output for this qkv (the CUDA backend's D needs it; the CPU does not read it).
-void attention_backward(const ExecContext& ctx, float* dqkv /*(B,T,3C)*/, float* scratch /*(scratch_floats)*/,
-                        const float* dout /*(B,T,C)*/, const float* qkv /*(B,T,3C)*/, const float* out /*(B,T,C)*/,
-                        const float* stats /*(stats_floats)*/, int B, int T, int C, int NH);
+template <typename A>
+void attention_backward(const ExecContext& ctx, A* dqkv /*(B,T,3C)*/, void* scratch /*(scratch_floats)*/,
+                        const A* dout /*(B,T,C)*/, const A* qkv /*(B,T,3C)*/, const A* out /*(B,T,C)*/,
+                        const void* stats /*(stats_floats)*/, int B, int T, int C, int NH);
 
 // ---- GELU, tanh approximation (torch approximate="tanh") ------------------------------------
-void gelu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n);
-void gelu_backward(const ExecContext& ctx, float* dinp /*assigned*/, const float* inp, const float* dout, int64_t n);
+template <typename A>
+void gelu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n);
+template <typename A>
+void gelu_backward(const ExecContext& ctx, A* dinp /*assigned*/, const A* inp, const A* dout, int64_t n);
 
 // ---- residual: out = a + b --------------------------------------------------------------------
-void residual_forward(const ExecContext& ctx, float* out, const float* a, const float* b, int64_t n);
+template <typename A>
+void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n);
 
 // ---- fused softmax cross-entropy over the first V of Vp logits (padded logits masked out) --------
 // losses[n] = -log softmax(logits[n, :V])[targets[n]]   (assigned). Targets must lie in [0, V).
-void crossentropy_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,Vp)*/,
+template <typename A>
+void crossentropy_forward(const ExecContext& ctx, float* losses /*(N)*/, const A* logits /*(N,Vp)*/,
                           const int32_t* targets /*(N)*/, int N, int V, int Vp);
 // Forward and backward fused, in place: on return logits holds
 //   dlogits[n, v] = dloss * (softmax(logits[n, :V])[v] - [v == targets[n]]) for v < V, and 0 for v >= V;
 // losses[n] as crossentropy_forward. dloss is the scale of each loss term (e.g. 1 / global loss terms).
-void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits /*(N,Vp) in/out*/,
+template <typename A>
+void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, A* logits /*(N,Vp) in/out*/,
                                    const int32_t* targets /*(N)*/, float dloss, int N, int V, int Vp);
 
 // ---- label-smoothed softmax cross-entropy (classifiers: K classes, no padding; torch's label_smoothing = eps) -----
@@ -88,10 +115,12 @@ void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/
 //   losses[n] = (1 - eps) (-log p[y_n]) + eps mean_k (-log p[k]) = lse - (1 - eps) z[y_n] - eps mean_k z[k]  (assigned);
 // eps = 0 gives crossentropy_forward. The fused backward leaves in logits
 //   dlogits[n, k] = dloss * (p[k] - (1 - eps) [k == y_n] - eps / K).
-void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const float* logits /*(N,K)*/,
+template <typename A>
+void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const A* logits /*(N,K)*/,
                                    const int32_t* targets /*(N)*/, float eps, int N, int K);
+template <typename A>
 void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/,
-                                            float* logits /*(N,K) in/out*/, const int32_t* targets /*(N)*/, float dloss,
+                                            A* logits /*(N,K) in/out*/, const int32_t* targets /*(N)*/, float dloss,
                                             float eps, int N, int K);
 
 // ---- vocabulary-parallel embedding and cross-entropy (Megatron VocabParallelEmbedding / vocab-parallel CE) ----
@@ -108,11 +137,13 @@ void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losse
 //   Backward: dwte_local += rows of dout for the tokens in [v0, v0+Vl) (in the serial encoder_backward's order, so
 //   the concatenation over ranks equals its dwte bit for bit); dwpe += sum_b dout on EVERY rank (not only rank 0):
 //   dout is identical on all TP ranks, so the replicated wpe gets identical gradients without an allreduce.
-void encoder_forward_vocab_parallel(const ExecContext& ctx, float* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                                    const float* wte_local /*(Vl,C)*/, const float* wpe /*(T,C) or null*/, int v0,
+template <typename A>
+void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
+                                    const A* wte_local /*(Vl,C)*/, const A* wpe /*(T,C) or null*/, int v0,
                                     int Vl, int B, int T, int C);
+template <typename A>
 void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /*(Vl,C) +=*/,
-                                     float* dwpe /*(T,C) += or null*/, const float* dout /*(B,T,C)*/,
+                                     float* dwpe /*(T,C) += or null*/, const A* dout /*(B,T,C)*/,
                                      const int32_t* inp /*(B,T)*/, int v0, int Vl, int B, int T, int C);
 
 // Vocab-parallel softmax cross-entropy over logits_local (N,Vl) = the global logit columns [v0, v0+Vl); columns
@@ -126,17 +157,20 @@ void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /
 // losses[n] = log(global_sumexp[n]) + global_max[n] - global_target_logit[n], the same on every TP rank (count it
 // once). Targets must lie in [0, V). A rank holding only padding contributes max -inf, sumexp 0, target logit 0.
 // max_out[n] = max of logits_local[n, j] over the real local columns (v0 + j < V); -inf if there are none.
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const float* logits_local /*(N,Vl)*/,
+template <typename A>
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const A* logits_local /*(N,Vl)*/,
                                int v0, int Vl, int V, int N);
 // sumexp_out[n] = sum over the real local columns of exp(logits_local[n, j] - global_max[n]);
 // target_logit_out[n] = logits_local[n, targets[n] - v0] if targets[n] is in [v0, v0+Vl), else 0 (assigned).
+template <typename A>
 void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out /*(N)*/, float* target_logit_out /*(N)*/,
-                                  const float* logits_local /*(N,Vl)*/, const float* global_max /*(N)*/,
+                                  const A* logits_local /*(N,Vl)*/, const float* global_max /*(N)*/,
                                   const int32_t* targets /*(N)*/, int v0, int Vl, int V, int N);
 // In place: on return logits_local holds, for the real local columns,
 //   dlogits[n, j] = dloss * (exp(logits[n, j] - global_max[n]) / global_sumexp[n] - [v0 + j == targets[n]]),
 // and 0 for the padded ones; losses[n] as above (assigned). The local slice of crossentropy_forward_backward.
-void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/, float* logits_local /*(N,Vl) in/out*/,
+template <typename A>
+void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/, A* logits_local /*(N,Vl) in/out*/,
                                    const float* global_max /*(N)*/, const float* global_sumexp /*(N)*/,
                                    const float* global_target_logit /*(N)*/, const int32_t* targets /*(N)*/,
                                    float dloss, int v0, int Vl, int V, int N);
@@ -159,17 +193,20 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 // same shape. A smaller workspace falls back to im2col, on fewer threads if need be; less than one thread's im2col
 // share is an error. One workspace may serve every conv layer in turn (size it for the largest); its contents
 // between calls are unspecified. HPCT_CONV=im2col in the environment forces the im2col path.
+// act: the storage type A of the calls (DType::F32 or DType::BF16).
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
-                                int pad);
-void conv2d_forward(const ExecContext& ctx, float* out /*(N,OC,OH,OW)*/, const float* inp /*(N,C,H,W)*/,
-                    const float* weight /*(OC,C,KH,KW)*/, const float* bias /*(OC) or null*/,
+                                int pad, DType act = DType::F32);
+template <typename A>
+void conv2d_forward(const ExecContext& ctx, A* out /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
+                    const A* weight /*(OC,C,KH,KW)*/, const A* bias /*(OC) or null*/,
                     float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
                     int OC, int KH, int KW, int stride, int pad);
 // dinp = conv_transpose(dout, weight) (assigned; skipped when null, e.g. the first layer), dweight += dout (*) inp,
 // dbias += sum over (n, oh, ow) of dout (skipped when null).
-void conv2d_backward(const ExecContext& ctx, float* dinp /*(N,C,H,W) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
-                     float* dbias /*(OC) += or null*/, const float* dout /*(N,OC,OH,OW)*/,
-                     const float* inp /*(N,C,H,W)*/, const float* weight /*(OC,C,KH,KW)*/,
+template <typename A>
+void conv2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
+                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/,
+                     const A* inp /*(N,C,H,W)*/, const A* weight /*(OC,C,KH,KW)*/,
                      float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
                      int OC, int KH, int KW, int stride, int pad);
 
@@ -193,57 +230,70 @@ void conv2d_backward(const ExecContext& ctx, float* dinp /*(N,C,H,W) or null*/, 
 //   2. allreduce(SUM) of local_sums over DP -> global_sums (C,2)
 //   3. batchnorm2d_backward_apply(dinp, ..., global_sums, global_count = sum over ranks of N_r*HW)
 //   dinp = gamma rstd (dout - global_sum_dout / count - xhat global_sum_dout_xhat / count).
-void batchnorm2d_forward_train(const ExecContext& ctx, float* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,
-                               float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const float* inp /*(N,C,HW)*/,
-                               const float* gamma /*(C)*/, const float* beta /*(C)*/, int N, int C, int HW, float eps);
-void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const float* inp /*(N,C,HW)*/,
+template <typename A>
+void batchnorm2d_forward_train(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,
+                               float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/,
+                               const A* gamma /*(C)*/, const A* beta /*(C)*/, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const A* inp /*(N,C,HW)*/,
                              int N, int C, int HW);
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged /*(C,3) assigned*/,
                              const float* gathered /*(R,C,3)*/, int R, int C);
 // out = (inp - mean) * rstd * gamma + beta with mean = stats mean, rstd = 1 / sqrt(M2 / count + eps);
 // save_mean, save_rstd (assigned) are what the backward needs.
-void batchnorm2d_forward_apply(const ExecContext& ctx, float* out /*(N,C,HW)*/, float* save_mean /*(C)*/,
-                               float* save_rstd /*(C)*/, const float* inp /*(N,C,HW)*/, const float* gamma /*(C)*/,
-                               const float* beta /*(C)*/, const float* stats /*(C,3) global*/, int N, int C, int HW,
+template <typename A>
+void batchnorm2d_forward_apply(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* save_mean /*(C)*/,
+                               float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/, const A* gamma /*(C)*/,
+                               const A* beta /*(C)*/, const float* stats /*(C,3) global*/, int N, int C, int HW,
                                float eps);
 // running_mean = (1 - momentum) running_mean + momentum mean; running_var likewise with M2 / (count - 1).
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean /*(C)*/, float* running_var /*(C)*/,
                                 const float* stats /*(C,3) global*/, int C, float momentum);
 // Evaluation: out = (inp - running_mean) / sqrt(running_var + eps) * gamma + beta.
-void batchnorm2d_forward_eval(const ExecContext& ctx, float* out /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
-                              const float* gamma /*(C)*/, const float* beta /*(C)*/, const float* running_mean /*(C)*/,
+template <typename A>
+void batchnorm2d_forward_eval(const ExecContext& ctx, A* out /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
+                              const A* gamma /*(C)*/, const A* beta /*(C)*/, const float* running_mean /*(C)*/,
                               const float* running_var /*(C)*/, int N, int C, int HW, float eps);
-void batchnorm2d_backward(const ExecContext& ctx, float* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
-                          float* dbeta /*(C) +=*/, const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
-                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const float* gamma /*(C)*/,
+template <typename A>
+void batchnorm2d_backward(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
+                          float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
+                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
                           int N, int C, int HW);
+template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums /*(C,2) assigned*/, float* dgamma /*(C) +=*/,
-                                     float* dbeta /*(C) +=*/, const float* dout /*(N,C,HW)*/,
-                                     const float* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
+                                     float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/,
+                                     const A* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
                                      const float* save_rstd /*(C)*/, int N, int C, int HW);
-void batchnorm2d_backward_apply(const ExecContext& ctx, float* dinp /*(N,C,HW) assigned*/,
-                                const float* dout /*(N,C,HW)*/, const float* inp /*(N,C,HW)*/,
+template <typename A>
+void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/,
+                                const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
                                 const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/,
-                                const float* gamma /*(C)*/, const float* global_sums /*(C,2)*/, int64_t global_count,
+                                const A* gamma /*(C)*/, const float* global_sums /*(C,2)*/, int64_t global_count,
                                 int N, int C, int HW);
 
 // ReLU. In place allowed (out == inp; dinp == dout). The backward reads the forward's OUTPUT (out > 0 exactly where
 // inp > 0), so an in-place forward loses nothing: dinp = dout * (out > 0) (assigned).
-void relu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n);
-void relu_backward(const ExecContext& ctx, float* dinp, const float* dout, const float* out, int64_t n);
+template <typename A>
+void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n);
+template <typename A>
+void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n);
 
 // MaxPool2d (torch semantics: padding counts as -inf, floor mode, the first maximum in row-major window order wins).
 // idx[n,c,oh,ow] = ih*W + iw of the maximum within its (H,W) plane; the backward scatters dout there (dinp assigned:
 // zeroed first, overlapping windows add up).
-void maxpool2d_forward(const ExecContext& ctx, float* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/,
-                       const float* inp /*(N,C,H,W)*/, int N, int C, int H, int W, int K, int stride, int pad);
-void maxpool2d_backward(const ExecContext& ctx, float* dinp /*(N,C,H,W)*/, const float* dout /*(N,C,OH,OW)*/,
+template <typename A>
+void maxpool2d_forward(const ExecContext& ctx, A* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/,
+                       const A* inp /*(N,C,H,W)*/, int N, int C, int H, int W, int K, int stride, int pad);
+template <typename A>
+void maxpool2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W)*/, const A* dout /*(N,C,OH,OW)*/,
                         const int32_t* idx /*(N,C,OH,OW)*/, int N, int C, int H, int W, int K, int stride, int pad);
 
 // Global average pooling (N,C,H,W) -> (N,C); backward dinp = dout / HW broadcast (assigned).
-void global_avgpool_forward(const ExecContext& ctx, float* out /*(N,C)*/, const float* inp /*(N,C,HW)*/, int N, int C,
+template <typename A>
+void global_avgpool_forward(const ExecContext& ctx, A* out /*(N,C)*/, const A* inp /*(N,C,HW)*/, int N, int C,
                             int HW);
-void global_avgpool_backward(const ExecContext& ctx, float* dinp /*(N,C,HW)*/, const float* dout /*(N,C)*/, int N,
+template <typename A>
+void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N,
                              int C, int HW);
 
 // ---- reductions and optimizer ---------------------------------------------------------------
@@ -260,6 +310,11 @@ void scale(const ExecContext& ctx, float* x, float s, int64_t n);
 // grad_scale first (e.g. the clipping factor).
 void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+
+// ---- storage-type conversions on ctx.device (the bf16 compute copy of the parameters; tests) ----------------
+// dst[i] = src[i] rounded to nearest even (bf16.hpp); the other way exactly.
+void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n);
+void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n);
 
 // ---- memory helpers on ctx.device ------------------------------------------------------------
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);

@@ -9,6 +9,7 @@ size_t dtype_size(DType t) {
     case DType::F64: return 8;
     case DType::I64: return 8;
     case DType::U8: return 1;
+    case DType::BF16: return 2;
   }
   return 0;
 }
@@ -19,6 +20,7 @@ const char* dtype_name(DType t) {
     case DType::F64: return "f64";
     case DType::I64: return "i64";
     case DType::U8: return "u8";
+    case DType::BF16: return "bf16";
   }
   return "?";
 }

@@ -5,14 +5,17 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
+#include "tensor/bf16.hpp"
 #include "tensor/device.hpp"
 
 namespace hpct {
 
-enum class DType { F32, I32, F64, I64, U8 };
+// BF16: bf16.hpp (activations under train.precision = bf16; never parameters, gradients or optimizer state).
+enum class DType { F32, I32, F64, I64, U8, BF16 };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
@@ -32,6 +35,20 @@ struct Tensor {
   int32_t* i32() { return typed<int32_t>(DType::I32); }
   const int32_t* i32() const { return const_cast<Tensor*>(this)->typed<int32_t>(DType::I32); }
   double* f64() { return typed<double>(DType::F64); }
+  bf16* b16() { return typed<bf16>(DType::BF16); }
+  const bf16* b16() const { return const_cast<Tensor*>(this)->typed<bf16>(DType::BF16); }
+  // The storage as A (float or bf16), checked against dtype: the precision-generic model code reads activations so.
+  template <typename A>
+  A* as() {
+    if constexpr (std::is_same_v<A, float>)
+      return f32();
+    else
+      return b16();
+  }
+  template <typename A>
+  const A* as() const {
+    return const_cast<Tensor*>(this)->as<A>();
+  }
 
  private:
   template <typename T>

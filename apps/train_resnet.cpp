@@ -11,6 +11,7 @@
 #include "data/image_dataset.hpp"
 #include "models/resnet/resnet.hpp"
 #include "train/resnet_deck.hpp"
+#include "train/run_device.hpp"
 #include "train/resnet_trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -42,16 +43,20 @@ int main(int argc, char** argv) {
       const auto ds = hpct::data::ImageDataset::open(hpct::train::resolve_data_path(deck.get_string("data.train")));
       const auto cfg = hpct::train::resnet_model_config(deck, ds.channels(), ds.height(), ds.width(), ds.num_classes());
       const int mb = static_cast<int>(deck.get_int("train.micro_batch"));
-      const auto m = hpct::resnet::memory_plan(cfg, mb);
+      // activations at their stored size: bf16 under train.precision = bf16 on either backend
+      const hpct::DType act =
+          hpct::train::activation_dtype(hpct::parse_precision(deck.get_string("train.precision")));
+      const auto m = hpct::resnet::memory_plan(cfg, mb, act);
       std::printf("plan: %s | ResNet-%d (%s) on %dx%dx%d, %d classes | %lld parameters | %.3f GFLOP/image forward\n",
                   deck.deck_path().c_str(), cfg.depth, cfg.style.c_str(), cfg.in_channels, cfg.height, cfg.width,
                   cfg.num_classes, static_cast<long long>(m.num_params),
                   hpct::resnet::forward_flops_per_image(cfg) / 1e9);
-      std::printf("micro_batch %d: params %s | grads %s | BN buffers %s | momentum %s (1/DP with ZeRO-1) | activations "
-                  "%s | activation grads %s | conv workspace %s | total %s\n",
+      std::printf("micro_batch %d: params %s | grads %s | BN buffers %s | momentum %s (1/DP with ZeRO-1) | bf16 "
+                  "compute copy %s | activations %s (%s) | activation grads %s | conv workspace %s | total %s\n",
                   mb, hpct::human_bytes(m.param_bytes).c_str(), hpct::human_bytes(m.grad_bytes).c_str(),
                   hpct::human_bytes(m.buffer_bytes).c_str(), hpct::human_bytes(m.param_bytes).c_str(),
-                  hpct::human_bytes(m.activation_bytes).c_str(), hpct::human_bytes(m.activation_grad_bytes).c_str(),
+                  hpct::human_bytes(m.compute_param_bytes).c_str(), hpct::human_bytes(m.activation_bytes).c_str(),
+                  hpct::dtype_name(act), hpct::human_bytes(m.activation_grad_bytes).c_str(),
                   hpct::human_bytes(m.workspace_bytes).c_str(), hpct::human_bytes(m.total() + m.param_bytes).c_str());
       if (plan_json) {
         // FLOPs as the trainer counts them (docs/performance.md): 3 x forward per image, x global_batch per step
@@ -61,11 +66,13 @@ int main(int argc, char** argv) {
         const std::string line = fmt::format(
             R"({{"plan":{{"app":"train_resnet","deck":{},"depth":{},"style":{},"image":[{},{},{}],"num_classes":{},)"
             R"("micro_batch":{},"global_batch":{},"parameters":{},"flops_per_image_forward":{},)"
-            R"("flops_per_image_training":{},"training_flops_per_step":{},"memory_bytes":{},"device":{},)"
+            R"("flops_per_image_training":{},"training_flops_per_step":{},"memory_bytes":{},)"
+            R"("activation_bytes":{},"activation_dtype":{},"device":{},)"
             R"("precision":{},{},"log_peak_tflops":{}}}}})",
             hpct::json_quote(deck.deck_path()), cfg.depth, hpct::json_quote(cfg.style), cfg.in_channels, cfg.height,
             cfg.width, cfg.num_classes, mb, gb, m.num_params, hpct::resnet::forward_flops_per_image(cfg), train_fpi,
             train_fpi * static_cast<double>(gb), m.total() + m.param_bytes,
+            m.activation_bytes + m.activation_grad_bytes, hpct::json_quote(hpct::dtype_name(act)),
             hpct::json_quote(deck.get_string("train.device")), hpct::json_quote(precision),
             hpct::peak_json_members(device_name, precision), deck.get_float("log.peak_tflops"));
         std::printf("%s\n", line.c_str());

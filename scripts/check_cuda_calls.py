@@ -72,6 +72,10 @@ KEEP_FOREVER = [
     ("lib/kernels/cuda/cuda_gpt.cu", r"cublasCreate",
      "one cuBLAS handle per device for the process's lifetime: destroying it from a static destructor can run after "
      "the CUDA runtime is torn down (cuda_gpt.cu, cublas_handle)"),
+    ("lib/kernels/cuda/cuda_gpt.cu", r"cudaMalloc",
+     "one cuBLASLt workspace per device for the process's lifetime, like the cuBLAS handle it serves (cuda_gpt.cu, "
+     "lt_workspace): allocated at the first bf16 GEMM, never in the step loop; a static destructor's cudaFree could "
+     "run after the CUDA runtime is torn down"),
     ("lib/kernels/cuda/cuda_resnet.cu", r"cudnnCreate\w*",
      "per-thread cuDNN handles and per-shape descriptor caches, never destroyed for the same reason (the header "
      "comment of cuda_resnet.cu; PyTorch leaks its handles likewise)"),

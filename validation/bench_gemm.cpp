@@ -12,13 +12,23 @@
 // OpenBLAS's (max |diff| / max |C| < 1e-5, else the case counts as wrong).
 // Last, the GEMM time of one GPT step (L = 4 layers: 4 x each per-layer GEMM + the logits) per library.
 //
-// Usage: OMP_NUM_THREADS=2 bench_gemm [--reps N]
-// Output ends in `VERDICT: <library> fastest on the GPT step GEMMs (x.xx ms vs ...)`.
+// --bf16: the backend's Linear layer (kernels::matmul_forward / matmul_backward, bias and dbias included) on the same
+// shapes in fp32 and in bf16 (oneDNN's bf16 matmul where the CPU has bf16 instructions, cpu/cpu_matmul_dnnl.hpp; run
+// with HPCT_BF16_GEMM=fp32 for the fallback), ms per call and per GPT step.
+// --gpt-step: one training step of inputs/bench_gpt.toml's GPT (L=4, C=256, NH=4, T=256, B=8, vocabulary 256) as the
+// kernel calls lib/models/gpt makes (bf16: the compute copy cast from the fp32 masters; forward, fused cross-entropy,
+// backward, gradient norm, AdamW), in fp32 and in bf16, alternated, median over --steps steps, with the per-op profile
+// (kernels::profile_enable). No data loading, no trainer: the kernels' share of a step.
+//
+// Usage: OMP_NUM_THREADS=2 bench_gemm [--reps N] [--bf16] [--gpt-step [--steps N]]
+// Output ends in `VERDICT: <library> fastest on the GPT step GEMMs (x.xx ms vs ...)`; with --bf16 / --gpt-step in
+// `VERDICT: bf16 x.xx times faster than fp32 on ...`.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +36,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #ifdef HPCT_HAVE_DNNL
@@ -33,6 +44,7 @@
 #endif
 
 #include "kernels/cpu/cpu_gemm.hpp"
+#include "kernels/kernels.hpp"
 
 namespace {
 
@@ -114,18 +126,327 @@ std::string cpu_model() {
 
 double gflops(const Case& c, double s) { return 2.0 * c.M * c.N * c.K / s * 1e-9; }
 
+namespace k = hpct::kernels;
+using hpct::bf16;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+template <typename A>
+std::vector<A> random_as(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<A> v(n);
+  for (auto& x : v) x = hpct::from_f32<A>(dist(gen));
+  return v;
+}
+
+// ---- --bf16: the Linear layer in fp32 and bf16 -----------------------------------------------------------------
+struct Linear {
+  const char* name;
+  int C, OC, per_step;
+};
+const Linear kLinears[] = {
+    {"qkv     256->768", 256, 768, 4},  {"attproj 256->256", 256, 256, 4}, {"fc      256->1024", 256, 1024, 4},
+    {"fcproj 1024->256", 1024, 256, 4}, {"logits  256->256", 256, 256, 1},
+};
+
+template <typename A>
+void time_linear(const Linear& l, int N, int reps, double& fwd_ms, double& bwd_ms) {
+  const hpct::ExecContext ctx{hpct::Device::CPU, nullptr,
+                              std::is_same_v<A, float> ? hpct::Precision::FP32 : hpct::Precision::BF16};
+  const auto inp = random_as<A>(static_cast<size_t>(N) * l.C, 1), w = random_as<A>(static_cast<size_t>(l.OC) * l.C, 2);
+  const auto b = random_as<A>(l.OC, 3), dout = random_as<A>(static_cast<size_t>(N) * l.OC, 4);
+  std::vector<A> out(static_cast<size_t>(N) * l.OC), dinp(inp.size());
+  std::vector<float> dw(w.size()), db(l.OC);
+  fwd_ms = time_it([&] { k::matmul_forward(ctx, out.data(), inp.data(), w.data(), b.data(), N, l.C, l.OC); }, reps)
+               .median_s *
+           1e3;
+  bwd_ms = time_it(
+               [&] {
+                 k::matmul_backward(ctx, dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, l.C,
+                                    l.OC);
+               },
+               reps)
+               .median_s *
+           1e3;
+}
+
+int bench_bf16_linear(int reps) {
+  const int N = 2048;
+  std::printf("# bench_gemm --bf16: kernels::matmul_forward / matmul_backward (dinp, dweight +=, dbias +=), N=%d rows, "
+              "ms median of %d after 5 warm-up calls\n# cpu: %s | OpenMP threads: %d\n# bf16: %s\n",
+              N, reps, cpu_model().c_str(), omp_get_max_threads(), k::cpu_bf16_arithmetic().c_str());
+  std::printf("%-18s %9s %9s %9s %9s | %7s %7s\n", "layer", "fp32 fwd", "bf16 fwd", "fp32 bwd", "bf16 bwd", "x fwd",
+              "x bwd");
+  double step32 = 0, step16 = 0;
+  for (const Linear& l : kLinears) {
+    double f32, b32, f16, b16;
+    time_linear<float>(l, N, reps, f32, b32);
+    time_linear<bf16>(l, N, reps, f16, b16);
+    step32 += l.per_step * (f32 + b32);
+    step16 += l.per_step * (f16 + b16);
+    std::printf("%-18s %9.3f %9.3f %9.3f %9.3f | %7.2f %7.2f\n", l.name, f32, f16, b32, b16, f32 / f16, b32 / b16);
+  }
+  std::printf("\nLinear layers of one GPT step (L=4, fwd + bwd), ms: fp32 %.2f, bf16 %.2f\n", step32, step16);
+  std::printf("VERDICT: bf16 %.2f times faster than fp32 on the GPT step's Linear layers (%.2f ms vs %.2f ms)\n",
+              step32 / step16, step16, step32);
+  return 0;
+}
+
+// ---- --gpt-step: the kernel calls of one GPT training step -------------------------------------------------------
+// Shapes and call sequence of lib/models/gpt/gpt.cpp (serial: TP = PP = 1), bench_gpt.toml's model.
+struct GptShape {
+  int L = 4, C = 256, NH = 4, T = 256, B = 8, V = 256, Vp = 256;
+};
+
+template <typename A>
+class GptStep {
+ public:
+  explicit GptStep(const GptShape& s)
+      : s_(s),
+        ctx_{hpct::Device::CPU, nullptr, std::is_same_v<A, float> ? hpct::Precision::FP32 : hpct::Precision::BF16} {
+    const int C = s.C, L = s.L;
+    const int64_t N = int64_t{s.B} * s.T;
+    // parameters, in one flat fp32 master array (the optimizer's view) and its compute copy (A)
+    auto add = [&](int64_t n) {
+      const int64_t off = nparams_;
+      nparams_ += n;
+      return off;
+    };
+    wte_ = add(int64_t{s.Vp} * C), wpe_ = add(int64_t{s.T} * C);
+    for (int l = 0; l < L; l++) {
+      Layer y;
+      y.ln1w = add(C), y.ln1b = add(C), y.qkvw = add(3 * int64_t{C} * C), y.qkvb = add(3 * C);
+      y.projw = add(int64_t{C} * C), y.projb = add(C), y.ln2w = add(C), y.ln2b = add(C);
+      y.fcw = add(4 * int64_t{C} * C), y.fcb = add(4 * C), y.fcprojw = add(4 * int64_t{C} * C), y.fcprojb = add(C);
+      layers_.push_back(y);
+    }
+    lnfw_ = add(C), lnfb_ = add(C);
+    master_ = random_as<float>(static_cast<size_t>(nparams_), 1, 0.05f);
+    for (const Layer& y : layers_)
+      for (int64_t i = 0; i < C; i++) master_[y.ln1w + i] = master_[y.ln2w + i] = 1.0f;
+    for (int64_t i = 0; i < C; i++) master_[lnfw_ + i] = 1.0f;
+    grad_.assign(master_.size(), 0.0f);
+    m_.assign(master_.size(), 0.0f);
+    v_.assign(master_.size(), 0.0f);
+    if constexpr (std::is_same_v<A, float>) {
+      compute_ = nullptr;
+    } else {
+      copy_.resize(master_.size());
+      compute_ = copy_.data();
+    }
+    // activations (A), per layer as the model keeps them
+    auto act = [&](int64_t n) { return std::vector<A>(static_cast<size_t>(n)); };
+    const int64_t stats = k::attention_stats_bytes(ctx_, s.B, s.T, C, s.NH, act_dtype()) / int64_t{sizeof(A)};
+    for (int l = 0; l <= L; l++) res_.push_back(act(N * C));  // res_[0] = encoded, res_[l+1] = residual3 of layer l
+    for (int l = 0; l < L; l++) {
+      Acts a;
+      a.ln1 = act(N * C), a.qkv = act(3 * N * C), a.atty = act(N * C), a.att = act(stats), a.res2 = act(N * C);
+      a.ln2 = act(N * C), a.fch = act(4 * N * C), a.fch_gelu = act(4 * N * C);
+      a.ln1_mean.resize(N), a.ln1_rstd.resize(N), a.ln2_mean.resize(N), a.ln2_rstd.resize(N);
+      acts_.push_back(std::move(a));
+    }
+    lnf_ = act(N * C), logits_ = act(N * s.Vp), scratch_ = act(N * C), dres_ = act(N * C), dln_ = act(N * C);
+    datty_ = act(N * C), dqkv_ = act(3 * N * C), dfch_ = act(4 * N * C), dfch_gelu_ = act(4 * N * C);
+    lnf_mean_.resize(N), lnf_rstd_.resize(N), losses_.resize(N);
+    att_scratch_.resize(static_cast<size_t>(k::attention_scratch_bytes(ctx_, s.B, s.T, C, s.NH, act_dtype()) / 4));
+    std::mt19937 gen(7);
+    std::uniform_int_distribution<int> tok(0, s.V - 1);
+    inputs_.resize(N), targets_.resize(N);
+    for (auto& t : inputs_) t = tok(gen);
+    for (auto& t : targets_) t = tok(gen);
+  }
+
+  // one optimizer step; returns the mean loss
+  double step(int t) {
+    const int C = s_.C, T = s_.T, B = s_.B, NH = s_.NH, L = s_.L;
+    const int N = B * T;
+    const int64_t NC = int64_t{N} * C;
+    const A* p = params();
+    if constexpr (!std::is_same_v<A, float>) k::cast(ctx_, copy_.data(), master_.data(), nparams_);
+    k::fill_zero(ctx_, grad_.data(), nparams_ * 4);
+    float* g = grad_.data();
+    // forward
+    k::encoder_forward(ctx_, res_[0].data(), inputs_.data(), p + wte_, p + wpe_, B, T, C);
+    for (int l = 0; l < L; l++) {
+      const Layer& y = layers_[l];
+      Acts& a = acts_[l];
+      const A* residual = res_[l].data();
+      k::layernorm_forward(ctx_, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual, p + y.ln1w, p + y.ln1b,
+                           N, C);
+      k::matmul_forward(ctx_, a.qkv.data(), a.ln1.data(), p + y.qkvw, p + y.qkvb, N, C, 3 * C);
+      k::attention_forward(ctx_, a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
+      k::matmul_forward(ctx_, scratch_.data(), a.atty.data(), p + y.projw, p + y.projb, N, C, C);
+      k::residual_forward(ctx_, a.res2.data(), residual, scratch_.data(), NC);
+      k::layernorm_forward(ctx_, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + y.ln2w,
+                           p + y.ln2b, N, C);
+      k::matmul_forward(ctx_, a.fch.data(), a.ln2.data(), p + y.fcw, p + y.fcb, N, C, 4 * C);
+      k::gelu_forward(ctx_, a.fch_gelu.data(), a.fch.data(), 4 * NC);
+      k::matmul_forward(ctx_, scratch_.data(), a.fch_gelu.data(), p + y.fcprojw, p + y.fcprojb, N, 4 * C, C);
+      k::residual_forward(ctx_, res_[l + 1].data(), a.res2.data(), scratch_.data(), NC);
+    }
+    k::layernorm_forward(ctx_, lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_[L].data(), p + lnfw_, p + lnfb_, N,
+                         C);
+    k::matmul_forward(ctx_, logits_.data(), lnf_.data(), p + wte_, static_cast<const A*>(nullptr), N, C, s_.Vp);
+    k::crossentropy_forward_backward(ctx_, losses_.data(), logits_.data(), targets_.data(), 1.0f / N, N, s_.V, s_.Vp);
+    // backward
+    k::matmul_backward(ctx_, dln_.data(), g + wte_, nullptr, logits_.data(), lnf_.data(), p + wte_, N, C, s_.Vp);
+    k::fill_zero(ctx_, dres_.data(), NC * int64_t{sizeof(A)});
+    k::layernorm_backward(ctx_, dres_.data(), g + lnfw_, g + lnfb_, dln_.data(), res_[L].data(), p + lnfw_,
+                          lnf_mean_.data(), lnf_rstd_.data(), N, C);
+    for (int l = L - 1; l >= 0; l--) {
+      const Layer& y = layers_[l];
+      Acts& a = acts_[l];
+      k::matmul_backward(ctx_, dfch_gelu_.data(), g + y.fcprojw, g + y.fcprojb, dres_.data(), a.fch_gelu.data(),
+                         p + y.fcprojw, N, 4 * C, C);
+      k::gelu_backward(ctx_, dfch_.data(), a.fch.data(), dfch_gelu_.data(), 4 * NC);
+      k::matmul_backward(ctx_, dln_.data(), g + y.fcw, g + y.fcb, dfch_.data(), a.ln2.data(), p + y.fcw, N, C, 4 * C);
+      k::layernorm_backward(ctx_, dres_.data(), g + y.ln2w, g + y.ln2b, dln_.data(), a.res2.data(), p + y.ln2w,
+                            a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+      k::matmul_backward(ctx_, datty_.data(), g + y.projw, g + y.projb, dres_.data(), a.atty.data(), p + y.projw, N, C,
+                         C);
+      k::attention_backward(ctx_, dqkv_.data(), att_scratch_.data(), datty_.data(), a.qkv.data(), a.atty.data(),
+                            a.att.data(), B, T, C, NH);
+      k::matmul_backward(ctx_, dln_.data(), g + y.qkvw, g + y.qkvb, dqkv_.data(), a.ln1.data(), p + y.qkvw, N, C,
+                         3 * C);
+      k::layernorm_backward(ctx_, dres_.data(), g + y.ln1w, g + y.ln1b, dln_.data(), res_[l].data(), p + y.ln1w,
+                            a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+    }
+    k::encoder_backward(ctx_, g + wte_, g + wpe_, dres_.data(), inputs_.data(), B, T, C);
+    // gradient norm, AdamW on the fp32 masters
+    double sq = 0.0;
+    k::sum_squares_accumulate(ctx_, &sq, grad_.data(), nparams_);
+    const float clip = static_cast<float>(std::min(1.0, 1.0 / (std::sqrt(sq) + 1e-6)));
+    k::adamw_update(ctx_, master_.data(), grad_.data(), m_.data(), v_.data(), nparams_, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
+                    clip, t);
+    float loss = 0.0f;
+    k::sum(ctx_, &loss, losses_.data(), N);
+    return loss / N;
+  }
+
+ private:
+  struct Layer {
+    int64_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+  };
+  struct Acts {
+    std::vector<A> ln1, qkv, atty, att, res2, ln2, fch, fch_gelu;
+    std::vector<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  };
+  static hpct::DType act_dtype() { return std::is_same_v<A, float> ? hpct::DType::F32 : hpct::DType::BF16; }
+  const A* params() const {
+    if constexpr (std::is_same_v<A, float>) return master_.data();
+    else
+      return compute_;
+  }
+
+  GptShape s_;
+  hpct::ExecContext ctx_;
+  int64_t nparams_ = 0, wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
+  std::vector<Layer> layers_;
+  std::vector<float> master_, grad_, m_, v_;
+  std::vector<bf16> copy_;
+  const bf16* compute_ = nullptr;
+  std::vector<std::vector<A>> res_;
+  std::vector<Acts> acts_;
+  std::vector<A> lnf_, logits_, scratch_, dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_;
+  std::vector<float> lnf_mean_, lnf_rstd_, losses_, att_scratch_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+void print_profile(const char* what, int steps) {
+  auto rows = k::profile_take();
+  double total = 0.0;
+  for (const auto& r : rows) total += r.ms;
+  std::printf("\nper-op profile, %s (ms per step, over %d steps):\n", what, steps);
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
+  for (const auto& r : rows)
+    std::printf("  %-36s %8.2f  (%4.1f%%, %lld calls/step)\n", r.name.c_str(), r.ms / steps, 100.0 * r.ms / total,
+                static_cast<long long>(r.calls / steps));
+  std::printf("  %-36s %8.2f\n", "total", total / steps);
+}
+
+int bench_gpt_step(int steps) {
+  const GptShape s;
+  std::printf("# bench_gemm --gpt-step: one GPT training step's kernel calls (L=%d C=%d NH=%d T=%d B=%d V=%d), median "
+              "of %d steps after 3 warm-up steps, fp32 and bf16 alternated\n# cpu: %s | OpenMP threads: %d\n"
+              "# bf16: %s\n",
+              s.L, s.C, s.NH, s.T, s.B, s.V, steps, cpu_model().c_str(), omp_get_max_threads(),
+              k::cpu_bf16_arithmetic().c_str());
+  GptStep<float> f32(s);
+  GptStep<bf16> b16(s);
+  std::vector<double> t32, t16, c32, c16;  // wall and process CPU ms per step
+  double loss32 = 0, loss16 = 0;
+  int t = 1;
+  for (int i = 0; i < 3; i++, t++) {
+    f32.step(t);
+    b16.step(t);
+  }
+  auto cpu_ms = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  };
+  auto timed = [&](auto& model, std::vector<double>& times, std::vector<double>& cpu, double& loss) {
+    const double c0 = cpu_ms();
+    const auto t0 = std::chrono::steady_clock::now();
+    loss = model.step(t);
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    cpu.push_back(cpu_ms() - c0);
+  };
+  for (int i = 0; i < steps; i++, t++) {
+    timed(f32, t32, c32, loss32);
+    timed(b16, t16, c16, loss16);
+  }
+  // the profile, in separate runs (its clock reads are cheap, but keep the timed steps free of them)
+  const int psteps = std::max(3, steps / 4);
+  k::profile_enable(true);
+  for (int i = 0; i < psteps; i++) f32.step(t + i);
+  print_profile("fp32", psteps);
+  for (int i = 0; i < psteps; i++) b16.step(t + i);
+  print_profile("bf16", psteps);
+  k::profile_enable(false);
+  const double m32 = median(t32), m16 = median(t16);
+  std::sort(t32.begin(), t32.end());
+  std::sort(t16.begin(), t16.end());
+  std::printf("\nstep ms: fp32 median %.1f [%.1f-%.1f], bf16 median %.1f [%.1f-%.1f]; last loss fp32 %.4f bf16 %.4f\n",
+              m32, t32.front(), t32.back(), m16, t16.front(), t16.back(), loss32, loss16);
+  // with one thread the process CPU time is the step's work, whatever else runs on the machine; with several it
+  // includes OpenMP's spin-waiting
+  std::printf("step CPU ms (all threads): fp32 median %.1f, bf16 median %.1f\n", median(c32), median(c16));
+  if (!(std::fabs(loss16 - loss32) <= 0.05 * std::fabs(loss32))) {
+    std::printf("FAILED: bf16 loss %.5f is not within 5%% of fp32's %.5f\n", loss16, loss32);
+    return 1;
+  }
+  std::printf("VERDICT: bf16 %.2f times faster than fp32 on the GPT step's kernels (%.1f ms vs %.1f ms)\n", m32 / m16,
+              m16, m32);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 30;
+  int reps = 30, steps = 20;
+  bool bf16_linear = false, gpt_step = false;
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::max(20, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+      steps = std::max(5, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--bf16") == 0) {
+      bf16_linear = true;
+    } else if (std::strcmp(argv[i], "--gpt-step") == 0) {
+      gpt_step = true;
     } else {
-      std::fprintf(stderr, "usage: OMP_NUM_THREADS=n %s [--reps N>=20]\n", argv[0]);
+      std::fprintf(stderr, "usage: OMP_NUM_THREADS=n %s [--reps N>=20] [--bf16] [--gpt-step [--steps N>=5]]\n",
+                   argv[0]);
       return 2;
     }
   }
+  if (bf16_linear) return bench_bf16_linear(reps);
+  if (gpt_step) return bench_gpt_step(steps);
   std::printf("# bench_gemm: sgemm GFLOP/s (median of %d after 5 warm-up calls), row-major, fp32\n", reps);
   std::printf("# cpu: %s | OpenMP threads: %d | OpenBLAS: %s (parallel mode %d: 2 = OpenMP)\n", cpu_model().c_str(),
               omp_get_max_threads(), openblas_get_config(), openblas_get_parallel());

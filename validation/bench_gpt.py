@@ -1,89 +1,159 @@
 #!/usr/bin/python3
-"""CPU training-step benchmark: hpctrain's train_gpt vs PyTorch on the same GPT (docs/performance.md, "Benchmark rules").
+"""CPU training-step benchmark of the GPT: hpctrain fp32 and bf16 against PyTorch, side by side in one run
+(docs/performance.md "Benchmark rules").
 
-Model: inputs/bench_gpt.toml (L=4, C=256, NH=4, T=256, B=8, vocab 256, fp32 AdamW). Both programs run
-on the same number of threads (PyTorch pinned with torch.set_num_threads, hpctrain with OMP_NUM_THREADS),
-alternate `--rounds` times, and each round reports the median step time over the steps after
-`--warmup`. The figure is the median over rounds; the spread is the min..max of the round medians.
-Prints a table and the ratio (PyTorch ms / hpctrain ms = hpctrain's speed-up in tokens/s) and, with
---record, writes it to validation/results/bench_gpt_cpu.md.
-usage: /usr/bin/python3 validation/bench_gpt.py [--build build] [--threads 2] [--rounds 3] [--steps 40] [--record]
+Model: inputs/bench_gpt.toml (L4 C256 NH4 T256 B8, byte vocabulary, AdamW, grad clip 1.0). Configurations, each in
+its own process, all on --threads threads and one rank:
+  hpctrain fp32                 build/apps/train_gpt (train.precision=fp32)
+  hpctrain bf16                 the same with --set train.precision=bf16 (bf16 activations and GEMMs, fp32 masters,
+                                optimizer and gradient accumulation; DESIGN.md section 8)
+  PyTorch 2 eager fp32 / eager bf16 autocast / compile fp32 / compile bf16 autocast
+                                PyPI's current torch in a venv this script creates once and caches
+                                (validation/torch_venv.py; --skip-torch2 leaves them out, e.g. offline or in CI)
+  PyTorch 1.13 eager fp32       Debian's python3-torch through /usr/bin/python3
+The PyTorch model is validation/torch_models.GPT (validation/torch_step_bench.py times its step). Every round runs
+every configuration once, in that order; a round's figure is the median of the steps after --warmup; the table shows
+the median of the round medians and their min..max. A configuration that fails (e.g. a train_gpt that rejects bf16 on
+the CPU) is reported with its reason, and the others go on.
+Ratios: hpctrain bf16 (and fp32) vs the fastest PyTorch configuration. Target (PASS/MISS, printed, not an exit code):
+hpctrain bf16 >= 1.3x the fastest PyTorch, judged only on a CPU with AVX-512 BF16 (lscpu flag avx512_bf16).
+Memory: activations fp32 vs bf16 from `train_gpt DECK --plan 1 --json` (and the table it prints) and from the first
+metrics record of each hpctrain run (activations, peak, rss).
+--record writes validation/results/bench_gpt_cpu.md (command, date, CPU model and bf16 flags, torch versions, table,
+rounds, ratios, memory).
+usage: /usr/bin/python3 validation/bench_gpt.py [--build build] [--threads 2] [--rounds 3] [--steps 40] [--warmup 5]
+       [--skip-torch2] [--skip-torch1] [--torch2-python PATH] [--record]
 """
 import argparse
-import datetime
 import json
 import os
-import platform
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cpu_common import (ROOT, Row, RowFailed, cpu_info, cpu_line, first_error_line, header,  # noqa: E402
+                              ratio_lines, run_rounds, table, torch_rows)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
-
-
-def run_hpctrain(exe, steps, warmup, threads):
-    with tempfile.TemporaryDirectory() as out:
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        subprocess.run([exe, os.path.join(ROOT, "inputs", "bench_gpt.toml"), "--out", out,
-                        "--set", f"train.steps={steps}"], check=True, env=env, capture_output=True)
-        with open(os.path.join(out, "metrics.jsonl")) as f:
-            ms = [json.loads(line)["ms"] for line in f]
-    return statistics.median(ms[warmup:])
+DECK = os.path.join(ROOT, "inputs", "bench_gpt.toml")
+TOKENS_PER_STEP = 8 * 256
+TARGET = 1.3
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
-def run_torch(steps, warmup, threads, data_path):
-    import torch
-    from gpt_reference import Gpt
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    L, C, NH, T, B, V = 4, 256, 4, 256, 8, 256
-    cfg = dict(n_layer=L, n_head=NH, n_embd=C, seq_len=T, vocab_size=V, padded_vocab=V, bias=True)
-    rng = np.random.default_rng(0)
-    params = {"wte": rng.normal(0, 0.02, (V, C)), "wpe": rng.normal(0, 0.02, (T, C))}
-    for l in range(L):
-        h = f"h.{l}."
-        params.update({h + "ln1.weight": np.ones(C), h + "ln1.bias": np.zeros(C),
-                       h + "attn.qkv.weight": rng.normal(0, 0.02, (3, NH, C // NH, C)),
-                       h + "attn.qkv.bias": np.zeros((3, NH, C // NH)),
-                       h + "attn.proj.weight": rng.normal(0, 0.02, (C, C)), h + "attn.proj.bias": np.zeros(C),
-                       h + "ln2.weight": np.ones(C), h + "ln2.bias": np.zeros(C),
-                       h + "mlp.fc.weight": rng.normal(0, 0.02, (4 * C, C)), h + "mlp.fc.bias": np.zeros(4 * C),
-                       h + "mlp.proj.weight": rng.normal(0, 0.02, (C, 4 * C)), h + "mlp.proj.bias": np.zeros(C)})
-    params.update({"lnf.weight": np.ones(C), "lnf.bias": np.zeros(C)})
-    model = Gpt(cfg, params)
-    decay = [p for n, p in zip(model.names, model.params.values()) if p.dim() >= 2]
-    other = [p for n, p in zip(model.names, model.params.values()) if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-    tokens = np.memmap(data_path, dtype=np.uint16, mode="r", offset=1024)
-    times = []
-    for s in range(steps):
-        offs = rng.integers(0, len(tokens) - T - 1, B)
-        x = torch.from_numpy(np.stack([tokens[o:o + T] for o in offs]).astype(np.int64))
-        y = torch.from_numpy(np.stack([tokens[o + 1:o + T + 1] for o in offs]).astype(np.int64))
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times[warmup:])
+def hpctrain_row(exe, precision, args):
+    def run():
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+            cmd = [exe, DECK, "--out", out, "--set", f"train.steps={args.steps}",
+                   "--set", f"train.precision={precision}"]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise RowFailed(f"train_gpt exit {p.returncode}: {first_error_line(p.stderr + p.stdout)}")
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                recs = [json.loads(line) for line in f if line.strip()]
+            ms = [r["ms"] for r in recs if "ms" in r][args.warmup:]
+            if not ms:
+                raise RowFailed("no step times in metrics.jsonl")
+            res = {"median_ms": statistics.median(ms), "min_ms": min(ms), "max_ms": max(ms)}
+            if recs and "memory" in recs[0]:
+                res["memory"] = recs[0]["memory"]
+            else:  # train.log's "memory per rank: params X MiB | ... | activations X MiB | ..." line
+                log = os.path.join(out, "train.log")
+                text = open(log).read() if os.path.exists(log) else p.stdout
+                m = re.search(r"memory per rank: (.*)", text)
+                if m:
+                    res["memory"] = {}
+                    for part in m.group(1).split("|"):
+                        kv = re.match(r"\s*([a-z_ ]+?) ([\d.]+) (B|KiB|MiB|GiB)\b", part)
+                        if kv:
+                            res["memory"][kv.group(1).replace(" ", "_")] = float(kv.group(2)) * UNITS[kv.group(3)]
+        return res
+    return run
+
+
+def find_key(obj, key):
+    if isinstance(obj, dict):
+        if key in obj and isinstance(obj[key], (int, float)):
+            return obj[key]
+        for v in obj.values():
+            r = find_key(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+def plan_memory(exe, precision):
+    """{'activations': bytes or None, 'total': bytes or None, 'source': str} from `--plan 1 --json`, or an error str."""
+    p = subprocess.run([exe, DECK, "--plan", "1", "--json", "--set", f"train.precision={precision}"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"--plan failed: {first_error_line(p.stderr + p.stdout)}"
+    js = None
+    for line in p.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                js = json.loads(line)
+            except ValueError:
+                pass
+    res = {"activations": find_key(js, "activations") if js else None,
+           "total": find_key(js, "memory_bytes_max_rank") if js else None,
+           "precision": (js or {}).get("plan", {}).get("precision"), "source": "json"}
+    if res["activations"] is None:  # today's JSON has no per-kind keys: the text table's activations column
+        lines = p.stdout.splitlines()
+        for i, line in enumerate(lines):
+            if "activations" in line and "params" in line:
+                cols = line.replace("|", " ").split()
+                for row in lines[i + 1:]:
+                    vals = re.findall(r"([\d.]+) (KiB|MiB|GiB|B)\b", row)
+                    if vals:
+                        names = [c for c in cols if c not in ("pp_rank", "tp_rank", "layers")]
+                        if "activations" in names and len(vals) == len(names):
+                            v, u = vals[names.index("activations")]
+                            res["activations"] = float(v) * UNITS[u]
+                            res["source"] = "the plan's table (the JSON has no 'activations' key)"
+                        break
+                break
+    return res
+
+
+def mib(x):
+    return f"{x / 2**20:.2f} MiB" if isinstance(x, (int, float)) else "?"
+
+
+def memory_lines(exe, rows):
+    out = []
+    plans = {p: plan_memory(exe, p) for p in ("fp32", "bf16")}
+    if all(isinstance(v, dict) and v["activations"] for v in plans.values()):
+        a32, a16 = plans["fp32"]["activations"], plans["bf16"]["activations"]
+        note = "" if a16 != a32 else " (the same: this train_gpt's plan does not size bf16 activations yet)"
+        out.append(f"activation memory, --plan 1 (one micro-batch, {plans['bf16']['source']}): fp32 {mib(a32)}, "
+                   f"bf16 {mib(a16)}, bf16/fp32 {a16 / a32:.2f}{note}; plan totals fp32 "
+                   f"{mib(plans['fp32']['total'])}, bf16 {mib(plans['bf16']['total'])}")
+    else:
+        out.append(f"activation memory, --plan 1: fp32 {plans['fp32'] if isinstance(plans['fp32'], str) else 'ok'}, "
+                   f"bf16 {plans['bf16'] if isinstance(plans['bf16'], str) else 'no activations figure'}")
+    for r in rows:
+        m = r.extra.get("memory") if r.kind == "hpctrain" else None
+        if m:
+            out.append(f"memory of the {r.name} run (metrics record, else train.log): " +
+                       ", ".join(f"{k} {mib(v)}" for k, v in m.items() if isinstance(v, (int, float))))
+    return out
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--record", action="store_true")
+    ap.add_argument("--skip-torch2", action="store_true", help="no PyTorch 2.x rows (no venv: offline, CI)")
+    ap.add_argument("--skip-torch1", action="store_true", help="no Debian torch 1.13 row")
+    ap.add_argument("--torch2-python", help="a python with torch 2.x to use instead of the cached venv")
+    ap.add_argument("--record", action="store_true", help="write validation/results/bench_gpt_cpu.md")
     args = ap.parse_args()
     if args.steps - args.warmup < 30:
         sys.exit("error: need at least 30 measured steps after warm-up (--steps - --warmup >= 30)")
@@ -92,34 +162,31 @@ def main():
     for path, what in ((exe, "build it: scripts/build.sh"), (data, "prepare it: scripts/prepare_data.sh")):
         if not os.path.exists(path):
             sys.exit(f"error: {path} not found; {what}")
-
-    hp, pt = [], []
-    for r in range(args.rounds):
-        hp.append(run_hpctrain(exe, args.steps, args.warmup, args.threads))
-        pt.append(run_torch(args.steps, args.warmup, args.threads, data))
-        print(f"round {r + 1}: hpctrain {hp[-1]:8.1f} ms/step   pytorch {pt[-1]:8.1f} ms/step", flush=True)
-    tokens = 8 * 256
-    h, p = statistics.median(hp), statistics.median(pt)
-    lines = [
-        f"{'program':<10} {'ms/step':>9} {'spread (min..max of rounds)':>28} {'tokens/s':>10}",
-        f"{'hpctrain':<10} {h:9.1f} {f'{min(hp):.1f}..{max(hp):.1f}':>28} {tokens / h * 1e3:10.0f}",
-        f"{'pytorch':<10} {p:9.1f} {f'{min(pt):.1f}..{max(pt):.1f}':>28} {tokens / p * 1e3:10.0f}",
-        f"speed-up (pytorch ms / hpctrain ms): {p / h:.2f}x",
-    ]
+    ci = cpu_info()
+    print(f"CPU: {cpu_line(ci)}", flush=True)
+    rows = [Row("hpctrain fp32", hpctrain_row(exe, "fp32", args), "hpctrain", "fp32"),
+            Row("hpctrain bf16", hpctrain_row(exe, "bf16", args), "hpctrain", "bf16")]
+    trows, t2 = torch_rows(args, "gpt")
+    rows += trows
+    run_rounds(rows, args.rounds)
+    hp_bf16 = rows[1]
+    lines = table(rows, TOKENS_PER_STEP, "tokens/s", hp_bf16 if hp_bf16.ok else rows[0])
+    lines += [""] + ratio_lines(rows, "GPT", TARGET, ci)
+    lines += [""] + memory_lines(exe, rows)
     print("\n".join(lines))
     if args.record:
-        import torch
-        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
         out = os.path.join(ROOT, "validation", "results", "bench_gpt_cpu.md")
+        rounds = []
+        for r in rows:
+            if r.rounds:
+                rounds.append(f"{r.name:<30} " + "  ".join(f"{x['median_ms']:.1f} ({x['min_ms']:.0f}..{x['max_ms']:.0f})"
+                                                            for x in r.rounds))
         with open(out, "w") as f:
-            f.write(f"# GPT training step on CPU: hpctrain vs PyTorch\n\n"
-                    f"- date: {datetime.date.today()}\n- machine: {cpu}, {os.cpu_count()} cores, {platform.platform()}\n"
-                    f"- PyTorch {torch.__version__}, {args.threads} threads; hpctrain OMP_NUM_THREADS={args.threads}\n"
-                    f"- model: inputs/bench_gpt.toml (L4 C256 NH4 T256 B8 V256, fp32 AdamW)\n"
-                    f"- method: {args.rounds} alternated rounds, median of {args.steps - args.warmup} steps after "
-                    f"{args.warmup} warm-up steps per round; median over rounds\n"
-                    f"- command: `/usr/bin/python3 validation/bench_gpt.py --threads {args.threads} "
-                    f"--rounds {args.rounds} --steps {args.steps} --record`\n\n```\n" + "\n".join(lines) + "\n```\n")
+            f.write("\n".join(header("GPT training step on CPU: hpctrain fp32 / bf16 vs PyTorch", ci, rows, t2, args,
+                                     "inputs/bench_gpt.toml (L4 C256 NH4 T256 B8 V256, AdamW, clip 1.0; PyTorch: "
+                                     "validation/torch_models.GPT, synthetic tokens)")))
+            f.write("\n\n```\n" + "\n".join(lines) + "\n```\n\nPer round: median ms/step (min..max of the round's "
+                    "steps)\n\n```\n" + "\n".join(rounds) + "\n```\n")
         print(f"recorded in {out}")
 
 

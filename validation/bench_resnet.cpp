@@ -1,10 +1,15 @@
 // bench_resnet: milliseconds of one ResNet training-mode forward + loss + backward (no optimizer: the SGD update of
 // 0.27 M parameters is negligible) at batch B on 1x28x28 images, median of --iters after --warmup.
 // usage: OMP_NUM_THREADS=2 bench_resnet [--depth 20] [--batch 128] [--iters 30] [--warmup 5] [--profile 1]
-// Prints one line: BENCH_RESNET depth=.. batch=.. threads=.. median_ms=.. min_ms=.. max_ms=.. images_per_s=..
+//                                       [--precision fp32|bf16]
+// Prints one line: BENCH_RESNET depth=.. batch=.. threads=.. precision=.. median_ms=.. min_ms=.. max_ms=..
+// images_per_s=..
+// --precision bf16: bf16 activations (train.precision = bf16): each step starts with the cast of the fp32 masters into
+// the bf16 compute copy (ResNet::refresh_compute_params), as a training step does.
 // --profile 1: then `iters` more steps with the kernels' per-op profile on (kernels::profile_enable), printed as
 // ms per step by kernel kind (conv fwd, conv bwd-weight, conv bwd-data, bn fwd, bn bwd, relu, ...) and by row
-// (op, or conv phase and layer shape), largest first. The timed steps above run with the profile off.
+// (op, or conv phase and layer shape), largest first, then the implementation each conv shape runs (PROFILE_CONV:
+// oneDNN's kernel names, or im2col and why). The timed steps above run with the profile off.
 #include <omp.h>
 
 #include <algorithm>
@@ -17,6 +22,7 @@
 
 #include "core/rng.hpp"
 #include "core/timer.hpp"
+#include "kernels/cpu/cpu_conv_dnnl.hpp"
 #include "kernels/kernels.hpp"
 #include "models/resnet/resnet.hpp"
 
@@ -34,10 +40,27 @@ std::string kind_of(const std::string& row) {
                                                               {"relu_forward", "relu fwd"},
                                                               {"relu_backward", "relu bwd"},
                                                               {"residual_forward", "residual add"},
-                                                              {"fill_zero", "zero_grad"}};
+                                                              {"fill_zero", "zero_grad"},
+                                                              {"cast", "cast (bf16 compute copy)"}};
   for (const auto& [prefix, kind] : kinds)
     if (row.rfind(prefix, 0) == 0) return kind;
   return "other (" + row.substr(0, row.find(' ')) + ")";
+}
+
+// One training step without the optimizer: the bf16 compute copy (a no-op in fp32), forward, loss, backward.
+void step(resnet::ResNet& model, const ExecContext& ctx, const float* img, const int32_t* lab, int B) {
+  model.refresh_compute_params(ctx);
+  model.zero_grad(ctx);
+  model.forward(ctx, img, B, true);
+  model.loss_and_backward(ctx, lab, 1.0f / B, B);
+}
+
+// The conv implementation of a profile row "conv2d_forward KHxKWsS C>OC @H" (square images, torchvision's padding
+// K/2), or "" for another row.
+std::string conv_impl(const std::string& row, int B, DType act) {
+  int KH, KW, stride, C, OC, H;
+  if (std::sscanf(row.c_str(), "conv2d_forward %dx%ds%d %d>%d @%d", &KH, &KW, &stride, &C, &OC, &H) != 6) return "";
+  return kernels::cpu::dnnl_conv::describe({B, C, H, H, OC, KH, KW, stride, KH / 2}, act);
 }
 
 void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* img, const int32_t* lab, int B,
@@ -45,11 +68,7 @@ void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* i
   kernels::profile_take();
   kernels::profile_enable(true);
   Timer t;
-  for (int it = 0; it < iters; ++it) {
-    model.zero_grad(ctx);
-    model.forward(ctx, img, B, true);
-    model.loss_and_backward(ctx, lab, 1.0f / B, B);
-  }
+  for (int it = 0; it < iters; ++it) step(model, ctx, img, lab, B);
   const double step_ms = t.ms() / iters;
   kernels::profile_enable(false);
   std::vector<kernels::ProfileRow> rows = kernels::profile_take();
@@ -72,12 +91,17 @@ void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* i
   for (const auto& r : rows)
     std::printf("PROFILE_ROW  %-44s %8.2f ms %4lld calls/step\n", r.name.c_str(), r.ms / iters,
                 static_cast<long long>(r.calls / iters));
+  for (const auto& r : rows) {
+    const std::string impl = conv_impl(r.name, B, model.activation_dtype());
+    if (!impl.empty()) std::printf("PROFILE_CONV %s: %s\n", r.name.substr(r.name.find(' ') + 1).c_str(), impl.c_str());
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int depth = 20, B = 128, iters = 30, warmup = 5, profile = 0;
+  std::string precision = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--depth")) depth = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch"))
@@ -88,11 +112,18 @@ int main(int argc, char** argv) {
       warmup = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--profile"))
       profile = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--precision"))
+      precision = argv[i + 1];
   }
+  if (precision != "fp32" && precision != "bf16") {
+    std::fprintf(stderr, "bench_resnet: --precision %s: expected fp32 or bf16\n", precision.c_str());
+    return 2;
+  }
+  const DType act = precision == "bf16" ? DType::BF16 : DType::F32;
   resnet::ResNetConfig c;
   c.depth = depth;
   const ExecContext ctx;
-  resnet::ResNet model(c, B, Device::CPU);
+  resnet::ResNet model(c, B, Device::CPU, nullptr, true, act);
   model.init_parameters(ctx, 1);
   const int D = c.in_channels * c.height * c.width;
   std::vector<float> img(static_cast<size_t>(B) * D);
@@ -102,15 +133,14 @@ int main(int argc, char** argv) {
   std::vector<double> ms;
   for (int it = 0; it < warmup + iters; ++it) {
     Timer t;
-    model.zero_grad(ctx);
-    model.forward(ctx, img.data(), B, true);
-    model.loss_and_backward(ctx, lab.data(), 1.0f / B, B);
+    step(model, ctx, img.data(), lab.data(), B);
     if (it >= warmup) ms.push_back(t.ms());
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
-  std::printf("BENCH_RESNET depth=%d batch=%d threads=%d median_ms=%.2f min_ms=%.2f max_ms=%.2f images_per_s=%.1f\n",
-              depth, B, omp_get_max_threads(), med, ms.front(), ms.back(), B / (med / 1e3));
+  std::printf("BENCH_RESNET depth=%d batch=%d threads=%d precision=%s median_ms=%.2f min_ms=%.2f max_ms=%.2f "
+              "images_per_s=%.1f\n",
+              depth, B, omp_get_max_threads(), precision.c_str(), med, ms.front(), ms.back(), B / (med / 1e3));
   if (profile) print_profile(model, ctx, img.data(), lab.data(), B, iters);
   return 0;
 }

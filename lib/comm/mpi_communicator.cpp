@@ -10,6 +10,7 @@
 #include "comm/op_desc.hpp"
 #include "comm/wait_backoff.hpp"
 #include "core/mpi_check.hpp"
+#include "tensor/bf16.hpp"
 #if HPCT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -18,6 +19,65 @@ namespace hpct::comm {
 
 using detail::OpDesc;
 
+namespace {
+
+// ---- bf16 (tensor/bf16.hpp): MPI has no such type ------------------------------------------------------------------
+// The datatype is a committed contiguous 2-byte type (MPI_Type_contiguous(2, MPI_BYTE)): MPI moves its bytes and counts
+// its elements, and only the user-defined operations below interpret them. Sum widens both operands to fp32, adds and
+// rounds once to nearest even (to_bf16); Max and Min compare the fp32 values and keep one operand unchanged (no
+// rounding). The operations are created commutative, so libnbc may use its reduce-scatter + allgather and ring
+// schedules for them (IallreduceAlgorithm below), exactly as for MPI_SUM on floats.
+//
+// Determinism. MPI applies a user operation pairwise, in the order its algorithm chooses (binomial tree, ring,
+// recursive halving), so a bf16 sum over n ranks is rounded n - 1 times, at places fixed by the schedule: the schedule
+// is a function of the communicator size, the element count (and hence the bytes, IallreduceAlgorithm's choice) and the
+// Open MPI version and parameters, never of timing. For a fixed communicator size and algorithm the result is
+// therefore reproducible bit for bit, and every rank receives the same bits (each element is combined on one rank and
+// then distributed). Another communicator size, count or MPI library (or NCCL, whose ring or tree rounds at other
+// places) may differ by a few bf16 roundings of partial sums: within bf16 layouts' tolerance (docs/invariants.md), not
+// bitwise.
+//
+// The datatype and the three operations are created once per process, on first use (after MPI_Init), and never freed
+// (MPI_Finalize releases them).
+struct Bf16Mpi {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL, min = MPI_OP_NULL;
+};
+
+// MPI_User_function: inout[i] = in[i] op inout[i] over len elements.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (to_f32(a[i]) > to_f32(b[i])) b[i] = a[i];
+}
+void bf16_min(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (to_f32(a[i]) < to_f32(b[i])) b[i] = a[i];
+}
+
+const Bf16Mpi& bf16_mpi() {
+  static const Bf16Mpi m = [] {
+    Bf16Mpi r;
+    MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &r.type));
+    MPI_CHECK(MPI_Type_commit(&r.type));
+    MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &r.sum));
+    MPI_CHECK(MPI_Op_create(&bf16_max, /*commute=*/1, &r.max));
+    MPI_CHECK(MPI_Op_create(&bf16_min, /*commute=*/1, &r.min));
+    return r;
+  }();
+  return m;
+}
+
+}  // namespace
+
 MPI_Datatype mpi_datatype(DType t) {
   switch (t) {
     case DType::F32: return MPI_FLOAT;
@@ -25,13 +85,22 @@ MPI_Datatype mpi_datatype(DType t) {
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
     case DType::U8: return MPI_UINT8_T;
+    case DType::BF16: return bf16_mpi().type;
   }
   HPCT_FAIL("dtype {} has no MPI datatype", static_cast<int>(t));
 }
 
-namespace {
-
-MPI_Op mpi_op(ReduceOp op) {
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::BF16) {
+    const Bf16Mpi& m = bf16_mpi();
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg: return m.sum;  // Avg divides after completion
+      case ReduceOp::Max: return m.max;
+      case ReduceOp::Min: return m.min;
+    }
+    HPCT_FAIL("unknown ReduceOp {}", static_cast<int>(op));
+  }
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg: return MPI_SUM;  // Avg divides after completion
@@ -40,6 +109,8 @@ MPI_Op mpi_op(ReduceOp op) {
   }
   HPCT_FAIL("unknown ReduceOp {}", static_cast<int>(op));
 }
+
+namespace {
 
 template <typename T>
 void divide_by(void* buf, int64_t count, int divisor) {
@@ -57,6 +128,12 @@ void divide_by(void* buf, int64_t count, DType t, int divisor) {
     case DType::U8: {  // u8 cannot hold divisors above 255: divide in int
       auto* x = static_cast<uint8_t*>(buf);
       for (int64_t i = 0; i < count; ++i) x[i] = static_cast<uint8_t>(x[i] / divisor);
+      return;
+    }
+    case DType::BF16: {  // in fp32, rounded once more to nearest even: avg = round(round_sum / n)
+      auto* x = static_cast<bf16*>(buf);
+      const float d = static_cast<float>(divisor);
+      for (int64_t i = 0; i < count; ++i) x[i] = to_bf16(to_f32(x[i]) / d);
       return;
     }
   }
@@ -110,9 +187,11 @@ constexpr int64_t kMaxCount = INT_MAX;
 // libnbc's reduce-scatter + allgather algorithm ("rabenseifner", value 3; libnbc falls back to its ring when
 // count < the largest power of two <= size) through the MPI tool interface's control variable
 // coll_libnbc_iallreduce_algorithm, per call; small calls keep libnbc's own choice (value 0 = ignore). The choice is
-// a function of the byte count only, which every rank passes identically (the collective contract), so all ranks
-// run the same schedule. A mutex makes "write the variable, post the call" atomic within the process (the variable
-// is process-wide). A value set by the user (mpirun --mca coll_libnbc_iallreduce_algorithm N, or
+// a function of the byte count only, which every rank passes identically (the collective contract), so all ranks run
+// the same schedule. bf16 goes the same way: its user-defined operations are commutative, the condition libnbc puts on
+// its reduce-scatter + allgather schedule, and are applied where MPI_SUM would be, so the schedule chosen here also
+// fixes where a bf16 sum rounds (see "bf16" above). A mutex makes "write the variable, post the call" atomic within the
+// process (the variable is process-wide). A value set by the user (mpirun --mca coll_libnbc_iallreduce_algorithm N, or
 // OMPI_MCA_coll_libnbc_iallreduce_algorithm) is left alone, as is any MPI without this variable.
 class IallreduceAlgorithm {
  public:
@@ -364,8 +443,8 @@ WorkPtr MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, 
   d.set_reduce(op);
   auto w = std::make_unique<MpiWork>(this, std::move(d));
   const auto algorithm = IallreduceAlgorithm::instance().select(static_cast<size_t>(count) * dtype_size(dtype));
-  MPI_CHECK(
-      MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_datatype(dtype), mpi_op(op), comm_, w->request()));
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_datatype(dtype), mpi_op(op, dtype), comm_,
+                           w->request()));
   if (op == ReduceOp::Avg) w->set_avg(buf, count);
   w->start();
   return w;
@@ -389,11 +468,11 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, int6
     // MPI_IN_PLACE reads the whole send buffer and leaves the result in its first block: move it to block rank().
     void* full = const_cast<void*>(send);
     MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, full, static_cast<int>(recv_count), mpi_datatype(dtype),
-                                        mpi_op(op), comm_, w->request()));
+                                        mpi_op(op, dtype), comm_, w->request()));
     w->set_move(recv, full, block);
   } else {
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_datatype(dtype), mpi_op(op),
-                                        comm_, w->request()));
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_datatype(dtype),
+                                        mpi_op(op, dtype), comm_, w->request()));
   }
   if (op == ReduceOp::Avg) w->set_avg(recv, recv_count);
   w->start();
@@ -456,12 +535,12 @@ WorkPtr MpiCommunicator::reduce_scatter_v_async(const void* send, void* recv, co
   w->counts().assign(counts.begin(), counts.end());
   if (in_place) {  // as in reduce_scatter_async: the result lands at the start of send, then moves to block rank()
     void* full = const_cast<void*>(send);
-    MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, full, w->counts().data(), mpi_datatype(dtype), mpi_op(op), comm_,
+    MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, full, w->counts().data(), mpi_datatype(dtype), mpi_op(op, dtype), comm_,
                                   w->request()));
     w->set_move(recv, full, static_cast<size_t>(mine) * esize);
   } else {
-    MPI_CHECK(
-        MPI_Ireduce_scatter(send, recv, w->counts().data(), mpi_datatype(dtype), mpi_op(op), comm_, w->request()));
+    MPI_CHECK(MPI_Ireduce_scatter(send, recv, w->counts().data(), mpi_datatype(dtype), mpi_op(op, dtype), comm_,
+                                  w->request()));
   }
   if (op == ReduceOp::Avg) w->set_avg(recv, mine);
   w->start();

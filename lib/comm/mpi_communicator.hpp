@@ -7,14 +7,20 @@
 //    MPI_CHECK throws as hpct::Error.
 //  - Every operation is one non-blocking MPI call: MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather,
 //    MPI_Ibcast, MPI_Isend / MPI_Irecv, MPI_Ibarrier. Counts are element counts of at most INT_MAX (MPI's int
-//    counts); more is an error asking to split the buffer. DTypes: f32, f64, i32, i64, u8 (u8 sums wrap modulo 256).
+//    counts); more is an error asking to split the buffer. DTypes: f32, f64, i32, i64, u8 (u8 sums wrap modulo 256),
+//    bf16. MPI has no bf16: it travels as a committed contiguous 2-byte datatype and is reduced by user-defined
+//    operations (sum: widen to fp32, add, round once to nearest even; max, min: compare in fp32, keep an operand),
+//    applied pairwise in the order MPI's algorithm chooses. The result is reproducible bit for bit for a fixed
+//    communicator size, element count and MPI library, and the same on every rank, but a sum over n ranks is rounded
+//    n - 1 times at places the algorithm fixes (mpi_communicator.cpp, "bf16").
 //    The uneven forms are MPI_Ireduce_scatter and MPI_Iallgatherv; their sum(counts) is limited to INT_MAX too
 //    (int displacements).
 //  - MPI_Iallreduce of >= 64 KiB runs libnbc's reduce-scatter + allgather schedule: Open MPI 4.1's libnbc would pick
 //    a binomial tree (reduce + broadcast, ~2x slower) for every in-place call; selected per call through the MPI_T
 //    control variable coll_libnbc_iallreduce_algorithm unless the user set it (mpi_communicator.cpp).
 //  - Avg is MPI_SUM followed by a division by size() on the host buffer when the Work completes (in wait(), test()
-//    or progress()); on integer types the division truncates toward zero.
+//    or progress()); on integer types the division truncates toward zero; on bf16 it divides in fp32 and rounds once
+//    more (the rounded sum / size(), rounded).
 //  - In place: allgather's send may be block rank() of recv (MPI_IN_PLACE); reduce_scatter's recv may be block
 //    rank() of send (likewise for the _v forms) (the other blocks of send are then unspecified afterwards, as with NCCL). Any other overlap of
 //    send and recv is an error.
@@ -93,7 +99,11 @@ class MpiCommunicator final : public Communicator {
   std::vector<MpiWork*> in_flight_;  // registry for progress(); Works remove themselves when complete
 };
 
-// MPI datatype of a DType (MPI_FLOAT, MPI_DOUBLE, MPI_INT32_T, MPI_INT64_T, MPI_UINT8_T).
+// MPI datatype of a DType (MPI_FLOAT, MPI_DOUBLE, MPI_INT32_T, MPI_INT64_T, MPI_UINT8_T; bf16: the committed
+// contiguous 2-byte type, created on first use).
 MPI_Datatype mpi_datatype(DType t);
+// MPI operation reducing elements of type t (MPI_SUM, MPI_MAX, MPI_MIN; bf16: the user-defined operations above). Avg
+// maps to the sum: the caller divides afterwards.
+MPI_Op mpi_op(ReduceOp op, DType t);
 
 }  // namespace hpct::comm

@@ -20,6 +20,7 @@ ncclDataType_t nccl_datatype(DType t) {
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
     case DType::U8: return ncclUint8;
+    case DType::BF16: return ncclBfloat16;  // NCCL >= 2.10; reduced in fp32 per step, rounded to nearest even
   }
   HPCT_FAIL("dtype {} has no NCCL datatype", static_cast<int>(t));
 }

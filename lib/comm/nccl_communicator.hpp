@@ -20,9 +20,12 @@
 //  - Operations are enqueued on the communicator's own non-blocking stream (stream()). Each first waits (on the GPU,
 //    through an event) for the work issued so far on the input stream (set_input_stream; default the legacy
 //    default stream), so buffers written by kernels on that stream are ready. Counts are size_t in NCCL: no INT_MAX
-//    limit. Avg is ncclAvg. The uneven forms are one NCCL group of ncclReduce (reduce_scatter_v) or ncclBroadcast
-//    (allgather_v) calls, one per rank. In place as in MpiCommunicator: allgather's send may be block rank() of recv,
-//    reduce_scatter's recv may be block rank() of send.
+//    limit. Avg is ncclAvg. BF16 is ncclBfloat16: NCCL widens to fp32 for each combination and rounds the partial
+//    result to bf16 at every step of its ring or tree, so, as with MpiCommunicator's bf16 operations, the result is
+//    reproducible for a fixed communicator size and algorithm but not bitwise equal to MPI's. The uneven forms are
+//    one NCCL group of ncclReduce (reduce_scatter_v) or ncclBroadcast (allgather_v) calls, one per rank. In place as
+//    in MpiCommunicator: allgather's send may be block rank() of recv, reduce_scatter's recv may be block rank() of
+//    send.
 //  - Work::wait() is stream-ordered (docs/cuda.md): it makes the input stream wait on an event recorded after the
 //    operation (cudaStreamWaitEvent) and returns at once; kernels queued on the input stream afterwards see the
 //    result. It throws if the operation already failed (an asynchronous NCCL error, an aborted communicator). The host
@@ -146,7 +149,7 @@ class NcclCommunicator final : public Communicator {
   bool aborted_ = false;
 };
 
-// NCCL datatype of a DType (ncclFloat32, ncclFloat64, ncclInt32, ncclInt64, ncclUint8).
+// NCCL datatype of a DType (ncclFloat32, ncclFloat64, ncclInt32, ncclInt64, ncclUint8, ncclBfloat16).
 ncclDataType_t nccl_datatype(DType t);
 
 }  // namespace hpct::comm

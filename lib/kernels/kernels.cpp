@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/cpu_matmul_dnnl.hpp"
 #include "kernels/cpu/cpu_profile.hpp"
 #ifdef HPCT_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.hpp"
@@ -311,6 +312,8 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n) { HPCT_DISPATCH(cast, dst, src, n); }
 void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n) { HPCT_DISPATCH(cast, dst, src, n); }
 
+std::string cpu_bf16_arithmetic() { return cpu::bf16_arithmetic(); }
+
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes) { HPCT_DISPATCH(fill_zero, dst, bytes); }
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes) {
   HPCT_DISPATCH(copy_to_host, host_dst, src, bytes);
@@ -325,21 +328,48 @@ void synchronize(const ExecContext& ctx) { HPCT_DISPATCH(synchronize); }
 
 #undef HPCT_DISPATCH
 
-// Both storage types of every templated op are compiled here (taking an instantiation's address instantiates it).
+// Both storage types of every templated op are compiled here: each address taken instantiates that op, and the
+// table keeps the addresses (an unused one would let the compiler drop the instantiations, and callers in other files
+// would not link).
 template <typename A>
 void instantiate_ops() {
-  (void)&encoder_forward<A>, (void)&encoder_backward<A>, (void)&layernorm_forward<A>, (void)&layernorm_backward<A>;
-  (void)&matmul_forward<A>, (void)&matmul_backward<A>, (void)&attention_forward<A>, (void)&attention_backward<A>;
-  (void)&gelu_forward<A>, (void)&gelu_backward<A>, (void)&residual_forward<A>, (void)&crossentropy_forward<A>;
-  (void)&crossentropy_forward_backward<A>, (void)&encoder_forward_vocab_parallel<A>;
-  (void)&encoder_backward_vocab_parallel<A>, (void)&crossentropy_smoothed_forward<A>;
-  (void)&crossentropy_smoothed_forward_backward<A>, (void)&crossentropy_vp_local_max<A>;
-  (void)&crossentropy_vp_local_sumexp<A>, (void)&crossentropy_vp_loss_backward<A>, (void)&conv2d_forward<A>;
-  (void)&conv2d_backward<A>, (void)&batchnorm2d_forward_train<A>, (void)&batchnorm2d_local_stats<A>;
-  (void)&batchnorm2d_forward_apply<A>, (void)&batchnorm2d_forward_eval<A>, (void)&batchnorm2d_backward<A>;
-  (void)&batchnorm2d_backward_local_sums<A>, (void)&batchnorm2d_backward_apply<A>, (void)&relu_forward<A>;
-  (void)&relu_backward<A>, (void)&maxpool2d_forward<A>, (void)&maxpool2d_backward<A>, (void)&global_avgpool_forward<A>;
-  (void)&global_avgpool_backward<A>;
+  [[gnu::used]] static const void* const ops[] = {
+      reinterpret_cast<const void*>(&encoder_forward<A>),
+      reinterpret_cast<const void*>(&encoder_backward<A>),
+      reinterpret_cast<const void*>(&layernorm_forward<A>),
+      reinterpret_cast<const void*>(&layernorm_backward<A>),
+      reinterpret_cast<const void*>(&matmul_forward<A>),
+      reinterpret_cast<const void*>(&matmul_backward<A>),
+      reinterpret_cast<const void*>(&attention_forward<A>),
+      reinterpret_cast<const void*>(&attention_backward<A>),
+      reinterpret_cast<const void*>(&gelu_forward<A>),
+      reinterpret_cast<const void*>(&gelu_backward<A>),
+      reinterpret_cast<const void*>(&residual_forward<A>),
+      reinterpret_cast<const void*>(&crossentropy_forward<A>),
+      reinterpret_cast<const void*>(&crossentropy_forward_backward<A>),
+      reinterpret_cast<const void*>(&encoder_forward_vocab_parallel<A>),
+      reinterpret_cast<const void*>(&encoder_backward_vocab_parallel<A>),
+      reinterpret_cast<const void*>(&crossentropy_smoothed_forward<A>),
+      reinterpret_cast<const void*>(&crossentropy_smoothed_forward_backward<A>),
+      reinterpret_cast<const void*>(&crossentropy_vp_local_max<A>),
+      reinterpret_cast<const void*>(&crossentropy_vp_local_sumexp<A>),
+      reinterpret_cast<const void*>(&crossentropy_vp_loss_backward<A>),
+      reinterpret_cast<const void*>(&conv2d_forward<A>),
+      reinterpret_cast<const void*>(&conv2d_backward<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_forward_train<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_local_stats<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_forward_apply<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_forward_eval<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_backward<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_backward_local_sums<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_backward_apply<A>),
+      reinterpret_cast<const void*>(&relu_forward<A>),
+      reinterpret_cast<const void*>(&relu_backward<A>),
+      reinterpret_cast<const void*>(&maxpool2d_forward<A>),
+      reinterpret_cast<const void*>(&maxpool2d_backward<A>),
+      reinterpret_cast<const void*>(&global_avgpool_forward<A>),
+      reinterpret_cast<const void*>(&global_avgpool_backward<A>),
+  };
 }
 template void instantiate_ops<float>();
 template void instantiate_ops<bf16>();

@@ -316,6 +316,10 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n);
 void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n);
 
+// How the CPU backend multiplies bf16, in one sentence for the run log (e.g. "bf16 GEMMs with fp32 accumulation
+// through oneDNN ... (brg:avx512_core_amx_bf16)", or fp32 GEMMs on bf16 storage and why): cpu/cpu_matmul_dnnl.hpp.
+std::string cpu_bf16_arithmetic();
+
 // ---- memory helpers on ctx.device ------------------------------------------------------------
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes);

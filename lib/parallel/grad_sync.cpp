@@ -4,12 +4,38 @@
 
 #include "core/format.hpp"
 #include "core/timer.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::parallel {
 
-GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts)
-    : dp_(dp), params_(params), grads_(grads), opts_(opts), shard_("zero_grad_shard", grads.device()) {
+DType parse_grad_dtype(const std::string& s) {
+  if (s == "fp32") return DType::F32;
+  if (s == "bf16") return DType::BF16;
+  HPCT_USAGE_FAIL("parallel.grad_dtype = \"{}\": use \"fp32\" (reduce gradients in fp32, the default) or \"bf16\" "
+                  "(reduce them in bf16: half the bytes, within bf16 rounding)",
+                  s);
+}
+
+const char* grad_dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "fp32";
+    case DType::BF16: return "bf16";
+    default: return dtype_name(t);
+  }
+}
+
+GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts,
+                   const ExecContext& ctx)
+    : dp_(dp),
+      params_(params),
+      grads_(grads),
+      opts_(opts),
+      ctx_(ctx),
+      shard_("zero_grad_shard", grads.device()),
+      reduced_("grad_bf16_buckets", grads.device()) {
   HPCT_CHECK(opts_.zero == 0 || opts_.zero == 1, "parallel.zero = {} (0 or 1)", opts_.zero);
+  HPCT_CHECK(opts_.reduce_dtype == DType::F32 || opts_.reduce_dtype == DType::BF16,
+             "parallel.grad_dtype: gradients are reduced in fp32 or bf16, not {}", dtype_name(opts_.reduce_dtype));
   HPCT_CHECK(params_.tensors().size() == grads_.tensors().size(), "params and grads differ in count");
   HPCT_CHECK(params_.bytes() == grads_.bytes(), "params and grads slabs differ in layout");
   const auto& ts = grads_.tensors();
@@ -43,8 +69,20 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
     const int64_t len = b.elem_end - b.elem_begin;
     b.counts.resize(static_cast<size_t>(P));
     for (int r = 0; r < P; ++r) b.counts[r] = len / P + (r < len % P ? 1 : 0);
+    for (int r = 0; r < me; ++r) b.own_offset += b.counts[r];
     b.shard_offset = shard_numel_;
     shard_numel_ += use_shard ? b.counts[me] : 0;
+  }
+  if (opts_.reduce_dtype == DType::BF16 && P > 1) {  // the bf16 image of every bucket (the buckets tile [0, end))
+    HPCT_CHECK(ctx_.device == grads_.device(),
+               "parallel.grad_dtype = bf16 on rank {} of the {} group: the gradients are on {} but the casts would run "
+               "on {}; pass the run's ExecContext (ParallelContext::exec()) to GradSync",
+               me, dp_.name(), device_name(grads_.device()), device_name(ctx_.device));
+    int64_t end = 0;
+    for (const Bucket& b : buckets_) end = std::max(end, b.elem_end);
+    reduced_.add("grad_bf16", {std::max<int64_t>(end, 1)}, DType::BF16);
+    reduced_.allocate();
+    reduced_base_ = reduced_.tensors()[0].b16();
   }
   if (use_shard) {
     shard_.add("grad_shard", {std::max<int64_t>(shard_numel_, 1)});
@@ -54,9 +92,7 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
   for (const Bucket& b : buckets_) {
     int64_t own_begin = b.elem_begin, own_end = b.elem_end;
     if (opts_.zero) {
-      int64_t pre = 0;
-      for (int r = 0; r < me; ++r) pre += b.counts[r];
-      own_begin = b.elem_begin + pre;
+      own_begin = b.elem_begin + b.own_offset;
       own_end = own_begin + b.counts[me];
     }
     for (int i = b.first_tensor; i < b.end_tensor; ++i) {
@@ -77,9 +113,13 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
 }
 
 std::string GradSync::describe() const {
-  return fmt::format("{} bucket(s) of >= {} (overlap {}), ZeRO-{}{}", buckets_.size(), human_bytes(opts_.bucket_bytes),
-                     opts_.overlap ? "on" : "off", opts_.zero,
-                     opts_.zero ? fmt::format(" (gradient shard {} per rank)", human_bytes(shard_numel_ * 4.0)) : "");
+  return fmt::format("{} bucket(s) of >= {} (overlap {}), ZeRO-{}{}, reduced in {}{}", buckets_.size(),
+                     human_bytes(opts_.bucket_bytes), opts_.overlap ? "on" : "off", opts_.zero,
+                     opts_.zero ? fmt::format(" (gradient shard {} per rank)", human_bytes(shard_numel_ * 4.0)) : "",
+                     grad_dtype_name(opts_.reduce_dtype),
+                     reduced_.bytes() > 0
+                         ? fmt::format(" (bucket buffer {})", human_bytes(static_cast<double>(reduced_.bytes())))
+                         : "");
 }
 
 void GradSync::arm() {
@@ -96,12 +136,33 @@ void GradSync::launch(size_t b) {
   float* base = static_cast<float*>(grads_.base()) + bk.elem_begin;
   const int64_t len = bk.elem_end - bk.elem_begin;
   const std::string what = fmt::format("gradient bucket {} of {}", b, buckets_.size());
-  if (opts_.zero)
+  if (reduced_base_ != nullptr) {
+    // bf16: the bucket's image, reduced in place (ZeRO: this rank's share stays at own_offset); land() casts it back
+    bf16* img = reduced_base_ + bk.elem_begin;
+    kernels::cast(ctx_, img, base, len);
+    if (opts_.zero)
+      work_[b] = dp_.reduce_scatter_v_async(img, img + bk.own_offset, bk.counts, DType::BF16, comm::ReduceOp::Sum,
+                                            what);
+    else
+      work_[b] = dp_.allreduce_async(img, len, DType::BF16, comm::ReduceOp::Sum, what);
+  } else if (opts_.zero) {
     work_[b] = dp_.reduce_scatter_v_async(base, shard_.tensors()[0].f32() + bk.shard_offset, bk.counts, DType::F32,
                                           comm::ReduceOp::Sum, what);
-  else
+  } else {
     work_[b] = dp_.allreduce_async(base, len, DType::F32, comm::ReduceOp::Sum, what);
+  }
   launched_[b] = true;
+}
+
+void GradSync::land(size_t b) {
+  if (reduced_base_ == nullptr) return;  // fp32: the reduction wrote the fp32 result itself
+  const Bucket& bk = buckets_[b];
+  if (opts_.zero)
+    kernels::cast(ctx_, shard_.tensors()[0].f32() + bk.shard_offset, reduced_base_ + bk.elem_begin + bk.own_offset,
+                  bk.counts[static_cast<size_t>(dp_.rank())]);
+  else
+    kernels::cast(ctx_, static_cast<float*>(grads_.base()) + bk.elem_begin, reduced_base_ + bk.elem_begin,
+                  bk.elem_end - bk.elem_begin);
 }
 
 void GradSync::on_ready(int first, int end) {
@@ -122,9 +183,10 @@ void GradSync::finish() {
   HPCT_CHECK(armed_, "GradSync::finish without arm()");
   Timer t;
   while (next_launch_ < buckets_.size()) launch(next_launch_++);
-  for (auto& w : work_) {
-    w->wait();
-    w.reset();
+  for (size_t b = 0; b < work_.size(); ++b) {
+    work_[b]->wait();
+    work_[b].reset();
+    land(b);
   }
   exposed_ms_ = t.ms();
   armed_ = false;
@@ -134,13 +196,10 @@ void GradSync::gather_params() {
   gather_ms_ = 0.0;
   if (!opts_.zero || dp_.size() == 1) return;
   Timer t;
-  const int me = dp_.rank();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bk = buckets_[b];
-    int64_t pre = 0;
-    for (int r = 0; r < me; ++r) pre += bk.counts[r];
     float* base = static_cast<float*>(params_.base()) + bk.elem_begin;
-    work_[b] = dp_.allgather_v_async(base + pre, base, bk.counts, DType::F32,
+    work_[b] = dp_.allgather_v_async(base + bk.own_offset, base, bk.counts, DType::F32,
                                      fmt::format("parameter allgather, bucket {} of {}", b, buckets_.size()));
   }
   for (auto& w : work_) {

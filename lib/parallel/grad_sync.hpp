@@ -27,19 +27,42 @@
 // first n%DP ranks one more); gradients are reduce-scattered into this rank's shard buffer, the
 // optimizer updates only the owned share (owned()), and gather_params() allgathers the updated
 // parameters bucket by bucket. Optimizer state is then 1/DP of the unsharded figure.
+//
+// Reduction type (parallel.grad_dtype, docs/invariants.md "How the scale features compose"): fp32 (the default: the
+// gradient slab itself is reduced, bit for bit as before) or bf16, which halves the bytes on the wire. With bf16 each
+// bucket's fp32 gradients are cast (kernels::cast on the ExecContext, rounded to nearest even) into the bucket's range
+// of one bf16 buffer planned at construction (half the gradient slab; the memory record's kind `comm`), the bf16
+// buffer is allreduced (ZeRO-1: reduce-scattered in place, this rank's share staying at its place in the buffer), and
+// finish() casts the reduced sum back into the fp32 gradient (ZeRO-1: into this rank's fp32 shard), exactly. The
+// gradient norm, the clipping and the update then read fp32 as ever; the parameter allgather of ZeRO-1 stays fp32.
+// The result is the sum of the bf16-rounded local gradients, rounded to bf16 again at each of the DP - 1 pairwise
+// combinations the communicator makes (comm/mpi_communicator.hpp: reproducible for a fixed DP size, identical on every
+// rank): at most 2 DP - 1 roundings of 2^-8 (bf16's unit roundoff) times the sum of magnitudes away from the fp32
+// reduction. Buckets are the same as with fp32 (bucket_bytes counts fp32 gradient bytes), so only the reduction type
+// changes between the two. At DP 1 nothing is reduced and the gradients stay fp32, untouched, for either type. The
+// casts run in launch() and finish() on the ExecContext's stream (CUDA: the compute stream, which the dp
+// communicator's operations are ordered after): nothing allocates in the step.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "kernels/exec_context.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::parallel {
 
+// Deck key parallel.grad_dtype: "fp32" -> DType::F32, "bf16" -> DType::BF16; anything else is a UsageError naming the
+// accepted values.
+DType parse_grad_dtype(const std::string& s);
+// The inverse: "fp32" | "bf16" (logs, describe()).
+const char* grad_dtype_name(DType t);
+
 struct GradSyncOptions {
-  size_t bucket_bytes = 1u << 20;  // parallel.bucket_mb
-  bool overlap = true;             // parallel.overlap
-  int zero = 0;                    // parallel.zero
+  size_t bucket_bytes = 1u << 20;   // parallel.bucket_mb
+  bool overlap = true;              // parallel.overlap
+  int zero = 0;                     // parallel.zero
+  DType reduce_dtype = DType::F32;  // parallel.grad_dtype (parse_grad_dtype): F32 or BF16
 };
 
 // A flat range [begin, end) of parameter tensor `tensor` owned by this rank, with its reduced gradient.
@@ -54,11 +77,15 @@ struct Bucket {
   int64_t elem_begin = 0, elem_end = 0;  // element range in the slab (float offsets from base)
   std::vector<int64_t> counts;           // ZeRO: share of each DP rank
   int64_t shard_offset = 0;              // ZeRO: where this rank's share lives in the shard buffer
+  int64_t own_offset = 0;                // ZeRO: where this rank's share starts in the bucket (sum of counts before it)
 };
 
 class GradSync {
  public:
-  GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts);
+  // ctx: where the bf16 casts run (ctx.device == grads.device(); CUDA: the compute stream, which dp's operations are
+  // ordered after). Read only when opts.reduce_dtype is BF16 at DP > 1; the fp32 path calls no kernel.
+  GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts,
+           const ExecContext& ctx = ExecContext{});
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
@@ -78,16 +105,22 @@ class GradSync {
   const std::vector<OwnedRange>& owned() const { return owned_; }
   int64_t shard_numel() const { return shard_numel_; }
   int zero() const { return opts_.zero; }
+  DType reduce_dtype() const { return opts_.reduce_dtype; }
+  // Bytes of the bf16 bucket buffer (kind `comm` in the memory record): half the gradient slab with bf16 at DP > 1,
+  // else 0.
+  size_t comm_bytes() const { return reduced_.bytes(); }
   double last_exposed_ms() const { return exposed_ms_; }  // in finish() (CUDA: host issue time only, see above)
   double last_gather_ms() const { return gather_ms_; }    // in gather_params() (likewise)
   std::string describe() const;
 
  private:
   void launch(size_t b);
+  void land(size_t b);  // after bucket b's reduction completed: bf16 -> its fp32 gradients (or this rank's shard)
   comm::Communicator& dp_;
   Slab& params_;
   Slab& grads_;
   GradSyncOptions opts_;
+  ExecContext ctx_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_tensor_;
   std::vector<int> pending_;  // per bucket: tensors not yet ready
@@ -95,7 +128,9 @@ class GradSync {
   std::vector<bool> launched_;
   size_t next_launch_ = 0;  // buckets launch strictly in order (same order on every rank)
   bool armed_ = false;
-  Slab shard_;  // ZeRO: reduced gradient shares (shard_numel_ floats)
+  Slab shard_;    // ZeRO: reduced gradient shares (shard_numel_ floats)
+  Slab reduced_;  // bf16 reduction: (elements of the gradient slab) bf16, bucket b at [elem_begin, elem_end)
+  bf16* reduced_base_ = nullptr;
   int64_t shard_numel_ = 0;
   std::vector<OwnedRange> owned_;
   double exposed_ms_ = 0.0, gather_ms_ = 0.0;

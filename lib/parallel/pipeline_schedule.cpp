@@ -121,9 +121,12 @@ double theoretical_bubble(int pp_size, int n_micro) {
   return static_cast<double>(pp_size - 1) / static_cast<double>(n_micro + pp_size - 1);
 }
 
-PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device)
-    : schedule_(schedule), numel_(activation_numel), slab_("pipeline_buffers", device) {
+PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device,
+                                 DType dtype)
+    : schedule_(schedule), numel_(activation_numel), dtype_(dtype), slab_("pipeline_buffers", device) {
   HPCT_CHECK(activation_numel >= 0, "activation_numel = {}", activation_numel);
+  HPCT_CHECK(dtype == DType::F32 || dtype == DType::BF16,
+             "pipeline buffers of {} elements: stages exchange f32 or bf16 activations", dtype_name(dtype));
   const int m = schedule_micro_batches(schedule_);
   slots_ = max_in_flight(schedule_);
   // A micro-batch takes the lowest free slot at its forward and frees it at its backward.
@@ -151,10 +154,10 @@ PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t ac
     }
   }
   if (numel_ > 0) {  // a single stage (activation_numel 0) exchanges nothing
-    act_in_ = &slab_.add("act_in", {slots_, numel_});
-    act_out_ = &slab_.add("act_out", {slots_, numel_});
-    grad_in_ = &slab_.add("grad_in", {slots_, numel_});
-    grad_out_ = &slab_.add("grad_out", {slots_, numel_});
+    act_in_ = &slab_.add("act_in", {slots_, numel_}, dtype_);
+    act_out_ = &slab_.add("act_out", {slots_, numel_}, dtype_);
+    grad_in_ = &slab_.add("grad_in", {slots_, numel_}, dtype_);
+    grad_out_ = &slab_.add("grad_out", {slots_, numel_}, dtype_);
     slab_.allocate();
   }
   recv_act_.resize(static_cast<size_t>(slots_));
@@ -184,14 +187,14 @@ struct PipelineRunner {
   void post_act_recv(int micro) {
     const int k = b.slot_of(micro);
     HPCT_CHECK(!b.recv_act_[k], "pipeline slot {} still receiving", k);
-    b.recv_act_[k] = tr.recv_activation(b.act_in(k), b.numel_, micro,
+    b.recv_act_[k] = tr.recv_activation(b.act_in(k), b.numel_, b.dtype_, micro,
                                         fmt::format("pipeline activation of micro-batch {} from stage {}", micro,
                                                     stage - 1));
   }
   void post_grad_recv(int micro) {
     const int k = b.slot_of(micro);
     HPCT_CHECK(!b.recv_grad_[k], "pipeline slot {} still receiving", k);
-    b.recv_grad_[k] = tr.recv_gradient(b.grad_in(k), b.numel_, micro,
+    b.recv_grad_[k] = tr.recv_gradient(b.grad_in(k), b.numel_, b.dtype_, micro,
                                        fmt::format("pipeline gradient of micro-batch {} from stage {}", micro,
                                                    stage + 1));
   }
@@ -231,8 +234,9 @@ struct PipelineRunner {
     forwarded[static_cast<size_t>(j)] = true;
     post_ready_act_recvs();  // act_in(k) is free again
     if (stage < last) {
-      b.send_act_[k] = tr.send_activation(
-          b.act_out(k), b.numel_, j, fmt::format("pipeline activation of micro-batch {} to stage {}", j, stage + 1));
+      b.send_act_[k] = tr.send_activation(b.act_out(k), b.numel_, b.dtype_, j,
+                                          fmt::format("pipeline activation of micro-batch {} to stage {}", j,
+                                                      stage + 1));
       post_ready_grad_recvs();  // posted before the next stage can possibly send it
     }
   }
@@ -250,7 +254,7 @@ struct PipelineRunner {
       st.compute_ms += t.ms();
     }
     if (stage > 0)
-      b.send_grad_[k] = tr.send_gradient(b.grad_out(k), b.numel_, j,
+      b.send_grad_[k] = tr.send_gradient(b.grad_out(k), b.numel_, b.dtype_, j,
                                          fmt::format("pipeline gradient of micro-batch {} to stage {}", j, stage - 1));
   }
 };
@@ -260,8 +264,12 @@ PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& s
   HPCT_CHECK(buffers.schedule() == schedule, "pipeline buffers were planned for schedule {}, run with {}",
              format_schedule(buffers.schedule()), format_schedule(schedule));
   HPCT_CHECK(stage.activation_numel() == buffers.activation_numel(),
-             "pipeline buffers hold {} floats per activation, the stage exchanges {}", buffers.activation_numel(),
+             "pipeline buffers hold {} elements per activation, the stage exchanges {}", buffers.activation_numel(),
              stage.activation_numel());
+  HPCT_CHECK(stage.activation_dtype() == buffers.dtype(),
+             "pipeline buffers hold {} activations, the stage exchanges {}: plan PipelineBuffers with the stage's "
+             "activation_dtype()",
+             dtype_name(buffers.dtype()), dtype_name(stage.activation_dtype()));
   HPCT_CHECK(buffers.activation_numel() > 0 || transport.stages() == 1,
              "a stage that exchanges no activation (activation_numel 0) cannot run in a pipeline of {} stages",
              transport.stages());

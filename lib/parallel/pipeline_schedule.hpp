@@ -21,8 +21,9 @@
 // Executor (run_schedule): one call runs one stage's schedule; every stage of the pp group calls it with the
 // schedule make_schedule() gives for its own rank (the same kind and n_micro on all stages). Point to point through a
 // PipelineTransport (parallel/pipeline_transport.hpp: MPI over the pp group with host buffers, or one communicator per
-// link and direction, NCCL with device buffers on CUDA), one float tensor of activation_numel() elements per
-// micro-batch in both directions:
+// link and direction, NCCL with device buffers on CUDA), one tensor of activation_numel() elements of
+// activation_dtype() per micro-batch in both directions (fp32, or bf16 under train.precision = bf16: the activation
+// gradient travels in the activation's type, docs/invariants.md "How the scale features compose"):
 //  - forward on stage s > 0:    its input is micro-batch j's activation received from stage s-1;
 //    forward on stage s < last: its output is sent to stage s+1;
 //  - backward on stage s < last: its dout is micro-batch j's gradient received from stage s+1;
@@ -101,18 +102,21 @@ double theoretical_bubble(int pp_size, int n_micro);
 
 // One pipeline stage (its layers of the model). Called by run_schedule in schedule order. The buffers are on the
 // transport's device (device memory with NCCL: then read and write them with kernels on the compute stream, which the
-// transfers are ordered with, and do not synchronize: the executor needs no host wait).
+// transfers are ordered with, and do not synchronize: the executor needs no host wait). Every buffer holds
+// activation_numel() elements of activation_dtype() (float* or bf16* as the stage's storage type A, kernels.hpp).
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
-  // in: activation_numel() floats from the previous stage (nullptr on the first stage);
-  // out: activation_numel() floats for the next stage (nullptr on the last stage).
-  virtual void forward(int micro, const float* in, float* out) = 0;
+  // in: the activation from the previous stage (nullptr on the first stage);
+  // out: the activation for the next stage (nullptr on the last stage).
+  virtual void forward(int micro, const void* in, void* out) = 0;
   // dout: gradient w.r.t. this stage's output, from the next stage (nullptr on the last stage);
   // din: gradient w.r.t. this stage's input, for the previous stage (nullptr on the first stage).
-  virtual void backward(int micro, const float* dout, float* din) = 0;
+  virtual void backward(int micro, const void* dout, void* din) = 0;
   // Elements of the activation exchanged between stages (the same on every stage boundary).
   virtual int64_t activation_numel() const = 0;
+  // The storage type of the activations and activation gradients exchanged (the same on every stage): F32 or BF16.
+  virtual DType activation_dtype() const { return DType::F32; }
 };
 
 struct PipelineStats {
@@ -131,10 +135,12 @@ struct PipelineRunOptions {
 };
 
 // The communication buffers of one stage for one schedule, planned before the step (see above), on `device` (the
-// transport's). activation_numel 0 (a single stage, which exchanges nothing): no buffers at all.
+// transport's), of elements of `dtype` (the stage's activation_dtype(): F32 or BF16; a slot is activation_numel *
+// dtype_size(dtype) bytes). activation_numel 0 (a single stage, which exchanges nothing): no buffers at all.
 class PipelineBuffers {
  public:
-  PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device = Device::CPU);
+  PipelineBuffers(const std::vector<Action>& schedule, int64_t activation_numel, Device device = Device::CPU,
+                  DType dtype = DType::F32);
   PipelineBuffers(const PipelineBuffers&) = delete;
   PipelineBuffers& operator=(const PipelineBuffers&) = delete;
 
@@ -142,21 +148,29 @@ class PipelineBuffers {
   int n_micro() const { return static_cast<int>(slot_of_.size()); }
   int slots() const { return slots_; }
   int64_t activation_numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
   int slot_of(int micro) const { return slot_of_[static_cast<size_t>(micro)]; }
   size_t bytes() const { return slab_.bytes(); }
   Device device() const { return slab_.device(); }
 
-  float* act_in(int slot) { return act_in_->f32() + static_cast<int64_t>(slot) * numel_; }      // (numel)
-  float* act_out(int slot) { return act_out_->f32() + static_cast<int64_t>(slot) * numel_; }    // (numel)
-  float* grad_in(int slot) { return grad_in_->f32() + static_cast<int64_t>(slot) * numel_; }    // (numel)
-  float* grad_out(int slot) { return grad_out_->f32() + static_cast<int64_t>(slot) * numel_; }  // (numel)
+  // (numel) elements of dtype() each, slots numel * dtype_size(dtype()) bytes apart.
+  void* act_in(int slot) { return slot_ptr(act_in_, slot); }
+  void* act_out(int slot) { return slot_ptr(act_out_, slot); }
+  void* grad_in(int slot) { return slot_ptr(grad_in_, slot); }
+  void* grad_out(int slot) { return slot_ptr(grad_out_, slot); }
 
  private:
   friend struct PipelineRunner;
   friend PipelineStats run_schedule(const std::vector<Action>&, PipelineStage&, PipelineTransport&, PipelineBuffers&,
                                     const PipelineRunOptions&);
+  void* slot_ptr(Tensor* t, int slot) {
+    HPCT_CHECK(t != nullptr && slot >= 0 && slot < slots_, "pipeline buffers ({} slots of {} elements): no slot {}",
+               slots_, numel_, slot);
+    return static_cast<char*>(t->data) + static_cast<int64_t>(slot) * numel_ * static_cast<int64_t>(dtype_size(dtype_));
+  }
   std::vector<Action> schedule_;
   int64_t numel_ = 0;
+  DType dtype_ = DType::F32;
   int slots_ = 0;
   std::vector<int> slot_of_;                // micro -> slot
   std::vector<int> next_in_slot_;           // micro -> the micro-batch forwarded next in its slot (-1: none)
@@ -173,7 +187,7 @@ class PipelineBuffers {
 };
 
 // Runs one stage's schedule (see the header comment) over `transport` (stage() == this stage). buffers must have
-// been planned for this schedule and stage.activation_numel(), on transport.device().
+// been planned for this schedule, stage.activation_numel() and stage.activation_dtype(), on transport.device().
 PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& stage, PipelineTransport& transport,
                            PipelineBuffers& buffers, const PipelineRunOptions& options = {});
 // The same over MpiPipelineTransport(pp): pp the pipeline group (host buffers), rank == stage.

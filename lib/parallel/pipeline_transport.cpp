@@ -24,21 +24,25 @@ MpiPipelineTransport::MpiPipelineTransport(comm::Communicator& pp) : pp_(pp) {
              pp.name(), device_name(pp.device()));
 }
 
-comm::WorkPtr MpiPipelineTransport::send_activation(const float* buf, int64_t n, int micro, const std::string& what) {
+comm::WorkPtr MpiPipelineTransport::send_activation(const void* buf, int64_t n, DType dtype, int micro,
+                                                    const std::string& what) {
   check_tag(micro);
-  return pp_.send_async(buf, n, DType::F32, stage() + 1, act_tag(micro), what);
+  return pp_.send_async(buf, n, dtype, stage() + 1, act_tag(micro), what);
 }
-comm::WorkPtr MpiPipelineTransport::recv_activation(float* buf, int64_t n, int micro, const std::string& what) {
+comm::WorkPtr MpiPipelineTransport::recv_activation(void* buf, int64_t n, DType dtype, int micro,
+                                                    const std::string& what) {
   check_tag(micro);
-  return pp_.recv_async(buf, n, DType::F32, stage() - 1, act_tag(micro), what);
+  return pp_.recv_async(buf, n, dtype, stage() - 1, act_tag(micro), what);
 }
-comm::WorkPtr MpiPipelineTransport::send_gradient(const float* buf, int64_t n, int micro, const std::string& what) {
+comm::WorkPtr MpiPipelineTransport::send_gradient(const void* buf, int64_t n, DType dtype, int micro,
+                                                  const std::string& what) {
   check_tag(micro);
-  return pp_.send_async(buf, n, DType::F32, stage() - 1, grad_tag(micro), what);
+  return pp_.send_async(buf, n, dtype, stage() - 1, grad_tag(micro), what);
 }
-comm::WorkPtr MpiPipelineTransport::recv_gradient(float* buf, int64_t n, int micro, const std::string& what) {
+comm::WorkPtr MpiPipelineTransport::recv_gradient(void* buf, int64_t n, DType dtype, int micro,
+                                                  const std::string& what) {
   check_tag(micro);
-  return pp_.recv_async(buf, n, DType::F32, stage() + 1, grad_tag(micro), what);
+  return pp_.recv_async(buf, n, dtype, stage() + 1, grad_tag(micro), what);
 }
 
 std::string MpiPipelineTransport::describe() const {
@@ -77,23 +81,25 @@ comm::Communicator& LinkPipelineTransport::link_(comm::Communicator* c, const ch
 }
 
 // The peer of a 2-rank link is rank 1 - rank(); tag 0: matched by order, as NCCL does.
-comm::WorkPtr LinkPipelineTransport::send_activation(const float* buf, int64_t n, int /*micro*/,
+comm::WorkPtr LinkPipelineTransport::send_activation(const void* buf, int64_t n, DType dtype, int /*micro*/,
                                                      const std::string& what) {
   comm::Communicator& c = link_(act_next_, "next-stage activation");
-  return c.send_async(buf, n, DType::F32, 1 - c.rank(), 0, what);
+  return c.send_async(buf, n, dtype, 1 - c.rank(), 0, what);
 }
-comm::WorkPtr LinkPipelineTransport::recv_activation(float* buf, int64_t n, int /*micro*/, const std::string& what) {
+comm::WorkPtr LinkPipelineTransport::recv_activation(void* buf, int64_t n, DType dtype, int /*micro*/,
+                                                     const std::string& what) {
   comm::Communicator& c = link_(act_prev_, "previous-stage activation");
-  return c.recv_async(buf, n, DType::F32, 1 - c.rank(), 0, what);
+  return c.recv_async(buf, n, dtype, 1 - c.rank(), 0, what);
 }
-comm::WorkPtr LinkPipelineTransport::send_gradient(const float* buf, int64_t n, int /*micro*/,
+comm::WorkPtr LinkPipelineTransport::send_gradient(const void* buf, int64_t n, DType dtype, int /*micro*/,
                                                    const std::string& what) {
   comm::Communicator& c = link_(grad_prev_, "previous-stage gradient");
-  return c.send_async(buf, n, DType::F32, 1 - c.rank(), 0, what);
+  return c.send_async(buf, n, dtype, 1 - c.rank(), 0, what);
 }
-comm::WorkPtr LinkPipelineTransport::recv_gradient(float* buf, int64_t n, int /*micro*/, const std::string& what) {
+comm::WorkPtr LinkPipelineTransport::recv_gradient(void* buf, int64_t n, DType dtype, int /*micro*/,
+                                                   const std::string& what) {
   comm::Communicator& c = link_(grad_next_, "next-stage gradient");
-  return c.recv_async(buf, n, DType::F32, 1 - c.rank(), 0, what);
+  return c.recv_async(buf, n, dtype, 1 - c.rank(), 0, what);
 }
 
 void LinkPipelineTransport::progress() {

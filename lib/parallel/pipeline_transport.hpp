@@ -39,12 +39,15 @@ class PipelineTransport {
   virtual Device device() const = 0;  // where the executor's buffers live
   virtual int stage() const = 0;
   virtual int stages() const = 0;
-  // The activation of micro-batch `micro` (n floats) to stage()+1 / from stage()-1.
-  virtual comm::WorkPtr send_activation(const float* buf, int64_t n, int micro, const std::string& what) = 0;
-  virtual comm::WorkPtr recv_activation(float* buf, int64_t n, int micro, const std::string& what) = 0;
-  // The gradient of micro-batch `micro` (w.r.t. the activation) to stage()-1 / from stage()+1.
-  virtual comm::WorkPtr send_gradient(const float* buf, int64_t n, int micro, const std::string& what) = 0;
-  virtual comm::WorkPtr recv_gradient(float* buf, int64_t n, int micro, const std::string& what) = 0;
+  // The activation of micro-batch `micro` (n elements of dtype: F32, or BF16 under train.precision = bf16) to
+  // stage()+1 / from stage()-1. Both sides of a link pass the same n and dtype (a receive of another element count is
+  // an error naming both; the element size is not checked across ranks, so the executor checks its stage's dtype).
+  virtual comm::WorkPtr send_activation(const void* buf, int64_t n, DType dtype, int micro,
+                                        const std::string& what) = 0;
+  virtual comm::WorkPtr recv_activation(void* buf, int64_t n, DType dtype, int micro, const std::string& what) = 0;
+  // The gradient of micro-batch `micro` (w.r.t. the activation; the activation's dtype) to stage()-1 / from stage()+1.
+  virtual comm::WorkPtr send_gradient(const void* buf, int64_t n, DType dtype, int micro, const std::string& what) = 0;
+  virtual comm::WorkPtr recv_gradient(void* buf, int64_t n, DType dtype, int micro, const std::string& what) = 0;
   // Drives the transfers in flight (MPI progresses only inside MPI calls, docs/platform.md).
   virtual void progress() = 0;
   // A host barrier over the pp group (the executor's entry and exit barriers).
@@ -60,10 +63,10 @@ class MpiPipelineTransport final : public PipelineTransport {
   Device device() const override { return Device::CPU; }
   int stage() const override { return pp_.rank(); }
   int stages() const override { return pp_.size(); }
-  comm::WorkPtr send_activation(const float* buf, int64_t n, int micro, const std::string& what) override;
-  comm::WorkPtr recv_activation(float* buf, int64_t n, int micro, const std::string& what) override;
-  comm::WorkPtr send_gradient(const float* buf, int64_t n, int micro, const std::string& what) override;
-  comm::WorkPtr recv_gradient(float* buf, int64_t n, int micro, const std::string& what) override;
+  comm::WorkPtr send_activation(const void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
+  comm::WorkPtr recv_activation(void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
+  comm::WorkPtr send_gradient(const void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
+  comm::WorkPtr recv_gradient(void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
   void progress() override { pp_.progress(); }
   void barrier(const std::string& what) override { pp_.barrier(what); }
   std::string describe() const override;
@@ -83,10 +86,10 @@ class LinkPipelineTransport final : public PipelineTransport {
   Device device() const override { return device_; }
   int stage() const override { return host_pp_.rank(); }
   int stages() const override { return host_pp_.size(); }
-  comm::WorkPtr send_activation(const float* buf, int64_t n, int micro, const std::string& what) override;
-  comm::WorkPtr recv_activation(float* buf, int64_t n, int micro, const std::string& what) override;
-  comm::WorkPtr send_gradient(const float* buf, int64_t n, int micro, const std::string& what) override;
-  comm::WorkPtr recv_gradient(float* buf, int64_t n, int micro, const std::string& what) override;
+  comm::WorkPtr send_activation(const void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
+  comm::WorkPtr recv_activation(void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
+  comm::WorkPtr send_gradient(const void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
+  comm::WorkPtr recv_gradient(void* buf, int64_t n, DType dtype, int micro, const std::string& what) override;
   void progress() override;
   void barrier(const std::string& what) override { host_pp_.barrier(what); }
   std::string describe() const override;

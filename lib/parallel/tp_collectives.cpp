@@ -10,17 +10,19 @@ namespace {
 
 // The one allreduce behind every communicating side, timed by a host timer around the call: the model's
 // tp_comm_ms (the host time spent in TP collectives).
-double timed_allreduce(comm::Communicator& tp, float* buf, int64_t n, comm::ReduceOp op, const char* what) {
+template <typename T>
+double timed_allreduce(comm::Communicator& tp, T* buf, int64_t n, comm::ReduceOp op, const char* what) {
   const Timer t;
-  tp.allreduce(buf, n, DType::F32, op, what);
+  tp.allreduce(buf, n, comm::dtype_of<T>(), op, what);
   return t.ms();
 }
 
 // Column slice [c0, c0 + cl) of src (rows, src_cols) into dst (rows, dst_cols) at column d0: one contiguous row
 // segment per copy (kernels have no strided copy; fine for the activation sizes this serves).
-void copy_columns(const ExecContext& ctx, float* dst, int64_t dst_cols, int64_t d0, const float* src, int64_t src_cols,
+template <typename A>
+void copy_columns(const ExecContext& ctx, A* dst, int64_t dst_cols, int64_t d0, const A* src, int64_t src_cols,
                   int64_t c0, int64_t rows, int64_t cl) {
-  const int64_t bytes = cl * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = cl * static_cast<int64_t>(sizeof(A));
   if (dst_cols == cl && src_cols == cl) {  // whole rows on both sides: one copy
     kernels::copy_device(ctx, dst, src, rows * bytes);
     return;
@@ -35,51 +37,77 @@ int64_t local_cols(const comm::Communicator& tp, int64_t cols, const char* what)
 
 }  // namespace
 
-double copy_to_tp_region_forward(comm::Communicator& /*tp*/, float* /*x*/, int64_t /*n*/, const char* /*what*/) {
+template <typename A>
+double copy_to_tp_region_forward(comm::Communicator& /*tp*/, A* /*x*/, int64_t /*n*/, const char* /*what*/) {
   return 0.0;
 }
 
-double copy_to_tp_region_backward(comm::Communicator& tp, float* dx, int64_t n, const char* what) {
+template <typename A>
+double copy_to_tp_region_backward(comm::Communicator& tp, A* dx, int64_t n, const char* what) {
   return timed_allreduce(tp, dx, n, comm::ReduceOp::Sum, what);
 }
 
-double reduce_from_tp_region_forward(comm::Communicator& tp, float* y, int64_t n, const char* what) {
+template <typename A>
+double reduce_from_tp_region_forward(comm::Communicator& tp, A* y, int64_t n, const char* what) {
   return timed_allreduce(tp, y, n, comm::ReduceOp::Sum, what);
 }
 
-double reduce_from_tp_region_backward(comm::Communicator& /*tp*/, float* /*dy*/, int64_t /*n*/, const char* /*what*/) {
+template <typename A>
+double reduce_from_tp_region_backward(comm::Communicator& /*tp*/, A* /*dy*/, int64_t /*n*/, const char* /*what*/) {
   return 0.0;
 }
 
-double scatter_to_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const float* x, float* y,
-                                    int64_t rows, int64_t cols, const char* what) {
+template <typename A>
+double scatter_to_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const A* x, A* y, int64_t rows,
+                                    int64_t cols, const char* what) {
   const int64_t cl = local_cols(tp, cols, what);
   copy_columns(ctx, y, cl, 0, x, cols, tp.rank() * cl, rows, cl);
   return 0.0;
 }
 
-double scatter_to_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const float* dy, float* dx,
-                                     float* scratch, int64_t rows, int64_t cols, const char* what) {
+template <typename A>
+double scatter_to_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const A* dy, A* dx, A* scratch,
+                                     int64_t rows, int64_t cols, const char* what) {
   return gather_from_tp_region_forward(ctx, tp, dy, dx, scratch, rows, cols, what);
 }
 
-double gather_from_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const float* x, float* y,
-                                     float* scratch, int64_t rows, int64_t cols, const char* what) {
+template <typename A>
+double gather_from_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const A* x, A* y, A* scratch,
+                                     int64_t rows, int64_t cols, const char* what) {
   const int64_t cl = local_cols(tp, cols, what);
   const Timer t;
-  tp.allgather(x, scratch, rows * cl, DType::F32, what);  // scratch: (t, rows, cl), block r from rank r
+  tp.allgather(x, scratch, rows * cl, comm::dtype_of<A>(), what);  // scratch: (t, rows, cl), block r from rank r
   const double ms = t.ms();
   for (int r = 0; r < tp.size(); ++r) copy_columns(ctx, y, cols, r * cl, scratch + r * rows * cl, cl, 0, rows, cl);
   return ms;
 }
 
-double gather_from_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const float* dy, float* dx,
-                                      int64_t rows, int64_t cols, const char* what) {
+template <typename A>
+double gather_from_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const A* dy, A* dx, int64_t rows,
+                                      int64_t cols, const char* what) {
   return scatter_to_tp_region_forward(ctx, tp, dy, dx, rows, cols, what);
 }
 
 double allreduce_tp_stats(comm::Communicator& tp, float* buf, int64_t n, comm::ReduceOp op, const char* what) {
   return timed_allreduce(tp, buf, n, op, what);
 }
+
+// The two storage types (kernels.hpp): fp32 and bf16 activations.
+#define HPCT_TP_COLLECTIVES_INSTANTIATE(A)                                                                             \
+  template double copy_to_tp_region_forward<A>(comm::Communicator&, A*, int64_t, const char*);                         \
+  template double copy_to_tp_region_backward<A>(comm::Communicator&, A*, int64_t, const char*);                        \
+  template double reduce_from_tp_region_forward<A>(comm::Communicator&, A*, int64_t, const char*);                     \
+  template double reduce_from_tp_region_backward<A>(comm::Communicator&, A*, int64_t, const char*);                    \
+  template double scatter_to_tp_region_forward<A>(const ExecContext&, comm::Communicator&, const A*, A*, int64_t,      \
+                                                  int64_t, const char*);                                               \
+  template double scatter_to_tp_region_backward<A>(const ExecContext&, comm::Communicator&, const A*, A*, A*, int64_t, \
+                                                   int64_t, const char*);                                              \
+  template double gather_from_tp_region_forward<A>(const ExecContext&, comm::Communicator&, const A*, A*, A*, int64_t, \
+                                                   int64_t, const char*);                                              \
+  template double gather_from_tp_region_backward<A>(const ExecContext&, comm::Communicator&, const A*, A*, int64_t,    \
+                                                    int64_t, const char*);
+HPCT_TP_COLLECTIVES_INSTANTIATE(float)
+HPCT_TP_COLLECTIVES_INSTANTIATE(bf16)
+#undef HPCT_TP_COLLECTIVES_INSTANTIATE
 
 }  // namespace hpct::parallel

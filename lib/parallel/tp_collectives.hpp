@@ -30,6 +30,14 @@
 //   local (softmax - onehot over this rank's columns, from the reduced statistics). allreduce_tp_stats names
 //   those reductions.
 //
+// Storage type. The functions marked `template <typename A>` exist for A = float and A = bf16 (tensor/bf16.hpp; the
+// activation type of train.precision, kernels.hpp): they move and reduce activations and activation gradients in their
+// storage type, so a bf16 model sends half the bytes. A bf16 sum is widened to fp32 and rounded to nearest even at each
+// pairwise combination the communicator's algorithm makes (comm/mpi_communicator.hpp; NCCL: ncclBfloat16), so over t
+// ranks it rounds t - 1 times: reproducible for a fixed t, within a few bf16 roundings of the fp32 sum. The float
+// forms are the fp32 behaviour, unchanged. allreduce_tp_stats stays float: the cross-entropy's row statistics are
+// fp32 under every precision (docs/invariants.md, "How the scale features compose").
+//
 // Conventions. Buffers are on comm.device() (host for MpiCommunicator, device for NcclCommunicator) and in place
 // where the shape does not change. `what` labels the collective in timeout and error messages. Every function
 // returns the host milliseconds it spent in communication (0 for the identities and the local slicing), which the
@@ -41,20 +49,25 @@
 
 #include "comm/communicator.hpp"
 #include "kernels/exec_context.hpp"
+#include "tensor/bf16.hpp"
 
 namespace hpct::parallel {
 
 // ---- copy_to_tp_region: the input of a column-parallel layer -------------------------------------------------
 // Forward: identity (X is replicated over the group). Dual: copy_to_tp_region_backward.
-double copy_to_tp_region_forward(comm::Communicator& tp, float* x, int64_t n, const char* what);
+template <typename A>
+double copy_to_tp_region_forward(comm::Communicator& tp, A* x, int64_t n, const char* what);
 // Backward: dx (n) becomes the sum over the group of every rank's partial dX. Dual: copy_to_tp_region_forward.
-double copy_to_tp_region_backward(comm::Communicator& tp, float* dx, int64_t n, const char* what);
+template <typename A>
+double copy_to_tp_region_backward(comm::Communicator& tp, A* dx, int64_t n, const char* what);
 
 // ---- reduce_from_tp_region: the output of a row-parallel layer, or of the vocabulary-parallel embedding --------
 // Forward: y (n) becomes the sum over the group of the partial outputs. Dual: reduce_from_tp_region_backward.
-double reduce_from_tp_region_forward(comm::Communicator& tp, float* y, int64_t n, const char* what);
+template <typename A>
+double reduce_from_tp_region_forward(comm::Communicator& tp, A* y, int64_t n, const char* what);
 // Backward: identity (dY is already whole on every rank). Dual: reduce_from_tp_region_forward.
-double reduce_from_tp_region_backward(comm::Communicator& tp, float* dy, int64_t n, const char* what);
+template <typename A>
+double reduce_from_tp_region_backward(comm::Communicator& tp, A* dy, int64_t n, const char* what);
 
 // ---- scatter_to_tp_region / gather_from_tp_region: split along the last dimension -----------------------------
 // A (rows, cols) row-major tensor, cols % tp.size() == 0, cl = cols / tp.size(); rank r holds columns
@@ -62,21 +75,26 @@ double reduce_from_tp_region_backward(comm::Communicator& tp, float* dy, int64_t
 //
 // scatter_to_tp_region forward: y (rows, cl) = this rank's columns of x (rows, cols). No communication.
 // Dual: scatter_to_tp_region_backward.
-double scatter_to_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const float* x, float* y,
-                                    int64_t rows, int64_t cols, const char* what);
+template <typename A>
+double scatter_to_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const A* x, A* y, int64_t rows,
+                                    int64_t cols, const char* what);
 // scatter_to_tp_region backward: dx (rows, cols) = the concatenation over ranks of dy (rows, cl), which is
-// gather_from_tp_region_forward; scratch holds rows * cols floats on the device. Dual: scatter_to_tp_region_forward.
-double scatter_to_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const float* dy, float* dx,
-                                     float* scratch, int64_t rows, int64_t cols, const char* what);
+// gather_from_tp_region_forward; scratch holds rows * cols elements of A on the device. Dual:
+// scatter_to_tp_region_forward.
+template <typename A>
+double scatter_to_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const A* dy, A* dx, A* scratch,
+                                     int64_t rows, int64_t cols, const char* what);
 // gather_from_tp_region forward: y (rows, cols) = the concatenation over ranks of x (rows, cl), in rank order along
-// the last dimension: an allgather into scratch (rows * cols floats, rank-major), then a local interleave.
+// the last dimension: an allgather into scratch (rows * cols elements of A, rank-major), then a local interleave.
 // Dual: gather_from_tp_region_backward.
-double gather_from_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const float* x, float* y,
-                                     float* scratch, int64_t rows, int64_t cols, const char* what);
+template <typename A>
+double gather_from_tp_region_forward(const ExecContext& ctx, comm::Communicator& tp, const A* x, A* y, A* scratch,
+                                     int64_t rows, int64_t cols, const char* what);
 // gather_from_tp_region backward: dx (rows, cl) = this rank's columns of dy (rows, cols), which is
 // scatter_to_tp_region_forward. No communication. Dual: gather_from_tp_region_forward.
-double gather_from_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const float* dy, float* dx,
-                                      int64_t rows, int64_t cols, const char* what);
+template <typename A>
+double gather_from_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const A* dy, A* dx, int64_t rows,
+                                      int64_t cols, const char* what);
 
 // ---- the vocabulary-parallel cross-entropy's statistics ----------------------------------------------------
 // In place: buf (n) becomes its reduction (op: Max for the row max, Sum for the sums of exp and the target logit)

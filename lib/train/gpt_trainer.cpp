@@ -20,6 +20,7 @@
 #include "train/checkpointing.hpp"
 #include "train/gpt_deck.hpp"
 #include "train/reference_dump.hpp"
+#include "train/run_device.hpp"
 #include "train/training_loop.hpp"
 
 namespace hpct::train {
@@ -50,7 +51,8 @@ class GptTask final : public TrainTask {
         sampler_(train_shard_, T_, run.cfg.train.seed),
         eval_set_(val_shard_, T_, d.eval_sequences),
         mp_(run.pc.model_parallel()),
-        model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group()),
+        model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
+               activation_dtype(ctx_.precision)),
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
@@ -93,15 +95,16 @@ class GptTask final : public TrainTask {
   }
   std::string layout_tail() const override { return fmt::format(" | {} tokens/step", GB_ * T_); }
   void log_setup(const optim::Optimizer& opt) override {
-    gpt::MemoryPlan plan = gpt::memory_plan(cfg_, mp_, model_.micro_batch(), ctx_.device);
+    gpt::MemoryPlan plan = gpt::memory_plan(cfg_, mp_, model_.micro_batch(), ctx_.device, model_.activation_dtype());
     plan.optim_bytes = opt.state_bytes();  // 1/DP of the unsharded figure under ZeRO-1
     log_info("model: L={} NH={} C={} T={} V={} (padded {}) bias={} | {} parameters ({:.3f} M)", cfg_.n_layer,
              cfg_.n_head, cfg_.n_embd, T_, cfg_.vocab_size, cfg_.padded_vocab, cfg_.bias, plan.num_params,
              plan.num_params / 1e6);
-    log_info("memory per rank: params {} | grads {} | optimizer {} (unsharded {}) | activations {} | activation grads "
-             "{} | total {}",
+    log_info("memory per rank: params {} | grads {} | optimizer {} (unsharded {}) | bf16 compute copy {} | activations "
+             "{} ({}) | activation grads {} | total {}",
              human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.optim_bytes),
-             human_bytes(2.0 * plan.param_bytes), human_bytes(plan.activation_bytes),
+             human_bytes(2.0 * plan.param_bytes), human_bytes(plan.compute_param_bytes),
+             human_bytes(plan.activation_bytes), dtype_name(model_.activation_dtype()),
              human_bytes(plan.activation_grad_bytes), human_bytes(plan.total()));
     double worst[2] = {static_cast<double>(plan.param_bytes), static_cast<double>(plan.total())};
     run_.pc.world().allreduce(worst, 2, DType::F64, comm::ReduceOp::Max, "memory report");

@@ -10,13 +10,15 @@
 #include "train/run_config.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::train {
 
 void add_precision_keys(ConfigSchema& s) {
   s.string_key("train.precision", "fp32",
-               "arithmetic of the matrix products on CUDA: fp32 | tf32 | bf16 | fp16 (fp32 storage, master weights "
-               "and accumulation throughout; the CPU computes fp32 only)",
+               "fp32 | bf16 (both backends: bf16 activations and GEMM inputs, fp32 master weights, optimizer state "
+               "and gradient accumulation) | tf32 | fp16 (CUDA only: tensor-core products on fp32 storage); "
+               "docs/precision.md",
                {"fp32", "tf32", "bf16", "fp16"});
   s.string_key("train.loss_scale", "auto",
                "loss scaling: auto (dynamic for fp16, none otherwise) | none | dynamic | a fixed positive number");
@@ -36,6 +38,13 @@ optim::LossScaleConfig loss_scale_config(const RunConfig& cfg, Precision precisi
 
 void log_precision(const ExecContext& ctx, const optim::LossScaler& scaler) {
   if (ctx.precision == Precision::FP32 && !scaler.active()) return;
+  if (ctx.precision == Precision::BF16) {
+    // the CPU line says whether the CPU multiplies bf16 natively or widens to fp32 (no bf16 instructions)
+    log_info("precision: bf16 activations, activation gradients and GEMM inputs with fp32 accumulation; fp32 master "
+             "weights (a bf16 compute copy cast once per step), gradients, optimizer state and statistics{}",
+             ctx.device == Device::CPU ? " | CPU: " + kernels::cpu_bf16_arithmetic() : std::string());
+    return;
+  }
   const optim::LossScaleConfig& c = scaler.config();
   std::string scaling = "none";
   if (c.mode == optim::LossScaleConfig::Mode::Fixed) scaling = fmt::format("fixed {}", c.init);

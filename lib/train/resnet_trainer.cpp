@@ -19,6 +19,7 @@
 #include "train/checkpointing.hpp"
 #include "train/resnet_deck.hpp"
 #include "train/resnet_dump.hpp"
+#include "train/run_device.hpp"
 #include "train/training_loop.hpp"
 
 namespace hpct::train {
@@ -37,7 +38,8 @@ class ResNetTask final : public TrainTask {
         GB_(run.cfg.train.global_batch),
         sampler_(d_.train_set, run.cfg.train.seed, GB_, d_.norm, d_.aug),
         spe_(sampler_.steps_per_epoch()),
-        model_(d_.cfg, MB_, ctx_.device, d_.sync_bn ? &run.pc.device_dp_group() : nullptr),  // SyncBN: device buffers
+        model_(d_.cfg, MB_, ctx_.device, d_.sync_bn ? &run.pc.device_dp_group() : nullptr,  // SyncBN: device buffers
+               /*allocate=*/true, activation_dtype(ctx_.precision)),
         stage_(
             ctx_, model_,
             [this](int64_t step, int64_t first, int count, float* images, int32_t* labels) {
@@ -83,10 +85,11 @@ class ResNetTask final : public TrainTask {
              cfg.depth, cfg.style, cfg.bottleneck() ? ", Bottleneck" : ", BasicBlock", cfg.in_channels, cfg.height,
              cfg.width, cfg.num_classes, plan.num_params, plan.num_params / 1e6,
              resnet::forward_flops_per_image(cfg) / 1e9);
-    log_info("memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | activations {} | activation "
-             "grads {} | conv workspace {} | total {}",
+    log_info("memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | bf16 compute copy {} | activations "
+             "{} ({}) | activation grads {} | conv workspace {} | total {}",
              human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.buffer_bytes),
-             human_bytes(opt.state_bytes()), human_bytes(plan.activation_bytes),
+             human_bytes(opt.state_bytes()), human_bytes(plan.compute_param_bytes), human_bytes(plan.activation_bytes),
+             dtype_name(model_.activation_dtype()),
              human_bytes(plan.activation_grad_bytes), human_bytes(plan.workspace_bytes),
              human_bytes(plan.total() + opt.state_bytes()));
     log_info("data: train {} ({} images, {} steps per epoch) | test {} ({} of {} images evaluated) | crop pad {} flip "

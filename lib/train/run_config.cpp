@@ -37,6 +37,7 @@ RunConfig read_run_config(const Config& deck) {
   p.schedule = parallel::schedule_kind_for(p.pp, requested);
   p.sync.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
   p.sync.overlap = deck.get_bool("parallel.overlap");
+  p.sync.reduce_dtype = parallel::parse_grad_dtype(deck.get_string("parallel.grad_dtype"));
   p.sync.zero = static_cast<int>(deck.get_int("parallel.zero"));
 
   c.comm.timeout_s = deck.get_float("comm.timeout_s");

@@ -45,16 +45,18 @@ DeviceDecision decide_device(const std::string& requested, const std::string& bu
 
 Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
                            const std::string& deck_path, std::string* note) {
-  if (decided == Device::CUDA || requested == Precision::FP32) return requested;
+  if (decided == Device::CUDA || requested == Precision::FP32 || requested == Precision::BF16) return requested;
   HPCT_USAGE_CHECK(requested_device != "cpu",
-                   "deck {}: train.precision = {} needs train.device = cuda (the CPU backend computes fp32 only); use "
-                   "--set train.precision=fp32 on the CPU",
+                   "deck {}: train.precision = {} needs train.device = cuda (it names a tensor-core arithmetic on fp32 "
+                   "storage; the CPU backend computes fp32 or bf16); use --set train.precision=fp32 or bf16 on the CPU",
                    deck_path, precision_name(requested));
   if (note)
     *note += fmt::format("{}train.precision = {} applies to CUDA only: fp32 on the CPU", note->empty() ? "" : "; ",
                          precision_name(requested));
   return Precision::FP32;
 }
+
+DType activation_dtype(Precision p) { return p == Precision::BF16 ? DType::BF16 : DType::F32; }
 
 #if HPCT_HAVE_CUDA
 struct RunDevice::Cuda {

@@ -7,6 +7,7 @@
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "kernels/exec_context.hpp"
+#include "tensor/tensor.hpp"
 #include "parallel/launch_env.hpp"
 #include "tensor/device.hpp"
 
@@ -29,11 +30,15 @@ struct DeviceDecision {
 DeviceDecision decide_device(const std::string& requested, const std::string& build_gap, int unusable_ranks,
                              int world_size, const std::string& reason, const std::string& deck_path);
 
-// train.precision (exec_context.hpp) on the decided device, pure: on CUDA the requested precision; on the CPU fp32 (the
-// CPU backend computes nothing else). Non-fp32 with train.device = "cpu" is a UsageError naming the fix; with "auto"
-// that fell back to the CPU it becomes fp32 and `note` gets the line rank 0 logs.
+// train.precision (exec_context.hpp) on the decided device, pure: on CUDA the requested precision; on the CPU fp32 or
+// bf16 as requested. tf32 and fp16 (tensor-core arithmetic on fp32 storage) with train.device = "cpu" are a UsageError
+// naming the fix; with "auto" that fell back to the CPU they become fp32 and `note` gets the line rank 0 logs.
 Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
                            const std::string& deck_path, std::string* note);
+
+// The storage type of the models' activations under a precision (docs/precision.md): bf16 for BF16, else fp32 (tf32
+// and fp16 keep fp32 storage and change only the products' arithmetic on CUDA).
+DType activation_dtype(Precision p);
 
 // The run's device: train.device resolved collectively, and on CUDA the rank's GPU and compute stream. Construct it on
 // every rank after read_launch and before the ParallelContext (which takes exec(), and builds its NCCL groups on the

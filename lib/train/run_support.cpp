@@ -43,6 +43,10 @@ void add_run_keys(ConfigSchema& s) {
   s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)", 1e-6,
               1e6);
   s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");
+  s.string_key("parallel.grad_dtype", "fp32",
+               "type of the data-parallel gradient reduction: fp32 | bf16 (bf16 halves the bytes on the wire; "
+               "gradients are still accumulated, clipped and applied in fp32)",
+               {"fp32", "bf16"});
 
   s.section("comm", false, "communication");
   s.float_key("comm.timeout_s", 300.0,

@@ -108,7 +108,7 @@ int run_steps(RunSession& run, TrainTask& task) {
 
   // ---- set-up: output, gradient sync, optimizer, loss scaler, checkpoint staging (nothing allocates in the loop) ---
   const std::string ckpt_root = prepare_output(pc, run.opts.out_dir);
-  parallel::GradSync grad_sync(pc.device_dp_group(), task.params(), task.grads(), cfg.parallel.sync);
+  parallel::GradSync grad_sync(pc.device_dp_group(), task.params(), task.grads(), cfg.parallel.sync, ctx);
   task.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync));
   optim::LossScaler scaler(loss_scale_config(cfg, ctx.precision));
@@ -116,7 +116,8 @@ int run_steps(RunSession& run, TrainTask& task) {
   // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy)
   CheckpointStaging staging(ctx, task.params(), optimizer_state(*opt), task.extra_state());
   // the stage's communication buffers for its schedule (none for a single stage)
-  parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(), pc.pipeline_transport().device());
+  parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(), pc.pipeline_transport().device(),
+                                      task.stage().activation_dtype());
 
   log_info("hpctrain {} | deck {} | out {}", run.app, cfg.deck_path, run.opts.out_dir);
   parallel::log_launch_env(run.launch);

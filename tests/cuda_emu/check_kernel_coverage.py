@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
-LAUNCH = re.compile(r"EMU_LAUNCH\(\s*([\w:]+)")
+LAUNCH = re.compile(r"EMU_LAUNCH\(\s*\(?\s*([\w:]+)")  # a kernel template with several arguments is parenthesized
 LISTED = re.compile(r'\{\s*"(\w+)",\s*"')
 
 
@@ -56,12 +56,14 @@ def self_test():
         (root / "lib/kernels/cuda/a.cuh").write_text(
             "__global__ void __launch_bounds__(256)\n    covered_kernel(float* x) {}\n"
             "template <int N>\n__global__ void uncovered_kernel(int n) {}\n"
+            "template <bool B, typename S>\n__global__ void paren_kernel(S* x) {}\n"
             "// __global__ void commented_kernel(int n) {}\n__global__ void probe_kernel() {}\n")
         (root / "tests/cuda_emu/test_emu_a.cpp").write_text(
-            "EMU_LAUNCH(ns::covered_kernel, s, x);\n// EMU_LAUNCH(uncovered_kernel, s, 1);\n")
+            "EMU_LAUNCH(ns::covered_kernel, s, x);\n// EMU_LAUNCH(uncovered_kernel, s, 1);\n"
+            "EMU_LAUNCH((ns::paren_kernel<true, float>), s, x);\n")
         (root / "tests/cuda_emu/kernels_not_emulated.hpp").write_text('{"probe_kernel", "a reason"},\n')
         kernels, _, _, problems = check(root)
-        assert set(kernels) == {"covered_kernel", "uncovered_kernel", "probe_kernel"}, kernels
+        assert set(kernels) == {"covered_kernel", "uncovered_kernel", "paren_kernel", "probe_kernel"}, kernels
         assert len(problems) == 1 and "uncovered_kernel" in problems[0], problems
     print("self-test passed")
 

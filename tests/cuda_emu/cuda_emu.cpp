@@ -197,9 +197,10 @@ const std::map<std::string, Resources>& resource_table() {
   return table;
 }
 
-// "ns::reduce_kernel<true>" -> "reduce_kernel"
+// "ns::reduce_kernel<true>" -> "reduce_kernel", "(ns::kernel<true, float, 1>)" -> "kernel"
 std::string base_name(const std::string& expr) {
   std::string s = expr.substr(0, expr.find('<'));
+  while (!s.empty() && (s.front() == '(' || s.front() == ' ')) s.erase(0, 1);
   const size_t colon = s.rfind("::");
   if (colon != std::string::npos) s = s.substr(colon + 2);
   while (!s.empty() && s.back() == ' ') s.pop_back();

@@ -3,7 +3,9 @@
 // (lib/kernels/cuda/*_kernels.cuh, cuda_flash_attention.cuh) compile as plain C++ and run on a machine without a GPU
 // (CI). Include this first, then the kernel header; launch a kernel with
 //     EMU_LAUNCH(kernel, shape, args...)          // kernel<<<shape.grid, shape.block, shape.shared_bytes>>>(args...)
-// where `shape` comes from the same host function the real launch uses. Built with the host compiler alone: no
+// where `shape` comes from the same host function the real launch uses. A kernel template with several arguments goes
+// in parentheses, as in the .cu files' HPCT_LAUNCH: EMU_LAUNCH((ns::kernel<true, float, 1>), shape, args...). Built
+// with the host compiler alone: no
 // CUDA header, HPCT_ENABLE_CUDA=OFF included.
 //
 // Execution model (cuda_emu.cpp):
@@ -58,7 +60,7 @@
   [[maybe_unused]] static const bool hpct_emu_shared_##name##_ = ::cuda_emu::track_static_shared(&name, sizeof(name))
 #define HPCT_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::cuda_emu::dynamic_shared())
 
-// ---- the thread's coordinates -----------------------------------------------------------------------------------------
+// ---- the thread's coordinates ---------------------------------------------------------------------------------------
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -176,7 +178,7 @@ inline unsigned __ballot_sync(unsigned mask, int pred) { return cuda_emu::warp_b
 inline int __any_sync(unsigned mask, int pred) { return cuda_emu::warp_ballot(mask, pred != 0) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return cuda_emu::warp_ballot(mask, pred != 0) == mask; }
 
-// ---- atomics: one OS thread runs every fiber and none switches inside these, so plain read-modify-writes are atomic --
+// ---- atomics: one OS thread runs every fiber and none switches inside these, so plain read-modify-writes are atomic -
 template <typename T>
 T atomicAdd(T* p, T v) {
   const T old = *p;
@@ -296,7 +298,7 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 inline int2 make_int2(int x, int y) { return {x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 
-// ---- IEEE-rounded arithmetic intrinsics (never contracted into an FMA) ------------------------------------------------
+// ---- IEEE-rounded arithmetic intrinsics (never contracted into an FMA) ----------------------------------------------
 inline float __fadd_rn(float a, float b) {
   volatile float r = a + b;
   return r;
@@ -352,7 +354,7 @@ inline float __sinf(float x) { return static_cast<float>(std::sin(static_cast<do
 inline float __cosf(float x) { return static_cast<float>(std::cos(static_cast<double>(x))); }
 inline float __tanf(float x) { return __fdividef(__sinf(x), __cosf(x)); }
 
-// ---- 16-bit floating point -------------------------------------------------------------------------------------------
+// ---- 16-bit floating point ------------------------------------------------------------------------------------------
 // Storage types with the conversions and operators of cuda_bf16.h / cuda_fp16.h that device code uses. Arithmetic
 // rounds the exact result (computed in double: exact for +, -, * of 16-bit values; division rounds twice only
 // where a double quotient lands on a 16-bit tie, which it cannot for these formats' 8- and 11-bit significands).

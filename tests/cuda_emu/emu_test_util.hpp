@@ -8,10 +8,12 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_emu.hpp"
 #include "kernel_test_util.hpp"
+#include "tensor/bf16.hpp"
 
 namespace hpct::kernels::test {
 
@@ -25,6 +27,26 @@ template <typename T>
 EmuOutput emu_output(const std::string& name, std::vector<T>& v) {
   return {name, v.data(), v.size() * sizeof(T)};
 }
+
+// The kernels' view of a host buffer: float as it is; hpct::bf16 as the emulation's __nv_bfloat16, the same 16 bits
+// (what cuda_common.cuh's dev_ptr does at the .cu boundary).
+inline float* emu_ptr(std::vector<float>& v) { return v.data(); }
+inline const float* emu_ptr(const std::vector<float>& v) { return v.data(); }
+inline __nv_bfloat16* emu_ptr(std::vector<bf16>& v) { return reinterpret_cast<__nv_bfloat16*>(v.data()); }
+inline const __nv_bfloat16* emu_ptr(const std::vector<bf16>& v) {
+  return reinterpret_cast<const __nv_bfloat16*>(v.data());
+}
+static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
+
+// The device storage type of an interface type A (cuda_common.cuh's DeviceStorage).
+template <typename A>
+using EmuStorage = std::conditional_t<std::is_same_v<A, bf16>, __nv_bfloat16, A>;
+
+// bf16 outputs against a reference that computes the same float values in another order (the CPU backend, or the float
+// kernel): both round once to nearest even, so they differ only where the two float results straddle a rounding
+// boundary, by one bf16 ulp: at most 2^-7 of the value (8 significant bits). kBf16Ulp is that, on top of the float
+// comparison's own tolerance.
+inline constexpr double kBf16Ulp = 1.0 / 128.0;
 
 // The schedules every launch sequence runs under (cuda_emu.hpp): in order, shuffled rounds, run-ahead; the seeds are
 // fixed so that a failure reproduces.

@@ -9,8 +9,19 @@
 // pointwise formulas of several operations (GELU, AdamW, SGD) and the LayerNorm rows.
 //
 // The shapes hit the kernels' edges: sizes that are not multiples of the 256-thread block, one element, n = 0 (the
-// reduction still writes 0), unaligned pointers (the reduction's float4 path off), C above the dwte kernel's
-// 128-column block, N above the LayerNorm dweight kernel's 16 row groups, C below a warp, a negative token.
+// reduction still writes 0), unaligned pointers (the reduction's float4 path off, the pointwise kernels' 16-byte packs
+// off), C above the dwte kernel's 128-column block, N above the LayerNorm dweight kernel's 16 row groups, C below a
+// warp, a negative token.
+//
+// bf16 storage (the kernels' __nv_bfloat16 instantiations, cuda_device_common.cuh): the same kernels against the CPU
+// backend's bf16 ops on the same bf16 inputs, and against the float kernels run on those inputs widened, then
+// rounded. Exact (bitwise) where both compute the same float values: the pointwise kernels against the rounded float
+// kernel (same expression, one rounding: this checks that every output is rounded once, to nearest even, as the
+// hardware's __float2bfloat16_rn does, which the emulation reproduces: test_cuda_emu), the casts, residual, ReLU and
+// the embedding against the CPU; elsewhere the float tolerance plus one bf16 ulp (kBf16Ulp, emu_test_util.hpp): the
+// two sides round float results that differ in their last bits, now and then on either side of a bf16 boundary.
+// Parameter gradients (dwte, dwpe, LayerNorm dweight / dbias) and the statistics (mean, rstd) are float: the float
+// tolerances.
 #include "cuda_emu.hpp"  // first: the CUDA surface the kernel header compiles against
 #include "kernels/cuda/cuda_core_kernels.cuh"
 //
@@ -35,10 +46,15 @@ using test::all_close;
 using test::bitwise_equal;
 using test::cpu_ctx;
 using test::emu_output;
+using test::emu_ptr;
 using test::emulate_schedules;
+using test::kBf16Ulp;
+using test::random_bf16;
 using test::random_ints;
 using test::random_vector;
 using test::sz;
+using test::to_bf16_vector;
+using test::to_float_vector;
 
 // ---- reductions --------------------------------------------------------------------------------------------------
 TEST(EmuCore, SumAtOddSizesAndAlignments) {
@@ -83,49 +99,83 @@ TEST(EmuCore, SumSquaresAccumulatesInDouble) {
   }
 }
 
-// ---- pointwise -------------------------------------------------------------------------------------------------------
+// ---- pointwise ------------------------------------------------------------------------------------------------------
 std::vector<float> with_specials(std::vector<float> v) {
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-20f, -1e-20f, 10.0f, -10.0f, 30.0f, -30.0f, -0.75f};
   for (size_t i = 0; i < std::size(specials) && i < v.size(); i++) v[i] = specials[i];
   return v;
 }
 
+// cuda_core.cu's pointwise launches, emulated (the same packs decision and geometry)
+template <typename S>
+void emu_residual(S* out, const S* a, const S* b, int64_t n) {
+  const int64_t packs = cu::pointwise_packs<S>(n, {out, a, b});
+  EMU_LAUNCH(cu::residual_kernel, cu::pointwise_shape<S>(n, packs), out, a, b, n, packs);
+}
+template <typename S>
+void emu_relu_forward(S* out, const S* inp, int64_t n) {
+  const int64_t packs = cu::pointwise_packs<S>(n, {out, inp});
+  EMU_LAUNCH(cu::relu_forward_kernel, cu::pointwise_shape<S>(n, packs), out, inp, n, packs);
+}
+template <typename S>
+void emu_relu_backward(S* dinp, const S* dout, const S* out, int64_t n) {
+  const int64_t packs = cu::pointwise_packs<S>(n, {dinp, dout, out});
+  EMU_LAUNCH(cu::relu_backward_kernel, cu::pointwise_shape<S>(n, packs), dinp, dout, out, n, packs);
+}
+template <typename S>
+void emu_gelu_forward(S* out, const S* inp, int64_t n) {
+  const int64_t packs = cu::pointwise_packs<S>(n, {out, inp});
+  EMU_LAUNCH(cu::gelu_forward_kernel, cu::pointwise_shape<S>(n, packs), out, inp, n, packs);
+}
+template <typename S>
+void emu_gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n) {
+  const int64_t packs = cu::pointwise_packs<S>(n, {dinp, inp, dout});
+  EMU_LAUNCH(cu::gelu_backward_kernel, cu::pointwise_shape<S>(n, packs), dinp, inp, dout, n, packs);
+}
+
 TEST(EmuCore, ScaleResidualAndReluAreExact) {
+  // 5003: packs and a tail; off = 1 shifts every buffer off 16-byte alignment (element by element)
   for (int64_t n : {int64_t{1}, int64_t{257}, int64_t{5003}}) {
-    SCOPED_TRACE("n=" + std::to_string(n));
-    const auto a = with_specials(random_vector(sz(n), 7)), b = random_vector(sz(n), 8), g = random_vector(sz(n), 9);
-    // scale
-    auto x = b;
-    ASSERT_TRUE(emulate_schedules([&] { EMU_LAUNCH(cu::scale_kernel, cu::elementwise_shape(n), x.data(), -1.7f, n); },
-                                  {emu_output("scale", x)}));
-    auto want = b;
-    scale(cpu_ctx(), want.data(), -1.7f, n);
-    EXPECT_TRUE(bitwise_equal("scale", x, want));
-    // residual, out of place and in place
-    std::vector<float> out(sz(n), 5.0f), inplace = a;
-    ASSERT_TRUE(emulate_schedules(
-        [&] {
-          EMU_LAUNCH(cu::residual_kernel, cu::elementwise_shape(n), out.data(), a.data(), b.data(), n);
-          EMU_LAUNCH(cu::residual_kernel, cu::elementwise_shape(n), inplace.data(), inplace.data(), b.data(), n);
-        },
-        {emu_output("residual", out), emu_output("residual in place", inplace)}));
-    std::vector<float> want_res(sz(n));
-    residual_forward(cpu_ctx(), want_res.data(), a.data(), b.data(), n);
-    EXPECT_TRUE(bitwise_equal("residual", out, want_res));
-    EXPECT_TRUE(bitwise_equal("residual in place", inplace, want_res));
-    // ReLU forward and backward
-    std::vector<float> relu(sz(n), 5.0f), drelu(sz(n), 5.0f);
-    ASSERT_TRUE(emulate_schedules(
-        [&] {
-          EMU_LAUNCH(cu::relu_forward_kernel, cu::elementwise_shape(n), relu.data(), a.data(), n);
-          EMU_LAUNCH(cu::relu_backward_kernel, cu::elementwise_shape(n), drelu.data(), g.data(), relu.data(), n);
-        },
-        {emu_output("relu", relu), emu_output("drelu", drelu)}));
-    std::vector<float> want_relu(sz(n)), want_drelu(sz(n));
-    relu_forward(cpu_ctx(), want_relu.data(), a.data(), n);
-    relu_backward(cpu_ctx(), want_drelu.data(), g.data(), want_relu.data(), n);
-    EXPECT_TRUE(bitwise_equal("relu_forward", relu, want_relu));
-    EXPECT_TRUE(bitwise_equal("relu_backward", drelu, want_drelu));
+    for (int off : {0, 1}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
+      const auto a = with_specials(random_vector(sz(n + off), 7)), b = random_vector(sz(n + off), 8);
+      const auto g = random_vector(sz(n + off), 9);
+      const float *ap = a.data() + off, *bp = b.data() + off, *gp = g.data() + off;
+      // scale
+      auto x = b;
+      ASSERT_TRUE(
+          emulate_schedules([&] { EMU_LAUNCH(cu::scale_kernel, cu::elementwise_shape(n), x.data() + off, -1.7f, n); },
+                            {emu_output("scale", x)}));
+      auto want = b;
+      scale(cpu_ctx(), want.data() + off, -1.7f, n);
+      EXPECT_TRUE(bitwise_equal("scale", x, want));
+      // residual, out of place and in place
+      std::vector<float> out(sz(n + off), 5.0f), inplace = a;
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            emu_residual(out.data() + off, ap, bp, n);
+            emu_residual(inplace.data() + off, inplace.data() + off, bp, n);
+          },
+          {emu_output("residual", out), emu_output("residual in place", inplace)}));
+      std::vector<float> want_res(sz(n + off), 5.0f), want_inplace = a;
+      residual_forward(cpu_ctx(), want_res.data() + off, ap, bp, n);
+      residual_forward(cpu_ctx(), want_inplace.data() + off, want_inplace.data() + off, bp, n);
+      EXPECT_TRUE(bitwise_equal("residual", out, want_res));
+      EXPECT_TRUE(bitwise_equal("residual in place", inplace, want_inplace));
+      // ReLU forward and backward
+      std::vector<float> relu(sz(n + off), 5.0f), drelu(sz(n + off), 5.0f);
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            emu_relu_forward(relu.data() + off, ap, n);
+            emu_relu_backward(drelu.data() + off, gp, relu.data() + off, n);
+          },
+          {emu_output("relu", relu), emu_output("drelu", drelu)}));
+      std::vector<float> want_relu(sz(n + off), 5.0f), want_drelu(sz(n + off), 5.0f);
+      relu_forward(cpu_ctx(), want_relu.data() + off, ap, n);
+      relu_backward(cpu_ctx(), want_drelu.data() + off, gp, want_relu.data() + off, n);
+      EXPECT_TRUE(bitwise_equal("relu_forward", relu, want_relu));
+      EXPECT_TRUE(bitwise_equal("relu_backward", drelu, want_drelu));
+    }
   }
 }
 
@@ -138,8 +188,8 @@ TEST(EmuCore, GeluForwardBackward) {
     std::vector<float> out(sz(n), 5.0f), dinp(sz(n), 5.0f);
     ASSERT_TRUE(emulate_schedules(
         [&] {
-          EMU_LAUNCH(cu::gelu_forward_kernel, cu::elementwise_shape(n), out.data(), x.data(), n);
-          EMU_LAUNCH(cu::gelu_backward_kernel, cu::elementwise_shape(n), dinp.data(), x.data(), dout.data(), n);
+          emu_gelu_forward(out.data(), x.data(), n);
+          emu_gelu_backward(dinp.data(), x.data(), dout.data(), n);
         },
         {emu_output("gelu", out), emu_output("dgelu", dinp)}));
     std::vector<float> want_out(sz(n)), want_dinp(sz(n));
@@ -148,6 +198,125 @@ TEST(EmuCore, GeluForwardBackward) {
     EXPECT_TRUE(all_close("gelu_forward", out, want_out, 1e-5, 1e-6));
     EXPECT_TRUE(all_close("gelu_backward", dinp, want_dinp, 1e-5, 1e-6));
   }
+}
+
+// ---- bf16 storage: pointwise ----------------------------------------------------------------------------------------
+// Each output of a bf16 pointwise kernel is the float kernel's result on the widened inputs, rounded once: bitwise.
+TEST(EmuCore, Bf16PointwiseAreTheFloatKernelsRoundedOnce) {
+  for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{4011}}) {  // 4011: 501 packs of 8 and a tail of 3
+    for (int off : {0, 3}) {                                    // 3 elements = 6 bytes: the packs off
+      SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
+      auto xf = with_specials(random_vector(sz(n + off), 300, -6.0, 6.0));
+      if (n + off > 3) xf[2] = 100.0f, xf[3] = -100.0f;
+      const auto x = to_bf16_vector(xf), y = random_bf16(sz(n + off), 301), g = random_bf16(sz(n + off), 302);
+      const auto x32 = to_float_vector(x), y32 = to_float_vector(y), g32 = to_float_vector(g);
+      std::vector<bf16> res(sz(n + off), bf16{0x4000}), gelu = res, dgelu = res, relu = res, drelu = res;
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            emu_residual(emu_ptr(res) + off, emu_ptr(x) + off, emu_ptr(y) + off, n);
+            emu_gelu_forward(emu_ptr(gelu) + off, emu_ptr(x) + off, n);
+            emu_gelu_backward(emu_ptr(dgelu) + off, emu_ptr(x) + off, emu_ptr(g) + off, n);
+            emu_relu_forward(emu_ptr(relu) + off, emu_ptr(x) + off, n);
+            emu_relu_backward(emu_ptr(drelu) + off, emu_ptr(g) + off, emu_ptr(relu) + off, n);
+          },
+          {emu_output("residual", res), emu_output("gelu", gelu), emu_output("dgelu", dgelu), emu_output("relu", relu),
+           emu_output("drelu", drelu)}));
+      // the float kernels on the widened inputs (drelu on the float relu: the same signs as the bf16 one's)
+      std::vector<float> fres(sz(n + off), 2.0f), fgelu = fres, fdgelu = fres, frelu = fres, fdrelu = fres;
+      emu_residual(fres.data() + off, x32.data() + off, y32.data() + off, n);
+      emu_gelu_forward(fgelu.data() + off, x32.data() + off, n);
+      emu_gelu_backward(fdgelu.data() + off, x32.data() + off, g32.data() + off, n);
+      emu_relu_forward(frelu.data() + off, x32.data() + off, n);
+      emu_relu_backward(fdrelu.data() + off, g32.data() + off, frelu.data() + off, n);
+      EXPECT_TRUE(bitwise_equal("residual", res, to_bf16_vector(fres)));
+      EXPECT_TRUE(bitwise_equal("gelu_forward", gelu, to_bf16_vector(fgelu)));
+      EXPECT_TRUE(bitwise_equal("gelu_backward", dgelu, to_bf16_vector(fdgelu)));
+      EXPECT_TRUE(bitwise_equal("relu_forward", relu, to_bf16_vector(frelu)));
+      EXPECT_TRUE(bitwise_equal("relu_backward", drelu, to_bf16_vector(fdrelu)));
+    }
+  }
+}
+
+// Against the CPU backend's bf16 ops on the same inputs: residual and ReLU compute identical float values (exact);
+// GELU's exp differs in its last bits (float tolerance, plus a bf16 ulp).
+TEST(EmuCore, Bf16PointwiseMatchCpuBackend) {
+  const int64_t n = 2053;
+  const auto x = to_bf16_vector(with_specials(random_vector(sz(n), 310, -6.0, 6.0)));
+  auto xg_f = random_vector(sz(n), 313, -6.0, 6.0);
+  xg_f[0] = 100.0f, xg_f[1] = -100.0f, xg_f[2] = 0.0f;  // finite extremes (the CPU's GELU of -inf is NaN, like ours)
+  const auto xg = to_bf16_vector(xg_f), y = random_bf16(sz(n), 311), g = random_bf16(sz(n), 312);
+  std::vector<bf16> res(sz(n)), relu(sz(n)), drelu(sz(n)), gelu(sz(n)), dgelu(sz(n));
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        emu_residual(emu_ptr(res), emu_ptr(x), emu_ptr(y), n);
+        emu_relu_forward(emu_ptr(relu), emu_ptr(x), n);
+        emu_relu_backward(emu_ptr(drelu), emu_ptr(g), emu_ptr(relu), n);
+        emu_gelu_forward(emu_ptr(gelu), emu_ptr(xg), n);
+        emu_gelu_backward(emu_ptr(dgelu), emu_ptr(xg), emu_ptr(g), n);
+      },
+      {emu_output("residual", res), emu_output("relu", relu), emu_output("drelu", drelu), emu_output("gelu", gelu),
+       emu_output("dgelu", dgelu)}));
+  std::vector<bf16> w_res(sz(n)), w_relu(sz(n)), w_drelu(sz(n)), w_gelu(sz(n)), w_dgelu(sz(n));
+  residual_forward(cpu_ctx(), w_res.data(), x.data(), y.data(), n);
+  relu_forward(cpu_ctx(), w_relu.data(), x.data(), n);
+  relu_backward(cpu_ctx(), w_drelu.data(), g.data(), w_relu.data(), n);
+  gelu_forward(cpu_ctx(), w_gelu.data(), xg.data(), n);
+  gelu_backward(cpu_ctx(), w_dgelu.data(), xg.data(), g.data(), n);
+  EXPECT_TRUE(bitwise_equal("residual", res, w_res));
+  EXPECT_TRUE(bitwise_equal("relu_forward", relu, w_relu));
+  EXPECT_TRUE(bitwise_equal("relu_backward", drelu, w_drelu));
+  EXPECT_TRUE(all_close("gelu_forward", gelu, w_gelu, 1e-5 + kBf16Ulp, 1e-6));
+  EXPECT_TRUE(all_close("gelu_backward", dgelu, w_dgelu, 1e-5 + kBf16Ulp, 1e-6));
+}
+
+// cast: float -> bf16 rounds to nearest even (ties included), keeps the infinities, signed zeros and subnormals and
+// overflows to infinity, exactly as the CPU backend (bitwise; NaN stays NaN, its payload being the hardware's
+// canonical one on the GPU); bf16 -> float is exact.
+TEST(EmuCore, CastBothWaysEqualCpuBitForBit) {
+  for (int64_t n : {int64_t{1}, int64_t{29}, int64_t{1027}}) {
+    for (int off : {0, 1}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
+      auto src = random_vector(sz(n + off), 320, -3.0, 3.0);
+      const float specials[] = {0.0f,
+                                -0.0f,
+                                INFINITY,
+                                -INFINITY,
+                                1.0f + 0x1p-8f,   // a tie: to even (1.0)
+                                1.0f + 0x3p-8f,   // a tie: to even (up)
+                                0x1p-130f,        // a subnormal
+                                3.4e38f,          // beyond bf16's largest finite value: to infinity
+                                -1.0f - 0x1p-9f,  // below half an ulp: down
+                                0x1.ff8p127f};
+      for (size_t i = 0; i < std::size(specials) && i + off < src.size(); i++) src[i + off] = specials[i];
+      std::vector<bf16> low(sz(n + off), bf16{0x1234});
+      std::vector<float> back(sz(n + off), 7.0f);
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            const int64_t p1 = cu::cast_packs(n, emu_ptr(low) + off, src.data() + off);
+            EMU_LAUNCH((cu::cast_kernel<__nv_bfloat16, float>), cu::cast_shape(n, p1), emu_ptr(low) + off,
+                       src.data() + off, n, p1);
+            const int64_t p2 = cu::cast_packs(n, back.data() + off, emu_ptr(low) + off);
+            EMU_LAUNCH((cu::cast_kernel<float, __nv_bfloat16>), cu::cast_shape(n, p2), back.data() + off,
+                       emu_ptr(low) + off, n, p2);
+          },
+          {emu_output("bf16", low), emu_output("float", back)}));
+      std::vector<bf16> want_low(sz(n + off), bf16{0x1234});
+      std::vector<float> want_back(sz(n + off), 7.0f);
+      cast(cpu_ctx(), want_low.data() + off, src.data() + off, n);
+      cast(cpu_ctx(), want_back.data() + off, want_low.data() + off, n);
+      EXPECT_TRUE(bitwise_equal("cast float -> bf16", low, want_low));
+      EXPECT_TRUE(bitwise_equal("cast bf16 -> float", back, want_back));
+    }
+  }
+  // NaN: a NaN either way (the hardware writes the canonical 0x7fff, the CPU keeps the sign and payload, quieted)
+  std::vector<float> nan{std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::signaling_NaN()};
+  std::vector<bf16> low(2);
+  std::vector<float> back(2);
+  EMU_LAUNCH((cu::cast_kernel<__nv_bfloat16, float>), cu::cast_shape(2, 0), emu_ptr(low), nan.data(), 2, 0);
+  EMU_LAUNCH((cu::cast_kernel<float, __nv_bfloat16>), cu::cast_shape(2, 0), back.data(), emu_ptr(low), 2, 0);
+  EXPECT_EQ(low[0].bits, 0x7fff);
+  EXPECT_EQ(low[1].bits, 0x7fff);
+  EXPECT_TRUE(std::isnan(back[0]) && std::isnan(back[1]));
 }
 
 // ---- optimizers ---------------------------------------------------------------------------------------------------
@@ -209,13 +378,15 @@ TEST(EmuCore, SgdInEveryMode) {
 
 // ---- embedding ----------------------------------------------------------------------------------------------------
 // cuda_core.cu's launch_encoder_forward / launch_encoder_backward, emulated
-void emu_encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int64_t v0, int64_t Vl,
-                         int B, int T, int C) {
+template <typename S>
+void emu_encoder_forward(S* out, const int32_t* inp, const S* wte, const S* wpe, int64_t v0, int64_t Vl, int B, int T,
+                         int C) {
   const int64_t N = int64_t{B} * T;
   EMU_LAUNCH(cu::encoder_forward_kernel, cu::elementwise_shape(N * C), out, inp, wte, wpe, v0, Vl, N, T, C);
 }
-void emu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int64_t v0, int64_t Vl,
-                          int B, int T, int C) {
+template <typename S>
+void emu_encoder_backward(float* dwte, float* dwpe, const S* dout, const int32_t* inp, int64_t v0, int64_t Vl, int B,
+                          int T, int C) {
   const int64_t N = int64_t{B} * T;
   EMU_LAUNCH(cu::encoder_backward_wte_kernel, cu::encoder_wte_shape(C), dwte, dout, inp, v0, Vl, N, C);
   if (dwpe) EMU_LAUNCH(cu::encoder_backward_wpe_kernel, cu::elementwise_shape(int64_t{T} * C), dwpe, dout, B, T, C);
@@ -235,8 +406,8 @@ TEST(EmuCore, EncoderForwardBackwardEqualCpuBitForBit) {
     std::vector<float> out(N * C, 5.0f);
     ASSERT_TRUE(emulate_schedules(
         [&] {
-          emu_encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), 0, kUnbounded, B, T, C);
-          emu_encoder_backward(e_dwte.data(), e_dwpe.data(), dout.data(), inp.data(), 0, kUnbounded, B, T, C);
+          emu_encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), int64_t{0}, kUnbounded, B, T, C);
+          emu_encoder_backward(e_dwte.data(), e_dwpe.data(), dout.data(), inp.data(), int64_t{0}, kUnbounded, B, T, C);
         },
         {emu_output("out", out), emu_output("dwte", e_dwte), emu_output("dwpe", e_dwpe)}));
     std::vector<float> want(N * C);
@@ -263,10 +434,10 @@ TEST(EmuCore, EncoderVocabParallelEqualsCpuBitForBit) {
       auto e_dwte = dwte, e_dwpe = dwpe;
       ASSERT_TRUE(emulate_schedules(
           [&] {
-            emu_encoder_forward(out.data(), inp.data(), wte_local.data(), with_wpe ? wpe.data() : nullptr, v0, Vl, B, T,
-                                C);
-            emu_encoder_backward(e_dwte.data(), with_wpe ? e_dwpe.data() : nullptr, dout.data(), inp.data(), v0, Vl, B,
-                                 T, C);
+            emu_encoder_forward(out.data(), inp.data(), wte_local.data(), with_wpe ? wpe.data() : nullptr, int64_t{v0},
+                                int64_t{Vl}, B, T, C);
+            emu_encoder_backward(e_dwte.data(), with_wpe ? e_dwpe.data() : nullptr, dout.data(), inp.data(),
+                                 int64_t{v0}, int64_t{Vl}, B, T, C);
           },
           {emu_output("out", out), emu_output("dwte", e_dwte), emu_output("dwpe", e_dwpe)}));
       std::vector<float> want(N * C);
@@ -290,8 +461,8 @@ TEST(EmuCore, EncoderMarksANegativeTokenWithNaN) {
   std::vector<float> out(sz(int64_t{T} * C)), dwte(sz(int64_t{Vp} * C), 0.0f), dwpe(sz(int64_t{T} * C), 0.0f);
   ASSERT_TRUE(emulate_schedules(
       [&] {
-        emu_encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), 0, Vp, B, T, C);
-        emu_encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), 0, Vp, B, T, C);
+        emu_encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), int64_t{0}, int64_t{Vp}, B, T, C);
+        emu_encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), int64_t{0}, int64_t{Vp}, B, T, C);
       },
       {emu_output("out", out), emu_output("dwte", dwte), emu_output("dwpe", dwpe)}));
   for (int c = 0; c < C; c++) {
@@ -321,7 +492,7 @@ TEST(EmuCore, LayernormForward) {
       std::vector<float> out(NC, 5.0f), mean(sz(s.N), 5.0f), rstd(sz(s.N), 5.0f);
       ASSERT_TRUE(emulate_schedules(
           [&] {
-            EMU_LAUNCH(cu::layernorm_forward_kernel, cu::layernorm_rows_shape(s.N), out.data(), mean.data(),
+            EMU_LAUNCH((cu::layernorm_forward_kernel<float, 1>), cu::layernorm_rows_shape(s.N), out.data(), mean.data(),
                        rstd.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, s.N, s.C);
           },
           {emu_output("out", out), emu_output("mean", mean), emu_output("rstd", rstd)}));
@@ -349,8 +520,8 @@ TEST(EmuCore, LayernormBackwardAccumulates) {
       auto e_dinp = dinp, e_dw = dw, e_db = db;
       ASSERT_TRUE(emulate_schedules(
           [&] {
-            EMU_LAUNCH(cu::layernorm_backward_dinp_kernel, cu::layernorm_rows_shape(s.N), e_dinp.data(), dout.data(),
-                       inp.data(), w.data(), mean.data(), rstd.data(), s.N, s.C);
+            EMU_LAUNCH((cu::layernorm_backward_dinp_kernel<float, 1>), cu::layernorm_rows_shape(s.N), e_dinp.data(),
+                       dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), s.N, s.C);
             EMU_LAUNCH(cu::layernorm_backward_dweight_kernel, cu::layernorm_params_shape(s.C), e_dw.data(),
                        with_bias ? e_db.data() : nullptr, dout.data(), inp.data(), mean.data(), rstd.data(), s.N, s.C);
           },
@@ -361,6 +532,110 @@ TEST(EmuCore, LayernormBackwardAccumulates) {
       EXPECT_TRUE(all_close("dweight", e_dw, dw, 1e-6, 1e-7));
       EXPECT_TRUE(all_close("dbias (untouched without it)", e_db, db, 1e-6, 1e-7));
     }
+  }
+}
+
+// ---- bf16 storage: embedding and LayerNorm -----------------------------------------------------------------------
+// The embedding's forward is one float addition rounded once (or a copy), its backward float sums of widened bf16 in
+// the CPU's order: bitwise equal to the CPU backend's bf16 ops.
+TEST(EmuCore, Bf16EncoderEqualsCpuBitForBit) {
+  const int B = 3, T = 29, C = 133, Vp = 53;
+  const size_t N = sz(int64_t{B} * T);
+  const auto inp = random_ints(N, 330, 0, 9);
+  const auto wte = random_bf16(sz(int64_t{Vp} * C), 331), wpe = random_bf16(sz(int64_t{T} * C), 332);
+  const auto dout = random_bf16(N * C, 333);
+  auto dwte = random_vector(sz(int64_t{Vp} * C), 334), dwpe = random_vector(sz(int64_t{T} * C), 335);
+  auto e_dwte = dwte, e_dwpe = dwpe;
+  std::vector<bf16> out(N * C, bf16{0x4000});
+  constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        emu_encoder_forward(emu_ptr(out), inp.data(), emu_ptr(wte), emu_ptr(wpe), int64_t{0}, kUnbounded, B, T, C);
+        emu_encoder_backward(e_dwte.data(), e_dwpe.data(), emu_ptr(dout), inp.data(), int64_t{0}, kUnbounded, B, T, C);
+      },
+      {emu_output("out", out), emu_output("dwte", e_dwte), emu_output("dwpe", e_dwpe)}));
+  std::vector<bf16> want(N * C);
+  encoder_forward(cpu_ctx(), want.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+  encoder_backward(cpu_ctx(), dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+  EXPECT_TRUE(bitwise_equal("encoder_forward", out, want));
+  EXPECT_TRUE(bitwise_equal("encoder_backward dwte", e_dwte, dwte));
+  EXPECT_TRUE(bitwise_equal("encoder_backward dwpe", e_dwpe, dwpe));
+  // the vocabulary-parallel slice [16, 32) without wpe (tp_rank > 0)
+  const int v0 = 16, Vl = 16;
+  const auto wte_local = random_bf16(sz(int64_t{Vl} * C), 336);
+  const auto inp_vp = random_ints(N, 337, 0, 48);
+  std::vector<bf16> out_vp(N * C), want_vp(N * C);
+  std::vector<float> dwte_vp(sz(int64_t{Vl} * C), 0.5f), want_dwte_vp = dwte_vp;
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        emu_encoder_forward(emu_ptr(out_vp), inp_vp.data(), emu_ptr(wte_local),
+                            static_cast<const __nv_bfloat16*>(nullptr), int64_t{v0}, int64_t{Vl}, B, T, C);
+        emu_encoder_backward(dwte_vp.data(), nullptr, emu_ptr(dout), inp_vp.data(), int64_t{v0}, int64_t{Vl}, B, T, C);
+      },
+      {emu_output("out", out_vp), emu_output("dwte", dwte_vp)}));
+  encoder_forward_vocab_parallel(cpu_ctx(), want_vp.data(), inp_vp.data(), wte_local.data(),
+                                 static_cast<const bf16*>(nullptr), v0, Vl, B, T, C);
+  encoder_backward_vocab_parallel(cpu_ctx(), want_dwte_vp.data(), nullptr, dout.data(), inp_vp.data(), v0, Vl, B, T, C);
+  EXPECT_TRUE(bitwise_equal("encoder_forward_vocab_parallel", out_vp, want_vp));
+  EXPECT_TRUE(bitwise_equal("encoder_backward_vocab_parallel dwte", dwte_vp, want_dwte_vp));
+}
+
+// LayerNorm in bf16 against the CPU backend's bf16 LayerNorm on the same inputs: mean, rstd, dweight and dbias are
+// float (the float tolerances); out and dinp are rounded once from float values that the two sides sum in different
+// orders (the float tolerance plus one bf16 ulp). C = 768 and 64 take the 16-byte packs (row_pack 8), 77 and a row
+// offset by one element do not.
+template <typename F>
+void emu_with_row_pack(int P, F&& f) {
+  cu::with_row_pack<__nv_bfloat16>(P, std::forward<F>(f));
+}
+
+TEST(EmuCore, Bf16LayernormMatchesCpu) {
+  struct Case {
+    int N, C, off;
+  };
+  for (const Case s : {Case{13, 768, 0}, Case{37, 64, 0}, Case{9, 77, 0}, Case{5, 64, 1}}) {
+    SCOPED_TRACE("N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + " off=" + std::to_string(s.off));
+    const size_t NC = sz(int64_t{s.N} * s.C), C = sz(s.C);
+    const auto inp = random_bf16(NC + s.off, 340, -2.0, 3.0), dout = random_bf16(NC + s.off, 341);
+    const auto w = random_bf16(C + s.off, 342), b = random_bf16(C + s.off, 343);
+    auto dinp = random_bf16(NC + s.off, 344);
+    auto dw = random_vector(C, 345), db = random_vector(C, 346);
+    auto e_dinp = dinp;
+    auto e_dw = dw, e_db = db;
+    std::vector<bf16> out(NC + s.off, bf16{0x4000});
+    std::vector<float> mean(sz(s.N), 5.0f), rstd(sz(s.N), 5.0f);
+    const int o = s.off;
+    const int P = cu::row_pack<__nv_bfloat16>(s.C,
+                                              {emu_ptr(out) + o, emu_ptr(inp) + o, emu_ptr(w) + o, emu_ptr(b) + o});
+    EXPECT_EQ(P, s.C % 8 == 0 && o == 0 ? 8 : 1);
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          emu_with_row_pack(P, [&](auto pack) {
+            constexpr int kP = decltype(pack)::value;
+            EMU_LAUNCH((cu::layernorm_forward_kernel<__nv_bfloat16, kP>), cu::layernorm_rows_shape(s.N),
+                       emu_ptr(out) + o, mean.data(), rstd.data(), emu_ptr(inp) + o, emu_ptr(w) + o, emu_ptr(b) + o,
+                       s.N, s.C);
+            EMU_LAUNCH((cu::layernorm_backward_dinp_kernel<__nv_bfloat16, kP>), cu::layernorm_rows_shape(s.N),
+                       emu_ptr(e_dinp) + o, emu_ptr(dout) + o, emu_ptr(inp) + o, emu_ptr(w) + o, mean.data(),
+                       rstd.data(), s.N, s.C);
+          });
+          EMU_LAUNCH(cu::layernorm_backward_dweight_kernel, cu::layernorm_params_shape(s.C), e_dw.data(), e_db.data(),
+                     emu_ptr(dout) + o, emu_ptr(inp) + o, mean.data(), rstd.data(), s.N, s.C);
+        },
+        {emu_output("out", out), emu_output("mean", mean), emu_output("rstd", rstd), emu_output("dinp", e_dinp),
+         emu_output("dweight", e_dw), emu_output("dbias", e_db)}));
+    std::vector<bf16> want(NC + s.off, bf16{0x4000});
+    std::vector<float> want_mean(sz(s.N)), want_rstd(sz(s.N));
+    layernorm_forward(cpu_ctx(), want.data() + o, want_mean.data(), want_rstd.data(), inp.data() + o, w.data() + o,
+                      b.data() + o, s.N, s.C);
+    layernorm_backward(cpu_ctx(), dinp.data() + o, dw.data(), db.data(), dout.data() + o, inp.data() + o, w.data() + o,
+                       want_mean.data(), want_rstd.data(), s.N, s.C);
+    EXPECT_TRUE(all_close("mean", mean, want_mean, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("rstd", rstd, want_rstd, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("out", out, want, 1e-5 + kBf16Ulp, 1e-6));
+    EXPECT_TRUE(all_close("dinp", e_dinp, dinp, 1e-5 + kBf16Ulp, 1e-6));
+    EXPECT_TRUE(all_close("dweight", e_dw, dw, 1e-6, 1e-7));
+    EXPECT_TRUE(all_close("dbias", e_db, db, 1e-6, 1e-7));
   }
 }
 

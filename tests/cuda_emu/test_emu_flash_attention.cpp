@@ -12,6 +12,16 @@
 // sum of at most T fp32 products with expf vs exp_simd, a few 1e-7 at these T; a wrong index, mask or rescale is an
 // O(1) error.
 //
+// bf16 storage (the kernels' __nv_bfloat16 instantiations): the tiles are widened to float as they are loaded and
+// every output rounded once when stored, the rest is the float kernels' arithmetic. So the bf16 kernels must equal the
+// float kernels run on the widened inputs, with each output rounded once: bitwise, out, L and dqkv (the backward's
+// float twin reads the bf16 forward's out, widened: the same D). Against the CPU backend's bf16 attention the
+// difference is larger than an ulp: the CPU stores the probabilities as bf16 (its stats, kernels.hpp) and multiplies
+// the rounded ones, the flash kernels keep them in float; each rounded probability is off by up to 2^-9 of itself, so
+// an output (a convex combination of v, or of dout . v terms in the backward) moves by up to 2^-9 of the largest |v|
+// from that alone, and by one more ulp from the final rounding on each side: rtol and atol_rel of 2 bf16 ulps
+// (2 kBf16Ulp) there, against the tensor's scale as above. A wrong index, mask or rescale is an O(1) error.
+//
 // Shapes: every register-slot count NS = ceil(HS / 32) = 1 .. 4 (HS 8, 32, 40, 96, 128; at 128 the forward's shared
 // memory passes the default 48 KiB, from 96 on the backward's), T below one tile (1, 5), across tile boundaries (33,
 // 45, 70) and a whole number of tiles (64), B and NH > 1. Outputs are pre-filled with garbage: every element must be
@@ -36,29 +46,37 @@ namespace {
 namespace flash = cuda::flash;
 using cuda::LaunchShape;
 using test::all_close;
+using test::bitwise_equal;
 using test::cpu_ctx;
 using test::emu_output;
+using test::emu_ptr;
 using test::emulate_schedules;
+using test::kBf16Ulp;
+using test::random_bf16;
 using test::random_vector;
 using test::sz;
+using test::to_bf16_vector;
+using test::to_float_vector;
 
 // test_cuda_gpt.cpp's tolerances (kFlash*, kLse*), where they are explained
 constexpr double kFlashRtol = 1e-5, kFlashAtolRel = 1e-5;
 constexpr double kLseRtol = 1e-6, kLseAtolRel = 1e-6;
 
 // cuda_gpt.cu's attention_forward and attention_backward (without the host checks), on the emulation
-void emulated_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+template <typename S>
+void emulated_forward(S* out, float* lse, const S* qkv, int B, int T, int C, int NH) {
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const LaunchShape shape = flash::forward_shape(B, T, NH, HS);
   const bool launched = flash::with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    EMU_LAUNCH(flash::forward_kernel<NS>, shape, out, lse, qkv, T, C, NH, scale);
+    EMU_LAUNCH((flash::forward_kernel<S, NS>), shape, out, lse, qkv, T, C, NH, scale);
   });
   EXPECT_TRUE(launched) << "head size " << HS;
 }
-void emulated_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                       const float* lse, int B, int T, int C, int NH) {
+template <typename S>
+void emulated_backward(S* dqkv, float* scratch, const S* dout, const S* qkv, const S* out, const float* lse, int B,
+                       int T, int C, int NH) {
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int64_t rows = int64_t{B} * NH * T;
@@ -66,8 +84,8 @@ void emulated_backward(float* dqkv, float* scratch, const float* dout, const flo
   const LaunchShape dkv = flash::backward_dkv_shape(B, T, NH, HS), dq = flash::backward_dq_shape(B, T, NH, HS);
   const bool launched = flash::with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    EMU_LAUNCH(flash::backward_dkv_kernel<NS>, dkv, dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
-    EMU_LAUNCH(flash::backward_dq_kernel<NS>, dq, dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
+    EMU_LAUNCH((flash::backward_dkv_kernel<S, NS>), dkv, dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
+    EMU_LAUNCH((flash::backward_dq_kernel<S, NS>), dq, dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
   });
   EXPECT_TRUE(launched) << "head size " << HS;
 }
@@ -89,7 +107,7 @@ TEST(EmuFlashAttention, MatchesCpuBackendAndIsRaceFree) {
     SCOPED_TRACE(name(s));
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C), n_lse = sz(int64_t{B} * NH * T),
-                 n_att = sz(attention_stats_floats(cpu_ctx(), B, T, C, NH));
+                 n_att = sz(attention_stats_bytes(cpu_ctx(), B, T, C, NH) / int64_t{sizeof(float)});
     const auto qkv = random_vector(n_qkv, seed++, -2.0, 2.0);  // a spread of scores: non-uniform softmax
     const auto dout = random_vector(n_out, seed++);
     std::vector<float> out(n_out), att(n_att), dqkv(n_qkv), datt(n_att);
@@ -155,6 +173,66 @@ TEST(EmuFlashAttention, LaunchGeometry) {
   EXPECT_FALSE(flash::forward_shape(1, 1, 1, 96).shared_opt_in);
   EXPECT_EQ(flash::rowdot_shape(781).grid.x, 98u);  // ceil(781 / 8 warps)
   EXPECT_EQ(flash::rowdot_shape(8).grid.x, 1u);
+}
+
+// ---- bf16 storage ------------------------------------------------------------------------------------------------
+// HS 8, 40 and 128 (NS 1, 2, 4), T within a tile and across tiles; kept smaller than the float shapes (every CUDA
+// thread is a fiber, and the float twin runs too).
+const Shape kBf16Shapes[] = {{1, 5, 16, 2}, {1, 33, 80, 2}, {1, 33, 128, 1}};
+
+TEST(EmuFlashAttention, Bf16IsTheFloatKernelRoundedOnce) {
+  uint32_t seed = 800;
+  for (const Shape& s : kBf16Shapes) {
+    SCOPED_TRACE(name(s));
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C), n_lse = sz(int64_t{B} * NH * T);
+    const auto qkv = random_bf16(n_qkv, seed++, -2.0, 2.0), dout = random_bf16(n_out, seed++);
+    std::vector<bf16> out(n_out, bf16{0x4000}), dqkv(n_qkv, bf16{0x4000});
+    auto lse = random_vector(n_lse, seed++, 1e3, 2e3), scratch = random_vector(n_lse, seed++, 1e3, 2e3);
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          emulated_forward(emu_ptr(out), lse.data(), emu_ptr(qkv), B, T, C, NH);
+          emulated_backward(emu_ptr(dqkv), scratch.data(), emu_ptr(dout), emu_ptr(qkv), emu_ptr(out), lse.data(), B, T,
+                            C, NH);
+        },
+        {emu_output("out", out), emu_output("L", lse), emu_output("dqkv", dqkv), emu_output("scratch", scratch)}));
+    // the float kernels on the same values
+    const auto qkv32 = to_float_vector(qkv), dout32 = to_float_vector(dout), out_bf16_32 = to_float_vector(out);
+    std::vector<float> out32(n_out), lse32(n_lse), dqkv32(n_qkv), scratch32(n_lse);
+    emulated_forward(out32.data(), lse32.data(), qkv32.data(), B, T, C, NH);
+    emulated_backward(dqkv32.data(), scratch32.data(), dout32.data(), qkv32.data(), out_bf16_32.data(), lse32.data(), B,
+                      T, C, NH);
+    EXPECT_TRUE(bitwise_equal("out", out, to_bf16_vector(out32)));
+    EXPECT_TRUE(bitwise_equal("L", lse, lse32));
+    EXPECT_TRUE(bitwise_equal("dqkv", dqkv, to_bf16_vector(dqkv32)));
+  }
+}
+
+TEST(EmuFlashAttention, Bf16MatchesCpuBackend) {
+  const Shape s{1, 37, 64, 2};  // HS 32, two tiles
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+  const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C), n_lse = sz(int64_t{B} * NH * T);
+  const auto qkv = random_bf16(n_qkv, 900, -2.0, 2.0), dout = random_bf16(n_out, 901);
+  std::vector<bf16> out(n_out), dqkv(n_qkv);
+  std::vector<float> lse(n_lse), scratch(n_lse);
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        emulated_forward(emu_ptr(out), lse.data(), emu_ptr(qkv), B, T, C, NH);
+        emulated_backward(emu_ptr(dqkv), scratch.data(), emu_ptr(dout), emu_ptr(qkv), emu_ptr(out), lse.data(), B, T, C,
+                          NH);
+      },
+      {emu_output("out", out), emu_output("L", lse), emu_output("dqkv", dqkv), emu_output("scratch", scratch)}));
+  const int64_t stats_bytes = attention_stats_bytes(cpu_ctx(), B, T, C, NH, DType::BF16);
+  const int64_t scratch_bytes = attention_scratch_bytes(cpu_ctx(), B, T, C, NH, DType::BF16);
+  std::vector<unsigned char> att(sz(stats_bytes)), datt(sz(scratch_bytes));
+  std::vector<bf16> want_out(n_out), want_dqkv(n_qkv);
+  attention_forward(cpu_ctx(), want_out.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(cpu_ctx(), want_dqkv.data(), datt.data(), dout.data(), qkv.data(), want_out.data(), att.data(), B,
+                     T, C, NH);
+  EXPECT_TRUE(all_close("out", out, want_out, 2 * kBf16Ulp, 2 * kBf16Ulp));
+  EXPECT_TRUE(
+      all_close("L", lse, test::attention_log_sum_exp_rows(to_float_vector(qkv), B, T, C, NH), kLseRtol, kLseAtolRel));
+  EXPECT_TRUE(all_close("dqkv", dqkv, want_dqkv, 2 * kBf16Ulp, 2 * kBf16Ulp));
 }
 
 }  // namespace

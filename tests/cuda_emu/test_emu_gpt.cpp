@@ -18,6 +18,13 @@
 // (atol is atol_rel times the largest |value| of the expected tensor: sums that cancel to ~0 are judged against the
 // tensor's scale.)
 //
+// bf16 storage (the kernels' __nv_bfloat16 instantiations): against the CPU backend's bf16 ops on the same bf16
+// inputs. Losses, dbias and the vocabulary-parallel statistics are float: the float tolerances above (both sides widen
+// the same bf16 values and compute in float). The stored dlogits are rounded once from float values that differ in
+// their last bits: the float tolerance plus one bf16 ulp (kBf16Ulp, emu_test_util.hpp). The plain cross-entropy's
+// bf16 rows take the 16-byte packs where the padded row allows (Vp a multiple of 8: P = 8) and go element by element
+// otherwise (V = Vp = 33), both run here.
+//
 // Shapes hit the kernels' edges: row lengths that are not multiples of 32 or of the block, a single row, one element
 // (V = Vp = 1, K = 1), a vocabulary below one warp, padded vocabularies (Vp > V), the largest row block (512 threads,
 // row_threads) with several elements per thread up to the GPT-2 vocabulary, out-of-range targets (the row's loss and
@@ -34,6 +41,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,11 +59,15 @@ using test::cpu_ctx;
 using test::cross_entropy_logits;
 using test::cross_entropy_targets;
 using test::emu_output;
+using test::emu_ptr;
 using test::emulate_schedules;
 using test::EmuOutput;
+using test::kBf16Ulp;
+using test::random_bf16;
 using test::random_ints;
 using test::random_vector;
 using test::sz;
+using test::to_bf16_vector;
 
 // test_cuda_gpt.cpp's tolerances (see the header)
 constexpr double kSoftmaxRtol = 1e-5, kSoftmaxAtolRel = 1e-6;
@@ -131,7 +143,8 @@ TEST(EmuGpt, BiasGradMatchesCpuDbias) {
         {emu_output("dbias", dbias)}));
     std::vector<float> want = dbias0, dweight(sz(int64_t{OC} * C), 0.0f);
     for (const auto* d : {&dout1, &dout2})
-      matmul_backward(cpu_ctx(), nullptr, dweight.data(), want.data(), d->data(), inp.data(), weight.data(), N, C, OC);
+      matmul_backward(cpu_ctx(), static_cast<float*>(nullptr), dweight.data(), want.data(), d->data(), inp.data(),
+                      weight.data(), N, C, OC);
     EXPECT_TRUE(all_close("dbias", dbias, want, kDoubleRtol, kDoubleAtolRel));
   }
 }
@@ -167,10 +180,10 @@ TEST(EmuGpt, CrossentropyMatchesCpu) {
     auto dlogits = logits;
     ASSERT_TRUE(emulate_schedules(
         [&] {
-          EMU_LAUNCH(cu::crossentropy_kernel<false>, cu::row_shape(N, V), losses.data(), logits.data(), targets.data(),
-                     0.0f, V, Vp);
-          EMU_LAUNCH(cu::crossentropy_kernel<true>, cu::row_shape(N, V), losses_fused.data(), dlogits.data(),
-                     targets.data(), dloss, V, Vp);
+          EMU_LAUNCH((cu::crossentropy_kernel<false, float, 1>), cu::row_shape(N, V), losses.data(), logits.data(),
+                     targets.data(), 0.0f, V, Vp);
+          EMU_LAUNCH((cu::crossentropy_kernel<true, float, 1>), cu::row_shape(N, V), losses_fused.data(),
+                     dlogits.data(), targets.data(), dloss, V, Vp);
         },
         {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
     std::vector<float> want_losses(sz(N)), want_fused(sz(N)), want_dlogits = logits;
@@ -203,10 +216,10 @@ TEST(EmuGpt, CrossentropySmoothedMatchesCpu) {
       auto dlogits = logits;
       ASSERT_TRUE(emulate_schedules(
           [&] {
-            EMU_LAUNCH(cu::crossentropy_smoothed_kernel<false>, cu::row_shape(N, K), losses.data(), logits.data(),
-                       targets.data(), 0.0f, eps, K);
-            EMU_LAUNCH(cu::crossentropy_smoothed_kernel<true>, cu::row_shape(N, K), losses_fused.data(), dlogits.data(),
-                       targets.data(), dloss, eps, K);
+            EMU_LAUNCH((cu::crossentropy_smoothed_kernel<false, float>), cu::row_shape(N, K), losses.data(),
+                       logits.data(), targets.data(), 0.0f, eps, K);
+            EMU_LAUNCH((cu::crossentropy_smoothed_kernel<true, float>), cu::row_shape(N, K), losses_fused.data(),
+                       dlogits.data(), targets.data(), dloss, eps, K);
           },
           {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
       std::vector<float> want_losses(sz(N)), want_fused(sz(N)), want_dlogits = logits;
@@ -234,14 +247,14 @@ TEST(EmuGpt, CrossentropyBadTargetGivesNanRow) {
   std::vector<float> slosses(sz(N)), slosses_fused(sz(N)), sdlogits = slogits;
   ASSERT_TRUE(emulate_schedules(
       [&] {
-        EMU_LAUNCH(cu::crossentropy_kernel<false>, cu::row_shape(N, V), losses.data(), logits.data(), targets.data(),
-                   0.0f, V, Vp);
-        EMU_LAUNCH(cu::crossentropy_kernel<true>, cu::row_shape(N, V), losses_fused.data(), dlogits.data(),
+        EMU_LAUNCH((cu::crossentropy_kernel<false, float, 1>), cu::row_shape(N, V), losses.data(), logits.data(),
+                   targets.data(), 0.0f, V, Vp);
+        EMU_LAUNCH((cu::crossentropy_kernel<true, float, 1>), cu::row_shape(N, V), losses_fused.data(), dlogits.data(),
                    targets.data(), dloss, V, Vp);
-        EMU_LAUNCH(cu::crossentropy_smoothed_kernel<false>, cu::row_shape(N, K), slosses.data(), slogits.data(),
-                   targets.data(), 0.0f, eps, K);
-        EMU_LAUNCH(cu::crossentropy_smoothed_kernel<true>, cu::row_shape(N, K), slosses_fused.data(), sdlogits.data(),
-                   targets.data(), dloss, eps, K);
+        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<false, float>), cu::row_shape(N, K), slosses.data(),
+                   slogits.data(), targets.data(), 0.0f, eps, K);
+        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<true, float>), cu::row_shape(N, K), slosses_fused.data(),
+                   sdlogits.data(), targets.data(), dloss, eps, K);
       },
       {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits),
        emu_output("smoothed losses", slosses), emu_output("smoothed fused losses", slosses_fused),
@@ -538,6 +551,177 @@ TEST(EmuGpt, LaunchGeometry) {
   EXPECT_EQ(cu::vp_loss_shape(513).grid.x, 3u);
   for (const cu::LaunchShape& s : {r, g, cu::bias_broadcast_shape(int64_t{1} << 40), cu::vp_loss_shape(1)})
     EXPECT_EQ(cu::launch_problem(s, cu::kH100Limits), "");
+}
+
+// ==============================================================================================================
+// bf16 storage
+// ==============================================================================================================
+
+// dbias of bf16 dout: float sums in double, as for float storage.
+TEST(EmuGpt, Bf16BiasGradMatchesCpuDbias) {
+  const int N = 131, C = 20, OC = 257;
+  const auto dout = random_bf16(sz(int64_t{N} * OC), 400), inp = random_bf16(sz(int64_t{N} * C), 401);
+  const auto weight = random_bf16(sz(int64_t{OC} * C), 402);
+  const auto dbias0 = random_vector(sz(OC), 403);
+  auto dbias = dbias0;
+  ASSERT_TRUE(emulate_schedules(
+      [&] { EMU_LAUNCH(cu::bias_grad_kernel, cu::bias_grad_shape(OC), dbias.data(), emu_ptr(dout), N, OC); },
+      {emu_output("dbias", dbias)}));
+  std::vector<float> want = dbias0, dweight(sz(int64_t{OC} * C), 0.0f);
+  matmul_backward(cpu_ctx(), static_cast<bf16*>(nullptr), dweight.data(), want.data(), dout.data(), inp.data(),
+                  weight.data(), N, C, OC);
+  EXPECT_TRUE(all_close("dbias", dbias, want, kDoubleRtol, kDoubleAtolRel));
+}
+
+// cuda_gpt.cu's crossentropy_forward / crossentropy_forward_backward for bf16: the pack width from row_pack, then the
+// instantiation of it.
+template <bool kBackward>
+void emu_bf16_crossentropy(float* losses, std::conditional_t<kBackward, __nv_bfloat16*, const __nv_bfloat16*> logits,
+                           const int32_t* targets, float dloss, int N, int V, int Vp) {
+  const int P = cu::row_pack<__nv_bfloat16>(Vp, {logits});
+  cu::with_row_pack<__nv_bfloat16>(P, [&](auto pack) {
+    constexpr int kP = decltype(pack)::value;
+    EMU_LAUNCH((cu::crossentropy_kernel<kBackward, __nv_bfloat16, kP>), cu::row_shape(N, V, kP), losses, logits,
+               targets, dloss, V, Vp);
+  });
+}
+
+TEST(EmuGpt, Bf16CrossentropyMatchesCpu) {
+  // packs of 8 (Vp = 128, 1024, 50304) and element by element (V = Vp = 33); the GPT-2 vocabulary with padding
+  const VocabShape shapes[] = {{5, 17, 128}, {4, 33, 33}, {37, 1000, 1024}, {2, 50257, 50304}};
+  uint32_t seed = 410;
+  for (const VocabShape& s : shapes) {
+    SCOPED_TRACE(name(s));
+    const int N = s.N, V = s.V, Vp = s.Vp;
+    const float dloss = 1.0f / static_cast<float>(N);
+    const auto logits = to_bf16_vector(cross_entropy_logits(N, V, Vp, seed++));
+    const auto targets = cross_entropy_targets(N, V, seed++);
+    auto losses = random_vector(sz(N), seed++, 1e3, 2e3), losses_fused = random_vector(sz(N), seed++, 1e3, 2e3);
+    auto dlogits = logits;
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          emu_bf16_crossentropy<false>(losses.data(), emu_ptr(logits), targets.data(), 0.0f, N, V, Vp);
+          emu_bf16_crossentropy<true>(losses_fused.data(), emu_ptr(dlogits), targets.data(), dloss, N, V, Vp);
+        },
+        {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
+    std::vector<float> want_losses(sz(N)), want_fused(sz(N));
+    auto want_dlogits = logits;
+    crossentropy_forward(cpu_ctx(), want_losses.data(), logits.data(), targets.data(), N, V, Vp);
+    crossentropy_forward_backward(cpu_ctx(), want_fused.data(), want_dlogits.data(), targets.data(), dloss, N, V, Vp);
+    EXPECT_TRUE(all_close("losses", losses, want_losses, kSoftmaxRtol, kSoftmaxAtolRel));
+    EXPECT_TRUE(all_close("fused losses", losses_fused, want_fused, kSoftmaxRtol, kSoftmaxAtolRel));
+    EXPECT_TRUE(all_close("dlogits", dlogits, want_dlogits, kSoftmaxRtol + kBf16Ulp, kSoftmaxAtolRel));
+    int64_t padded_nonzero = 0;
+    for (int n = 0; n < N; n++)
+      for (int v = V; v < Vp; v++) padded_nonzero += dlogits[sz(int64_t{n} * Vp + v)].bits != 0;
+    EXPECT_EQ(padded_nonzero, 0) << "padded dlogits must be exactly +0";
+  }
+}
+
+TEST(EmuGpt, Bf16CrossentropySmoothedMatchesCpu) {
+  const int N = 33, K = 100;
+  const float dloss = 0.25f, eps = 0.1f;
+  auto lf = random_vector(sz(int64_t{N} * K), 420, -4.0, 4.0);
+  for (int k = 0; k < K; k++) lf[sz(k)] += 80.0f;
+  const auto logits = to_bf16_vector(lf);
+  const auto targets = cross_entropy_targets(N, K, 421);
+  std::vector<float> losses(sz(N)), losses_fused(sz(N));
+  auto dlogits = logits;
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<false, __nv_bfloat16>), cu::row_shape(N, K), losses.data(),
+                   emu_ptr(logits), targets.data(), 0.0f, eps, K);
+        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<true, __nv_bfloat16>), cu::row_shape(N, K), losses_fused.data(),
+                   emu_ptr(dlogits), targets.data(), dloss, eps, K);
+      },
+      {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
+  std::vector<float> want_losses(sz(N)), want_fused(sz(N));
+  auto want_dlogits = logits;
+  crossentropy_smoothed_forward(cpu_ctx(), want_losses.data(), logits.data(), targets.data(), eps, N, K);
+  crossentropy_smoothed_forward_backward(cpu_ctx(), want_fused.data(), want_dlogits.data(), targets.data(), dloss, eps,
+                                         N, K);
+  EXPECT_TRUE(all_close("smoothed losses", losses, want_losses, kSoftmaxRtol, kSoftmaxAtolRel));
+  EXPECT_TRUE(all_close("smoothed fused losses", losses_fused, want_fused, kSoftmaxRtol, kSoftmaxAtolRel));
+  EXPECT_TRUE(all_close("smoothed dlogits", dlogits, want_dlogits, kSoftmaxRtol + kBf16Ulp, kSoftmaxAtolRel));
+}
+
+// The three vocabulary-parallel phases on bf16 slices over t = 4 ranks (rank 2 partly padding, rank 3 padding only),
+// the statistics reduced on the host from the CPU backend's per-rank outputs, each phase against the CPU's.
+TEST(EmuGpt, Bf16CrossentropyVocabParallelMatchesCpu) {
+  const int N = 7, V = 700, Vp = 1024, t = 4, Vl = Vp / t;
+  const auto logits = to_bf16_vector(cross_entropy_logits(N, V, Vp, 430));
+  const auto targets = cross_entropy_targets(N, V, 431);
+  const float dloss = 1.0f / static_cast<float>(N);
+  std::vector<std::vector<bf16>> slices(sz(t), std::vector<bf16>(sz(int64_t{N} * Vl)));
+  for (int r = 0; r < t; r++)
+    for (int n = 0; n < N; n++)
+      std::memcpy(&slices[sz(r)][sz(int64_t{n} * Vl)], &logits[sz(int64_t{n} * Vp + int64_t{r} * Vl)],
+                  sizeof(bf16) * sz(Vl));
+  std::vector<float> gmax(sz(N), -INFINITY), gse(sz(N), 0.0f), gtl(sz(N), 0.0f);
+  for (int r = 0; r < t; r++) {
+    SCOPED_TRACE("max, rank " + std::to_string(r));
+    const int v0 = r * Vl, Vr = real_columns(v0, Vl, V);
+    std::vector<float> mx(sz(N), 5.0f), want(sz(N));
+    ASSERT_TRUE(emulate_schedules(
+        [&] { EMU_LAUNCH(cu::vp_local_max_kernel, cu::row_shape(N, Vr), mx.data(), emu_ptr(slices[sz(r)]), Vl, Vr); },
+        {emu_output("max", mx)}));
+    crossentropy_vp_local_max(cpu_ctx(), want.data(), slices[sz(r)].data(), v0, Vl, V, N);
+    EXPECT_TRUE(bitwise_equal("vp local max", mx, want));
+    for (int n = 0; n < N; n++) gmax[sz(n)] = std::max(gmax[sz(n)], want[sz(n)]);
+  }
+  for (int r = 0; r < t; r++) {
+    SCOPED_TRACE("sumexp, rank " + std::to_string(r));
+    const int v0 = r * Vl, Vr = real_columns(v0, Vl, V);
+    std::vector<float> se(sz(N), 5.0f), tl(sz(N), 5.0f), want_se(sz(N)), want_tl(sz(N));
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          EMU_LAUNCH(cu::vp_local_sumexp_kernel, cu::row_shape(N, Vr), se.data(), tl.data(), emu_ptr(slices[sz(r)]),
+                     gmax.data(), targets.data(), v0, Vl, Vr, V);
+        },
+        {emu_output("sumexp", se), emu_output("target logit", tl)}));
+    crossentropy_vp_local_sumexp(cpu_ctx(), want_se.data(), want_tl.data(), slices[sz(r)].data(), gmax.data(),
+                                 targets.data(), v0, Vl, V, N);
+    if (v0 >= V) {
+      EXPECT_TRUE(bitwise_equal("vp local sumexp (padding only)", se, want_se));
+    } else {
+      EXPECT_TRUE(all_close("vp local sumexp", se, want_se, kSoftmaxRtol, kSoftmaxAtolRel));
+    }
+    EXPECT_TRUE(bitwise_equal("vp local target logit", tl, want_tl));  // a widened bf16 or 0
+    for (int n = 0; n < N; n++) gse[sz(n)] += want_se[sz(n)], gtl[sz(n)] += want_tl[sz(n)];
+  }
+  for (int r = 0; r < t; r++) {
+    SCOPED_TRACE("loss and dlogits, rank " + std::to_string(r));
+    const int v0 = r * Vl, Vr = real_columns(v0, Vl, V);
+    std::vector<float> losses(sz(N), 5.0f), want_losses(sz(N));
+    auto dl = slices[sz(r)], want_dl = slices[sz(r)];
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          EMU_LAUNCH(cu::vp_loss_backward_kernel, cu::row_shape(N, Vl), losses.data(), emu_ptr(dl), gmax.data(),
+                     gse.data(), gtl.data(), targets.data(), dloss, v0, Vl, Vr, V);
+        },
+        {emu_output("losses", losses), emu_output("dlogits", dl)}));
+    crossentropy_vp_loss_backward(cpu_ctx(), want_losses.data(), want_dl.data(), gmax.data(), gse.data(), gtl.data(),
+                                  targets.data(), dloss, v0, Vl, V, N);
+    EXPECT_TRUE(all_close("vp losses", losses, want_losses, kDoubleRtol, kDoubleAtolRel));
+    if (v0 >= V) {
+      EXPECT_TRUE(bitwise_equal("vp dlogits (padding only)", dl, want_dl));
+    } else {
+      EXPECT_TRUE(all_close("vp dlogits", dl, want_dl, kSoftmaxRtol + kBf16Ulp, kSoftmaxAtolRel));
+    }
+  }
+}
+
+// The plain cross-entropy's pack width: 16-byte packs of bf16 where the padded row length is a multiple of 8 and the
+// logits 16-byte aligned; float rows always element by element; the block sized for the packs of a row.
+TEST(EmuGpt, Bf16RowPacks) {
+  alignas(16) static const __nv_bfloat16 buf[16] = {};
+  EXPECT_EQ(cu::row_pack<__nv_bfloat16>(50304, {buf}), 8);
+  EXPECT_EQ(cu::row_pack<__nv_bfloat16>(33, {buf}), 1);
+  EXPECT_EQ(cu::row_pack<__nv_bfloat16>(64, {buf + 1}), 1);
+  alignas(16) static const float fbuf[4] = {};
+  EXPECT_EQ(cu::row_pack<float>(1024, {fbuf}), 1);
+  EXPECT_EQ(cu::row_shape(3, 50257, 8).block.x, 512u);  // 6283 packs: 512 threads, ~12 packs each
+  EXPECT_EQ(cu::row_shape(3, 17, 8).block.x, 32u);
 }
 
 }  // namespace

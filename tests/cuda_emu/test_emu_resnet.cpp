@@ -18,6 +18,12 @@
 //     CPU's unbiased convolution is compared with the CPU's own biased convolution, whose GEMM may accumulate the
 //     bias with the products (a different rounding of a sum of C*KH*KW terms).
 //
+// bf16 storage (the kernels' __nv_bfloat16 instantiations) against the CPU backend's bf16 ops on the same bf16 inputs:
+// the statistics, sums and parameter gradients are float (the float tolerances above: both sides widen the same bf16
+// values); the stored activations are rounded once from float values that may differ in their last bits (the float
+// tolerance plus one bf16 ulp, kBf16Ulp); bitwise where the float values are the same on both sides (max-pooling, the
+// avg-pool backward, the bias seed and add, the filter-gradient accumulation).
+//
 // Shapes (every CUDA thread is a fiber: small, yet at the kernels' edges): odd channel counts; planes of 1x1, 3x3,
 // 7x7 and others that are not multiples of 32, one longer than the 256-thread plane block (several x blocks); a
 // channel's N*HW below, equal to and above the 512-thread reduction block, with HW that does not divide the block
@@ -51,10 +57,15 @@ using test::all_close;
 using test::bitwise_equal;
 using test::cpu_ctx;
 using test::emu_output;
+using test::emu_ptr;
 using test::emulate_schedules;
+using test::kBf16Ulp;
+using test::random_bf16;
 using test::random_ints;
 using test::random_vector;
 using test::sz;
+using test::to_bf16_vector;
+using test::to_float_vector;
 using Vec = std::vector<float>;
 
 constexpr double kRtol = 1e-5, kAtolRel = 1e-6;
@@ -74,7 +85,7 @@ Vec column(const Vec& v, int stride, int k) {
 // conv2d_forward's bias part (after cuDNN's convolution into out)
 void emu_conv_bias(float* out, const float* bias, int N, int OC, int64_t len) {
   const int64_t planes = static_cast<int64_t>(N) * OC;
-  EMU_LAUNCH(cu::add_plane_bias_kernel, cu::plane_shape(planes, len), out, bias, planes, OC, len);
+  EMU_LAUNCH((cu::plane_bias_kernel<false, float>), cu::plane_shape(planes, len), out, bias, planes, OC, len);
 }
 // conv2d_backward's dbias part
 void emu_conv_dbias(float* dbias, const float* dout, int N, int OC, int OHW) {
@@ -185,8 +196,8 @@ TEST(EmuResnet, ConvBiasAndDbias) {
 
     // forward: the CPU's convolution without bias, then the bias kernel on it (cuDNN's part replaced by the CPU's)
     Vec plain(s.out_size()), biased(s.out_size());
-    conv2d_forward(cpu_ctx(), plain.data(), inp.data(), w.data(), nullptr, ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC,
-                   s.KH, s.KW, s.stride, s.pad);
+    conv2d_forward(cpu_ctx(), plain.data(), inp.data(), w.data(), static_cast<const float*>(nullptr), ws.data(), wsf,
+                   s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
     conv2d_forward(cpu_ctx(), biased.data(), inp.data(), w.data(), bias.data(), ws.data(), wsf, s.N, s.C, s.H, s.W,
                    s.OC, s.KH, s.KW, s.stride, s.pad);
     Vec out = plain;
@@ -201,8 +212,8 @@ TEST(EmuResnet, ConvBiasAndDbias) {
     Vec dbias = db0, want_db = db0, dw(s.w_size(), 0.0f);
     ASSERT_TRUE(emulate_schedules([&] { emu_conv_dbias(dbias.data(), dout.data(), s.N, s.OC, static_cast<int>(OHW)); },
                                   {emu_output("conv dbias", dbias)}));
-    conv2d_backward(cpu_ctx(), nullptr, dw.data(), want_db.data(), dout.data(), inp.data(), w.data(), ws.data(), wsf,
-                    s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    conv2d_backward(cpu_ctx(), static_cast<float*>(nullptr), dw.data(), want_db.data(), dout.data(), inp.data(),
+                    w.data(), ws.data(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
     EXPECT_TRUE(all_close("conv dbias (+=)", dbias, want_db, kRtol, kAtolRel));
   }
 }
@@ -562,7 +573,7 @@ TEST(EmuResnet, LoopsStrideOverASmallGrid) {
   const Vec rv = random_vector(sz(C), 117, 0.2, 2.0), sums = random_vector(2 * sz(C), 118, -5.0, 5.0);
   const double count = 2.0 * N * HW;
   EXPECT_TRUE(same_bits_on_a_small_grid("conv bias", inp, full, small, [&](float* o, const cu::LaunchShape& sh) {
-    EMU_LAUNCH(cu::add_plane_bias_kernel, sh, o, gamma.data(), planes, C, int64_t{HW});
+    EMU_LAUNCH((cu::plane_bias_kernel<false, float>), sh, o, gamma.data(), planes, C, int64_t{HW});
   }));
   EXPECT_TRUE(same_bits_on_a_small_grid("bn apply", nan_vector(inp.size()), full, small,
                                         [&](float* o, const cu::LaunchShape& sh) {
@@ -634,6 +645,190 @@ TEST(EmuResnet, LaunchShapesAtLargeSizesAreValid) {
   }
   for (int64_t planes : {int64_t{1}, int64_t{1} << 20, int64_t{1} << 31})
     EXPECT_EQ(launch_problem(cu::global_avgpool_forward_shape(planes), kH100Limits), "") << planes;
+}
+
+// ---- bf16 storage ------------------------------------------------------------------------------------------------
+using BVec = std::vector<bf16>;
+
+// conv2d's bf16 pieces around cuDNN: the bias seed (forward: cuDNN then accumulates the convolution onto it), the add
+// (the float path's kernel on bf16: one rounding), dbias of a bf16 dout against the CPU's bf16 conv2d_backward, and
+// the fp32 accumulation of cuDNN's bf16 filter gradient (exact float additions).
+TEST(EmuResnet, Bf16ConvPieces) {
+  const int N = 2, OC = 3, OHW = 37;
+  const int64_t planes = int64_t{N} * OC, len = OHW;
+  const BVec bias = random_bf16(sz(OC), 500), conv = random_bf16(sz(planes * len), 501);
+  BVec seeded(sz(planes * len), bf16{0x7f80}), added = conv;
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH((cu::plane_bias_kernel<true, __nv_bfloat16>), cu::plane_shape(planes, len), emu_ptr(seeded),
+                   emu_ptr(bias), planes, OC, len);
+        EMU_LAUNCH((cu::plane_bias_kernel<false, __nv_bfloat16>), cu::plane_shape(planes, len), emu_ptr(added),
+                   emu_ptr(bias), planes, OC, len);
+      },
+      {emu_output("seeded", seeded), emu_output("added", added)}));
+  BVec want_seed(seeded.size()), want_add(added.size());
+  for (size_t i = 0; i < seeded.size(); i++) {
+    const bf16 b = bias[sz((static_cast<int64_t>(i) / len) % OC)];
+    want_seed[i] = b;
+    want_add[i] = to_bf16(to_f32(conv[i]) + to_f32(b));
+  }
+  EXPECT_TRUE(bitwise_equal("bias seed", seeded, want_seed));
+  EXPECT_TRUE(bitwise_equal("bias add", added, want_add));
+
+  // dbias of a bf16 dout, against the CPU's bf16 conv2d_backward (3x3, stride 1, pad 1 on 5x7 inputs: OHW 35)
+  const int C = 2, H = 5, W = 7, K = 3;
+  const BVec inp = random_bf16(sz(int64_t{N} * C * H * W), 502), w = random_bf16(sz(int64_t{OC} * C * K * K), 503);
+  const BVec dout = random_bf16(sz(int64_t{N} * OC * H * W), 504);
+  const Vec db0 = random_vector(sz(OC), 505);
+  Vec dbias = db0, want_db = db0, dw(sz(int64_t{OC} * C * K * K), 0.0f);
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH(cu::channel_sum_accumulate_kernel, cu::channel_reduce_shape(OC), dbias.data(), emu_ptr(dout), N, OC,
+                   H * W);
+      },
+      {emu_output("dbias", dbias)}));
+  const int64_t wsf = conv2d_workspace_floats(cpu_ctx(), N, C, H, W, OC, K, K, 1, 1, DType::BF16);
+  Vec ws(sz(std::max<int64_t>(wsf, 1)));
+  conv2d_backward(cpu_ctx(), static_cast<bf16*>(nullptr), dw.data(), want_db.data(), dout.data(), inp.data(), w.data(),
+                  ws.data(), wsf, N, C, H, W, OC, K, K, 1, 1);
+  EXPECT_TRUE(all_close("conv dbias (+=)", dbias, want_db, kRtol, kAtolRel));
+
+  // dweight += the bf16 filter gradient, packs and tail (n = 1031), aligned and not
+  for (int off : {0, 1}) {
+    SCOPED_TRACE("off " + std::to_string(off));
+    const int64_t n = 1031;
+    const BVec grad = random_bf16(sz(n + off), 506);
+    const Vec acc0 = random_vector(sz(n + off), 507);
+    Vec acc = acc0;
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          const int64_t packs = cu::accumulate_packs(n, acc.data() + off, emu_ptr(grad) + off);
+          EXPECT_EQ(packs, off == 0 ? n / 4 : 0);
+          EMU_LAUNCH(cu::accumulate_float_kernel, cu::accumulate_shape(n, packs), acc.data() + off, emu_ptr(grad) + off,
+                     n, packs);
+        },
+        {emu_output("dweight", acc)}));
+    Vec want = acc0;
+    for (int64_t i = 0; i < n; i++) want[sz(i + off)] += to_f32(grad[sz(i + off)]);
+    EXPECT_TRUE(bitwise_equal("dweight += bf16 filter gradient", acc, want));
+  }
+}
+
+// BatchNorm2d in bf16, every piece (single process, SyncBN forward and backward with R = 1, eval) against the CPU's.
+TEST(EmuResnet, Bf16BatchNormMatchesCpu) {
+  for (const BnShape& s : {BnShape{3, 5, 37}, BnShape{2, 3, 500}}) {
+    SCOPED_TRACE(s.name());
+    const int N = s.N, C = s.C, HW = s.HW;
+    const int64_t planes = int64_t{N} * C;
+    const BVec inp = random_bf16(s.size(), 510, -1.0, 3.0), dout = random_bf16(s.size(), 511);
+    const BVec gamma = random_bf16(sz(C), 512, 0.5, 1.5), beta = random_bf16(sz(C), 513);
+    const Vec rm = random_vector(sz(C), 514), rv = random_vector(sz(C), 515, 0.2, 2.0);
+    const Vec dg0 = random_vector(sz(C), 516), db0 = random_vector(sz(C), 517);
+    BVec out(s.size(), bf16{0x7fc0}), eval(s.size(), bf16{0x7fc0}), dinp(s.size(), bf16{0x7fc0});
+    BVec apply_out(s.size(), bf16{0x7fc0}), apply_dinp(s.size(), bf16{0x7fc0});
+    Vec stats = nan_vector(3 * sz(C)), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
+    Vec lstats = nan_vector(3 * sz(C)), amean = nan_vector(sz(C)), arstd = nan_vector(sz(C)),
+        sums = nan_vector(2 * sz(C));
+    Vec dg = dg0, db = db0, ldg = dg0, ldb = db0;
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          // single process: forward_train, backward; eval
+          EMU_LAUNCH(cu::bn_stats_kernel, cu::channel_reduce_shape(C), stats.data(), mean.data(), rstd.data(),
+                     emu_ptr(inp), N, C, HW, kEps);
+          EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(out), emu_ptr(inp), mean.data(),
+                     rstd.data(), emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
+          EMU_LAUNCH(cu::bn_backward_kernel, cu::channel_reduce_shape(C), emu_ptr(dinp), dg.data(), db.data(),
+                     emu_ptr(dout), emu_ptr(inp), mean.data(), rstd.data(), emu_ptr(gamma), N, C, HW);
+          EMU_LAUNCH(cu::bn_eval_kernel, cu::plane_shape(planes, HW), emu_ptr(eval), emu_ptr(inp), emu_ptr(gamma),
+                     emu_ptr(beta), rm.data(), rv.data(), planes, C, HW, kEps);
+          // SyncBN at R = 1: local stats (= the global ones), apply, local sums, apply backward
+          EMU_LAUNCH(cu::bn_stats_kernel, cu::channel_reduce_shape(C), lstats.data(), nullptr, nullptr, emu_ptr(inp), N,
+                     C, HW, 0.0f);
+          EMU_LAUNCH(cu::bn_mean_rstd_kernel, cu::per_channel_shape(C), amean.data(), arstd.data(), lstats.data(), C,
+                     kEps);
+          EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(apply_out), emu_ptr(inp), amean.data(),
+                     arstd.data(), emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
+          EMU_LAUNCH(cu::bn_backward_local_sums_kernel, cu::channel_reduce_shape(C), sums.data(), ldg.data(),
+                     ldb.data(), emu_ptr(dout), emu_ptr(inp), amean.data(), arstd.data(), N, C, HW);
+          EMU_LAUNCH(cu::bn_backward_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(apply_dinp), emu_ptr(dout),
+                     emu_ptr(inp), amean.data(), arstd.data(), emu_ptr(gamma), sums.data(),
+                     static_cast<double>(int64_t{N} * HW), planes, C, HW);
+        },
+        {emu_output("out", out), emu_output("eval", eval), emu_output("dinp", dinp), emu_output("stats", stats),
+         emu_output("mean", mean), emu_output("rstd", rstd), emu_output("dgamma", dg), emu_output("dbeta", db),
+         emu_output("sync out", apply_out), emu_output("sync dinp", apply_dinp), emu_output("sums", sums),
+         emu_output("local dgamma", ldg), emu_output("local dbeta", ldb)}));
+    BVec w_out(s.size()), w_eval(s.size()), w_dinp(s.size()), w_aout(s.size()), w_adinp(s.size());
+    Vec w_stats(3 * sz(C)), w_mean(sz(C)), w_rstd(sz(C)), w_lstats(3 * sz(C)), w_amean(sz(C)), w_arstd(sz(C));
+    Vec w_sums(2 * sz(C)), w_dg = dg0, w_db = db0, w_ldg = dg0, w_ldb = db0;
+    batchnorm2d_forward_train(cpu_ctx(), w_out.data(), w_stats.data(), w_mean.data(), w_rstd.data(), inp.data(),
+                              gamma.data(), beta.data(), N, C, HW, kEps);
+    batchnorm2d_backward(cpu_ctx(), w_dinp.data(), w_dg.data(), w_db.data(), dout.data(), inp.data(), w_mean.data(),
+                         w_rstd.data(), gamma.data(), N, C, HW);
+    batchnorm2d_forward_eval(cpu_ctx(), w_eval.data(), inp.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N,
+                             C, HW, kEps);
+    batchnorm2d_local_stats(cpu_ctx(), w_lstats.data(), inp.data(), N, C, HW);
+    batchnorm2d_forward_apply(cpu_ctx(), w_aout.data(), w_amean.data(), w_arstd.data(), inp.data(), gamma.data(),
+                              beta.data(), w_lstats.data(), N, C, HW, kEps);
+    batchnorm2d_backward_local_sums(cpu_ctx(), w_sums.data(), w_ldg.data(), w_ldb.data(), dout.data(), inp.data(),
+                                    w_amean.data(), w_arstd.data(), N, C, HW);
+    batchnorm2d_backward_apply(cpu_ctx(), w_adinp.data(), dout.data(), inp.data(), w_amean.data(), w_arstd.data(),
+                               gamma.data(), w_sums.data(), int64_t{N} * HW, N, C, HW);
+    EXPECT_TRUE(all_close("stats", stats, w_stats, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("local stats", lstats, w_lstats, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("mean", mean, w_mean, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("rstd", rstd, w_rstd, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("dgamma", dg, w_dg, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("dbeta", db, w_db, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("sums", sums, w_sums, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("local dgamma", ldg, w_ldg, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("local dbeta", ldb, w_ldb, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("out", out, w_out, kRtol + kBf16Ulp, kAtolRel));
+    EXPECT_TRUE(all_close("eval", eval, w_eval, kRtol + kBf16Ulp, kAtolRel));
+    EXPECT_TRUE(all_close("dinp", dinp, w_dinp, kRtol + kBf16Ulp, kAtolRel));
+    EXPECT_TRUE(all_close("sync out", apply_out, w_aout, kRtol + kBf16Ulp, kAtolRel));
+    EXPECT_TRUE(all_close("sync dinp", apply_dinp, w_adinp, kRtol + kBf16Ulp, kAtolRel));
+  }
+}
+
+// Pooling in bf16: max-pooling selects and gathers the same float values as the CPU (bitwise, indices included), the
+// avg-pool backward is one division rounded once (bitwise), the avg-pool forward a double sum rounded once.
+TEST(EmuResnet, Bf16PoolingMatchesCpu) {
+  const int N = 2, C = 3, H = 9, W = 7, K = 3, stride = 2, pad = 1;
+  const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  const int64_t planes = int64_t{N} * C;
+  // few distinct values: many ties, the first maximum in window order must win on both sides
+  BVec inp(sz(planes * H * W));
+  const auto ints = random_ints(inp.size(), 520, -3, 4);
+  for (size_t i = 0; i < inp.size(); i++) inp[i] = to_bf16(0.25f * static_cast<float>(ints[i]));
+  const BVec dout = random_bf16(sz(planes * OH * OW), 521), dpool = random_bf16(sz(planes), 522);
+  BVec out(sz(planes * OH * OW), bf16{0x7fc0}), dinp(inp.size(), bf16{0x7fc0}), avg(sz(planes), bf16{0x7fc0});
+  BVec davg(inp.size(), bf16{0x7fc0});
+  std::vector<int32_t> idx(out.size(), -7);
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH(cu::maxpool_forward_kernel, cu::plane_shape(planes, int64_t{OH} * OW), emu_ptr(out), idx.data(),
+                   emu_ptr(inp), planes, H, W, OH, OW, K, stride, pad);
+        EMU_LAUNCH(cu::maxpool_backward_kernel, cu::plane_shape(planes, int64_t{H} * W), emu_ptr(dinp), emu_ptr(dout),
+                   idx.data(), planes, H, W, OH, OW, K, stride, pad);
+        EMU_LAUNCH(cu::global_avgpool_forward_kernel, cu::global_avgpool_forward_shape(planes), emu_ptr(avg),
+                   emu_ptr(inp), planes, H * W);
+        EMU_LAUNCH(cu::global_avgpool_backward_kernel, cu::plane_shape(planes, int64_t{H} * W), emu_ptr(davg),
+                   emu_ptr(dpool), planes, H * W);
+      },
+      {emu_output("out", out), emu_output("idx", idx), emu_output("dinp", dinp), emu_output("avg", avg),
+       emu_output("davg", davg)}));
+  BVec w_out(out.size()), w_dinp(dinp.size()), w_avg(avg.size()), w_davg(davg.size());
+  std::vector<int32_t> w_idx(idx.size());
+  maxpool2d_forward(cpu_ctx(), w_out.data(), w_idx.data(), inp.data(), N, C, H, W, K, stride, pad);
+  maxpool2d_backward(cpu_ctx(), w_dinp.data(), dout.data(), w_idx.data(), N, C, H, W, K, stride, pad);
+  global_avgpool_forward(cpu_ctx(), w_avg.data(), inp.data(), N, C, H * W);
+  global_avgpool_backward(cpu_ctx(), w_davg.data(), dpool.data(), N, C, H * W);
+  EXPECT_TRUE(bitwise_equal("maxpool out", out, w_out));
+  EXPECT_TRUE(bitwise_equal("maxpool idx", idx, w_idx));
+  EXPECT_TRUE(bitwise_equal("maxpool dinp", dinp, w_dinp));
+  EXPECT_TRUE(all_close("avgpool out", avg, w_avg, kRtol + kBf16Ulp, kAtolRel));
+  EXPECT_TRUE(bitwise_equal("avgpool dinp", davg, w_davg));
 }
 
 }  // namespace

@@ -15,8 +15,8 @@ scaling must change nothing but the scale itself. One scenario per invocation, e
   layouts   the dynamic run with the same injection at np 2 (DP; the other DP rank sees the overflow only through the
             gradient allreduce; train_resnet: SyncBN groups of 8 images at np 1 and np 2) and, for train_gpt, np 4 = DP 2 x TP 2 and np 4 = DP 2 x PP 2: the same skipped steps and
             scales, losses within 1e-5 of np 1 (docs/invariants.md, invariant 1)
-  errors    train.precision = bf16 with train.device = cpu and a bad train.loss_scale exit 2 with one message naming the
-            key and the fix; train.device = auto + train.precision = bf16 without a GPU runs fp32 on the CPU, says so in
+  errors    train.precision = tf32 with train.device = cpu and a bad train.loss_scale exit 2 with one message naming the
+            key and the fix; train.device = auto + train.precision = tf32 without a GPU runs fp32 on the CPU, says so in
             one line, and equals the cpu run bit for bit
 usage: check_loss_scale.py SCENARIO APP_EXE DECK WORKDIR
 Prints VALID: <scenario>, or FAILED: <what> and exits 1."""
@@ -202,8 +202,8 @@ elif scenario == "layouts":
             fail(f"{name}: losses differ from np 1 by {worst:.3g} relative (should be <= 1e-5)")
 elif scenario == "errors":
     cases = [
-        (["train.device=cpu", "train.precision=bf16"], ["train.precision = bf16 needs train.device = cuda",
-                                                        "--set train.precision=fp32"]),
+        (["train.device=cpu", "train.precision=tf32"], ["train.precision = tf32 needs train.device = cuda",
+                                                        "--set train.precision=fp32 or bf16"]),
         (["train.loss_scale=-8"], ['train.loss_scale = "-8"', "dynamic"]),
         (["train.loss_scale=dynamic", "train.loss_scale_init=4", "train.loss_scale_min=8"],
          ["train.loss_scale_min = 8"]),
@@ -219,7 +219,7 @@ elif scenario == "errors":
             fail(f"{sets}: {len(errs)} error lines (should be one, from rank 0): {errs}")
         else:
             print(f"  {' '.join(sets)} -> exit 2: {errs[0][:160]}")
-    # auto + bf16 without a usable GPU: fp32 on the CPU with one line, bitwise the cpu run
+    # auto + tf32 (CUDA only) without a usable GPU: fp32 on the CPU with one line, bitwise the cpu run
     probe = subprocess.run([exe, deck, "--out", os.path.join(work, "probe"), "--set", "train.steps=0", "--set",
                             "train.device=cuda"], capture_output=True, text=True, errors="replace", env=ENV, timeout=300)
     if probe.returncode == 0:
@@ -228,14 +228,14 @@ elif scenario == "errors":
         cpu = os.path.join(work, "cpu")
         auto = os.path.join(work, "auto")
         train(cpu, ["train.device=cpu", "train.precision=fp32"])
-        p = train(auto, ["train.device=auto", "train.precision=bf16"])
-        notes = [l for l in p.stdout.splitlines() if "train.precision = bf16 applies to CUDA only: fp32 on the CPU" in l]
+        p = train(auto, ["train.device=auto", "train.precision=tf32"])
+        notes = [l for l in p.stdout.splitlines() if "train.precision = tf32 applies to CUDA only: fp32 on the CPU" in l]
         if len(notes) != 1:
-            fail(f"auto + bf16: {len(notes)} fallback lines naming the precision, should be 1")
+            fail(f"auto + tf32: {len(notes)} fallback lines naming the precision, should be 1")
         else:
-            print("  auto + bf16:", notes[0].split("] ")[-1] if "] " in notes[0] else notes[0])
+            print("  auto + tf32:", notes[0].split("] ")[-1] if "] " in notes[0] else notes[0])
         if [r["loss"] for r in metrics(cpu)] != [r["loss"] for r in metrics(auto)]:
-            fail("auto + bf16 on the CPU differs from the cpu fp32 run")
+            fail("auto + tf32 on the CPU differs from the cpu fp32 run")
 else:
     print(f"FAILED: unknown scenario {scenario}")
     sys.exit(1)

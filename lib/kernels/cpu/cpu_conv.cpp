@@ -1,10 +1,15 @@
 // CPU backend: the convolutional layers of a ResNet, NCHW. Legend: N images, C input channels, H W input size,
 // OC output channels, KH KW kernel, OH OW output size, CK = C*KH*KW (im2col rows), OHW = OH*OW, HW = H*W.
 // Forward and backward are paired; parameter grads (dweight, dbias, dgamma, dbeta) +=, activation grads (dinp) =.
+// Storage A = float or bf16 (kernels.hpp): activations, their gradients and the parameters read are A; parameter
+// gradients and statistics are float. A bf16 value is widened to fp32 when loaded, all arithmetic is fp32 (double where
+// noted), and every A output is rounded once, when stored (from_f32<A>, tensor/bf16.hpp); with A = float these are
+// no-ops and every result is bitwise what it was before bf16 existed.
 //
 // Conv2d: through oneDNN's convolution primitives when built with it and the workspace holds their share
-// (cpu_conv_dnnl.hpp: direct AVX-512/AVX2 convolutions, 2-3x faster than im2col here, and what PyTorch uses);
-// otherwise im2col + sgemm, one image per task:
+// (cpu_conv_dnnl.hpp: direct AVX-512 / AMX convolutions, 2-3x faster than im2col here, and what PyTorch uses; bf16
+// storage runs oneDNN's bf16 kernels where the CPU has bf16 instructions); otherwise im2col + sgemm, one image per
+// task:
 //   forward   col (CK,OHW) = im2col(inp[n]);  out[n] (OC,OHW) = weight (OC,CK) @ col + bias
 //   backward  weight phase: col = im2col(inp[n]);  dweight (OC,CK) += dout[n] (OC,OHW) @ col^T
 //             data phase:   dcol (CK,OHW) = weight^T (CK,OC) @ dout[n];  dinp[n] = col2im(dcol)
@@ -12,8 +17,10 @@
 // With T threads the images are split into T contiguous blocks, each thread calling single-threaded OpenBLAS
 // (omp_in_parallel(), cpu_gemm.hpp) on its own column buffer and its own dweight partial, which are then added to
 // dweight in thread order (deterministic for a fixed thread count, like the GEMMs). A 1x1, stride-1, unpadded
-// convolution is a plain GEMM on the image itself (no im2col). With one thread (or one image) the images run in
+// fp32 convolution is a plain GEMM on the image itself (no im2col). With one thread (or one image) the images run in
 // turn and each GEMM may be split by sgemm_rowmajor, never from inside a team of one (cpu_gemm.hpp explains why).
+// bf16 storage on the im2col path: im2col widens while it copies, the weight is widened once per call into the
+// workspace, and each thread widens dout[n] and rounds out[n] / dinp[n] through fp32 buffers of its own (Im2col).
 //
 // BatchNorm2d: one channel per task; statistics two-pass in double (mean, then M2 = sum (x - mean)^2), the
 // backward's sums in double. Every per-channel reduction walks (n, hw) in order: bitwise reproducible.
@@ -25,6 +32,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/batchnorm_stats.hpp"
@@ -38,6 +46,25 @@ namespace {
 
 constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a pointwise op stays serial
 
+template <typename A>
+constexpr bool kF32 = std::is_same_v<A, float>;
+template <typename A>
+constexpr DType act_of() {
+  return kF32<A> ? DType::F32 : DType::BF16;
+}
+
+// dst = src as fp32 (exact); dst = src rounded to A.
+template <typename A>
+void widen(float* dst, const A* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) dst[i] = to_f32(src[i]);
+}
+template <typename A>
+void narrow(A* dst, const float* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) dst[i] = from_f32<A>(src[i]);
+}
+
 struct ConvDims {
   int N, C, H, W, OC, KH, KW, stride, pad, OH, OW;
   int64_t CK() const { return static_cast<int64_t>(C) * KH * KW; }
@@ -45,9 +72,23 @@ struct ConvDims {
   int64_t HW() const { return static_cast<int64_t>(H) * W; }
   bool pointwise() const { return KH == 1 && KW == 1 && stride == 1 && pad == 0; }
   dnnl_conv::Shape shape() const { return {N, C, H, W, OC, KH, KW, stride, pad}; }
-  // one thread's share of the workspace: a column buffer (CK,OHW) and a dweight partial (OC,CK)
-  int64_t slot_floats() const { return CK() * OHW() + static_cast<int64_t>(OC) * CK(); }
 };
+
+// The im2col path's workspace: `shared` floats, then one slot per thread:
+//   float  slot = col (CK,OHW) | dweight partial (OC,CK)
+//   bf16   shared = the weight widened (OC,CK);  slot = col | dweight partial | y (OC,OHW) | x (C,HW), fp32 buffers
+//          of dout[n] / out[n] and of dinp[n] before they are rounded
+struct Im2col {
+  int64_t shared, slot;
+  // offsets within a slot
+  int64_t col, dw, y, x;
+};
+Im2col im2col_plan(const ConvDims& d, DType act) {
+  const int64_t col = d.CK() * d.OHW(), dw = static_cast<int64_t>(d.OC) * d.CK();
+  if (act == DType::F32) return {0, col + dw, 0, col, 0, 0};
+  const int64_t y = static_cast<int64_t>(d.OC) * d.OHW(), x = static_cast<int64_t>(d.C) * d.HW();
+  return {dw, col + dw + y + x, 0, col, col + dw, col + dw + y};
+}
 
 ConvDims conv_dims(const char* op, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && OC > 0 && KH > 0 && KW > 0 && stride > 0 && pad >= 0,
@@ -68,8 +109,9 @@ inline void valid_range(int k, int pad, int stride, int in, int out, int& lo, in
   if (hi < lo) hi = lo;
 }
 
-// col (CK,OHW), row (c,kh,kw), column (oh,ow) = img[c, oh*s-pad+kh, ow*s-pad+kw], or 0 in the padding.
-void im2col(float* col, const float* img /*(C,H,W)*/, const ConvDims& d) {
+// col (CK,OHW), row (c,kh,kw), column (oh,ow) = img[c, oh*s-pad+kh, ow*s-pad+kw] as fp32, or 0 in the padding.
+template <typename A>
+void im2col(float* col, const A* img /*(C,H,W)*/, const ConvDims& d) {
   const int64_t OHW = d.OHW();
   for (int c = 0; c < d.C; c++)
     for (int kh = 0; kh < d.KH; kh++)
@@ -84,12 +126,13 @@ void im2col(float* col, const float* img /*(C,H,W)*/, const ConvDims& d) {
             std::fill(r, r + d.OW, 0.0f);
             continue;
           }
-          const float* src = img + (static_cast<int64_t>(c) * d.H + ih) * d.W - d.pad + kw;  // src[ow*s] = x[ih, iw]
+          const A* src = img + (static_cast<int64_t>(c) * d.H + ih) * d.W - d.pad + kw;  // src[ow*s] = x[ih, iw]
           std::fill(r, r + lo, 0.0f);
           if (d.stride == 1) {
-            std::copy(src + lo, src + hi, r + lo);
+#pragma omp simd
+            for (int ow = lo; ow < hi; ow++) r[ow] = to_f32(src[ow]);
           } else {
-            for (int ow = lo; ow < hi; ow++) r[ow] = src[static_cast<int64_t>(ow) * d.stride];
+            for (int ow = lo; ow < hi; ow++) r[ow] = to_f32(src[static_cast<int64_t>(ow) * d.stride]);
           }
           std::fill(r + hi, r + d.OW, 0.0f);
         }
@@ -129,12 +172,13 @@ std::string conv_label(const char* op, const ConvDims& d) {
 }
 
 // Threads for an image loop: at most one per image and one per workspace slot.
-int conv_threads(const char* op, const ConvDims& d, const float* workspace, int64_t workspace_floats) {
-  const int64_t slots = workspace_floats / d.slot_floats();
-  HPCT_CHECK(workspace && slots >= 1,
-             "{}: workspace of {} floats is smaller than one thread's share ({} floats); size it with "
-             "conv2d_workspace_floats",
-             op, workspace_floats, d.slot_floats());
+int conv_threads(const char* op, const ConvDims& d, const Im2col& p, DType act, const float* workspace,
+                 int64_t workspace_floats) {
+  const int64_t slots = workspace && workspace_floats > p.shared ? (workspace_floats - p.shared) / p.slot : 0;
+  HPCT_CHECK(slots >= 1,
+             "{}: workspace of {} floats is smaller than one thread's share ({} floats with {} storage); size it with "
+             "conv2d_workspace_floats for the same shape and storage type",
+             op, workspace_floats, p.shared + p.slot, dtype_name(act));
   return static_cast<int>(std::min<int64_t>({slots, omp_get_max_threads(), d.N}));
 }
 
@@ -157,92 +201,120 @@ void for_each_image(int threads, int N, Body&& body, After&& after_blocks) {
   }
 }
 
+// The weight as fp32 for the im2col GEMMs: itself, or (bf16) widened into the workspace's shared part.
+template <typename A>
+const float* weight_f32(const A* weight, float* workspace, const ConvDims& d) {
+  if constexpr (kF32<A>) {
+    return weight;
+  } else {
+    widen(workspace, weight, static_cast<int64_t>(d.OC) * d.CK());
+    return workspace;
+  }
+}
+
 }  // namespace
 
 // ---- Conv2d ---------------------------------------------------------------------------------------------
-int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad, DType act) {
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16,
+             "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32 or DType::BF16",
+             dtype_name(act));
   const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
-  const int64_t im2col = std::min<int64_t>(omp_get_max_threads(), N) * d.slot_floats();
-  return std::max(im2col, dnnl_conv::workspace_floats(d.shape()));
+  const Im2col p = im2col_plan(d, act);
+  const int64_t im2col = p.shared + std::min<int64_t>(omp_get_max_threads(), N) * p.slot;
+  return std::max(im2col, dnnl_conv::workspace_floats(d.shape(), act));
 }
 
-void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias, float* workspace,
-                    int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+template <typename A>
+void conv2d_forward(A* out, const A* inp, const A* weight, const A* bias, float* workspace, int64_t workspace_floats,
+                    int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
   const std::string label = profile_on() ? conv_label("conv2d_forward", d) : std::string();
   const ProfileScope ps(label);
-  const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats();
-  if (dnnl_conv::forward(out, inp, weight, workspace, workspace_floats, d.shape())) {
-    if (bias) {
-#pragma omp parallel for collapse(2) schedule(static) if (static_cast <int64_t>(N) * OC * OHW >= kMinParallel)
-      for (int n = 0; n < N; n++)
-        for (int oc = 0; oc < OC; oc++) {
-          float* o = out + (static_cast<int64_t>(n) * OC + oc) * OHW;
-          const float b = bias[oc];
-#pragma omp simd
-          for (int64_t i = 0; i < OHW; i++) o[i] += b;
-        }
-    }
-    return;
-  }
-  const int threads = conv_threads("conv2d_forward", d, workspace, workspace_floats);
+  if (dnnl_conv::forward(out, inp, weight, bias, workspace, workspace_floats, d.shape())) return;
+  const int64_t CK = d.CK(), OHW = d.OHW();
+  const Im2col p = im2col_plan(d, act_of<A>());
+  const int threads = conv_threads("conv2d_forward", d, p, act_of<A>(), workspace, workspace_floats);
+  const float* wf = weight_f32(weight, workspace, d);  // (OC,CK)
   auto body = [&](int n, int t) {
-    const float* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
-    float* o = out + static_cast<int64_t>(n) * OC * OHW;          // (OC,OHW)
-    const float* col = x;                                         // (CK,OHW)
-    if (!d.pointwise()) {
-      float* buf = workspace + t * slot;
-      im2col(buf, x, d);
-      col = buf;
+    const A* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
+    A* o = out + static_cast<int64_t>(n) * OC * OHW;          // (OC,OHW)
+    float* slot = workspace + p.shared + t * p.slot;
+    if constexpr (kF32<A>) {
+      const float* col = x;  // (CK,OHW)
+      if (!d.pointwise()) {
+        im2col(slot + p.col, x, d);
+        col = slot + p.col;
+      }
+      if (bias)
+        for (int oc = 0; oc < OC; oc++) std::fill(o + oc * OHW, o + (oc + 1) * OHW, bias[oc]);
+      sgemm_rowmajor(false, false, OC, static_cast<int>(OHW), static_cast<int>(CK), 1.0f, wf, static_cast<int>(CK), col,
+                     static_cast<int>(OHW), bias ? 1.0f : 0.0f, o, static_cast<int>(OHW));
+    } else {
+      float* col = slot + p.col;  // (CK,OHW)
+      float* y = slot + p.y;      // (OC,OHW)
+      im2col(col, x, d);
+      if (bias)
+        for (int oc = 0; oc < OC; oc++) std::fill(y + oc * OHW, y + (oc + 1) * OHW, to_f32(bias[oc]));
+      sgemm_rowmajor(false, false, OC, static_cast<int>(OHW), static_cast<int>(CK), 1.0f, wf, static_cast<int>(CK), col,
+                     static_cast<int>(OHW), bias ? 1.0f : 0.0f, y, static_cast<int>(OHW));
+      narrow(o, y, OC * OHW);
     }
-    if (bias)
-      for (int oc = 0; oc < OC; oc++) std::fill(o + oc * OHW, o + (oc + 1) * OHW, bias[oc]);
-    sgemm_rowmajor(false, false, OC, static_cast<int>(OHW), static_cast<int>(CK), 1.0f, weight, static_cast<int>(CK),
-                   col, static_cast<int>(OHW), bias ? 1.0f : 0.0f, o, static_cast<int>(OHW));
   };
   for_each_image(threads, N, body, [](int) {});
 }
 
-void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W,
-                     int OC, int KH, int KW, int stride, int pad) {
+template <typename A>
+void conv2d_backward(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp, const A* weight,
+                     float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
+                     int stride, int pad) {
   const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
-  const int64_t CK = d.CK(), OHW = d.OHW(), slot = d.slot_floats(), WN = OC * CK;
+  const int64_t CK = d.CK(), OHW = d.OHW(), WN = OC * CK;
   const int iCK = static_cast<int>(CK), iOHW = static_cast<int>(OHW);
+  const Im2col p = im2col_plan(d, act_of<A>());
   // oneDNN's primitives when they run (the same workspace check for both phases), else im2col
-  const bool dnnl_ok = workspace && dnnl_conv::workspace_floats(d.shape()) >= 0 &&
-                       workspace_floats >= dnnl_conv::workspace_floats(d.shape());
+  const int64_t dnnl_floats = dnnl_conv::workspace_floats(d.shape(), act_of<A>());
+  const bool dnnl_ok = workspace && dnnl_floats >= 0 && workspace_floats >= dnnl_floats;
   if (dnnl_ok) {
     const std::string label = profile_on() ? conv_label("conv2d_backward/weight", d) : std::string();
     const ProfileScope ps(label);
     HPCT_CHECK(dnnl_conv::backward_weight(dweight, dout, inp, workspace, workspace_floats, d.shape()),
                "conv2d_backward: oneDNN backward-weights did not run");
   } else {
-    const int threads = conv_threads("conv2d_backward", d, workspace, workspace_floats);
+    const int threads = conv_threads("conv2d_backward", d, p, act_of<A>(), workspace, workspace_floats);
     // weight: dweight (OC,CK) += sum_n dout[n] (OC,OHW) @ im2col(inp[n])^T
     const std::string label = profile_on() ? conv_label("conv2d_backward/weight", d) : std::string();
     const ProfileScope ps(label);
     // with several threads each accumulates its images into its own partial (OC,CK), zeroed here
     if (threads > 1)
-      for (int t = 0; t < threads; t++) std::fill(workspace + t * slot + CK * OHW, workspace + (t + 1) * slot, 0.0f);
-    auto body = [&](int n, int t) {
-      const float* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
-      const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;  // (OC,OHW)
-      float* buf = workspace + t * slot;                            // (CK,OHW)
-      float* dw = threads > 1 ? buf + CK * OHW : dweight;           // (OC,CK)
-      const float* col = x;
-      if (!d.pointwise()) {
-        im2col(buf, x, d);
-        col = buf;
+      for (int t = 0; t < threads; t++) {
+        float* part = workspace + p.shared + t * p.slot + p.dw;
+        std::fill(part, part + WN, 0.0f);
       }
-      sgemm_rowmajor(false, true, OC, iCK, iOHW, 1.0f, dy, iOHW, col, iOHW, 1.0f, dw, iCK);
+    auto body = [&](int n, int t) {
+      const A* x = inp + static_cast<int64_t>(n) * C * d.HW();  // (C,H,W)
+      const A* dy = dout + static_cast<int64_t>(n) * OC * OHW;  // (OC,OHW)
+      float* slot = workspace + p.shared + t * p.slot;
+      float* dw = threads > 1 ? slot + p.dw : dweight;  // (OC,CK)
+      if constexpr (kF32<A>) {
+        const float* col = x;
+        if (!d.pointwise()) {
+          im2col(slot + p.col, x, d);
+          col = slot + p.col;
+        }
+        sgemm_rowmajor(false, true, OC, iCK, iOHW, 1.0f, dy, iOHW, col, iOHW, 1.0f, dw, iCK);
+      } else {
+        im2col(slot + p.col, x, d);
+        widen(slot + p.y, dy, OC * OHW);
+        sgemm_rowmajor(false, true, OC, iCK, iOHW, 1.0f, slot + p.y, iOHW, slot + p.col, iOHW, 1.0f, dw, iCK);
+      }
     };
     auto reduce_partials = [&](int nt) {
     // dweight += partial_0 + partial_1 + ... in thread order; elements split over the team
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < WN; i++) {
         float s = 0.0f;
-        for (int t = 0; t < nt; t++) s += workspace[t * slot + CK * OHW + i];
+        for (int t = 0; t < nt; t++) s += workspace[p.shared + t * p.slot + p.dw + i];
         dweight[i] += s;
       }
     };
@@ -251,22 +323,33 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dinp && dnnl_ok) {
     const std::string label = profile_on() ? conv_label("conv2d_backward/data", d) : std::string();
     const ProfileScope ps(label);
-    HPCT_CHECK(dnnl_conv::backward_data(dinp, dout, weight, workspace, workspace_floats, d.shape()),
+    // the weight phase above just left dout in the workspace, in the primitives' layout
+    HPCT_CHECK(dnnl_conv::backward_data(dinp, dout, weight, workspace, workspace_floats, d.shape(),
+                                        /*dout_in_workspace=*/true),
                "conv2d_backward: oneDNN backward-data did not run");
   } else if (dinp) {
     // data: dinp[n] = col2im(weight^T (CK,OC) @ dout[n] (OC,OHW))
     const std::string label = profile_on() ? conv_label("conv2d_backward/data", d) : std::string();
     const ProfileScope ps(label);
-    const int threads = conv_threads("conv2d_backward", d, workspace, workspace_floats);
+    const int threads = conv_threads("conv2d_backward", d, p, act_of<A>(), workspace, workspace_floats);
+    const float* wf = weight_f32(weight, workspace, d);  // (OC,CK)
     auto body = [&](int n, int t) {
-      const float* dy = dout + static_cast<int64_t>(n) * OC * OHW;  // (OC,OHW)
-      float* dx = dinp + static_cast<int64_t>(n) * C * d.HW();      // (C,H,W)
-      if (d.pointwise()) {
-        sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, dx, iOHW);
+      const A* dy = dout + static_cast<int64_t>(n) * OC * OHW;  // (OC,OHW)
+      A* dx = dinp + static_cast<int64_t>(n) * C * d.HW();      // (C,H,W)
+      float* slot = workspace + p.shared + t * p.slot;
+      if constexpr (kF32<A>) {
+        if (d.pointwise()) {
+          sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, wf, iCK, dy, iOHW, 0.0f, dx, iOHW);
+        } else {
+          float* buf = slot + p.col;  // dcol (CK,OHW)
+          sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, wf, iCK, dy, iOHW, 0.0f, buf, iOHW);
+          col2im(dx, buf, d);
+        }
       } else {
-        float* buf = workspace + t * slot;  // dcol (CK,OHW)
-        sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, weight, iCK, dy, iOHW, 0.0f, buf, iOHW);
-        col2im(dx, buf, d);
+        widen(slot + p.y, dy, OC * OHW);
+        sgemm_rowmajor(true, false, iCK, iOHW, OC, 1.0f, wf, iCK, slot + p.y, iOHW, 0.0f, slot + p.col, iOHW);
+        col2im(slot + p.x, slot + p.col, d);
+        narrow(dx, slot + p.x, C * d.HW());
       }
     };
     for_each_image(threads, N, body, [](int) {});
@@ -277,9 +360,9 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
     for (int oc = 0; oc < OC; oc++) {
       double acc = 0.0;
       for (int n = 0; n < N; n++) {
-        const float* dy = dout + (static_cast<int64_t>(n) * OC + oc) * OHW;
+        const A* dy = dout + (static_cast<int64_t>(n) * OC + oc) * OHW;
 #pragma omp simd reduction(+ : acc)
-        for (int64_t i = 0; i < OHW; i++) acc += dy[i];
+        for (int64_t i = 0; i < OHW; i++) acc += to_f32(dy[i]);
       }
       dbias[oc] += static_cast<float>(acc);
     }
@@ -294,20 +377,21 @@ void check_bn(const char* op, int N, int C, int HW) {
 }
 
 // (count, mean, M2) of channel c over (N, HW), two-pass in double.
-void channel_stats(const float* inp, int c, int N, int C, int HW, double& mean, double& m2) {
+template <typename A>
+void channel_stats(const A* inp, int c, int N, int C, int HW, double& mean, double& m2) {
   double s = 0.0;
   for (int n = 0; n < N; n++) {
-    const float* x = inp + (static_cast<int64_t>(n) * C + c) * HW;
+    const A* x = inp + (static_cast<int64_t>(n) * C + c) * HW;
 #pragma omp simd reduction(+ : s)
-    for (int i = 0; i < HW; i++) s += x[i];
+    for (int i = 0; i < HW; i++) s += to_f32(x[i]);
   }
   mean = s / (static_cast<double>(N) * HW);
   double q = 0.0;
   for (int n = 0; n < N; n++) {
-    const float* x = inp + (static_cast<int64_t>(n) * C + c) * HW;
+    const A* x = inp + (static_cast<int64_t>(n) * C + c) * HW;
 #pragma omp simd reduction(+ : q)
     for (int i = 0; i < HW; i++) {
-      const double dx = x[i] - mean;
+      const double dx = to_f32(x[i]) - mean;
       q += dx * dx;
     }
   }
@@ -315,34 +399,37 @@ void channel_stats(const float* inp, int c, int N, int C, int HW, double& mean, 
 }
 
 // out[:, c] = (x - mean) * (rstd * gamma) + beta; mean and rstd from the float stats row (count, mean, M2).
-void apply_channel(float* out, float* save_mean, float* save_rstd, const float* inp, const float* gamma,
-                   const float* beta, const float* st /*(3)*/, int c, int N, int C, int HW, float eps) {
+template <typename A>
+void apply_channel(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma, const A* beta,
+                   const float* st /*(3)*/, int c, int N, int C, int HW, float eps) {
   const float mean = st[1];
   const float rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(st[2]) / st[0] + eps));
-  const float scale = rstd * gamma[c], shift = beta[c];
+  const float scale = rstd * to_f32(gamma[c]), shift = to_f32(beta[c]);
   for (int n = 0; n < N; n++) {
     const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
-    const float* x = inp + off;
-    float* o = out + off;
+    const A* x = inp + off;
+    A* o = out + off;
 #pragma omp simd
-    for (int i = 0; i < HW; i++) o[i] = (x[i] - mean) * scale + shift;
+    for (int i = 0; i < HW; i++) o[i] = from_f32<A>((to_f32(x[i]) - mean) * scale + shift);
   }
   save_mean[c] = mean;
   save_rstd[c] = rstd;
 }
 
 // (sum dout, sum dout * xhat) of channel c, in double.
-void channel_grad_sums(const float* dout, const float* inp, float mean, float rstd, int c, int N, int C, int HW,
-                       double& sum_dy, double& sum_dy_xhat) {
+template <typename A>
+void channel_grad_sums(const A* dout, const A* inp, float mean, float rstd, int c, int N, int C, int HW, double& sum_dy,
+                       double& sum_dy_xhat) {
   double a = 0.0, b = 0.0;
   for (int n = 0; n < N; n++) {
     const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
-    const float* x = inp + off;
-    const float* dy = dout + off;
+    const A* x = inp + off;
+    const A* dy = dout + off;
 #pragma omp simd reduction(+ : a, b)
     for (int i = 0; i < HW; i++) {
-      a += dy[i];
-      b += static_cast<double>(dy[i]) * ((x[i] - mean) * rstd);
+      const float g = to_f32(dy[i]);
+      a += g;
+      b += static_cast<double>(g) * ((to_f32(x[i]) - mean) * rstd);
     }
   }
   sum_dy = a;
@@ -350,17 +437,18 @@ void channel_grad_sums(const float* dout, const float* inp, float mean, float rs
 }
 
 // dinp[:, c] = gamma rstd (dout - mean_dy - xhat mean_dy_xhat)
-void dinp_channel(float* dinp, const float* dout, const float* inp, float mean, float rstd, float gamma, double sum_dy,
+template <typename A>
+void dinp_channel(A* dinp, const A* dout, const A* inp, float mean, float rstd, float gamma, double sum_dy,
                   double sum_dy_xhat, double count, int c, int N, int C, int HW) {
   const float k0 = gamma * rstd;
   const float mdy = static_cast<float>(sum_dy / count), mdyx = static_cast<float>(sum_dy_xhat / count);
   for (int n = 0; n < N; n++) {
     const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
-    const float* x = inp + off;
-    const float* dy = dout + off;
-    float* dx = dinp + off;
+    const A* x = inp + off;
+    const A* dy = dout + off;
+    A* dx = dinp + off;
 #pragma omp simd
-    for (int i = 0; i < HW; i++) dx[i] = k0 * (dy[i] - mdy - (x[i] - mean) * rstd * mdyx);
+    for (int i = 0; i < HW; i++) dx[i] = from_f32<A>(k0 * (to_f32(dy[i]) - mdy - (to_f32(x[i]) - mean) * rstd * mdyx));
   }
 }
 
@@ -368,7 +456,8 @@ bool bn_parallel(int N, int C, int HW) { return static_cast<int64_t>(N) * C * HW
 
 }  // namespace
 
-void batchnorm2d_local_stats(float* stats, const float* inp, int N, int C, int HW) {
+template <typename A>
+void batchnorm2d_local_stats(float* stats, const A* inp, int N, int C, int HW) {
   check_bn("batchnorm2d_local_stats", N, C, HW);
 #pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
   for (int c = 0; c < C; c++) {
@@ -394,8 +483,9 @@ void batchnorm2d_merge_stats(float* merged, const float* gathered, int R, int C)
   }
 }
 
-void batchnorm2d_forward_apply(float* out, float* save_mean, float* save_rstd, const float* inp, const float* gamma,
-                               const float* beta, const float* stats, int N, int C, int HW, float eps) {
+template <typename A>
+void batchnorm2d_forward_apply(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma, const A* beta,
+                               const float* stats, int N, int C, int HW, float eps) {
   check_bn("batchnorm2d_forward_apply", N, C, HW);
   for (int c = 0; c < C; c++)
     HPCT_CHECK(stats[3 * c] > 0, "batchnorm2d_forward_apply: channel {} has count {}", c, stats[3 * c]);
@@ -404,8 +494,9 @@ void batchnorm2d_forward_apply(float* out, float* save_mean, float* save_rstd, c
     apply_channel(out, save_mean, save_rstd, inp, gamma, beta, stats + 3 * c, c, N, C, HW, eps);
 }
 
-void batchnorm2d_forward_train(float* out, float* stats, float* save_mean, float* save_rstd, const float* inp,
-                               const float* gamma, const float* beta, int N, int C, int HW, float eps) {
+template <typename A>
+void batchnorm2d_forward_train(A* out, float* stats, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
+                               const A* beta, int N, int C, int HW, float eps) {
   check_bn("batchnorm2d_forward_train", N, C, HW);
   // the same float statistics and the same apply as the SyncBN path at one rank, fused per channel
 #pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
@@ -430,24 +521,28 @@ void batchnorm2d_update_running(float* running_mean, float* running_var, const f
   }
 }
 
-void batchnorm2d_forward_eval(float* out, const float* inp, const float* gamma, const float* beta,
-                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
+template <typename A>
+void batchnorm2d_forward_eval(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
+                              const float* running_var, int N, int C, int HW, float eps) {
   check_bn("batchnorm2d_forward_eval", N, C, HW);
 #pragma omp parallel for collapse(2) schedule(static) if (bn_parallel(N, C, HW))
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) {
       const float mean = running_mean[c];
-      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps)) * gamma[c];
+      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps)) *
+                          to_f32(gamma[c]);
+      const float shift = to_f32(beta[c]);
       const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
-      const float* x = inp + off;
-      float* o = out + off;
+      const A* x = inp + off;
+      A* o = out + off;
 #pragma omp simd
-      for (int i = 0; i < HW; i++) o[i] = (x[i] - mean) * scale + beta[c];
+      for (int i = 0; i < HW; i++) o[i] = from_f32<A>((to_f32(x[i]) - mean) * scale + shift);
     }
 }
 
-void batchnorm2d_backward(float* dinp, float* dgamma, float* dbeta, const float* dout, const float* inp,
-                          const float* save_mean, const float* save_rstd, const float* gamma, int N, int C, int HW) {
+template <typename A>
+void batchnorm2d_backward(A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp, const float* save_mean,
+                          const float* save_rstd, const A* gamma, int N, int C, int HW) {
   check_bn("batchnorm2d_backward", N, C, HW);
 #pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
   for (int c = 0; c < C; c++) {
@@ -455,12 +550,13 @@ void batchnorm2d_backward(float* dinp, float* dgamma, float* dbeta, const float*
     channel_grad_sums(dout, inp, save_mean[c], save_rstd[c], c, N, C, HW, sdy, sdyx);
     dbeta[c] += static_cast<float>(sdy);
     dgamma[c] += static_cast<float>(sdyx);
-    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], gamma[c], sdy, sdyx, static_cast<double>(N) * HW, c, N, C,
-                 HW);
+    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], to_f32(gamma[c]), sdy, sdyx, static_cast<double>(N) * HW,
+                 c, N, C, HW);
   }
 }
 
-void batchnorm2d_backward_local_sums(float* sums, float* dgamma, float* dbeta, const float* dout, const float* inp,
+template <typename A>
+void batchnorm2d_backward_local_sums(float* sums, float* dgamma, float* dbeta, const A* dout, const A* inp,
                                      const float* save_mean, const float* save_rstd, int N, int C, int HW) {
   check_bn("batchnorm2d_backward_local_sums", N, C, HW);
 #pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
@@ -474,33 +570,51 @@ void batchnorm2d_backward_local_sums(float* sums, float* dgamma, float* dbeta, c
   }
 }
 
-void batchnorm2d_backward_apply(float* dinp, const float* dout, const float* inp, const float* save_mean,
-                                const float* save_rstd, const float* gamma, const float* global_sums,
-                                int64_t global_count, int N, int C, int HW) {
+template <typename A>
+void batchnorm2d_backward_apply(A* dinp, const A* dout, const A* inp, const float* save_mean, const float* save_rstd,
+                                const A* gamma, const float* global_sums, int64_t global_count, int N, int C, int HW) {
   check_bn("batchnorm2d_backward_apply", N, C, HW);
   HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
              "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
              global_count, static_cast<int64_t>(N) * HW);
 #pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
   for (int c = 0; c < C; c++)
-    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], gamma[c], global_sums[2 * c], global_sums[2 * c + 1],
-                 static_cast<double>(global_count), c, N, C, HW);
+    dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], to_f32(gamma[c]), global_sums[2 * c],
+                 global_sums[2 * c + 1], static_cast<double>(global_count), c, N, C, HW);
 }
 
 // ---- ReLU -------------------------------------------------------------------------------------------------
-void relu_forward(float* out, const float* inp, int64_t n) {
+namespace {
+// x > 0 on the bits: 0x0001..0x7f80 are the positive bf16 values up to +inf; +0, NaNs and the sign bit fail, as
+// `x > 0.0f` fails for them. On 16-bit lanes, twice as many per vector as a float compare.
+inline bool positive(bf16 x) { return static_cast<uint16_t>(x.bits - 1u) < 0x7f80u; }
+}  // namespace
+
+template <typename A>
+void relu_forward(A* out, const A* inp, int64_t n) {
+  if constexpr (kF32<A>) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+    for (int64_t i = 0; i < n; i++) out[i].bits = positive(inp[i]) ? inp[i].bits : uint16_t{0};
+  }
 }
 
-void relu_backward(float* dinp, const float* dout, const float* out, int64_t n) {
+template <typename A>
+void relu_backward(A* dinp, const A* dout, const A* out, int64_t n) {
+  if constexpr (kF32<A>) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+    for (int64_t i = 0; i < n; i++) dinp[i].bits = positive(out[i]) ? dout[i].bits : uint16_t{0};
+  }
 }
 
 // ---- MaxPool2d ---------------------------------------------------------------------------------------------
-void maxpool2d_forward(float* out, int32_t* idx, const float* inp, int N, int C, int H, int W, int K, int stride,
-                       int pad) {
+template <typename A>
+void maxpool2d_forward(A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K, int stride, int pad) {
   HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && K > 0 && stride > 0 && pad >= 0 && 2 * pad <= K && H + 2 * pad >= K &&
                  W + 2 * pad >= K,
              "maxpool2d_forward: bad shape N={} C={} H={} W={} K={} stride={} pad={} (torch needs pad <= K/2)", N, C, H,
@@ -509,9 +623,9 @@ void maxpool2d_forward(float* out, int32_t* idx, const float* inp, int N, int C,
   const int64_t planes = static_cast<int64_t>(N) * C;
 #pragma omp parallel for schedule(static) if (planes * OH * OW >= kMinParallel / 4)
   for (int64_t p = 0; p < planes; p++) {
-    const float* x = inp + p * H * W;  // (H,W)
-    float* o = out + p * OH * OW;      // (OH,OW)
-    int32_t* id = idx + p * OH * OW;   // (OH,OW)
+    const A* x = inp + p * H * W;     // (H,W)
+    A* o = out + p * OH * OW;         // (OH,OW)
+    int32_t* id = idx + p * OH * OW;  // (OH,OW)
     for (int oh = 0; oh < OH; oh++)
       for (int ow = 0; ow < OW; ow++) {
         const int h0 = oh * stride - pad, w0 = ow * stride - pad;
@@ -519,52 +633,97 @@ void maxpool2d_forward(float* out, int32_t* idx, const float* inp, int N, int C,
         int32_t arg = -1;
         for (int ih = std::max(h0, 0); ih < std::min(h0 + K, H); ih++)
           for (int iw = std::max(w0, 0); iw < std::min(w0 + K, W); iw++) {
-            const float v = x[ih * W + iw];
+            const float v = to_f32(x[ih * W + iw]);
             if (v > best || arg < 0) {
               best = v;
               arg = ih * W + iw;
             }
           }
-        o[oh * OW + ow] = best;
+        o[oh * OW + ow] = from_f32<A>(best);  // exact: best is a stored value
         id[oh * OW + ow] = arg;
       }
   }
 }
 
-void maxpool2d_backward(float* dinp, const float* dout, const int32_t* idx, int N, int C, int H, int W, int K,
-                        int stride, int pad) {
+template <typename A>
+void maxpool2d_backward(A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W, int K, int stride,
+                        int pad) {
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
+  // Gathered per input pixel from the outputs whose window holds it, in output order: the sums a scatter of dout in
+  // output order makes (0 + dy_j1 + dy_j2 ..., bitwise), computed in fp32 and rounded once per pixel.
 #pragma omp parallel for schedule(static) if (planes * H * W >= kMinParallel)
   for (int64_t p = 0; p < planes; p++) {
-    float* dx = dinp + p * H * W;
-    std::fill(dx, dx + static_cast<int64_t>(H) * W, 0.0f);
-    const float* dy = dout + p * OH * OW;
+    A* dx = dinp + p * H * W;
+    const A* dy = dout + p * OH * OW;
     const int32_t* id = idx + p * OH * OW;
-    for (int j = 0; j < OH * OW; j++) dx[id[j]] += dy[j];  // in output order: deterministic
+    for (int ih = 0; ih < H; ih++) {
+      // outputs oh with oh*stride - pad <= ih < oh*stride - pad + K
+      const int oh0 = std::max(0, (ih + pad - K + stride) / stride), oh1 = std::min(OH - 1, (ih + pad) / stride);
+      for (int iw = 0; iw < W; iw++) {
+        const int ow0 = std::max(0, (iw + pad - K + stride) / stride), ow1 = std::min(OW - 1, (iw + pad) / stride);
+        const int32_t self = ih * W + iw;
+        float s = 0.0f;
+        for (int oh = oh0; oh <= oh1; oh++)
+          for (int ow = ow0; ow <= ow1; ow++)
+            if (id[oh * OW + ow] == self) s += to_f32(dy[oh * OW + ow]);
+        dx[self] = from_f32<A>(s);
+      }
+    }
   }
 }
 
 // ---- global average pooling ------------------------------------------------------------------------------------
-void global_avgpool_forward(float* out, const float* inp, int N, int C, int HW) {
+template <typename A>
+void global_avgpool_forward(A* out, const A* inp, int N, int C, int HW) {
   const int64_t planes = static_cast<int64_t>(N) * C;
 #pragma omp parallel for schedule(static) if (planes * HW >= kMinParallel)
   for (int64_t p = 0; p < planes; p++) {
-    const float* x = inp + p * HW;
+    const A* x = inp + p * HW;
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
-    for (int i = 0; i < HW; i++) s += x[i];
-    out[p] = static_cast<float>(s / HW);
+    for (int i = 0; i < HW; i++) s += to_f32(x[i]);
+    out[p] = from_f32<A>(static_cast<float>(s / HW));
   }
 }
 
-void global_avgpool_backward(float* dinp, const float* dout, int N, int C, int HW) {
+template <typename A>
+void global_avgpool_backward(A* dinp, const A* dout, int N, int C, int HW) {
   const int64_t planes = static_cast<int64_t>(N) * C;
 #pragma omp parallel for schedule(static) if (planes * HW >= kMinParallel)
   for (int64_t p = 0; p < planes; p++) {
-    const float g = dout[p] / static_cast<float>(HW);
+    const A g = from_f32<A>(to_f32(dout[p]) / static_cast<float>(HW));
     std::fill(dinp + p * HW, dinp + (p + 1) * HW, g);
   }
 }
+
+// ---- both storage types ----------------------------------------------------------------------------------------
+#define HPCT_CPU_CONV_INSTANTIATE(A)                                                                                   \
+  template void conv2d_forward<A>(A*, const A*, const A*, const A*, float*, int64_t, int, int, int, int, int, int,     \
+                                  int, int, int);                                                                      \
+  template void conv2d_backward<A>(A*, float*, float*, const A*, const A*, const A*, float*, int64_t, int, int, int,   \
+                                   int, int, int, int, int, int);                                                      \
+  template void batchnorm2d_forward_train<A>(A*, float*, float*, float*, const A*, const A*, const A*, int, int, int,  \
+                                             float);                                                                   \
+  template void batchnorm2d_local_stats<A>(float*, const A*, int, int, int);                                           \
+  template void batchnorm2d_forward_apply<A>(A*, float*, float*, const A*, const A*, const A*, const float*, int, int, \
+                                             int, float);                                                              \
+  template void batchnorm2d_forward_eval<A>(A*, const A*, const A*, const A*, const float*, const float*, int, int,    \
+                                            int, float);                                                               \
+  template void batchnorm2d_backward<A>(A*, float*, float*, const A*, const A*, const float*, const float*, const A*,  \
+                                        int, int, int);                                                                \
+  template void batchnorm2d_backward_local_sums<A>(float*, float*, float*, const A*, const A*, const float*,           \
+                                                   const float*, int, int, int);                                       \
+  template void batchnorm2d_backward_apply<A>(A*, const A*, const A*, const float*, const float*, const A*,            \
+                                              const float*, int64_t, int, int, int);                                   \
+  template void relu_forward<A>(A*, const A*, int64_t);                                                                \
+  template void relu_backward<A>(A*, const A*, const A*, int64_t);                                                     \
+  template void maxpool2d_forward<A>(A*, int32_t*, const A*, int, int, int, int, int, int, int);                       \
+  template void maxpool2d_backward<A>(A*, const A*, const int32_t*, int, int, int, int, int, int, int);                \
+  template void global_avgpool_forward<A>(A*, const A*, int, int, int);                                                \
+  template void global_avgpool_backward<A>(A*, const A*, int, int, int);
+HPCT_CPU_CONV_INSTANTIATE(float)
+HPCT_CPU_CONV_INSTANTIATE(bf16)
+#undef HPCT_CPU_CONV_INSTANTIATE
 
 }  // namespace hpct::kernels::cpu

@@ -1,11 +1,12 @@
 // Conv2d through oneDNN (cpu_conv_dnnl.hpp says what and why). Legend: N images, C input channels, H W input size,
-// OC output channels, KH KW kernel, OH OW output size; x input, w weight, y output, dx dw dy their gradients.
+// OC output channels, KH KW kernel, OH OW output size; x input, w weight, b bias, y output, dx dw dy their gradients.
 //
-// Per shape (and OpenMP thread count) one Entry, built once: the three primitives (forward, backward-data,
-// backward-weights), each with user-managed scratchpad, and for every tensor a View: our plain NCHW/OIHW memory,
-// the primitive's memory (the same object when the layouts agree) and the reorder between them. The workspace is
-// four regions, each shared by the three primitives (they never run at once):
-//   [ X: x or dx in the primitive's layout | W: w or dw | Y: y or dy | S: scratchpad ]
+// Per shape, storage type and OpenMP thread count one Entry, built once: the three primitives (forward,
+// backward-data, backward-weights), each with user-managed scratchpad, and for every tensor a View: our plain
+// NCHW/OIHW memory, the primitive's memory (the same object when layout and data type agree) and the reorder between
+// them (which also converts bf16 <-> fp32 when the primitives compute on fp32). The workspace is five regions, each
+// shared by the three primitives (they never run at once):
+//   [ X: x or dx in the primitive's layout | W: w or dw | Y: y or dy | B: bias (bf16 storage only) | S: scratchpad ]
 // A call points the memories at this call's tensors (set_data_handle), reorders the inputs in, executes, and
 // reorders the output back; dweight += goes through a reorder with a sum post-op (dst = reorder(src) + dst).
 #include "kernels/cpu/cpu_conv_dnnl.hpp"
@@ -21,6 +22,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <type_traits>
 #include <unordered_map>
 
 #include <dnnl.hpp>
@@ -32,9 +35,13 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-constexpr int64_t kAlignFloats = 16;  // 64-byte aligned regions
+constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a pointwise loop stays serial (cpu_conv.cpp)
+constexpr int64_t kAlignFloats = 16;       // 64-byte aligned regions
 int64_t round_up(int64_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
-int64_t floats_of(const memory::desc& md) { return round_up(static_cast<int64_t>(md.get_size() / sizeof(float))); }
+// whole floats covering the bytes of md (bf16 buffers are counted in floats too)
+int64_t floats_of(const memory::desc& md) {
+  return round_up(static_cast<int64_t>((md.get_size() + sizeof(float) - 1) / sizeof(float)));
+}
 
 bool enabled() {
   static const bool on = [] {
@@ -47,6 +54,11 @@ bool enabled() {
 dnnl::engine& engine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   return eng;
+}
+
+template <typename A>
+constexpr DType act_of() {
+  return std::is_same_v<A, float> ? DType::F32 : DType::BF16;
 }
 
 // One tensor as a primitive sees it. `buffered`: prim lives in the workspace (at region offset `off`) and `re`
@@ -85,8 +97,8 @@ View make_view(const memory::desc& user_md, const memory::desc& prim_md, int64_t
 }
 
 // Points a view at this call's user tensor and workspace.
-void bind(View& v, const float* user, float* ws) {
-  v.user.set_data_handle(const_cast<float*>(user));
+void bind(View& v, const void* user, float* ws) {
+  v.user.set_data_handle(const_cast<void*>(user));
   if (v.buffered) v.prim.set_data_handle(ws + v.off);
 }
 
@@ -94,11 +106,14 @@ struct Entry {
   dnnl::convolution_forward fwd;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weight;
-  View f_x, f_w, f_y;    // forward: x, w in; y out
-  View d_dy, d_w, d_dx;  // backward-data: dy, w in; dx out
-  View w_x, w_dy, w_dw;  // backward-weights: x, dy in; dw out (+=)
-  memory f_s, d_s, w_s;  // scratchpads (region S), null memories when a primitive needs none
-  int64_t off_s = 0, total = 0;
+  View f_x, f_w, f_b, f_y;  // forward: x, w (, b) in; y out
+  View d_dy, d_w, d_dx;     // backward-data: dy, w in; dx out
+  View w_x, w_dy, w_dw;     // backward-weights: x, dy in; dw out (+=)
+  memory f_s, d_s, w_s;     // scratchpads (region S), null memories when a primitive needs none
+  bool with_bias = false;   // the forward primitive adds the bias (bf16 storage)
+  bool share_dy = false;    // backward-data reads dy in the layout backward-weights left in region Y
+  int64_t off_b = 0, off_s = 0, total = 0;
+  std::string info;  // describe()
 };
 
 // A primitive attribute with the scratchpad in our workspace.
@@ -108,51 +123,84 @@ dnnl::primitive_attr user_scratchpad() {
   return a;
 }
 
-std::unique_ptr<Entry> build(const Shape& s) {
+// An implementation worth running instead of im2col: not oneDNN's reference loops, and for bf16 compute one that uses
+// the CPU's bf16 instructions (its ISA, after the last ':', names them: avx512_core_bf16, avx512_core_amx_bf16);
+// oneDNN's bf16 kernels for plain AVX-512 emulate the products and run slower than its fp32 ones.
+bool fast_impl(const std::string& impl, bool bf16_compute) {
+  if (impl.find("ref") != std::string::npos) return false;
+  if (!bf16_compute) return true;
+  const std::string isa = impl.substr(impl.rfind(':') + 1);
+  return isa.find("bf16") != std::string::npos || isa.find("amx") != std::string::npos;
+}
+
+// The primitives of a shape for storage `act` computing in `compute`, or null when oneDNN has none or only slow ones
+// (dnnl::error is thrown when no implementation takes the shape).
+std::unique_ptr<Entry> build(const Shape& s, DType act, dt compute, std::string& why) {
   const int OH = (s.H + 2 * s.pad - s.KH) / s.stride + 1, OW = (s.W + 2 * s.pad - s.KW) / s.stride + 1;
-  const memory::dims xd{s.N, s.C, s.H, s.W}, wd{s.OC, s.C, s.KH, s.KW}, yd{s.N, s.OC, OH, OW};
+  const memory::dims xd{s.N, s.C, s.H, s.W}, wd{s.OC, s.C, s.KH, s.KW}, yd{s.N, s.OC, OH, OW}, bd{s.OC};
   const memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
-  const memory::desc x_md(xd, dt::f32, tag::nchw), w_md(wd, dt::f32, tag::oihw), y_md(yd, dt::f32, tag::nchw);
-  const memory::desc x_any(xd, dt::f32, tag::any), w_any(wd, dt::f32, tag::any), y_any(yd, dt::f32, tag::any);
+  const dt user = act == DType::BF16 ? dt::bf16 : dt::f32;
+  const bool with_bias = act == DType::BF16;
+  const memory::desc x_md(xd, user, tag::nchw), w_md(wd, user, tag::oihw), y_md(yd, user, tag::nchw);
+  const memory::desc b_md(bd, user, tag::x), dw_md(wd, dt::f32, tag::oihw);
+  const memory::desc x_any(xd, compute, tag::any), w_any(wd, compute, tag::any), y_any(yd, compute, tag::any);
+  const memory::desc b_prim(bd, compute, tag::x), dw_any(wd, dt::f32, tag::any);
   const auto alg = dnnl::algorithm::convolution_direct;
-  const dnnl::convolution_forward::primitive_desc fpd(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x_any, w_any, y_any, strides, pad, pad),
-      user_scratchpad(), engine());
+  const auto fdesc = with_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x_any, w_any,
+                                                                 b_prim, y_any, strides, pad, pad)
+                               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x_any, w_any,
+                                                                 y_any, strides, pad, pad);
+  const dnnl::convolution_forward::primitive_desc fpd(fdesc, user_scratchpad(), engine());
   const dnnl::convolution_backward_data::primitive_desc dpd(
       dnnl::convolution_backward_data::desc(alg, x_any, w_any, y_any, strides, pad, pad), user_scratchpad(), engine(),
       fpd);
   const dnnl::convolution_backward_weights::primitive_desc wpd(
-      dnnl::convolution_backward_weights::desc(alg, x_any, w_any, y_any, strides, pad, pad), user_scratchpad(),
+      dnnl::convolution_backward_weights::desc(alg, x_any, dw_any, y_any, strides, pad, pad), user_scratchpad(),
       engine(), fpd);
+  const bool bf16_compute = compute == dt::bf16;
+  const std::string info = std::string("fwd ") + fpd.impl_info_str() + " | bwd-data " + dpd.impl_info_str() +
+                           " | bwd-weights " + wpd.impl_info_str();
+  if (!fast_impl(fpd.impl_info_str(), bf16_compute) || !fast_impl(dpd.impl_info_str(), bf16_compute) ||
+      !fast_impl(wpd.impl_info_str(), bf16_compute)) {
+    why = info;
+    return nullptr;
+  }
 
   auto e = std::make_unique<Entry>();
   e->fwd = dnnl::convolution_forward(fpd);
   e->bwd_data = dnnl::convolution_backward_data(dpd);
   e->bwd_weight = dnnl::convolution_backward_weights(wpd);
+  e->with_bias = with_bias;
+  e->info = (act == DType::F32 ? "fp32 " : bf16_compute ? "bf16 " : "fp32 compute of bf16 storage: ") + info;
   // region sizes: the largest buffered view of each
-  auto need = [&](const memory::desc& user, const memory::desc& prim, bool acc = false) {
-    return acc || prim != user ? floats_of(prim) : int64_t{0};
+  auto need = [&](const memory::desc& u, const memory::desc& prim, bool acc = false) {
+    return acc || prim != u ? floats_of(prim) : int64_t{0};
   };
   const int64_t nx = std::max(
       {need(x_md, fpd.src_desc()), need(x_md, dpd.diff_src_desc()), need(x_md, wpd.src_desc())});
   const int64_t nw = std::max(
-      {need(w_md, fpd.weights_desc()), need(w_md, dpd.weights_desc()), need(w_md, wpd.diff_weights_desc(), true)});
+      {need(w_md, fpd.weights_desc()), need(w_md, dpd.weights_desc()), need(dw_md, wpd.diff_weights_desc(), true)});
   const int64_t ny = std::max(
       {need(y_md, fpd.dst_desc()), need(y_md, dpd.diff_dst_desc()), need(y_md, wpd.diff_dst_desc())});
+  // the bias region always exists with a bias: a call without one points the primitive at zeros there
+  const int64_t nb = with_bias ? floats_of(fpd.bias_desc()) : 0;
   const int64_t ns = std::max(
       {floats_of(fpd.scratchpad_desc()), floats_of(dpd.scratchpad_desc()), floats_of(wpd.scratchpad_desc())});
   const int64_t ox = 0, ow = ox + nx, oy = ow + nw;
-  e->off_s = oy + ny;
+  e->off_b = oy + ny;
+  e->off_s = e->off_b + nb;
   e->total = e->off_s + ns;
   e->f_x = make_view(x_md, fpd.src_desc(), ox, true);
   e->f_w = make_view(w_md, fpd.weights_desc(), ow, true);
+  if (with_bias) e->f_b = make_view(b_md, fpd.bias_desc(), e->off_b, true);
   e->f_y = make_view(y_md, fpd.dst_desc(), oy, false);
   e->d_dy = make_view(y_md, dpd.diff_dst_desc(), oy, true);
   e->d_w = make_view(w_md, dpd.weights_desc(), ow, true);
   e->d_dx = make_view(x_md, dpd.diff_src_desc(), ox, false);
   e->w_x = make_view(x_md, wpd.src_desc(), ox, true);
   e->w_dy = make_view(y_md, wpd.diff_dst_desc(), oy, true);
-  e->w_dw = make_view(w_md, wpd.diff_weights_desc(), ow, false, /*accumulate=*/true);
+  e->w_dw = make_view(dw_md, wpd.diff_weights_desc(), ow, false, /*accumulate=*/true);
+  e->share_dy = e->d_dy.buffered && e->w_dy.buffered && dpd.diff_dst_desc() == wpd.diff_dst_desc();
   auto scratch = [&](const memory::desc& md) {
     return md.get_size() ? memory(md, engine(), DNNL_MEMORY_NONE) : memory();
   };
@@ -162,29 +210,55 @@ std::unique_ptr<Entry> build(const Shape& s) {
   return e;
 }
 
-// The Entry of a shape at the current thread count (built on first use; null when oneDNN has no primitive for it).
-Entry* entry(const Shape& s) {
-  static std::mutex mu;
-  static std::map<std::array<int, 10>, std::unique_ptr<Entry>> cache;
-  const std::array<int, 10> key{s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, omp_get_max_threads()};
-  const std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
+// The built Entries, and why a shape has none (describe()), per (shape, thread count, storage type).
+using Key = std::array<int, 11>;
+struct Cache {
+  std::mutex mu;
+  std::map<Key, std::unique_ptr<Entry>> entries;
+  std::map<Key, std::string> refused;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+Key key_of(const Shape& s, DType act) {
+  return {s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, omp_get_max_threads(), static_cast<int>(act)};
+}
+
+// The Entry of a shape and storage type at the current thread count (built on first use; null when oneDNN has no
+// fast primitive for it). bf16 storage tries bf16 compute first, then fp32 compute.
+Entry* entry(const Shape& s, DType act) {
+  Cache& c = cache();
+  const Key key = key_of(s, act);
+  const std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.entries.find(key);
+  if (it == c.entries.end()) {
     std::unique_ptr<Entry> e;
-    try {
-      e = build(s);
-    } catch (const dnnl::error&) {
-      e = nullptr;  // e.g. a shape no implementation takes: the im2col path serves it
+    std::string why;
+    // bf16 storage: bf16 compute, else fp32 compute; fp32 storage: fp32 compute
+    const dt computes[] = {dt::bf16, dt::f32};
+    const std::span<const dt> tries = act == DType::BF16 ? std::span<const dt>(computes)
+                                                         : std::span<const dt>(computes).subspan(1);
+    for (const dt compute : tries) {
+      try {
+        std::string slow;
+        e = build(s, act, compute, slow);
+        if (!e) why += (why.empty() ? "" : "; ") + std::string("slow implementations: ") + slow;
+      } catch (const dnnl::error& err) {
+        why += (why.empty() ? "" : "; ") + std::string("no implementation: ") + err.what();
+      }
+      if (e) break;
     }
-    it = cache.emplace(key, std::move(e)).first;
+    if (!e) c.refused[key] = "im2col (oneDNN: " + why + ")";
+    it = c.entries.emplace(key, std::move(e)).first;
   }
   return it->second.get();
 }
 
 // The Entry to run with, or null (off, no primitive, or a workspace too small for it).
-Entry* usable(const Shape& s, const float* ws, int64_t ws_floats) {
+Entry* usable(const Shape& s, DType act, const float* ws, int64_t ws_floats) {
   if (!enabled() || !ws) return nullptr;
-  Entry* e = entry(s);
+  Entry* e = entry(s, act);
   return e && ws_floats >= e->total ? e : nullptr;
 }
 
@@ -213,48 +287,65 @@ std::unordered_map<int, memory> args(std::initializer_list<std::pair<const int, 
 
 }  // namespace
 
-int64_t workspace_floats(const Shape& s) {
+int64_t workspace_floats(const Shape& s, DType act) {
   if (!enabled()) return -1;
-  const Entry* e = entry(s);
+  const Entry* e = entry(s, act);
   return e ? e->total : -1;
 }
 
-bool forward(float* out, const float* inp, const float* weight, float* ws, int64_t ws_floats, const Shape& s) {
-  Entry* e = usable(s, ws, ws_floats);
+std::string describe(const Shape& s, DType act) {
+  if (!enabled()) return "im2col (HPCT_CONV=im2col)";
+  if (const Entry* e = entry(s, act)) return e->info;
+  Cache& c = cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  return c.refused[key_of(s, act)];
+}
+
+template <typename A>
+bool forward(A* out, const A* inp, const A* weight, const A* bias, float* ws, int64_t ws_floats, const Shape& s) {
+  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
   if (!e) return false;
   bind(e->f_x, inp, ws);
   bind(e->f_w, weight, ws);
   bind(e->f_y, out, ws);
   reorder_in(e->f_x);
   reorder_in(e->f_w);
-  e->fwd.execute(stream(),
-                 args({{DNNL_ARG_SRC, e->f_x.prim}, {DNNL_ARG_WEIGHTS, e->f_w.prim}, {DNNL_ARG_DST, e->f_y.prim}},
-                      e->f_s, ws, e->off_s));
+  auto a = args({{DNNL_ARG_SRC, e->f_x.prim}, {DNNL_ARG_WEIGHTS, e->f_w.prim}, {DNNL_ARG_DST, e->f_y.prim}}, e->f_s, ws,
+                e->off_s);
+  if (e->with_bias) {
+    if (bias) {
+      bind(e->f_b, bias, ws);
+      reorder_in(e->f_b);
+    } else {
+      e->f_b.prim.set_data_handle(ws + e->off_b);
+      std::memset(ws + e->off_b, 0, e->f_b.prim.get_desc().get_size());  // +0 in either data type
+    }
+    a.emplace(DNNL_ARG_BIAS, e->f_b.prim);
+  }
+  e->fwd.execute(stream(), a);
   reorder_out(e->f_y);
   stream().wait();
+  if constexpr (std::is_same_v<A, float>) {
+    if (bias) {
+      const int64_t OHW = static_cast<int64_t>((s.H + 2 * s.pad - s.KH) / s.stride + 1) *
+                          ((s.W + 2 * s.pad - s.KW) / s.stride + 1);
+      const int N = s.N, OC = s.OC;
+#pragma omp parallel for collapse(2) schedule(static) if (static_cast <int64_t>(N) * OC * OHW >= kMinParallel)
+      for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++) {
+          float* o = out + (static_cast<int64_t>(n) * OC + oc) * OHW;
+          const float b = bias[oc];
+#pragma omp simd
+          for (int64_t i = 0; i < OHW; i++) o[i] += b;
+        }
+    }
+  }
   return true;
 }
 
-bool backward_data(float* dinp, const float* dout, const float* weight, float* ws, int64_t ws_floats, const Shape& s) {
-  Entry* e = usable(s, ws, ws_floats);
-  if (!e) return false;
-  bind(e->d_dy, dout, ws);
-  bind(e->d_w, weight, ws);
-  bind(e->d_dx, dinp, ws);
-  reorder_in(e->d_dy);
-  reorder_in(e->d_w);
-  e->bwd_data.execute(
-      stream(),
-      args({{DNNL_ARG_DIFF_DST, e->d_dy.prim}, {DNNL_ARG_WEIGHTS, e->d_w.prim}, {DNNL_ARG_DIFF_SRC, e->d_dx.prim}},
-           e->d_s, ws, e->off_s));
-  reorder_out(e->d_dx);
-  stream().wait();
-  return true;
-}
-
-bool backward_weight(float* dweight, const float* dout, const float* inp, float* ws, int64_t ws_floats,
-                     const Shape& s) {
-  Entry* e = usable(s, ws, ws_floats);
+template <typename A>
+bool backward_weight(float* dweight, const A* dout, const A* inp, float* ws, int64_t ws_floats, const Shape& s) {
+  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
   if (!e) return false;
   bind(e->w_x, inp, ws);
   bind(e->w_dy, dout, ws);
@@ -270,15 +361,54 @@ bool backward_weight(float* dweight, const float* dout, const float* inp, float*
   return true;
 }
 
+template <typename A>
+bool backward_data(A* dinp, const A* dout, const A* weight, float* ws, int64_t ws_floats, const Shape& s,
+                   bool dout_in_workspace) {
+  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
+  if (!e) return false;
+  bind(e->d_dy, dout, ws);
+  bind(e->d_w, weight, ws);
+  bind(e->d_dx, dinp, ws);
+  if (!(dout_in_workspace && e->share_dy)) reorder_in(e->d_dy);
+  reorder_in(e->d_w);
+  e->bwd_data.execute(
+      stream(),
+      args({{DNNL_ARG_DIFF_DST, e->d_dy.prim}, {DNNL_ARG_WEIGHTS, e->d_w.prim}, {DNNL_ARG_DIFF_SRC, e->d_dx.prim}},
+           e->d_s, ws, e->off_s));
+  reorder_out(e->d_dx);
+  stream().wait();
+  return true;
+}
+
 }  // namespace hpct::kernels::cpu::dnnl_conv
 
 #else  // no oneDNN: the im2col path serves every shape
 
 namespace hpct::kernels::cpu::dnnl_conv {
-int64_t workspace_floats(const Shape&) { return -1; }
-bool forward(float*, const float*, const float*, float*, int64_t, const Shape&) { return false; }
-bool backward_data(float*, const float*, const float*, float*, int64_t, const Shape&) { return false; }
-bool backward_weight(float*, const float*, const float*, float*, int64_t, const Shape&) { return false; }
+int64_t workspace_floats(const Shape&, DType) { return -1; }
+std::string describe(const Shape&, DType) { return "im2col (built without oneDNN)"; }
+template <typename A>
+bool forward(A*, const A*, const A*, const A*, float*, int64_t, const Shape&) {
+  return false;
+}
+template <typename A>
+bool backward_weight(float*, const A*, const A*, float*, int64_t, const Shape&) {
+  return false;
+}
+template <typename A>
+bool backward_data(A*, const A*, const A*, float*, int64_t, const Shape&, bool) {
+  return false;
+}
 }  // namespace hpct::kernels::cpu::dnnl_conv
 
 #endif
+
+namespace hpct::kernels::cpu::dnnl_conv {
+#define HPCT_DNNL_CONV_INSTANTIATE(A)                                                          \
+  template bool forward<A>(A*, const A*, const A*, const A*, float*, int64_t, const Shape&);   \
+  template bool backward_weight<A>(float*, const A*, const A*, float*, int64_t, const Shape&); \
+  template bool backward_data<A>(A*, const A*, const A*, float*, int64_t, const Shape&, bool);
+HPCT_DNNL_CONV_INSTANTIATE(float)
+HPCT_DNNL_CONV_INSTANTIATE(bf16)
+#undef HPCT_DNNL_CONV_INSTANTIATE
+}  // namespace hpct::kernels::cpu::dnnl_conv

@@ -2,20 +2,38 @@
 // Shared by the CUDA backend's .cu files (host side): the stream of a context, launches and their checks. The
 // device side (warp and block reductions, shared-memory macros) is cuda_device_common.cuh, which the emulated tests
 // compile too.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_device_common.cuh"
 #include "kernels/exec_context.hpp"
+#include "tensor/bf16.hpp"
 
 namespace hpct::kernels::cuda {
 
 inline cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
 inline dim3 to_dim3(const LaunchDim& d) { return dim3(d.x, d.y, d.z); }
+
+// The device storage type of an interface type A (kernels.hpp): float, or __nv_bfloat16 for hpct::bf16, the same 16
+// bits (cuda_device_common.cuh); dev_ptr reinterprets a pointer at the boundary between the ops and the kernels.
+template <typename A>
+using DeviceStorage = std::conditional_t<std::is_same_v<A, bf16>, __nv_bfloat16, A>;
+static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16),
+              "hpct::bf16 and __nv_bfloat16 are the same 16 bits");
+template <typename A>
+DeviceStorage<A>* dev_ptr(A* p) {
+  return reinterpret_cast<DeviceStorage<A>*>(p);
+}
+template <typename A>
+const DeviceStorage<A>* dev_ptr(const A* p) {
+  return reinterpret_cast<const DeviceStorage<A>*>(p);
+}
 
 // Raises a kernel's dynamic shared memory limit to `bytes` (a block above the 48 KiB default needs it), after checking
 // the device's opt-in maximum: a clear error instead of a failed launch.

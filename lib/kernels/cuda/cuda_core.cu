@@ -1,11 +1,18 @@
 // CUDA backend, core group (cuda_kernels.hpp): memory helpers, reductions, scale, AdamW, SGD, residual, GELU, ReLU,
-// the embedding (serial and vocab-parallel) and LayerNorm. The CPU backend (cpu/cpu_layers.cpp, cpu_loss_optim.cpp,
-// cpu_sgd.cpp, cpu_conv.cpp's ReLU) is the reference: each kernel below evaluates the same float expressions in the
+// the embedding (serial and vocab-parallel), LayerNorm and the storage-type casts. The CPU backend
+// (cpu/cpu_layers.cpp, cpu_loss_optim.cpp, cpu_sgd.cpp, cpu_conv.cpp's ReLU) is the reference: each kernel below evaluates the same float expressions in the
 // same order per element, so that pointwise ops agree to an ulp or so (both compilers may contract a*b+c into an FMA,
 // each in its own pattern; nvcc's division and sqrtf are IEEE-rounded, as on the CPU).
 //
 // Legend: B batch, T time, C channels, N = B*T rows (LayerNorm: N rows of C); vocab-parallel: this rank holds the
 // embedding rows [v0, v0+Vl) of the padded vocabulary Vp.
+//
+// Storage types (kernels.hpp): the ops templated on A run for A = float and A = bf16 (instantiated at the end of this
+// file); their kernels take the device storage type S = DeviceStorage<A> (cuda_common.cuh), compute in float and round
+// each output once (cuda_device_common.cuh). Parameter gradients (dwte, dwpe, LayerNorm dweight / dbias), LayerNorm's
+// mean and rstd and every reduction stay float. The pointwise kernels move 16-byte packs where the buffers allow
+// (pointwise_packs: the same results as element by element); LayerNorm's rows read 16-byte packs of bf16 where the row
+// length and alignment allow (row_pack), and float rows element by element, in the order they always have.
 //
 // Every op is asynchronous on stream_of(ctx) (null: the default stream), checks its host-side arguments and its
 // launches, never allocates and never synchronizes (except synchronize(), whose contract is to block the host).
@@ -39,24 +46,26 @@ void check_encoder_shape(const char* op, int B, int T, int C) {
   HPCT_CHECK(B >= 0 && T > 0 && C > 0, "{}: bad shape B={} T={} C={}", op, B, T, C);
 }
 
-void launch_encoder_forward(const ExecContext& ctx, const char* op, float* out, const int32_t* inp, const float* wte,
-                            const float* wpe, int64_t v0, int64_t Vl, int B, int T, int C) {
+template <typename S>
+void launch_encoder_forward(const ExecContext& ctx, const char* op, S* out, const int32_t* inp, const S* wte,
+                            const S* wpe, int64_t v0, int64_t Vl, int B, int T, int C) {
   const int64_t N = static_cast<int64_t>(B) * T;
   if (N == 0) return;
   const int64_t total = N * C;
-  HPCT_LAUNCH(encoder_forward_kernel, elementwise_shape(total), stream_of(ctx), out, inp, wte, wpe, v0, Vl, N, T, C);
+  HPCT_LAUNCH(encoder_forward_kernel<S>, elementwise_shape(total), stream_of(ctx), out, inp, wte, wpe, v0, Vl, N, T, C);
   HPCT_CUDA_LAUNCH_CHECK(op);
 }
 
-void launch_encoder_backward(const ExecContext& ctx, const char* op, float* dwte, float* dwpe, const float* dout,
+template <typename S>
+void launch_encoder_backward(const ExecContext& ctx, const char* op, float* dwte, float* dwpe, const S* dout,
                              const int32_t* inp, int64_t v0, int64_t Vl, int B, int T, int C) {
   const int64_t N = static_cast<int64_t>(B) * T;
   if (N == 0) return;
-  HPCT_LAUNCH(encoder_backward_wte_kernel, encoder_wte_shape(C), stream_of(ctx), dwte, dout, inp, v0, Vl, N, C);
+  HPCT_LAUNCH(encoder_backward_wte_kernel<S>, encoder_wte_shape(C), stream_of(ctx), dwte, dout, inp, v0, Vl, N, C);
   HPCT_CUDA_LAUNCH_CHECK(op);
   if (dwpe) {
     const int64_t total = static_cast<int64_t>(T) * C;
-    HPCT_LAUNCH(encoder_backward_wpe_kernel, elementwise_shape(total), stream_of(ctx), dwpe, dout, B, T, C);
+    HPCT_LAUNCH(encoder_backward_wpe_kernel<S>, elementwise_shape(total), stream_of(ctx), dwpe, dout, B, T, C);
     HPCT_CUDA_LAUNCH_CHECK(op);
   }
 }
@@ -69,100 +78,156 @@ void launch_reduce(const ExecContext& ctx, const char* op, const float* x, int64
   HPCT_CUDA_LAUNCH_CHECK(op);
 }
 
+void check_count(const char* op, int64_t n) { HPCT_CHECK(n >= 0, "{}: n={} is negative", op, n); }
+
 }  // namespace
 
 // ---- embedding ----------------------------------------------------------------------------------------------------
-void encoder_forward(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
-                     int T, int C) {
+template <typename A>
+void encoder_forward(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte, const A* wpe, int B, int T,
+                     int C) {
   check_encoder_shape("encoder_forward", B, T, C);
   HPCT_CHECK(wpe != nullptr, "encoder_forward: wpe is null (only the vocab-parallel encoder takes none)");
-  launch_encoder_forward(ctx, "encoder_forward", out, inp, wte, wpe, 0, std::numeric_limits<int64_t>::max(), B, T, C);
+  launch_encoder_forward(ctx, "encoder_forward", dev_ptr(out), inp, dev_ptr(wte), dev_ptr(wpe), 0,
+                         std::numeric_limits<int64_t>::max(), B, T, C);
 }
 
-void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
-                      int T, int C) {
+template <typename A>
+void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const A* dout, const int32_t* inp, int B, int T,
+                      int C) {
   check_encoder_shape("encoder_backward", B, T, C);
   HPCT_CHECK(dwpe != nullptr, "encoder_backward: dwpe is null (only the vocab-parallel encoder takes none)");
-  launch_encoder_backward(ctx, "encoder_backward", dwte, dwpe, dout, inp, 0, std::numeric_limits<int64_t>::max(), B, T,
-                          C);
+  launch_encoder_backward(ctx, "encoder_backward", dwte, dwpe, dev_ptr(dout), inp, 0,
+                          std::numeric_limits<int64_t>::max(), B, T, C);
 }
 
-void encoder_forward_vocab_parallel(const ExecContext& ctx, float* out, const int32_t* inp, const float* wte_local,
-                                    const float* wpe, int v0, int Vl, int B, int T, int C) {
+template <typename A>
+void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte_local,
+                                    const A* wpe, int v0, int Vl, int B, int T, int C) {
   HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_forward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0,
              static_cast<int64_t>(v0) + Vl);
   check_encoder_shape("encoder_forward_vocab_parallel", B, T, C);
-  launch_encoder_forward(ctx, "encoder_forward_vocab_parallel", out, inp, wte_local, wpe, v0, Vl, B, T, C);
+  launch_encoder_forward(ctx, "encoder_forward_vocab_parallel", dev_ptr(out), inp, dev_ptr(wte_local), dev_ptr(wpe), v0,
+                         Vl, B, T, C);
 }
 
-void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local, float* dwpe, const float* dout,
+template <typename A>
+void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local, float* dwpe, const A* dout,
                                      const int32_t* inp, int v0, int Vl, int B, int T, int C) {
   HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_backward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0,
              static_cast<int64_t>(v0) + Vl);
   check_encoder_shape("encoder_backward_vocab_parallel", B, T, C);
   // dwpe (when set) gets sum_b dout on every TP rank, as kernels.hpp says
-  launch_encoder_backward(ctx, "encoder_backward_vocab_parallel", dwte_local, dwpe, dout, inp, v0, Vl, B, T, C);
+  launch_encoder_backward(ctx, "encoder_backward_vocab_parallel", dwte_local, dwpe, dev_ptr(dout), inp, v0, Vl, B, T,
+                          C);
 }
 
 // ---- LayerNorm ----------------------------------------------------------------------------------------------------
-void layernorm_forward(const ExecContext& ctx, float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C) {
+template <typename A>
+void layernorm_forward(const ExecContext& ctx, A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                       const A* bias, int N, int C) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && C > 0, "layernorm_forward: bad shape N={} C={}", N, C);
   HPCT_CHECK(weight != nullptr, "layernorm_forward: weight is null");
   if (N == 0) return;
-  HPCT_LAUNCH(layernorm_forward_kernel, layernorm_rows_shape(N), stream_of(ctx), out, mean, rstd, inp, weight, bias, N,
-              C);
-  HPCT_CUDA_LAUNCH_CHECK("layernorm_forward");
+  with_row_pack<S>(row_pack<S>(C, {out, inp, weight, bias}), [&](auto pack) {
+    constexpr int P = decltype(pack)::value;
+    HPCT_LAUNCH((layernorm_forward_kernel<S, P>), layernorm_rows_shape(N), stream_of(ctx), dev_ptr(out), mean, rstd,
+                dev_ptr(inp), dev_ptr(weight), dev_ptr(bias), N, C);
+    HPCT_CUDA_LAUNCH_CHECK("layernorm_forward");
+  });
 }
 
-void layernorm_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+template <typename A>
+void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                        const A* weight, const float* mean, const float* rstd, int N, int C) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && C > 0, "layernorm_backward: bad shape N={} C={}", N, C);
   HPCT_CHECK(dinp != nullptr && dweight != nullptr && weight != nullptr,
              "layernorm_backward: dinp, dweight and weight must be set (only dbias may be null)");
   if (N == 0) return;
-  HPCT_LAUNCH(layernorm_backward_dinp_kernel, layernorm_rows_shape(N), stream_of(ctx), dinp, dout, inp, weight, mean,
-              rstd, N, C);
-  HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
-  HPCT_LAUNCH(layernorm_backward_dweight_kernel, layernorm_params_shape(C), stream_of(ctx), dweight, dbias, dout, inp,
-              mean, rstd, N, C);
+  with_row_pack<S>(row_pack<S>(C, {dinp, dout, inp, weight}), [&](auto pack) {
+    constexpr int P = decltype(pack)::value;
+    HPCT_LAUNCH((layernorm_backward_dinp_kernel<S, P>), layernorm_rows_shape(N), stream_of(ctx), dev_ptr(dinp),
+                dev_ptr(dout), dev_ptr(inp), dev_ptr(weight), mean, rstd, N, C);
+    HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
+  });
+  HPCT_LAUNCH(layernorm_backward_dweight_kernel<S>, layernorm_params_shape(C), stream_of(ctx), dweight, dbias,
+              dev_ptr(dout), dev_ptr(inp), mean, rstd, N, C);
   HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
 }
 
 // ---- pointwise ----------------------------------------------------------------------------------------------------
-void gelu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {
-  HPCT_CHECK(n >= 0, "gelu_forward: n={} is negative", n);
+template <typename A>
+void gelu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
+  using S = DeviceStorage<A>;
+  check_count("gelu_forward", n);
   if (n == 0) return;
-  HPCT_LAUNCH(gelu_forward_kernel, elementwise_shape(n), stream_of(ctx), out, inp, n);
+  const int64_t packs = pointwise_packs<S>(n, {out, inp});
+  HPCT_LAUNCH(gelu_forward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(inp), n,
+              packs);
   HPCT_CUDA_LAUNCH_CHECK("gelu_forward");
 }
 
-void gelu_backward(const ExecContext& ctx, float* dinp, const float* inp, const float* dout, int64_t n) {
-  HPCT_CHECK(n >= 0, "gelu_backward: n={} is negative", n);
+template <typename A>
+void gelu_backward(const ExecContext& ctx, A* dinp, const A* inp, const A* dout, int64_t n) {
+  using S = DeviceStorage<A>;
+  check_count("gelu_backward", n);
   if (n == 0) return;
-  HPCT_LAUNCH(gelu_backward_kernel, elementwise_shape(n), stream_of(ctx), dinp, inp, dout, n);
+  const int64_t packs = pointwise_packs<S>(n, {dinp, inp, dout});
+  HPCT_LAUNCH(gelu_backward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(dinp), dev_ptr(inp),
+              dev_ptr(dout), n, packs);
   HPCT_CUDA_LAUNCH_CHECK("gelu_backward");
 }
 
-void residual_forward(const ExecContext& ctx, float* out, const float* a, const float* b, int64_t n) {
-  HPCT_CHECK(n >= 0, "residual_forward: n={} is negative", n);
+template <typename A>
+void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
+  using S = DeviceStorage<A>;
+  check_count("residual_forward", n);
   if (n == 0) return;
-  HPCT_LAUNCH(residual_kernel, elementwise_shape(n), stream_of(ctx), out, a, b, n);
+  const int64_t packs = pointwise_packs<S>(n, {out, a, b});
+  HPCT_LAUNCH(residual_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(a), dev_ptr(b), n,
+              packs);
   HPCT_CUDA_LAUNCH_CHECK("residual_forward");
 }
 
-void relu_forward(const ExecContext& ctx, float* out, const float* inp, int64_t n) {
-  HPCT_CHECK(n >= 0, "relu_forward: n={} is negative", n);
+template <typename A>
+void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
+  using S = DeviceStorage<A>;
+  check_count("relu_forward", n);
   if (n == 0) return;
-  HPCT_LAUNCH(relu_forward_kernel, elementwise_shape(n), stream_of(ctx), out, inp, n);
+  const int64_t packs = pointwise_packs<S>(n, {out, inp});
+  HPCT_LAUNCH(relu_forward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(inp), n,
+              packs);
   HPCT_CUDA_LAUNCH_CHECK("relu_forward");
 }
 
-void relu_backward(const ExecContext& ctx, float* dinp, const float* dout, const float* out, int64_t n) {
-  HPCT_CHECK(n >= 0, "relu_backward: n={} is negative", n);
+template <typename A>
+void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n) {
+  using S = DeviceStorage<A>;
+  check_count("relu_backward", n);
   if (n == 0) return;
-  HPCT_LAUNCH(relu_backward_kernel, elementwise_shape(n), stream_of(ctx), dinp, dout, out, n);
+  const int64_t packs = pointwise_packs<S>(n, {dinp, dout, out});
+  HPCT_LAUNCH(relu_backward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(dinp), dev_ptr(dout),
+              dev_ptr(out), n, packs);
   HPCT_CUDA_LAUNCH_CHECK("relu_backward");
+}
+
+// ---- storage-type conversions -------------------------------------------------------------------------------------
+void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n) {
+  check_count("cast (float -> bf16)", n);
+  if (n == 0) return;
+  const int64_t packs = cast_packs(n, dst, src);
+  HPCT_LAUNCH((cast_kernel<__nv_bfloat16, float>), cast_shape(n, packs), stream_of(ctx), dev_ptr(dst), src, n, packs);
+  HPCT_CUDA_LAUNCH_CHECK("cast (float -> bf16)");
+}
+
+void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n) {
+  check_count("cast (bf16 -> float)", n);
+  if (n == 0) return;
+  const int64_t packs = cast_packs(n, dst, src);
+  HPCT_LAUNCH((cast_kernel<float, __nv_bfloat16>), cast_shape(n, packs), stream_of(ctx), dst, dev_ptr(src), n, packs);
+  HPCT_CUDA_LAUNCH_CHECK("cast (bf16 -> float)");
 }
 
 // ---- reductions and optimizers ------------------------------------------------------------------------------------
@@ -273,5 +338,25 @@ void synchronize(const ExecContext& ctx) {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
 }
+
+// ---- the two storage types of the templated ops (kernels.hpp) -----------------------------------------------------
+#define HPCT_INSTANTIATE_CORE(A)                                                                                      \
+  template void encoder_forward<A>(const ExecContext&, A*, const int32_t*, const A*, const A*, int, int, int);        \
+  template void encoder_backward<A>(const ExecContext&, float*, float*, const A*, const int32_t*, int, int, int);     \
+  template void encoder_forward_vocab_parallel<A>(const ExecContext&, A*, const int32_t*, const A*, const A*, int,    \
+                                                  int, int, int, int);                                                \
+  template void encoder_backward_vocab_parallel<A>(const ExecContext&, float*, float*, const A*, const int32_t*, int, \
+                                                   int, int, int, int);                                               \
+  template void layernorm_forward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, int, int); \
+  template void layernorm_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*,           \
+                                      const float*, const float*, int, int);                                          \
+  template void gelu_forward<A>(const ExecContext&, A*, const A*, int64_t);                                           \
+  template void gelu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);                                \
+  template void residual_forward<A>(const ExecContext&, A*, const A*, const A*, int64_t);                             \
+  template void relu_forward<A>(const ExecContext&, A*, const A*, int64_t);                                           \
+  template void relu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);
+HPCT_INSTANTIATE_CORE(float)
+HPCT_INSTANTIATE_CORE(bf16)
+#undef HPCT_INSTANTIATE_CORE
 
 }  // namespace hpct::kernels::cuda

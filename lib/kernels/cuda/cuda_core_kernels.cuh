@@ -82,11 +82,20 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 // ---- pointwise ----------------------------------------------------------------------------------------------------
 // (No __restrict__ on the pointwise kernels: in-place calls, out == inp, are allowed; each thread reads and writes
-// only its own index.)
+// only its own elements.) Storage type S (float or __nv_bfloat16), float arithmetic, one rounding per output; 16-byte
+// packs over aligned buffers (for_each_pack: the results are those of the element-by-element loop, bit for bit).
 __global__ void scale_kernel(float* x, float s, int64_t n) { HPCT_GRID_STRIDE_LOOP(i, n) x[i] *= s; }
 
-__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) out[i] = a[i] + b[i];
+template <typename S>
+__global__ void residual_kernel(S* out, const S* a, const S* b, int64_t n, int64_t packs) {
+  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> x = load_pack<W>(a + i), y = load_pack<W>(b + i);
+    Pack<S, W> o;
+#pragma unroll
+    for (int j = 0; j < W; j++) o.v[j] = from_float<S>(to_float(x.v[j]) + to_float(y.v[j]));
+    store_pack<W>(out + i, o);
+  });
 }
 
 // e = exp(2u) (2u capped at 80) and d = 1 / (1 + e), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh u) = e d.
@@ -96,36 +105,82 @@ __device__ __forceinline__ void gelu_parts(float x, float& e, float& d) {
   e = expf(two_u > 80.0f ? 80.0f : two_u);
   d = 1.0f / (1.0f + e);
 }
-
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    float e, d;
-    gelu_parts(x, e, d);
-    out[i] = x * (e * d);
-  }
+__device__ __forceinline__ float gelu_value(float x) {
+  float e, d;
+  gelu_parts(x, e, d);
+  return x * (e * d);
+}
+__device__ __forceinline__ float gelu_grad(float x) {
+  float e, d;
+  gelu_parts(x, e, d);
+  const float sech2 = 4.0f * (e * d) * d;
+  return (e * d) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    float e, d;
-    gelu_parts(x, e, d);
-    const float sech2 = 4.0f * (e * d) * d;
-    const float grad = (e * d) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] = grad * dout[i];
-  }
+template <typename S>
+__global__ void gelu_forward_kernel(S* out, const S* inp, int64_t n, int64_t packs) {
+  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> x = load_pack<W>(inp + i);
+    Pack<S, W> o;
+#pragma unroll
+    for (int j = 0; j < W; j++) o.v[j] = from_float<S>(gelu_value(to_float(x.v[j])));
+    store_pack<W>(out + i, o);
+  });
 }
 
-__global__ void relu_forward_kernel(float* out, const float* inp, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    out[i] = x > 0.0f ? x : 0.0f;
-  }
+template <typename S>
+__global__ void gelu_backward_kernel(S* dinp, const S* inp, const S* dout, int64_t n, int64_t packs) {
+  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> x = load_pack<W>(inp + i), g = load_pack<W>(dout + i);
+    Pack<S, W> o;
+#pragma unroll
+    for (int j = 0; j < W; j++) o.v[j] = from_float<S>(gelu_grad(to_float(x.v[j])) * to_float(g.v[j]));
+    store_pack<W>(dinp + i, o);
+  });
 }
 
-__global__ void relu_backward_kernel(float* dinp, const float* dout, const float* out, int64_t n) {
-  HPCT_GRID_STRIDE_LOOP(i, n) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+template <typename S>
+__global__ void relu_forward_kernel(S* out, const S* inp, int64_t n, int64_t packs) {
+  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> x = load_pack<W>(inp + i);
+    Pack<S, W> o;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+      const float v = to_float(x.v[j]);
+      o.v[j] = from_float<S>(v > 0.0f ? v : 0.0f);
+    }
+    store_pack<W>(out + i, o);
+  });
+}
+
+template <typename S>
+__global__ void relu_backward_kernel(S* dinp, const S* dout, const S* out, int64_t n, int64_t packs) {
+  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> g = load_pack<W>(dout + i), y = load_pack<W>(out + i);
+    Pack<S, W> o;
+#pragma unroll
+    for (int j = 0; j < W; j++) o.v[j] = from_float<S>(to_float(y.v[j]) > 0.0f ? to_float(g.v[j]) : 0.0f);
+    store_pack<W>(dinp + i, o);
+  });
+}
+
+// ---- storage-type conversions (cast): float -> bf16 rounds to nearest even, bf16 -> float is exact ------------------
+// Packs of 4 (16-byte float loads, 8-byte bf16 stores, and the reverse).
+constexpr int kCastPack = 4;
+template <typename To, typename From>
+__global__ void cast_kernel(To* __restrict__ dst, const From* __restrict__ src, int64_t n, int64_t packs) {
+  for_each_pack<kCastPack>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<From, W> x = load_pack<W>(src + i);
+    Pack<To, W> o;
+#pragma unroll
+    for (int j = 0; j < W; j++) o.v[j] = from_float<To>(to_float(x.v[j]));
+    store_pack<W>(dst + i, o);
+  });
 }
 
 // ---- optimizers (cpu_loss_optim.cpp adamw_update, cpu_sgd.cpp sgd_update: same expressions, same order) ----------
@@ -167,25 +222,27 @@ __global__ void sgd_kernel(float* params, const float* grads, float* buf, int64_
 
 // ---- embedding ----------------------------------------------------------------------------------------------------
 // out[n, c] = (inp[n] - v0 in [0, Vl) ? wte[inp[n] - v0, c] : 0) (+ wpe[n % T, c] when wpe is set); the serial
-// encoder is v0 = 0, Vl = unbounded, wpe set. Branches as the CPU's (w + p, w, p or 0), so -0.0 survives alike.
-__global__ void encoder_forward_kernel(float* out, const int32_t* inp, const float* wte, const float* wpe, int64_t v0,
-                                       int64_t Vl, int64_t N, int T, int C) {
+// encoder is v0 = 0, Vl = unbounded, wpe set. Branches as the CPU's (w + p, w, p or 0), so -0.0 survives alike; the
+// sum in float, rounded once to S.
+template <typename S>
+__global__ void encoder_forward_kernel(S* out, const int32_t* inp, const S* wte, const S* wpe, int64_t v0, int64_t Vl,
+                                       int64_t N, int T, int C) {
   const int64_t total = N * C;
   HPCT_GRID_STRIDE_LOOP(idx, total) {
     const int64_t n = idx / C;
     const int c = static_cast<int>(idx - n * C);
     const int32_t tok = inp[n];
     if (tok < 0) {
-      out[idx] = quiet_nan();  // an invalid token (the CPU backend throws): make it visible in the loss
+      out[idx] = from_float<S>(quiet_nan());  // an invalid token (the CPU backend throws): make it visible in the loss
       continue;
     }
     const int64_t j = static_cast<int64_t>(tok) - v0;  // local row, or outside [0, Vl): another rank's
     const bool mine = j >= 0 && j < Vl;
     if (wpe) {
-      const float p = wpe[(n % T) * C + c];
-      out[idx] = mine ? wte[j * C + c] + p : p;
+      const S p = wpe[(n % T) * C + c];
+      out[idx] = mine ? from_float<S>(to_float(wte[j * C + c]) + to_float(p)) : p;
     } else {
-      out[idx] = mine ? wte[j * C + c] : 0.0f;
+      out[idx] = mine ? wte[j * C + c] : from_float<S>(0.0f);
     }
   }
 }
@@ -194,8 +251,10 @@ __global__ void encoder_forward_kernel(float* out, const int32_t* inp, const flo
 // Grid (column blocks, kWteGroups): the thread of column c in group g owns the rows j with j % kWteGroups == g, so no
 // two threads ever touch the same element and each element's additions run in position order: the CPU backend's
 // order (bitwise equal results). A warp reads 32 tokens at once and walks only its own, in order, with a ballot.
+// dwte is float (a parameter gradient), dout of the storage type S.
+template <typename S>
 __global__ void __launch_bounds__(kWteThreads)
-    encoder_backward_wte_kernel(float* dwte, const float* dout, const int32_t* inp, int64_t v0, int64_t Vl, int64_t N,
+    encoder_backward_wte_kernel(float* dwte, const S* dout, const int32_t* inp, int64_t v0, int64_t Vl, int64_t N,
                                 int C) {
   const int lane = threadIdx.x % 32;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;  // may be >= C: such lanes join the ballots, write nothing
@@ -216,45 +275,66 @@ __global__ void __launch_bounds__(kWteThreads)
       const int32_t tk = __shfl_sync(kFullMask, tok, k);
       if (c < C) {
         const int64_t j = static_cast<int64_t>(tk) - v0;
-        dwte[j * C + c] += dout[(n0 + k) * C + c];
+        dwte[j * C + c] += to_float(dout[(n0 + k) * C + c]);
       }
     }
   }
 }
 
 // dwpe[t, c] += dout[b, t, c] for b = 0, 1, ..., B-1 in order, in float (the CPU's order: bitwise equal results).
-__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+template <typename S>
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const S* dout, int B, int T, int C) {
   const int64_t total = static_cast<int64_t>(T) * C;
   HPCT_GRID_STRIDE_LOOP(idx, total) {
     float acc = dwpe[idx];
-    for (int b = 0; b < B; b++) acc += dout[static_cast<int64_t>(b) * total + idx];
+    for (int b = 0; b < B; b++) acc += to_float(dout[static_cast<int64_t>(b) * total + idx]);
     dwpe[idx] = acc;
   }
 }
 
 // ---- LayerNorm ----------------------------------------------------------------------------------------------------
-// One warp per row (kLnWarps rows per block): mean and two-pass variance as float warp sums, then the output.
+// One warp per row (kLnWarps rows per block): mean and two-pass variance as float warp sums, then the output. Lane l
+// reads the packs of P elements starting at l P, l P + 32 P, ... (P = 1: the elements l, l + 32, ...; P = 8: 16-byte
+// bf16 loads, row_pack); mean and rstd are float, the output is rounded once to S.
+template <typename S, int P>
 __global__ void __launch_bounds__(kLnRowThreads)
-    layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                             const float* bias, int N, int C) {
+    layernorm_forward_kernel(S* out, float* mean, float* rstd, const S* inp, const S* weight, const S* bias, int N,
+                             int C) {
   constexpr float eps = 1e-5f;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;  // uniform over the warp: the shuffles below see all 32 lanes
-  const float* x = inp + row * C;
-  float* o = out + row * C;
+  const S* x = inp + row * C;
+  S* o = out + row * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane * P; c < C; c += 32 * P) {
+    const Pack<S, P> v = load_pack<P>(x + c);
+#pragma unroll
+    for (int j = 0; j < P; j++) s += to_float(v.v[j]);
+  }
   s = warp_sum(s);
   const float m = s / C;
   float v = 0.0f;  // two-pass variance: no E[x^2] - m^2 cancellation
-  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  for (int c = lane * P; c < C; c += 32 * P) {
+    const Pack<S, P> xv = load_pack<P>(x + c);
+#pragma unroll
+    for (int j = 0; j < P; j++) v += (to_float(xv.v[j]) - m) * (to_float(xv.v[j]) - m);
+  }
   v = warp_sum(v);
   const float r = 1.0f / sqrtf(v / C + eps);
-  if (bias) {
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
-  } else {
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c];
+  for (int c = lane * P; c < C; c += 32 * P) {
+    const Pack<S, P> xv = load_pack<P>(x + c), w = load_pack<P>(weight + c);
+    Pack<S, P> ov;
+    if (bias) {
+      const Pack<S, P> b = load_pack<P>(bias + c);
+#pragma unroll
+      for (int j = 0; j < P; j++)
+        ov.v[j] = from_float<S>((to_float(xv.v[j]) - m) * r * to_float(w.v[j]) + to_float(b.v[j]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < P; j++) ov.v[j] = from_float<S>((to_float(xv.v[j]) - m) * r * to_float(w.v[j]));
+    }
+    store_pack<P>(o + c, ov);
   }
   if (lane == 0) {
     mean[row] = m;
@@ -262,38 +342,53 @@ __global__ void __launch_bounds__(kLnRowThreads)
   }
 }
 
-// dinp += rstd * (w dout - mean(w dout) - norm * mean(w dout norm)): one warp per row, float warp sums.
+// dinp += rstd * (w dout - mean(w dout) - norm * mean(w dout norm)): one warp per row, float warp sums; the sum with
+// the old dinp in float, rounded once to S.
+template <typename S, int P>
 __global__ void __launch_bounds__(kLnRowThreads)
-    layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
-                                   const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_dinp_kernel(S* dinp, const S* dout, const S* inp, const S* weight, const float* mean,
+                                   const float* rstd, int N, int C) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;  // uniform over the warp
-  const float* x = inp + row * C;
-  const float* d = dout + row * C;
-  float* dx = dinp + row * C;
+  const S* x = inp + row * C;
+  const S* d = dout + row * C;
+  S* dx = dinp + row * C;
   const float m = mean[row], r = rstd[row];
   float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float dnorm = weight[c] * d[c];
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * (x[c] - m) * r;
+  for (int c = lane * P; c < C; c += 32 * P) {
+    const Pack<S, P> xv = load_pack<P>(x + c), dv = load_pack<P>(d + c), w = load_pack<P>(weight + c);
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+      const float dnorm = to_float(w.v[j]) * to_float(dv.v[j]);
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * (to_float(xv.v[j]) - m) * r;
+    }
   }
   dnorm_sum = warp_sum(dnorm_sum);
   dnorm_norm_sum = warp_sum(dnorm_norm_sum);
   const float dnorm_mean = dnorm_sum / C, dnorm_norm_mean = dnorm_norm_sum / C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * r;
-    dx[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+  for (int c = lane * P; c < C; c += 32 * P) {
+    const Pack<S, P> xv = load_pack<P>(x + c), dv = load_pack<P>(d + c), w = load_pack<P>(weight + c);
+    Pack<S, P> g = load_pack<P>(dx + c);
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+      const float norm = (to_float(xv.v[j]) - m) * r;
+      g.v[j] = from_float<S>(to_float(g.v[j]) +
+                             (to_float(w.v[j]) * to_float(dv.v[j]) - dnorm_mean - norm * dnorm_norm_mean) * r);
+    }
+    store_pack<P>(dx + c, g);
   }
 }
 
 // dweight[c] += sum_n dout[n,c] norm[n,c], dbias[c] += sum_n dout[n,c] (dbias may be null), in double as the CPU.
 // Block (kLnColTile, kLnRowGroups) per kLnColTile columns: thread (lane, y) sums the rows y, y + 16, ... in order,
-// then row group 0 adds the 16 partials in order: a fixed order (deterministic), coalesced 128-byte row segments.
+// then row group 0 adds the 16 partials in order: a fixed order (deterministic), coalesced row segments. The
+// gradients are float whatever S.
+template <typename S>
 __global__ void __launch_bounds__(kLnParamThreads)
-    layernorm_backward_dweight_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
-                                      const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_dweight_kernel(float* dweight, float* dbias, const S* dout, const S* inp, const float* mean,
+                                      const float* rstd, int N, int C) {
   HPCT_SHARED(double, part_w, [kLnRowGroups][kLnColTile]);
   HPCT_SHARED(double, part_b, [kLnRowGroups][kLnColTile]);
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -301,7 +396,7 @@ __global__ void __launch_bounds__(kLnParamThreads)
   double acc_w = 0.0, acc_b = 0.0;
   if (c < C) {
     for (int64_t n = ty; n < N; n += kLnRowGroups) {
-      const float x = inp[n * C + c], d = dout[n * C + c];
+      const float x = to_float(inp[n * C + c]), d = to_float(dout[n * C + c]);
       const float m = mean[n], r = rstd[n];
       acc_w += d * ((x - m) * r);  // the float product, added in double (as the CPU)
       acc_b += d;
@@ -323,6 +418,18 @@ __global__ void __launch_bounds__(kLnParamThreads)
 
 // ---- launch geometry (host) -----------------------------------------------------------------------------------------
 LaunchShape elementwise_shape(int64_t n) { return grid_stride_shape(n, kThreads); }
+// A pointwise kernel of storage type S over n elements through the given pointers: the `packs` argument it takes
+// (for_each_pack) and its launch.
+template <typename S>
+int64_t pointwise_packs(int64_t n, std::initializer_list<const void*> ptrs) {
+  return vector_packs<S>(n, ptrs);
+}
+template <typename S>
+LaunchShape pointwise_shape(int64_t n, int64_t packs) {
+  return pack_shape(n, packs, kPack<S>, kThreads);
+}
+int64_t cast_packs(int64_t n, const void* dst, const void* src) { return vector_packs(n, kCastPack, {dst, src}); }
+LaunchShape cast_shape(int64_t n, int64_t packs) { return pack_shape(n, packs, kCastPack, kThreads); }
 LaunchShape reduce_shape() { return {{1, 1, 1}, {kReduceThreads, 1, 1}, 0}; }
 LaunchShape encoder_wte_shape(int C) {
   return {{static_cast<unsigned>((C + kWteThreads - 1) / kWteThreads), kWteGroups, 1}, {kWteThreads, 1, 1}, 0};

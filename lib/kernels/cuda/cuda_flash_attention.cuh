@@ -9,6 +9,21 @@
 //
 // Legend: B batch, T time, C channels, NH heads, HS = C/NH head size; qkv rows hold [q | k | v], each (NH, HS), row
 // stride 3C; out and dout (B,T,C) hold head h in columns [h HS, (h+1) HS); L (lse) and D (dsum) are (B,NH,T).
+//
+// Storage types (cuda_device_common.cuh): qkv, out, dout and dqkv have the storage type S (float or __nv_bfloat16); L
+// and D are float whatever S. Tiles are widened to float as they are loaded into shared memory (load_tile), so the
+// tiles, the scores, the online softmax and every accumulation are float for both; each output element is rounded
+// once to S when it is stored. The kernels are the same for both storage types but for those conversions.
+//
+// Tensor cores. These kernels run on the CUDA cores (fp32 FMAs) for both storage types, which leaves most of an H100's
+// bf16 throughput unused in attention. The two ways to the tensor cores: (1) a FlashAttention-2-style version of these
+// kernels with mma.sync m16n8k16 (bf16 inputs, fp32 accumulation) for S = q k^T and o = p v (forward) and the four
+// products of the backward, keeping this file's tiling, fixed reduction orders (no atomics) and a host twin of the
+// fragment layout for the emulation; (2) cuDNN's fused attention (the graph API's scaled-dot-product attention), tuned
+// by NVIDIA for bf16 on sm_90, at the price of a second cuDNN API besides the legacy convolutions, no host emulation in
+// CI, and a determinism of its backward that is an option to check per cuDNN version (dQ is accumulated across key
+// blocks). (1) keeps what this backend guarantees (bitwise reproducible, every kernel emulated in CI) and is what to
+// write once a GPU is at hand to check and tune it; until then the CUDA-core kernels here are the reference.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -40,13 +55,14 @@ constexpr int kAttnThreads = kWarps * 32;
 constexpr int kMaxHS = 128;  // head sizes up to 4 slots of 32 per lane (GPT-2: 64)
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// dst[r * ld_dst + d] = src[(row0 + r) * ld_src + d] for the kTile rows r and d < HS; rows >= T are zero. Called by
-// every thread of the block (a __syncthreads() must follow before the tile is read).
-__device__ __forceinline__ void load_tile(float* dst, int ld_dst, const float* __restrict__ src, int64_t ld_src,
-                                          int row0, int T, int HS) {
+// dst[r * ld_dst + d] = src[(row0 + r) * ld_src + d] (widened to float) for the kTile rows r and d < HS; rows >= T
+// are zero. Called by every thread of the block (a __syncthreads() must follow before the tile is read).
+template <typename S>
+__device__ __forceinline__ void load_tile(float* dst, int ld_dst, const S* __restrict__ src, int64_t ld_src, int row0,
+                                          int T, int HS) {
   for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
     const int r = e / HS, d = e - r * HS, t = row0 + r;
-    dst[r * ld_dst + d] = t < T ? src[static_cast<int64_t>(t) * ld_src + d] : 0.0f;
+    dst[r * ld_dst + d] = t < T ? to_float(src[static_cast<int64_t>(t) * ld_src + d]) : 0.0f;
   }
 }
 
@@ -54,10 +70,10 @@ __device__ __forceinline__ void load_tile(float* dst, int ld_dst, const float* _
 // key k0 + l against the warp's 4 rows and each row runs the online softmax:
 //   m' = max(m, max_j x_j),  c = exp(m - m'),  p_j = exp(x_j - m'),  l' = l c + sum_j p_j,  o' = o c + sum_j p_j v_j
 // with x_j = scale q_t . k_j (masked: j > t or j >= T). At the end out_t = o / l and L_t = m + log(l).
-template <int NS>
+template <typename S, int NS>
 __global__ void __launch_bounds__(kAttnThreads)
-    forward_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv, int T, int C,
-                   int NH, float scale) {
+    forward_kernel(S* __restrict__ out, float* __restrict__ lse, const S* __restrict__ qkv, int T, int C, int NH,
+                   float scale) {
   HPCT_DYNAMIC_SHARED(float, smem);
   const int HS = C / NH, ldp = HS + 1;
   float* sq = smem;              // (kTile, HS)     the block's query rows (broadcast reads)
@@ -67,7 +83,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;  // the longest (last) query tiles are scheduled first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // row t at q + t C3; k = q + C, v = q + 2C
+  const S* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // row t at q + t C3; k = q + C, v = q + 2C
   load_tile(sq, HS, q, C3, q0, T, HS);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][NS];
@@ -120,11 +136,11 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int t = q0 + warp * kRowsPerWarp + r;
     if (t >= T) continue;
     const float inv = 1.0f / l[r];  // l >= 1: the max term contributes exp(0)
-    float* o_row = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;
+    S* o_row = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;
 #pragma unroll
     for (int c = 0; c < NS; c++) {
       const int d = lane + 32 * c;
-      if (d < HS) o_row[d] = o[r][c] * inv;
+      if (d < HS) o_row[d] = from_float<S>(o[r][c] * inv);
     }
     if (lane == 0) lse[static_cast<int64_t>(bh) * T + t] = m[r] + logf(l[r]);
   }
@@ -132,9 +148,10 @@ __global__ void __launch_bounds__(kAttnThreads)
 
 // Backward, step 1: D[(b NH + h) T + t] = sum_d dout[b, t, h HS + d] out[b, t, h HS + d] (= sum_j P dP of the row),
 // one warp per row, lanes over d, then the warp's fixed shuffle tree.
+template <typename S>
 __global__ void __launch_bounds__(kAttnThreads)
-    rowdot_kernel(float* __restrict__ dsum, const float* __restrict__ dout, const float* __restrict__ out, int64_t rows,
-                  int T, int C, int NH) {
+    rowdot_kernel(float* __restrict__ dsum, const S* __restrict__ dout, const S* __restrict__ out, int64_t rows, int T,
+                  int C, int NH) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // uniform over the warp: the shuffles below see all 32 lanes
@@ -145,7 +162,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t b = bh / NH;
   const int64_t off = (b * T + t) * C + static_cast<int64_t>(h) * HS;
   float s = 0.0f;
-  for (int d = lane; d < HS; d += 32) s += dout[off + d] * out[off + d];
+  for (int d = lane; d < HS; d += 32) s += to_float(dout[off + d]) * to_float(out[off + d]);
   s = warp_sum(s);
   if (lane == 0) dsum[row] = s;
 }
@@ -154,9 +171,9 @@ __global__ void __launch_bounds__(kAttnThreads)
 // .. (the rows that see these keys) in order; lane l takes query row i = q0 + l and, for each of the warp's 4 keys j,
 // recomputes P = exp(scale q_i . k_j - L_i) (0 where j > i) and dP = dout_i . v_j, dS = P (dP - D_i); then
 //   dv_j += sum_i P dout_i,   dk_j += sum_i dS q_i   (times scale at the end).
-template <int NS>
+template <typename S, int NS>
 __global__ void __launch_bounds__(kAttnThreads)
-    backward_dkv_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
+    backward_dkv_kernel(S* __restrict__ dqkv, const S* __restrict__ dout, const S* __restrict__ qkv,
                         const float* __restrict__ lse, const float* __restrict__ dsum, int T, int C, int NH,
                         float scale) {
   HPCT_DYNAMIC_SHARED(float, smem);
@@ -171,8 +188,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int k0 = blockIdx.y * kTile;  // the longest (first) key tiles are scheduled first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;    // row t at q + t C3; k = q + C, v = q + 2C
-  const float* d_o = dout + static_cast<int64_t>(b) * T * C + h * HS;  // row t at d_o + t C
+  const S* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;    // row t at q + t C3; k = q + C, v = q + 2C
+  const S* d_o = dout + static_cast<int64_t>(b) * T * C + h * HS;  // row t at d_o + t C
   const float* L = lse + static_cast<int64_t>(bh) * T;
   const float* D = dsum + static_cast<int64_t>(bh) * T;
   load_tile(sk, HS, q + C, C3, k0, T, HS);
@@ -223,13 +240,13 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int r = 0; r < kRowsPerWarp; r++) {
     const int j = k0 + warp * kRowsPerWarp + r;
     if (j >= T) continue;
-    float* row = dqkv + (static_cast<int64_t>(b) * T + j) * C3 + h * HS;  // dq at row, dk at row + C, dv at row + 2C
+    S* row = dqkv + (static_cast<int64_t>(b) * T + j) * C3 + h * HS;  // dq at row, dk at row + C, dv at row + 2C
 #pragma unroll
     for (int c = 0; c < NS; c++) {
       const int d = lane + 32 * c;
       if (d < HS) {
-        row[C + d] = scale * dk[r][c];
-        row[2 * C + d] = dv[r][c];
+        row[C + d] = from_float<S>(scale * dk[r][c]);
+        row[2 * C + d] = from_float<S>(dv[r][c]);
       }
     }
   }
@@ -238,9 +255,9 @@ __global__ void __launch_bounds__(kAttnThreads)
 // Backward, step 3: dQ. Block (bh, tile): the query rows [q0, q0 + 32), walking the key tiles 0 .. q0 in order; lane
 // l takes key j = k0 + l and, for each of the warp's 4 rows t, recomputes P and dS as above; then
 //   dq_t += sum_j dS k_j   (times scale at the end).
-template <int NS>
+template <typename S, int NS>
 __global__ void __launch_bounds__(kAttnThreads)
-    backward_dq_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
+    backward_dq_kernel(S* __restrict__ dqkv, const S* __restrict__ dout, const S* __restrict__ qkv,
                        const float* __restrict__ lse, const float* __restrict__ dsum, int T, int C, int NH,
                        float scale) {
   HPCT_DYNAMIC_SHARED(float, smem);
@@ -253,8 +270,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;  // the longest (last) query tiles are scheduled first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;
-  const float* d_o = dout + static_cast<int64_t>(b) * T * C + h * HS;
+  const S* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;
+  const S* d_o = dout + static_cast<int64_t>(b) * T * C + h * HS;
   load_tile(sq, HS, q, C3, q0, T, HS);
   load_tile(sdo, HS, d_o, C, q0, T, HS);
 
@@ -305,11 +322,11 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int r = 0; r < kRowsPerWarp; r++) {
     const int t = q0 + warp * kRowsPerWarp + r;
     if (t >= T) continue;
-    float* row = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * HS;
+    S* row = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * HS;
 #pragma unroll
     for (int c = 0; c < NS; c++) {
       const int d = lane + 32 * c;
-      if (d < HS) row[d] = scale * dq[r][c];
+      if (d < HS) row[d] = from_float<S>(scale * dq[r][c]);
     }
   }
 }

@@ -11,22 +11,36 @@
 // Determinism: no atomics anywhere in this group. Every reduction (the attention tiles, dbias over rows, the
 // cross-entropy sums) runs in a fixed order that depends on the shapes only, and cuBLAS GEMMs are bitwise
 // reproducible run to run on the same GPU model / toolkit / stream setup, so a run reproduces itself bit for bit.
-// fp32 storage throughout. The Linear GEMMs' arithmetic follows ctx.precision (exec_context.hpp): fp32 runs
-// CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (no TF32); tf32 / bf16 / fp16 run CUBLAS_COMPUTE_32F_FAST_TF32 / _16BF /
-// _16F: cuBLAS rounds the fp32 inputs to that type for the tensor cores and accumulates in fp32, C stays fp32. The
-// attention kernels and the cross-entropies compute in fp32 whatever the precision.
+// Storage types (kernels.hpp): every op templated on A runs for A = float and A = bf16 (instantiated at the end of
+// this file). The kernels compute in fp32 and round each stored output once (cuda_device_common.cuh).
+//   float storage: the Linear GEMMs' arithmetic follows ctx.precision (exec_context.hpp): fp32 runs CUBLAS_COMPUTE_32F
+//     with CUBLAS_DEFAULT_MATH (no TF32); tf32 / bf16 / fp16 run CUBLAS_COMPUTE_32F_FAST_TF32 / _16BF / _16F: cuBLAS
+//     rounds the fp32 inputs to that type for the tensor cores and accumulates in fp32, C stays fp32.
+//   bf16 storage: the Linear GEMMs run through cuBLASLt (lt_gemm_rm) on the bf16 tensors as they are, with
+//     CUBLAS_COMPUTE_32F (bf16 products, fp32 accumulation), whatever ctx.precision: forward out (bf16) with the bias added in the
+//     epilogue in fp32 before the one rounding (CUBLASLT_EPILOGUE_BIAS); backward dinp (bf16, assigned) and dweight
+//     += in fp32 (C/D of type CUDA_R_32F with beta = 1 while A/B are bf16: the fp32 master gradient accumulates
+//     without a bf16 rounding); dbias += in fp32 by bias_grad_kernel (double sums, as for float storage: the BGRADB
+//     epilogue would write the bias gradient in D's type, bf16, and assign it rather than accumulate).
+//   The attention kernels and the cross-entropies compute in fp32 for both, with the log-sum-exp L, D and the losses
+//   float.
 //
 // Targets: the CPU backend checks targets on the host and throws; the device cannot (the targets live on the
 // device and the op must not read them back). An out-of-range target instead makes that row's loss NaN (and its
 // dlogits NaN; for the vocabulary-parallel pieces the target logit is NaN, so the reduced loss is NaN on every
 // rank): loud, never an out-of-bounds read.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
@@ -107,6 +121,143 @@ void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool t
 }
 
 // ================================================================================================================
+// cuBLASLt: the GEMMs of bf16 storage
+// ================================================================================================================
+// The handle is the cuBLAS handle of the device (cublas_handle): a cublasHandle_t may be passed wherever cuBLASLt takes
+// a cublasLtHandle_t (cuBLAS encapsulates its Lt context), so there is one handle per device to keep. The workspace is
+// one buffer per device, allocated at the first bf16 GEMM (not in the steady state of the step: the step loop
+// allocates nothing) and kept for the life of the process like the handle; 32 MiB is cuBLAS's recommendation for
+// Hopper (split-K and stream-K algorithms need it; without one the heuristics offer fewer algorithms).
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+void* lt_workspace() {
+  static std::mutex mu;
+  static void* buffers[kMaxDevices] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  HPCT_CHECK(dev >= 0 && dev < kMaxDevices, "kernels::cuda: device {} is beyond the cuBLASLt workspace table ({})", dev,
+             kMaxDevices);
+  std::lock_guard<std::mutex> lock(mu);
+  if (!buffers[dev]) CUDA_CHECK(cudaMalloc(&buffers[dev], kLtWorkspaceBytes));
+  return buffers[dev];
+}
+
+// The largest power of two (at most 256) dividing a device address: the alignment cuBLASLt's heuristics must assume
+// (they assume 256 bytes unless told: CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), so an algorithm chosen for aligned
+// tensors is never run on a tensor that starts mid-slab.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (a == 0) return 256;
+  const uintptr_t low = a & (~a + 1);
+  return static_cast<uint32_t>(std::min<uintptr_t>(low, 256));
+}
+
+// One GEMM shape's descriptors and algorithm (the heuristics' first choice for the workspace), built once per
+// (thread, device, shape, transposes, leading dimensions, output type, bias, alignments) and kept: the heuristics run
+// on the host (tens of microseconds), once per distinct shape. The descriptors are host objects (no device memory),
+// kept for the life of the process like the handle.
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+template <typename T>
+void lt_desc_set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+// Column-major D (m, n) = op(A) op(B) [+ bias (m) per column] + beta C, A and B bf16 (lda, ldb), C = D of type
+// ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats.
+const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                      const void* A, int lda, const void* B, int ldb, const void* C, cudaDataType_t ctype, int ldc,
+                      const void* bias) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  using Key = std::array<int64_t, 15>;
+  thread_local std::map<Key, std::unique_ptr<LtPlan>> plans;  // never destroyed (the header comment of this section)
+  const uint32_t al_a = alignment_of(A), al_b = alignment_of(B), al_c = alignment_of(C);
+  const Key key{dev,
+                op_a,
+                op_b,
+                m,
+                n,
+                k,
+                lda,
+                ldb,
+                ldc,
+                static_cast<int64_t>(ctype),
+                bias != nullptr,
+                al_a,
+                al_b,
+                al_c,
+                bias ? alignment_of(bias) : 0};
+  auto it = plans.find(key);
+  if (it != plans.end()) return *it->second;
+
+  auto p = std::make_unique<LtPlan>();
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  if (bias) {
+    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // the heuristics read its alignment
+  }
+  const bool ta = op_a == CUBLAS_OP_T, tb = op_b == CUBLAS_OP_T;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, ctype, m, n, ldc));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  cublasStatus_t rc = CUBLAS_STATUS_SUCCESS;
+  const size_t ws = kLtWorkspaceBytes;
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> prefs[] = {
+      {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c}};
+  for (const auto& [attr, value] : prefs) {
+    rc = cublasLtMatmulPreferenceSetAttribute(
+        pref, attr, value, attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES ? sizeof(size_t) : sizeof(uint32_t));
+    if (rc != CUBLAS_STATUS_SUCCESS) break;
+  }
+  if (rc == CUBLAS_STATUS_SUCCESS)
+    rc = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &returned);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  CUBLAS_CHECK(rc);
+  HPCT_CHECK(returned > 0,
+             "kernels::cuda: cuBLASLt offers no algorithm for the bf16 GEMM m={} n={} k={} (op_a {}, op_b {}, lda {} "
+             "ldb {} ldc {}, output {}, bias {}, alignments {} {} {} bytes); this GPU or cuBLAS cannot run bf16 "
+             "storage: run with train.precision=fp32 or tf32",
+             m, n, k, static_cast<int>(op_a), static_cast<int>(op_b), lda, ldb, ldc,
+             ctype == CUDA_R_32F ? "fp32" : "bf16", bias != nullptr, al_a, al_b, al_c);
+  p->algo = result.algo;
+  return *plans.emplace(key, std::move(p)).first->second;
+}
+
+// Row-major C (M, N) = op(A) (M, K) op(B) (K, N) [+ bias (N), added to every row] + beta C: gemm_rm's arguments (the
+// CPU twin's sgemm_rowmajor), on bf16 A and B, with C bf16 (CUDA_R_16BF) or float (CUDA_R_32F), through cuBLASLt on
+// the column-major transposes as gemm_rm explains (m = N, n = M; the row-major bias per column of C is the
+// column-major bias per row of D, which is what CUBLASLT_EPILOGUE_BIAS adds).
+void lt_gemm_rm(const ExecContext& ctx, bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda,
+                const bf16* B, int ldb, float beta, void* C, cudaDataType_t ctype, int ldc, const bf16* bias) {
+  if (M <= 0 || N <= 0) return;
+  const cudaStream_t stream = stream_of(ctx);
+  const auto h = reinterpret_cast<cublasLtHandle_t>(cublas_handle(stream));
+  void* workspace = lt_workspace();
+  const LtPlan& p = lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, B, ldb, A, lda, C, ctype, ldc, bias);
+  if (bias) lt_desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  const float alpha = 1.0f;
+  CUBLAS_CHECK(cublasLtMatmul(h, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace,
+                              kLtWorkspaceBytes, stream));
+}
+
+// ================================================================================================================
 // Linear
 // ================================================================================================================
 
@@ -165,33 +316,46 @@ int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
 //              dweight (C,OC col-major, ld C))
 //             dbias (OC) += sum_n dout                        bias_grad_kernel (double, fixed order)
 // ================================================================================================================
-void matmul_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias, int N,
-                    int C, int OC) {
+template <typename A>
+void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, int N, int C,
+                    int OC) {
   check_linear("matmul_forward", N, C, OC);
   if (N == 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  cublasHandle_t h = cublas_handle(stream);
-  float beta = 0.0f;
-  if (bias) {
-    const int64_t total = static_cast<int64_t>(N) * OC;
-    HPCT_LAUNCH(bias_broadcast_kernel, bias_broadcast_shape(total), stream, out, bias, N, OC);
-    HPCT_CUDA_LAUNCH_CHECK("matmul_forward");
-    beta = 1.0f;
+  if constexpr (std::is_same_v<A, bf16>) {
+    // out (N,OC) = inp (N,C) @ weight^T + bias: the bias in the epilogue, in fp32 before the one rounding
+    lt_gemm_rm(ctx, false, true, N, OC, C, inp, C, weight, C, 0.0f, out, CUDA_R_16BF, OC, bias);
+  } else {
+    const cudaStream_t stream = stream_of(ctx);
+    cublasHandle_t h = cublas_handle(stream);
+    float beta = 0.0f;
+    if (bias) {
+      const int64_t total = static_cast<int64_t>(N) * OC;
+      HPCT_LAUNCH(bias_broadcast_kernel, bias_broadcast_shape(total), stream, out, bias, N, OC);
+      HPCT_CUDA_LAUNCH_CHECK("matmul_forward");
+      beta = 1.0f;
+    }
+    gemm_rm(h, gemm_compute(ctx.precision), false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
   }
-  gemm_rm(h, gemm_compute(ctx.precision), false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
-void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC) {
+template <typename A>
+void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                     const A* weight, int N, int C, int OC) {
+  using S = DeviceStorage<A>;
   check_linear("matmul_backward", N, C, OC);
   if (N == 0) return;  // no rows: dinp is empty, the parameter gradients receive nothing
   const cudaStream_t stream = stream_of(ctx);
-  cublasHandle_t h = cublas_handle(stream);
-  const cublasComputeType_t compute = gemm_compute(ctx.precision);
-  if (dinp) gemm_rm(h, compute, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-  gemm_rm(h, compute, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if constexpr (std::is_same_v<A, bf16>) {
+    if (dinp) lt_gemm_rm(ctx, false, false, N, C, OC, dout, OC, weight, C, 0.0f, dinp, CUDA_R_16BF, C, nullptr);
+    lt_gemm_rm(ctx, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, CUDA_R_32F, C, nullptr);
+  } else {
+    cublasHandle_t h = cublas_handle(stream);
+    const cublasComputeType_t compute = gemm_compute(ctx.precision);
+    if (dinp) gemm_rm(h, compute, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    gemm_rm(h, compute, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  }
   if (dbias) {
-    HPCT_LAUNCH(bias_grad_kernel, bias_grad_shape(OC), stream, dbias, dout, N, OC);
+    HPCT_LAUNCH(bias_grad_kernel<S>, bias_grad_shape(OC), stream, dbias, dev_ptr(dout), N, OC);
     HPCT_CUDA_LAUNCH_CHECK("matmul_backward");
   }
 }
@@ -212,49 +376,59 @@ void matmul_backward(const ExecContext& ctx, float* dinp, float* dweight, float*
 // memory (the backward kernels from HS = 96 on, the forward at HS = 128) the shapes opt in, and HPCT_LAUNCH raises
 // the kernel's limit after checking the device's maximum (cuda_common.cuh).
 // ================================================================================================================
-int64_t attention_stats_floats(const ExecContext& /*ctx*/, int B, int T, int C, int NH) {
-  check_attention("attention_stats_floats", B, T, C, NH);
-  return static_cast<int64_t>(B) * NH * T;
+// The two buffers are float whatever the storage type (L and D per row: kernels.hpp).
+int64_t attention_stats_bytes(const ExecContext& /*ctx*/, int B, int T, int C, int NH, DType /*act*/) {
+  check_attention("attention_stats_bytes", B, T, C, NH);
+  return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));
 }
-int64_t attention_scratch_floats(const ExecContext& /*ctx*/, int B, int T, int C, int NH) {
-  check_attention("attention_scratch_floats", B, T, C, NH);
-  return static_cast<int64_t>(B) * NH * T;
+int64_t attention_scratch_bytes(const ExecContext& /*ctx*/, int B, int T, int C, int NH, DType /*act*/) {
+  check_attention("attention_scratch_bytes", B, T, C, NH);
+  return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));
 }
 
-void attention_forward(const ExecContext& ctx, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+template <typename A>
+void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv, int B, int T, int C, int NH) {
+  using S = DeviceStorage<A>;
   check_attention("attention_forward", B, T, C, NH);
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   check_flash_grid("attention_forward", B, T, NH);
   const LaunchShape shape = flash::forward_shape(B, T, NH, HS);
   const cudaStream_t stream = stream_of(ctx);
+  float* lse = static_cast<float*>(stats);  // L (B,NH,T)
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    HPCT_LAUNCH(flash::forward_kernel<NS>, shape, stream, out, lse, qkv, T, C, NH, scale);
+    HPCT_LAUNCH((flash::forward_kernel<S, NS>), shape, stream, dev_ptr(out), lse, dev_ptr(qkv), T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_forward");
   });
   HPCT_CHECK(launched, "kernels::cuda::attention_forward: head size {} is not in [1, {}]", HS, kMaxHS);
 }
 
-void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* out, const float* lse, int B, int T, int C, int NH) {
+template <typename A>
+void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A* dout, const A* qkv, const A* out,
+                        const void* stats, int B, int T, int C, int NH) {
+  using S = DeviceStorage<A>;
   check_attention("attention_backward", B, T, C, NH);
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   check_flash_grid("attention_backward", B, T, NH);
   const cudaStream_t stream = stream_of(ctx);
-  float* dsum = scratch;  // D (B,NH,T)
+  float* dsum = static_cast<float*>(scratch);           // D (B,NH,T)
+  const float* lse = static_cast<const float*>(stats);  // L (B,NH,T)
   const int64_t rows = static_cast<int64_t>(B) * NH * T;
   const int64_t row_blocks = (rows + kWarps - 1) / kWarps;
   HPCT_CHECK(row_blocks <= INT32_MAX, "kernels::cuda::attention_backward: {} rows exceed the launch grid", rows);
-  HPCT_LAUNCH(flash::rowdot_kernel, flash::rowdot_shape(rows), stream, dsum, dout, out, rows, T, C, NH);
+  HPCT_LAUNCH(flash::rowdot_kernel<S>, flash::rowdot_shape(rows), stream, dsum, dev_ptr(dout), dev_ptr(out), rows, T, C,
+              NH);
   HPCT_CUDA_LAUNCH_CHECK("attention_backward (D = rowsum(dout * out))");
   const LaunchShape dkv = flash::backward_dkv_shape(B, T, NH, HS), dq = flash::backward_dq_shape(B, T, NH, HS);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
-    HPCT_LAUNCH(flash::backward_dkv_kernel<NS>, dkv, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+    HPCT_LAUNCH((flash::backward_dkv_kernel<S, NS>), dkv, stream, dev_ptr(dqkv), dev_ptr(dout), dev_ptr(qkv), lse, dsum,
+                T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dk, dv)");
-    HPCT_LAUNCH(flash::backward_dq_kernel<NS>, dq, stream, dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+    HPCT_LAUNCH((flash::backward_dq_kernel<S, NS>), dq, stream, dev_ptr(dqkv), dev_ptr(dout), dev_ptr(qkv), lse, dsum,
+                T, C, NH, scale);
     HPCT_CUDA_LAUNCH_CHECK("attention_backward (dq)");
   });
   HPCT_CHECK(launched, "kernels::cuda::attention_backward: head size {} is not in [1, {}]", HS, kMaxHS);
@@ -263,65 +437,87 @@ void attention_backward(const ExecContext& ctx, float* dqkv, float* scratch, con
 // ================================================================================================================
 // Cross-entropies
 // ================================================================================================================
-void crossentropy_forward(const ExecContext& ctx, float* losses, const float* logits, const int32_t* targets, int N,
-                          int V, int Vp) {
+template <typename A>
+void crossentropy_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets, int N, int V,
+                          int Vp) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward: bad shape N={} V={} Vp={}", N, V, Vp);
   if (N == 0) return;
-  HPCT_LAUNCH(crossentropy_kernel<false>, row_shape(N, V), stream_of(ctx), losses, logits, targets, 0.0f, V, Vp);
-  HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward");
+  with_row_pack<S>(row_pack<S>(Vp, {logits}), [&](auto pack) {
+    constexpr int P = decltype(pack)::value;
+    HPCT_LAUNCH((crossentropy_kernel<false, S, P>), row_shape(N, V, P), stream_of(ctx), losses, dev_ptr(logits),
+                targets, 0.0f, V, Vp);
+    HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward");
+  });
 }
 
-void crossentropy_forward_backward(const ExecContext& ctx, float* losses, float* logits, const int32_t* targets,
+template <typename A>
+void crossentropy_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
                                    float dloss, int N, int V, int Vp) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward_backward: bad shape N={} V={} Vp={}", N,
              V, Vp);
   if (N == 0) return;
-  HPCT_LAUNCH(crossentropy_kernel<true>, row_shape(N, V), stream_of(ctx), losses, logits, targets, dloss, V, Vp);
-  HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward_backward");
+  with_row_pack<S>(row_pack<S>(Vp, {logits}), [&](auto pack) {
+    constexpr int P = decltype(pack)::value;
+    HPCT_LAUNCH((crossentropy_kernel<true, S, P>), row_shape(N, V, P), stream_of(ctx), losses, dev_ptr(logits), targets,
+                dloss, V, Vp);
+    HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward_backward");
+  });
 }
 
-void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const float* logits, const int32_t* targets,
+template <typename A>
+void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets,
                                    float eps, int N, int K) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward: bad shape N={} K={}", N, K);
   if (N == 0) return;
-  HPCT_LAUNCH(crossentropy_smoothed_kernel<false>, row_shape(N, K), stream_of(ctx), losses, logits, targets, 0.0f, eps,
-              K);
+  HPCT_LAUNCH((crossentropy_smoothed_kernel<false, S>), row_shape(N, K), stream_of(ctx), losses, dev_ptr(logits),
+              targets, 0.0f, eps, K);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward");
 }
 
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, float* logits,
-                                            const int32_t* targets, float dloss, float eps, int N, int K) {
+template <typename A>
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
+                                            float dloss, float eps, int N, int K) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward_backward: bad shape N={} K={}", N, K);
   if (N == 0) return;
-  HPCT_LAUNCH(crossentropy_smoothed_kernel<true>, row_shape(N, K), stream_of(ctx), losses, logits, targets, dloss, eps,
-              K);
+  HPCT_LAUNCH((crossentropy_smoothed_kernel<true, S>), row_shape(N, K), stream_of(ctx), losses, dev_ptr(logits),
+              targets, dloss, eps, K);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_smoothed_forward_backward");
 }
 
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const float* logits_local, int v0, int Vl, int V,
+template <typename A>
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const A* logits_local, int v0, int Vl, int V,
                                int N) {
+  using S = DeviceStorage<A>;
   const int Vr = check_vp_slice("crossentropy_vp_local_max", v0, Vl, V, N);
   if (N == 0) return;
-  HPCT_LAUNCH(vp_local_max_kernel, row_shape(N, Vr), stream_of(ctx), max_out, logits_local, Vl, Vr);
+  HPCT_LAUNCH(vp_local_max_kernel<S>, row_shape(N, Vr), stream_of(ctx), max_out, dev_ptr(logits_local), Vl, Vr);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_local_max");
 }
 
+template <typename A>
 void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, float* target_logit_out,
-                                  const float* logits_local, const float* global_max, const int32_t* targets, int v0,
+                                  const A* logits_local, const float* global_max, const int32_t* targets, int v0,
                                   int Vl, int V, int N) {
+  using S = DeviceStorage<A>;
   const int Vr = check_vp_slice("crossentropy_vp_local_sumexp", v0, Vl, V, N);
   if (N == 0) return;
-  HPCT_LAUNCH(vp_local_sumexp_kernel, row_shape(N, Vr), stream_of(ctx), sumexp_out, target_logit_out, logits_local,
-              global_max, targets, v0, Vl, Vr, V);
+  HPCT_LAUNCH(vp_local_sumexp_kernel<S>, row_shape(N, Vr), stream_of(ctx), sumexp_out, target_logit_out,
+              dev_ptr(logits_local), global_max, targets, v0, Vl, Vr, V);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_local_sumexp");
 }
 
-void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, float* logits_local, const float* global_max,
+template <typename A>
+void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, A* logits_local, const float* global_max,
                                    const float* global_sumexp, const float* global_target_logit, const int32_t* targets,
                                    float dloss, int v0, int Vl, int V, int N) {
+  using S = DeviceStorage<A>;
   const int Vr = check_vp_slice("crossentropy_vp_loss_backward", v0, Vl, V, N);
   if (N == 0) return;
-  HPCT_LAUNCH(vp_loss_backward_kernel, row_shape(N, Vl), stream_of(ctx), losses, logits_local, global_max,
+  HPCT_LAUNCH(vp_loss_backward_kernel<S>, row_shape(N, Vl), stream_of(ctx), losses, dev_ptr(logits_local), global_max,
               global_sumexp, global_target_logit, targets, dloss, v0, Vl, Vr, V);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss_backward");
 }
@@ -334,5 +530,29 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
               N);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss");
 }
+
+// ---- the two storage types of the templated ops (kernels.hpp) -----------------------------------------------------
+#define HPCT_INSTANTIATE_GPT(A)                                                                                      \
+  template void matmul_forward<A>(const ExecContext&, A*, const A*, const A*, const A*, int, int, int);              \
+  template void matmul_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, int, int,   \
+                                   int);                                                                             \
+  template void attention_forward<A>(const ExecContext&, A*, void*, const A*, int, int, int, int);                   \
+  template void attention_backward<A>(const ExecContext&, A*, void*, const A*, const A*, const A*, const void*, int, \
+                                      int, int, int);                                                                \
+  template void crossentropy_forward<A>(const ExecContext&, float*, const A*, const int32_t*, int, int, int);        \
+  template void crossentropy_forward_backward<A>(const ExecContext&, float*, A*, const int32_t*, float, int, int,    \
+                                                 int);                                                               \
+  template void crossentropy_smoothed_forward<A>(const ExecContext&, float*, const A*, const int32_t*, float, int,   \
+                                                 int);                                                               \
+  template void crossentropy_smoothed_forward_backward<A>(const ExecContext&, float*, A*, const int32_t*, float,     \
+                                                          float, int, int);                                          \
+  template void crossentropy_vp_local_max<A>(const ExecContext&, float*, const A*, int, int, int, int);              \
+  template void crossentropy_vp_local_sumexp<A>(const ExecContext&, float*, float*, const A*, const float*,          \
+                                                const int32_t*, int, int, int, int);                                 \
+  template void crossentropy_vp_loss_backward<A>(const ExecContext&, float*, A*, const float*, const float*,         \
+                                                 const float*, const int32_t*, float, int, int, int, int);
+HPCT_INSTANTIATE_GPT(float)
+HPCT_INSTANTIATE_GPT(bf16)
+#undef HPCT_INSTANTIATE_GPT
 
 }  // namespace hpct::kernels::cuda

@@ -7,6 +7,12 @@
 // every kernel here at the geometry below against the CPU backend. Keep it so: CUDA built-ins only (no CUDA header),
 // shared memory through HPCT_SHARED, and every new kernel with its emulated test.
 //
+// Storage types (cuda_device_common.cuh): logits and dout have the storage type S (float or __nv_bfloat16), losses,
+// dbias and the vocabulary-parallel statistics are float; arithmetic in float, each stored dlogit rounded once. The
+// plain cross-entropy reads bf16 rows in 16-byte packs where the padded row length allows (P = 8, row_pack; each
+// thread then owns the same packs in every loop, so the in-place rewrite stays within the thread's own columns);
+// float rows element by element as they always have.
+//
 // No atomics: every reduction (dbias over rows, the cross-entropy sums) runs in a fixed order that depends on the
 // shapes only. Targets cannot be checked on the device: an out-of-range target makes that row's loss NaN (and its
 // dlogits NaN; for the vocabulary-parallel pieces the target logit is NaN, so the reduced loss is NaN on every rank).
@@ -28,7 +34,8 @@ constexpr int kRowMaxThreads = 512;         // one-block-per-row kernels: the la
 // Linear
 // ================================================================================================================
 
-// out[n, o] = bias[o] for every row: the seed onto which the GEMM accumulates with beta = 1 (as the CPU backend).
+// out[n, o] = bias[o] for every row: the seed onto which the fp32 GEMM accumulates with beta = 1 (as the CPU backend).
+// (bf16 storage adds the bias in cuBLASLt's epilogue instead: cuda_gpt.cu.)
 __global__ void bias_broadcast_kernel(float* __restrict__ out, const float* __restrict__ bias, int64_t N, int OC) {
   const int64_t total = N * OC;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -42,13 +49,14 @@ __global__ void bias_broadcast_kernel(float* __restrict__ out, const float* __re
 constexpr int kBiasCols = 32;
 constexpr int kBiasRows = 16;
 
-__global__ void bias_grad_kernel(float* __restrict__ dbias, const float* __restrict__ dout, int N, int OC) {
+template <typename S>
+__global__ void bias_grad_kernel(float* __restrict__ dbias, const S* __restrict__ dout, int N, int OC) {
   HPCT_SHARED(double, part, [kBiasRows][kBiasCols + 1]);
   const int x = threadIdx.x, y = threadIdx.y;
   const int o = blockIdx.x * kBiasCols + x;
   double acc = 0.0;
   if (o < OC)
-    for (int n = y; n < N; n += kBiasRows) acc += static_cast<double>(dout[static_cast<int64_t>(n) * OC + o]);
+    for (int n = y; n < N; n += kBiasRows) acc += static_cast<double>(to_float(dout[static_cast<int64_t>(n) * OC + o]));
   part[y][x] = acc;
   __syncthreads();
   if (y == 0 && o < OC) {
@@ -64,37 +72,55 @@ __global__ void bias_grad_kernel(float* __restrict__ dbias, const float* __restr
 
 // Plain softmax cross-entropy over the first V of Vp logits; kBackward: also dlogits in place (padding -> 0).
 // CPU twin: crossentropy_forward / crossentropy_forward_backward (softmax_stats: max, then sum of exp(x - max)).
-// The logits are const in the forward-only instantiation.
-template <bool kBackward>
-using LogitsPtr = std::conditional_t<kBackward, float*, const float*>;
+// The logits are const in the forward-only instantiation. Thread t owns the packs of P columns starting at t P,
+// t P + blockDim.x P, ... in every loop (P = 1: the columns t, t + blockDim.x, ...).
+template <bool kBackward, typename S>
+using LogitsPtr = std::conditional_t<kBackward, S*, const S*>;
 
-template <bool kBackward>
-__global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
+template <bool kBackward, typename S, int P>
+__global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackward, S> __restrict__ logits,
                                     const int32_t* __restrict__ targets, float dloss, int V, int Vp) {
   HPCT_SHARED(float, shared, [32]);
   const int n = blockIdx.x;
-  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * Vp;
+  const LogitsPtr<kBackward, S> x = logits + static_cast<int64_t>(n) * Vp;
   const int tgt = targets[n];
   const bool valid = tgt >= 0 && tgt < V;
   // read by every thread before the first block reduction's barrier, hence before any thread writes the row
-  const float x_tgt = valid ? x[tgt] : NAN;
+  const float x_tgt = valid ? to_float(x[tgt]) : NAN;
+  const int step = blockDim.x * P;
   float m = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, x[v]);
+  for (int v0 = threadIdx.x * P; v0 < V; v0 += step) {
+    const Pack<S, P> pk = load_pack<P>(x + v0);  // v0 + P <= Vp: Vp is a multiple of P
+#pragma unroll
+    for (int j = 0; j < P; j++)
+      if (v0 + j < V) m = fmaxf(m, to_float(pk.v[j]));
+  }
   m = block_max(m, shared);
   float s = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - m);
+  for (int v0 = threadIdx.x * P; v0 < V; v0 += step) {
+    const Pack<S, P> pk = load_pack<P>(x + v0);
+#pragma unroll
+    for (int j = 0; j < P; j++)
+      if (v0 + j < V) s += expf(to_float(pk.v[j]) - m);
+  }
   s = block_sum(s, shared);
   if (threadIdx.x == 0) losses[n] = valid ? (m - x_tgt) + logf(s) : NAN;  // logsumexp - x[target]
   if constexpr (kBackward) {
     const float k = dloss / s;
-    // each thread rewrites only the columns it read above (same stride): no cross-thread hazard
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-      float g = 0.0f;  // padded columns: no gradient
-      if (v < V) {
-        g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
-        if (v == tgt) g -= dloss;
+    // each thread rewrites only the columns it read above (same packs): no cross-thread hazard
+    for (int v0 = threadIdx.x * P; v0 < Vp; v0 += step) {
+      Pack<S, P> pk = load_pack<P>(x + v0);
+#pragma unroll
+      for (int j = 0; j < P; j++) {
+        const int v = v0 + j;
+        float g = 0.0f;  // padded columns: no gradient
+        if (v < V) {
+          g = __fmul_rn(expf(to_float(pk.v[j]) - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
+          if (v == tgt) g -= dloss;
+        }
+        pk.v[j] = from_float<S>(valid ? g : NAN);
       }
-      x[v] = valid ? g : NAN;
+      store_pack<P>(x + v0, pk);
     }
   }
 }
@@ -102,24 +128,25 @@ __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackw
 // Label-smoothed cross-entropy over K classes (no padding). CPU twin: crossentropy_smoothed_forward(_backward):
 //   loss = (1 - eps) ((m - z[y]) + log s) + eps ((m - sum(z) / K) + log s);  dlogits = p c - eps dloss / K,
 //   minus dloss (1 - eps) at the target, with c = dloss / s.
-template <bool kBackward>
-__global__ void crossentropy_smoothed_kernel(float* __restrict__ losses, LogitsPtr<kBackward> __restrict__ logits,
+template <bool kBackward, typename S>
+__global__ void crossentropy_smoothed_kernel(float* __restrict__ losses, LogitsPtr<kBackward, S> __restrict__ logits,
                                              const int32_t* __restrict__ targets, float dloss, float eps, int K) {
   HPCT_SHARED(float, shared, [32]);
   const int n = blockIdx.x;
-  const LogitsPtr<kBackward> x = logits + static_cast<int64_t>(n) * K;
+  const LogitsPtr<kBackward, S> x = logits + static_cast<int64_t>(n) * K;
   const int tgt = targets[n];
   const bool valid = tgt >= 0 && tgt < K;
-  const float x_tgt = valid ? x[tgt] : NAN;
+  const float x_tgt = valid ? to_float(x[tgt]) : NAN;
   float m = -INFINITY, z = 0.0f;
   for (int k = threadIdx.x; k < K; k += blockDim.x) {
-    m = fmaxf(m, x[k]);
-    z += x[k];
+    const float xk = to_float(x[k]);
+    m = fmaxf(m, xk);
+    z += xk;
   }
   m = block_max(m, shared);
   const float zsum = block_sum(z, shared);
   float s = 0.0f;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) s += expf(x[k] - m);
+  for (int k = threadIdx.x; k < K; k += blockDim.x) s += expf(to_float(x[k]) - m);
   s = block_sum(s, shared);
   if (threadIdx.x == 0) {
     const float lse_part = logf(s);
@@ -128,52 +155,54 @@ __global__ void crossentropy_smoothed_kernel(float* __restrict__ losses, LogitsP
   if constexpr (kBackward) {
     const float c = dloss / s, uniform = dloss * eps / K;
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      float g = expf(x[k] - m) * c - uniform;
+      float g = expf(to_float(x[k]) - m) * c - uniform;
       if (k == tgt) g -= dloss * (1.0f - eps);
-      x[k] = valid ? g : NAN;
+      x[k] = from_float<S>(valid ? g : NAN);
     }
   }
 }
 
 // ---- vocabulary-parallel pieces: this rank holds columns [v0, v0 + Vl), of which [0, Vr) are real ----
-__global__ void vp_local_max_kernel(float* __restrict__ max_out, const float* __restrict__ logits_local, int Vl,
-                                    int Vr) {
+template <typename S>
+__global__ void vp_local_max_kernel(float* __restrict__ max_out, const S* __restrict__ logits_local, int Vl, int Vr) {
   HPCT_SHARED(float, shared, [32]);
   const int n = blockIdx.x;
-  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  const S* x = logits_local + static_cast<int64_t>(n) * Vl;
   float m = -INFINITY;  // a rank of padding only: -inf, the identity of the MAX allreduce
-  for (int v = threadIdx.x; v < Vr; v += blockDim.x) m = fmaxf(m, x[v]);
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) m = fmaxf(m, to_float(x[v]));
   m = block_max(m, shared);
   if (threadIdx.x == 0) max_out[n] = m;
 }
 
+template <typename S>
 __global__ void vp_local_sumexp_kernel(float* __restrict__ sumexp_out, float* __restrict__ target_logit_out,
-                                       const float* __restrict__ logits_local, const float* __restrict__ global_max,
+                                       const S* __restrict__ logits_local, const float* __restrict__ global_max,
                                        const int32_t* __restrict__ targets, int v0, int Vl, int Vr, int V) {
   HPCT_SHARED(float, shared, [32]);
   const int n = blockIdx.x;
-  const float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  const S* x = logits_local + static_cast<int64_t>(n) * Vl;
   const float m = global_max[n];  // subtracted before exp: no overflow
   float s = 0.0f;
-  for (int v = threadIdx.x; v < Vr; v += blockDim.x) s += expf(x[v] - m);
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) s += expf(to_float(x[v]) - m);
   s = block_sum(s, shared);
   if (threadIdx.x == 0) {
     sumexp_out[n] = s;
     const int tgt = targets[n];
-    const int j = tgt - v0;                       // local column of the target; in range on exactly one rank
-    float tl = (j >= 0 && j < Vr) ? x[j] : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
-    if (tgt < 0 || tgt >= V) tl = NAN;            // a bad target: NaN on every rank, NaN loss after the allreduce
+    const int j = tgt - v0;                                 // local column of the target; in range on exactly one rank
+    float tl = (j >= 0 && j < Vr) ? to_float(x[j]) : 0.0f;  // 0 elsewhere: the SUM allreduce yields x[target]
+    if (tgt < 0 || tgt >= V) tl = NAN;  // a bad target: NaN on every rank, NaN loss after the allreduce
     target_logit_out[n] = tl;
   }
 }
 
-__global__ void vp_loss_backward_kernel(float* __restrict__ losses, float* __restrict__ logits_local,
+template <typename S>
+__global__ void vp_loss_backward_kernel(float* __restrict__ losses, S* __restrict__ logits_local,
                                         const float* __restrict__ global_max, const float* __restrict__ global_sumexp,
                                         const float* __restrict__ global_target_logit,
                                         const int32_t* __restrict__ targets, float dloss, int v0, int Vl, int Vr,
                                         int V) {
   const int n = blockIdx.x;
-  float* x = logits_local + static_cast<int64_t>(n) * Vl;
+  S* x = logits_local + static_cast<int64_t>(n) * Vl;
   const float m = global_max[n], s = global_sumexp[n];  // s >= 1: the max column contributes exp(0)
   const int tgt = targets[n];
   const bool valid = tgt >= 0 && tgt < V;
@@ -183,10 +212,10 @@ __global__ void vp_loss_backward_kernel(float* __restrict__ losses, float* __res
   for (int v = threadIdx.x; v < Vl; v += blockDim.x) {
     float g = 0.0f;  // padded columns: no gradient
     if (v < Vr) {
-      g = __fmul_rn(expf(x[v] - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
+      g = __fmul_rn(expf(to_float(x[v]) - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
       if (v == j) g -= dloss;
     }
-    x[v] = valid ? g : NAN;
+    x[v] = from_float<S>(valid ? g : NAN);
   }
 }
 
@@ -217,9 +246,9 @@ LaunchShape bias_grad_shape(int OC) {
   return {{static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols), 1, 1}, {kBiasCols, kBiasRows, 1}, 0};
 }
 // the one-block-per-row kernels (the cross-entropies and the vocabulary-parallel local pieces): N rows, each block
-// sized for rows of `len` elements
-LaunchShape row_shape(int N, int64_t len) {
-  return {{static_cast<unsigned>(N), 1, 1}, {static_cast<unsigned>(row_threads(len)), 1, 1}, 0};
+// sized for rows of `len` elements read `pack` at a time
+LaunchShape row_shape(int N, int64_t len, int pack = 1) {
+  return {{static_cast<unsigned>(N), 1, 1}, {static_cast<unsigned>(row_threads((len + pack - 1) / pack)), 1, 1}, 0};
 }
 // vp_loss_kernel over the N rows
 LaunchShape vp_loss_shape(int N) { return grid_stride_shape(N, kVpLossThreads); }

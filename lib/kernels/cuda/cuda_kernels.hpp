@@ -5,10 +5,12 @@
 // (HPCT_CUDA_LAUNCH_CHECK, cuda_common.cuh) and never allocates in the step: scratch comes from the caller.
 // Plain C++ (no CUDA types): included by kernels.cpp's dispatch, compiled by g++; defined in the .cu files
 //   cuda_core.cu    memory helpers, reductions, scale, AdamW, SGD, residual, GELU, ReLU, embedding, LayerNorm
-//   cuda_gpt.cu     Linear (cuBLAS), attention, the cross-entropies (plain, smoothed, vocabulary-parallel)
+//   cuda_gpt.cu     Linear (cuBLAS, cuBLASLt for bf16), attention, the cross-entropies (plain, smoothed, vocab-par.)
 //   cuda_resnet.cu  Conv2d (cuDNN), BatchNorm2d (train / SyncBN pieces / eval), max and global-average pooling
-// Reference: each op must equal the CPU backend within the tolerances of tests/unit/kernels/test_cuda_*.cpp (fp32;
-// ctest label cuda).
+// Storage types: the ops templated on A are instantiated for A = float and A = bf16 in the .cu files (kernels.hpp,
+// "Storage types"; docs/cuda.md, "bf16 storage on CUDA").
+// Reference: each op must equal the CPU backend within the tolerances of tests/unit/kernels/test_cuda_*.cpp (fp32 and
+// bf16; ctest label cuda), and every own kernel runs on the host emulation in tests/cuda_emu (label emu).
 #include <cstdint>
 
 #include "kernels/exec_context.hpp"
@@ -18,25 +20,23 @@
 namespace hpct::kernels::cuda {
 
 template <typename A>
-void encoder_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                     const A* wte /*(Vp,C)*/, const A* wpe /*(T,C)*/, int B, int T, int C);
+void encoder_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const A* wte /*(Vp,C)*/,
+                     const A* wpe /*(T,C)*/, int B, int T, int C);
 template <typename A>
 void encoder_backward(const ExecContext& ctx, float* dwte /*(Vp,C) +=*/, float* dwpe /*(T,C) +=*/,
                       const A* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int B, int T, int C);
 
 template <typename A>
 void layernorm_forward(const ExecContext& ctx, A* out /*(N,C)*/, float* mean /*(N)*/, float* rstd /*(N)*/,
-                       const A* inp /*(N,C)*/, const A* weight /*(C)*/, const A* bias /*(C) or null*/,
-                       int N, int C);
+                       const A* inp /*(N,C)*/, const A* weight /*(C)*/, const A* bias /*(C) or null*/, int N, int C);
 template <typename A>
 void layernorm_backward(const ExecContext& ctx, A* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/,
                         float* dbias /*(C) += or null*/, const A* dout /*(N,C)*/, const A* inp /*(N,C)*/,
-                        const A* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N,
-                        int C);
+                        const A* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N, int C);
 
 template <typename A>
-void matmul_forward(const ExecContext& ctx, A* out /*(N,OC)*/, const A* inp /*(N,C)*/,
-                    const A* weight /*(OC,C)*/, const A* bias /*(OC) or null*/, int N, int C, int OC);
+void matmul_forward(const ExecContext& ctx, A* out /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /*(OC,C)*/,
+                    const A* bias /*(OC) or null*/, int N, int C, int OC);
 template <typename A>
 void matmul_backward(const ExecContext& ctx, A* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/,
                      float* dbias /*(OC) += or null*/, const A* dout /*(N,OC)*/, const A* inp /*(N,C)*/,
@@ -72,8 +72,8 @@ void crossentropy_forward_backward(const ExecContext& ctx, float* losses /*(N)*/
 // Vocabulary parallelism (kernels.hpp): this rank holds the global rows/columns [v0, v0+Vl) of the padded Vp.
 template <typename A>
 void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                                    const A* wte_local /*(Vl,C)*/, const A* wpe /*(T,C) or null*/, int v0,
-                                    int Vl, int B, int T, int C);
+                                    const A* wte_local /*(Vl,C)*/, const A* wpe /*(T,C) or null*/, int v0, int Vl,
+                                    int B, int T, int C);
 template <typename A>
 void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /*(Vl,C) +=*/,
                                      float* dwpe /*(T,C) += or null*/, const A* dout /*(B,T,C)*/,
@@ -82,12 +82,11 @@ template <typename A>
 void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const A* logits /*(N,K)*/,
                                    const int32_t* targets /*(N)*/, float eps, int N, int K);
 template <typename A>
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/,
-                                            A* logits /*(N,K) in/out*/, const int32_t* targets /*(N)*/, float dloss,
-                                            float eps, int N, int K);
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, A* logits /*(N,K) in/out*/,
+                                            const int32_t* targets /*(N)*/, float dloss, float eps, int N, int K);
 template <typename A>
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const A* logits_local /*(N,Vl)*/,
-                               int v0, int Vl, int V, int N);
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const A* logits_local /*(N,Vl)*/, int v0,
+                               int Vl, int V, int N);
 template <typename A>
 void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out /*(N)*/, float* target_logit_out /*(N)*/,
                                   const A* logits_local /*(N,Vl)*/, const float* global_max /*(N)*/,
@@ -110,18 +109,17 @@ void conv2d_forward(const ExecContext& ctx, A* out /*(N,OC,OH,OW)*/, const A* in
                     int OC, int KH, int KW, int stride, int pad);
 template <typename A>
 void conv2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
-                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/,
-                     const A* inp /*(N,C,H,W)*/, const A* weight /*(OC,C,KH,KW)*/,
-                     float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
-                     int OC, int KH, int KW, int stride, int pad);
+                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
+                     const A* weight /*(OC,C,KH,KW)*/, float* workspace /*(workspace_floats)*/,
+                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,
                                float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/,
                                const A* gamma /*(C)*/, const A* beta /*(C)*/, int N, int C, int HW, float eps);
 template <typename A>
-void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const A* inp /*(N,C,HW)*/,
-                             int N, int C, int HW);
+void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const A* inp /*(N,C,HW)*/, int N,
+                             int C, int HW);
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged /*(C,3) assigned*/,
                              const float* gathered /*(R,C,3)*/, int R, int C);
 template <typename A>
@@ -138,19 +136,18 @@ void batchnorm2d_forward_eval(const ExecContext& ctx, A* out /*(N,C,HW)*/, const
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
                           float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
-                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
-                          int N, int C, int HW);
+                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const A* gamma /*(C)*/, int N,
+                          int C, int HW);
 template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums /*(C,2) assigned*/, float* dgamma /*(C) +=*/,
-                                     float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/,
-                                     const A* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
-                                     const float* save_rstd /*(C)*/, int N, int C, int HW);
+                                     float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
+                                     const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, int N, int C,
+                                     int HW);
 template <typename A>
-void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/,
-                                const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
-                                const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/,
-                                const A* gamma /*(C)*/, const float* global_sums /*(C,2)*/, int64_t global_count,
-                                int N, int C, int HW);
+void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, const A* dout /*(N,C,HW)*/,
+                                const A* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
+                                const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
+                                const float* global_sums /*(C,2)*/, int64_t global_count, int N, int C, int HW);
 
 template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n);
@@ -165,11 +162,10 @@ void maxpool2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W)*/, const A* 
                         const int32_t* idx /*(N,C,OH,OW)*/, int N, int C, int H, int W, int K, int stride, int pad);
 
 template <typename A>
-void global_avgpool_forward(const ExecContext& ctx, A* out /*(N,C)*/, const A* inp /*(N,C,HW)*/, int N, int C,
-                            int HW);
+void global_avgpool_forward(const ExecContext& ctx, A* out /*(N,C)*/, const A* inp /*(N,C,HW)*/, int N, int C, int HW);
 template <typename A>
-void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N,
-                             int C, int HW);
+void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N, int C,
+                             int HW);
 
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n);
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n);

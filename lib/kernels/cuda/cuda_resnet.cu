@@ -10,6 +10,17 @@
 // cores: fp32 results within the tests' 1e-4-level tolerances); tf32 and bf16 -> CUDNN_TENSOR_OP_MATH (TF32 tensor cores
 // on fp32 data; the legacy API has no bf16 conversion of fp32 tensors); fp16 -> CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
 // (fp32 data converted to fp16 for the tensor cores).
+// bf16 storage (A = bf16, whatever ctx.precision): x, w and y descriptors CUDNN_DATA_BFLOAT16, the convolution's
+// compute type CUDNN_DATA_FLOAT (cuDNN's PSEUDO_BFLOAT16_CONFIG: bf16 tensor-core products, fp32 accumulation),
+// CUDNN_TENSOR_OP_MATH. The filter gradient must accumulate into the fp32 master gradient, but the legacy API's
+// backward-filter takes dw of the type of x and dy (a bf16 x with a float dw is no supported configuration), so it
+// writes the bf16 filter gradient (beta = 0) into a scratch at the start of the workspace, and accumulate_float_kernel
+// adds it to dweight in fp32: one bf16 rounding per micro-batch of the gradient (as a bf16 autocast convolution's
+// weight gradient has in PyTorch), no rounding of the accumulated sum. The alternatives cost more than that rounding:
+// the graph API's mixed-type wgrad is another code path for one tensor, and fp32 copies of x and dy would be
+// activation-sized scratch and TF32 speed. conv2d_workspace_floats(..., DType::BF16) includes that scratch. The bias
+// (forward) seeds the output (plane_bias_kernel<true>) and cuDNN accumulates the convolution onto it (beta = 1), so
+// the sum is rounded to bf16 once.
 // Algorithms come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7: no benchmarking, no device allocation),
 // filtered to CUDNN_DETERMINISTIC, supported ones (under fp32 also non-tensor-op) whose workspace is at most kMaxWorkspaceBytes, in the
 // heuristics' order; a known deterministic algorithm (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1) is appended
@@ -39,6 +50,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -91,7 +103,7 @@ struct ConvAlgo {
   size_t bytes;  // its workspace for this shape
 };
 
-// Descriptors and the deterministic candidates (preference order) of one shape on one device.
+// Descriptors and the deterministic candidates (preference order) of one shape and storage type on one device.
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -143,19 +155,23 @@ cudnnMathType_t conv_math(Precision p) {
   HPCT_FAIL("conv2d: unknown precision {}", static_cast<int>(p));
 }
 
-ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision) {
+// The math type of bf16 storage: tensor ops on the bf16 tensors as they are.
+cudnnMathType_t conv_math(Precision p, bool bf16_storage) { return bf16_storage ? CUDNN_TENSOR_OP_MATH : conv_math(p); }
+
+ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, bool bf16_storage) {
   ConvPlan p;
+  const cudnnDataType_t data = bf16_storage ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p.conv));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d.N, d.C, d.H, d.W));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d.N, d.OC, d.OH, d.OW));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.OC, d.C, d.KH, d.KW));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, data, d.N, d.C, d.H, d.W));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, data, d.N, d.OC, d.OH, d.OW));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, data, CUDNN_TENSOR_NCHW, d.OC, d.C, d.KH, d.KW));
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, d.pad, d.pad, d.stride, d.stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT));
   CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, 1));
-  const cudnnMathType_t math = conv_math(precision);
+  const cudnnMathType_t math = conv_math(precision, bf16_storage);
   const bool tensor_ops = math != CUDNN_FMA_MATH;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, math));  // fp32: plain fp32 FMAs, no TF32
   int on = 0, oc = 0, oh = 0, ow = 0;
@@ -193,24 +209,46 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, a, bytes);
       });
   HPCT_CHECK(!p.fwd.empty() && !p.bwd_data.empty() && !p.bwd_filter.empty(),
-             "conv2d: cuDNN offers no deterministic algorithm (math type {}) for N={} C={} H={} W={} OC={} {}x{} "
-             "stride {} pad {} "
-             "(forward {}, backward-data {}, backward-filter {} candidates)",
-             static_cast<int>(math), d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad, p.fwd.size(),
-             p.bwd_data.size(), p.bwd_filter.size());
+             "conv2d: cuDNN offers no deterministic algorithm (math type {}, {} tensors) for N={} C={} H={} W={} OC={} "
+             "{}x{} stride {} pad {} (forward {}, backward-data {}, backward-filter {} candidates){}",
+             static_cast<int>(math), bf16_storage ? "bf16" : "fp32", d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride,
+             d.pad, p.fwd.size(), p.bwd_data.size(), p.bwd_filter.size(),
+             bf16_storage ? "; this GPU or cuDNN cannot run bf16 storage: run with train.precision=fp32 or tf32" : "");
   return p;
 }
 
 // The cached plan of this shape on the current device (built on first use; the handle must be current).
-const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precision) {
+const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, bool bf16_storage) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  using Key = std::array<int, 11>;
+  using Key = std::array<int, 12>;
   thread_local std::map<Key, std::unique_ptr<ConvPlan>> plans;  // descriptors never destroyed (header comment)
-  const Key key{dev, d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad, static_cast<int>(precision)};
+  // bf16 storage ignores the precision: one plan for all of them
+  const Key key{dev,
+                d.N,
+                d.C,
+                d.H,
+                d.W,
+                d.OC,
+                d.KH,
+                d.KW,
+                d.stride,
+                d.pad,
+                bf16_storage ? -1 : static_cast<int>(precision),
+                bf16_storage};
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, std::make_unique<ConvPlan>(build_plan(h, d, precision))).first;
+  if (it == plans.end())
+    it = plans.emplace(key, std::make_unique<ConvPlan>(build_plan(h, d, precision, bf16_storage))).first;
   return *it->second;
+}
+
+// bf16 storage: the workspace starts with the bf16 filter-gradient scratch (OC*C*KH*KW elements, rounded up to 256
+// bytes so that the algorithms' part keeps the workspace's own alignment); the algorithms get the rest. float storage:
+// no scratch.
+size_t filter_scratch_bytes(const ConvDims& d, bool bf16_storage) {
+  if (!bf16_storage) return 0;
+  const size_t bytes = static_cast<size_t>(d.OC) * d.C * d.KH * d.KW * sizeof(bf16);
+  return (bytes + 255) / 256 * 256;
 }
 
 int64_t floats_of(size_t bytes) { return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)); }
@@ -234,6 +272,25 @@ size_t workspace_bytes(const float* workspace, int64_t workspace_floats) {
   return workspace ? static_cast<size_t>(workspace_floats) * sizeof(float) : 0;
 }
 
+// The workspace of one call split into the bf16 filter-gradient scratch and the algorithms' part
+// (filter_scratch_bytes).
+struct ConvWorkspace {
+  bf16* filter_scratch;  // null for float storage
+  void* algo;            // the algorithms' workspace
+  size_t algo_bytes;
+};
+ConvWorkspace split_workspace(const char* op, float* workspace, int64_t workspace_floats, const ConvDims& d,
+                              bool bf16_storage) {
+  const size_t have = workspace_bytes(workspace, workspace_floats), scratch = filter_scratch_bytes(d, bf16_storage);
+  if (scratch == 0) return {nullptr, workspace, have};
+  HPCT_CHECK(have >= scratch,
+             "{}: bf16 storage needs a workspace of at least {} floats for the bf16 filter gradient, and the "
+             "algorithms' part after it (has {} floats); size it with conv2d_workspace_floats(..., DType::BF16)",
+             op, scratch / sizeof(float), workspace_floats);
+  auto* base = reinterpret_cast<unsigned char*>(workspace);
+  return {reinterpret_cast<bf16*>(base), base + scratch, have - scratch};
+}
+
 void check_bn(const char* op, int N, int C, int HW) {
   HPCT_CHECK(N > 0 && C > 0 && HW > 0, "{}: bad shape N={} C={} HW={}", op, N, C, HW);
 }
@@ -242,79 +299,109 @@ void check_bn(const char* op, int N, int C, int HW) {
 
 // ---- Conv2d ---------------------------------------------------------------------------------------------
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
-                                int pad) {
+                                int pad, DType act) {
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16,
+             "conv2d_workspace_floats: storage type {} is neither F32 nor BF16", static_cast<int>(act));
+  const bool bf16_storage = act == DType::BF16;
   const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
   const cudnnHandle_t h = cudnn_handle(stream_of(ctx));
-  const ConvPlan& p = conv_plan(h, d, ctx.precision);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision, bf16_storage);
   const size_t bytes = std::max({p.fwd.front().bytes, p.bwd_data.front().bytes, p.bwd_filter.front().bytes});
-  return floats_of(bytes);
+  return floats_of(filter_scratch_bytes(d, bf16_storage) + bytes);
 }
 
-void conv2d_forward(const ExecContext& ctx, float* out, const float* inp, const float* weight, const float* bias,
-                    float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
-                    int stride, int pad) {
+template <typename A>
+void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
+                    int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+  using S = DeviceStorage<A>;
+  constexpr bool kBf16 = std::is_same_v<A, bf16>;
   const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
-  const ConvPlan& p = conv_plan(h, d, ctx.precision);
-  const size_t have = workspace_bytes(workspace, workspace_floats);
-  const ConvAlgo& a = pick(p.fwd, have, "conv2d_forward", "forward", d);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision, kBf16);
+  const ConvWorkspace ws = split_workspace("conv2d_forward", workspace, workspace_floats, d, kBf16);
+  const ConvAlgo& a = pick(p.fwd, ws.algo_bytes, "conv2d_forward", "forward", d);
+  const int64_t planes = static_cast<int64_t>(N) * OC, len = static_cast<int64_t>(d.OH) * d.OW;
   const float one = 1.0f, zero = 0.0f;
+  // bf16 with a bias: the output seeded with it, the convolution accumulated onto it (one rounding; header comment)
+  const bool seed = kBf16 && bias != nullptr;
+  if (seed) {
+    HPCT_LAUNCH((plane_bias_kernel<true, S>), plane_shape(planes, len), stream, dev_ptr(out), dev_ptr(bias), planes, OC,
+                len);
+    HPCT_CUDA_LAUNCH_CHECK("conv2d_forward (bias)");
+  }
   CUDNN_CHECK(cudnnConvolutionForward(h, &one, p.x, inp, p.w, weight, p.conv,
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), a.bytes ? workspace : nullptr,
-                                      a.bytes, &zero, p.y, out));
-  if (bias) {
-    const int64_t planes = static_cast<int64_t>(N) * OC, len = static_cast<int64_t>(d.OH) * d.OW;
-    HPCT_LAUNCH(add_plane_bias_kernel, plane_shape(planes, len), stream, out, bias, planes, OC, len);
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), a.bytes ? ws.algo : nullptr,
+                                      a.bytes, seed ? &one : &zero, p.y, out));
+  if (bias && !seed) {
+    HPCT_LAUNCH((plane_bias_kernel<false, S>), plane_shape(planes, len), stream, dev_ptr(out), dev_ptr(bias), planes,
+                OC, len);
     HPCT_CUDA_LAUNCH_CHECK("conv2d_forward (bias)");
   }
 }
 
-void conv2d_backward(const ExecContext& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, float* workspace, int64_t workspace_floats, int N, int C,
-                     int H, int W, int OC, int KH, int KW, int stride, int pad) {
+template <typename A>
+void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                     const A* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
+                     int KH, int KW, int stride, int pad) {
+  using S = DeviceStorage<A>;
+  constexpr bool kBf16 = std::is_same_v<A, bf16>;
   const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
-  const ConvPlan& p = conv_plan(h, d, ctx.precision);
-  const size_t have = workspace_bytes(workspace, workspace_floats);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision, kBf16);
+  const ConvWorkspace ws = split_workspace("conv2d_backward", workspace, workspace_floats, d, kBf16);
   const float one = 1.0f, zero = 0.0f;
-  // dweight += dout (*) inp: beta = 1 accumulates
-  const ConvAlgo& af = pick(p.bwd_filter, have, "conv2d_backward", "backward-filter", d);
+  // dweight += dout (*) inp: beta = 1 accumulates (float); bf16: into the scratch (beta = 0), then added in fp32
+  const ConvAlgo& af = pick(p.bwd_filter, ws.algo_bytes, "conv2d_backward", "backward-filter", d);
+  void* dw = kBf16 ? static_cast<void*>(ws.filter_scratch) : static_cast<void*>(dweight);
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(af.algo),
-                                             af.bytes ? workspace : nullptr, af.bytes, &one, p.w, dweight));
+                                             af.bytes ? ws.algo : nullptr, af.bytes, kBf16 ? &zero : &one, p.w, dw));
+  if constexpr (kBf16) {
+    const int64_t n = static_cast<int64_t>(OC) * C * KH * KW;
+    const int64_t packs = accumulate_packs(n, dweight, ws.filter_scratch);
+    HPCT_LAUNCH(accumulate_float_kernel<S>, accumulate_shape(n, packs), stream, dweight, dev_ptr(ws.filter_scratch), n,
+                packs);
+    HPCT_CUDA_LAUNCH_CHECK("conv2d_backward (dweight += bf16 filter gradient)");
+  }
   // dinp = conv_transpose(dout, weight): beta = 0 assigns
   if (dinp) {
-    const ConvAlgo& ad = pick(p.bwd_data, have, "conv2d_backward", "backward-data", d);
+    const ConvAlgo& ad = pick(p.bwd_data, ws.algo_bytes, "conv2d_backward", "backward-data", d);
     CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, p.w, weight, p.y, dout, p.conv,
                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(ad.algo),
-                                             ad.bytes ? workspace : nullptr, ad.bytes, &zero, p.x, dinp));
+                                             ad.bytes ? ws.algo : nullptr, ad.bytes, &zero, p.x, dinp));
   }
   // dbias += sum over (n, oh, ow), in double, one block per output channel
   if (dbias) {
-    HPCT_LAUNCH(channel_sum_accumulate_kernel, channel_reduce_shape(OC), stream, dbias, dout, N, OC, d.OH * d.OW);
+    HPCT_LAUNCH(channel_sum_accumulate_kernel<S>, channel_reduce_shape(OC), stream, dbias, dev_ptr(dout), N, OC,
+                d.OH * d.OW);
     HPCT_CUDA_LAUNCH_CHECK("conv2d_backward (dbias)");
   }
 }
 
 // ---- BatchNorm2d ---------------------------------------------------------------------------------------
-void batchnorm2d_forward_train(const ExecContext& ctx, float* out, float* stats, float* save_mean, float* save_rstd,
-                               const float* inp, const float* gamma, const float* beta, int N, int C, int HW,
-                               float eps) {
+template <typename A>
+void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
+                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_train", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
-  HPCT_LAUNCH(bn_stats_kernel, channel_reduce_shape(C), stream, stats, save_mean, save_rstd, inp, N, C, HW, eps);
+  HPCT_LAUNCH(bn_stats_kernel<S>, channel_reduce_shape(C), stream, stats, save_mean, save_rstd, dev_ptr(inp), N, C, HW,
+              eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_train (stats)");
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_apply_kernel, plane_shape(planes, HW), stream, out, inp, save_mean, save_rstd, gamma, beta, planes, C,
-              HW);
+  HPCT_LAUNCH(bn_apply_kernel<S>, plane_shape(planes, HW), stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd,
+              dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_train (apply)");
 }
 
-void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const float* inp, int N, int C, int HW) {
+template <typename A>
+void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
+  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_local_stats", N, C, HW);
-  HPCT_LAUNCH(bn_stats_kernel, channel_reduce_shape(C), stream_of(ctx), stats, nullptr, nullptr, inp, N, C, HW, 0.0f);
+  HPCT_LAUNCH(bn_stats_kernel<S>, channel_reduce_shape(C), stream_of(ctx), stats, nullptr, nullptr, dev_ptr(inp), N, C,
+              HW, 0.0f);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_local_stats");
 }
 
@@ -324,16 +411,17 @@ void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float*
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_merge_stats");
 }
 
-void batchnorm2d_forward_apply(const ExecContext& ctx, float* out, float* save_mean, float* save_rstd, const float* inp,
-                               const float* gamma, const float* beta, const float* stats, int N, int C, int HW,
-                               float eps) {
+template <typename A>
+void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
+                               const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
+  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_apply", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   HPCT_LAUNCH(bn_mean_rstd_kernel, per_channel_shape(C), stream, save_mean, save_rstd, stats, C, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply (mean, rstd)");
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_apply_kernel, plane_shape(planes, HW), stream, out, inp, save_mean, save_rstd, gamma, beta, planes, C,
-              HW);
+  HPCT_LAUNCH(bn_apply_kernel<S>, plane_shape(planes, HW), stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd,
+              dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply");
 }
 
@@ -345,44 +433,51 @@ void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, flo
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_update_running");
 }
 
-void batchnorm2d_forward_eval(const ExecContext& ctx, float* out, const float* inp, const float* gamma,
-                              const float* beta, const float* running_mean, const float* running_var, int N, int C,
-                              int HW, float eps) {
+template <typename A>
+void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
+  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_eval", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_eval_kernel, plane_shape(planes, HW), stream_of(ctx), out, inp, gamma, beta, running_mean, running_var,
-              planes, C, HW, eps);
+  HPCT_LAUNCH(bn_eval_kernel<S>, plane_shape(planes, HW), stream_of(ctx), dev_ptr(out), dev_ptr(inp), dev_ptr(gamma),
+              dev_ptr(beta), running_mean, running_var, planes, C, HW, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_eval");
 }
 
-void batchnorm2d_backward(const ExecContext& ctx, float* dinp, float* dgamma, float* dbeta, const float* dout,
-                          const float* inp, const float* save_mean, const float* save_rstd, const float* gamma, int N,
-                          int C, int HW) {
+template <typename A>
+void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
+                          const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
+  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward", N, C, HW);
-  HPCT_LAUNCH(bn_backward_kernel, channel_reduce_shape(C), stream_of(ctx), dinp, dgamma, dbeta, dout, inp, save_mean,
-              save_rstd, gamma, N, C, HW);
+  HPCT_LAUNCH(bn_backward_kernel<S>, channel_reduce_shape(C), stream_of(ctx), dev_ptr(dinp), dgamma, dbeta,
+              dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward");
 }
 
-void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta,
-                                     const float* dout, const float* inp, const float* save_mean,
-                                     const float* save_rstd, int N, int C, int HW) {
+template <typename A>
+void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
+                                     const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
+                                     int HW) {
+  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward_local_sums", N, C, HW);
-  HPCT_LAUNCH(bn_backward_local_sums_kernel, channel_reduce_shape(C), stream_of(ctx), sums, dgamma, dbeta, dout, inp,
-              save_mean, save_rstd, N, C, HW);
+  HPCT_LAUNCH(bn_backward_local_sums_kernel<S>, channel_reduce_shape(C), stream_of(ctx), sums, dgamma, dbeta,
+              dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_local_sums");
 }
 
-void batchnorm2d_backward_apply(const ExecContext& ctx, float* dinp, const float* dout, const float* inp,
-                                const float* save_mean, const float* save_rstd, const float* gamma,
-                                const float* global_sums, int64_t global_count, int N, int C, int HW) {
+template <typename A>
+void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
+                                const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
+                                int N, int C, int HW) {
+  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward_apply", N, C, HW);
   HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
              "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
              global_count, static_cast<int64_t>(N) * HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_backward_apply_kernel, plane_shape(planes, HW), stream_of(ctx), dinp, dout, inp, save_mean, save_rstd,
-              gamma, global_sums, static_cast<double>(global_count), planes, C, HW);
+  HPCT_LAUNCH(bn_backward_apply_kernel<S>, plane_shape(planes, HW), stream_of(ctx), dev_ptr(dinp), dev_ptr(dout),
+              dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), global_sums, static_cast<double>(global_count),
+              planes, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_apply");
 }
 
@@ -396,42 +491,79 @@ void check_pool(const char* op, int N, int C, int H, int W, int K, int stride, i
 }
 }  // namespace
 
-void maxpool2d_forward(const ExecContext& ctx, float* out, int32_t* idx, const float* inp, int N, int C, int H, int W,
-                       int K, int stride, int pad) {
+template <typename A>
+void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K,
+                       int stride, int pad) {
+  using S = DeviceStorage<A>;
   check_pool("maxpool2d_forward", N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(maxpool_forward_kernel, plane_shape(planes, static_cast<int64_t>(OH) * OW), stream_of(ctx), out, idx, inp,
-              planes, H, W, OH, OW, K, stride, pad);
+  HPCT_LAUNCH(maxpool_forward_kernel<S>, plane_shape(planes, static_cast<int64_t>(OH) * OW), stream_of(ctx),
+              dev_ptr(out), idx, dev_ptr(inp), planes, H, W, OH, OW, K, stride, pad);
   HPCT_CUDA_LAUNCH_CHECK("maxpool2d_forward");
 }
 
-void maxpool2d_backward(const ExecContext& ctx, float* dinp, const float* dout, const int32_t* idx, int N, int C, int H,
-                        int W, int K, int stride, int pad) {
+template <typename A>
+void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W,
+                        int K, int stride, int pad) {
+  using S = DeviceStorage<A>;
   check_pool("maxpool2d_backward", N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(maxpool_backward_kernel, plane_shape(planes, static_cast<int64_t>(H) * W), stream_of(ctx), dinp, dout,
-              idx, planes, H, W, OH, OW, K, stride, pad);
+  HPCT_LAUNCH(maxpool_backward_kernel<S>, plane_shape(planes, static_cast<int64_t>(H) * W), stream_of(ctx),
+              dev_ptr(dinp), dev_ptr(dout), idx, planes, H, W, OH, OW, K, stride, pad);
   HPCT_CUDA_LAUNCH_CHECK("maxpool2d_backward");
 }
 
 // ---- global average pooling ------------------------------------------------------------------------------------
-void global_avgpool_forward(const ExecContext& ctx, float* out, const float* inp, int N, int C, int HW) {
+template <typename A>
+void global_avgpool_forward(const ExecContext& ctx, A* out, const A* inp, int N, int C, int HW) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && C >= 0 && HW > 0, "global_avgpool_forward: bad shape N={} C={} HW={}", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes == 0) return;
-  HPCT_LAUNCH(global_avgpool_forward_kernel, global_avgpool_forward_shape(planes), stream_of(ctx), out, inp, planes,
-              HW);
+  HPCT_LAUNCH(global_avgpool_forward_kernel<S>, global_avgpool_forward_shape(planes), stream_of(ctx), dev_ptr(out),
+              dev_ptr(inp), planes, HW);
   HPCT_CUDA_LAUNCH_CHECK("global_avgpool_forward");
 }
 
-void global_avgpool_backward(const ExecContext& ctx, float* dinp, const float* dout, int N, int C, int HW) {
+template <typename A>
+void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int N, int C, int HW) {
+  using S = DeviceStorage<A>;
   HPCT_CHECK(N >= 0 && C >= 0 && HW > 0, "global_avgpool_backward: bad shape N={} C={} HW={}", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes == 0) return;
-  HPCT_LAUNCH(global_avgpool_backward_kernel, plane_shape(planes, HW), stream_of(ctx), dinp, dout, planes, HW);
+  HPCT_LAUNCH(global_avgpool_backward_kernel<S>, plane_shape(planes, HW), stream_of(ctx), dev_ptr(dinp), dev_ptr(dout),
+              planes, HW);
   HPCT_CUDA_LAUNCH_CHECK("global_avgpool_backward");
 }
+
+// ---- the two storage types of the templated ops (kernels.hpp) -----------------------------------------------------
+#define HPCT_INSTANTIATE_RESNET(A)                                                                                    \
+  template void conv2d_forward<A>(const ExecContext&, A*, const A*, const A*, const A*, float*, int64_t, int, int,    \
+                                  int, int, int, int, int, int, int);                                                 \
+  template void conv2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, float*,      \
+                                   int64_t, int, int, int, int, int, int, int, int, int);                             \
+  template void batchnorm2d_forward_train<A>(const ExecContext&, A*, float*, float*, float*, const A*, const A*,      \
+                                             const A*, int, int, int, float);                                         \
+  template void batchnorm2d_local_stats<A>(const ExecContext&, float*, const A*, int, int, int);                      \
+  template void batchnorm2d_forward_apply<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*,    \
+                                             const float*, int, int, int, float);                                     \
+  template void batchnorm2d_forward_eval<A>(const ExecContext&, A*, const A*, const A*, const A*, const float*,       \
+                                            const float*, int, int, int, float);                                      \
+  template void batchnorm2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const float*,     \
+                                        const float*, const A*, int, int, int);                                       \
+  template void batchnorm2d_backward_local_sums<A>(const ExecContext&, float*, float*, float*, const A*, const A*,    \
+                                                   const float*, const float*, int, int, int);                        \
+  template void batchnorm2d_backward_apply<A>(const ExecContext&, A*, const A*, const A*, const float*, const float*, \
+                                              const A*, const float*, int64_t, int, int, int);                        \
+  template void maxpool2d_forward<A>(const ExecContext&, A*, int32_t*, const A*, int, int, int, int, int, int, int);  \
+  template void maxpool2d_backward<A>(const ExecContext&, A*, const A*, const int32_t*, int, int, int, int, int, int, \
+                                      int);                                                                           \
+  template void global_avgpool_forward<A>(const ExecContext&, A*, const A*, int, int, int);                           \
+  template void global_avgpool_backward<A>(const ExecContext&, A*, const A*, int, int, int);
+HPCT_INSTANTIATE_RESNET(float)
+HPCT_INSTANTIATE_RESNET(bf16)
+#undef HPCT_INSTANTIATE_RESNET
 
 }  // namespace hpct::kernels::cuda

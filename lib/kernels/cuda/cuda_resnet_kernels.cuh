@@ -21,6 +21,11 @@
 // (plane_shape): threadIdx.x/blockIdx.x over the positions of a plane, threadIdx.y/blockIdx.y over planes, so that
 // the channel of a thread is a plane index modulo C (no 64-bit division per element) and small planes (7x7) still
 // fill the block. Global average pooling's forward runs one warp per plane (a double sum, then a shuffle tree).
+//
+// Storage types (cuda_device_common.cuh): activations and their gradients (inp, out, dout, dinp) and the parameters
+// read (gamma, beta, the conv bias) have the storage type S (float or __nv_bfloat16); the statistics (stats, save_mean,
+// save_rstd, running averages, SyncBN sums) and the parameter gradients (dgamma, dbeta, dbias, dweight) are float.
+// Arithmetic in float (double where noted), each stored activation rounded once to S.
 #include <cmath>
 #include <cstdint>
 
@@ -37,6 +42,7 @@ constexpr int kMaxGridY = 65535;              // gridDim.y limit; the plane loop
 constexpr int kMaxGridX = 65535;              // kept modest: the position loops stride over the rest
 constexpr int kAvgPoolThreads = 256;          // global average pooling forward: 8 warps, 8 planes per block
 constexpr int64_t kAvgPoolMaxBlocks = 65535;  // its grid cap (the plane loop strides over the rest)
+constexpr int kCastPackResnet = 4;            // accumulate_float_kernel: 4 floats (16 bytes) per pack
 
 // Loops of a thread in a plane launch (plane_shape below).
 #define HPCT_FOR_PLANES(p, planes)                                                            \
@@ -64,23 +70,30 @@ __device__ __forceinline__ void for_channel_values(int c, int N, int C, int HW, 
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Conv2d bias: out[n, oc, :] += bias[oc], plane p = n*OC + oc.
-__global__ void add_plane_bias_kernel(float* __restrict__ out, const float* __restrict__ bias, int64_t planes, int C,
-                                      int64_t len) {
+// Conv2d bias: out[n, oc, :] += bias[oc] (kSeed: out[n, oc, :] = bias[oc]), plane p = n*OC + oc. float storage adds
+// the bias to the convolution's output; bf16 storage seeds the output with it before cuDNN accumulates the
+// convolution onto it (beta = 1, cuda_resnet.cu), so that the sum is rounded to bf16 once.
+template <bool kSeed, typename S>
+__global__ void plane_bias_kernel(S* __restrict__ out, const S* __restrict__ bias, int64_t planes, int C, int64_t len) {
   HPCT_FOR_PLANES(p, planes) {
-    const float b = bias[p % C];
-    float* o = out + p * len;
-    HPCT_FOR_POSITIONS(i, len) o[i] += b;
+    const S b = bias[p % C];
+    S* o = out + p * len;
+    if constexpr (kSeed) {
+      HPCT_FOR_POSITIONS(i, len) o[i] = b;
+    } else {
+      HPCT_FOR_POSITIONS(i, len) o[i] = from_float<S>(to_float(o[i]) + to_float(b));
+    }
   }
 }
 
 // dbias[c] += sum over (n, i) of dout[n, c, i], in double; one block per channel.
-__global__ void channel_sum_accumulate_kernel(float* __restrict__ dbias, const float* __restrict__ dout, int N, int C,
+template <typename S>
+__global__ void channel_sum_accumulate_kernel(float* __restrict__ dbias, const S* __restrict__ dout, int N, int C,
                                               int HW) {
   HPCT_SHARED(double, shared, [32]);
   const int c = blockIdx.x;
   double acc = 0.0;
-  for_channel_values(c, N, C, HW, [&](int64_t off) { acc += static_cast<double>(dout[off]); });
+  for_channel_values(c, N, C, HW, [&](int64_t off) { acc += static_cast<double>(to_float(dout[off])); });
   acc = block_sum(acc, shared);
   if (threadIdx.x == 0) dbias[c] += static_cast<float>(acc);
 }
@@ -88,18 +101,19 @@ __global__ void channel_sum_accumulate_kernel(float* __restrict__ dbias, const f
 // ---------------------------------------------------------------------------------------------------------------
 // BatchNorm2d statistics: stats[c] = (count, mean, M2) two-pass in double; optionally save_mean / save_rstd from the
 // float triple exactly as the CPU's apply_channel: mean = st[1], rstd = float(1 / sqrt(double(st[2]) / st[0] + eps)).
+template <typename S>
 __global__ void bn_stats_kernel(float* __restrict__ stats, float* __restrict__ save_mean, float* __restrict__ save_rstd,
-                                const float* __restrict__ inp, int N, int C, int HW, float eps) {
+                                const S* __restrict__ inp, int N, int C, int HW, float eps) {
   HPCT_SHARED(double, shared, [32]);
   const int c = blockIdx.x;
   double s = 0.0;
-  for_channel_values(c, N, C, HW, [&](int64_t off) { s += static_cast<double>(inp[off]); });
+  for_channel_values(c, N, C, HW, [&](int64_t off) { s += static_cast<double>(to_float(inp[off])); });
   s = block_sum(s, shared);
   const double count = static_cast<double>(N) * HW;
   const double mean = s / count;
   double q = 0.0;
   for_channel_values(c, N, C, HW, [&](int64_t off) {
-    const double dx = static_cast<double>(inp[off]) - mean;
+    const double dx = static_cast<double>(to_float(inp[off])) - mean;
     q += dx * dx;
   });
   q = block_sum(q, shared);
@@ -126,31 +140,33 @@ __global__ void bn_mean_rstd_kernel(float* __restrict__ save_mean, float* __rest
 }
 
 // out = (x - mean) * (rstd * gamma) + beta, plane p = n*C + c.
-__global__ void bn_apply_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ mean,
-                                const float* __restrict__ rstd, const float* __restrict__ gamma,
-                                const float* __restrict__ beta, int64_t planes, int C, int HW) {
+template <typename S>
+__global__ void bn_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, const float* __restrict__ mean,
+                                const float* __restrict__ rstd, const S* __restrict__ gamma, const S* __restrict__ beta,
+                                int64_t planes, int C, int HW) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
-    const float m = mean[c], scale = rstd[c] * gamma[c], shift = beta[c];
-    const float* x = inp + p * HW;
-    float* o = out + p * HW;
-    HPCT_FOR_POSITIONS(i, HW) o[i] = (x[i] - m) * scale + shift;
+    const float m = mean[c], scale = rstd[c] * to_float(gamma[c]), shift = to_float(beta[c]);
+    const S* x = inp + p * HW;
+    S* o = out + p * HW;
+    HPCT_FOR_POSITIONS(i, HW) o[i] = from_float<S>((to_float(x[i]) - m) * scale + shift);
   }
 }
 
 // Evaluation: out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) * gamma) + beta.
-__global__ void bn_eval_kernel(float* __restrict__ out, const float* __restrict__ inp, const float* __restrict__ gamma,
-                               const float* __restrict__ beta, const float* __restrict__ running_mean,
+template <typename S>
+__global__ void bn_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, const S* __restrict__ gamma,
+                               const S* __restrict__ beta, const float* __restrict__ running_mean,
                                const float* __restrict__ running_var, int64_t planes, int C, int HW, float eps) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
     const float m = running_mean[c];
     const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
-                        gamma[c];
-    const float shift = beta[c];
-    const float* x = inp + p * HW;
-    float* o = out + p * HW;
-    HPCT_FOR_POSITIONS(i, HW) o[i] = (x[i] - m) * scale + shift;
+                        to_float(gamma[c]);
+    const float shift = to_float(beta[c]);
+    const S* x = inp + p * HW;
+    S* o = out + p * HW;
+    HPCT_FOR_POSITIONS(i, HW) o[i] = from_float<S>((to_float(x[i]) - m) * scale + shift);
   }
 }
 
@@ -181,14 +197,15 @@ __global__ void bn_update_running_kernel(float* __restrict__ running_mean, float
 
 // (sum dout, sum dout * xhat) of channel c in double, xhat = (x - mean) * rstd in float (as the CPU); every thread of
 // the block gets both sums.
-__device__ __forceinline__ void bn_grad_sums(const float* __restrict__ dout, const float* __restrict__ inp, float mean,
+template <typename S>
+__device__ __forceinline__ void bn_grad_sums(const S* __restrict__ dout, const S* __restrict__ inp, float mean,
                                              float rstd, int c, int N, int C, int HW, double* shared, double& sum_dy,
                                              double& sum_dy_xhat) {
   double a = 0.0, b = 0.0;
   for_channel_values(c, N, C, HW, [&](int64_t off) {
-    const float dy = dout[off];
+    const float dy = to_float(dout[off]);
     a += static_cast<double>(dy);
-    b += static_cast<double>(dy) * static_cast<double>((inp[off] - mean) * rstd);
+    b += static_cast<double>(dy) * static_cast<double>((to_float(inp[off]) - mean) * rstd);
   });
   sum_dy = block_sum(a, shared);
   sum_dy_xhat = block_sum(b, shared);
@@ -201,10 +218,11 @@ __device__ __forceinline__ float bn_dinp_value(float dy, float x, float mean, fl
 }
 
 // Single-process backward: one block per channel computes the sums, accumulates dgamma / dbeta, then writes dinp.
-__global__ void bn_backward_kernel(float* __restrict__ dinp, float* __restrict__ dgamma, float* __restrict__ dbeta,
-                                   const float* __restrict__ dout, const float* __restrict__ inp,
+template <typename S>
+__global__ void bn_backward_kernel(S* __restrict__ dinp, float* __restrict__ dgamma, float* __restrict__ dbeta,
+                                   const S* __restrict__ dout, const S* __restrict__ inp,
                                    const float* __restrict__ save_mean, const float* __restrict__ save_rstd,
-                                   const float* __restrict__ gamma, int N, int C, int HW) {
+                                   const S* __restrict__ gamma, int N, int C, int HW) {
   HPCT_SHARED(double, shared, [32]);
   const int c = blockIdx.x;
   const float mean = save_mean[c], rstd = save_rstd[c];
@@ -215,16 +233,18 @@ __global__ void bn_backward_kernel(float* __restrict__ dinp, float* __restrict__
     dgamma[c] += static_cast<float>(sdyx);
   }
   const double count = static_cast<double>(N) * HW;
-  const float k0 = gamma[c] * rstd;
+  const float k0 = to_float(gamma[c]) * rstd;
   const float mdy = static_cast<float>(sdy / count), mdyx = static_cast<float>(sdyx / count);
-  for_channel_values(c, N, C, HW,
-                     [&](int64_t off) { dinp[off] = bn_dinp_value(dout[off], inp[off], mean, rstd, k0, mdy, mdyx); });
+  for_channel_values(c, N, C, HW, [&](int64_t off) {
+    dinp[off] = from_float<S>(bn_dinp_value(to_float(dout[off]), to_float(inp[off]), mean, rstd, k0, mdy, mdyx));
+  });
 }
 
 // SyncBN backward, step 1: this rank's sums (assigned) and the local dgamma / dbeta (+=); one block per channel.
+template <typename S>
 __global__ void bn_backward_local_sums_kernel(float* __restrict__ sums, float* __restrict__ dgamma,
-                                              float* __restrict__ dbeta, const float* __restrict__ dout,
-                                              const float* __restrict__ inp, const float* __restrict__ save_mean,
+                                              float* __restrict__ dbeta, const S* __restrict__ dout,
+                                              const S* __restrict__ inp, const float* __restrict__ save_mean,
                                               const float* __restrict__ save_rstd, int N, int C, int HW) {
   HPCT_SHARED(double, shared, [32]);
   const int c = blockIdx.x;
@@ -239,32 +259,33 @@ __global__ void bn_backward_local_sums_kernel(float* __restrict__ sums, float* _
 }
 
 // SyncBN backward, step 3: dinp from the allreduced sums, pointwise over planes.
-__global__ void bn_backward_apply_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                         const float* __restrict__ inp, const float* __restrict__ save_mean,
-                                         const float* __restrict__ save_rstd, const float* __restrict__ gamma,
-                                         const float* __restrict__ global_sums, double count, int64_t planes, int C,
-                                         int HW) {
+template <typename S>
+__global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restrict__ dout, const S* __restrict__ inp,
+                                         const float* __restrict__ save_mean, const float* __restrict__ save_rstd,
+                                         const S* __restrict__ gamma, const float* __restrict__ global_sums,
+                                         double count, int64_t planes, int C, int HW) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
     const float mean = save_mean[c], rstd = save_rstd[c];
-    const float k0 = gamma[c] * rstd;
+    const float k0 = to_float(gamma[c]) * rstd;
     const float mdy = static_cast<float>(static_cast<double>(global_sums[2 * c]) / count);
     const float mdyx = static_cast<float>(static_cast<double>(global_sums[2 * c + 1]) / count);
-    const float* x = inp + p * HW;
-    const float* dy = dout + p * HW;
-    float* dx = dinp + p * HW;
-    HPCT_FOR_POSITIONS(i, HW) dx[i] = bn_dinp_value(dy[i], x[i], mean, rstd, k0, mdy, mdyx);
+    const S* x = inp + p * HW;
+    const S* dy = dout + p * HW;
+    S* dx = dinp + p * HW;
+    HPCT_FOR_POSITIONS(i, HW)
+    dx[i] = from_float<S>(bn_dinp_value(to_float(dy[i]), to_float(x[i]), mean, rstd, k0, mdy, mdyx));
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // MaxPool2d forward: one thread per output; the first maximum in row-major window order wins (as the CPU).
-__global__ void maxpool_forward_kernel(float* __restrict__ out, int32_t* __restrict__ idx,
-                                       const float* __restrict__ inp, int64_t planes, int H, int W, int OH, int OW,
-                                       int K, int stride, int pad) {
+template <typename S>
+__global__ void maxpool_forward_kernel(S* __restrict__ out, int32_t* __restrict__ idx, const S* __restrict__ inp,
+                                       int64_t planes, int H, int W, int OH, int OW, int K, int stride, int pad) {
   const int64_t OHW = static_cast<int64_t>(OH) * OW;
   HPCT_FOR_PLANES(p, planes) {
-    const float* x = inp + p * H * W;
+    const S* x = inp + p * H * W;
     HPCT_FOR_POSITIONS(j, OHW) {
       const int jj = static_cast<int>(j);  // < OH*OW < 2^31: 32-bit division
       const int oh = jj / OW, ow = jj % OW;
@@ -274,13 +295,13 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, int32_t* __restr
       int32_t arg = -1;
       for (int ih = h_lo; ih < h_hi; ih++)
         for (int iw = w_lo; iw < w_hi; iw++) {
-          const float v = x[ih * W + iw];
+          const float v = to_float(x[ih * W + iw]);
           if (v > best || arg < 0) {
             best = v;
             arg = ih * W + iw;
           }
         }
-      out[p * OHW + j] = best;
+      out[p * OHW + j] = from_float<S>(best);  // a value of the input: exact
       idx[p * OHW + j] = arg;
     }
   }
@@ -289,12 +310,13 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, int32_t* __restr
 // MaxPool2d backward as a gather (no atomics): input (ih, iw) sums dout over the windows that contain it and whose
 // idx names it, the windows taken in increasing (oh, ow) order, i.e. the order of the CPU's scatter loop: the same
 // float adds in the same order, bit for bit.
-__global__ void maxpool_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+template <typename S>
+__global__ void maxpool_backward_kernel(S* __restrict__ dinp, const S* __restrict__ dout,
                                         const int32_t* __restrict__ idx, int64_t planes, int H, int W, int OH, int OW,
                                         int K, int stride, int pad) {
   const int64_t HW = static_cast<int64_t>(H) * W, OHW = static_cast<int64_t>(OH) * OW;
   HPCT_FOR_PLANES(p, planes) {
-    const float* dy = dout + p * OHW;
+    const S* dy = dout + p * OHW;
     const int32_t* id = idx + p * OHW;
     HPCT_FOR_POSITIONS(j, HW) {
       const int jj = static_cast<int>(j);  // < H*W < 2^31: 32-bit division
@@ -311,36 +333,52 @@ __global__ void maxpool_backward_kernel(float* __restrict__ dinp, const float* _
       for (int oh = oh_lo; oh <= oh_hi; oh++)
         for (int ow = ow_lo; ow <= ow_hi; ow++) {
           const int64_t o = static_cast<int64_t>(oh) * OW + ow;
-          if (id[o] == self) acc += dy[o];
+          if (id[o] == self) acc += to_float(dy[o]);
         }
-      dinp[p * HW + j] = acc;
+      dinp[p * HW + j] = from_float<S>(acc);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Global average pooling forward: one warp per plane, a double sum in a fixed (lane-strided, then shuffle-tree) order.
-__global__ void global_avgpool_forward_kernel(float* __restrict__ out, const float* __restrict__ inp, int64_t planes,
-                                              int HW) {
+template <typename S>
+__global__ void global_avgpool_forward_kernel(S* __restrict__ out, const S* __restrict__ inp, int64_t planes, int HW) {
   const int lane = threadIdx.x % 32;
   const int64_t warps_per_block = blockDim.x / 32;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / 32; p < planes;
        p += static_cast<int64_t>(gridDim.x) * warps_per_block) {
-    const float* x = inp + p * HW;
+    const S* x = inp + p * HW;
     double s = 0.0;
-    for (int i = lane; i < HW; i += 32) s += static_cast<double>(x[i]);
+    for (int i = lane; i < HW; i += 32) s += static_cast<double>(to_float(x[i]));
     s = warp_sum(s);
-    if (lane == 0) out[p] = static_cast<float>(s / HW);
+    if (lane == 0) out[p] = from_float<S>(static_cast<float>(s / HW));
   }
 }
 
-__global__ void global_avgpool_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout, int64_t planes,
+template <typename S>
+__global__ void global_avgpool_backward_kernel(S* __restrict__ dinp, const S* __restrict__ dout, int64_t planes,
                                                int HW) {
   HPCT_FOR_PLANES(p, planes) {
-    const float g = dout[p] / static_cast<float>(HW);
-    float* dx = dinp + p * HW;
+    const S g = from_float<S>(to_float(dout[p]) / static_cast<float>(HW));
+    S* dx = dinp + p * HW;
     HPCT_FOR_POSITIONS(i, HW) dx[i] = g;
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// dst[i] += src[i] in float: the bf16 filter gradient that cuDNN computed into a scratch, added to the fp32 master
+// gradient (cuda_resnet.cu, conv2d_backward). 16-byte packs of src where aligned (for_each_pack).
+template <typename S>
+__global__ void accumulate_float_kernel(float* __restrict__ dst, const S* __restrict__ src, int64_t n, int64_t packs) {
+  for_each_pack<kCastPackResnet>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> x = load_pack<W>(src + i);
+    Pack<float, W> d = load_pack<W>(dst + i);
+#pragma unroll
+    for (int j = 0; j < W; j++) d.v[j] += to_float(x.v[j]);
+    store_pack<W>(dst + i, d);
+  });
 }
 
 // ---- launch geometry (host) -----------------------------------------------------------------------------------------
@@ -370,6 +408,12 @@ unsigned blocks_for(int n, int threads) { return static_cast<unsigned>((n + thre
 LaunchShape per_channel_shape(int C) {
   return {{blocks_for(C, kPerChannelThreads), 1, 1}, {kPerChannelThreads, 1, 1}, 0};
 }
+
+// accumulate_float_kernel over n elements: its packs argument and launch.
+int64_t accumulate_packs(int64_t n, const float* dst, const void* src) {
+  return vector_packs(n, kCastPackResnet, {dst, src});
+}
+LaunchShape accumulate_shape(int64_t n, int64_t packs) { return pack_shape(n, packs, kCastPackResnet); }
 
 // One warp per plane, grid-stride over the planes.
 LaunchShape global_avgpool_forward_shape(int64_t planes) {

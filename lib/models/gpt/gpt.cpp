@@ -60,74 +60,85 @@ int64_t numel(const std::vector<int64_t>& s) {
 }
 size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-// Activation tensors of one micro-batch, planned in one place so memory_plan() and the model agree.
+// Activation tensors of one micro-batch, planned in one place so memory_plan() and the model agree. dtype: the
+// activation type A for what the kernels store as A, F32 for statistics and losses, U8 for the attention buffers
+// whose size the backend gives in bytes.
 struct ActSpec {
   std::string name;
   std::vector<int64_t> shape;
+  DType dtype;
 };
 // t: tensor-parallel size (local head, MLP and vocabulary widths are / t; the residual stream is full width).
 // device: the backend, which sizes what attention keeps for backward and its backward scratch (kernels.hpp).
-std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device) {
+std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device, DType act) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
   const ExecContext ctx{device, nullptr};
-  const int64_t att_stats = k::attention_stats_floats(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
-                                                      static_cast<int>(NH));
+  const int64_t att_stats = k::attention_stats_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
+                                                     static_cast<int>(NH), act);
+  const DType f32 = DType::F32;
   std::vector<ActSpec> a;
-  a.push_back({"encoded", {B, T, C}});
+  a.push_back({"encoded", {B, T, C}, act});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    a.push_back({h + "ln1", {B, T, C}});
-    a.push_back({h + "ln1_mean", {B, T}});
-    a.push_back({h + "ln1_rstd", {B, T}});
-    a.push_back({h + "qkv", {B, T, 3 * Cl}});
-    a.push_back({h + "atty", {B, T, Cl}});
+    a.push_back({h + "ln1", {B, T, C}, act});
+    a.push_back({h + "ln1_mean", {B, T}, f32});
+    a.push_back({h + "ln1_rstd", {B, T}, f32});
+    a.push_back({h + "qkv", {B, T, 3 * Cl}, act});
+    a.push_back({h + "atty", {B, T, Cl}, act});
     // what attention keeps for backward: the softmax probabilities (B,NH,T,T) on the CPU, the log-sum-exp
     // (B,NH,T) on CUDA (flash attention)
-    a.push_back({h + "att_stats", {att_stats}});
-    a.push_back({h + "residual2", {B, T, C}});
-    a.push_back({h + "ln2", {B, T, C}});
-    a.push_back({h + "ln2_mean", {B, T}});
-    a.push_back({h + "ln2_rstd", {B, T}});
-    a.push_back({h + "fch", {B, T, 4 * Cl}});
-    a.push_back({h + "fch_gelu", {B, T, 4 * Cl}});
-    a.push_back({h + "residual3", {B, T, C}});
+    a.push_back({h + "att_stats", {att_stats}, DType::U8});
+    a.push_back({h + "residual2", {B, T, C}, act});
+    a.push_back({h + "ln2", {B, T, C}, act});
+    a.push_back({h + "ln2_mean", {B, T}, f32});
+    a.push_back({h + "ln2_rstd", {B, T}, f32});
+    a.push_back({h + "fch", {B, T, 4 * Cl}, act});
+    a.push_back({h + "fch_gelu", {B, T, 4 * Cl}, act});
+    a.push_back({h + "residual3", {B, T, C}, act});
   }
-  a.push_back({"lnf", {B, T, C}});
-  a.push_back({"lnf_mean", {B, T}});
-  a.push_back({"lnf_rstd", {B, T}});
-  a.push_back({"logits", {B, T, Vp}});
-  a.push_back({"losses", {B, T}});
-  a.push_back({"scratch", {B, T, C}});
+  a.push_back({"lnf", {B, T, C}, act});
+  a.push_back({"lnf_mean", {B, T}, f32});
+  a.push_back({"lnf_rstd", {B, T}, f32});
+  a.push_back({"logits", {B, T, Vp}, act});
+  a.push_back({"losses", {B, T}, f32});
+  a.push_back({"scratch", {B, T, C}, act});
   if (t > 1) {
-    a.push_back({"ce_max", {B, T}});
-    a.push_back({"ce_stats", {2, B, T}});
+    a.push_back({"ce_max", {B, T}, f32});
+    a.push_back({"ce_stats", {2, B, T}, f32});
   }
   return a;
 }
-std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device) {
+std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device, DType act) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Cl = C / t;
   const ExecContext ctx{device, nullptr};
   // attention backward's scratch, shared by every layer: dprobabilities (B,NH,T,T) on the CPU, D (B,NH,T) on CUDA
-  const int64_t att_scratch = k::attention_scratch_floats(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
-                                                          static_cast<int>(NH));
-  return {{"dresidual", {B, T, C}},       {"dln", {B, T, C}},       {"dqkv", {B, T, 3 * Cl}},     {"datty", {B, T, Cl}},
-          {"att_scratch", {att_scratch}}, {"dfch", {B, T, 4 * Cl}}, {"dfch_gelu", {B, T, 4 * Cl}}};
+  const int64_t att_scratch = k::attention_scratch_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
+                                                         static_cast<int>(NH), act);
+  return {{"dresidual", {B, T, C}, act},
+          {"dln", {B, T, C}, act},
+          {"dqkv", {B, T, 3 * Cl}, act},
+          {"datty", {B, T, Cl}, act},
+          {"att_scratch", {att_scratch}, DType::U8},
+          {"dfch", {B, T, 4 * Cl}, act},
+          {"dfch_gelu", {B, T, 4 * Cl}, act}};
 }
+size_t spec_bytes(const ActSpec& a) { return aligned(static_cast<size_t>(numel(a.shape)) * dtype_size(a.dtype)); }
 }  // namespace
 
-MemoryPlan memory_plan(const GptConfig& c, int B, Device device) {
+MemoryPlan memory_plan(const GptConfig& c, int B, Device device, DType act) {
   MemoryPlan m;
   for (const auto& p : parameter_layout(c)) {
     const int64_t n = numel(p.shape);
     m.num_params += n;
     if (p.name != "wpe") m.num_params_no_wpe += n;
     m.param_bytes += aligned(n * 4);
+    if (act != DType::F32) m.compute_param_bytes += aligned(static_cast<size_t>(n) * dtype_size(act));
   }
   m.num_params_no_wpe -= static_cast<int64_t>(c.padded_vocab - c.vocab_size) * c.n_embd;
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
-  for (const auto& a : activation_layout(c, B, 1, device)) m.activation_bytes += aligned(numel(a.shape) * 4);
-  for (const auto& a : activation_grad_layout(c, B, 1, device)) m.activation_grad_bytes += aligned(numel(a.shape) * 4);
+  for (const auto& a : activation_layout(c, B, 1, device, act)) m.activation_bytes += spec_bytes(a);
+  for (const auto& a : activation_grad_layout(c, B, 1, device, act)) m.activation_grad_bytes += spec_bytes(a);
   return m;
 }
 
@@ -138,8 +149,8 @@ double flops_per_token(const GptConfig& c) {
 
 // ---- model -------------------------------------------------------------------------------------
 
-Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device)
-    : Gpt(cfg, micro_batch, device, ModelParallel{}, nullptr) {}
+Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, DType act)
+    : Gpt(cfg, micro_batch, device, ModelParallel{}, nullptr, act) {}
 
 namespace {
 std::vector<ParamSpec> local_layout(const GptConfig& cfg, const ModelParallel& mp) {
@@ -150,18 +161,22 @@ std::vector<ParamSpec> local_layout(const GptConfig& cfg, const ModelParallel& m
 }
 }  // namespace
 
-Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm)
+Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
+         DType act)
     : cfg_(cfg),
       mp_(mp),
       tp_comm_(tp_comm),
       B_(micro_batch),
       device_(device),
+      act_(act),
       layout_(local_layout(cfg, mp)),
       params_("params", device),
       grads_("grads", device),
+      compute_("params (bf16 compute copy)", device),
       acts_("activations", device),
       dacts_("activation_grads", device) {
   HPCT_CHECK(micro_batch >= 1, "micro_batch must be >= 1, is {}", micro_batch);
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16, "GPT activations are f32 or bf16, not {}", dtype_name(act));
   HPCT_CHECK(mp.tp == 1 || (tp_comm != nullptr && tp_comm->size() == mp.tp && tp_comm->rank() == mp.tp_rank),
              "tensor parallelism needs the TP group communicator (tp = {})", mp.tp);
   validate_model_parallel(cfg, mp.tp, mp.pp, "GPT model");
@@ -172,6 +187,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   for (const auto& p : layout_) {
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
+    if (act != DType::F32) compute_.add(p.name, p.shape, act);
   }
   // layout index of local block i's first tensor; [Ls] = lnf's on the last stage, else the end of the layout
   for (int i = 0; i <= Ls; ++i) {
@@ -185,29 +201,31 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     HPCT_CHECK(k < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
     layer_first_.push_back(k);
   }
-  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device)) acts_.add(a.name, a.shape);
-  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device)) dacts_.add(a.name, a.shape);
+  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act)) acts_.add(a.name, a.shape, a.dtype);
+  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act)) dacts_.add(a.name, a.shape, a.dtype);
   params_.allocate();
   grads_.allocate();
+  if (act != DType::F32) compute_.allocate();
+  Slab& read = act != DType::F32 ? compute_ : params_;  // what the kernels read
   acts_.allocate();
   dacts_.allocate();
 
   if (stage_.has_embedding || stage_.has_head) {
-    wte_ = &params_.get("wte");
+    wte_ = &read.get("wte");
     dwte_ = &grads_.get("wte");
   }
   if (stage_.has_embedding) {
-    wpe_ = &params_.get("wpe");
+    wpe_ = &read.get("wpe");
     dwpe_ = &grads_.get("wpe");
   }
   if (stage_.has_head) {
-    lnfw_ = &params_.get("lnf.weight");
-    lnfb_ = cfg.bias ? &params_.get("lnf.bias") : nullptr;
+    lnfw_ = &read.get("lnf.weight");
+    lnfb_ = cfg.bias ? &read.get("lnf.bias") : nullptr;
     dlnfw_ = &grads_.get("lnf.weight");
     dlnfb_ = cfg.bias ? &grads_.get("lnf.bias") : nullptr;
   }
   for (int l = 0; l < Ls; ++l) {
-    p_.push_back(layer_params(params_, stage_.first_layer + l));
+    p_.push_back(layer_params(read, stage_.first_layer + l));
     g_.push_back(layer_params(grads_, stage_.first_layer + l));
     const std::string h = "h." + std::to_string(l) + ".";
     auto A = [&](const char* n) { return &acts_.get(h + n); };
@@ -279,6 +297,13 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
   }
 }
 
+void Gpt::refresh_compute_params(const ExecContext& ctx) {
+  if (act_ == DType::F32) return;
+  auto& dst = compute_.tensors();
+  const auto& src = params_.tensors();
+  for (size_t i = 0; i < src.size(); ++i) k::cast(ctx, dst[i].b16(), src[i].f32(), src[i].numel());
+}
+
 void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
 
 // Tensor parallelism (t = mp_.tp > 1; gpt_layout.hpp states each layer's split, docs/parallelism.md the rules): the
@@ -290,71 +315,83 @@ void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), s
 // columns, cross-entropy over them with allreduce_tp_stats). parallel/tp_collectives.hpp holds the pairs; only
 // their communicating sides appear below (the identities are named in comments). At t = 1 the calls are the serial
 // ones.
-void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const float* in_act) {
+void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act) {
+  if (act_ == DType::BF16)
+    forward_impl<bf16>(ctx, inputs, b, static_cast<const bf16*>(in_act));
+  else
+    forward_impl<float>(ctx, inputs, b, static_cast<const float*>(in_act));
+}
+
+template <typename A>
+void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
   const int Cl = C / t;  // this rank's channels of the attention heads; 4 Cl of the MLP
   const bool tp = t > 1, lead = mp_.tp_rank == 0;
+  const int64_t NC = static_cast<int64_t>(N) * C;
   last_inputs_ = inputs;
+  A* encoded = encoded_->as<A>();
+  A* scratch = scratch_->as<A>();
 
   if (!stage_.has_embedding) {  // a later pipeline stage: its input is the previous stage's residual stream
     HPCT_CHECK(in_act != nullptr, "pipeline stage {} needs its input activation", mp_.pp_rank);
-    k::copy_device(ctx, encoded_->f32(), in_act, static_cast<int64_t>(N) * C * 4);
+    k::copy_device(ctx, encoded, in_act, NC * static_cast<int64_t>(sizeof(A)));
   } else if (tp) {
-    k::encoder_forward_vocab_parallel(ctx, encoded_->f32(), inputs, wte_->f32(), lead ? wpe_->f32() : nullptr,
+    k::encoder_forward_vocab_parallel(ctx, encoded, inputs, wte_->as<A>(), lead ? wpe_->as<A>() : nullptr,
                                       mp_.tp_rank * Vl, Vl, b, T, C);
-    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, encoded_->f32(), static_cast<int64_t>(N) * C,
-                                                      "TP embedding");
+    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, encoded, NC, "TP embedding");
   } else {
-    k::encoder_forward(ctx, encoded_->f32(), inputs, wte_->f32(), wpe_->f32(), b, T, C);  // (b,T,C)
+    k::encoder_forward(ctx, encoded, inputs, wte_->as<A>(), wpe_->as<A>(), b, T, C);  // (b,T,C)
   }
-  const float* residual = encoded_->f32();
+  const A* residual = encoded;
   for (size_t l = 0; l < p_.size(); ++l) {
     const LayerParams& p = p_[l];
     const LayerActs& a = a_[l];
     // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
-    k::layernorm_forward(ctx, a.ln1->f32(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->f32(), ptr(p.ln1b),
-                         N, C);
+    k::layernorm_forward(ctx, a.ln1->as<A>(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->as<A>(),
+                         ptr<A>(p.ln1b), N, C);
     // column-parallel QKV: ln1 enters through copy_to_tp_region (identity forward)
-    k::matmul_forward(ctx, a.qkv->f32(), a.ln1->f32(), p.qkvw->f32(), ptr(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
-    k::attention_forward(ctx, a.atty->f32(), a.att_stats->f32(), a.qkv->f32(), b, T, Cl, NH);
-    k::matmul_forward(ctx, scratch_->f32(), a.atty->f32(), p.projw->f32(), lead ? ptr(p.projb) : nullptr, N, Cl, C);
+    k::matmul_forward(ctx, a.qkv->as<A>(), a.ln1->as<A>(), p.qkvw->as<A>(), ptr<A>(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
+    k::attention_forward(ctx, a.atty->as<A>(), a.att_stats->data, a.qkv->as<A>(), b, T, Cl, NH);
+    k::matmul_forward(ctx, scratch, a.atty->as<A>(), p.projw->as<A>(), lead ? ptr<A>(p.projb) : nullptr, N, Cl, C);
     if (tp)  // row-parallel proj
-      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch_->f32(), static_cast<int64_t>(N) * C,
-                                                        "TP attention proj");
-    k::residual_forward(ctx, a.residual2->f32(), residual, scratch_->f32(), static_cast<int64_t>(N) * C);
+      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP attention proj");
+    k::residual_forward(ctx, a.residual2->as<A>(), residual, scratch, NC);
     // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
-    k::layernorm_forward(ctx, a.ln2->f32(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->f32(), p.ln2w->f32(),
-                         ptr(p.ln2b), N, C);
+    k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(),
+                         p.ln2w->as<A>(), ptr<A>(p.ln2b), N, C);
     // column-parallel fc: ln2 enters through copy_to_tp_region (identity forward)
-    k::matmul_forward(ctx, a.fch->f32(), a.ln2->f32(), p.fcw->f32(), ptr(p.fcb), N, C, 4 * Cl);  // (N, 4C/t)
-    k::gelu_forward(ctx, a.fch_gelu->f32(), a.fch->f32(), static_cast<int64_t>(N) * 4 * Cl);
-    k::matmul_forward(ctx, scratch_->f32(), a.fch_gelu->f32(), p.fcprojw->f32(), lead ? ptr(p.fcprojb) : nullptr, N,
+    k::matmul_forward(ctx, a.fch->as<A>(), a.ln2->as<A>(), p.fcw->as<A>(), ptr<A>(p.fcb), N, C, 4 * Cl);  // (N, 4C/t)
+    k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
+    k::matmul_forward(ctx, scratch, a.fch_gelu->as<A>(), p.fcprojw->as<A>(), lead ? ptr<A>(p.fcprojb) : nullptr, N,
                       4 * Cl, C);
     if (tp)  // row-parallel mlp.proj
-      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch_->f32(), static_cast<int64_t>(N) * C,
-                                                        "TP MLP proj");
-    k::residual_forward(ctx, a.residual3->f32(), a.residual2->f32(), scratch_->f32(), static_cast<int64_t>(N) * C);
-    residual = a.residual3->f32();
+      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP MLP proj");
+    k::residual_forward(ctx, a.residual3->as<A>(), a.residual2->as<A>(), scratch, NC);
+    residual = a.residual3->as<A>();
   }
   if (!stage_.has_head) return;  // the stage's output is residual3 of its last block (stage_output())
-  k::layernorm_forward(ctx, lnf_->f32(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->f32(), ptr(lnfb_), N, C);
+  k::layernorm_forward(ctx, lnf_->as<A>(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->as<A>(),
+                       ptr<A>(lnfb_), N, C);
   // column-parallel tied head: lnf enters through copy_to_tp_region (identity forward)
-  k::matmul_forward(ctx, logits_->f32(), lnf_->f32(), wte_->f32(), nullptr, N, C, Vl);  // tied head, (N, Vp/t)
+  k::matmul_forward(ctx, logits_->as<A>(), lnf_->as<A>(), wte_->as<A>(), static_cast<const A*>(nullptr), N, C,
+                    Vl);  // tied head, (N, Vp/t)
 }
 
 // Vocabulary-parallel cross-entropy over this rank's logit columns: local max -> allreduce(MAX) -> local
 // sum of exp and target logit -> one allreduce(SUM) of both -> losses (and dlogits in place). The reductions are
 // statistics, not a conjugate pair (the backward is local): parallel::allreduce_tp_stats.
+template <typename A>
 const float* Gpt::vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss) {
   const int N = b * cfg_.seq_len, Vl = cfg_.padded_vocab / mp_.tp, v0 = mp_.tp_rank * Vl, V = cfg_.vocab_size;
   float* mx = ce_max_->f32();
   float* sumexp = ce_stats_->f32();                                         // (N) at the start of the (2, B, T) buffer
   float* tgt = ce_stats_->f32() + static_cast<int64_t>(B_) * cfg_.seq_len;  // (N) in the second half
-  k::crossentropy_vp_local_max(ctx, mx, logits_->f32(), v0, Vl, V, N);
+  A* logits = logits_->as<A>();
+  k::crossentropy_vp_local_max(ctx, mx, logits, v0, Vl, V, N);
   tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, mx, N, comm::ReduceOp::Max, "TP cross-entropy max");
-  k::crossentropy_vp_local_sumexp(ctx, sumexp, tgt, logits_->f32(), mx, targets, v0, Vl, V, N);
+  k::crossentropy_vp_local_sumexp(ctx, sumexp, tgt, logits, mx, targets, v0, Vl, V, N);
   if (N == B_ * cfg_.seq_len) {
     tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, sumexp, 2 * static_cast<int64_t>(N), comm::ReduceOp::Sum,
                                            "TP cross-entropy sums");
@@ -363,98 +400,119 @@ const float* Gpt::vp_loss(const ExecContext& ctx, const int32_t* targets, int b,
     tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, tgt, N, comm::ReduceOp::Sum, "TP cross-entropy target logit");
   }
   if (backward)
-    k::crossentropy_vp_loss_backward(ctx, losses_->f32(), logits_->f32(), mx, sumexp, tgt, targets, dloss, v0, Vl, V,
-                                     N);
+    k::crossentropy_vp_loss_backward(ctx, losses_->f32(), logits, mx, sumexp, tgt, targets, dloss, v0, Vl, V, N);
   else
     k::crossentropy_vp_loss(ctx, losses_->f32(), mx, sumexp, tgt, N);
   return losses_->f32();
 }
 
 const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
-  if (mp_.tp > 1) return vp_loss(ctx, targets, b, false, 0.0f);
-  k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), targets, b * cfg_.seq_len, cfg_.vocab_size,
-                          cfg_.padded_vocab);
+  if (mp_.tp > 1)
+    return act_ == DType::BF16 ? vp_loss<bf16>(ctx, targets, b, false, 0.0f)
+                               : vp_loss<float>(ctx, targets, b, false, 0.0f);
+  const int N = b * cfg_.seq_len;
+  if (act_ == DType::BF16)
+    k::crossentropy_forward(ctx, losses_->f32(), logits_->b16(), targets, N, cfg_.vocab_size, cfg_.padded_vocab);
+  else
+    k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), targets, N, cfg_.vocab_size, cfg_.padded_vocab);
   return losses_->f32();
 }
 
-const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b, float* din) {
+const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b, void* din) {
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
+  const int N = b * cfg_.seq_len;
   if (mp_.tp > 1) {
-    vp_loss(ctx, targets, b, true, dloss);
-    backward(ctx, b, nullptr, din);
-    return losses_->f32();
+    if (act_ == DType::BF16)
+      vp_loss<bf16>(ctx, targets, b, true, dloss);
+    else
+      vp_loss<float>(ctx, targets, b, true, dloss);
+  } else if (act_ == DType::BF16) {
+    k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->b16(), targets, dloss, N, cfg_.vocab_size,
+                                     cfg_.padded_vocab);
+  } else {
+    k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), targets, dloss, N, cfg_.vocab_size,
+                                     cfg_.padded_vocab);
   }
-  k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), targets, dloss, b * cfg_.seq_len,
-                                   cfg_.vocab_size, cfg_.padded_vocab);
   backward(ctx, b, nullptr, din);
   return losses_->f32();
 }
 
-void Gpt::backward_stage(const ExecContext& ctx, const float* dout, float* din, int b) {
+void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, int b) {
   HPCT_CHECK(!stage_.has_head, "backward_stage is for stages without the head (use loss_and_backward)");
   backward(ctx, b, dout, din);
 }
 
-void Gpt::backward(const ExecContext& ctx, int b, const float* dout, float* din) {
+void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din) {
+  if (act_ == DType::BF16)
+    backward_impl<bf16>(ctx, b, static_cast<const bf16*>(dout), static_cast<bf16*>(din));
+  else
+    backward_impl<float>(ctx, b, static_cast<const float*>(dout), static_cast<float*>(din));
+}
+
+template <typename A>
+void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
   const int L = static_cast<int>(p_.size()), Cl = C / t;
   const bool tp = t > 1;
-  const int64_t NC = static_cast<int64_t>(N) * C;
-  float* dres = dresidual_->f32();  // gradient of the residual stream, (b, T, C), the same on every TP rank
+  const int64_t NC = static_cast<int64_t>(N) * C, NC_bytes = NC * static_cast<int64_t>(sizeof(A));
+  A* dres = dresidual_->as<A>();  // gradient of the residual stream, (b, T, C), the same on every TP rank
+  A* dln = dln_->as<A>();
 
   if (stage_.has_head) {
     // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns)
-    k::matmul_backward(ctx, dln_->f32(), dwte_->f32(), nullptr, logits_->f32(), lnf_->f32(), wte_->f32(), N, C, Vl);
-    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln_->f32(), NC, "TP head dX");
-    k::fill_zero(ctx, dres, NC * 4);
-    const float* last_residual = a_[L - 1].residual3->f32();
-    k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr(dlnfb_), dln_->f32(), last_residual, lnfw_->f32(),
+    k::matmul_backward(ctx, dln, dwte_->f32(), static_cast<float*>(nullptr), logits_->as<A>(), lnf_->as<A>(),
+                       wte_->as<A>(), N, C, Vl);
+    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP head dX");
+    k::fill_zero(ctx, dres, NC_bytes);
+    const A* last_residual = a_[L - 1].residual3->as<A>();
+    k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr<float>(dlnfb_), dln, last_residual, lnfw_->as<A>(),
                           lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
     ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
   } else {                                                     // the next stage's gradient w.r.t. this stage's output
     HPCT_CHECK(dout != nullptr, "pipeline stage {} needs the gradient of its output", mp_.pp_rank);
-    k::copy_device(ctx, dres, dout, NC * 4);
+    k::copy_device(ctx, dres, dout, NC_bytes);
   }
 
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams& p = p_[l];
     const LayerParams& g = g_[l];
     const LayerActs& a = a_[l];
-    const float* residual = l == 0 ? encoded_->f32() : a_[l - 1].residual3->f32();
+    const A* residual = l == 0 ? encoded_->as<A>() : a_[l - 1].residual3->as<A>();
     // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
     // reduce_from_tp_region's backward is the identity (its replicated bias gradient is computed alike on every
     // rank).
-    k::matmul_backward(ctx, dfch_gelu_->f32(), g.fcprojw->f32(), ptr(g.fcprojb), dres, a.fch_gelu->f32(),
-                       p.fcprojw->f32(), N, 4 * Cl, C);
-    k::gelu_backward(ctx, dfch_->f32(), a.fch->f32(), dfch_gelu_->f32(), static_cast<int64_t>(N) * 4 * Cl);
-    k::matmul_backward(ctx, dln_->f32(), g.fcw->f32(), ptr(g.fcb), dfch_->f32(), a.ln2->f32(), p.fcw->f32(), N, C,
+    k::matmul_backward(ctx, dfch_gelu_->as<A>(), g.fcprojw->f32(), ptr<float>(g.fcprojb), dres, a.fch_gelu->as<A>(),
+                       p.fcprojw->as<A>(), N, 4 * Cl, C);
+    k::gelu_backward(ctx, dfch_->as<A>(), a.fch->as<A>(), dfch_gelu_->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
+    k::matmul_backward(ctx, dln, g.fcw->f32(), ptr<float>(g.fcb), dfch_->as<A>(), a.ln2->as<A>(), p.fcw->as<A>(), N, C,
                        4 * Cl);
-    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln_->f32(), NC, "TP MLP fc dX");
-    k::layernorm_backward(ctx, dres, g.ln2w->f32(), ptr(g.ln2b), dln_->f32(), a.residual2->f32(), p.ln2w->f32(),
+    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP MLP fc dX");
+    k::layernorm_backward(ctx, dres, g.ln2w->f32(), ptr<float>(g.ln2b), dln, a.residual2->as<A>(), p.ln2w->as<A>(),
                           a.ln2_mean->f32(), a.ln2_rstd->f32(), N, C);
     ready(0, 0);  // progress point
     // attention block backward (residual2 = residual + ...)
-    k::matmul_backward(ctx, datty_->f32(), g.projw->f32(), ptr(g.projb), dres, a.atty->f32(), p.projw->f32(), N, Cl, C);
-    k::attention_backward(ctx, dqkv_->f32(), att_scratch_->f32(), datty_->f32(), a.qkv->f32(), a.atty->f32(),
-                          a.att_stats->f32(), b, T, Cl, NH);
-    k::matmul_backward(ctx, dln_->f32(), g.qkvw->f32(), ptr(g.qkvb), dqkv_->f32(), a.ln1->f32(), p.qkvw->f32(), N, C,
-                       3 * Cl);
-    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln_->f32(), NC, "TP attention qkv dX");
-    k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr(g.ln1b), dln_->f32(), residual, p.ln1w->f32(),
+    k::matmul_backward(ctx, datty_->as<A>(), g.projw->f32(), ptr<float>(g.projb), dres, a.atty->as<A>(),
+                       p.projw->as<A>(), N, Cl, C);
+    k::attention_backward(ctx, dqkv_->as<A>(), att_scratch_->data, datty_->as<A>(), a.qkv->as<A>(), a.atty->as<A>(),
+                          a.att_stats->data, b, T, Cl, NH);
+    k::matmul_backward(ctx, dln, g.qkvw->f32(), ptr<float>(g.qkvb), dqkv_->as<A>(), a.ln1->as<A>(), p.qkvw->as<A>(), N,
+                       C, 3 * Cl);
+    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP attention qkv dX");
+    k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr<float>(g.ln1b), dln, residual, p.ln1w->as<A>(),
                           a.ln1_mean->f32(), a.ln1_rstd->f32(), N, C);
     ready(layer_first_[l], layer_first_[l + 1]);  // h.<l>.*
   }
   if (!stage_.has_embedding) {  // hand the gradient of the stage's input to the previous stage
     HPCT_CHECK(din != nullptr, "pipeline stage {} needs a buffer for the gradient of its input", mp_.pp_rank);
-    k::copy_device(ctx, din, dres, NC * 4);
+    k::copy_device(ctx, din, dres, NC_bytes);
     return;
   }
   if (tp)
-    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, mp_.tp_rank * Vl, Vl, b, T,
-                                       C);
+    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres), last_inputs_,
+                                       mp_.tp_rank * Vl, Vl, b, T, C);
   else
-    k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), dres, last_inputs_, b, T, C);
+    k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres), last_inputs_, b, T, C);
   ready(0, layer_first_[0]);  // wte (head and encoder), wpe
 }
 

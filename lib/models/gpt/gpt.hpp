@@ -6,6 +6,12 @@
 // (multiple of 128, docs/parallelism.md; padded logits are masked out of the loss), N = B*T.
 // Gradients: parameter gradients accumulate (+=) over micro-batches (kernels.hpp convention); the
 // caller zeroes them once per optimizer step (zero_grad). Nothing here reads device data on the host.
+//
+// Storage (train.precision, docs/precision.md): the activation type A is float or bf16 (the constructor's `act`).
+// Parameters, gradients and the optimizer state are fp32 whatever A is. Under bf16 the kernels read a bf16 compute
+// copy of the parameters, cast from the fp32 masters by refresh_compute_params() once per step; every activation the
+// model keeps between forward and backward (and every activation gradient, the logits, the stored attention
+// probabilities) is bf16; LayerNorm mean and rstd, the losses and the cross-entropy statistics stay fp32.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -61,35 +67,45 @@ struct MemoryPlan {
   int64_t num_params = 0;         // all parameters, padding rows of wte included
   int64_t num_params_no_wpe = 0;  // N of the PaLM flop count (padding rows of wte excluded too)
   size_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0;
-  size_t activation_bytes = 0;       // forward activations kept for backward, for one micro-batch
+  size_t compute_param_bytes = 0;    // the bf16 compute copy of the parameters (0 in fp32)
+  size_t activation_bytes = 0;       // forward activations kept for backward, for one micro-batch, at their stored size
   size_t activation_grad_bytes = 0;  // backward scratch (one layer at a time + residual stream)
-  size_t total() const { return param_bytes + grad_bytes + optim_bytes + activation_bytes + activation_grad_bytes; }
+  size_t total() const {
+    return param_bytes + grad_bytes + optim_bytes + compute_param_bytes + activation_bytes + activation_grad_bytes;
+  }
 };
 // device: the backend whose attention sizes apply (kernels.hpp: the CPU keeps T x T probabilities per head, CUDA a
-// log-sum-exp per row); the CPU's by default.
-MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU);
+// log-sum-exp per row); the CPU's by default. act: the activation storage type (DType::F32 or DType::BF16).
+MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU, DType act = DType::F32);
 
 // Training flops per token, PaLM count: 6 N + 12 L C T with N = parameters except the position embedding.
 double flops_per_token(const GptConfig& cfg);
 
 class Gpt {
  public:
-  Gpt(const GptConfig& cfg, int micro_batch, Device device);
+  // act: the activation storage type, DType::F32 or DType::BF16 (the header comment).
+  Gpt(const GptConfig& cfg, int micro_batch, Device device, DType act = DType::F32);
   // Tensor-parallel: this rank holds its shards of every tensor (models/gpt/gpt_layout.hpp) and tp_comm is
   // its TP group (size mp.tp); the conjugate collectives of parallel/tp_collectives.hpp run on it inside forward
   // and backward (Megatron: column-parallel QKV and fc, row-parallel proj layers, vocabulary-parallel embedding and
   // cross-entropy).
   // Pipeline parallelism (mp.pp > 1): this rank holds only its stage's tensors (stage_plan; forward with in_act,
   // backward_stage).
-  Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm);
+  Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
+      DType act = DType::F32);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return cfg_; }
   int micro_batch() const { return B_; }
+  DType activation_dtype() const { return act_; }
 
   // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1).
   void init_parameters(const ExecContext& ctx, uint64_t seed);
+  // Under bf16: casts the fp32 masters into the bf16 compute copy the kernels read. Call it after every change of the
+  // masters and before the next forward (once per step: GptStage::begin_step; evaluation and sampling call it too).
+  // A no-op in fp32, where the kernels read the masters.
+  void refresh_compute_params(const ExecContext& ctx);
 
   const ModelParallel& model_parallel() const { return mp_; }
   // Milliseconds the host spent in TP collectives since the last reset (forward, loss and backward). On CUDA their
@@ -101,12 +117,13 @@ class Gpt {
   // this rank's vocabulary columns, (b, T, Vp/tp)).
   // Pipeline stages (mp.pp > 1): the first stage starts from inputs; a later stage from in_act, the previous
   // stage's output (b, T, C) on ctx.device (copied in, stream-ordered: in_act may be reused once the copy has run);
-  // a stage without the head leaves its output in stage_output().
-  void forward(const ExecContext& ctx, const int32_t* inputs, int b, const float* in_act = nullptr);
-  const float* stage_output() const { return a_.back().residual3->f32(); }  // (b, T, C)
+  // a stage without the head leaves its output in stage_output(). Stage activations and their gradients are of the
+  // activation type (activation_dtype()).
+  void forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act = nullptr);
+  const void* stage_output() const { return a_.back().residual3->data; }  // (b, T, C)
   // Backward of a stage without the head, after its forward of the same micro-batch: dout (b, T, C) is the
   // gradient of its output; din (b, T, C) receives the gradient of its input (null on the first); both on ctx.device.
-  void backward_stage(const ExecContext& ctx, const float* dout, float* din, int b);
+  void backward_stage(const ExecContext& ctx, const void* dout, void* din, int b);
   const StagePlan& stage() const { return stage_; }
   // Per-token losses (b, T) of the last forward against targets (b, T); logits are kept.
   const float* loss(const ExecContext& ctx, const int32_t* targets, int b);
@@ -114,7 +131,7 @@ class Gpt {
   // gradient accumulates dloss * d(sum of losses)/d(param). Overwrites the logits with their gradient.
   // din: on the last stage of a pipeline, receives the gradient of the stage's input (b, T, C, on ctx.device).
   const float* loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b,
-                                 float* din = nullptr);
+                                 void* din = nullptr);
 
   void zero_grad(const ExecContext& ctx);
 
@@ -128,7 +145,7 @@ class Gpt {
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
   const std::vector<ParamSpec>& layout() const { return layout_; }
-  const float* logits() const { return logits_->f32(); }  // (B, T, Vp) on the device
+  const Tensor& logits() const { return *logits_; }  // (B, T, Vp) on the device, of the activation type
 
  private:
   struct LayerParams {
@@ -139,13 +156,21 @@ class Gpt {
         *residual3;
   };
   LayerParams layer_params(Slab& slab, int l);
-  static float* ptr(Tensor* t) { return t ? t->f32() : nullptr; }
-  void backward(const ExecContext& ctx, int b, const float* dout, float* din);
+  template <typename A>
+  static A* ptr(Tensor* t) {
+    return t ? t->as<A>() : nullptr;
+  }
+  template <typename A>
+  void forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act);
+  template <typename A>
+  void backward_impl(const ExecContext& ctx, int b, const A* dout, A* din);
+  template <typename A>
+  const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
+  void backward(const ExecContext& ctx, int b, const void* dout, void* din);
 
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
   }
-  const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
   GptConfig cfg_;
   ModelParallel mp_;
   StagePlan stage_;
@@ -155,12 +180,15 @@ class Gpt {
   GradReadyHook hook_;
   std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf
   Device device_;
+  DType act_;
   std::vector<ParamSpec> layout_;
-  Slab params_, grads_, acts_, dacts_;
-  std::vector<LayerParams> p_, g_;
+  Slab params_, grads_, compute_, acts_, dacts_;  // compute_: the bf16 copy of params_ (empty in fp32)
+  std::vector<LayerParams> p_, g_;  // p_: the parameters the kernels read (compute_'s under bf16, else params_')
   std::vector<LayerActs> a_;
+  // the parameters the kernels read (compute_'s under bf16) and their gradients; null where this pipeline stage does
+  // not hold them
   Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
-         *dlnfw_ = nullptr, *dlnfb_ = nullptr;  // null where this pipeline stage does not hold them
+         *dlnfw_ = nullptr, *dlnfb_ = nullptr;
   const int32_t* last_inputs_ = nullptr;        // (B, T) tokens of the last forward (encoder backward)
   Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;
   Tensor *ce_max_ = nullptr,

@@ -81,14 +81,16 @@ void init_shard(float* out, const ShardSpec& shard, const GptConfig& cfg, uint64
 //   stage input (B,T,C): the embedding output on the first stage, the received activation elsewhere;
 //   per block: ln1, residual2, ln2, residual3 (B,T,C) full width (the residual stream is replicated in
 //   TP), ln mean/rstd (B,T), qkv (B,T,3C/t), atty (B,T,C/t), attention stats (the backend's
-//   attention_stats_floats: the probabilities (B,NH/t,T,T) on the CPU, the log-sum-exp (B,NH/t,T) on CUDA), fch,
+//   attention_stats_bytes: the probabilities (B,NH/t,T,T) on the CPU, the log-sum-exp (B,NH/t,T) on CUDA), fch,
 //   fch_gelu (B,T,4C/t);
 //   last stage: lnf (B,T,C) + mean/rstd, logits (B,T,Vp/t) (vocab-parallel), losses (B,T);
 //   every stage: scratch (B,T,C) for the row-parallel partial sums before their allreduce.
 // Backward scratch (one block at a time): dresidual, dln (B,T,C), dqkv (B,T,3C/t), datty (B,T,C/t), attention
-// scratch (attention_scratch_floats: (B,NH/t,T,T) on the CPU, (B,NH/t,T) on CUDA), dfch, dfch_gelu (B,T,4C/t).
+// scratch (attention_scratch_bytes: (B,NH/t,T,T) on the CPU, (B,NH/t,T) on CUDA), dfch, dfch_gelu (B,T,4C/t).
 // device: the backend the sizes are for (the CPU's by default). At tp = pp = 1 this equals
-// memory_plan(cfg, B, device).
-MemoryPlan memory_plan(const GptConfig& cfg, const ModelParallel& mp, int micro_batch, Device device = Device::CPU);
+// memory_plan(cfg, B, device, act). act: the activation storage type (activations at their stored size; statistics
+// and losses fp32; under bf16 the parameters' compute copy counts in compute_param_bytes).
+MemoryPlan memory_plan(const GptConfig& cfg, const ModelParallel& mp, int micro_batch, Device device = Device::CPU,
+                       DType act = DType::F32);
 
 }  // namespace hpct::gpt

@@ -23,6 +23,8 @@ std::string generate(const ExecContext& ctx, Gpt& model, const SampleOptions& sm
   const size_t prompt_len = tokens.size();
   std::vector<int32_t> window(static_cast<size_t>(T), 0);
   std::vector<float> row(static_cast<size_t>(Vp));
+  std::vector<bf16> row_b16(model.activation_dtype() == DType::BF16 ? static_cast<size_t>(Vp) : 0);
+  model.refresh_compute_params(ctx);  // sampling follows the last optimizer step (a no-op in fp32)
   std::vector<std::pair<float, int>> cand(static_cast<size_t>(V));
   for (int i = 0; i < n_new; ++i) {
     const size_t start = tokens.size() > static_cast<size_t>(T) ? tokens.size() - T : 0;
@@ -31,8 +33,13 @@ std::string generate(const ExecContext& ctx, Gpt& model, const SampleOptions& sm
     std::copy(tokens.begin() + static_cast<int64_t>(start), tokens.end(), window.begin());
     k::copy_from_host(ctx, in_dev.data, window.data(), static_cast<int64_t>(T) * 4);
     model.forward(ctx, in_dev.i32(), 1);  // causal: position len-1 sees only the real tokens
-    k::copy_to_host(ctx, row.data(), model.logits() + static_cast<int64_t>(len - 1) * Vp, static_cast<int64_t>(Vp) * 4);
+    const Tensor& logits = model.logits();  // (1, T, Vp) of the activation type
+    const size_t esize = dtype_size(logits.dtype);
+    const char* last_row = static_cast<const char*>(logits.data) + static_cast<int64_t>(len - 1) * Vp * esize;
+    void* dst = row_b16.empty() ? static_cast<void*>(row.data()) : static_cast<void*>(row_b16.data());
+    k::copy_to_host(ctx, dst, last_row, static_cast<int64_t>(Vp * esize));
     k::synchronize(ctx);  // row is read now, window rewritten next
+    for (size_t v = 0; v < row_b16.size(); ++v) row[v] = to_f32(row_b16[v]);
     for (int v = 0; v < V; ++v) cand[v] = {row[v], v};
     const int kk = top_k > 0 ? std::min(top_k, V) : V;
     std::partial_sort(cand.begin(), cand.begin() + kk, cand.end(), [](auto& a, auto& b) { return a.first > b.first; });

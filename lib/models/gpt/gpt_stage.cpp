@@ -22,13 +22,14 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
   const StagePlan& st = model.stage();
   const bool only_stage = st.has_embedding && st.has_head;
   numel_ = only_stage ? 0 : static_cast<int64_t>(MB_) * T_ * C_;
+  act_bytes_ = static_cast<int64_t>(dtype_size(model.activation_dtype()));
   if (st.has_embedding) tokens_ = &bufs_.add("tokens", {n_micro_, MB_, T_}, DType::I32);
   if (st.has_head) {
     targets_ = &bufs_.add("targets", {n_micro_, MB_, T_}, DType::I32);
     sums_ = &bufs_.add("loss sums", {n_micro_});
     sums_host_.assign(static_cast<size_t>(n_micro_), 0.0f);
   }
-  if (!st.has_embedding) stash_ = &bufs_.add("stash", {n_micro_, MB_, T_, C_});
+  if (!st.has_embedding) stash_ = &bufs_.add("stash", {n_micro_, MB_, T_, C_}, model.activation_dtype());
   bufs_.allocate();
   if (tokens_ || targets_) {
     tok_host_.assign(static_cast<size_t>(n_micro_) * MB_ * T_, 0);
@@ -38,6 +39,7 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
 
 void GptStage::begin_step(int64_t step, int64_t rank_first, float dloss) {
   dloss_ = dloss;
+  model_.refresh_compute_params(ctx_);  // the masters changed in the last optimizer step (a no-op in fp32)
   if (tok_host_.empty()) return;  // a middle stage: its inputs come from the previous stage
   k::synchronize(ctx_);  // the last step's copies from tok_host_ / tgt_host_ are done (the stream is idle here anyway)
   for (int j = 0; j < n_micro_; ++j) {
@@ -58,17 +60,19 @@ double GptStage::end_step() {
   return sum;
 }
 
-void GptStage::forward(int micro, const float* in, float* out) {
+void GptStage::forward(int micro, const void* in, void* out) {
   const StagePlan& st = model_.stage();
-  if (!st.has_embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * 4);  // `in` is valid during this call only
+  // `in` is valid during this call only
+  if (!st.has_embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * act_bytes_);
   if (st.has_head) return;  // the stage with the head computes in its backward slot
   if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
   else
     model_.forward(ctx_, nullptr, MB_, stashed(micro));
-  k::copy_device(ctx_, out, model_.stage_output(), numel_ * 4);  // the executor sends `out` (stream-ordered after this)
+  // the executor sends `out` (stream-ordered after this)
+  k::copy_device(ctx_, out, model_.stage_output(), numel_ * act_bytes_);
 }
 
-void GptStage::backward(int micro, const float* dout, float* din) {
+void GptStage::backward(int micro, const void* dout, void* din) {
   const StagePlan& st = model_.stage();
   // recompute the forward (the stage with the head: its only forward)
   if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
@@ -88,7 +92,8 @@ GptEvaluator::GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::Pipelin
   in_dev_ = &io_.add("inputs", {MB, T}, DType::I32);
   tgt_dev_ = &io_.add("targets", {MB, T}, DType::I32);
   sum_dev_ = &io_.add("loss_sum", {1});
-  if (!model.stage().has_embedding) act_ = &io_.add("activation", {MB, T, model.config().n_embd});
+  if (!model.stage().has_embedding)
+    act_ = &io_.add("activation", {MB, T, model.config().n_embd}, model.activation_dtype());
   io_.allocate();
   in_host_.assign(static_cast<size_t>(MB) * T, 0);
   tgt_host_.assign(in_host_.size(), 0);
@@ -97,6 +102,8 @@ GptEvaluator::GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::Pipelin
 double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end) {
   const int T = model_.config().seq_len, MB = model_.micro_batch();
   const StagePlan& st = model_.stage();
+  const DType act = model_.activation_dtype();
+  model_.refresh_compute_params(ctx_);  // evaluation follows an optimizer step (a no-op in fp32)
   double total = 0.0;
   for (int first = begin; first < end; first += MB) {
     const int b = std::min(MB, end - first);
@@ -105,10 +112,10 @@ double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end
     k::copy_from_host(ctx_, in_dev_->data, in_host_.data(), static_cast<int64_t>(b) * T * 4);
     k::copy_from_host(ctx_, tgt_dev_->data, tgt_host_.data(), static_cast<int64_t>(b) * T * 4);
     const int64_t n = static_cast<int64_t>(b) * T * model_.config().n_embd;  // the stage boundary activation
-    if (!st.has_embedding) transport_->recv_activation(act_->f32(), n, 0, "evaluation activation")->wait();
-    model_.forward(ctx_, in_dev_->i32(), b, st.has_embedding ? nullptr : act_->f32());
+    if (!st.has_embedding) transport_->recv_activation(act_->data, n, act, 0, "evaluation activation")->wait();
+    model_.forward(ctx_, in_dev_->i32(), b, st.has_embedding ? nullptr : act_->data);
     if (!st.has_head) {
-      transport_->send_activation(model_.stage_output(), n, 0, "evaluation activation")->wait();
+      transport_->send_activation(model_.stage_output(), n, act, 0, "evaluation activation")->wait();
       continue;
     }
     total += k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, tgt_dev_->i32(), b), static_cast<int64_t>(b) * T);

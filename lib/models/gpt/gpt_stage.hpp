@@ -41,15 +41,19 @@ class GptStage final : public parallel::PipelineStage {
   // micro-batches finish), in double. Synchronizes the host once.
   double end_step();
 
-  void forward(int micro, const float* in, float* out) override;
-  void backward(int micro, const float* dout, float* din) override;
-  // The activation at a stage boundary, (MB, T, C); 0 for the only stage (nothing is exchanged).
+  void forward(int micro, const void* in, void* out) override;
+  void backward(int micro, const void* dout, void* din) override;
+  // The activation at a stage boundary, (MB, T, C) of the model's activation type; 0 for the only stage (nothing is
+  // exchanged).
   int64_t activation_numel() const override { return numel_; }
+  DType activation_dtype() const override { return model_.activation_dtype(); }
 
  private:
   const int32_t* tokens(int micro) const { return tokens_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
   const int32_t* targets(int micro) const { return targets_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
-  float* stashed(int micro) { return stash_->f32() + static_cast<int64_t>(micro) * MB_ * T_ * C_; }
+  void* stashed(int micro) {
+    return static_cast<char*>(stash_->data) + static_cast<int64_t>(micro) * numel_ * act_bytes_;
+  }
 
   const ExecContext& ctx_;
   Gpt& model_;
@@ -57,12 +61,13 @@ class GptStage final : public parallel::PipelineStage {
   BatchFill fill_;
   int n_micro_, MB_, T_, C_;
   int64_t numel_ = 0;
+  int64_t act_bytes_ = 4;  // bytes of one activation element
   float dloss_ = 0.0f;
   Slab bufs_;
   Tensor* tokens_ = nullptr;                  // (n_micro, MB, T) i32: first stage
   Tensor* targets_ = nullptr;                 // (n_micro, MB, T) i32: the stage with the head
   Tensor* sums_ = nullptr;                    // (n_micro) f32: loss sum of each micro-batch (the stage with the head)
-  Tensor* stash_ = nullptr;                   // (n_micro, MB, T, C): the stage inputs of a step (later stages)
+  Tensor* stash_ = nullptr;  // (n_micro, MB, T, C) of the activation type: the stage inputs of a step (later stages)
   std::vector<int32_t> tok_host_, tgt_host_;  // (n_micro, MB, T): the sampler fills both
   std::vector<float> sums_host_;              // (n_micro)
 };
@@ -88,7 +93,7 @@ class GptEvaluator {
   parallel::PipelineTransport* transport_;
   Slab io_;
   Tensor *in_dev_ = nullptr, *tgt_dev_ = nullptr, *sum_dev_ = nullptr;  // (MB, T), (MB, T), (1)
-  Tensor* act_ = nullptr;  // (MB, T, C): the activation received from the previous stage (pipeline only)
+  Tensor* act_ = nullptr;  // (MB, T, C) of the activation type: received from the previous stage (pipeline only)
   std::vector<int32_t> in_host_, tgt_host_;  // (MB, T)
 };
 

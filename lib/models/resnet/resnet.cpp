@@ -170,8 +170,8 @@ double forward_flops_per_image(const ResNetConfig& cfg) {
 
 double training_flops_per_image(const ResNetConfig& cfg) { return 3.0 * forward_flops_per_image(cfg); }
 
-MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch) {
-  const ResNet planned(cfg, micro_batch, Device::CPU, nullptr, /*allocate=*/false);
+MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act) {
+  const ResNet planned(cfg, micro_batch, Device::CPU, nullptr, /*allocate=*/false, act);
   return planned.memory();
 }
 
@@ -181,6 +181,7 @@ MemoryPlan ResNet::memory() const {
   m.param_bytes = params_.bytes();
   m.grad_bytes = grads_.bytes();
   m.buffer_bytes = buffers_.bytes();
+  m.compute_param_bytes = compute_.bytes();
   m.activation_bytes = acts_.bytes();
   m.activation_grad_bytes = dacts_.bytes();
   m.workspace_bytes = work_.bytes();
@@ -199,7 +200,7 @@ ResNet::Conv ResNet::make_conv(const std::string& name, int C, int OC, int H, in
   Conv c{index_of(layout_, name),       C, OC, H, W, K, stride, pad, (H + 2 * pad - K) / stride + 1,
          (W + 2 * pad - K) / stride + 1};
   const ExecContext ctx{device_, nullptr};
-  ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad));
+  ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad, act_));
   return c;
 }
 
@@ -224,38 +225,43 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
   return b;
 }
 
-ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate)
+ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate,
+               DType act)
     : cfg_(cfg),
       B_(micro_batch),
       device_(device),
+      act_(act),
       bn_group_(bn_group),
       layout_(parameter_layout(cfg)),
       params_("params", device),
       grads_("grads", device),
+      compute_("params (bf16 compute copy)", device),
       buffers_("bn_buffers", device),
       acts_("activations", device),
       dacts_("activation_grads", device),
       work_("conv_workspace", device) {
   cfg_.validate("ResNet");
   HPCT_CHECK(micro_batch >= 1, "micro_batch must be >= 1, is {}", micro_batch);
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16, "ResNet activations are f32 or bf16, not {}", dtype_name(act));
   for (const auto& p : layout_) {
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
+    if (act != DType::F32) compute_.add(p.name, p.shape, act);
   }
   const ArchSpec a = arch(cfg_);
   const int B = B_;
   int64_t largest = 0;
-  auto act = [&](const std::string& name, int ch, int h, int ww) {
+  auto activation = [&](const std::string& name, int ch, int h, int ww) {
     largest = std::max<int64_t>(largest, static_cast<int64_t>(B) * ch * h * ww);
-    return &acts_.add(name, {B, ch, h, ww});
+    return &acts_.add(name, {B, ch, h, ww}, act);
   };
   auto conv_of = [&](const std::string& name, const UnitSpec& u) {
     return make_conv(name, u.C, u.OC, u.H, u.W, u.K, u.stride, u.pad);
   };
   stem_conv_ = conv_of("conv1.weight", a.stem);
   stem_bn_ = make_bn("bn1", a.stem.OC, a.stem.OH * a.stem.OW);
-  x0c_ = act("stem.conv", a.stem.OC, a.stem.OH, a.stem.OW);
-  x0b_ = act("stem.bn_relu", a.stem.OC, a.stem.OH, a.stem.OW);
+  x0c_ = activation("stem.conv", a.stem.OC, a.stem.OH, a.stem.OW);
+  x0b_ = activation("stem.bn_relu", a.stem.OC, a.stem.OH, a.stem.OW);
   if (a.pool) {
     stem_pool_ = true;
     pool_C_ = a.stem.OC;
@@ -263,7 +269,7 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
     pool_W_ = a.pool_W;
     pool_OH_ = a.pool_OH;
     pool_OW_ = a.pool_OW;
-    x0p_ = act("stem.maxpool", pool_C_, pool_OH_, pool_OW_);
+    x0p_ = activation("stem.maxpool", pool_C_, pool_OH_, pool_OW_);
     pool_idx_ = &acts_.add("stem.maxpool_index", {B, pool_C_, pool_OH_, pool_OW_}, DType::I32);
   }
   for (const BlockSpec& bs : a.blocks) {
@@ -275,8 +281,8 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
       Unit un;
       un.conv = conv_of(bs.prefix + "conv" + n + ".weight", u);
       un.bn = make_bn(bs.prefix + "bn" + n, u.OC, u.OH * u.OW);
-      un.xc = act(bs.prefix + "conv" + n, u.OC, u.OH, u.OW);
-      un.xb = act(bs.prefix + "bn" + n, u.OC, u.OH, u.OW);
+      un.xc = activation(bs.prefix + "conv" + n, u.OC, u.OH, u.OW);
+      un.xb = activation(bs.prefix + "bn" + n, u.OC, u.OH, u.OW);
       blk.main.push_back(un);
     }
     const UnitSpec& last = bs.units.back();
@@ -284,31 +290,33 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
     if (bs.downsample) {
       blk.ds = conv_of(bs.prefix + "downsample.0.weight", bs.ds);
       blk.bds = make_bn(bs.prefix + "downsample.1", bs.ds.OC, bs.ds.OH * bs.ds.OW);
-      blk.xdsc = act(bs.prefix + "downsample.conv", bs.ds.OC, bs.ds.OH, bs.ds.OW);
-      blk.xdsb = act(bs.prefix + "downsample.bn", bs.ds.OC, bs.ds.OH, bs.ds.OW);
+      blk.xdsc = activation(bs.prefix + "downsample.conv", bs.ds.OC, bs.ds.OH, bs.ds.OW);
+      blk.xdsb = activation(bs.prefix + "downsample.bn", bs.ds.OC, bs.ds.OH, bs.ds.OW);
       blk.end_param = index_of(layout_, bs.prefix + "downsample.1.bias") + 1;
     } else {
       blk.end_param = index_of(layout_, bs.prefix + "bn" + std::to_string(bs.units.size()) + ".bias") + 1;
     }
-    blk.out = act(bs.prefix + "out", last.OC, last.OH, last.OW);
+    blk.out = activation(bs.prefix + "out", last.OC, last.OH, last.OW);
     blocks_.push_back(std::move(blk));
   }
   C_last_ = a.C_last;
   HW_last_ = a.H_last * a.W_last;
   fc_w_ = index_of(layout_, "fc.weight");
   fc_b_ = index_of(layout_, "fc.bias");
-  pooled_ = &acts_.add("pooled", {B, C_last_});
-  logits_ = &acts_.add("logits", {B, cfg_.num_classes});
+  if (act != DType::F32) images_ = activation("images", cfg_.in_channels, cfg_.height, cfg_.width);
+  pooled_ = &acts_.add("pooled", {B, C_last_}, act);
+  logits_ = &acts_.add("logits", {B, cfg_.num_classes}, act);
   losses_ = &acts_.add("losses", {B});
-  dA_ = &dacts_.add("dA", {largest});
-  dB_ = &dacts_.add("dB", {largest});
-  dC_ = &dacts_.add("dC", {largest});
-  dD_ = &dacts_.add("dD", {largest});
-  dpooled_ = &dacts_.add("dpooled", {B, C_last_});
+  dA_ = &dacts_.add("dA", {largest}, act);
+  dB_ = &dacts_.add("dB", {largest}, act);
+  dC_ = &dacts_.add("dC", {largest}, act);
+  dD_ = &dacts_.add("dD", {largest}, act);
+  dpooled_ = &dacts_.add("dpooled", {B, C_last_}, act);
   ws_ = &work_.add("workspace", {std::max<int64_t>(ws_floats_, 1)});
   if (!allocate) return;
   params_.allocate();
   grads_.allocate();
+  if (act != DType::F32) compute_.allocate();
   buffers_.allocate();
   acts_.allocate();
   dacts_.allocate();
@@ -344,27 +352,36 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
   }
 }
 
+void ResNet::refresh_compute_params(const ExecContext& ctx) {
+  if (act_ == DType::F32) return;
+  auto& dst = compute_.tensors();
+  const auto& src = params_.tensors();
+  for (size_t i = 0; i < src.size(); ++i) k::cast(ctx, dst[i].b16(), src[i].f32(), src[i].numel());
+}
+
 void ResNet::zero_grad(const ExecContext& ctx) {
   k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
 }
 
-void ResNet::conv_forward(const ExecContext& ctx, const Conv& c, float* out, const float* inp, int b) {
-  k::conv2d_forward(ctx, out, inp, params_.tensors()[static_cast<size_t>(c.pidx)].f32(), nullptr, ws_->f32(),
+template <typename A>
+void ResNet::conv_forward(const ExecContext& ctx, const Conv& c, A* out, const A* inp, int b) {
+  k::conv2d_forward(ctx, out, inp, read_params().tensors()[static_cast<size_t>(c.pidx)].as<A>(), static_cast<const A*>(nullptr), ws_->f32(),
                     ws_->numel(), b, c.C, c.H, c.W, c.OC, c.K, c.K, c.stride, c.pad);
 }
 
-void ResNet::conv_backward(const ExecContext& ctx, const Conv& c, float* dinp, const float* dout, const float* inp,
-                           int b) {
+template <typename A>
+void ResNet::conv_backward(const ExecContext& ctx, const Conv& c, A* dinp, const A* dout, const A* inp, int b) {
   k::conv2d_backward(ctx, dinp, grads_.tensors()[static_cast<size_t>(c.pidx)].f32(), nullptr, dout, inp,
-                     params_.tensors()[static_cast<size_t>(c.pidx)].f32(), ws_->f32(), ws_->numel(), b, c.C, c.H, c.W,
+                     read_params().tensors()[static_cast<size_t>(c.pidx)].as<A>(), ws_->f32(), ws_->numel(), b, c.C, c.H, c.W,
                      c.OC, c.K, c.K, c.stride, c.pad);
 }
 
 // BatchNorm, training mode: local (count, mean, M2) per channel; with a SyncBN group, allgathered and merged
 // with Chan's formula (the same code at group size 1); running statistics from the merged ones.
-void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, float* out, const float* inp, int b, bool train) {
-  const float* gamma = params_.tensors()[static_cast<size_t>(bn.pidx)].f32();
-  const float* beta = params_.tensors()[static_cast<size_t>(bn.pidx) + 1].f32();
+template <typename A>
+void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train) {
+  const A* gamma = read_params().tensors()[static_cast<size_t>(bn.pidx)].as<A>();
+  const A* beta = read_params().tensors()[static_cast<size_t>(bn.pidx) + 1].as<A>();
   float* rmean = buffers_.tensors()[static_cast<size_t>(bn.bidx)].f32();
   float* rvar = buffers_.tensors()[static_cast<size_t>(bn.bidx) + 1].f32();
   if (!train) {
@@ -386,8 +403,9 @@ void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, float* out, const float*
   k::batchnorm2d_update_running(ctx, rmean, rvar, bn.stats->f32(), bn.C, cfg_.bn_momentum);
 }
 
-void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, float* dinp, const float* dout, const float* inp, int b) {
-  const float* gamma = params_.tensors()[static_cast<size_t>(bn.pidx)].f32();
+template <typename A>
+void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, const A* dout, const A* inp, int b) {
+  const A* gamma = read_params().tensors()[static_cast<size_t>(bn.pidx)].as<A>();
   float* dgamma = grads_.tensors()[static_cast<size_t>(bn.pidx)].f32();
   float* dbeta = grads_.tensors()[static_cast<size_t>(bn.pidx) + 1].f32();
   if (!bn_group_) {
@@ -406,52 +424,69 @@ void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, float* dinp, const floa
 }
 
 void ResNet::forward(const ExecContext& ctx, const float* images, int b, bool train) {
+  if (act_ == DType::BF16) {
+    // the images arrive as fp32 (the data pipeline's type) and enter the bf16 model rounded once
+    HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
+    k::cast(ctx, images_->b16(), images, static_cast<int64_t>(b) * cfg_.in_channels * cfg_.height * cfg_.width);
+    forward_impl<bf16>(ctx, images_->b16(), b, train);
+  } else {
+    forward_impl<float>(ctx, images, b, train);
+  }
+}
+
+template <typename A>
+void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool train) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
   HPCT_CHECK(params_.allocated(), "forward on a ResNet built only to plan memory (allocate = false)");
-  last_images_ = images;
+  last_images_ = images;  // the stem conv's weight gradient reads them
   // stem: conv -> BN -> ReLU (-> max-pool)
-  conv_forward(ctx, stem_conv_, x0c_->f32(), images, b);
-  bn_forward(ctx, stem_bn_, x0b_->f32(), x0c_->f32(), b, train);
-  k::relu_forward(ctx, x0b_->f32(), x0b_->f32(), static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW);
-  const float* x = x0b_->f32();
+  conv_forward(ctx, stem_conv_, x0c_->as<A>(), images, b);
+  bn_forward(ctx, stem_bn_, x0b_->as<A>(), x0c_->as<A>(), b, train);
+  k::relu_forward(ctx, x0b_->as<A>(), x0b_->as<A>(), static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW);
+  const A* x = x0b_->as<A>();
   if (stem_pool_) {
-    k::maxpool2d_forward(ctx, x0p_->f32(), pool_idx_->i32(), x0b_->f32(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
-    x = x0p_->f32();
+    k::maxpool2d_forward(ctx, x0p_->as<A>(), pool_idx_->i32(), x0b_->as<A>(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
+    x = x0p_->as<A>();
   }
   for (Block& blk : blocks_) {
     // main branch: (conv -> BN -> ReLU) ..., conv -> BN
-    const float* in = x;
+    const A* in = x;
     for (size_t j = 0; j < blk.main.size(); ++j) {
       Unit& u = blk.main[j];
-      conv_forward(ctx, u.conv, u.xc->f32(), in, b);
-      bn_forward(ctx, u.bn, u.xb->f32(), u.xc->f32(), b, train);
+      conv_forward(ctx, u.conv, u.xc->as<A>(), in, b);
+      bn_forward(ctx, u.bn, u.xb->as<A>(), u.xc->as<A>(), b, train);
       if (j + 1 < blk.main.size())
-        k::relu_forward(ctx, u.xb->f32(), u.xb->f32(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);  // in place
-      in = u.xb->f32();
+        k::relu_forward(ctx, u.xb->as<A>(), u.xb->as<A>(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);  // in place
+      in = u.xb->as<A>();
     }
     const Bn& last = blk.main.back().bn;
     const int64_t n = static_cast<int64_t>(b) * last.C * last.HW;
-    const float* shortcut = x;
+    const A* shortcut = x;
     if (blk.downsample) {
-      conv_forward(ctx, blk.ds, blk.xdsc->f32(), x, b);
-      bn_forward(ctx, blk.bds, blk.xdsb->f32(), blk.xdsc->f32(), b, train);
-      shortcut = blk.xdsb->f32();
+      conv_forward(ctx, blk.ds, blk.xdsc->as<A>(), x, b);
+      bn_forward(ctx, blk.bds, blk.xdsb->as<A>(), blk.xdsc->as<A>(), b, train);
+      shortcut = blk.xdsb->as<A>();
     }
-    k::residual_forward(ctx, blk.out->f32(), blk.main.back().xb->f32(), shortcut, n);
-    k::relu_forward(ctx, blk.out->f32(), blk.out->f32(), n);  // in place
-    x = blk.out->f32();
+    k::residual_forward(ctx, blk.out->as<A>(), blk.main.back().xb->as<A>(), shortcut, n);
+    k::relu_forward(ctx, blk.out->as<A>(), blk.out->as<A>(), n);  // in place
+    x = blk.out->as<A>();
   }
-  k::global_avgpool_forward(ctx, pooled_->f32(), x, b, C_last_, HW_last_);
-  k::matmul_forward(ctx, logits_->f32(), pooled_->f32(), params_.tensors()[static_cast<size_t>(fc_w_)].f32(),
-                    params_.tensors()[static_cast<size_t>(fc_b_)].f32(), b, C_last_, cfg_.num_classes);
+  k::global_avgpool_forward(ctx, pooled_->as<A>(), x, b, C_last_, HW_last_);
+  k::matmul_forward(ctx, logits_->as<A>(), pooled_->as<A>(), read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(),
+                    read_params().tensors()[static_cast<size_t>(fc_b_)].as<A>(), b, C_last_, cfg_.num_classes);
 }
 
 const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) {
+  return act_ == DType::BF16 ? loss_impl<bf16>(ctx, labels, b) : loss_impl<float>(ctx, labels, b);
+}
+
+template <typename A>
+const float* ResNet::loss_impl(const ExecContext& ctx, const int32_t* labels, int b) {
   const int K = cfg_.num_classes;
   if (cfg_.label_smoothing > 0.0f)
-    k::crossentropy_smoothed_forward(ctx, losses_->f32(), logits_->f32(), labels, cfg_.label_smoothing, b, K);
+    k::crossentropy_smoothed_forward(ctx, losses_->f32(), logits_->as<A>(), labels, cfg_.label_smoothing, b, K);
   else
-    k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), labels, b, K, K);
+    k::crossentropy_forward(ctx, losses_->f32(), logits_->as<A>(), labels, b, K, K);
   return losses_->f32();
 }
 
@@ -459,61 +494,67 @@ const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) 
 // that of its input; dB the gradient after the block's last ReLU (dsum, also the shortcut's); dC and dD alternate
 // inside the main branch (BN backward writes dC, conv backward writes dD, or dA for the block's first conv).
 const float* ResNet::loss_and_backward(const ExecContext& ctx, const int32_t* labels, float dloss, int b) {
+  return act_ == DType::BF16 ? loss_and_backward_impl<bf16>(ctx, labels, dloss, b)
+                             : loss_and_backward_impl<float>(ctx, labels, dloss, b);
+}
+
+template <typename A>
+const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_t* labels, float dloss, int b) {
   const int K = cfg_.num_classes;
   if (cfg_.label_smoothing > 0.0f)
-    k::crossentropy_smoothed_forward_backward(ctx, losses_->f32(), logits_->f32(), labels, dloss, cfg_.label_smoothing,
+    k::crossentropy_smoothed_forward_backward(ctx, losses_->f32(), logits_->as<A>(), labels, dloss, cfg_.label_smoothing,
                                               b, K);
   else
-    k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), labels, dloss, b, K, K);
+    k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->as<A>(), labels, dloss, b, K, K);
   // head, in reverse: fc, average pool
-  k::matmul_backward(ctx, dpooled_->f32(), grads_.tensors()[static_cast<size_t>(fc_w_)].f32(),
-                     grads_.tensors()[static_cast<size_t>(fc_b_)].f32(), logits_->f32(), pooled_->f32(),
-                     params_.tensors()[static_cast<size_t>(fc_w_)].f32(), b, C_last_, K);
+  k::matmul_backward(ctx, dpooled_->as<A>(), grads_.tensors()[static_cast<size_t>(fc_w_)].f32(),
+                     grads_.tensors()[static_cast<size_t>(fc_b_)].f32(), logits_->as<A>(), pooled_->as<A>(),
+                     read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(), b, C_last_, K);
   ready(fc_w_, fc_b_ + 1);
-  float* dx = dA_->f32();
-  k::global_avgpool_backward(ctx, dx, dpooled_->f32(), b, C_last_, HW_last_);
-  const float* stem_out = stem_pool_ ? x0p_->f32() : x0b_->f32();
+  A* dx = dA_->as<A>();
+  k::global_avgpool_backward(ctx, dx, dpooled_->as<A>(), b, C_last_, HW_last_);
+  const A* stem_out = stem_pool_ ? x0p_->as<A>() : x0b_->as<A>();
   for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<size_t>(i)];
-    const float* x = i == 0 ? stem_out : blocks_[static_cast<size_t>(i) - 1].out->f32();
+    const A* x = i == 0 ? stem_out : blocks_[static_cast<size_t>(i) - 1].out->as<A>();
     const Bn& lastbn = blk.main.back().bn;
     const int64_t n = static_cast<int64_t>(b) * lastbn.C * lastbn.HW;
-    float* dsum = dB_->f32();
-    k::relu_backward(ctx, dsum, dx, blk.out->f32(), n);  // through the block's final ReLU
+    A* dsum = dB_->as<A>();
+    k::relu_backward(ctx, dsum, dx, blk.out->as<A>(), n);  // through the block's final ReLU
     // main branch, last unit first: BN <- conv (<- ReLU of the unit before)
-    const float* cur = dsum;
+    const A* cur = dsum;
     for (int j = static_cast<int>(blk.main.size()) - 1; j >= 0; --j) {
       Unit& u = blk.main[static_cast<size_t>(j)];
       if (j + 1 < static_cast<int>(blk.main.size()))  // cur is dD here (written by the conv below), so in place
-        k::relu_backward(ctx, dD_->f32(), cur, u.xb->f32(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);
-      bn_backward(ctx, u.bn, dC_->f32(), cur, u.xc->f32(), b);
-      const float* in = j == 0 ? x : blk.main[static_cast<size_t>(j) - 1].xb->f32();
-      float* dst = j == 0 ? dx : dD_->f32();  // dx (the block output's gradient) was consumed into dsum
-      conv_backward(ctx, u.conv, dst, dC_->f32(), in, b);
+        k::relu_backward(ctx, dD_->as<A>(), cur, u.xb->as<A>(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);
+      bn_backward(ctx, u.bn, dC_->as<A>(), cur, u.xc->as<A>(), b);
+      const A* in = j == 0 ? x : blk.main[static_cast<size_t>(j) - 1].xb->as<A>();
+      A* dst = j == 0 ? dx : dD_->as<A>();  // dx (the block output's gradient) was consumed into dsum
+      conv_backward(ctx, u.conv, dst, dC_->as<A>(), in, b);
       cur = dst;
       ready(0, 0);  // a progress point for in-flight gradient buckets
     }
     // shortcut branch, summed into the input gradient
     if (blk.downsample) {
-      bn_backward(ctx, blk.bds, dC_->f32(), dsum, blk.xdsc->f32(), b);
-      conv_backward(ctx, blk.ds, dD_->f32(), dC_->f32(), x, b);
+      bn_backward(ctx, blk.bds, dC_->as<A>(), dsum, blk.xdsc->as<A>(), b);
+      conv_backward(ctx, blk.ds, dD_->as<A>(), dC_->as<A>(), x, b);
       const int64_t nin = static_cast<int64_t>(b) * blk.ds.C * blk.ds.H * blk.ds.W;
-      k::residual_forward(ctx, dx, dx, dD_->f32(), nin);
+      k::residual_forward(ctx, dx, dx, dD_->as<A>(), nin);
     } else {
       k::residual_forward(ctx, dx, dx, dsum, n);
     }
     ready(blk.first_param, blk.end_param);
   }
   // stem: (max-pool <-) ReLU <- BN <- conv (no gradient w.r.t. the images)
-  float* g = dx;
+  A* g = dx;
   if (stem_pool_) {
-    k::maxpool2d_backward(ctx, dB_->f32(), dx, pool_idx_->i32(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
-    g = dB_->f32();
+    k::maxpool2d_backward(ctx, dB_->as<A>(), dx, pool_idx_->i32(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
+    g = dB_->as<A>();
   }
   const int64_t n0 = static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW;
-  k::relu_backward(ctx, g, g, x0b_->f32(), n0);
-  bn_backward(ctx, stem_bn_, dC_->f32(), g, x0c_->f32(), b);
-  conv_backward(ctx, stem_conv_, nullptr, dC_->f32(), last_images_, b);
+  k::relu_backward(ctx, g, g, x0b_->as<A>(), n0);
+  bn_backward(ctx, stem_bn_, dC_->as<A>(), g, x0c_->as<A>(), b);
+  conv_backward(ctx, stem_conv_, static_cast<A*>(nullptr), dC_->as<A>(), static_cast<const A*>(last_images_), b);
   ready(0, 3);  // conv1.weight, bn1.weight, bn1.bias
   return losses_->f32();
 }

@@ -18,6 +18,10 @@
 // 1.weight, 1.bias}, fc.{weight (K, C_last), bias (K)}. Weight decay applies to conv and fc weights only (not to
 // BatchNorm parameters or biases).
 // Buffers: every BN's running_mean and running_var (<bn name>.running_mean / .running_var), in layout order.
+// Storage (train.precision, docs/precision.md): activations of type A = float or bf16 (the constructor's `act`); under
+// bf16 the kernels read a bf16 compute copy of the parameters (refresh_compute_params(), once per step), the images
+// are rounded to bf16 on entry, and everything kept between forward and backward is bf16 except the BatchNorm
+// statistics; parameters, gradients, BN running statistics and the optimizer state stay fp32.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -60,30 +64,37 @@ double training_flops_per_image(const ResNetConfig& cfg);
 // function: it builds the same plan the constructor allocates, without allocating.
 struct MemoryPlan {
   int64_t num_params = 0;
-  size_t param_bytes = 0, grad_bytes = 0, buffer_bytes = 0, activation_bytes = 0, activation_grad_bytes = 0,
-         workspace_bytes = 0;
+  size_t param_bytes = 0, grad_bytes = 0, buffer_bytes = 0, compute_param_bytes = 0, activation_bytes = 0,
+         activation_grad_bytes = 0, workspace_bytes = 0;
   size_t total() const {
-    return param_bytes + grad_bytes + buffer_bytes + activation_bytes + activation_grad_bytes + workspace_bytes;
+    return param_bytes + grad_bytes + buffer_bytes + compute_param_bytes + activation_bytes + activation_grad_bytes +
+           workspace_bytes;
   }
 };
-MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch);
+// act: the activation storage type (DType::F32 or DType::BF16).
+MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act = DType::F32);
 
 class ResNet {
  public:
   // bn_group: the SyncBN group (the DP communicator) or null for per-rank BatchNorm.
   // allocate = false: plan the slabs only (memory_plan()); such a model cannot run.
+  // act: the activation storage type, DType::F32 or DType::BF16 (the header comment).
   ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
-         bool allocate = true);
+         bool allocate = true, DType act = DType::F32);
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
   const ResNetConfig& config() const { return cfg_; }
   int micro_batch() const { return B_; }
+  DType activation_dtype() const { return act_; }
   // Counter-based init keyed by (seed, name, element): convs kaiming-normal (fan_out, ReLU gain, torchvision),
   // BN gamma 1 beta 0, fc weight and bias uniform(+-1/sqrt(fan_in)) (torch.nn.Linear); running var 1, mean 0.
   void init_parameters(const ExecContext& ctx, uint64_t seed);
+  // Under bf16: casts the fp32 masters into the bf16 compute copy the kernels read; call it after every change of the
+  // masters, before the next forward (ResNetStage does, once per step and before evaluation). A no-op in fp32.
+  void refresh_compute_params(const ExecContext& ctx);
 
-  // images (b, Cin, H, W) on the device, b <= micro_batch; train: batch statistics (and running-stat update).
+  // images (b, Cin, H, W) fp32 on the device, b <= micro_batch; train: batch statistics (and running-stat update).
   void forward(const ExecContext& ctx, const float* images, int b, bool train);
   // per-sample losses (b) of the last forward against labels (b), label-smoothed when config().label_smoothing > 0
   const float* loss(const ExecContext& ctx, const int32_t* labels, int b);
@@ -98,7 +109,7 @@ class ResNet {
   Slab& grads() { return grads_; }
   Slab& buffers() { return buffers_; }
   const std::vector<ParamSpec>& layout() const { return layout_; }
-  const float* logits() const { return logits_->f32(); }  // (B, K)
+  const Tensor& logits() const { return *logits_; }  // (B, K) of the activation type
   MemoryPlan memory() const;
 
  private:
@@ -126,10 +137,21 @@ class ResNet {
     Tensor *xdsc = nullptr, *xdsb = nullptr, *out = nullptr;
     int first_param = 0, end_param = 0;  // the block's parameter tensors [first, end) in layout order
   };
-  void bn_forward(const ExecContext& ctx, Bn& bn, float* out, const float* inp, int b, bool train);
-  void bn_backward(const ExecContext& ctx, Bn& bn, float* dinp, const float* dout, const float* inp, int b);
-  void conv_forward(const ExecContext& ctx, const Conv& c, float* out, const float* inp, int b);
-  void conv_backward(const ExecContext& ctx, const Conv& c, float* dinp, const float* dout, const float* inp, int b);
+  template <typename A>
+  void forward_impl(const ExecContext& ctx, const A* images, int b, bool train);
+  template <typename A>
+  const float* loss_impl(const ExecContext& ctx, const int32_t* labels, int b);
+  template <typename A>
+  const float* loss_and_backward_impl(const ExecContext& ctx, const int32_t* labels, float dloss, int b);
+  template <typename A>
+  void bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train);
+  template <typename A>
+  void bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, const A* dout, const A* inp, int b);
+  template <typename A>
+  void conv_forward(const ExecContext& ctx, const Conv& c, A* out, const A* inp, int b);
+  template <typename A>
+  void conv_backward(const ExecContext& ctx, const Conv& c, A* dinp, const A* dout, const A* inp, int b);
+  Slab& read_params() { return act_ == DType::F32 ? params_ : compute_; }  // what the kernels read
   Conv make_conv(const std::string& name, int C, int OC, int H, int W, int K, int stride, int pad);
   Bn make_bn(const std::string& name, int C, int HW);
   void ready(int first, int end) {
@@ -139,17 +161,20 @@ class ResNet {
   ResNetConfig cfg_;
   int B_;
   Device device_;
+  DType act_;
   comm::Communicator* bn_group_;
   std::vector<ParamSpec> layout_;
-  Slab params_, grads_, buffers_, acts_, dacts_, work_;
+  Slab params_, grads_, compute_, buffers_, acts_, dacts_, work_;  // compute_: bf16 copy of params_ (empty in fp32)
   Conv stem_conv_;
   Bn stem_bn_;
   bool stem_pool_ = false;  // imagenet: 3x3 stride-2 max-pool after the stem
   int pool_C_ = 0, pool_H_ = 0, pool_W_ = 0, pool_OH_ = 0, pool_OW_ = 0;
   std::vector<Block> blocks_;
   Tensor *x0c_, *x0b_, *x0p_ = nullptr, *pool_idx_ = nullptr, *pooled_, *logits_, *losses_, *ws_;
+  Tensor* images_ = nullptr;  // (B, Cin, H, W) bf16: the images rounded on entry (bf16 only)
   Tensor *dA_, *dB_, *dC_, *dD_, *dpooled_;  // backward scratch: the largest activation, several
-  const float* last_images_ = nullptr;       // (B, Cin, H, W) of the last forward (the stem's weight gradient)
+  const void* last_images_ = nullptr;        // (B, Cin, H, W) of the last forward, of the activation type (the
+                                             // stem's weight gradient)
   int fc_w_ = 0, fc_b_ = 0;
   int64_t ws_floats_ = 0;
   int C_last_ = 0, HW_last_ = 0;

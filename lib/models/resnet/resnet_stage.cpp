@@ -33,12 +33,14 @@ ResNetStage::ResNetStage(const ExecContext& ctx, ResNet& model, ImageFill fill, 
   io_.allocate();
   img_host_.assign(static_cast<size_t>(MB_ * D_), 0.0f);
   logits_host_.assign(static_cast<size_t>(MB_) * K_, 0.0f);
+  if (model.activation_dtype() == DType::BF16) logits_b16_.assign(logits_host_.size(), bf16{0});
   lab_host_.assign(static_cast<size_t>(MB_), 0);
 }
 
 void ResNetStage::begin_step(int64_t step, float dloss) {
   step_ = step;
   dloss_ = dloss;
+  model_.refresh_compute_params(ctx_);  // the masters changed in the last optimizer step (a no-op in fp32)
   sums_[0] = sums_[1] = 0.0;
 }
 
@@ -46,10 +48,18 @@ void ResNetStage::stage_in_and_forward(int b, bool train) {
   k::copy_from_host(ctx_, img_dev_->data, img_host_.data(), b * D_ * 4);
   k::copy_from_host(ctx_, lab_dev_->data, lab_host_.data(), static_cast<int64_t>(b) * 4);
   model_.forward(ctx_, img_dev_->f32(), b, train);
-  k::copy_to_host(ctx_, logits_host_.data(), model_.logits(), static_cast<int64_t>(b) * K_ * 4);
+  const Tensor& logits = model_.logits();
+  void* dst = logits_b16_.empty() ? static_cast<void*>(logits_host_.data()) : static_cast<void*>(logits_b16_.data());
+  k::copy_to_host(ctx_, dst, logits.data, static_cast<int64_t>(b) * K_ * static_cast<int64_t>(dtype_size(logits.dtype)));
 }
 
-void ResNetStage::backward(int micro, const float*, float*) {
+const float* ResNetStage::host_logits(int b) {
+  for (size_t i = 0; i < logits_b16_.size() && i < static_cast<size_t>(b) * K_; ++i)
+    logits_host_[i] = to_f32(logits_b16_[i]);
+  return logits_host_.data();
+}
+
+void ResNetStage::backward(int micro, const void*, void*) {
   const int64_t first = micro_first_(micro);
   // The previous copies from img_host_ / lab_host_ have completed before we refill them (CUDA copies are
   // asynchronous; the stream is idle here anyway: sum_to_host below synchronizes). CPU: a no-op.
@@ -59,19 +69,20 @@ void ResNetStage::backward(int micro, const float*, float*) {
   const float* losses = model_.loss_and_backward(ctx_, lab_dev_->i32(), dloss_, MB_);
   sums_[0] += k::sum_to_host(ctx_, sum_dev_->f32(), losses, MB_);
   // logits_host_ is read only now: sum_to_host synchronized, so the copy queued before backward has landed
-  sums_[1] += static_cast<double>(count_correct(logits_host_.data(), lab_host_.data(), MB_, K_));
+  sums_[1] += static_cast<double>(count_correct(host_logits(MB_), lab_host_.data(), MB_, K_));
 }
 
 std::pair<double, double> ResNetStage::evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm,
                                                 int64_t first, int64_t end) {
   double loss = 0.0, correct = 0.0;
+  model_.refresh_compute_params(ctx_);  // evaluation follows an optimizer step (a no-op in fp32)
   for (int64_t i = first; i < end; i += MB_) {
     const int b = static_cast<int>(std::min<int64_t>(MB_, end - i));
     k::synchronize(ctx_);  // the last batch's copies from img_host_ / lab_host_ are done before we refill them
     data::fill_images(set, norm, i, b, img_host_.data(), lab_host_.data());
     stage_in_and_forward(b, /*train=*/false);
     loss += k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, lab_dev_->i32(), b), b);  // synchronizes
-    correct += static_cast<double>(count_correct(logits_host_.data(), lab_host_.data(), b, K_));
+    correct += static_cast<double>(count_correct(host_logits(b), lab_host_.data(), b, K_));
   }
   return {loss, correct};
 }

@@ -31,8 +31,8 @@ class ResNetStage final : public parallel::PipelineStage {
   double loss_sum() const { return sums_[0]; }  // this rank's, over the step's micro-batches
   double correct() const { return sums_[1]; }
 
-  void forward(int, const float*, float*) override {}  // the micro-batch runs in its backward slot
-  void backward(int micro, const float* dout, float* din) override;
+  void forward(int, const void*, void*) override {}  // the micro-batch runs in its backward slot
+  void backward(int micro, const void* dout, void* din) override;
   int64_t activation_numel() const override { return 0; }  // one stage: nothing is exchanged
 
   // (loss sum, correct predictions) over images [first, end) of `set`, micro_batch at a time, BN in eval mode.
@@ -43,6 +43,8 @@ class ResNetStage final : public parallel::PipelineStage {
   // Copies images (b, C, H, W) and labels (b) from the host buffers, runs the forward, queues the logits' copy to the
   // host; returns with the logits on the device.
   void stage_in_and_forward(int b, bool train);
+  // The first b rows of the logits copied by stage_in_and_forward, as floats (after the host has synchronized).
+  const float* host_logits(int b);
 
   const ExecContext& ctx_;
   ResNet& model_;
@@ -57,6 +59,7 @@ class ResNetStage final : public parallel::PipelineStage {
   Tensor *img_dev_ = nullptr, *lab_dev_ = nullptr, *sum_dev_ = nullptr;  // (MB, C, H, W), (MB), (1)
   std::vector<float> img_host_, logits_host_;                            // (MB, C, H, W), (MB, K)
   std::vector<int32_t> lab_host_;                                        // (MB)
+  std::vector<bf16> logits_b16_;  // (MB, K): the logits' copy under bf16 (empty in fp32)
 };
 
 }  // namespace hpct::resnet

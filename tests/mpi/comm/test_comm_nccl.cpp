@@ -1,8 +1,8 @@
-// NcclCommunicator (label cuda): the same exact-value checks as test_comm_collectives on device buffers, one GPU per
-// rank. Skips at run time when there is no usable GPU (cudaGetDeviceCount fails, e.g. no driver) or fewer GPUs on the
-// node than ranks on it. Also: MpiCommunicator rejects device memory, NcclCommunicator rejects host memory; wait() is
-// stream-ordered on the input stream and wait_host() blocks the host; the sync guard (NcclSyncGuard) drains a stream
-// that waits on NCCL work, and at np 2 turns a peer that never joins into an hpct::Error naming the operation.
+// NcclCommunicator (label cuda): the same exact-value checks as test_comm_collectives on device buffers (bf16 too), one
+// GPU per rank. Skips at run time when there is no usable GPU (cudaGetDeviceCount fails, e.g. no driver) or fewer GPUs
+// on the node than ranks on it. Also: MpiCommunicator rejects device memory, NcclCommunicator rejects host memory;
+// wait() is stream-ordered on the input stream and wait_host() blocks the host; the sync guard (NcclSyncGuard) drains a
+// stream that waits on NCCL work, and at np 2 turns a peer that never joins into an hpct::Error naming the operation.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -16,6 +16,7 @@
 #include "comm/nccl_sync_guard.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "tensor/bf16.hpp"
 #include "../nccl_test_util.hpp"
 
 namespace hpct::comm {
@@ -148,6 +149,58 @@ TEST(NcclCommunicator, ReduceScatterAllgatherBroadcast) {
     EXPECT_EQ(count_wrong(buf.download(), [&](int64_t i) { return value<double>(i, root); }), 0) << "root " << root;
   }
   nccl.barrier("end");
+}
+
+// bf16 (ncclBfloat16) on device buffers: (r + 1) * (i % 25 + 1) keeps every partial sum an integer <= 250, exact in
+// bf16 whatever order NCCL combines in, so sums, averages and maxima are exact; reduce_scatter and a ring of sends move
+// 2-byte elements.
+TEST(NcclCommunicator, Bf16CollectivesAndSendRecv) {
+  SKIP_WITHOUT_GPU();
+  auto world = make_world_communicator(test_options());
+  NcclCommunicator nccl(*world, "world-nccl", test_options());
+  const int n = nccl.size(), r = nccl.rank();
+  const int64_t count = 100003;
+  auto b = [](int64_t i) { return static_cast<float>(i % 25 + 1); };
+  auto upload = [&](DeviceBuffer<bf16>& d, int64_t len, int64_t first) {
+    std::vector<bf16> h(static_cast<size_t>(len));
+    for (int64_t i = 0; i < len; ++i) h[i] = to_bf16(static_cast<float>(r + 1) * b(first + i));
+    d.upload(h);
+  };
+  auto count_wrong_bf16 = [](const std::vector<bf16>& got, auto&& want) {
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i)
+      if (to_f32(got[i]) != want(i) && wrong++ < 3)
+        ADD_FAILURE() << "element " << i << " is " << to_f32(got[i]) << ", should be " << want(i);
+    return wrong;
+  };
+  const float tri = static_cast<float>(n * (n + 1) / 2);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    DeviceBuffer<bf16> buf(count);
+    upload(buf, count, 0);
+    nccl.allreduce(buf.p, count, DType::BF16, op, "bf16 allreduce");
+    const float k = op == ReduceOp::Sum   ? tri
+                    : op == ReduceOp::Avg ? tri / static_cast<float>(n)
+                                          : static_cast<float>(n);
+    EXPECT_EQ(count_wrong_bf16(buf.download(), [&](int64_t i) { return k * b(i); }), 0) << reduce_op_name(op);
+  }
+  {
+    DeviceBuffer<bf16> send(count * n), recv(count);
+    upload(send, count * n, 0);
+    nccl.reduce_scatter(send.p, recv.p, count, DType::BF16, ReduceOp::Sum, "bf16 reduce_scatter");
+    EXPECT_EQ(count_wrong_bf16(recv.download(), [&](int64_t j) { return tri * b(r * count + j); }), 0);
+  }
+  {
+    DeviceBuffer<bf16> out(count), in(count);
+    upload(out, count, 0);
+    const int prev = (r + n - 1) % n;
+    nccl.group_start();
+    WorkPtr s = nccl.send_async(out.p, count, DType::BF16, (r + 1) % n, 0, "bf16 ring");
+    WorkPtr q = nccl.recv_async(in.p, count, DType::BF16, prev, 0, "bf16 ring");
+    nccl.group_end();
+    q->wait();
+    s->wait();
+    EXPECT_EQ(count_wrong_bf16(in.download(), [&](int64_t i) { return static_cast<float>(prev + 1) * b(i); }), 0);
+  }
 }
 
 TEST(NcclCommunicator, SendRecvRingInAGroup) {

@@ -2,16 +2,20 @@
 // t dividing the world (ParallelContext's device TP group, MPI on the CPU). Values are small integers, so float sums
 // are exact and checked with ==: reduce_from_tp_region forward and copy_to_tp_region backward sum (rank + 1), their
 // duals are identities, scatter then gather along the last dimension is the identity, gather's backward is scatter's
-// forward and scatter's backward gather's forward, and the cross-entropy statistics reduce with MAX and SUM.
+// forward and scatter's backward gather's forward, and the cross-entropy statistics reduce with MAX and SUM. The same
+// with bf16 activations: exact sums of small integers, bit-for-bit agreement with the plain bf16 allreduce and a
+// bound against the fp32 sum, and every column moved bit for bit.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/error.hpp"
 #include "parallel/parallel_context.hpp"
 #include "parallel/tp_collectives.hpp"
+#include "tensor/bf16.hpp"
 #include "../mpi_test_util.hpp"
 
 using namespace hpct;
@@ -191,4 +195,107 @@ TEST(TpCollectives, IndivisibleLastDimensionIsAnError) {
   EXPECT_THROW(scatter_to_tp_region_forward(pc.exec(), tp, x.data(), y.data(), rows, cols, "test"), hpct::Error);
   EXPECT_THROW(gather_from_tp_region_forward(pc.exec(), tp, x.data(), y.data(), scratch.data(), rows, cols, "test"),
                hpct::Error);
+}
+
+// ---- bf16 activations (A = bf16): the same functions move and reduce 2-byte elements ---------------------------
+
+namespace {
+std::vector<bf16> to_bf16_vector(const std::vector<float>& v) {
+  std::vector<bf16> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16(v[i]);
+  return b;
+}
+std::vector<float> to_float_vector(const std::vector<bf16>& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = to_f32(b[i]);
+  return v;
+}
+bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+}
+}  // namespace
+
+// Small integers: every partial sum (at most 10 * 25 = 250) is exact in bf16 (8 significant bits), so the sums are
+// exact whatever order the allreduce combines them in; the identities leave the bits alone.
+TEST(TpCollectivesBf16, ConjugatePairsSumExactlyAndIdentitiesKeepTheBits) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t n = 75;
+    std::vector<float> ref(n);
+    for (int64_t i = 0; i < n; ++i) ref[i] = static_cast<float>((r + 1) * (i % 25 + 1));
+    std::vector<bf16> y = to_bf16_vector(ref), dx = to_bf16_vector(ref);
+    EXPECT_GE(reduce_from_tp_region_forward(tp, y.data(), n, "test bf16 reduce_from forward"), 0.0);
+    EXPECT_GE(copy_to_tp_region_backward(tp, dx.data(), n, "test bf16 copy_to backward"), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = static_cast<float>(t * (t + 1) / 2 * (i % 25 + 1));
+      EXPECT_EQ(to_f32(y[i]), want) << i;
+      EXPECT_EQ(to_f32(dx[i]), want) << i;
+    }
+    // Identities: a pattern with NaNs and odd mantissas must come back bit for bit.
+    std::vector<bf16> x(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16{static_cast<uint16_t>(0x7f81 + 977 * i + r)};
+    const std::vector<bf16> before = x;
+    EXPECT_EQ(copy_to_tp_region_forward(tp, x.data(), n, "test bf16 copy_to forward"), 0.0);
+    EXPECT_TRUE(same_bits(x, before));
+    EXPECT_EQ(reduce_from_tp_region_backward(tp, x.data(), n, "test bf16 reduce_from backward"), 0.0);
+    EXPECT_TRUE(same_bits(x, before));
+  });
+}
+
+// Values whose bf16 sum rounds: the communicating sides are the plain bf16 allreduce bit for bit (the rounding happens
+// in the communicator, nowhere else), and within t - 1 bf16 roundings of the fp32 sum of the same inputs.
+TEST(TpCollectivesBf16, CommunicatingSidesAreThePlainBf16AllreduceAndNearTheFp32Sum) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t n = 301;
+    std::vector<float> a(n);
+    for (int64_t i = 0; i < n; ++i) a[i] = round_to<bf16>(1.0f / static_cast<float>(3 + i + 17 * r) + 0.01f * r);
+    std::vector<bf16> raw = to_bf16_vector(a), via_reduce = raw, via_copy = raw;
+    tp.allreduce(raw.data(), n, DType::BF16, comm::ReduceOp::Sum, "test bf16 raw");
+    reduce_from_tp_region_forward(tp, via_reduce.data(), n, "test bf16 reduce_from");
+    copy_to_tp_region_backward(tp, via_copy.data(), n, "test bf16 copy_to");
+    EXPECT_TRUE(same_bits(raw, via_reduce));
+    EXPECT_TRUE(same_bits(raw, via_copy));
+    std::vector<float> fp32 = a;  // the same (bf16-representable) inputs summed in fp32
+    tp.allreduce(fp32.data(), n, DType::F32, comm::ReduceOp::Sum, "test fp32 reference");
+    for (int64_t i = 0; i < n; ++i) {
+      // each of the t - 1 roundings moves a partial sum by at most half a bf16 ulp (2^-8 relative) of a value no
+      // larger than the total of the (positive) inputs
+      const float bound = static_cast<float>(t - 1) * std::ldexp(1.0f, -8) * fp32[i] * 1.0001f;
+      EXPECT_LE(std::fabs(to_f32(raw[i]) - fp32[i]), bound) << i;
+    }
+  });
+}
+
+TEST(TpCollectivesBf16, ScatterGatherAndTheirDualsMoveBf16Columns) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const ExecContext& ctx = pc.exec();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t rows = 5, cols = 12, cl = cols / t;
+    // (16 i + j) / 64 <= 75 / 64: at most 7 significant bits, exact in bf16 and distinct for every (i, j)
+    auto value = [](int64_t i, int64_t j) { return static_cast<float>(16 * i + j) / 64.0f; };
+    std::vector<float> xf(rows * cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) xf[i * cols + j] = value(i, j);
+    const std::vector<bf16> x = to_bf16_vector(xf);
+    std::vector<bf16> y(rows * cl, bf16{0xffff}), back(rows * cols, bf16{0xffff}), scratch(rows * cols);
+    EXPECT_EQ(scatter_to_tp_region_forward(ctx, tp, x.data(), y.data(), rows, cols, "test bf16 scatter"), 0.0);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cl; ++j) EXPECT_EQ(to_f32(y[i * cl + j]), value(i, r * cl + j));
+    EXPECT_GE(gather_from_tp_region_forward(ctx, tp, y.data(), back.data(), scratch.data(), rows, cols,
+                                            "test bf16 gather"),
+              0.0);
+    EXPECT_TRUE(same_bits(back, x)) << "scatter then gather is the identity";
+    // the duals
+    std::vector<bf16> dx_gather(rows * cl), dx_scatter(rows * cols);
+    gather_from_tp_region_backward(ctx, tp, x.data(), dx_gather.data(), rows, cols, "test bf16 gather bwd");
+    EXPECT_TRUE(same_bits(dx_gather, y));
+    scatter_to_tp_region_backward(ctx, tp, y.data(), dx_scatter.data(), scratch.data(), rows, cols,
+                                  "test bf16 scatter bwd");
+    EXPECT_TRUE(same_bits(dx_scatter, x));
+    EXPECT_EQ(to_float_vector(dx_scatter), xf);
+  });
 }

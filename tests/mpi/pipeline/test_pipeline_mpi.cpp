@@ -9,7 +9,10 @@
 //    take (m + p - 1) * 3F within 3% (best of up to 3 steps, see the test);
 //  - the link transport (one 2-rank communicator per link, the splits ParallelContext bootstraps its NCCL links over)
 //    over MPI link communicators with tag 0, so that MPI matches sends and receives by order, as NCCL does: the same
-//    exact values through both schedules.
+//    exact values through both schedules;
+//  - bf16 activations (train.precision = bf16): the same stage storing its outputs and input gradients as bf16
+//    (rounded once when stored, as the kernels do), over both transports and schedules, every value checked against
+//    the host computation with the same rounding.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -22,6 +25,7 @@
 #include "core/error.hpp"
 #include "parallel/parallel_context.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "tensor/bf16.hpp"
 
 using namespace hpct;
 using namespace hpct::parallel;
@@ -38,42 +42,48 @@ int world_size() {
 float x0(int j, int64_t i) { return static_cast<float>(j * 64 + i % 61); }
 float g0(int j, int64_t i) { return static_cast<float>(j * 32 + i % 29 + 1); }
 
-// Forward: out = in * 2 + stage; backward: din = dout * 2. Counts every value that is not the expected one.
+// Forward: out = in * 2 + stage; backward: din = dout * 2, computed in fp32 and stored as the activation type (bf16:
+// rounded once to nearest even, as the kernels store). Counts every value that is not the expected one.
 class SyntheticStage final : public PipelineStage {
  public:
-  SyntheticStage(int stage, int n_stages, int64_t numel, double fwd_ms)
-      : stage_(stage), n_stages_(n_stages), numel_(numel), fwd_ms_(fwd_ms) {}
+  SyntheticStage(int stage, int n_stages, int64_t numel, double fwd_ms, DType dtype = DType::F32)
+      : stage_(stage), n_stages_(n_stages), numel_(numel), fwd_ms_(fwd_ms), dtype_(dtype) {}
 
-  void forward(int micro, const float* in, float* out) override {
+  void forward(int micro, const void* in, void* out) override {
     sleep_ms(fwd_ms_);
     if ((stage_ == 0) != (in == nullptr) || (stage_ == n_stages_ - 1) != (out == nullptr)) ++wrong_;
     for (int64_t i = 0; i < numel_; ++i) {
-      const float x = stage_ == 0 ? x0(micro, i) : in[i];
+      const float x = stage_ == 0 ? x0(micro, i) : load(in, i);
       if (x != expected_act(micro, i, stage_)) ++wrong_;
-      if (out) out[i] = x * 2.0f + static_cast<float>(stage_);
+      if (out) store(out, i, x * 2.0f + static_cast<float>(stage_));
     }
     ++forwards_;
   }
-  void backward(int micro, const float* dout, float* din) override {
+  void backward(int micro, const void* dout, void* din) override {
     sleep_ms(2.0 * fwd_ms_);
     if ((stage_ == n_stages_ - 1) != (dout == nullptr) || (stage_ == 0) != (din == nullptr)) ++wrong_;
     for (int64_t i = 0; i < numel_; ++i) {
-      const float g = dout ? dout[i] : g0(micro, i);
+      const float g = dout ? load(dout, i) : g0(micro, i);
       if (g != expected_grad(micro, i, stage_)) ++wrong_;
-      if (din) din[i] = g * 2.0f;
+      if (din) store(din, i, g * 2.0f);
     }
     ++backwards_;
   }
   int64_t activation_numel() const override { return numel_; }
+  DType activation_dtype() const override { return dtype_; }
 
-  // The input of stage s for micro-batch j: x0 put through stages 0 .. s-1.
-  static float expected_act(int j, int64_t i, int s) {
+  // The input of stage s for micro-batch j: x0 put through stages 0 .. s-1, each output stored (rounded).
+  float expected_act(int j, int64_t i, int s) const {
     float v = x0(j, i);
-    for (int t = 0; t < s; ++t) v = v * 2.0f + static_cast<float>(t);
+    for (int t = 0; t < s; ++t) v = stored(v * 2.0f + static_cast<float>(t));
     return v;
   }
-  // The output gradient of stage s: g0 doubled by each later stage.
-  float expected_grad(int j, int64_t i, int s) const { return g0(j, i) * std::ldexp(1.0f, n_stages_ - 1 - s); }
+  // The output gradient of stage s: g0 doubled (and stored) by each later stage.
+  float expected_grad(int j, int64_t i, int s) const {
+    float v = g0(j, i);
+    for (int t = n_stages_ - 1; t > s; --t) v = stored(v * 2.0f);
+    return v;
+  }
 
   int64_t wrong() const { return wrong_; }
   int forwards() const { return forwards_; }
@@ -83,9 +93,20 @@ class SyntheticStage final : public PipelineStage {
   static void sleep_ms(double ms) {
     if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
   }
+  bool is_bf16() const { return dtype_ == DType::BF16; }
+  float load(const void* buf, int64_t i) const {
+    return is_bf16() ? to_f32(static_cast<const bf16*>(buf)[i]) : static_cast<const float*>(buf)[i];
+  }
+  void store(void* buf, int64_t i, float v) const {
+    if (is_bf16()) static_cast<bf16*>(buf)[i] = to_bf16(v);
+    else
+      static_cast<float*>(buf)[i] = v;
+  }
+  float stored(float v) const { return is_bf16() ? round_to<bf16>(v) : v; }
   int stage_, n_stages_;
   int64_t numel_;
   double fwd_ms_;
+  DType dtype_;
   int64_t wrong_ = 0;
   int forwards_ = 0, backwards_ = 0;
 };
@@ -186,6 +207,34 @@ TEST(Pipeline, LinkTransportMatchedByOrderPassesExactValues) {
       }
 }
 
+// bf16 activations and activation gradients over both transports and schedules. The values round when stored (x0 up
+// to 1020 has 10 significant bits), so a transfer that reinterpreted or reordered the 2-byte elements, or a stage
+// handed another micro-batch's slot, shows in the comparison with the host's equally rounded chain.
+TEST(Pipeline, Bf16ActivationsPassBothWays) {
+  ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi");
+  auto& pp = dynamic_cast<comm::MpiCommunicator&>(pc.pp_group());
+  const int s = pp.rank(), p = pp.size();
+  PipelineLinks links = split_pipeline_links(pp);
+  LinkPipelineTransport link(pp, links.prev.get(), links.prev.get(), links.next.get(), links.next.get());
+  MpiPipelineTransport mpi(pp);
+  for (PipelineTransport* transport : {static_cast<PipelineTransport*>(&mpi), static_cast<PipelineTransport*>(&link)})
+    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+      for (int m : {1, 5})
+        for (int64_t numel : {int64_t{7}, int64_t{1} << 17}) {  // 256 KiB of bf16: the rendezvous protocol
+          SCOPED_TRACE(fmt::format("{} {} m {} numel {}", transport->describe(), schedule_kind_name(kind), m, numel));
+          const auto schedule = make_schedule(kind, p, s, m);
+          SyntheticStage stage(s, p, numel, 0.0, DType::BF16);
+          PipelineBuffers buffers(schedule, numel, Device::CPU, DType::BF16);
+          const size_t payload = static_cast<size_t>(buffers.slots() * numel) * 2;  // of each of the 4 buffers
+          EXPECT_GE(buffers.bytes(), 4 * payload);
+          EXPECT_LT(buffers.bytes(), 4 * (payload + 64));  // the slab's 64-byte alignment
+          for (int step = 0; step < 2; ++step) run_schedule(schedule, stage, *transport, buffers);
+          EXPECT_EQ(stage.wrong(), 0);
+          EXPECT_EQ(stage.forwards(), 2 * m);
+          EXPECT_EQ(stage.backwards(), 2 * m);
+        }
+}
+
 TEST(Pipeline, RejectsMismatchedBuffers) {
   ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi");
   comm::Communicator& pp = pc.pp_group();
@@ -195,6 +244,8 @@ TEST(Pipeline, RejectsMismatchedBuffers) {
   EXPECT_THROW(run_schedule(schedule, stage, pp, wrong_size), Error);
   PipelineBuffers wrong_schedule(make_schedule(ScheduleKind::GPipe, pp.size(), pp.rank(), 4), 8);
   EXPECT_THROW(run_schedule(schedule, stage, pp, wrong_schedule), Error);
+  PipelineBuffers wrong_dtype(schedule, 8, Device::CPU, DType::BF16);  // the stage exchanges f32
+  EXPECT_THROW(run_schedule(schedule, stage, pp, wrong_dtype), Error);
 }
 
 // docs/parallelism.md: with forward F and backward 2F on every stage, each stage idles (p - 1) / (m + p - 1).

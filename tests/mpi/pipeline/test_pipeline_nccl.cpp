@@ -4,7 +4,8 @@
 // the device (forward out = 2 in, backward din = 2 dout, with kernels on the compute stream) records every input and
 // output gradient it is handed in a device buffer, read once after the step (one synchronize, through the context's
 // sync guard). Values are small integers times powers of two: exact in fp32, distinct per micro-batch, so a transfer
-// matched to the wrong micro-batch is counted wrong.
+// matched to the wrong micro-batch is counted wrong. Then the same with bf16 activations (ncclBfloat16 transfers of
+// a pass-through stage, checked bit for bit).
 // At np 1 (pp = 1) there are no links: the test checks that the context says so and that the sync guard drains a
 // compute stream that waits on a (1-rank) NCCL allreduce queued with a stream-ordered wait.
 #include <cuda_runtime.h>
@@ -21,6 +22,7 @@
 #include "../mpi_test_util.hpp"
 #include "parallel/parallel_context.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "tensor/bf16.hpp"
 #include "../nccl_test_util.hpp"
 
 using namespace hpct;
@@ -69,7 +71,9 @@ class DeviceStage final : public PipelineStage {
     k::fill_zero(ctx_, seen_in_->data, static_cast<int64_t>(seen_in_->bytes()));
     k::fill_zero(ctx_, seen_dout_->data, static_cast<int64_t>(seen_dout_->bytes()));
   }
-  void forward(int j, const float* in, float* out) override {
+  void forward(int j, const void* in_bytes, void* out_bytes) override {  // f32 activations (the default dtype)
+    const auto* in = static_cast<const float*>(in_bytes);
+    auto* out = static_cast<float*>(out_bytes);
     if ((s_ == 0) != (in == nullptr) || (s_ == p_ - 1) != (out == nullptr)) ++wrong_;
     const float* x = in ? in : at(src_x_, j);
     if (in) k::copy_device(ctx_, at(seen_in_, j), in, numel_ * 4);
@@ -78,7 +82,9 @@ class DeviceStage final : public PipelineStage {
       k::scale(ctx_, out, 2.0f, numel_);
     }
   }
-  void backward(int j, const float* dout, float* din) override {
+  void backward(int j, const void* dout_bytes, void* din_bytes) override {
+    const auto* dout = static_cast<const float*>(dout_bytes);
+    auto* din = static_cast<float*>(din_bytes);
     if ((s_ == p_ - 1) != (dout == nullptr) || (s_ == 0) != (din == nullptr)) ++wrong_;
     const float* g = dout ? dout : at(src_g_, j);
     if (dout) k::copy_device(ctx_, at(seen_dout_, j), dout, numel_ * 4);
@@ -109,6 +115,65 @@ class DeviceStage final : public PipelineStage {
   int64_t numel_;
   Slab dev_;
   Tensor *seen_in_, *seen_dout_, *src_x_, *src_g_;
+  int64_t wrong_ = 0;
+};
+
+// bf16 activations (train.precision = bf16) over the NCCL links: a pass-through stage (out = in, din = dout, device
+// copies of 2-byte elements) whose every receive is recorded; micro-batch j's values are bf16(x0(j, i)) and
+// bf16(g0(j, i)), distinct per micro-batch, so a mismatched or misread transfer shows in the bits.
+class Bf16DeviceStage final : public PipelineStage {
+ public:
+  Bf16DeviceStage(const ExecContext& ctx, int stage, int stages, int m, int64_t numel)
+      : ctx_(ctx), s_(stage), p_(stages), m_(m), numel_(numel), dev_("test bf16 stage", Device::CUDA) {
+    seen_in_ = &dev_.add("seen_in", {m, numel}, DType::BF16);
+    seen_dout_ = &dev_.add("seen_dout", {m, numel}, DType::BF16);
+    src_x_ = &dev_.add("src_x", {m, numel}, DType::BF16);
+    src_g_ = &dev_.add("src_g", {m, numel}, DType::BF16);
+    dev_.allocate();
+    std::vector<bf16> hx(static_cast<size_t>(m * numel)), hg(hx.size());
+    for (int j = 0; j < m; ++j)
+      for (int64_t i = 0; i < numel; ++i) {
+        hx[static_cast<size_t>(j * numel + i)] = to_bf16(x0(j, i));
+        hg[static_cast<size_t>(j * numel + i)] = to_bf16(g0(j, i));
+      }
+    k::copy_from_host(ctx_, src_x_->data, hx.data(), static_cast<int64_t>(hx.size()) * 2);
+    k::copy_from_host(ctx_, src_g_->data, hg.data(), static_cast<int64_t>(hg.size()) * 2);
+    k::synchronize(ctx_);
+  }
+  int64_t activation_numel() const override { return numel_; }
+  DType activation_dtype() const override { return DType::BF16; }
+  bf16* at(Tensor* t, int j) { return t->b16() + static_cast<int64_t>(j) * numel_; }
+  void forward(int j, const void* in, void* out) override {
+    if ((s_ == 0) != (in == nullptr) || (s_ == p_ - 1) != (out == nullptr)) ++wrong_;
+    if (in) k::copy_device(ctx_, at(seen_in_, j), in, numel_ * 2);
+    if (out) k::copy_device(ctx_, out, in ? in : at(src_x_, j), numel_ * 2);
+  }
+  void backward(int j, const void* dout, void* din) override {
+    if ((s_ == p_ - 1) != (dout == nullptr) || (s_ == 0) != (din == nullptr)) ++wrong_;
+    if (dout) k::copy_device(ctx_, at(seen_dout_, j), dout, numel_ * 2);
+    if (din) k::copy_device(ctx_, din, dout ? dout : at(src_g_, j), numel_ * 2);
+  }
+  int64_t check() {
+    std::vector<bf16> in(static_cast<size_t>(m_ * numel_)), dout(in.size());
+    k::copy_to_host(ctx_, in.data(), seen_in_->data, static_cast<int64_t>(in.size()) * 2);
+    k::copy_to_host(ctx_, dout.data(), seen_dout_->data, static_cast<int64_t>(dout.size()) * 2);
+    k::synchronize(ctx_);
+    int64_t wrong = wrong_;
+    for (int j = 0; j < m_; ++j)
+      for (int64_t i = 0; i < numel_; ++i) {
+        const size_t e = static_cast<size_t>(j * numel_ + i);
+        if (s_ > 0 && in[e].bits != to_bf16(x0(j, i)).bits) ++wrong;
+        if (s_ < p_ - 1 && dout[e].bits != to_bf16(g0(j, i)).bits) ++wrong;
+      }
+    return wrong;
+  }
+
+ private:
+  const ExecContext& ctx_;
+  int s_, p_, m_;
+  int64_t numel_;
+  Slab dev_;
+  Tensor *seen_in_ = nullptr, *seen_dout_ = nullptr, *src_x_ = nullptr, *src_g_ = nullptr;
   int64_t wrong_ = 0;
 };
 
@@ -158,6 +223,16 @@ TEST(PipelineNccl, DeviceBuffersOverNcclLinksPassExactValues) {
           EXPECT_EQ(stage.check(), 0) << "step " << step;
         }
       }
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {  // bf16 activations (ncclBfloat16)
+    SCOPED_TRACE(fmt::format("bf16 {}", schedule_kind_name(kind)));
+    const int m = 3;
+    const int64_t numel = int64_t{1} << 19;
+    const auto schedule = make_schedule(kind, p, s, m);
+    Bf16DeviceStage stage(ctx, s, p, m, numel);
+    PipelineBuffers buffers(schedule, numel, Device::CUDA, DType::BF16);
+    run_schedule(schedule, stage, transport, buffers);
+    EXPECT_EQ(stage.check(), 0);
+  }
 }
 
 }  // namespace

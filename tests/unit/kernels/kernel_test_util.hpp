@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the kernel tests: seeded random data (never all zeros) and an all-close check that reports
-// the worst element, so that a failure says where and by how much.
+// the worst element, so that a failure says where and by how much; bf16 vectors (random, rounded, widened) for the
+// tests of the bf16 storage type, which all_close and bitwise_equal accept as well.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kernels/exec_context.hpp"
+#include "tensor/bf16.hpp"
 
 namespace hpct::kernels::test {
 
@@ -23,6 +25,13 @@ inline const ExecContext& cpu_ctx() {
 
 inline size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
+// The value of an element as a double, for comparisons and messages (bf16 widened exactly).
+template <typename T>
+double value_of(T x) {
+  return static_cast<double>(x);
+}
+inline double value_of(bf16 x) { return static_cast<double>(to_f32(x)); }
+
 // Bitwise equality (NaN payloads and -0.0 included), naming the first difference.
 template <typename T>
 ::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<T>& got,
@@ -31,7 +40,7 @@ template <typename T>
   for (size_t i = 0; i < got.size(); i++)
     if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
       return ::testing::AssertionFailure()
-             << what << ": element " << i << " differs: got " << got[i] << ", want " << want[i];
+             << what << ": element " << i << " differs: got " << value_of(got[i]) << ", want " << value_of(want[i]);
   return ::testing::AssertionSuccess();
 }
 
@@ -76,10 +85,33 @@ std::vector<To> cast_vector(const std::vector<From>& v) {
   return std::vector<To>(v.begin(), v.end());
 }
 
+// ---- bf16 ----------------------------------------------------------------------------------------------------
+// Each float rounded to bf16 (nearest even), and back (exact).
+inline std::vector<bf16> to_bf16_vector(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = to_bf16(v[i]);
+  return out;
+}
+inline std::vector<float> to_float_vector(const std::vector<bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = to_f32(v[i]);
+  return out;
+}
+// Uniform in [lo, hi) as random_vector, rounded to bf16: a bf16 kernel's input. Its float twin, to_float_vector(x),
+// holds exactly the same values: the input of the float reference.
+inline std::vector<bf16> random_bf16(size_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  return to_bf16_vector(random_vector(n, seed, lo, hi));
+}
+// The values a float vector takes when stored as bf16 (what a bf16 kernel stores for a float result).
+inline std::vector<float> round_to_bf16(const std::vector<float>& v) { return to_float_vector(to_bf16_vector(v)); }
+
+// Relative rounding error of one float -> bf16 rounding (8-bit significand, round to nearest): 2^-8.
+inline constexpr double kBf16Rounding = 1.0 / 256.0;
+
 template <typename T>
 double max_abs(const T* x, size_t n) {
   double m = 0.0;
-  for (size_t i = 0; i < n; i++) m = std::max(m, std::fabs(static_cast<double>(x[i])));
+  for (size_t i = 0; i < n; i++) m = std::max(m, std::fabs(value_of(x[i])));
   return m;
 }
 
@@ -93,7 +125,7 @@ template <typename A, typename B>
   size_t worst = 0, bad = 0;
   double worst_excess = -1.0;
   for (size_t i = 0; i < n; i++) {
-    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    const double g = value_of(got[i]), w = value_of(want[i]);
     const double tol = atol + rtol * std::fabs(w);
     const double err = std::fabs(g - w);
     const bool ok = std::isfinite(g) && std::isfinite(w) && err <= tol;
@@ -106,9 +138,8 @@ template <typename A, typename B>
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << what << ": " << bad << " of " << n << " elements differ; worst at " << worst
-                                       << ": got " << static_cast<double>(got[worst]) << ", want "
-                                       << static_cast<double>(want[worst]) << " (rtol " << rtol << ", atol " << atol
-                                       << ")";
+                                       << ": got " << value_of(got[worst]) << ", want " << value_of(want[worst])
+                                       << " (rtol " << rtol << ", atol " << atol << ")";
 }
 
 template <typename A, typename B>

@@ -15,6 +15,13 @@
 //     absolute floor covers elements that cancel to ~0 (gelu'(x) ~ 0 near x = -0.75, (x - mean) ~ 0).
 // Odd sizes throughout (not multiples of 32, 128, 256 or 1024); += outputs pre-filled with random values; null
 // optional pointers; in-place calls where the interface allows them; and reruns that must reproduce bit for bit.
+//
+// bf16 storage (the Bf16* tests): the same ops with A = bf16 against the CPU backend's bf16 ops on the same bf16
+// inputs.
+// Exact where both sides compute the same float values and round them once to nearest even (the casts, residual, ReLU,
+// the embedding and its float gradients); elsewhere the float tolerance plus one bf16 ulp (kBf16Ulp below: the two
+// sides round float results that differ in their last bits, now and then on either side of a bf16 boundary). The
+// tests/cuda_emu emulation runs the same kernels on the host with the same tolerances.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,6 +51,11 @@ using test::random_vector;
 
 template <typename T>
 using DBuf = DeviceBuffer<T>;
+using test::random_bf16;
+using test::to_bf16_vector;
+
+// One bf16 ulp: at most 2^-7 of a value (8 significant bits).
+constexpr double kBf16Ulp = 1.0 / 128.0;
 
 // ---- memory helpers ---------------------------------------------------------------------------------------------
 TEST(CudaCore, CopiesRoundTripAndFillZeroClearsExactlyItsRange) {
@@ -450,7 +462,8 @@ TEST(CudaCore, BackwardsReproduceBitForBit) {
   const size_t NC = static_cast<size_t>(N) * C;
   const auto inp = random_vector(NC, 110), dout = random_vector(NC, 111), w = random_vector(C, 112);
   std::vector<float> fwd(NC), mean(N), rstd(N);
-  layernorm_forward(cpu_ctx(), fwd.data(), mean.data(), rstd.data(), inp.data(), w.data(), nullptr, N, C);
+  layernorm_forward(cpu_ctx(), fwd.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                    static_cast<const float*>(nullptr), N, C);
   const auto tokens = random_ints(static_cast<size_t>(B) * T, 113, 0, Vp);
   const auto edout = random_vector(static_cast<size_t>(B) * T * C, 114);
   DBuf<float> d_inp(inp), d_dout(dout), d_w(w), d_mean(mean), d_rstd(rstd), d_edout(edout);
@@ -469,6 +482,120 @@ TEST(CudaCore, BackwardsReproduceBitForBit) {
   }
   const char* names[5] = {"dinp", "dweight", "dbias", "dwte", "dwpe"};
   for (int k = 0; k < 5; k++) EXPECT_TRUE(bitwise_equal(std::string("rerun ") + names[k], runs[0][k], runs[1][k]));
+}
+
+// ---- bf16 storage ------------------------------------------------------------------------------------------------
+// cast both ways, at an aligned start (16-byte packs) and one element off (element by element), with ties, the
+// infinities, signed zeros, a subnormal and a value that overflows to infinity; NaN stays NaN (its payload is the
+// hardware's canonical one on the GPU, the CPU keeps the sign and payload).
+TEST(CudaCore, Bf16CastBothWaysEqualCpuBitForBit) {
+  HPCT_REQUIRE_GPU();
+  const int64_t n = 4099;
+  auto src = random_vector(static_cast<size_t>(n) + 1, 700, -3.0, 3.0);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 0x1p-130f, 3.4e38f};
+  for (size_t i = 0; i < std::size(specials); i++) src[i + 1] = specials[i];
+  for (int off : {0, 1}) {
+    SCOPED_TRACE("off " + std::to_string(off));
+    DBuf<float> d_src(src), d_back(src.size());
+    DBuf<bf16> d_low(src.size());
+    cast(gpu_ctx(), d_low.get() + off, d_src.get() + off, n);
+    cast(gpu_ctx(), d_back.get() + off, d_low.get() + off, n);
+    std::vector<bf16> want_low(src.size(), bf16{0});
+    std::vector<float> want_back(src.size(), 0.0f);
+    cast(cpu_ctx(), want_low.data() + off, src.data() + off, n);
+    cast(cpu_ctx(), want_back.data() + off, want_low.data() + off, n);
+    EXPECT_TRUE(bitwise_equal("cast float -> bf16", d_low.download(), want_low));
+    EXPECT_TRUE(bitwise_equal("cast bf16 -> float", d_back.download(), want_back));
+  }
+  DBuf<float> d_nan(std::vector<float>{std::numeric_limits<float>::quiet_NaN()});
+  DBuf<bf16> d_nan_low(1);
+  cast(gpu_ctx(), d_nan_low.get(), d_nan.get(), 1);
+  EXPECT_TRUE(std::isnan(to_f32(d_nan_low.download()[0])));
+}
+
+TEST(CudaCore, Bf16PointwiseMatchCpu) {
+  HPCT_REQUIRE_GPU();
+  const int64_t n = 100003;
+  const auto a = random_bf16(static_cast<size_t>(n), 710, -6.0, 6.0), b = random_bf16(static_cast<size_t>(n), 711);
+  const auto g = random_bf16(static_cast<size_t>(n), 712);
+  DBuf<bf16> da(a), db(b), dg(g), res(static_cast<size_t>(n)), relu(static_cast<size_t>(n)),
+      drelu(static_cast<size_t>(n)), gelu(static_cast<size_t>(n)), dgelu(static_cast<size_t>(n));
+  residual_forward(gpu_ctx(), res.get(), da.get(), db.get(), n);
+  relu_forward(gpu_ctx(), relu.get(), da.get(), n);
+  relu_backward(gpu_ctx(), drelu.get(), dg.get(), relu.get(), n);
+  gelu_forward(gpu_ctx(), gelu.get(), da.get(), n);
+  gelu_backward(gpu_ctx(), dgelu.get(), da.get(), dg.get(), n);
+  std::vector<bf16> w_res(a.size()), w_relu(a.size()), w_drelu(a.size()), w_gelu(a.size()), w_dgelu(a.size());
+  residual_forward(cpu_ctx(), w_res.data(), a.data(), b.data(), n);
+  relu_forward(cpu_ctx(), w_relu.data(), a.data(), n);
+  relu_backward(cpu_ctx(), w_drelu.data(), g.data(), w_relu.data(), n);
+  gelu_forward(cpu_ctx(), w_gelu.data(), a.data(), n);
+  gelu_backward(cpu_ctx(), w_dgelu.data(), a.data(), g.data(), n);
+  EXPECT_TRUE(bitwise_equal("residual", res.download(), w_res));
+  EXPECT_TRUE(bitwise_equal("relu_forward", relu.download(), w_relu));
+  EXPECT_TRUE(bitwise_equal("relu_backward", drelu.download(), w_drelu));
+  EXPECT_TRUE(all_close("gelu_forward", gelu.download(), w_gelu, 1e-5 + kBf16Ulp, 1e-6));
+  EXPECT_TRUE(all_close("gelu_backward", dgelu.download(), w_dgelu, 1e-5 + kBf16Ulp, 1e-6));
+  // in place, one element off 16-byte alignment (element by element)
+  DBuf<bf16> dinplace(a);
+  residual_forward(gpu_ctx(), dinplace.get() + 1, dinplace.get() + 1, db.get() + 1, n - 1);
+  std::vector<bf16> w_inplace = a;
+  residual_forward(cpu_ctx(), w_inplace.data() + 1, w_inplace.data() + 1, b.data() + 1, n - 1);
+  EXPECT_TRUE(bitwise_equal("residual in place, unaligned", dinplace.download(), w_inplace));
+}
+
+TEST(CudaCore, Bf16EncoderEqualsCpuBitForBit) {
+  HPCT_REQUIRE_GPU();
+  const int B = 3, T = 67, C = 129, Vp = 101;
+  const size_t N = static_cast<size_t>(B) * T;
+  const auto inp = random_ints(N, 720, 0, Vp);
+  const auto wte = random_bf16(static_cast<size_t>(Vp) * C, 721), wpe = random_bf16(static_cast<size_t>(T) * C, 722);
+  const auto dout = random_bf16(N * C, 723);
+  const auto dwte0 = random_vector(static_cast<size_t>(Vp) * C, 724),
+             dwpe0 = random_vector(static_cast<size_t>(T) * C, 725);
+  DBuf<int32_t> d_inp(inp);
+  DBuf<bf16> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(N * C);
+  DBuf<float> d_dwte(dwte0), d_dwpe(dwpe0);
+  encoder_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_wte.get(), d_wpe.get(), B, T, C);
+  encoder_backward(gpu_ctx(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_inp.get(), B, T, C);
+  std::vector<bf16> out(N * C);
+  auto dwte = dwte0, dwpe = dwpe0;
+  encoder_forward(cpu_ctx(), out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+  encoder_backward(cpu_ctx(), dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+  EXPECT_TRUE(bitwise_equal("encoder_forward", d_out.download(), out));
+  EXPECT_TRUE(bitwise_equal("encoder_backward dwte", d_dwte.download(), dwte));
+  EXPECT_TRUE(bitwise_equal("encoder_backward dwpe", d_dwpe.download(), dwpe));
+}
+
+// C = 768 reads 16-byte packs of bf16 per lane, C = 77 element by element.
+TEST(CudaCore, Bf16LayernormMatchesCpu) {
+  HPCT_REQUIRE_GPU();
+  for (const int C : {768, 77}) {
+    SCOPED_TRACE("C " + std::to_string(C));
+    const int N = 131;
+    const size_t NC = static_cast<size_t>(N) * C;
+    const auto inp = random_bf16(NC, 730, -2.0, 3.0), dout = random_bf16(NC, 731);
+    const auto w = random_bf16(static_cast<size_t>(C), 732), b = random_bf16(static_cast<size_t>(C), 733);
+    const auto dinp0 = random_bf16(NC, 734);
+    const auto dw0 = random_vector(static_cast<size_t>(C), 735), db0 = random_vector(static_cast<size_t>(C), 736);
+    DBuf<bf16> d_inp(inp), d_dout(dout), d_w(w), d_b(b), d_out(NC), d_dinp(dinp0);
+    DBuf<float> d_mean(static_cast<size_t>(N)), d_rstd(static_cast<size_t>(N)), d_dw(dw0), d_db(db0);
+    layernorm_forward(gpu_ctx(), d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(), N, C);
+    layernorm_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(),
+                       d_mean.get(), d_rstd.get(), N, C);
+    std::vector<bf16> out(NC), dinp = dinp0;
+    std::vector<float> mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+    auto dw = dw0, db = db0;
+    layernorm_forward(cpu_ctx(), out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    layernorm_backward(cpu_ctx(), dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                       rstd.data(), N, C);
+    EXPECT_TRUE(all_close("mean", d_mean.download(), mean, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("rstd", d_rstd.download(), rstd, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("out", d_out.download(), out, 1e-5 + kBf16Ulp, 1e-6));
+    EXPECT_TRUE(all_close("dinp (+=)", d_dinp.download(), dinp, 1e-5 + kBf16Ulp, 1e-6));
+    EXPECT_TRUE(all_close("dweight (+=)", d_dw.download(), dw, 1e-6, 1e-7));
+    EXPECT_TRUE(all_close("dbias (+=)", d_db.download(), db, 1e-6, 1e-7));
+  }
 }
 
 }  // namespace

@@ -24,6 +24,11 @@
 //     (CPU, <= 1.5 ulp); both give ~1e-7 relative. Padded and masked entries are checked exactly on top;
 //   - 1e-6 / 1e-7 (kDouble*): dbias, summed over the rows in double on both sides, only the order differs, then
 //     rounded to float: at most an ulp apart; the vocab-parallel loss from identical statistics (logf vs log).
+//
+// bf16 storage (the Bf16* tests: A = bf16 against the CPU backend's bf16 ops on the same bf16 inputs, or against exact
+// values computed in double from them): see the comment above each test; every bf16 output is rounded once, so one
+// bf16 ulp (kBf16Ulp, at most 2^-7 of the value) separates two sides that round float results differing in their last
+// bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,6 +60,9 @@ using test::sz;
 constexpr double kGemmRtol = 2e-5, kGemmAtolRel = 2e-5;
 constexpr double kSoftmaxRtol = 1e-5, kSoftmaxAtolRel = 1e-6;
 constexpr double kDoubleRtol = 1e-6, kDoubleAtolRel = 1e-7;
+constexpr double kBf16Ulp = 1.0 / 128.0;
+using test::random_bf16;
+using test::to_float_vector;
 
 // ==============================================================================================================
 // Linear
@@ -210,21 +218,23 @@ TEST(CudaGpt, MatmulBackwardAccumulatesAcrossCallsAndEmptyIsNoop) {
   const auto inp = random_vector(sz(N * C), 303), weight = random_vector(sz(OC * C), 304);
   const auto dweight0 = random_vector(sz(OC * C), 305), dbias0 = random_vector(sz(OC), 306);
   std::vector<float> dweight = dweight0, dbias = dbias0;
-  matmul_backward(cpu_ctx(), nullptr, dweight.data(), dbias.data(), dout1.data(), inp.data(), weight.data(), N, C, OC);
-  matmul_backward(cpu_ctx(), nullptr, dweight.data(), dbias.data(), dout2.data(), inp.data(), weight.data(), N, C, OC);
+  matmul_backward(cpu_ctx(), static_cast<float*>(nullptr), dweight.data(), dbias.data(), dout1.data(), inp.data(),
+                  weight.data(), N, C, OC);
+  matmul_backward(cpu_ctx(), static_cast<float*>(nullptr), dweight.data(), dbias.data(), dout2.data(), inp.data(),
+                  weight.data(), N, C, OC);
 
   DeviceBuffer<float> d_dout1(dout1), d_dout2(dout2), d_inp(inp), d_weight(weight), d_dweight(dweight0),
       d_dbias(dbias0);
-  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), N, C,
-                  OC);
-  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout2.get(), d_inp.get(), d_weight.get(), N, C,
-                  OC);
+  matmul_backward(gpu_ctx(), static_cast<float*>(nullptr), d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(),
+                  d_weight.get(), N, C, OC);
+  matmul_backward(gpu_ctx(), static_cast<float*>(nullptr), d_dweight.get(), d_dbias.get(), d_dout2.get(), d_inp.get(),
+                  d_weight.get(), N, C, OC);
   EXPECT_TRUE(all_close("dweight after two calls", d_dweight.download(), dweight, kGemmRtol, kGemmAtolRel));
   EXPECT_TRUE(all_close("dbias after two calls", d_dbias.download(), dbias, kDoubleRtol, kDoubleAtolRel));
 
   const auto before_w = d_dweight.download(), before_b = d_dbias.download();
-  matmul_backward(gpu_ctx(), nullptr, d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(), d_weight.get(), 0, C,
-                  OC);
+  matmul_backward(gpu_ctx(), static_cast<float*>(nullptr), d_dweight.get(), d_dbias.get(), d_dout1.get(), d_inp.get(),
+                  d_weight.get(), 0, C, OC);
   EXPECT_TRUE(bitwise_equal("dweight after N = 0", d_dweight.download(), before_w));
   EXPECT_TRUE(bitwise_equal("dbias after N = 0", d_dbias.download(), before_b));
 }
@@ -257,6 +267,14 @@ std::string name(const AttnShape& s) {
 constexpr double kFlashRtol = 1e-5, kFlashAtolRel = 1e-5;
 // L against the double reference: log of a sum of exps plus the max, ~1e-7 absolute for |L| of a few units.
 constexpr double kLseRtol = 1e-6, kLseAtolRel = 1e-6;
+
+// The planned attention buffers of float storage in floats (kernels.hpp sizes them in bytes).
+int64_t attention_stats_floats(const ExecContext& ctx, int B, int T, int C, int NH) {
+  return attention_stats_bytes(ctx, B, T, C, NH, DType::F32) / int64_t{sizeof(float)};
+}
+int64_t attention_scratch_floats(const ExecContext& ctx, int B, int T, int C, int NH) {
+  return attention_scratch_bytes(ctx, B, T, C, NH, DType::F32) / int64_t{sizeof(float)};
+}
 
 // The buffer sizes the model plans with (pure host arithmetic: no device needed).
 TEST(CudaGpt, AttentionBufferSizes) {
@@ -675,6 +693,151 @@ TEST(CudaGpt, CrossentropyVocabParallelMatchesSerial) {
       std::memcpy(&dlogits[sz(int64_t{n} * Vp + int64_t{r} * Vl)], &s[sz(int64_t{n} * Vl)], sizeof(float) * sz(Vl));
   }
   EXPECT_TRUE(all_close("vp dlogits vs serial", dlogits, serial_dlogits, 2e-6, 1e-6));
+}
+
+// ==============================================================================================================
+// bf16 storage
+// ==============================================================================================================
+
+// Linear in bf16 through cuBLASLt, against exact values computed in double from the same bf16 values. The bf16 x bf16
+// products are exact in fp32; what remains is the fp32 accumulation of K products (tensor cores add groups of products
+// with one alignment, which may truncate: up to 2 fp32 ulps per addition, (2K + 4) 2^-24 sum |a b| with a margin), and
+// for the bf16 outputs (out with its bias, dinp) one rounding to nearest, 2^-8 of the value. dweight accumulates in
+// fp32 onto its old value (2^-23 of it). One case starts the input one element (2 bytes) into its buffer: cuBLASLt's
+// heuristics must choose an algorithm for that alignment (lt_plan tells them the real one).
+TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
+  HPCT_REQUIRE_GPU();
+  struct Case {
+    int N, C, OC, off;
+  };
+  uint32_t seed = 900;
+  for (const Case& k : {Case{37, 45, 29, 0}, Case{131, 200, 257, 0}, Case{253, 256, 768, 0}, Case{64, 64, 96, 1}}) {
+    const int N = k.N, C = k.C, OC = k.OC, off = k.off;
+    SCOPED_TRACE(name(LinearShape{N, C, OC}) + (off ? " inp unaligned" : ""));
+    const auto inp_buf = random_bf16(sz(int64_t{N} * C + off), seed++);
+    const auto weight = random_bf16(sz(int64_t{OC} * C), seed++), bias = random_bf16(sz(OC), seed++);
+    const auto dout = random_bf16(sz(int64_t{N} * OC), seed++);
+    const auto dweight0 = random_vector(sz(int64_t{OC} * C), seed++), dbias0 = random_vector(sz(OC), seed++);
+    const auto in32 = to_float_vector(inp_buf), w32 = to_float_vector(weight), b32 = to_float_vector(bias),
+               g32 = to_float_vector(dout);
+    const float* in = in32.data() + off;
+    auto acc_bound = [](int64_t K, double abs_products) { return 1.01 * (2.0 * K + 4.0) * 0x1p-24 * abs_products; };
+    std::vector<double> out_x(sz(int64_t{N} * OC)), out_b(out_x.size());
+    for (int n = 0; n < N; n++)
+      for (int o = 0; o < OC; o++) {
+        double acc = 0, ap = 0;
+        for (int c = 0; c < C; c++) {
+          const double a = in[int64_t{n} * C + c], b = w32[sz(int64_t{o} * C + c)];
+          acc += a * b, ap += std::fabs(a * b);
+        }
+        const double x = acc + b32[sz(o)], e = acc_bound(C, ap) + 0x1p-23 * std::fabs(b32[sz(o)]);
+        out_x[sz(int64_t{n} * OC + o)] = x;
+        out_b[sz(int64_t{n} * OC + o)] = e * (1 + 0x1p-8) + 0x1p-8 * std::fabs(x);
+      }
+    std::vector<double> dinp_x(sz(int64_t{N} * C)), dinp_b(dinp_x.size());
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++) {
+        double acc = 0, ap = 0;
+        for (int o = 0; o < OC; o++) {
+          const double a = g32[sz(int64_t{n} * OC + o)], b = w32[sz(int64_t{o} * C + c)];
+          acc += a * b, ap += std::fabs(a * b);
+        }
+        dinp_x[sz(int64_t{n} * C + c)] = acc;
+        dinp_b[sz(int64_t{n} * C + c)] = acc_bound(OC, ap) * (1 + 0x1p-8) + 0x1p-8 * std::fabs(acc);
+      }
+    std::vector<double> dw_x(sz(int64_t{OC} * C)), dw_b(dw_x.size());
+    for (int o = 0; o < OC; o++)
+      for (int c = 0; c < C; c++) {
+        double acc = 0, ap = 0;
+        for (int n = 0; n < N; n++) {
+          const double a = g32[sz(int64_t{n} * OC + o)], b = in[int64_t{n} * C + c];
+          acc += a * b, ap += std::fabs(a * b);
+        }
+        const double w0 = dweight0[sz(int64_t{o} * C + c)];
+        dw_x[sz(int64_t{o} * C + c)] = acc + w0;
+        dw_b[sz(int64_t{o} * C + c)] = acc_bound(N, ap) + 0x1p-23 * std::fabs(w0);
+      }
+
+    DeviceBuffer<bf16> d_inp(inp_buf), d_weight(weight), d_bias(bias), d_dout(dout);
+    DeviceBuffer<bf16> d_out(out_x.size()), d_dinp(dinp_x.size());
+    DeviceBuffer<float> d_dw(dweight0), d_db(dbias0);
+    matmul_forward(gpu_ctx(), d_out.get(), d_inp.get() + off, d_weight.get(), d_bias.get(), N, C, OC);
+    matmul_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get() + off, d_weight.get(), N,
+                    C, OC);
+    EXPECT_TRUE(test::within_bounds("bf16 matmul_forward out", to_float_vector(d_out.download()), out_x, out_b));
+    EXPECT_TRUE(test::within_bounds("bf16 matmul_backward dinp", to_float_vector(d_dinp.download()), dinp_x, dinp_b));
+    EXPECT_TRUE(test::within_bounds("bf16 matmul_backward dweight (+=)", d_dw.download(), dw_x, dw_b));
+    // dbias: the CPU's, float sums in double of the same bf16 values
+    std::vector<float> db = dbias0, dw_cpu = dweight0;
+    matmul_backward(cpu_ctx(), static_cast<bf16*>(nullptr), dw_cpu.data(), db.data(), dout.data(), inp_buf.data() + off,
+                    weight.data(), N, C, OC);
+    EXPECT_TRUE(all_close("bf16 matmul_backward dbias (+=)", d_db.download(), db, kDoubleRtol, kDoubleAtolRel));
+  }
+}
+
+// Attention in bf16 against the CPU's bf16 attention: the CPU stores the probabilities as bf16 (its stats) and
+// multiplies the rounded ones, the flash kernels keep them in float, so an output moves by up to 2^-9 of the largest
+// |v| (or dout . v term) from the CPU's rounding and by one ulp from each side's final rounding: 2 bf16 ulps of the
+// value and of the tensor's scale (test_emu_flash_attention.cpp, where the same kernels also equal the float kernels
+// rounded once, bit for bit). L is float: the float tolerance against the double reference on the bf16 inputs.
+TEST(CudaGpt, Bf16AttentionMatchesCpu) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 950;
+  for (const AttnShape& s : {AttnShape{2, 70, 48, 4}, AttnShape{1, 129, 64, 2}, AttnShape{2, 64, 256, 2}}) {
+    SCOPED_TRACE(name(s));
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C);
+    const auto qkv = random_bf16(n_qkv, seed++, -2.0, 2.0), dout = random_bf16(n_out, seed++);
+    std::vector<unsigned char> att(sz(attention_stats_bytes(cpu_ctx(), B, T, C, NH, DType::BF16))),
+        datt(sz(attention_scratch_bytes(cpu_ctx(), B, T, C, NH, DType::BF16)));
+    std::vector<bf16> out(n_out), dqkv(n_qkv);
+    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C,
+                       NH);
+    const int64_t stats_bytes = attention_stats_bytes(gpu_ctx(), B, T, C, NH, DType::BF16);
+    EXPECT_EQ(stats_bytes, int64_t{B} * NH * T * 4);  // L stays float
+    DeviceBuffer<bf16> d_qkv(qkv), d_dout(dout), d_out(n_out), d_dqkv(n_qkv);
+    DeviceBuffer<float> d_lse(sz(stats_bytes / 4)),
+        d_scratch(sz(attention_scratch_bytes(gpu_ctx(), B, T, C, NH, DType::BF16) / 4));
+    attention_forward(gpu_ctx(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B,
+                       T, C, NH);
+    EXPECT_TRUE(all_close("bf16 attention out", d_out.download(), out, 2 * kBf16Ulp, 2 * kBf16Ulp));
+    EXPECT_TRUE(all_close("bf16 attention dqkv", d_dqkv.download(), dqkv, 2 * kBf16Ulp, 2 * kBf16Ulp));
+    EXPECT_TRUE(all_close("bf16 attention L", d_lse.download(),
+                          test::attention_log_sum_exp_rows(to_float_vector(qkv), B, T, C, NH), kLseRtol, kLseAtolRel));
+  }
+}
+
+// Cross-entropy on bf16 logits: losses float (the float tolerance: both sides widen the same values), dlogits rounded
+// once (plus one bf16 ulp); the padded dlogits exactly +0.
+TEST(CudaGpt, Bf16CrossentropyMatchesCpu) {
+  HPCT_REQUIRE_GPU();
+  uint32_t seed = 980;
+  for (const VocabShape& s : {VocabShape{5, 17, 128}, VocabShape{9, 3001, 3072}, VocabShape{3, 50257, 50304}}) {
+    SCOPED_TRACE(name(s));
+    const int N = s.N, V = s.V, Vp = s.Vp;
+    const float dloss = 1.0f / static_cast<float>(N);
+    const auto logits = test::to_bf16_vector(cross_entropy_logits(N, V, Vp, seed++));
+    const auto targets = cross_entropy_targets(N, V, seed++);
+    std::vector<float> losses(sz(N)), fused(sz(N));
+    auto dlogits = logits;
+    crossentropy_forward(cpu_ctx(), losses.data(), logits.data(), targets.data(), N, V, Vp);
+    crossentropy_forward_backward(cpu_ctx(), fused.data(), dlogits.data(), targets.data(), dloss, N, V, Vp);
+    DeviceBuffer<bf16> d_logits(logits), d_dlogits(logits);
+    DeviceBuffer<int32_t> d_targets(targets);
+    DeviceBuffer<float> d_losses(sz(N)), d_fused(sz(N));
+    crossentropy_forward(gpu_ctx(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
+    crossentropy_forward_backward(gpu_ctx(), d_fused.get(), d_dlogits.get(), d_targets.get(), dloss, N, V, Vp);
+    EXPECT_TRUE(all_close("bf16 losses", d_losses.download(), losses, kSoftmaxRtol, kSoftmaxAtolRel));
+    EXPECT_TRUE(all_close("bf16 fused losses", d_fused.download(), fused, kSoftmaxRtol, kSoftmaxAtolRel));
+    const auto got = d_dlogits.download();
+    EXPECT_TRUE(all_close("bf16 dlogits", got, dlogits, kSoftmaxRtol + kBf16Ulp, kSoftmaxAtolRel));
+    int64_t padded_nonzero = 0;
+    for (int n = 0; n < N; n++)
+      for (int v = V; v < Vp; v++) padded_nonzero += got[sz(int64_t{n} * Vp + v)].bits != 0;
+    EXPECT_EQ(padded_nonzero, 0) << "padded dlogits must be exactly +0";
+  }
 }
 
 }  // namespace

@@ -12,7 +12,10 @@
 //     2^-24 of the terms' scale, Winograd/FFT transforms a little more; a wrong index errs by O(1);
 //   - 1e-5 / 1e-6 (the fp32 default): everything computed in double on both sides and rounded once to float (BatchNorm
 //     statistics, gradient sums, dbias, avg-pool forward) and the pointwise float formulas that follow from them
-//     (normalisation, dinp), which may differ by an FMA contraction.
+//     (normalisation, dinp), which may differ by an FMA contraction;
+//   - bf16 storage (the Bf16* tests, A = bf16 against the CPU's bf16 ops on the same bf16 inputs): the float tolerance
+//     above plus one bf16 ulp (kBf16Ulp, at most 2^-7 of the value) on every bf16 output, which each side rounds once
+//     from float values that differ in their last bits; see the convolution test for dweight.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +43,9 @@ using test::random_vector;
 using Vec = std::vector<float>;
 
 Vec nan_vector(size_t n) { return Vec(n, NAN); }
+using B16 = std::vector<bf16>;
+using test::random_bf16;
+constexpr double kBf16Ulp = 1.0 / 128.0;
 
 // column k of rows of `stride` floats (stats (C,3), sums (C,2))
 Vec column(const Vec& v, int stride, int k) {
@@ -193,8 +199,8 @@ TEST(CudaResnet, Conv2dSharedWorkspaceDeterministic) {
     const Vec db0 = random_vector(static_cast<size_t>(s.OC), 25);
     const ConvCpu want = conv_cpu(s, inp, w, nullptr, dout, dw0, db0, true);
     DeviceBuffer<float> d_inp(inp), d_w(w), d_dout(dout), d_out(nan_vector(s.out_size()));
-    conv2d_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_w.get(), nullptr, d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC,
-                   s.KH, s.KW, s.stride, s.pad);
+    conv2d_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_w.get(), static_cast<const float*>(nullptr), d_ws.get(), wsf,
+                   s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
     EXPECT_TRUE(all_close("conv out", d_out.download(), want.out, 1e-4, 1e-4));
     Vec first_dinp, first_dw, first_db;
     for (int run = 0; run < 2; run++) {
@@ -502,6 +508,99 @@ TEST(CudaResnet, GlobalAvgPool) {
     global_avgpool_backward(gpu_ctx(), d_dinp.get(), d_dout.get(), s.N, s.C, s.HW);
     EXPECT_TRUE(all_close("avgpool dinp (assigned)", d_dinp.download(), dinp, 0.0, 0.0));
   }
+}
+
+// ---- bf16 storage ------------------------------------------------------------------------------------------------
+// Conv2d on bf16 tensors (cuDNN CUDNN_DATA_BFLOAT16, fp32 compute) against the CPU's bf16 convolution: out and dinp are
+// fp32 sums of exact bf16 products rounded once to bf16 (the float convolution tolerance plus one bf16 ulp); dweight
+// is the fp32 master gradient, onto which the GPU adds cuDNN's bf16 filter gradient of the call (rounded once, 2^-9 of
+// it, cuda_resnet.cu) while the CPU adds its fp32 one: one bf16 ulp of the gradient's scale on top of the float
+// tolerance; dbias float sums in double (the float default). The workspace of DType::BF16 holds the filter-gradient
+// scratch too; a workspace too small for it is an error naming the size to plan.
+TEST(CudaResnet, Bf16Conv2dMatchesCpu) {
+  HPCT_REQUIRE_GPU();
+  for (const ConvShape& s : {kConvShapes[0], kConvShapes[1], kConvShapes[3], kConvShapes[4], kConvShapes[6]}) {
+    for (const bool with_bias : {true, false}) {
+      SCOPED_TRACE(s.name() + (with_bias ? " bias" : " no bias"));
+      const B16 inp = random_bf16(s.in_size(), 31), w = random_bf16(s.w_size(), 32, -0.3, 0.3);
+      const B16 b = random_bf16(static_cast<size_t>(s.OC), 33), dout = random_bf16(s.out_size(), 34);
+      const Vec dw0 = random_vector(s.w_size(), 35), db0 = random_vector(static_cast<size_t>(s.OC), 36);
+      const int64_t cwsf = conv2d_workspace_floats(cpu_ctx(), s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad,
+                                                   DType::BF16);
+      Vec cws(static_cast<size_t>(std::max<int64_t>(cwsf, 1)));
+      B16 out(s.out_size()), dinp(s.in_size());
+      Vec dw = dw0, db = db0;
+      conv2d_forward(cpu_ctx(), out.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, cws.data(), cwsf, s.N,
+                     s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+      conv2d_backward(cpu_ctx(), dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(),
+                      w.data(), cws.data(), cwsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+
+      const int64_t wsf = conv2d_workspace_floats(gpu_ctx(), s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad,
+                                                  DType::BF16);
+      EXPECT_GE(wsf, static_cast<int64_t>(s.w_size()) / 2) << "the bf16 filter-gradient scratch is part of it";
+      DeviceBuffer<bf16> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_out(s.out_size()), d_dinp(s.in_size());
+      DeviceBuffer<float> d_dw(dw0), d_db(db0), d_ws(nan_vector(static_cast<size_t>(wsf)));
+      conv2d_forward(gpu_ctx(), d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, d_ws.get(), wsf,
+                     s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+      conv2d_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), with_bias ? d_db.get() : nullptr, d_dout.get(), d_inp.get(),
+                      d_w.get(), d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+      EXPECT_TRUE(all_close("bf16 conv out", d_out.download(), out, 1e-4 + kBf16Ulp, 1e-4));
+      EXPECT_TRUE(all_close("bf16 conv dinp", d_dinp.download(), dinp, 1e-4 + kBf16Ulp, 1e-4));
+      EXPECT_TRUE(all_close("bf16 conv dweight (+=)", d_dw.download(), dw, 1e-4 + kBf16Ulp, kBf16Ulp));
+      if (with_bias) EXPECT_TRUE(all_close("bf16 conv dbias (+=)", d_db.download(), db, 1e-5, 1e-6));
+    }
+  }
+  const ConvShape& s = kConvShapes[0];
+  DeviceBuffer<bf16> d_x(s.in_size()), d_w(s.w_size()), d_y(s.out_size());
+  DeviceBuffer<float> d_dw(s.w_size()), d_ws(4);
+  EXPECT_THROW(conv2d_backward(gpu_ctx(), static_cast<bf16*>(nullptr), d_dw.get(), nullptr, d_y.get(), d_x.get(),
+                               d_w.get(), d_ws.get(), 4, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad),
+               hpct::Error);
+}
+
+// BatchNorm2d (single process) and pooling on bf16 tensors against the CPU's bf16 ops.
+TEST(CudaResnet, Bf16BatchNormAndPoolingMatchCpu) {
+  HPCT_REQUIRE_GPU();
+  const int N = 4, C = 6, H = 13, W = 11, HW = H * W;
+  const size_t n = static_cast<size_t>(N) * C * HW;
+  const B16 inp = random_bf16(n, 41, -1.0, 3.0), dout = random_bf16(n, 42);
+  const B16 gamma = random_bf16(static_cast<size_t>(C), 43, 0.5, 1.5), beta = random_bf16(static_cast<size_t>(C), 44);
+  const Vec dg0 = random_vector(static_cast<size_t>(C), 45), db0 = random_vector(static_cast<size_t>(C), 46);
+  B16 out(n), dinp(n);
+  Vec stats(3 * static_cast<size_t>(C)), mean(static_cast<size_t>(C)), rstd(static_cast<size_t>(C)), dg = dg0, db = db0;
+  batchnorm2d_forward_train(cpu_ctx(), out.data(), stats.data(), mean.data(), rstd.data(), inp.data(), gamma.data(),
+                            beta.data(), N, C, HW, 1e-5f);
+  batchnorm2d_backward(cpu_ctx(), dinp.data(), dg.data(), db.data(), dout.data(), inp.data(), mean.data(), rstd.data(),
+                       gamma.data(), N, C, HW);
+  DeviceBuffer<bf16> d_inp(inp), d_dout(dout), d_gamma(gamma), d_beta(beta), d_out(n), d_dinp(n);
+  DeviceBuffer<float> d_stats(stats.size()), d_mean(mean.size()), d_rstd(rstd.size()), d_dg(dg0), d_db(db0);
+  batchnorm2d_forward_train(gpu_ctx(), d_out.get(), d_stats.get(), d_mean.get(), d_rstd.get(), d_inp.get(),
+                            d_gamma.get(), d_beta.get(), N, C, HW, 1e-5f);
+  batchnorm2d_backward(gpu_ctx(), d_dinp.get(), d_dg.get(), d_db.get(), d_dout.get(), d_inp.get(), d_mean.get(),
+                       d_rstd.get(), d_gamma.get(), N, C, HW);
+  EXPECT_TRUE(all_close("bf16 bn stats", d_stats.download(), stats, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("bf16 bn out", d_out.download(), out, 1e-5 + kBf16Ulp, 1e-6));
+  EXPECT_TRUE(all_close("bf16 bn dinp", d_dinp.download(), dinp, 1e-5 + kBf16Ulp, 1e-6));
+  EXPECT_TRUE(all_close("bf16 bn dgamma", d_dg.download(), dg, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("bf16 bn dbeta", d_db.download(), db, 1e-5, 1e-6));
+  // max-pooling 3x3 stride 2 pad 1: a selection and gathers of the same floats (exact); global average pooling
+  const int K = 3, stride = 2, pad = 1, OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  const size_t n_out = static_cast<size_t>(N) * C * OH * OW;
+  const B16 pdout = random_bf16(n_out, 47);
+  B16 pout(n_out), pdinp(n), avg(static_cast<size_t>(N) * C);
+  std::vector<int32_t> idx(n_out);
+  maxpool2d_forward(cpu_ctx(), pout.data(), idx.data(), inp.data(), N, C, H, W, K, stride, pad);
+  maxpool2d_backward(cpu_ctx(), pdinp.data(), pdout.data(), idx.data(), N, C, H, W, K, stride, pad);
+  global_avgpool_forward(cpu_ctx(), avg.data(), inp.data(), N, C, HW);
+  DeviceBuffer<bf16> d_pout(n_out), d_pdout(pdout), d_pdinp(n), d_avg(avg.size());
+  DeviceBuffer<int32_t> d_idx(n_out);
+  maxpool2d_forward(gpu_ctx(), d_pout.get(), d_idx.get(), d_inp.get(), N, C, H, W, K, stride, pad);
+  maxpool2d_backward(gpu_ctx(), d_pdinp.get(), d_pdout.get(), d_idx.get(), N, C, H, W, K, stride, pad);
+  global_avgpool_forward(gpu_ctx(), d_avg.get(), d_inp.get(), N, C, HW);
+  EXPECT_TRUE(test::bitwise_equal("bf16 maxpool out", d_pout.download(), pout));
+  EXPECT_EQ(d_idx.download(), idx) << "maxpool argmax indices differ";
+  EXPECT_TRUE(test::bitwise_equal("bf16 maxpool dinp", d_pdinp.download(), pdinp));
+  EXPECT_TRUE(all_close("bf16 avgpool out", d_avg.download(), avg, 1e-5 + kBf16Ulp, 1e-6));
 }
 
 }  // namespace

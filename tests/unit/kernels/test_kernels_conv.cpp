@@ -95,8 +95,8 @@ TEST(KernelsConv, Conv2dForwardBackward) {
 TEST(KernelsConv, Conv2dWorkspaceTooSmallIsAnError) {
   // a workspace below one thread's im2col share (the smallest any path takes) is an error
   std::vector<float> tiny(16), inp(4 * 64, 1.0f), w(4 * 4 * 9, 1.0f), out(4 * 64);
-  EXPECT_ANY_THROW(
-      conv2d_forward(kCpu, out.data(), inp.data(), w.data(), nullptr, tiny.data(), 16, 1, 4, 8, 8, 4, 3, 3, 1, 1));
+  EXPECT_ANY_THROW(conv2d_forward<float>(kCpu, out.data(), inp.data(), w.data(), nullptr, tiny.data(), 16, 1, 4, 8, 8,
+                                         4, 3, 3, 1, 1));
   // a workspace planned for one image is too small for oneDNN's buffers of six: the im2col path runs on one slot
   // and still gives the right result, forward and backward
   const int64_t planned = conv2d_workspace_floats(kCpu, 1, 4, 8, 8, 4, 3, 3, 1, 1);
@@ -104,7 +104,7 @@ TEST(KernelsConv, Conv2dWorkspaceTooSmallIsAnError) {
   const auto x = random_vector(static_cast<size_t>(N) * 4 * 64, 7);
   const auto wt = random_vector(4 * 4 * 9, 8);
   std::vector<float> ws1(static_cast<size_t>(planned)), o1(static_cast<size_t>(N) * 4 * 64), o2(o1.size());
-  conv2d_forward(kCpu, o1.data(), x.data(), wt.data(), nullptr, ws1.data(), planned, N, 4, 8, 8, 4, 3, 3, 1, 1);
+  conv2d_forward<float>(kCpu, o1.data(), x.data(), wt.data(), nullptr, ws1.data(), planned, N, 4, 8, 8, 4, 3, 3, 1, 1);
   ref::conv2d_forward(o2.data(), x.data(), wt.data(), static_cast<const float*>(nullptr), N, 4, 8, 8, 4, 3, 3, 1, 1);
   EXPECT_TRUE(all_close("conv out, one-image workspace", o1, o2, 2e-5, 2e-5));
   const auto dy = random_vector(o1.size(), 9);
@@ -139,8 +139,8 @@ TEST(KernelsConv, Conv2dIsBitwiseReproducible) {
       dx[run].assign(x.size(), NAN);
       dw[run].assign(w.size(), 0.25f);
       std::fill(ws.begin(), ws.end(), run ? -1.0f : NAN);
-      conv2d_forward(kCpu, out[run].data(), x.data(), w.data(), nullptr, ws.data(), wsz, s.N, s.C, s.H, s.W, s.OC, s.K,
-                     s.K, s.stride, s.pad);
+      conv2d_forward<float>(kCpu, out[run].data(), x.data(), w.data(), nullptr, ws.data(), wsz, s.N, s.C, s.H, s.W,
+                            s.OC, s.K, s.K, s.stride, s.pad);
       conv2d_backward(kCpu, dx[run].data(), dw[run].data(), nullptr, dy.data(), x.data(), w.data(), ws.data(), wsz, s.N,
                       s.C, s.H, s.W, s.OC, s.K, s.K, s.stride, s.pad);
     }

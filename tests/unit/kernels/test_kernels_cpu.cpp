@@ -142,7 +142,7 @@ TEST(KernelsCpu, MatmulForwardBackward) {
 
       // dinp = null skips the input gradient and still accumulates the parameter gradients
       auto dw2 = random_vector(w.size(), 25);
-      matmul_backward(kCpu, nullptr, dw2.data(), nullptr, dout.data(), inp.data(), w.data(), s.N, s.C, s.OC);
+      matmul_backward<float>(kCpu, nullptr, dw2.data(), nullptr, dout.data(), inp.data(), w.data(), s.N, s.C, s.OC);
       EXPECT_TRUE(all_close("matmul dweight (dinp null)", dw2, dw_ref, 1e-4, 1e-4));
     }
   }
@@ -190,17 +190,19 @@ TEST(KernelsCpu, AttentionForwardBackward) {
   }
 }
 
-// The CPU backend's attention keeps the probabilities: stats and scratch are T x T per (batch, head), the buffers
-// the test above passes (the model sizes its buffers with these two queries).
+// The CPU backend's attention keeps the probabilities: stats are T x T per (batch, head) as the storage type, the
+// scratch T x T floats, the buffers the test above passes (the model sizes its buffers with these two queries).
 TEST(KernelsCpu, AttentionBufferSizes) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(name(s));
-    const int64_t want = int64_t{s.B} * s.NH * s.T * s.T;
-    EXPECT_EQ(attention_stats_floats(kCpu, s.B, s.T, s.C, s.NH), want);
-    EXPECT_EQ(attention_scratch_floats(kCpu, s.B, s.T, s.C, s.NH), want);
+    const int64_t n = int64_t{s.B} * s.NH * s.T * s.T;
+    EXPECT_EQ(attention_stats_bytes(kCpu, s.B, s.T, s.C, s.NH), 4 * n);  // act defaults to F32
+    EXPECT_EQ(attention_scratch_bytes(kCpu, s.B, s.T, s.C, s.NH), 4 * n);
+    EXPECT_EQ(attention_stats_bytes(kCpu, s.B, s.T, s.C, s.NH, DType::BF16), 2 * n);
+    EXPECT_EQ(attention_scratch_bytes(kCpu, s.B, s.T, s.C, s.NH, DType::BF16), 4 * n);  // fp32 row sums
   }
-  EXPECT_EQ(attention_stats_floats(kCpu, 8, 1024, 768, 12), int64_t{8} * 12 * 1024 * 1024);  // no int overflow
-  EXPECT_THROW(attention_stats_floats(kCpu, 1, 4, 10, 3), hpct::Error);                      // C not a multiple of NH
+  EXPECT_EQ(attention_stats_bytes(kCpu, 8, 1024, 768, 12), int64_t{8} * 12 * 1024 * 1024 * 4);  // no int overflow
+  EXPECT_THROW(attention_stats_bytes(kCpu, 1, 4, 10, 3), hpct::Error);  // C not a multiple of NH
 }
 
 // ---- the backend's vectorizable exp (cpu/cpu_math.hpp), on which softmax, cross-entropy and GELU rest ----------
@@ -425,7 +427,7 @@ TEST(KernelsCpu, ReductionsAreBitwiseIndependentOfThreadCount) {
   const auto w = random_vector(C, 112, 0.5, 1.5);
   const auto tokens = random_ints(N, 113, 0, 7);
   std::vector<float> out(inp.size()), mean(N), rstd(N);
-  layernorm_forward(kCpu, out.data(), mean.data(), rstd.data(), inp.data(), w.data(), nullptr, N, C);
+  layernorm_forward<float>(kCpu, out.data(), mean.data(), rstd.data(), inp.data(), w.data(), nullptr, N, C);
 
   struct Result {
     std::vector<float> dinp, dw, db, dwte, dwpe;

@@ -144,3 +144,66 @@ TEST(GptGradient, DirectionalDerivativeMatchesFiniteDifference) {
     EXPECT_GT(std::abs(analytic), 1e-3);
   }
 }
+
+// bf16 storage (docs/precision.md): the planned sizes are the slabs' (activations halved, a bf16 compute copy of the
+// parameters), and one forward + backward stays within bf16 rounding of the fp32 model's. Tolerances: every stored
+// value carries a relative rounding error <= 2^-9 ~ 2e-3; through 2 blocks of LayerNorm, GEMMs and softmax these
+// compound to ~1e-2 relative on the gradients measured; the loss of a near-uniform softmax (~ln 50) moves by < 1e-3
+// relative. Both bounds are 3-10x the measured deviation and far below what a wrong or missing term changes (O(1)).
+TEST(GptBf16, PlanMatchesSlabsAndHalvesActivations) {
+  const GptConfig c = tiny();
+  const MemoryPlan m32 = memory_plan(c, 3), m16 = memory_plan(c, 3, Device::CPU, DType::BF16);
+  EXPECT_EQ(m16.param_bytes, m32.param_bytes);  // the fp32 masters
+  EXPECT_EQ(m32.compute_param_bytes, 0u);
+  EXPECT_GT(m16.compute_param_bytes, m16.param_bytes / 2 - 1);  // bf16, each tensor 64-byte aligned
+  EXPECT_LT(m16.compute_param_bytes, m16.param_bytes * 3 / 4);
+  EXPECT_LT(m16.activation_bytes, m32.activation_bytes * 0.6);
+  EXPECT_LT(m16.activation_grad_bytes, m32.activation_grad_bytes * 0.6);
+  Gpt model(c, 3, Device::CPU, DType::BF16);
+  EXPECT_EQ(model.activation_dtype(), DType::BF16);
+  EXPECT_EQ(model.params().bytes(), m16.param_bytes);
+  EXPECT_EQ(model.grads().bytes(), m16.grad_bytes);
+  EXPECT_EQ(model.logits().dtype, DType::BF16);
+}
+
+TEST(GptBf16, ForwardBackwardWithinBf16RoundingOfFp32) {
+  const GptConfig c = tiny();
+  const int B = 2, N = B * c.seq_len;
+  const ExecContext ctx32, ctx16{Device::CPU, nullptr, Precision::BF16};
+  Gpt m32(c, B, Device::CPU), m16(c, B, Device::CPU, DType::BF16);
+  m32.init_parameters(ctx32, 3);
+  m16.init_parameters(ctx16, 3);
+  m16.refresh_compute_params(ctx16);
+  std::vector<int32_t> in(N), tgt(N);
+  for (int i = 0; i < N; ++i) {
+    in[i] = static_cast<int32_t>(rng::uniform_int(1, 1, i, c.vocab_size));
+    tgt[i] = static_cast<int32_t>(rng::uniform_int(1, 2, i, c.vocab_size));
+  }
+  auto run = [&](Gpt& m, const ExecContext& ctx) {
+    m.zero_grad(ctx);
+    m.forward(ctx, in.data(), B);
+    const float* l = m.loss_and_backward(ctx, tgt.data(), 1.0f / N, B);
+    double s = 0;
+    for (int i = 0; i < N; ++i) s += l[i];
+    return s / N;
+  };
+  const double l32 = run(m32, ctx32), l16 = run(m16, ctx16);
+  EXPECT_NEAR(l16, l32, 1e-3 * l32);
+  for (size_t i = 0; i < m32.grads().tensors().size(); ++i) {
+    const Tensor& g32 = m32.grads().tensors()[i];
+    const Tensor& g16 = m16.grads().tensors()[i];
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < g32.numel(); ++j) {
+      const double d = static_cast<double>(g16.f32()[j]) - g32.f32()[j];
+      num += d * d;
+      den += static_cast<double>(g32.f32()[j]) * g32.f32()[j];
+    }
+    if (den == 0) continue;  // e.g. padding rows only
+    EXPECT_LT(std::sqrt(num / den), 3e-2) << g32.name;
+  }
+  // the compute copy follows the masters only when refreshed
+  m16.params().get("h.0.mlp.fc.weight").f32()[0] += 1.0f;
+  const double stale = run(m16, ctx16);
+  m16.refresh_compute_params(ctx16);
+  EXPECT_EQ(run(m16, ctx16) == stale, false);
+}

@@ -183,13 +183,61 @@ TEST(ResNetEval, UsesRunningStatisticsUpdatedByTraining) {
   const float rv0 = model.buffers().tensors()[1].f32()[0];
   EXPECT_EQ(rv0, 1.0f);
   model.forward(ctx, img.data(), B, false);
-  std::vector<float> before(model.logits(), model.logits() + B * c.num_classes);
+  std::vector<float> before(model.logits().f32(), model.logits().f32() + B * c.num_classes);
   model.forward(ctx, img.data(), B, true);  // updates running stats
   EXPECT_NE(model.buffers().tensors()[0].f32()[0], 0.0f);
   model.forward(ctx, img.data(), B, false);
-  std::vector<float> after(model.logits(), model.logits() + B * c.num_classes);
+  std::vector<float> after(model.logits().f32(), model.logits().f32() + B * c.num_classes);
   EXPECT_NE(before, after);
   // evaluation is per-sample: a batch of 1 gives the first sample's logits
   model.forward(ctx, img.data(), 1, false);
-  for (int k = 0; k < c.num_classes; ++k) EXPECT_FLOAT_EQ(model.logits()[k], after[k]);
+  for (int k = 0; k < c.num_classes; ++k) EXPECT_FLOAT_EQ(model.logits().f32()[k], after[k]);
+}
+
+// bf16 storage (docs/precision.md): activations halved in the plan and the slabs; one training forward + backward
+// within bf16 rounding of the fp32 model's (stored values carry <= 2^-9 relative error; BatchNorm renormalises each
+// layer, so the deviation stays ~1e-2 relative on the gradients measured; bounds 3-10x that, far below an O(1) error).
+TEST(ResNetBf16, PlanHalvesActivationsAndForwardBackwardTracksFp32) {
+  const ResNetConfig c = tiny();
+  const int B = 4, D = c.in_channels * c.height * c.width;
+  const MemoryPlan m32 = memory_plan(c, B), m16 = memory_plan(c, B, DType::BF16);
+  EXPECT_EQ(m16.param_bytes, m32.param_bytes);
+  EXPECT_EQ(m32.compute_param_bytes, 0u);
+  EXPECT_GT(m16.compute_param_bytes, 0u);
+  EXPECT_LT(m16.activation_grad_bytes, m32.activation_grad_bytes * 0.6);
+  EXPECT_LT(m16.activation_bytes, m32.activation_bytes * 0.7);  // BN statistics and pool indices stay 4 bytes
+  const ExecContext ctx32, ctx16{Device::CPU, nullptr, Precision::BF16};
+  ResNet r32(c, B, Device::CPU), r16(c, B, Device::CPU, nullptr, true, DType::BF16);
+  EXPECT_EQ(r16.memory().activation_bytes, m16.activation_bytes);
+  r32.init_parameters(ctx32, 7);
+  r16.init_parameters(ctx16, 7);
+  r16.refresh_compute_params(ctx16);
+  std::vector<float> img(static_cast<size_t>(B * D));
+  std::vector<int32_t> lab(B);
+  for (int i = 0; i < B * D; ++i) img[i] = static_cast<float>(rng::normal(1, 1, i));
+  for (int i = 0; i < B; ++i) lab[i] = static_cast<int32_t>(rng::uniform_int(1, 2, i, c.num_classes));
+  auto run = [&](ResNet& m, const ExecContext& ctx) {
+    m.zero_grad(ctx);
+    m.forward(ctx, img.data(), B, true);
+    const float* l = m.loss_and_backward(ctx, lab.data(), 1.0f / B, B);
+    double s = 0;
+    for (int i = 0; i < B; ++i) s += l[i];
+    return s / B;
+  };
+  const double l32 = run(r32, ctx32), l16 = run(r16, ctx16);
+  EXPECT_NEAR(l16, l32, 1e-2 * l32);
+  for (size_t i = 0; i < r32.grads().tensors().size(); ++i) {
+    const Tensor& g32 = r32.grads().tensors()[i];
+    const Tensor& g16 = r16.grads().tensors()[i];
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < g32.numel(); ++j) {
+      const double d = static_cast<double>(g16.f32()[j]) - g32.f32()[j];
+      num += d * d;
+      den += static_cast<double>(g32.f32()[j]) * g32.f32()[j];
+    }
+    if (den < 1e-20) continue;
+    EXPECT_LT(std::sqrt(num / den), 5e-2) << g32.name;
+  }
+  // BN running statistics are fp32 buffers in both
+  EXPECT_EQ(r16.buffers().tensors()[0].dtype, DType::F32);
 }

@@ -5,7 +5,8 @@
 //    make_schedule()'s schedules forwards in the same micro-batch order and backwards in the same order;
 //  - the executor over a recording transport, one stage at a time: on every link and direction the receive order of
 //    one stage is the send order of its neighbour, each receive is issued before the action that consumes it, and the
-//    buffer a receive fills is not reused before its micro-batch's action has read it.
+//    buffer a receive fills is not reused before its micro-batch's action has read it; with fp32 and with bf16
+//    activations (the transfers carry the stage's activation_dtype(), the buffers hold elements of that type).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tensor/bf16.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/pipeline_transport.hpp"
 
@@ -116,31 +118,47 @@ struct DoneWork final : comm::Work {
 
 enum Kind { SendAct, RecvAct, SendGrad, RecvGrad };
 
+// Element i of a buffer of `dtype` (f32 or bf16) set to / compared with v (small integers: exact in both).
+void fill(void* buf, DType dtype, int64_t n, float v) {
+  for (int64_t i = 0; i < n; ++i)
+    if (dtype == DType::F32) static_cast<float*>(buf)[i] = v;
+    else
+      static_cast<bf16*>(buf)[i] = to_bf16(v);
+}
+int64_t count_not(const void* buf, DType dtype, int64_t n, float v) {
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    wrong += (dtype == DType::F32 ? static_cast<const float*>(buf)[i] : to_f32(static_cast<const bf16*>(buf)[i])) != v;
+  return wrong;
+}
+// What a stage hands on for micro-batch j (below 128: exact in bf16, distinct from every j).
+float sent_value(int micro) { return static_cast<float>(100 + micro); }
+
 // Completes everything at once; a receive writes its micro-batch number into the buffer (every element), so the stage
-// can check that the buffer it is handed holds its own micro-batch's data.
+// can check that the buffer it is handed holds its own micro-batch's data. Every transfer must carry `dtype`.
 class RecordingTransport final : public PipelineTransport {
  public:
-  RecordingTransport(int stage, int stages) : stage_(stage), stages_(stages) {}
+  RecordingTransport(int stage, int stages, DType dtype = DType::F32) : stage_(stage), stages_(stages), dtype_(dtype) {}
   Device device() const override { return Device::CPU; }
   int stage() const override { return stage_; }
   int stages() const override { return stages_; }
-  comm::WorkPtr send_activation(const float* buf, int64_t n, int micro, const std::string&) override {
-    check_sent(buf, n, micro);
+  comm::WorkPtr send_activation(const void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
+    check_sent(buf, n, dtype, micro);
     log[SendAct].push_back(micro);
     return std::make_unique<DoneWork>();
   }
-  comm::WorkPtr recv_activation(float* buf, int64_t n, int micro, const std::string&) override {
-    fill(buf, n, micro);
+  comm::WorkPtr recv_activation(void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
+    receive(buf, n, dtype, micro);
     log[RecvAct].push_back(micro);
     return std::make_unique<DoneWork>();
   }
-  comm::WorkPtr send_gradient(const float* buf, int64_t n, int micro, const std::string&) override {
-    check_sent(buf, n, micro);
+  comm::WorkPtr send_gradient(const void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
+    check_sent(buf, n, dtype, micro);
     log[SendGrad].push_back(micro);
     return std::make_unique<DoneWork>();
   }
-  comm::WorkPtr recv_gradient(float* buf, int64_t n, int micro, const std::string&) override {
-    fill(buf, n, micro);
+  comm::WorkPtr recv_gradient(void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
+    receive(buf, n, dtype, micro);
     log[RecvGrad].push_back(micro);
     return std::make_unique<DoneWork>();
   }
@@ -150,73 +168,93 @@ class RecordingTransport final : public PipelineTransport {
 
   std::vector<int> log[4];
   int64_t wrong = 0;
+  int64_t wrong_dtype = 0;
 
  private:
-  static void fill(float* buf, int64_t n, int micro) {
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(micro);
+  void receive(void* buf, int64_t n, DType dtype, int micro) {
+    wrong_dtype += dtype != dtype_;
+    fill(buf, dtype_, n, static_cast<float>(micro));
   }
-  void check_sent(const float* buf, int64_t n, int micro) {
-    for (int64_t i = 0; i < n; ++i)
-      if (buf[i] != static_cast<float>(1000 + micro)) ++wrong;
+  void check_sent(const void* buf, int64_t n, DType dtype, int micro) {
+    wrong_dtype += dtype != dtype_;
+    wrong += count_not(buf, dtype_, n, sent_value(micro));
   }
   int stage_, stages_;
+  DType dtype_;
 };
 
-// Checks that its inputs hold its micro-batch's number; writes 1000 + micro into what it hands on.
+// Checks that its inputs hold its micro-batch's number; writes sent_value(micro) into what it hands on.
 class CheckingStage final : public PipelineStage {
  public:
-  CheckingStage(int64_t numel) : numel_(numel) {}
-  void forward(int micro, const float* in, float* out) override {
+  explicit CheckingStage(int64_t numel, DType dtype = DType::F32) : numel_(numel), dtype_(dtype) {}
+  void forward(int micro, const void* in, void* out) override {
     check(in, micro);
-    if (out) std::fill(out, out + numel_, static_cast<float>(1000 + micro));
+    if (out) fill(out, dtype_, numel_, sent_value(micro));
   }
-  void backward(int micro, const float* dout, float* din) override {
+  void backward(int micro, const void* dout, void* din) override {
     check(dout, micro);
-    if (din) std::fill(din, din + numel_, static_cast<float>(1000 + micro));
+    if (din) fill(din, dtype_, numel_, sent_value(micro));
   }
   int64_t activation_numel() const override { return numel_; }
+  DType activation_dtype() const override { return dtype_; }
   int64_t wrong = 0;
 
  private:
-  void check(const float* buf, int micro) {
-    if (!buf) return;
-    for (int64_t i = 0; i < numel_; ++i)
-      if (buf[i] != static_cast<float>(micro)) ++wrong;
+  void check(const void* buf, int micro) {
+    if (buf) wrong += count_not(buf, dtype_, numel_, static_cast<float>(micro));
   }
   int64_t numel_;
+  DType dtype_;
 };
 
 TEST(PipelineLinks, ReceivesAreIssuedInTheNeighboursSendOrder) {
   for (ScheduleKind kind : kKinds)
     for (int p = 1; p <= 5; ++p)
       for (int m : {1, 2, 3, 5, 8, 13}) {
-        SCOPED_TRACE(fmt::format("{} p {} m {}", schedule_kind_name(kind), p, m));
-        std::vector<RecordingTransport> tr;
-        for (int s = 0; s < p; ++s) tr.emplace_back(s, p);
-        for (int s = 0; s < p; ++s) {
-          const auto schedule = make_schedule(kind, p, s, m);
-          PipelineBuffers buffers(schedule, 7);
-          CheckingStage stage(7);
-          for (int step = 0; step < 2; ++step) run_schedule(schedule, stage, tr[s], buffers);
-          EXPECT_EQ(stage.wrong, 0) << "stage " << s << " read another micro-batch's data";
-          EXPECT_EQ(tr[s].wrong, 0) << "stage " << s << " sent another micro-batch's data";
-        }
-        for (int s = 0; s < p; ++s) {
-          const std::vector<int> none;
-          if (s > 0) {
-            EXPECT_EQ(tr[s].log[RecvAct], tr[s - 1].log[SendAct]) << "activations " << s - 1 << " -> " << s;
-            EXPECT_EQ(tr[s - 1].log[RecvGrad], tr[s].log[SendGrad]) << "gradients " << s << " -> " << s - 1;
-            EXPECT_EQ(tr[s].log[RecvAct].size(), 2u * m);
-          } else {
-            EXPECT_EQ(tr[s].log[RecvAct], none);
-            EXPECT_EQ(tr[s].log[SendGrad], none);
+        for (DType dtype : {DType::F32, DType::BF16}) {
+          SCOPED_TRACE(fmt::format("{} p {} m {} {}", schedule_kind_name(kind), p, m, dtype_name(dtype)));
+          std::vector<RecordingTransport> tr;
+          for (int s = 0; s < p; ++s) tr.emplace_back(s, p, dtype);
+          for (int s = 0; s < p; ++s) {
+            const auto schedule = make_schedule(kind, p, s, m);
+            PipelineBuffers buffers(schedule, 7, Device::CPU, dtype);
+            CheckingStage stage(7, dtype);
+            for (int step = 0; step < 2; ++step) run_schedule(schedule, stage, tr[s], buffers);
+            EXPECT_EQ(stage.wrong, 0) << "stage " << s << " read another micro-batch's data";
+            EXPECT_EQ(tr[s].wrong, 0) << "stage " << s << " sent another micro-batch's data";
+            EXPECT_EQ(tr[s].wrong_dtype, 0) << "stage " << s << " transferred another dtype than its activations'";
           }
-          if (s == p - 1) {
-            EXPECT_EQ(tr[s].log[SendAct], none);
-            EXPECT_EQ(tr[s].log[RecvGrad], none);
+          for (int s = 0; s < p; ++s) {
+            const std::vector<int> none;
+            if (s > 0) {
+              EXPECT_EQ(tr[s].log[RecvAct], tr[s - 1].log[SendAct]) << "activations " << s - 1 << " -> " << s;
+              EXPECT_EQ(tr[s - 1].log[RecvGrad], tr[s].log[SendGrad]) << "gradients " << s << " -> " << s - 1;
+              EXPECT_EQ(tr[s].log[RecvAct].size(), 2u * m);
+            } else {
+              EXPECT_EQ(tr[s].log[RecvAct], none);
+              EXPECT_EQ(tr[s].log[SendGrad], none);
+            }
+            if (s == p - 1) {
+              EXPECT_EQ(tr[s].log[SendAct], none);
+              EXPECT_EQ(tr[s].log[RecvGrad], none);
+            }
           }
         }
       }
+}
+
+// Buffers planned for another activation type than the stage's are refused before anything is transferred.
+TEST(PipelineLinks, BuffersMustHoldTheStagesActivationType) {
+  const auto schedule = make_schedule(ScheduleKind::OneFOneB, 2, 1, 3);
+  PipelineBuffers f32(schedule, 5), b16(schedule, 5, Device::CPU, DType::BF16);
+  CheckingStage bf16_stage(5, DType::BF16), f32_stage(5);
+  RecordingTransport tr(1, 2, DType::BF16);
+  EXPECT_THROW(run_schedule(schedule, bf16_stage, tr, f32), Error);
+  EXPECT_THROW(run_schedule(schedule, f32_stage, tr, b16), Error);
+  for (const auto& l : tr.log) EXPECT_TRUE(l.empty());
+  run_schedule(schedule, bf16_stage, tr, b16);
+  EXPECT_EQ(bf16_stage.wrong, 0);
+  EXPECT_EQ(tr.wrong + tr.wrong_dtype, 0);
 }
 
 // before_last_backward runs once per step, right before the stage's last backward (the data-parallel sync is armed
@@ -224,8 +262,8 @@ TEST(PipelineLinks, ReceivesAreIssuedInTheNeighboursSendOrder) {
 TEST(PipelineLinks, BeforeLastBackwardRunsOnceBeforeTheLastBackward) {
   struct OrderStage final : PipelineStage {
     std::vector<std::string> events;
-    void forward(int micro, const float*, float*) override { events.push_back(fmt::format("F{}", micro)); }
-    void backward(int micro, const float*, float*) override { events.push_back(fmt::format("B{}", micro)); }
+    void forward(int micro, const void*, void*) override { events.push_back(fmt::format("F{}", micro)); }
+    void backward(int micro, const void*, void*) override { events.push_back(fmt::format("B{}", micro)); }
     int64_t activation_numel() const override { return numel; }
     int64_t numel = 3;
   };
@@ -269,10 +307,10 @@ TEST(PipelineLinks, BuffersMustBeOnTheTransportsDevice) {
     Device device() const override { return Device::CUDA; }
     int stage() const override { return 0; }
     int stages() const override { return 2; }
-    comm::WorkPtr send_activation(const float*, int64_t, int, const std::string&) override { return nullptr; }
-    comm::WorkPtr recv_activation(float*, int64_t, int, const std::string&) override { return nullptr; }
-    comm::WorkPtr send_gradient(const float*, int64_t, int, const std::string&) override { return nullptr; }
-    comm::WorkPtr recv_gradient(float*, int64_t, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr send_activation(const void*, int64_t, DType, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr recv_activation(void*, int64_t, DType, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr send_gradient(const void*, int64_t, DType, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr recv_gradient(void*, int64_t, DType, int, const std::string&) override { return nullptr; }
     void progress() override {}
     void barrier(const std::string&) override {}
     std::string describe() const override { return "cuda"; }

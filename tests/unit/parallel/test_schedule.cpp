@@ -172,13 +172,34 @@ TEST(Schedule, BufferPlanNeverSharesASlot) {
           }
           // the four buffers of a slot are distinct, non-overlapping ranges
           for (int k = 0; k < buf.slots(); ++k) {
-            std::set<float*> ptrs{buf.act_in(k), buf.act_out(k), buf.grad_in(k), buf.grad_out(k)};
+            std::set<void*> ptrs{buf.act_in(k), buf.act_out(k), buf.grad_in(k), buf.grad_out(k)};
             EXPECT_EQ(ptrs.size(), 4u);
           }
         }
   EXPECT_THROW(PipelineBuffers(make_schedule(ScheduleKind::GPipe, 2, 0, 2), -1), Error);
   // no activation (a single stage exchanges nothing): no buffers; run_schedule refuses it with several stages
   EXPECT_EQ(PipelineBuffers(make_schedule(ScheduleKind::GPipe, 2, 0, 2), 0).bytes(), 0u);
+}
+
+// bf16 activations (train.precision = bf16): the same slots of 2-byte elements, numel * 2 bytes apart, so the four
+// buffers take half the fp32 bytes; other dtypes are refused.
+TEST(Schedule, Bf16BufferSlotsAreNumelTimesTwoBytesApart) {
+  const auto s = make_schedule(ScheduleKind::GPipe, 2, 0, 3);
+  const int64_t numel = 1024;  // 3 slots of 2 KiB (bf16): no padding from the slab's 64-byte alignment
+  PipelineBuffers f32(s, numel), b16(s, numel, Device::CPU, DType::BF16);
+  EXPECT_EQ(f32.dtype(), DType::F32);
+  EXPECT_EQ(b16.dtype(), DType::BF16);
+  EXPECT_EQ(b16.slots(), 3);
+  EXPECT_EQ(b16.bytes(), 4u * 3 * numel * 2);
+  EXPECT_EQ(f32.bytes(), 2 * b16.bytes());
+  for (int k = 0; k + 1 < b16.slots(); ++k) {
+    auto* a = static_cast<char*>(b16.act_in(k));
+    EXPECT_EQ(static_cast<char*>(b16.act_in(k + 1)) - a, numel * 2);
+    EXPECT_EQ(static_cast<char*>(b16.grad_out(k + 1)) - static_cast<char*>(b16.grad_out(k)), numel * 2);
+    EXPECT_EQ(static_cast<char*>(f32.act_out(k + 1)) - static_cast<char*>(f32.act_out(k)), numel * 4);
+  }
+  EXPECT_THROW(b16.act_in(3), Error);  // no such slot
+  EXPECT_THROW(PipelineBuffers(s, numel, Device::CPU, DType::F64), Error);
 }
 
 TEST(Schedule, GlobalSimulationCompletesWithTheTheoreticalBubble) {

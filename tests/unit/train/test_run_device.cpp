@@ -84,7 +84,8 @@ TEST(DecideDevice, CudaWithoutBackendIsAUsageErrorNamingTheBuild) {
   EXPECT_NE(usage_message("cuda", kNoBackend, 1, 1, kDriver).find("no CUDA backend"), std::string::npos);
 }
 
-// train.precision on the decided device: CUDA keeps it; the CPU computes fp32 only.
+// train.precision on the decided device: CUDA keeps it; the CPU computes fp32 or bf16 and refuses the CUDA-only
+// tensor-core arithmetics on fp32 storage (tf32, fp16).
 TEST(DecidePrecision, CudaKeepsTheRequestedPrecision) {
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16}) {
     std::string note;
@@ -94,31 +95,39 @@ TEST(DecidePrecision, CudaKeepsTheRequestedPrecision) {
   }
 }
 
-TEST(DecidePrecision, CpuRefusesAnythingButFp32) {
+TEST(DecidePrecision, CpuRunsFp32AndBf16AndRefusesTf32AndFp16) {
   std::string note;
   EXPECT_EQ(decide_precision("cpu", Device::CPU, Precision::FP32, kDeck, &note), Precision::FP32);
-  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+  EXPECT_EQ(decide_precision("cpu", Device::CPU, Precision::BF16, kDeck, &note), Precision::BF16);
+  EXPECT_EQ(decide_precision("auto", Device::CPU, Precision::BF16, kDeck, &note), Precision::BF16);
+  for (Precision p : {Precision::TF32, Precision::FP16}) {
     try {
       decide_precision("cpu", Device::CPU, p, kDeck, &note);
       ADD_FAILURE() << "no error for " << precision_name(p);
     } catch (const UsageError& e) {
       const std::string c = e.cause();
       EXPECT_NE(c.find(std::string("train.precision = ") + precision_name(p)), std::string::npos) << c;
-      EXPECT_NE(c.find("--set train.precision=fp32"), std::string::npos) << c;
+      EXPECT_NE(c.find("--set train.precision=fp32 or bf16"), std::string::npos) << c;
       EXPECT_NE(c.find(kDeck), std::string::npos) << c;
     }
   }
   EXPECT_EQ(note, "");
 }
 
-TEST(DecidePrecision, AutoFallingBackToTheCpuRunsFp32WithANote) {
+TEST(DecidePrecision, AutoFallingBackToTheCpuRunsFp32ForCudaOnlyPrecisionsWithANote) {
   std::string note = "train.device = auto: no usable CUDA device (x): running on the CPU";
-  EXPECT_EQ(decide_precision("auto", Device::CPU, Precision::BF16, kDeck, &note), Precision::FP32);
-  EXPECT_EQ(note, "train.device = auto: no usable CUDA device (x): running on the CPU; train.precision = bf16 applies "
+  EXPECT_EQ(decide_precision("auto", Device::CPU, Precision::TF32, kDeck, &note), Precision::FP32);
+  EXPECT_EQ(note, "train.device = auto: no usable CUDA device (x): running on the CPU; train.precision = tf32 applies "
                   "to CUDA only: fp32 on the CPU");
   std::string unchanged = "n";
   EXPECT_EQ(decide_precision("auto", Device::CPU, Precision::FP32, kDeck, &unchanged), Precision::FP32);
+  EXPECT_EQ(decide_precision("auto", Device::CPU, Precision::BF16, kDeck, &unchanged), Precision::BF16);
   EXPECT_EQ(unchanged, "n");
+}
+
+TEST(ActivationDtype, Bf16StoresBf16AndEverythingElseFp32) {
+  EXPECT_EQ(activation_dtype(Precision::BF16), DType::BF16);
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16}) EXPECT_EQ(activation_dtype(p), DType::F32);
 }
 
 TEST(ParsePrecision, NamesRoundTripAndUnknownIsAUsageError) {

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEBIAN_PYTHON = "/usr/bin/python3"
 BF16_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+LOAD_AT_START = os.getloadavg()[0]
 
 
 def cpu_info():
@@ -217,6 +218,10 @@ def header(title, ci, rows, t2_python, args, model_line, method_extra=""):
              f"- method: {args.rounds} alternated rounds (every configuration once per round, each in its own "
              f"process), per round the median of {args.steps - args.warmup} steps after {args.warmup} warm-up steps; "
              f"the figure is the median of the round medians, the spread their min..max{method_extra}"]
+    load = os.getloadavg()[0]
+    lines.append(f"- machine load (1-minute load average) at start / end: {LOAD_AT_START:.2f} / {load:.2f}"
+                 + (f" (above the {args.threads} threads: other work shared the cores, the figures are not "
+                    "trustworthy)" if max(LOAD_AT_START, load) > args.threads + 0.5 else ""))
     if comp:
         lines.append("- torch.compile's first step (compilation, inductor cache warm or cold): " + "; ".join(comp))
     return lines

@@ -43,13 +43,19 @@ int64_t floats_of(const memory::desc& md) {
   return round_up(static_cast<int64_t>((md.get_size() + sizeof(float) - 1) / sizeof(float)));
 }
 
-bool enabled() {
-  static const bool on = [] {
+// HPCT_CONV in the environment (read once): "im2col" turns this path off, "fp32" keeps bf16 storage on oneDNN's fp32
+// primitives (for comparing them with its bf16 ones on a new CPU); unset or anything else: automatic.
+enum class Mode { automatic, im2col, fp32 };
+Mode mode() {
+  static const Mode m = [] {
     const char* v = std::getenv("HPCT_CONV");
-    return !(v && std::strcmp(v, "im2col") == 0);
+    if (v && std::strcmp(v, "im2col") == 0) return Mode::im2col;
+    if (v && std::strcmp(v, "fp32") == 0) return Mode::fp32;
+    return Mode::automatic;
   }();
-  return on;
+  return m;
 }
+bool enabled() { return mode() != Mode::im2col; }
 
 dnnl::engine& engine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -235,10 +241,11 @@ Entry* entry(const Shape& s, DType act) {
   if (it == c.entries.end()) {
     std::unique_ptr<Entry> e;
     std::string why;
-    // bf16 storage: bf16 compute, else fp32 compute; fp32 storage: fp32 compute
+    // bf16 storage: bf16 compute, else fp32 compute (only fp32 under HPCT_CONV=fp32); fp32 storage: fp32 compute
     const dt computes[] = {dt::bf16, dt::f32};
-    const std::span<const dt> tries = act == DType::BF16 ? std::span<const dt>(computes)
-                                                         : std::span<const dt>(computes).subspan(1);
+    const std::span<const dt> tries = act == DType::BF16 && mode() == Mode::automatic
+                                          ? std::span<const dt>(computes)
+                                          : std::span<const dt>(computes).subspan(1);
     for (const dt compute : tries) {
       try {
         std::string slow;

@@ -15,9 +15,13 @@
 // and rounding once on the way out: the same arithmetic (bf16 x bf16 products are exact in fp32, fp32 sums), only
 // the kernels differ. fp32 primitives whose implementation is "ref" are not used either.
 //
+// HPCT_CONV=fp32 in the environment (read once) makes bf16 storage take the fp32 primitives always: oneDNN's bf16
+// kernels for AVX512_BF16 without AMX ran slower than its fp32 ones on the Intel CPU this was tuned on (the AMX ones
+// 2-3x faster); on another CPU compare the two with validation/bench_resnet.
+//
 // Every function returns false (or -1) when it does not run: oneDNN not built, HPCT_CONV=im2col in the
-// environment (read once), no usable implementation for the shape, or a workspace smaller than
-// workspace_floats(shape, act); the caller then runs im2col.
+// environment, no usable implementation for the shape, or a workspace smaller than workspace_floats(shape, act); the
+// caller then runs im2col.
 // Determinism: oneDNN's CPU convolutions split work statically over the OpenMP threads and reduce the
 // weight-gradient partials in thread order: run to run bitwise identical at a fixed thread count (tested).
 #include <cstdint>

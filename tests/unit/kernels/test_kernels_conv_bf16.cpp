@@ -238,8 +238,9 @@ TEST(KernelsConvBf16, Conv2dIsBitwiseReproducible) {
 }
 
 // The implementation the conv path takes, when the test's registration names one (HPCT_TEST_EXPECT_CONV: a prefix of
-// dnnl_conv::describe(), e.g. "im2col" under HPCT_CONV=im2col, "fp32 compute" under DNNL_MAX_CPU_ISA=AVX512_CORE,
-// whose bf16 kernels oneDNN only emulates): the environment must really have switched the path the other tests ran.
+// dnnl_conv::describe(), e.g. "im2col" under HPCT_CONV=im2col, "fp32 compute" under HPCT_CONV=fp32 and under
+// DNNL_MAX_CPU_ISA=AVX512_CORE, whose bf16 kernels oneDNN only emulates): the environment must really have switched the
+// path the other tests ran.
 TEST(KernelsConvBf16, ConvPathIsTheExpectedOne) {
   const char* expect = std::getenv("HPCT_TEST_EXPECT_CONV");
   const ConvShape s{8, 16, 14, 14, 32, 3, 1, 1};

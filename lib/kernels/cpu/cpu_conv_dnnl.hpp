@@ -9,11 +9,11 @@
 //
 // Storage A (kernels.hpp): float, or bf16 for activations and the weights' compute copy; dweight is float either
 // way (+=). With A = bf16 the primitives take bf16 src / weights / dst and accumulate in fp32 when oneDNN has a
-// kernel using the CPU's bf16 instructions (AVX512_BF16, AMX: an implementation name like "brgconv:avx512_core_amx_bf16"
-// or "jit_bf16:avx512_core_bf16"); without them (its emulated bf16 kernels run several times slower than fp32, its
-// "ref" ones far slower than im2col) the fp32 primitives run instead, the reorders widening bf16 to fp32 on the way in
-// and rounding once on the way out: the same arithmetic (bf16 x bf16 products are exact in fp32, fp32 sums), only
-// the kernels differ. fp32 primitives whose implementation is "ref" are not used either.
+// kernel using the CPU's bf16 instructions (AVX512_BF16, AMX: an implementation name like
+// "brgconv:avx512_core_amx_bf16" or "jit_bf16:avx512_core_bf16"); without them (its emulated bf16 kernels run several
+// times slower than fp32, its "ref" ones far slower than im2col) the fp32 primitives run instead, the reorders widening
+// bf16 to fp32 on the way in and rounding once on the way out: the same arithmetic (bf16 x bf16 products are exact in
+// fp32, fp32 sums), only the kernels differ. fp32 primitives whose implementation is "ref" are not used either.
 //
 // HPCT_CONV=fp32 in the environment (read once) makes bf16 storage take the fp32 primitives always: oneDNN's bf16
 // kernels for AVX512_BF16 without AMX ran slower than its fp32 ones on the Intel CPU this was tuned on (the AMX ones

@@ -44,8 +44,7 @@ int main(int argc, char** argv) {
       const auto cfg = hpct::train::resnet_model_config(deck, ds.channels(), ds.height(), ds.width(), ds.num_classes());
       const int mb = static_cast<int>(deck.get_int("train.micro_batch"));
       // activations at their stored size: bf16 under train.precision = bf16 on either backend
-      const hpct::DType act =
-          hpct::train::activation_dtype(hpct::parse_precision(deck.get_string("train.precision")));
+      const hpct::DType act = hpct::train::activation_dtype(hpct::parse_precision(deck.get_string("train.precision")));
       const auto m = hpct::resnet::memory_plan(cfg, mb, act);
       std::printf("plan: %s | ResNet-%d (%s) on %dx%dx%d, %d classes | %lld parameters | %.3f GFLOP/image forward\n",
                   deck.deck_path().c_str(), cfg.depth, cfg.style.c_str(), cfg.in_channels, cfg.height, cfg.width,

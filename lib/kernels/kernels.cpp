@@ -67,7 +67,7 @@ std::vector<ProfileRow> profile_take() {
 #define HPCT_DISPATCH(op, ...)                                                       \
   do {                                                                               \
     if (ctx.device == Device::CPU) {                                                 \
-      if (!cpu_precision_ok(ctx.precision)) cpu_precision_error(#op, ctx.precision);      \
+      if (!cpu_precision_ok(ctx.precision)) cpu_precision_error(#op, ctx.precision); \
       const ProfileScope profile_scope_(#op);                                        \
       return cpu::op(__VA_ARGS__);                                                   \
     }                                                                                \
@@ -75,35 +75,35 @@ std::vector<ProfileRow> profile_take() {
   } while (0)
 
 template <typename A>
-void encoder_forward(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte, const A* wpe, int B,
-                     int T, int C) {
+void encoder_forward(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte, const A* wpe, int B, int T,
+                     int C) {
   HPCT_DISPATCH(encoder_forward, out, inp, wte, wpe, B, T, C);
 }
 template <typename A>
-void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const A* dout, const int32_t* inp, int B,
-                      int T, int C) {
+void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const A* dout, const int32_t* inp, int B, int T,
+                      int C) {
   HPCT_DISPATCH(encoder_backward, dwte, dwpe, dout, inp, B, T, C);
 }
 
 template <typename A>
-void layernorm_forward(const ExecContext& ctx, A* out, float* mean, float* rstd, const A* inp,
-                       const A* weight, const A* bias, int N, int C) {
+void layernorm_forward(const ExecContext& ctx, A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                       const A* bias, int N, int C) {
   HPCT_DISPATCH(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
 }
 template <typename A>
-void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout,
-                        const A* inp, const A* weight, const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                        const A* weight, const float* mean, const float* rstd, int N, int C) {
   HPCT_DISPATCH(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 template <typename A>
-void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, int N,
-                    int C, int OC) {
+void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, int N, int C,
+                    int OC) {
   HPCT_DISPATCH(matmul_forward, out, inp, weight, bias, N, C, OC);
 }
 template <typename A>
-void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout,
-                     const A* inp, const A* weight, int N, int C, int OC) {
+void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                     const A* weight, int N, int C, int OC) {
   HPCT_DISPATCH(matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
@@ -118,13 +118,12 @@ int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int
   HPCT_CUDA_CALL(attention_scratch_bytes, B, T, C, NH, act);
 }
 template <typename A>
-void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv, int B, int T, int C,
-                       int NH) {
+void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv, int B, int T, int C, int NH) {
   HPCT_DISPATCH(attention_forward, out, stats, qkv, B, T, C, NH);
 }
 template <typename A>
-void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A* dout, const A* qkv,
-                        const A* out, const void* stats, int B, int T, int C, int NH) {
+void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A* dout, const A* qkv, const A* out,
+                        const void* stats, int B, int T, int C, int NH) {
   HPCT_DISPATCH(attention_backward, dqkv, scratch, dout, qkv, out, stats, B, T, C, NH);
 }
 
@@ -143,8 +142,8 @@ void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, in
 }
 
 template <typename A>
-void crossentropy_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets, int N,
-                          int V, int Vp) {
+void crossentropy_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets, int N, int V,
+                          int Vp) {
   HPCT_DISPATCH(crossentropy_forward, losses, logits, targets, N, V, Vp);
 }
 template <typename A>
@@ -170,8 +169,8 @@ void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const 
   HPCT_DISPATCH(crossentropy_smoothed_forward, losses, logits, targets, eps, N, K);
 }
 template <typename A>
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, A* logits,
-                                            const int32_t* targets, float dloss, float eps, int N, int K) {
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
+                                            float dloss, float eps, int N, int K) {
   HPCT_DISPATCH(crossentropy_smoothed_forward_backward, losses, logits, targets, dloss, eps, N, K);
 }
 template <typename A>
@@ -204,23 +203,21 @@ int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int
   HPCT_DISPATCH(conv2d_workspace_floats, N, C, H, W, OC, KH, KW, stride, pad, act);
 }
 template <typename A>
-void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias,
-                    float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
-                    int stride, int pad) {
+void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
+                    int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   HPCT_DISPATCH(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH, KW, stride,
                 pad);
 }
 template <typename A>
-void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout,
-                     const A* inp, const A* weight, float* workspace, int64_t workspace_floats, int N, int C,
-                     int H, int W, int OC, int KH, int KW, int stride, int pad) {
+void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                     const A* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
+                     int KH, int KW, int stride, int pad) {
   HPCT_DISPATCH(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N, C, H, W, OC,
                 KH, KW, stride, pad);
 }
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
-                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW,
-                               float eps) {
+                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
   HPCT_DISPATCH(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
 }
 template <typename A>
@@ -232,8 +229,7 @@ void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float*
 }
 template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
-                               const A* gamma, const A* beta, const float* stats, int N, int C, int HW,
-                               float eps) {
+                               const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
   HPCT_DISPATCH(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
 }
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, float* running_var, const float* stats,
@@ -241,27 +237,25 @@ void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, flo
   HPCT_DISPATCH(batchnorm2d_update_running, running_mean, running_var, stats, C, momentum);
 }
 template <typename A>
-void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma,
-                              const A* beta, const float* running_mean, const float* running_var, int N, int C,
-                              int HW, float eps) {
+void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
   HPCT_DISPATCH(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
 }
 template <typename A>
-void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout,
-                          const A* inp, const float* save_mean, const float* save_rstd, const A* gamma, int N,
-                          int C, int HW) {
+void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
+                          const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
   HPCT_DISPATCH(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
 }
 template <typename A>
-void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta,
-                                     const A* dout, const A* inp, const float* save_mean,
-                                     const float* save_rstd, int N, int C, int HW) {
+void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
+                                     const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
+                                     int HW) {
   HPCT_DISPATCH(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
 }
 template <typename A>
-void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp,
-                                const float* save_mean, const float* save_rstd, const A* gamma,
-                                const float* global_sums, int64_t global_count, int N, int C, int HW) {
+void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
+                                const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
+                                int N, int C, int HW) {
   HPCT_DISPATCH(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N,
                 C, HW);
 }
@@ -274,13 +268,13 @@ void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out,
   HPCT_DISPATCH(relu_backward, dinp, dout, out, n);
 }
 template <typename A>
-void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* inp, int N, int C, int H, int W,
-                       int K, int stride, int pad) {
+void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K,
+                       int stride, int pad) {
   HPCT_DISPATCH(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
 }
 template <typename A>
-void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const int32_t* idx, int N, int C, int H,
-                        int W, int K, int stride, int pad) {
+void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W,
+                        int K, int stride, int pad) {
   HPCT_DISPATCH(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
 }
 template <typename A>

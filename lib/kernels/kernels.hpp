@@ -35,8 +35,8 @@ namespace hpct::kernels {
 
 // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------------------------
 template <typename A>
-void encoder_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                     const A* wte /*(Vp,C)*/, const A* wpe /*(T,C)*/, int B, int T, int C);
+void encoder_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const A* wte /*(Vp,C)*/,
+                     const A* wpe /*(T,C)*/, int B, int T, int C);
 template <typename A>
 void encoder_backward(const ExecContext& ctx, float* dwte /*(Vp,C) +=*/, float* dwpe /*(T,C) +=*/,
                       const A* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int B, int T, int C);
@@ -44,18 +44,16 @@ void encoder_backward(const ExecContext& ctx, float* dwte /*(Vp,C) +=*/, float* 
 // ---- LayerNorm over the last axis, eps = 1e-5 (as torch.nn.LayerNorm) --------------------------
 template <typename A>
 void layernorm_forward(const ExecContext& ctx, A* out /*(N,C)*/, float* mean /*(N)*/, float* rstd /*(N)*/,
-                       const A* inp /*(N,C)*/, const A* weight /*(C)*/, const A* bias /*(C) or null*/,
-                       int N, int C);
+                       const A* inp /*(N,C)*/, const A* weight /*(C)*/, const A* bias /*(C) or null*/, int N, int C);
 template <typename A>
 void layernorm_backward(const ExecContext& ctx, A* dinp /*(N,C) +=*/, float* dweight /*(C) +=*/,
                         float* dbias /*(C) += or null*/, const A* dout /*(N,C)*/, const A* inp /*(N,C)*/,
-                        const A* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N,
-                        int C);
+                        const A* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N, int C);
 
 // ---- Linear: out = inp @ weight^T + bias (torch.nn.Linear layout) -----------------------------
 template <typename A>
-void matmul_forward(const ExecContext& ctx, A* out /*(N,OC)*/, const A* inp /*(N,C)*/,
-                    const A* weight /*(OC,C)*/, const A* bias /*(OC) or null*/, int N, int C, int OC);
+void matmul_forward(const ExecContext& ctx, A* out /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /*(OC,C)*/,
+                    const A* bias /*(OC) or null*/, int N, int C, int OC);
 // dinp = dout @ weight (assigned; skipped when dinp is null), dweight += dout^T @ inp, dbias += sum_n dout.
 template <typename A>
 void matmul_backward(const ExecContext& ctx, A* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/,
@@ -119,9 +117,8 @@ template <typename A>
 void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses /*(N)*/, const A* logits /*(N,K)*/,
                                    const int32_t* targets /*(N)*/, float eps, int N, int K);
 template <typename A>
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/,
-                                            A* logits /*(N,K) in/out*/, const int32_t* targets /*(N)*/, float dloss,
-                                            float eps, int N, int K);
+void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses /*(N)*/, A* logits /*(N,K) in/out*/,
+                                            const int32_t* targets /*(N)*/, float dloss, float eps, int N, int K);
 
 // ---- vocabulary-parallel embedding and cross-entropy (Megatron VocabParallelEmbedding / vocab-parallel CE) ----
 // Legend (in addition to the above): t TP ranks; this rank holds the global vocabulary rows/columns [v0, v0+Vl)
@@ -139,8 +136,8 @@ void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losse
 //   dout is identical on all TP ranks, so the replicated wpe gets identical gradients without an allreduce.
 template <typename A>
 void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                                    const A* wte_local /*(Vl,C)*/, const A* wpe /*(T,C) or null*/, int v0,
-                                    int Vl, int B, int T, int C);
+                                    const A* wte_local /*(Vl,C)*/, const A* wpe /*(T,C) or null*/, int v0, int Vl,
+                                    int B, int T, int C);
 template <typename A>
 void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /*(Vl,C) +=*/,
                                      float* dwpe /*(T,C) += or null*/, const A* dout /*(B,T,C)*/,
@@ -158,8 +155,8 @@ void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local /
 // once). Targets must lie in [0, V). A rank holding only padding contributes max -inf, sumexp 0, target logit 0.
 // max_out[n] = max of logits_local[n, j] over the real local columns (v0 + j < V); -inf if there are none.
 template <typename A>
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const A* logits_local /*(N,Vl)*/,
-                               int v0, int Vl, int V, int N);
+void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out /*(N)*/, const A* logits_local /*(N,Vl)*/, int v0,
+                               int Vl, int V, int N);
 // sumexp_out[n] = sum over the real local columns of exp(logits_local[n, j] - global_max[n]);
 // target_logit_out[n] = logits_local[n, targets[n] - v0] if targets[n] is in [v0, v0+Vl), else 0 (assigned).
 template <typename A>
@@ -205,10 +202,9 @@ void conv2d_forward(const ExecContext& ctx, A* out /*(N,OC,OH,OW)*/, const A* in
 // dbias += sum over (n, oh, ow) of dout (skipped when null).
 template <typename A>
 void conv2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
-                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/,
-                     const A* inp /*(N,C,H,W)*/, const A* weight /*(OC,C,KH,KW)*/,
-                     float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
-                     int OC, int KH, int KW, int stride, int pad);
+                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
+                     const A* weight /*(OC,C,KH,KW)*/, float* workspace /*(workspace_floats)*/,
+                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 
 // BatchNorm2d (torch.nn.BatchNorm2d semantics): training normalises with the batch's BIASED variance
 // var = M2 / count, count = N*HW per channel; running_var is updated with the UNBIASED M2 / (count - 1).
@@ -235,8 +231,8 @@ void batchnorm2d_forward_train(const ExecContext& ctx, A* out /*(N,C,HW)*/, floa
                                float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/,
                                const A* gamma /*(C)*/, const A* beta /*(C)*/, int N, int C, int HW, float eps);
 template <typename A>
-void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const A* inp /*(N,C,HW)*/,
-                             int N, int C, int HW);
+void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const A* inp /*(N,C,HW)*/, int N,
+                             int C, int HW);
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged /*(C,3) assigned*/,
                              const float* gathered /*(R,C,3)*/, int R, int C);
 // out = (inp - mean) * rstd * gamma + beta with mean = stats mean, rstd = 1 / sqrt(M2 / count + eps);
@@ -257,19 +253,18 @@ void batchnorm2d_forward_eval(const ExecContext& ctx, A* out /*(N,C,HW)*/, const
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
                           float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
-                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
-                          int N, int C, int HW);
+                          const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const A* gamma /*(C)*/, int N,
+                          int C, int HW);
 template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums /*(C,2) assigned*/, float* dgamma /*(C) +=*/,
-                                     float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/,
-                                     const A* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
-                                     const float* save_rstd /*(C)*/, int N, int C, int HW);
+                                     float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
+                                     const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, int N, int C,
+                                     int HW);
 template <typename A>
-void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/,
-                                const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
-                                const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/,
-                                const A* gamma /*(C)*/, const float* global_sums /*(C,2)*/, int64_t global_count,
-                                int N, int C, int HW);
+void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, const A* dout /*(N,C,HW)*/,
+                                const A* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
+                                const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
+                                const float* global_sums /*(C,2)*/, int64_t global_count, int N, int C, int HW);
 
 // ReLU. In place allowed (out == inp; dinp == dout). The backward reads the forward's OUTPUT (out > 0 exactly where
 // inp > 0), so an in-place forward loses nothing: dinp = dout * (out > 0) (assigned).
@@ -290,11 +285,10 @@ void maxpool2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W)*/, const A* 
 
 // Global average pooling (N,C,H,W) -> (N,C); backward dinp = dout / HW broadcast (assigned).
 template <typename A>
-void global_avgpool_forward(const ExecContext& ctx, A* out /*(N,C)*/, const A* inp /*(N,C,HW)*/, int N, int C,
-                            int HW);
+void global_avgpool_forward(const ExecContext& ctx, A* out /*(N,C)*/, const A* inp /*(N,C,HW)*/, int N, int C, int HW);
 template <typename A>
-void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N,
-                             int C, int HW);
+void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N, int C,
+                             int HW);
 
 // ---- reductions and optimizer ---------------------------------------------------------------
 // *out = sum of x[i] (accumulated in double, written as float) on ctx.device.

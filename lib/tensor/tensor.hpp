@@ -40,8 +40,7 @@ struct Tensor {
   // The storage as A (float or bf16), checked against dtype: the precision-generic model code reads activations so.
   template <typename A>
   A* as() {
-    if constexpr (std::is_same_v<A, float>)
-      return f32();
+    if constexpr (std::is_same_v<A, float>) return f32();
     else
       return b16();
   }

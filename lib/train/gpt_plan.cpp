@@ -65,8 +65,8 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
         R"({},"log_peak_tflops":{}}}}})",
         json_quote(deck.deck_path()), world, tp, pp, dp, MB, GB, cfg.seq_len, serial.num_params,
         serial.num_params_no_wpe, fpt, tokens, fpt * tokens, max_rank_bytes, max_rank_activation_bytes,
-        json_quote(dtype_name(act)), json_quote(run.train.device),
-        json_quote(precision), peak_json_members(out.device_name, precision), run.log.peak_tflops);
+        json_quote(dtype_name(act)), json_quote(run.train.device), json_quote(precision),
+        peak_json_members(out.device_name, precision), run.log.peak_tflops);
     std::printf("%s\n", line.c_str());
   }
   return 0;

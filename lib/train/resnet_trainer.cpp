@@ -85,13 +85,13 @@ class ResNetTask final : public TrainTask {
              cfg.depth, cfg.style, cfg.bottleneck() ? ", Bottleneck" : ", BasicBlock", cfg.in_channels, cfg.height,
              cfg.width, cfg.num_classes, plan.num_params, plan.num_params / 1e6,
              resnet::forward_flops_per_image(cfg) / 1e9);
-    log_info("memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | bf16 compute copy {} | activations "
-             "{} ({}) | activation grads {} | conv workspace {} | total {}",
-             human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.buffer_bytes),
-             human_bytes(opt.state_bytes()), human_bytes(plan.compute_param_bytes), human_bytes(plan.activation_bytes),
-             dtype_name(model_.activation_dtype()),
-             human_bytes(plan.activation_grad_bytes), human_bytes(plan.workspace_bytes),
-             human_bytes(plan.total() + opt.state_bytes()));
+    log_info(
+        "memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | bf16 compute copy {} | activations "
+        "{} ({}) | activation grads {} | conv workspace {} | total {}",
+        human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.buffer_bytes),
+        human_bytes(opt.state_bytes()), human_bytes(plan.compute_param_bytes), human_bytes(plan.activation_bytes),
+        dtype_name(model_.activation_dtype()), human_bytes(plan.activation_grad_bytes),
+        human_bytes(plan.workspace_bytes), human_bytes(plan.total() + opt.state_bytes()));
     log_info("data: train {} ({} images, {} steps per epoch) | test {} ({} of {} images evaluated) | crop pad {} flip "
              "{}",
              d_.train_set.path(), d_.train_set.size(), spe_, d_.test_set.path(), d_.n_eval, d_.test_set.size(),

@@ -20,8 +20,8 @@
 namespace hpct::kernels::cpu {
 
 template <typename A>
-void encoder_forward(A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const A* wte /*(Vp,C)*/,
-                     const A* wpe /*(T,C)*/, int B, int T, int C);
+void encoder_forward(A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const A* wte /*(Vp,C)*/, const A* wpe /*(T,C)*/,
+                     int B, int T, int C);
 template <typename A>
 void encoder_backward(float* dwte /*(Vp,C) +=*/, float* dwpe /*(T,C) +=*/, const A* dout /*(B,T,C)*/,
                       const int32_t* inp /*(B,T)*/, int B, int T, int C);
@@ -39,20 +39,20 @@ void matmul_forward(A* out /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /
                     const A* bias /*(OC) or null*/, int N, int C, int OC);
 template <typename A>
 void matmul_backward(A* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/, float* dbias /*(OC) += or null*/,
-                     const A* dout /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /*(OC,C)*/, int N,
-                     int C, int OC);
+                     const A* dout /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /*(OC,C)*/, int N, int C,
+                     int OC);
 
 // kernels.hpp's stats are the softmax probabilities att (B,NH,T,T) as A, its scratch datt (B,NH,T,T) as float; out
 // is not read.
 int64_t attention_stats_bytes(int B, int T, int C, int NH, DType act);    // B*NH*T*T*sizeof(A)
 int64_t attention_scratch_bytes(int B, int T, int C, int NH, DType act);  // B*NH*T*T*4
 template <typename A>
-void attention_forward(A* out /*(B,T,C)*/, void* att /*(B,NH,T,T) A*/, const A* qkv /*(B,T,3C)*/, int B, int T,
-                       int C, int NH);
+void attention_forward(A* out /*(B,T,C)*/, void* att /*(B,NH,T,T) A*/, const A* qkv /*(B,T,3C)*/, int B, int T, int C,
+                       int NH);
 template <typename A>
 void attention_backward(A* dqkv /*(B,T,3C)*/, void* datt /*(B,NH,T,T) float scratch*/, const A* dout /*(B,T,C)*/,
-                        const A* qkv /*(B,T,3C)*/, const A* out /*(B,T,C) unused*/,
-                        const void* att /*(B,NH,T,T) A*/, int B, int T, int C, int NH);
+                        const A* qkv /*(B,T,3C)*/, const A* out /*(B,T,C) unused*/, const void* att /*(B,NH,T,T) A*/,
+                        int B, int T, int C, int NH);
 
 template <typename A>
 void gelu_forward(A* out, const A* inp, int64_t n);
@@ -66,14 +66,13 @@ template <typename A>
 void crossentropy_forward(float* losses /*(N)*/, const A* logits /*(N,Vp)*/, const int32_t* targets /*(N)*/, int N,
                           int V, int Vp);
 template <typename A>
-void crossentropy_forward_backward(float* losses /*(N)*/, A* logits /*(N,Vp) in/out*/,
-                                   const int32_t* targets /*(N)*/, float dloss, int N, int V, int Vp);
+void crossentropy_forward_backward(float* losses /*(N)*/, A* logits /*(N,Vp) in/out*/, const int32_t* targets /*(N)*/,
+                                   float dloss, int N, int V, int Vp);
 
 // Vocabulary parallelism (kernels.hpp): this rank holds the global rows/columns [v0, v0+Vl) of the padded Vp.
 template <typename A>
-void encoder_forward_vocab_parallel(A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/,
-                                    const A* wte_local /*(Vl,C)*/, const A* wpe /*(T,C) or null*/, int v0,
-                                    int Vl, int B, int T, int C);
+void encoder_forward_vocab_parallel(A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const A* wte_local /*(Vl,C)*/,
+                                    const A* wpe /*(T,C) or null*/, int v0, int Vl, int B, int T, int C);
 template <typename A>
 void encoder_backward_vocab_parallel(float* dwte_local /*(Vl,C) +=*/, float* dwpe /*(T,C) += or null*/,
                                      const A* dout /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, int v0, int Vl, int B,
@@ -85,8 +84,7 @@ template <typename A>
 void crossentropy_smoothed_forward_backward(float* losses /*(N)*/, A* logits /*(N,K) in/out*/,
                                             const int32_t* targets /*(N)*/, float dloss, float eps, int N, int K);
 template <typename A>
-void crossentropy_vp_local_max(float* max_out /*(N)*/, const A* logits_local /*(N,Vl)*/, int v0, int Vl, int V,
-                               int N);
+void crossentropy_vp_local_max(float* max_out /*(N)*/, const A* logits_local /*(N,Vl)*/, int v0, int Vl, int V, int N);
 template <typename A>
 void crossentropy_vp_local_sumexp(float* sumexp_out /*(N)*/, float* target_logit_out /*(N)*/,
                                   const A* logits_local /*(N,Vl)*/, const float* global_max /*(N)*/,
@@ -103,14 +101,13 @@ void crossentropy_vp_loss(float* losses /*(N)*/, const float* global_max /*(N)*/
 int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad, DType act);
 template <typename A>
 void conv2d_forward(A* out /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/, const A* weight /*(OC,C,KH,KW)*/,
-                    const A* bias /*(OC) or null*/, float* workspace /*(workspace_floats)*/,
-                    int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
+                    const A* bias /*(OC) or null*/, float* workspace /*(workspace_floats)*/, int64_t workspace_floats,
+                    int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 template <typename A>
 void conv2d_backward(A* dinp /*(N,C,H,W) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
-                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/,
-                     const A* inp /*(N,C,H,W)*/, const A* weight /*(OC,C,KH,KW)*/,
-                     float* workspace /*(workspace_floats)*/, int64_t workspace_floats, int N, int C, int H, int W,
-                     int OC, int KH, int KW, int stride, int pad);
+                     float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
+                     const A* weight /*(OC,C,KH,KW)*/, float* workspace /*(workspace_floats)*/,
+                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 
 template <typename A>
 void batchnorm2d_forward_train(A* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/, float* save_mean /*(C)*/,
@@ -139,9 +136,8 @@ void batchnorm2d_backward_local_sums(float* sums /*(C,2) assigned*/, float* dgam
                                      const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, int N, int C,
                                      int HW);
 template <typename A>
-void batchnorm2d_backward_apply(A* dinp /*(N,C,HW) assigned*/, const A* dout /*(N,C,HW)*/,
-                                const A* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
-                                const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
+void batchnorm2d_backward_apply(A* dinp /*(N,C,HW) assigned*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
+                                const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
                                 const float* global_sums /*(C,2)*/, int64_t global_count, int N, int C, int HW);
 
 template <typename A>
@@ -150,11 +146,11 @@ template <typename A>
 void relu_backward(A* dinp, const A* dout, const A* out, int64_t n);
 
 template <typename A>
-void maxpool2d_forward(A* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/, const A* inp /*(N,C,H,W)*/, int N,
-                       int C, int H, int W, int K, int stride, int pad);
+void maxpool2d_forward(A* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/, const A* inp /*(N,C,H,W)*/, int N, int C,
+                       int H, int W, int K, int stride, int pad);
 template <typename A>
-void maxpool2d_backward(A* dinp /*(N,C,H,W)*/, const A* dout /*(N,C,OH,OW)*/,
-                        const int32_t* idx /*(N,C,OH,OW)*/, int N, int C, int H, int W, int K, int stride, int pad);
+void maxpool2d_backward(A* dinp /*(N,C,H,W)*/, const A* dout /*(N,C,OH,OW)*/, const int32_t* idx /*(N,C,OH,OW)*/, int N,
+                        int C, int H, int W, int K, int stride, int pad);
 
 template <typename A>
 void global_avgpool_forward(A* out /*(N,C)*/, const A* inp /*(N,C,HW)*/, int N, int C, int HW);

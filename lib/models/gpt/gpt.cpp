@@ -316,8 +316,7 @@ void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), s
 // their communicating sides appear below (the identities are named in comments). At t = 1 the calls are the serial
 // ones.
 void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act) {
-  if (act_ == DType::BF16)
-    forward_impl<bf16>(ctx, inputs, b, static_cast<const bf16*>(in_act));
+  if (act_ == DType::BF16) forward_impl<bf16>(ctx, inputs, b, static_cast<const bf16*>(in_act));
   else
     forward_impl<float>(ctx, inputs, b, static_cast<const float*>(in_act));
 }
@@ -372,8 +371,8 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
     residual = a.residual3->as<A>();
   }
   if (!stage_.has_head) return;  // the stage's output is residual3 of its last block (stage_output())
-  k::layernorm_forward(ctx, lnf_->as<A>(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->as<A>(),
-                       ptr<A>(lnfb_), N, C);
+  k::layernorm_forward(ctx, lnf_->as<A>(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->as<A>(), ptr<A>(lnfb_),
+                       N, C);
   // column-parallel tied head: lnf enters through copy_to_tp_region (identity forward)
   k::matmul_forward(ctx, logits_->as<A>(), lnf_->as<A>(), wte_->as<A>(), static_cast<const A*>(nullptr), N, C,
                     Vl);  // tied head, (N, Vp/t)
@@ -422,8 +421,7 @@ const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targe
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
   const int N = b * cfg_.seq_len;
   if (mp_.tp > 1) {
-    if (act_ == DType::BF16)
-      vp_loss<bf16>(ctx, targets, b, true, dloss);
+    if (act_ == DType::BF16) vp_loss<bf16>(ctx, targets, b, true, dloss);
     else
       vp_loss<float>(ctx, targets, b, true, dloss);
   } else if (act_ == DType::BF16) {
@@ -443,8 +441,7 @@ void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, in
 }
 
 void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din) {
-  if (act_ == DType::BF16)
-    backward_impl<bf16>(ctx, b, static_cast<const bf16*>(dout), static_cast<bf16*>(din));
+  if (act_ == DType::BF16) backward_impl<bf16>(ctx, b, static_cast<const bf16*>(dout), static_cast<bf16*>(din));
   else
     backward_impl<float>(ctx, b, static_cast<const float*>(dout), static_cast<float*>(din));
 }

@@ -189,7 +189,7 @@ class Gpt {
   // not hold them
   Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
          *dlnfw_ = nullptr, *dlnfb_ = nullptr;
-  const int32_t* last_inputs_ = nullptr;        // (B, T) tokens of the last forward (encoder backward)
+  const int32_t* last_inputs_ = nullptr;  // (B, T) tokens of the last forward (encoder backward)
   Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;
   Tensor *ce_max_ = nullptr,
          *ce_stats_ =

@@ -229,25 +229,25 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
   add(a, {B, T, C});  // encoded (first stage) / received stage input
   for (int l = st.first_layer; l < st.end_layer; ++l) {
     add(a, {B, T, C});          // ln1
-    add_f32(a, {B, T});             // ln1_mean
-    add_f32(a, {B, T});             // ln1_rstd
+    add_f32(a, {B, T});         // ln1_mean
+    add_f32(a, {B, T});         // ln1_rstd
     add(a, {B, T, 3 * C / t});  // qkv: this rank's heads
     add(a, {B, T, C / t});      // atty
-    add_bytes(a, att_stats);      // attention stats: (B,NHl,T,T) probabilities on the CPU, (B,NHl,T) on CUDA
+    add_bytes(a, att_stats);    // attention stats: (B,NHl,T,T) probabilities on the CPU, (B,NHl,T) on CUDA
     add(a, {B, T, C});          // residual2
     add(a, {B, T, C});          // ln2
-    add_f32(a, {B, T});             // ln2_mean
-    add_f32(a, {B, T});             // ln2_rstd
+    add_f32(a, {B, T});         // ln2_mean
+    add_f32(a, {B, T});         // ln2_rstd
     add(a, {B, T, 4 * C / t});  // fch
     add(a, {B, T, 4 * C / t});  // fch_gelu
     add(a, {B, T, C});          // residual3
   }
   if (st.has_head) {
     add(a, {B, T, C});    // lnf
-    add_f32(a, {B, T});       // lnf_mean
-    add_f32(a, {B, T});       // lnf_rstd
+    add_f32(a, {B, T});   // lnf_mean
+    add_f32(a, {B, T});   // lnf_rstd
     add(a, {B, T, Vpl});  // logits: this rank's vocabulary rows
-    add_f32(a, {B, T});       // losses
+    add_f32(a, {B, T});   // losses
   }
   add(a, {B, T, C});  // scratch
   size_t& d = m.activation_grad_bytes;
@@ -255,7 +255,7 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
   add(d, {B, T, C});          // dln
   add(d, {B, T, 3 * C / t});  // dqkv
   add(d, {B, T, C / t});      // datty
-  add_bytes(d, att_scratch);    // attention scratch: (B,NHl,T,T) on the CPU, (B,NHl,T) on CUDA
+  add_bytes(d, att_scratch);  // attention scratch: (B,NHl,T,T) on the CPU, (B,NHl,T) on CUDA
   add(d, {B, T, 4 * C / t});  // dfch
   add(d, {B, T, 4 * C / t});  // dfch_gelu
   return m;

@@ -32,7 +32,7 @@ std::string generate(const ExecContext& ctx, Gpt& model, const SampleOptions& sm
     std::fill(window.begin(), window.end(), 0);
     std::copy(tokens.begin() + static_cast<int64_t>(start), tokens.end(), window.begin());
     k::copy_from_host(ctx, in_dev.data, window.data(), static_cast<int64_t>(T) * 4);
-    model.forward(ctx, in_dev.i32(), 1);  // causal: position len-1 sees only the real tokens
+    model.forward(ctx, in_dev.i32(), 1);    // causal: position len-1 sees only the real tokens
     const Tensor& logits = model.logits();  // (1, T, Vp) of the activation type
     const size_t esize = dtype_size(logits.dtype);
     const char* last_row = static_cast<const char*>(logits.data) + static_cast<int64_t>(len - 1) * Vp * esize;

@@ -40,7 +40,7 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
 void GptStage::begin_step(int64_t step, int64_t rank_first, float dloss) {
   dloss_ = dloss;
   model_.refresh_compute_params(ctx_);  // the masters changed in the last optimizer step (a no-op in fp32)
-  if (tok_host_.empty()) return;  // a middle stage: its inputs come from the previous stage
+  if (tok_host_.empty()) return;        // a middle stage: its inputs come from the previous stage
   k::synchronize(ctx_);  // the last step's copies from tok_host_ / tgt_host_ are done (the stream is idle here anyway)
   for (int j = 0; j < n_micro_; ++j) {
     const int64_t first = rank_first + static_cast<int64_t>(j) * MB_, off = static_cast<int64_t>(j) * MB_ * T_;

@@ -64,10 +64,10 @@ class GptStage final : public parallel::PipelineStage {
   int64_t act_bytes_ = 4;  // bytes of one activation element
   float dloss_ = 0.0f;
   Slab bufs_;
-  Tensor* tokens_ = nullptr;                  // (n_micro, MB, T) i32: first stage
-  Tensor* targets_ = nullptr;                 // (n_micro, MB, T) i32: the stage with the head
-  Tensor* sums_ = nullptr;                    // (n_micro) f32: loss sum of each micro-batch (the stage with the head)
-  Tensor* stash_ = nullptr;  // (n_micro, MB, T, C) of the activation type: the stage inputs of a step (later stages)
+  Tensor* tokens_ = nullptr;   // (n_micro, MB, T) i32: first stage
+  Tensor* targets_ = nullptr;  // (n_micro, MB, T) i32: the stage with the head
+  Tensor* sums_ = nullptr;     // (n_micro) f32: loss sum of each micro-batch (the stage with the head)
+  Tensor* stash_ = nullptr;    // (n_micro, MB, T, C) of the activation type: the stage inputs of a step (later stages)
   std::vector<int32_t> tok_host_, tgt_host_;  // (n_micro, MB, T): the sampler fills both
   std::vector<float> sums_host_;              // (n_micro)
 };

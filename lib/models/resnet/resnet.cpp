@@ -365,15 +365,16 @@ void ResNet::zero_grad(const ExecContext& ctx) {
 
 template <typename A>
 void ResNet::conv_forward(const ExecContext& ctx, const Conv& c, A* out, const A* inp, int b) {
-  k::conv2d_forward(ctx, out, inp, read_params().tensors()[static_cast<size_t>(c.pidx)].as<A>(), static_cast<const A*>(nullptr), ws_->f32(),
-                    ws_->numel(), b, c.C, c.H, c.W, c.OC, c.K, c.K, c.stride, c.pad);
+  k::conv2d_forward(ctx, out, inp, read_params().tensors()[static_cast<size_t>(c.pidx)].as<A>(),
+                    static_cast<const A*>(nullptr), ws_->f32(), ws_->numel(), b, c.C, c.H, c.W, c.OC, c.K, c.K,
+                    c.stride, c.pad);
 }
 
 template <typename A>
 void ResNet::conv_backward(const ExecContext& ctx, const Conv& c, A* dinp, const A* dout, const A* inp, int b) {
   k::conv2d_backward(ctx, dinp, grads_.tensors()[static_cast<size_t>(c.pidx)].f32(), nullptr, dout, inp,
-                     read_params().tensors()[static_cast<size_t>(c.pidx)].as<A>(), ws_->f32(), ws_->numel(), b, c.C, c.H, c.W,
-                     c.OC, c.K, c.K, c.stride, c.pad);
+                     read_params().tensors()[static_cast<size_t>(c.pidx)].as<A>(), ws_->f32(), ws_->numel(), b, c.C,
+                     c.H, c.W, c.OC, c.K, c.K, c.stride, c.pad);
 }
 
 // BatchNorm, training mode: local (count, mean, M2) per channel; with a SyncBN group, allgathered and merged
@@ -472,7 +473,8 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
     x = blk.out->as<A>();
   }
   k::global_avgpool_forward(ctx, pooled_->as<A>(), x, b, C_last_, HW_last_);
-  k::matmul_forward(ctx, logits_->as<A>(), pooled_->as<A>(), read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(),
+  k::matmul_forward(ctx, logits_->as<A>(), pooled_->as<A>(),
+                    read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(),
                     read_params().tensors()[static_cast<size_t>(fc_b_)].as<A>(), b, C_last_, cfg_.num_classes);
 }
 
@@ -502,8 +504,8 @@ template <typename A>
 const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_t* labels, float dloss, int b) {
   const int K = cfg_.num_classes;
   if (cfg_.label_smoothing > 0.0f)
-    k::crossentropy_smoothed_forward_backward(ctx, losses_->f32(), logits_->as<A>(), labels, dloss, cfg_.label_smoothing,
-                                              b, K);
+    k::crossentropy_smoothed_forward_backward(ctx, losses_->f32(), logits_->as<A>(), labels, dloss,
+                                              cfg_.label_smoothing, b, K);
   else
     k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->as<A>(), labels, dloss, b, K, K);
   // head, in reverse: fc, average pool

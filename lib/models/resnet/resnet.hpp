@@ -171,7 +171,7 @@ class ResNet {
   int pool_C_ = 0, pool_H_ = 0, pool_W_ = 0, pool_OH_ = 0, pool_OW_ = 0;
   std::vector<Block> blocks_;
   Tensor *x0c_, *x0b_, *x0p_ = nullptr, *pool_idx_ = nullptr, *pooled_, *logits_, *losses_, *ws_;
-  Tensor* images_ = nullptr;  // (B, Cin, H, W) bf16: the images rounded on entry (bf16 only)
+  Tensor* images_ = nullptr;                 // (B, Cin, H, W) bf16: the images rounded on entry (bf16 only)
   Tensor *dA_, *dB_, *dC_, *dD_, *dpooled_;  // backward scratch: the largest activation, several
   const void* last_images_ = nullptr;        // (B, Cin, H, W) of the last forward, of the activation type (the
                                              // stem's weight gradient)

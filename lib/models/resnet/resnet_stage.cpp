@@ -50,7 +50,8 @@ void ResNetStage::stage_in_and_forward(int b, bool train) {
   model_.forward(ctx_, img_dev_->f32(), b, train);
   const Tensor& logits = model_.logits();
   void* dst = logits_b16_.empty() ? static_cast<void*>(logits_host_.data()) : static_cast<void*>(logits_b16_.data());
-  k::copy_to_host(ctx_, dst, logits.data, static_cast<int64_t>(b) * K_ * static_cast<int64_t>(dtype_size(logits.dtype)));
+  k::copy_to_host(ctx_, dst, logits.data,
+                  static_cast<int64_t>(b) * K_ * static_cast<int64_t>(dtype_size(logits.dtype)));
 }
 
 const float* ResNetStage::host_logits(int b) {

@@ -5,7 +5,9 @@ Scenarios:
   accuracy  fp32 and bf16 runs of STEPS steps from the same deck: the bf16 loss stays within 0.5% (relative) of the fp32
             loss at every step; the run logs its precision line; --plan --json counts the activations at their stored
             size (bf16 at most 0.55x fp32: everything the model keeps is halved except per-row statistics, losses and
-            the index of a max-pool); a second bf16 run reproduces the first bit for bit (invariant 1).
+            the index of a max-pool); a second bf16 run reproduces the first bit for bit (invariant 1); a bf16 run on a
+            CPU without bf16 instructions (DNNL_MAX_CPU_ISA=AVX512_CORE) says so in its precision line and stays within
+            0.5% of fp32 too.
   layouts   bf16 runs on other layouts against the bf16 serial run, every step within 0.5% (docs/invariants.md:
             bf16 layouts reproduce the bf16 serial run to bf16 rounding; the reduction order of the bf16 collectives
             and the split GEMMs differ): train_gpt DP 2, TP 2, PP 2 (np 2) and DP 2 x TP 2 (np 4), and DP 2 with
@@ -50,8 +52,8 @@ def fail(msg):
     print("  FAIL:", msg, flush=True)
 
 
-def train(out, sets, np=1, threads=None):
-    env = dict(ENV, OMP_NUM_THREADS=str(threads or (2 if np == 1 else 1)))
+def train(out, sets, np=1, threads=None, env_extra=None):
+    env = dict(ENV, OMP_NUM_THREADS=str(threads or (2 if np == 1 else 1)), **(env_extra or {}))
     c = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none"] if np > 1 else []
     c += [exe, deck, "--out", out]
     for s in BASE + sets:
@@ -108,6 +110,17 @@ if scenario == "accuracy":
         fail("a second bf16 run does not reproduce the first bit for bit")
     else:
         print("  a second bf16 run reproduces every loss bit for bit")
+    # a CPU without bf16 instructions, as oneDNN sees it (DNNL_MAX_CPU_ISA caps the ISA it dispatches): the run still
+    # stores bf16, widens the products to fp32 (exact for bf16 x bf16), says so in its precision line, and lands within
+    # 0.5% of fp32 like the native run
+    nobf16 = train(os.path.join(work, "bf16_no_isa"), BF16, env_extra={"DNNL_MAX_CPU_ISA": "AVX512_CORE"})
+    lines = [l for l in nobf16.stdout.splitlines() if "precision: bf16" in l]
+    if len(lines) != 1 or "on bf16 storage" not in lines[0] or "no bf16 instructions" not in lines[0]:
+        fail(f"without bf16 instructions the precision line should say so once: {lines}")
+    else:
+        print("  without bf16 instructions: " + lines[0].split("| CPU: ")[-1])
+    compare("bf16 without bf16 instructions vs fp32", losses(os.path.join(work, "bf16_no_isa")),
+            losses(os.path.join(work, "fp32")))
     key = "activation_bytes_max_rank" if gpt else "activation_bytes"
     a32, a16 = plan_json([]), plan_json(BF16)
     if a32.get("activation_dtype") != "f32" or a16.get("activation_dtype") != "bf16":

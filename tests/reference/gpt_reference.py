@@ -52,6 +52,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bf16_scheme import RoundAct, RoundForward  # noqa: E402
+
 # --autocast bf16 limits (the measurements behind them: the header)
 BF16_LOSS_RTOL = 2.5e-3    # hpctrain bf16 vs PyTorch bf16 autocast, every step
 BF16_FP32_RTOL = 2.5e-3    # hpctrain bf16 vs PyTorch fp32, every step (the project's bound is 5e-3)
@@ -123,56 +126,13 @@ class Gpt(torch.nn.Module):
     def ra(self, t, site):
         if self.scheme != "emulate" or site in self.emulate_keep:
             return t
-        return (_RoundValue if "grads" in self.emulate_keep else _RoundAct).apply(t)
+        return (RoundForward if "grads" in self.emulate_keep else RoundAct).apply(t)
 
     def w(self, name):
-        return _RoundWeight.apply(self.p(name)) if self.scheme == "emulate" else self.p(name)
+        return RoundForward.apply(self.p(name)) if self.scheme == "emulate" else self.p(name)
 
     def wb(self, name):
         return self.w(name) if self.bias else None
-
-
-def bf16_round(t):
-    """t rounded to the nearest bf16 (ties to even), kept in fp32."""
-    return t.to(torch.bfloat16).to(t.dtype)
-
-
-class _RoundAct(torch.autograd.Function):
-    """A stored activation under hpctrain's bf16 scheme: the value rounded to bf16, and its gradient (an activation
-    gradient, also stored in bf16) rounded to bf16 on the way back."""
-
-    @staticmethod
-    def forward(ctx, t):
-        return bf16_round(t)
-
-    @staticmethod
-    def backward(ctx, g):
-        return bf16_round(g)
-
-
-class _RoundValue(torch.autograd.Function):
-    """The value rounded to bf16, its gradient passed through (a variant: activation gradients kept in fp32)."""
-
-    @staticmethod
-    def forward(ctx, t):
-        return bf16_round(t)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
-
-
-class _RoundWeight(torch.autograd.Function):
-    """The bf16 compute copy of an fp32 master: rounded on the way forward, the gradient passed through in fp32 (it
-    accumulates into the fp32 master's gradient)."""
-
-    @staticmethod
-    def forward(ctx, t):
-        return bf16_round(t)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
 
 
 def decays(name, shape):

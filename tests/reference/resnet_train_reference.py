@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bf16_scheme import RoundAct, RoundForward  # noqa: E402
 from resnet_models import build_resnet  # noqa: E402
 
 # --autocast bf16 limits (the measurements behind them: the header's bf16 part)
@@ -80,35 +81,6 @@ labels = torch.from_numpy(f["batches/labels"][()]).long()
 mine_loss, mine_lr = f["steps/loss"][()], f["steps/lr"][()]
 
 
-def bf16_round(t):
-    return t.to(torch.bfloat16).to(t.dtype)
-
-
-class _RoundAct(torch.autograd.Function):
-    """A stored activation under hpctrain's bf16 scheme: the value rounded to bf16, and its gradient (an activation
-    gradient, stored in bf16 too) rounded on the way back."""
-
-    @staticmethod
-    def forward(ctx, t):
-        return bf16_round(t)
-
-    @staticmethod
-    def backward(ctx, g):
-        return bf16_round(g)
-
-
-class _RoundWeight(torch.autograd.Function):
-    """The bf16 compute copy of an fp32 master: rounded forward, the gradient passed through in fp32."""
-
-    @staticmethod
-    def forward(ctx, t):
-        return bf16_round(t)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
-
-
 EMULATE_BN_PARAMS = True  # the emulation reads BN scale and shift from the bf16 compute copy too
 
 
@@ -117,7 +89,7 @@ def emulated_forward(net, x):
     BN, ReLU, residual sum, pooled features, logits) and activation gradient rounded to bf16; convolutions and the fc
     on bf16 inputs and bf16 weights with fp32 accumulation; BN statistics and arithmetic in fp32 (running statistics
     fp32); the loss in fp32 from the bf16 logits."""
-    ra, rw = _RoundAct.apply, _RoundWeight.apply
+    ra, rw = RoundAct.apply, RoundForward.apply
 
     def conv(m, t):
         return ra(F.conv2d(t, rw(m.weight), None, m.stride, m.padding))

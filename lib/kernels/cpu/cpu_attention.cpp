@@ -274,6 +274,8 @@ HPCT_WIDE_SIMD void forward_bf16_dnnl(bf16* out, bf16* att, const bf16* qkv, int
         const int t = static_cast<int>(r % T);
         float* row = scores + r * T;  // exponentials in place (a buffer of ours), then normalised and rounded
         bf16* p = a + r * T;
+        // head_forward's softmax, written again on purpose: here under HPCT_WIDE_SIMD, whose 512-bit reductions sum
+        // in another order than the fp32 path's (a shared helper would change the bits of one of them)
         float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
         for (int j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;

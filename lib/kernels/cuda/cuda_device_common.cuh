@@ -5,10 +5,11 @@
 // definitions of the two shared-memory macros and of __nv_bfloat16). Hence: no CUDA header here but cuda_bf16.h under
 // nvcc (the emulation has its own __nv_bfloat16), only built-ins nvcc knows.
 //
-// Storage types (kernels.hpp, "Storage types"). A kernel's activations have the storage type S: float, or
-// __nv_bfloat16 for A = hpct::bf16 (the same 16 bits; the .cu files reinterpret the pointers, cuda_common.cuh
-// dev_ptr). Every kernel computes in float: loads widen (to_float, exact), and each output is rounded once when it is
-// stored (from_float<S>: __float2bfloat16_rn, round to nearest even, as hpct::to_bf16 and the CPU backend).
+// Storage types (kernels.hpp, "Storage types"). A kernel's activations have the storage type S: float, __nv_bfloat16
+// for A = hpct::bf16, or __half for fp16 storage (CUDA only); the 16-bit types share their bits with the host types
+// (the .cu files reinterpret the pointers, cuda_common.cuh dev_ptr). Every kernel computes in float: loads widen
+// (to_float, exact), and each output is rounded once when it is stored (from_float<S>: __float2bfloat16_rn or
+// __float2half_rn, round to nearest even, as hpct::to_bf16 and the CPU backend).
 // Pack<S, P> is P consecutive elements moved by one load or store (P = kPack<S>: 16 bytes, 4 floats or 8 bf16, as
 // llm.c's x128); a kernel reads packs only where its host function found every pointer 16-byte aligned and the
 // length a multiple of P, and element by element otherwise.
@@ -27,6 +28,7 @@
 
 #if !defined(HPCT_CUDA_EMULATION)
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #define HPCT_SHARED(type, name, ...) __shared__ type name __VA_ARGS__
 #define HPCT_DYNAMIC_SHARED(type, name)                               \
   extern __shared__ __align__(16) unsigned char hpct_dynamic_smem_[]; \
@@ -80,6 +82,7 @@ __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000)
 // ---- storage types ----------------------------------------------------------------------------------------------
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 template <typename S>
 __device__ __forceinline__ S from_float(float x);
 template <>
@@ -89,6 +92,10 @@ __device__ __forceinline__ float from_float<float>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
 }
 
 // Elements per 16-byte pack: 4 floats, 8 bf16.

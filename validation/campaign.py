@@ -25,7 +25,7 @@ def output_dirs(out, report, default_stem):
 
 
 def machine_info(extra_lscpu=()):
-    """lscpu's model and core lines, memory, the MPI launcher's version, the OS and the git revision (informative
+    """lscpu's model and core lines, the CPU's bf16 instructions, memory, the MPI launcher's version, the OS and the git revision (informative
     only: a failure is recorded, not raised)."""
     machine = {}
     keys = ("Model name", "CPU(s)", "Thread(s) per core", "Hypervisor vendor") + tuple(extra_lscpu)
@@ -35,6 +35,10 @@ def machine_info(extra_lscpu=()):
             k, _, v = line.partition(":")
             if k.strip() in keys:
                 machine[k.strip()] = v.strip()
+        with open("/proc/cpuinfo") as f:  # what train.precision=bf16 multiplies with on this CPU (docs/precision.md)
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+        bf16 = [x for x in ("avx512_bf16", "amx_bf16") if x in flags]
+        machine["bf16 instructions"] = " ".join(bf16) if bf16 else "none (bf16 storage runs with fp32 arithmetic)"
         with open("/proc/meminfo") as f:
             machine["memory"] = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
         machine["mpirun"] = subprocess.run(["mpirun", "--version"], capture_output=True,

@@ -43,14 +43,19 @@ int main(int argc, char** argv) {
       const auto ds = hpct::data::ImageDataset::open(hpct::train::resolve_data_path(deck.get_string("data.train")));
       const auto cfg = hpct::train::resnet_model_config(deck, ds.channels(), ds.height(), ds.width(), ds.num_classes());
       const int mb = static_cast<int>(deck.get_int("train.micro_batch"));
-      // activations at their stored size: bf16 under train.precision = bf16 on either backend
-      const hpct::DType act = hpct::train::activation_dtype(hpct::parse_precision(deck.get_string("train.precision")));
+      // activations at their stored size: bf16 under train.precision = bf16 on either backend, f16 under fp16 (CUDA)
+      const hpct::Precision requested = hpct::parse_precision(deck.get_string("train.precision"));
+      // fp16 storage exists on CUDA only: train.device = cpu with fp16 is the trainer's UsageError, raised here too
+      if (requested == hpct::Precision::FP16)
+        hpct::train::decide_precision(deck.get_string("train.device"), hpct::Device::CPU, requested, deck.deck_path(),
+                                      nullptr);
+      const hpct::DType act = hpct::train::activation_dtype(requested);
       const auto m = hpct::resnet::memory_plan(cfg, mb, act);
       std::printf("plan: %s | ResNet-%d (%s) on %dx%dx%d, %d classes | %lld parameters | %.3f GFLOP/image forward\n",
                   deck.deck_path().c_str(), cfg.depth, cfg.style.c_str(), cfg.in_channels, cfg.height, cfg.width,
                   cfg.num_classes, static_cast<long long>(m.num_params),
                   hpct::resnet::forward_flops_per_image(cfg) / 1e9);
-      std::printf("micro_batch %d: params %s | grads %s | BN buffers %s | momentum %s (1/DP with ZeRO-1) | bf16 "
+      std::printf("micro_batch %d: params %s | grads %s | BN buffers %s | momentum %s (1/DP with ZeRO-1) | 16-bit "
                   "compute copy %s | activations %s (%s) | activation grads %s | conv workspace %s | total %s\n",
                   mb, hpct::human_bytes(m.param_bytes).c_str(), hpct::human_bytes(m.grad_bytes).c_str(),
                   hpct::human_bytes(m.buffer_bytes).c_str(), hpct::human_bytes(m.param_bytes).c_str(),

@@ -27,10 +27,12 @@ QuietH5Errors::QuietH5Errors() {
 QuietH5Errors::~QuietH5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 
 // Checkpoints hold the fp32 masters and fp32 optimizer state whatever train.precision is (docs/invariants.md, "How the
-// scale features compose"), so a bf16 tensor reaching the writer or the reader is a bug in the caller, not a format.
-constexpr const char* kNoBf16Message =
-    "a bf16 tensor was handed to the checkpoint code, but checkpoints hold only fp32 masters and fp32 optimizer state "
-    "(never the bf16 compute copy or activations); pass the fp32 master tensor instead";
+// scale features compose"), so a bf16 or fp16 tensor reaching the writer or the reader is a bug in the caller, not a
+// format.
+constexpr const char* kNo16BitMessage =
+    "a 16-bit (bf16 or f16) tensor was handed to the checkpoint code, but checkpoints hold only fp32 masters and fp32 "
+    "optimizer state "
+    "(never the 16-bit compute copy or activations); pass the fp32 master tensor instead";
 
 hid_t h5_file_type(DType t) {
   switch (t) {
@@ -39,7 +41,8 @@ hid_t h5_file_type(DType t) {
     case DType::I32: return H5T_STD_I32LE;
     case DType::I64: return H5T_STD_I64LE;
     case DType::U8: return H5T_STD_U8LE;
-    case DType::BF16: HPCT_FAIL("{}", kNoBf16Message);
+    case DType::BF16:
+    case DType::F16: HPCT_FAIL("{}", kNo16BitMessage);
   }
   HPCT_FAIL("unhandled dtype");
 }
@@ -51,7 +54,8 @@ hid_t h5_mem_type(DType t) {
     case DType::I32: return H5T_NATIVE_INT32;
     case DType::I64: return H5T_NATIVE_INT64;
     case DType::U8: return H5T_NATIVE_UINT8;
-    case DType::BF16: HPCT_FAIL("{}", kNoBf16Message);
+    case DType::BF16:
+    case DType::F16: HPCT_FAIL("{}", kNo16BitMessage);
   }
   HPCT_FAIL("unhandled dtype");
 }

@@ -26,7 +26,7 @@
 
 namespace hpct::comm {
 
-// The DType of a buffer element type, for the precision-generic callers (A = float or bf16, kernels.hpp):
+// The DType of a buffer element type, for the precision-generic callers (A = float, bf16 or fp16, kernels.hpp):
 // allreduce(buf, n, dtype_of<A>(), ...).
 template <typename T>
 constexpr DType dtype_of();
@@ -37,6 +37,10 @@ constexpr DType dtype_of<float>() {
 template <>
 constexpr DType dtype_of<bf16>() {
   return DType::BF16;
+}
+template <>
+constexpr DType dtype_of<fp16>() {
+  return DType::F16;
 }
 
 enum class ReduceOp { Sum, Avg, Max, Min };

@@ -78,6 +78,14 @@ const Bf16Mpi& bf16_mpi() {
 
 }  // namespace
 
+// fp16 storage is CUDA-only (docs/precision.md), and a CUDA run moves every device buffer (activations, their
+// gradients, the tensor-parallel and pipeline traffic) through NCCL (ParallelContext's device groups and pipeline links);
+// MPI carries only host buffers: fp32 statistics, scalars, the CPU's activations. An f16 buffer here is a wiring error.
+constexpr const char* kNoFp16OverMpi =
+    "an f16 buffer was handed to MpiCommunicator, but fp16 storage is CUDA-only and CUDA runs communicate device "
+    "buffers through NCCL; send it over the NCCL device group (ParallelContext), or use train.precision=bf16 or fp32 "
+    "on the CPU";
+
 MPI_Datatype mpi_datatype(DType t) {
   switch (t) {
     case DType::F32: return MPI_FLOAT;
@@ -86,6 +94,7 @@ MPI_Datatype mpi_datatype(DType t) {
     case DType::I64: return MPI_INT64_T;
     case DType::U8: return MPI_UINT8_T;
     case DType::BF16: return bf16_mpi().type;
+    case DType::F16: HPCT_FAIL("{}", kNoFp16OverMpi);
   }
   HPCT_FAIL("dtype {} has no MPI datatype", static_cast<int>(t));
 }
@@ -130,6 +139,7 @@ void divide_by(void* buf, int64_t count, DType t, int divisor) {
       for (int64_t i = 0; i < count; ++i) x[i] = static_cast<uint8_t>(x[i] / divisor);
       return;
     }
+    case DType::F16: HPCT_FAIL("{}", kNoFp16OverMpi);
     case DType::BF16: {  // in fp32, rounded once more to nearest even: avg = round(round_sum / n)
       auto* x = static_cast<bf16*>(buf);
       const float d = static_cast<float>(divisor);

@@ -12,7 +12,8 @@
 //    operations (sum: widen to fp32, add, round once to nearest even; max, min: compare in fp32, keep an operand),
 //    applied pairwise in the order MPI's algorithm chooses. The result is reproducible bit for bit for a fixed
 //    communicator size, element count and MPI library, and the same on every rank, but a sum over n ranks is rounded
-//    n - 1 times at places the algorithm fixes (mpi_communicator.cpp, "bf16").
+//    n - 1 times at places the algorithm fixes (mpi_communicator.cpp, "bf16"). f16 is an error: fp16 storage is
+//    CUDA-only, and CUDA runs move device buffers through NCCL (mpi_communicator.cpp, kNoFp16OverMpi).
 //    The uneven forms are MPI_Ireduce_scatter and MPI_Iallgatherv; their sum(counts) is limited to INT_MAX too
 //    (int displacements).
 //  - MPI_Iallreduce of >= 64 KiB runs libnbc's reduce-scatter + allgather schedule: Open MPI 4.1's libnbc would pick

@@ -21,6 +21,7 @@ ncclDataType_t nccl_datatype(DType t) {
     case DType::I64: return ncclInt64;
     case DType::U8: return ncclUint8;
     case DType::BF16: return ncclBfloat16;  // NCCL >= 2.10; reduced in fp32 per step, rounded to nearest even
+    case DType::F16: return ncclFloat16;    // likewise: each combination in fp32, rounded to nearest even
   }
   HPCT_FAIL("dtype {} has no NCCL datatype", static_cast<int>(t));
 }

@@ -22,7 +22,8 @@
 //    default stream), so buffers written by kernels on that stream are ready. Counts are size_t in NCCL: no INT_MAX
 //    limit. Avg is ncclAvg. BF16 is ncclBfloat16: NCCL widens to fp32 for each combination and rounds the partial
 //    result to bf16 at every step of its ring or tree, so, as with MpiCommunicator's bf16 operations, the result is
-//    reproducible for a fixed communicator size and algorithm but not bitwise equal to MPI's. The uneven forms are
+//    reproducible for a fixed communicator size and algorithm but not bitwise equal to MPI's. F16 is ncclFloat16,
+//    reduced the same way (fp32 per combination, rounded to fp16 at each step). The uneven forms are
 //    one NCCL group of ncclReduce (reduce_scatter_v) or ncclBroadcast (allgather_v) calls, one per rank. In place as
 //    in MpiCommunicator: allgather's send may be block rank() of recv, reduce_scatter's recv may be block rank() of
 //    send.
@@ -149,7 +150,7 @@ class NcclCommunicator final : public Communicator {
   bool aborted_ = false;
 };
 
-// NCCL datatype of a DType (ncclFloat32, ncclFloat64, ncclInt32, ncclInt64, ncclUint8, ncclBfloat16).
+// NCCL datatype of a DType (ncclFloat32, ncclFloat64, ncclInt32, ncclInt64, ncclUint8, ncclBfloat16, ncclFloat16).
 ncclDataType_t nccl_datatype(DType t);
 
 }  // namespace hpct::comm

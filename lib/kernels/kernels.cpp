@@ -4,6 +4,7 @@
 #include "kernels/kernels.hpp"
 
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -32,6 +33,15 @@ namespace {
             op, precision_name(p));
 }
 bool cpu_precision_ok(Precision p) { return p == Precision::FP32 || p == Precision::BF16; }
+
+// fp16 storage is CUDA-only (kernels.hpp): the CPU backend has no fp16 kernels, so that its object code carries none,
+// and an op reaching it with A = fp16 is a wiring error of the caller (the trainers reject train.precision = fp16 on
+// the CPU with a UsageError first).
+[[noreturn]] void cpu_fp16_error(const char* op) {
+  HPCT_FAIL("kernels::{}: fp16 storage requested on the CPU backend, which stores activations in fp32 or bf16 only; "
+            "run with train.precision=fp32 or bf16 on the CPU (or train.device=cuda for fp16)",
+            op);
+}
 
 }  // namespace
 
@@ -74,123 +84,137 @@ std::vector<ProfileRow> profile_take() {
     HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);                                   \
   } while (0)
 
+// The dispatch of an op templated on the storage type A: HPCT_DISPATCH, except that A = fp16 never instantiates the
+// CPU call (the CPU backend has no fp16 storage: cpu_fp16_error on the CPU, the CUDA call otherwise).
+#define HPCT_DISPATCH_STORAGE(op, ...)                    \
+  do {                                                    \
+    if constexpr (std::is_same_v<A, fp16>) {              \
+      if (ctx.device == Device::CPU) cpu_fp16_error(#op); \
+      HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);      \
+    } else {                                              \
+      HPCT_DISPATCH(op, __VA_ARGS__);                     \
+    }                                                     \
+  } while (0)
+
 template <typename A>
 void encoder_forward(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte, const A* wpe, int B, int T,
                      int C) {
-  HPCT_DISPATCH(encoder_forward, out, inp, wte, wpe, B, T, C);
+  HPCT_DISPATCH_STORAGE(encoder_forward, out, inp, wte, wpe, B, T, C);
 }
 template <typename A>
 void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const A* dout, const int32_t* inp, int B, int T,
                       int C) {
-  HPCT_DISPATCH(encoder_backward, dwte, dwpe, dout, inp, B, T, C);
+  HPCT_DISPATCH_STORAGE(encoder_backward, dwte, dwpe, dout, inp, B, T, C);
 }
 
 template <typename A>
 void layernorm_forward(const ExecContext& ctx, A* out, float* mean, float* rstd, const A* inp, const A* weight,
                        const A* bias, int N, int C) {
-  HPCT_DISPATCH(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
+  HPCT_DISPATCH_STORAGE(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
 }
 template <typename A>
 void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                         const A* weight, const float* mean, const float* rstd, int N, int C) {
-  HPCT_DISPATCH(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  HPCT_DISPATCH_STORAGE(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 template <typename A>
 void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, int N, int C,
                     int OC) {
-  HPCT_DISPATCH(matmul_forward, out, inp, weight, bias, N, C, OC);
+  HPCT_DISPATCH_STORAGE(matmul_forward, out, inp, weight, bias, N, C, OC);
 }
 template <typename A>
 void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                      const A* weight, int N, int C, int OC) {
-  HPCT_DISPATCH(matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  HPCT_DISPATCH_STORAGE(matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 // The size queries are not profiled ops (the model calls them while planning): called directly, not through
 // HPCT_DISPATCH's profile scope.
 int64_t attention_stats_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act) {
+  if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("attention_stats_bytes");
   if (ctx.device == Device::CPU) return cpu::attention_stats_bytes(B, T, C, NH, act);
   HPCT_CUDA_CALL(attention_stats_bytes, B, T, C, NH, act);
 }
 int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act) {
+  if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("attention_scratch_bytes");
   if (ctx.device == Device::CPU) return cpu::attention_scratch_bytes(B, T, C, NH, act);
   HPCT_CUDA_CALL(attention_scratch_bytes, B, T, C, NH, act);
 }
 template <typename A>
 void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv, int B, int T, int C, int NH) {
-  HPCT_DISPATCH(attention_forward, out, stats, qkv, B, T, C, NH);
+  HPCT_DISPATCH_STORAGE(attention_forward, out, stats, qkv, B, T, C, NH);
 }
 template <typename A>
 void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A* dout, const A* qkv, const A* out,
                         const void* stats, int B, int T, int C, int NH) {
-  HPCT_DISPATCH(attention_backward, dqkv, scratch, dout, qkv, out, stats, B, T, C, NH);
+  HPCT_DISPATCH_STORAGE(attention_backward, dqkv, scratch, dout, qkv, out, stats, B, T, C, NH);
 }
 
 template <typename A>
 void gelu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
-  HPCT_DISPATCH(gelu_forward, out, inp, n);
+  HPCT_DISPATCH_STORAGE(gelu_forward, out, inp, n);
 }
 template <typename A>
 void gelu_backward(const ExecContext& ctx, A* dinp, const A* inp, const A* dout, int64_t n) {
-  HPCT_DISPATCH(gelu_backward, dinp, inp, dout, n);
+  HPCT_DISPATCH_STORAGE(gelu_backward, dinp, inp, dout, n);
 }
 
 template <typename A>
 void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
-  HPCT_DISPATCH(residual_forward, out, a, b, n);
+  HPCT_DISPATCH_STORAGE(residual_forward, out, a, b, n);
 }
 
 template <typename A>
 void crossentropy_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets, int N, int V,
                           int Vp) {
-  HPCT_DISPATCH(crossentropy_forward, losses, logits, targets, N, V, Vp);
+  HPCT_DISPATCH_STORAGE(crossentropy_forward, losses, logits, targets, N, V, Vp);
 }
 template <typename A>
 void crossentropy_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
                                    float dloss, int N, int V, int Vp) {
-  HPCT_DISPATCH(crossentropy_forward_backward, losses, logits, targets, dloss, N, V, Vp);
+  HPCT_DISPATCH_STORAGE(crossentropy_forward_backward, losses, logits, targets, dloss, N, V, Vp);
 }
 
 template <typename A>
 void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte_local,
                                     const A* wpe, int v0, int Vl, int B, int T, int C) {
-  HPCT_DISPATCH(encoder_forward_vocab_parallel, out, inp, wte_local, wpe, v0, Vl, B, T, C);
+  HPCT_DISPATCH_STORAGE(encoder_forward_vocab_parallel, out, inp, wte_local, wpe, v0, Vl, B, T, C);
 }
 template <typename A>
 void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local, float* dwpe, const A* dout,
                                      const int32_t* inp, int v0, int Vl, int B, int T, int C) {
-  HPCT_DISPATCH(encoder_backward_vocab_parallel, dwte_local, dwpe, dout, inp, v0, Vl, B, T, C);
+  HPCT_DISPATCH_STORAGE(encoder_backward_vocab_parallel, dwte_local, dwpe, dout, inp, v0, Vl, B, T, C);
 }
 
 template <typename A>
 void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets,
                                    float eps, int N, int K) {
-  HPCT_DISPATCH(crossentropy_smoothed_forward, losses, logits, targets, eps, N, K);
+  HPCT_DISPATCH_STORAGE(crossentropy_smoothed_forward, losses, logits, targets, eps, N, K);
 }
 template <typename A>
 void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
                                             float dloss, float eps, int N, int K) {
-  HPCT_DISPATCH(crossentropy_smoothed_forward_backward, losses, logits, targets, dloss, eps, N, K);
+  HPCT_DISPATCH_STORAGE(crossentropy_smoothed_forward_backward, losses, logits, targets, dloss, eps, N, K);
 }
 template <typename A>
 void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const A* logits_local, int v0, int Vl, int V,
                                int N) {
-  HPCT_DISPATCH(crossentropy_vp_local_max, max_out, logits_local, v0, Vl, V, N);
+  HPCT_DISPATCH_STORAGE(crossentropy_vp_local_max, max_out, logits_local, v0, Vl, V, N);
 }
 template <typename A>
 void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, float* target_logit_out,
                                   const A* logits_local, const float* global_max, const int32_t* targets, int v0,
                                   int Vl, int V, int N) {
-  HPCT_DISPATCH(crossentropy_vp_local_sumexp, sumexp_out, target_logit_out, logits_local, global_max, targets, v0, Vl,
-                V, N);
+  HPCT_DISPATCH_STORAGE(crossentropy_vp_local_sumexp, sumexp_out, target_logit_out, logits_local, global_max, targets,
+                        v0, Vl, V, N);
 }
 template <typename A>
 void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, A* logits_local, const float* global_max,
                                    const float* global_sumexp, const float* global_target_logit, const int32_t* targets,
                                    float dloss, int v0, int Vl, int V, int N) {
-  HPCT_DISPATCH(crossentropy_vp_loss_backward, losses, logits_local, global_max, global_sumexp, global_target_logit,
-                targets, dloss, v0, Vl, V, N);
+  HPCT_DISPATCH_STORAGE(crossentropy_vp_loss_backward, losses, logits_local, global_max, global_sumexp,
+                        global_target_logit, targets, dloss, v0, Vl, V, N);
 }
 void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* global_max, const float* global_sumexp,
                           const float* global_target_logit, int N) {
@@ -200,29 +224,30 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
 // ---- convolutional layers (ResNet) ----
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, DType act) {
+  if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("conv2d_workspace_floats");
   HPCT_DISPATCH(conv2d_workspace_floats, N, C, H, W, OC, KH, KW, stride, pad, act);
 }
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
-  HPCT_DISPATCH(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH, KW, stride,
-                pad);
+  HPCT_DISPATCH_STORAGE(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH, KW,
+                        stride, pad);
 }
 template <typename A>
 void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                      const A* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
                      int KH, int KW, int stride, int pad) {
-  HPCT_DISPATCH(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N, C, H, W, OC,
-                KH, KW, stride, pad);
+  HPCT_DISPATCH_STORAGE(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N, C, H,
+                        W, OC, KH, KW, stride, pad);
 }
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
                                const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
-  HPCT_DISPATCH(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
+  HPCT_DISPATCH_STORAGE(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
 }
 template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
-  HPCT_DISPATCH(batchnorm2d_local_stats, stats, inp, N, C, HW);
+  HPCT_DISPATCH_STORAGE(batchnorm2d_local_stats, stats, inp, N, C, HW);
 }
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float* gathered, int R, int C) {
   HPCT_DISPATCH(batchnorm2d_merge_stats, merged, gathered, R, C);
@@ -230,7 +255,7 @@ void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float*
 template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
                                const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
-  HPCT_DISPATCH(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+  HPCT_DISPATCH_STORAGE(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
 }
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, float* running_var, const float* stats,
                                 int C, float momentum) {
@@ -239,51 +264,52 @@ void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, flo
 template <typename A>
 void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
                               const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
-  HPCT_DISPATCH(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
+  HPCT_DISPATCH_STORAGE(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
 }
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
                           const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
-  HPCT_DISPATCH(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
+  HPCT_DISPATCH_STORAGE(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
 }
 template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
                                      const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
                                      int HW) {
-  HPCT_DISPATCH(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
+  HPCT_DISPATCH_STORAGE(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C,
+                        HW);
 }
 template <typename A>
 void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
                                 const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
                                 int N, int C, int HW) {
-  HPCT_DISPATCH(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N,
-                C, HW);
+  HPCT_DISPATCH_STORAGE(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
+                        global_count, N, C, HW);
 }
 template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
-  HPCT_DISPATCH(relu_forward, out, inp, n);
+  HPCT_DISPATCH_STORAGE(relu_forward, out, inp, n);
 }
 template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n) {
-  HPCT_DISPATCH(relu_backward, dinp, dout, out, n);
+  HPCT_DISPATCH_STORAGE(relu_backward, dinp, dout, out, n);
 }
 template <typename A>
 void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K,
                        int stride, int pad) {
-  HPCT_DISPATCH(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
+  HPCT_DISPATCH_STORAGE(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
 }
 template <typename A>
 void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W,
                         int K, int stride, int pad) {
-  HPCT_DISPATCH(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
+  HPCT_DISPATCH_STORAGE(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
 }
 template <typename A>
 void global_avgpool_forward(const ExecContext& ctx, A* out, const A* inp, int N, int C, int HW) {
-  HPCT_DISPATCH(global_avgpool_forward, out, inp, N, C, HW);
+  HPCT_DISPATCH_STORAGE(global_avgpool_forward, out, inp, N, C, HW);
 }
 template <typename A>
 void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int N, int C, int HW) {
-  HPCT_DISPATCH(global_avgpool_backward, dinp, dout, N, C, HW);
+  HPCT_DISPATCH_STORAGE(global_avgpool_backward, dinp, dout, N, C, HW);
 }
 
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) { HPCT_DISPATCH(sum, out, x, n); }
@@ -305,6 +331,14 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 
 void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n) { HPCT_DISPATCH(cast, dst, src, n); }
 void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n) { HPCT_DISPATCH(cast, dst, src, n); }
+void cast(const ExecContext& ctx, fp16* dst, const float* src, int64_t n) {
+  if (ctx.device == Device::CPU) cpu_fp16_error("cast");
+  HPCT_CUDA_CALL(cast, dst, src, n);
+}
+void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n) {
+  if (ctx.device == Device::CPU) cpu_fp16_error("cast");
+  HPCT_CUDA_CALL(cast, dst, src, n);
+}
 
 std::string cpu_bf16_arithmetic() { return cpu::bf16_arithmetic(); }
 
@@ -320,11 +354,12 @@ void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t byt
 }
 void synchronize(const ExecContext& ctx) { HPCT_DISPATCH(synchronize); }
 
+#undef HPCT_DISPATCH_STORAGE
 #undef HPCT_DISPATCH
 
-// Both storage types of every templated op are compiled here: each address taken instantiates that op, and the
+// The three storage types of every templated op are compiled here: each address taken instantiates that op, and the
 // table keeps the addresses (an unused one would let the compiler drop the instantiations, and callers in other files
-// would not link).
+// would not link). The fp16 ones are CUDA calls or cpu_fp16_error: no CPU kernel is instantiated for them.
 template <typename A>
 void instantiate_ops() {
   [[gnu::used]] static const void* const ops[] = {
@@ -367,5 +402,6 @@ void instantiate_ops() {
 }
 template void instantiate_ops<float>();
 template void instantiate_ops<bf16>();
+template void instantiate_ops<fp16>();
 
 }  // namespace hpct::kernels

@@ -7,16 +7,19 @@
 //         V true vocabulary, Vp padded vocabulary (multiple of 128), N = B*T rows.
 // All tensors are contiguous, row-major, on ctx.device.
 //
-// Storage types (train.precision, docs/precision.md). The ops marked `template <typename A>` exist for A = float and
-// A = bf16 (tensor/bf16.hpp); A is the type of everything a model stores between forward and backward and of the
+// Storage types (train.precision, docs/precision.md). The ops marked `template <typename A>` exist for A = float,
+// A = bf16 (tensor/bf16.hpp) and A = fp16 (tensor/fp16.hpp, CUDA only: the CPU backend has no fp16 storage, and an
+// op called with A = fp16 on the CPU throws, naming the fix); A is the type of everything a model stores between
+// forward and backward and of the
 // parameters the op reads (under bf16: the compute copy, cast once per step from the fp32 masters by cast()):
 //   A      activations, activation gradients, logits, parameters read (weights, biases, LayerNorm/BatchNorm gains)
 //   float  parameter gradients (accumulated in fp32 across micro-batches: +=), per-row or per-channel statistics
 //          (LayerNorm mean and rstd, BatchNorm statistics, running averages), losses, every reduction's result
-// Arithmetic inside an op is fp32 for both: A = bf16 loads widen to fp32, and each output is rounded once, to nearest
-// even, when stored. GEMMs and convolutions multiply bf16 inputs with fp32 accumulation (oneDNN on the CPU, cuBLASLt /
-// cuDNN on CUDA). ctx.precision names the arithmetic of float-storage products on CUDA (tf32, fp16, below); with
-// A = bf16 it is BF16. The CPU backend accepts FP32 (A = float) and BF16 (A = bf16) and refuses TF32 and FP16.
+// Arithmetic inside an op is fp32 for all three: 16-bit loads widen to fp32, and each output is rounded once, to
+// nearest even, when stored. GEMMs and convolutions multiply 16-bit inputs with fp32 accumulation (oneDNN on the CPU,
+// cuBLASLt / cuDNN on CUDA). ctx.precision names the arithmetic of float-storage products on CUDA (tf32, below); with
+// A = bf16 it is BF16, with A = fp16 FP16. The CPU backend accepts FP32 (A = float) and BF16 (A = bf16) and refuses
+// TF32, FP16 and A = fp16.
 //
 // Gradient convention (say it once):
 //   - parameter gradients (dweight, dbias, dw, db, dwte, dwpe) are ACCUMULATED (+=), so micro-batches
@@ -29,6 +32,7 @@
 
 #include "kernels/exec_context.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::kernels {
@@ -74,7 +78,7 @@ void matmul_backward(const ExecContext& ctx, A* dinp /*(N,C) or null*/, float* d
 //         scratch = D (B,NH,T) = rowsum(dout * out) per head, float                           -> B*NH*T*4
 // A buffer of at least that many bytes, 16-byte aligned, on ctx.device; stats must survive from forward to backward;
 // the scratch contents on entry and on return are unspecified. A smaller micro-batch b <= B may use the buffers
-// planned for B. act: the storage type A of the calls (DType::F32 or DType::BF16).
+// planned for B. act: the storage type A of the calls (DType::F32, DType::BF16 or, on CUDA, DType::F16).
 int64_t attention_stats_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act = DType::F32);
 int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act = DType::F32);
 template <typename A>
@@ -190,7 +194,7 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 // same shape. A smaller workspace falls back to im2col, on fewer threads if need be; less than one thread's im2col
 // share is an error. One workspace may serve every conv layer in turn (size it for the largest); its contents
 // between calls are unspecified. HPCT_CONV=im2col in the environment forces the im2col path.
-// act: the storage type A of the calls (DType::F32 or DType::BF16).
+// act: the storage type A of the calls (DType::F32, DType::BF16 or, on CUDA, DType::F16).
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, DType act = DType::F32);
 template <typename A>
@@ -305,10 +309,12 @@ void scale(const ExecContext& ctx, float* x, float s, int64_t n);
 void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 
-// ---- storage-type conversions on ctx.device (the bf16 compute copy of the parameters; tests) ----------------
-// dst[i] = src[i] rounded to nearest even (bf16.hpp); the other way exactly.
+// ---- storage-type conversions on ctx.device (the 16-bit compute copy of the parameters; tests) --------------
+// dst[i] = src[i] rounded to nearest even (bf16.hpp, fp16.hpp); the other way exactly. fp16: CUDA only.
 void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n);
 void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n);
+void cast(const ExecContext& ctx, fp16* dst, const float* src, int64_t n);
+void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n);
 
 // How the CPU backend multiplies bf16, in one sentence for the run log (e.g. "bf16 GEMMs with fp32 accumulation
 // through oneDNN ... (brg:avx512_core_amx_bf16)", or fp32 GEMMs on bf16 storage and why): cpu/cpu_matmul_dnnl.hpp.

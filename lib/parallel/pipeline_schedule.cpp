@@ -125,8 +125,8 @@ PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t ac
                                  DType dtype)
     : schedule_(schedule), numel_(activation_numel), dtype_(dtype), slab_("pipeline_buffers", device) {
   HPCT_CHECK(activation_numel >= 0, "activation_numel = {}", activation_numel);
-  HPCT_CHECK(dtype == DType::F32 || dtype == DType::BF16,
-             "pipeline buffers of {} elements: stages exchange f32 or bf16 activations", dtype_name(dtype));
+  HPCT_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+             "pipeline buffers of {} elements: stages exchange f32, bf16 or f16 activations", dtype_name(dtype));
   const int m = schedule_micro_batches(schedule_);
   slots_ = max_in_flight(schedule_);
   // A micro-batch takes the lowest free slot at its forward and frees it at its backward.

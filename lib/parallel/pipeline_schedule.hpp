@@ -22,8 +22,8 @@
 // schedule make_schedule() gives for its own rank (the same kind and n_micro on all stages). Point to point through a
 // PipelineTransport (parallel/pipeline_transport.hpp: MPI over the pp group with host buffers, or one communicator per
 // link and direction, NCCL with device buffers on CUDA), one tensor of activation_numel() elements of
-// activation_dtype() per micro-batch in both directions (fp32, or bf16 under train.precision = bf16: the activation
-// gradient travels in the activation's type, docs/invariants.md "How the scale features compose"):
+// activation_dtype() per micro-batch in both directions (fp32, or bf16 / f16 under train.precision = bf16 / fp16: the
+// activation gradient travels in the activation's type, docs/invariants.md "How the scale features compose"):
 //  - forward on stage s > 0:    its input is micro-batch j's activation received from stage s-1;
 //    forward on stage s < last: its output is sent to stage s+1;
 //  - backward on stage s < last: its dout is micro-batch j's gradient received from stage s+1;
@@ -103,7 +103,7 @@ double theoretical_bubble(int pp_size, int n_micro);
 // One pipeline stage (its layers of the model). Called by run_schedule in schedule order. The buffers are on the
 // transport's device (device memory with NCCL: then read and write them with kernels on the compute stream, which the
 // transfers are ordered with, and do not synchronize: the executor needs no host wait). Every buffer holds
-// activation_numel() elements of activation_dtype() (float* or bf16* as the stage's storage type A, kernels.hpp).
+// activation_numel() elements of activation_dtype() (float*, bf16* or fp16* as the stage's storage type A, kernels.hpp).
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
@@ -135,7 +135,7 @@ struct PipelineRunOptions {
 };
 
 // The communication buffers of one stage for one schedule, planned before the step (see above), on `device` (the
-// transport's), of elements of `dtype` (the stage's activation_dtype(): F32 or BF16; a slot is activation_numel *
+// transport's), of elements of `dtype` (the stage's activation_dtype(): F32, BF16 or F16; a slot is activation_numel *
 // dtype_size(dtype) bytes). activation_numel 0 (a single stage, which exchanges nothing): no buffers at all.
 class PipelineBuffers {
  public:

@@ -92,7 +92,7 @@ double allreduce_tp_stats(comm::Communicator& tp, float* buf, int64_t n, comm::R
   return timed_allreduce(tp, buf, n, op, what);
 }
 
-// The two storage types (kernels.hpp): fp32 and bf16 activations.
+// The three storage types (kernels.hpp): fp32, bf16 and fp16 activations (fp16: CUDA runs, over NCCL).
 #define HPCT_TP_COLLECTIVES_INSTANTIATE(A)                                                                             \
   template double copy_to_tp_region_forward<A>(comm::Communicator&, A*, int64_t, const char*);                         \
   template double copy_to_tp_region_backward<A>(comm::Communicator&, A*, int64_t, const char*);                        \
@@ -108,6 +108,7 @@ double allreduce_tp_stats(comm::Communicator& tp, float* buf, int64_t n, comm::R
                                                     int64_t, const char*);
 HPCT_TP_COLLECTIVES_INSTANTIATE(float)
 HPCT_TP_COLLECTIVES_INSTANTIATE(bf16)
+HPCT_TP_COLLECTIVES_INSTANTIATE(fp16)
 #undef HPCT_TP_COLLECTIVES_INSTANTIATE
 
 }  // namespace hpct::parallel

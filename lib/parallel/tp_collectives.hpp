@@ -30,9 +30,10 @@
 //   local (softmax - onehot over this rank's columns, from the reduced statistics). allreduce_tp_stats names
 //   those reductions.
 //
-// Storage type. The functions marked `template <typename A>` exist for A = float and A = bf16 (tensor/bf16.hpp; the
-// activation type of train.precision, kernels.hpp): they move and reduce activations and activation gradients in their
-// storage type, so a bf16 model sends half the bytes. A bf16 sum is widened to fp32 and rounded to nearest even at each
+// Storage type. The functions marked `template <typename A>` exist for A = float, A = bf16 (tensor/bf16.hpp) and A =
+// fp16 (tensor/fp16.hpp, CUDA runs: NCCL's ncclFloat16, reduced like ncclBfloat16; the activation type of
+// train.precision, kernels.hpp): they move and reduce activations and activation gradients in their storage type, so a
+// 16-bit model sends half the bytes. A bf16 sum is widened to fp32 and rounded to nearest even at each
 // pairwise combination the communicator's algorithm makes (comm/mpi_communicator.hpp; NCCL: ncclBfloat16), so over t
 // ranks it rounds t - 1 times: reproducible for a fixed t, within a few bf16 roundings of the fp32 sum. The float
 // forms are the fp32 behaviour, unchanged. allreduce_tp_stats stays float: the cross-entropy's row statistics are
@@ -50,6 +51,7 @@
 #include "comm/communicator.hpp"
 #include "kernels/exec_context.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/fp16.hpp"
 
 namespace hpct::parallel {
 

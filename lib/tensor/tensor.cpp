@@ -1,5 +1,7 @@
 #include "tensor/tensor.hpp"
 
+#include <algorithm>
+
 namespace hpct {
 
 size_t dtype_size(DType t) {
@@ -10,6 +12,7 @@ size_t dtype_size(DType t) {
     case DType::I64: return 8;
     case DType::U8: return 1;
     case DType::BF16: return 2;
+    case DType::F16: return 2;
   }
   return 0;
 }
@@ -21,8 +24,31 @@ const char* dtype_name(DType t) {
     case DType::I64: return "i64";
     case DType::U8: return "u8";
     case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
   }
   return "?";
+}
+
+void widen_to_f32(DType t, const void* src, float* dst, int64_t n) {
+  switch (t) {
+    case DType::F32: {
+      const auto* x = static_cast<const float*>(src);
+      if (x != dst) std::copy(x, x + n, dst);
+      return;
+    }
+    case DType::BF16: {
+      const auto* x = static_cast<const bf16*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(x[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* x = static_cast<const fp16*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(x[i]);
+      return;
+    }
+    default: break;
+  }
+  HPCT_FAIL("widen_to_f32: {} is not a floating-point storage type (f32, bf16 or f16)", dtype_name(t));
 }
 
 int64_t Tensor::numel() const {

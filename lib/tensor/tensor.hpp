@@ -11,13 +11,40 @@
 #include "core/error.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/device.hpp"
+#include "tensor/fp16.hpp"
 
 namespace hpct {
 
 // BF16: bf16.hpp (activations under train.precision = bf16; never parameters, gradients or optimizer state).
-enum class DType { F32, I32, F64, I64, U8, BF16 };
+// F16: fp16.hpp (activations under train.precision = fp16, CUDA only; likewise never parameters, gradients or
+// optimizer state).
+enum class DType { F32, I32, F64, I64, U8, BF16, F16 };
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);
+const char* dtype_name(DType t);  // "f32", "i32", "f64", "i64", "u8", "bf16", "f16"
+
+// A type as a value, for the visitors below: f(type_tag<float>{}) lets a generic lambda name the type.
+template <typename T>
+struct type_tag {
+  using type = T;
+};
+
+// Calls f(type_tag<A>{}) with the activation storage type A of `act` (kernels.hpp, "Storage types"): float for F32,
+// bf16 for BF16, fp16 for F16; returns what f returns. The one place where a run-time DType becomes the template
+// argument of the precision-generic model code (models, stages, the sampler); any other dtype is an error.
+template <typename F>
+decltype(auto) with_activation_type(DType act, F&& f) {
+  switch (act) {
+    case DType::F32: return f(type_tag<float>{});
+    case DType::BF16: return f(type_tag<bf16>{});
+    case DType::F16: return f(type_tag<fp16>{});
+    default: break;
+  }
+  HPCT_FAIL("{} is not an activation storage type (f32, bf16 or f16)", dtype_name(act));
+}
+
+// n elements of a floating-point storage type t (F32, BF16 or F16) at src, widened exactly to float into dst (host
+// memory; a host copy of 16-bit logits, for instance). src == dst is allowed for F32.
+void widen_to_f32(DType t, const void* src, float* dst, int64_t n);
 
 struct Tensor {
   std::string name;
@@ -37,12 +64,19 @@ struct Tensor {
   double* f64() { return typed<double>(DType::F64); }
   bf16* b16() { return typed<bf16>(DType::BF16); }
   const bf16* b16() const { return const_cast<Tensor*>(this)->typed<bf16>(DType::BF16); }
-  // The storage as A (float or bf16), checked against dtype: the precision-generic model code reads activations so.
+  fp16* f16() { return typed<fp16>(DType::F16); }
+  const fp16* f16() const { return const_cast<Tensor*>(this)->typed<fp16>(DType::F16); }
+  // The storage as A (float, bf16 or fp16), checked against dtype: the precision-generic model code reads activations
+  // so.
   template <typename A>
   A* as() {
     if constexpr (std::is_same_v<A, float>) return f32();
-    else
+    else if constexpr (std::is_same_v<A, bf16>)
       return b16();
+    else {
+      static_assert(std::is_same_v<A, fp16>, "Tensor::as<A>: A is float, bf16 or fp16");
+      return f16();
+    }
   }
   template <typename A>
   const A* as() const {

@@ -24,9 +24,12 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
   const int zero = run.parallel.sync.zero;
   const int dp = grid.dp();
   // the backend's buffer sizes (attention: T x T probabilities on the CPU, a log-sum-exp per row on CUDA); "auto"
-  // is planned as the CPU, where it falls back without a GPU
-  const Device plan_device = run.train.device == "cuda" ? Device::CUDA : Device::CPU;
-  // activations at their stored size: bf16 under train.precision = bf16 on either backend
+  // is planned as the CPU, where it falls back without a GPU, except under fp16, whose storage exists on CUDA only
+  // (train.device = cpu with fp16 is the trainers' UsageError, raised here too)
+  const bool fp16 = run.train.precision == Precision::FP16;
+  if (fp16) decide_precision(run.train.device, Device::CPU, run.train.precision, deck.deck_path(), nullptr);
+  const Device plan_device = run.train.device == "cuda" || fp16 ? Device::CUDA : Device::CPU;
+  // activations at their stored size: bf16 under train.precision = bf16 on either backend, f16 under fp16 (CUDA)
   const DType act = activation_dtype(run.train.precision);
   const gpt::MemoryPlan serial = gpt::memory_plan(cfg, MB, plan_device, act);
   std::printf("plan: %s | %s | micro_batch %d | ZeRO-%d | device %s | model %lld parameters (padded vocabulary %d)\n",

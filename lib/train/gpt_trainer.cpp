@@ -100,12 +100,12 @@ class GptTask final : public TrainTask {
     log_info("model: L={} NH={} C={} T={} V={} (padded {}) bias={} | {} parameters ({:.3f} M)", cfg_.n_layer,
              cfg_.n_head, cfg_.n_embd, T_, cfg_.vocab_size, cfg_.padded_vocab, cfg_.bias, plan.num_params,
              plan.num_params / 1e6);
-    log_info("memory per rank: params {} | grads {} | optimizer {} (unsharded {}) | bf16 compute copy {} | activations "
-             "{} ({}) | activation grads {} | total {}",
-             human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.optim_bytes),
-             human_bytes(2.0 * plan.param_bytes), human_bytes(plan.compute_param_bytes),
-             human_bytes(plan.activation_bytes), dtype_name(model_.activation_dtype()),
-             human_bytes(plan.activation_grad_bytes), human_bytes(plan.total()));
+    log_info(
+        "memory per rank: params {} | grads {} | optimizer {} (unsharded {}) | 16-bit compute copy {} | activations "
+        "{} ({}) | activation grads {} | total {}",
+        human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.optim_bytes),
+        human_bytes(2.0 * plan.param_bytes), human_bytes(plan.compute_param_bytes), human_bytes(plan.activation_bytes),
+        dtype_name(model_.activation_dtype()), human_bytes(plan.activation_grad_bytes), human_bytes(plan.total()));
     double worst[2] = {static_cast<double>(plan.param_bytes), static_cast<double>(plan.total())};
     run_.pc.world().allreduce(worst, 2, DType::F64, comm::ReduceOp::Max, "memory report");
     log_info("memory, max over the {} ranks: params {} | total {} (every rank: train_gpt DECK --plan {})",

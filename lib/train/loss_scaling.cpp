@@ -16,9 +16,10 @@ namespace hpct::train {
 
 void add_precision_keys(ConfigSchema& s) {
   s.string_key("train.precision", "fp32",
-               "fp32 | bf16 (both backends: bf16 activations and GEMM inputs, fp32 master weights, optimizer state "
-               "and gradient accumulation) | tf32 | fp16 (CUDA only: tensor-core products on fp32 storage); "
-               "docs/precision.md",
+               "fp32 | bf16 (both backends: bf16 activations, activation gradients, logits and GEMM inputs with fp32 "
+               "accumulation; fp32 master weights, optimizer state and gradient accumulation) | tf32 (CUDA only: "
+               "tf32 tensor-core products on fp32 storage) | fp16 (CUDA only: bf16's scheme in fp16, with dynamic "
+               "loss scaling by default); docs/precision.md",
                {"fp32", "tf32", "bf16", "fp16"});
   s.string_key("train.loss_scale", "auto",
                "loss scaling: auto (dynamic for fp16, none otherwise) | none | dynamic | a fixed positive number");
@@ -38,19 +39,24 @@ optim::LossScaleConfig loss_scale_config(const RunConfig& cfg, Precision precisi
 
 void log_precision(const ExecContext& ctx, const optim::LossScaler& scaler) {
   if (ctx.precision == Precision::FP32 && !scaler.active()) return;
-  if (ctx.precision == Precision::BF16) {
-    // the CPU line says whether the CPU multiplies bf16 natively or widens to fp32 (no bf16 instructions)
-    log_info("precision: bf16 activations, activation gradients and GEMM inputs with fp32 accumulation; fp32 master "
-             "weights (a bf16 compute copy cast once per step), gradients, optimizer state and statistics{}",
-             ctx.device == Device::CPU ? " | CPU: " + kernels::cpu_bf16_arithmetic() : std::string());
-    return;
-  }
   const optim::LossScaleConfig& c = scaler.config();
   std::string scaling = "none";
   if (c.mode == optim::LossScaleConfig::Mode::Fixed) scaling = fmt::format("fixed {}", c.init);
   if (c.mode == optim::LossScaleConfig::Mode::Dynamic)
     scaling = fmt::format("dynamic (init {}, x{} after {} finite steps up to {}, x{} on a non-finite step, min {})",
                           c.init, c.growth, c.growth_interval, c.max_scale, c.backoff, c.min_scale);
+  if (ctx.precision == Precision::BF16 || ctx.precision == Precision::FP16) {
+    // 16-bit storage (docs/precision.md). The CPU line says whether the CPU multiplies bf16 natively or widens to fp32
+    // (no bf16 instructions); fp16 exists on CUDA only. The loss scale multiplies the loss gradient, so under fp16 the
+    // stored activation gradients are scaled (what keeps small ones above fp16's subnormals); the optimizer unscales.
+    const char* t = ctx.precision == Precision::BF16 ? "bf16" : "fp16";
+    log_info("precision: {} activations, activation gradients, logits and GEMM inputs with fp32 accumulation; fp32 "
+             "master weights (a {} compute copy cast once per step), gradients, optimizer state, statistics and "
+             "losses{}{}",
+             t, t, scaler.active() || ctx.precision == Precision::FP16 ? " | loss scaling " + scaling : std::string(),
+             ctx.device == Device::CPU ? " | CPU: " + kernels::cpu_bf16_arithmetic() : std::string());
+    return;
+  }
   log_info("precision: {} products, fp32 storage, master weights and accumulation | loss scaling {}",
            precision_name(ctx.precision), scaling);
 }

@@ -86,7 +86,7 @@ class ResNetTask final : public TrainTask {
              cfg.width, cfg.num_classes, plan.num_params, plan.num_params / 1e6,
              resnet::forward_flops_per_image(cfg) / 1e9);
     log_info(
-        "memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | bf16 compute copy {} | activations "
+        "memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | 16-bit compute copy {} | activations "
         "{} ({}) | activation grads {} | conv workspace {} | total {}",
         human_bytes(plan.param_bytes), human_bytes(plan.grad_bytes), human_bytes(plan.buffer_bytes),
         human_bytes(opt.state_bytes()), human_bytes(plan.compute_param_bytes), human_bytes(plan.activation_bytes),

@@ -46,17 +46,28 @@ DeviceDecision decide_device(const std::string& requested, const std::string& bu
 Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
                            const std::string& deck_path, std::string* note) {
   if (decided == Device::CUDA || requested == Precision::FP32 || requested == Precision::BF16) return requested;
-  HPCT_USAGE_CHECK(requested_device != "cpu",
-                   "deck {}: train.precision = {} needs train.device = cuda (it names a tensor-core arithmetic on fp32 "
-                   "storage; the CPU backend computes fp32 or bf16); use --set train.precision=fp32 or bf16 on the CPU",
-                   deck_path, precision_name(requested));
+  HPCT_USAGE_CHECK(
+      requested_device != "cpu",
+      "deck {}: train.precision = {} needs train.device = cuda ({}; the CPU backend computes fp32 or bf16); "
+      "use --set train.precision=fp32 or bf16 on the CPU",
+      deck_path, precision_name(requested),
+      requested == Precision::FP16 ? "fp16 storage with dynamic loss scaling exists on CUDA only"
+                                   : "it names a tensor-core arithmetic on fp32 storage");
   if (note)
     *note += fmt::format("{}train.precision = {} applies to CUDA only: fp32 on the CPU", note->empty() ? "" : "; ",
                          precision_name(requested));
   return Precision::FP32;
 }
 
-DType activation_dtype(Precision p) { return p == Precision::BF16 ? DType::BF16 : DType::F32; }
+DType activation_dtype(Precision p) {
+  switch (p) {
+    case Precision::BF16: return DType::BF16;
+    case Precision::FP16: return DType::F16;
+    case Precision::FP32:
+    case Precision::TF32: return DType::F32;
+  }
+  HPCT_FAIL("activation_dtype: unknown precision {}", static_cast<int>(p));
+}
 
 #if HPCT_HAVE_CUDA
 struct RunDevice::Cuda {

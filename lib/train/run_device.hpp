@@ -31,13 +31,15 @@ DeviceDecision decide_device(const std::string& requested, const std::string& bu
                              int world_size, const std::string& reason, const std::string& deck_path);
 
 // train.precision (exec_context.hpp) on the decided device, pure: on CUDA the requested precision; on the CPU fp32 or
-// bf16 as requested. tf32 and fp16 (tensor-core arithmetic on fp32 storage) with train.device = "cpu" are a UsageError
-// naming the fix; with "auto" that fell back to the CPU they become fp32 and `note` gets the line rank 0 logs.
+// bf16 as requested. tf32 (tensor-core arithmetic on fp32 storage) and fp16 (fp16 storage, CUDA only) with
+// train.device = "cpu" are a UsageError naming the fix; with "auto" that fell back to the CPU they become fp32 and
+// `note` gets the line rank 0 logs.
 Precision decide_precision(const std::string& requested_device, Device decided, Precision requested,
                            const std::string& deck_path, std::string* note);
 
-// The storage type of the models' activations under a precision (docs/precision.md): bf16 for BF16, else fp32 (tf32
-// and fp16 keep fp32 storage and change only the products' arithmetic on CUDA).
+// The storage type of the models' activations under a precision (docs/precision.md): bf16 for BF16, fp16 (DType::F16)
+// for FP16 (CUDA only: decide_precision has made it fp32 on the CPU), fp32 for FP32 and TF32 (tf32 keeps fp32
+// storage and changes only the products' arithmetic on CUDA).
 DType activation_dtype(Precision p);
 
 // The run's device: train.device resolved collectively, and on CUDA the rank's GPU and compute stream. Construct it on

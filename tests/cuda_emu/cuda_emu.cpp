@@ -559,3 +559,107 @@ float exp2_rn(float x) { return static_cast<float>(std::exp2(static_cast<double>
 float log2_rn(float x) { return static_cast<float>(std::log2(static_cast<double>(x))); }
 
 }  // namespace cuda_emu
+
+// ---- tensor cores: mma.sync m16n8k16 and ldmatrix (the model: cuda_emu.hpp) ----------------------------------------
+namespace cuda_emu {
+namespace {
+
+// What a lane deposits at a tensor-core collective: its operand registers, which collective it is at and the warp
+// barrier's generation (lanes at different collectives, or one at a shuffle, must not meet here unnoticed).
+struct LaneOperands {
+  uint64_t generation = 0;
+  int op = 0;
+  uint32_t words[6] = {};  // mma: a[0..3], b[0..1]; ldmatrix: the 16 bytes of the lane's row
+};
+// Per warp and generation parity, as Warp::slots: a lane reads the deposits of generation g after the barrier and
+// before it arrives at the next one, and nobody writes g's parity again before every lane has arrived there.
+struct WarpOperands {
+  LaneOperands lanes[2][32];
+};
+std::vector<WarpOperands> g_operands;
+
+// Deposits the calling lane's operands at a barrier over its full warp; returns the 32 lanes' deposits.
+const LaneOperands* warp_gather(LaneOperands mine, const char* what) {
+  Run& r = *g_run;
+  const unsigned warp = r.current->tid / 32, lane = r.current->tid % 32;
+  if (r.threads < (warp + 1) * 32)
+    fail_in_fiber(std::string(what) + " in a warp of fewer than 32 threads (the block size is not a multiple of 32)");
+  if (g_operands.size() < r.warps.size()) g_operands.resize(r.warps.size());
+  const uint64_t gen = r.warps[warp].generation;  // the barrier this lane arrives at (no switch before it does)
+  mine.generation = gen;
+  g_operands[warp].lanes[gen % 2][lane] = mine;
+  // every lane at this barrier writes its exchange slot: at a tensor-core collective the collective's tag, at a
+  // shuffle its value (a lane elsewhere cannot pass for one here, however old the operand deposits are)
+  const uint64_t tag = 0x7e450c0de0000000ull | static_cast<uint64_t>(mine.op);
+  warp_barrier(kFullWarp, what, tag, false);
+  const LaneOperands* all = g_operands[warp].lanes[gen % 2];
+  for (unsigned l = 0; l < 32; l++)
+    if (r.warps[warp].slots[gen % 2][l] != tag || all[l].generation != gen || all[l].op != mine.op)
+      fail_in_fiber(std::string(what) + ": lane " + std::to_string(l) +
+                    " of the warp is at another warp collective (every lane must execute the same .sync.aligned "
+                    "instruction)");
+  return all;
+}
+
+uint16_t half_word(uint32_t w, int upper) { return static_cast<uint16_t>(upper ? w >> 16 : w & 0xffffu); }
+
+}  // namespace
+
+void mma_m16n8k16(MmaInput input, float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  LaneOperands mine;
+  mine.op = input == MmaInput::BF16 ? 1 : 2;
+  for (int i = 0; i < 4; i++) mine.words[i] = a[i];
+  mine.words[4] = b[0];
+  mine.words[5] = b[1];
+  const float c_in[4] = {c[0], c[1], c[2], c[3]};  // d may be c
+  const LaneOperands* all = warp_gather(mine, input == MmaInput::BF16 ? "mma.sync.m16n8k16 (bf16)"
+                                                                      : "mma.sync.m16n8k16 (f16)");
+  auto widen = [input](uint16_t bits) {
+    return static_cast<double>(input == MmaInput::BF16 ? bf16_to_float(bits) : half_to_float(bits));
+  };
+  // A (row, k): lane (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2
+  auto A = [&](int row, int k) {
+    const LaneOperands& o = all[static_cast<size_t>((row % 8) * 4 + (k % 8) / 2)];
+    return widen(half_word(o.words[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2));
+  };
+  // B (k, n): lane n * 4 + (k % 8) / 2, register k >= 8, half k % 2
+  auto B = [&](int k, int n) {
+    const LaneOperands& o = all[static_cast<size_t>(n * 4 + (k % 8) / 2)];
+    return widen(half_word(o.words[4 + (k >= 8 ? 1 : 0)], k % 2));
+  };
+  const int lane = static_cast<int>(g_run->current->tid % 32), g = lane >> 2, t = lane % 4;
+  for (int i = 0; i < 4; i++) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i % 2);
+    double s = c_in[i];
+    for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
+    d[i] = static_cast<float>(s);
+  }
+}
+
+void ldmatrix(int matrices, bool trans, uint32_t* r, const void* row_address) {
+  if (matrices != 1 && matrices != 2 && matrices != 4)
+    fail_in_fiber("ldmatrix of " + std::to_string(matrices) + " matrices (.x1, .x2 or .x4)");
+  LaneOperands mine;
+  mine.op = 16 + 2 * matrices + (trans ? 1 : 0);
+  const int lane = static_cast<int>(g_run->current->tid % 32);
+  if (lane < 8 * matrices) {  // an addressing lane: its row, read now (the other lanes' addresses are ignored)
+    if (reinterpret_cast<uintptr_t>(row_address) % 16 != 0)
+      fail_in_fiber("ldmatrix: lane " + std::to_string(lane) + "'s row address is not 16-byte aligned");
+    std::memcpy(mine.words, row_address, 16);
+  }
+  const LaneOperands* all = warp_gather(mine, trans ? "ldmatrix.trans" : "ldmatrix");
+  // element c (0..7) of row `row` of matrix i: the row's depositor 8i + row, 16-bit half c of its row
+  auto element = [&](int i, int row, int c) {
+    return half_word(all[static_cast<size_t>(8 * i + row)].words[c / 2], c % 2);
+  };
+  for (int i = 0; i < matrices; i++) {
+    if (!trans) {
+      r[i] = all[static_cast<size_t>(8 * i + lane / 4)].words[lane % 4];
+    } else {
+      const int row = 2 * (lane % 4), col = lane / 4;
+      r[i] = static_cast<uint32_t>(element(i, row, col)) | (static_cast<uint32_t>(element(i, row + 1, col)) << 16);
+    }
+  }
+}
+
+}  // namespace cuda_emu

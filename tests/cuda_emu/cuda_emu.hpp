@@ -426,3 +426,33 @@ inline __half __ushort_as_half(unsigned short b) { return __half::from_bits(b); 
 HPCT_EMU_16BIT_OPS(__nv_bfloat16)
 HPCT_EMU_16BIT_OPS(__half)
 #undef HPCT_EMU_16BIT_OPS
+
+// ---- tensor cores: mma.sync m16n8k16 and ldmatrix (kernels/cuda/cuda_mma.cuh calls these) -------------------------
+// Both are warp collectives, as on the hardware (.sync.aligned: every lane of the warp executes the same instruction):
+// the 32 lanes deposit their operands at a warp barrier (the errors of a shuffle's: a lane that exited, or lanes at
+// a different collective, fail the launch), then each lane takes its part of the result.
+//
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: D (16x8) = A (16x16) B (16x8) + C, fragments as
+// the PTX ISA lays them out ("Matrix Fragments for mma.m16n8k16 with floating point type"), groupID g = lane >> 2,
+// threadID_in_group t = lane % 4, two 16-bit elements per .b32 register, the lower column (A) or row (B) in the low
+// half:
+//   A  a[0] = (g, 2t..2t+1)   a[1] = (g+8, 2t..2t+1)   a[2] = (g, 2t+8..2t+9)   a[3] = (g+8, 2t+8..2t+9)
+//   B  b[0] = (2t..2t+1, g)   b[1] = (2t+8..2t+9, g)                         (row k, column n)
+//   C, D  c[0], c[1] = (g, 2t), (g, 2t+1)   c[2], c[3] = (g+8, 2t), (g+8, 2t+1)
+// Arithmetic: each product of two 16-bit values is exact in fp32 (8 + 8 or 11 + 11 significant bits); the emulation
+// sums c and the 16 products of each element in double (exact but for sums spanning more than double's 53 bits,
+// far beyond what attention's tiles produce) and rounds to float once. The hardware's internal accumulation order and
+// rounding are unspecified by the PTX ISA (in practice products are aligned to the largest exponent and may be
+// truncated): its results may differ from these by a few float ulps of the summed magnitudes, which is why tests
+// compare tensor-core results across implementations with a tolerance, never bitwise.
+//
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16: `matrices` 8x8 matrices of 16-bit elements; lanes
+// 8i .. 8i+7 give the addresses of the rows 0..7 of matrix i (16 bytes each, 16-byte aligned; the other lanes'
+// addresses are ignored), and lane l receives in r[i] the elements (row l/4, columns 2(l%4), 2(l%4)+1) of matrix i,
+// or with .trans those of the transposed matrix: (rows 2(l%4), 2(l%4)+1 of column l/4). Each addressing lane reads
+// its row before the barrier: the load happens at once for the warp, as on the hardware.
+namespace cuda_emu {
+enum class MmaInput { BF16, F16 };
+void mma_m16n8k16(MmaInput input, float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+void ldmatrix(int matrices, bool trans, uint32_t* r, const void* row_address);
+}  // namespace cuda_emu

@@ -14,6 +14,7 @@
 #include "cuda_emu.hpp"
 #include "kernel_test_util.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/fp16.hpp"
 
 namespace hpct::kernels::test {
 
@@ -37,16 +38,27 @@ inline const __nv_bfloat16* emu_ptr(const std::vector<bf16>& v) {
   return reinterpret_cast<const __nv_bfloat16*>(v.data());
 }
 static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16));
+// hpct::fp16 as the emulation's __half, likewise.
+inline __half* emu_ptr(std::vector<fp16>& v) { return reinterpret_cast<__half*>(v.data()); }
+inline const __half* emu_ptr(const std::vector<fp16>& v) { return reinterpret_cast<const __half*>(v.data()); }
+static_assert(sizeof(__half) == sizeof(fp16) && alignof(__half) == alignof(fp16));
 
 // The device storage type of an interface type A (cuda_common.cuh's DeviceStorage).
 template <typename A>
-using EmuStorage = std::conditional_t<std::is_same_v<A, bf16>, __nv_bfloat16, A>;
+using EmuStorage =
+    std::conditional_t<std::is_same_v<A, bf16>, __nv_bfloat16, std::conditional_t<std::is_same_v<A, fp16>, __half, A>>;
 
 // bf16 outputs against a reference that computes the same float values in another order (the CPU backend, or the float
 // kernel): both round once to nearest even, so they differ only where the two float results straddle a rounding
 // boundary, by one bf16 ulp: at most 2^-7 of the value (8 significant bits). kBf16Ulp is that, on top of the float
 // comparison's own tolerance.
 inline constexpr double kBf16Ulp = 1.0 / 128.0;
+// fp16 likewise: 11 significant bits, so one fp16 ulp is at most 2^-10 of the value (a single rounding errs by at most
+// half of that, 2^-11; two sides that round different float values may land one ulp apart).
+inline constexpr double kFp16Ulp = 1.0 / 1024.0;
+// The ulp of a 16-bit storage type A: the tests written once over A (bf16, fp16) add it to the float tolerance.
+template <typename A>
+inline constexpr double kStorageUlp = std::is_same_v<A, fp16> ? kFp16Ulp : kBf16Ulp;
 
 // The schedules every launch sequence runs under (cuda_emu.hpp): in order, shuffled rounds, run-ahead; the seeds are
 // fixed so that a failure reproduces.

@@ -2,7 +2,8 @@
 // The __global__ kernels of lib/kernels/cuda/ that no emulated test launches, each with the reason. Read by
 // check_kernel_coverage.py (ctest emu_kernel_coverage), which fails when a kernel is neither launched through
 // EMU_LAUNCH in a tests/cuda_emu/test_emu_*.cpp nor listed here. A kernel that cannot be emulated (e.g. one built on
-// tensor-core intrinsics) goes here with its reason, and a host twin of the same tiling covers its math.
+// an intrinsic the emulator does not model; mma.sync m16n8k16 and ldmatrix it does, cuda_emu.hpp) goes here with its
+// reason, and a host twin of the same tiling covers its math.
 namespace hpct::kernels::test {
 
 struct NotEmulated {

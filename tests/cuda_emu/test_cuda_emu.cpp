@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_device_common.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
 
 namespace {
 
@@ -322,7 +323,8 @@ TEST(CudaEmu, KernelResourceTable) {
     EXPECT_LE(regs, 255) << name;
     names.insert(name);
   }
-  for (const char* k : {"reduce_kernel", "forward_kernel", "bn_stats_kernel", "crossentropy_kernel"})
+  for (const char* k :
+       {"reduce_kernel", "forward_kernel", "bn_stats_kernel", "crossentropy_kernel", "forward_tc_kernel"})
     EXPECT_TRUE(names.count(k)) << k << " missing from " << path;
 #else
   GTEST_SKIP() << "a CPU-only build has no ptxas resource table";
@@ -446,6 +448,237 @@ TEST(CudaEmuFastMath, WithinTheGuidesBounds) {
   // 1 + 2^-11 before the subtraction; an FMA would keep the 2^-24
   const float a = 1.0f + 0x1p-12f;
   EXPECT_EQ(__fmul_rn(a, a) - (1.0f + 0x1p-11f), 0.0f);
+}
+
+// ---- tensor cores: mma.sync m16n8k16 and ldmatrix ----------------------------------------------------------------------
+// The emulator's model (cuda_emu.hpp) against the PTX ISA's fragment layouts, restated here independently of
+// cuda_emu.cpp: the fragments are built element by element from the ISA's formulas, and the results compared with a
+// plain matrix product (exact products, one rounding of the exact sum: what the model promises) and, with unit
+// matrices, position by position, so that a misplaced fragment element names itself.
+namespace mma = hpct::kernels::cuda::mma;
+
+template <typename S>
+uint32_t pair_bits(S lo, S hi) {
+  return static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
+}
+
+// D = A B + C by one mma, fragments per the ISA: A (16,16) row-major, B (16,8) as B[k][n] row-major, C, D (16,8).
+template <typename S>
+__global__ void mma_layout_kernel(float* d, const S* a, const S* b, const float* c) {
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane % 4;
+  const uint32_t af[4] = {pair_bits(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]),
+                          pair_bits(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]),
+                          pair_bits(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]),
+                          pair_bits(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
+  const uint32_t bf[2] = {pair_bits(b[2 * t * 8 + g], b[(2 * t + 1) * 8 + g]),
+                          pair_bits(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g])};
+  const float cf[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  float df[4];
+  mma::mma_m16n8k16<S>(df, af, bf, cf);
+  d[g * 8 + 2 * t] = df[0];
+  d[g * 8 + 2 * t + 1] = df[1];
+  d[(g + 8) * 8 + 2 * t] = df[2];
+  d[(g + 8) * 8 + 2 * t + 1] = df[3];
+}
+
+// The same product with the operands loaded by ldmatrix from shared memory (rows padded to 24 elements, 48 bytes), as
+// the attention kernels load them: A by .x4 from its rows; B either by .trans from its k-major rows (B[k][.]), or
+// without .trans from the rows of B^T (B[.][n]: the "col" layout), by one .x2 or two .x1.
+template <typename S, bool kTrans, int kX>
+__global__ void ldmatrix_mma_kernel(float* d, const S* a, const S* b, const float* c) {
+  constexpr int LD = 24;
+  HPCT_DYNAMIC_SHARED(S, smem);
+  S* sa = smem;          // (16, LD) A
+  S* sb = sa + 16 * LD;  // kTrans: (16, LD) B as B[k][n]; else (8, LD) B^T as B^T[n][k]
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane % 4;
+  for (int e = lane; e < 256; e += 32) sa[(e / 16) * LD + e % 16] = a[e];
+  for (int e = lane; e < 128; e += 32) {
+    const int k = e / 8, n = e % 8;
+    if (kTrans) sb[k * LD + n] = b[e];
+    else
+      sb[n * LD + k] = b[e];
+  }
+  __syncwarp();
+  uint32_t af[4], bf[2];
+  mma::ldmatrix<4, false>(af, sa + (lane % 16) * LD + (lane / 16) * 8);
+  // matrix 0 of B: k 0-7, matrix 1: k 8-15 (lanes 16-31 give addresses that are ignored)
+  const S* row = kTrans ? sb + (lane % 16) * LD : sb + (lane % 8) * LD + ((lane / 8) % 2) * 8;
+  if constexpr (kX == 2) {
+    mma::ldmatrix<2, kTrans>(bf, row);
+  } else {
+    uint32_t r0[1], r1[1];
+    mma::ldmatrix<1, kTrans>(r0, kTrans ? sb + (lane % 8) * LD : sb + (lane % 8) * LD);
+    mma::ldmatrix<1, kTrans>(r1, kTrans ? sb + (8 + lane % 8) * LD : sb + (lane % 8) * LD + 8);
+    bf[0] = r0[0];
+    bf[1] = r1[0];
+  }
+  const float cf[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  float df[4];
+  mma::mma_m16n8k16<S>(df, af, bf, cf);
+  d[g * 8 + 2 * t] = df[0];
+  d[g * 8 + 2 * t + 1] = df[1];
+  d[(g + 8) * 8 + 2 * t] = df[2];
+  d[(g + 8) * 8 + 2 * t + 1] = df[3];
+}
+
+// ldmatrix of kN matrices from a (32, 8) tile whose element (row, col) holds the bits row * 8 + col: lane l gives row
+// l, and out[lane * 4 + i] receives its register i.
+template <int kN, bool kTrans>
+__global__ void ldmatrix_probe_kernel(uint32_t* out) {
+  HPCT_DYNAMIC_SHARED(__half, tile);
+  const int lane = threadIdx.x % 32;
+  for (int e = lane; e < 256; e += 32) tile[e] = __half::from_bits(static_cast<uint16_t>(e));
+  __syncwarp();
+  uint32_t r[kN];
+  mma::ldmatrix<kN, kTrans>(r, tile + lane * 8);
+  for (int i = 0; i < kN; i++) out[lane * 4 + i] = r[i];
+}
+
+__global__ void mma_exited_lane_kernel(float* out) {
+  if (threadIdx.x == 7) return;
+  const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+  float d[4] = {0, 0, 0, 0};
+  mma::mma_m16n8k16<__nv_bfloat16>(d, a, b, d);
+  out[threadIdx.x] = d[0];
+}
+__global__ void mma_and_shuffle_kernel(float* out) {  // lane 0 at a shuffle while the others are at an mma
+  float d[4] = {0, 0, 0, 0};
+  if (threadIdx.x == 0) {
+    d[0] = __shfl_sync(0xffffffffu, 1.0f, 0);
+  } else {
+    const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    mma::mma_m16n8k16<__half>(d, a, b, d);
+  }
+  out[threadIdx.x] = d[0];
+}
+__global__ void ldmatrix_misaligned_kernel(float* out) {
+  HPCT_DYNAMIC_SHARED(__half, tile);
+  for (int e = threadIdx.x; e < 512; e += 32) tile[e] = __half(0.0f);
+  __syncwarp();
+  uint32_t r[1];
+  mma::ldmatrix<1, false>(r, tile + threadIdx.x * 8 + 1);  // 2 bytes past a 16-byte boundary
+  out[threadIdx.x] = static_cast<float>(r[0]);
+}
+
+template <typename S>
+std::vector<S> random_16bit(size_t n, uint32_t seed, double lo, double hi) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<S> v(n);
+  for (auto& x : v) x = S(static_cast<float>(u(gen)));
+  return v;
+}
+
+// The model's D: c + the 16 exact products, summed exactly (double: these values span far less than 53 bits), rounded
+// to float once.
+template <typename S>
+std::vector<float> mma_reference(const std::vector<S>& a, const std::vector<S>& b, const std::vector<float>& c) {
+  std::vector<float> d(128);
+  for (int r = 0; r < 16; r++)
+    for (int n = 0; n < 8; n++) {
+      double s = c[r * 8 + n];
+      for (int k = 0; k < 16; k++) s += static_cast<double>(float(a[r * 16 + k])) * float(b[k * 8 + n]);
+      d[r * 8 + n] = static_cast<float>(s);
+    }
+  return d;
+}
+
+template <typename S>
+void check_mma_layout_and_product(const char* type) {
+  SCOPED_TRACE(type);
+  const LaunchShape warp = shape(1, 32);
+  std::vector<float> d(128), zero_c(128, 0.0f);
+  // B through the identity: D = B (position by position: a misplaced A or B element shows as a wrong entry)
+  {
+    std::vector<S> a(256, S(0.0f));
+    for (int r = 0; r < 16; r++) a[r * 16 + r] = S(1.0f);
+    std::vector<S> b(128);
+    for (int i = 0; i < 128; i++) b[i] = S(static_cast<float>(i + 1));  // exact in bf16 and f16 (<= 256)
+    EMU_LAUNCH(mma_layout_kernel<S>, warp, d.data(), a.data(), b.data(), zero_c.data());
+    for (int k = 0; k < 16; k++)
+      for (int n = 0; n < 8; n++)
+        EXPECT_EQ(d[k * 8 + n], static_cast<float>(k * 8 + n + 1)) << "B (" << k << ", " << n << ")";
+  }
+  // A through column selectors: B[k][n] = (k == n + 8 h) gives D = columns 8h .. 8h+7 of A
+  for (int half = 0; half < 2; half++) {
+    std::vector<S> a(256), b(128, S(0.0f));
+    for (int i = 0; i < 256; i++) a[i] = S(static_cast<float>(i + 1));
+    for (int n = 0; n < 8; n++) b[(n + 8 * half) * 8 + n] = S(1.0f);
+    EMU_LAUNCH(mma_layout_kernel<S>, warp, d.data(), a.data(), b.data(), zero_c.data());
+    for (int r = 0; r < 16; r++)
+      for (int n = 0; n < 8; n++)
+        EXPECT_EQ(d[r * 8 + n], static_cast<float>(r * 16 + n + 8 * half + 1))
+            << "A (" << r << ", " << n + 8 * half << ")";
+  }
+  // C through A = 0: D = C
+  {
+    std::vector<S> a(256, S(0.0f)), b(128, S(1.0f));
+    std::vector<float> c(128);
+    for (int i = 0; i < 128; i++) c[i] = 0.5f + static_cast<float>(i);
+    EMU_LAUNCH(mma_layout_kernel<S>, warp, d.data(), a.data(), b.data(), c.data());
+    for (int i = 0; i < 128; i++) EXPECT_EQ(d[i], c[i]) << "C element " << i;
+  }
+  // random A, B, C: the model's one rounding of the exact sum, bit for bit; by element fragments and through ldmatrix
+  for (uint32_t seed = 1; seed <= 3; seed++) {
+    const auto a = random_16bit<S>(256, seed, -2.0, 2.0), b = random_16bit<S>(128, seed + 10, -2.0, 2.0);
+    std::vector<float> c(128);
+    std::mt19937 gen(seed + 20);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    for (auto& x : c) x = u(gen);
+    const auto want = mma_reference(a, b, c);
+    EMU_LAUNCH(mma_layout_kernel<S>, warp, d.data(), a.data(), b.data(), c.data());
+    EXPECT_EQ(d, want) << "mma, fragments by element, seed " << seed;
+    const LaunchShape with_tiles = shape(1, 32, 2 * 16 * 24 * 2);
+    std::fill(d.begin(), d.end(), NAN);
+    EMU_LAUNCH((ldmatrix_mma_kernel<S, true, 2>), with_tiles, d.data(), a.data(), b.data(), c.data());
+    EXPECT_EQ(d, want) << "mma, B by ldmatrix .x2.trans, seed " << seed;
+    std::fill(d.begin(), d.end(), NAN);
+    EMU_LAUNCH((ldmatrix_mma_kernel<S, false, 2>), with_tiles, d.data(), a.data(), b.data(), c.data());
+    EXPECT_EQ(d, want) << "mma, B by ldmatrix .x2, seed " << seed;
+    std::fill(d.begin(), d.end(), NAN);
+    EMU_LAUNCH((ldmatrix_mma_kernel<S, true, 1>), with_tiles, d.data(), a.data(), b.data(), c.data());
+    EXPECT_EQ(d, want) << "mma, B by two ldmatrix .x1.trans, seed " << seed;
+    std::fill(d.begin(), d.end(), NAN);
+    EMU_LAUNCH((ldmatrix_mma_kernel<S, false, 1>), with_tiles, d.data(), a.data(), b.data(), c.data());
+    EXPECT_EQ(d, want) << "mma, B by two ldmatrix .x1, seed " << seed;
+  }
+}
+
+TEST(CudaEmuTensorCores, MmaFragmentLayoutAndProductBf16) { check_mma_layout_and_product<__nv_bfloat16>("bf16"); }
+TEST(CudaEmuTensorCores, MmaFragmentLayoutAndProductF16) { check_mma_layout_and_product<__half>("f16"); }
+
+// ldmatrix against the ISA's statement: lane l receives in register i the elements (row l / 4, columns 2 (l % 4) and
+// 2 (l % 4) + 1) of matrix i, low half first; with .trans those of the transposed matrix, (rows 2 (l % 4), 2 (l % 4)
+// + 1 of column l / 4). Matrix i is rows 8i .. 8i + 7 of the probe tile, so the bits name row and column.
+template <int kN, bool kTrans>
+void check_ldmatrix_probe() {
+  SCOPED_TRACE("ldmatrix .x" + std::to_string(kN) + (kTrans ? ".trans" : ""));
+  std::vector<uint32_t> out(128, 0xdeadbeefu);
+  EMU_LAUNCH((ldmatrix_probe_kernel<kN, kTrans>), shape(1, 32, 32 * 8 * 2), out.data());
+  for (int l = 0; l < 32; l++)
+    for (int i = 0; i < kN; i++) {
+      const uint32_t lo = kTrans ? (8 * i + 2 * (l % 4)) * 8 + l / 4 : (8 * i + l / 4) * 8 + 2 * (l % 4);
+      const uint32_t hi = kTrans ? lo + 8 : lo + 1;
+      EXPECT_EQ(out[l * 4 + i], lo | (hi << 16)) << "lane " << l << " register " << i;
+    }
+}
+
+TEST(CudaEmuTensorCores, LdmatrixFollowsTheIsa) {
+  check_ldmatrix_probe<1, false>();
+  check_ldmatrix_probe<2, false>();
+  check_ldmatrix_probe<4, false>();
+  check_ldmatrix_probe<1, true>();
+  check_ldmatrix_probe<2, true>();
+  check_ldmatrix_probe<4, true>();
+}
+
+// What the hardware leaves undefined is an error: a lane that exited, lanes at different warp collectives, a row
+// address that is not 16-byte aligned.
+TEST(CudaEmuTensorCores, MisuseIsAnError) {
+  std::vector<float> out(32);
+  EXPECT_THROW(EMU_LAUNCH(mma_exited_lane_kernel, shape(1, 32), out.data()), cuda_emu::EmulationError);
+  EXPECT_THROW(EMU_LAUNCH(mma_and_shuffle_kernel, shape(1, 32), out.data()), cuda_emu::EmulationError);
+  EXPECT_THROW(EMU_LAUNCH(ldmatrix_misaligned_kernel, shape(1, 32, 1024), out.data()), cuda_emu::EmulationError);
 }
 
 }  // namespace

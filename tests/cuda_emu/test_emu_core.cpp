@@ -22,6 +22,11 @@
 // two sides round float results that differ in their last bits, now and then on either side of a bf16 boundary.
 // Parameter gradients (dwte, dwpe, LayerNorm dweight / dbias) and the statistics (mean, rstd) are float: the float
 // tolerances.
+// fp16 storage (the __half instantiations) runs the same checks, written once over the 16-bit type A: the CPU backend
+// has no fp16 storage, so its reference is the CPU's fp32 op on the fp16 inputs widened exactly, each output rounded
+// once to fp16 (CpuStorage, kernel_test_util.hpp), the same computation as an fp16 kernel's; where bf16 adds one bf16
+// ulp (2^-7) to a tolerance, fp16 adds one fp16 ulp (kFp16Ulp = 2^-10: 11 significant bits). The inputs stay within
+// a few units (|x| <= 100 for GELU), far inside fp16's range (65504).
 #include "cuda_emu.hpp"  // first: the CUDA surface the kernel header compiles against
 #include "kernels/cuda/cuda_core_kernels.cuh"
 //
@@ -45,16 +50,20 @@ namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
 using test::cpu_ctx;
+using test::cpu_in;
+using test::cpu_out;
+using test::CpuStorage;
 using test::emu_output;
 using test::emu_ptr;
 using test::emulate_schedules;
-using test::kBf16Ulp;
-using test::random_bf16;
+using test::EmuStorage;
+using test::kStorageUlp;
 using test::random_ints;
+using test::random_storage;
 using test::random_vector;
 using test::sz;
-using test::to_bf16_vector;
 using test::to_float_vector;
+using test::to_storage_vector;
 
 // ---- reductions --------------------------------------------------------------------------------------------------
 TEST(EmuCore, SumAtOddSizesAndAlignments) {
@@ -200,17 +209,19 @@ TEST(EmuCore, GeluForwardBackward) {
   }
 }
 
-// ---- bf16 storage: pointwise ----------------------------------------------------------------------------------------
-// Each output of a bf16 pointwise kernel is the float kernel's result on the widened inputs, rounded once: bitwise.
-TEST(EmuCore, Bf16PointwiseAreTheFloatKernelsRoundedOnce) {
+// ---- 16-bit storage (bf16, fp16): pointwise -----------------------------------------------------------------------
+// Each output of a 16-bit pointwise kernel is the float kernel's result on the widened inputs, rounded once: bitwise.
+template <typename A>
+void check_pointwise_are_the_float_kernels_rounded_once() {
   for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{4011}}) {  // 4011: 501 packs of 8 and a tail of 3
     for (int off : {0, 3}) {                                    // 3 elements = 6 bytes: the packs off
       SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
       auto xf = with_specials(random_vector(sz(n + off), 300, -6.0, 6.0));
       if (n + off > 3) xf[2] = 100.0f, xf[3] = -100.0f;
-      const auto x = to_bf16_vector(xf), y = random_bf16(sz(n + off), 301), g = random_bf16(sz(n + off), 302);
+      const auto x = to_storage_vector<A>(xf), y = random_storage<A>(sz(n + off), 301),
+                 g = random_storage<A>(sz(n + off), 302);
       const auto x32 = to_float_vector(x), y32 = to_float_vector(y), g32 = to_float_vector(g);
-      std::vector<bf16> res(sz(n + off), bf16{0x4000}), gelu = res, dgelu = res, relu = res, drelu = res;
+      std::vector<A> res(sz(n + off), from_f32<A>(2.0f)), gelu = res, dgelu = res, relu = res, drelu = res;
       ASSERT_TRUE(emulate_schedules(
           [&] {
             emu_residual(emu_ptr(res) + off, emu_ptr(x) + off, emu_ptr(y) + off, n);
@@ -221,31 +232,39 @@ TEST(EmuCore, Bf16PointwiseAreTheFloatKernelsRoundedOnce) {
           },
           {emu_output("residual", res), emu_output("gelu", gelu), emu_output("dgelu", dgelu), emu_output("relu", relu),
            emu_output("drelu", drelu)}));
-      // the float kernels on the widened inputs (drelu on the float relu: the same signs as the bf16 one's)
+      // the float kernels on the widened inputs (drelu on the float relu: the same signs as the 16-bit one's)
       std::vector<float> fres(sz(n + off), 2.0f), fgelu = fres, fdgelu = fres, frelu = fres, fdrelu = fres;
       emu_residual(fres.data() + off, x32.data() + off, y32.data() + off, n);
       emu_gelu_forward(fgelu.data() + off, x32.data() + off, n);
       emu_gelu_backward(fdgelu.data() + off, x32.data() + off, g32.data() + off, n);
       emu_relu_forward(frelu.data() + off, x32.data() + off, n);
       emu_relu_backward(fdrelu.data() + off, g32.data() + off, frelu.data() + off, n);
-      EXPECT_TRUE(bitwise_equal("residual", res, to_bf16_vector(fres)));
-      EXPECT_TRUE(bitwise_equal("gelu_forward", gelu, to_bf16_vector(fgelu)));
-      EXPECT_TRUE(bitwise_equal("gelu_backward", dgelu, to_bf16_vector(fdgelu)));
-      EXPECT_TRUE(bitwise_equal("relu_forward", relu, to_bf16_vector(frelu)));
-      EXPECT_TRUE(bitwise_equal("relu_backward", drelu, to_bf16_vector(fdrelu)));
+      EXPECT_TRUE(bitwise_equal("residual", res, to_storage_vector<A>(fres)));
+      EXPECT_TRUE(bitwise_equal("gelu_forward", gelu, to_storage_vector<A>(fgelu)));
+      EXPECT_TRUE(bitwise_equal("gelu_backward", dgelu, to_storage_vector<A>(fdgelu)));
+      EXPECT_TRUE(bitwise_equal("relu_forward", relu, to_storage_vector<A>(frelu)));
+      EXPECT_TRUE(bitwise_equal("relu_backward", drelu, to_storage_vector<A>(fdrelu)));
     }
   }
 }
+TEST(EmuCore, Bf16PointwiseAreTheFloatKernelsRoundedOnce) {
+  check_pointwise_are_the_float_kernels_rounded_once<bf16>();
+}
+TEST(EmuCore, Fp16PointwiseAreTheFloatKernelsRoundedOnce) {
+  check_pointwise_are_the_float_kernels_rounded_once<fp16>();
+}
 
-// Against the CPU backend's bf16 ops on the same inputs: residual and ReLU compute identical float values (exact);
-// GELU's exp differs in its last bits (float tolerance, plus a bf16 ulp).
-TEST(EmuCore, Bf16PointwiseMatchCpuBackend) {
+// Against the CPU backend on the same inputs (bf16: its bf16 ops; fp16: its fp32 ops on the widened inputs, rounded
+// once: CpuStorage, kernel_test_util.hpp): residual and ReLU compute identical float values (exact); GELU's exp
+// differs in its last bits (float tolerance, plus one ulp of A: kStorageUlp).
+template <typename A>
+void check_pointwise_match_cpu_backend() {
   const int64_t n = 2053;
-  const auto x = to_bf16_vector(with_specials(random_vector(sz(n), 310, -6.0, 6.0)));
+  const auto x = to_storage_vector<A>(with_specials(random_vector(sz(n), 310, -6.0, 6.0)));
   auto xg_f = random_vector(sz(n), 313, -6.0, 6.0);
   xg_f[0] = 100.0f, xg_f[1] = -100.0f, xg_f[2] = 0.0f;  // finite extremes (the CPU's GELU of -inf is NaN, like ours)
-  const auto xg = to_bf16_vector(xg_f), y = random_bf16(sz(n), 311), g = random_bf16(sz(n), 312);
-  std::vector<bf16> res(sz(n)), relu(sz(n)), drelu(sz(n)), gelu(sz(n)), dgelu(sz(n));
+  const auto xg = to_storage_vector<A>(xg_f), y = random_storage<A>(sz(n), 311), g = random_storage<A>(sz(n), 312);
+  std::vector<A> res(sz(n)), relu(sz(n)), drelu(sz(n)), gelu(sz(n)), dgelu(sz(n));
   ASSERT_TRUE(emulate_schedules(
       [&] {
         emu_residual(emu_ptr(res), emu_ptr(x), emu_ptr(y), n);
@@ -256,18 +275,22 @@ TEST(EmuCore, Bf16PointwiseMatchCpuBackend) {
       },
       {emu_output("residual", res), emu_output("relu", relu), emu_output("drelu", drelu), emu_output("gelu", gelu),
        emu_output("dgelu", dgelu)}));
-  std::vector<bf16> w_res(sz(n)), w_relu(sz(n)), w_drelu(sz(n)), w_gelu(sz(n)), w_dgelu(sz(n));
-  residual_forward(cpu_ctx(), w_res.data(), x.data(), y.data(), n);
-  relu_forward(cpu_ctx(), w_relu.data(), x.data(), n);
-  relu_backward(cpu_ctx(), w_drelu.data(), g.data(), w_relu.data(), n);
-  gelu_forward(cpu_ctx(), w_gelu.data(), xg.data(), n);
-  gelu_backward(cpu_ctx(), w_dgelu.data(), xg.data(), g.data(), n);
-  EXPECT_TRUE(bitwise_equal("residual", res, w_res));
-  EXPECT_TRUE(bitwise_equal("relu_forward", relu, w_relu));
-  EXPECT_TRUE(bitwise_equal("relu_backward", drelu, w_drelu));
-  EXPECT_TRUE(all_close("gelu_forward", gelu, w_gelu, 1e-5 + kBf16Ulp, 1e-6));
-  EXPECT_TRUE(all_close("gelu_backward", dgelu, w_dgelu, 1e-5 + kBf16Ulp, 1e-6));
+  using R = CpuStorage<A>;
+  const auto rx = cpu_in(x), rxg = cpu_in(xg), ry = cpu_in(y), rg = cpu_in(g);
+  std::vector<R> w_res(sz(n)), w_relu(sz(n)), w_drelu(sz(n)), w_gelu(sz(n)), w_dgelu(sz(n));
+  residual_forward(cpu_ctx(), w_res.data(), rx.data(), ry.data(), n);
+  relu_forward(cpu_ctx(), w_relu.data(), rx.data(), n);
+  relu_backward(cpu_ctx(), w_drelu.data(), rg.data(), w_relu.data(), n);
+  gelu_forward(cpu_ctx(), w_gelu.data(), rxg.data(), n);
+  gelu_backward(cpu_ctx(), w_dgelu.data(), rxg.data(), rg.data(), n);
+  EXPECT_TRUE(bitwise_equal("residual", res, cpu_out<A>(w_res)));
+  EXPECT_TRUE(bitwise_equal("relu_forward", relu, cpu_out<A>(w_relu)));
+  EXPECT_TRUE(bitwise_equal("relu_backward", drelu, cpu_out<A>(w_drelu)));
+  EXPECT_TRUE(all_close("gelu_forward", gelu, cpu_out<A>(w_gelu), 1e-5 + kStorageUlp<A>, 1e-6));
+  EXPECT_TRUE(all_close("gelu_backward", dgelu, cpu_out<A>(w_dgelu), 1e-5 + kStorageUlp<A>, 1e-6));
 }
+TEST(EmuCore, Bf16PointwiseMatchCpuBackend) { check_pointwise_match_cpu_backend<bf16>(); }
+TEST(EmuCore, Fp16PointwiseMatchCpuBackend) { check_pointwise_match_cpu_backend<fp16>(); }
 
 // cast: float -> bf16 rounds to nearest even (ties included), keeps the infinities, signed zeros and subnormals and
 // overflows to infinity, exactly as the CPU backend (bitwise; NaN stays NaN, its payload being the hardware's
@@ -317,6 +340,51 @@ TEST(EmuCore, CastBothWaysEqualCpuBitForBit) {
   EXPECT_EQ(low[0].bits, 0x7fff);
   EXPECT_EQ(low[1].bits, 0x7fff);
   EXPECT_TRUE(std::isnan(back[0]) && std::isnan(back[1]));
+}
+
+// cast to and from fp16 (cuda_core.cu's cast_kernel<__half, float> and back): the CPU backend has no fp16, so the
+// reference is the host conversion hpct::to_fp16 (tensor/fp16.hpp, itself tested on its edge cases in
+// tests/unit/kernels/test_kernels_fp16.cpp): round to nearest even with ties, subnormals kept, overflow to infinity,
+// bitwise; fp16 -> float exact.
+TEST(EmuCore, Fp16CastBothWaysEqualTheHostConversionBitForBit) {
+  for (int64_t n : {int64_t{1}, int64_t{29}, int64_t{1027}}) {
+    for (int off : {0, 1}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
+      auto src = random_vector(sz(n + off), 321, -3.0, 3.0);
+      const float specials[] = {0.0f,
+                                -0.0f,
+                                INFINITY,
+                                -INFINITY,
+                                1.0f + 0x1p-11f,  // a tie: to even (1.0)
+                                1.0f + 0x3p-11f,  // a tie: to even (up)
+                                0x1p-20f,         // a subnormal of fp16
+                                0x1p-25f,         // half the smallest subnormal: a tie, to even (0)
+                                65504.0f,         // the largest finite fp16
+                                65520.0f,         // the tie above it: to infinity
+                                -1e6f};           // beyond the range: -infinity
+      for (size_t i = 0; i < std::size(specials) && i + off < src.size(); i++) src[i + off] = specials[i];
+      std::vector<fp16> low(sz(n + off), fp16{0x1234});
+      std::vector<float> back(sz(n + off), 7.0f);
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            const int64_t p1 = cu::cast_packs(n, emu_ptr(low) + off, src.data() + off);
+            EMU_LAUNCH((cu::cast_kernel<__half, float>), cu::cast_shape(n, p1), emu_ptr(low) + off, src.data() + off, n,
+                       p1);
+            const int64_t p2 = cu::cast_packs(n, back.data() + off, emu_ptr(low) + off);
+            EMU_LAUNCH((cu::cast_kernel<float, __half>), cu::cast_shape(n, p2), back.data() + off, emu_ptr(low) + off,
+                       n, p2);
+          },
+          {emu_output("fp16", low), emu_output("float", back)}));
+      std::vector<fp16> want_low(sz(n + off), fp16{0x1234});
+      std::vector<float> want_back(sz(n + off), 7.0f);
+      for (int64_t i = 0; i < n; i++) {
+        want_low[sz(i + off)] = to_fp16(src[sz(i + off)]);
+        want_back[sz(i + off)] = to_f32(want_low[sz(i + off)]);
+      }
+      EXPECT_TRUE(bitwise_equal("cast float -> fp16", low, want_low));
+      EXPECT_TRUE(bitwise_equal("cast fp16 -> float", back, want_back));
+    }
+  }
 }
 
 // ---- optimizers ---------------------------------------------------------------------------------------------------
@@ -535,18 +603,22 @@ TEST(EmuCore, LayernormBackwardAccumulates) {
   }
 }
 
-// ---- bf16 storage: embedding and LayerNorm -----------------------------------------------------------------------
-// The embedding's forward is one float addition rounded once (or a copy), its backward float sums of widened bf16 in
-// the CPU's order: bitwise equal to the CPU backend's bf16 ops.
-TEST(EmuCore, Bf16EncoderEqualsCpuBitForBit) {
+// ---- 16-bit storage (bf16, fp16): embedding and LayerNorm ---------------------------------------------------------
+// The embedding's forward is one float addition rounded once (or a copy), its backward float sums of widened 16-bit
+// values in the CPU's order: bitwise equal to the CPU backend (CpuStorage: its bf16 ops, or for fp16 its fp32 ops on
+// the widened inputs, the output rounded once).
+template <typename A>
+void check_encoder_equals_cpu_bit_for_bit() {
+  using S = EmuStorage<A>;
+  using R = CpuStorage<A>;
   const int B = 3, T = 29, C = 133, Vp = 53;
   const size_t N = sz(int64_t{B} * T);
   const auto inp = random_ints(N, 330, 0, 9);
-  const auto wte = random_bf16(sz(int64_t{Vp} * C), 331), wpe = random_bf16(sz(int64_t{T} * C), 332);
-  const auto dout = random_bf16(N * C, 333);
+  const auto wte = random_storage<A>(sz(int64_t{Vp} * C), 331), wpe = random_storage<A>(sz(int64_t{T} * C), 332);
+  const auto dout = random_storage<A>(N * C, 333);
   auto dwte = random_vector(sz(int64_t{Vp} * C), 334), dwpe = random_vector(sz(int64_t{T} * C), 335);
   auto e_dwte = dwte, e_dwpe = dwpe;
-  std::vector<bf16> out(N * C, bf16{0x4000});
+  std::vector<A> out(N * C, from_f32<A>(2.0f));
   constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
   ASSERT_TRUE(emulate_schedules(
       [&] {
@@ -554,90 +626,94 @@ TEST(EmuCore, Bf16EncoderEqualsCpuBitForBit) {
         emu_encoder_backward(e_dwte.data(), e_dwpe.data(), emu_ptr(dout), inp.data(), int64_t{0}, kUnbounded, B, T, C);
       },
       {emu_output("out", out), emu_output("dwte", e_dwte), emu_output("dwpe", e_dwpe)}));
-  std::vector<bf16> want(N * C);
-  encoder_forward(cpu_ctx(), want.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
-  encoder_backward(cpu_ctx(), dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
-  EXPECT_TRUE(bitwise_equal("encoder_forward", out, want));
+  std::vector<R> want(N * C);
+  const auto rwte = cpu_in(wte), rwpe = cpu_in(wpe), rdout = cpu_in(dout);
+  encoder_forward(cpu_ctx(), want.data(), inp.data(), rwte.data(), rwpe.data(), B, T, C);
+  encoder_backward(cpu_ctx(), dwte.data(), dwpe.data(), rdout.data(), inp.data(), B, T, C);
+  EXPECT_TRUE(bitwise_equal("encoder_forward", out, cpu_out<A>(want)));
   EXPECT_TRUE(bitwise_equal("encoder_backward dwte", e_dwte, dwte));
   EXPECT_TRUE(bitwise_equal("encoder_backward dwpe", e_dwpe, dwpe));
   // the vocabulary-parallel slice [16, 32) without wpe (tp_rank > 0)
   const int v0 = 16, Vl = 16;
-  const auto wte_local = random_bf16(sz(int64_t{Vl} * C), 336);
+  const auto wte_local = random_storage<A>(sz(int64_t{Vl} * C), 336);
   const auto inp_vp = random_ints(N, 337, 0, 48);
-  std::vector<bf16> out_vp(N * C), want_vp(N * C);
+  std::vector<A> out_vp(N * C);
+  std::vector<R> want_vp(N * C);
   std::vector<float> dwte_vp(sz(int64_t{Vl} * C), 0.5f), want_dwte_vp = dwte_vp;
   ASSERT_TRUE(emulate_schedules(
       [&] {
-        emu_encoder_forward(emu_ptr(out_vp), inp_vp.data(), emu_ptr(wte_local),
-                            static_cast<const __nv_bfloat16*>(nullptr), int64_t{v0}, int64_t{Vl}, B, T, C);
+        emu_encoder_forward(emu_ptr(out_vp), inp_vp.data(), emu_ptr(wte_local), static_cast<const S*>(nullptr),
+                            int64_t{v0}, int64_t{Vl}, B, T, C);
         emu_encoder_backward(dwte_vp.data(), nullptr, emu_ptr(dout), inp_vp.data(), int64_t{v0}, int64_t{Vl}, B, T, C);
       },
       {emu_output("out", out_vp), emu_output("dwte", dwte_vp)}));
-  encoder_forward_vocab_parallel(cpu_ctx(), want_vp.data(), inp_vp.data(), wte_local.data(),
-                                 static_cast<const bf16*>(nullptr), v0, Vl, B, T, C);
-  encoder_backward_vocab_parallel(cpu_ctx(), want_dwte_vp.data(), nullptr, dout.data(), inp_vp.data(), v0, Vl, B, T, C);
-  EXPECT_TRUE(bitwise_equal("encoder_forward_vocab_parallel", out_vp, want_vp));
+  const auto rwte_local = cpu_in(wte_local);
+  encoder_forward_vocab_parallel(cpu_ctx(), want_vp.data(), inp_vp.data(), rwte_local.data(),
+                                 static_cast<const R*>(nullptr), v0, Vl, B, T, C);
+  encoder_backward_vocab_parallel(cpu_ctx(), want_dwte_vp.data(), nullptr, rdout.data(), inp_vp.data(), v0, Vl, B, T,
+                                  C);
+  EXPECT_TRUE(bitwise_equal("encoder_forward_vocab_parallel", out_vp, cpu_out<A>(want_vp)));
   EXPECT_TRUE(bitwise_equal("encoder_backward_vocab_parallel dwte", dwte_vp, want_dwte_vp));
 }
+TEST(EmuCore, Bf16EncoderEqualsCpuBitForBit) { check_encoder_equals_cpu_bit_for_bit<bf16>(); }
+TEST(EmuCore, Fp16EncoderEqualsCpuBitForBit) { check_encoder_equals_cpu_bit_for_bit<fp16>(); }
 
-// LayerNorm in bf16 against the CPU backend's bf16 LayerNorm on the same inputs: mean, rstd, dweight and dbias are
-// float (the float tolerances); out and dinp are rounded once from float values that the two sides sum in different
-// orders (the float tolerance plus one bf16 ulp). C = 768 and 64 take the 16-byte packs (row_pack 8), 77 and a row
-// offset by one element do not.
-template <typename F>
-void emu_with_row_pack(int P, F&& f) {
-  cu::with_row_pack<__nv_bfloat16>(P, std::forward<F>(f));
-}
-
-TEST(EmuCore, Bf16LayernormMatchesCpu) {
+// LayerNorm in 16-bit storage against the CPU backend on the same inputs (CpuStorage): mean, rstd, dweight and dbias
+// are float (the float tolerances); out and dinp are rounded once from float values that the two sides sum in
+// different orders (the float tolerance plus one ulp of A). C = 768 and 64 take the 16-byte packs (row_pack 8), 77 and
+// a row offset by one element do not.
+template <typename A>
+void check_layernorm_matches_cpu() {
+  using S = EmuStorage<A>;
+  using R = CpuStorage<A>;
   struct Case {
     int N, C, off;
   };
   for (const Case s : {Case{13, 768, 0}, Case{37, 64, 0}, Case{9, 77, 0}, Case{5, 64, 1}}) {
     SCOPED_TRACE("N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + " off=" + std::to_string(s.off));
     const size_t NC = sz(int64_t{s.N} * s.C), C = sz(s.C);
-    const auto inp = random_bf16(NC + s.off, 340, -2.0, 3.0), dout = random_bf16(NC + s.off, 341);
-    const auto w = random_bf16(C + s.off, 342), b = random_bf16(C + s.off, 343);
-    auto dinp = random_bf16(NC + s.off, 344);
+    const auto inp = random_storage<A>(NC + s.off, 340, -2.0, 3.0), dout = random_storage<A>(NC + s.off, 341);
+    const auto w = random_storage<A>(C + s.off, 342), b = random_storage<A>(C + s.off, 343);
+    const auto dinp0 = random_storage<A>(NC + s.off, 344);
     auto dw = random_vector(C, 345), db = random_vector(C, 346);
-    auto e_dinp = dinp;
+    auto e_dinp = dinp0;
     auto e_dw = dw, e_db = db;
-    std::vector<bf16> out(NC + s.off, bf16{0x4000});
+    std::vector<A> out(NC + s.off, from_f32<A>(2.0f));
     std::vector<float> mean(sz(s.N), 5.0f), rstd(sz(s.N), 5.0f);
     const int o = s.off;
-    const int P = cu::row_pack<__nv_bfloat16>(s.C,
-                                              {emu_ptr(out) + o, emu_ptr(inp) + o, emu_ptr(w) + o, emu_ptr(b) + o});
+    const int P = cu::row_pack<S>(s.C, {emu_ptr(out) + o, emu_ptr(inp) + o, emu_ptr(w) + o, emu_ptr(b) + o});
     EXPECT_EQ(P, s.C % 8 == 0 && o == 0 ? 8 : 1);
     ASSERT_TRUE(emulate_schedules(
         [&] {
-          emu_with_row_pack(P, [&](auto pack) {
+          cu::with_row_pack<S>(P, [&](auto pack) {
             constexpr int kP = decltype(pack)::value;
-            EMU_LAUNCH((cu::layernorm_forward_kernel<__nv_bfloat16, kP>), cu::layernorm_rows_shape(s.N),
-                       emu_ptr(out) + o, mean.data(), rstd.data(), emu_ptr(inp) + o, emu_ptr(w) + o, emu_ptr(b) + o,
-                       s.N, s.C);
-            EMU_LAUNCH((cu::layernorm_backward_dinp_kernel<__nv_bfloat16, kP>), cu::layernorm_rows_shape(s.N),
-                       emu_ptr(e_dinp) + o, emu_ptr(dout) + o, emu_ptr(inp) + o, emu_ptr(w) + o, mean.data(),
-                       rstd.data(), s.N, s.C);
+            EMU_LAUNCH((cu::layernorm_forward_kernel<S, kP>), cu::layernorm_rows_shape(s.N), emu_ptr(out) + o,
+                       mean.data(), rstd.data(), emu_ptr(inp) + o, emu_ptr(w) + o, emu_ptr(b) + o, s.N, s.C);
+            EMU_LAUNCH((cu::layernorm_backward_dinp_kernel<S, kP>), cu::layernorm_rows_shape(s.N), emu_ptr(e_dinp) + o,
+                       emu_ptr(dout) + o, emu_ptr(inp) + o, emu_ptr(w) + o, mean.data(), rstd.data(), s.N, s.C);
           });
           EMU_LAUNCH(cu::layernorm_backward_dweight_kernel, cu::layernorm_params_shape(s.C), e_dw.data(), e_db.data(),
                      emu_ptr(dout) + o, emu_ptr(inp) + o, mean.data(), rstd.data(), s.N, s.C);
         },
         {emu_output("out", out), emu_output("mean", mean), emu_output("rstd", rstd), emu_output("dinp", e_dinp),
          emu_output("dweight", e_dw), emu_output("dbias", e_db)}));
-    std::vector<bf16> want(NC + s.off, bf16{0x4000});
+    std::vector<R> want(NC + s.off, from_f32<R>(2.0f)), dinp = cpu_in(dinp0);
     std::vector<float> want_mean(sz(s.N)), want_rstd(sz(s.N));
-    layernorm_forward(cpu_ctx(), want.data() + o, want_mean.data(), want_rstd.data(), inp.data() + o, w.data() + o,
-                      b.data() + o, s.N, s.C);
-    layernorm_backward(cpu_ctx(), dinp.data() + o, dw.data(), db.data(), dout.data() + o, inp.data() + o, w.data() + o,
-                       want_mean.data(), want_rstd.data(), s.N, s.C);
+    const auto rinp = cpu_in(inp), rdout = cpu_in(dout), rw = cpu_in(w), rb = cpu_in(b);
+    layernorm_forward(cpu_ctx(), want.data() + o, want_mean.data(), want_rstd.data(), rinp.data() + o, rw.data() + o,
+                      rb.data() + o, s.N, s.C);
+    layernorm_backward(cpu_ctx(), dinp.data() + o, dw.data(), db.data(), rdout.data() + o, rinp.data() + o,
+                       rw.data() + o, want_mean.data(), want_rstd.data(), s.N, s.C);
     EXPECT_TRUE(all_close("mean", mean, want_mean, 1e-5, 1e-6));
     EXPECT_TRUE(all_close("rstd", rstd, want_rstd, 1e-5, 1e-6));
-    EXPECT_TRUE(all_close("out", out, want, 1e-5 + kBf16Ulp, 1e-6));
-    EXPECT_TRUE(all_close("dinp", e_dinp, dinp, 1e-5 + kBf16Ulp, 1e-6));
+    EXPECT_TRUE(all_close("out", out, cpu_out<A>(want), 1e-5 + kStorageUlp<A>, 1e-6));
+    EXPECT_TRUE(all_close("dinp", e_dinp, cpu_out<A>(dinp), 1e-5 + kStorageUlp<A>, 1e-6));
     EXPECT_TRUE(all_close("dweight", e_dw, dw, 1e-6, 1e-7));
     EXPECT_TRUE(all_close("dbias", e_db, db, 1e-6, 1e-7));
   }
 }
+TEST(EmuCore, Bf16LayernormMatchesCpu) { check_layernorm_matches_cpu<bf16>(); }
+TEST(EmuCore, Fp16LayernormMatchesCpu) { check_layernorm_matches_cpu<fp16>(); }
 
 }  // namespace
 }  // namespace hpct::kernels

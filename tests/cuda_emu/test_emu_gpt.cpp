@@ -24,6 +24,9 @@
 // their last bits: the float tolerance plus one bf16 ulp (kBf16Ulp, emu_test_util.hpp). The plain cross-entropy's
 // bf16 rows take the 16-byte packs where the padded row allows (Vp a multiple of 8: P = 8) and go element by element
 // otherwise (V = Vp = 33), both run here.
+// fp16 storage (the __half instantiations): the same checks, written once over the 16-bit type; the CPU has no fp16
+// storage, so the reference is its fp32 op on the widened fp16 inputs with each stored output rounded once to fp16
+// (CpuStorage), and the added ulp is fp16's (kFp16Ulp = 2^-10, 11 significant bits).
 //
 // Shapes hit the kernels' edges: row lengths that are not multiples of 32 or of the block, a single row, one element
 // (V = Vp = 1, K = 1), a vocabulary below one warp, padded vocabularies (Vp > V), the largest row block (512 threads,
@@ -56,18 +59,22 @@ namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
 using test::cpu_ctx;
+using test::cpu_in;
+using test::cpu_out;
+using test::CpuStorage;
 using test::cross_entropy_logits;
 using test::cross_entropy_targets;
 using test::emu_output;
 using test::emu_ptr;
 using test::emulate_schedules;
 using test::EmuOutput;
-using test::kBf16Ulp;
-using test::random_bf16;
+using test::EmuStorage;
+using test::kStorageUlp;
 using test::random_ints;
+using test::random_storage;
 using test::random_vector;
 using test::sz;
-using test::to_bf16_vector;
+using test::to_storage_vector;
 
 // test_cuda_gpt.cpp's tolerances (see the header)
 constexpr double kSoftmaxRtol = 1e-5, kSoftmaxAtolRel = 1e-6;
@@ -554,39 +561,50 @@ TEST(EmuGpt, LaunchGeometry) {
 }
 
 // ==============================================================================================================
-// bf16 storage
+// 16-bit storage (bf16, fp16), each check written once over the storage type A; the CPU reference is CpuStorage<A>
+// (kernel_test_util.hpp: the CPU's bf16 ops, or for fp16 its fp32 ops on the widened inputs, outputs rounded once)
 // ==============================================================================================================
 
-// dbias of bf16 dout: float sums in double, as for float storage.
-TEST(EmuGpt, Bf16BiasGradMatchesCpuDbias) {
+// dbias of 16-bit dout: float sums in double, as for float storage.
+template <typename A>
+void check_bias_grad_matches_cpu_dbias() {
+  using R = CpuStorage<A>;
   const int N = 131, C = 20, OC = 257;
-  const auto dout = random_bf16(sz(int64_t{N} * OC), 400), inp = random_bf16(sz(int64_t{N} * C), 401);
-  const auto weight = random_bf16(sz(int64_t{OC} * C), 402);
+  const auto dout = random_storage<A>(sz(int64_t{N} * OC), 400), inp = random_storage<A>(sz(int64_t{N} * C), 401);
+  const auto weight = random_storage<A>(sz(int64_t{OC} * C), 402);
   const auto dbias0 = random_vector(sz(OC), 403);
   auto dbias = dbias0;
   ASSERT_TRUE(emulate_schedules(
       [&] { EMU_LAUNCH(cu::bias_grad_kernel, cu::bias_grad_shape(OC), dbias.data(), emu_ptr(dout), N, OC); },
       {emu_output("dbias", dbias)}));
   std::vector<float> want = dbias0, dweight(sz(int64_t{OC} * C), 0.0f);
-  matmul_backward(cpu_ctx(), static_cast<bf16*>(nullptr), dweight.data(), want.data(), dout.data(), inp.data(),
-                  weight.data(), N, C, OC);
+  const auto rdout = cpu_in(dout), rinp = cpu_in(inp), rweight = cpu_in(weight);
+  matmul_backward(cpu_ctx(), static_cast<R*>(nullptr), dweight.data(), want.data(), rdout.data(), rinp.data(),
+                  rweight.data(), N, C, OC);
   EXPECT_TRUE(all_close("dbias", dbias, want, kDoubleRtol, kDoubleAtolRel));
 }
+TEST(EmuGpt, Bf16BiasGradMatchesCpuDbias) { check_bias_grad_matches_cpu_dbias<bf16>(); }
+TEST(EmuGpt, Fp16BiasGradMatchesCpuDbias) { check_bias_grad_matches_cpu_dbias<fp16>(); }
 
-// cuda_gpt.cu's crossentropy_forward / crossentropy_forward_backward for bf16: the pack width from row_pack, then the
-// instantiation of it.
-template <bool kBackward>
-void emu_bf16_crossentropy(float* losses, std::conditional_t<kBackward, __nv_bfloat16*, const __nv_bfloat16*> logits,
-                           const int32_t* targets, float dloss, int N, int V, int Vp) {
-  const int P = cu::row_pack<__nv_bfloat16>(Vp, {logits});
-  cu::with_row_pack<__nv_bfloat16>(P, [&](auto pack) {
+// cuda_gpt.cu's crossentropy_forward / crossentropy_forward_backward for a 16-bit storage S: the pack width from
+// row_pack, then the instantiation of it.
+template <bool kBackward, typename S>
+void emu_16bit_crossentropy(float* losses, std::conditional_t<kBackward, S*, const S*> logits, const int32_t* targets,
+                            float dloss, int N, int V, int Vp) {
+  const int P = cu::row_pack<S>(Vp, {logits});
+  cu::with_row_pack<S>(P, [&](auto pack) {
     constexpr int kP = decltype(pack)::value;
-    EMU_LAUNCH((cu::crossentropy_kernel<kBackward, __nv_bfloat16, kP>), cu::row_shape(N, V, kP), losses, logits,
-               targets, dloss, V, Vp);
+    EMU_LAUNCH((cu::crossentropy_kernel<kBackward, S, kP>), cu::row_shape(N, V, kP), losses, logits, targets, dloss, V,
+               Vp);
   });
 }
 
-TEST(EmuGpt, Bf16CrossentropyMatchesCpu) {
+// The logits of cross_entropy_logits lie within a few units (far inside fp16's range); the stored dlogits, dloss times
+// a probability, reach fp16's subnormals for the smallest probabilities of the GPT-2 vocabulary, where one fp16
+// rounding errs by at most 2^-25 absolute: under the atol floor (1e-6 of the largest |dlogit| >= 1e-7).
+template <typename A>
+void check_crossentropy_matches_cpu() {
+  using S = EmuStorage<A>;
   // packs of 8 (Vp = 128, 1024, 50304) and element by element (V = Vp = 33); the GPT-2 vocabulary with padding
   const VocabShape shapes[] = {{5, 17, 128}, {4, 33, 33}, {37, 1000, 1024}, {2, 50257, 50304}};
   uint32_t seed = 410;
@@ -594,69 +612,85 @@ TEST(EmuGpt, Bf16CrossentropyMatchesCpu) {
     SCOPED_TRACE(name(s));
     const int N = s.N, V = s.V, Vp = s.Vp;
     const float dloss = 1.0f / static_cast<float>(N);
-    const auto logits = to_bf16_vector(cross_entropy_logits(N, V, Vp, seed++));
+    const auto logits = to_storage_vector<A>(cross_entropy_logits(N, V, Vp, seed++));
     const auto targets = cross_entropy_targets(N, V, seed++);
     auto losses = random_vector(sz(N), seed++, 1e3, 2e3), losses_fused = random_vector(sz(N), seed++, 1e3, 2e3);
     auto dlogits = logits;
     ASSERT_TRUE(emulate_schedules(
         [&] {
-          emu_bf16_crossentropy<false>(losses.data(), emu_ptr(logits), targets.data(), 0.0f, N, V, Vp);
-          emu_bf16_crossentropy<true>(losses_fused.data(), emu_ptr(dlogits), targets.data(), dloss, N, V, Vp);
+          emu_16bit_crossentropy<false, S>(losses.data(), emu_ptr(logits), targets.data(), 0.0f, N, V, Vp);
+          emu_16bit_crossentropy<true, S>(losses_fused.data(), emu_ptr(dlogits), targets.data(), dloss, N, V, Vp);
         },
         {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
     std::vector<float> want_losses(sz(N)), want_fused(sz(N));
-    auto want_dlogits = logits;
-    crossentropy_forward(cpu_ctx(), want_losses.data(), logits.data(), targets.data(), N, V, Vp);
+    const auto rlogits = cpu_in(logits);
+    auto want_dlogits = rlogits;
+    crossentropy_forward(cpu_ctx(), want_losses.data(), rlogits.data(), targets.data(), N, V, Vp);
     crossentropy_forward_backward(cpu_ctx(), want_fused.data(), want_dlogits.data(), targets.data(), dloss, N, V, Vp);
     EXPECT_TRUE(all_close("losses", losses, want_losses, kSoftmaxRtol, kSoftmaxAtolRel));
     EXPECT_TRUE(all_close("fused losses", losses_fused, want_fused, kSoftmaxRtol, kSoftmaxAtolRel));
-    EXPECT_TRUE(all_close("dlogits", dlogits, want_dlogits, kSoftmaxRtol + kBf16Ulp, kSoftmaxAtolRel));
+    EXPECT_TRUE(
+        all_close("dlogits", dlogits, cpu_out<A>(want_dlogits), kSoftmaxRtol + kStorageUlp<A>, kSoftmaxAtolRel));
     int64_t padded_nonzero = 0;
     for (int n = 0; n < N; n++)
       for (int v = V; v < Vp; v++) padded_nonzero += dlogits[sz(int64_t{n} * Vp + v)].bits != 0;
     EXPECT_EQ(padded_nonzero, 0) << "padded dlogits must be exactly +0";
   }
 }
+TEST(EmuGpt, Bf16CrossentropyMatchesCpu) { check_crossentropy_matches_cpu<bf16>(); }
+TEST(EmuGpt, Fp16CrossentropyMatchesCpu) { check_crossentropy_matches_cpu<fp16>(); }
 
-TEST(EmuGpt, Bf16CrossentropySmoothedMatchesCpu) {
+// Logits near 80 (row 0 of every class shifted): the softmax's max subtraction keeps exp in range; 80 is exact in both
+// 16-bit types' range.
+template <typename A>
+void check_crossentropy_smoothed_matches_cpu() {
+  using S = EmuStorage<A>;
   const int N = 33, K = 100;
   const float dloss = 0.25f, eps = 0.1f;
   auto lf = random_vector(sz(int64_t{N} * K), 420, -4.0, 4.0);
   for (int k = 0; k < K; k++) lf[sz(k)] += 80.0f;
-  const auto logits = to_bf16_vector(lf);
+  const auto logits = to_storage_vector<A>(lf);
   const auto targets = cross_entropy_targets(N, K, 421);
   std::vector<float> losses(sz(N)), losses_fused(sz(N));
   auto dlogits = logits;
   ASSERT_TRUE(emulate_schedules(
       [&] {
-        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<false, __nv_bfloat16>), cu::row_shape(N, K), losses.data(),
-                   emu_ptr(logits), targets.data(), 0.0f, eps, K);
-        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<true, __nv_bfloat16>), cu::row_shape(N, K), losses_fused.data(),
+        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<false, S>), cu::row_shape(N, K), losses.data(), emu_ptr(logits),
+                   targets.data(), 0.0f, eps, K);
+        EMU_LAUNCH((cu::crossentropy_smoothed_kernel<true, S>), cu::row_shape(N, K), losses_fused.data(),
                    emu_ptr(dlogits), targets.data(), dloss, eps, K);
       },
       {emu_output("losses", losses), emu_output("fused losses", losses_fused), emu_output("dlogits", dlogits)}));
   std::vector<float> want_losses(sz(N)), want_fused(sz(N));
-  auto want_dlogits = logits;
-  crossentropy_smoothed_forward(cpu_ctx(), want_losses.data(), logits.data(), targets.data(), eps, N, K);
+  const auto rlogits = cpu_in(logits);
+  auto want_dlogits = rlogits;
+  crossentropy_smoothed_forward(cpu_ctx(), want_losses.data(), rlogits.data(), targets.data(), eps, N, K);
   crossentropy_smoothed_forward_backward(cpu_ctx(), want_fused.data(), want_dlogits.data(), targets.data(), dloss, eps,
                                          N, K);
   EXPECT_TRUE(all_close("smoothed losses", losses, want_losses, kSoftmaxRtol, kSoftmaxAtolRel));
   EXPECT_TRUE(all_close("smoothed fused losses", losses_fused, want_fused, kSoftmaxRtol, kSoftmaxAtolRel));
-  EXPECT_TRUE(all_close("smoothed dlogits", dlogits, want_dlogits, kSoftmaxRtol + kBf16Ulp, kSoftmaxAtolRel));
+  EXPECT_TRUE(
+      all_close("smoothed dlogits", dlogits, cpu_out<A>(want_dlogits), kSoftmaxRtol + kStorageUlp<A>, kSoftmaxAtolRel));
 }
+TEST(EmuGpt, Bf16CrossentropySmoothedMatchesCpu) { check_crossentropy_smoothed_matches_cpu<bf16>(); }
+TEST(EmuGpt, Fp16CrossentropySmoothedMatchesCpu) { check_crossentropy_smoothed_matches_cpu<fp16>(); }
 
-// The three vocabulary-parallel phases on bf16 slices over t = 4 ranks (rank 2 partly padding, rank 3 padding only),
-// the statistics reduced on the host from the CPU backend's per-rank outputs, each phase against the CPU's.
-TEST(EmuGpt, Bf16CrossentropyVocabParallelMatchesCpu) {
+// The three vocabulary-parallel phases on 16-bit slices over t = 4 ranks (rank 2 partly padding, rank 3 padding
+// only), the statistics reduced on the host from the CPU backend's per-rank outputs, each phase against the CPU's.
+template <typename A>
+void check_crossentropy_vocab_parallel_matches_cpu() {
+  using R = CpuStorage<A>;
   const int N = 7, V = 700, Vp = 1024, t = 4, Vl = Vp / t;
-  const auto logits = to_bf16_vector(cross_entropy_logits(N, V, Vp, 430));
+  const auto logits = to_storage_vector<A>(cross_entropy_logits(N, V, Vp, 430));
   const auto targets = cross_entropy_targets(N, V, 431);
   const float dloss = 1.0f / static_cast<float>(N);
-  std::vector<std::vector<bf16>> slices(sz(t), std::vector<bf16>(sz(int64_t{N} * Vl)));
+  std::vector<std::vector<A>> slices(sz(t), std::vector<A>(sz(int64_t{N} * Vl)));
   for (int r = 0; r < t; r++)
     for (int n = 0; n < N; n++)
       std::memcpy(&slices[sz(r)][sz(int64_t{n} * Vl)], &logits[sz(int64_t{n} * Vp + int64_t{r} * Vl)],
-                  sizeof(bf16) * sz(Vl));
+                  sizeof(A) * sz(Vl));
+  std::vector<std::vector<R>> rslices;
+  for (const auto& slice : slices) rslices.push_back(cpu_in(slice));
   std::vector<float> gmax(sz(N), -INFINITY), gse(sz(N), 0.0f), gtl(sz(N), 0.0f);
   for (int r = 0; r < t; r++) {
     SCOPED_TRACE("max, rank " + std::to_string(r));
@@ -665,7 +699,7 @@ TEST(EmuGpt, Bf16CrossentropyVocabParallelMatchesCpu) {
     ASSERT_TRUE(emulate_schedules(
         [&] { EMU_LAUNCH(cu::vp_local_max_kernel, cu::row_shape(N, Vr), mx.data(), emu_ptr(slices[sz(r)]), Vl, Vr); },
         {emu_output("max", mx)}));
-    crossentropy_vp_local_max(cpu_ctx(), want.data(), slices[sz(r)].data(), v0, Vl, V, N);
+    crossentropy_vp_local_max(cpu_ctx(), want.data(), rslices[sz(r)].data(), v0, Vl, V, N);
     EXPECT_TRUE(bitwise_equal("vp local max", mx, want));
     for (int n = 0; n < N; n++) gmax[sz(n)] = std::max(gmax[sz(n)], want[sz(n)]);
   }
@@ -679,21 +713,22 @@ TEST(EmuGpt, Bf16CrossentropyVocabParallelMatchesCpu) {
                      gmax.data(), targets.data(), v0, Vl, Vr, V);
         },
         {emu_output("sumexp", se), emu_output("target logit", tl)}));
-    crossentropy_vp_local_sumexp(cpu_ctx(), want_se.data(), want_tl.data(), slices[sz(r)].data(), gmax.data(),
+    crossentropy_vp_local_sumexp(cpu_ctx(), want_se.data(), want_tl.data(), rslices[sz(r)].data(), gmax.data(),
                                  targets.data(), v0, Vl, V, N);
     if (v0 >= V) {
       EXPECT_TRUE(bitwise_equal("vp local sumexp (padding only)", se, want_se));
     } else {
       EXPECT_TRUE(all_close("vp local sumexp", se, want_se, kSoftmaxRtol, kSoftmaxAtolRel));
     }
-    EXPECT_TRUE(bitwise_equal("vp local target logit", tl, want_tl));  // a widened bf16 or 0
+    EXPECT_TRUE(bitwise_equal("vp local target logit", tl, want_tl));  // a widened 16-bit value or 0
     for (int n = 0; n < N; n++) gse[sz(n)] += want_se[sz(n)], gtl[sz(n)] += want_tl[sz(n)];
   }
   for (int r = 0; r < t; r++) {
     SCOPED_TRACE("loss and dlogits, rank " + std::to_string(r));
     const int v0 = r * Vl, Vr = real_columns(v0, Vl, V);
     std::vector<float> losses(sz(N), 5.0f), want_losses(sz(N));
-    auto dl = slices[sz(r)], want_dl = slices[sz(r)];
+    auto dl = slices[sz(r)];
+    auto want_dl = rslices[sz(r)];
     ASSERT_TRUE(emulate_schedules(
         [&] {
           EMU_LAUNCH(cu::vp_loss_backward_kernel, cu::row_shape(N, Vl), losses.data(), emu_ptr(dl), gmax.data(),
@@ -704,20 +739,26 @@ TEST(EmuGpt, Bf16CrossentropyVocabParallelMatchesCpu) {
                                   targets.data(), dloss, v0, Vl, V, N);
     EXPECT_TRUE(all_close("vp losses", losses, want_losses, kDoubleRtol, kDoubleAtolRel));
     if (v0 >= V) {
-      EXPECT_TRUE(bitwise_equal("vp dlogits (padding only)", dl, want_dl));
+      EXPECT_TRUE(bitwise_equal("vp dlogits (padding only)", dl, cpu_out<A>(want_dl)));
     } else {
-      EXPECT_TRUE(all_close("vp dlogits", dl, want_dl, kSoftmaxRtol + kBf16Ulp, kSoftmaxAtolRel));
+      EXPECT_TRUE(all_close("vp dlogits", dl, cpu_out<A>(want_dl), kSoftmaxRtol + kStorageUlp<A>, kSoftmaxAtolRel));
     }
   }
 }
+TEST(EmuGpt, Bf16CrossentropyVocabParallelMatchesCpu) { check_crossentropy_vocab_parallel_matches_cpu<bf16>(); }
+TEST(EmuGpt, Fp16CrossentropyVocabParallelMatchesCpu) { check_crossentropy_vocab_parallel_matches_cpu<fp16>(); }
 
-// The plain cross-entropy's pack width: 16-byte packs of bf16 where the padded row length is a multiple of 8 and the
-// logits 16-byte aligned; float rows always element by element; the block sized for the packs of a row.
-TEST(EmuGpt, Bf16RowPacks) {
+// The plain cross-entropy's pack width: 16-byte packs of bf16 or fp16 where the padded row length is a multiple of 8
+// and the logits 16-byte aligned; float rows always element by element; the block sized for the packs of a row.
+TEST(EmuGpt, RowPacksOf16BitStorage) {
   alignas(16) static const __nv_bfloat16 buf[16] = {};
   EXPECT_EQ(cu::row_pack<__nv_bfloat16>(50304, {buf}), 8);
   EXPECT_EQ(cu::row_pack<__nv_bfloat16>(33, {buf}), 1);
   EXPECT_EQ(cu::row_pack<__nv_bfloat16>(64, {buf + 1}), 1);
+  alignas(16) static const __half hbuf[16] = {};  // fp16 packs alike: 8 elements of 2 bytes
+  EXPECT_EQ(cu::row_pack<__half>(50304, {hbuf}), 8);
+  EXPECT_EQ(cu::row_pack<__half>(33, {hbuf}), 1);
+  EXPECT_EQ(cu::row_pack<__half>(64, {hbuf + 1}), 1);
   alignas(16) static const float fbuf[4] = {};
   EXPECT_EQ(cu::row_pack<float>(1024, {fbuf}), 1);
   EXPECT_EQ(cu::row_shape(3, 50257, 8).block.x, 512u);  // 6283 packs: 512 threads, ~12 packs each

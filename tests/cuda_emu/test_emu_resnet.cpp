@@ -23,6 +23,9 @@
 // values); the stored activations are rounded once from float values that may differ in their last bits (the float
 // tolerance plus one bf16 ulp, kBf16Ulp); bitwise where the float values are the same on both sides (max-pooling, the
 // avg-pool backward, the bias seed and add, the filter-gradient accumulation).
+// fp16 storage (the __half instantiations): the same checks, written once over the 16-bit type (CpuStorage: the CPU's
+// fp32 ops on the widened fp16 inputs, outputs rounded once to fp16), one fp16 ulp (kFp16Ulp = 2^-10) in place of the
+// bf16 one; the inputs stay within a few units, far inside fp16's range.
 //
 // Shapes (every CUDA thread is a fiber: small, yet at the kernels' edges): odd channel counts; planes of 1x1, 3x3,
 // 7x7 and others that are not multiples of 32, one longer than the 256-thread plane block (several x blocks); a
@@ -56,15 +59,18 @@ namespace cu = cuda;
 using test::all_close;
 using test::bitwise_equal;
 using test::cpu_ctx;
+using test::cpu_in;
+using test::cpu_out;
+using test::CpuStorage;
 using test::emu_output;
 using test::emu_ptr;
 using test::emulate_schedules;
-using test::kBf16Ulp;
-using test::random_bf16;
+using test::EmuStorage;
+using test::kStorageUlp;
 using test::random_ints;
+using test::random_storage;
 using test::random_vector;
 using test::sz;
-using test::to_bf16_vector;
 using test::to_float_vector;
 using Vec = std::vector<float>;
 
@@ -647,38 +653,46 @@ TEST(EmuResnet, LaunchShapesAtLargeSizesAreValid) {
     EXPECT_EQ(launch_problem(cu::global_avgpool_forward_shape(planes), kH100Limits), "") << planes;
 }
 
-// ---- bf16 storage ------------------------------------------------------------------------------------------------
-using BVec = std::vector<bf16>;
+// ---- 16-bit storage (bf16, fp16) ---------------------------------------------------------------------------------
+// Each check is written once over the storage type A; the CPU reference is CpuStorage<A> (kernel_test_util.hpp: the
+// CPU's bf16 ops, or for fp16, which the CPU does not store, its fp32 ops on the widened inputs with each stored output
+// rounded once to fp16); the stored activations add one ulp of A (kStorageUlp: 2^-7 for bf16, 2^-10 for fp16) to the
+// float tolerances. NaN / infinity fill the outputs before the launches (a value never written shows).
 
-// conv2d's bf16 pieces around cuDNN: the bias seed (forward: cuDNN then accumulates the convolution onto it), the add
-// (the float path's kernel on bf16: one rounding), dbias of a bf16 dout against the CPU's bf16 conv2d_backward, and
-// the fp32 accumulation of cuDNN's bf16 filter gradient (exact float additions).
-TEST(EmuResnet, Bf16ConvPieces) {
+// conv2d's 16-bit pieces around cuDNN: the bias seed (forward: cuDNN then accumulates the convolution onto it), the
+// add (the float path's kernel on 16-bit storage: one rounding), dbias of a 16-bit dout against the CPU's
+// conv2d_backward, and the fp32 accumulation of cuDNN's 16-bit filter gradient (exact float additions).
+template <typename A>
+void check_conv_pieces() {
+  using S = EmuStorage<A>;
+  using R = CpuStorage<A>;
+  using BVec = std::vector<A>;
   const int N = 2, OC = 3, OHW = 37;
   const int64_t planes = int64_t{N} * OC, len = OHW;
-  const BVec bias = random_bf16(sz(OC), 500), conv = random_bf16(sz(planes * len), 501);
-  BVec seeded(sz(planes * len), bf16{0x7f80}), added = conv;
+  const BVec bias = random_storage<A>(sz(OC), 500), conv = random_storage<A>(sz(planes * len), 501);
+  BVec seeded(sz(planes * len), from_f32<A>(INFINITY)), added = conv;
   ASSERT_TRUE(emulate_schedules(
       [&] {
-        EMU_LAUNCH((cu::plane_bias_kernel<true, __nv_bfloat16>), cu::plane_shape(planes, len), emu_ptr(seeded),
-                   emu_ptr(bias), planes, OC, len);
-        EMU_LAUNCH((cu::plane_bias_kernel<false, __nv_bfloat16>), cu::plane_shape(planes, len), emu_ptr(added),
-                   emu_ptr(bias), planes, OC, len);
+        EMU_LAUNCH((cu::plane_bias_kernel<true, S>), cu::plane_shape(planes, len), emu_ptr(seeded), emu_ptr(bias),
+                   planes, OC, len);
+        EMU_LAUNCH((cu::plane_bias_kernel<false, S>), cu::plane_shape(planes, len), emu_ptr(added), emu_ptr(bias),
+                   planes, OC, len);
       },
       {emu_output("seeded", seeded), emu_output("added", added)}));
   BVec want_seed(seeded.size()), want_add(added.size());
   for (size_t i = 0; i < seeded.size(); i++) {
-    const bf16 b = bias[sz((static_cast<int64_t>(i) / len) % OC)];
+    const A b = bias[sz((static_cast<int64_t>(i) / len) % OC)];
     want_seed[i] = b;
-    want_add[i] = to_bf16(to_f32(conv[i]) + to_f32(b));
+    want_add[i] = from_f32<A>(to_f32(conv[i]) + to_f32(b));
   }
   EXPECT_TRUE(bitwise_equal("bias seed", seeded, want_seed));
   EXPECT_TRUE(bitwise_equal("bias add", added, want_add));
 
-  // dbias of a bf16 dout, against the CPU's bf16 conv2d_backward (3x3, stride 1, pad 1 on 5x7 inputs: OHW 35)
+  // dbias of a 16-bit dout, against the CPU's conv2d_backward (3x3, stride 1, pad 1 on 5x7 inputs: OHW 35)
   const int C = 2, H = 5, W = 7, K = 3;
-  const BVec inp = random_bf16(sz(int64_t{N} * C * H * W), 502), w = random_bf16(sz(int64_t{OC} * C * K * K), 503);
-  const BVec dout = random_bf16(sz(int64_t{N} * OC * H * W), 504);
+  const BVec inp = random_storage<A>(sz(int64_t{N} * C * H * W), 502),
+             w = random_storage<A>(sz(int64_t{OC} * C * K * K), 503);
+  const BVec dout = random_storage<A>(sz(int64_t{N} * OC * H * W), 504);
   const Vec db0 = random_vector(sz(OC), 505);
   Vec dbias = db0, want_db = db0, dw(sz(int64_t{OC} * C * K * K), 0.0f);
   ASSERT_TRUE(emulate_schedules(
@@ -687,17 +701,19 @@ TEST(EmuResnet, Bf16ConvPieces) {
                    H * W);
       },
       {emu_output("dbias", dbias)}));
-  const int64_t wsf = conv2d_workspace_floats(cpu_ctx(), N, C, H, W, OC, K, K, 1, 1, DType::BF16);
+  const DType cpu_storage = std::is_same_v<R, float> ? DType::F32 : DType::BF16;
+  const int64_t wsf = conv2d_workspace_floats(cpu_ctx(), N, C, H, W, OC, K, K, 1, 1, cpu_storage);
   Vec ws(sz(std::max<int64_t>(wsf, 1)));
-  conv2d_backward(cpu_ctx(), static_cast<bf16*>(nullptr), dw.data(), want_db.data(), dout.data(), inp.data(), w.data(),
+  const auto rdout = cpu_in(dout), rinp = cpu_in(inp), rw = cpu_in(w);
+  conv2d_backward(cpu_ctx(), static_cast<R*>(nullptr), dw.data(), want_db.data(), rdout.data(), rinp.data(), rw.data(),
                   ws.data(), wsf, N, C, H, W, OC, K, K, 1, 1);
   EXPECT_TRUE(all_close("conv dbias (+=)", dbias, want_db, kRtol, kAtolRel));
 
-  // dweight += the bf16 filter gradient, packs and tail (n = 1031), aligned and not
+  // dweight += the 16-bit filter gradient, packs and tail (n = 1031), aligned and not
   for (int off : {0, 1}) {
     SCOPED_TRACE("off " + std::to_string(off));
     const int64_t n = 1031;
-    const BVec grad = random_bf16(sz(n + off), 506);
+    const BVec grad = random_storage<A>(sz(n + off), 506);
     const Vec acc0 = random_vector(sz(n + off), 507);
     Vec acc = acc0;
     ASSERT_TRUE(emulate_schedules(
@@ -710,22 +726,29 @@ TEST(EmuResnet, Bf16ConvPieces) {
         {emu_output("dweight", acc)}));
     Vec want = acc0;
     for (int64_t i = 0; i < n; i++) want[sz(i + off)] += to_f32(grad[sz(i + off)]);
-    EXPECT_TRUE(bitwise_equal("dweight += bf16 filter gradient", acc, want));
+    EXPECT_TRUE(bitwise_equal("dweight += 16-bit filter gradient", acc, want));
   }
 }
+TEST(EmuResnet, Bf16ConvPieces) { check_conv_pieces<bf16>(); }
+TEST(EmuResnet, Fp16ConvPieces) { check_conv_pieces<fp16>(); }
 
-// BatchNorm2d in bf16, every piece (single process, SyncBN forward and backward with R = 1, eval) against the CPU's.
-TEST(EmuResnet, Bf16BatchNormMatchesCpu) {
+// BatchNorm2d in 16-bit storage, every piece (single process, SyncBN forward and backward with R = 1, eval) against
+// the CPU's.
+template <typename A>
+void check_batchnorm_matches_cpu() {
+  using R = CpuStorage<A>;
+  using BVec = std::vector<A>;
+  const A nan16 = from_f32<A>(NAN);
   for (const BnShape& s : {BnShape{3, 5, 37}, BnShape{2, 3, 500}}) {
     SCOPED_TRACE(s.name());
     const int N = s.N, C = s.C, HW = s.HW;
     const int64_t planes = int64_t{N} * C;
-    const BVec inp = random_bf16(s.size(), 510, -1.0, 3.0), dout = random_bf16(s.size(), 511);
-    const BVec gamma = random_bf16(sz(C), 512, 0.5, 1.5), beta = random_bf16(sz(C), 513);
+    const BVec inp = random_storage<A>(s.size(), 510, -1.0, 3.0), dout = random_storage<A>(s.size(), 511);
+    const BVec gamma = random_storage<A>(sz(C), 512, 0.5, 1.5), beta = random_storage<A>(sz(C), 513);
     const Vec rm = random_vector(sz(C), 514), rv = random_vector(sz(C), 515, 0.2, 2.0);
     const Vec dg0 = random_vector(sz(C), 516), db0 = random_vector(sz(C), 517);
-    BVec out(s.size(), bf16{0x7fc0}), eval(s.size(), bf16{0x7fc0}), dinp(s.size(), bf16{0x7fc0});
-    BVec apply_out(s.size(), bf16{0x7fc0}), apply_dinp(s.size(), bf16{0x7fc0});
+    BVec out(s.size(), nan16), eval(s.size(), nan16), dinp(s.size(), nan16);
+    BVec apply_out(s.size(), nan16), apply_dinp(s.size(), nan16);
     Vec stats = nan_vector(3 * sz(C)), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
     Vec lstats = nan_vector(3 * sz(C)), amean = nan_vector(sz(C)), arstd = nan_vector(sz(C)),
         sums = nan_vector(2 * sz(C));
@@ -758,22 +781,23 @@ TEST(EmuResnet, Bf16BatchNormMatchesCpu) {
          emu_output("mean", mean), emu_output("rstd", rstd), emu_output("dgamma", dg), emu_output("dbeta", db),
          emu_output("sync out", apply_out), emu_output("sync dinp", apply_dinp), emu_output("sums", sums),
          emu_output("local dgamma", ldg), emu_output("local dbeta", ldb)}));
-    BVec w_out(s.size()), w_eval(s.size()), w_dinp(s.size()), w_aout(s.size()), w_adinp(s.size());
+    std::vector<R> w_out(s.size()), w_eval(s.size()), w_dinp(s.size()), w_aout(s.size()), w_adinp(s.size());
+    const auto rinp = cpu_in(inp), rdout = cpu_in(dout), rgamma = cpu_in(gamma), rbeta = cpu_in(beta);
     Vec w_stats(3 * sz(C)), w_mean(sz(C)), w_rstd(sz(C)), w_lstats(3 * sz(C)), w_amean(sz(C)), w_arstd(sz(C));
     Vec w_sums(2 * sz(C)), w_dg = dg0, w_db = db0, w_ldg = dg0, w_ldb = db0;
-    batchnorm2d_forward_train(cpu_ctx(), w_out.data(), w_stats.data(), w_mean.data(), w_rstd.data(), inp.data(),
-                              gamma.data(), beta.data(), N, C, HW, kEps);
-    batchnorm2d_backward(cpu_ctx(), w_dinp.data(), w_dg.data(), w_db.data(), dout.data(), inp.data(), w_mean.data(),
-                         w_rstd.data(), gamma.data(), N, C, HW);
-    batchnorm2d_forward_eval(cpu_ctx(), w_eval.data(), inp.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N,
-                             C, HW, kEps);
-    batchnorm2d_local_stats(cpu_ctx(), w_lstats.data(), inp.data(), N, C, HW);
-    batchnorm2d_forward_apply(cpu_ctx(), w_aout.data(), w_amean.data(), w_arstd.data(), inp.data(), gamma.data(),
-                              beta.data(), w_lstats.data(), N, C, HW, kEps);
-    batchnorm2d_backward_local_sums(cpu_ctx(), w_sums.data(), w_ldg.data(), w_ldb.data(), dout.data(), inp.data(),
+    batchnorm2d_forward_train(cpu_ctx(), w_out.data(), w_stats.data(), w_mean.data(), w_rstd.data(), rinp.data(),
+                              rgamma.data(), rbeta.data(), N, C, HW, kEps);
+    batchnorm2d_backward(cpu_ctx(), w_dinp.data(), w_dg.data(), w_db.data(), rdout.data(), rinp.data(), w_mean.data(),
+                         w_rstd.data(), rgamma.data(), N, C, HW);
+    batchnorm2d_forward_eval(cpu_ctx(), w_eval.data(), rinp.data(), rgamma.data(), rbeta.data(), rm.data(), rv.data(),
+                             N, C, HW, kEps);
+    batchnorm2d_local_stats(cpu_ctx(), w_lstats.data(), rinp.data(), N, C, HW);
+    batchnorm2d_forward_apply(cpu_ctx(), w_aout.data(), w_amean.data(), w_arstd.data(), rinp.data(), rgamma.data(),
+                              rbeta.data(), w_lstats.data(), N, C, HW, kEps);
+    batchnorm2d_backward_local_sums(cpu_ctx(), w_sums.data(), w_ldg.data(), w_ldb.data(), rdout.data(), rinp.data(),
                                     w_amean.data(), w_arstd.data(), N, C, HW);
-    batchnorm2d_backward_apply(cpu_ctx(), w_adinp.data(), dout.data(), inp.data(), w_amean.data(), w_arstd.data(),
-                               gamma.data(), w_sums.data(), int64_t{N} * HW, N, C, HW);
+    batchnorm2d_backward_apply(cpu_ctx(), w_adinp.data(), rdout.data(), rinp.data(), w_amean.data(), w_arstd.data(),
+                               rgamma.data(), w_sums.data(), int64_t{N} * HW, N, C, HW);
     EXPECT_TRUE(all_close("stats", stats, w_stats, kRtol, kAtolRel));
     EXPECT_TRUE(all_close("local stats", lstats, w_lstats, kRtol, kAtolRel));
     EXPECT_TRUE(all_close("mean", mean, w_mean, kRtol, kAtolRel));
@@ -783,27 +807,35 @@ TEST(EmuResnet, Bf16BatchNormMatchesCpu) {
     EXPECT_TRUE(all_close("sums", sums, w_sums, kRtol, kAtolRel));
     EXPECT_TRUE(all_close("local dgamma", ldg, w_ldg, kRtol, kAtolRel));
     EXPECT_TRUE(all_close("local dbeta", ldb, w_ldb, kRtol, kAtolRel));
-    EXPECT_TRUE(all_close("out", out, w_out, kRtol + kBf16Ulp, kAtolRel));
-    EXPECT_TRUE(all_close("eval", eval, w_eval, kRtol + kBf16Ulp, kAtolRel));
-    EXPECT_TRUE(all_close("dinp", dinp, w_dinp, kRtol + kBf16Ulp, kAtolRel));
-    EXPECT_TRUE(all_close("sync out", apply_out, w_aout, kRtol + kBf16Ulp, kAtolRel));
-    EXPECT_TRUE(all_close("sync dinp", apply_dinp, w_adinp, kRtol + kBf16Ulp, kAtolRel));
+    constexpr double kUlp = kStorageUlp<A>;
+    EXPECT_TRUE(all_close("out", out, cpu_out<A>(w_out), kRtol + kUlp, kAtolRel));
+    EXPECT_TRUE(all_close("eval", eval, cpu_out<A>(w_eval), kRtol + kUlp, kAtolRel));
+    EXPECT_TRUE(all_close("dinp", dinp, cpu_out<A>(w_dinp), kRtol + kUlp, kAtolRel));
+    EXPECT_TRUE(all_close("sync out", apply_out, cpu_out<A>(w_aout), kRtol + kUlp, kAtolRel));
+    EXPECT_TRUE(all_close("sync dinp", apply_dinp, cpu_out<A>(w_adinp), kRtol + kUlp, kAtolRel));
   }
 }
+TEST(EmuResnet, Bf16BatchNormMatchesCpu) { check_batchnorm_matches_cpu<bf16>(); }
+TEST(EmuResnet, Fp16BatchNormMatchesCpu) { check_batchnorm_matches_cpu<fp16>(); }
 
-// Pooling in bf16: max-pooling selects and gathers the same float values as the CPU (bitwise, indices included), the
-// avg-pool backward is one division rounded once (bitwise), the avg-pool forward a double sum rounded once.
-TEST(EmuResnet, Bf16PoolingMatchesCpu) {
+// Pooling in 16-bit storage: max-pooling selects and gathers the same float values as the CPU (bitwise, indices
+// included), the avg-pool backward is one division rounded once (bitwise), the avg-pool forward a double sum rounded
+// once.
+template <typename A>
+void check_pooling_matches_cpu() {
+  using R = CpuStorage<A>;
+  using BVec = std::vector<A>;
+  const A nan16 = from_f32<A>(NAN);
   const int N = 2, C = 3, H = 9, W = 7, K = 3, stride = 2, pad = 1;
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = int64_t{N} * C;
   // few distinct values: many ties, the first maximum in window order must win on both sides
   BVec inp(sz(planes * H * W));
   const auto ints = random_ints(inp.size(), 520, -3, 4);
-  for (size_t i = 0; i < inp.size(); i++) inp[i] = to_bf16(0.25f * static_cast<float>(ints[i]));
-  const BVec dout = random_bf16(sz(planes * OH * OW), 521), dpool = random_bf16(sz(planes), 522);
-  BVec out(sz(planes * OH * OW), bf16{0x7fc0}), dinp(inp.size(), bf16{0x7fc0}), avg(sz(planes), bf16{0x7fc0});
-  BVec davg(inp.size(), bf16{0x7fc0});
+  for (size_t i = 0; i < inp.size(); i++) inp[i] = from_f32<A>(0.25f * static_cast<float>(ints[i]));
+  const BVec dout = random_storage<A>(sz(planes * OH * OW), 521), dpool = random_storage<A>(sz(planes), 522);
+  BVec out(sz(planes * OH * OW), nan16), dinp(inp.size(), nan16), avg(sz(planes), nan16);
+  BVec davg(inp.size(), nan16);
   std::vector<int32_t> idx(out.size(), -7);
   ASSERT_TRUE(emulate_schedules(
       [&] {
@@ -818,18 +850,21 @@ TEST(EmuResnet, Bf16PoolingMatchesCpu) {
       },
       {emu_output("out", out), emu_output("idx", idx), emu_output("dinp", dinp), emu_output("avg", avg),
        emu_output("davg", davg)}));
-  BVec w_out(out.size()), w_dinp(dinp.size()), w_avg(avg.size()), w_davg(davg.size());
+  std::vector<R> w_out(out.size()), w_dinp(dinp.size()), w_avg(avg.size()), w_davg(davg.size());
   std::vector<int32_t> w_idx(idx.size());
-  maxpool2d_forward(cpu_ctx(), w_out.data(), w_idx.data(), inp.data(), N, C, H, W, K, stride, pad);
-  maxpool2d_backward(cpu_ctx(), w_dinp.data(), dout.data(), w_idx.data(), N, C, H, W, K, stride, pad);
-  global_avgpool_forward(cpu_ctx(), w_avg.data(), inp.data(), N, C, H * W);
-  global_avgpool_backward(cpu_ctx(), w_davg.data(), dpool.data(), N, C, H * W);
-  EXPECT_TRUE(bitwise_equal("maxpool out", out, w_out));
+  const auto rinp = cpu_in(inp), rdout = cpu_in(dout), rdpool = cpu_in(dpool);
+  maxpool2d_forward(cpu_ctx(), w_out.data(), w_idx.data(), rinp.data(), N, C, H, W, K, stride, pad);
+  maxpool2d_backward(cpu_ctx(), w_dinp.data(), rdout.data(), w_idx.data(), N, C, H, W, K, stride, pad);
+  global_avgpool_forward(cpu_ctx(), w_avg.data(), rinp.data(), N, C, H * W);
+  global_avgpool_backward(cpu_ctx(), w_davg.data(), rdpool.data(), N, C, H * W);
+  EXPECT_TRUE(bitwise_equal("maxpool out", out, cpu_out<A>(w_out)));
   EXPECT_TRUE(bitwise_equal("maxpool idx", idx, w_idx));
-  EXPECT_TRUE(bitwise_equal("maxpool dinp", dinp, w_dinp));
-  EXPECT_TRUE(all_close("avgpool out", avg, w_avg, kRtol + kBf16Ulp, kAtolRel));
-  EXPECT_TRUE(bitwise_equal("avgpool dinp", davg, w_davg));
+  EXPECT_TRUE(bitwise_equal("maxpool dinp", dinp, cpu_out<A>(w_dinp)));
+  EXPECT_TRUE(all_close("avgpool out", avg, cpu_out<A>(w_avg), kRtol + kStorageUlp<A>, kAtolRel));
+  EXPECT_TRUE(bitwise_equal("avgpool dinp", davg, cpu_out<A>(w_davg)));
 }
+TEST(EmuResnet, Bf16PoolingMatchesCpu) { check_pooling_matches_cpu<bf16>(); }
+TEST(EmuResnet, Fp16PoolingMatchesCpu) { check_pooling_matches_cpu<fp16>(); }
 
 }  // namespace
 }  // namespace hpct::kernels

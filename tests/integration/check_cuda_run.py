@@ -11,9 +11,13 @@
   precision train.precision on the device vs the CPU's fp32, both apps, 10 steps: every step's loss within an absolute
             0.05 for bf16 (llm.c's tolerance for its bf16 vs fp32 losses: bf16 keeps 8 significant bits, 2^-8 = 0.4%
             relative error per GEMM input, ~0.01-0.02 on a loss of 2-5 after a few steps) and 0.01 for tf32 and fp16
-            (10-bit mantissas, 8x finer); fp16 runs train.loss_scale = auto (dynamic), its scales and skipped steps are
-            reported. With --device cpu (self-test) the CPU cannot compute them: the same driver runs fp32 with a fixed
-            power-of-two scale and with dynamic scaling, which must equal the unscaled run bit for bit
+            (10-bit mantissas, 8x finer; fp16 stores every activation and activation gradient in fp16, bf16's scheme);
+            fp16 runs train.loss_scale = auto (dynamic), its scales and skipped steps are reported. fp16 storage also:
+            --plan --json says activation_dtype "f16" with 2-byte activations (half of fp32's), a second fp16 run
+            reproduces the first bit for bit, and 5 steps + checkpoint.resume=latest to 10 equal 10 straight (the loss
+            scale and its count of finite steps restored). With --device cpu (self-test) the CPU cannot compute them:
+            the same driver runs fp32 with a fixed power-of-two scale and with dynamic scaling, which must equal the
+            unscaled run bit for bit, and the restart check on fp32 with dynamic scaling
   layouts   docs/invariants.md (invariant 1) on the device. At world 1 (one GPU cannot host several NCCL ranks): train_gpt with
             ZeRO-1, 4 and 1 micro-batches instead of 8, and gradient buckets of 0.05 MiB launched after backward;
             train_resnet with ZeRO-1 and overlap off -- each vs the plain device run within 1e-5. At --world W > 1 (a multi-GPU node or a cluster:
@@ -303,6 +307,54 @@ def scenario_precision():
             if max(diffs) > atol:
                 fail(f"train_{app} {name}: a loss differs from the cpu fp32 run by {max(diffs):.3g} (should be <= "
                      f"{atol:g})")
+        if DEV == "cuda" or app == "gpt":  # the self-test exercises the driver once (the time limit of its ctest)
+            fp16_storage(app, base)
+
+
+def plan_json(app, sets):
+    """The --plan --json record of an app's deck with `sets` (reads no data for train_gpt)."""
+    exe, deck = APPS[app]
+    plan = ["--plan", "1"] if app == "gpt" else ["--plan"]  # train_gpt plans a world size, train_resnet one rank
+    cmd = [exe, deck] + plan + ["--json"] + [a for s in sets for a in ("--set", s)]
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=args.timeout, env=ENV)
+    recs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not recs:
+        fail(f"{' '.join(cmd)}: rc {p.returncode}, no JSON plan: {(p.stdout + p.stderr)[-500:]}")
+        return None
+    return recs[-1]["plan"]
+
+
+def fp16_storage(app, base):
+    """fp16 storage (bf16's scheme in fp16, CUDA only): the plan's activation type, self-reproduction and a restart.
+    With --device cpu the same checks run on fp32 with dynamic loss scaling (the CPU has no fp16)."""
+    prec = ["train.precision=fp16"] if DEV == "cuda" else ["train.precision=fp32", "train.loss_scale=dynamic"]
+    if DEV == "cuda":
+        dev = [f"train.device={DEV}"]
+        p16, p32 = plan_json(app, base + dev + prec), plan_json(app, base + dev + ["train.precision=fp32"])
+        if p16 and p32:
+            key = "activation_bytes_max_rank" if app == "gpt" else "activation_bytes"
+            print(f"  train_{app} --plan fp16: activation_dtype {p16['activation_dtype']}, {p16[key]} vs fp32's "
+                  f"{p32[key]} activation bytes", flush=True)
+            if p16["activation_dtype"] != "f16":
+                fail(f"train_{app} --plan with fp16: activation_dtype {p16['activation_dtype']!r}, should be 'f16'")
+            if not p16[key] < 0.6 * p32[key]:
+                fail(f"train_{app} --plan with fp16: {p16[key]} activation bytes, should be about half of fp32's "
+                     f"{p32[key]}")
+    sched = base + prec + ["optim.decay_steps=10", "checkpoint.at_end=true"]
+    full = train(app, f"{args.work}/fp16_{app}_full", sched)
+    again = train(app, f"{args.work}/fp16_{app}_again", sched)
+    if [full[k]["loss"] for k in sorted(full)] != [again[k]["loss"] for k in sorted(again)]:
+        fail(f"train_{app} {' '.join(prec)}: a second run does not reproduce the first bit for bit")
+    part = f"{args.work}/fp16_{app}_part"
+    train(app, part, [s for s in sched if s != "train.steps=10"] + ["train.steps=5"])
+    resumed = train(app, part, sched + ["checkpoint.resume=latest"])
+    diff = max(abs(resumed[k]["loss"] - full[k]["loss"]) / abs(full[k]["loss"]) for k in sorted(full) if k in resumed)
+    rerun = [full[k]["loss"] for k in sorted(full)] == [again[k]["loss"] for k in sorted(again)]
+    print(f"  train_{app} {' '.join(prec)}: rerun bitwise {'yes' if rerun else 'no'}; 5 + resume to 10 vs 10 "
+          f"straight: worst relative loss difference {diff:.3g}", flush=True)
+    if sorted(resumed) != sorted(full) or diff > 1e-6:
+        fail(f"train_{app} {' '.join(prec)}: 5 steps + resume differ from 10 straight by {diff:.3g} relative (should "
+             f"be <= 1e-6, bitwise expected)")
 
 
 def scenario_layouts():

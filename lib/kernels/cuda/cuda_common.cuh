@@ -3,6 +3,7 @@
 // device side (warp and block reductions, shared-memory macros) is cuda_device_common.cuh, which the emulated tests
 // compile too.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "kernels/cuda/cuda_device_common.cuh"
 #include "kernels/exec_context.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/fp16.hpp"
 
 namespace hpct::kernels::cuda {
 
@@ -20,12 +22,20 @@ inline cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaS
 
 inline dim3 to_dim3(const LaunchDim& d) { return dim3(d.x, d.y, d.z); }
 
-// The device storage type of an interface type A (kernels.hpp): float, or __nv_bfloat16 for hpct::bf16, the same 16
-// bits (cuda_device_common.cuh); dev_ptr reinterprets a pointer at the boundary between the ops and the kernels.
+// The device storage type of an interface type A (kernels.hpp): float, __nv_bfloat16 for hpct::bf16, __half for
+// hpct::fp16, each the same bits as the host type (cuda_device_common.cuh); dev_ptr reinterprets a pointer at the
+// boundary between the ops and the kernels.
 template <typename A>
-using DeviceStorage = std::conditional_t<std::is_same_v<A, bf16>, __nv_bfloat16, A>;
+using DeviceStorage =
+    std::conditional_t<std::is_same_v<A, bf16>, __nv_bfloat16, std::conditional_t<std::is_same_v<A, fp16>, __half, A>>;
 static_assert(sizeof(__nv_bfloat16) == sizeof(bf16) && alignof(__nv_bfloat16) == alignof(bf16),
               "hpct::bf16 and __nv_bfloat16 are the same 16 bits");
+static_assert(sizeof(__half) == sizeof(fp16) && alignof(__half) == alignof(fp16),
+              "hpct::fp16 and __half are the same 16 bits");
+
+// The 16-bit storage types (bf16, fp16): the tensor-core GEMMs and convolutions on the tensors as they are.
+template <typename A>
+inline constexpr bool kHalfPrecisionStorage = std::is_same_v<A, bf16> || std::is_same_v<A, fp16>;
 template <typename A>
 DeviceStorage<A>* dev_ptr(A* p) {
   return reinterpret_cast<DeviceStorage<A>*>(p);

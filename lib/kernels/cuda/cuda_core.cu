@@ -7,11 +7,11 @@
 // Legend: B batch, T time, C channels, N = B*T rows (LayerNorm: N rows of C); vocab-parallel: this rank holds the
 // embedding rows [v0, v0+Vl) of the padded vocabulary Vp.
 //
-// Storage types (kernels.hpp): the ops templated on A run for A = float and A = bf16 (instantiated at the end of this
-// file); their kernels take the device storage type S = DeviceStorage<A> (cuda_common.cuh), compute in float and round
+// Storage types (kernels.hpp): the ops templated on A run for A = float, A = bf16 and A = fp16 (instantiated at the end
+// of this file); their kernels take the device storage type S = DeviceStorage<A> (cuda_common.cuh), compute in float and round
 // each output once (cuda_device_common.cuh). Parameter gradients (dwte, dwpe, LayerNorm dweight / dbias), LayerNorm's
 // mean and rstd and every reduction stay float. The pointwise kernels move 16-byte packs where the buffers allow
-// (pointwise_packs: the same results as element by element); LayerNorm's rows read 16-byte packs of bf16 where the row
+// (pointwise_packs: the same results as element by element); LayerNorm's rows read 16-byte packs of 16-bit types where the row
 // length and alignment allow (row_pack), and float rows element by element, in the order they always have.
 //
 // Every op is asynchronous on stream_of(ctx) (null: the default stream), checks its host-side arguments and its
@@ -214,20 +214,30 @@ void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out,
 }
 
 // ---- storage-type conversions -------------------------------------------------------------------------------------
-void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n) {
-  check_count("cast (float -> bf16)", n);
+namespace {
+// dst = src converted element by element (cast_kernel: one rounding to nearest even, or exact widening).
+template <typename To, typename From>
+void launch_cast(const ExecContext& ctx, const char* op, To* dst, const From* src, int64_t n) {
+  check_count(op, n);
   if (n == 0) return;
   const int64_t packs = cast_packs(n, dst, src);
-  HPCT_LAUNCH((cast_kernel<__nv_bfloat16, float>), cast_shape(n, packs), stream_of(ctx), dev_ptr(dst), src, n, packs);
-  HPCT_CUDA_LAUNCH_CHECK("cast (float -> bf16)");
+  HPCT_LAUNCH((cast_kernel<DeviceStorage<To>, DeviceStorage<From>>), cast_shape(n, packs), stream_of(ctx), dev_ptr(dst),
+              dev_ptr(src), n, packs);
+  HPCT_CUDA_LAUNCH_CHECK(op);
 }
+}  // namespace
 
+void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n) {
+  launch_cast(ctx, "cast (float -> bf16)", dst, src, n);
+}
 void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n) {
-  check_count("cast (bf16 -> float)", n);
-  if (n == 0) return;
-  const int64_t packs = cast_packs(n, dst, src);
-  HPCT_LAUNCH((cast_kernel<float, __nv_bfloat16>), cast_shape(n, packs), stream_of(ctx), dst, dev_ptr(src), n, packs);
-  HPCT_CUDA_LAUNCH_CHECK("cast (bf16 -> float)");
+  launch_cast(ctx, "cast (bf16 -> float)", dst, src, n);
+}
+void cast(const ExecContext& ctx, fp16* dst, const float* src, int64_t n) {
+  launch_cast(ctx, "cast (float -> fp16)", dst, src, n);
+}
+void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n) {
+  launch_cast(ctx, "cast (fp16 -> float)", dst, src, n);
 }
 
 // ---- reductions and optimizers ------------------------------------------------------------------------------------
@@ -339,7 +349,7 @@ void synchronize(const ExecContext& ctx) {
   CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
 }
 
-// ---- the two storage types of the templated ops (kernels.hpp) -----------------------------------------------------
+// ---- the three storage types of the templated ops (kernels.hpp) ---------------------------------------------------
 #define HPCT_INSTANTIATE_CORE(A)                                                                                      \
   template void encoder_forward<A>(const ExecContext&, A*, const int32_t*, const A*, const A*, int, int, int);        \
   template void encoder_backward<A>(const ExecContext&, float*, float*, const A*, const int32_t*, int, int, int);     \
@@ -357,6 +367,7 @@ void synchronize(const ExecContext& ctx) {
   template void relu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);
 HPCT_INSTANTIATE_CORE(float)
 HPCT_INSTANTIATE_CORE(bf16)
+HPCT_INSTANTIATE_CORE(fp16)
 #undef HPCT_INSTANTIATE_CORE
 
 }  // namespace hpct::kernels::cuda

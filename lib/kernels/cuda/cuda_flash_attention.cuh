@@ -15,15 +15,11 @@
 // tiles, the scores, the online softmax and every accumulation are float for both; each output element is rounded
 // once to S when it is stored. The kernels are the same for both storage types but for those conversions.
 //
-// Tensor cores. These kernels run on the CUDA cores (fp32 FMAs) for both storage types, which leaves most of an H100's
-// bf16 throughput unused in attention. The two ways to the tensor cores: (1) a FlashAttention-2-style version of these
-// kernels with mma.sync m16n8k16 (bf16 inputs, fp32 accumulation) for S = q k^T and o = p v (forward) and the four
-// products of the backward, keeping this file's tiling, fixed reduction orders (no atomics) and a host twin of the
-// fragment layout for the emulation; (2) cuDNN's fused attention (the graph API's scaled-dot-product attention), tuned
-// by NVIDIA for bf16 on sm_90, at the price of a second cuDNN API besides the legacy convolutions, no host emulation in
-// CI, and a determinism of its backward that is an option to check per cuDNN version (dQ is accumulated across key
-// blocks). (1) keeps what this backend guarantees (bitwise reproducible, every kernel emulated in CI) and is what to
-// write once a GPU is at hand to check and tune it; until then the CUDA-core kernels here are the reference.
+// Tensor cores. For 16-bit storage with a head size that is a multiple of 16 (up to 128), cuda_gpt.cu runs the
+// FlashAttention-2-style mma.sync kernels of cuda_flash_attention_tc.cuh instead (same L and D, same deterministic
+// three-step backward; its header has their numerics and why they are own kernels rather than cuDNN's fused
+// attention). The kernels here serve float storage (fp32 throughout) and the other head sizes, and rowdot_kernel
+// (step 1 of the backward) serves both.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>

@@ -11,12 +11,13 @@
 // Determinism: no atomics anywhere in this group. Every reduction (the attention tiles, dbias over rows, the
 // cross-entropy sums) runs in a fixed order that depends on the shapes only, and cuBLAS GEMMs are bitwise
 // reproducible run to run on the same GPU model / toolkit / stream setup, so a run reproduces itself bit for bit.
-// Storage types (kernels.hpp): every op templated on A runs for A = float and A = bf16 (instantiated at the end of
-// this file). The kernels compute in fp32 and round each stored output once (cuda_device_common.cuh).
+// Storage types (kernels.hpp): every op templated on A runs for A = float, A = bf16 and A = fp16 (instantiated at the
+// end of this file). The kernels compute in fp32 and round each stored output once (cuda_device_common.cuh).
 //   float storage: the Linear GEMMs' arithmetic follows ctx.precision (exec_context.hpp): fp32 runs CUBLAS_COMPUTE_32F
 //     with CUBLAS_DEFAULT_MATH (no TF32); tf32 / bf16 / fp16 run CUBLAS_COMPUTE_32F_FAST_TF32 / _16BF / _16F: cuBLAS
 //     rounds the fp32 inputs to that type for the tensor cores and accumulates in fp32, C stays fp32.
-//   bf16 storage: the Linear GEMMs run through cuBLASLt (lt_gemm_rm) on the bf16 tensors as they are, with
+//   bf16 and fp16 storage (the same scheme; "bf16" below stands for either, CUDA_R_16BF or CUDA_R_16F): the Linear
+//     GEMMs run through cuBLASLt (lt_gemm_rm) on the 16-bit tensors as they are, with
 //     CUBLAS_COMPUTE_32F (bf16 products, fp32 accumulation), whatever ctx.precision: forward out (bf16) with the bias added in the
 //     epilogue in fp32 before the one rounding (CUBLASLT_EPILOGUE_BIAS); backward dinp (bf16, assigned) and dweight
 //     += in fp32 (C/D of type CUDA_R_32F with beta = 1 while A/B are bf16: the fp32 master gradient accumulates
@@ -46,6 +47,7 @@
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_flash_attention.cuh"
+#include "kernels/cuda/cuda_flash_attention_tc.cuh"
 #include "kernels/cuda/cuda_gpt_kernels.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 
@@ -121,7 +123,7 @@ void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool t
 }
 
 // ================================================================================================================
-// cuBLASLt: the GEMMs of bf16 storage
+// cuBLASLt: the GEMMs of 16-bit storage (bf16, fp16)
 // ================================================================================================================
 // The handle is the cuBLAS handle of the device (cublas_handle): a cublasHandle_t may be passed wherever cuBLASLt takes
 // a cublasLtHandle_t (cuBLAS encapsulates its Lt context), so there is one handle per device to keep. The workspace is
@@ -167,14 +169,14 @@ void lt_desc_set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
-// Column-major D (m, n) = op(A) op(B) [+ bias (m) per column] + beta C, A and B bf16 (lda, ldb), C = D of type
-// ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats.
+// Column-major D (m, n) = op(A) op(B) [+ bias (m) per column] + beta C, A, B and the bias of type abtype (CUDA_R_16BF or
+// CUDA_R_16F; lda, ldb), C = D of type ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats.
 const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
-                      const void* A, int lda, const void* B, int ldb, const void* C, cudaDataType_t ctype, int ldc,
-                      const void* bias) {
+                      cudaDataType_t abtype, const void* A, int lda, const void* B, int ldb, const void* C,
+                      cudaDataType_t ctype, int ldc, const void* bias) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  using Key = std::array<int64_t, 15>;
+  using Key = std::array<int64_t, 16>;
   thread_local std::map<Key, std::unique_ptr<LtPlan>> plans;  // never destroyed (the header comment of this section)
   const uint32_t al_a = alignment_of(A), al_b = alignment_of(B), al_c = alignment_of(C);
   const Key key{dev,
@@ -187,6 +189,7 @@ const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperatio
                 ldb,
                 ldc,
                 static_cast<int64_t>(ctype),
+                static_cast<int64_t>(abtype),
                 bias != nullptr,
                 al_a,
                 al_b,
@@ -201,12 +204,12 @@ const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperatio
   lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
   if (bias) {
     lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, abtype);
     lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // the heuristics read its alignment
   }
   const bool ta = op_a == CUBLAS_OP_T, tb = op_b == CUBLAS_OP_T;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, abtype, ta ? k : m, ta ? m : k, lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, abtype, tb ? n : k, tb ? k : n, ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, ctype, m, n, ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -231,26 +234,42 @@ const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperatio
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   CUBLAS_CHECK(rc);
   HPCT_CHECK(returned > 0,
-             "kernels::cuda: cuBLASLt offers no algorithm for the bf16 GEMM m={} n={} k={} (op_a {}, op_b {}, lda {} "
-             "ldb {} ldc {}, output {}, bias {}, alignments {} {} {} bytes); this GPU or cuBLAS cannot run bf16 "
+             "kernels::cuda: cuBLASLt offers no algorithm for the {} GEMM m={} n={} k={} (op_a {}, op_b {}, lda {} "
+             "ldb {} ldc {}, output {}, bias {}, alignments {} {} {} bytes); this GPU or cuBLAS cannot run {} "
              "storage: run with train.precision=fp32 or tf32",
-             m, n, k, static_cast<int>(op_a), static_cast<int>(op_b), lda, ldb, ldc,
-             ctype == CUDA_R_32F ? "fp32" : "bf16", bias != nullptr, al_a, al_b, al_c);
+             abtype == CUDA_R_16F ? "fp16" : "bf16", m, n, k, static_cast<int>(op_a), static_cast<int>(op_b), lda, ldb,
+             ldc, ctype == CUDA_R_32F ? "fp32" : "16-bit", bias != nullptr, al_a, al_b, al_c,
+             abtype == CUDA_R_16F ? "fp16" : "bf16");
   p->algo = result.algo;
   return *plans.emplace(key, std::move(p)).first->second;
 }
 
 // Row-major C (M, N) = op(A) (M, K) op(B) (K, N) [+ bias (N), added to every row] + beta C: gemm_rm's arguments (the
-// CPU twin's sgemm_rowmajor), on bf16 A and B, with C bf16 (CUDA_R_16BF) or float (CUDA_R_32F), through cuBLASLt on
+// CPU twin's sgemm_rowmajor), on 16-bit A and B (T = bf16 or fp16), with C of type T (CUDA_R_16BF / CUDA_R_16F) or
+// float (CUDA_R_32F), through cuBLASLt on
 // the column-major transposes as gemm_rm explains (m = N, n = M; the row-major bias per column of C is the
 // column-major bias per row of D, which is what CUBLASLT_EPILOGUE_BIAS adds).
-void lt_gemm_rm(const ExecContext& ctx, bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda,
-                const bf16* B, int ldb, float beta, void* C, cudaDataType_t ctype, int ldc, const bf16* bias) {
+// The cuBLAS data type of a 16-bit storage type, and of what lt_gemm_rm writes: T itself, or float.
+template <typename T>
+constexpr cudaDataType_t lt_data_type() {
+  static_assert(kHalfPrecisionStorage<T>, "lt_gemm_rm multiplies bf16 or fp16 tensors");
+  return std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
+}
+template <typename T, typename C_t>
+constexpr cudaDataType_t lt_output_type() {
+  static_assert(std::is_same_v<C_t, T> || std::is_same_v<C_t, float>, "lt_gemm_rm writes T or float");
+  return std::is_same_v<C_t, float> ? CUDA_R_32F : lt_data_type<T>();
+}
+
+template <typename T, typename C_t>
+void lt_gemm_rm(const ExecContext& ctx, bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda,
+                const T* B, int ldb, float beta, C_t* C, int ldc, const T* bias) {
   if (M <= 0 || N <= 0) return;
   const cudaStream_t stream = stream_of(ctx);
   const auto h = reinterpret_cast<cublasLtHandle_t>(cublas_handle(stream));
   void* workspace = lt_workspace();
-  const LtPlan& p = lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, B, ldb, A, lda, C, ctype, ldc, bias);
+  const LtPlan& p = lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, lt_data_type<T>(), B, ldb, A, lda, C,
+                            lt_output_type<T, C_t>(), ldc, bias);
   if (bias) lt_desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(h, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace,
@@ -266,14 +285,17 @@ void check_linear(const char* op, int N, int C, int OC) {
 }
 
 // ================================================================================================================
-// Attention: the flash kernels (cuda_flash_attention.cuh) and their launch helpers
+// Attention: the flash kernels (cuda_flash_attention.cuh, and on the tensor cores cuda_flash_attention_tc.cuh) and
+// their launch helpers
 // ================================================================================================================
 using flash::kMaxHS;
 using flash::kTile;
 using flash::kWarps;
 using flash::with_head_slots;
+static_assert(flash_tc::kTcMaxHS == kMaxHS, "the tensor-core kernels cover head sizes within the CUDA-core kernels'");
 
-// The flash grid (x = the B*NH heads, y = the tiles of 32 rows, cuda_flash_attention.cuh) fits the launch limits.
+// The flash grids (x = the B*NH heads, y = the tiles of 32 rows, cuda_flash_attention.cuh, or of 64 on the tensor
+// cores: fewer) fit the launch limits.
 void check_flash_grid(const char* op, int B, int T, int NH) {
   const int64_t heads = static_cast<int64_t>(B) * NH, tiles = (static_cast<int64_t>(T) + kTile - 1) / kTile;
   HPCT_CHECK(heads <= INT32_MAX && tiles <= 65535,
@@ -287,6 +309,29 @@ void check_attention(const char* op, int B, int T, int C, int NH) {
   HPCT_CHECK(C / NH <= kMaxHS, "kernels::cuda::{}: head size C/NH = {} exceeds the flash kernels' {} (C={}, NH={})", op,
              C / NH, kMaxHS, C, NH);
   HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large", op, C);
+}
+
+// mma.sync m16n8k16 with bf16 / f16 inputs needs compute capability 8.0 (the kernels compiled for an older target trap,
+// cuda_mma.cuh): asked of the current device at each op, a host-side attribute query (no synchronisation).
+bool device_has_16bit_mma() {
+  int dev = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major >= 8;
+}
+
+// The dispatch between the two flash implementations: the tensor-core kernels for a 16-bit storage type S (bf16, f16)
+// with a head size that is a multiple of 16 up to 128 (flash_tc::tc_head_size), every tensor 16-byte aligned (they
+// move 16-byte vectors), on an sm_80+ device; the CUDA-core kernels for float storage (unchanged, bit for bit) and
+// everything else. Both keep L and D as float (B,NH,T) in the natural-log convention, so a forward of one and a
+// backward of the other still pair up.
+template <typename S>
+bool attention_on_tensor_cores(int HS, std::initializer_list<const void*> ptrs) {
+  if constexpr (sizeof(S) != 2) {
+    return false;
+  } else {
+    return flash_tc::tc_head_size(HS) && flash_tc::tc_pointers_aligned(ptrs) && device_has_16bit_mma();
+  }
 }
 
 // ================================================================================================================
@@ -321,9 +366,9 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
                     int OC) {
   check_linear("matmul_forward", N, C, OC);
   if (N == 0) return;
-  if constexpr (std::is_same_v<A, bf16>) {
+  if constexpr (kHalfPrecisionStorage<A>) {
     // out (N,OC) = inp (N,C) @ weight^T + bias: the bias in the epilogue, in fp32 before the one rounding
-    lt_gemm_rm(ctx, false, true, N, OC, C, inp, C, weight, C, 0.0f, out, CUDA_R_16BF, OC, bias);
+    lt_gemm_rm(ctx, false, true, N, OC, C, inp, C, weight, C, 0.0f, out, OC, bias);
   } else {
     const cudaStream_t stream = stream_of(ctx);
     cublasHandle_t h = cublas_handle(stream);
@@ -345,9 +390,10 @@ void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
   check_linear("matmul_backward", N, C, OC);
   if (N == 0) return;  // no rows: dinp is empty, the parameter gradients receive nothing
   const cudaStream_t stream = stream_of(ctx);
-  if constexpr (std::is_same_v<A, bf16>) {
-    if (dinp) lt_gemm_rm(ctx, false, false, N, C, OC, dout, OC, weight, C, 0.0f, dinp, CUDA_R_16BF, C, nullptr);
-    lt_gemm_rm(ctx, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, CUDA_R_32F, C, nullptr);
+  if constexpr (kHalfPrecisionStorage<A>) {
+    if (dinp)
+      lt_gemm_rm(ctx, false, false, N, C, OC, dout, OC, weight, C, 0.0f, dinp, C, static_cast<const A*>(nullptr));
+    lt_gemm_rm(ctx, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C, static_cast<const A*>(nullptr));
   } else {
     cublasHandle_t h = cublas_handle(stream);
     const cublasComputeType_t compute = gemm_compute(ctx.precision);
@@ -375,6 +421,11 @@ void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
 // written exactly once (dq by the dq kernel; dk, dv by the dkv kernel): assigned. Above 48 KiB of dynamic shared
 // memory (the backward kernels from HS = 96 on, the forward at HS = 128) the shapes opt in, and HPCT_LAUNCH raises
 // the kernel's limit after checking the device's maximum (cuda_common.cuh).
+// Two implementations of the same three steps (attention_on_tensor_cores chooses): for 16-bit storage (bf16, f16) with
+// HS a multiple of 16 up to 128, aligned tensors and an sm_80+ device, the tensor-core kernels
+// (cuda_flash_attention_tc.cuh: mma.sync m16n8k16, P and dS rounded to the storage type as mma inputs, everything else
+// fp32; flash_tc::forward_tc_kernel, backward_dkv_tc_kernel, backward_dq_tc_kernel, with rowdot_kernel for D); for
+// float storage and every other head size the CUDA-core kernels above (fp32 throughout).
 // ================================================================================================================
 // The two buffers are float whatever the storage type (L and D per row: kernels.hpp).
 int64_t attention_stats_bytes(const ExecContext& /*ctx*/, int B, int T, int C, int NH, DType /*act*/) {
@@ -393,9 +444,21 @@ void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   check_flash_grid("attention_forward", B, T, NH);
-  const LaunchShape shape = flash::forward_shape(B, T, NH, HS);
   const cudaStream_t stream = stream_of(ctx);
   float* lse = static_cast<float*>(stats);  // L (B,NH,T)
+  if (attention_on_tensor_cores<S>(HS, {out, qkv})) {
+    if constexpr (sizeof(S) == 2) {
+      const LaunchShape tc_shape = flash_tc::forward_shape(B, T, NH, HS);
+      flash_tc::with_tc_head_size(HS, [&](auto head_size) {
+        constexpr int kHS = decltype(head_size)::value;
+        HPCT_LAUNCH((flash_tc::forward_tc_kernel<S, kHS>), tc_shape, stream, dev_ptr(out), lse, dev_ptr(qkv), T, C, NH,
+                    scale);
+        HPCT_CUDA_LAUNCH_CHECK("attention_forward (tensor cores)");
+      });
+    }
+    return;
+  }
+  const LaunchShape shape = flash::forward_shape(B, T, NH, HS);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
     HPCT_LAUNCH((flash::forward_kernel<S, NS>), shape, stream, dev_ptr(out), lse, dev_ptr(qkv), T, C, NH, scale);
@@ -421,6 +484,22 @@ void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A*
   HPCT_LAUNCH(flash::rowdot_kernel<S>, flash::rowdot_shape(rows), stream, dsum, dev_ptr(dout), dev_ptr(out), rows, T, C,
               NH);
   HPCT_CUDA_LAUNCH_CHECK("attention_backward (D = rowsum(dout * out))");
+  if (attention_on_tensor_cores<S>(HS, {dqkv, dout, qkv})) {
+    if constexpr (sizeof(S) == 2) {
+      const LaunchShape tc_dkv = flash_tc::backward_dkv_shape(B, T, NH, HS),
+                        tc_dq = flash_tc::backward_dq_shape(B, T, NH, HS);
+      flash_tc::with_tc_head_size(HS, [&](auto head_size) {
+        constexpr int kHS = decltype(head_size)::value;
+        HPCT_LAUNCH((flash_tc::backward_dkv_tc_kernel<S, kHS>), tc_dkv, stream, dev_ptr(dqkv), dev_ptr(dout),
+                    dev_ptr(qkv), lse, dsum, T, C, NH, scale);
+        HPCT_CUDA_LAUNCH_CHECK("attention_backward (dk, dv; tensor cores)");
+        HPCT_LAUNCH((flash_tc::backward_dq_tc_kernel<S, kHS>), tc_dq, stream, dev_ptr(dqkv), dev_ptr(dout),
+                    dev_ptr(qkv), lse, dsum, T, C, NH, scale);
+        HPCT_CUDA_LAUNCH_CHECK("attention_backward (dq; tensor cores)");
+      });
+    }
+    return;
+  }
   const LaunchShape dkv = flash::backward_dkv_shape(B, T, NH, HS), dq = flash::backward_dq_shape(B, T, NH, HS);
   const bool launched = with_head_slots(HS, [&](auto slots) {
     constexpr int NS = decltype(slots)::value;
@@ -531,7 +610,7 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_loss");
 }
 
-// ---- the two storage types of the templated ops (kernels.hpp) -----------------------------------------------------
+// ---- the three storage types of the templated ops (kernels.hpp) ---------------------------------------------------
 #define HPCT_INSTANTIATE_GPT(A)                                                                                      \
   template void matmul_forward<A>(const ExecContext&, A*, const A*, const A*, const A*, int, int, int);              \
   template void matmul_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, int, int,   \
@@ -553,6 +632,7 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
                                                  const float*, const int32_t*, float, int, int, int, int);
 HPCT_INSTANTIATE_GPT(float)
 HPCT_INSTANTIATE_GPT(bf16)
+HPCT_INSTANTIATE_GPT(fp16)
 #undef HPCT_INSTANTIATE_GPT
 
 }  // namespace hpct::kernels::cuda

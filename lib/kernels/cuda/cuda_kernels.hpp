@@ -7,14 +7,15 @@
 //   cuda_core.cu    memory helpers, reductions, scale, AdamW, SGD, residual, GELU, ReLU, embedding, LayerNorm
 //   cuda_gpt.cu     Linear (cuBLAS, cuBLASLt for bf16), attention, the cross-entropies (plain, smoothed, vocab-par.)
 //   cuda_resnet.cu  Conv2d (cuDNN), BatchNorm2d (train / SyncBN pieces / eval), max and global-average pooling
-// Storage types: the ops templated on A are instantiated for A = float and A = bf16 in the .cu files (kernels.hpp,
-// "Storage types"; docs/cuda.md, "bf16 storage on CUDA").
+// Storage types: the ops templated on A are instantiated for A = float, A = bf16 and A = fp16 in the .cu files
+// (kernels.hpp, "Storage types"; docs/cuda.md, "bf16 storage on CUDA": fp16 storage is the same scheme in __half).
 // Reference: each op must equal the CPU backend within the tolerances of tests/unit/kernels/test_cuda_*.cpp (fp32 and
 // bf16; ctest label cuda), and every own kernel runs on the host emulation in tests/cuda_emu (label emu).
 #include <cstdint>
 
 #include "kernels/exec_context.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::kernels::cuda {
@@ -175,6 +176,8 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 
 void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n);
 void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n);
+void cast(const ExecContext& ctx, fp16* dst, const float* src, int64_t n);
+void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n);
 
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes);
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes);

@@ -12,7 +12,8 @@
 // (fp32 data converted to fp16 for the tensor cores).
 // bf16 storage (A = bf16, whatever ctx.precision): x, w and y descriptors CUDNN_DATA_BFLOAT16, the convolution's
 // compute type CUDNN_DATA_FLOAT (cuDNN's PSEUDO_BFLOAT16_CONFIG: bf16 tensor-core products, fp32 accumulation),
-// CUDNN_TENSOR_OP_MATH. The filter gradient must accumulate into the fp32 master gradient, but the legacy API's
+// CUDNN_TENSOR_OP_MATH. fp16 storage (A = fp16) is the same with CUDNN_DATA_HALF (PSEUDO_HALF_CONFIG: fp16 products,
+// fp32 accumulation); "bf16" below stands for either 16-bit type. The filter gradient must accumulate into the fp32 master gradient, but the legacy API's
 // backward-filter takes dw of the type of x and dy (a bf16 x with a float dw is no supported configuration), so it
 // writes the bf16 filter gradient (beta = 0) into a scratch at the start of the workspace, and accumulate_float_kernel
 // adds it to dweight in fp32: one bf16 rounding per micro-batch of the gradient (as a bf16 autocast convolution's
@@ -155,12 +156,32 @@ cudnnMathType_t conv_math(Precision p) {
   HPCT_FAIL("conv2d: unknown precision {}", static_cast<int>(p));
 }
 
-// The math type of bf16 storage: tensor ops on the bf16 tensors as they are.
-cudnnMathType_t conv_math(Precision p, bool bf16_storage) { return bf16_storage ? CUDNN_TENSOR_OP_MATH : conv_math(p); }
+// The storage type of the tensors of a convolution: DType::F32, or a 16-bit one (BF16, F16) whose tensors cuDNN
+// multiplies as they are; the DType of an op's A.
+template <typename A>
+constexpr DType storage_of() {
+  return std::is_same_v<A, bf16> ? DType::BF16 : std::is_same_v<A, fp16> ? DType::F16 : DType::F32;
+}
+bool half_precision(DType storage) { return storage != DType::F32; }
+cudnnDataType_t cudnn_data_type(DType storage) {
+  switch (storage) {
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    case DType::F16: return CUDNN_DATA_HALF;
+    default: break;
+  }
+  HPCT_FAIL("conv2d: storage type {} is not an activation type; pass DType::F32, DType::BF16 or DType::F16",
+            dtype_name(storage));
+}
 
-ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, bool bf16_storage) {
+// The math type of 16-bit storage: tensor ops on the 16-bit tensors as they are.
+cudnnMathType_t conv_math(Precision p, DType storage) {
+  return half_precision(storage) ? CUDNN_TENSOR_OP_MATH : conv_math(p);
+}
+
+ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, DType storage) {
   ConvPlan p;
-  const cudnnDataType_t data = bf16_storage ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  const cudnnDataType_t data = cudnn_data_type(storage);
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
@@ -171,7 +192,7 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, boo
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, d.pad, d.pad, d.stride, d.stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT));
   CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, 1));
-  const cudnnMathType_t math = conv_math(precision, bf16_storage);
+  const cudnnMathType_t math = conv_math(precision, storage);
   const bool tensor_ops = math != CUDNN_FMA_MATH;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, math));  // fp32: plain fp32 FMAs, no TF32
   int on = 0, oc = 0, oh = 0, ow = 0;
@@ -211,19 +232,22 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, boo
   HPCT_CHECK(!p.fwd.empty() && !p.bwd_data.empty() && !p.bwd_filter.empty(),
              "conv2d: cuDNN offers no deterministic algorithm (math type {}, {} tensors) for N={} C={} H={} W={} OC={} "
              "{}x{} stride {} pad {} (forward {}, backward-data {}, backward-filter {} candidates){}",
-             static_cast<int>(math), bf16_storage ? "bf16" : "fp32", d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride,
-             d.pad, p.fwd.size(), p.bwd_data.size(), p.bwd_filter.size(),
-             bf16_storage ? "; this GPU or cuDNN cannot run bf16 storage: run with train.precision=fp32 or tf32" : "");
+             static_cast<int>(math), dtype_name(storage), d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad,
+             p.fwd.size(), p.bwd_data.size(), p.bwd_filter.size(),
+             half_precision(storage) ? fmt::format("; this GPU or cuDNN cannot run {} storage: run with "
+                                                   "train.precision=fp32 or tf32",
+                                                   dtype_name(storage))
+                                     : std::string());
   return p;
 }
 
 // The cached plan of this shape on the current device (built on first use; the handle must be current).
-const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, bool bf16_storage) {
+const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, DType storage) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   using Key = std::array<int, 12>;
   thread_local std::map<Key, std::unique_ptr<ConvPlan>> plans;  // descriptors never destroyed (header comment)
-  // bf16 storage ignores the precision: one plan for all of them
+  // 16-bit storage ignores the precision: one plan for all of them
   const Key key{dev,
                 d.N,
                 d.C,
@@ -234,20 +258,20 @@ const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precisio
                 d.KW,
                 d.stride,
                 d.pad,
-                bf16_storage ? -1 : static_cast<int>(precision),
-                bf16_storage};
+                half_precision(storage) ? -1 : static_cast<int>(precision),
+                static_cast<int>(storage)};
   auto it = plans.find(key);
   if (it == plans.end())
-    it = plans.emplace(key, std::make_unique<ConvPlan>(build_plan(h, d, precision, bf16_storage))).first;
+    it = plans.emplace(key, std::make_unique<ConvPlan>(build_plan(h, d, precision, storage))).first;
   return *it->second;
 }
 
-// bf16 storage: the workspace starts with the bf16 filter-gradient scratch (OC*C*KH*KW elements, rounded up to 256
-// bytes so that the algorithms' part keeps the workspace's own alignment); the algorithms get the rest. float storage:
-// no scratch.
-size_t filter_scratch_bytes(const ConvDims& d, bool bf16_storage) {
-  if (!bf16_storage) return 0;
-  const size_t bytes = static_cast<size_t>(d.OC) * d.C * d.KH * d.KW * sizeof(bf16);
+// 16-bit storage: the workspace starts with the 16-bit filter-gradient scratch (OC*C*KH*KW elements of the storage
+// type, rounded up to 256 bytes so that the algorithms' part keeps the workspace's own alignment); the algorithms get
+// the rest. float storage: no scratch.
+size_t filter_scratch_bytes(const ConvDims& d, DType storage) {
+  if (!half_precision(storage)) return 0;
+  const size_t bytes = static_cast<size_t>(d.OC) * d.C * d.KH * d.KW * dtype_size(storage);
   return (bytes + 255) / 256 * 256;
 }
 
@@ -272,23 +296,24 @@ size_t workspace_bytes(const float* workspace, int64_t workspace_floats) {
   return workspace ? static_cast<size_t>(workspace_floats) * sizeof(float) : 0;
 }
 
-// The workspace of one call split into the bf16 filter-gradient scratch and the algorithms' part
+// The workspace of one call split into the 16-bit filter-gradient scratch and the algorithms' part
 // (filter_scratch_bytes).
 struct ConvWorkspace {
-  bf16* filter_scratch;  // null for float storage
+  void* filter_scratch;  // of the 16-bit storage type; null for float storage
   void* algo;            // the algorithms' workspace
   size_t algo_bytes;
 };
 ConvWorkspace split_workspace(const char* op, float* workspace, int64_t workspace_floats, const ConvDims& d,
-                              bool bf16_storage) {
-  const size_t have = workspace_bytes(workspace, workspace_floats), scratch = filter_scratch_bytes(d, bf16_storage);
+                              DType storage) {
+  const size_t have = workspace_bytes(workspace, workspace_floats), scratch = filter_scratch_bytes(d, storage);
   if (scratch == 0) return {nullptr, workspace, have};
   HPCT_CHECK(have >= scratch,
-             "{}: bf16 storage needs a workspace of at least {} floats for the bf16 filter gradient, and the "
-             "algorithms' part after it (has {} floats); size it with conv2d_workspace_floats(..., DType::BF16)",
-             op, scratch / sizeof(float), workspace_floats);
+             "{}: {} storage needs a workspace of at least {} floats for the {} filter gradient, and the "
+             "algorithms' part after it (has {} floats); size it with conv2d_workspace_floats(..., DType::{})",
+             op, dtype_name(storage), scratch / sizeof(float), dtype_name(storage), workspace_floats,
+             storage == DType::F16 ? "F16" : "BF16");
   auto* base = reinterpret_cast<unsigned char*>(workspace);
-  return {reinterpret_cast<bf16*>(base), base + scratch, have - scratch};
+  return {base, base + scratch, have - scratch};
 }
 
 void check_bn(const char* op, int N, int C, int HW) {
@@ -300,31 +325,32 @@ void check_bn(const char* op, int N, int C, int HW) {
 // ---- Conv2d ---------------------------------------------------------------------------------------------
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, DType act) {
-  HPCT_CHECK(act == DType::F32 || act == DType::BF16,
-             "conv2d_workspace_floats: storage type {} is neither F32 nor BF16", static_cast<int>(act));
-  const bool bf16_storage = act == DType::BF16;
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
+             "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32, BF16 or F16",
+             dtype_name(act));
   const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
   const cudnnHandle_t h = cudnn_handle(stream_of(ctx));
-  const ConvPlan& p = conv_plan(h, d, ctx.precision, bf16_storage);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision, act);
   const size_t bytes = std::max({p.fwd.front().bytes, p.bwd_data.front().bytes, p.bwd_filter.front().bytes});
-  return floats_of(filter_scratch_bytes(d, bf16_storage) + bytes);
+  return floats_of(filter_scratch_bytes(d, act) + bytes);
 }
 
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   using S = DeviceStorage<A>;
-  constexpr bool kBf16 = std::is_same_v<A, bf16>;
+  constexpr DType kStorage = storage_of<A>();
+  constexpr bool k16Bit = kHalfPrecisionStorage<A>;
   const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
-  const ConvPlan& p = conv_plan(h, d, ctx.precision, kBf16);
-  const ConvWorkspace ws = split_workspace("conv2d_forward", workspace, workspace_floats, d, kBf16);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
+  const ConvWorkspace ws = split_workspace("conv2d_forward", workspace, workspace_floats, d, kStorage);
   const ConvAlgo& a = pick(p.fwd, ws.algo_bytes, "conv2d_forward", "forward", d);
   const int64_t planes = static_cast<int64_t>(N) * OC, len = static_cast<int64_t>(d.OH) * d.OW;
   const float one = 1.0f, zero = 0.0f;
-  // bf16 with a bias: the output seeded with it, the convolution accumulated onto it (one rounding; header comment)
-  const bool seed = kBf16 && bias != nullptr;
+  // 16-bit with a bias: the output seeded with it, the convolution accumulated onto it (one rounding; header comment)
+  const bool seed = k16Bit && bias != nullptr;
   if (seed) {
     HPCT_LAUNCH((plane_bias_kernel<true, S>), plane_shape(planes, len), stream, dev_ptr(out), dev_ptr(bias), planes, OC,
                 len);
@@ -345,25 +371,26 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
                      const A* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
                      int KH, int KW, int stride, int pad) {
   using S = DeviceStorage<A>;
-  constexpr bool kBf16 = std::is_same_v<A, bf16>;
+  constexpr DType kStorage = storage_of<A>();
+  constexpr bool k16Bit = kHalfPrecisionStorage<A>;
   const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
-  const ConvPlan& p = conv_plan(h, d, ctx.precision, kBf16);
-  const ConvWorkspace ws = split_workspace("conv2d_backward", workspace, workspace_floats, d, kBf16);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
+  const ConvWorkspace ws = split_workspace("conv2d_backward", workspace, workspace_floats, d, kStorage);
   const float one = 1.0f, zero = 0.0f;
-  // dweight += dout (*) inp: beta = 1 accumulates (float); bf16: into the scratch (beta = 0), then added in fp32
+  // dweight += dout (*) inp: beta = 1 accumulates (float); 16-bit: into the scratch (beta = 0), then added in fp32
   const ConvAlgo& af = pick(p.bwd_filter, ws.algo_bytes, "conv2d_backward", "backward-filter", d);
-  void* dw = kBf16 ? static_cast<void*>(ws.filter_scratch) : static_cast<void*>(dweight);
+  void* dw = k16Bit ? ws.filter_scratch : static_cast<void*>(dweight);
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(af.algo),
-                                             af.bytes ? ws.algo : nullptr, af.bytes, kBf16 ? &zero : &one, p.w, dw));
-  if constexpr (kBf16) {
+                                             af.bytes ? ws.algo : nullptr, af.bytes, k16Bit ? &zero : &one, p.w, dw));
+  if constexpr (k16Bit) {
     const int64_t n = static_cast<int64_t>(OC) * C * KH * KW;
     const int64_t packs = accumulate_packs(n, dweight, ws.filter_scratch);
-    HPCT_LAUNCH(accumulate_float_kernel<S>, accumulate_shape(n, packs), stream, dweight, dev_ptr(ws.filter_scratch), n,
-                packs);
-    HPCT_CUDA_LAUNCH_CHECK("conv2d_backward (dweight += bf16 filter gradient)");
+    HPCT_LAUNCH(accumulate_float_kernel<S>, accumulate_shape(n, packs), stream, dweight,
+                static_cast<const S*>(ws.filter_scratch), n, packs);
+    HPCT_CUDA_LAUNCH_CHECK("conv2d_backward (dweight += 16-bit filter gradient)");
   }
   // dinp = conv_transpose(dout, weight): beta = 0 assigns
   if (dinp) {
@@ -538,7 +565,7 @@ void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int
   HPCT_CUDA_LAUNCH_CHECK("global_avgpool_backward");
 }
 
-// ---- the two storage types of the templated ops (kernels.hpp) -----------------------------------------------------
+// ---- the three storage types of the templated ops (kernels.hpp) ---------------------------------------------------
 #define HPCT_INSTANTIATE_RESNET(A)                                                                                    \
   template void conv2d_forward<A>(const ExecContext&, A*, const A*, const A*, const A*, float*, int64_t, int, int,    \
                                   int, int, int, int, int, int, int);                                                 \
@@ -564,6 +591,7 @@ void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int
   template void global_avgpool_backward<A>(const ExecContext&, A*, const A*, int, int, int);
 HPCT_INSTANTIATE_RESNET(float)
 HPCT_INSTANTIATE_RESNET(bf16)
+HPCT_INSTANTIATE_RESNET(fp16)
 #undef HPCT_INSTANTIATE_RESNET
 
 }  // namespace hpct::kernels::cuda

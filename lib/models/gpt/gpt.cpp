@@ -4,6 +4,7 @@
 
 #include "core/rng.hpp"
 #include "kernels/kernels.hpp"
+#include "models/compute_copy.hpp"
 #include "models/gpt/gpt_layout.hpp"
 #include "parallel/tp_collectives.hpp"
 
@@ -172,11 +173,15 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
       layout_(local_layout(cfg, mp)),
       params_("params", device),
       grads_("grads", device),
-      compute_("params (bf16 compute copy)", device),
+      compute_(fmt::format("params ({} compute copy)", dtype_name(act)), device),
       acts_("activations", device),
       dacts_("activation_grads", device) {
   HPCT_CHECK(micro_batch >= 1, "micro_batch must be >= 1, is {}", micro_batch);
-  HPCT_CHECK(act == DType::F32 || act == DType::BF16, "GPT activations are f32 or bf16, not {}", dtype_name(act));
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
+             "GPT activations are f32, bf16 or f16, not {}", dtype_name(act));
+  HPCT_CHECK(act != DType::F16 || device == Device::CUDA,
+             "GPT with f16 activations on {}: fp16 storage is CUDA-only; use train.precision=fp32 or bf16 on the CPU",
+             device_name(device));
   HPCT_CHECK(mp.tp == 1 || (tp_comm != nullptr && tp_comm->size() == mp.tp && tp_comm->rank() == mp.tp_rank),
              "tensor parallelism needs the TP group communicator (tp = {})", mp.tp);
   validate_model_parallel(cfg, mp.tp, mp.pp, "GPT model");
@@ -297,12 +302,7 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
   }
 }
 
-void Gpt::refresh_compute_params(const ExecContext& ctx) {
-  if (act_ == DType::F32) return;
-  auto& dst = compute_.tensors();
-  const auto& src = params_.tensors();
-  for (size_t i = 0; i < src.size(); ++i) k::cast(ctx, dst[i].b16(), src[i].f32(), src[i].numel());
-}
+void Gpt::refresh_compute_params(const ExecContext& ctx) { models::refresh_compute_copy(ctx, compute_, params_); }
 
 void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
 
@@ -316,9 +316,10 @@ void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), s
 // their communicating sides appear below (the identities are named in comments). At t = 1 the calls are the serial
 // ones.
 void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act) {
-  if (act_ == DType::BF16) forward_impl<bf16>(ctx, inputs, b, static_cast<const bf16*>(in_act));
-  else
-    forward_impl<float>(ctx, inputs, b, static_cast<const float*>(in_act));
+  with_activation_type(act_, [&](auto type) {
+    using A = typename decltype(type)::type;
+    forward_impl<A>(ctx, inputs, b, static_cast<const A*>(in_act));
+  });
 }
 
 template <typename A>
@@ -406,31 +407,27 @@ const float* Gpt::vp_loss(const ExecContext& ctx, const int32_t* targets, int b,
 }
 
 const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
-  if (mp_.tp > 1)
-    return act_ == DType::BF16 ? vp_loss<bf16>(ctx, targets, b, false, 0.0f)
-                               : vp_loss<float>(ctx, targets, b, false, 0.0f);
-  const int N = b * cfg_.seq_len;
-  if (act_ == DType::BF16)
-    k::crossentropy_forward(ctx, losses_->f32(), logits_->b16(), targets, N, cfg_.vocab_size, cfg_.padded_vocab);
-  else
-    k::crossentropy_forward(ctx, losses_->f32(), logits_->f32(), targets, N, cfg_.vocab_size, cfg_.padded_vocab);
-  return losses_->f32();
+  return with_activation_type(act_, [&](auto type) {
+    using A = typename decltype(type)::type;
+    if (mp_.tp > 1) return vp_loss<A>(ctx, targets, b, false, 0.0f);
+    k::crossentropy_forward(ctx, losses_->f32(), logits_->as<A>(), targets, b * cfg_.seq_len, cfg_.vocab_size,
+                            cfg_.padded_vocab);
+    return static_cast<const float*>(losses_->f32());
+  });
 }
 
 const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b, void* din) {
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
+  // Under fp16 dloss carries the loss scale (train/loss_scaling.hpp), so the dlogits stored here and every activation
+  // gradient below are scaled: what keeps small gradients above fp16's subnormal range. The losses stay unscaled fp32.
   const int N = b * cfg_.seq_len;
-  if (mp_.tp > 1) {
-    if (act_ == DType::BF16) vp_loss<bf16>(ctx, targets, b, true, dloss);
+  with_activation_type(act_, [&](auto type) {
+    using A = typename decltype(type)::type;
+    if (mp_.tp > 1) vp_loss<A>(ctx, targets, b, true, dloss);
     else
-      vp_loss<float>(ctx, targets, b, true, dloss);
-  } else if (act_ == DType::BF16) {
-    k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->b16(), targets, dloss, N, cfg_.vocab_size,
-                                     cfg_.padded_vocab);
-  } else {
-    k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->f32(), targets, dloss, N, cfg_.vocab_size,
-                                     cfg_.padded_vocab);
-  }
+      k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->as<A>(), targets, dloss, N, cfg_.vocab_size,
+                                       cfg_.padded_vocab);
+  });
   backward(ctx, b, nullptr, din);
   return losses_->f32();
 }
@@ -441,9 +438,10 @@ void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, in
 }
 
 void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din) {
-  if (act_ == DType::BF16) backward_impl<bf16>(ctx, b, static_cast<const bf16*>(dout), static_cast<bf16*>(din));
-  else
-    backward_impl<float>(ctx, b, static_cast<const float*>(dout), static_cast<float*>(din));
+  with_activation_type(act_, [&](auto type) {
+    using A = typename decltype(type)::type;
+    backward_impl<A>(ctx, b, static_cast<const A*>(dout), static_cast<A*>(din));
+  });
 }
 
 template <typename A>

@@ -7,11 +7,12 @@
 // Gradients: parameter gradients accumulate (+=) over micro-batches (kernels.hpp convention); the
 // caller zeroes them once per optimizer step (zero_grad). Nothing here reads device data on the host.
 //
-// Storage (train.precision, docs/precision.md): the activation type A is float or bf16 (the constructor's `act`).
-// Parameters, gradients and the optimizer state are fp32 whatever A is. Under bf16 the kernels read a bf16 compute
-// copy of the parameters, cast from the fp32 masters by refresh_compute_params() once per step; every activation the
-// model keeps between forward and backward (and every activation gradient, the logits, the stored attention
-// probabilities) is bf16; LayerNorm mean and rstd, the losses and the cross-entropy statistics stay fp32.
+// Storage (train.precision, docs/precision.md): the activation type A is float, bf16 or fp16 (the constructor's `act`;
+// fp16 on CUDA only). Parameters, gradients and the optimizer state are fp32 whatever A is. Under bf16 and fp16 the
+// kernels read a compute copy of the parameters in A, cast from the fp32 masters by refresh_compute_params() once per
+// step; every activation the model keeps between forward and backward (and every activation gradient, the logits, the
+// stored attention probabilities) is of type A; LayerNorm mean and rstd, the losses and the cross-entropy statistics
+// stay fp32. Under fp16 the loss gradient dloss carries the loss scale, so the activation gradients are scaled.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -67,7 +68,7 @@ struct MemoryPlan {
   int64_t num_params = 0;         // all parameters, padding rows of wte included
   int64_t num_params_no_wpe = 0;  // N of the PaLM flop count (padding rows of wte excluded too)
   size_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0;
-  size_t compute_param_bytes = 0;    // the bf16 compute copy of the parameters (0 in fp32)
+  size_t compute_param_bytes = 0;    // the bf16 / fp16 compute copy of the parameters (0 in fp32)
   size_t activation_bytes = 0;       // forward activations kept for backward, for one micro-batch, at their stored size
   size_t activation_grad_bytes = 0;  // backward scratch (one layer at a time + residual stream)
   size_t total() const {
@@ -75,7 +76,8 @@ struct MemoryPlan {
   }
 };
 // device: the backend whose attention sizes apply (kernels.hpp: the CPU keeps T x T probabilities per head, CUDA a
-// log-sum-exp per row); the CPU's by default. act: the activation storage type (DType::F32 or DType::BF16).
+// log-sum-exp per row); the CPU's by default. act: the activation storage type (DType::F32, DType::BF16 or, with
+// device CUDA, DType::F16).
 MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU, DType act = DType::F32);
 
 // Training flops per token, PaLM count: 6 N + 12 L C T with N = parameters except the position embedding.
@@ -83,7 +85,7 @@ double flops_per_token(const GptConfig& cfg);
 
 class Gpt {
  public:
-  // act: the activation storage type, DType::F32 or DType::BF16 (the header comment).
+  // act: the activation storage type, DType::F32, DType::BF16 or (CUDA only) DType::F16 (the header comment).
   Gpt(const GptConfig& cfg, int micro_batch, Device device, DType act = DType::F32);
   // Tensor-parallel: this rank holds its shards of every tensor (models/gpt/gpt_layout.hpp) and tp_comm is
   // its TP group (size mp.tp); the conjugate collectives of parallel/tp_collectives.hpp run on it inside forward
@@ -102,7 +104,7 @@ class Gpt {
 
   // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1).
   void init_parameters(const ExecContext& ctx, uint64_t seed);
-  // Under bf16: casts the fp32 masters into the bf16 compute copy the kernels read. Call it after every change of the
+  // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp). Call it after every change of the
   // masters and before the next forward (once per step: GptStage::begin_step; evaluation and sampling call it too).
   // A no-op in fp32, where the kernels read the masters.
   void refresh_compute_params(const ExecContext& ctx);
@@ -182,10 +184,10 @@ class Gpt {
   Device device_;
   DType act_;
   std::vector<ParamSpec> layout_;
-  Slab params_, grads_, compute_, acts_, dacts_;  // compute_: the bf16 copy of params_ (empty in fp32)
-  std::vector<LayerParams> p_, g_;  // p_: the parameters the kernels read (compute_'s under bf16, else params_')
+  Slab params_, grads_, compute_, acts_, dacts_;  // compute_: the 16-bit copy of params_ (empty in fp32)
+  std::vector<LayerParams> p_, g_;  // p_: the parameters the kernels read (compute_'s under bf16 / fp16, else params_')
   std::vector<LayerActs> a_;
-  // the parameters the kernels read (compute_'s under bf16) and their gradients; null where this pipeline stage does
+  // the parameters the kernels read (compute_'s under bf16 / fp16) and their gradients; null where this pipeline stage does
   // not hold them
   Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
          *dlnfw_ = nullptr, *dlnfb_ = nullptr;

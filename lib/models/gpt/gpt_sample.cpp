@@ -23,7 +23,9 @@ std::string generate(const ExecContext& ctx, Gpt& model, const SampleOptions& sm
   const size_t prompt_len = tokens.size();
   std::vector<int32_t> window(static_cast<size_t>(T), 0);
   std::vector<float> row(static_cast<size_t>(Vp));
-  std::vector<bf16> row_b16(model.activation_dtype() == DType::BF16 ? static_cast<size_t>(Vp) : 0);
+  // the last row of the logits as stored (bf16 / f16: 2 bytes an element), widened into `row` on the host
+  const DType act = model.activation_dtype();
+  std::vector<unsigned char> row_stored(static_cast<size_t>(Vp) * dtype_size(act));
   model.refresh_compute_params(ctx);  // sampling follows the last optimizer step (a no-op in fp32)
   std::vector<std::pair<float, int>> cand(static_cast<size_t>(V));
   for (int i = 0; i < n_new; ++i) {
@@ -36,10 +38,9 @@ std::string generate(const ExecContext& ctx, Gpt& model, const SampleOptions& sm
     const Tensor& logits = model.logits();  // (1, T, Vp) of the activation type
     const size_t esize = dtype_size(logits.dtype);
     const char* last_row = static_cast<const char*>(logits.data) + static_cast<int64_t>(len - 1) * Vp * esize;
-    void* dst = row_b16.empty() ? static_cast<void*>(row.data()) : static_cast<void*>(row_b16.data());
-    k::copy_to_host(ctx, dst, last_row, static_cast<int64_t>(Vp * esize));
+    k::copy_to_host(ctx, row_stored.data(), last_row, static_cast<int64_t>(Vp * esize));
     k::synchronize(ctx);  // row is read now, window rewritten next
-    for (size_t v = 0; v < row_b16.size(); ++v) row[v] = to_f32(row_b16[v]);
+    widen_to_f32(act, row_stored.data(), row.data(), Vp);
     for (int v = 0; v < V; ++v) cand[v] = {row[v], v};
     const int kk = top_k > 0 ? std::min(top_k, V) : V;
     std::partial_sort(cand.begin(), cand.begin() + kk, cand.end(), [](auto& a, auto& b) { return a.first > b.first; });

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/rng.hpp"
 #include "kernels/kernels.hpp"
+#include "models/compute_copy.hpp"
 
 namespace hpct::resnet {
 
@@ -200,7 +202,10 @@ ResNet::Conv ResNet::make_conv(const std::string& name, int C, int OC, int H, in
   Conv c{index_of(layout_, name),       C, OC, H, W, K, stride, pad, (H + 2 * pad - K) / stride + 1,
          (W + 2 * pad - K) / stride + 1};
   const ExecContext ctx{device_, nullptr};
-  ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad, act_));
+  // A model that only plans memory (memory_plan: the CPU's sizes) may be f16, which the CPU backend has no workspace
+  // formula for: it plans bf16's, the same 2-byte elements (a CUDA run sizes its workspace on the GPU).
+  const DType ws_act = device_ == Device::CPU && act_ == DType::F16 ? DType::BF16 : act_;
+  ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad, ws_act));
   return c;
 }
 
@@ -235,14 +240,19 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
       layout_(parameter_layout(cfg)),
       params_("params", device),
       grads_("grads", device),
-      compute_("params (bf16 compute copy)", device),
+      compute_(fmt::format("params ({} compute copy)", dtype_name(act)), device),
       buffers_("bn_buffers", device),
       acts_("activations", device),
       dacts_("activation_grads", device),
       work_("conv_workspace", device) {
   cfg_.validate("ResNet");
   HPCT_CHECK(micro_batch >= 1, "micro_batch must be >= 1, is {}", micro_batch);
-  HPCT_CHECK(act == DType::F32 || act == DType::BF16, "ResNet activations are f32 or bf16, not {}", dtype_name(act));
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
+             "ResNet activations are f32, bf16 or f16, not {}", dtype_name(act));
+  HPCT_CHECK(
+      act != DType::F16 || device == Device::CUDA || !allocate,
+      "ResNet with f16 activations on {}: fp16 storage is CUDA-only; use train.precision=fp32 or bf16 on the CPU",
+      device_name(device));
   for (const auto& p : layout_) {
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
@@ -352,12 +362,7 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
   }
 }
 
-void ResNet::refresh_compute_params(const ExecContext& ctx) {
-  if (act_ == DType::F32) return;
-  auto& dst = compute_.tensors();
-  const auto& src = params_.tensors();
-  for (size_t i = 0; i < src.size(); ++i) k::cast(ctx, dst[i].b16(), src[i].f32(), src[i].numel());
-}
+void ResNet::refresh_compute_params(const ExecContext& ctx) { models::refresh_compute_copy(ctx, compute_, params_); }
 
 void ResNet::zero_grad(const ExecContext& ctx) {
   k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
@@ -425,14 +430,18 @@ void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, const A* dout,
 }
 
 void ResNet::forward(const ExecContext& ctx, const float* images, int b, bool train) {
-  if (act_ == DType::BF16) {
-    // the images arrive as fp32 (the data pipeline's type) and enter the bf16 model rounded once
-    HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
-    k::cast(ctx, images_->b16(), images, static_cast<int64_t>(b) * cfg_.in_channels * cfg_.height * cfg_.width);
-    forward_impl<bf16>(ctx, images_->b16(), b, train);
-  } else {
-    forward_impl<float>(ctx, images, b, train);
-  }
+  with_activation_type(act_, [&](auto type) {
+    using A = typename decltype(type)::type;
+    if constexpr (std::is_same_v<A, float>) {
+      forward_impl<float>(ctx, images, b, train);
+    } else {
+      // the images arrive as fp32 (the data pipeline's type) and enter the 16-bit model rounded once (normalised
+      // images are within a few units: far inside fp16's range)
+      HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
+      k::cast(ctx, images_->as<A>(), images, static_cast<int64_t>(b) * cfg_.in_channels * cfg_.height * cfg_.width);
+      forward_impl<A>(ctx, images_->as<A>(), b, train);
+    }
+  });
 }
 
 template <typename A>
@@ -479,7 +488,8 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
 }
 
 const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) {
-  return act_ == DType::BF16 ? loss_impl<bf16>(ctx, labels, b) : loss_impl<float>(ctx, labels, b);
+  return with_activation_type(act_,
+                              [&](auto type) { return loss_impl<typename decltype(type)::type>(ctx, labels, b); });
 }
 
 template <typename A>
@@ -495,9 +505,11 @@ const float* ResNet::loss_impl(const ExecContext& ctx, const int32_t* labels, in
 // Backward walks forward in reverse. Scratch: dA holds the gradient of the current block's output and becomes
 // that of its input; dB the gradient after the block's last ReLU (dsum, also the shortcut's); dC and dD alternate
 // inside the main branch (BN backward writes dC, conv backward writes dD, or dA for the block's first conv).
+// Under fp16 dloss carries the loss scale (train/loss_scaling.hpp): the activation gradients stored below are scaled.
 const float* ResNet::loss_and_backward(const ExecContext& ctx, const int32_t* labels, float dloss, int b) {
-  return act_ == DType::BF16 ? loss_and_backward_impl<bf16>(ctx, labels, dloss, b)
-                             : loss_and_backward_impl<float>(ctx, labels, dloss, b);
+  return with_activation_type(act_, [&](auto type) {
+    return loss_and_backward_impl<typename decltype(type)::type>(ctx, labels, dloss, b);
+  });
 }
 
 template <typename A>

@@ -18,10 +18,11 @@
 // 1.weight, 1.bias}, fc.{weight (K, C_last), bias (K)}. Weight decay applies to conv and fc weights only (not to
 // BatchNorm parameters or biases).
 // Buffers: every BN's running_mean and running_var (<bn name>.running_mean / .running_var), in layout order.
-// Storage (train.precision, docs/precision.md): activations of type A = float or bf16 (the constructor's `act`); under
-// bf16 the kernels read a bf16 compute copy of the parameters (refresh_compute_params(), once per step), the images
-// are rounded to bf16 on entry, and everything kept between forward and backward is bf16 except the BatchNorm
-// statistics; parameters, gradients, BN running statistics and the optimizer state stay fp32.
+// Storage (train.precision, docs/precision.md): activations of type A = float, bf16 or fp16 (the constructor's `act`;
+// fp16 on CUDA only); under bf16 and fp16 the kernels read a compute copy of the parameters in A
+// (refresh_compute_params(), once per step), the images are rounded to A on entry, and everything kept between forward
+// and backward is of type A except the BatchNorm statistics; parameters, gradients, BN running statistics and the
+// optimizer state stay fp32.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -71,14 +72,16 @@ struct MemoryPlan {
            workspace_bytes;
   }
 };
-// act: the activation storage type (DType::F32 or DType::BF16).
+// act: the activation storage type (DType::F32, DType::BF16 or DType::F16). The sizes are the CPU backend's (an f16
+// plan sizes the convolution workspace as bf16's, the CPU having no fp16 storage).
 MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act = DType::F32);
 
 class ResNet {
  public:
   // bn_group: the SyncBN group (the DP communicator) or null for per-rank BatchNorm.
   // allocate = false: plan the slabs only (memory_plan()); such a model cannot run.
-  // act: the activation storage type, DType::F32 or DType::BF16 (the header comment).
+  // act: the activation storage type, DType::F32, DType::BF16 or DType::F16 (the header comment; f16 needs device CUDA
+  // unless allocate = false).
   ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
          bool allocate = true, DType act = DType::F32);
   ResNet(const ResNet&) = delete;
@@ -90,8 +93,9 @@ class ResNet {
   // Counter-based init keyed by (seed, name, element): convs kaiming-normal (fan_out, ReLU gain, torchvision),
   // BN gamma 1 beta 0, fc weight and bias uniform(+-1/sqrt(fan_in)) (torch.nn.Linear); running var 1, mean 0.
   void init_parameters(const ExecContext& ctx, uint64_t seed);
-  // Under bf16: casts the fp32 masters into the bf16 compute copy the kernels read; call it after every change of the
-  // masters, before the next forward (ResNetStage does, once per step and before evaluation). A no-op in fp32.
+  // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp); call
+  // it after every change of the masters, before the next forward (ResNetStage does, once per step and before
+  // evaluation). A no-op in fp32.
   void refresh_compute_params(const ExecContext& ctx);
 
   // images (b, Cin, H, W) fp32 on the device, b <= micro_batch; train: batch statistics (and running-stat update).
@@ -164,14 +168,15 @@ class ResNet {
   DType act_;
   comm::Communicator* bn_group_;
   std::vector<ParamSpec> layout_;
-  Slab params_, grads_, compute_, buffers_, acts_, dacts_, work_;  // compute_: bf16 copy of params_ (empty in fp32)
+  Slab params_, grads_, compute_, buffers_, acts_, dacts_, work_;  // compute_: 16-bit copy of params_ (empty in fp32)
   Conv stem_conv_;
   Bn stem_bn_;
   bool stem_pool_ = false;  // imagenet: 3x3 stride-2 max-pool after the stem
   int pool_C_ = 0, pool_H_ = 0, pool_W_ = 0, pool_OH_ = 0, pool_OW_ = 0;
   std::vector<Block> blocks_;
   Tensor *x0c_, *x0b_, *x0p_ = nullptr, *pool_idx_ = nullptr, *pooled_, *logits_, *losses_, *ws_;
-  Tensor* images_ = nullptr;                 // (B, Cin, H, W) bf16: the images rounded on entry (bf16 only)
+  Tensor* images_ = nullptr;                 // (B, Cin, H, W) of the 16-bit activation type: the images rounded on
+                                             // entry (bf16 and fp16 only)
   Tensor *dA_, *dB_, *dC_, *dD_, *dpooled_;  // backward scratch: the largest activation, several
   const void* last_images_ = nullptr;        // (B, Cin, H, W) of the last forward, of the activation type (the
                                              // stem's weight gradient)

@@ -33,7 +33,7 @@ ResNetStage::ResNetStage(const ExecContext& ctx, ResNet& model, ImageFill fill, 
   io_.allocate();
   img_host_.assign(static_cast<size_t>(MB_ * D_), 0.0f);
   logits_host_.assign(static_cast<size_t>(MB_) * K_, 0.0f);
-  if (model.activation_dtype() == DType::BF16) logits_b16_.assign(logits_host_.size(), bf16{0});
+  logits_stored_.assign(logits_host_.size() * dtype_size(model.activation_dtype()), 0);
   lab_host_.assign(static_cast<size_t>(MB_), 0);
 }
 
@@ -49,14 +49,12 @@ void ResNetStage::stage_in_and_forward(int b, bool train) {
   k::copy_from_host(ctx_, lab_dev_->data, lab_host_.data(), static_cast<int64_t>(b) * 4);
   model_.forward(ctx_, img_dev_->f32(), b, train);
   const Tensor& logits = model_.logits();
-  void* dst = logits_b16_.empty() ? static_cast<void*>(logits_host_.data()) : static_cast<void*>(logits_b16_.data());
-  k::copy_to_host(ctx_, dst, logits.data,
+  k::copy_to_host(ctx_, logits_stored_.data(), logits.data,
                   static_cast<int64_t>(b) * K_ * static_cast<int64_t>(dtype_size(logits.dtype)));
 }
 
 const float* ResNetStage::host_logits(int b) {
-  for (size_t i = 0; i < logits_b16_.size() && i < static_cast<size_t>(b) * K_; ++i)
-    logits_host_[i] = to_f32(logits_b16_[i]);
+  widen_to_f32(model_.activation_dtype(), logits_stored_.data(), logits_host_.data(), static_cast<int64_t>(b) * K_);
   return logits_host_.data();
 }
 

@@ -59,7 +59,7 @@ class ResNetStage final : public parallel::PipelineStage {
   Tensor *img_dev_ = nullptr, *lab_dev_ = nullptr, *sum_dev_ = nullptr;  // (MB, C, H, W), (MB), (1)
   std::vector<float> img_host_, logits_host_;                            // (MB, C, H, W), (MB, K)
   std::vector<int32_t> lab_host_;                                        // (MB)
-  std::vector<bf16> logits_b16_;  // (MB, K): the logits' copy under bf16 (empty in fp32)
+  std::vector<unsigned char> logits_stored_;  // (MB, K) logits as the model stores them (f32, bf16 or f16), host copy
 };
 
 }  // namespace hpct::resnet

@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the kernel tests: seeded random data (never all zeros) and an all-close check that reports
-// the worst element, so that a failure says where and by how much; bf16 vectors (random, rounded, widened) for the
-// tests of the bf16 storage type, which all_close and bitwise_equal accept as well.
+// the worst element, so that a failure says where and by how much; bf16 and fp16 vectors (random, rounded, widened) for
+// the tests of the 16-bit storage types, which all_close and bitwise_equal accept as well.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,10 +10,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/exec_context.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/fp16.hpp"
 
 namespace hpct::kernels::test {
 
@@ -31,6 +33,7 @@ double value_of(T x) {
   return static_cast<double>(x);
 }
 inline double value_of(bf16 x) { return static_cast<double>(to_f32(x)); }
+inline double value_of(fp16 x) { return static_cast<double>(to_f32(x)); }
 
 // Bitwise equality (NaN payloads and -0.0 included), naming the first difference.
 template <typename T>
@@ -107,6 +110,51 @@ inline std::vector<float> round_to_bf16(const std::vector<float>& v) { return to
 
 // Relative rounding error of one float -> bf16 rounding (8-bit significand, round to nearest): 2^-8.
 inline constexpr double kBf16Rounding = 1.0 / 256.0;
+
+// ---- fp16 (CUDA only: the CPU backend has no fp16 storage) ----------------------------------------------------
+inline std::vector<fp16> to_fp16_vector(const std::vector<float>& v) {
+  std::vector<fp16> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = to_fp16(v[i]);
+  return out;
+}
+inline std::vector<float> to_float_vector(const std::vector<fp16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = to_f32(v[i]);
+  return out;
+}
+
+// ---- either 16-bit storage type A (bf16, fp16), for tests written once over A ----------------------------------
+// Each float rounded to A (nearest even).
+template <typename A>
+std::vector<A> to_storage_vector(const std::vector<float>& v) {
+  std::vector<A> out(v.size());
+  for (size_t i = 0; i < v.size(); i++) out[i] = from_f32<A>(v[i]);
+  return out;
+}
+// Uniform in [lo, hi) as random_vector, rounded to A: a kernel's input (keep |values| well inside fp16's 65504).
+template <typename A>
+std::vector<A> random_storage(size_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  return to_storage_vector<A>(random_vector(n, seed, lo, hi));
+}
+
+// The CPU backend as the reference of an op on storage A. bf16: the CPU's own bf16 op (CpuStorage<bf16> = bf16:
+// cpu_in and cpu_out pass the vectors through). fp16, which the CPU does not store: the CPU's fp32 op on the inputs
+// widened exactly (cpu_in), its outputs rounded once to fp16 (cpu_out): what an fp16 kernel computes, fp32 inside and
+// one rounding per stored value. A reference written over CpuStorage<A> serves both.
+template <typename A>
+using CpuStorage = std::conditional_t<std::is_same_v<A, fp16>, float, A>;
+template <typename A>
+std::vector<CpuStorage<A>> cpu_in(const std::vector<A>& v) {
+  if constexpr (std::is_same_v<A, fp16>) return to_float_vector(v);
+  else
+    return v;
+}
+template <typename A>
+std::vector<A> cpu_out(const std::vector<CpuStorage<A>>& v) {
+  if constexpr (std::is_same_v<A, fp16>) return to_fp16_vector(v);
+  else
+    return v;
+}
 
 template <typename T>
 double max_abs(const T* x, size_t n) {

@@ -699,14 +699,17 @@ TEST(CudaGpt, CrossentropyVocabParallelMatchesSerial) {
 // bf16 storage
 // ==============================================================================================================
 
-// Linear in bf16 through cuBLASLt, against exact values computed in double from the same bf16 values. The bf16 x bf16
-// products are exact in fp32; what remains is the fp32 accumulation of K products (tensor cores add groups of products
-// with one alignment, which may truncate: up to 2 fp32 ulps per addition, (2K + 4) 2^-24 sum |a b| with a margin), and
-// for the bf16 outputs (out with its bias, dinp) one rounding to nearest, 2^-8 of the value. dweight accumulates in
-// fp32 onto its old value (2^-23 of it). One case starts the input one element (2 bytes) into its buffer: cuBLASLt's
-// heuristics must choose an algorithm for that alignment (lt_plan tells them the real one).
-TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
-  HPCT_REQUIRE_GPU();
+// Linear in 16-bit storage A (bf16, fp16) through cuBLASLt, against exact values computed in double from the same
+// 16-bit values. The 16-bit products are exact in fp32 (8 + 8 or 11 + 11 significant bits <= 24); what remains is the
+// fp32 accumulation of K products (tensor cores add groups of products with one alignment, which may truncate: up to 2
+// fp32 ulps per addition, (2K + 4) 2^-24 sum |a b| with a margin), and for the 16-bit outputs (out with its bias, dinp)
+// one rounding to nearest, u = 2^-8 (bf16) or 2^-11 (fp16) of the value. dweight accumulates in fp32 onto its old value
+// (2^-23 of it). One case starts the input one element (2 bytes) into its buffer: cuBLASLt's heuristics must choose an
+// algorithm for that alignment (lt_plan tells them the real one). The values are within [-1, 1): no fp16 overflow.
+template <typename A>
+void check_matmul_through_cublaslt_within_rounding_bounds() {
+  using R = test::CpuStorage<A>;
+  const double u = std::is_same_v<A, fp16> ? 0x1p-11 : 0x1p-8;  // the unit roundoff of A
   struct Case {
     int N, C, OC, off;
   };
@@ -714,9 +717,10 @@ TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
   for (const Case& k : {Case{37, 45, 29, 0}, Case{131, 200, 257, 0}, Case{253, 256, 768, 0}, Case{64, 64, 96, 1}}) {
     const int N = k.N, C = k.C, OC = k.OC, off = k.off;
     SCOPED_TRACE(name(LinearShape{N, C, OC}) + (off ? " inp unaligned" : ""));
-    const auto inp_buf = random_bf16(sz(int64_t{N} * C + off), seed++);
-    const auto weight = random_bf16(sz(int64_t{OC} * C), seed++), bias = random_bf16(sz(OC), seed++);
-    const auto dout = random_bf16(sz(int64_t{N} * OC), seed++);
+    const auto inp_buf = test::random_storage<A>(sz(int64_t{N} * C + off), seed++);
+    const auto weight = test::random_storage<A>(sz(int64_t{OC} * C), seed++),
+               bias = test::random_storage<A>(sz(OC), seed++);
+    const auto dout = test::random_storage<A>(sz(int64_t{N} * OC), seed++);
     const auto dweight0 = random_vector(sz(int64_t{OC} * C), seed++), dbias0 = random_vector(sz(OC), seed++);
     const auto in32 = to_float_vector(inp_buf), w32 = to_float_vector(weight), b32 = to_float_vector(bias),
                g32 = to_float_vector(dout);
@@ -732,7 +736,7 @@ TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
         }
         const double x = acc + b32[sz(o)], e = acc_bound(C, ap) + 0x1p-23 * std::fabs(b32[sz(o)]);
         out_x[sz(int64_t{n} * OC + o)] = x;
-        out_b[sz(int64_t{n} * OC + o)] = e * (1 + 0x1p-8) + 0x1p-8 * std::fabs(x);
+        out_b[sz(int64_t{n} * OC + o)] = e * (1 + u) + u * std::fabs(x);
       }
     std::vector<double> dinp_x(sz(int64_t{N} * C)), dinp_b(dinp_x.size());
     for (int n = 0; n < N; n++)
@@ -743,7 +747,7 @@ TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
           acc += a * b, ap += std::fabs(a * b);
         }
         dinp_x[sz(int64_t{n} * C + c)] = acc;
-        dinp_b[sz(int64_t{n} * C + c)] = acc_bound(OC, ap) * (1 + 0x1p-8) + 0x1p-8 * std::fabs(acc);
+        dinp_b[sz(int64_t{n} * C + c)] = acc_bound(OC, ap) * (1 + u) + u * std::fabs(acc);
       }
     std::vector<double> dw_x(sz(int64_t{OC} * C)), dw_b(dw_x.size());
     for (int o = 0; o < OC; o++)
@@ -758,21 +762,30 @@ TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
         dw_b[sz(int64_t{o} * C + c)] = acc_bound(N, ap) + 0x1p-23 * std::fabs(w0);
       }
 
-    DeviceBuffer<bf16> d_inp(inp_buf), d_weight(weight), d_bias(bias), d_dout(dout);
-    DeviceBuffer<bf16> d_out(out_x.size()), d_dinp(dinp_x.size());
+    DeviceBuffer<A> d_inp(inp_buf), d_weight(weight), d_bias(bias), d_dout(dout);
+    DeviceBuffer<A> d_out(out_x.size()), d_dinp(dinp_x.size());
     DeviceBuffer<float> d_dw(dweight0), d_db(dbias0);
     matmul_forward(gpu_ctx(), d_out.get(), d_inp.get() + off, d_weight.get(), d_bias.get(), N, C, OC);
     matmul_backward(gpu_ctx(), d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get() + off, d_weight.get(), N,
                     C, OC);
-    EXPECT_TRUE(test::within_bounds("bf16 matmul_forward out", to_float_vector(d_out.download()), out_x, out_b));
-    EXPECT_TRUE(test::within_bounds("bf16 matmul_backward dinp", to_float_vector(d_dinp.download()), dinp_x, dinp_b));
-    EXPECT_TRUE(test::within_bounds("bf16 matmul_backward dweight (+=)", d_dw.download(), dw_x, dw_b));
-    // dbias: the CPU's, float sums in double of the same bf16 values
+    EXPECT_TRUE(test::within_bounds("16-bit matmul_forward out", to_float_vector(d_out.download()), out_x, out_b));
+    EXPECT_TRUE(test::within_bounds("16-bit matmul_backward dinp", to_float_vector(d_dinp.download()), dinp_x, dinp_b));
+    EXPECT_TRUE(test::within_bounds("16-bit matmul_backward dweight (+=)", d_dw.download(), dw_x, dw_b));
+    // dbias: the CPU's, float sums in double of the same 16-bit values (fp16: the CPU's fp32 op on the widened values)
     std::vector<float> db = dbias0, dw_cpu = dweight0;
-    matmul_backward(cpu_ctx(), static_cast<bf16*>(nullptr), dw_cpu.data(), db.data(), dout.data(), inp_buf.data() + off,
-                    weight.data(), N, C, OC);
-    EXPECT_TRUE(all_close("bf16 matmul_backward dbias (+=)", d_db.download(), db, kDoubleRtol, kDoubleAtolRel));
+    const auto rdout = test::cpu_in(dout), rinp = test::cpu_in(inp_buf), rweight = test::cpu_in(weight);
+    matmul_backward(cpu_ctx(), static_cast<R*>(nullptr), dw_cpu.data(), db.data(), rdout.data(), rinp.data() + off,
+                    rweight.data(), N, C, OC);
+    EXPECT_TRUE(all_close("16-bit matmul_backward dbias (+=)", d_db.download(), db, kDoubleRtol, kDoubleAtolRel));
   }
+}
+TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
+  HPCT_REQUIRE_GPU();
+  check_matmul_through_cublaslt_within_rounding_bounds<bf16>();
+}
+TEST(CudaGpt, Fp16MatmulThroughCublasLtWithinRoundingBounds) {
+  HPCT_REQUIRE_GPU();
+  check_matmul_through_cublaslt_within_rounding_bounds<fp16>();
 }
 
 // Attention in bf16 against the CPU's bf16 attention: the CPU stores the probabilities as bf16 (its stats) and
@@ -780,6 +793,9 @@ TEST(CudaGpt, Bf16MatmulThroughCublasLtWithinRoundingBounds) {
 // |v| (or dout . v term) from the CPU's rounding and by one ulp from each side's final rounding: 2 bf16 ulps of the
 // value and of the tensor's scale (test_emu_flash_attention.cpp, where the same kernels also equal the float kernels
 // rounded once, bit for bit). L is float: the float tolerance against the double reference on the bf16 inputs.
+// The shapes run both implementations (cuda_gpt.cu, attention_on_tensor_cores): HS 12 the CUDA-core kernels, HS 32 and
+// 128 the tensor-core kernels (cuda_flash_attention_tc.cuh), whose rounding of the unnormalised P and of dS as mma
+// inputs stays within the same 2 ulps (test_emu_flash_attention.cpp, kTcCpuTol, has the reasoning).
 TEST(CudaGpt, Bf16AttentionMatchesCpu) {
   HPCT_REQUIRE_GPU();
   uint32_t seed = 950;
@@ -807,6 +823,48 @@ TEST(CudaGpt, Bf16AttentionMatchesCpu) {
     EXPECT_TRUE(all_close("bf16 attention L", d_lse.download(),
                           test::attention_log_sum_exp_rows(to_float_vector(qkv), B, T, C, NH), kLseRtol, kLseAtolRel));
   }
+}
+
+// The tensor-core kernels at GPT-2's head size (HS 64) over several 64-row tiles, against the CPU's bf16 attention
+// (2 ulps, as above); bitwise reproducible run to run (fixed tiles and k-step order, no atomics); and the same op on
+// tensors one element (2 bytes) off 16-byte alignment, which the dispatch sends to the CUDA-core kernels (the
+// tensor-core ones move 16-byte vectors): within the same 2 ulps of the CPU.
+TEST(CudaGpt, Bf16AttentionOnTensorCores) {
+  HPCT_REQUIRE_GPU();
+  const int B = 2, T = 300, C = 256, NH = 4;
+  const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C);
+  const auto qkv = random_bf16(n_qkv, 970, -2.0, 2.0), dout = random_bf16(n_out, 971);
+  std::vector<unsigned char> att(sz(attention_stats_bytes(cpu_ctx(), B, T, C, NH, DType::BF16))),
+      datt(sz(attention_scratch_bytes(cpu_ctx(), B, T, C, NH, DType::BF16)));
+  std::vector<bf16> out(n_out), dqkv(n_qkv);
+  attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C, NH);
+  // off = 0: aligned (tensor cores); off = 1: every 16-bit tensor starts 2 bytes into its buffer (CUDA cores)
+  auto run = [&](size_t off, std::vector<bf16>& got_out, std::vector<bf16>& got_dqkv) {
+    auto shifted = [off](const std::vector<bf16>& v) {
+      std::vector<bf16> r(v.size() + off, bf16{0x7fc0});
+      std::copy(v.begin(), v.end(), r.begin() + static_cast<std::ptrdiff_t>(off));
+      return r;
+    };
+    DeviceBuffer<bf16> d_qkv(shifted(qkv)), d_dout(shifted(dout)), d_out(n_out + off), d_dqkv(n_qkv + off);
+    DeviceBuffer<float> d_lse(sz(int64_t{B} * NH * T)), d_scratch(sz(int64_t{B} * NH * T));
+    attention_forward(gpu_ctx(), d_out.get() + off, d_lse.get(), d_qkv.get() + off, B, T, C, NH);
+    attention_backward(gpu_ctx(), d_dqkv.get() + off, d_scratch.get(), d_dout.get() + off, d_qkv.get() + off,
+                       d_out.get() + off, d_lse.get(), B, T, C, NH);
+    const auto o = d_out.download(), g = d_dqkv.download();
+    got_out.assign(o.begin() + static_cast<std::ptrdiff_t>(off), o.end());
+    got_dqkv.assign(g.begin() + static_cast<std::ptrdiff_t>(off), g.end());
+  };
+  std::vector<bf16> tc_out, tc_dqkv, again_out, again_dqkv, core_out, core_dqkv;
+  run(0, tc_out, tc_dqkv);
+  run(0, again_out, again_dqkv);
+  run(1, core_out, core_dqkv);
+  EXPECT_TRUE(all_close("tensor-core out", tc_out, out, 2 * kBf16Ulp, 2 * kBf16Ulp));
+  EXPECT_TRUE(all_close("tensor-core dqkv", tc_dqkv, dqkv, 2 * kBf16Ulp, 2 * kBf16Ulp));
+  EXPECT_TRUE(bitwise_equal("tensor-core out, run to run", again_out, tc_out));
+  EXPECT_TRUE(bitwise_equal("tensor-core dqkv, run to run", again_dqkv, tc_dqkv));
+  EXPECT_TRUE(all_close("CUDA-core out (unaligned)", core_out, out, 2 * kBf16Ulp, 2 * kBf16Ulp));
+  EXPECT_TRUE(all_close("CUDA-core dqkv (unaligned)", core_dqkv, dqkv, 2 * kBf16Ulp, 2 * kBf16Ulp));
 }
 
 // Cross-entropy on bf16 logits: losses float (the float tolerance: both sides widen the same values), dlogits rounded

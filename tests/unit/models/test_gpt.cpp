@@ -166,6 +166,17 @@ TEST(GptBf16, PlanMatchesSlabsAndHalvesActivations) {
   EXPECT_EQ(model.logits().dtype, DType::BF16);
 }
 
+// fp16 storage is CUDA-only: a GPT on the CPU refuses f16, naming the fix.
+TEST(GptFp16, RefusedOnTheCpu) {
+  try {
+    Gpt model(tiny(), 3, Device::CPU, DType::F16);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp16 storage is CUDA-only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.precision=fp32 or bf16"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GptBf16, ForwardBackwardWithinBf16RoundingOfFp32) {
   const GptConfig c = tiny();
   const int B = 2, N = B * c.seq_len;

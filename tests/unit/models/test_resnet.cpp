@@ -194,6 +194,24 @@ TEST(ResNetEval, UsesRunningStatisticsUpdatedByTraining) {
   for (int k = 0; k < c.num_classes; ++k) EXPECT_FLOAT_EQ(model.logits().f32()[k], after[k]);
 }
 
+// fp16 storage is CUDA-only: a ResNet that runs refuses f16 on the CPU (naming the fix), while the plan (memory_plan:
+// allocate = false, the CPU's sizes) sizes f16 exactly as bf16, the same 2-byte elements.
+TEST(ResNetFp16, PlannedLikeBf16AndRefusedOnTheCpu) {
+  const ResNetConfig c = tiny();
+  const MemoryPlan m16 = memory_plan(c, 4, DType::F16), mb = memory_plan(c, 4, DType::BF16);
+  EXPECT_EQ(m16.activation_bytes, mb.activation_bytes);
+  EXPECT_EQ(m16.activation_grad_bytes, mb.activation_grad_bytes);
+  EXPECT_EQ(m16.compute_param_bytes, mb.compute_param_bytes);
+  EXPECT_EQ(m16.workspace_bytes, mb.workspace_bytes);
+  try {
+    ResNet r(c, 4, Device::CPU, nullptr, true, DType::F16);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp16 storage is CUDA-only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.precision=fp32 or bf16"), std::string::npos) << e.what();
+  }
+}
+
 // bf16 storage (docs/precision.md): activations halved in the plan and the slabs; one training forward + backward
 // tracks the fp32 model's. Stored values carry <= 2^-9 relative error, but BatchNorm's backward subtracts the
 // projection of dout on (1, xhat) from dout, and at initialisation that difference is much smaller than dout: the

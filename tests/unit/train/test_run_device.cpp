@@ -85,7 +85,7 @@ TEST(DecideDevice, CudaWithoutBackendIsAUsageErrorNamingTheBuild) {
 }
 
 // train.precision on the decided device: CUDA keeps it; the CPU computes fp32 or bf16 and refuses the CUDA-only
-// tensor-core arithmetics on fp32 storage (tf32, fp16).
+// precisions (tf32: tensor-core arithmetic on fp32 storage; fp16: fp16 storage).
 TEST(DecidePrecision, CudaKeepsTheRequestedPrecision) {
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16}) {
     std::string note;
@@ -108,6 +108,8 @@ TEST(DecidePrecision, CpuRunsFp32AndBf16AndRefusesTf32AndFp16) {
       const std::string c = e.cause();
       EXPECT_NE(c.find(std::string("train.precision = ") + precision_name(p)), std::string::npos) << c;
       EXPECT_NE(c.find("--set train.precision=fp32 or bf16"), std::string::npos) << c;
+      if (p == Precision::FP16)
+        EXPECT_NE(c.find("fp16 storage with dynamic loss scaling exists on CUDA only"), std::string::npos) << c;
       EXPECT_NE(c.find(kDeck), std::string::npos) << c;
     }
   }
@@ -125,9 +127,10 @@ TEST(DecidePrecision, AutoFallingBackToTheCpuRunsFp32ForCudaOnlyPrecisionsWithAN
   EXPECT_EQ(unchanged, "n");
 }
 
-TEST(ActivationDtype, Bf16StoresBf16AndEverythingElseFp32) {
+TEST(ActivationDtype, Bf16AndFp16StoreTheirTypeAndFp32AndTf32StoreFp32) {
   EXPECT_EQ(activation_dtype(Precision::BF16), DType::BF16);
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16}) EXPECT_EQ(activation_dtype(p), DType::F32);
+  EXPECT_EQ(activation_dtype(Precision::FP16), DType::F16);
+  for (Precision p : {Precision::FP32, Precision::TF32}) EXPECT_EQ(activation_dtype(p), DType::F32);
 }
 
 TEST(ParsePrecision, NamesRoundTripAndUnknownIsAUsageError) {

@@ -31,8 +31,7 @@ QuietH5Errors::~QuietH5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 // format.
 constexpr const char* kNo16BitMessage =
     "a 16-bit (bf16 or f16) tensor was handed to the checkpoint code, but checkpoints hold only fp32 masters and fp32 "
-    "optimizer state "
-    "(never the 16-bit compute copy or activations); pass the fp32 master tensor instead";
+    "optimizer state (never the 16-bit compute copy or activations); pass the fp32 master tensor instead";
 
 hid_t h5_file_type(DType t) {
   switch (t) {

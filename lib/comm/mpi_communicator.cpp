@@ -79,8 +79,9 @@ const Bf16Mpi& bf16_mpi() {
 }  // namespace
 
 // fp16 storage is CUDA-only (docs/precision.md), and a CUDA run moves every device buffer (activations, their
-// gradients, the tensor-parallel and pipeline traffic) through NCCL (ParallelContext's device groups and pipeline links);
-// MPI carries only host buffers: fp32 statistics, scalars, the CPU's activations. An f16 buffer here is a wiring error.
+// gradients, the tensor-parallel and pipeline traffic) through NCCL (ParallelContext's device groups and pipeline
+// links); MPI carries only host buffers: fp32 statistics, scalars, the CPU's activations. An f16 buffer here is a
+// wiring error.
 constexpr const char* kNoFp16OverMpi =
     "an f16 buffer was handed to MpiCommunicator, but fp16 storage is CUDA-only and CUDA runs communicate device "
     "buffers through NCCL; send it over the NCCL device group (ParallelContext), or use train.precision=bf16 or fp32 "

@@ -103,7 +103,8 @@ double theoretical_bubble(int pp_size, int n_micro);
 // One pipeline stage (its layers of the model). Called by run_schedule in schedule order. The buffers are on the
 // transport's device (device memory with NCCL: then read and write them with kernels on the compute stream, which the
 // transfers are ordered with, and do not synchronize: the executor needs no host wait). Every buffer holds
-// activation_numel() elements of activation_dtype() (float*, bf16* or fp16* as the stage's storage type A, kernels.hpp).
+// activation_numel() elements of activation_dtype() (float*, bf16* or fp16* as the stage's storage type A,
+// kernels.hpp).
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;

@@ -39,9 +39,9 @@ class PipelineTransport {
   virtual Device device() const = 0;  // where the executor's buffers live
   virtual int stage() const = 0;
   virtual int stages() const = 0;
-  // The activation of micro-batch `micro` (n elements of dtype: F32, or BF16 / F16 under train.precision = bf16 / fp16) to
-  // stage()+1 / from stage()-1. Both sides of a link pass the same n and dtype (a receive of another element count is
-  // an error naming both; the element size is not checked across ranks, so the executor checks its stage's dtype).
+  // The activation of micro-batch `micro` (n elements of dtype: F32, or BF16 / F16 under train.precision = bf16 / fp16)
+  // to stage()+1 / from stage()-1. Both sides of a link pass the same n and dtype (a receive of another element count
+  // is an error naming both; the element size is not checked across ranks, so the executor checks its stage's dtype).
   virtual comm::WorkPtr send_activation(const void* buf, int64_t n, DType dtype, int micro,
                                         const std::string& what) = 0;
   virtual comm::WorkPtr recv_activation(void* buf, int64_t n, DType dtype, int micro, const std::string& what) = 0;

@@ -1,6 +1,7 @@
 #include "tensor/tensor.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace hpct {
 
@@ -30,25 +31,15 @@ const char* dtype_name(DType t) {
 }
 
 void widen_to_f32(DType t, const void* src, float* dst, int64_t n) {
-  switch (t) {
-    case DType::F32: {
-      const auto* x = static_cast<const float*>(src);
+  with_activation_type(t, [&](auto type) {
+    using A = typename decltype(type)::type;
+    const auto* x = static_cast<const A*>(src);
+    if constexpr (std::is_same_v<A, float>) {
       if (x != dst) std::copy(x, x + n, dst);
-      return;
-    }
-    case DType::BF16: {
-      const auto* x = static_cast<const bf16*>(src);
+    } else {
       for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(x[i]);
-      return;
     }
-    case DType::F16: {
-      const auto* x = static_cast<const fp16*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(x[i]);
-      return;
-    }
-    default: break;
-  }
-  HPCT_FAIL("widen_to_f32: {} is not a floating-point storage type (f32, bf16 or f16)", dtype_name(t));
+  });
 }
 
 int64_t Tensor::numel() const {

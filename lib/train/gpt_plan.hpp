@@ -18,7 +18,8 @@ struct PlanOutput {
 // {"plan":{"app":"train_gpt","deck":..,"world":..,"tp":..,"pp":..,"dp":..,"micro_batch":..,"global_batch":..,
 //  "seq_len":..,"parameters":<all, padding rows included>,"parameters_for_flops":<N of 6N + 12 L C T>,
 //  "flops_per_token":..,"tokens_per_step":..,"training_flops_per_step":..,"memory_bytes_max_rank":..,
-//  "activation_bytes_max_rank":.. (activations and their gradients, one micro-batch),"activation_dtype":"f32"|"bf16"|"f16",
+//  "activation_bytes_max_rank":.. (activations and their gradients, one micro-batch),
+//  "activation_dtype":"f32"|"bf16"|"f16",
 //  "device":<train.device>,"precision":<train.precision>,"device_name":..|null,"device_peaks":{..}|null,
 //  "peak_tflops":..|null,"log_peak_tflops":..}}
 int plan_gpt(const Config& deck, int world, const PlanOutput& out = {});

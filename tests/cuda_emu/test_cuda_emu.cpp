@@ -450,7 +450,7 @@ TEST(CudaEmuFastMath, WithinTheGuidesBounds) {
   EXPECT_EQ(__fmul_rn(a, a) - (1.0f + 0x1p-11f), 0.0f);
 }
 
-// ---- tensor cores: mma.sync m16n8k16 and ldmatrix ----------------------------------------------------------------------
+// ---- tensor cores: mma.sync m16n8k16 and ldmatrix -----------------------------------------------------------------
 // The emulator's model (cuda_emu.hpp) against the PTX ISA's fragment layouts, restated here independently of
 // cuda_emu.cpp: the fragments are built element by element from the ISA's formulas, and the results compared with a
 // plain matrix product (exact products, one rounding of the exact sum: what the model promises) and, with unit
@@ -460,6 +460,20 @@ namespace mma = hpct::kernels::cuda::mma;
 template <typename S>
 uint32_t pair_bits(S lo, S hi) {
   return static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
+}
+
+// D = A B + C by one mma on the A and B fragments given, C read and D written (16,8) row-major per the ISA's C/D
+// fragment layout: the last step of both test kernels below.
+template <typename S>
+__device__ void mma_with_c_and_d_in_memory(float* d, const uint32_t (&af)[4], const uint32_t (&bf)[2], const float* c) {
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane % 4;
+  const float cf[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  float df[4];
+  mma::mma_m16n8k16<S>(df, af, bf, cf);
+  d[g * 8 + 2 * t] = df[0];
+  d[g * 8 + 2 * t + 1] = df[1];
+  d[(g + 8) * 8 + 2 * t] = df[2];
+  d[(g + 8) * 8 + 2 * t + 1] = df[3];
 }
 
 // D = A B + C by one mma, fragments per the ISA: A (16,16) row-major, B (16,8) as B[k][n] row-major, C, D (16,8).
@@ -472,13 +486,7 @@ __global__ void mma_layout_kernel(float* d, const S* a, const S* b, const float*
                           pair_bits(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
   const uint32_t bf[2] = {pair_bits(b[2 * t * 8 + g], b[(2 * t + 1) * 8 + g]),
                           pair_bits(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g])};
-  const float cf[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
-  float df[4];
-  mma::mma_m16n8k16<S>(df, af, bf, cf);
-  d[g * 8 + 2 * t] = df[0];
-  d[g * 8 + 2 * t + 1] = df[1];
-  d[(g + 8) * 8 + 2 * t] = df[2];
-  d[(g + 8) * 8 + 2 * t + 1] = df[3];
+  mma_with_c_and_d_in_memory<S>(d, af, bf, c);
 }
 
 // The same product with the operands loaded by ldmatrix from shared memory (rows padded to 24 elements, 48 bytes), as
@@ -490,7 +498,7 @@ __global__ void ldmatrix_mma_kernel(float* d, const S* a, const S* b, const floa
   HPCT_DYNAMIC_SHARED(S, smem);
   S* sa = smem;          // (16, LD) A
   S* sb = sa + 16 * LD;  // kTrans: (16, LD) B as B[k][n]; else (8, LD) B^T as B^T[n][k]
-  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane % 4;
+  const int lane = threadIdx.x % 32;
   for (int e = lane; e < 256; e += 32) sa[(e / 16) * LD + e % 16] = a[e];
   for (int e = lane; e < 128; e += 32) {
     const int k = e / 8, n = e % 8;
@@ -507,18 +515,12 @@ __global__ void ldmatrix_mma_kernel(float* d, const S* a, const S* b, const floa
     mma::ldmatrix<2, kTrans>(bf, row);
   } else {
     uint32_t r0[1], r1[1];
-    mma::ldmatrix<1, kTrans>(r0, kTrans ? sb + (lane % 8) * LD : sb + (lane % 8) * LD);
+    mma::ldmatrix<1, kTrans>(r0, sb + (lane % 8) * LD);
     mma::ldmatrix<1, kTrans>(r1, kTrans ? sb + (8 + lane % 8) * LD : sb + (lane % 8) * LD + 8);
     bf[0] = r0[0];
     bf[1] = r1[0];
   }
-  const float cf[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
-  float df[4];
-  mma::mma_m16n8k16<S>(df, af, bf, cf);
-  d[g * 8 + 2 * t] = df[0];
-  d[g * 8 + 2 * t + 1] = df[1];
-  d[(g + 8) * 8 + 2 * t] = df[2];
-  d[(g + 8) * 8 + 2 * t + 1] = df[3];
+  mma_with_c_and_d_in_memory<S>(d, af, bf, c);
 }
 
 // ldmatrix of kN matrices from a (32, 8) tile whose element (row, col) holds the bits row * 8 + col: lane l gives row

@@ -14,14 +14,15 @@
 //
 // bf16 storage (the kernels' __nv_bfloat16 instantiations, which cuda_gpt.cu launches for head sizes that are not a
 // multiple of 16; the others run on the tensor cores: the tests at the end of this file): the tiles are widened to
-// float as they are loaded and every output rounded once when stored, the rest is the float kernels' arithmetic. So the bf16 kernels must equal the
-// float kernels run on the widened inputs, with each output rounded once: bitwise, out, L and dqkv (the backward's
-// float twin reads the bf16 forward's out, widened: the same D). Against the CPU backend's bf16 attention the
-// difference is larger than an ulp: the CPU stores the probabilities as bf16 (its stats, kernels.hpp) and multiplies
-// the rounded ones, the flash kernels keep them in float; each rounded probability is off by up to 2^-9 of itself, so
-// an output (a convex combination of v, or of dout . v terms in the backward) moves by up to 2^-9 of the largest |v|
-// from that alone, and by one more ulp from the final rounding on each side: rtol and atol_rel of 2 bf16 ulps
-// (2 kBf16Ulp) there, against the tensor's scale as above. A wrong index, mask or rescale is an O(1) error.
+// float as they are loaded and every output rounded once when stored, the rest is the float kernels' arithmetic. So the
+// bf16 kernels must equal the float kernels run on the widened inputs, with each output rounded once: bitwise, out, L
+// and dqkv (the backward's float twin reads the bf16 forward's out, widened: the same D). Against the CPU backend's
+// bf16 attention the difference is larger than an ulp: the CPU stores the probabilities as bf16 (its stats,
+// kernels.hpp) and multiplies the rounded ones, the flash kernels keep them in float; each rounded probability is off
+// by up to 2^-9 of itself, so an output (a convex combination of v, or of dout . v terms in the backward) moves by up
+// to 2^-9 of the largest |v| from that alone, and by one more ulp from the final rounding on each side: rtol and
+// atol_rel of 2 bf16 ulps (2 kBf16Ulp) there, against the tensor's scale as above. A wrong index, mask or rescale is an
+// O(1) error.
 //
 // Shapes: every register-slot count NS = ceil(HS / 32) = 1 .. 4 (HS 8, 32, 40, 96, 128; at 128 the forward's shared
 // memory passes the default 48 KiB, from 96 on the backward's), T below one tile (1, 5), across tile boundaries (33,
@@ -453,11 +454,11 @@ constexpr double kUlp = std::is_same_v<S, __half> ? 1.0 / 1024.0 : 1.0 / 128.0;
 
 // Against the CPU backend. bf16: the CPU rounds the normalised probabilities P to bf16 and multiplies those (out = P V,
 // dV = P^T dO), the kernels round the unnormalised p (and dS) once each: up to 2^-9 of each term on each side, so an
-// output (a combination of v or dout terms weighted by P) moves by up to 2 * 2^-9 of the largest term it sums, plus half
-// an ulp from each side's final rounding; in the backward dS = P (dP - D) carries either side's rounded P into dq and
-// dk with the same relative size. Two ulps (2^-6) of the value and of the tensor's largest |value| bound that, as in
-// the CUDA-core kernels' bf16 test above (observed: at most one ulp of the tensor's scale). f16: the reference is fp32
-// throughout on the same fp16 inputs; the kernels round p and dS to f16 (2^-11 of each term) and each output once
+// output (a combination of v or dout terms weighted by P) moves by up to 2 * 2^-9 of the largest term it sums, plus
+// half an ulp from each side's final rounding; in the backward dS = P (dP - D) carries either side's rounded P into dq
+// and dk with the same relative size. Two ulps (2^-6) of the value and of the tensor's largest |value| bound that, as
+// in the CUDA-core kernels' bf16 test above (observed: at most one ulp of the tensor's scale). f16: the reference is
+// fp32 throughout on the same fp16 inputs; the kernels round p and dS to f16 (2^-11 of each term) and each output once
 // (2^-11): two f16 ulps (2^-9) likewise (observed: under half of it). A wrong index, mask or rescale is O(1).
 template <typename S>
 constexpr double kTcCpuTol = 2 * kUlp<S>;

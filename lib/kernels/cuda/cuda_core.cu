@@ -8,11 +8,12 @@
 // embedding rows [v0, v0+Vl) of the padded vocabulary Vp.
 //
 // Storage types (kernels.hpp): the ops templated on A run for A = float, A = bf16 and A = fp16 (instantiated at the end
-// of this file); their kernels take the device storage type S = DeviceStorage<A> (cuda_common.cuh), compute in float and round
-// each output once (cuda_device_common.cuh). Parameter gradients (dwte, dwpe, LayerNorm dweight / dbias), LayerNorm's
-// mean and rstd and every reduction stay float. The pointwise kernels move 16-byte packs where the buffers allow
-// (pointwise_packs: the same results as element by element); LayerNorm's rows read 16-byte packs of 16-bit types where the row
-// length and alignment allow (row_pack), and float rows element by element, in the order they always have.
+// of this file); their kernels take the device storage type S = DeviceStorage<A> (cuda_common.cuh), compute in float
+// and round each output once (cuda_device_common.cuh). Parameter gradients (dwte, dwpe, LayerNorm dweight / dbias),
+// LayerNorm's mean and rstd and every reduction stay float. The pointwise kernels move 16-byte packs where the buffers
+// allow (pointwise_packs: the same results as element by element); LayerNorm's rows read 16-byte packs of 16-bit types
+// where the row length and alignment allow (row_pack), and float rows element by element, in the order they always
+// have.
 //
 // Every op is asynchronous on stream_of(ctx) (null: the default stream), checks its host-side arguments and its
 // launches, never allocates and never synchronizes (except synchronize(), whose contract is to block the host).

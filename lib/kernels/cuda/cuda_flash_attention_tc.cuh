@@ -152,6 +152,35 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
   a[3] = pack2<S>(hi[2], hi[3]);
 }
 
+// The two products the backward recomputes per pair of tiles, over the same k-steps (KS of 16 columns, in ascending
+// order): x = A1 B1^T and y = A2 B2^T, each of the warp's 16 rows (a1, a2: row-major, the warp's rows) against the NT
+// n-tiles of 8 rows of b1, b2 (row-major tiles, the n rows by the k columns); x and y are zeroed first. The dK/dV
+// kernel passes (K, V) against (Q, dO): S^T and dP^T; the dQ kernel (Q, dO) against (K, V): S and dP.
+template <typename S, int KS, int NT, int LD>
+__device__ __forceinline__ void two_products(float (&x)[NT][4], float (&y)[NT][4], const S* a1, const S* a2,
+                                             const S* b1, const S* b2, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) x[nt][i] = y[nt][i] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < KS; ks++) {
+    uint32_t fa1[4], fa2[4];
+    ldmatrix<4, false>(fa1, a_rows<LD>(a1 + ks * 16, lane));
+    ldmatrix<4, false>(fa2, a_rows<LD>(a2 + ks * 16, lane));
+#pragma unroll
+    for (int np = 0; np < NT / 2; np++) {
+      uint32_t fb1[4], fb2[4];
+      ldmatrix<4, false>(fb1, b_rows<LD>(b1 + np * 16 * LD + ks * 16, lane));
+      mma_acc<S>(x[2 * np], fa1, {fb1[0], fb1[1]});
+      mma_acc<S>(x[2 * np + 1], fa1, {fb1[2], fb1[3]});
+      ldmatrix<4, false>(fb2, b_rows<LD>(b2 + np * 16 * LD + ks * 16, lane));
+      mma_acc<S>(y[2 * np], fa2, {fb2[0], fb2[1]});
+      mma_acc<S>(y[2 * np + 1], fa2, {fb2[2], fb2[3]});
+    }
+  }
+}
+
 // Forward. Block (bh, tile): the query rows [q0, q0 + 64) of head h of sequence b; warp w the rows q0 + 16w ..
 // q0 + 16w + 15, its Q fragments in registers for the whole key loop. For each key tile k0 = 0, 64, .. (the last one
 // is the diagonal tile) each row runs the online softmax, in the base-2 domain x = scale log2(e) q . k:
@@ -316,26 +345,7 @@ __global__ void __launch_bounds__(kTcThreads)
     }
     __syncthreads();                  // the tiles (and, on the first pass, sk and sv) are in place
     float st[NT_Q][4], dpt[NT_Q][4];  // S^T and dP^T: the warp's 16 keys against the QT queries
-#pragma unroll
-    for (int nt = 0; nt < NT_Q; nt++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) st[nt][i] = dpt[nt][i] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-      uint32_t ka[4], va[4];
-      ldmatrix<4, false>(ka, a_rows<LD>(wk + ks * 16, lane));
-      ldmatrix<4, false>(va, a_rows<LD>(wv + ks * 16, lane));
-#pragma unroll
-      for (int np = 0; np < NT_Q / 2; np++) {
-        uint32_t qb[4], ob[4];
-        ldmatrix<4, false>(qb, b_rows<LD>(sq + np * 16 * LD + ks * 16, lane));
-        mma_acc<S>(st[2 * np], ka, {qb[0], qb[1]});
-        mma_acc<S>(st[2 * np + 1], ka, {qb[2], qb[3]});
-        ldmatrix<4, false>(ob, b_rows<LD>(sdo + np * 16 * LD + ks * 16, lane));
-        mma_acc<S>(dpt[2 * np], va, {ob[0], ob[1]});
-        mma_acc<S>(dpt[2 * np + 1], va, {ob[2], ob[3]});
-      }
-    }
+    two_products<S, KS, NT_Q, LD>(st, dpt, wk, wv, sq, sdo, lane);
 #pragma unroll
     for (int nt = 0; nt < NT_Q; nt++)
 #pragma unroll
@@ -411,28 +421,9 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncthreads();  // every warp is done with the previous key and value tiles
     load_tile<S, HS, kTcTile>(sk, q + C, C3, k0, T);
     load_tile<S, HS, kTcTile>(sv, q + 2 * C, C3, k0, T);
-    __syncthreads();  // the tiles (and, on the first pass, sq and sdo) are in place
-    float s[NT_K][4], dp[NT_K][4];
-#pragma unroll
-    for (int nt = 0; nt < NT_K; nt++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-      uint32_t qa[4], oa[4];
-      ldmatrix<4, false>(qa, a_rows<LD>(wq + ks * 16, lane));
-      ldmatrix<4, false>(oa, a_rows<LD>(wdo + ks * 16, lane));
-#pragma unroll
-      for (int np = 0; np < NT_K / 2; np++) {
-        uint32_t kb[4], vb[4];
-        ldmatrix<4, false>(kb, b_rows<LD>(sk + np * 16 * LD + ks * 16, lane));
-        mma_acc<S>(s[2 * np], qa, {kb[0], kb[1]});
-        mma_acc<S>(s[2 * np + 1], qa, {kb[2], kb[3]});
-        ldmatrix<4, false>(vb, b_rows<LD>(sv + np * 16 * LD + ks * 16, lane));
-        mma_acc<S>(dp[2 * np], oa, {vb[0], vb[1]});
-        mma_acc<S>(dp[2 * np + 1], oa, {vb[2], vb[3]});
-      }
-    }
+    __syncthreads();                // the tiles (and, on the first pass, sq and sdo) are in place
+    float s[NT_K][4], dp[NT_K][4];  // S and dP: the warp's 16 queries against the 64 keys
+    two_products<S, KS, NT_K, LD>(s, dp, wq, wdo, sk, sv, lane);
 #pragma unroll
     for (int nt = 0; nt < NT_K; nt++)
 #pragma unroll

@@ -169,8 +169,8 @@ void lt_desc_set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
-// Column-major D (m, n) = op(A) op(B) [+ bias (m) per column] + beta C, A, B and the bias of type abtype (CUDA_R_16BF or
-// CUDA_R_16F; lda, ldb), C = D of type ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats.
+// Column-major D (m, n) = op(A) op(B) [+ bias (m) per column] + beta C, A, B and the bias of type abtype (CUDA_R_16BF
+// or CUDA_R_16F; lda, ldb), C = D of type ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats.
 const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                       cudaDataType_t abtype, const void* A, int lda, const void* B, int ldb, const void* C,
                       cudaDataType_t ctype, int ldc, const void* bias) {

@@ -13,15 +13,15 @@
 // bf16 storage (A = bf16, whatever ctx.precision): x, w and y descriptors CUDNN_DATA_BFLOAT16, the convolution's
 // compute type CUDNN_DATA_FLOAT (cuDNN's PSEUDO_BFLOAT16_CONFIG: bf16 tensor-core products, fp32 accumulation),
 // CUDNN_TENSOR_OP_MATH. fp16 storage (A = fp16) is the same with CUDNN_DATA_HALF (PSEUDO_HALF_CONFIG: fp16 products,
-// fp32 accumulation); "bf16" below stands for either 16-bit type. The filter gradient must accumulate into the fp32 master gradient, but the legacy API's
-// backward-filter takes dw of the type of x and dy (a bf16 x with a float dw is no supported configuration), so it
-// writes the bf16 filter gradient (beta = 0) into a scratch at the start of the workspace, and accumulate_float_kernel
-// adds it to dweight in fp32: one bf16 rounding per micro-batch of the gradient (as a bf16 autocast convolution's
-// weight gradient has in PyTorch), no rounding of the accumulated sum. The alternatives cost more than that rounding:
-// the graph API's mixed-type wgrad is another code path for one tensor, and fp32 copies of x and dy would be
-// activation-sized scratch and TF32 speed. conv2d_workspace_floats(..., DType::BF16) includes that scratch. The bias
-// (forward) seeds the output (plane_bias_kernel<true>) and cuDNN accumulates the convolution onto it (beta = 1), so
-// the sum is rounded to bf16 once.
+// fp32 accumulation); "bf16" below stands for either 16-bit type. The filter gradient must accumulate into the fp32
+// master gradient, but the legacy API's backward-filter takes dw of the type of x and dy (a bf16 x with a float dw is
+// no supported configuration), so it writes the bf16 filter gradient (beta = 0) into a scratch at the start of the
+// workspace, and accumulate_float_kernel adds it to dweight in fp32: one bf16 rounding per micro-batch of the gradient
+// (as a bf16 autocast convolution's weight gradient has in PyTorch), no rounding of the accumulated sum. The
+// alternatives cost more than that rounding: the graph API's mixed-type wgrad is another code path for one tensor, and
+// fp32 copies of x and dy would be activation-sized scratch and TF32 speed. conv2d_workspace_floats(..., DType::BF16)
+// includes that scratch. The bias (forward) seeds the output (plane_bias_kernel<true>) and cuDNN accumulates the
+// convolution onto it (beta = 1), so the sum is rounded to bf16 once.
 // Algorithms come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7: no benchmarking, no device allocation),
 // filtered to CUDNN_DETERMINISTIC, supported ones (under fp32 also non-tensor-op) whose workspace is at most kMaxWorkspaceBytes, in the
 // heuristics' order; a known deterministic algorithm (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1) is appended

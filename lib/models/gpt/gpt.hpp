@@ -104,8 +104,9 @@ class Gpt {
 
   // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1).
   void init_parameters(const ExecContext& ctx, uint64_t seed);
-  // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp). Call it after every change of the
-  // masters and before the next forward (once per step: GptStage::begin_step; evaluation and sampling call it too).
+  // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp). Call
+  // it after every change of the masters and before the next forward (once per step: GptStage::begin_step; evaluation
+  // and sampling call it too).
   // A no-op in fp32, where the kernels read the masters.
   void refresh_compute_params(const ExecContext& ctx);
 
@@ -187,8 +188,8 @@ class Gpt {
   Slab params_, grads_, compute_, acts_, dacts_;  // compute_: the 16-bit copy of params_ (empty in fp32)
   std::vector<LayerParams> p_, g_;  // p_: the parameters the kernels read (compute_'s under bf16 / fp16, else params_')
   std::vector<LayerActs> a_;
-  // the parameters the kernels read (compute_'s under bf16 / fp16) and their gradients; null where this pipeline stage does
-  // not hold them
+  // the parameters the kernels read (compute_'s under bf16 / fp16) and their gradients; null where this pipeline stage
+  // does not hold them
   Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
          *dlnfw_ = nullptr, *dlnfb_ = nullptr;
   const int32_t* last_inputs_ = nullptr;  // (B, T) tokens of the last forward (encoder backward)

@@ -23,6 +23,10 @@ void ResNetDump::record_state(const ExecContext& ctx, resnet::ResNet& model, con
   (group == "init" ? init_ : final_) = host_copies(ctx, {&model.params(), &model.buffers()});
 }
 
+void ResNetDump::record_grads(const ExecContext& ctx, resnet::ResNet& model) {
+  grads_ = host_copies(ctx, {&model.grads()});
+}
+
 void ResNetDump::record_batch(int64_t step, int64_t first, int count, const float* images, const int32_t* labels) {
   const int64_t row = (step - 1) * gb_ + first;
   std::copy(images, images + count * img_elems_, images_.begin() + row * img_elems_);
@@ -48,6 +52,7 @@ void ResNetDump::write() const {
     h5::attr_f64(f, "label_smoothing", cfg_.label_smoothing);
     h5::attr_str(f, "deck", deck_toml_);
     write_group(f, "init", init_);
+    write_group(f, "grads_step1", grads_);
     write_group(f, "final", final_);
     h5::write_dataset(f, "batches/images", {steps_, gb_, cfg_.in_channels, cfg_.height, cfg_.width}, H5T_NATIVE_FLOAT,
                       images_.data());

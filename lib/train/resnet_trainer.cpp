@@ -39,7 +39,7 @@ class ResNetTask final : public TrainTask {
         sampler_(d_.train_set, run.cfg.train.seed, GB_, d_.norm, d_.aug),
         spe_(sampler_.steps_per_epoch()),
         model_(d_.cfg, MB_, ctx_.device, d_.sync_bn ? &run.pc.device_dp_group() : nullptr,  // SyncBN: device buffers
-               /*allocate=*/true, activation_dtype(ctx_.precision)),
+               /*allocate=*/true, activation_dtype(ctx_.precision), ctx_.precision),
         stage_(
             ctx_, model_,
             [this](int64_t step, int64_t first, int count, float* images, int32_t* labels) {
@@ -114,6 +114,9 @@ class ResNetTask final : public TrainTask {
   }
   parallel::PipelineStage& stage() override { return stage_; }
   bool gradients_final_in_last_backward() const override { return true; }
+  void after_gradients(int64_t step) override {
+    if (dump_ && step == 1) dump_->record_grads(ctx_, model_);
+  }
   std::vector<double> end_step() override { return {stage_.loss_sum(), stage_.correct()}; }
   StepReport report_step(int64_t s, const std::vector<double>& sums) override {
     const double epoch = static_cast<double>(s) / spe_, acc = sums[1] / static_cast<double>(GB_);

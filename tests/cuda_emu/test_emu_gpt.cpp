@@ -74,6 +74,7 @@ using test::random_ints;
 using test::random_storage;
 using test::random_vector;
 using test::sz;
+using test::to_float_vector;
 using test::to_storage_vector;
 
 // test_cuda_gpt.cpp's tolerances (see the header)
@@ -110,25 +111,6 @@ const LinearShape kLinearShapes[] = {{1, 1, 1}, {7, 5, 3}, {37, 45, 29}, {131, 2
 
 std::string name(const LinearShape& s) {
   return std::string("N") + std::to_string(s.N) + "C" + std::to_string(s.C) + "OC" + std::to_string(s.OC);
-}
-
-TEST(EmuGpt, BiasBroadcastIsTheExactBroadcast) {
-  uint32_t seed = 100;
-  for (const LinearShape& s : kLinearShapes) {
-    SCOPED_TRACE(name(s));
-    const int64_t N = s.N;
-    const int OC = s.OC;
-    const int64_t total = N * OC;
-    const auto bias = random_vector(sz(OC), seed++);
-    auto out = random_vector(sz(total), seed++, 1e3, 2e3);  // assigned: the garbage must go
-    ASSERT_TRUE(emulate_schedules(
-        [&] { EMU_LAUNCH(cu::bias_broadcast_kernel, cu::bias_broadcast_shape(total), out.data(), bias.data(), N, OC); },
-        {emu_output("out", out)}));
-    std::vector<float> want(sz(total));
-    for (int64_t n = 0; n < N; n++)
-      for (int o = 0; o < OC; o++) want[sz(n * OC + o)] = bias[sz(o)];
-    EXPECT_TRUE(bitwise_equal("bias broadcast", out, want));
-  }
 }
 
 // Two launches (two micro-batches) add both contributions onto a pre-filled dbias (+=), as two matmul_backward calls
@@ -554,9 +536,12 @@ TEST(EmuGpt, LaunchGeometry) {
   EXPECT_EQ(g.grid.x, 3u);
   EXPECT_EQ(g.block.x, 32u);
   EXPECT_EQ(g.block.y, 16u);
-  EXPECT_EQ(cu::bias_broadcast_shape(257).grid.x, 2u);
+  const cu::LaunchShape b = cu::bias_broadcast_shape(100000, 3 * 768, 8);
+  EXPECT_EQ(b.grid.x, 3u);
+  EXPECT_EQ(b.grid.y, static_cast<unsigned>(cu::kBiasBroadcastRows));
+  EXPECT_EQ(cu::bias_broadcast_shape(5, 257, 1).grid.y, 5u);
   EXPECT_EQ(cu::vp_loss_shape(513).grid.x, 3u);
-  for (const cu::LaunchShape& s : {r, g, cu::bias_broadcast_shape(int64_t{1} << 40), cu::vp_loss_shape(1)})
+  for (const cu::LaunchShape& s : {r, g, b, cu::bias_broadcast_shape(int64_t{1} << 40, 65536, 1), cu::vp_loss_shape(1)})
     EXPECT_EQ(cu::launch_problem(s, cu::kH100Limits), "");
 }
 
@@ -585,6 +570,44 @@ void check_bias_grad_matches_cpu_dbias() {
 }
 TEST(EmuGpt, Bf16BiasGradMatchesCpuDbias) { check_bias_grad_matches_cpu_dbias<bf16>(); }
 TEST(EmuGpt, Fp16BiasGradMatchesCpuDbias) { check_bias_grad_matches_cpu_dbias<fp16>(); }
+
+// The bias seed of matmul_forward in every storage type: every row a copy of the bias, bit for bit, the garbage gone;
+// in 16-byte packs where OC allows (16, 264) and element by element otherwise, or when out starts mid-pack (offset
+// 1); with a grid of at most 3 blocks along the rows, so that blocks stride over the rest as the real grid does beyond
+// kBiasBroadcastRows (the emulator runs every thread: the real limit would make this test slow).
+template <typename A>
+void check_bias_broadcast_is_exact() {
+  uint32_t seed = 500;
+  for (const LinearShape& s : {LinearShape{1, 1, 1}, LinearShape{7, 1, 3}, LinearShape{5, 1, 16},
+                               LinearShape{37, 1, 29}, LinearShape{11, 1, 264}})
+    for (const int off : {0, 1}) {
+      SCOPED_TRACE(name(s) + " offset " + std::to_string(off));
+      const int64_t N = s.N;
+      const int OC = s.OC;
+      const auto bias = random_storage<A>(sz(OC), seed++, -8.0, 8.0);
+      auto out = random_storage<A>(sz(N * OC + off), seed++, 1e3, 2e3);
+      A* dst = out.data() + off;
+      const int P = cu::bias_broadcast_pack<EmuStorage<A>>(OC, dst, bias.data());
+      EXPECT_EQ(P, OC % cu::kPack<EmuStorage<A>> == 0 && off == 0 ? cu::kPack<EmuStorage<A>> : 1);
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            cu::with_bias_broadcast_pack<EmuStorage<A>>(P, [&](auto p) {
+              EMU_LAUNCH((cu::bias_broadcast_kernel<EmuStorage<A>, decltype(p)::value>),
+                         cu::bias_broadcast_shape(N, OC, P, 3), reinterpret_cast<EmuStorage<A>*>(dst), emu_ptr(bias), N,
+                         OC);
+            });
+          },
+          {emu_output("out", out)}));
+      std::vector<A> want(out.begin(), out.begin() + off);
+      for (int64_t n = 0; n < N; n++) want.insert(want.end(), bias.begin(), bias.end());
+      if constexpr (std::is_same_v<A, float>) EXPECT_TRUE(bitwise_equal("bias broadcast", out, want));
+      else
+        EXPECT_TRUE(bitwise_equal("bias broadcast", to_float_vector(out), to_float_vector(want)));
+    }
+}
+TEST(EmuGpt, BiasBroadcastIsExact) { check_bias_broadcast_is_exact<float>(); }
+TEST(EmuGpt, Bf16BiasBroadcastIsExact) { check_bias_broadcast_is_exact<bf16>(); }
+TEST(EmuGpt, Fp16BiasBroadcastIsExact) { check_bias_broadcast_is_exact<fp16>(); }
 
 // cuda_gpt.cu's crossentropy_forward / crossentropy_forward_backward for a 16-bit storage S: the pack width from
 // row_pack, then the instantiation of it.

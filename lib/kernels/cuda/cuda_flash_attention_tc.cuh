@@ -101,12 +101,15 @@ __device__ __forceinline__ void load_tile(S* dst, const S* __restrict__ src, int
 
 // The warp's 16 rows of an fp32 accumulator (NT n-tiles of 8 columns, times `mul`) rounded to S into its rows of the
 // shared tile `stage` (row stride HS + kSmemPad), then stored in 16-byte vectors to rows row0 .. row0 + 15 of dst (row
-// stride ld_dst), those < T. `stage` holds rows that only this warp reads, so a __syncwarp orders the two steps.
+// stride ld_dst), those < T. `stage` holds rows that only this warp reads, so __syncwarp orders the steps: the warp's
+// last reads of those rows (the ldmatrix of its final k-step, by any lane) before the staging overwrites them, and the
+// staging before the stores read it back (compute-sanitizer's racecheck reports the first pair as a hazard without it).
 template <typename S, int HS>
 __device__ __forceinline__ void store_rows(S* __restrict__ dst, int64_t ld_dst, int row0, int T, S* stage,
                                            const float (&acc)[HS / 8][4], float mul0, float mul1) {
   constexpr int LD = HS + kSmemPad, kChunks = HS / 8;
   const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  __syncwarp();
 #pragma unroll
   for (int nt = 0; nt < HS / 8; nt++) {
     const int col = nt * 8 + 2 * t4;

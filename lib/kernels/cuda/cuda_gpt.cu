@@ -18,11 +18,17 @@
 //     rounds the fp32 inputs to that type for the tensor cores and accumulates in fp32, C stays fp32.
 //   bf16 and fp16 storage (the same scheme; "bf16" below stands for either, CUDA_R_16BF or CUDA_R_16F): the Linear
 //     GEMMs run through cuBLASLt (lt_gemm_rm) on the 16-bit tensors as they are, with
-//     CUBLAS_COMPUTE_32F (bf16 products, fp32 accumulation), whatever ctx.precision: forward out (bf16) with the bias added in the
-//     epilogue in fp32 before the one rounding (CUBLASLT_EPILOGUE_BIAS); backward dinp (bf16, assigned) and dweight
-//     += in fp32 (C/D of type CUDA_R_32F with beta = 1 while A/B are bf16: the fp32 master gradient accumulates
-//     without a bf16 rounding); dbias += in fp32 by bias_grad_kernel (double sums, as for float storage: the BGRADB
-//     epilogue would write the bias gradient in D's type, bf16, and assign it rather than accumulate).
+//     CUBLAS_COMPUTE_32F (bf16 products, fp32 accumulation), whatever ctx.precision: forward out (bf16) with the bias
+//     added in the epilogue (CUBLASLT_EPILOGUE_BIAS, as PyTorch's bf16 Linear). Measured on an H100 with cuBLAS 13: the
+//     epilogue rounds the product to bf16 and adds the bf16 bias in bf16, two roundings where the rest of the backend
+//     rounds once (test_cuda_gpt.cpp bounds both). The one-rounding alternatives are worse: an fp32 bias for a bf16
+//     output is refused (CUBLAS_STATUS_INVALID_VALUE); seeding out with the bias and accumulating with beta = 1 (the
+//     float path) cost about 3% of a GPT-2 124M step and its large-shape kernels still add C in bf16 (one ulp off);
+//     an fp32 output and an own bias-and-round kernel would move three times the bytes. Backward dinp (bf16,
+//     assigned) and dweight += in fp32 (C/D of type CUDA_R_32F with beta = 1 while A/B are bf16: the fp32 master
+//     gradient accumulates without a bf16 rounding); dbias += in fp32 by bias_grad_kernel (double sums, as for float
+//     storage: the BGRADB epilogue would write the bias gradient in D's type, bf16, and assign it rather than
+//     accumulate).
 //   The attention kernels and the cross-entropies compute in fp32 for both, with the log-sum-exp L, D and the losses
 //   float.
 //
@@ -374,8 +380,11 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
     cublasHandle_t h = cublas_handle(stream);
     float beta = 0.0f;
     if (bias) {
-      const int64_t total = static_cast<int64_t>(N) * OC;
-      HPCT_LAUNCH(bias_broadcast_kernel, bias_broadcast_shape(total), stream, out, bias, N, OC);
+      const int P = bias_broadcast_pack<float>(OC, out, bias);
+      with_bias_broadcast_pack<float>(P, [&](auto p) {
+        HPCT_LAUNCH((bias_broadcast_kernel<float, decltype(p)::value>), bias_broadcast_shape(N, OC, P), stream, out,
+                    bias, N, OC);
+      });
       HPCT_CUDA_LAUNCH_CHECK("matmul_forward");
       beta = 1.0f;
     }

@@ -26,7 +26,8 @@
 namespace hpct::kernels::cuda {
 namespace {  // internal linkage: each includer (the .cu, the emulated test) compiles its own copy
 
-constexpr int kBiasBroadcastThreads = 256;  // bias_broadcast_kernel: threads per block (grid-stride loop)
+constexpr int kBiasBroadcastThreads = 128;  // bias_broadcast_kernel: threads per block (columns)
+constexpr int kBiasBroadcastRows = 8192;    // bias_broadcast_kernel: at most this many blocks along the rows
 constexpr int kVpLossThreads = 256;         // vp_loss_kernel: threads per block (grid-stride loop)
 constexpr int kRowMaxThreads = 512;         // one-block-per-row kernels: the largest block (row_threads)
 
@@ -34,13 +35,18 @@ constexpr int kRowMaxThreads = 512;         // one-block-per-row kernels: the la
 // Linear
 // ================================================================================================================
 
-// out[n, o] = bias[o] for every row: the seed onto which the fp32 GEMM accumulates with beta = 1 (as the CPU backend).
-// (bf16 storage adds the bias in cuBLASLt's epilogue instead: cuda_gpt.cu.)
-__global__ void bias_broadcast_kernel(float* __restrict__ out, const float* __restrict__ bias, int64_t N, int OC) {
-  const int64_t total = N * OC;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = bias[i % OC];
+// out[n, o] = bias[o] for every row: the seed onto which the float GEMM accumulates with beta = 1 (as the CPU backend;
+// 16-bit storage adds the bias in cuBLASLt's epilogue, cuda_gpt.cu), for any storage type S. Thread x
+// of block (bx, by) holds the P columns from P (bx blockDim.x + x) in registers and stores them into the rows by,
+// by + gridDim.y, ..: coalesced P-element stores (P = kPack<S>: 16 bytes, when bias_broadcast_pack allows) and no
+// index division, so it runs at the speed of the stores (one element per thread with a 64-bit modulo ran at a sixth of
+// it on an H100).
+template <typename S, int P>
+__global__ void bias_broadcast_kernel(S* __restrict__ out, const S* __restrict__ bias, int64_t N, int OC) {
+  const int o = (blockIdx.x * blockDim.x + threadIdx.x) * P;
+  if (o >= OC) return;
+  const Pack<S, P> b = load_pack<P>(bias + o);
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) store_pack<P>(out + n * OC + o, b);
 }
 
 // dbias[o] += sum over the N rows of dout[n, o], in double (as the CPU backend), in a fixed order: a block owns
@@ -239,8 +245,27 @@ int row_threads(int64_t len) {
   return static_cast<int>(std::clamp<int64_t>(t, 32, kRowMaxThreads));
 }
 
-// bias_broadcast_kernel over the N * OC elements of out
-LaunchShape bias_broadcast_shape(int64_t total) { return grid_stride_shape(total, kBiasBroadcastThreads); }
+// bias_broadcast_kernel's pack width: kPack<S> when it divides OC and out and bias are 16-byte aligned, else 1.
+template <typename S>
+int bias_broadcast_pack(int OC, const void* out, const void* bias) {
+  return OC % kPack<S> == 0 && aligned16(out) && aligned16(bias) ? kPack<S> : 1;
+}
+// Calls f(std::integral_constant<int, P>) for that P: the instantiation to launch.
+template <typename S, typename F>
+void with_bias_broadcast_pack(int P, F&& f) {
+  if (P == kPack<S>) f(std::integral_constant<int, kPack<S>>{});
+  else
+    f(std::integral_constant<int, 1>{});
+}
+// bias_broadcast_kernel over N rows of OC elements in packs of P: blocks of kBiasBroadcastThreads packs across the
+// columns, up to max_rows along the rows (each block then strides over the rest; tests pass a small max_rows to
+// exercise that).
+LaunchShape bias_broadcast_shape(int64_t N, int OC, int P, int max_rows = kBiasBroadcastRows) {
+  const int64_t packs = (OC + P - 1) / P;
+  const int64_t cols = (packs + kBiasBroadcastThreads - 1) / kBiasBroadcastThreads;
+  const int64_t rows = std::clamp<int64_t>(N, 1, max_rows);
+  return {{static_cast<unsigned>(cols), static_cast<unsigned>(rows), 1}, {kBiasBroadcastThreads, 1, 1}, 0};
+}
 // bias_grad_kernel: one block of (kBiasCols, kBiasRows) threads per kBiasCols columns
 LaunchShape bias_grad_shape(int OC) {
   return {{static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols), 1, 1}, {kBiasCols, kBiasRows, 1}, 0};

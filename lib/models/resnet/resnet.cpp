@@ -201,7 +201,8 @@ int index_of(const std::vector<ParamSpec>& layout, const std::string& name) {
 ResNet::Conv ResNet::make_conv(const std::string& name, int C, int OC, int H, int W, int K, int stride, int pad) {
   Conv c{index_of(layout_, name),       C, OC, H, W, K, stride, pad, (H + 2 * pad - K) / stride + 1,
          (W + 2 * pad - K) / stride + 1};
-  const ExecContext ctx{device_, nullptr};
+  // The run's math: cuDNN's algorithms for TF32 tensor cores need other workspaces than fp32's (the CPU ignores it).
+  const ExecContext ctx{device_, nullptr, device_ == Device::CPU ? Precision::FP32 : arithmetic_};
   // A model that only plans memory (memory_plan: the CPU's sizes) may be f16, which the CPU backend has no workspace
   // formula for: it plans bf16's, the same 2-byte elements (a CUDA run sizes its workspace on the GPU).
   const DType ws_act = device_ == Device::CPU && act_ == DType::F16 ? DType::BF16 : act_;
@@ -231,11 +232,12 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
 }
 
 ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate,
-               DType act)
+               DType act, Precision arithmetic)
     : cfg_(cfg),
       B_(micro_batch),
       device_(device),
       act_(act),
+      arithmetic_(arithmetic),
       bn_group_(bn_group),
       layout_(parameter_layout(cfg)),
       params_("params", device),

@@ -81,9 +81,10 @@ class ResNet {
   // bn_group: the SyncBN group (the DP communicator) or null for per-rank BatchNorm.
   // allocate = false: plan the slabs only (memory_plan()); such a model cannot run.
   // act: the activation storage type, DType::F32, DType::BF16 or DType::F16 (the header comment; f16 needs device CUDA
-  // unless allocate = false).
+  // unless allocate = false). arithmetic: the precision of the ExecContext the model will run with (train.precision);
+  // the convolution workspace is sized for its math (on CUDA, TF32 tensor-core algorithms need more than fp32's).
   ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
-         bool allocate = true, DType act = DType::F32);
+         bool allocate = true, DType act = DType::F32, Precision arithmetic = Precision::FP32);
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
@@ -166,6 +167,7 @@ class ResNet {
   int B_;
   Device device_;
   DType act_;
+  Precision arithmetic_;  // the precision its workspace is sized for (the constructor)
   comm::Communicator* bn_group_;
   std::vector<ParamSpec> layout_;
   Slab params_, grads_, compute_, buffers_, acts_, dacts_, work_;  // compute_: 16-bit copy of params_ (empty in fp32)

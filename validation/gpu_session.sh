@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The GPU checks of validation/gpu_bringup.sh from a prebuilt bundle (validation/gpu_bundle.sh), inside one command's
+# time limit on a machine that builds nothing: for a remote GPU lent for a few minutes, whose only way back is a
+# folder. Run in the repository root with the bundle at .gpu/bundle.tar.xz:
+#
+#   bash validation/gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile]
+#                                         [--extra NAME=COMMAND ...]
+#
+# Phase A (in parallel, until 45% of the budget): the CUDA test executables (ctest label cuda, run directly: ctest's
+# files hold this machine's absolute paths), tests/integration/check_cuda_run.py gpt resnet precision layouts restart
+# (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT kernels; tools in
+# --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
+# --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
+# while the budget lasts; before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
+# (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
+# back too). Every log goes into OUTDIR/logs.tar.gz (one
+# file: the folder may bring back only a few), the verdicts into OUTDIR/summary.txt as they come.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUTDIR="${1:?usage: gpu_session.sh OUTDIR [--budget S] [--bench gpt,resnet|none] [--sanitize LIST]}"
+shift
+BUDGET=480 BENCH=gpt SANITIZE=memcheck,racecheck PROFILE=0
+EXTRA=()
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --budget) BUDGET="$2"; shift 2 ;;
+    --bench) BENCH="$2"; shift 2 ;;
+    --sanitize) SANITIZE="$2"; shift 2 ;;
+    --profile) PROFILE=1; shift ;;
+    --extra) EXTRA+=("$2"); shift 2 ;;
+    *) echo "gpu_session: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+T0=$(date +%s)
+elapsed() { echo $(($(date +%s) - T0)); }
+mkdir -p "$OUTDIR"
+OUTDIR="$(cd "$OUTDIR" && pwd)"
+LOGS="$(mktemp -d)"
+SUMMARY="$OUTDIR/summary.txt"
+note() { echo "[$(elapsed) s] $*" | tee -a "$SUMMARY"; }
+pack_logs() { tar -C "$LOGS" -czf "$OUTDIR/logs.tar.gz" . 2>/dev/null; }
+cd "$ROOT" || exit 2
+
+{
+  echo "== date"; date -u
+  echo "== nvidia-smi"; nvidia-smi 2>&1
+  echo "== nvidia-smi -q (product, clocks)"
+  nvidia-smi -q 2>&1 | grep -iE 'Product Name|Driver Version|CUDA Version|Max Clocks|Graphics|SM  |Memory  ' | head -20
+  echo "== nvcc"; nvcc --version 2>&1 | tail -2
+  echo "== os"; head -4 /etc/os-release; uname -r; nproc; ldd --version 2>&1 | head -1
+  echo "== tools"; command -v compute-sanitizer mpirun python3 cmake
+  echo "== python"; python3 -c 'import torch, h5py, numpy; print(torch.__version__, torch.version.cuda, h5py.__version__, numpy.__version__)' 2>&1
+} > "$LOGS/env.txt" 2>&1
+note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+
+# shellcheck source=validation/gpu_bundle.sh
+source "$ROOT/validation/gpu_bundle.sh" unpack .gpu/bundle.tar.xz >> "$LOGS/env.txt" 2>&1 || { note "unpack FAILED"; pack_logs; exit 1; }
+export HPCT_DATA_DIR="$ROOT/data" OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
+for e in build/apps/train_gpt build/tests/unit/kernels/test_cuda_gpt; do
+  { echo "== ldd $e"; ldd "$e" | grep -E 'not found|cublas|cudnn|nccl|cudart|dnnl|mpi'; } >> "$LOGS/env.txt" 2>&1
+done
+note "unpacked ($(grep -c 'not found' "$LOGS/env.txt") unresolved libraries)"
+
+CS="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+PHASE_A_END=$((BUDGET * 45 / 100))
+pids=()
+run_bg() {  # name timeout cmd... : in the background, verdict into the summary
+  local name="$1" limit="$2"
+  shift 2
+  (
+    s=$(date +%s)
+    timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1
+    rc=$?
+    tail_line="$(grep -E '^===== .* exit [0-9]+|^\[  (PASSED|FAILED)  \]|tests? ran|VALID|FAILED:|ERROR SUMMARY|RACECHECK SUMMARY|SKIPPED' \
+                 "$LOGS/$name.log" | tail -n 9 | tr '\n' ' ')"
+    note "$name: exit $rc in $(($(date +%s) - s)) s: $tail_line"
+  ) &
+  pids+=($!)
+}
+
+# Unit tests, one after the other (each is short; the sanitizers and the app runs share the GPU meanwhile).
+run_bg unit $((PHASE_A_END - 10)) bash -c '
+  for t in tests/unit/kernels/test_kernels_cuda tests/unit/kernels/test_cuda_core tests/unit/kernels/test_cuda_gpt \
+           tests/unit/kernels/test_cuda_resnet tests/unit/train/test_cuda_device tests/mpi/comm/test_comm_nccl \
+           tests/mpi/pipeline/test_pipeline_nccl; do
+    echo "===== $t"; timeout -k 5 120 build/$t --gtest_color=no; echo "===== $t exit $?"
+  done'
+for sc in gpt resnet precision layouts restart; do
+  run_bg "cuda_run_$sc" $((PHASE_A_END - 10)) python3 tests/integration/check_cuda_run.py "$sc" build/apps/train_gpt \
+    build/apps/train_resnet "/tmp/cuda_run_$sc"
+done
+if [ -n "$CS" ]; then
+  IFS=, read -r -a tools <<< "$SANITIZE"
+  for tool in "${tools[@]}"; do
+    case "$tool" in
+      racecheck) exes=(test_cuda_gpt) ;;
+      *) exes=(test_kernels_cuda test_cuda_core test_cuda_gpt test_cuda_resnet) ;;
+    esac
+    for x in "${exes[@]}"; do
+      extra=()
+      [ "$tool" = racecheck ] && extra=(--racecheck-report analysis)
+      run_bg "san_${tool}_$x" $((PHASE_A_END - 10)) "$CS" --tool "$tool" --error-exitcode 86 --print-limit 50 \
+        "${extra[@]}" "build/tests/unit/kernels/$x" --gtest_color=no
+    done
+  done
+else
+  note "compute-sanitizer not found"
+fi
+for x in "${EXTRA[@]}"; do
+  run_bg "${x%%=*}" $((PHASE_A_END - 10)) env LOGS="$LOGS" bash -c "${x#*=}"
+done
+wait "${pids[@]}"
+# The ResNet runs' --dump files (initial parameters, batches, step-1 gradients of the device and of the CPU): where
+# the two runs part, layer by layer.
+cp /tmp/cuda_run_resnet/resnet_*.h5 "$LOGS/" 2>/dev/null
+pack_logs
+note "phase A done"
+
+# Where a GPT-2 124M bf16 step spends its GPU time: every kernel of one step (micro-batch 16, after the first step's
+# plans) timed by Nsight Compute (gpu__time_duration, clocks not locked), summed per kernel name.
+NCU="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
+if [ "$PROFILE" = 1 ] && [ -n "$NCU" ]; then
+  python3 - <<'PY'
+import numpy as np
+for name, n in (("/tmp/prof_train.bin", 1 << 22), ("/tmp/prof_val.bin", 1 << 18)):
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = 20240520, 1, n
+    with open(name, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
+PY
+  run_bg profile_gpt 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+    build/apps/train_gpt inputs/gpt2_124m.toml --out /tmp/prof_run --set train.device=cuda --set train.precision=bf16 \
+    --set train.steps=1 --set train.micro_batch=16 --set train.global_batch=16 --set data.train=/tmp/prof_train.bin \
+    --set data.val=/tmp/prof_val.bin --set train.eval_every=0 --set sample.tokens=0 --set checkpoint.at_end=false \
+    --set checkpoint.every=0 --set data.eval_sequences=64
+  wait
+fi
+
+IFS=, read -r -a benches <<< "$BENCH"
+for b in "${benches[@]}"; do
+  [ "$b" = none ] && continue
+  [ $((BUDGET - $(elapsed))) -gt 90 ] || { note "bench $b: not started (budget)"; continue; }
+  left=$((BUDGET - $(elapsed) - 10))
+  run_bg "bench_$b" "$left" python3 validation/bench_gpu.py --only "$b" --record --steps 20 --warmup 5 \
+    --hp-precisions bf16 --timeout $((left - 20)) --work "/tmp/bench_work_$b"
+  wait
+  cp validation/results/gpu_*.md "$LOGS/" 2>/dev/null
+  cp validation/results/gpu_*.md "$OUTDIR/" 2>/dev/null
+done
+pack_logs
+note "done"

@@ -109,6 +109,8 @@ class GradSync {
   // Bytes of the bf16 bucket buffer (kind `comm` in the memory record): half the gradient slab with bf16 at DP > 1,
   // else 0.
   size_t comm_bytes() const { return reduced_.bytes(); }
+  // Bytes of the ZeRO shard of reduced gradients (kind `grads`): 0 without ZeRO.
+  size_t shard_bytes() const { return shard_.bytes(); }
   double last_exposed_ms() const { return exposed_ms_; }  // in finish() (CUDA: host issue time only, see above)
   double last_gather_ms() const { return gather_ms_; }    // in gather_params() (likewise)
   std::string describe() const;

@@ -113,6 +113,15 @@ class GptTask final : public TrainTask {
     log_info("data: train {} ({} tokens) | val {} ({} tokens, eval set {} x {} tokens)", train_shard_.path(),
              train_shard_.size(), val_shard_.path(), val_shard_.size(), eval_set_.num_sequences(), T_);
   }
+  MemoryKinds model_memory() const override {
+    const gpt::MemoryPlan m = model_.memory();
+    MemoryKinds k;
+    k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes);
+    k.grads = static_cast<double>(m.grad_bytes);
+    k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + stage_->bytes() +
+                                        evaluator_.bytes());
+    return k;
+  }
   void before_first_step() override {
     if (dump_) dump_->record_params(ctx_, model_, "init");
   }

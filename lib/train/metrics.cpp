@@ -48,10 +48,18 @@ MetricsWriter::~MetricsWriter() {
   if (f_) std::fclose(f_);
 }
 
-void MetricsWriter::write(const std::vector<std::pair<std::string, std::optional<double>>>& fields) {
-  std::string line = "{";
+namespace {
+std::string json_members(const MetricsWriter::Fields& fields) {
+  std::string s;
   for (size_t i = 0; i < fields.size(); ++i)
-    line += fmt::format("{}\"{}\": {}", i ? ", " : "", fields[i].first, json_number(fields[i].second));
+    s += fmt::format("{}\"{}\": {}", i ? ", " : "", fields[i].first, json_number(fields[i].second));
+  return s;
+}
+}  // namespace
+
+void MetricsWriter::write(const Fields& fields, const std::string& object_key, const Fields& object) {
+  std::string line = "{" + json_members(fields);
+  if (!object_key.empty()) line += fmt::format(", \"{}\": {{{}}}", object_key, json_members(object));
   line += "}\n";
   std::fputs(line.c_str(), f_);
   std::fflush(f_);

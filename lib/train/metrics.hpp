@@ -19,8 +19,10 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // fields in order; a nullopt value is written as null
-  void write(const std::vector<std::pair<std::string, std::optional<double>>>& fields);
+  using Fields = std::vector<std::pair<std::string, std::optional<double>>>;
+  // fields in order; a nullopt value is written as null. object_key non-empty: one more field, a nested object of
+  // object's fields (the memory record).
+  void write(const Fields& fields, const std::string& object_key = {}, const Fields& object = {});
 
  private:
   FILE* f_ = nullptr;

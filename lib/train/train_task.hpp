@@ -28,6 +28,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "tensor/tensor.hpp"
 #include "train/checkpointing.hpp"
+#include "train/memory_record.hpp"
 
 namespace hpct::train {
 
@@ -84,6 +85,9 @@ class TrainTask {
   virtual const optim::LrSchedule& lr_schedule() const = 0;
   // Logs what only the task knows, after the loop's layout and gradient-sync lines (model, memory, data).
   virtual void log_setup(const optim::Optimizer& opt) = 0;
+  // The model's slabs by kind of the memory record (train/memory_record.hpp): params, grads, activations, workspace;
+  // the loop adds the optimizer, communication and checkpoint staging.
+  virtual MemoryKinds model_memory() const = 0;
   // The layout line's axes ("dp 2 x tp 1 x pp 1 (tp-dp-pp)") and its tail (" | 1024 tokens/step").
   virtual std::string layout_axes() const = 0;
   virtual std::string layout_tail() const = 0;

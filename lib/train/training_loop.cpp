@@ -134,6 +134,13 @@ int run_steps(RunSession& run, TrainTask& task) {
     log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
              human_bytes(static_cast<double>(staging.host_bytes())));
   task.log_setup(*opt);
+  // The memory record (train/memory_record.hpp): every slab is planned above and lives for the whole run.
+  MemoryKinds memory = task.model_memory();
+  memory.grads += static_cast<double>(grad_sync.shard_bytes());
+  memory.optimizer = static_cast<double>(opt->state_bytes());
+  memory.comm = static_cast<double>(grad_sync.comm_bytes() + pipe_bufs.bytes());
+  memory.ckpt_staging = static_cast<double>(staging.host_bytes());
+  double memory_peak = 0.0;  // the first record's peak, repeated by the last
 
   // ---- resume ------------------------------------------------------------------------------------------------
   const ResumePoint resumed = open_resume(pc, run.deck, run.schema, cfg.checkpoint.resume, ckpt_root, steps);
@@ -242,6 +249,18 @@ int run_steps(RunSession& run, TrainTask& task) {
     if ((cfg.train.eval_every > 0 ? s % cfg.train.eval_every == 0 : task.default_eval_step(s)) || s == steps)
       last_eval = eval = task.evaluate();
     const TrainTask::StepReport rep = task.report_step(s, sums);
+    // decided collectively (one allreduce(MAX) per step) before the record, which says whether it is the last
+    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms);
+    // the memory record: in full in this run's first record, peak and rss again in its last (both collective)
+    MetricsWriter::Fields memory_record;
+    if (s == start + 1) {
+      const MemoryRecord r = gather_memory_record(pc.world(), memory, ctx.device);
+      memory_peak = r.peak;
+      memory_record = memory_fields(r);
+      log_info("{}", describe_memory_record(r, world));
+    } else if (s == steps || dec.stop) {
+      memory_record = {{"peak", memory_peak}, {"rss", gather_rss(pc.world(), ctx.device)}};
+    }
     if (metrics) {
       MetricFields rec = {{"step", static_cast<double>(s)}};
       rec.insert(rec.end(), rep.position.begin(), rep.position.end());
@@ -259,7 +278,7 @@ int run_steps(RunSession& run, TrainTask& task) {
         rec.push_back({"val_loss", eval->loss});
         rec.insert(rec.end(), eval->extra.begin(), eval->extra.end());
       }
-      metrics->write(rec);
+      metrics->write(rec, memory_record.empty() ? "" : "memory", memory_record);
     }
     if (s % cfg.log.every == 0 || s == steps || eval)
       log_info("step {:>6}/{}{} | loss {:.6f}{} | lr {:.4e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | "
@@ -269,8 +288,7 @@ int run_steps(RunSession& run, TrainTask& task) {
                loss_scale_suffix(scaler, ls));
     task.after_step_logged(s, eval);
 
-    // ---- checkpoint and stop, decided collectively (one allreduce(MAX) per step) ----------------------------------
-    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms);
+    // ---- checkpoint and stop (decided above) -------------------------------------------------------------------------
     if (dec.save) save(s, dec.why);
     if (dec.stop) {
       log_info("stopping after step {} ({}): checkpoint written; exit code 3 asks to be requeued and resumed with "

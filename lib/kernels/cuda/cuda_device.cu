@@ -34,6 +34,12 @@ CudaDeviceInfo cuda_select_device(int local_rank) {
   return info;
 }
 
+size_t cuda_device_memory_in_use() {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes - free_bytes;
+}
+
 CudaStream::CudaStream() {
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault));  // blocking: see cuda_device.hpp

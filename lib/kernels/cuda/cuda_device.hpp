@@ -31,6 +31,10 @@ struct CudaDeviceInfo {
 // device is visible. Requires local_rank >= 0.
 CudaDeviceInfo cuda_select_device(int local_rank);
 
+// Device memory in use on the current device now: total minus free (cudaMemGetInfo), so every process's allocations
+// on it, the CUDA context and the libraries' workspaces included (the memory record's `rss` on CUDA).
+size_t cuda_device_memory_in_use();
+
 // The rank's compute stream (ExecContext::stream), created on the current device. Deliberately a *blocking* stream
 // (cudaStreamDefault, not cudaStreamNonBlocking): device_alloc (tensor/device.cpp) zeroes every slab with cudaMemset
 // on the legacy default stream, asynchronously to the host, and only a blocking stream is ordered after that memset

@@ -150,6 +150,16 @@ double flops_per_token(const GptConfig& c) {
 
 // ---- model -------------------------------------------------------------------------------------
 
+MemoryPlan Gpt::memory() const {
+  MemoryPlan m;
+  m.param_bytes = params_.bytes();
+  m.grad_bytes = grads_.bytes();
+  m.compute_param_bytes = compute_.bytes();
+  m.activation_bytes = acts_.bytes();
+  m.activation_grad_bytes = dacts_.bytes();
+  return m;
+}
+
 Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, DType act)
     : Gpt(cfg, micro_batch, device, ModelParallel{}, nullptr, act) {}
 

@@ -147,6 +147,8 @@ class Gpt {
 
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
+  // The slabs as allocated (num_params and optim_bytes left 0): what the memory record counts.
+  MemoryPlan memory() const;
   const std::vector<ParamSpec>& layout() const { return layout_; }
   const Tensor& logits() const { return *logits_; }  // (B, T, Vp) on the device, of the activation type
 

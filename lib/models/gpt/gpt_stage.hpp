@@ -47,6 +47,8 @@ class GptStage final : public parallel::PipelineStage {
   // exchanged).
   int64_t activation_numel() const override { return numel_; }
   DType activation_dtype() const override { return model_.activation_dtype(); }
+  // Bytes of the step's planned buffers (tokens, targets, loss sums, the stash of stage inputs).
+  size_t bytes() const { return bufs_.bytes(); }
 
  private:
   const int32_t* tokens(int micro) const { return tokens_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
@@ -85,7 +87,8 @@ class GptEvaluator {
   GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::PipelineTransport* transport);
   // Sum of the token losses over sequences [begin, end) of eval, in double.
   double loss_sum(const data::TokenEvalSet& eval, int begin, int end);
-  Tensor& tokens() { return *in_dev_; }  // (MB, T) i32 on ctx.device (also the text sample's window)
+  Tensor& tokens() { return *in_dev_; }         // (MB, T) i32 on ctx.device (also the text sample's window)
+  size_t bytes() const { return io_.bytes(); }  // its planned buffers
 
  private:
   const ExecContext& ctx_;

@@ -34,6 +34,7 @@ class ResNetStage final : public parallel::PipelineStage {
   void forward(int, const void*, void*) override {}  // the micro-batch runs in its backward slot
   void backward(int micro, const void* dout, void* din) override;
   int64_t activation_numel() const override { return 0; }  // one stage: nothing is exchanged
+  size_t bytes() const { return io_.bytes(); }  // its planned buffers (a micro-batch's images, labels, loss sum)
 
   // (loss sum, correct predictions) over images [first, end) of `set`, micro_batch at a time, BN in eval mode.
   std::pair<double, double> evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm, int64_t first,

@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""The memory record of metrics.jsonl (docs/contracts.md) for one app, through its contract only:
+
+  - the first record of a run carries "memory" with params, grads, optimizer, comm, activations, workspace,
+    ckpt_staging, peak and rss (bytes); the records between carry none; the last repeats exactly peak (the same value)
+    and rss; the log has the record's line once
+  - at one rank peak is the sum of the kinds; params, grads, activations and rss are positive; on the CPU rss (the
+    peak resident set) holds at least the parameters and gradients
+  - np 2 with ZeRO-1 and parallel.grad_dtype = bf16 against np 1: the optimizer state is halved (each rank owns half),
+    grads grows by the reduced shard (half the gradient slab's elements), comm holds the bf16 reduction buffer (half the
+    gradient slab's bytes), params and workspace are unchanged and activations no larger (the same model; the step's
+    batch buffers hold this rank's micro-batches only), up to SLACK
+  - a resumed run's first record carries the whole record again
+
+usage: check_memory_record.py gpt|resnet APP DECK WORKDIR"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+app, exe, deck, work = sys.argv[1:5]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+KINDS = ["params", "grads", "optimizer", "comm", "activations", "workspace", "ckpt_staging"]
+QUIET = ["sample.tokens=0"] if app == "gpt" else []
+# Shares and slabs round: a ZeRO share takes one element more on the first ranks of an uneven bucket, every slab
+# tensor is aligned, and SyncBN's gathered statistics grow with the DP size: "half" and "unchanged" hold within 1%
+# plus this many bytes (the tiny ResNet has 5,142 parameters, where they show).
+SLACK = 4096
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("  FAIL:", msg, flush=True)
+
+
+def run(name, np, sets):
+    out = os.path.join(work, name)
+    cmd = (["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none"] if np > 1 else []) + [exe, deck]
+    cmd += ["--out", out]
+    for s in QUIET + sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=600, env=ENV)
+    if p.returncode != 0:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+        print(f"FAILED: {' '.join(cmd)} exited with {p.returncode}")
+        sys.exit(1)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    lines = [l for l in p.stdout.splitlines() if "memory record (max over" in l]
+    if len(lines) != 1:
+        fail(f"{name}: {len(lines)} 'memory record' log lines, should be 1")
+    return recs
+
+
+def record(name, recs):
+    """The first record's memory object after checking the run's records carry it as the contract says."""
+    first = recs[0].get("memory")
+    if first is None or sorted(first) != sorted(KINDS + ["peak", "rss"]):
+        fail(f"{name}: the first record's memory is {first} (should have {KINDS + ['peak', 'rss']})")
+        return None
+    for r in recs[1:-1]:
+        if "memory" in r:
+            fail(f"{name}: step {r['step']} carries a memory record (only the first and the last do)")
+    if len(recs) > 1:
+        last = recs[-1].get("memory")
+        if last is None or sorted(last) != ["peak", "rss"] or last["peak"] != first["peak"] or not last["rss"] > 0:
+            fail(f"{name}: the last record's memory is {last} (should be peak {first['peak']} and rss > 0)")
+    print(f"  {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in first.items()))
+    return first
+
+
+steps = ["train.steps=3", "checkpoint.at_end=true"]
+one = record("np 1", run("np1", 1, steps))
+if one:
+    if one["peak"] != sum(one[k] for k in KINDS):
+        fail(f"np 1: peak {one['peak']} is not the sum of the kinds {sum(one[k] for k in KINDS)}")
+    for k in ("params", "grads", "activations", "rss"):
+        if not one[k] > 0:
+            fail(f"np 1: {k} is {one[k]} (should be > 0)")
+    if one["rss"] < one["params"] + one["grads"]:
+        fail(f"np 1: rss {one['rss']} is below params + grads {one['params'] + one['grads']}")
+    if one["comm"] != 0 or one["ckpt_staging"] != 0:
+        fail(f"np 1 on the CPU: comm {one['comm']} and ckpt_staging {one['ckpt_staging']} should be 0")
+
+two = record("np 2 zero 1 bf16", run("np2", 2, steps + ["parallel.zero=1", "parallel.grad_dtype=bf16"]))
+if one and two:
+    slab = one["grads"]  # the gradient slab (fp32), unsharded at np 1
+    for k in ("params", "workspace"):
+        if two[k] != one[k]:
+            fail(f"np 2: {k} {two[k]} differs from np 1's {one[k]} (the model is the same)")
+    # the same model: a step's batch buffers hold this rank's micro-batches only; SyncBN gathers per-rank statistics
+    if not 0 < two["activations"] <= one["activations"] + SLACK:
+        fail(f"np 2: activations {two['activations']} should be within (0, np 1's {one['activations']} + {SLACK}]")
+    if abs(two["optimizer"] - one["optimizer"] / 2) > 0.01 * one["optimizer"] + SLACK:
+        fail(f"np 2 zero 1: optimizer {two['optimizer']} should be half of np 1's {one['optimizer']}")
+    if abs(two["grads"] - 1.5 * slab) > 0.01 * slab + SLACK:
+        fail(f"np 2 zero 1: grads {two['grads']} should be the slab {slab} plus half of it for the shard")
+    if abs(two["comm"] - slab / 2) > 0.01 * slab + SLACK:
+        fail(f"np 2 bf16: comm {two['comm']} should be the bf16 buffer, half the slab's {slab} bytes")
+
+resumed = run("np1", 1, ["train.steps=5", "checkpoint.resume=latest"])
+if [r["step"] for r in resumed] != [1, 2, 3, 4, 5]:
+    fail(f"resumed: steps {[r['step'] for r in resumed]} (should be 1..5)")
+elif "memory" not in resumed[3] or sorted(resumed[3]["memory"]) != sorted(KINDS + ["peak", "rss"]):
+    fail(f"resumed: step 4, the resumed run's first record, carries {resumed[3].get('memory')} (the whole record)")
+elif sorted(resumed[4].get("memory", {})) != ["peak", "rss"]:
+    fail(f"resumed: step 5, its last record, carries {resumed[4].get('memory')} (peak and rss)")
+
+if failures:
+    print(f"FAILED: memory record {app}: " + "; ".join(failures))
+    sys.exit(1)
+print(f"VALID: memory record {app}")

@@ -57,7 +57,8 @@ gpu_bundle_pack() {
     cp -a "$d" "$stage/.gpu/root$d"
   done
   # Every shared library the executables and the plugins load, except glibc's, the C++ runtime's and CUDA's.
-  local skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libnvrtc|libnvJitLink)\.so'
+  local skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s'
+  skip+='|libcuda|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libnvrtc|libnvJitLink)\.so'
   {
     for e in "${exes[@]}"; do ldd "$build/$e"; done
     find "$stage/.gpu/root" -name '*.so' -exec ldd {} \; 2>/dev/null
@@ -73,7 +74,8 @@ gpu_bundle_pack() {
 
 gpu_bundle_unpack() {
   local file="${1:-.gpu/bundle.tar.xz}"
-  [ -f "$file" ] || { echo "gpu_bundle: $file is missing: run 'bash validation/gpu_bundle.sh pack' on the build machine" >&2; return 1; }
+  [ -f "$file" ] ||
+    { echo "gpu_bundle: $file is missing: run 'bash validation/gpu_bundle.sh pack' on the build machine" >&2; return 1; }
   tar -xJf "$file" || return 1
   local lib="$PWD/.gpu/root/lib" f so
   # The machine's own copy of a library wins (Python and torch load theirs): keep only what it lacks.
@@ -81,10 +83,11 @@ gpu_bundle_unpack() {
     so="$(basename "$f")"
     if ldconfig -p | grep -q "^[[:space:]]*$so "; then rm -f "$f"; fi
   done
-  local cuda_dirs="" n
+  local cuda_dirs="" n wheels
+  wheels="$(python3 -c 'import os, nvidia; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || echo /nonexistent)"
   for n in libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libcudart.so.13 libcudnn_engines_precompiled.so.9; do
     f="$(find /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets /usr/lib/x86_64-linux-gnu \
-          "$(python3 -c 'import os, nvidia; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null || echo /nonexistent)" \
+          "$wheels" \
           -name "$n" 2>/dev/null | head -n 1)"
     if [ -n "$f" ]; then
       case ":$cuda_dirs:" in *":$(dirname "$f"):"*) ;; *) cuda_dirs="${cuda_dirs:+$cuda_dirs:}$(dirname "$f")" ;; esac
@@ -107,6 +110,7 @@ gpu_bundle_unpack() {
 case "${1:-}" in
   pack) shift; gpu_bundle_pack "$@" || exit 1 ;;
   unpack) shift; gpu_bundle_unpack "$@" ;;
-  *) echo "usage: bash validation/gpu_bundle.sh pack [--build DIR] [--out FILE] | source validation/gpu_bundle.sh unpack [FILE]" >&2
+  *) echo "usage: bash validation/gpu_bundle.sh pack [--build DIR] [--out FILE] [--fast]" \
+          "| source validation/gpu_bundle.sh unpack [FILE]" >&2
      false ;;
 esac

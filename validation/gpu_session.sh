@@ -13,11 +13,11 @@
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
 # while the budget lasts; before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
 # (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
-# back too). Every log goes into OUTDIR/logs.tar.gz (one
-# file: the folder may bring back only a few), the verdicts into OUTDIR/summary.txt as they come.
+# back too). Every log goes into OUTDIR/logs.tar.gz (one file: the folder may bring back only a few), the verdicts
+# into OUTDIR/summary.txt as they come. Used for the first H100 run: validation/results/gpu_nvidia_h100_80gb_hbm3_*.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUTDIR="${1:?usage: gpu_session.sh OUTDIR [--budget S] [--bench gpt,resnet|none] [--sanitize LIST]}"
+OUTDIR="${1:?usage: gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile] [--extra N=CMD]}"
 shift
 BUDGET=480 BENCH=gpt SANITIZE=memcheck,racecheck PROFILE=0
 EXTRA=()
@@ -49,12 +49,15 @@ cd "$ROOT" || exit 2
   echo "== nvcc"; nvcc --version 2>&1 | tail -2
   echo "== os"; head -4 /etc/os-release; uname -r; nproc; ldd --version 2>&1 | head -1
   echo "== tools"; command -v compute-sanitizer mpirun python3 cmake
-  echo "== python"; python3 -c 'import torch, h5py, numpy; print(torch.__version__, torch.version.cuda, h5py.__version__, numpy.__version__)' 2>&1
+  echo "== python"
+  python3 -c 'import torch, h5py, numpy as np; print(torch.__version__, torch.version.cuda, h5py.__version__, np.__version__)' \
+    2>&1
 } > "$LOGS/env.txt" 2>&1
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
 
 # shellcheck source=validation/gpu_bundle.sh
-source "$ROOT/validation/gpu_bundle.sh" unpack .gpu/bundle.tar.xz >> "$LOGS/env.txt" 2>&1 || { note "unpack FAILED"; pack_logs; exit 1; }
+source "$ROOT/validation/gpu_bundle.sh" unpack .gpu/bundle.tar.xz >> "$LOGS/env.txt" 2>&1 ||
+  { note "unpack FAILED"; pack_logs; exit 1; }
 export HPCT_DATA_DIR="$ROOT/data" OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
 for e in build/apps/train_gpt build/tests/unit/kernels/test_cuda_gpt; do
   { echo "== ldd $e"; ldd "$e" | grep -E 'not found|cublas|cudnn|nccl|cudart|dnnl|mpi'; } >> "$LOGS/env.txt" 2>&1
@@ -71,7 +74,8 @@ run_bg() {  # name timeout cmd... : in the background, verdict into the summary
     s=$(date +%s)
     timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1
     rc=$?
-    tail_line="$(grep -E '^===== .* exit [0-9]+|^\[  (PASSED|FAILED)  \]|tests? ran|VALID|FAILED:|ERROR SUMMARY|RACECHECK SUMMARY|SKIPPED' \
+    verdicts='^===== .* exit [0-9]+|^\[  (PASSED|FAILED)  \]|tests? ran|VALID|FAILED:|ERROR SUMMARY|RACECHECK SUMMARY|SKIPPED'
+    tail_line="$(grep -E "$verdicts" \
                  "$LOGS/$name.log" | tail -n 9 | tr '\n' ' ')"
     note "$name: exit $rc in $(($(date +%s) - s)) s: $tail_line"
   ) &

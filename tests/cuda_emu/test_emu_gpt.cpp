@@ -587,11 +587,11 @@ void check_bias_broadcast_is_exact() {
       const auto bias = random_storage<A>(sz(OC), seed++, -8.0, 8.0);
       auto out = random_storage<A>(sz(N * OC + off), seed++, 1e3, 2e3);
       A* dst = out.data() + off;
-      const int P = cu::bias_broadcast_pack<EmuStorage<A>>(OC, dst, bias.data());
+      const int P = cu::pack_width<EmuStorage<A>>(OC, {dst, bias.data()});
       EXPECT_EQ(P, OC % cu::kPack<EmuStorage<A>> == 0 && off == 0 ? cu::kPack<EmuStorage<A>> : 1);
       ASSERT_TRUE(emulate_schedules(
           [&] {
-            cu::with_bias_broadcast_pack<EmuStorage<A>>(P, [&](auto p) {
+            cu::with_pack<EmuStorage<A>>(P, [&](auto p) {
               EMU_LAUNCH((cu::bias_broadcast_kernel<EmuStorage<A>, decltype(p)::value>),
                          cu::bias_broadcast_shape(N, OC, P, 3), reinterpret_cast<EmuStorage<A>*>(dst), emu_ptr(bias), N,
                          OC);

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/launch_shape.hpp"
 
@@ -170,31 +171,39 @@ inline LaunchShape pack_shape(int64_t n, int64_t packs, int pack, int threads = 
   return grid_stride_shape(packs > rest ? packs : rest, threads);
 }
 
-// The pack width P of a kernel reading rows of `len` elements (row r at base + r * len) through the given pointers:
-// kPack<S> for bf16 storage when len is a multiple of it and every pointer is 16-byte aligned, else 1. float storage
-// always reads element by element there (1): its row kernels sum in the order they always have.
+// The pack width P of a kernel moving rows of `len` elements (row r at base + r * len) through the given pointers
+// (null ones ignored): kPack<S> when len is a multiple of it and every pointer is 16-byte aligned, else 1.
 template <typename S>
-int row_pack(int64_t len, std::initializer_list<const void*> ptrs) {
-  if constexpr (std::is_same_v<S, float>) {
-    return 1;
-  } else {
-    if (len % kPack<S> != 0) return 1;
-    for (const void* p : ptrs)
-      if (p != nullptr && !aligned16(p)) return 1;
-    return kPack<S>;
-  }
+int pack_width(int64_t len, std::initializer_list<const void*> ptrs) {
+  if (len % kPack<S> != 0) return 1;
+  for (const void* p : ptrs)
+    if (p != nullptr && !aligned16(p)) return 1;
+  return kPack<S>;
 }
 
-// Calls f(std::integral_constant<int, P>) with the row_pack P (1, or kPack<S> for bf16): the instantiation to launch.
+// Calls f(std::integral_constant<int, P>) with a pack width P (1, or kPack<S>): the instantiation to launch.
+template <typename S, typename F>
+void with_pack(int P, F&& f) {
+  if (P == kPack<S>) f(std::integral_constant<int, kPack<S>>{});
+  else
+    f(std::integral_constant<int, 1>{});
+}
+
+// The pack width of a kernel reading rows to reduce them: pack_width for 16-bit storage; float storage always reads
+// element by element there (1): its row kernels sum in the order they always have.
+template <typename S>
+int row_pack(int64_t len, std::initializer_list<const void*> ptrs) {
+  if constexpr (std::is_same_v<S, float>) return 1;
+  else
+    return pack_width<S>(len, ptrs);
+}
+
+// with_pack for row_pack's P: float storage instantiates P = 1 only.
 template <typename S, typename F>
 void with_row_pack(int P, F&& f) {
-  if constexpr (std::is_same_v<S, float>) {
-    f(std::integral_constant<int, 1>{});
-  } else {
-    if (P == kPack<S>) f(std::integral_constant<int, kPack<S>>{});
-    else
-      f(std::integral_constant<int, 1>{});
-  }
+  if constexpr (std::is_same_v<S, float>) f(std::integral_constant<int, 1>{});
+  else
+    with_pack<S>(P, std::forward<F>(f));
 }
 
 }  // namespace

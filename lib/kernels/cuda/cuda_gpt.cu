@@ -380,8 +380,8 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
     cublasHandle_t h = cublas_handle(stream);
     float beta = 0.0f;
     if (bias) {
-      const int P = bias_broadcast_pack<float>(OC, out, bias);
-      with_bias_broadcast_pack<float>(P, [&](auto p) {
+      const int P = pack_width<float>(OC, {out, bias});
+      with_pack<float>(P, [&](auto p) {
         HPCT_LAUNCH((bias_broadcast_kernel<float, decltype(p)::value>), bias_broadcast_shape(N, OC, P), stream, out,
                     bias, N, OC);
       });

@@ -38,7 +38,7 @@ constexpr int kRowMaxThreads = 512;         // one-block-per-row kernels: the la
 // out[n, o] = bias[o] for every row: the seed onto which the float GEMM accumulates with beta = 1 (as the CPU backend;
 // 16-bit storage adds the bias in cuBLASLt's epilogue, cuda_gpt.cu), for any storage type S. Thread x
 // of block (bx, by) holds the P columns from P (bx blockDim.x + x) in registers and stores them into the rows by,
-// by + gridDim.y, ..: coalesced P-element stores (P = kPack<S>: 16 bytes, when bias_broadcast_pack allows) and no
+// by + gridDim.y, ..: coalesced P-element stores (P = kPack<S>: 16 bytes, when pack_width allows) and no
 // index division, so it runs at the speed of the stores (one element per thread with a 64-bit modulo ran at a sixth of
 // it on an H100).
 template <typename S, int P>
@@ -245,18 +245,6 @@ int row_threads(int64_t len) {
   return static_cast<int>(std::clamp<int64_t>(t, 32, kRowMaxThreads));
 }
 
-// bias_broadcast_kernel's pack width: kPack<S> when it divides OC and out and bias are 16-byte aligned, else 1.
-template <typename S>
-int bias_broadcast_pack(int OC, const void* out, const void* bias) {
-  return OC % kPack<S> == 0 && aligned16(out) && aligned16(bias) ? kPack<S> : 1;
-}
-// Calls f(std::integral_constant<int, P>) for that P: the instantiation to launch.
-template <typename S, typename F>
-void with_bias_broadcast_pack(int P, F&& f) {
-  if (P == kPack<S>) f(std::integral_constant<int, kPack<S>>{});
-  else
-    f(std::integral_constant<int, 1>{});
-}
 // bias_broadcast_kernel over N rows of OC elements in packs of P: blocks of kBiasBroadcastThreads packs across the
 // columns, up to max_rows along the rows (each block then strides over the rest; tests pass a small max_rows to
 // exercise that).

@@ -5,7 +5,7 @@
 #include "train_cli.hpp"
 #include "core/config.hpp"
 #include "train/gpt_deck.hpp"
-#include "train/gpt_plan.hpp"
+#include "train/app_plan.hpp"
 #include "train/gpt_trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -20,12 +20,12 @@ int main(int argc, char** argv) {
     hpct::train::PlanOutput plan_out;
     CLI::Option* plan_opt = app.add_option("--plan", plan_world,
                                            "validate the layout for a world of this many ranks and print every "
-                                           "rank's memory plan, without data or training (e.g. --plan 8 --set "
-                                           "parallel.tp=4)")
+                                           "rank's memory plan by kind (the memory record's), without data or "
+                                           "training (e.g. --plan 8 --set parallel.tp=4)")
                                 ->check(CLI::PositiveNumber);
     app.add_flag("--json", plan_out.json,
                  "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs "
-                 "per token and per step, memory, the device's peak TFLOP/s)")
+                 "per token and per step, memory by kind, the device's peak TFLOP/s)")
         ->needs(plan_opt);
     app.add_option("--device-name", plan_out.device_name,
                    "with --plan: the device whose peak TFLOP/s the JSON line "

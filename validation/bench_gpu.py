@@ -225,7 +225,7 @@ def plan(exe, deck, sets, gpt):
     """`--plan --json` with the benchmark's overrides: the app's plan object (train_gpt: parameters, flops_per_token,
     memory_bytes_max_rank, ...; train_resnet: parameters, flops_per_image_forward, flops_per_image_training,
     memory_bytes, ...) plus memory_gib (the largest rank's plan). Raises RuntimeError when the deck does not parse."""
-    args = ["--plan", "1"] if gpt else ["--plan"]
+    args = ["--plan", "1"]
     for s in sets:
         args += ["--set", s]
     p = plan_json(exe, deck, args)[0]

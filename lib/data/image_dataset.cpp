@@ -229,7 +229,11 @@ void write_image_dataset(const std::string& path, const uint8_t* images, const i
 
 // ---- reading ------------------------------------------------------------------------------------
 
-ImageDataset ImageDataset::open(const std::string& path) {
+ImageDataset ImageDataset::open(const std::string& path) { return open_file(path, true); }
+
+ImageDataset ImageDataset::open_header(const std::string& path) { return open_file(path, false); }
+
+ImageDataset ImageDataset::open_file(const std::string& path, bool read_images) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) HPCT_USAGE_FAIL("image dataset {} not found: {}", path, kPrepareHint);
   QuietH5 quiet;
@@ -299,6 +303,7 @@ ImageDataset ImageDataset::open(const std::string& path) {
   d.c_ = static_cast<int>(idims[1]);
   d.h_ = static_cast<int>(idims[2]);
   d.w_ = static_cast<int>(idims[3]);
+  if (!read_images) return d;
   d.images_.resize(static_cast<size_t>(d.n_ * d.image_elems()));
   d.labels_.resize(static_cast<size_t>(d.n_));
   HPCT_USAGE_CHECK(H5Dread(ids, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.images_.data()) >= 0,

@@ -57,6 +57,9 @@ class ImageDataset {
   // /images or /labels, wrong rank, dtype or shape, a missing or non-positive num_classes, or a label out of
   // [0, num_classes) -> UsageError naming the file and what is wrong.
   static ImageDataset open(const std::string& path);
+  // The same checks of the file's structure, reading only its header (shape, num_classes, name): size() and the shape
+  // are known, images() and labels() are empty (the memory plan of `train_resnet --plan`).
+  static ImageDataset open_header(const std::string& path);
 
   int64_t size() const { return n_; }                            // N
   int channels() const { return c_; }                            // C
@@ -73,6 +76,7 @@ class ImageDataset {
 
  private:
   ImageDataset() = default;
+  static ImageDataset open_file(const std::string& path, bool read_images);
 
   std::string path_, name_, source_;
   int64_t n_ = 0;

@@ -37,6 +37,14 @@
 
 namespace hpct::kernels {
 
+// The cuBLASLt workspace of the CUDA backend's 16-bit GEMMs: one buffer per device, allocated at the first bf16 or fp16
+// GEMM and kept (32 MiB, cuBLAS's recommendation for Hopper). The memory record and plan count it as `workspace`.
+constexpr size_t kCudaGemmWorkspaceBytes = size_t{32} << 20;
+// What a run on `device` with activations of type `act` holds of it: the workspace on CUDA under 16-bit storage, else 0.
+constexpr size_t gemm_workspace_bytes(Device device, DType act) {
+  return device == Device::CUDA && act != DType::F32 ? kCudaGemmWorkspaceBytes : 0;
+}
+
 // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------------------------
 template <typename A>
 void encoder_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const A* wte /*(Vp,C)*/,

@@ -80,6 +80,30 @@ struct Bucket {
   int64_t own_offset = 0;                // ZeRO: where this rank's share starts in the bucket (sum of counts before it)
 };
 
+// The buckets of a gradient slab and one DP rank's share of them, from the slab's plan alone (allocated or not):
+// what GradSync runs with, and what the memory plan (`--plan`) counts for any rank without building a GradSync.
+struct BucketPlan {
+  // A range of parameter tensor `tensor` this rank's optimizer updates; `at`: its first element's offset in the ZeRO
+  // shard buffer (ZeRO at DP > 1) or in the gradient slab.
+  struct Owned {
+    int tensor = 0;
+    int64_t begin = 0, end = 0, at = 0;
+  };
+  std::vector<Bucket> buckets;        // in launch order (reverse layout order)
+  std::vector<int> bucket_of_tensor;  // layout index -> bucket
+  int64_t slab_numel = 0;             // elements the buckets tile: [0, slab_numel) of the slab
+  bool sharded = false;               // ZeRO at DP > 1: reduced shares live in a shard buffer of their own
+  int64_t shard_numel = 0;            // its elements (this rank's shares, back to back); 0 unless sharded
+  bool bf16_image = false;            // parallel.grad_dtype = bf16 at DP > 1: a bf16 image of the buckets
+  std::vector<Owned> owned;           // in layout order
+
+  int64_t owned_numel() const;  // the elements the optimizer updates: its state's elements per buffer
+  size_t shard_bytes() const;   // the ZeRO shard buffer (kind `grads`), as its slab allocates it
+  size_t comm_bytes() const;    // the bf16 image (kind `comm`), as its slab allocates it
+};
+// grads: fp32 tensors in layout order (HPCT_CHECK otherwise); opts.zero 0 or 1.
+BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_size, int dp_rank);
+
 class GradSync {
  public:
   // ctx: where the bf16 casts run (ctx.device == grads.device(); CUDA: the compute stream, which dp's operations are
@@ -103,7 +127,7 @@ class GradSync {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // The ranges this rank's optimizer updates: whole tensors without ZeRO, its shares with ZeRO.
   const std::vector<OwnedRange>& owned() const { return owned_; }
-  int64_t shard_numel() const { return shard_numel_; }
+  int64_t shard_numel() const { return plan_.shard_numel; }
   int zero() const { return opts_.zero; }
   DType reduce_dtype() const { return opts_.reduce_dtype; }
   // Bytes of the bf16 bucket buffer (kind `comm` in the memory record): half the gradient slab with bf16 at DP > 1,
@@ -123,17 +147,16 @@ class GradSync {
   Slab& grads_;
   GradSyncOptions opts_;
   ExecContext ctx_;
-  std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_tensor_;
+  BucketPlan plan_;
+  const std::vector<Bucket>& buckets_ = plan_.buckets;
   std::vector<int> pending_;  // per bucket: tensors not yet ready
   std::vector<comm::WorkPtr> work_;
   std::vector<bool> launched_;
   size_t next_launch_ = 0;  // buckets launch strictly in order (same order on every rank)
   bool armed_ = false;
-  Slab shard_;    // ZeRO: reduced gradient shares (shard_numel_ floats)
+  Slab shard_;    // ZeRO: reduced gradient shares (plan_.shard_numel floats)
   Slab reduced_;  // bf16 reduction: (elements of the gradient slab) bf16, bucket b at [elem_begin, elem_end)
   bf16* reduced_base_ = nullptr;
-  int64_t shard_numel_ = 0;
   std::vector<OwnedRange> owned_;
   double exposed_ms_ = 0.0, gather_ms_ = 0.0;
 };

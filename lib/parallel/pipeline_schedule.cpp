@@ -160,10 +160,18 @@ PipelineBuffers::PipelineBuffers(const std::vector<Action>& schedule, int64_t ac
     grad_out_ = &slab_.add("grad_out", {slots_, numel_}, dtype_);
     slab_.allocate();
   }
+  HPCT_CHECK(slab_.bytes() == planned_bytes(schedule_, numel_, dtype_), "pipeline buffers of {} bytes, planned {}",
+             slab_.bytes(), planned_bytes(schedule_, numel_, dtype_));
   recv_act_.resize(static_cast<size_t>(slots_));
   send_act_.resize(static_cast<size_t>(slots_));
   recv_grad_.resize(static_cast<size_t>(slots_));
   send_grad_.resize(static_cast<size_t>(slots_));
+}
+
+size_t PipelineBuffers::planned_bytes(const std::vector<Action>& schedule, int64_t activation_numel, DType dtype) {
+  if (activation_numel == 0) return 0;
+  const size_t slot_bytes = static_cast<size_t>(max_in_flight(schedule) * activation_numel) * dtype_size(dtype);
+  return 4 * slab_aligned(slot_bytes);  // act_in, act_out, grad_in, grad_out
 }
 
 // The executor's state for one call of run_schedule (a friend of PipelineBuffers).

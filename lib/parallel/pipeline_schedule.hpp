@@ -144,6 +144,8 @@ class PipelineBuffers {
                   DType dtype = DType::F32);
   PipelineBuffers(const PipelineBuffers&) = delete;
   PipelineBuffers& operator=(const PipelineBuffers&) = delete;
+  // The bytes the constructor allocates for these arguments, without allocating (the memory plan of `--plan`).
+  static size_t planned_bytes(const std::vector<Action>& schedule, int64_t activation_numel, DType dtype);
 
   const std::vector<Action>& schedule() const { return schedule_; }
   int n_micro() const { return static_cast<int>(slot_of_.size()); }

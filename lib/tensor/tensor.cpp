@@ -65,7 +65,7 @@ Tensor& Slab::add(std::string name, std::vector<int64_t> shape, DType dtype) {
   t.dtype = dtype;
   t.device = device_;
   offsets_.push_back(bytes_);
-  bytes_ += (t.bytes() + 63) / 64 * 64;
+  bytes_ += slab_aligned(t.bytes());
   tensors_.push_back(std::move(t));
   return tensors_.back();
 }

@@ -92,8 +92,12 @@ struct Tensor {
   }
 };
 
+// The bytes a slab reserves for a tensor of `bytes` bytes: every tensor starts 64-byte aligned.
+constexpr size_t slab_aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 // A slab: plan tensors with add(), then allocate() once; every tensor is 64-byte aligned in one block.
-// References returned by add() stay valid for the slab's lifetime.
+// References returned by add() stay valid for the slab's lifetime. A slab that is never allocated is a plan: bytes()
+// and planned_offset() are known without memory (the memory plans of `--plan` build such slabs).
 class Slab {
  public:
   Slab(std::string name, Device device) : name_(std::move(name)), device_(device) {}
@@ -112,6 +116,8 @@ class Slab {
   std::deque<Tensor>& tensors() { return tensors_; }
   const std::deque<Tensor>& tensors() const { return tensors_; }
   Tensor& get(const std::string& name);
+  // Byte offset of tensor i's storage from base(), known from add() on (allocated or not).
+  size_t planned_offset(size_t i) const { return offsets_[i]; }
   // Byte offset of a tensor's storage from base() (after allocate()).
   size_t offset_of(const Tensor& t) const {
     return static_cast<size_t>(static_cast<const char*>(t.data) - static_cast<const char*>(base_));

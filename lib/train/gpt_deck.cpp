@@ -3,6 +3,7 @@
 #include "core/format.hpp"
 #include "models/gpt/gpt_layout.hpp"
 #include "train/loss_scaling.hpp"
+#include "train/memory_plan.hpp"
 #include "train/run_support.hpp"
 
 namespace hpct::train {
@@ -35,6 +36,7 @@ const ConfigSchema& gpt_deck_schema() {
                  "usable GPU, else cpu with one log line)",
                  {"cpu", "cuda", "auto"});
     add_precision_keys(s);
+    add_memory_limit_key(s);
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)", 0,
               1e12);

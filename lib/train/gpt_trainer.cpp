@@ -19,6 +19,7 @@
 #include "optim/adamw.hpp"
 #include "train/checkpointing.hpp"
 #include "train/gpt_deck.hpp"
+#include "train/memory_plan.hpp"
 #include "train/reference_dump.hpp"
 #include "train/run_device.hpp"
 #include "train/training_loop.hpp"
@@ -120,6 +121,7 @@ class GptTask final : public TrainTask {
     k.grads = static_cast<double>(m.grad_bytes);
     k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + stage_->bytes() +
                                         evaluator_.bytes());
+    k.workspace = static_cast<double>(kernels::gemm_workspace_bytes(ctx_.device, model_.activation_dtype()));
     return k;
   }
   void before_first_step() override {
@@ -241,6 +243,12 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   const RunConfig cfg = read_run_config(deck);
   const GptDeck gpt_deck = read_gpt_deck(deck, cfg);  // the model against the layout, before any collective
   RunSession run("train_gpt", deck, gpt_deck_schema(), cfg, opts);
+  // train.memory_limit_gb: every rank's plan on the decided device, before the model allocates
+  check_memory_limit(cfg.train.memory_limit_gb,
+                     plan_gpt_memory(gpt_deck.model, cfg, run.pc.world_size(),
+                                     {run.ctx().device, activation_dtype(run.ctx().precision)}),
+                     cfg.parallel.sync.zero,
+                     fmt::format("train_gpt {} --plan {}", deck.deck_path(), run.pc.world_size()));
   GptTask task(run, gpt_deck);
   return run_training(run, task);
 }

@@ -11,6 +11,7 @@
 
 #include "core/format.hpp"
 #include "train/loss_scaling.hpp"
+#include "train/memory_plan.hpp"
 #include "train/run_support.hpp"
 
 namespace hpct::train {
@@ -53,6 +54,7 @@ const ConfigSchema& resnet_deck_schema() {
                  "usable GPU, else cpu with one log line)",
                  {"cpu", "cuda", "auto"});
     add_precision_keys(s);
+    add_memory_limit_key(s);
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
               1e12);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "core/format.hpp"
 #include "core/log.hpp"
@@ -19,6 +20,7 @@
 #include "train/checkpointing.hpp"
 #include "train/resnet_deck.hpp"
 #include "train/resnet_dump.hpp"
+#include "train/memory_plan.hpp"
 #include "train/run_device.hpp"
 #include "train/training_loop.hpp"
 
@@ -238,7 +240,15 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
                    "size); set both to 1",
                    deck.deck_path(), cfg.parallel.tp, cfg.parallel.pp);
   RunSession run("train_resnet", deck, resnet_deck_schema(), cfg, opts);
-  ResNetTask task(run, read_resnet_deck(deck, cfg));
+  ResNetDeck resnet_deck = read_resnet_deck(deck, cfg);
+  // train.memory_limit_gb: the plan on the decided device, before the model allocates
+  check_memory_limit(cfg.train.memory_limit_gb,
+                     plan_resnet_memory(resnet_deck.cfg, cfg, run.pc.world_size(), resnet_deck.sync_bn,
+                                        resnet_deck.sgd.momentum > 0.0f ? 1 : 0,
+                                        {run.ctx().device, activation_dtype(run.ctx().precision)}),
+                     cfg.parallel.sync.zero,
+                     fmt::format("train_resnet {} --plan {}", deck.deck_path(), run.pc.world_size()));
+  ResNetTask task(run, std::move(resnet_deck));
   return run_training(run, task);
 }
 

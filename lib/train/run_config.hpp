@@ -30,6 +30,7 @@ struct TrainSection {
   double loss_scale_init = 65536.0;       // train.loss_scale_init
   int64_t loss_scale_window = 2000;       // train.loss_scale_window
   double loss_scale_min = 1.0;            // train.loss_scale_min
+  double memory_limit_gb = 0.0;           // train.memory_limit_gb: 0 = none (train/memory_plan.hpp)
 };
 
 struct ParallelSection {

@@ -129,6 +129,15 @@ void CheckpointCadence::saved(double seconds) {
   since_.reset();
 }
 
+int64_t micro_batches_per_step(const RunConfig& cfg, int dp) {
+  const int64_t GB = cfg.train.global_batch, MB = cfg.train.micro_batch;
+  HPCT_USAGE_CHECK(GB % (dp * MB) == 0,
+                   "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
+                   "global batch that is a multiple of {} (or another micro_batch)",
+                   cfg.deck_path, GB, dp, MB, dp * MB);
+  return GB / (dp * MB);
+}
+
 double median_after_first(const std::vector<double>& x) {
   if (x.empty()) return NAN;
   std::vector<double> v(x.begin() + (x.size() > 1 ? 1 : 0), x.end());

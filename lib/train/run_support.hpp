@@ -91,4 +91,8 @@ class CheckpointCadence {
 // Median of x without its first element (the warm-up step); NaN when empty.
 double median_after_first(const std::vector<double>& x);
 
+// Micro-batches per step on each rank: train.global_batch / (DP x train.micro_batch); a UsageError naming both keys when
+// it does not divide (the run and the memory plan check it alike).
+int64_t micro_batches_per_step(const RunConfig& cfg, int dp);
+
 }  // namespace hpct::train

@@ -27,19 +27,6 @@ namespace hpct::train {
 namespace fs = std::filesystem;
 namespace k = hpct::kernels;
 
-namespace {
-
-int64_t micro_batches_per_step(const RunConfig& cfg, int dp) {
-  const int64_t GB = cfg.train.global_batch, MB = cfg.train.micro_batch;
-  HPCT_USAGE_CHECK(GB % (dp * MB) == 0,
-                   "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
-                   "global batch that is a multiple of {} (or another micro_batch)",
-                   cfg.deck_path, GB, dp, MB, dp * MB);
-  return GB / (dp * MB);
-}
-
-}  // namespace
-
 RunSession::RunSession(const char* app_name, const Config& deck_, const ConfigSchema& schema_, const RunConfig& cfg_,
                        const RunOptions& opts_)
     : app(app_name),

@@ -11,6 +11,10 @@
     gradient slab's bytes), params and workspace are unchanged and activations no larger (the same model; the step's
     batch buffers hold this rank's micro-batches only), up to SLACK
   - a resumed run's first record carries the whole record again
+  - the plan (`APP DECK --plan NP --json` with the run's settings) holds every kind of every run's record within
+    PLAN_TOLERANCE (the plan is built from formulas and unallocated slabs; it should match byte for byte), for the GPT
+    also at np 2 with TP 2 and at np 4 with DP 2 x PP 2 under ZeRO-1 (one step each)
+  - train.memory_limit_gb below the plan stops the run before it allocates, naming the largest kind and what to change
 
 usage: check_memory_record.py gpt|resnet APP DECK WORKDIR"""
 import json
@@ -29,6 +33,7 @@ QUIET = ["sample.tokens=0"] if app == "gpt" else []
 # tensor is aligned, and SyncBN's gathered statistics grow with the DP size: "half" and "unchanged" hold within 1%
 # plus this many bytes (the tiny ResNet has 5,142 parameters, where they show).
 SLACK = 4096
+PLAN_TOLERANCE = 0.05  # the issue's bound per kind; the plan is exact today
 failures = []
 
 
@@ -56,6 +61,39 @@ def run(name, np, sets):
     return recs
 
 
+def plan(np, sets):
+    """The memory object of `APP DECK --plan NP --json` with the run's settings."""
+    cmd = [exe, deck, "--plan", str(np), "--json"]
+    for s in QUIET + sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120, env=ENV)
+    lines = [l for l in p.stdout.splitlines() if l.startswith('{"plan":')]
+    if p.returncode != 0 or len(lines) != 1:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+        fail(f"{' '.join(cmd)} exited with {p.returncode} and {len(lines)} JSON lines")
+        return None
+    return json.loads(lines[0])["plan"]["memory"]
+
+
+def against_plan(name, rec, np, sets):
+    """Every kind and the peak of a run's record against the plan of the same settings."""
+    planned = plan(np, sets)
+    if rec is None or planned is None:
+        return
+    worst = 0.0
+    for k in KINDS + ["peak"]:
+        a, b = rec[k], planned.get(k)
+        if b is None:
+            fail(f"{name}: the plan has no {k}")
+            continue
+        rel = abs(a - b) / max(a, 1)
+        worst = max(worst, rel)
+        if rel > PLAN_TOLERANCE:
+            fail(f"{name}: {k} recorded {a:.0f}, planned {b:.0f} ({100 * rel:.2f}% apart, bound "
+                 f"{100 * PLAN_TOLERANCE:.0f}%)")
+    print(f"  {name}: plan vs record, largest difference over the kinds {100 * worst:.3f}%")
+
+
 def record(name, recs):
     """The first record's memory object after checking the run's records carry it as the contract says."""
     first = recs[0].get("memory")
@@ -75,6 +113,7 @@ def record(name, recs):
 
 steps = ["train.steps=3", "checkpoint.at_end=true"]
 one = record("np 1", run("np1", 1, steps))
+against_plan("np 1", one, 1, steps)
 if one:
     if one["peak"] != sum(one[k] for k in KINDS):
         fail(f"np 1: peak {one['peak']} is not the sum of the kinds {sum(one[k] for k in KINDS)}")
@@ -86,7 +125,26 @@ if one:
     if one["comm"] != 0 or one["ckpt_staging"] != 0:
         fail(f"np 1 on the CPU: comm {one['comm']} and ckpt_staging {one['ckpt_staging']} should be 0")
 
-two = record("np 2 zero 1 bf16", run("np2", 2, steps + ["parallel.zero=1", "parallel.grad_dtype=bf16"]))
+two_sets = steps + ["parallel.zero=1", "parallel.grad_dtype=bf16"]
+two = record("np 2 zero 1 bf16", run("np2", 2, two_sets))
+against_plan("np 2 zero 1 bf16", two, 2, two_sets)
+if app == "gpt":
+    for name, np, sets in [("np 2 tp 2", 2, ["train.steps=1", "parallel.tp=2"]),
+                           ("np 4 dp 2 x pp 2 zero 1", 4, ["train.steps=1", "parallel.pp=2", "parallel.zero=1"])]:
+        against_plan(name, record(name, run(name.replace(" ", "_"), np, sets)), np, sets)
+
+# train.memory_limit_gb under the plan: a one-line error before anything allocates, naming the kind and the advice
+limited = subprocess.run([exe, deck, "--out", os.path.join(work, "limited"), "--set", "train.memory_limit_gb=0.000001"]
+                         + [x for s in QUIET for x in ("--set", s)],
+                         capture_output=True, text=True, errors="replace", timeout=120, env=ENV)
+text = limited.stdout + limited.stderr
+if limited.returncode == 0 or "train.memory_limit_gb = 1e-06" not in text or "the largest kind is" not in text:
+    fail(f"train.memory_limit_gb=0.000001: exit {limited.returncode}, output {text[-800:]!r} (should fail naming the "
+         f"limit and the largest kind)")
+elif os.path.exists(os.path.join(work, "limited", "metrics.jsonl")):
+    fail("train.memory_limit_gb=0.000001: the run got as far as metrics.jsonl (should stop before allocating)")
+else:
+    print("  memory limit: " + next(l for l in text.splitlines() if "train.memory_limit_gb" in l).strip()[:300])
 if one and two:
     slab = one["grads"]  # the gradient slab (fp32), unsharded at np 1
     for k in ("params", "workspace"):

@@ -56,6 +56,7 @@
 #include "kernels/cuda/cuda_flash_attention_tc.cuh"
 #include "kernels/cuda/cuda_gpt_kernels.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::kernels::cuda {
 namespace {
@@ -136,7 +137,7 @@ void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool t
 // one buffer per device, allocated at the first bf16 GEMM (not in the steady state of the step: the step loop
 // allocates nothing) and kept for the life of the process like the handle; 32 MiB is cuBLAS's recommendation for
 // Hopper (split-K and stream-K algorithms need it; without one the heuristics offer fewer algorithms).
-constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kLtWorkspaceBytes = kCudaGemmWorkspaceBytes;  // kernels.hpp
 
 void* lt_workspace() {
   static std::mutex mu;

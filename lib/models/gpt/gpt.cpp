@@ -59,19 +59,10 @@ int64_t numel(const std::vector<int64_t>& s) {
   for (auto d : s) n *= d;
   return n;
 }
-size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-// Activation tensors of one micro-batch, planned in one place so memory_plan() and the model agree. dtype: the
-// activation type A for what the kernels store as A, F32 for statistics and losses, U8 for the attention buffers
-// whose size the backend gives in bytes.
-struct ActSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  DType dtype;
-};
-// t: tensor-parallel size (local head, MLP and vocabulary widths are / t; the residual stream is full width).
-// device: the backend, which sizes what attention keeps for backward and its backward scratch (kernels.hpp).
-std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device, DType act) {
+}  // namespace
+
+std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device, DType act, bool head) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
   const ExecContext ctx{device, nullptr};
   const int64_t att_stats = k::attention_stats_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
@@ -97,13 +88,15 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
     a.push_back({h + "fch_gelu", {B, T, 4 * Cl}, act});
     a.push_back({h + "residual3", {B, T, C}, act});
   }
-  a.push_back({"lnf", {B, T, C}, act});
-  a.push_back({"lnf_mean", {B, T}, f32});
-  a.push_back({"lnf_rstd", {B, T}, f32});
-  a.push_back({"logits", {B, T, Vp}, act});
-  a.push_back({"losses", {B, T}, f32});
+  if (head) {
+    a.push_back({"lnf", {B, T, C}, act});
+    a.push_back({"lnf_mean", {B, T}, f32});
+    a.push_back({"lnf_rstd", {B, T}, f32});
+    a.push_back({"logits", {B, T, Vp}, act});
+    a.push_back({"losses", {B, T}, f32});
+  }
   a.push_back({"scratch", {B, T, C}, act});
-  if (t > 1) {
+  if (head && t > 1) {
     a.push_back({"ce_max", {B, T}, f32});
     a.push_back({"ce_stats", {2, B, T}, f32});
   }
@@ -123,8 +116,11 @@ std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, De
           {"dfch", {B, T, 4 * Cl}, act},
           {"dfch_gelu", {B, T, 4 * Cl}, act}};
 }
-size_t spec_bytes(const ActSpec& a) { return aligned(static_cast<size_t>(numel(a.shape)) * dtype_size(a.dtype)); }
-}  // namespace
+size_t planned_bytes(const std::vector<ActSpec>& specs) {
+  size_t n = 0;
+  for (const ActSpec& a : specs) n += slab_aligned(static_cast<size_t>(numel(a.shape)) * dtype_size(a.dtype));
+  return n;
+}
 
 MemoryPlan memory_plan(const GptConfig& c, int B, Device device, DType act) {
   MemoryPlan m;
@@ -132,14 +128,14 @@ MemoryPlan memory_plan(const GptConfig& c, int B, Device device, DType act) {
     const int64_t n = numel(p.shape);
     m.num_params += n;
     if (p.name != "wpe") m.num_params_no_wpe += n;
-    m.param_bytes += aligned(n * 4);
-    if (act != DType::F32) m.compute_param_bytes += aligned(static_cast<size_t>(n) * dtype_size(act));
+    m.param_bytes += slab_aligned(n * 4);
+    if (act != DType::F32) m.compute_param_bytes += slab_aligned(static_cast<size_t>(n) * dtype_size(act));
   }
   m.num_params_no_wpe -= static_cast<int64_t>(c.padded_vocab - c.vocab_size) * c.n_embd;
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
-  for (const auto& a : activation_layout(c, B, 1, device, act)) m.activation_bytes += spec_bytes(a);
-  for (const auto& a : activation_grad_layout(c, B, 1, device, act)) m.activation_grad_bytes += spec_bytes(a);
+  m.activation_bytes = planned_bytes(activation_layout(c, B, 1, device, act, true));
+  m.activation_grad_bytes = planned_bytes(activation_grad_layout(c, B, 1, device, act));
   return m;
 }
 
@@ -149,6 +145,11 @@ double flops_per_token(const GptConfig& c) {
 }
 
 // ---- model -------------------------------------------------------------------------------------
+
+const Tensor& Gpt::logits() const {
+  HPCT_CHECK(logits_ != nullptr, "GPT stage {} of {} has no head: its logits do not exist", mp_.pp_rank, mp_.pp);
+  return *logits_;
+}
 
 MemoryPlan Gpt::memory() const {
   MemoryPlan m;
@@ -216,7 +217,8 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     HPCT_CHECK(k < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
     layer_first_.push_back(k);
   }
-  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act)) acts_.add(a.name, a.shape, a.dtype);
+  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, stage_.has_head))
+    acts_.add(a.name, a.shape, a.dtype);
   for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act)) dacts_.add(a.name, a.shape, a.dtype);
   params_.allocate();
   grads_.allocate();
@@ -248,15 +250,17 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
                   A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
   }
   encoded_ = &acts_.get("encoded");
-  lnf_ = &acts_.get("lnf");
-  lnf_mean_ = &acts_.get("lnf_mean");
-  lnf_rstd_ = &acts_.get("lnf_rstd");
-  logits_ = &acts_.get("logits");
-  losses_ = &acts_.get("losses");
   scratch_ = &acts_.get("scratch");
-  if (mp.tp > 1) {
-    ce_max_ = &acts_.get("ce_max");
-    ce_stats_ = &acts_.get("ce_stats");
+  if (stage_.has_head) {  // the head's activations exist on the stage that has it only
+    lnf_ = &acts_.get("lnf");
+    lnf_mean_ = &acts_.get("lnf_mean");
+    lnf_rstd_ = &acts_.get("lnf_rstd");
+    logits_ = &acts_.get("logits");
+    losses_ = &acts_.get("losses");
+    if (mp.tp > 1) {
+      ce_max_ = &acts_.get("ce_max");
+      ce_stats_ = &acts_.get("ce_stats");
+    }
   }
   dresidual_ = &dacts_.get("dresidual");
   dln_ = &dacts_.get("dln");

@@ -80,6 +80,24 @@ struct MemoryPlan {
 // device CUDA, DType::F16).
 MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU, DType act = DType::F32);
 
+// Activation tensors of one micro-batch, planned in one place so the model, memory_plan() and the memory plan of
+// `--plan` agree (models/gpt/gpt_layout.hpp lists them). dtype: the activation type for what the kernels store as such,
+// F32 for statistics and losses, U8 for the attention buffers whose size the backend gives in bytes.
+struct ActSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype;
+};
+// cfg.n_layer blocks (a pipeline stage passes its own count); t: tensor-parallel size (local head, MLP and vocabulary
+// widths are / t; the residual stream is full width); device: the backend, which sizes what attention keeps for backward
+// and its backward scratch (kernels.hpp); head: whether the stage holds the head (lnf, logits, losses, and the
+// vocabulary-parallel cross-entropy's statistics under TP).
+std::vector<ActSpec> activation_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act,
+                                       bool head);
+std::vector<ActSpec> activation_grad_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act);
+// The bytes a slab of these tensors takes (alignment included).
+size_t planned_bytes(const std::vector<ActSpec>& specs);
+
 // Training flops per token, PaLM count: 6 N + 12 L C T with N = parameters except the position embedding.
 double flops_per_token(const GptConfig& cfg);
 
@@ -150,7 +168,8 @@ class Gpt {
   // The slabs as allocated (num_params and optim_bytes left 0): what the memory record counts.
   MemoryPlan memory() const;
   const std::vector<ParamSpec>& layout() const { return layout_; }
-  const Tensor& logits() const { return *logits_; }  // (B, T, Vp) on the device, of the activation type
+  // (B, T, Vp) on the device, of the activation type; the stage with the head only (HPCT_CHECK)
+  const Tensor& logits() const;
 
  private:
   struct LayerParams {
@@ -195,7 +214,8 @@ class Gpt {
   Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
          *dlnfw_ = nullptr, *dlnfb_ = nullptr;
   const int32_t* last_inputs_ = nullptr;  // (B, T) tokens of the last forward (encoder backward)
-  Tensor *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *scratch_;
+  Tensor *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr,
+         *losses_ = nullptr, *scratch_ = nullptr;
   Tensor *ce_max_ = nullptr,
          *ce_stats_ =
              nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections

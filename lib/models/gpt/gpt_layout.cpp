@@ -15,7 +15,6 @@ int64_t numel(const std::vector<int64_t>& s) {
   for (auto d : s) n *= d;
   return n;
 }
-size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }  // the Slab's 64-byte alignment
 
 // The values of parallel.tp that satisfy every TP constraint, for the error messages.
 std::string valid_tps(const GptConfig& c) {
@@ -203,61 +202,18 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
     }
   }
   for (const ShardSpec& s : layout) {
-    m.param_bytes += aligned(static_cast<size_t>(numel(s.spec.shape)) * 4);
-    if (act != DType::F32) m.compute_param_bytes += aligned(static_cast<size_t>(numel(s.spec.shape)) * dtype_size(act));
+    m.param_bytes += slab_aligned(static_cast<size_t>(numel(s.spec.shape)) * 4);
+    if (act != DType::F32)
+      m.compute_param_bytes += slab_aligned(static_cast<size_t>(numel(s.spec.shape)) * dtype_size(act));
   }
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
 
-  // Activations of one micro-batch (the list in gpt_layout.hpp; the serial activation_layout at t = p = 1).
-  const int64_t t = mp.tp, T = c.seq_len, C = c.n_embd, NHl = c.n_head / t, Vpl = c.padded_vocab / t;
-  // activations of the activation type, statistics and losses in fp32, attention buffers in the backend's bytes
-  const size_t A = dtype_size(act);
-  auto add_as = [](size_t& acc, size_t esize, std::initializer_list<int64_t> shape) {
-    acc += aligned(static_cast<size_t>(numel(std::vector<int64_t>(shape))) * esize);
-  };
-  auto add = [&](size_t& acc, std::initializer_list<int64_t> shape) { add_as(acc, A, shape); };
-  auto add_f32 = [&](size_t& acc, std::initializer_list<int64_t> shape) { add_as(acc, 4, shape); };
-  auto add_bytes = [&](size_t& acc, int64_t bytes) { add_as(acc, 1, {bytes}); };
-  // attention's saved statistics (per block) and backward scratch (shared) in the backend's sizes (kernels.hpp)
-  const ExecContext ctx{device, nullptr};
-  const int64_t att_stats = kernels::attention_stats_bytes(ctx, B, static_cast<int>(T), static_cast<int>(C / t),
-                                                           static_cast<int>(NHl), act);
-  const int64_t att_scratch = kernels::attention_scratch_bytes(ctx, B, static_cast<int>(T), static_cast<int>(C / t),
-                                                               static_cast<int>(NHl), act);
-  size_t& a = m.activation_bytes;
-  add(a, {B, T, C});  // encoded (first stage) / received stage input
-  for (int l = st.first_layer; l < st.end_layer; ++l) {
-    add(a, {B, T, C});          // ln1
-    add_f32(a, {B, T});         // ln1_mean
-    add_f32(a, {B, T});         // ln1_rstd
-    add(a, {B, T, 3 * C / t});  // qkv: this rank's heads
-    add(a, {B, T, C / t});      // atty
-    add_bytes(a, att_stats);    // attention stats: (B,NHl,T,T) probabilities on the CPU, (B,NHl,T) on CUDA
-    add(a, {B, T, C});          // residual2
-    add(a, {B, T, C});          // ln2
-    add_f32(a, {B, T});         // ln2_mean
-    add_f32(a, {B, T});         // ln2_rstd
-    add(a, {B, T, 4 * C / t});  // fch
-    add(a, {B, T, 4 * C / t});  // fch_gelu
-    add(a, {B, T, C});          // residual3
-  }
-  if (st.has_head) {
-    add(a, {B, T, C});    // lnf
-    add_f32(a, {B, T});   // lnf_mean
-    add_f32(a, {B, T});   // lnf_rstd
-    add(a, {B, T, Vpl});  // logits: this rank's vocabulary rows
-    add_f32(a, {B, T});   // losses
-  }
-  add(a, {B, T, C});  // scratch
-  size_t& d = m.activation_grad_bytes;
-  add(d, {B, T, C});          // dresidual
-  add(d, {B, T, C});          // dln
-  add(d, {B, T, 3 * C / t});  // dqkv
-  add(d, {B, T, C / t});      // datty
-  add_bytes(d, att_scratch);  // attention scratch: (B,NHl,T,T) on the CPU, (B,NHl,T) on CUDA
-  add(d, {B, T, 4 * C / t});  // dfch
-  add(d, {B, T, 4 * C / t});  // dfch_gelu
+  // Activations of one micro-batch: the model's own layout (gpt.hpp) for this stage's blocks and head
+  GptConfig local = c;
+  local.n_layer = st.num_layers();
+  m.activation_bytes = planned_bytes(activation_layout(local, B, mp.tp, device, act, st.has_head));
+  m.activation_grad_bytes = planned_bytes(activation_grad_layout(local, B, mp.tp, device, act));
   return m;
 }
 

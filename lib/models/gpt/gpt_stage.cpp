@@ -31,10 +31,21 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
   }
   if (!st.has_embedding) stash_ = &bufs_.add("stash", {n_micro_, MB_, T_, C_}, model.activation_dtype());
   bufs_.allocate();
+  HPCT_CHECK(bufs_.bytes() == planned_bytes(model.config(), st, n_micro_, MB_, model.activation_dtype()),
+             "stage buffers of {} bytes differ from their plan", bufs_.bytes());
   if (tokens_ || targets_) {
     tok_host_.assign(static_cast<size_t>(n_micro_) * MB_ * T_, 0);
     tgt_host_.assign(tok_host_.size(), 0);
   }
+}
+
+size_t GptStage::planned_bytes(const GptConfig& cfg, const StagePlan& st, int n_micro, int micro_batch, DType act) {
+  const size_t tokens = static_cast<size_t>(n_micro) * micro_batch * cfg.seq_len;  // of one (n_micro, MB, T) buffer
+  size_t n = 0;
+  if (st.has_embedding) n += slab_aligned(tokens * sizeof(int32_t));
+  if (st.has_head) n += slab_aligned(tokens * sizeof(int32_t)) + slab_aligned(static_cast<size_t>(n_micro) * 4);
+  if (!st.has_embedding) n += slab_aligned(tokens * cfg.n_embd * dtype_size(act));
+  return n;
 }
 
 void GptStage::begin_step(int64_t step, int64_t rank_first, float dloss) {
@@ -86,6 +97,13 @@ void GptStage::backward(int micro, const void* dout, void* din) {
   }
 }
 
+size_t GptEvaluator::planned_bytes(const GptConfig& cfg, const StagePlan& st, int micro_batch, DType act) {
+  const size_t tokens = static_cast<size_t>(micro_batch) * cfg.seq_len;
+  size_t n = 2 * slab_aligned(tokens * sizeof(int32_t)) + slab_aligned(sizeof(float));
+  if (!st.has_embedding) n += slab_aligned(tokens * cfg.n_embd * dtype_size(act));
+  return n;
+}
+
 GptEvaluator::GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::PipelineTransport* transport)
     : ctx_(ctx), model_(model), transport_(transport), io_("evaluation batch", ctx.device) {
   const int MB = model.micro_batch(), T = model.config().seq_len;
@@ -95,6 +113,8 @@ GptEvaluator::GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::Pipelin
   if (!model.stage().has_embedding)
     act_ = &io_.add("activation", {MB, T, model.config().n_embd}, model.activation_dtype());
   io_.allocate();
+  HPCT_CHECK(io_.bytes() == planned_bytes(model.config(), model.stage(), MB, model.activation_dtype()),
+             "evaluation buffers of {} bytes differ from their plan", io_.bytes());
   in_host_.assign(static_cast<size_t>(MB) * T, 0);
   tgt_host_.assign(in_host_.size(), 0);
 }

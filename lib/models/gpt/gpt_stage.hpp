@@ -49,6 +49,9 @@ class GptStage final : public parallel::PipelineStage {
   DType activation_dtype() const override { return model_.activation_dtype(); }
   // Bytes of the step's planned buffers (tokens, targets, loss sums, the stash of stage inputs).
   size_t bytes() const { return bufs_.bytes(); }
+  // What bytes() is for a stage `st` of a model with this config, micro_batch and activation type, without a model (the
+  // memory plan of `--plan`; the constructor checks that the two agree).
+  static size_t planned_bytes(const GptConfig& cfg, const StagePlan& st, int n_micro, int micro_batch, DType act);
 
  private:
   const int32_t* tokens(int micro) const { return tokens_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
@@ -89,6 +92,8 @@ class GptEvaluator {
   double loss_sum(const data::TokenEvalSet& eval, int begin, int end);
   Tensor& tokens() { return *in_dev_; }         // (MB, T) i32 on ctx.device (also the text sample's window)
   size_t bytes() const { return io_.bytes(); }  // its planned buffers
+  // What bytes() is for a stage `st`, without a model (the memory plan; the constructor checks that the two agree).
+  static size_t planned_bytes(const GptConfig& cfg, const StagePlan& st, int micro_batch, DType act);
 
  private:
   const ExecContext& ctx_;

@@ -172,8 +172,8 @@ double forward_flops_per_image(const ResNetConfig& cfg) {
 
 double training_flops_per_image(const ResNetConfig& cfg) { return 3.0 * forward_flops_per_image(cfg); }
 
-MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act) {
-  const ResNet planned(cfg, micro_batch, Device::CPU, nullptr, /*allocate=*/false, act);
+MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act, int bn_ranks) {
+  const ResNet planned(cfg, micro_batch, Device::CPU, nullptr, /*allocate=*/false, act, Precision::FP32, bn_ranks);
   return planned.memory();
 }
 
@@ -222,7 +222,7 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
        nullptr};
   buffers_.add(name + ".running_mean", {C});
   buffers_.add(name + ".running_var", {C});
-  const int R = bn_group_ ? bn_group_->size() : 1;
+  const int R = bn_group_ ? bn_group_->size() : planned_bn_ranks_;
   b.mean = &acts_.add(name + ".save_mean", {C});
   b.rstd = &acts_.add(name + ".save_rstd", {C});
   b.stats = &acts_.add(name + ".stats", {C, 3});
@@ -232,13 +232,14 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
 }
 
 ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate,
-               DType act, Precision arithmetic)
+               DType act, Precision arithmetic, int planned_bn_ranks)
     : cfg_(cfg),
       B_(micro_batch),
       device_(device),
       act_(act),
       arithmetic_(arithmetic),
       bn_group_(bn_group),
+      planned_bn_ranks_(planned_bn_ranks),
       layout_(parameter_layout(cfg)),
       params_("params", device),
       grads_("grads", device),

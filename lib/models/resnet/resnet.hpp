@@ -73,8 +73,9 @@ struct MemoryPlan {
   }
 };
 // act: the activation storage type (DType::F32, DType::BF16 or DType::F16). The sizes are the CPU backend's (an f16
-// plan sizes the convolution workspace as bf16's, the CPU having no fp16 storage).
-MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act = DType::F32);
+// plan sizes the convolution workspace as bf16's, the CPU having no fp16 storage). bn_ranks: the SyncBN group's size
+// (each BatchNorm gathers every rank's statistics), 1 for per-rank BatchNorm.
+MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act = DType::F32, int bn_ranks = 1);
 
 class ResNet {
  public:
@@ -83,8 +84,10 @@ class ResNet {
   // act: the activation storage type, DType::F32, DType::BF16 or DType::F16 (the header comment; f16 needs device CUDA
   // unless allocate = false). arithmetic: the precision of the ExecContext the model will run with (train.precision);
   // the convolution workspace is sized for its math (on CUDA, TF32 tensor-core algorithms need more than fp32's).
+  // planned_bn_ranks: with allocate = false, the SyncBN group size to plan for (bn_group is null then).
   ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
-         bool allocate = true, DType act = DType::F32, Precision arithmetic = Precision::FP32);
+         bool allocate = true, DType act = DType::F32, Precision arithmetic = Precision::FP32,
+         int planned_bn_ranks = 1);
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
@@ -169,6 +172,7 @@ class ResNet {
   DType act_;
   Precision arithmetic_;  // the precision its workspace is sized for (the constructor)
   comm::Communicator* bn_group_;
+  int planned_bn_ranks_ = 1;  // allocate = false: the SyncBN group size planned for
   std::vector<ParamSpec> layout_;
   Slab params_, grads_, compute_, buffers_, acts_, dacts_, work_;  // compute_: 16-bit copy of params_ (empty in fp32)
   Conv stem_conv_;

@@ -17,6 +17,12 @@ int64_t count_correct(const float* logits, const int32_t* labels, int b, int K) 
   return n;
 }
 
+size_t ResNetStage::planned_bytes(const ResNetConfig& cfg, int micro_batch) {
+  const size_t images = static_cast<size_t>(micro_batch) * cfg.in_channels * cfg.height * cfg.width;
+  return slab_aligned(images * sizeof(float)) + slab_aligned(static_cast<size_t>(micro_batch) * sizeof(int32_t)) +
+         slab_aligned(sizeof(float));
+}
+
 ResNetStage::ResNetStage(const ExecContext& ctx, ResNet& model, ImageFill fill, MicroFirst micro_first)
     : ctx_(ctx),
       model_(model),
@@ -31,6 +37,7 @@ ResNetStage::ResNetStage(const ExecContext& ctx, ResNet& model, ImageFill fill, 
   lab_dev_ = &io_.add("labels", {MB_}, DType::I32);
   sum_dev_ = &io_.add("loss_sum", {1});
   io_.allocate();
+  HPCT_CHECK(io_.bytes() == planned_bytes(c, MB_), "batch buffers of {} bytes differ from their plan", io_.bytes());
   img_host_.assign(static_cast<size_t>(MB_ * D_), 0.0f);
   logits_host_.assign(static_cast<size_t>(MB_) * K_, 0.0f);
   logits_stored_.assign(logits_host_.size() * dtype_size(model.activation_dtype()), 0);

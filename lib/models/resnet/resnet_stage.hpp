@@ -35,6 +35,8 @@ class ResNetStage final : public parallel::PipelineStage {
   void backward(int micro, const void* dout, void* din) override;
   int64_t activation_numel() const override { return 0; }  // one stage: nothing is exchanged
   size_t bytes() const { return io_.bytes(); }  // its planned buffers (a micro-batch's images, labels, loss sum)
+  // What bytes() is without a model (the memory plan; the constructor checks that the two agree).
+  static size_t planned_bytes(const ResNetConfig& cfg, int micro_batch);
 
   // (loss sum, correct predictions) over images [first, end) of `set`, micro_batch at a time, BN in eval mode.
   std::pair<double, double> evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm, int64_t first,

@@ -1,0 +1,229 @@
+#include "train/memory_plan.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "core/format.hpp"
+#include "kernels/kernels.hpp"
+#include "models/gpt/gpt_layout.hpp"
+#include "models/gpt/gpt_stage.hpp"
+#include "models/resnet/resnet_stage.hpp"
+#include "parallel/grid.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "train/run_device.hpp"
+#include "train/run_support.hpp"
+
+namespace hpct::train {
+
+namespace {
+
+constexpr double kBytesPerGb = 1e9;  // train.memory_limit_gb counts decimal gigabytes, as device labels do
+
+double max_kind(double a, double b) { return std::max(a, b); }
+
+MemoryKinds kinds_max(const MemoryKinds& a, const MemoryKinds& b) {
+  return {max_kind(a.params, b.params),   max_kind(a.grads, b.grads),
+          max_kind(a.optimizer, b.optimizer), max_kind(a.comm, b.comm),
+          max_kind(a.activations, b.activations), max_kind(a.workspace, b.workspace),
+          max_kind(a.ckpt_staging, b.ckpt_staging)};
+}
+
+// A row: the model's kinds plus the loop's, for every DP rank of the row (they differ by their ZeRO share only).
+PlannedRanks plan_row(const MemoryKinds& model, const LoopMemoryInputs& in) {
+  PlannedRanks row;
+  for (int r = 0; r < in.dp_size; ++r) {
+    const MemoryKinds k = add_loop_memory(model, in, r);
+    row.kinds = kinds_max(row.kinds, k);
+    row.peak = std::max(row.peak, k.total());
+  }
+  return row;
+}
+
+// The memory on the run's device: everything but the checkpoint's host staging on CUDA (host memory there).
+double device_bytes(const MemoryKinds& k, double peak, Device device) {
+  return device == Device::CPU ? peak : peak - k.ckpt_staging;
+}
+
+}  // namespace
+
+MemoryRecord MemoryPlanTable::record() const {
+  MemoryRecord r;
+  for (const PlannedRanks& row : rows) {
+    r.kinds = kinds_max(r.kinds, row.kinds);
+    r.peak = std::max(r.peak, row.peak);
+  }
+  return r;
+}
+
+PlanTarget plan_target(const RunConfig& run) {
+  const bool fp16 = run.train.precision == Precision::FP16;
+  if (fp16) decide_precision(run.train.device, Device::CPU, run.train.precision, run.deck_path, nullptr);
+  return {run.train.device == "cuda" || fp16 ? Device::CUDA : Device::CPU, activation_dtype(run.train.precision)};
+}
+
+MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_rank) {
+  HPCT_CHECK(in.grads != nullptr, "add_loop_memory without a gradient slab");
+  const parallel::BucketPlan buckets = parallel::plan_buckets(*in.grads, in.sync, in.dp_size, dp_rank);
+  const auto owned = static_cast<size_t>(buckets.owned_numel());
+  const auto n_state = static_cast<size_t>(in.optimizer_buffers);
+  k.grads += static_cast<double>(buckets.shard_bytes());
+  k.optimizer += static_cast<double>(n_state * owned * sizeof(float));
+  k.comm += static_cast<double>(buckets.comm_bytes() + in.pipeline_bytes);
+  // CheckpointStaging on CUDA: a host twin of the fp32 masters (laid out as the gradient slab), of the extra state, and
+  // one host buffer per optimizer state buffer
+  if (in.device != Device::CPU)
+    k.ckpt_staging += static_cast<double>(in.grads->bytes() + in.extra_state_bytes +
+                                          n_state * slab_aligned(owned * sizeof(float)));
+  return k;
+}
+
+MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target) {
+  const int tp = run.parallel.tp, pp = run.parallel.pp;
+  const std::string where = fmt::format("deck {}", run.deck_path);
+  const parallel::Grid grid(world, tp, pp, run.parallel.order, where);
+  gpt::validate_model_parallel(cfg, tp, pp, where);
+  const int MB = run.train.micro_batch;
+  const int n_micro = static_cast<int>(micro_batches_per_step(run, grid.dp()));
+  MemoryPlanTable plan{"train_gpt", world, grid.dp(), tp, pp, target.device, target.act, {}};
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t) {
+      const gpt::ModelParallel mp{tp, t, pp, p};
+      const gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act);
+      const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
+      MemoryKinds model;  // GptTask::model_memory
+      model.params = static_cast<double>(m.param_bytes + m.compute_param_bytes);
+      model.grads = static_cast<double>(m.grad_bytes);
+      model.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes +
+                                              gpt::GptStage::planned_bytes(cfg, st, n_micro, MB, target.act) +
+                                              gpt::GptEvaluator::planned_bytes(cfg, st, MB, target.act));
+      model.workspace = static_cast<double>(kernels::gemm_workspace_bytes(target.device, target.act));
+      Slab grads("gradients (planned)", target.device);  // the model's gradient slab, never allocated
+      for (const gpt::ShardSpec& s : gpt::parameter_layout(cfg, mp)) grads.add(s.spec.name, s.spec.shape);
+      const bool only_stage = st.has_embedding && st.has_head;
+      const int64_t boundary = only_stage ? 0 : static_cast<int64_t>(MB) * cfg.seq_len * cfg.n_embd;
+      LoopMemoryInputs in;
+      in.grads = &grads;
+      in.sync = run.parallel.sync;
+      in.dp_size = grid.dp();
+      in.optimizer_buffers = 2;  // AdamW
+      in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(
+          parallel::make_schedule(run.parallel.schedule, pp, p, n_micro), boundary, target.act);
+      in.device = target.device;
+      PlannedRanks row = plan_row(model, in);
+      row.pp_rank = p;
+      row.tp_rank = t;
+      row.first_layer = st.first_layer;
+      row.end_layer = st.end_layer;
+      plan.rows.push_back(row);
+    }
+  return plan;
+}
+
+MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunConfig& run, int world, bool sync_bn,
+                                   int optimizer_buffers, const PlanTarget& target) {
+  HPCT_USAGE_CHECK(run.parallel.tp == 1 && run.parallel.pp == 1,
+                   "deck {}: parallel.tp = {} and parallel.pp = {}: train_resnet is data-parallel only (DP = the world "
+                   "size); set both to 1",
+                   run.deck_path, run.parallel.tp, run.parallel.pp);
+  const int dp = world, MB = run.train.micro_batch;
+  micro_batches_per_step(run, dp);  // the global batch's split, checked as the run checks it
+  // the model's slabs as the run plans them (the CPU's convolution workspace: cuDNN sizes its own on the GPU)
+  resnet::ResNet planned(cfg, MB, Device::CPU, nullptr, /*allocate=*/false, target.act, Precision::FP32,
+                         sync_bn ? dp : 1);
+  const resnet::MemoryPlan m = planned.memory();
+  MemoryKinds model;  // ResNetTask::model_memory
+  model.params = static_cast<double>(m.param_bytes + m.compute_param_bytes + m.buffer_bytes);
+  model.grads = static_cast<double>(m.grad_bytes);
+  model.activations =
+      static_cast<double>(m.activation_bytes + m.activation_grad_bytes + resnet::ResNetStage::planned_bytes(cfg, MB));
+  model.workspace = static_cast<double>(m.workspace_bytes);
+  LoopMemoryInputs in;
+  in.grads = &planned.grads();
+  in.sync = run.parallel.sync;
+  in.dp_size = dp;
+  in.optimizer_buffers = optimizer_buffers;
+  in.device = target.device;
+  in.extra_state_bytes = m.buffer_bytes;
+  MemoryPlanTable plan{"train_resnet", world, dp, 1, 1, target.device, target.act, {plan_row(model, in)}};
+  return plan;
+}
+
+void print_memory_plan(const MemoryPlanTable& plan) {
+  const char* kinds[] = {"params", "grads", "optimizer", "comm", "activations", "workspace", "ckpt_staging", "peak"};
+  std::printf("%8s %8s %10s |", "pp_rank", "tp_rank", "layers");
+  for (const char* k : kinds) std::printf(" %12s", k);
+  std::printf("\n");
+  auto print = [&](const std::string& pp, const std::string& tp, const std::string& layers, const MemoryKinds& k,
+                   double peak) {
+    std::printf("%8s %8s %10s |", pp.c_str(), tp.c_str(), layers.c_str());
+    for (double v : {k.params, k.grads, k.optimizer, k.comm, k.activations, k.workspace, k.ckpt_staging, peak})
+      std::printf(" %12s", human_bytes(v).c_str());
+    std::printf("\n");
+  };
+  for (const PlannedRanks& r : plan.rows)
+    print(std::to_string(r.pp_rank), std::to_string(r.tp_rank),
+          r.end_layer > r.first_layer ? fmt::format("{}..{}", r.first_layer, r.end_layer - 1) : "all", r.kinds, r.peak);
+  const MemoryRecord rec = plan.record();
+  print("max", "", "", rec.kinds, rec.peak);
+  std::printf("(each row: the maximum over its %d DP rank(s); the memory record of the run reports the last line, plus "
+              "rss, measured)\n",
+              plan.dp);
+}
+
+std::string memory_plan_json(const MemoryPlanTable& plan) {
+  const MemoryRecord r = plan.record();
+  std::string s = "\"memory\":{";
+  const auto fields = memory_fields(r);
+  bool first = true;
+  for (const auto& [name, value] : fields) {
+    if (name == "rss") continue;  // measured, not planned
+    s += fmt::format("{}\"{}\":{:.0f}", first ? "" : ",", name, *value);
+    first = false;
+  }
+  return s + "}";
+}
+
+void add_memory_limit_key(ConfigSchema& s) {
+  s.float_key("train.memory_limit_gb", 0.0,
+              "fail before allocating when a rank's planned memory on the run's device exceeds this many GB (1e9 "
+              "bytes), naming the kind that is largest and what to change (0: no limit; `--plan WORLD` shows the plan)",
+              0.0, 1e9);
+}
+
+void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, const std::string& plan_hint) {
+  if (limit_gb <= 0.0) return;
+  const double limit = limit_gb * kBytesPerGb;
+  for (const PlannedRanks& row : plan.rows) {
+    const double need = device_bytes(row.kinds, row.peak, plan.device);
+    if (need <= limit) continue;
+    const MemoryKinds& k = row.kinds;
+    const std::pair<const char*, double> by_kind[] = {{"params", k.params},       {"grads", k.grads},
+                                                      {"optimizer", k.optimizer}, {"comm", k.comm},
+                                                      {"activations", k.activations}, {"workspace", k.workspace}};
+    const auto largest = *std::max_element(std::begin(by_kind), std::end(by_kind),
+                                           [](const auto& a, const auto& b) { return a.second < b.second; });
+    const std::string kind = largest.first;
+    const bool gpt = plan.app == "train_gpt";
+    std::string advice;
+    if (kind == "optimizer" && zero == 0)
+      advice = "use parallel.zero = 1 (the optimizer state sharded over the data-parallel group)";
+    else if (kind == "params" || kind == "grads" || kind == "optimizer")
+      advice = gpt ? "split the model over more ranks with parallel.tp or parallel.pp"
+                   : "train_resnet is data-parallel only: choose a smaller model (model.depth, model.base_width)";
+    else if (kind == "activations" || kind == "workspace")
+      advice = "lower train.micro_batch (the global batch stays: more micro-batches per step) or store activations "
+               "in bf16 (train.precision = bf16)";
+    else
+      advice = "parallel.grad_dtype = fp32 has no bf16 bucket buffer, and parallel.schedule = 1f1b keeps fewer "
+               "micro-batches in flight than gpipe";
+    const std::string ranks =
+        gpt ? fmt::format("the rank(s) at pp {} tp {}", row.pp_rank, row.tp_rank) : std::string("every rank");
+    HPCT_USAGE_FAIL("train.memory_limit_gb = {}: {} of {} plan {} on the {} ({} over the limit); the largest kind is "
+                    "{} ({}): {}. `{}` shows every kind of every rank",
+                    limit_gb, ranks, plan.app, human_bytes(need), device_name(plan.device),
+                    human_bytes(need - limit), kind, human_bytes(largest.second), advice, plan_hint);
+  }
+}
+
+}  // namespace hpct::train

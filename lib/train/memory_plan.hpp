@@ -1,0 +1,82 @@
+#pragma once
+// The memory plan (docs/contracts.md "--plan WORLD"): the memory record's kinds (train/memory_record.hpp) for every
+// rank of a deck at a world size, computed from formulas and from slabs that are planned but never allocated, the way
+// the run allocates them: the model's slabs (the tasks' model_memory), then what the training loop adds around them
+// (the gradient sync's ZeRO shard and bf16 image, the optimizer state, the pipeline buffers, the checkpoint's host
+// staging on CUDA). `--plan WORLD` prints it without data, MPI or allocation; train.memory_limit_gb checks it before
+// the run allocates anything. The memory record of a real run equals the plan kind by kind (tested by
+// check_memory_record.py); `rss` and the libraries' own buffers (oneDNN scratchpads, NCCL's buffers, the CUDA
+// context) are outside the kinds and outside the plan.
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "models/gpt/gpt.hpp"
+#include "models/resnet/resnet.hpp"
+#include "parallel/grad_sync.hpp"
+#include "tensor/tensor.hpp"
+#include "train/memory_record.hpp"
+#include "train/run_config.hpp"
+
+namespace hpct::train {
+
+// One row of the plan: the ranks that share a model shard (a (pp, tp) position; the DP ranks of the row differ only by
+// their ZeRO share), each kind its maximum over those ranks, peak the maximum of their totals.
+struct PlannedRanks {
+  int pp_rank = 0, tp_rank = 0;
+  int first_layer = 0, end_layer = 0;  // the GPT's layers on this stage (the ResNet: 0, 0)
+  MemoryKinds kinds;
+  double peak = 0;
+};
+
+struct MemoryPlanTable {
+  std::string app;  // "train_gpt" | "train_resnet"
+  int world = 1, dp = 1, tp = 1, pp = 1;
+  Device device = Device::CPU;
+  DType act = DType::F32;  // activation storage
+  std::vector<PlannedRanks> rows;
+  // Over all rows: what the memory record of the run reports (each kind's maximum, the maximum total).
+  MemoryRecord record() const;
+};
+
+// The device and activation type --plan sizes for: train.device = cuda (or fp16, which exists on CUDA only) plans the
+// CUDA backend's sizes, cpu and auto the CPU's (auto falls back to it without a GPU); activations as the run stores
+// them. fp16 with train.device = cpu is the trainers' UsageError, raised here too.
+struct PlanTarget {
+  Device device = Device::CPU;
+  DType act = DType::F32;
+};
+PlanTarget plan_target(const RunConfig& run);
+
+// The GPT's plan at `world` ranks (the grid and the model's split are validated first: UsageErrors naming the keys).
+MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target);
+// The ResNet's (data parallelism only). sync_bn: model.sync_bn; optimizer_buffers: SGD's state buffers (1 with
+// momentum, else 0).
+MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunConfig& run, int world, bool sync_bn,
+                                   int optimizer_buffers, const PlanTarget& target);
+
+// What the training loop allocates around a model (training_loop.cpp), for DP rank dp_rank: added to `model`.
+struct LoopMemoryInputs {
+  const Slab* grads = nullptr;  // the model's gradient slab (planned or allocated)
+  parallel::GradSyncOptions sync;
+  int dp_size = 1;
+  int optimizer_buffers = 0;     // AdamW 2, SGD with momentum 1, without 0
+  size_t pipeline_bytes = 0;     // parallel::PipelineBuffers of this stage
+  Device device = Device::CPU;   // on CUDA, checkpoints stage through host copies
+  size_t extra_state_bytes = 0;  // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
+};
+MemoryKinds add_loop_memory(MemoryKinds model, const LoopMemoryInputs& in, int dp_rank);
+
+// The table `--plan` prints: one line per row with every kind and the peak, then the record's maximum.
+void print_memory_plan(const MemoryPlanTable& plan);
+// `"memory":{...}` members for the --json line: the record's keys (no rss: that is measured), in bytes.
+std::string memory_plan_json(const MemoryPlanTable& plan);
+
+// Adds train.memory_limit_gb to a deck schema (inside its [train] section).
+void add_memory_limit_key(ConfigSchema& s);
+// train.memory_limit_gb (> 0): every rank's planned memory on the run's device (on CUDA without ckpt_staging, which is
+// host memory) must fit, else a UsageError naming the rank, the kind that is largest, and what to change. `where`:
+// the deck, for the message; plan_hint: the --plan command that shows the whole table.
+void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, const std::string& plan_hint);
+
+}  // namespace hpct::train

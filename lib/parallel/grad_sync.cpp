@@ -38,8 +38,89 @@ size_t BucketPlan::comm_bytes() const {
   return bf16_image ? slab_aligned(static_cast<size_t>(std::max<int64_t>(slab_numel, 1)) * sizeof(bf16)) : 0;
 }
 
-BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_size, int dp_rank) {
-  HPCT_CHECK(opts.zero == 0 || opts.zero == 1, "parallel.zero = {} (0 or 1)", opts.zero);
+size_t BucketPlan::bucket_bytes() const {
+  if (!ring) return 0;
+  return slab_aligned(static_cast<size_t>(std::max<int64_t>(ring_numel, 1)) * sizeof(float)) +
+         slab_aligned(static_cast<size_t>(std::max<int64_t>(pinned_numel, 1)) * sizeof(float));
+}
+
+namespace {
+
+constexpr int64_t kPlaceAlign = 16;  // ring places keep the slab's 64-byte alignment of every tensor
+int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+// ZeRO-2: places every bucket (see BucketPlan) for the model's write order.
+void place_buckets(BucketPlan& plan, const GradWriteOrder& order, int n_tensors) {
+  const size_t nb = plan.buckets.size();
+  // when each bucket opens (the first group writing one of its tensors) and completes (the last such group)
+  std::vector<int> opens(nb, -1), completes(nb, -1), covered(static_cast<size_t>(n_tensors), 0);
+  for (size_t g = 0; g < order.groups.size(); ++g)
+    for (int i = order.groups[g].first; i < order.groups[g].second; ++i) {
+      HPCT_CHECK(0 <= i && i < n_tensors, "write group [{}, {}) beyond the {} gradients", order.groups[g].first,
+                 order.groups[g].second, n_tensors);
+      ++covered[static_cast<size_t>(i)];
+      const auto b = static_cast<size_t>(plan.bucket_of_tensor[static_cast<size_t>(i)]);
+      if (opens[b] < 0) opens[b] = static_cast<int>(g);
+      completes[b] = static_cast<int>(g);
+    }
+  for (int i = 0; i < n_tensors; ++i)
+    HPCT_CHECK(covered[static_cast<size_t>(i)] == 1, "gradient {} is in {} write groups (should be in one)", i,
+               covered[static_cast<size_t>(i)]);
+  plan.place.assign(nb, 0);
+  std::vector<int> ring;  // ring buckets in the order they open
+  for (size_t b = 0; b < nb; ++b) {
+    if (plan.bucket_pinned[b]) {
+      plan.place[b] = plan.pinned_numel;
+      plan.pinned_numel += round_up(plan.buckets[b].elem_end - plan.buckets[b].elem_begin, kPlaceAlign);
+    } else {
+      ring.push_back(static_cast<int>(b));
+    }
+  }
+  std::stable_sort(ring.begin(), ring.end(), [&](int x, int y) { return opens[x] < opens[y]; });
+  auto len = [&](int b) {
+    return round_up(plan.buckets[static_cast<size_t>(b)].elem_end - plan.buckets[static_cast<size_t>(b)].elem_begin,
+                    kPlaceAlign);
+  };
+  auto overlap = [&](int x, int y) {
+    const int64_t px = plan.place[static_cast<size_t>(x)], py = plan.place[static_cast<size_t>(y)];
+    return px < py + len(y) && py < px + len(x);
+  };
+  int64_t largest = 0, total = 0;
+  for (int b : ring) {
+    largest = std::max(largest, len(b));
+    total += len(b);
+  }
+  // the smallest ring, in steps of a quarter of the largest bucket, where a bucket opens only over complete ones (the
+  // whole of the buckets end to end always works)
+  const int64_t step = std::max<int64_t>(round_up(largest / 4, kPlaceAlign), kPlaceAlign);
+  for (int64_t size = largest;; size = std::min(size + step, total)) {
+    int64_t head = 0;
+    bool ok = true;
+    for (size_t k = 0; k < ring.size() && ok; ++k) {
+      const int b = ring[k];
+      if (head + len(b) > size) head = 0;
+      plan.place[static_cast<size_t>(b)] = head;
+      head += len(b);
+      for (size_t j = 0; j < k && ok; ++j)
+        ok = !overlap(b, ring[j]) || completes[static_cast<size_t>(ring[j])] < opens[static_cast<size_t>(b)];
+    }
+    if (ok || size >= total) {
+      HPCT_CHECK(ok, "no ring of gradient buckets fits the write order");
+      plan.ring_numel = size;
+      break;
+    }
+  }
+  plan.overlaps.assign(nb, {});
+  for (int b : ring)
+    for (int d : ring)
+      if (overlap(b, d)) plan.overlaps[static_cast<size_t>(b)].push_back(d);
+}
+
+}  // namespace
+
+BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_size, int dp_rank,
+                        const GradWriteOrder* order) {
+  HPCT_CHECK(opts.zero >= 0 && opts.zero <= 2, "parallel.zero = {} (0, 1 or 2)", opts.zero);
   HPCT_CHECK(dp_size >= 1 && 0 <= dp_rank && dp_rank < dp_size, "DP rank {} of {}", dp_rank, dp_size);
   const auto& ts = grads.tensors();
   const int n = static_cast<int>(ts.size());
@@ -51,13 +132,18 @@ BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_s
     HPCT_CHECK(elem_of(i) >= elem_of(i - 1) + ts[i - 1].numel(), "gradient slab is not in layout order");
 
   BucketPlan plan;
-  // buckets in reverse layout order
+  plan.ring = opts.zero == 2 && dp_size > 1;
+  HPCT_CHECK(!plan.ring || order != nullptr, "ZeRO-2 needs the model's gradient write order");
+  auto pinned = [&](int i) {
+    return plan.ring && static_cast<size_t>(i) < order->pinned.size() && order->pinned[static_cast<size_t>(i)];
+  };
+  // buckets in reverse layout order (ZeRO-2: a pinned tensor is a bucket of its own)
   plan.bucket_of_tensor.assign(static_cast<size_t>(n), -1);
   int end = n;
   while (end > 0) {
     int first = end - 1;
     size_t bytes = ts[first].bytes();
-    while (first > 0 && bytes < opts.bucket_bytes) bytes += ts[--first].bytes();
+    while (first > 0 && bytes < opts.bucket_bytes && !pinned(first) && !pinned(first - 1)) bytes += ts[--first].bytes();
     Bucket b;
     b.first_tensor = first;
     b.end_tensor = end;
@@ -66,8 +152,10 @@ BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_s
     for (int i = first; i < end; ++i) plan.bucket_of_tensor[i] = static_cast<int>(plan.buckets.size());
     plan.slab_numel = std::max(plan.slab_numel, b.elem_end);
     plan.buckets.push_back(b);
+    plan.bucket_pinned.push_back(pinned(first));
     end = first;
   }
+  if (plan.ring) place_buckets(plan, *order, n);
 
   // ZeRO shares and the ranges this rank updates
   const int P = dp_size, me = dp_rank;
@@ -102,19 +190,48 @@ BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_s
 }
 
 GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts,
-                   const ExecContext& ctx)
+                   const ExecContext& ctx, const GradWriteOrder* order)
     : dp_(dp),
       params_(params),
       grads_(grads),
       opts_(opts),
       ctx_(ctx),
-      plan_(plan_buckets(grads, opts, dp.size(), dp.rank())),
+      plan_(plan_buckets(grads, opts, dp.size(), dp.rank(), order)),
       shard_("zero_grad_shard", grads.device()),
-      reduced_("grad_bf16_buckets", grads.device()) {
+      reduced_("grad_bf16_buckets", grads.device()),
+      buckets_mem_("zero2_gradient_buckets", grads.device()) {
   HPCT_CHECK(opts_.reduce_dtype == DType::F32 || opts_.reduce_dtype == DType::BF16,
              "parallel.grad_dtype: gradients are reduced in fp32 or bf16, not {}", dtype_name(opts_.reduce_dtype));
   HPCT_CHECK(params_.tensors().size() == grads_.tensors().size(), "params and grads differ in count");
   HPCT_CHECK(params_.bytes() == grads_.bytes(), "params and grads slabs differ in layout");
+  if (plan_.ring) {
+    // ZeRO-2: the gradients live in the buckets; the model planned its gradient slab without allocating it
+    HPCT_CHECK(!grads_.allocated(),
+               "ZeRO-2 over the allocated gradient slab {}: build the model with its gradients "
+               "planned only",
+               grads_.name());
+    HPCT_CHECK(opts_.overlap && opts_.reduce_dtype == DType::F32,
+               "ZeRO-2 reduce-scatters fp32 buckets as backward produces them (overlap on, grad_dtype fp32)");
+    HPCT_CHECK(ctx_.device == grads_.device(), "ZeRO-2: the gradients are on {} but the kernels would run on {}",
+               device_name(grads_.device()), device_name(ctx_.device));
+    buckets_mem_.add("ring", {std::max<int64_t>(plan_.ring_numel, 1)});
+    buckets_mem_.add("pinned", {std::max<int64_t>(plan_.pinned_numel, 1)});
+    buckets_mem_.allocate();
+    ring_ = buckets_mem_.tensors()[0].f32();
+    pinned_ = buckets_mem_.tensors()[1].f32();
+    std::vector<void*> data;
+    for (size_t i = 0; i < grads_.tensors().size(); ++i) {
+      const auto b = static_cast<size_t>(plan_.bucket_of_tensor[i]);
+      const int64_t elem = static_cast<int64_t>(grads_.planned_offset(i) / sizeof(float));
+      data.push_back(bucket_data(b) + (elem - buckets_[b].elem_begin));
+    }
+    grads_.bind(data);
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (!plan_.bucket_pinned[b]) ring_order_.push_back(static_cast<int>(b));
+    opened_.assign(buckets_.size(), false);
+    HPCT_CHECK(buckets_mem_.bytes() == plan_.bucket_bytes(), "ZeRO-2 buckets of {} bytes, planned {}",
+               buckets_mem_.bytes(), plan_.bucket_bytes());
+  }
   HPCT_CHECK(grads_.allocated(), "GradSync over the unallocated gradient slab {}", grads_.name());
   if (plan_.bf16_image) {  // the bf16 image of every bucket (the buckets tile [0, slab_numel))
     HPCT_CHECK(ctx_.device == grads_.device(),
@@ -143,10 +260,62 @@ std::string GradSync::describe() const {
   return fmt::format(
       "{} bucket(s) of >= {} (overlap {}), ZeRO-{}{}, reduced in {}{}", buckets_.size(),
       human_bytes(opts_.bucket_bytes), opts_.overlap ? "on" : "off", opts_.zero,
-      opts_.zero ? fmt::format(" (gradient shard {} per rank)", human_bytes(plan_.shard_numel * 4.0)) : "",
+      opts_.zero ? fmt::format(" (gradient shard {} per rank{})", human_bytes(plan_.shard_numel * 4.0),
+                               plan_.ring ? fmt::format("; reduce-scattered every micro-batch from a ring of {} and {} "
+                                                        "kept whole",
+                                                        human_bytes(plan_.ring_numel * 4.0),
+                                                        human_bytes(plan_.pinned_numel * 4.0))
+                                          : "")
+                 : "",
       grad_dtype_name(opts_.reduce_dtype),
       reduced_.bytes() > 0 ? fmt::format(" (bucket buffer {})", human_bytes(static_cast<double>(reduced_.bytes())))
                            : "");
+}
+
+float* GradSync::bucket_data(size_t b) { return (plan_.bucket_pinned[b] ? pinned_ : ring_) + plan_.place[b]; }
+
+void GradSync::begin_step() {
+  if (!plan_.ring) return;
+  // the shard sums the step's micro-batches; the pinned buckets accumulate in place until finish()
+  kernels::fill_zero(ctx_, shard_.tensors()[0].f32(), static_cast<int64_t>(shard_.tensors()[0].bytes()));
+  kernels::fill_zero(ctx_, pinned_, static_cast<int64_t>(buckets_mem_.tensors()[1].bytes()));
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (plan_.bucket_pinned[b]) pending_[b] = 0;
+}
+
+void GradSync::begin_micro_batch() {
+  HPCT_CHECK(plan_.ring, "begin_micro_batch outside ZeRO-2");
+  armed_ = true;
+  next_launch_ = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (plan_.bucket_pinned[b]) continue;
+    pending_[b] = buckets_[b].end_tensor - buckets_[b].first_tensor;
+    opened_[b] = false;
+  }
+}
+
+void GradSync::wait_and_land(size_t b) {
+  if (!work_[b]) return;
+  work_[b]->wait();
+  work_[b].reset();
+  land(b);
+}
+
+void GradSync::open(int b) {
+  for (int d : plan_.overlaps[static_cast<size_t>(b)]) wait_and_land(static_cast<size_t>(d));
+  const Bucket& bk = buckets_[static_cast<size_t>(b)];
+  kernels::fill_zero(ctx_, bucket_data(static_cast<size_t>(b)),
+                     static_cast<int64_t>(bk.elem_end - bk.elem_begin) * static_cast<int64_t>(sizeof(float)));
+  opened_[static_cast<size_t>(b)] = true;
+}
+
+void GradSync::writing(int first, int end) {
+  if (!plan_.ring) return;
+  HPCT_CHECK(armed_, "GradSync::writing outside a micro-batch (begin_micro_batch not called)");
+  for (int i = first; i < end; ++i) {
+    const int b = plan_.bucket_of_tensor[static_cast<size_t>(i)];
+    if (!plan_.bucket_pinned[static_cast<size_t>(b)] && !opened_[static_cast<size_t>(b)]) open(b);
+  }
 }
 
 void GradSync::arm() {
@@ -160,9 +329,18 @@ void GradSync::arm() {
 
 void GradSync::launch(size_t b) {
   const Bucket& bk = buckets_[b];
-  float* base = static_cast<float*>(grads_.base()) + bk.elem_begin;
   const int64_t len = bk.elem_end - bk.elem_begin;
   const std::string what = fmt::format("gradient bucket {} of {}", b, buckets_.size());
+  if (plan_.ring) {
+    // ZeRO-2: a ring bucket is reduce-scattered in place (this rank's share stays at own_offset; land() adds it to the
+    // shard), a pinned one straight into the shard (once per step, after the last micro-batch)
+    float* data = bucket_data(b);
+    float* recv = plan_.bucket_pinned[b] ? shard_.tensors()[0].f32() + bk.shard_offset : data + bk.own_offset;
+    work_[b] = dp_.reduce_scatter_v_async(data, recv, bk.counts, DType::F32, comm::ReduceOp::Sum, what);
+    launched_[b] = true;
+    return;
+  }
+  float* base = static_cast<float*>(grads_.base()) + bk.elem_begin;
   if (reduced_base_ != nullptr) {
     // bf16: the bucket's image, reduced in place (ZeRO: this rank's share stays at own_offset); land() casts it back
     bf16* img = reduced_base_ + bk.elem_begin;
@@ -182,8 +360,16 @@ void GradSync::launch(size_t b) {
 }
 
 void GradSync::land(size_t b) {
-  if (reduced_base_ == nullptr) return;  // fp32: the reduction wrote the fp32 result itself
   const Bucket& bk = buckets_[b];
+  if (plan_.ring) {  // ZeRO-2: this micro-batch's reduced share joins the step's sum (a pinned bucket wrote it)
+    if (!plan_.bucket_pinned[b]) {
+      float* sum = shard_.tensors()[0].f32() + bk.shard_offset;
+      kernels::residual_forward<float>(ctx_, sum, sum, bucket_data(b) + bk.own_offset,
+                                       bk.counts[static_cast<size_t>(dp_.rank())]);
+    }
+    return;
+  }
+  if (reduced_base_ == nullptr) return;  // fp32: the reduction wrote the fp32 result itself
   if (opts_.zero)
     kernels::cast(ctx_, shard_.tensors()[0].f32() + bk.shard_offset, reduced_base_ + bk.elem_begin + bk.own_offset,
                   bk.counts[static_cast<size_t>(dp_.rank())]);
@@ -195,6 +381,12 @@ void GradSync::land(size_t b) {
 void GradSync::on_ready(int first, int end) {
   if (!armed_ || dp_.size() == 1) return;
   for (int i = first; i < end; ++i) --pending_[static_cast<size_t>(plan_.bucket_of_tensor[static_cast<size_t>(i)])];
+  if (plan_.ring) {  // ZeRO-2: the ring buckets go out in order as they complete, every micro-batch
+    while (next_launch_ < ring_order_.size() && pending_[static_cast<size_t>(ring_order_[next_launch_])] == 0)
+      launch(static_cast<size_t>(ring_order_[next_launch_++]));
+    dp_.progress();
+    return;
+  }
   if (opts_.overlap) {
     while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
     dp_.progress();
@@ -209,6 +401,16 @@ void GradSync::finish() {
   }
   HPCT_CHECK(armed_, "GradSync::finish without arm()");
   Timer t;
+  if (plan_.ring) {  // ZeRO-2: the last micro-batch's ring buckets are out; the pinned ones go now, once per step
+    HPCT_CHECK(next_launch_ == ring_order_.size(), "ZeRO-2: {} of {} gradient buckets incomplete after backward",
+               ring_order_.size() - next_launch_, ring_order_.size());
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (plan_.bucket_pinned[b]) launch(b);
+    for (size_t b = 0; b < buckets_.size(); ++b) wait_and_land(b);
+    exposed_ms_ = t.ms();
+    armed_ = false;
+    return;
+  }
   while (next_launch_ < buckets_.size()) launch(next_launch_++);
   for (size_t b = 0; b < work_.size(); ++b) {
     work_[b]->wait();

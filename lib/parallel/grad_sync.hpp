@@ -80,6 +80,14 @@ struct Bucket {
   int64_t own_offset = 0;                // ZeRO: where this rank's share starts in the bucket (sum of counts before it)
 };
 
+// What ZeRO-2 needs to know of the model's backward (models: grad_write_groups): the ranges of layout indices it writes,
+// in its order (one write-hook call each), and the tensors written out of that order or summed after the schedule,
+// which are kept whole (pinned: the GPT's tied wte).
+struct GradWriteOrder {
+  std::vector<std::pair<int, int>> groups;
+  std::vector<bool> pinned;  // by layout index; empty: none
+};
+
 // The buckets of a gradient slab and one DP rank's share of them, from the slab's plan alone (allocated or not):
 // what GradSync runs with, and what the memory plan (`--plan`) counts for any rank without building a GradSync.
 struct BucketPlan {
@@ -96,24 +104,46 @@ struct BucketPlan {
   int64_t shard_numel = 0;            // its elements (this rank's shares, back to back); 0 unless sharded
   bool bf16_image = false;            // parallel.grad_dtype = bf16 at DP > 1: a bf16 image of the buckets
   std::vector<Owned> owned;           // in layout order
+  // ZeRO-2 at DP > 1 (`ring`): the gradients live in the buckets, not in a full-size slab. A pinned bucket (a pinned
+  // tensor, alone) has a place of its own in `pinned_numel` elements, accumulated over the step's micro-batches; every
+  // other bucket has a place in a ring of `ring_numel` elements that later buckets reuse once it has been
+  // reduce-scattered. The ring is the smallest (in steps of a quarter of the largest bucket) for which no bucket, when
+  // backward starts writing it, overlaps a bucket not yet complete (GradWriteOrder's groups decide when each opens and
+  // completes).
+  bool ring = false;
+  std::vector<bool> bucket_pinned;         // per bucket
+  std::vector<int64_t> place;              // per bucket: element offset in the ring, or in the pinned buffer
+  std::vector<std::vector<int>> overlaps;  // per ring bucket: the ring buckets (itself included) whose places overlap
+  int64_t ring_numel = 0, pinned_numel = 0;
 
   int64_t owned_numel() const;  // the elements the optimizer updates: its state's elements per buffer
   size_t shard_bytes() const;   // the ZeRO shard buffer (kind `grads`), as its slab allocates it
   size_t comm_bytes() const;    // the bf16 image (kind `comm`), as its slab allocates it
+  size_t bucket_bytes() const;  // ZeRO-2: the ring and the pinned buffer (kind `grads`), as their slab allocates them
 };
-// grads: fp32 tensors in layout order (HPCT_CHECK otherwise); opts.zero 0 or 1.
-BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_size, int dp_rank);
+// grads: fp32 tensors in layout order (HPCT_CHECK otherwise); opts.zero 0, 1 or 2; order: the model's, needed by
+// ZeRO-2 at DP > 1 (every tensor in exactly one group).
+BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_size, int dp_rank,
+                        const GradWriteOrder* order = nullptr);
 
 class GradSync {
  public:
   // ctx: where the bf16 casts run (ctx.device == grads.device(); CUDA: the compute stream, which dp's operations are
   // ordered after). Read only when opts.reduce_dtype is BF16 at DP > 1; the fp32 path calls no kernel.
+  // order: the model's write order, needed by ZeRO-2 (which then binds `grads`, planned but not allocated by the
+  // model, to its buckets: Slab::bind).
   GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts,
-           const ExecContext& ctx = ExecContext{});
+           const ExecContext& ctx = ExecContext{}, const GradWriteOrder* order = nullptr);
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
-  // The next backward is the last micro-batch of the step: buckets launch as they become ready.
+  // ZeRO-2 reduces every micro-batch (per_micro_batch()): begin_step() before the step's first backward zeroes the
+  // shard and the pinned buffer; begin_micro_batch() before each backward; writing() is the model's write hook.
+  bool per_micro_batch() const { return plan_.ring; }
+  void begin_step();
+  void begin_micro_batch();
+  void writing(int first, int end);
+  // The next backward is the last micro-batch of the step: buckets launch as they become ready (ZeRO 0 and 1).
   void arm();
   // Hook of the model's backward: the gradients of tensors [first, end) are final (first == end: only
   // a progress point).
@@ -133,8 +163,8 @@ class GradSync {
   // Bytes of the bf16 bucket buffer (kind `comm` in the memory record): half the gradient slab with bf16 at DP > 1,
   // else 0.
   size_t comm_bytes() const { return reduced_.bytes(); }
-  // Bytes of the ZeRO shard of reduced gradients (kind `grads`): 0 without ZeRO.
-  size_t shard_bytes() const { return shard_.bytes(); }
+  // Bytes of the ZeRO shard of reduced gradients and of ZeRO-2's buckets (kind `grads`): 0 without ZeRO.
+  size_t shard_bytes() const { return shard_.bytes() + buckets_mem_.bytes(); }
   double last_exposed_ms() const { return exposed_ms_; }  // in finish() (CUDA: host issue time only, see above)
   double last_gather_ms() const { return gather_ms_; }    // in gather_params() (likewise)
   std::string describe() const;
@@ -142,6 +172,9 @@ class GradSync {
  private:
   void launch(size_t b);
   void land(size_t b);  // after bucket b's reduction completed: bf16 -> its fp32 gradients (or this rank's shard)
+  void open(int b);     // ZeRO-2: bucket b's place is free (the buckets there landed) and zeroed
+  void wait_and_land(size_t b);
+  float* bucket_data(size_t b);  // ZeRO-2: where bucket b's gradients live
   comm::Communicator& dp_;
   Slab& params_;
   Slab& grads_;
@@ -154,8 +187,12 @@ class GradSync {
   std::vector<bool> launched_;
   size_t next_launch_ = 0;  // buckets launch strictly in order (same order on every rank)
   bool armed_ = false;
-  Slab shard_;    // ZeRO: reduced gradient shares (plan_.shard_numel floats)
-  Slab reduced_;  // bf16 reduction: (elements of the gradient slab) bf16, bucket b at [elem_begin, elem_end)
+  Slab shard_;        // ZeRO: reduced gradient shares (plan_.shard_numel floats)
+  Slab reduced_;      // bf16 reduction: (elements of the gradient slab) bf16, bucket b at [elem_begin, elem_end)
+  Slab buckets_mem_;  // ZeRO-2: the ring and the pinned buffer
+  float *ring_ = nullptr, *pinned_ = nullptr;
+  std::vector<int> ring_order_;  // ZeRO-2: the ring buckets in launch order
+  std::vector<bool> opened_;     // ZeRO-2: per bucket, opened in this micro-batch
   bf16* reduced_base_ = nullptr;
   std::vector<OwnedRange> owned_;
   double exposed_ms_ = 0.0, gather_ms_ = 0.0;

@@ -305,6 +305,7 @@ PipelineStats run_schedule(const std::vector<Action>& schedule, PipelineStage& s
     if (a.op == Action::Forward) {
       r.forward(stage, a.micro);
     } else {
+      if (options.before_backward) options.before_backward();
       if (a.micro == last_backward && options.before_last_backward) options.before_last_backward();
       r.backward(stage, a.micro);
     }

@@ -133,6 +133,9 @@ struct PipelineRunOptions {
   // Called right before the stage's last backward of the step (e.g. to arm the data-parallel gradient sync, whose
   // buckets can then go out while that backward produces the final gradients); empty: nothing.
   std::function<void()> before_last_backward;
+  // Called right before every backward of the stage (e.g. ZeRO-2, which reduce-scatters every micro-batch), before
+  // before_last_backward on the last; empty: nothing.
+  std::function<void()> before_backward;
 };
 
 // The communication buffers of one stage for one schedule, planned before the step (see above), on `device` (the

@@ -57,7 +57,7 @@ std::string Tensor::shape_str() const {
 Slab::~Slab() { device_free(device_, base_); }
 
 Tensor& Slab::add(std::string name, std::vector<int64_t> shape, DType dtype) {
-  HPCT_CHECK(base_ == nullptr, "slab {}: tensor {} added after allocate()", name_, name);
+  HPCT_CHECK(!allocated(), "slab {}: tensor {} added after allocate()", name_, name);
   for (int64_t d : shape) HPCT_CHECK(d >= 0, "slab {}: tensor {} has a negative dimension", name_, name);
   Tensor t;
   t.name = std::move(name);
@@ -71,9 +71,17 @@ Tensor& Slab::add(std::string name, std::vector<int64_t> shape, DType dtype) {
 }
 
 void Slab::allocate() {
-  HPCT_CHECK(base_ == nullptr, "slab {} allocated twice", name_);
+  HPCT_CHECK(!allocated(), "slab {} allocated twice (or bound)", name_);
   base_ = device_alloc(device_, bytes_);
   for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].data = static_cast<char*>(base_) + offsets_[i];
+}
+
+void Slab::bind(const std::vector<void*>& data) {
+  HPCT_CHECK(!allocated(), "slab {} bound after allocate() or bind()", name_);
+  HPCT_CHECK(data.size() == tensors_.size(), "slab {}: {} pointers for {} tensors", name_, data.size(),
+             tensors_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].data = data[i];
+  bound_ = true;
 }
 
 Tensor& Slab::get(const std::string& name) {

@@ -107,7 +107,11 @@ class Slab {
 
   Tensor& add(std::string name, std::vector<int64_t> shape, DType dtype = DType::F32);
   void allocate();
-  bool allocated() const { return base_ != nullptr; }
+  bool allocated() const { return base_ != nullptr || bound_; }
+  // Instead of allocate(): tensor i lives at data[i], memory the slab does not own (ZeRO-2 places gradients in the
+  // gradient sync's buckets, parallel/grad_sync.hpp). base() is then null and the tensors are not one block.
+  void bind(const std::vector<void*>& data);
+  bool bound() const { return bound_; }
 
   const std::string& name() const { return name_; }
   Device device() const { return device_; }
@@ -130,6 +134,7 @@ class Slab {
   std::vector<size_t> offsets_;
   size_t bytes_ = 0;
   void* base_ = nullptr;
+  bool bound_ = false;
 };
 
 }  // namespace hpct

@@ -52,8 +52,9 @@ class GptTask final : public TrainTask {
         sampler_(train_shard_, T_, run.cfg.train.seed),
         eval_set_(val_shard_, T_, d.eval_sequences),
         mp_(run.pc.model_parallel()),
+        // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
         model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
-               activation_dtype(ctx_.precision)),
+               activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp())),
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
@@ -82,6 +83,10 @@ class GptTask final : public TrainTask {
   Slab& params() override { return model_.params(); }
   Slab& grads() override { return model_.grads(); }
   void set_grad_ready_hook(std::function<void(int, int)> hook) override { model_.set_grad_ready_hook(std::move(hook)); }
+  void set_grad_write_hook(std::function<void(int, int)> hook) override { model_.set_grad_write_hook(std::move(hook)); }
+  parallel::GradWriteOrder grad_write_order() const override {
+    return {gpt::grad_write_groups(model_.layout()), gpt::grad_pinned(model_.layout())};
+  }
   std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) override {
     return std::make_unique<optim::AdamW>(model_.params(), std::move(segments), decay_flags(model_.layout()), d_.adamw);
   }

@@ -23,9 +23,12 @@ constexpr double kBytesPerGb = 1e9;  // train.memory_limit_gb counts decimal gig
 double max_kind(double a, double b) { return std::max(a, b); }
 
 MemoryKinds kinds_max(const MemoryKinds& a, const MemoryKinds& b) {
-  return {max_kind(a.params, b.params),   max_kind(a.grads, b.grads),
-          max_kind(a.optimizer, b.optimizer), max_kind(a.comm, b.comm),
-          max_kind(a.activations, b.activations), max_kind(a.workspace, b.workspace),
+  return {max_kind(a.params, b.params),
+          max_kind(a.grads, b.grads),
+          max_kind(a.optimizer, b.optimizer),
+          max_kind(a.comm, b.comm),
+          max_kind(a.activations, b.activations),
+          max_kind(a.workspace, b.workspace),
           max_kind(a.ckpt_staging, b.ckpt_staging)};
 }
 
@@ -64,10 +67,10 @@ PlanTarget plan_target(const RunConfig& run) {
 
 MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_rank) {
   HPCT_CHECK(in.grads != nullptr, "add_loop_memory without a gradient slab");
-  const parallel::BucketPlan buckets = parallel::plan_buckets(*in.grads, in.sync, in.dp_size, dp_rank);
+  const parallel::BucketPlan buckets = parallel::plan_buckets(*in.grads, in.sync, in.dp_size, dp_rank, &in.order);
   const auto owned = static_cast<size_t>(buckets.owned_numel());
   const auto n_state = static_cast<size_t>(in.optimizer_buffers);
-  k.grads += static_cast<double>(buckets.shard_bytes());
+  k.grads += static_cast<double>(buckets.shard_bytes() + buckets.bucket_bytes());
   k.optimizer += static_cast<double>(n_state * owned * sizeof(float));
   k.comm += static_cast<double>(buckets.comm_bytes() + in.pipeline_bytes);
   // CheckpointStaging on CUDA: a host twin of the fp32 masters (laid out as the gradient slab), of the extra state, and
@@ -76,6 +79,10 @@ MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_ra
     k.ckpt_staging += static_cast<double>(in.grads->bytes() + in.extra_state_bytes +
                                           n_state * slab_aligned(owned * sizeof(float)));
   return k;
+}
+
+bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size) {
+  return !(sync.zero >= 2 && dp_size > 1);
 }
 
 MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target) {
@@ -93,13 +100,17 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
       MemoryKinds model;  // GptTask::model_memory
       model.params = static_cast<double>(m.param_bytes + m.compute_param_bytes);
-      model.grads = static_cast<double>(m.grad_bytes);
+      model.grads = model_allocates_grads(run.parallel.sync, grid.dp()) ? static_cast<double>(m.grad_bytes) : 0.0;
       model.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes +
                                               gpt::GptStage::planned_bytes(cfg, st, n_micro, MB, target.act) +
                                               gpt::GptEvaluator::planned_bytes(cfg, st, MB, target.act));
       model.workspace = static_cast<double>(kernels::gemm_workspace_bytes(target.device, target.act));
       Slab grads("gradients (planned)", target.device);  // the model's gradient slab, never allocated
-      for (const gpt::ShardSpec& s : gpt::parameter_layout(cfg, mp)) grads.add(s.spec.name, s.spec.shape);
+      std::vector<gpt::ParamSpec> layout;
+      for (const gpt::ShardSpec& s : gpt::parameter_layout(cfg, mp)) {
+        grads.add(s.spec.name, s.spec.shape);
+        layout.push_back(s.spec);
+      }
       const bool only_stage = st.has_embedding && st.has_head;
       const int64_t boundary = only_stage ? 0 : static_cast<int64_t>(MB) * cfg.seq_len * cfg.n_embd;
       LoopMemoryInputs in;
@@ -110,6 +121,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(
           parallel::make_schedule(run.parallel.schedule, pp, p, n_micro), boundary, target.act);
       in.device = target.device;
+      in.order = {gpt::grad_write_groups(layout), gpt::grad_pinned(layout)};
       PlannedRanks row = plan_row(model, in);
       row.pp_rank = p;
       row.tp_rank = t;
@@ -134,9 +146,9 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   const resnet::MemoryPlan m = planned.memory();
   MemoryKinds model;  // ResNetTask::model_memory
   model.params = static_cast<double>(m.param_bytes + m.compute_param_bytes + m.buffer_bytes);
-  model.grads = static_cast<double>(m.grad_bytes);
-  model.activations =
-      static_cast<double>(m.activation_bytes + m.activation_grad_bytes + resnet::ResNetStage::planned_bytes(cfg, MB));
+  model.grads = model_allocates_grads(run.parallel.sync, dp) ? static_cast<double>(m.grad_bytes) : 0.0;
+  model.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes +
+                                          resnet::ResNetStage::planned_bytes(cfg, MB));
   model.workspace = static_cast<double>(m.workspace_bytes);
   LoopMemoryInputs in;
   in.grads = &planned.grads();
@@ -145,6 +157,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   in.optimizer_buffers = optimizer_buffers;
   in.device = target.device;
   in.extra_state_bytes = m.buffer_bytes;
+  in.order = {planned.grad_write_groups(), {}};
   MemoryPlanTable plan{"train_resnet", world, dp, 1, 1, target.device, target.act, {plan_row(model, in)}};
   return plan;
 }
@@ -198,8 +211,8 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
     const double need = device_bytes(row.kinds, row.peak, plan.device);
     if (need <= limit) continue;
     const MemoryKinds& k = row.kinds;
-    const std::pair<const char*, double> by_kind[] = {{"params", k.params},       {"grads", k.grads},
-                                                      {"optimizer", k.optimizer}, {"comm", k.comm},
+    const std::pair<const char*, double> by_kind[] = {{"params", k.params},           {"grads", k.grads},
+                                                      {"optimizer", k.optimizer},     {"comm", k.comm},
                                                       {"activations", k.activations}, {"workspace", k.workspace}};
     const auto largest = *std::max_element(std::begin(by_kind), std::end(by_kind),
                                            [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -217,12 +230,12 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
     else
       advice = "parallel.grad_dtype = fp32 has no bf16 bucket buffer, and parallel.schedule = 1f1b keeps fewer "
                "micro-batches in flight than gpipe";
-    const std::string ranks =
-        gpt ? fmt::format("the rank(s) at pp {} tp {}", row.pp_rank, row.tp_rank) : std::string("every rank");
+    const std::string ranks = gpt ? fmt::format("the rank(s) at pp {} tp {}", row.pp_rank, row.tp_rank)
+                                  : std::string("every rank");
     HPCT_USAGE_FAIL("train.memory_limit_gb = {}: {} of {} plan {} on the {} ({} over the limit); the largest kind is "
                     "{} ({}): {}. `{}` shows every kind of every rank",
-                    limit_gb, ranks, plan.app, human_bytes(need), device_name(plan.device),
-                    human_bytes(need - limit), kind, human_bytes(largest.second), advice, plan_hint);
+                    limit_gb, ranks, plan.app, human_bytes(need), device_name(plan.device), human_bytes(need - limit),
+                    kind, human_bytes(largest.second), advice, plan_hint);
   }
 }
 

@@ -60,12 +60,16 @@ struct LoopMemoryInputs {
   const Slab* grads = nullptr;  // the model's gradient slab (planned or allocated)
   parallel::GradSyncOptions sync;
   int dp_size = 1;
-  int optimizer_buffers = 0;     // AdamW 2, SGD with momentum 1, without 0
-  size_t pipeline_bytes = 0;     // parallel::PipelineBuffers of this stage
-  Device device = Device::CPU;   // on CUDA, checkpoints stage through host copies
-  size_t extra_state_bytes = 0;  // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
+  int optimizer_buffers = 0;       // AdamW 2, SGD with momentum 1, without 0
+  size_t pipeline_bytes = 0;       // parallel::PipelineBuffers of this stage
+  Device device = Device::CPU;     // on CUDA, checkpoints stage through host copies
+  size_t extra_state_bytes = 0;    // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
+  parallel::GradWriteOrder order;  // the model's (ZeRO-2 places its buckets by it)
 };
+// ZeRO-2 at DP > 1: the model's gradient slab is not allocated (model.grads must not count it); the buckets are.
 MemoryKinds add_loop_memory(MemoryKinds model, const LoopMemoryInputs& in, int dp_rank);
+// Whether the run's model allocates its gradient slab (not under ZeRO-2 at DP > 1, where the buckets hold them).
+bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size);
 
 // The table `--plan` prints: one line per row with every kind and the peak, then the record's maximum.
 void print_memory_plan(const MemoryPlanTable& plan);

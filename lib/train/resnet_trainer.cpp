@@ -41,7 +41,9 @@ class ResNetTask final : public TrainTask {
         sampler_(d_.train_set, run.cfg.train.seed, GB_, d_.norm, d_.aug),
         spe_(sampler_.steps_per_epoch()),
         model_(d_.cfg, MB_, ctx_.device, d_.sync_bn ? &run.pc.device_dp_group() : nullptr,  // SyncBN: device buffers
-               /*allocate=*/true, activation_dtype(ctx_.precision), ctx_.precision),
+               /*allocate=*/true, activation_dtype(ctx_.precision), ctx_.precision, /*planned_bn_ranks=*/1,
+               // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
+               /*allocate_grads=*/model_allocates_grads(run.cfg.parallel.sync, run.dp())),
         stage_(
             ctx_, model_,
             [this](int64_t step, int64_t first, int count, float* images, int32_t* labels) {
@@ -60,6 +62,8 @@ class ResNetTask final : public TrainTask {
   Slab& params() override { return model_.params(); }
   Slab& grads() override { return model_.grads(); }
   void set_grad_ready_hook(std::function<void(int, int)> hook) override { model_.set_grad_ready_hook(std::move(hook)); }
+  void set_grad_write_hook(std::function<void(int, int)> hook) override { model_.set_grad_write_hook(std::move(hook)); }
+  parallel::GradWriteOrder grad_write_order() const override { return {model_.grad_write_groups(), {}}; }
   std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) override {
     return std::make_unique<optim::Sgd>(model_.params(), std::move(segments), decay_flags(model_.layout()), d_.sgd);
   }

@@ -40,6 +40,15 @@ RunConfig read_run_config(const Config& deck) {
   p.sync.overlap = deck.get_bool("parallel.overlap");
   p.sync.reduce_dtype = parallel::parse_grad_dtype(deck.get_string("parallel.grad_dtype"));
   p.sync.zero = static_cast<int>(deck.get_int("parallel.zero"));
+  HPCT_USAGE_CHECK(p.sync.zero != 2 || p.sync.overlap,
+                   "deck {}: parallel.zero = 2 with parallel.overlap = false: ZeRO-2 reduce-scatters every gradient "
+                   "bucket as backward completes it (that is how it avoids a full-size gradient buffer); set "
+                   "parallel.overlap = true, or use parallel.zero = 1",
+                   deck.deck_path());
+  HPCT_USAGE_CHECK(p.sync.zero != 2 || p.sync.reduce_dtype == DType::F32,
+                   "deck {}: parallel.zero = 2 with parallel.grad_dtype = bf16: ZeRO-2 reduces in fp32 only; set "
+                   "parallel.grad_dtype = fp32, or use parallel.zero = 1 for bf16 reduction",
+                   deck.deck_path());
 
   c.comm.timeout_s = deck.get_float("comm.timeout_s");
 

@@ -37,9 +37,11 @@ std::string resolve_data_path(const std::string& path) {
 
 void add_run_keys(ConfigSchema& s) {
   s.int_key("parallel.zero", 0,
-            "ZeRO stage: 0 (replicated optimizer) or 1 (optimizer state, AdamW moments or SGD "
-            "momentum, sharded over DP; gradients reduce-scattered, parameters allgathered)",
-            0, 1);
+            "ZeRO stage: 0 (replicated optimizer), 1 (optimizer state, AdamW moments or SGD momentum, sharded over "
+            "DP; gradients reduce-scattered once per step, parameters allgathered) or 2 (gradients sharded too: every "
+            "micro-batch's buckets reduce-scattered as backward completes them, summed in fp32 into the rank's shard; "
+            "no full-size gradient buffer)",
+            0, 2);
   s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)", 1e-6,
               1e6);
   s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");

@@ -70,6 +70,10 @@ class TrainTask {
   virtual Slab& grads() = 0;
   // The backward calls hook(first, end) when tensors [first, end) hold final gradients (data-parallel overlap).
   virtual void set_grad_ready_hook(std::function<void(int, int)> hook) = 0;
+  // The backward calls hook(first, end) right before it writes the gradients of tensors [first, end), in the order of
+  // grad_write_order()'s groups (ZeRO-2 readies the buckets they live in).
+  virtual void set_grad_write_hook(std::function<void(int, int)> hook) = 0;
+  virtual parallel::GradWriteOrder grad_write_order() const = 0;
   // The model's optimizer over this rank's segments (whole tensors, or its ZeRO share of them).
   virtual std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) = 0;
   // Where each local parameter tensor sits in the serial model, and which replica writes it.

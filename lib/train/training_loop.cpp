@@ -95,8 +95,10 @@ int run_steps(RunSession& run, TrainTask& task) {
 
   // ---- set-up: output, gradient sync, optimizer, loss scaler, checkpoint staging (nothing allocates in the loop) ---
   const std::string ckpt_root = prepare_output(pc, run.opts.out_dir);
-  parallel::GradSync grad_sync(pc.device_dp_group(), task.params(), task.grads(), cfg.parallel.sync, ctx);
+  const parallel::GradWriteOrder write_order = task.grad_write_order();
+  parallel::GradSync grad_sync(pc.device_dp_group(), task.params(), task.grads(), cfg.parallel.sync, ctx, &write_order);
   task.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
+  task.set_grad_write_hook([&grad_sync](int first, int end) { grad_sync.writing(first, end); });
   const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync));
   optim::LossScaler scaler(loss_scale_config(cfg, ctx.precision));
   const std::vector<TensorPlacement> placements = task.placements();
@@ -185,11 +187,14 @@ int run_steps(RunSession& run, TrainTask& task) {
 
   // ---- training loop ---------------------------------------------------------------------------------------------
   const float dloss = static_cast<float>(1.0 / shape.loss_terms);  // 1 / global loss terms
-  // The DP buckets go out during the last backward when its gradients are final then; else after end_step().
-  const bool overlap = task.gradients_final_in_last_backward();
+  // The DP buckets go out during the last backward when its gradients are final then; else after end_step(). ZeRO-2
+  // reduce-scatters every micro-batch's buckets as backward completes them (the tensors it keeps whole: in finish()).
+  const bool per_micro_batch = grad_sync.per_micro_batch();
+  const bool overlap = task.gradients_final_in_last_backward() && !per_micro_batch;
   parallel::PipelineRunOptions schedule_opts;
   schedule_opts.barrier = pc.pp_size() > 1;  // every stage measures the same window (one stage: nothing to wait for)
   if (overlap) schedule_opts.before_last_backward = [&grad_sync] { grad_sync.arm(); };
+  if (per_micro_batch) schedule_opts.before_backward = [&grad_sync] { grad_sync.begin_micro_batch(); };
   std::vector<double> step_ms, exposed_ms;
   std::vector<parallel::PipelineStats> pipeline;  // per step, with several stages
   step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
@@ -201,11 +206,12 @@ int run_steps(RunSession& run, TrainTask& task) {
     Timer timer;
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
     task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
+    grad_sync.begin_step();
     const parallel::PipelineStats ps = parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(),
                                                               pipe_bufs, schedule_opts);
     if (pc.pp_size() > 1) pipeline.push_back(ps);
     std::vector<double> sums = task.end_step();
-    if (!overlap) grad_sync.arm();
+    if (!overlap && !per_micro_batch) grad_sync.arm();
     grad_sync.finish();
     pc.dp_group().allreduce(sums.data(), static_cast<int64_t>(sums.size()), DType::F64, comm::ReduceOp::Sum,
                             "loss sum");

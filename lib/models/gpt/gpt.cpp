@@ -1,5 +1,8 @@
 #include "models/gpt/gpt.hpp"
 
+#include <string>
+#include <utility>
+
 #include <cmath>
 
 #include "core/rng.hpp"
@@ -51,6 +54,32 @@ std::vector<ParamSpec> parameter_layout(const GptConfig& c) {
   out.push_back({"lnf.weight", {C}, Init::Ones, false});
   if (c.bias) out.push_back({"lnf.bias", {C}, Init::Zeros, false});
   return out;
+}
+
+std::vector<std::pair<int, int>> grad_write_groups(const std::vector<ParamSpec>& layout) {
+  const int n = static_cast<int>(layout.size());
+  auto block_of = [&](int i) {  // "h.<l>.*" -> l, else -1
+    const std::string& s = layout[static_cast<size_t>(i)].name;
+    return s.rfind("h.", 0) == 0 ? std::stoi(s.substr(2)) : -1;
+  };
+  std::vector<std::pair<int, int>> groups;
+  int end = n;
+  while (end > 0 && layout[static_cast<size_t>(end) - 1].name.rfind("lnf.", 0) == 0) --end;
+  if (end < n) groups.emplace_back(end, n);
+  while (end > 0 && block_of(end - 1) >= 0) {
+    int first = end - 1;
+    while (first > 0 && block_of(first - 1) == block_of(end - 1)) --first;
+    groups.emplace_back(first, end);
+    end = first;
+  }
+  if (end > 0) groups.emplace_back(0, end);
+  return groups;
+}
+
+std::vector<bool> grad_pinned(const std::vector<ParamSpec>& layout) {
+  std::vector<bool> pinned;
+  for (const ParamSpec& p : layout) pinned.push_back(p.name == "wte");
+  return pinned;
 }
 
 namespace {
@@ -154,7 +183,7 @@ const Tensor& Gpt::logits() const {
 MemoryPlan Gpt::memory() const {
   MemoryPlan m;
   m.param_bytes = params_.bytes();
-  m.grad_bytes = grads_.bytes();
+  m.grad_bytes = grads_.bound() ? 0 : grads_.bytes();  // bound: in the gradient sync's buckets (ZeRO-2)
   m.compute_param_bytes = compute_.bytes();
   m.activation_bytes = acts_.bytes();
   m.activation_grad_bytes = dacts_.bytes();
@@ -174,7 +203,7 @@ std::vector<ParamSpec> local_layout(const GptConfig& cfg, const ModelParallel& m
 }  // namespace
 
 Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
-         DType act)
+         DType act, bool allocate_grads)
     : cfg_(cfg),
       mp_(mp),
       tp_comm_(tp_comm),
@@ -221,7 +250,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     acts_.add(a.name, a.shape, a.dtype);
   for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act)) dacts_.add(a.name, a.shape, a.dtype);
   params_.allocate();
-  grads_.allocate();
+  if (allocate_grads) grads_.allocate();
   if (act != DType::F32) compute_.allocate();
   Slab& read = act != DType::F32 ? compute_ : params_;  // what the kernels read
   acts_.allocate();
@@ -318,7 +347,10 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
 
 void Gpt::refresh_compute_params(const ExecContext& ctx) { models::refresh_compute_copy(ctx, compute_, params_); }
 
-void Gpt::zero_grad(const ExecContext& ctx) { k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes())); }
+void Gpt::zero_grad(const ExecContext& ctx) {
+  if (grads_.bound()) return;  // bound to the gradient sync's buckets, which it zeroes as they fill (ZeRO-2)
+  k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
+}
 
 // Tensor parallelism (t = mp_.tp > 1; gpt_layout.hpp states each layer's split, docs/parallelism.md the rules): the
 // residual stream and the LayerNorms are replicated; QKV, fc and the tied head are column-parallel (local output
@@ -469,7 +501,9 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
   A* dln = dln_->as<A>();
 
   if (stage_.has_head) {
-    // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns)
+    // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns); the head
+    // writes wte's gradient too, which the gradient sync keeps whole (grad_write_groups)
+    writing(layer_first_[L], static_cast<int>(layout_.size()));
     k::matmul_backward(ctx, dln, dwte_->f32(), static_cast<float*>(nullptr), logits_->as<A>(), lnf_->as<A>(),
                        wte_->as<A>(), N, C, Vl);
     if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP head dX");
@@ -488,6 +522,7 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
     const LayerParams& g = g_[l];
     const LayerActs& a = a_[l];
     const A* residual = l == 0 ? encoded_->as<A>() : a_[l - 1].residual3->as<A>();
+    writing(layer_first_[l], layer_first_[l + 1]);
     // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
     // reduce_from_tp_region's backward is the identity (its replicated bias gradient is computed alike on every
     // rank).
@@ -517,6 +552,7 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
     k::copy_device(ctx, din, dres, NC_bytes);
     return;
   }
+  writing(0, layer_first_[0]);
   if (tp)
     k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres), last_inputs_,
                                        mp_.tp_rank * Vl, Vl, b, T, C);

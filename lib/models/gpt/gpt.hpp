@@ -63,6 +63,14 @@ struct ParamSpec {
 // The fused QKV weight is the logical (3, NH, HS, C) tensor (docs/parallelism.md).
 std::vector<ParamSpec> parameter_layout(const GptConfig& cfg);
 
+// The ranges of layout indices a stage's backward writes, in its order (Gpt::set_grad_write_hook), for any stage's
+// layout (the serial one or a shard's): lnf.* on the stage with the head, the blocks from the last to the first, then
+// what precedes the first block (wte and wpe on the first stage, the tied wte on the last). wte is also written by
+// the head, before everything else, and under pipelining summed over the embedding group after the schedule: a
+// gradient sync that reuses gradient memory keeps it whole (grad_pinned).
+std::vector<std::pair<int, int>> grad_write_groups(const std::vector<ParamSpec>& layout);
+std::vector<bool> grad_pinned(const std::vector<ParamSpec>& layout);
+
 // Sizes of the planned slabs for one rank (docs/invariants.md, invariant 7), callable from tests.
 struct MemoryPlan {
   int64_t num_params = 0;         // all parameters, padding rows of wte included
@@ -111,8 +119,10 @@ class Gpt {
   // cross-entropy).
   // Pipeline parallelism (mp.pp > 1): this rank holds only its stage's tensors (stage_plan; forward with in_act,
   // backward_stage).
+  // allocate_grads = false: the gradient slab is planned, not allocated; its owner binds it (Slab::bind: ZeRO-2 places
+  // gradients in the gradient sync's buckets) before the first backward, and zero_grad() leaves it to that owner.
   Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
-      DType act = DType::F32);
+      DType act = DType::F32, bool allocate_grads = true);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
@@ -162,6 +172,9 @@ class Gpt {
   // (parallel/grad_sync.hpp); the model knows nothing of communication.
   using GradReadyHook = std::function<void(int first, int end)>;
   void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  // Called by backward right before it writes (accumulates into) the gradients of tensors [first, end), one call per
+  // range of grad_write_groups() in that order: ZeRO-2 readies the buckets those gradients live in.
+  void set_grad_write_hook(GradReadyHook hook) { write_hook_ = std::move(hook); }
 
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
@@ -195,13 +208,16 @@ class Gpt {
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
   }
+  void writing(int first, int end) {
+    if (write_hook_) write_hook_(first, end);
+  }
   GptConfig cfg_;
   ModelParallel mp_;
   StagePlan stage_;
   comm::Communicator* tp_comm_ = nullptr;
   double tp_comm_ms_ = 0.0;  // the sum of what the parallel/tp_collectives.hpp calls return
   int B_;
-  GradReadyHook hook_;
+  GradReadyHook hook_, write_hook_;
   std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf
   Device device_;
   DType act_;

@@ -181,7 +181,7 @@ MemoryPlan ResNet::memory() const {
   MemoryPlan m;
   m.num_params = num_parameters(cfg_);
   m.param_bytes = params_.bytes();
-  m.grad_bytes = grads_.bytes();
+  m.grad_bytes = grads_.bound() ? 0 : grads_.bytes();  // bound: in the gradient sync's buckets (ZeRO-2)
   m.buffer_bytes = buffers_.bytes();
   m.compute_param_bytes = compute_.bytes();
   m.activation_bytes = acts_.bytes();
@@ -232,7 +232,7 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
 }
 
 ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate,
-               DType act, Precision arithmetic, int planned_bn_ranks)
+               DType act, Precision arithmetic, int planned_bn_ranks, bool allocate_grads)
     : cfg_(cfg),
       B_(micro_batch),
       device_(device),
@@ -328,7 +328,7 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
   ws_ = &work_.add("workspace", {std::max<int64_t>(ws_floats_, 1)});
   if (!allocate) return;
   params_.allocate();
-  grads_.allocate();
+  if (allocate_grads) grads_.allocate();
   if (act != DType::F32) compute_.allocate();
   buffers_.allocate();
   acts_.allocate();
@@ -368,7 +368,15 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
 void ResNet::refresh_compute_params(const ExecContext& ctx) { models::refresh_compute_copy(ctx, compute_, params_); }
 
 void ResNet::zero_grad(const ExecContext& ctx) {
+  if (grads_.bound()) return;  // bound to the gradient sync's buckets, which it zeroes as they fill (ZeRO-2)
   k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
+}
+
+std::vector<std::pair<int, int>> ResNet::grad_write_groups() const {
+  std::vector<std::pair<int, int>> groups{{fc_w_, fc_b_ + 1}};
+  for (auto b = blocks_.rbegin(); b != blocks_.rend(); ++b) groups.emplace_back(b->first_param, b->end_param);
+  groups.emplace_back(0, 3);  // conv1.weight, bn1.weight, bn1.bias
+  return groups;
 }
 
 template <typename A>
@@ -524,6 +532,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
   else
     k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->as<A>(), labels, dloss, b, K, K);
   // head, in reverse: fc, average pool
+  writing(fc_w_, fc_b_ + 1);
   k::matmul_backward(ctx, dpooled_->as<A>(), grads_.tensors()[static_cast<size_t>(fc_w_)].f32(),
                      grads_.tensors()[static_cast<size_t>(fc_b_)].f32(), logits_->as<A>(), pooled_->as<A>(),
                      read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(), b, C_last_, K);
@@ -534,6 +543,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
   for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<size_t>(i)];
     const A* x = i == 0 ? stem_out : blocks_[static_cast<size_t>(i) - 1].out->as<A>();
+    writing(blk.first_param, blk.end_param);
     const Bn& lastbn = blk.main.back().bn;
     const int64_t n = static_cast<int64_t>(b) * lastbn.C * lastbn.HW;
     A* dsum = dB_->as<A>();
@@ -569,6 +579,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
     g = dB_->as<A>();
   }
   const int64_t n0 = static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW;
+  writing(0, 3);
   k::relu_backward(ctx, g, g, x0b_->as<A>(), n0);
   bn_backward(ctx, stem_bn_, dC_->as<A>(), g, x0c_->as<A>(), b);
   conv_backward(ctx, stem_conv_, static_cast<A*>(nullptr), dC_->as<A>(), static_cast<const A*>(last_images_), b);

@@ -86,8 +86,8 @@ class ResNet {
   // the convolution workspace is sized for its math (on CUDA, TF32 tensor-core algorithms need more than fp32's).
   // planned_bn_ranks: with allocate = false, the SyncBN group size to plan for (bn_group is null then).
   ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
-         bool allocate = true, DType act = DType::F32, Precision arithmetic = Precision::FP32,
-         int planned_bn_ranks = 1);
+         bool allocate = true, DType act = DType::F32, Precision arithmetic = Precision::FP32, int planned_bn_ranks = 1,
+         bool allocate_grads = true);
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
@@ -112,6 +112,12 @@ class ResNet {
   // Called during backward when the gradients of parameter tensors [first, end) are final (first == end: only a
   // progress point), for the data-parallel gradient sync's overlap (parallel/grad_sync.hpp).
   void set_grad_ready_hook(std::function<void(int, int)> hook) { hook_ = std::move(hook); }
+  // Called right before backward writes the gradients of tensors [first, end), one call per range of
+  // grad_write_groups() in that order (ZeRO-2 readies the buckets they live in). allocate_grads = false (constructor):
+  // the gradient slab is planned only, and its owner binds it (Slab::bind) and zeroes it (zero_grad leaves it).
+  void set_grad_write_hook(std::function<void(int, int)> hook) { write_hook_ = std::move(hook); }
+  // The ranges backward writes, in its order: fc, the blocks from the last to the first, the stem.
+  std::vector<std::pair<int, int>> grad_write_groups() const;
 
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
@@ -165,6 +171,9 @@ class ResNet {
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
   }
+  void writing(int first, int end) {
+    if (write_hook_) write_hook_(first, end);
+  }
 
   ResNetConfig cfg_;
   int B_;
@@ -189,7 +198,7 @@ class ResNet {
   int fc_w_ = 0, fc_b_ = 0;
   int64_t ws_floats_ = 0;
   int C_last_ = 0, HW_last_ = 0;
-  std::function<void(int, int)> hook_;
+  std::function<void(int, int)> hook_, write_hook_;
 };
 
 }  // namespace hpct::resnet

@@ -18,6 +18,20 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+void Communicator::record_volume(const char* op, double bytes) {
+  const std::string_view o(op);
+  if (o == "allreduce") volume_.allreduce += bytes;
+  else if (o.rfind("reduce_scatter", 0) == 0)
+    volume_.reduce_scatter += bytes;
+  else if (o.rfind("allgather", 0) == 0)
+    volume_.allgather += bytes;
+  else if (o == "broadcast")
+    volume_.broadcast += bytes;
+  else if (o == "send" || o == "recv")
+    volume_.p2p += bytes;
+  ++volume_.operations;
+}
+
 namespace detail {
 
 std::string describe(const OpDesc& d, const Communicator& comm) {

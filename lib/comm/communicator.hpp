@@ -70,6 +70,24 @@ class Work {
 };
 using WorkPtr = std::unique_ptr<Work>;
 
+// The payload bytes a rank passed to a communicator's operations, by kind, counted the nccl-tests way (its "size"):
+// allreduce and broadcast the buffer; reduce-scatter the whole input (every rank's block), allgather the whole output;
+// send and receive their buffer. A benchmark turns them into bus bytes (allreduce x 2(n-1)/n, reduce-scatter and
+// allgather x (n-1)/n) to compare with the formulas (docs/parallelism.md).
+struct CommVolume {
+  double allreduce = 0, reduce_scatter = 0, allgather = 0, broadcast = 0, p2p = 0;
+  int64_t operations = 0;
+  CommVolume& operator+=(const CommVolume& o) {
+    allreduce += o.allreduce;
+    reduce_scatter += o.reduce_scatter;
+    allgather += o.allgather;
+    broadcast += o.broadcast;
+    p2p += o.p2p;
+    operations += o.operations;
+    return *this;
+  }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -107,6 +125,10 @@ class Communicator {
   virtual WorkPtr recv_async(void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) = 0;
   virtual WorkPtr barrier_async(const std::string& what) = 0;
 
+  // What this rank's operations carried since the last reset_volume() (CommVolume).
+  const CommVolume& volume() const { return volume_; }
+  void reset_volume() { volume_ = CommVolume{}; }
+
   // Drives progress of operations in flight without blocking (MPI: MPI_Test on each; docs/platform.md: non-
   // blocking collectives progress only inside MPI calls). Call it between kernels or layers.
   virtual void progress() = 0;
@@ -132,6 +154,14 @@ class Communicator {
     recv_async(buf, count, dtype, peer, tag, what)->wait();
   }
   void barrier(const std::string& what) { barrier_async(what)->wait(); }
+
+ protected:
+  // Implementations call it once per operation issued: op is the OpDesc's name ("allreduce", "reduce_scatter_v", ...),
+  // bytes the payload as CommVolume counts it.
+  void record_volume(const char* op, double bytes);
+
+ private:
+  CommVolume volume_;
 };
 
 }  // namespace hpct::comm

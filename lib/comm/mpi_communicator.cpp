@@ -1,5 +1,6 @@
 #include "comm/mpi_communicator.hpp"
 
+#include <numeric>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -451,6 +452,7 @@ WorkPtr MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, 
   detail::check_count(count, kMaxCount, "allreduce", what, *this);
   check_host(buf, "allreduce", what, *this);
   OpDesc d = make_desc("allreduce", count, dtype, what);
+  record_volume("allreduce", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.set_reduce(op);
   auto w = std::make_unique<MpiWork>(this, std::move(d));
   const auto algorithm = IallreduceAlgorithm::instance().select(static_cast<size_t>(count) * dtype_size(dtype));
@@ -473,6 +475,7 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, int6
              "exactly block {} of send (in place)",
              what, name_, rank_);
   OpDesc d = make_desc("reduce_scatter", recv_count, dtype, what);
+  record_volume("reduce_scatter", static_cast<double>(recv_count) * size() * static_cast<double>(dtype_size(dtype)));
   d.set_reduce(op);
   auto w = std::make_unique<MpiWork>(this, std::move(d));
   if (in_place) {
@@ -502,6 +505,7 @@ WorkPtr MpiCommunicator::allgather_async(const void* send, void* recv, int64_t s
              "block {} of recv (in place)",
              what, name_, rank_);
   auto w = std::make_unique<MpiWork>(this, make_desc("allgather", send_count, dtype, what));
+  record_volume("allgather", static_cast<double>(send_count) * size() * static_cast<double>(dtype_size(dtype)));
   const MPI_Datatype t = mpi_datatype(dtype);
   const int n = static_cast<int>(send_count);
   MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, t, recv, n, t, comm_, w->request()));
@@ -541,6 +545,8 @@ WorkPtr MpiCommunicator::reduce_scatter_v_async(const void* send, void* recv, co
              "exactly block {} of send (in place)",
              what, name_, rank_);
   OpDesc d = make_desc("reduce_scatter_v", mine, dtype, what);
+  record_volume("reduce_scatter_v", static_cast<double>(std::accumulate(counts.begin(), counts.end(), int64_t{0})) *
+                                        static_cast<double>(dtype_size(dtype)));
   d.set_reduce(op);
   auto w = std::make_unique<MpiWork>(this, std::move(d));
   w->counts().assign(counts.begin(), counts.end());
@@ -565,6 +571,8 @@ WorkPtr MpiCommunicator::allgather_v_async(const void* send, void* recv, const s
   check_host(recv, "allgather_v", what, *this);
   const size_t esize = dtype_size(dtype);
   auto w = std::make_unique<MpiWork>(this, make_desc("allgather_v", counts[rank_], dtype, what));
+  record_volume("allgather_v", static_cast<double>(std::accumulate(counts.begin(), counts.end(), int64_t{0})) *
+                                   static_cast<double>(dtype_size(dtype)));
   std::vector<int>& c = w->counts();
   std::vector<int>& displs = w->displs();
   c.assign(counts.begin(), counts.end());
@@ -593,6 +601,7 @@ WorkPtr MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, 
   detail::check_peer(root, "root", "broadcast", what, *this);
   check_host(buf, "broadcast", what, *this);
   OpDesc d = make_desc("broadcast", count, dtype, what);
+  record_volume("broadcast", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.peer_role = "from root";
   d.peer = root;
   auto w = std::make_unique<MpiWork>(this, std::move(d));
@@ -607,6 +616,7 @@ WorkPtr MpiCommunicator::send_async(const void* buf, int64_t count, DType dtype,
   detail::check_peer(peer, "peer", "send", what, *this);
   check_host(buf, "send", what, *this);
   OpDesc d = make_desc("send", count, dtype, what);
+  record_volume("send", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.peer_role = "to rank";
   d.peer = peer;
   auto w = std::make_unique<MpiWork>(this, std::move(d));
@@ -620,6 +630,7 @@ WorkPtr MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int p
   detail::check_peer(peer, "peer", "recv", what, *this);
   check_host(buf, "recv", what, *this);
   OpDesc d = make_desc("recv", count, dtype, what);
+  record_volume("recv", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.peer_role = "from rank";
   d.peer = peer;
   auto w = std::make_unique<MpiWork>(this, std::move(d));

@@ -1,5 +1,6 @@
 #include "comm/nccl_communicator.hpp"
 
+#include <numeric>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -498,6 +499,7 @@ void NcclCommunicator::progress() {
 WorkPtr NcclCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op, const std::string& what) {
   detail::check_count(count, -1, "allreduce", what, *this);
   OpDesc d = make_desc("allreduce", count, dtype, what);
+  record_volume("allreduce", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.set_reduce(op);
   check_device(buf, d.bytes, d.op, what, *this);
   return issue_(std::move(d), [&] {
@@ -509,6 +511,7 @@ WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int
                                                ReduceOp op, const std::string& what) {
   detail::check_count(recv_count, -1, "reduce_scatter", what, *this);
   OpDesc d = make_desc("reduce_scatter", recv_count, dtype, what);
+  record_volume("reduce_scatter", static_cast<double>(recv_count) * size() * static_cast<double>(dtype_size(dtype)));
   d.set_reduce(op);
   const size_t block = d.bytes;
   const bool in_place = recv == static_cast<const char*>(send) + rank_ * block;  // NCCL's own in-place form
@@ -528,6 +531,7 @@ WorkPtr NcclCommunicator::allgather_async(const void* send, void* recv, int64_t 
                                           const std::string& what) {
   detail::check_count(send_count, -1, "allgather", what, *this);
   OpDesc d = make_desc("allgather", send_count, dtype, what);
+  record_volume("allgather", static_cast<double>(send_count) * size() * static_cast<double>(dtype_size(dtype)));
   const size_t block = d.bytes;
   const bool in_place = send == static_cast<const char*>(recv) + rank_ * block;  // NCCL's own in-place form
   HPCT_CHECK(in_place || !detail::overlaps(send, block, recv, size_ * block),
@@ -563,6 +567,8 @@ WorkPtr NcclCommunicator::reduce_scatter_v_async(const void* send, void* recv, c
   const auto [displ, total] = v_layout(counts, rank_, "reduce_scatter_v", what, *this);
   const size_t esize = dtype_size(dtype);
   OpDesc d = make_desc("reduce_scatter_v", counts[rank_], dtype, what);
+  record_volume("reduce_scatter_v", static_cast<double>(std::accumulate(counts.begin(), counts.end(), int64_t{0})) *
+                                        static_cast<double>(dtype_size(dtype)));
   d.set_reduce(op);
   const bool in_place = recv == static_cast<const char*>(send) + displ * esize;
   HPCT_CHECK(in_place || !detail::overlaps(send, total * esize, recv, d.bytes),
@@ -590,6 +596,8 @@ WorkPtr NcclCommunicator::allgather_v_async(const void* send, void* recv, const 
   const auto [displ, total] = v_layout(counts, rank_, "allgather_v", what, *this);
   const size_t esize = dtype_size(dtype);
   OpDesc d = make_desc("allgather_v", counts[rank_], dtype, what);
+  record_volume("allgather_v", static_cast<double>(std::accumulate(counts.begin(), counts.end(), int64_t{0})) *
+                                   static_cast<double>(dtype_size(dtype)));
   const bool in_place = send == static_cast<const char*>(recv) + displ * esize;
   HPCT_CHECK(
       in_place || !detail::overlaps(send, d.bytes, recv, total * esize),
@@ -617,6 +625,7 @@ WorkPtr NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype,
   detail::check_count(count, -1, "broadcast", what, *this);
   detail::check_peer(root, "root", "broadcast", what, *this);
   OpDesc d = make_desc("broadcast", count, dtype, what);
+  record_volume("broadcast", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.peer_role = "from root";
   d.peer = root;
   check_device(buf, d.bytes, d.op, what, *this);
@@ -630,6 +639,7 @@ WorkPtr NcclCommunicator::send_async(const void* buf, int64_t count, DType dtype
   detail::check_count(count, -1, "send", what, *this);
   detail::check_peer(peer, "peer", "send", what, *this);
   OpDesc d = make_desc("send", count, dtype, what);
+  record_volume("send", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.peer_role = "to rank";
   d.peer = peer;
   check_device(buf, d.bytes, d.op, what, *this);
@@ -642,6 +652,7 @@ WorkPtr NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int 
   detail::check_count(count, -1, "recv", what, *this);
   detail::check_peer(peer, "peer", "recv", what, *this);
   OpDesc d = make_desc("recv", count, dtype, what);
+  record_volume("recv", static_cast<double>(count) * static_cast<double>(dtype_size(dtype)));
   d.peer_role = "from rank";
   d.peer = peer;
   check_device(buf, d.bytes, d.op, what, *this);

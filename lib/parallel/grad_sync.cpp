@@ -16,6 +16,14 @@ DType parse_grad_dtype(const std::string& s) {
                   s);
 }
 
+int zero_shard_size(int zero_group, int dp, const std::string& where) {
+  HPCT_USAGE_CHECK(zero_group == 0 || zero_group == dp || (zero_group >= 2 && zero_group < dp && dp % zero_group == 0),
+                   "{}: parallel.zero_group = {} does not divide the data-parallel size {} into groups of 2 or more "
+                   "ranks; choose a divisor of {} that is at least 2 (or 0: shard over the whole DP group)",
+                   where, zero_group, dp, dp);
+  return zero_group == 0 ? dp : zero_group;
+}
+
 const char* grad_dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "fp32";
@@ -190,8 +198,9 @@ BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_s
 }
 
 GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts,
-                   const ExecContext& ctx, const GradWriteOrder* order)
+                   const ExecContext& ctx, const GradWriteOrder* order, comm::Communicator* replicas)
     : dp_(dp),
+      replicas_(replicas),
       params_(params),
       grads_(grads),
       opts_(opts),
@@ -407,6 +416,7 @@ void GradSync::finish() {
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (plan_.bucket_pinned[b]) launch(b);
     for (size_t b = 0; b < buckets_.size(); ++b) wait_and_land(b);
+    sum_over_replicas();
     exposed_ms_ = t.ms();
     armed_ = false;
     return;
@@ -417,8 +427,17 @@ void GradSync::finish() {
     work_[b].reset();
     land(b);
   }
+  sum_over_replicas();
   exposed_ms_ = t.ms();
   armed_ = false;
+}
+
+void GradSync::sum_over_replicas() {
+  // hybrid sharding: the same share of every shard group holds a partial sum (its group's ranks); one allreduce over
+  // those replicas completes it, fp32, after the group's reduce-scatter (ZeRO++ hpZ / FSDP HYBRID_SHARD)
+  if (replicas_ == nullptr || replicas_->size() == 1 || !plan_.sharded) return;
+  replicas_->allreduce(shard_.tensors()[0].f32(), plan_.shard_numel, DType::F32, comm::ReduceOp::Sum,
+                       "gradient shard over the ZeRO replica group");
 }
 
 void GradSync::gather_params() {

@@ -28,6 +28,17 @@
 // optimizer updates only the owned share (owned()), and gather_params() allgathers the updated
 // parameters bucket by bucket. Optimizer state is then 1/DP of the unsharded figure.
 //
+// ZeRO stage 2 (zero = 2, at DP > 1): the gradients are sharded too and no full-size gradient buffer exists. The
+// model plans its gradient slab without allocating it; the constructor binds every gradient tensor to a place in its
+// buckets (Slab::bind). Every micro-batch (begin_micro_batch()), the model's write hook (writing()) readies the buckets
+// a range of gradients lives in before backward writes it (their places free: the buckets there landed; zeroed), and
+// a bucket is reduce-scattered in place as soon as it is complete; land() adds this rank's reduced share to the shard
+// (zeroed by begin_step()). The buckets share a ring (BucketPlan::place, sized by plan_buckets from the model's write
+// order so that a bucket opens only over complete ones); the tensors GradWriteOrder pins (the GPT's tied wte) keep a
+// place of their own, accumulate over the micro-batches and are reduce-scattered once, in finish(). The optimizer's
+// ranges, the norm and gather_params() are ZeRO-1's. ZeRO-2 requires overlap and fp32 reduction (the deck's
+// UsageErrors).
+//
 // Reduction type (parallel.grad_dtype, docs/invariants.md "How the scale features compose"): fp32 (the default: the
 // gradient slab itself is reduced, bit for bit as before) or bf16, which halves the bytes on the wire. With bf16 each
 // bucket's fp32 gradients are cast (kernels::cast on the ExecContext, rounded to nearest even) into the bucket's range
@@ -63,7 +74,13 @@ struct GradSyncOptions {
   bool overlap = true;              // parallel.overlap
   int zero = 0;                     // parallel.zero
   DType reduce_dtype = DType::F32;  // parallel.grad_dtype (parse_grad_dtype): F32 or BF16
+  int zero_group = 0;               // parallel.zero_group: 0 = shard over the whole DP group (hybrid sharding below)
 };
+
+// Hybrid sharding (parallel.zero_group): the size of the groups ZeRO shards over, for a DP group of dp ranks: dp for
+// zero_group 0 (or dp), else zero_group, which must divide dp into groups of at least 2 ranks (a UsageError naming the
+// key and `where`, the deck, otherwise).
+int zero_shard_size(int zero_group, int dp, const std::string& where);
 
 // A flat range [begin, end) of parameter tensor `tensor` owned by this rank, with its reduced gradient.
 struct OwnedRange {
@@ -131,9 +148,11 @@ class GradSync {
   // ctx: where the bf16 casts run (ctx.device == grads.device(); CUDA: the compute stream, which dp's operations are
   // ordered after). Read only when opts.reduce_dtype is BF16 at DP > 1; the fp32 path calls no kernel.
   // order: the model's write order, needed by ZeRO-2 (which then binds `grads`, planned but not allocated by the
-  // model, to its buckets: Slab::bind).
+  // model, to its buckets: Slab::bind). replicas (hybrid sharding): dp is then the zero shard group, and finish()
+  // allreduces the reduced shard over the replicas of this rank's share in the other shard groups.
   GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const GradSyncOptions& opts,
-           const ExecContext& ctx = ExecContext{}, const GradWriteOrder* order = nullptr);
+           const ExecContext& ctx = ExecContext{}, const GradWriteOrder* order = nullptr,
+           comm::Communicator* replicas = nullptr);
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
@@ -174,8 +193,10 @@ class GradSync {
   void land(size_t b);  // after bucket b's reduction completed: bf16 -> its fp32 gradients (or this rank's shard)
   void open(int b);     // ZeRO-2: bucket b's place is free (the buckets there landed) and zeroed
   void wait_and_land(size_t b);
+  void sum_over_replicas();      // hybrid sharding: the shard summed over the replica group (finish())
   float* bucket_data(size_t b);  // ZeRO-2: where bucket b's gradients live
   comm::Communicator& dp_;
+  comm::Communicator* replicas_ = nullptr;
   Slab& params_;
   Slab& grads_;
   GradSyncOptions opts_;

@@ -1,5 +1,7 @@
 #include "parallel/parallel_context.hpp"
 
+#include "parallel/grad_sync.hpp"
+
 #include <mpi.h>
 
 #include "comm/mpi_communicator.hpp"
@@ -49,7 +51,7 @@ std::unique_ptr<comm::Communicator> nccl_link(comm::MpiCommunicator& link, const
 }  // namespace
 
 ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const comm::CommOptions& opts,
-                                 const std::string& where, const ExecContext& exec)
+                                 const std::string& where, const ExecContext& exec, int zero_group)
     : grid_(mpi_world_size(), tp, pp, order, where), device_(exec.device), exec_(exec) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   coord_ = grid_.coord_of(rank_);
@@ -72,6 +74,17 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
   dev_tp_ = device_twin(*tpg, exec, opts);
   dev_dp_ = device_twin(*dpg, exec, opts);
   if (embg) dev_emb_ = device_twin(*embg, exec, opts);
+  // hybrid sharding: groups of zero_group consecutive DP ranks, and the replicas across them
+  if (parallel::zero_shard_size(zero_group, grid_.dp(), where) != grid_.dp()) {
+    std::unique_ptr<comm::MpiCommunicator> sg = dpg->split(coord_.dp / zero_group, coord_.dp % zero_group,
+                                                           "zero_shard");
+    std::unique_ptr<comm::MpiCommunicator> rg = dpg->split(coord_.dp % zero_group, coord_.dp / zero_group,
+                                                           "zero_replica");
+    dev_shard_ = device_twin(*sg, exec, opts);
+    dev_replica_ = device_twin(*rg, exec, opts);
+    shard_ = std::move(sg);
+    replica_ = std::move(rg);
+  }
   // Pipeline links (CUDA, pp > 1): even links first, then odd links, on every rank (see the header).
   if (exec.device != Device::CPU && grid_.pp() > 1) {
     PipelineLinks links = split_pipeline_links(*ppg);
@@ -99,8 +112,8 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
 #if HPCT_HAVE_NCCL
   if (exec.device != Device::CPU) {  // every NCCL communicator of this context, watched by the compute stream's waits
     auto guard = std::make_unique<comm::NcclSyncGuard>(rank_, opts.timeout_s);
-    for (comm::Communicator* c : {dev_tp_.get(), dev_dp_.get(), dev_emb_.get(), act_prev_.get(), grad_prev_.get(),
-                                  act_next_.get(), grad_next_.get()})
+    for (comm::Communicator* c : {dev_tp_.get(), dev_dp_.get(), dev_emb_.get(), dev_shard_.get(), dev_replica_.get(),
+                                  act_prev_.get(), grad_prev_.get(), act_next_.get(), grad_next_.get()})
       if (c != nullptr) guard->watch(static_cast<comm::NcclCommunicator&>(*c));
     exec_.sync_guard = guard.get();
     guard_ = std::move(guard);
@@ -114,6 +127,26 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
 }
 
 ParallelContext::~ParallelContext() = default;
+
+std::vector<comm::Communicator*> ParallelContext::communicators() const {
+  std::vector<comm::Communicator*> all;
+  for (comm::Communicator* c :
+       {world_.get(), tp_.get(), dp_.get(), pp_.get(), emb_.get(), shard_.get(), replica_.get(), dev_tp_.get(),
+        dev_dp_.get(), dev_emb_.get(), dev_shard_.get(), dev_replica_.get(), link_prev_.get(), link_next_.get(),
+        act_prev_.get(), grad_prev_.get(), act_next_.get(), grad_next_.get()})
+    if (c != nullptr) all.push_back(c);
+  return all;
+}
+
+comm::CommVolume ParallelContext::comm_volume() const {
+  comm::CommVolume v;
+  for (const comm::Communicator* c : communicators()) v += c->volume();
+  return v;
+}
+
+void ParallelContext::reset_comm_volume() {
+  for (comm::Communicator* c : communicators()) c->reset_volume();
+}
 
 std::string ParallelContext::describe_device_groups() const {
   if (!dev_tp_) return "MPI for every group (host buffers)";

@@ -32,6 +32,7 @@
 // up at construction (NcclCommunicator::connect_p2p). pp = 1 has no links.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
@@ -47,8 +48,12 @@ class ParallelContext {
   // the deck for error messages. An impossible layout is a UsageError before any work starts.
   // exec: the run's device and compute stream. On Device::CUDA the CUDA device must already be current
   // (kernels::cuda_select_device) and the build must have NCCL (HPCT_HAVE_NCCL): the NCCL groups are created here.
+  // zero_group (parallel.zero_group, hybrid sharding): 0 or DP, ZeRO shards over the whole DP group; N with
+  // 2 <= N < DP and N | DP, over groups of N consecutive DP ranks (the zero shard group), replicated across the DP / N
+  // groups (the zero replica group: the ranks at the same place of every shard group). Anything else is a UsageError
+  // naming the key.
   ParallelContext(int tp, int pp, const std::string& order, const comm::CommOptions& opts, const std::string& where,
-                  const ExecContext& exec = {});
+                  const ExecContext& exec = {}, int zero_group = 0);
   ~ParallelContext();
   ParallelContext(const ParallelContext&) = delete;
   ParallelContext& operator=(const ParallelContext&) = delete;
@@ -87,9 +92,19 @@ class ParallelContext {
     return *emb_;
   }
 
+  // ZeRO's groups (hybrid sharding, see the constructor): the shard group is the DP group unless parallel.zero_group
+  // splits it; the replica group exists only then (null otherwise).
+  int zero_shard_size() const { return shard_ ? shard_->size() : dp_size(); }
+  comm::Communicator& zero_shard_group() { return shard_ ? *shard_ : *dp_; }
+  comm::Communicator* zero_replica_group() { return replica_.get(); }
+
   // Buffers on device() (the same ranks as the host groups): NCCL on CUDA, the MPI groups on the CPU.
   comm::Communicator& device_tp_group() { return dev_tp_ ? *dev_tp_ : *tp_; }
   comm::Communicator& device_dp_group() { return dev_dp_ ? *dev_dp_ : *dp_; }
+  comm::Communicator& device_zero_shard_group() {
+    return dev_shard_ ? *dev_shard_ : shard_ ? *shard_ : device_dp_group();
+  }
+  comm::Communicator* device_zero_replica_group() { return dev_replica_ ? dev_replica_.get() : replica_.get(); }
   comm::Communicator& device_embedding_group() {
     HPCT_CHECK(emb_ != nullptr, "pipeline stage {} of {} holds no embedding", coord_.pp, grid_.pp());
     return dev_emb_ ? *dev_emb_ : *emb_;
@@ -98,14 +113,21 @@ class ParallelContext {
   PipelineTransport& pipeline_transport() { return *pipe_; }
   // "MPI for every group (host buffers)" or the NCCL groups, including the pipeline links, for the log.
   std::string describe_device_groups() const;
+  // The payload this rank passed to all of its communicators (host and device groups, pipeline links) since the last
+  // reset, by kind (comm::CommVolume): the training loop reports it per step.
+  comm::CommVolume comm_volume() const;
+  void reset_comm_volume();
 
  private:
+  std::vector<comm::Communicator*> communicators() const;  // every communicator this context owns
   Grid grid_;
   int rank_ = 0;
   Coord coord_;
   Device device_ = Device::CPU;
   std::unique_ptr<comm::Communicator> world_, tp_, dp_, pp_, emb_;
   std::unique_ptr<comm::Communicator> dev_tp_, dev_dp_, dev_emb_;  // NCCL on CUDA; null on the CPU
+  std::unique_ptr<comm::Communicator> shard_, replica_;            // hybrid sharding only
+  std::unique_ptr<comm::Communicator> dev_shard_, dev_replica_;    // NCCL on CUDA under hybrid sharding
   // CUDA, pp > 1: the MPI links (bootstrap) and the NCCL communicator per link and direction; null where none.
   std::unique_ptr<comm::Communicator> link_prev_, link_next_;
   std::unique_ptr<comm::Communicator> act_prev_, grad_prev_, act_next_, grad_next_;

@@ -165,6 +165,7 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
 
   // what this rank owns
   const int D = pc.dp_size(), d = pc.dp_rank();
+  comm::Communicator* replicas = pc.zero_replica_group();  // hybrid sharding: the shard's replicas, else null
   // Replicas over DP write disjoint flat shares; a tensor whose writer flag is off is written by another rank.
   std::vector<ckpt::Piece> pieces;
   for (size_t i = 0; i < params.tensors().size(); ++i) {
@@ -191,6 +192,10 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     if (!placements[ti].writer) continue;
     int64_t b = s.begin, e = s.end;
     if (!sharded) std::tie(b, e) = share(t.numel(), D, d);  // replicated state: write share d only
+    if (sharded && replicas != nullptr) {  // hybrid sharding: every shard group holds it, each writes a part
+      const auto [rb, re] = share(e - b, replicas->size(), replicas->rank());
+      std::tie(b, e) = std::make_pair(s.begin + rb, s.begin + re);
+    }
     for (const auto& [name, state] : opt.buffers)
       add_pieces(pieces, "optim/" + name + "/" + t.name, t.shape, placements[ti], b, e, state(i) + (b - s.begin));
   }

@@ -32,6 +32,13 @@ MemoryKinds kinds_max(const MemoryKinds& a, const MemoryKinds& b) {
           max_kind(a.ckpt_staging, b.ckpt_staging)};
 }
 
+// The ranks the gradient sync reduces (and ZeRO shards) over: the DP group, or a zero shard group under hybrid
+// sharding (validated as ParallelContext validates it).
+int sync_group_size(const RunConfig& run, int dp) {
+  const int shard = parallel::zero_shard_size(run.parallel.sync.zero_group, dp, fmt::format("deck {}", run.deck_path));
+  return run.parallel.sync.zero ? shard : dp;
+}
+
 // A row: the model's kinds plus the loop's, for every DP rank of the row (they differ by their ZeRO share only).
 PlannedRanks plan_row(const MemoryKinds& model, const LoopMemoryInputs& in) {
   PlannedRanks row;
@@ -116,7 +123,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       LoopMemoryInputs in;
       in.grads = &grads;
       in.sync = run.parallel.sync;
-      in.dp_size = grid.dp();
+      in.dp_size = sync_group_size(run, grid.dp());
       in.optimizer_buffers = 2;  // AdamW
       in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(
           parallel::make_schedule(run.parallel.schedule, pp, p, n_micro), boundary, target.act);
@@ -153,7 +160,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   LoopMemoryInputs in;
   in.grads = &planned.grads();
   in.sync = run.parallel.sync;
-  in.dp_size = dp;
+  in.dp_size = sync_group_size(run, dp);
   in.optimizer_buffers = optimizer_buffers;
   in.device = target.device;
   in.extra_state_bytes = m.buffer_bytes;
@@ -221,6 +228,8 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
     std::string advice;
     if (kind == "optimizer" && zero == 0)
       advice = "use parallel.zero = 1 (the optimizer state sharded over the data-parallel group)";
+    else if (kind == "grads" && zero < 2 && plan.dp > 1)
+      advice = "use parallel.zero = 2 (gradients sharded too: no full-size gradient buffer)";
     else if (kind == "params" || kind == "grads" || kind == "optimizer")
       advice = gpt ? "split the model over more ranks with parallel.tp or parallel.pp"
                    : "train_resnet is data-parallel only: choose a smaller model (model.depth, model.base_width)";

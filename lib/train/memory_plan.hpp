@@ -59,7 +59,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
 struct LoopMemoryInputs {
   const Slab* grads = nullptr;  // the model's gradient slab (planned or allocated)
   parallel::GradSyncOptions sync;
-  int dp_size = 1;
+  int dp_size = 1;                 // the gradient sync's group: DP, or the zero shard group under hybrid sharding
   int optimizer_buffers = 0;       // AdamW 2, SGD with momentum 1, without 0
   size_t pipeline_bytes = 0;       // parallel::PipelineBuffers of this stage
   Device device = Device::CPU;     // on CUDA, checkpoints stage through host copies

@@ -57,9 +57,9 @@ std::string json_members(const MetricsWriter::Fields& fields) {
 }
 }  // namespace
 
-void MetricsWriter::write(const Fields& fields, const std::string& object_key, const Fields& object) {
+void MetricsWriter::write(const Fields& fields, const Objects& objects) {
   std::string line = "{" + json_members(fields);
-  if (!object_key.empty()) line += fmt::format(", \"{}\": {{{}}}", object_key, json_members(object));
+  for (const auto& [key, object] : objects) line += fmt::format(", \"{}\": {{{}}}", key, json_members(object));
   line += "}\n";
   std::fputs(line.c_str(), f_);
   std::fflush(f_);

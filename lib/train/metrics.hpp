@@ -20,9 +20,10 @@ class MetricsWriter {
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   using Fields = std::vector<std::pair<std::string, std::optional<double>>>;
-  // fields in order; a nullopt value is written as null. object_key non-empty: one more field, a nested object of
-  // object's fields (the memory record).
-  void write(const Fields& fields, const std::string& object_key = {}, const Fields& object = {});
+  // fields in order; a nullopt value is written as null; then each of `objects` as a nested object of its fields
+  // (comm_bytes, the memory record), in order.
+  using Objects = std::vector<std::pair<std::string, Fields>>;
+  void write(const Fields& fields, const Objects& objects = {});
 
  private:
   FILE* f_ = nullptr;

@@ -40,6 +40,12 @@ RunConfig read_run_config(const Config& deck) {
   p.sync.overlap = deck.get_bool("parallel.overlap");
   p.sync.reduce_dtype = parallel::parse_grad_dtype(deck.get_string("parallel.grad_dtype"));
   p.sync.zero = static_cast<int>(deck.get_int("parallel.zero"));
+  p.sync.zero_group = static_cast<int>(deck.get_int("parallel.zero_group"));
+  HPCT_USAGE_CHECK(
+      p.sync.zero_group == 0 || p.sync.zero >= 1,
+      "deck {}: parallel.zero_group = {} with parallel.zero = 0: hybrid sharding groups the ranks that share "
+      "ZeRO's state; set parallel.zero = 1 or 2, or parallel.zero_group = 0",
+      deck.deck_path(), p.sync.zero_group);
   HPCT_USAGE_CHECK(p.sync.zero != 2 || p.sync.overlap,
                    "deck {}: parallel.zero = 2 with parallel.overlap = false: ZeRO-2 reduce-scatters every gradient "
                    "bucket as backward completes it (that is how it avoids a full-size gradient buffer); set "

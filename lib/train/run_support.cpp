@@ -42,6 +42,13 @@ void add_run_keys(ConfigSchema& s) {
             "micro-batch's buckets reduce-scattered as backward completes them, summed in fp32 into the rank's shard; "
             "no full-size gradient buffer)",
             0, 2);
+  s.int_key(
+      "parallel.zero_group", 0,
+      "hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ): ZeRO shards over groups of this many consecutive DP ranks "
+      "and replicates across the groups, the gradient shards summed over the replicas once per step; it must "
+      "divide the DP size (0: shard over the whole DP group; docs/parallelism.md says how to make a group one "
+      "node)",
+      0, 1 << 20);
   s.float_key("parallel.bucket_mb", 1.0, "gradient bucket size in MiB (buckets start as backward produces them)", 1e-6,
               1e6);
   s.bool_key("parallel.overlap", true, "launch gradient buckets during backward (false: all after backward)");

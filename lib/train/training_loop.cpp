@@ -41,7 +41,7 @@ RunSession::RunSession(const char* app_name, const Config& deck_, const ConfigSc
       device(cfg_, launch),
       mfu_peak(resolve_mfu_peak(cfg_.log.peak_tflops, device.device(), device.gpu_name(), device.exec().precision)),
       pc(cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.order, cfg_.comm, fmt::format("deck {}", cfg_.deck_path),
-         device.exec()),
+         device.exec(), cfg_.parallel.sync.zero_group),
       n_micro(micro_batches_per_step(cfg_, pc.dp_size())),
       schedule(parallel::make_schedule(cfg_.parallel.schedule, pc.pp_size(), pc.pp_rank(), static_cast<int>(n_micro))) {
   HPCT_USAGE_CHECK(opts.dump_path.empty() || pc.world_size() == 1,
@@ -96,7 +96,10 @@ int run_steps(RunSession& run, TrainTask& task) {
   // ---- set-up: output, gradient sync, optimizer, loss scaler, checkpoint staging (nothing allocates in the loop) ---
   const std::string ckpt_root = prepare_output(pc, run.opts.out_dir);
   const parallel::GradWriteOrder write_order = task.grad_write_order();
-  parallel::GradSync grad_sync(pc.device_dp_group(), task.params(), task.grads(), cfg.parallel.sync, ctx, &write_order);
+  // ZeRO shards over the zero shard group: the DP group, or its groups under hybrid sharding (parallel.zero_group)
+  parallel::GradSync grad_sync(cfg.parallel.sync.zero ? pc.device_zero_shard_group() : pc.device_dp_group(),
+                               task.params(), task.grads(), cfg.parallel.sync, ctx, &write_order,
+                               cfg.parallel.sync.zero ? pc.device_zero_replica_group() : nullptr);
   task.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   task.set_grad_write_hook([&grad_sync](int first, int end) { grad_sync.writing(first, end); });
   const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync));
@@ -205,6 +208,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   for (int64_t s = start + 1; s <= steps; ++s) {
     Timer timer;
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
+    pc.reset_comm_volume();
     task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
     grad_sync.begin_step();
     const parallel::PipelineStats ps = parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(),
@@ -222,8 +226,8 @@ int run_steps(RunSession& run, TrainTask& task) {
     task.after_gradients(s);
     // the global gradient norm: this rank's share, summed over the groups that split the parameters
     double sumsq = opt->grad_sumsq(ctx, task.counted_in_norm());
-    if (cfg.parallel.sync.zero && dp > 1)
-      pc.dp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
+    if (cfg.parallel.sync.zero && dp > 1)  // the shares of one shard group tile the gradients once
+      pc.zero_shard_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
     if (pc.tp_size() > 1) pc.tp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (TP)");
     if (pc.pp_size() > 1) pc.pp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (PP)");
     const double lr = task.lr_schedule().at(s);
@@ -231,6 +235,7 @@ int run_steps(RunSession& run, TrainTask& task) {
     grad_sync.gather_params();
     k::synchronize(ctx);
     const double ms = timer.ms();
+    const comm::CommVolume volume = pc.comm_volume();  // the step's payload on this rank (rank 0's is recorded)
     step_ms.push_back(ms);
     exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms());
     last_loss = loss;
@@ -271,7 +276,14 @@ int run_steps(RunSession& run, TrainTask& task) {
         rec.push_back({"val_loss", eval->loss});
         rec.insert(rec.end(), eval->extra.begin(), eval->extra.end());
       }
-      metrics->write(rec, memory_record.empty() ? "" : "memory", memory_record);
+      MetricsWriter::Objects objects = {{"comm_bytes",
+                                         {{"allreduce", volume.allreduce},
+                                          {"reduce_scatter", volume.reduce_scatter},
+                                          {"allgather", volume.allgather},
+                                          {"broadcast", volume.broadcast},
+                                          {"p2p", volume.p2p}}}};
+      if (!memory_record.empty()) objects.emplace_back("memory", memory_record);
+      metrics->write(rec, objects);
     }
     if (s % cfg.log.every == 0 || s == steps || eval)
       log_info("step {:>6}/{}{} | loss {:.6f}{} | lr {:.4e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | "

@@ -2,15 +2,18 @@
 """Data parallelism and HDF5 checkpoints, end to end through train_gpt and ckpt_tool: layout
 independence, exact restarts, checkpoint integrity and failure handling. One scenario per invocation, each a ctest:
 
-  layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1 at np 2, 4): per-step losses equal the np 1
-            run within 1e-5 relative (docs/invariants.md, invariant 1)
-  tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1) vs serial within 1e-5; a checkpoint
-            written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
-  pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO, GPipe and 1F1B, vs
-            serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and (4,1,1)
+  layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1, ZeRO-2 at np 2, 4, and both with hybrid sharding,
+            parallel.zero_group = 2, at np 4): per-step losses equal the np 1 run within 1e-5 relative
+            (docs/invariants.md, invariant 1)
+  tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1, +ZeRO-2) vs serial within 1e-5; a
+            checkpoint written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
+  pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO-1, GPipe and 1F1B, ZeRO-2
+            at (2,2,2) GPipe and (2,1,2) 1F1B, vs serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and
+            (4,1,1)
   restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
             and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
-            another DP size (also from a ZeRO-1 checkpoint) within 1e-5
+            another DP size and ZeRO stage (ZeRO-2 on 4 ranks -> serial ZeRO-0 and back, ZeRO-1 <-> ZeRO-2, hybrid
+            sharding -> serial and back) within 1e-5
   h5py      index.h5 read by h5py: whole tensors equal the parameters of the run (--dump, np 1), and
             equal the shard files assembled by hand from the per-piece attributes (np 2, ZeRO-1)
   damage    a deleted shard makes `ckpt_tool verify` and resume fail naming it; a flipped byte is a
@@ -128,10 +131,12 @@ STEPS20 = ["train.steps=20", "optim.decay_steps=20", "checkpoint.at_end=true"]
 if scenario == "layout":
     train(1, f"{work}/np1", ["train.steps=20"])
     ref = losses(f"{work}/np1")
-    for np, zero in [(2, 0), (4, 0), (2, 1), (4, 1)]:
-        out = f"{work}/np{np}_zero{zero}"
-        train(np, out, ["train.steps=20", f"parallel.zero={zero}", "parallel.bucket_mb=0.05"])
-        compare(f"np {np} zero {zero} vs np 1", losses(out), ref, 1e-5)
+    # (np, ZeRO stage, parallel.zero_group): group 2 at np 4 is hybrid sharding (two groups of two, replicated)
+    for np, zero, group in [(2, 0, 0), (4, 0, 0), (2, 1, 0), (4, 1, 0), (2, 2, 0), (4, 2, 0), (4, 1, 2), (4, 2, 2)]:
+        out = f"{work}/np{np}_zero{zero}_group{group}"
+        train(np, out, ["train.steps=20", f"parallel.zero={zero}", f"parallel.zero_group={group}",
+                        "parallel.bucket_mb=0.05"])
+        compare(f"np {np} zero {zero} zero_group {group} vs np 1", losses(out), ref, 1e-5)
 
 elif scenario == "tp":
     # tensor parallelism: (DP, TP) layouts vs the serial run, ZeRO-1 on top, and a
@@ -139,9 +144,10 @@ elif scenario == "tp":
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10"])
     ref = losses(serial)
-    for dp, tp, zero in [(1, 2, 0), (1, 4, 0), (2, 2, 0), (2, 2, 1)]:
+    for dp, tp, zero in [(1, 2, 0), (1, 4, 0), (2, 2, 0), (2, 2, 1), (2, 2, 2)]:
         out = f"{work}/dp{dp}_tp{tp}_zero{zero}"
-        train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.zero={zero}"])
+        train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.zero={zero}",
+                             "parallel.bucket_mb=0.05"])
         compare(f"(dp {dp}, tp {tp}) zero {zero} vs serial", losses(out), ref, 1e-5)
     for dp, tp in [(1, 1), (4, 1), (1, 4)]:
         out = f"{work}/from_dp2tp2_to_dp{dp}tp{tp}"
@@ -157,11 +163,11 @@ elif scenario == "pp":
     ref = losses(serial)
     for dp, tp, pp, sched, zero in [(d, t, p, sch, 0) for (d, t, p) in [(1, 1, 2), (1, 1, 4), (2, 1, 2), (1, 2, 2),
                                                                      (2, 2, 2)] for sch in ("gpipe", "1f1b")] + \
-                                   [(2, 2, 2, "1f1b", 1)]:
+                                   [(2, 2, 2, "1f1b", 1), (2, 2, 2, "gpipe", 2), (2, 1, 2, "1f1b", 2)]:
         out = f"{work}/dp{dp}_tp{tp}_pp{pp}_{sched}_zero{zero}"
         p = train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5",
                                       f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.schedule={sched}",
-                                      f"parallel.zero={zero}"])
+                                      f"parallel.zero={zero}", "parallel.bucket_mb=0.05"])
         compare(f"(dp {dp}, tp {tp}, pp {pp}) {sched} zero {zero} vs serial", losses(out), ref, 1e-5)
         bub = [l for l in p.stdout.splitlines() if l.startswith("pipeline:")]
         print("   ", bub[0] if bub else "no pipeline line")
@@ -196,11 +202,16 @@ elif scenario == "restart":
         fail(f"final checkpoint tensors differ bitwise: {bad[:5]}")
     else:
         print(f"  same layout: all {len(ta)} tensors of the step-20 checkpoints bitwise equal")
-    # another DP size, and from a ZeRO-1 checkpoint onto other sizes, with and without ZeRO
-    for np_a, zero_a, np_b, zero_b in [(2, 0, 4, 0), (2, 0, 1, 0), (2, 1, 4, 1), (2, 1, 1, 0), (4, 0, 2, 1)]:
+    # another DP size, and from ZeRO-1 and ZeRO-2 checkpoints onto other sizes and stages (checkpoints are stage-free)
+    # (group 2 at np 4: hybrid sharding)
+    for np_a, zero_a, np_b, zero_b in [(2, 0, 4, 0), (2, 0, 1, 0), (2, 1, 4, 1), (2, 1, 1, 0), (4, 0, 2, 1),
+                                       (4, 2, 1, 0), (1, 0, 4, 2), (2, 2, 4, 1), ("4g2", 2, 1, 0), (2, 1, "4g2", 1)]:
         out = f"{work}/re_{np_a}_{zero_a}_{np_b}_{zero_b}"
-        train(np_a, out, ["train.steps=10", "optim.decay_steps=20", f"parallel.zero={zero_a}"])
-        train(np_b, out, STEPS20 + ["checkpoint.resume=latest", f"parallel.zero={zero_b}"])
+        ga, gb = (2 if np_a == "4g2" else 0), (2 if np_b == "4g2" else 0)
+        na, nb = (4 if ga else np_a), (4 if gb else np_b)
+        train(na, out, ["train.steps=10", "optim.decay_steps=20", f"parallel.zero={zero_a}",
+                        f"parallel.zero_group={ga}"])
+        train(nb, out, STEPS20 + ["checkpoint.resume=latest", f"parallel.zero={zero_b}", f"parallel.zero_group={gb}"])
         compare(f"np {np_a} zero {zero_a} -> np {np_b} zero {zero_b}", losses(out), a, 1e-5)
 
 elif scenario == "h5py":

@@ -13,7 +13,10 @@
   - a resumed run's first record carries the whole record again
   - the plan (`APP DECK --plan NP --json` with the run's settings) holds every kind of every run's record within
     PLAN_TOLERANCE (the plan is built from formulas and unallocated slabs; it should match byte for byte), for the GPT
-    also at np 2 with TP 2 and at np 4 with DP 2 x PP 2 under ZeRO-1 (one step each)
+    also at np 2 with TP 2, at np 4 with DP 2 x PP 2 under ZeRO-1 and at np 4 with ZeRO-2 in hybrid sharding groups of
+    2 (one step each)
+  - ZeRO-2 at np 2 (small buckets): the plan holds its record too, and (GPT) its grads (the ring of buckets, the
+    tensors kept whole and the shard) are well below ZeRO-1's (the full slab and the shard)
   - train.memory_limit_gb below the plan stops the run before it allocates, naming the largest kind and what to change
 
 usage: check_memory_record.py gpt|resnet APP DECK WORKDIR"""
@@ -128,9 +131,17 @@ if one:
 two_sets = steps + ["parallel.zero=1", "parallel.grad_dtype=bf16"]
 two = record("np 2 zero 1 bf16", run("np2", 2, two_sets))
 against_plan("np 2 zero 1 bf16", two, 2, two_sets)
+# ZeRO-2: the gradients live in the buckets (a ring and the tensors kept whole) beside the shard, no full-size slab
+z2_sets = ["train.steps=2", "parallel.zero=2", "parallel.bucket_mb=" + ("0.05" if app == "gpt" else "0.005")]
+z2 = record("np 2 zero 2", run("np2_zero2", 2, z2_sets))
+against_plan("np 2 zero 2", z2, 2, z2_sets)
+if app == "gpt" and one and two and z2 and not z2["grads"] < two["grads"] - one["grads"] / 4:
+    fail(f"np 2 zero 2: grads {z2['grads']} should be well below ZeRO-1's {two['grads']} (slab {one['grads']} + shard)")
 if app == "gpt":
     for name, np, sets in [("np 2 tp 2", 2, ["train.steps=1", "parallel.tp=2"]),
-                           ("np 4 dp 2 x pp 2 zero 1", 4, ["train.steps=1", "parallel.pp=2", "parallel.zero=1"])]:
+                           ("np 4 dp 2 x pp 2 zero 1", 4, ["train.steps=1", "parallel.pp=2", "parallel.zero=1"]),
+                           ("np 4 zero 2 hybrid 2", 4, ["train.steps=1", "parallel.zero=2", "parallel.zero_group=2",
+                                                        "parallel.bucket_mb=0.05"])]:
         against_plan(name, record(name, run(name.replace(" ", "_"), np, sets)), np, sets)
 
 # train.memory_limit_gb under the plan: a one-line error before anything allocates, naming the kind and the advice

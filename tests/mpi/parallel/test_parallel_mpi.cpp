@@ -1,6 +1,6 @@
 // Under mpirun at np 1, 2, 4: ParallelContext builds the groups the grid formula says, and GradSync sums
 // gradients exactly (bucketed, overlapped or not, ZeRO-1 shares that tile every tensor once, parameter
-// allgather). Values are small integers, so float sums are exact and checked with ==.
+// allgather; ZeRO-2's per-micro-batch reduce-scatter through its ring of buckets). Values are small integers, so float sums are exact and checked with ==.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -125,3 +125,66 @@ INSTANTIATE_TEST_SUITE_P(Modes, GradSyncTest,
                          ::testing::Values(std::make_tuple(0, true, 0.25), std::make_tuple(0, false, 0.25),
                                            std::make_tuple(0, true, 1024.0), std::make_tuple(1, true, 0.25),
                                            std::make_tuple(1, false, 0.1), std::make_tuple(1, true, 1024.0)));
+
+// ZeRO-2: the gradients live in the gradient sync's buckets (a ring reused within a micro-batch, wte kept whole); every
+// micro-batch's buckets are reduce-scattered as the backward completes them and summed into the shard. A backward
+// that writes one tensor per group in reverse, and wte first too (as the GPT's head does), over three micro-batches:
+// every owned range holds the exact sum over ranks and micro-batches, the shares tile every tensor once, and the ring
+// is smaller than the gradients.
+TEST(GradSyncZero2, SumsEveryMicroBatchThroughARing) {
+  ParallelContext pc(1, 1, "tp-dp-pp", comm::CommOptions{30.0}, "test");
+  const int P = pc.dp_size(), me = pc.dp_rank(), micro_batches = 3;
+  Slab params("params", Device::CPU), grads("grads", Device::CPU);
+  plan(params);
+  // the same tensors as plan(), planned only: ZeRO-2 binds them to its buckets
+  for (const Tensor& t : params.tensors()) grads.add(t.name, t.shape);
+  if (P == 1) grads.allocate();  // one rank: nothing to shard, the model keeps its own gradients (the trainers' rule)
+  const int n = static_cast<int>(grads.tensors().size());
+  GradWriteOrder order;
+  for (int t = n - 1; t >= 2; --t) order.groups.emplace_back(t, t + 1);
+  order.groups.emplace_back(0, 2);  // wte and wpe, the embedding's backward
+  order.pinned.assign(static_cast<size_t>(n), false);
+  order.pinned[0] = true;
+  GradSyncOptions o;
+  o.zero = 2;
+  o.bucket_bytes = 100;  // a few tensors per bucket at most
+  GradSync gs(pc.dp_group(), params, grads, o, ExecContext{}, &order);
+  ASSERT_EQ(gs.per_micro_batch(), P > 1);
+  if (P == 1) return;
+  ASSERT_TRUE(grads.bound());
+  auto value = [](int rank, int t, int64_t i, int mb) {
+    return static_cast<float>((rank + 1) * 100 + t * 7 + i % 13 + mb * 3);
+  };
+  auto add = [&](int t, int mb) {
+    Tensor& g = grads.tensors()[static_cast<size_t>(t)];
+    for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] += value(me, t, i, mb);
+  };
+  gs.begin_step();
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    gs.begin_micro_batch();
+    add(0, mb);  // the head writes wte first (half of its gradient here, half in the embedding group below)
+    for (const auto& [first, end] : order.groups) {
+      gs.writing(first, end);
+      for (int t = end - 1; t >= first; --t) add(t, mb);
+      gs.on_ready(first, end);
+      gs.on_ready(0, 0);
+    }
+  }
+  gs.finish();
+  auto expected = [&](int t, int64_t i) {
+    float s = 0;
+    for (int r = 0; r < P; ++r)
+      for (int mb = 0; mb < micro_batches; ++mb) s += value(r, t, i, mb) * (t == 0 ? 2.0f : 1.0f);
+    return s;
+  };
+  std::vector<int64_t> cover(static_cast<size_t>(n), 0);
+  for (const OwnedRange& r : gs.owned()) {
+    for (int64_t i = r.begin; i < r.end; ++i) ASSERT_EQ(r.grad[i - r.begin], expected(r.tensor, i)) << r.tensor;
+    cover[static_cast<size_t>(r.tensor)] += r.end - r.begin;
+  }
+  pc.dp_group().allreduce(cover.data(), n, DType::I64, comm::ReduceOp::Sum, "cover");
+  for (int t = 0; t < n; ++t) EXPECT_EQ(cover[static_cast<size_t>(t)], grads.tensors()[static_cast<size_t>(t)].numel());
+  const BucketPlan bp = plan_buckets(grads, o, P, me, &order);
+  EXPECT_TRUE(bp.ring);
+  EXPECT_LT(bp.ring_numel + bp.pinned_numel, static_cast<int64_t>(grads.bytes() / sizeof(float)));
+}

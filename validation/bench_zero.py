@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""ZeRO benchmark: the data-parallel communication volume each ZeRO stage moves per step, counted by the communicators
+(metrics.jsonl's comm_bytes, rank 0) and converted to bus bytes the nccl-tests way, against the formulas; and the
+step time and exposed communication of each stage (docs/parallelism.md, "Data parallelism").
+
+Formulas, per step, for n ranks, m micro-batches per step, G bytes of fp32 gradients (the buckets tile the gradient
+slab) and W bytes of them that ZeRO-2 keeps whole (the GPT's tied wte):
+  ZeRO-0  allreduce G                                  bus = 2 (n-1)/n G
+  ZeRO-1  reduce-scatter G, allgather G (parameters)   bus = 2 (n-1)/n G          (the same volume as ZeRO-0)
+  ZeRO-2  reduce-scatter m (G - W) + W, allgather G    bus = (n-1)/n (m (G - W) + W + G)
+so at one micro-batch ZeRO-2 moves what ZeRO-0 and ZeRO-1 move, and at m micro-batches its reduce-scatter is m times
+ZeRO-1's (less the pinned W). Scalars (the loss and norm sums, 8 bytes each) ride along and are left out of the
+comparison (< 0.01%).
+
+The model: gpt_demo.toml widened (6 layers, 384 channels, 256 tokens: 10.8 M parameters), global batch 16, micro-batch
+16 / n (one micro-batch per step) or 4 / n (four), 6 steps, medians over the steps after the first. At np 2 the
+target is ZeRO-2 within 5% of ZeRO-1's step time at one micro-batch; np 4 runs oversubscribed on this machine's cores
+(figures only). ZeRO-3 is not implemented (no row).
+
+usage: validation/bench_zero.py [--report validation/results/bench_zero_cpu.md] [--np 2 4] [--steps 6]
+                                [--train-gpt EXE] [--out DIR]"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from campaign import REPO, machine_info, output_dirs  # noqa: E402
+
+MODEL = ["model.n_layer=6", "model.n_head=6", "model.n_embd=384", "model.seq_len=256", "train.global_batch=16",
+         "sample.tokens=0", "train.eval_every=0", "checkpoint.at_end=false", "log.every=1"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--np", type=int, nargs="+", default=[2, 4])
+ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--train-gpt", default=os.path.join(REPO, "build", "apps", "train_gpt"))
+ap.add_argument("--deck", default=os.path.join(REPO, "inputs", "gpt_demo.toml"))
+ap.add_argument("--out", default=os.path.join(REPO, "runs", "bench_zero"), help="work directory (wiped first)")
+ap.add_argument("--report", help="write the markdown report here")
+args = ap.parse_args()
+out_root, art_dir, stem = output_dirs(args.out, args.report, "bench_zero")
+
+
+def sets_cmd(sets):
+    c = []
+    for s in MODEL + sets:
+        c += ["--set", s]
+    return c
+
+
+def plan_json(np_, sets):
+    p = subprocess.run([args.train_gpt, args.deck, "--plan", str(np_), "--json"] + sets_cmd(sets), capture_output=True,
+                       text=True, timeout=120, env=ENV)
+    line = next((l for l in p.stdout.splitlines() if l.startswith('{"plan":')), None)
+    if p.returncode != 0 or line is None:
+        sys.exit(f"FAILED: --plan: {p.stderr[-400:]}")
+    return json.loads(line)["plan"]
+
+
+def run(name, np_, sets):
+    out = os.path.join(out_root, name)
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none", args.train_gpt, args.deck, "--out",
+           out] + sets_cmd(sets + [f"train.steps={args.steps}"])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=ENV)
+    if p.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)} exited {p.returncode}: {p.stderr[-800:]}")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        recs = [json.loads(l) for l in f][1:]  # the first step warms up
+    vol = recs[-1]["comm_bytes"]
+    if any(r["comm_bytes"] != vol for r in recs):
+        print(f"  note: {name}: comm_bytes differ between steps")
+    return dict(ms=statistics.median(r["ms"] for r in recs),
+                exposed=statistics.median(r["comm_exposed_ms"] for r in recs), vol=vol)
+
+
+# G: the fp32 gradients the buckets tile (the ZeRO-0 plan's grads: the gradient slab); W: the tied wte
+base_plan = plan_json(1, ["parallel.zero=0"])
+G = base_plan["memory"]["grads"]
+cfg_vocab, cfg_embd = 256, 384  # gpt_demo's byte-level vocabulary, padded to 256; MODEL's n_embd
+W = ((cfg_vocab + 127) // 128 * 128) * cfg_embd * 4
+rows, failures = [], []
+for np_ in args.np:
+    for micro in (1, 4):
+        mb = 16 // (np_ * micro)
+        if mb < 1:
+            continue
+        res = {}
+        for zero in (0, 1, 2):
+            name = f"np{np_}_m{micro}_zero{zero}"
+            print(f"== {name}", flush=True)
+            r = run(name, np_, [f"parallel.zero={zero}", f"train.micro_batch={mb}"])
+            v = r["vol"]
+            f = (np_ - 1) / np_
+            bus = 2 * f * v["allreduce"] + f * (v["reduce_scatter"] + v["allgather"])
+            want = 2 * f * G if zero < 2 else f * (micro * (G - W) + W + G)
+            r.update(bus=bus, want=want, ratio=bus / want)
+            res[zero] = r
+            if abs(bus / want - 1) > 1e-3:
+                failures.append(f"{name}: bus bytes {bus:.0f} vs formula {want:.0f}")
+        for zero in (0, 1, 2):
+            r = res[zero]
+            rows.append(f"| {np_} | {micro} | ZeRO-{zero} | {r['vol']['allreduce'] / 2**20:.3f} | "
+                        f"{r['vol']['reduce_scatter'] / 2**20:.3f} | {r['vol']['allgather'] / 2**20:.3f} | "
+                        f"{r['bus'] / 2**20:.3f} | {r['want'] / 2**20:.3f} | {r['ratio']:.5f} | "
+                        f"{r['bus'] / res[0]['bus']:.3f} | {r['ms']:.1f} | {r['ms'] / res[1]['ms']:.3f} | "
+                        f"{r['exposed']:.1f} |")
+
+header = ("| np | micro-batches | stage | allreduce (MiB) | reduce-scatter (MiB) | allgather (MiB) | bus (MiB) | "
+          "formula (MiB) | bus / formula | bus / ZeRO-0 | ms/step (median) | ms / ZeRO-1 | exposed comm (ms) |\n"
+          "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+table = header + "\n" + "\n".join(rows)
+print(table)
+machine = machine_info()
+md = [f"# ZeRO stages: communication volume and step time (CPU, MPI)", "",
+      "Command: `/usr/bin/python3 validation/bench_zero.py" +
+      (f" --report {os.path.relpath(args.report, REPO)}`" if args.report else "`") +
+      f" (mpirun --oversubscribe, OMP_NUM_THREADS=1). Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
+      "", f"Model: {args.deck} with {' '.join(MODEL)}; {args.steps} steps, medians over steps 2..{args.steps}. "
+      f"G = {G} bytes of gradients (the plan's ZeRO-0 `grads`), W = {W} bytes kept whole by ZeRO-2 (wte). "
+      "Volumes are rank 0's `comm_bytes` of one step (the nccl-tests sizes); bus = allreduce x 2(n-1)/n + "
+      "(reduce-scatter + allgather) x (n-1)/n.", "", table, ""]
+if args.report:
+    with open(args.report, "w") as f:
+        f.write("\n".join(md))
+print("FAILED: " + "; ".join(failures) if failures else "VALID: every stage's bus bytes equal the formula (0.1%)")
+sys.exit(1 if failures else 0)

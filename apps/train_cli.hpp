@@ -12,6 +12,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "train/app_plan.hpp"
 #include "train/run_support.hpp"
 
 namespace hpct {
@@ -39,6 +40,18 @@ inline void add_train_options(CLI::App& app, TrainCli& cli, const char* deck_exa
       ->allow_extra_args(false);
   app.add_option("--dump", cli.dump_path, dump_doc);
   app.footer("Deck keys (type, default, doc):\n" + schema.help_text());
+}
+
+// --plan WORLD, --json and --device-name (both apps; docs/contracts.md): plan_doc says what --plan prints, json_doc
+// what the JSON line holds. plan_world stays 0 without --plan.
+inline void add_plan_options(CLI::App& app, int& plan_world, train::PlanOutput& out, const char* plan_doc,
+                             const char* json_doc) {
+  CLI::Option* plan_opt = app.add_option("--plan", plan_world, plan_doc)->check(CLI::PositiveNumber);
+  app.add_flag("--json", out.json, json_doc)->needs(plan_opt);
+  app.add_option("--device-name", out.device_name,
+                 "with --plan: the device whose peak TFLOP/s the JSON line gives at train.precision, as nvidia-smi "
+                 "names it (e.g. \"NVIDIA H100 80GB HBM3\")")
+      ->needs(plan_opt);
 }
 
 // Parses argv; false when --help was printed (the app exits 0).

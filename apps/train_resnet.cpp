@@ -18,20 +18,12 @@ int main(int argc, char** argv) {
                             hpct::train::resnet_deck_schema());
     int plan_world = 0;
     hpct::train::PlanOutput plan_out;
-    CLI::Option* plan_opt = app.add_option("--plan", plan_world,
-                                           "print the model and the memory plan by kind (the memory record's) of "
-                                           "every rank of a world of this many ranks, from the deck and the "
-                                           "dataset's header, without training")
-                                ->check(CLI::PositiveNumber);
-    app.add_flag("--json", plan_out.json,
-                 "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs per "
-                 "image and per step, memory by kind, the device's peak TFLOP/s)")
-        ->needs(plan_opt);
-    app.add_option("--device-name", plan_out.device_name,
-                   "with --plan: the device whose peak TFLOP/s the JSON line gives at "
-                   "train.precision, as nvidia-smi names it (e.g. \"NVIDIA H100 80GB "
-                   "HBM3\")")
-        ->needs(plan_opt);
+    hpct::add_plan_options(
+        app, plan_world, plan_out,
+        "print the model and the memory plan by kind (the memory record's) of every rank of a world of this "
+        "many ranks, from the deck and the dataset's header, without training",
+        "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs per image and per step, "
+        "memory by kind, the device's peak TFLOP/s)");
     if (!hpct::parse_train_cli(app, argc, argv, "train_resnet")) return 0;
     const hpct::Config deck = hpct::Config::load(hpct::train::resnet_deck_schema(), cli.deck_path, cli.overrides);
     if (plan_world > 0)

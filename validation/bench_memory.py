@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from campaign import REPO, machine_info, output_dirs  # noqa: E402
+from campaign import REPO, machine_info, output_dirs, plan_json, set_args  # noqa: E402
 
 KINDS = ["params", "grads", "optimizer", "comm", "activations", "workspace", "ckpt_staging"]
 MODEL = ["model.n_layer=6", "model.n_head=6", "model.n_embd=384", "model.seq_len=256", "train.global_batch=16",
@@ -39,26 +39,14 @@ args = ap.parse_args()
 out_root, art_dir, stem = output_dirs(args.out, args.report, "bench_memory")
 
 
-def sets_cmd(sets):
-    c = []
-    for s in MODEL + sets:
-        c += ["--set", s]
-    return c
-
-
 def planned(sets):
-    p = subprocess.run([args.train_gpt, args.deck, "--plan", str(args.np), "--json"] + sets_cmd(sets),
-                       capture_output=True, text=True, timeout=120, env=ENV)
-    line = next((l for l in p.stdout.splitlines() if l.startswith('{"plan":')), None)
-    if p.returncode != 0 or line is None:
-        sys.exit(f"FAILED: --plan {' '.join(sets)}: {p.stderr[-500:]}")
-    return json.loads(line)["plan"]["memory"]
+    return plan_json(args.train_gpt, args.deck, args.np, MODEL + sets, ENV)["memory"]
 
 
 def recorded(name, sets):
     out = os.path.join(out_root, name)
     cmd = ["mpirun", "-np", str(args.np), "--oversubscribe", "--bind-to", "none", args.train_gpt, args.deck,
-           "--out", out] + sets_cmd(sets + ["train.steps=2"])
+           "--out", out] + set_args(MODEL + sets + ["train.steps=2"])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV)
     if p.returncode != 0:
         sys.exit(f"FAILED: {' '.join(cmd)} exited {p.returncode}: {p.stderr[-800:]}")
@@ -125,8 +113,7 @@ png = os.path.join(art_dir, stem + ".png")
 fig.savefig(png, dpi=110)
 
 machine = machine_info()
-cmd = "/usr/bin/python3 validation/bench_memory.py" + (f" --report {os.path.relpath(args.report, REPO)}"
-                                                        if args.report else "")
+cmd = "/usr/bin/python3 validation/bench_memory.py " + " ".join(sys.argv[1:])
 md = [f"# Memory: plan vs record vs rss, GPT at np {args.np}", "",
       f"Command: `{cmd}` (mpirun -np {args.np} --oversubscribe, OMP_NUM_THREADS=1). Machine: " +
       ", ".join(f"{k} {v}" for k, v in machine.items()), "",

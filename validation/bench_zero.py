@@ -17,7 +17,7 @@ The model: gpt_demo.toml widened (6 layers, 384 channels, 256 tokens: 10.8 M par
 target is ZeRO-2 within 5% of ZeRO-1's step time at one micro-batch; np 4 runs oversubscribed on this machine's cores
 (figures only). ZeRO-3 is not implemented (no row).
 
-usage: validation/bench_zero.py [--report validation/results/bench_zero_cpu.md] [--np 2 4] [--steps 6]
+usage: validation/bench_zero.py [--report validation/results/bench_zero_cpu.md] [--np 2 4] [--steps 6] [--repeat 1]
                                 [--train-gpt EXE] [--out DIR]"""
 import argparse
 import json
@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from campaign import REPO, machine_info, output_dirs  # noqa: E402
+from campaign import REPO, machine_info, output_dirs, plan_json, set_args  # noqa: E402
 
 MODEL = ["model.n_layer=6", "model.n_head=6", "model.n_embd=384", "model.seq_len=256", "train.global_batch=16",
          "sample.tokens=0", "train.eval_every=0", "checkpoint.at_end=false", "log.every=1"]
@@ -36,6 +36,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALL
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--np", type=int, nargs="+", default=[2, 4])
 ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--repeat", type=int, default=1, help="runs of each stage, alternating the stages (median of medians)")
 ap.add_argument("--train-gpt", default=os.path.join(REPO, "build", "apps", "train_gpt"))
 ap.add_argument("--deck", default=os.path.join(REPO, "inputs", "gpt_demo.toml"))
 ap.add_argument("--out", default=os.path.join(REPO, "runs", "bench_zero"), help="work directory (wiped first)")
@@ -44,26 +45,10 @@ args = ap.parse_args()
 out_root, art_dir, stem = output_dirs(args.out, args.report, "bench_zero")
 
 
-def sets_cmd(sets):
-    c = []
-    for s in MODEL + sets:
-        c += ["--set", s]
-    return c
-
-
-def plan_json(np_, sets):
-    p = subprocess.run([args.train_gpt, args.deck, "--plan", str(np_), "--json"] + sets_cmd(sets), capture_output=True,
-                       text=True, timeout=120, env=ENV)
-    line = next((l for l in p.stdout.splitlines() if l.startswith('{"plan":')), None)
-    if p.returncode != 0 or line is None:
-        sys.exit(f"FAILED: --plan: {p.stderr[-400:]}")
-    return json.loads(line)["plan"]
-
-
 def run(name, np_, sets):
     out = os.path.join(out_root, name)
     cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none", args.train_gpt, args.deck, "--out",
-           out] + sets_cmd(sets + [f"train.steps={args.steps}"])
+           out] + set_args(MODEL + sets + [f"train.steps={args.steps}"])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=ENV)
     if p.returncode != 0:
         sys.exit(f"FAILED: {' '.join(cmd)} exited {p.returncode}: {p.stderr[-800:]}")
@@ -77,7 +62,7 @@ def run(name, np_, sets):
 
 
 # G: the fp32 gradients the buckets tile (the ZeRO-0 plan's grads: the gradient slab); W: the tied wte
-base_plan = plan_json(1, ["parallel.zero=0"])
+base_plan = plan_json(args.train_gpt, args.deck, 1, MODEL + ["parallel.zero=0"], ENV)
 G = base_plan["memory"]["grads"]
 cfg_vocab, cfg_embd = 256, 384  # gpt_demo's byte-level vocabulary, padded to 256; MODEL's n_embd
 W = ((cfg_vocab + 127) // 128 * 128) * cfg_embd * 4
@@ -88,10 +73,16 @@ for np_ in args.np:
         if mb < 1:
             continue
         res = {}
+        reps = {0: [], 1: [], 2: []}
+        for k in range(args.repeat):  # the stages alternate, so drifts of the machine hit them alike
+            for zero in (0, 1, 2):
+                name = f"np{np_}_m{micro}_zero{zero}_run{k}"
+                print(f"== {name}", flush=True)
+                reps[zero].append(run(name, np_, [f"parallel.zero={zero}", f"train.micro_batch={mb}"]))
         for zero in (0, 1, 2):
-            name = f"np{np_}_m{micro}_zero{zero}"
-            print(f"== {name}", flush=True)
-            r = run(name, np_, [f"parallel.zero={zero}", f"train.micro_batch={mb}"])
+            runs = reps[zero]
+            r = dict(ms=statistics.median(x["ms"] for x in runs), exposed=statistics.median(x["exposed"] for x in runs),
+                     vol=runs[0]["vol"], spread=(min(x["ms"] for x in runs), max(x["ms"] for x in runs)))
             v = r["vol"]
             f = (np_ - 1) / np_
             bus = 2 * f * v["allreduce"] + f * (v["reduce_scatter"] + v["allgather"])
@@ -105,20 +96,21 @@ for np_ in args.np:
             rows.append(f"| {np_} | {micro} | ZeRO-{zero} | {r['vol']['allreduce'] / 2**20:.3f} | "
                         f"{r['vol']['reduce_scatter'] / 2**20:.3f} | {r['vol']['allgather'] / 2**20:.3f} | "
                         f"{r['bus'] / 2**20:.3f} | {r['want'] / 2**20:.3f} | {r['ratio']:.5f} | "
-                        f"{r['bus'] / res[0]['bus']:.3f} | {r['ms']:.1f} | {r['ms'] / res[1]['ms']:.3f} | "
+                        f"{r['bus'] / res[0]['bus']:.3f} | {r['ms']:.1f} ({r['spread'][0]:.0f}..{r['spread'][1]:.0f}) | "
+                        f"{r['ms'] / res[1]['ms']:.3f} | "
                         f"{r['exposed']:.1f} |")
 
 header = ("| np | micro-batches | stage | allreduce (MiB) | reduce-scatter (MiB) | allgather (MiB) | bus (MiB) | "
-          "formula (MiB) | bus / formula | bus / ZeRO-0 | ms/step (median) | ms / ZeRO-1 | exposed comm (ms) |\n"
+          "formula (MiB) | bus / formula | bus / ZeRO-0 | ms/step (median, runs' range) | ms / ZeRO-1 | exposed comm (ms) |\n"
           "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 table = header + "\n" + "\n".join(rows)
 print(table)
 machine = machine_info()
-md = [f"# ZeRO stages: communication volume and step time (CPU, MPI)", "",
-      "Command: `/usr/bin/python3 validation/bench_zero.py" +
-      (f" --report {os.path.relpath(args.report, REPO)}`" if args.report else "`") +
-      f" (mpirun --oversubscribe, OMP_NUM_THREADS=1). Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
-      "", f"Model: {args.deck} with {' '.join(MODEL)}; {args.steps} steps, medians over steps 2..{args.steps}. "
+md = ["# ZeRO stages: communication volume and step time (CPU, MPI)", "",
+      "Command: `/usr/bin/python3 validation/bench_zero.py " + " ".join(sys.argv[1:]) + "` (mpirun --oversubscribe, "
+      "OMP_NUM_THREADS=1). Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
+      "", f"Model: {args.deck} with {' '.join(MODEL)}; {args.steps} steps, medians over steps 2..{args.steps}, "
+      f"{args.repeat} run(s) of each stage alternating (the median of the runs' medians, their range in brackets). "
       f"G = {G} bytes of gradients (the plan's ZeRO-0 `grads`), W = {W} bytes kept whole by ZeRO-2 (wte). "
       "Volumes are rank 0's `comm_bytes` of one step (the nccl-tests sizes); bus = allreduce x 2(n-1)/n + "
       "(reduce-scatter + allgather) x (n-1)/n.", "", table, ""]

@@ -1,10 +1,13 @@
-"""What the validation campaigns share (validation/equivalence.py, validation/scaling.py): the repository root, the
-output directories (run directories under --out, report artefacts next to --report) and the machine description
-for the reports. Python 3.11 (/usr/bin/python3)."""
+"""What the validation campaigns and benchmarks share (validation/equivalence.py, validation/scaling.py,
+validation/bench_memory.py, validation/bench_zero.py): the repository root, the output directories (run directories
+under --out, report artefacts next to --report), the machine description for the reports, and the apps' `--plan
+--json` object. Python 3.11 (/usr/bin/python3)."""
+import json
 import os
 import platform
 import shutil
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,3 +52,21 @@ def machine_info(extra_lscpu=()):
     except Exception as e:  # noqa: BLE001 - the description is informative only
         machine["error"] = str(e)
     return machine
+
+
+def set_args(sets):
+    """["--set", s] for each of sets."""
+    out = []
+    for s in sets:
+        out += ["--set", s]
+    return out
+
+
+def plan_json(exe, deck, world, sets, env):
+    """The "plan" object of `APP DECK --plan WORLD --json --set ...`; exits FAILED naming the command otherwise."""
+    cmd = [exe, deck, "--plan", str(world), "--json"] + set_args(sets)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    line = next((l for l in p.stdout.splitlines() if l.startswith('{"plan":')), None)
+    if p.returncode != 0 or line is None:
+        sys.exit(f"FAILED: {' '.join(cmd)} exited {p.returncode}: {p.stderr[-400:]}")
+    return json.loads(line)["plan"]

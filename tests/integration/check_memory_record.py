@@ -16,7 +16,8 @@
     also at np 2 with TP 2, at np 4 with DP 2 x PP 2 under ZeRO-1 and at np 4 with ZeRO-2 in hybrid sharding groups of
     2 (one step each)
   - ZeRO-2 at np 2 (small buckets): the plan holds its record too, and (GPT) its grads (the ring of buckets, the
-    tensors kept whole and the shard) are well below ZeRO-1's (the full slab and the shard)
+    tensors kept whole and the shard) are well below ZeRO-1's (the full slab and the shard); its comm_bytes: every
+    micro-batch's reduce-scatter (m - 1 < reduce-scatter / allgather <= m for m micro-batches per step)
   - train.memory_limit_gb below the plan stops the run before it allocates, naming the largest kind and what to change
 
 usage: check_memory_record.py gpt|resnet APP DECK WORKDIR"""
@@ -133,7 +134,19 @@ two = record("np 2 zero 1 bf16", run("np2", 2, two_sets))
 against_plan("np 2 zero 1 bf16", two, 2, two_sets)
 # ZeRO-2: the gradients live in the buckets (a ring and the tensors kept whole) beside the shard, no full-size slab
 z2_sets = ["train.steps=2", "parallel.zero=2", "parallel.bucket_mb=" + ("0.05" if app == "gpt" else "0.005")]
-z2 = record("np 2 zero 2", run("np2_zero2", 2, z2_sets))
+z2_recs = run("np2_zero2", 2, z2_sets)
+z2 = record("np 2 zero 2", z2_recs)
+# comm_bytes (docs/contracts.md): ZeRO-2 reduce-scatters every micro-batch (the deck: 4 per step at np 2) all but the
+# tensors it keeps whole, and allgathers the parameters once: m - 1 < reduce-scatter / allgather <= m
+m = 16 // (2 * 2) if app == "gpt" else None
+vol = z2_recs[-1].get("comm_bytes")
+if vol is None or sorted(vol) != ["allgather", "allreduce", "broadcast", "p2p", "reduce_scatter"]:
+    fail(f"np 2 zero 2: comm_bytes is {vol}")
+elif m and not (m - 1) * vol["allgather"] < vol["reduce_scatter"] <= m * vol["allgather"]:
+    fail(f"np 2 zero 2: reduce-scatter {vol['reduce_scatter']} bytes for {m} micro-batches and an allgather of "
+         f"{vol['allgather']}: should be between {m - 1} and {m} times it")
+else:
+    print(f"  np 2 zero 2: comm_bytes {vol}")
 against_plan("np 2 zero 2", z2, 2, z2_sets)
 if app == "gpt" and one and two and z2 and not z2["grads"] < two["grads"] - one["grads"] / 4:
     fail(f"np 2 zero 2: grads {z2['grads']} should be well below ZeRO-1's {two['grads']} (slab {one['grads']} + shard)")

@@ -161,8 +161,8 @@ TEST(Pipeline, PassesExactValuesBothWays) {
         SyntheticStage stage(pp.rank(), pp.size(), numel, 0.0);
         PipelineBuffers buffers(schedule, numel);
         for (int step = 0; step < 3; ++step) {
-          const PipelineStats st = run_schedule(schedule, stage, pp, buffers,
-                                                {.barrier = step != 1, .before_last_backward = {}});
+          const PipelineStats st = run_schedule(
+              schedule, stage, pp, buffers, {.barrier = step != 1, .before_last_backward = {}, .before_backward = {}});
           EXPECT_GE(st.total_ms, st.compute_ms);
           EXPECT_GE(st.wait_ms, 0.0);
         }
@@ -200,7 +200,8 @@ TEST(Pipeline, LinkTransportMatchedByOrderPassesExactValues) {
         SyntheticStage stage(s, p, numel, 0.0);
         PipelineBuffers buffers(schedule, numel);
         for (int step = 0; step < 3; ++step)
-          run_schedule(schedule, stage, transport, buffers, {.barrier = step != 1, .before_last_backward = {}});
+          run_schedule(schedule, stage, transport, buffers,
+                       {.barrier = step != 1, .before_last_backward = {}, .before_backward = {}});
         EXPECT_EQ(stage.wrong(), 0);
         EXPECT_EQ(stage.forwards(), 3 * m);
         EXPECT_EQ(stage.backwards(), 3 * m);

@@ -219,7 +219,8 @@ TEST(PipelineNccl, DeviceBuffersOverNcclLinksPassExactValues) {
         PipelineBuffers buffers(schedule, numel, Device::CUDA);
         for (int step = 0; step < 3; ++step) {
           stage.begin_step();
-          run_schedule(schedule, stage, transport, buffers, {.barrier = step != 1, .before_last_backward = {}});
+          run_schedule(schedule, stage, transport, buffers,
+                       {.barrier = step != 1, .before_last_backward = {}, .before_backward = {}});
           EXPECT_EQ(stage.check(), 0) << "step " << step;
         }
       }

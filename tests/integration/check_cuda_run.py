@@ -362,7 +362,7 @@ def scenario_precision():
 def plan_json(app, sets):
     """The --plan --json record of an app's deck with `sets` (reads no data for train_gpt)."""
     exe, deck = APPS[app]
-    plan = ["--plan", "1"] if app == "gpt" else ["--plan"]  # train_gpt plans a world size, train_resnet one rank
+    plan = ["--plan", "1"]  # both apps plan a world size (one rank here)
     cmd = [exe, deck] + plan + ["--json"] + [a for s in sets for a in ("--set", s)]
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=args.timeout, env=ENV)
     recs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]

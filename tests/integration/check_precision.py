@@ -83,7 +83,7 @@ def compare(name, got, ref, tol=TOL):
 
 
 def plan_json(sets):
-    c = [exe, deck, "--plan"] + (["1"] if gpt else []) + ["--json"]
+    c = [exe, deck, "--plan", "1", "--json"]
     for s in sets:
         c += ["--set", s]
     p = subprocess.run(c, capture_output=True, text=True, errors="replace", timeout=120, env=ENV)

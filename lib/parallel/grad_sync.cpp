@@ -74,21 +74,21 @@ void place_buckets(BucketPlan& plan, const GradWriteOrder& order, int n_tensors)
   for (int i = 0; i < n_tensors; ++i)
     HPCT_CHECK(covered[static_cast<size_t>(i)] == 1, "gradient {} is in {} write groups (should be in one)", i,
                covered[static_cast<size_t>(i)]);
+  auto len = [&](int b) {  // a bucket's place: its elements, rounded up to keep the alignment
+    return round_up(plan.buckets[static_cast<size_t>(b)].elem_end - plan.buckets[static_cast<size_t>(b)].elem_begin,
+                    kPlaceAlign);
+  };
   plan.place.assign(nb, 0);
   std::vector<int> ring;  // ring buckets in the order they open
   for (size_t b = 0; b < nb; ++b) {
     if (plan.bucket_pinned[b]) {
       plan.place[b] = plan.pinned_numel;
-      plan.pinned_numel += round_up(plan.buckets[b].elem_end - plan.buckets[b].elem_begin, kPlaceAlign);
+      plan.pinned_numel += len(static_cast<int>(b));
     } else {
       ring.push_back(static_cast<int>(b));
     }
   }
   std::stable_sort(ring.begin(), ring.end(), [&](int x, int y) { return opens[x] < opens[y]; });
-  auto len = [&](int b) {
-    return round_up(plan.buckets[static_cast<size_t>(b)].elem_end - plan.buckets[static_cast<size_t>(b)].elem_begin,
-                    kPlaceAlign);
-  };
   auto overlap = [&](int x, int y) {
     const int64_t px = plan.place[static_cast<size_t>(x)], py = plan.place[static_cast<size_t>(y)];
     return px < py + len(y) && py < px + len(x);
@@ -262,7 +262,6 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
   for (const BucketPlan::Owned& o : plan_.owned) owned_.push_back({o.tensor, o.begin, o.end, base + o.at});
   pending_.resize(buckets_.size());
   work_.resize(buckets_.size());
-  launched_.assign(buckets_.size(), false);
 }
 
 std::string GradSync::describe() const {
@@ -330,10 +329,7 @@ void GradSync::writing(int first, int end) {
 void GradSync::arm() {
   armed_ = true;
   next_launch_ = 0;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    pending_[b] = buckets_[b].end_tensor - buckets_[b].first_tensor;
-    launched_[b] = false;
-  }
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].end_tensor - buckets_[b].first_tensor;
 }
 
 void GradSync::launch(size_t b) {
@@ -346,7 +342,6 @@ void GradSync::launch(size_t b) {
     float* data = bucket_data(b);
     float* recv = plan_.bucket_pinned[b] ? shard_.tensors()[0].f32() + bk.shard_offset : data + bk.own_offset;
     work_[b] = dp_.reduce_scatter_v_async(data, recv, bk.counts, DType::F32, comm::ReduceOp::Sum, what);
-    launched_[b] = true;
     return;
   }
   float* base = static_cast<float*>(grads_.base()) + bk.elem_begin;
@@ -365,7 +360,6 @@ void GradSync::launch(size_t b) {
   } else {
     work_[b] = dp_.allreduce_async(base, len, DType::F32, comm::ReduceOp::Sum, what);
   }
-  launched_[b] = true;
 }
 
 void GradSync::land(size_t b) {
@@ -415,18 +409,10 @@ void GradSync::finish() {
                ring_order_.size() - next_launch_, ring_order_.size());
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (plan_.bucket_pinned[b]) launch(b);
-    for (size_t b = 0; b < buckets_.size(); ++b) wait_and_land(b);
-    sum_over_replicas();
-    exposed_ms_ = t.ms();
-    armed_ = false;
-    return;
+  } else {
+    while (next_launch_ < buckets_.size()) launch(next_launch_++);
   }
-  while (next_launch_ < buckets_.size()) launch(next_launch_++);
-  for (size_t b = 0; b < work_.size(); ++b) {
-    work_[b]->wait();
-    work_[b].reset();
-    land(b);
-  }
+  for (size_t b = 0; b < buckets_.size(); ++b) wait_and_land(b);
   sum_over_replicas();
   exposed_ms_ = t.ms();
   armed_ = false;

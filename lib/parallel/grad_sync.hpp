@@ -205,7 +205,6 @@ class GradSync {
   const std::vector<Bucket>& buckets_ = plan_.buckets;
   std::vector<int> pending_;  // per bucket: tensors not yet ready
   std::vector<comm::WorkPtr> work_;
-  std::vector<bool> launched_;
   size_t next_launch_ = 0;  // buckets launch strictly in order (same order on every rank)
   bool armed_ = false;
   Slab shard_;        // ZeRO: reduced gradient shares (plan_.shard_numel floats)

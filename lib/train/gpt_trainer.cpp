@@ -120,14 +120,8 @@ class GptTask final : public TrainTask {
              train_shard_.size(), val_shard_.path(), val_shard_.size(), eval_set_.num_sequences(), T_);
   }
   MemoryKinds model_memory() const override {
-    const gpt::MemoryPlan m = model_.memory();
-    MemoryKinds k;
-    k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes);
-    k.grads = static_cast<double>(m.grad_bytes);
-    k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + stage_->bytes() +
-                                        evaluator_.bytes());
-    k.workspace = static_cast<double>(kernels::gemm_workspace_bytes(ctx_.device, model_.activation_dtype()));
-    return k;
+    return gpt_model_kinds(model_.memory(), stage_->bytes() + evaluator_.bytes(),
+                           kernels::gemm_workspace_bytes(ctx_.device, model_.activation_dtype()));
   }
   void before_first_step() override {
     if (dump_) dump_->record_params(ctx_, model_, "init");

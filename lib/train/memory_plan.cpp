@@ -88,6 +88,24 @@ MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_ra
   return k;
 }
 
+MemoryKinds gpt_model_kinds(const gpt::MemoryPlan& m, size_t batch_bytes, size_t workspace_bytes) {
+  MemoryKinds k;
+  k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes);
+  k.grads = static_cast<double>(m.grad_bytes);
+  k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + batch_bytes);
+  k.workspace = static_cast<double>(workspace_bytes);
+  return k;
+}
+
+MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes) {
+  MemoryKinds k;
+  k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes + m.buffer_bytes);
+  k.grads = static_cast<double>(m.grad_bytes);
+  k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + batch_bytes);
+  k.workspace = static_cast<double>(m.workspace_bytes);
+  return k;
+}
+
 bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size) {
   return !(sync.zero >= 2 && dp_size > 1);
 }
@@ -103,15 +121,13 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
   for (int p = 0; p < pp; ++p)
     for (int t = 0; t < tp; ++t) {
       const gpt::ModelParallel mp{tp, t, pp, p};
-      const gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act);
+      gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act);
+      if (!model_allocates_grads(run.parallel.sync, grid.dp())) m.grad_bytes = 0;
       const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
-      MemoryKinds model;  // GptTask::model_memory
-      model.params = static_cast<double>(m.param_bytes + m.compute_param_bytes);
-      model.grads = model_allocates_grads(run.parallel.sync, grid.dp()) ? static_cast<double>(m.grad_bytes) : 0.0;
-      model.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes +
-                                              gpt::GptStage::planned_bytes(cfg, st, n_micro, MB, target.act) +
-                                              gpt::GptEvaluator::planned_bytes(cfg, st, MB, target.act));
-      model.workspace = static_cast<double>(kernels::gemm_workspace_bytes(target.device, target.act));
+      const MemoryKinds model = gpt_model_kinds(m,
+                                                gpt::GptStage::planned_bytes(cfg, st, n_micro, MB, target.act) +
+                                                    gpt::GptEvaluator::planned_bytes(cfg, st, MB, target.act),
+                                                kernels::gemm_workspace_bytes(target.device, target.act));
       Slab grads("gradients (planned)", target.device);  // the model's gradient slab, never allocated
       std::vector<gpt::ParamSpec> layout;
       for (const gpt::ShardSpec& s : gpt::parameter_layout(cfg, mp)) {
@@ -150,13 +166,9 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   // the model's slabs as the run plans them (the CPU's convolution workspace: cuDNN sizes its own on the GPU)
   resnet::ResNet planned(cfg, MB, Device::CPU, nullptr, /*allocate=*/false, target.act, Precision::FP32,
                          sync_bn ? dp : 1);
-  const resnet::MemoryPlan m = planned.memory();
-  MemoryKinds model;  // ResNetTask::model_memory
-  model.params = static_cast<double>(m.param_bytes + m.compute_param_bytes + m.buffer_bytes);
-  model.grads = model_allocates_grads(run.parallel.sync, dp) ? static_cast<double>(m.grad_bytes) : 0.0;
-  model.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes +
-                                          resnet::ResNetStage::planned_bytes(cfg, MB));
-  model.workspace = static_cast<double>(m.workspace_bytes);
+  resnet::MemoryPlan m = planned.memory();
+  if (!model_allocates_grads(run.parallel.sync, dp)) m.grad_bytes = 0;
+  const MemoryKinds model = resnet_model_kinds(m, resnet::ResNetStage::planned_bytes(cfg, MB));
   LoopMemoryInputs in;
   in.grads = &planned.grads();
   in.sync = run.parallel.sync;
@@ -170,15 +182,16 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
 }
 
 void print_memory_plan(const MemoryPlanTable& plan) {
-  const char* kinds[] = {"params", "grads", "optimizer", "comm", "activations", "workspace", "ckpt_staging", "peak"};
+  // the record's fields in its order; rss is measured, not planned
   std::printf("%8s %8s %10s |", "pp_rank", "tp_rank", "layers");
-  for (const char* k : kinds) std::printf(" %12s", k);
+  for (const auto& [name, value] : memory_fields(MemoryRecord{}))
+    if (name != "rss") std::printf(" %12s", name.c_str());
   std::printf("\n");
   auto print = [&](const std::string& pp, const std::string& tp, const std::string& layers, const MemoryKinds& k,
                    double peak) {
     std::printf("%8s %8s %10s |", pp.c_str(), tp.c_str(), layers.c_str());
-    for (double v : {k.params, k.grads, k.optimizer, k.comm, k.activations, k.workspace, k.ckpt_staging, peak})
-      std::printf(" %12s", human_bytes(v).c_str());
+    for (const auto& [name, value] : memory_fields(MemoryRecord{k, peak, 0.0}))
+      if (name != "rss") std::printf(" %12s", human_bytes(*value).c_str());
     std::printf("\n");
   };
   for (const PlannedRanks& r : plan.rows)
@@ -217,12 +230,11 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
   for (const PlannedRanks& row : plan.rows) {
     const double need = device_bytes(row.kinds, row.peak, plan.device);
     if (need <= limit) continue;
-    const MemoryKinds& k = row.kinds;
-    const std::pair<const char*, double> by_kind[] = {{"params", k.params},           {"grads", k.grads},
-                                                      {"optimizer", k.optimizer},     {"comm", k.comm},
-                                                      {"activations", k.activations}, {"workspace", k.workspace}};
-    const auto largest = *std::max_element(std::begin(by_kind), std::end(by_kind),
-                                           [](const auto& a, const auto& b) { return a.second < b.second; });
+    // the largest kind on the device (the checkpoint's staging is host memory on CUDA, and 0 on the CPU)
+    std::pair<std::string, double> largest{"", -1.0};
+    for (const auto& [name, value] : memory_fields(MemoryRecord{row.kinds, row.peak, 0.0}))
+      if (name != "ckpt_staging" && name != "peak" && name != "rss" && *value > largest.second)
+        largest = {name, *value};
     const std::string kind = largest.first;
     const bool gpt = plan.app == "train_gpt";
     std::string advice;

@@ -110,15 +110,7 @@ class ResNetTask final : public TrainTask {
              d_.steps, static_cast<double>(d_.steps) / spe_, d_.sched.lr, d_.sgd.momentum, d_.sgd.nesterov,
              d_.sgd.weight_decay, d_.lr_kind, d_.sched.warmup_steps);
   }
-  MemoryKinds model_memory() const override {
-    const resnet::MemoryPlan m = model_.memory();
-    MemoryKinds k;
-    k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes + m.buffer_bytes);
-    k.grads = static_cast<double>(m.grad_bytes);
-    k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + stage_.bytes());
-    k.workspace = static_cast<double>(m.workspace_bytes);
-    return k;
-  }
+  MemoryKinds model_memory() const override { return resnet_model_kinds(model_.memory(), stage_.bytes()); }
   void before_first_step() override {
     if (dump_) dump_->record_state(ctx_, model_, "init");
   }

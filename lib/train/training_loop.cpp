@@ -207,8 +207,8 @@ int run_steps(RunSession& run, TrainTask& task) {
   int exit_code = 0;
   for (int64_t s = start + 1; s <= steps; ++s) {
     Timer timer;
+    pc.reset_comm_volume();  // comm_bytes counts this step's operations
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
-    pc.reset_comm_volume();
     task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
     grad_sync.begin_step();
     const parallel::PipelineStats ps = parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(),

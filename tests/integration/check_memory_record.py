@@ -37,7 +37,7 @@ QUIET = ["sample.tokens=0"] if app == "gpt" else []
 # tensor is aligned, and SyncBN's gathered statistics grow with the DP size: "half" and "unchanged" hold within 1%
 # plus this many bytes (the tiny ResNet has 5,142 parameters, where they show).
 SLACK = 4096
-PLAN_TOLERANCE = 0.05  # the bound per kind; the plan is exact today
+PLAN_TOLERANCE = 0.05  # the bound docs/contracts.md gives per kind; the plan is exact today
 failures = []
 
 

@@ -92,7 +92,7 @@ key = {
               f"cmake --build {build_dry} -j "],
     "cuda-tests": [f"ctest --test-dir {build_dry} -L cuda -E '^cuda_run_' --output-on-failure"],
     "cuda-run": [f"tests/integration/check_cuda_run.py {s} {build_dry}/apps/train_gpt"
-                 for s in ("gpt", "resnet", "precision", "layouts", "restart")],
+                 for s in ("gpt", "resnet", "precision", "layouts", "restart", "memory")],
     "bench-gpt": [f"validation/bench_gpu.py --only gpt --build {build_dry} --record"],
     "bench-resnet": [f"validation/bench_gpu.py --only resnet --build {build_dry} --record"],
 }

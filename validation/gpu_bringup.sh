@@ -72,7 +72,7 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PHASES=(build cuda-tests memcheck racecheck synccheck initcheck cuda-run bench-gpt bench-resnet)
-CUDA_RUN_SCENARIOS=(gpt resnet precision layouts restart)
+CUDA_RUN_SCENARIOS=(gpt resnet precision layouts restart memory)
 KERNEL_TESTS=(tests/unit/kernels/test_kernels_cuda tests/unit/kernels/test_cuda_core tests/unit/kernels/test_cuda_gpt
               tests/unit/kernels/test_cuda_resnet)
 OPTIONAL_TESTS=(tests/unit/train/test_cuda_device)  # built only with the apps' libraries

@@ -8,7 +8,7 @@
 #
 # Phase A (in parallel, until 45% of the budget): the CUDA test executables (ctest label cuda, run directly: ctest's
 # files hold this machine's absolute paths), tests/integration/check_cuda_run.py gpt resnet precision layouts restart
-# (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT kernels; tools in
+# memory (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT kernels; tools in
 # --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
 # while the budget lasts; before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
@@ -89,7 +89,7 @@ run_bg unit $((PHASE_A_END - 10)) bash -c '
            tests/mpi/pipeline/test_pipeline_nccl; do
     echo "===== $t"; timeout -k 5 120 build/$t --gtest_color=no; echo "===== $t exit $?"
   done'
-for sc in gpt resnet precision layouts restart; do
+for sc in gpt resnet precision layouts restart memory; do
   run_bg "cuda_run_$sc" $((PHASE_A_END - 10)) python3 tests/integration/check_cuda_run.py "$sc" build/apps/train_gpt \
     build/apps/train_resnet "/tmp/cuda_run_$sc"
 done

@@ -224,8 +224,27 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
 // ---- convolutional layers (ResNet) ----
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, DType act) {
-  if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("conv2d_workspace_floats");
-  HPCT_DISPATCH(conv2d_workspace_floats, N, C, H, W, OC, KH, KW, stride, pad, act);
+  if (ctx.device == Device::CUDA) {
+    HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && OC > 0 && KH > 0 && KW > 0 && stride > 0 && pad >= 0 &&
+                   H + 2 * pad >= KH && W + 2 * pad >= KW,
+               "conv2d_workspace_floats: bad shape N={} C={} H={} W={} OC={} {}x{} stride {} pad {}", N, C, H, W, OC,
+               KH, KW, stride, pad);
+    const size_t elem = dtype_size(act), OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    const size_t in = size_t(N) * C * H * W * elem, out = size_t(N) * OC * OH * OW * elem;
+    const size_t algo = std::max(kCudnnConvMinAlgoWorkspaceBytes, kCudnnConvAlgoWorkspacePerTensor * std::max(in, out));
+    const size_t bytes = cuda_conv_filter_scratch_bytes(C, OC, KH, KW, act) + (algo + 255) / 256 * 256;
+    return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+  }
+  if (act == DType::F16) cpu_fp16_error("conv2d_workspace_floats");
+  return cpu::conv2d_workspace_floats(N, C, H, W, OC, KH, KW, stride, pad, act);
+}
+size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act) {
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
+             "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32, BF16 or F16",
+             dtype_name(act));
+  if (act == DType::F32) return 0;
+  const size_t bytes = static_cast<size_t>(OC) * C * KH * KW * dtype_size(act);
+  return (bytes + 255) / 256 * 256;
 }
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,

@@ -45,6 +45,20 @@ constexpr size_t gemm_workspace_bytes(Device device, DType act) {
   return device == Device::CUDA && act != DType::F32 ? kCudaGemmWorkspaceBytes : 0;
 }
 
+// The CUDA backend's convolution workspace (cuDNN): the 16-bit filter-gradient scratch of the layer (cuda_resnet.cu
+// says why it exists; none under fp32 storage), then a budget for cuDNN's algorithms computed from the shape: twice the
+// larger of the layer's input and output tensors (bytes of the storage type), at least 32 MiB. Each convolution runs
+// the first deterministic algorithm, in cuDNN's order of preference, whose workspace fits. A formula and not "what the
+// preferred algorithm asks": that depends on the GPU model and the cuDNN version, which a plan made on a login node
+// (--plan, train.memory_limit_gb) cannot ask, and the plan must be the run's size. Measured on an H100 (cuDNN 9,
+// ResNet-50 at micro-batch 256 in bf16): the preferred algorithms ask up to 1.5x the larger tensor, the leanest
+// backward-filter algorithm of a strided 1x1 layer 1.6x its input; a fixed 256 MiB made that layer fail.
+constexpr size_t kCudnnConvMinAlgoWorkspaceBytes = size_t{32} << 20;
+constexpr int kCudnnConvAlgoWorkspacePerTensor = 2;
+// The filter-gradient scratch: OC*C*KH*KW elements of the 16-bit storage type, rounded up to 256 bytes so that the
+// algorithms' part keeps the workspace's alignment; 0 under float storage.
+size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act);
+
 // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------------------------
 template <typename A>
 void encoder_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, const int32_t* inp /*(B,T)*/, const A* wte /*(Vp,C)*/,
@@ -202,6 +216,8 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 // same shape. A smaller workspace falls back to im2col, on fewer threads if need be; less than one thread's im2col
 // share is an error. One workspace may serve every conv layer in turn (size it for the largest); its contents
 // between calls are unspecified. HPCT_CONV=im2col in the environment forces the im2col path.
+// On CUDA the size is cuda_conv_filter_scratch_bytes and the algorithms' budget above, computed on the host (no GPU
+// needed: a plan for CUDA made anywhere is the run's size).
 // act: the storage type A of the calls (DType::F32, DType::BF16 or, on CUDA, DType::F16).
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, DType act = DType::F32);

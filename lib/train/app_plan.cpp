@@ -75,8 +75,8 @@ int plan_resnet(const Config& deck, int world, const PlanOutput& out) {
               cfg.num_classes, static_cast<long long>(m.num_params), resnet::forward_flops_per_image(cfg) / 1e9);
   std::printf("world %d = dp %d | micro_batch %d | ZeRO-%d | device %s%s\n", world, plan.dp, MB, run.parallel.sync.zero,
               device_name(target.device),
-              target.device == Device::CUDA ? " (workspace: the CPU's convolution workspace; cuDNN sizes its own on "
-                                              "the GPU)"
+              target.device == Device::CUDA ? " (convolution workspace: cuDNN's budget from the layers' shapes, "
+                                              "kernels.hpp)"
                                             : "");
   print_memory_plan(plan);
   std::printf("(activations: one micro-batch stored as %s, with the batch buffers)\n", dtype_name(target.act));

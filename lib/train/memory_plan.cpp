@@ -163,8 +163,8 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
                    run.deck_path, run.parallel.tp, run.parallel.pp);
   const int dp = world, MB = run.train.micro_batch;
   micro_batches_per_step(run, dp);  // the global batch's split, checked as the run checks it
-  // the model's slabs as the run plans them (the CPU's convolution workspace: cuDNN sizes its own on the GPU)
-  resnet::ResNet planned(cfg, MB, Device::CPU, nullptr, /*allocate=*/false, target.act, Precision::FP32,
+  // the model's slabs as the run plans them, on the run's device (the convolution workspace is the device's)
+  resnet::ResNet planned(cfg, MB, target.device, nullptr, /*allocate=*/false, target.act, Precision::FP32,
                          sync_bn ? dp : 1);
   resnet::MemoryPlan m = planned.memory();
   if (!model_allocates_grads(run.parallel.sync, dp)) m.grad_bytes = 0;

@@ -37,6 +37,10 @@
             checkpoint instead of keeping them on the device, which cannot change a bit unless some kernel is not
             run-to-run deterministic -- then it is reported (the max difference), and fails when it grows beyond
             the rounding of one step
+  memory    the memory plan on the device (docs/contracts.md, "memory record"): each app's first metrics record after
+            3 steps (fp32, and bf16 on the device) against `--plan 1 --json` with the same settings, kind by kind
+            (params, grads, optimizer, comm, activations, workspace, ckpt_staging) and the peak, within 5% (the
+            contract's bound; the plan is built by the code that sizes the buffers and is exact on the CPU)
 
   --device cpu   the self-test of this driver (ctest `cuda_run_selftest_cpu`, label integration): the same scenarios
                  with the CPU in the device's place; the CPU reproduces itself, so gpt, resnet and restart must be
@@ -69,7 +73,7 @@ import time
 from ckpt_read import latest_step_dir, read_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCENARIOS = ("gpt", "resnet", "precision", "layouts", "restart")
+SCENARIOS = ("gpt", "resnet", "precision", "layouts", "restart", "memory")
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("scenario", choices=SCENARIOS + ("all",))
@@ -427,6 +431,36 @@ def scenario_layouts():
         got = train("resnet", f"{args.work}/layouts_resnet_{'_'.join(s.replace('.', '-') for s in sets) or 'dp'}",
                     rbase + [f"train.micro_batch={gmb // w}"] + sets, world=w)
         compare(f"train_resnet {name} (micro-batch {gmb // w}) vs world 1", got, ref, 1e-5)
+
+
+MEMORY_KINDS = ["params", "grads", "optimizer", "comm", "activations", "workspace", "ckpt_staging", "peak"]
+
+
+def scenario_memory():
+    precisions = ["fp32", "bf16"] if DEV == "cuda" else ["fp32"]
+    for app in ("gpt", "resnet"):
+        for prec in precisions:
+            sets = QUIET[app] + ["train.steps=3", "checkpoint.at_end=true", f"train.precision={prec}"]
+            rec = train(app, f"{args.work}/memory_{app}_{prec}", sets)
+            first = rec[min(rec)].get("memory")
+            planned = plan_json(app, sets + [f"train.device={DEV}"])
+            if first is None or planned is None or "memory" not in planned:
+                fail(f"train_{app} {prec}: no memory record ({first is not None}) or no planned memory")
+                continue
+            worst_rel, row = 0.0, []
+            for k in MEMORY_KINDS:
+                a, b = first.get(k), planned["memory"].get(k)
+                if a is None or b is None:
+                    fail(f"train_{app} {prec}: {k} missing from the record ({a}) or the plan ({b})")
+                    continue
+                rel = abs(a - b) / max(a, 1)
+                worst_rel = max(worst_rel, rel)
+                row.append(f"{k} {a:.0f}/{b:.0f}")
+                if rel > 0.05:
+                    fail(f"train_{app} {prec} on {DEV}: {k} recorded {a:.0f}, planned {b:.0f} ({100 * rel:.2f}% apart, "
+                         "bound 5%)")
+            print(f"  train_{app} {prec} on {DEV}: record/plan " + ", ".join(row) +
+                  f"; largest difference {100 * worst_rel:.3f}%", flush=True)
 
 
 def scenario_restart():

@@ -101,8 +101,6 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
                           const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/, int N);
 
 // ---- convolutional layers (ResNet), NCHW: see kernels.hpp for the contracts (cpu_conv.cpp) ----
-int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
-                                int pad, DType act);
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
                     const A* weight /*(OC,C,KH,KW)*/, const A* bias /*(OC) or null*/,

@@ -23,11 +23,11 @@
 // includes that scratch. The bias (forward) seeds the output (plane_bias_kernel<true>) and cuDNN accumulates the
 // convolution onto it (beta = 1), so the sum is rounded to bf16 once.
 // Algorithms come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7: no benchmarking, no device allocation),
-// filtered to CUDNN_DETERMINISTIC, supported ones (under fp32 also non-tensor-op) whose workspace is at most kMaxWorkspaceBytes, in the
-// heuristics' order; a known deterministic algorithm (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1) is appended
-// as the last resort. Each call runs the FIRST candidate whose workspace fits the one passed in, so with the size
-// conv2d_workspace_floats returns (the largest of the three first choices) every phase runs its preferred algorithm,
-// whatever else shares the workspace; a smaller workspace falls back to a cheaper candidate, and when none fits the
+// filtered to CUDNN_DETERMINISTIC, supported ones (under fp32 also non-tensor-op), in the heuristics' order; a known
+// deterministic algorithm (IMPLICIT_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1) is appended as the last resort. Each call
+// runs the FIRST candidate whose workspace fits the one passed in: the model passes conv2d_workspace_floats (the
+// filter scratch and the algorithms' budget, kernels.hpp), so a phase whose preferred algorithm
+// asks for more runs the next that fits, and says so once per shape and phase (rank 0, stderr); when none fits the
 // op fails naming the sizes. The choice depends only on the shape, the GPU model and the workspace size: the same
 // bits on every run. Bias (forward) is a separate add kernel; dbias is our own per-channel reduction in double.
 // Handles: one cudnnHandle_t per (host thread, device), created on first use, set to the op's stream each call;
@@ -51,10 +51,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "kernels/kernels.hpp"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/cuda_resnet_kernels.cuh"
@@ -70,8 +75,6 @@
 
 namespace hpct::kernels::cuda {
 namespace {
-
-constexpr size_t kMaxWorkspaceBytes = size_t(1) << 30;  // candidates needing more (large FFTs) are skipped
 
 // ---------------------------------------------------------------------------------------------------------------
 // cuDNN plumbing.
@@ -117,7 +120,6 @@ bool tensor_op_math(cudnnMathType_t m) {
 }
 
 void add_candidate(std::vector<ConvAlgo>& list, int algo, size_t bytes) {
-  if (bytes > kMaxWorkspaceBytes) return;
   for (const ConvAlgo& a : list)
     if (a.algo == algo) return;
   list.push_back({algo, bytes});
@@ -266,22 +268,40 @@ const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precisio
   return *it->second;
 }
 
-// 16-bit storage: the workspace starts with the 16-bit filter-gradient scratch (OC*C*KH*KW elements of the storage
-// type, rounded up to 256 bytes so that the algorithms' part keeps the workspace's own alignment); the algorithms get
-// the rest. float storage: no scratch.
+// 16-bit storage: the workspace starts with the 16-bit filter-gradient scratch (kernels.hpp,
+// cuda_conv_filter_scratch_bytes); the algorithms get the rest. float storage: no scratch.
 size_t filter_scratch_bytes(const ConvDims& d, DType storage) {
-  if (!half_precision(storage)) return 0;
-  const size_t bytes = static_cast<size_t>(d.OC) * d.C * d.KH * d.KW * dtype_size(storage);
-  return (bytes + 255) / 256 * 256;
+  return cuda_conv_filter_scratch_bytes(d.C, d.OC, d.KH, d.KW, storage);
 }
 
 int64_t floats_of(size_t bytes) { return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)); }
 
+// Once per (shape, phase, workspace size): the preferred algorithm did not fit and `ran` runs instead (slower, as
+// cuDNN ranks them; the results stay deterministic).
+void warn_budget_fallback(const ConvAlgo& preferred, const ConvAlgo& ran, size_t have_bytes, const char* op,
+                          const char* phase, const ConvDims& d) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::string what = fmt::format("{} N={} C={} H={} W={} OC={} {}x{} stride {} pad {}", phase, d.N, d.C, d.H, d.W,
+                                       d.OC, d.KH, d.KW, d.stride, d.pad);
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(fmt::format("{} {}", what, have_bytes)).second) return;
+  }
+  log_warn(
+      "{}: cuDNN's preferred deterministic {} algorithm ({}) needs a workspace of {:.1f} MiB, more than the {:.1f} "
+      "MiB this convolution has (conv2d_workspace_floats): running algorithm {} ({:.1f} MiB) instead",
+      op, what, preferred.algo, preferred.bytes / 1048576.0, have_bytes / 1048576.0, ran.algo, ran.bytes / 1048576.0);
+}
+
 // The first candidate whose workspace fits; fails naming the sizes when none does.
 const ConvAlgo& pick(const std::vector<ConvAlgo>& list, size_t have_bytes, const char* op, const char* phase,
                      const ConvDims& d) {
-  for (const ConvAlgo& a : list)
-    if (a.bytes <= have_bytes) return a;
+  for (const ConvAlgo& a : list) {
+    if (a.bytes > have_bytes) continue;
+    if (&a != &list.front()) warn_budget_fallback(list.front(), a, have_bytes, op, phase, d);
+    return a;
+  }
   size_t least = list.front().bytes;
   for (const ConvAlgo& a : list) least = std::min(least, a.bytes);
   HPCT_FAIL("{}: the workspace of {} floats is smaller than the {} floats the leanest deterministic cuDNN {} algorithm "
@@ -323,17 +343,7 @@ void check_bn(const char* op, int N, int C, int HW) {
 }  // namespace
 
 // ---- Conv2d ---------------------------------------------------------------------------------------------
-int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
-                                int pad, DType act) {
-  HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
-             "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32, BF16 or F16",
-             dtype_name(act));
-  const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
-  const cudnnHandle_t h = cudnn_handle(stream_of(ctx));
-  const ConvPlan& p = conv_plan(h, d, ctx.precision, act);
-  const size_t bytes = std::max({p.fwd.front().bytes, p.bwd_data.front().bytes, p.bwd_filter.front().bytes});
-  return floats_of(filter_scratch_bytes(d, act) + bytes);
-}
+// (conv2d_workspace_floats on CUDA is computed on the host: kernels.cpp)
 
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,

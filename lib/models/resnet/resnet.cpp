@@ -201,10 +201,11 @@ int index_of(const std::vector<ParamSpec>& layout, const std::string& name) {
 ResNet::Conv ResNet::make_conv(const std::string& name, int C, int OC, int H, int W, int K, int stride, int pad) {
   Conv c{index_of(layout_, name),       C, OC, H, W, K, stride, pad, (H + 2 * pad - K) / stride + 1,
          (W + 2 * pad - K) / stride + 1};
-  // The run's math: cuDNN's algorithms for TF32 tensor cores need other workspaces than fp32's (the CPU ignores it).
+  // The CPU's workspace depends on the shape (oneDNN's or im2col's); CUDA's is the filter scratch and a budget
+  // for cuDNN (kernels.hpp), computed on the host, so that a plan for CUDA needs no GPU.
   const ExecContext ctx{device_, nullptr, device_ == Device::CPU ? Precision::FP32 : arithmetic_};
-  // A model that only plans memory (memory_plan: the CPU's sizes) may be f16, which the CPU backend has no workspace
-  // formula for: it plans bf16's, the same 2-byte elements (a CUDA run sizes its workspace on the GPU).
+  // A CPU model that only plans memory (memory_plan) may be f16, which the CPU backend has no workspace formula for: it
+  // plans bf16's, the same 2-byte elements.
   const DType ws_act = device_ == Device::CPU && act_ == DType::F16 ? DType::BF16 : act_;
   ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad, ws_act));
   return c;

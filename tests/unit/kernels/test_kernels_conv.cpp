@@ -92,6 +92,25 @@ TEST(KernelsConv, Conv2dForwardBackward) {
   check_conv(3, 4, 9, 8, 6, 3, 1, 2, 1, true, false);
 }
 
+// The CUDA backend's workspace is computed on the host (a plan for CUDA needs no GPU, and this runs without one): the
+// 16-bit filter-gradient scratch, then twice the larger of the input and output tensors, at least 32 MiB.
+TEST(KernelsConv, CudaWorkspaceIsPlannedWithoutAGpu) {
+  const ExecContext cuda{Device::CUDA, nullptr, Precision::FP32};
+  // small layers: the 32 MiB floor; fp32 has no scratch, bf16 / fp16 a 256-byte-aligned one (4*3*3*3*2 = 216 -> 256)
+  EXPECT_EQ(conv2d_workspace_floats(cuda, 2, 3, 8, 8, 4, 3, 3, 1, 1, DType::F32), (int64_t{32} << 20) / 4);
+  EXPECT_EQ(conv2d_workspace_floats(cuda, 2, 3, 8, 8, 4, 3, 3, 1, 1, DType::BF16), ((int64_t{32} << 20) + 256) / 4);
+  EXPECT_EQ(conv2d_workspace_floats(cuda, 2, 3, 8, 8, 4, 3, 3, 1, 1, DType::F16), ((int64_t{32} << 20) + 256) / 4);
+  // ResNet-50's stem at micro-batch 256 in bf16: the output (256 x 64 x 112 x 112) is the larger tensor; 784 MiB
+  const int64_t out_bytes = int64_t{256} * 64 * 112 * 112 * 2, scratch = (64 * 3 * 7 * 7 * 2 + 255) / 256 * 256;
+  EXPECT_EQ(conv2d_workspace_floats(cuda, 256, 3, 224, 224, 64, 7, 7, 2, 3, DType::BF16),
+            (2 * out_bytes + scratch) / 4);
+  // a strided 1x1 layer: the input is the larger tensor
+  const int64_t in_bytes = int64_t{256} * 512 * 28 * 28 * 4;
+  EXPECT_EQ(conv2d_workspace_floats(cuda, 256, 512, 28, 28, 1024, 1, 1, 2, 0, DType::F32), 2 * in_bytes / 4);
+  EXPECT_ANY_THROW(conv2d_workspace_floats(cuda, 0, 3, 8, 8, 4, 3, 3, 1, 1, DType::F32));
+  EXPECT_ANY_THROW(conv2d_workspace_floats(cuda, 1, 3, 2, 2, 4, 7, 7, 1, 1, DType::F32));  // kernel > padded input
+}
+
 TEST(KernelsConv, Conv2dWorkspaceTooSmallIsAnError) {
   // a workspace below one thread's im2col share (the smallest any path takes) is an error
   std::vector<float> tiny(16), inp(4 * 64, 1.0f), w(4 * 4 * 9, 1.0f), out(4 * 64);

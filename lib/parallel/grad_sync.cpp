@@ -42,8 +42,13 @@ size_t BucketPlan::shard_bytes() const {
   return sharded ? slab_aligned(static_cast<size_t>(std::max<int64_t>(shard_numel, 1)) * sizeof(float)) : 0;
 }
 
+int64_t BucketPlan::image_numel() const {
+  if (!bf16_image) return 0;
+  return ring ? ring_numel + pinned_numel : slab_numel;
+}
+
 size_t BucketPlan::comm_bytes() const {
-  return bf16_image ? slab_aligned(static_cast<size_t>(std::max<int64_t>(slab_numel, 1)) * sizeof(bf16)) : 0;
+  return bf16_image ? slab_aligned(static_cast<size_t>(std::max<int64_t>(image_numel(), 1)) * sizeof(bf16)) : 0;
 }
 
 size_t BucketPlan::bucket_bytes() const {
@@ -219,8 +224,7 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
                "ZeRO-2 over the allocated gradient slab {}: build the model with its gradients "
                "planned only",
                grads_.name());
-    HPCT_CHECK(opts_.overlap && opts_.reduce_dtype == DType::F32,
-               "ZeRO-2 reduce-scatters fp32 buckets as backward produces them (overlap on, grad_dtype fp32)");
+    HPCT_CHECK(opts_.overlap, "ZeRO-2 reduce-scatters the buckets as backward produces them (overlap on)");
     HPCT_CHECK(ctx_.device == grads_.device(), "ZeRO-2: the gradients are on {} but the kernels would run on {}",
                device_name(grads_.device()), device_name(ctx_.device));
     buckets_mem_.add("ring", {std::max<int64_t>(plan_.ring_numel, 1)});
@@ -242,12 +246,12 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
                buckets_mem_.bytes(), plan_.bucket_bytes());
   }
   HPCT_CHECK(grads_.allocated(), "GradSync over the unallocated gradient slab {}", grads_.name());
-  if (plan_.bf16_image) {  // the bf16 image of every bucket (the buckets tile [0, slab_numel))
+  if (plan_.bf16_image) {  // the bf16 image of every bucket (the buckets tile [0, slab_numel); ZeRO-2: their places)
     HPCT_CHECK(ctx_.device == grads_.device(),
                "parallel.grad_dtype = bf16 on rank {} of the {} group: the gradients are on {} but the casts would run "
                "on {}; pass the run's ExecContext (ParallelContext::exec()) to GradSync",
                dp_.rank(), dp_.name(), device_name(grads_.device()), device_name(ctx_.device));
-    reduced_.add("grad_bf16", {std::max<int64_t>(plan_.slab_numel, 1)}, DType::BF16);
+    reduced_.add("grad_bf16", {std::max<int64_t>(plan_.image_numel(), 1)}, DType::BF16);
     reduced_.allocate();
     reduced_base_ = reduced_.tensors()[0].b16();
   }
@@ -281,6 +285,11 @@ std::string GradSync::describe() const {
 }
 
 float* GradSync::bucket_data(size_t b) { return (plan_.bucket_pinned[b] ? pinned_ : ring_) + plan_.place[b]; }
+
+bf16* GradSync::bucket_image(size_t b) {
+  if (!plan_.ring) return reduced_base_ + buckets_[b].elem_begin;
+  return reduced_base_ + (plan_.bucket_pinned[b] ? plan_.ring_numel : 0) + plan_.place[b];
+}
 
 void GradSync::begin_step() {
   if (!plan_.ring) return;
@@ -338,8 +347,16 @@ void GradSync::launch(size_t b) {
   const std::string what = fmt::format("gradient bucket {} of {}", b, buckets_.size());
   if (plan_.ring) {
     // ZeRO-2: a ring bucket is reduce-scattered in place (this rank's share stays at own_offset; land() adds it to the
-    // shard), a pinned one straight into the shard (once per step, after the last micro-batch)
+    // shard), a pinned one straight into the shard (once per step, after the last micro-batch). bf16: the bucket's
+    // image at its place, reduced in place; land() casts the share back
     float* data = bucket_data(b);
+    if (reduced_base_ != nullptr) {
+      bf16* img = bucket_image(b);
+      kernels::cast(ctx_, img, data, len);
+      work_[b] = dp_.reduce_scatter_v_async(img, img + bk.own_offset, bk.counts, DType::BF16, comm::ReduceOp::Sum,
+                                            what);
+      return;
+    }
     float* recv = plan_.bucket_pinned[b] ? shard_.tensors()[0].f32() + bk.shard_offset : data + bk.own_offset;
     work_[b] = dp_.reduce_scatter_v_async(data, recv, bk.counts, DType::F32, comm::ReduceOp::Sum, what);
     return;
@@ -365,11 +382,14 @@ void GradSync::launch(size_t b) {
 void GradSync::land(size_t b) {
   const Bucket& bk = buckets_[b];
   if (plan_.ring) {  // ZeRO-2: this micro-batch's reduced share joins the step's sum (a pinned bucket wrote it)
-    if (!plan_.bucket_pinned[b]) {
-      float* sum = shard_.tensors()[0].f32() + bk.shard_offset;
-      kernels::residual_forward<float>(ctx_, sum, sum, bucket_data(b) + bk.own_offset,
-                                       bk.counts[static_cast<size_t>(dp_.rank())]);
+    const int64_t n = bk.counts[static_cast<size_t>(dp_.rank())];
+    float* sum = shard_.tensors()[0].f32() + bk.shard_offset;
+    float* share = bucket_data(b) + bk.own_offset;
+    if (reduced_base_ != nullptr) {  // bf16: the reduced share, cast back (a pinned one: straight into the shard)
+      kernels::cast(ctx_, plan_.bucket_pinned[b] ? sum : share, bucket_image(b) + bk.own_offset, n);
+      if (plan_.bucket_pinned[b]) return;
     }
+    if (!plan_.bucket_pinned[b]) kernels::residual_forward<float>(ctx_, sum, sum, share, n);
     return;
   }
   if (reduced_base_ == nullptr) return;  // fp32: the reduction wrote the fp32 result itself

@@ -36,8 +36,11 @@
 // (zeroed by begin_step()). The buckets share a ring (BucketPlan::place, sized by plan_buckets from the model's write
 // order so that a bucket opens only over complete ones); the tensors GradWriteOrder pins (the GPT's tied wte) keep a
 // place of their own, accumulate over the micro-batches and are reduce-scattered once, in finish(). The optimizer's
-// ranges, the norm and gather_params() are ZeRO-1's. ZeRO-2 requires overlap and fp32 reduction (the deck's
-// UsageErrors).
+// ranges, the norm and gather_params() are ZeRO-1's. ZeRO-2 requires overlap (the deck's UsageError). With bf16
+// reduction (below) each bucket's image sits at the bucket's place in a bf16 copy of the ring and the pinned buffer:
+// every micro-batch's gradients are rounded to bf16 and reduced in bf16, then summed in fp32 into the shard (a
+// pinned bucket once per step), so a step's gradient carries up to m such reductions for m micro-batches where ZeRO-1
+// carries one (DeepSpeed's ZeRO-2 reduces each micro-batch likewise).
 //
 // Reduction type (parallel.grad_dtype, docs/invariants.md "How the scale features compose"): fp32 (the default: the
 // gradient slab itself is reduced, bit for bit as before) or bf16, which halves the bytes on the wire. With bf16 each
@@ -135,6 +138,7 @@ struct BucketPlan {
 
   int64_t owned_numel() const;  // the elements the optimizer updates: its state's elements per buffer
   size_t shard_bytes() const;   // the ZeRO shard buffer (kind `grads`), as its slab allocates it
+  int64_t image_numel() const;  // the bf16 image's elements: the gradient slab's, or ZeRO-2's ring and pinned buffer
   size_t comm_bytes() const;    // the bf16 image (kind `comm`), as its slab allocates it
   size_t bucket_bytes() const;  // ZeRO-2: the ring and the pinned buffer (kind `grads`), as their slab allocates them
 };
@@ -195,6 +199,7 @@ class GradSync {
   void wait_and_land(size_t b);
   void sum_over_replicas();      // hybrid sharding: the shard summed over the replica group (finish())
   float* bucket_data(size_t b);  // ZeRO-2: where bucket b's gradients live
+  bf16* bucket_image(size_t b);  // bf16 reduction: bucket b's image
   comm::Communicator& dp_;
   comm::Communicator* replicas_ = nullptr;
   Slab& params_;

@@ -51,10 +51,6 @@ RunConfig read_run_config(const Config& deck) {
                    "bucket as backward completes it (that is how it avoids a full-size gradient buffer); set "
                    "parallel.overlap = true, or use parallel.zero = 1",
                    deck.deck_path());
-  HPCT_USAGE_CHECK(p.sync.zero != 2 || p.sync.reduce_dtype == DType::F32,
-                   "deck {}: parallel.zero = 2 with parallel.grad_dtype = bf16: ZeRO-2 reduces in fp32 only; set "
-                   "parallel.grad_dtype = fp32, or use parallel.zero = 1 for bf16 reduction",
-                   deck.deck_path());
 
   c.comm.timeout_s = deck.get_float("comm.timeout_s");
 

@@ -154,7 +154,9 @@ if app == "gpt":
     for name, np, sets in [("np 2 tp 2", 2, ["train.steps=1", "parallel.tp=2"]),
                            ("np 4 dp 2 x pp 2 zero 1", 4, ["train.steps=1", "parallel.pp=2", "parallel.zero=1"]),
                            ("np 4 zero 2 hybrid 2", 4, ["train.steps=1", "parallel.zero=2", "parallel.zero_group=2",
-                                                        "parallel.bucket_mb=0.05"])]:
+                                                        "parallel.bucket_mb=0.05"]),
+                           ("np 2 zero 2 bf16 reduction", 2, ["train.steps=1", "parallel.zero=2",
+                                                              "parallel.grad_dtype=bf16", "parallel.bucket_mb=0.05"])]:
         against_plan(name, record(name, run(name.replace(" ", "_"), np, sets)), np, sets)
 
 # train.memory_limit_gb under the plan: a one-line error before anything allocates, naming the kind and the advice

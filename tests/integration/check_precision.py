@@ -11,8 +11,8 @@ Scenarios:
   layouts   bf16 runs on other layouts against the bf16 serial run, every step within 0.5% (docs/invariants.md:
             bf16 layouts reproduce the bf16 serial run to bf16 rounding; the reduction order of the bf16 collectives
             and the split GEMMs differ): train_gpt DP 2, TP 2, PP 2 (np 2) and DP 2 x TP 2 (np 4), and DP 2 with
-            parallel.grad_dtype = bf16; train_resnet DP 2 (SyncBN, at the serial run's DP x micro_batch = 8) and DP 2
-            with parallel.grad_dtype = bf16.
+            parallel.grad_dtype = bf16, alone and with ZeRO-2; train_resnet DP 2 (SyncBN, at the serial run's
+            DP x micro_batch = 8) and DP 2 with parallel.grad_dtype = bf16, alone and with ZeRO-2.
   resume    checkpoints hold the fp32 masters and optimizer state whatever the precision: a bf16 run restarted from
             its own checkpoint reproduces the uninterrupted bf16 run bit for bit; a fp32 run resumed from the bf16
             checkpoint, and a bf16 run resumed from a fp32 checkpoint, continue within 0.5% of the uninterrupted run of
@@ -137,10 +137,14 @@ elif scenario == "layouts":
     ref = losses(os.path.join(work, "serial"))
     if gpt:
         cases = [(2, ["parallel.tp=1"], "DP 2"), (2, ["parallel.tp=2"], "TP 2"), (2, ["parallel.pp=2"], "PP 2"),
-                 (4, ["parallel.tp=2"], "DP 2 x TP 2"), (2, ["parallel.grad_dtype=bf16"], "DP 2, bf16 reduction")]
+                 (4, ["parallel.tp=2"], "DP 2 x TP 2"), (2, ["parallel.grad_dtype=bf16"], "DP 2, bf16 reduction"),
+                 (2, ["parallel.zero=2", "parallel.grad_dtype=bf16", "parallel.bucket_mb=0.05"],
+                  "DP 2, ZeRO-2, bf16 reduction")]
     else:
         cases = [(2, ["train.micro_batch=4"], "DP 2 (SyncBN)"),
-                 (2, ["train.micro_batch=4", "parallel.grad_dtype=bf16"], "DP 2, bf16 reduction")]
+                 (2, ["train.micro_batch=4", "parallel.grad_dtype=bf16"], "DP 2, bf16 reduction"),
+                 (2, ["train.micro_batch=4", "parallel.zero=2", "parallel.grad_dtype=bf16", "parallel.bucket_mb=0.005"],
+                  "DP 2, ZeRO-2, bf16 reduction")]
     for np_, sets, name in cases:
         out = os.path.join(work, name.replace(" ", "_").replace(",", ""))
         train(out, BF16 + sets, np=np_)

@@ -147,6 +147,87 @@ INSTANTIATE_TEST_SUITE_P(Modes, GradSyncBf16Test,
                                            std::make_tuple(1, true, 0.25), std::make_tuple(1, false, 0.1),
                                            std::make_tuple(1, true, 1024.0)));
 
+// ZeRO-2 with bf16 reduction: every micro-batch's ring buckets are rounded to bf16, reduce-scattered in bf16 and their
+// shares summed in fp32 into the shard; the pinned wte accumulates in fp32 over the micro-batches and is reduced once.
+// Values from 100 to ~330 (integers, exact in fp32, not all exact in bf16's 8 bits): at DP 2 every share is exactly the
+// host's round(round(g0) + round(g1)) per micro-batch, summed in fp32 (wte: of the step's sums); at DP 4 within
+// 2 DP - 1 roundings per reduction. The bf16 image is a copy of the ring and the pinned buffer (kind `comm`).
+TEST(GradSyncBf16, Zero2ReducesEveryMicroBatchInBf16) {
+  ParallelContext pc(1, 1, "tp-dp-pp", comm::CommOptions{30.0}, "test");
+  const int P = pc.dp_size(), me = pc.dp_rank(), micro_batches = 3;
+  if (P == 1) GTEST_SKIP() << "ZeRO-2 shards over 2 or more ranks";
+  Slab params("params", Device::CPU), grads("grads", Device::CPU);
+  plan(params);
+  for (const Tensor& t : params.tensors()) grads.add(t.name, t.shape);  // planned only: ZeRO-2 binds them
+  const int n = static_cast<int>(grads.tensors().size());
+  GradWriteOrder order;
+  for (int t = n - 1; t >= 2; --t) order.groups.emplace_back(t, t + 1);
+  order.groups.emplace_back(0, 2);
+  order.pinned.assign(static_cast<size_t>(n), false);
+  order.pinned[0] = true;
+  GradSyncOptions o;
+  o.zero = 2;
+  o.bucket_bytes = 100;
+  o.reduce_dtype = DType::BF16;
+  GradSync gs(pc.dp_group(), params, grads, o, pc.exec(), &order);
+  const BucketPlan bp = plan_buckets(grads, o, P, me, &order);
+  EXPECT_EQ(gs.comm_bytes(), bp.comm_bytes());
+  EXPECT_EQ(bp.image_numel(), bp.ring_numel + bp.pinned_numel);
+  auto value = [](int rank, int t, int64_t i, int mb) {
+    return static_cast<float>((rank + 1) * 100 + t * 7 + i % 13 + mb * 3);
+  };
+  auto add = [&](int t, int mb) {
+    Tensor& g = grads.tensors()[static_cast<size_t>(t)];
+    for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] += value(me, t, i, mb);
+  };
+  gs.begin_step();
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    gs.begin_micro_batch();
+    add(0, mb);  // the head's half of wte's gradient
+    for (const auto& [first, end] : order.groups) {
+      gs.writing(first, end);
+      for (int t = end - 1; t >= first; --t) add(t, mb);
+      gs.on_ready(first, end);
+      gs.on_ready(0, 0);
+    }
+  }
+  gs.finish();
+  const float u = std::ldexp(1.0f, -8);
+  int64_t rounded = 0;
+  for (const OwnedRange& r : gs.owned()) {
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      const float got = r.grad[i - r.begin];
+      float exact = 0.0f, pair = 0.0f, magnitude = 0.0f;
+      if (r.tensor == 0) {  // pinned: the step's fp32 sums, reduced once
+        float g[2] = {0.0f, 0.0f};
+        for (int q = 0; q < P; ++q) {
+          float gq = 0.0f;
+          for (int mb = 0; mb < micro_batches; ++mb) gq += 2.0f * value(q, 0, i, mb);
+          exact += gq;
+          magnitude += gq;
+          if (q < 2) g[q] = gq;
+        }
+        pair = round_to<bf16>(round_to<bf16>(g[0]) + round_to<bf16>(g[1]));
+        ASSERT_LE(std::fabs(got - exact), static_cast<float>(2 * P - 1) * u * magnitude * 1.001f) << "wte[" << i << "]";
+      } else {  // every micro-batch reduced in bf16, the shares summed in fp32
+        for (int mb = 0; mb < micro_batches; ++mb) {
+          float m_exact = 0.0f;
+          for (int q = 0; q < P; ++q) m_exact += value(q, r.tensor, i, mb);
+          exact += m_exact;
+          magnitude += m_exact;
+          pair += round_to<bf16>(round_to<bf16>(value(0, r.tensor, i, mb)) + round_to<bf16>(value(1, r.tensor, i, mb)));
+        }
+        ASSERT_LE(std::fabs(got - exact), static_cast<float>(2 * P - 1) * u * magnitude * 1.001f)
+            << "tensor " << r.tensor << "[" << i << "]";
+      }
+      if (P == 2) ASSERT_EQ(got, pair) << "tensor " << r.tensor << "[" << i << "]";
+      rounded += got != exact;
+    }
+  }
+  pc.dp_group().allreduce(&rounded, 1, DType::I64, comm::ReduceOp::Sum, "rounded");
+  EXPECT_GT(rounded, 0) << "some gradients must show the bf16 rounding";
+}
+
 // The default stays fp32: the gradient slab reduced in place, bit for bit the plain fp32 allreduce of each bucket,
 // with no bf16 buffer.
 TEST(GradSyncFp32, DefaultIsThePlainFp32AllreduceBitForBit) {

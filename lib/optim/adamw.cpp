@@ -30,12 +30,10 @@ std::vector<Optimizer::StateBuffer> AdamW::state_buffers() {
 
 void AdamW::step(const ExecContext& ctx, float lr, float grad_scale) {
   ++t_;
-  auto& ps = params_.tensors();
   for (size_t i = 0; i < segs_.size(); ++i) {
     const Segment& s = segs_[i];
     if (s.numel() == 0) continue;
-    const size_t ti = static_cast<size_t>(s.tensor);
-    k::adamw_update(ctx, ps[ti].f32() + s.begin, s.grad, exp_avg(i), exp_avg_sq(i), s.numel(), lr, cfg_.beta1,
+    k::adamw_update(ctx, segment_param(s, params_), s.grad, exp_avg(i), exp_avg_sq(i), s.numel(), lr, cfg_.beta1,
                     cfg_.beta2, cfg_.eps, decays(s.tensor) ? cfg_.weight_decay : 0.0f, grad_scale,
                     static_cast<int>(t_));
   }

@@ -21,8 +21,16 @@ struct Segment {
   float* grad = nullptr;       // end - begin gradient values
   int64_t state_offset =
       0;  // where its state (exp_avg, momentum, ...) starts in the state buffers (set by the optimizer)
+  // end - begin fp32 master values; null: the parameter tensor's own (params.tensors()[tensor] + begin). ZeRO-3 keeps
+  // the masters in the rank's parameter shard (parallel/param_gather.hpp), the model's tensors holding only gathers.
+  float* param = nullptr;
   int64_t numel() const { return end - begin; }
 };
+
+// Where segment s's master values live.
+inline float* segment_param(const Segment& s, Slab& params) {
+  return s.param ? s.param : params.tensors()[static_cast<size_t>(s.tensor)].f32() + s.begin;
+}
 
 // Every tensor of params whole, its gradient the same-index tensor of grads (same layout).
 std::vector<Segment> whole_tensor_segments(Slab& params, Slab& grads);

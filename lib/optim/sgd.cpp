@@ -43,12 +43,10 @@ std::vector<Optimizer::StateBuffer> Sgd::state_buffers() {
 
 void Sgd::step(const ExecContext& ctx, float lr, float grad_scale) {
   ++t_;
-  auto& ps = params_.tensors();
   for (size_t i = 0; i < segs_.size(); ++i) {
     const Segment& s = segs_[i];
     if (s.numel() == 0) continue;
-    const size_t ti = static_cast<size_t>(s.tensor);
-    k::sgd_update(ctx, ps[ti].f32() + s.begin, s.grad, momentum(i), s.numel(), lr, cfg_.momentum, cfg_.dampening,
+    k::sgd_update(ctx, segment_param(s, params_), s.grad, momentum(i), s.numel(), lr, cfg_.momentum, cfg_.dampening,
                   decays(s.tensor) ? cfg_.weight_decay : 0.0f, cfg_.nesterov, grad_scale, t_ == 1);
   }
 }

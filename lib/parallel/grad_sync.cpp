@@ -133,7 +133,7 @@ void place_buckets(BucketPlan& plan, const GradWriteOrder& order, int n_tensors)
 
 BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_size, int dp_rank,
                         const GradWriteOrder* order) {
-  HPCT_CHECK(opts.zero >= 0 && opts.zero <= 2, "parallel.zero = {} (0, 1 or 2)", opts.zero);
+  HPCT_CHECK(opts.zero >= 0 && opts.zero <= 3, "parallel.zero = {} (0, 1, 2 or 3)", opts.zero);
   HPCT_CHECK(dp_size >= 1 && 0 <= dp_rank && dp_rank < dp_size, "DP rank {} of {}", dp_rank, dp_size);
   const auto& ts = grads.tensors();
   const int n = static_cast<int>(ts.size());
@@ -145,18 +145,31 @@ BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_s
     HPCT_CHECK(elem_of(i) >= elem_of(i - 1) + ts[i - 1].numel(), "gradient slab is not in layout order");
 
   BucketPlan plan;
-  plan.ring = opts.zero == 2 && dp_size > 1;
-  HPCT_CHECK(!plan.ring || order != nullptr, "ZeRO-2 needs the model's gradient write order");
+  plan.ring = opts.zero >= 2 && dp_size > 1;
+  HPCT_CHECK(!plan.ring || order != nullptr, "ZeRO-2 and ZeRO-3 need the model's gradient write order");
   auto pinned = [&](int i) {
     return plan.ring && static_cast<size_t>(i) < order->pinned.size() && order->pinned[static_cast<size_t>(i)];
   };
+  // ZeRO-3 gathers parameters bucket by bucket as the model reads them, one write group (a layer) at a time: a bucket
+  // is one group (less its pinned tensors), whatever bucket_bytes says
+  const bool by_group = opts.zero == 3 && dp_size > 1;
+  std::vector<int> group_of(static_cast<size_t>(n), -1);
+  if (by_group)
+    for (size_t g = 0; g < order->groups.size(); ++g)
+      for (int i = order->groups[g].first; i < order->groups[g].second; ++i)
+        if (0 <= i && i < n) group_of[static_cast<size_t>(i)] = static_cast<int>(g);
+  auto joins = [&](int i) {  // whether tensor i - 1 may join the bucket that starts at tensor i
+    if (pinned(i) || pinned(i - 1)) return false;
+    return by_group ? group_of[static_cast<size_t>(i - 1)] == group_of[static_cast<size_t>(i)] : true;
+  };
   // buckets in reverse layout order (ZeRO-2: a pinned tensor is a bucket of its own)
   plan.bucket_of_tensor.assign(static_cast<size_t>(n), -1);
+  for (int i = 0; i < n; ++i) plan.tensor_elem.push_back(elem_of(i));
   int end = n;
   while (end > 0) {
     int first = end - 1;
     size_t bytes = ts[first].bytes();
-    while (first > 0 && bytes < opts.bucket_bytes && !pinned(first) && !pinned(first - 1)) bytes += ts[--first].bytes();
+    while (first > 0 && (by_group || bytes < opts.bucket_bytes) && joins(first)) bytes += ts[--first].bytes();
     Bucket b;
     b.first_tensor = first;
     b.end_tensor = end;
@@ -448,7 +461,8 @@ void GradSync::sum_over_replicas() {
 
 void GradSync::gather_params() {
   gather_ms_ = 0.0;
-  if (!opts_.zero || dp_.size() == 1) return;
+  // ZeRO-3: nothing to gather after the step (the model's reads gather: parallel/param_gather.hpp)
+  if (!opts_.zero || opts_.zero == 3 || dp_.size() == 1) return;
   Timer t;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bk = buckets_[b];

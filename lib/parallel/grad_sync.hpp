@@ -78,6 +78,7 @@ struct GradSyncOptions {
   int zero = 0;                     // parallel.zero
   DType reduce_dtype = DType::F32;  // parallel.grad_dtype (parse_grad_dtype): F32 or BF16
   int zero_group = 0;               // parallel.zero_group: 0 = shard over the whole DP group (hybrid sharding below)
+  bool prefetch = true;             // parallel.prefetch (ZeRO-3's parameter gathers: parallel/param_gather.hpp)
 };
 
 // Hybrid sharding (parallel.zero_group): the size of the groups ZeRO shards over, for a DP group of dp ranks: dp for
@@ -119,6 +120,7 @@ struct BucketPlan {
   };
   std::vector<Bucket> buckets;        // in launch order (reverse layout order)
   std::vector<int> bucket_of_tensor;  // layout index -> bucket
+  std::vector<int64_t> tensor_elem;   // layout index -> its first element's offset in the slab
   int64_t slab_numel = 0;             // elements the buckets tile: [0, slab_numel) of the slab
   bool sharded = false;               // ZeRO at DP > 1: reduced shares live in a shard buffer of their own
   int64_t shard_numel = 0;            // its elements (this rank's shares, back to back); 0 unless sharded
@@ -142,8 +144,9 @@ struct BucketPlan {
   size_t comm_bytes() const;    // the bf16 image (kind `comm`), as its slab allocates it
   size_t bucket_bytes() const;  // ZeRO-2: the ring and the pinned buffer (kind `grads`), as their slab allocates them
 };
-// grads: fp32 tensors in layout order (HPCT_CHECK otherwise); opts.zero 0, 1 or 2; order: the model's, needed by
-// ZeRO-2 at DP > 1 (every tensor in exactly one group).
+// grads: fp32 tensors in layout order (HPCT_CHECK otherwise); opts.zero 0 to 3; order: the model's, needed by
+// ZeRO-2 and ZeRO-3 at DP > 1 (every tensor in exactly one group; ZeRO-3: one bucket per group, less its pinned
+// tensors, which are buckets of their own).
 BucketPlan plan_buckets(const Slab& grads, const GradSyncOptions& opts, int dp_size, int dp_rank,
                         const GradWriteOrder* order = nullptr);
 
@@ -178,6 +181,7 @@ class GradSync {
   void gather_params();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  const BucketPlan& plan() const { return plan_; }
   // The ranges this rank's optimizer updates: whole tensors without ZeRO, its shares with ZeRO.
   const std::vector<OwnedRange>& owned() const { return owned_; }
   int64_t shard_numel() const { return plan_.shard_numel; }

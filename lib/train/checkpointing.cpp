@@ -72,6 +72,9 @@ OptimizerState optimizer_state(optim::Optimizer& opt) {
   OptimizerState s;
   s.segments = &opt.segments();
   for (optim::Optimizer::StateBuffer& b : opt.state_buffers()) s.buffers.emplace_back(b.name, std::move(b.of_segment));
+  const std::vector<optim::Segment>* segs = &opt.segments();
+  if (std::any_of(segs->begin(), segs->end(), [](const optim::Segment& g) { return g.param != nullptr; }))
+    s.masters = [segs](size_t i) { return (*segs)[i].param; };
   return s;
 }
 
@@ -88,7 +91,8 @@ std::unique_ptr<Slab> host_twin(const Slab& like) {
 CheckpointStaging::CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra)
     : ctx_(ctx), params_(params), opt_(std::move(opt)), extra_(extra) {
   if (ctx_.device == Device::CPU) return;  // zero-copy: the views are the run's own tensors
-  host_params_ = host_twin(params_);
+  staged_ = true;
+  if (!opt_.masters) host_params_ = host_twin(params_);  // ZeRO-3: the masters are staged with the state below
   if (extra_) host_extra_ = host_twin(*extra_);
   // one host buffer per optimizer state buffer, laid out like the optimizer's (segment i at its state_offset)
   const std::vector<optim::Segment>& segs = *opt_.segments;
@@ -96,13 +100,18 @@ CheckpointStaging::CheckpointStaging(const ExecContext& ctx, Slab& params, Optim
   for (const optim::Segment& sg : segs) numel = std::max(numel, sg.state_offset + sg.numel());
   host_state_ = std::make_unique<Slab>("optimizer state (host staging)", Device::CPU);
   for (const auto& [name, state] : opt_.buffers) host_state_->add(name, {numel});
+  if (opt_.masters) host_state_->add("masters", {numel});
   host_state_->allocate();
   host_opt_.segments = opt_.segments;
+  const std::vector<optim::Segment>* sp = opt_.segments;  // owned by the optimizer, which outlives the staging
   for (size_t b = 0; b < opt_.buffers.size(); ++b) {
     float* base = host_state_->tensors()[b].f32();
-    const std::vector<optim::Segment>* sp = opt_.segments;  // owned by the optimizer, which outlives the staging
     host_opt_.buffers.emplace_back(opt_.buffers[b].first,
                                    [base, sp](size_t i) { return base + (*sp)[i].state_offset; });
+  }
+  if (opt_.masters) {
+    float* base = host_state_->tensors()[opt_.buffers.size()].f32();
+    host_opt_.masters = [base, sp](size_t i) { return base + (*sp)[i].state_offset; };
   }
 }
 
@@ -123,23 +132,26 @@ void CheckpointStaging::copy(bool to_host) {
     for (size_t i = 0; i < dev.tensors().size(); ++i)
       move(dev.tensors()[i].data, host.tensors()[i].data, dev.tensors()[i].bytes());
   };
-  slab(params_, *host_params_);
+  if (host_params_) slab(params_, *host_params_);
   if (extra_) slab(*extra_, *host_extra_);
   const std::vector<optim::Segment>& segs = *opt_.segments;
   for (size_t b = 0; b < opt_.buffers.size(); ++b)
     for (size_t i = 0; i < segs.size(); ++i)
       if (segs[i].numel() > 0)
         move(opt_.buffers[b].second(i), host_opt_.buffers[b].second(i), static_cast<size_t>(segs[i].numel()) * 4);
+  if (opt_.masters)
+    for (size_t i = 0; i < segs.size(); ++i)
+      if (segs[i].numel() > 0) move(opt_.masters(i), host_opt_.masters(i), static_cast<size_t>(segs[i].numel()) * 4);
   // CUDA copies are asynchronous: the host views are valid (to_host), and may be reused (to_device), only now
   kernels::synchronize(ctx_);
 }
 
 void CheckpointStaging::to_host() {
-  if (host_params_) copy(true);
+  if (staged_) copy(true);
 }
 
 void CheckpointStaging::to_device() {
-  if (host_params_) copy(false);
+  if (staged_) copy(false);
 }
 
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
@@ -147,7 +159,7 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
                            const ckpt::Attrs& attrs, Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
-  HPCT_CHECK(params.device() == Device::CPU && (!extra || extra->device() == Device::CPU),
+  HPCT_CHECK((params.device() == Device::CPU || opt.masters) && (!extra || extra->device() == Device::CPU),
              "save_checkpoint writes host memory: pass CheckpointStaging's views of device tensors");
   Timer timer;
   comm::Communicator& world = pc.world();
@@ -168,7 +180,7 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
   comm::Communicator* replicas = pc.zero_replica_group();  // hybrid sharding: the shard's replicas, else null
   // Replicas over DP write disjoint flat shares; a tensor whose writer flag is off is written by another rank.
   std::vector<ckpt::Piece> pieces;
-  for (size_t i = 0; i < params.tensors().size(); ++i) {
+  for (size_t i = 0; i < params.tensors().size() && !opt.masters; ++i) {  // ZeRO-3: with the segments below
     const Tensor& t = params.tensors()[i];
     if (!placements[i].writer) continue;
     const auto [b, e] = share(t.numel(), D, d);
@@ -198,6 +210,8 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     }
     for (const auto& [name, state] : opt.buffers)
       add_pieces(pieces, "optim/" + name + "/" + t.name, t.shape, placements[ti], b, e, state(i) + (b - s.begin));
+    if (opt.masters)
+      add_pieces(pieces, "model/" + t.name, t.shape, placements[ti], b, e, opt.masters(i) + (b - s.begin));
   }
   int64_t bytes = 0;
   for (const auto& p : pieces) {
@@ -235,7 +249,7 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
                      const OptimizerState& opt, Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
-  HPCT_CHECK(params.device() == Device::CPU && (!extra || extra->device() == Device::CPU),
+  HPCT_CHECK((params.device() == Device::CPU || opt.masters) && (!extra || extra->device() == Device::CPU),
              "load_checkpoint reads into host memory: pass CheckpointStaging's views of device tensors");
   auto global_box = [](const TensorPlacement& pl, std::vector<int64_t> off) {
     for (size_t a = 0; a < off.size(); ++a) off[a] += pl.offset[a];
@@ -250,7 +264,7 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
     HPCT_USAGE_CHECK(reader.shape(ds) == pl.global_shape,
                      "checkpoint {}: tensor {} has another shape than this model's (global {})", reader.dir(), ds,
                      fmt::join(pl.global_shape, " x "));
-    reader.read(ds, pl.offset, t.shape, DType::F32, t.data);
+    if (!opt.masters) reader.read(ds, pl.offset, t.shape, DType::F32, t.data);  // ZeRO-3: the segments below
   }
   if (extra)
     for (Tensor& t : extra->tensors()) {
@@ -267,13 +281,16 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
     const TensorPlacement& pl = placements[static_cast<size_t>(s.tensor)];
     const Tensor& t = params.tensors()[static_cast<size_t>(s.tensor)];
     if (s.numel() == 0) continue;
+    auto read_range = [&](const std::string& ds, float* dst) {
+      for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end))
+        reader.read(ds, global_box(pl, b.offset), b.count, DType::F32, dst + (b.flat_begin - s.begin));
+    };
     for (const auto& [which, state] : opt.buffers) {
       const std::string ds = fmt::format("optim/{}/{}", which, t.name);
       HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no optimizer state {}", reader.dir(), ds);
-      float* dst = state(i);
-      for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end))
-        reader.read(ds, global_box(pl, b.offset), b.count, DType::F32, dst + (b.flat_begin - s.begin));
+      read_range(ds, state(i));
     }
+    if (opt.masters) read_range("model/" + t.name, opt.masters(i));
   }
 }
 

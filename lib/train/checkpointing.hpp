@@ -47,9 +47,12 @@ std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::
 // The optimizer state a checkpoint stores: the optimizer's segments and its named state buffers, each holding
 // segments()[i].numel() floats for segment i, stored as /optim/<name>/<tensor> (AdamW: exp_avg, exp_avg_sq;
 // SGD: momentum, none without momentum).
+// ZeRO-3 (sharded parameters): `masters` gives segment i's fp32 master values, which a checkpoint stores as the pieces
+// of /model/<tensor> (the parameter slab then only names the tensors: it holds no values of its own).
 struct OptimizerState {
   const std::vector<optim::Segment>* segments = nullptr;
   std::vector<std::pair<std::string, std::function<float*(size_t)>>> buffers;
+  std::function<float*(size_t)> masters;
 };
 OptimizerState optimizer_state(optim::Optimizer& opt);
 
@@ -70,6 +73,7 @@ class CheckpointStaging {
   // Host -> device copies of everything (after load_checkpoint into the views), then synchronize(ctx).
   void to_device();
 
+  // ZeRO-3 (OptimizerState::masters): the run's own slab, for the tensors' names only; the values are optimizer()'s
   Slab& params() { return host_params_ ? *host_params_ : params_; }
   const OptimizerState& optimizer() const { return host_params_ ? host_opt_ : opt_; }
   Slab* extra() { return host_extra_ ? host_extra_.get() : extra_; }
@@ -81,6 +85,7 @@ class CheckpointStaging {
   Slab& params_;
   OptimizerState opt_, host_opt_;
   Slab* extra_;
+  bool staged_ = false;                                          // a run on a device: the views are host copies
   std::unique_ptr<Slab> host_params_, host_extra_, host_state_;  // host_state_: one tensor per optimizer buffer
 };
 

@@ -54,7 +54,8 @@ class GptTask final : public TrainTask {
         mp_(run.pc.model_parallel()),
         // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
         model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
-               activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp())),
+               activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp()),
+               model_shards_params(run.cfg.parallel.sync, run.dp())),
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
@@ -62,7 +63,7 @@ class GptTask final : public TrainTask {
     check_vocab(val_shard_, cfg_.vocab_size);
     shape_ = {static_cast<double>(GB_) * T_, "tokens", "tok", 0,
               gpt::flops_per_token(cfg_) * static_cast<double>(GB_) * T_};
-    model_.init_parameters(ctx_, run.cfg.train.seed);
+    if (!model_.params_sharded()) model_.init_parameters(ctx_, run.cfg.train.seed);  // else init_sharded_params()
     for (const gpt::ShardSpec& sh : gpt::parameter_layout(cfg_, mp_)) {
       placements_.push_back({sh.global_shape, sh.offset, sh.split_axis, gpt::is_primary_replica(sh, mp_)});
       counted_.push_back(gpt::is_primary_replica(sh, mp_));
@@ -81,6 +82,14 @@ class GptTask final : public TrainTask {
   }
 
   Slab& params() override { return model_.params(); }
+  Slab& read_params() override { return model_.read_params(); }
+  DType read_dtype() const override { return model_.activation_dtype(); }
+  void set_param_read_hook(std::function<void(int, int, int, int)> hook) override {
+    model_.set_param_read_hook(std::move(hook));
+  }
+  void init_sharded_params(const std::function<void(int, const float*)>& store) override {
+    model_.init_parameters(ctx_, run_.cfg.train.seed, store);
+  }
   Slab& grads() override { return model_.grads(); }
   void set_grad_ready_hook(std::function<void(int, int)> hook) override { model_.set_grad_ready_hook(std::move(hook)); }
   void set_grad_write_hook(std::function<void(int, int)> hook) override { model_.set_grad_write_hook(std::move(hook)); }
@@ -165,7 +174,11 @@ class GptTask final : public TrainTask {
     const int n_eval = eval_set_.num_sequences(), dp = run_.dp(), dr = run_.dp_rank();
     const int e0 = static_cast<int>(static_cast<int64_t>(n_eval) * dr / dp);
     const int e1 = static_cast<int>(static_cast<int64_t>(n_eval) * (dr + 1) / dp);
-    double part = evaluator_.loss_sum(eval_set_, e0, e1);
+    // sharded parameters: every forward gathers over DP, so every rank runs as many as the largest block needs
+    const int forwards = model_.params_sharded()
+                             ? (((n_eval + dp - 1) / dp) + model_.micro_batch() - 1) / model_.micro_batch()
+                             : 0;
+    double part = evaluator_.loss_sum(eval_set_, e0, e1, forwards);
     if (mp_.pp > 1)
       run_.pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");
     run_.pc.dp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss");
@@ -187,6 +200,7 @@ class GptTask final : public TrainTask {
   }
   // whole parameters over DP, replicated tensors over TP, the tied embedding's two copies (first and last stage)
   void check_replicas(CheckpointStaging& staging, const std::string& when) override {
+    if (model_.params_sharded()) return;  // ZeRO-3: each rank holds its shares of the masters only, no replica
     parallel::ParallelContext& pc = run_.pc;
     Slab& params = staging.params();
     train::check_replicas(pc.dp_group(), params, when);
@@ -204,7 +218,10 @@ class GptTask final : public TrainTask {
     if (exit_code == 0 && d_.sample.tokens > 0 && (mp_.tp > 1 || mp_.pp > 1))
       log_info("sample: skipped (generation with tensor parallelism is not implemented; the checkpoint can be sampled "
                "at tp = 1)");
-    if (exit_code == 0 && d_.sample.tokens > 0 && run_.pc.rank() == 0 && mp_.tp == 1 && mp_.pp == 1)
+    else if (exit_code == 0 && d_.sample.tokens > 0 && model_.params_sharded())
+      log_info("sample: skipped (the parameters are sharded under ZeRO-3; the checkpoint can be sampled on one "
+               "rank)");
+    else if (exit_code == 0 && d_.sample.tokens > 0 && run_.pc.rank() == 0 && mp_.tp == 1 && mp_.pp == 1)
       log_info("sample (temperature {}, top-k {}):\n{}\n--- end of sample ---", d_.sample.temperature, d_.sample.top_k,
                gpt::generate(ctx_, model_, d_.sample, evaluator_.tokens(), run_.cfg.train.seed));
   }

@@ -110,6 +110,8 @@ bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size) {
   return !(sync.zero >= 2 && dp_size > 1);
 }
 
+bool model_shards_params(const parallel::GradSyncOptions& sync, int dp_size) { return sync.zero == 3 && dp_size > 1; }
+
 MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target) {
   const int tp = run.parallel.tp, pp = run.parallel.pp;
   const std::string where = fmt::format("deck {}", run.deck_path);

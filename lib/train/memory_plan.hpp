@@ -79,6 +79,9 @@ struct LoopMemoryInputs {
 MemoryKinds add_loop_memory(MemoryKinds model, const LoopMemoryInputs& in, int dp_rank);
 // Whether the run's model allocates its gradient slab (not under ZeRO-2 at DP > 1, where the buckets hold them).
 bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size);
+// Whether the model's parameters are sharded (ZeRO-3 at DP > 1): it allocates no parameter memory of its own
+// (parallel/param_gather.hpp).
+bool model_shards_params(const parallel::GradSyncOptions& sync, int dp_size);
 
 // The table `--plan` prints: one line per row with every kind and the peak, then the record's maximum.
 void print_memory_plan(const MemoryPlanTable& plan);

@@ -60,6 +60,13 @@ class ResNetTask final : public TrainTask {
   }
 
   Slab& params() override { return model_.params(); }
+  // ZeRO-3 is the GPT's only (run_resnet refuses parallel.zero = 3): the ResNet's parameters are never sharded
+  Slab& read_params() override { return model_.params(); }
+  DType read_dtype() const override { return DType::F32; }
+  void set_param_read_hook(std::function<void(int, int, int, int)>) override {}
+  void init_sharded_params(const std::function<void(int, const float*)>&) override {
+    HPCT_FAIL("train_resnet does not shard its parameters (parallel.zero = 3 is train_gpt's)");
+  }
   Slab& grads() override { return model_.grads(); }
   void set_grad_ready_hook(std::function<void(int, int)> hook) override { model_.set_grad_ready_hook(std::move(hook)); }
   void set_grad_write_hook(std::function<void(int, int)> hook) override { model_.set_grad_write_hook(std::move(hook)); }

@@ -41,16 +41,23 @@ RunConfig read_run_config(const Config& deck) {
   p.sync.reduce_dtype = parallel::parse_grad_dtype(deck.get_string("parallel.grad_dtype"));
   p.sync.zero = static_cast<int>(deck.get_int("parallel.zero"));
   p.sync.zero_group = static_cast<int>(deck.get_int("parallel.zero_group"));
+  p.sync.prefetch = deck.get_bool("parallel.prefetch");
   HPCT_USAGE_CHECK(
       p.sync.zero_group == 0 || p.sync.zero >= 1,
       "deck {}: parallel.zero_group = {} with parallel.zero = 0: hybrid sharding groups the ranks that share "
-      "ZeRO's state; set parallel.zero = 1 or 2, or parallel.zero_group = 0",
+      "ZeRO's state; set parallel.zero = 1, 2 or 3, or parallel.zero_group = 0",
       deck.deck_path(), p.sync.zero_group);
-  HPCT_USAGE_CHECK(p.sync.zero != 2 || p.sync.overlap,
-                   "deck {}: parallel.zero = 2 with parallel.overlap = false: ZeRO-2 reduce-scatters every gradient "
+  HPCT_USAGE_CHECK(p.sync.zero < 2 || p.sync.overlap,
+                   "deck {}: parallel.zero = {} with parallel.overlap = false: ZeRO-{} reduce-scatters every gradient "
                    "bucket as backward completes it (that is how it avoids a full-size gradient buffer); set "
                    "parallel.overlap = true, or use parallel.zero = 1",
-                   deck.deck_path());
+                   deck.deck_path(), p.sync.zero, p.sync.zero);
+  HPCT_USAGE_CHECK(p.sync.zero != 3 || p.pp == 1,
+                   "deck {}: parallel.zero = 3 with parallel.pp = {}: ZeRO-3 gathers each layer's parameters for "
+                   "every micro-batch's forward and backward, which a pipeline schedule's interleaved micro-batches "
+                   "would repeat per micro-batch and stage (DeepSpeed refuses the combination too); use "
+                   "parallel.pp = 1, or parallel.zero = 2 with pipelining",
+                   deck.deck_path(), p.pp);
 
   c.comm.timeout_s = deck.get_float("comm.timeout_s");
 

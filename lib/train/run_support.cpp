@@ -40,8 +40,12 @@ void add_run_keys(ConfigSchema& s) {
             "ZeRO stage: 0 (replicated optimizer), 1 (optimizer state, AdamW moments or SGD momentum, sharded over "
             "DP; gradients reduce-scattered once per step, parameters allgathered) or 2 (gradients sharded too: every "
             "micro-batch's buckets reduce-scattered as backward completes them, summed in fp32 into the rank's shard; "
-            "no full-size gradient buffer)",
-            0, 2);
+            "no full-size gradient buffer) or 3 (train_gpt: parameters sharded too, each layer allgathered before its "
+            "forward and its backward; no pipeline parallelism)",
+            0, 3);
+  s.bool_key("parallel.prefetch", true,
+             "ZeRO-3: gather the next layer's parameters while the current one computes (false: each gather waits at "
+             "its layer)");
   s.int_key(
       "parallel.zero_group", 0,
       "hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ): ZeRO shards over groups of this many consecutive DP ranks "
@@ -76,9 +80,13 @@ void add_run_keys(ConfigSchema& s) {
                "fresh), a step_XXXXXXXX directory, or \"none\"");
 }
 
-std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync) {
+std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync, parallel::ParamGather* gather) {
   std::vector<optim::Segment> segs;
-  for (const auto& o : sync.owned()) segs.push_back({o.tensor, o.begin, o.end, o.grad, 0});
+  for (size_t i = 0; i < sync.owned().size(); ++i) {
+    const parallel::OwnedRange& o = sync.owned()[i];
+    segs.push_back({o.tensor, o.begin, o.end, o.grad, 0});
+    if (gather) segs.back().param = gather->master(sync.plan().owned[i].at);  // the same shard layout
+  }
   return segs;
 }
 

@@ -18,6 +18,7 @@
 #include "optim/optimizer.hpp"
 #include "optim/segment.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/param_gather.hpp"
 #include "parallel/launch_env.hpp"
 #include "parallel/parallel_context.hpp"
 #include "kernels/exec_context.hpp"
@@ -42,7 +43,8 @@ double unix_now();  // seconds since the epoch, wall clock
 // every_minutes, keep, at_end, resume).
 void add_run_keys(ConfigSchema& s);
 // The optimizer's segments: the ranges this rank updates (whole tensors, or its ZeRO-1 shares), with their gradients.
-std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync);
+// ZeRO-3 (gather): their masters in the parameter shard.
+std::vector<optim::Segment> owned_segments(const parallel::GradSync& sync, parallel::ParamGather* gather = nullptr);
 // Weight-decay flags of a parameter layout (any model's ParamSpec list with a `decay` member), by tensor index.
 template <class Layout>
 std::vector<bool> decay_flags(const Layout& layout) {

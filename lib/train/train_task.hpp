@@ -74,6 +74,13 @@ class TrainTask {
   // grad_write_order()'s groups (ZeRO-2 readies the buckets they live in).
   virtual void set_grad_write_hook(std::function<void(int, int)> hook) = 0;
   virtual parallel::GradWriteOrder grad_write_order() const = 0;
+  // ZeRO-3 (model_shards_params): the tensors the kernels read, planned only (the parameter gather binds them), their
+  // read hook (Gpt::set_param_read_hook), and the initialisation the task then defers to the loop, which stores each
+  // tensor's whole initial values through `store` (the gather keeps the rank's shares).
+  virtual Slab& read_params() = 0;
+  virtual DType read_dtype() const = 0;
+  virtual void set_param_read_hook(std::function<void(int, int, int, int)> hook) = 0;
+  virtual void init_sharded_params(const std::function<void(int, const float*)>& store) = 0;
   // The model's optimizer over this rank's segments (whole tensors, or its ZeRO share of them).
   virtual std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) = 0;
   // Where each local parameter tensor sits in the serial model, and which replica writes it.

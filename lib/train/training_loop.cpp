@@ -15,7 +15,9 @@
 #include "kernels/kernels.hpp"
 #include "optim/loss_scaler.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/param_gather.hpp"
 #include "train/checkpointing.hpp"
+#include "train/memory_plan.hpp"
 #include "train/loss_scaling.hpp"
 #include "train/resume.hpp"
 #include "train/run_device.hpp"
@@ -102,7 +104,17 @@ int run_steps(RunSession& run, TrainTask& task) {
                                cfg.parallel.sync.zero ? pc.device_zero_replica_group() : nullptr);
   task.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
   task.set_grad_write_hook([&grad_sync](int first, int end) { grad_sync.writing(first, end); });
-  const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync));
+  // ZeRO-3: the rank keeps its shares of the masters; the model's reads gather each layer (parallel/param_gather.hpp)
+  std::unique_ptr<parallel::ParamGather> gather;
+  if (model_shards_params(cfg.parallel.sync, dp)) {
+    gather = std::make_unique<parallel::ParamGather>(pc.device_zero_shard_group(), grad_sync.plan(), task.read_params(),
+                                                     task.read_dtype(), ctx, cfg.parallel.sync.prefetch);
+    parallel::ParamGather* g = gather.get();
+    task.set_param_read_hook(
+        [g](int first, int end, int next_first, int next_end) { g->reading(first, end, next_first, next_end); });
+    task.init_sharded_params([g](int tensor, const float* host) { g->store_whole(tensor, host); });
+  }
+  const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync, gather.get()));
   optim::LossScaler scaler(loss_scale_config(cfg, ctx.precision));
   const std::vector<TensorPlacement> placements = task.placements();
   // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy)
@@ -118,6 +130,7 @@ int run_steps(RunSession& run, TrainTask& task) {
            world, task.layout_axes(), device_name(ctx.device), omp_get_max_threads(), cfg.train.global_batch, dp,
            run.n_micro, cfg.train.micro_batch, task.layout_tail());
   log_info("gradient sync: {}", grad_sync.describe());
+  if (gather) log_info("parameters: {}", gather->describe());
   log_precision(ctx, scaler);
   log_info("MFU peak: {}", run.mfu_peak.tflops > 0.0
                                ? fmt::format("{:.1f} TFLOP/s per rank ({})", run.mfu_peak.tflops, run.mfu_peak.source)
@@ -131,6 +144,10 @@ int run_steps(RunSession& run, TrainTask& task) {
   memory.grads += static_cast<double>(grad_sync.shard_bytes());
   memory.optimizer = static_cast<double>(opt->state_bytes());
   memory.comm = static_cast<double>(grad_sync.comm_bytes() + pipe_bufs.bytes());
+  if (gather) {  // the masters (and the 16-bit shard) are the rank's parameters; the gathers are transient
+    memory.params += static_cast<double>(gather->shard_bytes());
+    memory.comm += static_cast<double>(gather->gather_bytes());
+  }
   memory.ckpt_staging = static_cast<double>(staging.host_bytes());
   double memory_peak = 0.0;  // the first record's peak, repeated by the last
 
@@ -149,6 +166,10 @@ int run_steps(RunSession& run, TrainTask& task) {
   if (pc.rank() == 0)
     metrics = std::make_unique<MetricsWriter>((fs::path(run.opts.out_dir) / "metrics.jsonl").string(),
                                               resumed.reader ? start : -1);
+  if (gather) {  // the initial or loaded masters: the 16-bit shard, and no gather from before
+    gather->refresh();
+    gather->begin_step();
+  }
   install_stop_signal_handlers();
   const InjectedOverflow overflow = InjectedOverflow::from_environment();  // a test seam; inert in real runs
   task.before_first_step();
@@ -233,11 +254,17 @@ int run_steps(RunSession& run, TrainTask& task) {
     const double lr = task.lr_schedule().at(s);
     const optim::LossScaler::Outcome ls = scaled_optimizer_step(ctx, *opt, scaler, sumsq, s, lr);
     grad_sync.gather_params();
+    double param_wait_ms = 0.0;
+    if (gather) {  // the masters changed: the 16-bit shard again, every gather stale
+      param_wait_ms = gather->last_wait_ms();
+      gather->refresh();
+      gather->begin_step();
+    }
     k::synchronize(ctx);
     const double ms = timer.ms();
     const comm::CommVolume volume = pc.comm_volume();  // the step's payload on this rank (rank 0's is recorded)
     step_ms.push_back(ms);
-    exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms());
+    exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms() + param_wait_ms);
     last_loss = loss;
     task.record_step(s, loss, lr, ls.norm);
 

@@ -1,6 +1,7 @@
 #include "models/gpt/gpt.hpp"
 
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <cmath>
@@ -182,9 +183,10 @@ const Tensor& Gpt::logits() const {
 
 MemoryPlan Gpt::memory() const {
   MemoryPlan m;
-  m.param_bytes = params_.bytes();
+  // sharded (ZeRO-3): the masters and the gathers are the parameter gather's
+  m.param_bytes = shard_params_ ? 0 : params_.bytes();
   m.grad_bytes = grads_.bound() ? 0 : grads_.bytes();  // bound: in the gradient sync's buckets (ZeRO-2)
-  m.compute_param_bytes = compute_.bytes();
+  m.compute_param_bytes = shard_params_ ? 0 : compute_.bytes();
   m.activation_bytes = acts_.bytes();
   m.activation_grad_bytes = dacts_.bytes();
   return m;
@@ -203,11 +205,12 @@ std::vector<ParamSpec> local_layout(const GptConfig& cfg, const ModelParallel& m
 }  // namespace
 
 Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
-         DType act, bool allocate_grads)
+         DType act, bool allocate_grads, bool shard_params)
     : cfg_(cfg),
       mp_(mp),
       tp_comm_(tp_comm),
       B_(micro_batch),
+      shard_params_(shard_params),
       device_(device),
       act_(act),
       layout_(local_layout(cfg, mp)),
@@ -249,9 +252,11 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, stage_.has_head))
     acts_.add(a.name, a.shape, a.dtype);
   for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act)) dacts_.add(a.name, a.shape, a.dtype);
-  params_.allocate();
+  for (size_t i = 0; i < layout_.size(); ++i)
+    if (layout_[i].name == "wte") wte_index_ = static_cast<int>(i);
+  if (!shard_params) params_.allocate();
   if (allocate_grads) grads_.allocate();
-  if (act != DType::F32) compute_.allocate();
+  if (act != DType::F32 && !shard_params) compute_.allocate();
   Slab& read = act != DType::F32 ? compute_ : params_;  // what the kernels read
   acts_.allocate();
   dacts_.allocate();
@@ -309,7 +314,18 @@ Gpt::LayerParams Gpt::layer_params(Slab& s, int l) {
           P("mlp.fc.weight"),    Pb("mlp.fc.bias"),    P("mlp.proj.weight"), Pb("mlp.proj.bias")};
 }
 
-void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
+void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStore& store) {
+  HPCT_CHECK(!shard_params_ || store, "GPT with sharded parameters: init_parameters needs the shards' store");
+  auto put = [&](Tensor& t, const float* host) {
+    if (store) {
+      int index = 0;
+      while (layout_[static_cast<size_t>(index)].name != t.name) ++index;
+      store(index, host);
+      return;
+    }
+    k::copy_from_host(ctx, t.data, host, static_cast<int64_t>(t.bytes()));
+    k::synchronize(ctx);  // `host` is refilled for the next tensor: the (asynchronous on CUDA) copy must be done
+  };
   // Generated on the host from the counter-based RNG, then copied explicitly (works for every backend).
   const float proj_std = cfg_.init_std / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));  // GPT-2 residual scaling
   std::vector<float> host;
@@ -319,8 +335,7 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
       Tensor& t = params_.get(sh.spec.name);
       host.assign(static_cast<size_t>(t.numel()), 0.0f);
       init_shard(host.data(), sh, cfg_, seed);
-      k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
-      k::synchronize(ctx);  // `host` is refilled for the next tensor: the (asynchronous on CUDA) copy must be done
+      put(t, host.data());
     }
     return;
   }
@@ -340,12 +355,22 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed) {
     }
     if (spec.name == "wte")  // padding rows never receive a gradient through the loss: keep them zero
       std::fill(host.begin() + static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd, host.end(), 0.0f);
-    k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
-    k::synchronize(ctx);  // as above
+    put(t, host.data());
   }
 }
 
-void Gpt::refresh_compute_params(const ExecContext& ctx) { models::refresh_compute_copy(ctx, compute_, params_); }
+void Gpt::refresh_compute_params(const ExecContext& ctx) {
+  if (!shard_params_) models::refresh_compute_copy(ctx, compute_, params_);  // sharded: the gather's refresh()
+}
+
+void Gpt::reading_block(int l, bool backward) {
+  const int L = static_cast<int>(p_.size()), n = static_cast<int>(layout_.size());
+  int nf = 0, ne = 0;  // the next range the pass reads
+  if (!backward && l + 1 < L) std::tie(nf, ne) = std::make_pair(layer_first_[l + 1], layer_first_[l + 2]);
+  if (!backward && l + 1 == L && stage_.has_head) std::tie(nf, ne) = std::make_pair(layer_first_[L], n);
+  if (backward && l > 0) std::tie(nf, ne) = std::make_pair(layer_first_[l - 1], layer_first_[l]);
+  reading(layer_first_[l], layer_first_[l + 1], nf, ne);
+}
 
 void Gpt::zero_grad(const ExecContext& ctx) {
   if (grads_.bound()) return;  // bound to the gradient sync's buckets, which it zeroes as they fill (ZeRO-2)
@@ -380,6 +405,8 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
   A* encoded = encoded_->as<A>();
   A* scratch = scratch_->as<A>();
 
+  if (stage_.has_embedding)  // wte and wpe, then block 0
+    reading(0, layer_first_[0], layer_first_[0], layer_first_.size() > 1 ? layer_first_[1] : layer_first_[0]);
   if (!stage_.has_embedding) {  // a later pipeline stage: its input is the previous stage's residual stream
     HPCT_CHECK(in_act != nullptr, "pipeline stage {} needs its input activation", mp_.pp_rank);
     k::copy_device(ctx, encoded, in_act, NC * static_cast<int64_t>(sizeof(A)));
@@ -394,6 +421,7 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
   for (size_t l = 0; l < p_.size(); ++l) {
     const LayerParams& p = p_[l];
     const LayerActs& a = a_[l];
+    reading_block(static_cast<int>(l), false);
     // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
     k::layernorm_forward(ctx, a.ln1->as<A>(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->as<A>(),
                          ptr<A>(p.ln1b), N, C);
@@ -418,6 +446,8 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
     residual = a.residual3->as<A>();
   }
   if (!stage_.has_head) return;  // the stage's output is residual3 of its last block (stage_output())
+  reading(layer_first_[p_.size()], static_cast<int>(layout_.size()));  // lnf.*
+  reading(wte_index_, wte_index_ + 1);                                 // the tied head
   k::layernorm_forward(ctx, lnf_->as<A>(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->as<A>(), ptr<A>(lnfb_),
                        N, C);
   // column-parallel tied head: lnf enters through copy_to_tp_region (identity forward)
@@ -504,6 +534,9 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
     // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns); the head
     // writes wte's gradient too, which the gradient sync keeps whole (grad_write_groups)
     writing(layer_first_[L], static_cast<int>(layout_.size()));
+    reading(layer_first_[L], static_cast<int>(layout_.size()), L > 0 ? layer_first_[L - 1] : 0,
+            L > 0 ? layer_first_[L] : 0);
+    reading(wte_index_, wte_index_ + 1);
     k::matmul_backward(ctx, dln, dwte_->f32(), static_cast<float*>(nullptr), logits_->as<A>(), lnf_->as<A>(),
                        wte_->as<A>(), N, C, Vl);
     if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP head dX");
@@ -523,6 +556,7 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
     const LayerActs& a = a_[l];
     const A* residual = l == 0 ? encoded_->as<A>() : a_[l - 1].residual3->as<A>();
     writing(layer_first_[l], layer_first_[l + 1]);
+    reading_block(l, true);
     // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
     // reduce_from_tp_region's backward is the identity (its replicated bias gradient is computed alike on every
     // rank).

@@ -121,8 +121,12 @@ class Gpt {
   // backward_stage).
   // allocate_grads = false: the gradient slab is planned, not allocated; its owner binds it (Slab::bind: ZeRO-2 places
   // gradients in the gradient sync's buckets) before the first backward, and zero_grad() leaves it to that owner.
+  // shard_params = true (ZeRO-3): neither the fp32 parameters nor the 16-bit compute copy is allocated; the tensors the
+  // kernels read (read_params()) are bound by their owner (parallel/param_gather.hpp) to its gather buffers, which it
+  // fills in the read hook (set_param_read_hook) the forward and backward call before they read a layer;
+  // init_parameters then stores through its `store` argument, and refresh_compute_params() is the owner's.
   Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
-      DType act = DType::F32, bool allocate_grads = true);
+      DType act = DType::F32, bool allocate_grads = true, bool shard_params = false);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
@@ -130,8 +134,11 @@ class Gpt {
   int micro_batch() const { return B_; }
   DType activation_dtype() const { return act_; }
 
-  // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1).
-  void init_parameters(const ExecContext& ctx, uint64_t seed);
+  // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1). store (given
+  // with sharded parameters): receives each tensor's whole fp32 values on the host, by layout index, instead of the
+  // model's own tensors.
+  using ParamStore = std::function<void(int tensor, const float* host)>;
+  void init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStore& store = {});
   // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp). Call
   // it after every change of the masters and before the next forward (once per step: GptStage::begin_step; evaluation
   // and sampling call it too).
@@ -175,6 +182,14 @@ class Gpt {
   // Called by backward right before it writes (accumulates into) the gradients of tensors [first, end), one call per
   // range of grad_write_groups() in that order: ZeRO-2 readies the buckets those gradients live in.
   void set_grad_write_hook(GradReadyHook hook) { write_hook_ = std::move(hook); }
+  // Called right before the forward or the backward reads the parameters of tensors [first, end) (a layer, the
+  // embedding or the head, and wte alone where the head reads it), with [next_first, next_end) the range it reads
+  // next (empty: none known): ZeRO-3 gathers the first and prefetches the second.
+  using ParamReadHook = std::function<void(int first, int end, int next_first, int next_end)>;
+  void set_param_read_hook(ParamReadHook hook) { read_hook_ = std::move(hook); }
+  // The tensors the kernels read: the 16-bit compute copy under bf16 / fp16, else the fp32 parameters.
+  Slab& read_params() { return act_ != DType::F32 ? compute_ : params_; }
+  bool params_sharded() const { return shard_params_; }
 
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
@@ -211,6 +226,10 @@ class Gpt {
   void writing(int first, int end) {
     if (write_hook_) write_hook_(first, end);
   }
+  void reading(int first, int end, int next_first = 0, int next_end = 0) {
+    if (read_hook_) read_hook_(first, end, next_first, next_end);
+  }
+  void reading_block(int l, bool backward);  // block l's range, and the next the pass reads
   GptConfig cfg_;
   ModelParallel mp_;
   StagePlan stage_;
@@ -218,6 +237,9 @@ class Gpt {
   double tp_comm_ms_ = 0.0;  // the sum of what the parallel/tp_collectives.hpp calls return
   int B_;
   GradReadyHook hook_, write_hook_;
+  ParamReadHook read_hook_;
+  bool shard_params_ = false;
+  int wte_index_ = -1;            // wte's layout index on a stage that holds it
   std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf
   Device device_;
   DType act_;

@@ -119,14 +119,18 @@ GptEvaluator::GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::Pipelin
   tgt_host_.assign(in_host_.size(), 0);
 }
 
-double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end) {
+double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end, int forwards) {
   const int T = model_.config().seq_len, MB = model_.micro_batch();
   const StagePlan& st = model_.stage();
   const DType act = model_.activation_dtype();
   model_.refresh_compute_params(ctx_);  // evaluation follows an optimizer step (a no-op in fp32)
   double total = 0.0;
-  for (int first = begin; first < end; first += MB) {
-    const int b = std::min(MB, end - first);
+  const int needed = (end - begin + MB - 1) / MB;
+  for (int r = 0; r < std::max(needed, forwards); ++r) {
+    // past the block: a forward of one sequence only for the collectives the other ranks' forwards run, not counted
+    const bool extra = r >= needed;
+    const int first = extra ? std::min(begin, std::max(0, eval.num_sequences() - 1)) : begin + r * MB;
+    const int b = extra ? 1 : std::min(MB, end - first);
     k::synchronize(ctx_);  // the last micro-batch's copies from in_host_ / tgt_host_ are done before we refill them
     eval.fill(first, b, in_host_.data(), tgt_host_.data());
     k::copy_from_host(ctx_, in_dev_->data, in_host_.data(), static_cast<int64_t>(b) * T * 4);
@@ -138,7 +142,9 @@ double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end
       transport_->send_activation(model_.stage_output(), n, act, 0, "evaluation activation")->wait();
       continue;
     }
-    total += k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, tgt_dev_->i32(), b), static_cast<int64_t>(b) * T);
+    const double sum = k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, tgt_dev_->i32(), b),
+                                      static_cast<int64_t>(b) * T);
+    if (!extra) total += sum;
   }
   return total;
 }

@@ -89,7 +89,9 @@ class GptEvaluator {
  public:
   GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::PipelineTransport* transport);
   // Sum of the token losses over sequences [begin, end) of eval, in double.
-  double loss_sum(const data::TokenEvalSet& eval, int begin, int end);
+  // forwards: at least this many forwards (a rank whose block runs out repeats its last sequences, not counted: under
+  // ZeRO-3 every forward is collective over DP); 0: as many as [begin, end) needs.
+  double loss_sum(const data::TokenEvalSet& eval, int begin, int end, int forwards = 0);
   Tensor& tokens() { return *in_dev_; }         // (MB, T) i32 on ctx.device (also the text sample's window)
   size_t bytes() const { return io_.bytes(); }  // its planned buffers
   // What bytes() is for a stage `st`, without a model (the memory plan; the constructor checks that the two agree).

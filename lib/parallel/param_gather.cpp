@@ -60,8 +60,10 @@ ParamGather::ParamGather(comm::Communicator& dp, const BucketPlan& buckets, Slab
       prefetch_(prefetch),
       shard_("zero3_param_shard", read.device()),
       gather_("zero3_param_gathers", read.device()) {
-  HPCT_CHECK(!read_.allocated(), "ZeRO-3 over the allocated parameter slab {}: build the model with its parameters "
-             "planned only", read_.name());
+  HPCT_CHECK(!read_.allocated(),
+             "ZeRO-3 over the allocated parameter slab {}: build the model with its parameters "
+             "planned only",
+             read_.name());
   HPCT_CHECK(ctx_.device == read_.device(), "ZeRO-3: the parameters are on {} but the kernels would run on {}",
              device_name(read_.device()), device_name(ctx_.device));
   const int64_t n = std::max<int64_t>(plan_.shard_numel, 1);
@@ -88,8 +90,8 @@ ParamGather::ParamGather(comm::Communicator& dp, const BucketPlan& buckets, Slab
   std::vector<void*> data;
   for (size_t i = 0; i < ts.size(); ++i) {
     const int64_t elem = buckets_.tensor_elem[i];  // the tensor's element offset in the layout the buckets tile
-    HPCT_CHECK(ts[i].dtype == act_, "ZeRO-3: tensor {} is {}, the gathers move {}", ts[i].name,
-               dtype_name(ts[i].dtype), dtype_name(act_));
+    HPCT_CHECK(ts[i].dtype == act_, "ZeRO-3: tensor {} is {}, the gathers move {}", ts[i].name, dtype_name(ts[i].dtype),
+               dtype_name(act_));
     const auto b = static_cast<size_t>(buckets_.bucket_of_tensor[i]);
     const Bucket& bk = buckets_.buckets[b];
     char* base = (plan_.slot[b] < 0 ? pinned_ : slots_) + static_cast<size_t>(plan_.place[b]) * es;
@@ -103,13 +105,16 @@ ParamGather::ParamGather(comm::Communicator& dp, const BucketPlan& buckets, Slab
 
 std::string ParamGather::describe() const {
   return fmt::format("ZeRO-3: parameters sharded ({} fp32 masters{} per rank), gathered in {} layer by layer into two "
-                     "slots of {} and {} ({}), {} kept whole per step",
+                     "slots of {} and {} ({}){}",
                      human_bytes(plan_.shard_numel * 4.0),
                      act_ == DType::F32 ? "" : fmt::format(" + a {} shard", dtype_name(act_)), dtype_name(act_),
                      human_bytes(static_cast<double>(plan_.slot_numel[0] * dtype_size(act_))),
                      human_bytes(static_cast<double>(plan_.slot_numel[1] * dtype_size(act_))),
                      prefetch_ ? "the next layer prefetched" : "no prefetch",
-                     human_bytes(static_cast<double>(plan_.pinned_numel * dtype_size(act_))));
+                     plan_.pinned_numel == 0
+                         ? ""
+                         : fmt::format(", {} gathered once per step and kept (the tied embedding)",
+                                       human_bytes(static_cast<double>(plan_.pinned_numel * dtype_size(act_)))));
 }
 
 void ParamGather::store_whole(int tensor, const float* host) {

@@ -43,12 +43,12 @@ namespace hpct::parallel {
 
 // Where every bucket's gathered parameters live, from the bucket plan alone (the memory plan counts it for any rank).
 struct GatherPlan {
-  std::vector<int> ring;              // the ring buckets, in launch order (u_0 .. u_{U-1})
-  std::vector<int64_t> place;         // per bucket: element offset in its buffer (the slots, or the pinned places)
-  std::vector<int> slot;              // per bucket: 0 or 1 (ring), -1 (pinned)
-  int64_t slot_numel[2] = {0, 0};     // each slot's elements (its largest bucket, aligned)
-  int64_t ring_numel = 0;             // both slots
-  int64_t pinned_numel = 0;           // the pinned places
+  std::vector<int> ring;                 // the ring buckets, in launch order (u_0 .. u_{U-1})
+  std::vector<int64_t> place;            // per bucket: element offset in its buffer (the slots, or the pinned places)
+  std::vector<int> slot;                 // per bucket: 0 or 1 (ring), -1 (pinned)
+  int64_t slot_numel[2] = {0, 0};        // each slot's elements (its largest bucket, aligned)
+  int64_t ring_numel = 0;                // both slots
+  int64_t pinned_numel = 0;              // the pinned places
   size_t shard_bytes(DType act) const;   // kind `params`: the fp32 masters (and the act shard under 16-bit storage)
   size_t gather_bytes(DType act) const;  // kind `comm`: the slots and the pinned places, of the storage type
   int64_t shard_numel = 0;

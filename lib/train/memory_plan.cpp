@@ -10,6 +10,7 @@
 #include "models/gpt/gpt_stage.hpp"
 #include "models/resnet/resnet_stage.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/param_gather.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "train/run_device.hpp"
 #include "train/run_support.hpp"
@@ -80,11 +81,17 @@ MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_ra
   k.grads += static_cast<double>(buckets.shard_bytes() + buckets.bucket_bytes());
   k.optimizer += static_cast<double>(n_state * owned * sizeof(float));
   k.comm += static_cast<double>(buckets.comm_bytes() + in.pipeline_bytes);
-  // CheckpointStaging on CUDA: a host twin of the fp32 masters (laid out as the gradient slab), of the extra state, and
-  // one host buffer per optimizer state buffer
+  const bool sharded_params = in.sync.zero == 3 && in.dp_size > 1;
+  if (sharded_params) {  // ZeRO-3: the masters (and the 16-bit shard), the gather slots and pinned places
+    const parallel::GatherPlan gather = parallel::plan_gather(buckets);
+    k.params += static_cast<double>(gather.shard_bytes(in.act));
+    k.comm += static_cast<double>(gather.gather_bytes(in.act));
+  }
+  // CheckpointStaging on CUDA: a host twin of the fp32 masters (laid out as the gradient slab; ZeRO-3: one more host
+  // buffer of the owned elements instead), of the extra state, and one host buffer per optimizer state buffer
   if (in.device != Device::CPU)
-    k.ckpt_staging += static_cast<double>(in.grads->bytes() + in.extra_state_bytes +
-                                          n_state * slab_aligned(owned * sizeof(float)));
+    k.ckpt_staging += static_cast<double>((sharded_params ? 0 : in.grads->bytes()) + in.extra_state_bytes +
+                                          (n_state + (sharded_params ? 1 : 0)) * slab_aligned(owned * sizeof(float)));
   return k;
 }
 
@@ -125,6 +132,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       const gpt::ModelParallel mp{tp, t, pp, p};
       gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act);
       if (!model_allocates_grads(run.parallel.sync, grid.dp())) m.grad_bytes = 0;
+      if (model_shards_params(run.parallel.sync, grid.dp())) m.param_bytes = m.compute_param_bytes = 0;
       const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
       const MemoryKinds model = gpt_model_kinds(m,
                                                 gpt::GptStage::planned_bytes(cfg, st, n_micro, MB, target.act) +
@@ -147,6 +155,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
           parallel::make_schedule(run.parallel.schedule, pp, p, n_micro), boundary, target.act);
       in.device = target.device;
       in.order = {gpt::grad_write_groups(layout), gpt::grad_pinned(layout)};
+      in.act = target.act;
       PlannedRanks row = plan_row(model, in);
       row.pp_rank = p;
       row.tp_rank = t;
@@ -170,6 +179,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
                          sync_bn ? dp : 1);
   resnet::MemoryPlan m = planned.memory();
   if (!model_allocates_grads(run.parallel.sync, dp)) m.grad_bytes = 0;
+  if (model_shards_params(run.parallel.sync, dp)) m.param_bytes = m.compute_param_bytes = 0;
   const MemoryKinds model = resnet_model_kinds(m, resnet::ResNetStage::planned_bytes(cfg, MB));
   LoopMemoryInputs in;
   in.grads = &planned.grads();
@@ -179,6 +189,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   in.device = target.device;
   in.extra_state_bytes = m.buffer_bytes;
   in.order = {planned.grad_write_groups(), {}};
+  in.act = target.act;
   MemoryPlanTable plan{"train_resnet", world, dp, 1, 1, target.device, target.act, {plan_row(model, in)}};
   return plan;
 }

@@ -74,8 +74,10 @@ struct LoopMemoryInputs {
   Device device = Device::CPU;     // on CUDA, checkpoints stage through host copies
   size_t extra_state_bytes = 0;    // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
   parallel::GradWriteOrder order;  // the model's (ZeRO-2 places its buckets by it)
+  DType act = DType::F32;          // the type the kernels read the parameters in (ZeRO-3 gathers it)
 };
 // ZeRO-2 at DP > 1: the model's gradient slab is not allocated (model.grads must not count it); the buckets are.
+// ZeRO-3 at DP > 1: nor are its parameters (model.params must not count them); the shard and the gathers are.
 MemoryKinds add_loop_memory(MemoryKinds model, const LoopMemoryInputs& in, int dp_rank);
 // Whether the run's model allocates its gradient slab (not under ZeRO-2 at DP > 1, where the buckets hold them).
 bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size);

@@ -43,7 +43,8 @@ class ResNetTask final : public TrainTask {
         model_(d_.cfg, MB_, ctx_.device, d_.sync_bn ? &run.pc.device_dp_group() : nullptr,  // SyncBN: device buffers
                /*allocate=*/true, activation_dtype(ctx_.precision), ctx_.precision, /*planned_bn_ranks=*/1,
                // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
-               /*allocate_grads=*/model_allocates_grads(run.cfg.parallel.sync, run.dp())),
+               /*allocate_grads=*/model_allocates_grads(run.cfg.parallel.sync, run.dp()),
+               /*shard_params=*/model_shards_params(run.cfg.parallel.sync, run.dp())),
         stage_(
             ctx_, model_,
             [this](int64_t step, int64_t first, int count, float* images, int32_t* labels) {
@@ -51,7 +52,7 @@ class ResNetTask final : public TrainTask {
               if (dump_) dump_->record_batch(step, first, count, images, labels);
             },
             [this](int64_t j) { return micro_first(j); }) {
-    model_.init_parameters(ctx_, run.cfg.train.seed);
+    if (!model_.params_sharded()) model_.init_parameters(ctx_, run.cfg.train.seed);  // else init_sharded_params()
     shape_ = {static_cast<double>(GB_), "images", "img", 1,
               resnet::training_flops_per_image(d_.cfg) * static_cast<double>(GB_)};
     if (!run.opts.dump_path.empty())
@@ -60,12 +61,13 @@ class ResNetTask final : public TrainTask {
   }
 
   Slab& params() override { return model_.params(); }
-  // ZeRO-3 is the GPT's only (run_resnet refuses parallel.zero = 3): the ResNet's parameters are never sharded
-  Slab& read_params() override { return model_.params(); }
-  DType read_dtype() const override { return DType::F32; }
-  void set_param_read_hook(std::function<void(int, int, int, int)>) override {}
-  void init_sharded_params(const std::function<void(int, const float*)>&) override {
-    HPCT_FAIL("train_resnet does not shard its parameters (parallel.zero = 3 is train_gpt's)");
+  Slab& read_params() override { return model_.read_params(); }
+  DType read_dtype() const override { return activation_dtype(ctx_.precision); }
+  void set_param_read_hook(std::function<void(int, int, int, int)> hook) override {
+    model_.set_param_read_hook(std::move(hook));
+  }
+  void init_sharded_params(const std::function<void(int, const float*)>& store) override {
+    model_.init_parameters(ctx_, run_.cfg.train.seed, store);
   }
   Slab& grads() override { return model_.grads(); }
   void set_grad_ready_hook(std::function<void(int, int)> hook) override { model_.set_grad_ready_hook(std::move(hook)); }
@@ -151,7 +153,10 @@ class ResNetTask final : public TrainTask {
   EvalResult evaluate() override {
     before_checkpoint();
     const int64_t dp = run_.dp(), dr = run_.dp_rank();
-    const auto [loss, correct] = stage_.evaluate(d_.test_set, d_.norm, d_.n_eval * dr / dp, d_.n_eval * (dr + 1) / dp);
+    // sharded parameters: every forward gathers over DP, so every rank runs as many as the largest block needs
+    const int64_t forwards = model_.params_sharded() ? ((d_.n_eval + dp - 1) / dp + MB_ - 1) / MB_ : 0;
+    const auto [loss, correct] = stage_.evaluate(d_.test_set, d_.norm, d_.n_eval * dr / dp, d_.n_eval * (dr + 1) / dp,
+                                                 forwards);
     double part[2] = {loss, correct};
     run_.pc.dp_group().allreduce(part, 2, DType::F64, comm::ReduceOp::Sum, "test loss and accuracy");
     EvalResult r;
@@ -187,7 +192,8 @@ class ResNetTask final : public TrainTask {
                                  "(seed, epoch), augmentation by (seed, step, sample): rng.seed and step are the state";
   }
   void check_replicas(CheckpointStaging& staging, const std::string& when) override {
-    train::check_replicas(run_.pc.dp_group(), staging.params(), when);
+    // ZeRO-3: each rank holds its shares of the masters only, no replica (the BN statistics stay replicated)
+    if (!model_.params_sharded()) train::check_replicas(run_.pc.dp_group(), staging.params(), when);
     train::check_replicas(run_.pc.dp_group(), *staging.extra(), when + ", BN running statistics");
   }
 

@@ -180,10 +180,10 @@ MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act, int 
 MemoryPlan ResNet::memory() const {
   MemoryPlan m;
   m.num_params = num_parameters(cfg_);
-  m.param_bytes = params_.bytes();
-  m.grad_bytes = grads_.bound() ? 0 : grads_.bytes();  // bound: in the gradient sync's buckets (ZeRO-2)
+  m.param_bytes = shard_params_ ? 0 : params_.bytes();  // sharded (ZeRO-3): the parameter gather's
+  m.grad_bytes = grads_.bound() ? 0 : grads_.bytes();   // bound: in the gradient sync's buckets (ZeRO-2)
   m.buffer_bytes = buffers_.bytes();
-  m.compute_param_bytes = compute_.bytes();
+  m.compute_param_bytes = shard_params_ ? 0 : compute_.bytes();
   m.activation_bytes = acts_.bytes();
   m.activation_grad_bytes = dacts_.bytes();
   m.workspace_bytes = work_.bytes();
@@ -233,7 +233,7 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
 }
 
 ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate,
-               DType act, Precision arithmetic, int planned_bn_ranks, bool allocate_grads)
+               DType act, Precision arithmetic, int planned_bn_ranks, bool allocate_grads, bool shard_params)
     : cfg_(cfg),
       B_(micro_batch),
       device_(device),
@@ -327,17 +327,20 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
   dD_ = &dacts_.add("dD", {largest}, act);
   dpooled_ = &dacts_.add("dpooled", {B, C_last_}, act);
   ws_ = &work_.add("workspace", {std::max<int64_t>(ws_floats_, 1)});
+  shard_params_ = shard_params;
   if (!allocate) return;
-  params_.allocate();
+  if (!shard_params) params_.allocate();
   if (allocate_grads) grads_.allocate();
-  if (act != DType::F32) compute_.allocate();
+  if (act != DType::F32 && !shard_params) compute_.allocate();
   buffers_.allocate();
   acts_.allocate();
   dacts_.allocate();
   work_.allocate();
 }
 
-void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
+void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed,
+                             const std::function<void(int tensor, const float* host)>& store) {
+  HPCT_CHECK(!shard_params_ || store, "ResNet with sharded parameters: init_parameters needs the shards' store");
   std::vector<float> host;
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_[i];
@@ -355,6 +358,10 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
     } else if (spec.name.find(".weight") != std::string::npos) {  // BN gamma
       std::fill(host.begin(), host.end(), 1.0f);
     }  // BN beta: 0
+    if (store) {
+      store(static_cast<int>(i), host.data());
+      continue;
+    }
     k::copy_from_host(ctx, t.data, host.data(), static_cast<int64_t>(t.bytes()));
     k::synchronize(ctx);  // `host` is refilled for the next tensor: the (asynchronous on CUDA) copy must be done
   }
@@ -366,7 +373,23 @@ void ResNet::init_parameters(const ExecContext& ctx, uint64_t seed) {
   }
 }
 
-void ResNet::refresh_compute_params(const ExecContext& ctx) { models::refresh_compute_copy(ctx, compute_, params_); }
+void ResNet::refresh_compute_params(const ExecContext& ctx) {
+  if (!shard_params_) models::refresh_compute_copy(ctx, compute_, params_);  // sharded: the gather's refresh()
+}
+
+void ResNet::reading_group(int g, bool backward) {
+  const int nb = static_cast<int>(blocks_.size());
+  auto range = [&](int k) -> std::pair<int, int> {
+    if (k == 0) return {0, 3};  // conv1.weight, bn1.weight, bn1.bias
+    if (k <= nb)
+      return {blocks_[static_cast<size_t>(k - 1)].first_param, blocks_[static_cast<size_t>(k - 1)].end_param};
+    return {fc_w_, fc_b_ + 1};
+  };
+  const int next = backward ? g - 1 : g + 1;
+  const auto [first, end] = range(g);
+  const auto [nf, ne] = next >= 0 && next <= nb + 1 ? range(next) : std::make_pair(0, 0);
+  reading(first, end, nf, ne);
+}
 
 void ResNet::zero_grad(const ExecContext& ctx) {
   if (grads_.bound()) return;  // bound to the gradient sync's buckets, which it zeroes as they fill (ZeRO-2)
@@ -459,9 +482,10 @@ void ResNet::forward(const ExecContext& ctx, const float* images, int b, bool tr
 template <typename A>
 void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool train) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
-  HPCT_CHECK(params_.allocated(), "forward on a ResNet built only to plan memory (allocate = false)");
+  HPCT_CHECK(acts_.allocated(), "forward on a ResNet built only to plan memory (allocate = false)");
   last_images_ = images;  // the stem conv's weight gradient reads them
   // stem: conv -> BN -> ReLU (-> max-pool)
+  reading_group(0, false);
   conv_forward(ctx, stem_conv_, x0c_->as<A>(), images, b);
   bn_forward(ctx, stem_bn_, x0b_->as<A>(), x0c_->as<A>(), b, train);
   k::relu_forward(ctx, x0b_->as<A>(), x0b_->as<A>(), static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW);
@@ -470,7 +494,9 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
     k::maxpool2d_forward(ctx, x0p_->as<A>(), pool_idx_->i32(), x0b_->as<A>(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
     x = x0p_->as<A>();
   }
-  for (Block& blk : blocks_) {
+  for (size_t bi = 0; bi < blocks_.size(); ++bi) {
+    Block& blk = blocks_[bi];
+    reading_group(static_cast<int>(bi) + 1, false);
     // main branch: (conv -> BN -> ReLU) ..., conv -> BN
     const A* in = x;
     for (size_t j = 0; j < blk.main.size(); ++j) {
@@ -494,6 +520,7 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
     x = blk.out->as<A>();
   }
   k::global_avgpool_forward(ctx, pooled_->as<A>(), x, b, C_last_, HW_last_);
+  reading_group(static_cast<int>(blocks_.size()) + 1, false);
   k::matmul_forward(ctx, logits_->as<A>(), pooled_->as<A>(),
                     read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(),
                     read_params().tensors()[static_cast<size_t>(fc_b_)].as<A>(), b, C_last_, cfg_.num_classes);
@@ -534,6 +561,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
     k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->as<A>(), labels, dloss, b, K, K);
   // head, in reverse: fc, average pool
   writing(fc_w_, fc_b_ + 1);
+  reading_group(static_cast<int>(blocks_.size()) + 1, true);
   k::matmul_backward(ctx, dpooled_->as<A>(), grads_.tensors()[static_cast<size_t>(fc_w_)].f32(),
                      grads_.tensors()[static_cast<size_t>(fc_b_)].f32(), logits_->as<A>(), pooled_->as<A>(),
                      read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(), b, C_last_, K);
@@ -545,6 +573,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
     Block& blk = blocks_[static_cast<size_t>(i)];
     const A* x = i == 0 ? stem_out : blocks_[static_cast<size_t>(i) - 1].out->as<A>();
     writing(blk.first_param, blk.end_param);
+    reading_group(i + 1, true);
     const Bn& lastbn = blk.main.back().bn;
     const int64_t n = static_cast<int64_t>(b) * lastbn.C * lastbn.HW;
     A* dsum = dB_->as<A>();
@@ -581,6 +610,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
   }
   const int64_t n0 = static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW;
   writing(0, 3);
+  reading_group(0, true);
   k::relu_backward(ctx, g, g, x0b_->as<A>(), n0);
   bn_backward(ctx, stem_bn_, dC_->as<A>(), g, x0c_->as<A>(), b);
   conv_backward(ctx, stem_conv_, static_cast<A*>(nullptr), dC_->as<A>(), static_cast<const A*>(last_images_), b);

@@ -85,9 +85,12 @@ class ResNet {
   // unless allocate = false). arithmetic: the precision of the ExecContext the model will run with (train.precision);
   // the convolution workspace is sized for its math (on CUDA, TF32 tensor-core algorithms need more than fp32's).
   // planned_bn_ranks: with allocate = false, the SyncBN group size to plan for (bn_group is null then).
+  // shard_params = true (ZeRO-3): the parameters and the 16-bit copy are not allocated; read_params() is bound by the
+  // parameter gather (parallel/param_gather.hpp), which the read hook (set_param_read_hook) fills layer by layer, and
+  // init_parameters stores through its `store` argument (as Gpt's).
   ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
          bool allocate = true, DType act = DType::F32, Precision arithmetic = Precision::FP32, int planned_bn_ranks = 1,
-         bool allocate_grads = true);
+         bool allocate_grads = true, bool shard_params = false);
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
@@ -96,7 +99,8 @@ class ResNet {
   DType activation_dtype() const { return act_; }
   // Counter-based init keyed by (seed, name, element): convs kaiming-normal (fan_out, ReLU gain, torchvision),
   // BN gamma 1 beta 0, fc weight and bias uniform(+-1/sqrt(fan_in)) (torch.nn.Linear); running var 1, mean 0.
-  void init_parameters(const ExecContext& ctx, uint64_t seed);
+  void init_parameters(const ExecContext& ctx, uint64_t seed,
+                       const std::function<void(int tensor, const float* host)>& store = {});
   // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp); call
   // it after every change of the masters, before the next forward (ResNetStage does, once per step and before
   // evaluation). A no-op in fp32.
@@ -118,6 +122,12 @@ class ResNet {
   void set_grad_write_hook(std::function<void(int, int)> hook) { write_hook_ = std::move(hook); }
   // The ranges backward writes, in its order: fc, the blocks from the last to the first, the stem.
   std::vector<std::pair<int, int>> grad_write_groups() const;
+  // Called right before forward or backward reads the parameters of tensors [first, end) (the stem, a block, fc), with
+  // [next_first, next_end) the range it reads next (empty: none): ZeRO-3 gathers the one and prefetches the other.
+  void set_param_read_hook(std::function<void(int, int, int, int)> hook) { read_hook_ = std::move(hook); }
+  // What the kernels read: the 16-bit compute copy under bf16 / fp16, else the fp32 parameters.
+  Slab& read_params() { return act_ == DType::F32 ? params_ : compute_; }
+  bool params_sharded() const { return shard_params_; }
 
   Slab& params() { return params_; }
   Slab& grads() { return grads_; }
@@ -165,7 +175,6 @@ class ResNet {
   void conv_forward(const ExecContext& ctx, const Conv& c, A* out, const A* inp, int b);
   template <typename A>
   void conv_backward(const ExecContext& ctx, const Conv& c, A* dinp, const A* dout, const A* inp, int b);
-  Slab& read_params() { return act_ == DType::F32 ? params_ : compute_; }  // what the kernels read
   Conv make_conv(const std::string& name, int C, int OC, int H, int W, int K, int stride, int pad);
   Bn make_bn(const std::string& name, int C, int HW);
   void ready(int first, int end) {
@@ -174,6 +183,12 @@ class ResNet {
   void writing(int first, int end) {
     if (write_hook_) write_hook_(first, end);
   }
+  void reading(int first, int end, int next_first = 0, int next_end = 0) {
+    if (read_hook_) read_hook_(first, end, next_first, next_end);
+  }
+  // the parameter range of read group g (0 = stem, 1 .. blocks = the blocks, blocks + 1 = fc) and of the next the pass
+  // reads (forward: g + 1, backward: g - 1)
+  void reading_group(int g, bool backward);
 
   ResNetConfig cfg_;
   int B_;
@@ -199,6 +214,8 @@ class ResNet {
   int64_t ws_floats_ = 0;
   int C_last_ = 0, HW_last_ = 0;
   std::function<void(int, int)> hook_, write_hook_;
+  std::function<void(int, int, int, int)> read_hook_;
+  bool shard_params_ = false;
 };
 
 }  // namespace hpct::resnet

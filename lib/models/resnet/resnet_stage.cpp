@@ -79,15 +79,20 @@ void ResNetStage::backward(int micro, const void*, void*) {
 }
 
 std::pair<double, double> ResNetStage::evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm,
-                                                int64_t first, int64_t end) {
+                                                int64_t first, int64_t end, int64_t forwards) {
   double loss = 0.0, correct = 0.0;
   model_.refresh_compute_params(ctx_);  // evaluation follows an optimizer step (a no-op in fp32)
-  for (int64_t i = first; i < end; i += MB_) {
-    const int b = static_cast<int>(std::min<int64_t>(MB_, end - i));
+  const int64_t needed = (end - first + MB_ - 1) / MB_;
+  for (int64_t r = 0; r < std::max(needed, forwards); ++r) {
+    const bool extra = r >= needed;  // past the range: a forward for the other ranks' collectives, not counted
+    const int64_t i = extra ? std::min<int64_t>(first, std::max<int64_t>(0, set.size() - 1)) : first + r * MB_;
+    const int b = extra ? 1 : static_cast<int>(std::min<int64_t>(MB_, end - i));
     k::synchronize(ctx_);  // the last batch's copies from img_host_ / lab_host_ are done before we refill them
     data::fill_images(set, norm, i, b, img_host_.data(), lab_host_.data());
     stage_in_and_forward(b, /*train=*/false);
-    loss += k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, lab_dev_->i32(), b), b);  // synchronizes
+    const double sum = k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, lab_dev_->i32(), b), b);
+    if (extra) continue;
+    loss += sum;  // (the sum synchronizes)
     correct += static_cast<double>(count_correct(host_logits(b), lab_host_.data(), b, K_));
   }
   return {loss, correct};

@@ -39,8 +39,10 @@ class ResNetStage final : public parallel::PipelineStage {
   static size_t planned_bytes(const ResNetConfig& cfg, int micro_batch);
 
   // (loss sum, correct predictions) over images [first, end) of `set`, micro_batch at a time, BN in eval mode.
+  // forwards: at least this many forwards (past the range: one image, not counted; under ZeRO-3 every forward is
+  // collective over DP); 0: as many as the range needs.
   std::pair<double, double> evaluate(const data::ImageDataset& set, const data::ImageNormalization& norm, int64_t first,
-                                     int64_t end);
+                                     int64_t end, int64_t forwards = 0);
 
  private:
   // Copies images (b, C, H, W) and labels (b) from the host buffers, runs the forward, queues the logits' copy to the

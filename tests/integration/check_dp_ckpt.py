@@ -2,18 +2,18 @@
 """Data parallelism and HDF5 checkpoints, end to end through train_gpt and ckpt_tool: layout
 independence, exact restarts, checkpoint integrity and failure handling. One scenario per invocation, each a ctest:
 
-  layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1, ZeRO-2 at np 2, 4, and both with hybrid sharding,
+  layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1, ZeRO-2, ZeRO-3 at np 2, 4, and each with hybrid sharding,
             parallel.zero_group = 2, at np 4): per-step losses equal the np 1 run within 1e-5 relative
             (docs/invariants.md, invariant 1)
-  tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1, +ZeRO-2) vs serial within 1e-5; a
+  tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1, +ZeRO-2, +ZeRO-3) vs serial within 1e-5; a
             checkpoint written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
   pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO-1, GPipe and 1F1B, ZeRO-2
             at (2,2,2) GPipe and (2,1,2) 1F1B, vs serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and
             (4,1,1)
   restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
             and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
-            another DP size and ZeRO stage (ZeRO-2 on 4 ranks -> serial ZeRO-0 and back, ZeRO-1 <-> ZeRO-2, hybrid
-            sharding -> serial and back) within 1e-5
+            another DP size and ZeRO stage (ZeRO-2 and ZeRO-3 on 4 ranks -> serial ZeRO-0 and back, ZeRO-1 <->
+            ZeRO-2, hybrid sharding -> serial and back, ZeRO-3 hybrid -> ZeRO-2 on 2) within 1e-5
   h5py      index.h5 read by h5py: whole tensors equal the parameters of the run (--dump, np 1), and
             equal the shard files assembled by hand from the per-piece attributes (np 2, ZeRO-1)
   damage    a deleted shard makes `ckpt_tool verify` and resume fail naming it; a flipped byte is a
@@ -132,7 +132,8 @@ if scenario == "layout":
     train(1, f"{work}/np1", ["train.steps=20"])
     ref = losses(f"{work}/np1")
     # (np, ZeRO stage, parallel.zero_group): group 2 at np 4 is hybrid sharding (two groups of two, replicated)
-    for np, zero, group in [(2, 0, 0), (4, 0, 0), (2, 1, 0), (4, 1, 0), (2, 2, 0), (4, 2, 0), (4, 1, 2), (4, 2, 2)]:
+    for np, zero, group in [(2, 0, 0), (4, 0, 0), (2, 1, 0), (4, 1, 0), (2, 2, 0), (4, 2, 0), (4, 1, 2), (4, 2, 2),
+                            (2, 3, 0), (4, 3, 0), (4, 3, 2)]:
         out = f"{work}/np{np}_zero{zero}_group{group}"
         train(np, out, ["train.steps=20", f"parallel.zero={zero}", f"parallel.zero_group={group}",
                         "parallel.bucket_mb=0.05"])
@@ -144,7 +145,7 @@ elif scenario == "tp":
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10"])
     ref = losses(serial)
-    for dp, tp, zero in [(1, 2, 0), (1, 4, 0), (2, 2, 0), (2, 2, 1), (2, 2, 2)]:
+    for dp, tp, zero in [(1, 2, 0), (1, 4, 0), (2, 2, 0), (2, 2, 1), (2, 2, 2), (2, 2, 3)]:
         out = f"{work}/dp{dp}_tp{tp}_zero{zero}"
         train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.zero={zero}",
                              "parallel.bucket_mb=0.05"])
@@ -205,7 +206,8 @@ elif scenario == "restart":
     # another DP size, and from ZeRO-1 and ZeRO-2 checkpoints onto other sizes and stages (checkpoints are stage-free)
     # (group 2 at np 4: hybrid sharding)
     for np_a, zero_a, np_b, zero_b in [(2, 0, 4, 0), (2, 0, 1, 0), (2, 1, 4, 1), (2, 1, 1, 0), (4, 0, 2, 1),
-                                       (4, 2, 1, 0), (1, 0, 4, 2), (2, 2, 4, 1), ("4g2", 2, 1, 0), (2, 1, "4g2", 1)]:
+                                       (4, 2, 1, 0), (1, 0, 4, 2), (2, 2, 4, 1), ("4g2", 2, 1, 0), (2, 1, "4g2", 1),
+                                       (4, 3, 1, 0), (1, 0, 4, 3), ("4g2", 3, 2, 2)]:
         out = f"{work}/re_{np_a}_{zero_a}_{np_b}_{zero_b}"
         ga, gb = (2 if np_a == "4g2" else 0), (2 if np_b == "4g2" else 0)
         na, nb = (4 if ga else np_a), (4 if gb else np_b)

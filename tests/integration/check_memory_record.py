@@ -15,6 +15,9 @@
     PLAN_TOLERANCE (the plan is built from formulas and unallocated slabs; it should match byte for byte), for the GPT
     also at np 2 with TP 2, at np 4 with DP 2 x PP 2 under ZeRO-1 and at np 4 with ZeRO-2 in hybrid sharding groups of
     2 (one step each)
+  - ZeRO-3 at np 2, one micro-batch per step: the plan holds its record, its params are well below the whole
+    parameters, comm_bytes' reduce-scatter is the parameter bytes and its allgather between one and two times them
+    (GPT also with TP 2 and bf16, and in hybrid groups of 2, at np 4)
   - ZeRO-2 at np 2 (small buckets): the plan holds its record too, and (GPT) its grads (the ring of buckets, the
     tensors kept whole and the shard) are well below ZeRO-1's (the full slab and the shard); its comm_bytes: every
     micro-batch's reduce-scatter (m - 1 < reduce-scatter / allgather <= m for m micro-batches per step)
@@ -150,13 +153,36 @@ else:
 against_plan("np 2 zero 2", z2, 2, z2_sets)
 if app == "gpt" and one and two and z2 and not z2["grads"] < two["grads"] - one["grads"] / 4:
     fail(f"np 2 zero 2: grads {z2['grads']} should be well below ZeRO-1's {two['grads']} (slab {one['grads']} + shard)")
+# ZeRO-3: the parameters sharded too (the masters and the gather slots instead of the whole slab); one micro-batch per
+# step: the reduce-scatter moves the gradients' bytes G once (the buckets' ranges: the whole gradient slab but the
+# alignment padding after a bucket's last tensor), the gathers more than G (the forward gathers everything) and less
+# than 2 G (the backward gathers again all but what it still holds or does not read); the plan holds the record
+z3_sets = ["train.steps=2", "parallel.zero=3", "train.global_batch=" + ("4" if app == "gpt" else "8"),
+           "train.micro_batch=" + ("2" if app == "gpt" else "4")]
+z3_recs = run("np2_zero3", 2, z3_sets)
+z3 = record("np 2 zero 3", z3_recs)
+vol = z3_recs[-1].get("comm_bytes") or {}
+slab = one["grads"] if one else 0
+G = vol.get("reduce_scatter", 0)
+if not (0.95 * slab <= G <= slab and G < vol.get("allgather", 0) < 2 * G):
+    fail(f"np 2 zero 3, one micro-batch: comm_bytes {vol}: the reduce-scatter should be about the gradient slab's "
+         f"{slab} bytes (at most) and the allgather between 1 and 2 times the reduce-scatter")
+else:
+    print(f"  np 2 zero 3: comm_bytes {vol} (gradient slab {slab} bytes; allgather / reduce-scatter "
+          f"{vol['allgather'] / G:.3f})")
+against_plan("np 2 zero 3", z3, 2, z3_sets)
+if one and z2 and z3 and not z3["params"] < 0.75 * one["params"]:
+    fail(f"np 2 zero 3: params {z3['params']} should be well below the whole parameters' {one['params']}")
 if app == "gpt":
     for name, np, sets in [("np 2 tp 2", 2, ["train.steps=1", "parallel.tp=2"]),
                            ("np 4 dp 2 x pp 2 zero 1", 4, ["train.steps=1", "parallel.pp=2", "parallel.zero=1"]),
                            ("np 4 zero 2 hybrid 2", 4, ["train.steps=1", "parallel.zero=2", "parallel.zero_group=2",
                                                         "parallel.bucket_mb=0.05"]),
                            ("np 2 zero 2 bf16 reduction", 2, ["train.steps=1", "parallel.zero=2",
-                                                              "parallel.grad_dtype=bf16", "parallel.bucket_mb=0.05"])]:
+                                                              "parallel.grad_dtype=bf16", "parallel.bucket_mb=0.05"]),
+                           ("np 4 zero 3 tp 2 bf16", 4, ["train.steps=1", "parallel.zero=3", "parallel.tp=2",
+                                                         "train.precision=bf16"]),
+                           ("np 4 zero 3 hybrid 2", 4, ["train.steps=1", "parallel.zero=3", "parallel.zero_group=2"])]:
         against_plan(name, record(name, run(name.replace(" ", "_"), np, sets)), np, sets)
 
 # train.memory_limit_gb under the plan: a one-line error before anything allocates, naming the kind and the advice

@@ -4,7 +4,8 @@ One scenario per invocation, each a ctest:
 
   layout    resnet_tiny 10 steps with SyncBN at a constant global micro-batch DP x MB = 8 (np 1 MB 8, np 2 MB 4,
             np 4 MB 2, ZeRO-1 and overlap off at np 2, np 4 with one micro-batch of 8, ZeRO-1 and ZeRO-2 at np 4 MB 2
-            with small buckets, ZeRO-2 in hybrid sharding groups of 2): per-step losses and the test
+            with small buckets, ZeRO-2 in hybrid sharding groups of 2, ZeRO-3 at np 4 MB 2 and in hybrid groups of 2
+            without prefetch): per-step losses and the test
             loss equal the np 1 run within 1e-5 relative (docs/invariants.md, invariant 1); without SyncBN at a constant MB = 4
             np 2 equals np 1, and differs from the SyncBN run (BN over 4 images, not 8), so the test can fail
   restart   5 steps (decay_steps 10) + resume to 10 == an uninterrupted 10-step run bitwise, at np 2: losses, and
@@ -92,7 +93,9 @@ if scenario == "layout":
     for np_, sets in [(2, []), (4, ["train.micro_batch=2"]), (2, ["parallel.zero=1"]), (2, ["parallel.overlap=false"]),
                       (4, ["train.micro_batch=2", "parallel.zero=1", "parallel.bucket_mb=0.005"]),
                       (4, ["train.micro_batch=2", "parallel.zero=2", "parallel.bucket_mb=0.005"]),
-                      (4, ["train.micro_batch=2", "parallel.zero=2", "parallel.zero_group=2", "parallel.bucket_mb=0.005"])]:
+                      (4, ["train.micro_batch=2", "parallel.zero=2", "parallel.zero_group=2", "parallel.bucket_mb=0.005"]),
+                      (4, ["train.micro_batch=2", "parallel.zero=3"]),
+                      (4, ["train.micro_batch=2", "parallel.zero=3", "parallel.zero_group=2", "parallel.prefetch=false"])]:
         out = os.path.join(work, f"np{np_}_{'_'.join(sets) or 'default'}")
         train(np_, out, sets)
         compare(f"np {np_} {' '.join(sets)}", losses(out), ref, 1e-5)

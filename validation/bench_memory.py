@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Memory benchmark: the plan (`train_gpt DECK --plan 4 --json`, formulas only) against the memory record of real runs
 (the tagged slabs, metrics.jsonl's first record) and the measured peak resident set (rss), for the GPT at np 4 with
-ZeRO 0, 1 and 2, with and without tensor parallelism (docs/contracts.md, "--plan" and the memory record).
+ZeRO 0, 1, 2 and 3, with and without tensor parallelism (docs/contracts.md, "--plan" and the memory record).
 
 For each layout it prints and writes every kind planned and recorded, the largest plan-vs-record difference over the
 kinds (the ctest memory_record tests hold it within 5%; it is exact by construction), the peak, rss and what rss holds
 beyond the tagged peak (the process and its libraries: the MPI and OpenMP runtimes, oneDNN, the data shards), and the
-gradient and optimizer memory per rank relative to ZeRO-0 (ZeRO-1: optimizer / DP; ZeRO-2: gradients as the ring of
-buckets + the tied wte + the shard instead of the whole slab). ZeRO-3 is not implemented, so it has no row.
+gradient, optimizer and parameter memory per rank relative to ZeRO-0 (ZeRO-1: optimizer / DP; ZeRO-2: gradients as the
+ring of buckets + the tied wte + the shard instead of the whole slab; ZeRO-3: the parameters as the fp32 masters'
+shard, the gather slots and the kept wte counted as comm).
 
 The model: gpt_demo.toml widened (6 layers, 384 channels, 256 tokens: 10.8 M parameters), 2 steps per run, buckets of
 parallel.bucket_mb (default 1). Writes the table (markdown) and a bar plot (PNG) next to --report.
@@ -59,7 +60,7 @@ def recorded(name, sets):
 
 layouts = []
 for tp in (1, 2):
-    for zero in (0, 1, 2):
+    for zero in (0, 1, 2, 3):
         name = f"tp{tp}_zero{zero}"
         sets = [f"parallel.tp={tp}", f"parallel.zero={zero}", f"parallel.bucket_mb={args.bucket_mb}"]
         print(f"== {name}", flush=True)
@@ -73,9 +74,10 @@ def mib(x):
 
 rows = []
 header = ("| layout | " + " | ".join(f"{k} plan / record (MiB)" for k in KINDS) +
-          " | peak plan / record (MiB) | max diff | rss (MiB) | rss - peak (MiB) | grads vs ZeRO-0 | optimizer vs ZeRO-0 |")
+          " | peak plan / record (MiB) | max diff | rss (MiB) | rss - peak (MiB) | params vs ZeRO-0 | grads vs ZeRO-0 | "
+          "optimizer vs ZeRO-0 |")
 rows.append(header)
-rows.append("|" + "---|" * (len(KINDS) + 7))
+rows.append("|" + "---|" * (len(KINDS) + 8))
 base = {}
 for L in layouts:
     p, r = L["plan"], L["record"]
@@ -87,7 +89,8 @@ for L in layouts:
     rows.append(f"| dp {L['dp']} tp {L['tp']} ZeRO-{L['zero']} | " +
                 " | ".join(f"{mib(p[k])} / {mib(r[k])}" for k in KINDS) +
                 f" | {mib(p['peak'])} / {mib(r['peak'])} | {100 * worst:.3f}% | {mib(r['rss'])} | "
-                f"{mib(r['rss'] - r['peak'])} | {r['grads'] / b['grads']:.3f} | {r['optimizer'] / b['optimizer']:.3f} |")
+                f"{mib(r['rss'] - r['peak'])} | {r['params'] / b['params']:.3f} | {r['grads'] / b['grads']:.3f} | "
+                f"{r['optimizer'] / b['optimizer']:.3f} |")
 table = "\n".join(rows)
 print(table)
 
@@ -95,18 +98,20 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-fig, ax = plt.subplots(figsize=(11, 4.5))
+fig, ax = plt.subplots(figsize=(13, 4.5))
 x = range(len(layouts))
 w = 0.27
 ax.bar([i - w for i in x], [L["plan"]["peak"] / 2**20 for L in layouts], w, label="plan peak (--plan, formulas)")
 ax.bar(list(x), [L["record"]["peak"] / 2**20 for L in layouts], w, label="record peak (tagged slabs)")
 ax.bar([i + w for i in x], [L["record"]["rss"] / 2**20 for L in layouts], w, label="rss (peak resident set)")
 for i, L in enumerate(layouts):
-    ax.text(i - w, L["plan"]["peak"] / 2**20, f"g {mib(L['record']['grads'])}\no {mib(L['record']['optimizer'])}",
+    ax.text(i - w, L["plan"]["peak"] / 2**20,
+            f"p {mib(L['record']['params'])}\ng {mib(L['record']['grads'])}\no {mib(L['record']['optimizer'])}",
             ha="center", va="bottom", fontsize=7)
 ax.set_xticks(list(x), [f"dp{L['dp']} tp{L['tp']}\nZeRO-{L['zero']}" for L in layouts])
 ax.set_ylabel("MiB per rank (max over ranks)")
-ax.set_title(f"GPT (6 x 384, 10.8 M parameters) at np {args.np}: plan vs record vs rss (g: grads, o: optimizer, MiB)")
+ax.set_title(f"GPT (6 x 384, 10.8 M parameters) at np {args.np}: plan vs record vs rss (p: params, g: grads, "
+             "o: optimizer, MiB)")
 ax.legend(fontsize=8)
 fig.tight_layout()
 png = os.path.join(art_dir, stem + ".png")

@@ -8,14 +8,21 @@ slab) and W bytes of them that ZeRO-2 keeps whole (the GPT's tied wte):
   ZeRO-0  allreduce G                                  bus = 2 (n-1)/n G
   ZeRO-1  reduce-scatter G, allgather G (parameters)   bus = 2 (n-1)/n G          (the same volume as ZeRO-0)
   ZeRO-2  reduce-scatter m (G - W) + W, allgather G    bus = (n-1)/n (m (G - W) + W + G)
+  ZeRO-3  reduce-scatter as ZeRO-2; allgather          bus = (n-1)/n (m (G - W) + W + A)
+          A = W + (G - W) + (m - 1) (G - W - B) + m (L - 1) B
 so at one micro-batch ZeRO-2 moves what ZeRO-0 and ZeRO-1 move, and at m micro-batches its reduce-scatter is m times
-ZeRO-1's (less the pinned W). Scalars (the loss and norm sums, 8 bytes each) ride along and are left out of the
-comparison (< 0.01%).
+ZeRO-1's (less the pinned W). ZeRO-3 (parallel/param_gather.hpp: L blocks of B bytes, two alternating slots) gathers
+in the first forward everything (W, kept for the step, and the ring G - W); each backward gathers L - 1 blocks (the
+head's LayerNorm and the last block are still in the slots; the position embedding is not read); each later forward
+everything but block 0 (still in its slot). The textbook ZeRO-3 (every layer gathered again for its backward) moves
+1.5x ZeRO-1's bytes at one micro-batch; the table gives both. Scalars (the loss and norm sums, 8 bytes each) ride
+along and are left out of the comparison (< 0.01%).
 
 The model: gpt_demo.toml widened (6 layers, 384 channels, 256 tokens: 10.8 M parameters), global batch 16, micro-batch
 16 / n (one micro-batch per step) or 4 / n (four), 6 steps, medians over the steps after the first. At np 2 the
-target is ZeRO-2 within 5% of ZeRO-1's step time at one micro-batch; np 4 runs oversubscribed on this machine's cores
-(figures only). ZeRO-3 is not implemented (no row).
+targets are ZeRO-2 within 5% and ZeRO-3 within 25% of ZeRO-1's step time at one micro-batch; ZeRO-3 runs with and
+without prefetch (parallel.prefetch), the exposed communication column showing what the prefetch hides; np 4 runs
+oversubscribed on this machine's cores (figures only).
 
 usage: validation/bench_zero.py [--report validation/results/bench_zero_cpu.md] [--np 2 4] [--steps 6] [--repeat 1]
                                 [--train-gpt EXE] [--out DIR]"""
@@ -64,8 +71,14 @@ def run(name, np_, sets):
 # G: the fp32 gradients the buckets tile (the ZeRO-0 plan's grads: the gradient slab); W: the tied wte
 base_plan = plan_json(args.train_gpt, args.deck, 1, MODEL + ["parallel.zero=0"], ENV)
 G = base_plan["memory"]["grads"]
-cfg_vocab, cfg_embd = 256, 384  # gpt_demo's byte-level vocabulary, padded to 256; MODEL's n_embd
+cfg_vocab, cfg_embd, cfg_seq, cfg_layers = 256, 384, 256, 6  # gpt_demo's byte-level vocabulary, padded; MODEL's
 W = ((cfg_vocab + 127) // 128 * 128) * cfg_embd * 4
+C = cfg_embd
+B = (12 * C * C + 13 * C) * 4  # a block: ln1, qkv, proj, ln2, fc, mlp.proj with biases
+if W + cfg_seq * C * 4 + cfg_layers * B + 2 * C * 4 != G:
+    sys.exit(f"FAILED: the model's layout is not the one the ZeRO-3 formula assumes (G = {G})")
+STAGES = [("ZeRO-0", 0, []), ("ZeRO-1", 1, []), ("ZeRO-2", 2, []), ("ZeRO-3", 3, []),
+          ("ZeRO-3 no prefetch", 3, ["parallel.prefetch=false"])]
 rows, failures = [], []
 for np_ in args.np:
     for micro in (1, 4):
@@ -73,31 +86,32 @@ for np_ in args.np:
         if mb < 1:
             continue
         res = {}
-        reps = {0: [], 1: [], 2: []}
+        reps = {label: [] for label, _, _ in STAGES}
         for k in range(args.repeat):  # the stages alternate, so drifts of the machine hit them alike
-            for zero in (0, 1, 2):
-                name = f"np{np_}_m{micro}_zero{zero}_run{k}"
+            for label, zero, extra in STAGES:
+                name = f"np{np_}_m{micro}_{label.replace(' ', '_')}_run{k}"
                 print(f"== {name}", flush=True)
-                reps[zero].append(run(name, np_, [f"parallel.zero={zero}", f"train.micro_batch={mb}"]))
-        for zero in (0, 1, 2):
-            runs = reps[zero]
+                reps[label].append(run(name, np_, [f"parallel.zero={zero}", f"train.micro_batch={mb}"] + extra))
+        for label, zero, _ in STAGES:
+            runs = reps[label]
             r = dict(ms=statistics.median(x["ms"] for x in runs), exposed=statistics.median(x["exposed"] for x in runs),
                      vol=runs[0]["vol"], spread=(min(x["ms"] for x in runs), max(x["ms"] for x in runs)))
             v = r["vol"]
             f = (np_ - 1) / np_
             bus = 2 * f * v["allreduce"] + f * (v["reduce_scatter"] + v["allgather"])
-            want = 2 * f * G if zero < 2 else f * (micro * (G - W) + W + G)
+            gathers = G if zero < 3 else W + (G - W) + (micro - 1) * (G - W - B) + micro * (cfg_layers - 1) * B
+            want = 2 * f * G if zero < 2 else f * (micro * (G - W) + W + gathers)
             r.update(bus=bus, want=want, ratio=bus / want)
-            res[zero] = r
+            res[label] = r
             if abs(bus / want - 1) > 1e-3:
-                failures.append(f"{name}: bus bytes {bus:.0f} vs formula {want:.0f}")
-        for zero in (0, 1, 2):
-            r = res[zero]
-            rows.append(f"| {np_} | {micro} | ZeRO-{zero} | {r['vol']['allreduce'] / 2**20:.3f} | "
+                failures.append(f"np {np_} {micro} micro-batches {label}: bus bytes {bus:.0f} vs formula {want:.0f}")
+        for label, _, _ in STAGES:
+            r = res[label]
+            rows.append(f"| {np_} | {micro} | {label} | {r['vol']['allreduce'] / 2**20:.3f} | "
                         f"{r['vol']['reduce_scatter'] / 2**20:.3f} | {r['vol']['allgather'] / 2**20:.3f} | "
                         f"{r['bus'] / 2**20:.3f} | {r['want'] / 2**20:.3f} | {r['ratio']:.5f} | "
-                        f"{r['bus'] / res[0]['bus']:.3f} | {r['ms']:.1f} ({r['spread'][0]:.0f}..{r['spread'][1]:.0f}) | "
-                        f"{r['ms'] / res[1]['ms']:.3f} | "
+                        f"{r['bus'] / res['ZeRO-0']['bus']:.3f} | {r['ms']:.1f} ({r['spread'][0]:.0f}..{r['spread'][1]:.0f}) | "
+                        f"{r['ms'] / res['ZeRO-1']['ms']:.3f} | "
                         f"{r['exposed']:.1f} |")
 
 header = ("| np | micro-batches | stage | allreduce (MiB) | reduce-scatter (MiB) | allgather (MiB) | bus (MiB) | "
@@ -111,7 +125,8 @@ md = ["# ZeRO stages: communication volume and step time (CPU, MPI)", "",
       "OMP_NUM_THREADS=1). Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
       "", f"Model: {args.deck} with {' '.join(MODEL)}; {args.steps} steps, medians over steps 2..{args.steps}, "
       f"{args.repeat} run(s) of each stage alternating (the median of the runs' medians, their range in brackets). "
-      f"G = {G} bytes of gradients (the plan's ZeRO-0 `grads`), W = {W} bytes kept whole by ZeRO-2 (wte). "
+      f"G = {G} bytes of gradients (the plan's ZeRO-0 `grads`), W = {W} bytes kept whole by ZeRO-2 and ZeRO-3 (wte), "
+      f"B = {B} bytes per block (L = {cfg_layers}). "
       "Volumes are rank 0's `comm_bytes` of one step (the nccl-tests sizes); bus = allreduce x 2(n-1)/n + "
       "(reduce-scatter + allgather) x (n-1)/n.", "", table, ""]
 if args.report:

@@ -5,10 +5,11 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
 
   1. train_gpt on inputs/gpt_tiny.toml: for each world size W every (DP, TP, PP) with DP*TP*PP = W, TP | n_head,
      TP | padded vocabulary, PP <= n_layer, global_batch % (DP*micro_batch) == 0 (micro_batch lowered until it
-     divides, and the table says so), ZeRO 0, 1 and 2 where DP > 1 (and both in hybrid sharding groups of DP / 2,
-     parallel.zero_group, where DP >= 4), schedules gpipe and 1f1b where PP > 1.
+     divides, and the table says so), ZeRO 0, 1, 2 and (without pipelining) 3 where DP > 1 (and each in hybrid
+     sharding groups of DP / 2, parallel.zero_group, where DP >= 4), schedules gpipe and 1f1b where PP > 1.
   2. train_resnet on inputs/resnet_tiny.toml: DP = W with SyncBN at a constant global micro-batch DP x micro_batch
-     (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2.
+     (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2, 3
+     (2 and 3 also in hybrid sharding groups of W / 2).
   3. restart across layouts: k = N/2 steps at layout A (optim.decay_steps = N, checkpoint at the end), `ckpt_tool
      verify` of that checkpoint, resume at layout B (another layout of W, or the serial one) to N steps in the same
      run directory (checkpoint.resume=<dir>/checkpoints/step_%08d), the N losses compared with the serial run.
@@ -22,10 +23,10 @@ moves a value across a rounding boundary far more often than in fp32.
 
 usage: validation/equivalence.py [--world 4 8] [--steps N] [--quick] [--precision fp32|bf16] [--out DIR]
                                  [--report FILE.md] [--train-gpt EXE] [--train-resnet EXE] [--ckpt-tool EXE]
-  --quick   world 4 (unless --world is given), 10 steps, one variant per (DP, TP, PP) shape (ZeRO-1 and ZeRO-2
-            alternating over the shapes with DP > 1) and one ZeRO-2 hybrid-sharding layout, ResNet with ZeRO-2 only,
-            one restart pair (from a ZeRO-2 layout with TP): the ctest `validation_equivalence_quick` (about a minute
-            here)
+  --quick   world 4 (unless --world is given), 10 steps, one variant per (DP, TP, PP) shape (ZeRO-3, 2 and 1 taking
+            turns over the shapes with DP > 1) and one ZeRO-2 and one ZeRO-3 hybrid-sharding layout, ResNet with
+            ZeRO-3 only, one restart pair (from a ZeRO-3 layout with TP): the ctest `validation_equivalence_quick`
+            (about a minute here)
 Writes DIR/<layout>/ run directories, equivalence.json (every result with its per-step losses) and equivalence.png
 (loss curves of all layouts overlaid and the per-step deviations, one column per app) next to the report (or in
 DIR without --report), the report; prints the tables, and last `VALID` (exit 0) or
@@ -139,7 +140,7 @@ def gpt_layouts(W):
             if mb != G_MB:
                 notes.append(f"W={W}: gpt (dp {dp}, tp {tp}, pp {pp}) runs micro_batch {mb} (deck {G_MB}): "
                              f"global_batch {G_GB} % (DP x {G_MB}) != 0")
-            for zero in ([0, 1, 2] if dp > 1 else [0]):
+            for zero in ([0, 1, 2] + ([3] if pp == 1 else []) if dp > 1 else [0]):  # ZeRO-3: no pipelining
                 for sched in (["gpipe", "1f1b"] if pp > 1 else [None]):
                     out.append(dict(app="gpt", world=W, dp=dp, tp=tp, pp=pp, zero=zero, schedule=sched, mb=mb))
                     if zero and dp >= 4 and dp % 2 == 0:  # hybrid sharding: two groups of DP / 2, replicated
@@ -149,25 +150,28 @@ def gpt_layouts(W):
 
 
 def quick_subset(layouts):
-    """One variant per (DP, TP, PP) shape: ZeRO-2 and ZeRO-1 alternating over the shapes with DP > 1, schedules
-    alternating over the pipeline shapes."""
+    """One variant per (DP, TP, PP) shape: ZeRO-3, 2 and 1 taking turns over the shapes with DP > 1 (a pipeline shape,
+    where ZeRO-3 is refused, takes the next), schedules alternating over the pipeline shapes."""
     seen, out, alt, alt_zero = set(), [], 0, 0
     for L in layouts:
         shape = (L["dp"], L["tp"], L["pp"])
         if shape in seen:
             continue
         want_sched = ["1f1b", "gpipe"][alt % 2] if L["pp"] > 1 else None
-        want_zero = [2, 1][alt_zero % 2] if L["dp"] > 1 else 0
-        cand = [M for M in layouts if (M["dp"], M["tp"], M["pp"]) == shape and M["zero"] == want_zero
-                and M["schedule"] == want_sched and not M.get("group")]
-        if cand:
-            out.append(cand[0])
-            seen.add(shape)
-            alt += L["pp"] > 1
-            alt_zero += L["dp"] > 1
-    hybrid = next((M for M in layouts if M.get("group") and M["zero"] == 2), None)
-    if hybrid:  # and one layout with hybrid sharding
-        out.append(hybrid)
+        turn = [3, 2, 1][alt_zero % 3:] + [3, 2, 1][:alt_zero % 3] if L["dp"] > 1 else [0]
+        for want_zero in turn:
+            cand = [M for M in layouts if (M["dp"], M["tp"], M["pp"]) == shape and M["zero"] == want_zero
+                    and M["schedule"] == want_sched and not M.get("group")]
+            if cand:
+                out.append(cand[0])
+                seen.add(shape)
+                alt += L["pp"] > 1
+                alt_zero += L["dp"] > 1
+                break
+    for z in (2, 3):  # and one layout with hybrid sharding per sharded stage
+        hybrid = next((M for M in layouts if M.get("group") and M["zero"] == z), None)
+        if hybrid:
+            out.append(hybrid)
     return out
 
 
@@ -176,19 +180,23 @@ def resnet_layouts(W):
         notes.append(f"W={W}: resnet skipped: the SyncBN global micro-batch {R_GMB} is not a multiple of DP {W}")
         return []
     out = [dict(app="resnet", world=W, dp=W, tp=1, pp=1, zero=z, schedule=None, mb=R_GMB // W)
-           for z in ([2] if args.quick else [0, 1, 2])]
+           for z in ([3] if args.quick else [0, 1, 2, 3])]
     if not args.quick and W >= 4 and W % 2 == 0:  # hybrid sharding: two groups of W / 2
-        out.append(dict(app="resnet", world=W, dp=W, tp=1, pp=1, zero=2, schedule=None, mb=R_GMB // W, group=W // 2))
+        for z in (2, 3):
+            out.append(dict(app="resnet", world=W, dp=W, tp=1, pp=1, zero=z, schedule=None, mb=R_GMB // W,
+                            group=W // 2))
     return out
 
 
 def restart_pairs(W, gl, rl):
-    """(A, B) pairs: a TP layout with ZeRO-2 (else ZeRO-1) -> the deepest pipeline layout of W; a DP x PP layout
-    with ZeRO-1 -> serial; ResNet DP = W ZeRO-2 -> serial (checkpoints are stage-free). --quick: the first one only."""
+    """(A, B) pairs: a TP layout with ZeRO-3 (else ZeRO-2, ZeRO-1) -> the deepest pipeline layout of W; a DP x PP
+    layout with ZeRO-1 -> serial; ResNet DP = W ZeRO-3 -> serial (checkpoints are stage-free). --quick: the first one
+    only."""
     serial_g = dict(app="gpt", world=1, dp=1, tp=1, pp=1, zero=0, schedule=None, mb=G_MB)
     serial_r = dict(app="resnet", world=1, dp=1, tp=1, pp=1, zero=0, schedule=None, mb=R_GMB)
     pairs = []
-    a = next((L for L in gl if L["tp"] > 1 and L["dp"] > 1 and L["zero"] == 2), None) or \
+    a = next((L for L in gl if L["tp"] > 1 and L["dp"] > 1 and L["zero"] == 3), None) or \
+        next((L for L in gl if L["tp"] > 1 and L["dp"] > 1 and L["zero"] == 2), None) or \
         next((L for L in gl if L["tp"] > 1 and L["dp"] > 1 and L["zero"] == 1), None) or \
         next((L for L in gl if L["tp"] > 1), None)
     maxpp = max(L["pp"] for L in gl) if gl else 1
@@ -200,7 +208,7 @@ def restart_pairs(W, gl, rl):
                   None) or next((L for L in gl if L["pp"] > 1), None)
         if a2:
             pairs.append((a2, serial_g))
-        ra = next((L for L in rl if L["zero"] == 2), None)
+        ra = next((L for L in rl if L["zero"] == 3), None)
         if ra:
             pairs.append((ra, serial_r))
     return pairs

@@ -255,6 +255,8 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
       advice = "use parallel.zero = 1 (the optimizer state sharded over the data-parallel group)";
     else if (kind == "grads" && zero < 2 && plan.dp > 1)
       advice = "use parallel.zero = 2 (gradients sharded too: no full-size gradient buffer)";
+    else if (kind == "params" && zero < 3 && plan.dp > 1 && plan.pp == 1)
+      advice = "use parallel.zero = 3 (parameters sharded too: each layer gathered when it computes)";
     else if (kind == "params" || kind == "grads" || kind == "optimizer")
       advice = gpt ? "split the model over more ranks with parallel.tp or parallel.pp"
                    : "train_resnet is data-parallel only: choose a smaller model (model.depth, model.base_width)";

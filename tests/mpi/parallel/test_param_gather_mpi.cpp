@@ -109,7 +109,8 @@ TEST_P(ParamGatherTest, ReadsSeeTheWholeParametersAndGatherWhatTheSlotsLack) {
 
   // bytes of the gathers: every bucket's element range, of the storage type
   auto bytes_of = [&](size_t b) {
-    return static_cast<double>(bp.buckets[b].elem_end - bp.buckets[b].elem_begin) * static_cast<double>(dtype_size(act));
+    return static_cast<double>(bp.buckets[b].elem_end - bp.buckets[b].elem_begin) *
+           static_cast<double>(dtype_size(act));
   };
   double all = 0.0;
   for (size_t b = 0; b < bp.buckets.size(); ++b) all += bytes_of(b);
@@ -117,8 +118,8 @@ TEST_P(ParamGatherTest, ReadsSeeTheWholeParametersAndGatherWhatTheSlotsLack) {
   // (the last layers), which the slots still hold when the backward starts: the backward gathers the rest of the ring
   const auto pinned = static_cast<size_t>(bp.bucket_of_tensor[0]);
   ASSERT_TRUE(bp.bucket_pinned[pinned]);
-  const double backward =
-      all - bytes_of(pinned) - bytes_of(static_cast<size_t>(gp.ring[0])) - bytes_of(static_cast<size_t>(gp.ring[1]));
+  const double backward = all - bytes_of(pinned) - bytes_of(static_cast<size_t>(gp.ring[0])) -
+                          bytes_of(static_cast<size_t>(gp.ring[1]));
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     pc.dp_group().reset_volume();

@@ -232,11 +232,10 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
   HPCT_CHECK(params_.tensors().size() == grads_.tensors().size(), "params and grads differ in count");
   HPCT_CHECK(params_.bytes() == grads_.bytes(), "params and grads slabs differ in layout");
   if (plan_.ring) {
-    // ZeRO-2: the gradients live in the buckets; the model planned its gradient slab without allocating it
+    // ZeRO-2 and ZeRO-3: the gradients live in the buckets; the model planned its gradient slab without allocating it
     HPCT_CHECK(!grads_.allocated(),
-               "ZeRO-2 over the allocated gradient slab {}: build the model with its gradients "
-               "planned only",
-               grads_.name());
+               "ZeRO-{} over the allocated gradient slab {}: build the model with its gradients planned only",
+               opts_.zero, grads_.name());
     HPCT_CHECK(opts_.overlap, "ZeRO-2 reduce-scatters the buckets as backward produces them (overlap on)");
     HPCT_CHECK(ctx_.device == grads_.device(), "ZeRO-2: the gradients are on {} but the kernels would run on {}",
                device_name(grads_.device()), device_name(ctx_.device));

@@ -42,6 +42,10 @@
 // pinned bucket once per step), so a step's gradient carries up to m such reductions for m micro-batches where ZeRO-1
 // carries one (DeepSpeed's ZeRO-2 reduces each micro-batch likewise).
 //
+// ZeRO stage 3 (zero = 3, at DP > 1): the gradients as ZeRO-2's, with one bucket per write group (a layer), which is
+// also the unit ZeRO-3's parameter gathers work in (parallel/param_gather.hpp, over plan()); gather_params() does
+// nothing (the model's reads gather).
+//
 // Reduction type (parallel.grad_dtype, docs/invariants.md "How the scale features compose"): fp32 (the default: the
 // gradient slab itself is reduced, bit for bit as before) or bf16, which halves the bytes on the wire. With bf16 each
 // bucket's fp32 gradients are cast (kernels::cast on the ExecContext, rounded to nearest even) into the bucket's range

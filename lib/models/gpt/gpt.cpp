@@ -254,6 +254,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act)) dacts_.add(a.name, a.shape, a.dtype);
   for (size_t i = 0; i < layout_.size(); ++i)
     if (layout_[i].name == "wte") wte_index_ = static_cast<int>(i);
+  HPCT_CHECK(!stage_.has_head || wte_index_ >= 0, "GPT stage {}: the head's stage has no wte", mp.pp_rank);
   if (!shard_params) params_.allocate();
   if (allocate_grads) grads_.allocate();
   if (act != DType::F32 && !shard_params) compute_.allocate();

@@ -21,6 +21,7 @@
 #include "parallel/parallel_context.hpp"
 #include "tensor/bf16.hpp"
 #include "../mpi_test_util.hpp"
+#include "zero2_backward.hpp"
 
 using namespace hpct;
 using namespace hpct::parallel;
@@ -173,25 +174,8 @@ TEST(GradSyncBf16, Zero2ReducesEveryMicroBatchInBf16) {
   const BucketPlan bp = plan_buckets(grads, o, P, me, &order);
   EXPECT_EQ(gs.comm_bytes(), bp.comm_bytes());
   EXPECT_EQ(bp.image_numel(), bp.ring_numel + bp.pinned_numel);
-  auto value = [](int rank, int t, int64_t i, int mb) {
-    return static_cast<float>((rank + 1) * 100 + t * 7 + i % 13 + mb * 3);
-  };
-  auto add = [&](int t, int mb) {
-    Tensor& g = grads.tensors()[static_cast<size_t>(t)];
-    for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] += value(me, t, i, mb);
-  };
-  gs.begin_step();
-  for (int mb = 0; mb < micro_batches; ++mb) {
-    gs.begin_micro_batch();
-    add(0, mb);  // the head's half of wte's gradient
-    for (const auto& [first, end] : order.groups) {
-      gs.writing(first, end);
-      for (int t = end - 1; t >= first; --t) add(t, mb);
-      gs.on_ready(first, end);
-      gs.on_ready(0, 0);
-    }
-  }
-  gs.finish();
+  const auto value = test::zero2_grad_value;
+  test::run_zero2_step(gs, grads, order, me, micro_batches);
   const float u = std::ldexp(1.0f, -8);
   int64_t rounded = 0;
   for (const OwnedRange& r : gs.owned()) {

@@ -10,6 +10,7 @@
 #include "parallel/grad_sync.hpp"
 #include "parallel/parallel_context.hpp"
 #include "../mpi_test_util.hpp"
+#include "zero2_backward.hpp"
 
 using namespace hpct;
 using namespace hpct::parallel;
@@ -152,29 +153,11 @@ TEST(GradSyncZero2, SumsEveryMicroBatchThroughARing) {
   ASSERT_EQ(gs.per_micro_batch(), P > 1);
   if (P == 1) return;
   ASSERT_TRUE(grads.bound());
-  auto value = [](int rank, int t, int64_t i, int mb) {
-    return static_cast<float>((rank + 1) * 100 + t * 7 + i % 13 + mb * 3);
-  };
-  auto add = [&](int t, int mb) {
-    Tensor& g = grads.tensors()[static_cast<size_t>(t)];
-    for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] += value(me, t, i, mb);
-  };
-  gs.begin_step();
-  for (int mb = 0; mb < micro_batches; ++mb) {
-    gs.begin_micro_batch();
-    add(0, mb);  // the head writes wte first (half of its gradient here, half in the embedding group below)
-    for (const auto& [first, end] : order.groups) {
-      gs.writing(first, end);
-      for (int t = end - 1; t >= first; --t) add(t, mb);
-      gs.on_ready(first, end);
-      gs.on_ready(0, 0);
-    }
-  }
-  gs.finish();
+  test::run_zero2_step(gs, grads, order, me, micro_batches);
   auto expected = [&](int t, int64_t i) {
     float s = 0;
     for (int r = 0; r < P; ++r)
-      for (int mb = 0; mb < micro_batches; ++mb) s += value(r, t, i, mb) * (t == 0 ? 2.0f : 1.0f);
+      for (int mb = 0; mb < micro_batches; ++mb) s += test::zero2_grad_value(r, t, i, mb) * (t == 0 ? 2.0f : 1.0f);
     return s;
   };
   std::vector<int64_t> cover(static_cast<size_t>(n), 0);

@@ -140,7 +140,6 @@ void ParamGather::begin_step() {
     resident_[b] = false;
   }
   holder_.assign(2, -1);
-  wait_ms_ = 0.0;
 }
 
 void ParamGather::launch(size_t b) {

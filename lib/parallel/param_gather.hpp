@@ -71,10 +71,12 @@ class ParamGather {
   void store_whole(int tensor, const float* host);
   // The model's read hook (above).
   void reading(int first, int end, int next_first, int next_end);
-  void begin_step();
+  void begin_step();  // every bucket stale
   // After the optimizer step (and after a resume's load): the 16-bit shard from the masters (a no-op in fp32).
   void refresh();
-  double last_wait_ms() const { return wait_ms_; }  // the time reading() blocked since begin_step() (exposed)
+  // The time reading() blocked since reset_wait_ms() (the exposed part of the gathers; on CUDA the host's issue time)
+  double last_wait_ms() const { return wait_ms_; }
+  void reset_wait_ms() { wait_ms_ = 0.0; }
   size_t shard_bytes() const { return shard_.bytes(); }
   size_t gather_bytes() const { return gather_.bytes(); }
   const GatherPlan& plan() const { return plan_; }

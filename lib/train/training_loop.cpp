@@ -232,6 +232,7 @@ int run_steps(RunSession& run, TrainTask& task) {
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
     task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
     grad_sync.begin_step();
+    if (gather) gather->reset_wait_ms();  // this step's waits only (not an evaluation's between steps)
     const parallel::PipelineStats ps = parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(),
                                                               pipe_bufs, schedule_opts);
     if (pc.pp_size() > 1) pipeline.push_back(ps);

@@ -49,13 +49,13 @@ GatherPlan plan_gather(const BucketPlan& buckets) {
   return g;
 }
 
-ParamGather::ParamGather(comm::Communicator& dp, const BucketPlan& buckets, Slab& read, DType act,
-                         const ExecContext& ctx, bool prefetch)
+ParamGather::ParamGather(comm::Communicator& dp, const BucketPlan& buckets, Slab& read, const ExecContext& ctx,
+                         bool prefetch)
     : dp_(dp),
       buckets_(buckets),
       plan_(plan_gather(buckets)),
       read_(read),
-      act_(act),
+      act_(read.tensors().empty() ? DType::F32 : read.tensors().front().dtype),
       ctx_(ctx),
       prefetch_(prefetch),
       shard_("zero3_param_shard", read.device()),
@@ -127,19 +127,16 @@ void ParamGather::store_whole(int tensor, const float* host) {
 }
 
 void ParamGather::refresh() {
-  if (act_ == DType::BF16) kernels::cast(ctx_, static_cast<bf16*>(compute_base_), master_base_, plan_.shard_numel);
-  if (act_ == DType::F16) kernels::cast(ctx_, static_cast<fp16*>(compute_base_), master_base_, plan_.shard_numel);
-}
-
-void ParamGather::begin_step() {
   for (size_t b = 0; b < work_.size(); ++b) {
-    if (work_[b]) {  // a prefetch the step did not read (none in the models' schedules): complete it before reuse
+    if (work_[b]) {  // a prefetch the step did not read (none in the models' schedules): done before its source changes
       work_[b]->wait();
       work_[b].reset();
     }
     resident_[b] = false;
   }
   holder_.assign(2, -1);
+  if (act_ == DType::BF16) kernels::cast(ctx_, static_cast<bf16*>(compute_base_), master_base_, plan_.shard_numel);
+  if (act_ == DType::F16) kernels::cast(ctx_, static_cast<fp16*>(compute_base_), master_base_, plan_.shard_numel);
 }
 
 void ParamGather::launch(size_t b) {

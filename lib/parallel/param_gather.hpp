@@ -21,8 +21,7 @@
 //     its read).
 //   - Under 16-bit storage the gathers move the storage type: after each optimizer step refresh() casts the fp32
 //     shard into a 16-bit shard once, and the buckets gather that (FSDP's mixed precision); in fp32 they gather the
-//     masters.
-//   - begin_step() marks every bucket stale (the masters changed): nothing carries over a step.
+//     masters. refresh() also marks every bucket stale (the masters changed): nothing carries over a step.
 // Every rank runs the same reads in the same order (the collectives' contract): the model's forward and backward, and
 // the evaluation, which runs the same number of forwards on every DP rank under ZeRO-3.
 //
@@ -58,10 +57,9 @@ GatherPlan plan_gather(const BucketPlan& buckets);
 class ParamGather {
  public:
   // dp: the ZeRO shard group (the gradient sync's); buckets: its plan (ZeRO-3 at DP > 1); read: the tensors the
-  // kernels read (params, or the 16-bit compute copy), planned but not allocated by the model: bound here. act: their
-  // type. prefetch: parallel.prefetch.
-  ParamGather(comm::Communicator& dp, const BucketPlan& buckets, Slab& read, DType act, const ExecContext& ctx,
-              bool prefetch);
+  // kernels read (params, or the 16-bit compute copy; their one type is what the gathers move), planned but not
+  // allocated by the model: bound here. prefetch: parallel.prefetch.
+  ParamGather(comm::Communicator& dp, const BucketPlan& buckets, Slab& read, const ExecContext& ctx, bool prefetch);
   ParamGather(const ParamGather&) = delete;
   ParamGather& operator=(const ParamGather&) = delete;
 
@@ -71,8 +69,8 @@ class ParamGather {
   void store_whole(int tensor, const float* host);
   // The model's read hook (above).
   void reading(int first, int end, int next_first, int next_end);
-  void begin_step();  // every bucket stale
-  // After the optimizer step (and after a resume's load): the 16-bit shard from the masters (a no-op in fp32).
+  // After the masters changed (initialisation, a resume's load, an optimizer step): the 16-bit shard cast from them (in
+  // fp32 the gathers send the masters themselves), and every bucket stale.
   void refresh();
   // The time reading() blocked since reset_wait_ms() (the exposed part of the gathers; on CUDA the host's issue time)
   double last_wait_ms() const { return wait_ms_; }

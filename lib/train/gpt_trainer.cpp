@@ -83,7 +83,6 @@ class GptTask final : public TrainTask {
 
   Slab& params() override { return model_.params(); }
   Slab& read_params() override { return model_.read_params(); }
-  DType read_dtype() const override { return model_.activation_dtype(); }
   void set_param_read_hook(std::function<void(int, int, int, int)> hook) override {
     model_.set_param_read_hook(std::move(hook));
   }
@@ -174,10 +173,8 @@ class GptTask final : public TrainTask {
     const int n_eval = eval_set_.num_sequences(), dp = run_.dp(), dr = run_.dp_rank();
     const int e0 = static_cast<int>(static_cast<int64_t>(n_eval) * dr / dp);
     const int e1 = static_cast<int>(static_cast<int64_t>(n_eval) * (dr + 1) / dp);
-    // sharded parameters: every forward gathers over DP, so every rank runs as many as the largest block needs
-    const int forwards = model_.params_sharded()
-                             ? (((n_eval + dp - 1) / dp) + model_.micro_batch() - 1) / model_.micro_batch()
-                             : 0;
+    const auto forwards = static_cast<int>(
+        evaluation_forwards(model_.params_sharded(), n_eval, dp, model_.micro_batch()));
     double part = evaluator_.loss_sum(eval_set_, e0, e1, forwards);
     if (mp_.pp > 1)
       run_.pc.pp_group().allreduce(&part, 1, DType::F64, comm::ReduceOp::Sum, "validation loss (pipeline)");

@@ -62,7 +62,6 @@ class ResNetTask final : public TrainTask {
 
   Slab& params() override { return model_.params(); }
   Slab& read_params() override { return model_.read_params(); }
-  DType read_dtype() const override { return activation_dtype(ctx_.precision); }
   void set_param_read_hook(std::function<void(int, int, int, int)> hook) override {
     model_.set_param_read_hook(std::move(hook));
   }
@@ -153,8 +152,7 @@ class ResNetTask final : public TrainTask {
   EvalResult evaluate() override {
     before_checkpoint();
     const int64_t dp = run_.dp(), dr = run_.dp_rank();
-    // sharded parameters: every forward gathers over DP, so every rank runs as many as the largest block needs
-    const int64_t forwards = model_.params_sharded() ? ((d_.n_eval + dp - 1) / dp + MB_ - 1) / MB_ : 0;
+    const int64_t forwards = evaluation_forwards(model_.params_sharded(), d_.n_eval, static_cast<int>(dp), MB_);
     const auto [loss, correct] = stage_.evaluate(d_.test_set, d_.norm, d_.n_eval * dr / dp, d_.n_eval * (dr + 1) / dp,
                                                  forwards);
     double part[2] = {loss, correct};

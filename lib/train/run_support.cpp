@@ -146,6 +146,11 @@ void CheckpointCadence::saved(double seconds) {
   since_.reset();
 }
 
+int64_t evaluation_forwards(bool params_sharded, int64_t n_eval, int dp, int micro_batch) {
+  if (!params_sharded) return 0;
+  return ((n_eval + dp - 1) / dp + micro_batch - 1) / micro_batch;
+}
+
 int64_t micro_batches_per_step(const RunConfig& cfg, int dp) {
   const int64_t GB = cfg.train.global_batch, MB = cfg.train.micro_batch;
   HPCT_USAGE_CHECK(GB % (dp * MB) == 0,

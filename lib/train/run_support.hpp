@@ -96,5 +96,9 @@ double median_after_first(const std::vector<double>& x);
 // Micro-batches per step on each rank: train.global_batch / (DP x train.micro_batch); a UsageError naming both keys when
 // it does not divide (the run and the memory plan check it alike).
 int64_t micro_batches_per_step(const RunConfig& cfg, int dp);
+// The forwards every DP rank runs when it evaluates its block of n_eval items, micro_batch at a time: with sharded
+// parameters (ZeRO-3) every forward gathers over DP, so each rank runs as many as the largest block needs; else 0 (each
+// rank as many as its own block needs).
+int64_t evaluation_forwards(bool params_sharded, int64_t n_eval, int dp, int micro_batch);
 
 }  // namespace hpct::train

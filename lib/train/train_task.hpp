@@ -78,7 +78,6 @@ class TrainTask {
   // read hook (Gpt::set_param_read_hook), and the initialisation the task then defers to the loop, which stores each
   // tensor's whole initial values through `store` (the gather keeps the rank's shares).
   virtual Slab& read_params() = 0;
-  virtual DType read_dtype() const = 0;
   virtual void set_param_read_hook(std::function<void(int, int, int, int)> hook) = 0;
   virtual void init_sharded_params(const std::function<void(int, const float*)>& store) = 0;
   // The model's optimizer over this rank's segments (whole tensors, or its ZeRO share of them).

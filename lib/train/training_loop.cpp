@@ -108,7 +108,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   std::unique_ptr<parallel::ParamGather> gather;
   if (model_shards_params(cfg.parallel.sync, dp)) {
     gather = std::make_unique<parallel::ParamGather>(pc.device_zero_shard_group(), grad_sync.plan(), task.read_params(),
-                                                     task.read_dtype(), ctx, cfg.parallel.sync.prefetch);
+                                                     ctx, cfg.parallel.sync.prefetch);
     parallel::ParamGather* g = gather.get();
     task.set_param_read_hook(
         [g](int first, int end, int next_first, int next_end) { g->reading(first, end, next_first, next_end); });
@@ -166,10 +166,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   if (pc.rank() == 0)
     metrics = std::make_unique<MetricsWriter>((fs::path(run.opts.out_dir) / "metrics.jsonl").string(),
                                               resumed.reader ? start : -1);
-  if (gather) {  // the initial or loaded masters: the 16-bit shard, and no gather from before
-    gather->refresh();
-    gather->begin_step();
-  }
+  if (gather) gather->refresh();  // the initial or loaded masters
   install_stop_signal_handlers();
   const InjectedOverflow overflow = InjectedOverflow::from_environment();  // a test seam; inert in real runs
   task.before_first_step();
@@ -256,10 +253,9 @@ int run_steps(RunSession& run, TrainTask& task) {
     const optim::LossScaler::Outcome ls = scaled_optimizer_step(ctx, *opt, scaler, sumsq, s, lr);
     grad_sync.gather_params();
     double param_wait_ms = 0.0;
-    if (gather) {  // the masters changed: the 16-bit shard again, every gather stale
+    if (gather) {  // the masters changed
       param_wait_ms = gather->last_wait_ms();
       gather->refresh();
-      gather->begin_step();
     }
     k::synchronize(ctx);
     const double ms = timer.ms();

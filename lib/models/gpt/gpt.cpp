@@ -317,13 +317,12 @@ Gpt::LayerParams Gpt::layer_params(Slab& s, int l) {
 
 void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStore& store) {
   HPCT_CHECK(!shard_params_ || store, "GPT with sharded parameters: init_parameters needs the shards' store");
-  auto put = [&](Tensor& t, const float* host) {
+  auto put = [&](size_t index, const float* host) {  // index: the layout index of tensor params_.tensors()[index]
     if (store) {
-      int index = 0;
-      while (layout_[static_cast<size_t>(index)].name != t.name) ++index;
-      store(index, host);
+      store(static_cast<int>(index), host);
       return;
     }
+    const Tensor& t = params_.tensors()[index];
     k::copy_from_host(ctx, t.data, host, static_cast<int64_t>(t.bytes()));
     k::synchronize(ctx);  // `host` is refilled for the next tensor: the (asynchronous on CUDA) copy must be done
   };
@@ -331,12 +330,11 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStor
   const float proj_std = cfg_.init_std / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));  // GPT-2 residual scaling
   std::vector<float> host;
   if (mp_.tp > 1 || mp_.pp > 1) {  // each shard: exactly the serial values at its global positions
-    const std::vector<ShardSpec> shards = parameter_layout(cfg_, mp_);
-    for (const ShardSpec& sh : shards) {
-      Tensor& t = params_.get(sh.spec.name);
-      host.assign(static_cast<size_t>(t.numel()), 0.0f);
-      init_shard(host.data(), sh, cfg_, seed);
-      put(t, host.data());
+    const std::vector<ShardSpec> shards = parameter_layout(cfg_, mp_);  // the local layout's order
+    for (size_t i = 0; i < shards.size(); ++i) {
+      host.assign(static_cast<size_t>(params_.tensors()[i].numel()), 0.0f);
+      init_shard(host.data(), shards[i], cfg_, seed);
+      put(i, host.data());
     }
     return;
   }
@@ -356,7 +354,7 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStor
     }
     if (spec.name == "wte")  // padding rows never receive a gradient through the loss: keep them zero
       std::fill(host.begin() + static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd, host.end(), 0.0f);
-    put(t, host.data());
+    put(i, host.data());
   }
 }
 

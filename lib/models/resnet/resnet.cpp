@@ -327,6 +327,7 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
   dD_ = &dacts_.add("dD", {largest}, act);
   dpooled_ = &dacts_.add("dpooled", {B, C_last_}, act);
   ws_ = &work_.add("workspace", {std::max<int64_t>(ws_floats_, 1)});
+  layers_ = layer_ranges();
   shard_params_ = shard_params;
   if (!allocate) return;
   if (!shard_params) params_.allocate();
@@ -378,16 +379,10 @@ void ResNet::refresh_compute_params(const ExecContext& ctx) {
 }
 
 void ResNet::reading_group(int g, bool backward) {
-  const int nb = static_cast<int>(blocks_.size());
-  auto range = [&](int k) -> std::pair<int, int> {
-    if (k == 0) return {0, 3};  // conv1.weight, bn1.weight, bn1.bias
-    if (k <= nb)
-      return {blocks_[static_cast<size_t>(k - 1)].first_param, blocks_[static_cast<size_t>(k - 1)].end_param};
-    return {fc_w_, fc_b_ + 1};
-  };
   const int next = backward ? g - 1 : g + 1;
-  const auto [first, end] = range(g);
-  const auto [nf, ne] = next >= 0 && next <= nb + 1 ? range(next) : std::make_pair(0, 0);
+  const auto [first, end] = layers_[static_cast<size_t>(g)];
+  const auto [nf, ne] = next >= 0 && next < static_cast<int>(layers_.size()) ? layers_[static_cast<size_t>(next)]
+                                                                             : std::make_pair(0, 0);
   reading(first, end, nf, ne);
 }
 
@@ -396,12 +391,14 @@ void ResNet::zero_grad(const ExecContext& ctx) {
   k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
 }
 
-std::vector<std::pair<int, int>> ResNet::grad_write_groups() const {
-  std::vector<std::pair<int, int>> groups{{fc_w_, fc_b_ + 1}};
-  for (auto b = blocks_.rbegin(); b != blocks_.rend(); ++b) groups.emplace_back(b->first_param, b->end_param);
-  groups.emplace_back(0, 3);  // conv1.weight, bn1.weight, bn1.bias
-  return groups;
+std::vector<std::pair<int, int>> ResNet::layer_ranges() const {
+  std::vector<std::pair<int, int>> ranges{{0, 3}};  // conv1.weight, bn1.weight, bn1.bias
+  for (const Block& b : blocks_) ranges.emplace_back(b.first_param, b.end_param);
+  ranges.emplace_back(fc_w_, fc_b_ + 1);
+  return ranges;
 }
+
+std::vector<std::pair<int, int>> ResNet::grad_write_groups() const { return {layers_.rbegin(), layers_.rend()}; }
 
 template <typename A>
 void ResNet::conv_forward(const ExecContext& ctx, const Conv& c, A* out, const A* inp, int b) {

@@ -186,8 +186,9 @@ class ResNet {
   void reading(int first, int end, int next_first = 0, int next_end = 0) {
     if (read_hook_) read_hook_(first, end, next_first, next_end);
   }
-  // the parameter range of read group g (0 = stem, 1 .. blocks = the blocks, blocks + 1 = fc) and of the next the pass
-  // reads (forward: g + 1, backward: g - 1)
+  // The layers' parameter ranges in forward order: the stem, the blocks, fc (grad_write_groups: the reverse).
+  std::vector<std::pair<int, int>> layer_ranges() const;
+  // the parameter range of layer g (layers_) and of the next the pass reads (forward: g + 1, backward: g - 1)
   void reading_group(int g, bool backward);
 
   ResNetConfig cfg_;
@@ -215,6 +216,7 @@ class ResNet {
   int C_last_ = 0, HW_last_ = 0;
   std::function<void(int, int)> hook_, write_hook_;
   std::function<void(int, int, int, int)> read_hook_;
+  std::vector<std::pair<int, int>> layers_;  // layer_ranges(), once the blocks are planned
   bool shard_params_ = false;
 };
 

@@ -5,7 +5,7 @@
 //    tensor the kernels read holds exactly the whole parameter (fp32) or its bf16 rounding, with and without prefetch;
 //    the tensors bound to the slots hold no memory of their own.
 //  - what moves: the forward gathers every bucket once (the pinned one at its first read), the backward all but the
-//    two the forward left in the slots, and a second step after begin_step() the same again (nothing carries over).
+//    two the forward left in the slots, and a second step after refresh() the same again (nothing carries over).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,7 +94,7 @@ TEST_P(ParamGatherTest, ReadsSeeTheWholeParametersAndGatherWhatTheSlotsLack) {
   EXPECT_EQ(gp.ring_numel, gp.slot_numel[0] + gp.slot_numel[1]);
   EXPECT_GT(gp.pinned_numel, 0);
 
-  ParamGather g(pc.dp_group(), bp, m.read, act, pc.exec(), prefetch);
+  ParamGather g(pc.dp_group(), bp, m.read, pc.exec(), prefetch);
   EXPECT_TRUE(m.read.bound());
   EXPECT_EQ(g.shard_bytes(), gp.shard_bytes(act));
   EXPECT_EQ(g.gather_bytes(), gp.gather_bytes(act));
@@ -105,7 +105,6 @@ TEST_P(ParamGatherTest, ReadsSeeTheWholeParametersAndGatherWhatTheSlotsLack) {
     g.store_whole(static_cast<int>(t), host.data());
   }
   g.refresh();
-  g.begin_step();
 
   // bytes of the gathers: every bucket's element range, of the storage type
   auto bytes_of = [&](size_t b) {
@@ -125,7 +124,7 @@ TEST_P(ParamGatherTest, ReadsSeeTheWholeParametersAndGatherWhatTheSlotsLack) {
     pc.dp_group().reset_volume();
     forward_backward(g, m.read, act);
     EXPECT_DOUBLE_EQ(pc.dp_group().volume().allgather, all + backward);
-    g.begin_step();  // stale: the next step gathers the same again
+    g.refresh();  // stale: the next step gathers the same again
   }
 }
 
@@ -143,7 +142,7 @@ TEST(ParamGather, RefusesAnAllocatedSlab) {
   GradSync gs(pc.dp_group(), m.params, m.grads, o, pc.exec(), &m.order);
   m.read.allocate();
   try {
-    ParamGather g(pc.dp_group(), gs.plan(), m.read, DType::F32, pc.exec(), true);
+    ParamGather g(pc.dp_group(), gs.plan(), m.read, pc.exec(), true);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("read"), std::string::npos) << e.what();

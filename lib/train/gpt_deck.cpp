@@ -37,6 +37,10 @@ const ConfigSchema& gpt_deck_schema() {
                  {"cpu", "cuda", "auto"});
     add_precision_keys(s);
     add_memory_limit_key(s);
+    s.string_key("train.recompute", "none",
+                 "activation recompute in backward: none | selective (GELU and LayerNorm outputs) | full (each block "
+                 "from its input); losses and gradients are bitwise the same",
+                 {"none", "selective", "full"});
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)", 0,
               1e12);

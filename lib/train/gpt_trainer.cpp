@@ -55,7 +55,9 @@ class GptTask final : public TrainTask {
         // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
         model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
                activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp()),
-               model_shards_params(run.cfg.parallel.sync, run.dp())),
+               model_shards_params(run.cfg.parallel.sync, run.dp()),
+               {run.cfg.train.recompute,
+                gpt::GptStage::kept_sets(run.schedule, gpt::stage_plan(d.model, mp_.pp, mp_.pp_rank))}),
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
@@ -109,7 +111,8 @@ class GptTask final : public TrainTask {
   }
   std::string layout_tail() const override { return fmt::format(" | {} tokens/step", GB_ * T_); }
   void log_setup(const optim::Optimizer& opt) override {
-    gpt::MemoryPlan plan = gpt::memory_plan(cfg_, mp_, model_.micro_batch(), ctx_.device, model_.activation_dtype());
+    gpt::MemoryPlan plan = gpt::memory_plan(cfg_, mp_, model_.micro_batch(), ctx_.device, model_.activation_dtype(),
+                                            model_.kept());
     plan.optim_bytes = opt.state_bytes();  // 1/DP of the unsharded figure under ZeRO-1
     log_info("model: L={} NH={} C={} T={} V={} (padded {}) bias={} | {} parameters ({:.3f} M)", cfg_.n_layer,
              cfg_.n_head, cfg_.n_embd, T_, cfg_.vocab_size, cfg_.padded_vocab, cfg_.bias, plan.num_params,

@@ -130,12 +130,14 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
   for (int p = 0; p < pp; ++p)
     for (int t = 0; t < tp; ++t) {
       const gpt::ModelParallel mp{tp, t, pp, p};
-      gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act);
+      const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
+      const std::vector<parallel::Action> schedule = parallel::make_schedule(run.parallel.schedule, pp, p, n_micro);
+      gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act,
+                                           {run.train.recompute, gpt::GptStage::kept_sets(schedule, st)});
       if (!model_allocates_grads(run.parallel.sync, grid.dp())) m.grad_bytes = 0;
       if (model_shards_params(run.parallel.sync, grid.dp())) m.param_bytes = m.compute_param_bytes = 0;
-      const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
       const MemoryKinds model = gpt_model_kinds(m,
-                                                gpt::GptStage::planned_bytes(cfg, st, n_micro, MB, target.act) +
+                                                gpt::GptStage::planned_bytes(cfg, st, schedule, MB, target.act) +
                                                     gpt::GptEvaluator::planned_bytes(cfg, st, MB, target.act),
                                                 kernels::gemm_workspace_bytes(target.device, target.act));
       Slab grads("gradients (planned)", target.device);  // the model's gradient slab, never allocated
@@ -151,8 +153,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       in.sync = run.parallel.sync;
       in.dp_size = sync_group_size(run, grid.dp());
       in.optimizer_buffers = 2;  // AdamW
-      in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(
-          parallel::make_schedule(run.parallel.schedule, pp, p, n_micro), boundary, target.act);
+      in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(schedule, boundary, target.act);
       in.device = target.device;
       in.order = {gpt::grad_write_groups(layout), gpt::grad_pinned(layout)};
       in.act = target.act;

@@ -55,6 +55,10 @@ const ConfigSchema& resnet_deck_schema() {
                  {"cpu", "cuda", "auto"});
     add_precision_keys(s);
     add_memory_limit_key(s);
+    s.string_key("train.recompute", "none",
+                 "activation recompute in backward: none | full (each residual block from its input); losses and "
+                 "gradients are bitwise the same",
+                 {"none", "full"});
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
               1e12);

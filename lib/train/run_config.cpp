@@ -24,6 +24,7 @@ RunConfig read_run_config(const Config& deck) {
   t.loss_scale_window = deck.get_int("train.loss_scale_window");
   t.loss_scale_min = deck.get_float("train.loss_scale_min");
   t.memory_limit_gb = deck.get_float("train.memory_limit_gb");
+  t.recompute = models::parse_recompute(deck.get_string("train.recompute"), "deck " + deck.deck_path());
   HPCT_USAGE_CHECK(t.deadline == 0 || t.deadline > unix_now(),
                    "deck {}: train.deadline = {} is in the past (now {:.0f}); set a future Unix time or 0",
                    deck.deck_path(), t.deadline, unix_now());

@@ -9,8 +9,9 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-#include "kernels/exec_context.hpp"
 #include "core/config.hpp"
+#include "kernels/exec_context.hpp"
+#include "models/recompute.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/pipeline_schedule.hpp"
@@ -31,6 +32,7 @@ struct TrainSection {
   int64_t loss_scale_window = 2000;       // train.loss_scale_window
   double loss_scale_min = 1.0;            // train.loss_scale_min
   double memory_limit_gb = 0.0;           // train.memory_limit_gb: 0 = none (train/memory_plan.hpp)
+  models::Recompute recompute = models::Recompute::None;  // train.recompute (models/recompute.hpp)
 };
 
 struct ParallelSection {

@@ -1,5 +1,6 @@
 #include "models/gpt/gpt.hpp"
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -92,32 +93,73 @@ int64_t numel(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device, DType act, bool head) {
+namespace {
+// The activations of one block, in the order the layout lists them: name, width in units of the row (C, C/t, 3C/t,
+// 4C/t: `cols`, or 0 for what has a backend-given size), whether it is a per-row fp32 statistic.
+struct BlockAct {
+  const char* name;
+  int64_t cols;
+  bool stat;
+};
+std::vector<BlockAct> block_acts(int64_t C, int64_t Cl) {
+  return {{"ln1", C, false},      {"ln1_mean", 1, true},   {"ln1_rstd", 1, true},   {"qkv", 3 * Cl, false},
+          {"atty", Cl, false},    {"att_stats", 0, false}, {"residual2", C, false}, {"ln2", C, false},
+          {"ln2_mean", 1, true},  {"ln2_rstd", 1, true},   {"fch", 4 * Cl, false},  {"fch_gelu", 4 * Cl, false},
+          {"residual3", C, false}};
+}
+// Whether backward reads the block activation `name` from the set of its micro-batch (else it recomputes it into the
+// one shared copy). Selective recomputes the LayerNorm outputs (from their inputs, which are kept anyway: the block's
+// input and residual2) and the GELU output (from fch); full keeps only each block's output, the next block's input.
+bool kept_per_set(const std::string& name, Recompute r) {
+  switch (r) {
+    case Recompute::None: return true;
+    case Recompute::Selective: return name != "ln1" && name != "ln2" && name != "fch_gelu";
+    case Recompute::Full: return name == "residual3";
+  }
+  return true;
+}
+// The shared copy's name: selective's ln1 and ln2 share one buffer (each is recomputed right before the GEMM that
+// reads it), full has one block of everything.
+std::string shared_name(const std::string& name, Recompute r) {
+  if (r == Recompute::Full) return "block." + name;
+  return "recomputed." + (name == "ln1" || name == "ln2" ? std::string("ln") : name);
+}
+std::string set_prefix(int set) { return set == 0 ? std::string() : "mb" + std::to_string(set) + "."; }
+}  // namespace
+
+std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device, DType act, bool head,
+                                       const ActivationPlan& kept) {
+  HPCT_CHECK(kept.sets >= 1, "a GPT keeps at least one activation set, not {}", kept.sets);
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
   const ExecContext ctx{device, nullptr};
+  // what attention keeps for backward: the per-row log-sum-exp, or on backends that store them the softmax
+  // probabilities (kernels.hpp)
   const int64_t att_stats = k::attention_stats_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                      static_cast<int>(NH), act);
   const DType f32 = DType::F32;
+  auto spec = [&](const std::string& name, const BlockAct& b) -> ActSpec {
+    if (b.cols == 0) return {name, {att_stats}, DType::U8};
+    if (b.stat) return {name, {B, T}, f32};
+    return {name, {B, T, b.cols}, act};
+  };
+  const std::vector<BlockAct> block = block_acts(C, Cl);
   std::vector<ActSpec> a;
-  a.push_back({"encoded", {B, T, C}, act});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    a.push_back({h + "ln1", {B, T, C}, act});
-    a.push_back({h + "ln1_mean", {B, T}, f32});
-    a.push_back({h + "ln1_rstd", {B, T}, f32});
-    a.push_back({h + "qkv", {B, T, 3 * Cl}, act});
-    a.push_back({h + "atty", {B, T, Cl}, act});
-    // what attention keeps for backward: the softmax probabilities (B,NH,T,T) on the CPU, the log-sum-exp
-    // (B,NH,T) on CUDA (flash attention)
-    a.push_back({h + "att_stats", {att_stats}, DType::U8});
-    a.push_back({h + "residual2", {B, T, C}, act});
-    a.push_back({h + "ln2", {B, T, C}, act});
-    a.push_back({h + "ln2_mean", {B, T}, f32});
-    a.push_back({h + "ln2_rstd", {B, T}, f32});
-    a.push_back({h + "fch", {B, T, 4 * Cl}, act});
-    a.push_back({h + "fch_gelu", {B, T, 4 * Cl}, act});
-    a.push_back({h + "residual3", {B, T, C}, act});
+  for (int set = 0; set < kept.sets; ++set) {
+    const std::string m = set_prefix(set);
+    a.push_back({m + "encoded", {B, T, C}, act});
+    for (int l = 0; l < c.n_layer; ++l) {
+      const std::string h = m + "h." + std::to_string(l) + ".";
+      for (const BlockAct& b : block)
+        if (kept_per_set(b.name, kept.recompute)) a.push_back(spec(h + b.name, b));
+    }
   }
+  if (c.n_layer > 0)  // the one copy of what backward recomputes
+    for (const BlockAct& b : block) {
+      if (kept_per_set(b.name, kept.recompute)) continue;
+      const std::string n = shared_name(b.name, kept.recompute);
+      const bool listed = std::any_of(a.begin(), a.end(), [&](const ActSpec& s) { return s.name == n; });
+      if (!listed) a.push_back(spec(n, b));
+    }
   if (head) {
     a.push_back({"lnf", {B, T, C}, act});
     a.push_back({"lnf_mean", {B, T}, f32});
@@ -152,7 +194,7 @@ size_t planned_bytes(const std::vector<ActSpec>& specs) {
   return n;
 }
 
-MemoryPlan memory_plan(const GptConfig& c, int B, Device device, DType act) {
+MemoryPlan memory_plan(const GptConfig& c, int B, Device device, DType act, const ActivationPlan& kept) {
   MemoryPlan m;
   for (const auto& p : parameter_layout(c)) {
     const int64_t n = numel(p.shape);
@@ -164,7 +206,7 @@ MemoryPlan memory_plan(const GptConfig& c, int B, Device device, DType act) {
   m.num_params_no_wpe -= static_cast<int64_t>(c.padded_vocab - c.vocab_size) * c.n_embd;
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
-  m.activation_bytes = planned_bytes(activation_layout(c, B, 1, device, act, true));
+  m.activation_bytes = planned_bytes(activation_layout(c, B, 1, device, act, true, kept));
   m.activation_grad_bytes = planned_bytes(activation_grad_layout(c, B, 1, device, act));
   return m;
 }
@@ -205,7 +247,7 @@ std::vector<ParamSpec> local_layout(const GptConfig& cfg, const ModelParallel& m
 }  // namespace
 
 Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
-         DType act, bool allocate_grads, bool shard_params)
+         DType act, bool allocate_grads, bool shard_params, const ActivationPlan& kept)
     : cfg_(cfg),
       mp_(mp),
       tp_comm_(tp_comm),
@@ -213,6 +255,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
       shard_params_(shard_params),
       device_(device),
       act_(act),
+      kept_(kept),
       layout_(local_layout(cfg, mp)),
       params_("params", device),
       grads_("grads", device),
@@ -249,7 +292,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     HPCT_CHECK(k < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
     layer_first_.push_back(k);
   }
-  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, stage_.has_head))
+  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, stage_.has_head, kept))
     acts_.add(a.name, a.shape, a.dtype);
   for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act)) dacts_.add(a.name, a.shape, a.dtype);
   for (size_t i = 0; i < layout_.size(); ++i)
@@ -279,12 +322,21 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   for (int l = 0; l < Ls; ++l) {
     p_.push_back(layer_params(read, stage_.first_layer + l));
     g_.push_back(layer_params(grads_, stage_.first_layer + l));
-    const std::string h = "h." + std::to_string(l) + ".";
-    auto A = [&](const char* n) { return &acts_.get(h + n); };
-    a_.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att_stats"), A("residual2"), A("ln2"),
-                  A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
   }
-  encoded_ = &acts_.get("encoded");
+  for (int set = 0; set < kept.sets; ++set) {
+    const std::string m = set_prefix(set);
+    std::vector<LayerActs>& acts = a_.emplace_back();
+    for (int l = 0; l < Ls; ++l) {
+      const std::string h = m + "h." + std::to_string(l) + ".";
+      auto A = [&](const char* n) {
+        return &acts_.get(kept_per_set(n, kept.recompute) ? h + n : shared_name(n, kept.recompute));
+      };
+      acts.push_back({A("ln1"), A("ln1_mean"), A("ln1_rstd"), A("qkv"), A("atty"), A("att_stats"), A("residual2"),
+                      A("ln2"), A("ln2_mean"), A("ln2_rstd"), A("fch"), A("fch_gelu"), A("residual3")});
+    }
+    encoded_.push_back(&acts_.get(m + "encoded"));
+  }
+  last_inputs_.assign(static_cast<size_t>(kept.sets), nullptr);
   scratch_ = &acts_.get("scratch");
   if (stage_.has_head) {  // the head's activations exist on the stage that has it only
     lnf_ = &acts_.get("lnf");
@@ -385,24 +437,27 @@ void Gpt::zero_grad(const ExecContext& ctx) {
 // columns, cross-entropy over them with allreduce_tp_stats). parallel/tp_collectives.hpp holds the pairs; only
 // their communicating sides appear below (the identities are named in comments). At t = 1 the calls are the serial
 // ones.
-void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act) {
+void Gpt::check_set(int set) const {
+  HPCT_CHECK(set >= 0 && set < kept_.sets, "GPT activation set {} of a model that keeps {}", set, kept_.sets);
+}
+
+void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act, int set) {
+  check_set(set);
   with_activation_type(act_, [&](auto type) {
     using A = typename decltype(type)::type;
-    forward_impl<A>(ctx, inputs, b, static_cast<const A*>(in_act));
+    forward_impl<A>(ctx, inputs, b, static_cast<const A*>(in_act), set);
   });
 }
 
 template <typename A>
-void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act) {
+void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act, int set) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
   const int t = mp_.tp;
-  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
-  const int Cl = C / t;  // this rank's channels of the attention heads; 4 Cl of the MLP
+  const int T = cfg_.seq_len, C = cfg_.n_embd, Vl = cfg_.padded_vocab / t, N = b * T;
   const bool tp = t > 1, lead = mp_.tp_rank == 0;
   const int64_t NC = static_cast<int64_t>(N) * C;
-  last_inputs_ = inputs;
-  A* encoded = encoded_->as<A>();
-  A* scratch = scratch_->as<A>();
+  last_inputs_[static_cast<size_t>(set)] = inputs;
+  A* encoded = encoded_[static_cast<size_t>(set)]->as<A>();
 
   if (stage_.has_embedding)  // wte and wpe, then block 0
     reading(0, layer_first_[0], layer_first_[0], layer_first_.size() > 1 ? layer_first_[1] : layer_first_[0]);
@@ -418,30 +473,9 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
   }
   const A* residual = encoded;
   for (size_t l = 0; l < p_.size(); ++l) {
-    const LayerParams& p = p_[l];
-    const LayerActs& a = a_[l];
     reading_block(static_cast<int>(l), false);
-    // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
-    k::layernorm_forward(ctx, a.ln1->as<A>(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->as<A>(),
-                         ptr<A>(p.ln1b), N, C);
-    // column-parallel QKV: ln1 enters through copy_to_tp_region (identity forward)
-    k::matmul_forward(ctx, a.qkv->as<A>(), a.ln1->as<A>(), p.qkvw->as<A>(), ptr<A>(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
-    k::attention_forward(ctx, a.atty->as<A>(), a.att_stats->data, a.qkv->as<A>(), b, T, Cl, NH);
-    k::matmul_forward(ctx, scratch, a.atty->as<A>(), p.projw->as<A>(), lead ? ptr<A>(p.projb) : nullptr, N, Cl, C);
-    if (tp)  // row-parallel proj
-      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP attention proj");
-    k::residual_forward(ctx, a.residual2->as<A>(), residual, scratch, NC);
-    // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
-    k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(),
-                         p.ln2w->as<A>(), ptr<A>(p.ln2b), N, C);
-    // column-parallel fc: ln2 enters through copy_to_tp_region (identity forward)
-    k::matmul_forward(ctx, a.fch->as<A>(), a.ln2->as<A>(), p.fcw->as<A>(), ptr<A>(p.fcb), N, C, 4 * Cl);  // (N, 4C/t)
-    k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
-    k::matmul_forward(ctx, scratch, a.fch_gelu->as<A>(), p.fcprojw->as<A>(), lead ? ptr<A>(p.fcprojb) : nullptr, N,
-                      4 * Cl, C);
-    if (tp)  // row-parallel mlp.proj
-      tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP MLP proj");
-    k::residual_forward(ctx, a.residual3->as<A>(), a.residual2->as<A>(), scratch, NC);
+    const LayerActs& a = a_[static_cast<size_t>(set)][l];
+    block_forward<A>(ctx, static_cast<int>(l), a, residual, b);
     residual = a.residual3->as<A>();
   }
   if (!stage_.has_head) return;  // the stage's output is residual3 of its last block (stage_output())
@@ -452,6 +486,38 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
   // column-parallel tied head: lnf enters through copy_to_tp_region (identity forward)
   k::matmul_forward(ctx, logits_->as<A>(), lnf_->as<A>(), wte_->as<A>(), static_cast<const A*>(nullptr), N, C,
                     Vl);  // tied head, (N, Vp/t)
+}
+
+template <typename A>
+void Gpt::block_forward(const ExecContext& ctx, int l, const LayerActs& a, const A* residual, int b) {
+  const int t = mp_.tp;
+  const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, N = b * T;
+  const int Cl = C / t;  // this rank's channels of the attention heads; 4 Cl of the MLP
+  const bool tp = t > 1, lead = mp_.tp_rank == 0;
+  const int64_t NC = static_cast<int64_t>(N) * C;
+  const LayerParams& p = p_[static_cast<size_t>(l)];
+  A* scratch = scratch_->as<A>();
+  // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
+  k::layernorm_forward(ctx, a.ln1->as<A>(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->as<A>(),
+                       ptr<A>(p.ln1b), N, C);
+  // column-parallel QKV: ln1 enters through copy_to_tp_region (identity forward)
+  k::matmul_forward(ctx, a.qkv->as<A>(), a.ln1->as<A>(), p.qkvw->as<A>(), ptr<A>(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
+  k::attention_forward(ctx, a.atty->as<A>(), a.att_stats->data, a.qkv->as<A>(), b, T, Cl, NH);
+  k::matmul_forward(ctx, scratch, a.atty->as<A>(), p.projw->as<A>(), lead ? ptr<A>(p.projb) : nullptr, N, Cl, C);
+  if (tp)  // row-parallel proj
+    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP attention proj");
+  k::residual_forward(ctx, a.residual2->as<A>(), residual, scratch, NC);
+  // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
+  k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(), p.ln2w->as<A>(),
+                       ptr<A>(p.ln2b), N, C);
+  // column-parallel fc: ln2 enters through copy_to_tp_region (identity forward)
+  k::matmul_forward(ctx, a.fch->as<A>(), a.ln2->as<A>(), p.fcw->as<A>(), ptr<A>(p.fcb), N, C, 4 * Cl);  // (N, 4C/t)
+  k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
+  k::matmul_forward(ctx, scratch, a.fch_gelu->as<A>(), p.fcprojw->as<A>(), lead ? ptr<A>(p.fcprojb) : nullptr, N,
+                    4 * Cl, C);
+  if (tp)  // row-parallel mlp.proj
+    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP MLP proj");
+  k::residual_forward(ctx, a.residual3->as<A>(), a.residual2->as<A>(), scratch, NC);
 }
 
 // Vocabulary-parallel cross-entropy over this rank's logit columns: local max -> allreduce(MAX) -> local
@@ -491,7 +557,9 @@ const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
   });
 }
 
-const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b, void* din) {
+const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b, void* din,
+                                    int set) {
+  check_set(set);
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
   // Under fp16 dloss carries the loss scale (train/loss_scaling.hpp), so the dlogits stored here and every activation
   // gradient below are scaled: what keeps small gradients above fp16's subnormal range. The losses stay unscaled fp32.
@@ -503,29 +571,37 @@ const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targe
       k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->as<A>(), targets, dloss, N, cfg_.vocab_size,
                                        cfg_.padded_vocab);
   });
-  backward(ctx, b, nullptr, din);
+  backward(ctx, b, nullptr, din, set);
   return losses_->f32();
 }
 
-void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, int b) {
+void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set) {
   HPCT_CHECK(!stage_.has_head, "backward_stage is for stages without the head (use loss_and_backward)");
-  backward(ctx, b, dout, din);
+  check_set(set);
+  backward(ctx, b, dout, din, set);
 }
 
-void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din) {
+void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din, int set) {
   with_activation_type(act_, [&](auto type) {
     using A = typename decltype(type)::type;
-    backward_impl<A>(ctx, b, static_cast<const A*>(dout), static_cast<A*>(din));
+    backward_impl<A>(ctx, b, static_cast<const A*>(dout), static_cast<A*>(din), set);
   });
 }
 
+// Recompute (models/recompute.hpp) inserts forward kernels into the backward, on the inputs the forward had and with
+// the same kernels, so what they produce is bitwise what the forward produced: full reruns block l's forward right
+// after the read hook has made its parameters resident (between ZeRO-3's backward gather and the block's backward);
+// selective recomputes the GELU output right before the GEMM that reads it, and each LayerNorm output (into one shared
+// buffer) right before the GEMM whose weight gradient reads it (its statistics are recomputed identically too).
 template <typename A>
-void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
+void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, int set) {
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
   const int L = static_cast<int>(p_.size()), Cl = C / t;
   const bool tp = t > 1;
   const int64_t NC = static_cast<int64_t>(N) * C, NC_bytes = NC * static_cast<int64_t>(sizeof(A));
+  const std::vector<LayerActs>& acts = a_[static_cast<size_t>(set)];
+  const bool selective = kept_.recompute == Recompute::Selective, full = kept_.recompute == Recompute::Full;
   A* dres = dresidual_->as<A>();  // gradient of the residual stream, (b, T, C), the same on every TP rank
   A* dln = dln_->as<A>();
 
@@ -540,7 +616,7 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
                        wte_->as<A>(), N, C, Vl);
     if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP head dX");
     k::fill_zero(ctx, dres, NC_bytes);
-    const A* last_residual = a_[L - 1].residual3->as<A>();
+    const A* last_residual = acts[static_cast<size_t>(L) - 1].residual3->as<A>();
     k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr<float>(dlnfb_), dln, last_residual, lnfw_->as<A>(),
                           lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
     ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
@@ -552,16 +628,21 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams& p = p_[l];
     const LayerParams& g = g_[l];
-    const LayerActs& a = a_[l];
-    const A* residual = l == 0 ? encoded_->as<A>() : a_[l - 1].residual3->as<A>();
+    const LayerActs& a = acts[static_cast<size_t>(l)];
+    const A* residual = l == 0 ? encoded_[static_cast<size_t>(set)]->as<A>() : acts[l - 1].residual3->as<A>();
     writing(layer_first_[l], layer_first_[l + 1]);
     reading_block(l, true);
+    if (full) block_forward<A>(ctx, l, a, residual, b);
+    if (selective) k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
     // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
     // reduce_from_tp_region's backward is the identity (its replicated bias gradient is computed alike on every
     // rank).
     k::matmul_backward(ctx, dfch_gelu_->as<A>(), g.fcprojw->f32(), ptr<float>(g.fcprojb), dres, a.fch_gelu->as<A>(),
                        p.fcprojw->as<A>(), N, 4 * Cl, C);
     k::gelu_backward(ctx, dfch_->as<A>(), a.fch->as<A>(), dfch_gelu_->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
+    if (selective)
+      k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(),
+                           p.ln2w->as<A>(), ptr<A>(p.ln2b), N, C);
     k::matmul_backward(ctx, dln, g.fcw->f32(), ptr<float>(g.fcb), dfch_->as<A>(), a.ln2->as<A>(), p.fcw->as<A>(), N, C,
                        4 * Cl);
     if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP MLP fc dX");
@@ -573,6 +654,9 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
                        p.projw->as<A>(), N, Cl, C);
     k::attention_backward(ctx, dqkv_->as<A>(), att_scratch_->data, datty_->as<A>(), a.qkv->as<A>(), a.atty->as<A>(),
                           a.att_stats->data, b, T, Cl, NH);
+    if (selective)
+      k::layernorm_forward(ctx, a.ln1->as<A>(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->as<A>(),
+                           ptr<A>(p.ln1b), N, C);
     k::matmul_backward(ctx, dln, g.qkvw->f32(), ptr<float>(g.qkvb), dqkv_->as<A>(), a.ln1->as<A>(), p.qkvw->as<A>(), N,
                        C, 3 * Cl);
     if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP attention qkv dX");
@@ -587,10 +671,11 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din) {
   }
   writing(0, layer_first_[0]);
   if (tp)
-    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres), last_inputs_,
-                                       mp_.tp_rank * Vl, Vl, b, T, C);
+    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres),
+                                       last_inputs_[static_cast<size_t>(set)], mp_.tp_rank * Vl, Vl, b, T, C);
   else
-    k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres), last_inputs_, b, T, C);
+    k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres),
+                        last_inputs_[static_cast<size_t>(set)], b, T, C);
   ready(0, layer_first_[0]);  // wte (head and encoder), wpe
 }
 

@@ -19,8 +19,9 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "parallel/grid.hpp"
 #include "kernels/exec_context.hpp"
+#include "models/recompute.hpp"
+#include "parallel/grid.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::gpt {
@@ -71,6 +72,16 @@ std::vector<ParamSpec> parameter_layout(const GptConfig& cfg);
 std::vector<std::pair<int, int>> grad_write_groups(const std::vector<ParamSpec>& layout);
 std::vector<bool> grad_pinned(const std::vector<ParamSpec>& layout);
 
+// What the model keeps for backward (models/recompute.hpp) and for how many micro-batches at once: `sets` activation
+// sets, one per micro-batch whose forward has run and whose backward has not (a pipeline stage's activations in flight,
+// GptStage::kept_sets; 1 without pipelining). Under full recompute a set is the blocks' inputs; the activations of the
+// block being recomputed exist once, as do the head's, the backward scratch and the forward's projection scratch.
+using models::Recompute;
+struct ActivationPlan {
+  Recompute recompute = Recompute::None;
+  int sets = 1;
+};
+
 // Sizes of the planned slabs for one rank (docs/invariants.md, invariant 7), callable from tests.
 struct MemoryPlan {
   int64_t num_params = 0;         // all parameters, padding rows of wte included
@@ -86,7 +97,8 @@ struct MemoryPlan {
 // device: the backend whose attention sizes apply (kernels.hpp: the CPU keeps T x T probabilities per head, CUDA a
 // log-sum-exp per row); the CPU's by default. act: the activation storage type (DType::F32, DType::BF16 or, with
 // device CUDA, DType::F16).
-MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU, DType act = DType::F32);
+MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU, DType act = DType::F32,
+                       const ActivationPlan& kept = {});
 
 // Activation tensors of one micro-batch, planned in one place so the model, memory_plan() and the memory plan of
 // `--plan` agree (models/gpt/gpt_layout.hpp lists them). dtype: the activation type for what the kernels store as such,
@@ -99,9 +111,11 @@ struct ActSpec {
 // cfg.n_layer blocks (a pipeline stage passes its own count); t: tensor-parallel size (local head, MLP and vocabulary
 // widths are / t; the residual stream is full width); device: the backend, which sizes what attention keeps for backward
 // and its backward scratch (kernels.hpp); head: whether the stage holds the head (lnf, logits, losses, and the
-// vocabulary-parallel cross-entropy's statistics under TP).
+// vocabulary-parallel cross-entropy's statistics under TP); kept: the recompute mode and the number of sets. Set k's
+// tensors are named as set 0's with the prefix "mb<k>." (k > 0); the one copy of what full or selective recompute
+// recomputes is named "block.*" (full) or "recomputed.*" (selective).
 std::vector<ActSpec> activation_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act,
-                                       bool head);
+                                       bool head, const ActivationPlan& kept = {});
 std::vector<ActSpec> activation_grad_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act);
 // The bytes a slab of these tensors takes (alignment included).
 size_t planned_bytes(const std::vector<ActSpec>& specs);
@@ -125,14 +139,17 @@ class Gpt {
   // kernels read (read_params()) are bound by their owner (parallel/param_gather.hpp) to its gather buffers, which it
   // fills in the read hook (set_param_read_hook) the forward and backward call before they read a layer;
   // init_parameters then stores through its `store` argument, and refresh_compute_params() is the owner's.
+  // kept: the recompute mode and how many micro-batches' activations the model holds at once (ActivationPlan); the
+  // activation-set arguments below choose one (0 <= set < kept.sets).
   Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
-      DType act = DType::F32, bool allocate_grads = true, bool shard_params = false);
+      DType act = DType::F32, bool allocate_grads = true, bool shard_params = false, const ActivationPlan& kept = {});
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return cfg_; }
   int micro_batch() const { return B_; }
   DType activation_dtype() const { return act_; }
+  const ActivationPlan& kept() const { return kept_; }
 
   // Counter-based initialisation keyed by (seed, parameter name, logical element index) (invariant 1). store (given
   // with sharded parameters): receives each tensor's whole fp32 values on the host, by layout index, instead of the
@@ -157,19 +174,22 @@ class Gpt {
   // stage's output (b, T, C) on ctx.device (copied in, stream-ordered: in_act may be reused once the copy has run);
   // a stage without the head leaves its output in stage_output(). Stage activations and their gradients are of the
   // activation type (activation_dtype()).
-  void forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act = nullptr);
-  const void* stage_output() const { return a_.back().residual3->data; }  // (b, T, C)
-  // Backward of a stage without the head, after its forward of the same micro-batch: dout (b, T, C) is the
+  // set: the activation set the forward keeps what backward needs in; the backward of this micro-batch names the same
+  // set, and no other forward may use it in between (the stage's slot of the micro-batch).
+  void forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act = nullptr, int set = 0);
+  const void* stage_output(int set = 0) const { return a_[static_cast<size_t>(set)].back().residual3->data; }
+  // Backward of a stage without the head, after its forward of the same micro-batch into `set`: dout (b, T, C) is the
   // gradient of its output; din (b, T, C) receives the gradient of its input (null on the first); both on ctx.device.
-  void backward_stage(const ExecContext& ctx, const void* dout, void* din, int b);
+  void backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set = 0);
   const StagePlan& stage() const { return stage_; }
   // Per-token losses (b, T) of the last forward against targets (b, T); logits are kept.
   const float* loss(const ExecContext& ctx, const int32_t* targets, int b);
   // Fused loss + backward of the last forward: losses (b*T) are computed, then every parameter
   // gradient accumulates dloss * d(sum of losses)/d(param). Overwrites the logits with their gradient.
   // din: on the last stage of a pipeline, receives the gradient of the stage's input (b, T, C, on ctx.device).
+  // set: the activation set of that forward.
   const float* loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b,
-                                 void* din = nullptr);
+                                 void* din = nullptr, int set = 0);
 
   void zero_grad(const ExecContext& ctx);
 
@@ -213,12 +233,17 @@ class Gpt {
     return t ? t->as<A>() : nullptr;
   }
   template <typename A>
-  void forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act);
+  void forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act, int set);
+  // Block l's forward from its input `residual` into `a` (the read hook is the caller's): the forward's, and full
+  // recompute's right before the block's backward.
   template <typename A>
-  void backward_impl(const ExecContext& ctx, int b, const A* dout, A* din);
+  void block_forward(const ExecContext& ctx, int l, const LayerActs& a, const A* residual, int b);
+  template <typename A>
+  void backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, int set);
   template <typename A>
   const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
-  void backward(const ExecContext& ctx, int b, const void* dout, void* din);
+  void backward(const ExecContext& ctx, int b, const void* dout, void* din, int set);
+  void check_set(int set) const;
 
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
@@ -243,17 +268,21 @@ class Gpt {
   std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf
   Device device_;
   DType act_;
+  ActivationPlan kept_;
   std::vector<ParamSpec> layout_;
   Slab params_, grads_, compute_, acts_, dacts_;  // compute_: the 16-bit copy of params_ (empty in fp32)
   std::vector<LayerParams> p_, g_;  // p_: the parameters the kernels read (compute_'s under bf16 / fp16, else params_')
-  std::vector<LayerActs> a_;
+  // a_[set][l]: block l's activations in activation set `set`; a tensor recomputed in backward points to its one
+  // shared copy in every set
+  std::vector<std::vector<LayerActs>> a_;
   // the parameters the kernels read (compute_'s under bf16 / fp16) and their gradients; null where this pipeline stage
   // does not hold them
   Tensor *wte_ = nullptr, *wpe_ = nullptr, *lnfw_ = nullptr, *lnfb_ = nullptr, *dwte_ = nullptr, *dwpe_ = nullptr,
          *dlnfw_ = nullptr, *dlnfb_ = nullptr;
-  const int32_t* last_inputs_ = nullptr;  // (B, T) tokens of the last forward (encoder backward)
-  Tensor *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr,
-         *losses_ = nullptr, *scratch_ = nullptr;
+  std::vector<const int32_t*> last_inputs_;  // per set: (B, T) tokens of its forward (encoder backward)
+  std::vector<Tensor*> encoded_;             // per set: the embedding output, or a later stage's input
+  Tensor *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr, *losses_ = nullptr,
+         *scratch_ = nullptr;
   Tensor *ce_max_ = nullptr,
          *ce_stats_ =
              nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections

@@ -185,7 +185,8 @@ void init_shard(float* out, const ShardSpec& s, const GptConfig& c, uint64_t see
   }
 }
 
-MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Device device, DType act) {
+MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Device device, DType act,
+                       const ActivationPlan& kept) {
   HPCT_CHECK(B >= 1, "micro_batch must be >= 1, is {}", B);
   const std::vector<ShardSpec> layout = parameter_layout(c, mp);  // validates mp
   const StagePlan st = stage_plan(c, mp.pp, mp.pp_rank);
@@ -212,7 +213,7 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
   // Activations of one micro-batch: the model's own layout (gpt.hpp) for this stage's blocks and head
   GptConfig local = c;
   local.n_layer = st.num_layers();
-  m.activation_bytes = planned_bytes(activation_layout(local, B, mp.tp, device, act, st.has_head));
+  m.activation_bytes = planned_bytes(activation_layout(local, B, mp.tp, device, act, st.has_head, kept));
   m.activation_grad_bytes = planned_bytes(activation_grad_layout(local, B, mp.tp, device, act));
   return m;
 }

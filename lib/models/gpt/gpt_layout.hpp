@@ -89,8 +89,9 @@ void init_shard(float* out, const ShardSpec& shard, const GptConfig& cfg, uint64
 // scratch (attention_scratch_bytes: (B,NH/t,T,T) on the CPU, (B,NH/t,T) on CUDA), dfch, dfch_gelu (B,T,4C/t).
 // device: the backend the sizes are for (the CPU's by default). At tp = pp = 1 this equals
 // memory_plan(cfg, B, device, act). act: the activation storage type (activations at their stored size; statistics
-// and losses fp32; under bf16 and fp16 the parameters' compute copy counts in compute_param_bytes).
+// and losses fp32; under bf16 and fp16 the parameters' compute copy counts in compute_param_bytes). kept: the recompute
+// mode and the activation sets (gpt.hpp, ActivationPlan).
 MemoryPlan memory_plan(const GptConfig& cfg, const ModelParallel& mp, int micro_batch, Device device = Device::CPU,
-                       DType act = DType::F32);
+                       DType act = DType::F32, const ActivationPlan& kept = {});
 
 }  // namespace hpct::gpt

@@ -18,8 +18,14 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
       MB_(model.micro_batch()),
       T_(model.config().seq_len),
       C_(model.config().n_embd),
+      slot_of_(micro_slots(schedule)),
       bufs_("pipeline stage", ctx.device) {
   const StagePlan& st = model.stage();
+  HPCT_CHECK(static_cast<int>(slot_of_.size()) == n_micro, "a schedule of {} micro-batches for a stage of {}",
+             slot_of_.size(), n_micro);
+  HPCT_CHECK(model.kept().sets >= kept_sets(schedule, st),
+             "GPT stage {}: its schedule keeps {} micro-batches' activations, the model was planned for {}",
+             model.model_parallel().pp_rank, kept_sets(schedule, st), model.kept().sets);
   const bool only_stage = st.has_embedding && st.has_head;
   numel_ = only_stage ? 0 : static_cast<int64_t>(MB_) * T_ * C_;
   act_bytes_ = static_cast<int64_t>(dtype_size(model.activation_dtype()));
@@ -29,9 +35,10 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
     sums_ = &bufs_.add("loss sums", {n_micro_});
     sums_host_.assign(static_cast<size_t>(n_micro_), 0.0f);
   }
-  if (!st.has_embedding) stash_ = &bufs_.add("stash", {n_micro_, MB_, T_, C_}, model.activation_dtype());
+  if (!st.has_embedding && st.has_head)
+    stash_ = &bufs_.add("stash", {parallel::max_in_flight(schedule), MB_, T_, C_}, model.activation_dtype());
   bufs_.allocate();
-  HPCT_CHECK(bufs_.bytes() == planned_bytes(model.config(), st, n_micro_, MB_, model.activation_dtype()),
+  HPCT_CHECK(bufs_.bytes() == planned_bytes(model.config(), st, schedule, MB_, model.activation_dtype()),
              "stage buffers of {} bytes differ from their plan", bufs_.bytes());
   if (tokens_ || targets_) {
     tok_host_.assign(static_cast<size_t>(n_micro_) * MB_ * T_, 0);
@@ -39,13 +46,37 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
   }
 }
 
-size_t GptStage::planned_bytes(const GptConfig& cfg, const StagePlan& st, int n_micro, int micro_batch, DType act) {
+size_t GptStage::planned_bytes(const GptConfig& cfg, const StagePlan& st, const std::vector<parallel::Action>& schedule,
+                               int micro_batch, DType act) {
+  const int n_micro = parallel::schedule_micro_batches(schedule);
   const size_t tokens = static_cast<size_t>(n_micro) * micro_batch * cfg.seq_len;  // of one (n_micro, MB, T) buffer
   size_t n = 0;
   if (st.has_embedding) n += slab_aligned(tokens * sizeof(int32_t));
   if (st.has_head) n += slab_aligned(tokens * sizeof(int32_t)) + slab_aligned(static_cast<size_t>(n_micro) * 4);
-  if (!st.has_embedding) n += slab_aligned(tokens * cfg.n_embd * dtype_size(act));
+  if (!st.has_embedding && st.has_head)
+    n += slab_aligned(static_cast<size_t>(parallel::max_in_flight(schedule)) * micro_batch * cfg.seq_len * cfg.n_embd *
+                      dtype_size(act));
   return n;
+}
+
+int GptStage::kept_sets(const std::vector<parallel::Action>& schedule, const StagePlan& st) {
+  return st.has_head ? 1 : parallel::max_in_flight(schedule);
+}
+
+std::vector<int> GptStage::micro_slots(const std::vector<parallel::Action>& schedule) {
+  std::vector<int> slot_of(static_cast<size_t>(parallel::schedule_micro_batches(schedule)), -1);
+  std::vector<bool> busy;
+  for (const parallel::Action& a : schedule) {
+    int& slot = slot_of[static_cast<size_t>(a.micro)];
+    if (a.op == parallel::Action::Backward) {
+      busy[static_cast<size_t>(slot)] = false;
+      continue;
+    }
+    slot = static_cast<int>(std::find(busy.begin(), busy.end(), false) - busy.begin());
+    if (slot == static_cast<int>(busy.size())) busy.push_back(false);
+    busy[static_cast<size_t>(slot)] = true;
+  }
+  return slot_of;
 }
 
 void GptStage::begin_step(int64_t step, int64_t rank_first, float dloss) {
@@ -73,28 +104,29 @@ double GptStage::end_step() {
 
 void GptStage::forward(int micro, const void* in, void* out) {
   const StagePlan& st = model_.stage();
-  // `in` is valid during this call only
-  if (!st.has_embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * act_bytes_);
-  if (st.has_head) return;  // the stage with the head computes in its backward slot
-  if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
-  else
-    model_.forward(ctx_, nullptr, MB_, stashed(micro));
+  if (st.has_head) {  // the stage with the head computes in its backward slot; `in` is valid during this call only
+    if (!st.has_embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * act_bytes_);
+    return;
+  }
+  // the model copies `in` into the micro-batch's activation set (stream-ordered, before `in` is reused)
+  const int set = slot_of_[static_cast<size_t>(micro)];
+  model_.forward(ctx_, st.has_embedding ? tokens(micro) : nullptr, MB_, st.has_embedding ? nullptr : in, set);
   // the executor sends `out` (stream-ordered after this)
-  k::copy_device(ctx_, out, model_.stage_output(), numel_ * act_bytes_);
+  k::copy_device(ctx_, out, model_.stage_output(set), numel_ * act_bytes_);
 }
 
 void GptStage::backward(int micro, const void* dout, void* din) {
   const StagePlan& st = model_.stage();
-  // recompute the forward (the stage with the head: its only forward)
+  if (!st.has_head) {
+    model_.backward_stage(ctx_, dout, din, MB_, slot_of_[static_cast<size_t>(micro)]);
+    return;
+  }
+  // the stage with the head: its only forward, then the loss and the backward
   if (st.has_embedding) model_.forward(ctx_, tokens(micro), MB_);
   else
     model_.forward(ctx_, nullptr, MB_, stashed(micro));
-  if (st.has_head) {
-    const float* losses = model_.loss_and_backward(ctx_, targets(micro), dloss_, MB_, din);
-    k::sum(ctx_, sums_->f32() + micro, losses, static_cast<int64_t>(MB_) * T_);
-  } else {
-    model_.backward_stage(ctx_, dout, din, MB_);
-  }
+  const float* losses = model_.loss_and_backward(ctx_, targets(micro), dloss_, MB_, din);
+  k::sum(ctx_, sums_->f32() + micro, losses, static_cast<int64_t>(MB_) * T_);
 }
 
 size_t GptEvaluator::planned_bytes(const GptConfig& cfg, const StagePlan& st, int micro_batch, DType act) {

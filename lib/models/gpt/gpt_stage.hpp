@@ -3,11 +3,13 @@
 // whatever the layout. At pp = 1 the one stage is the whole model and the schedule is "none" (F0 B0 F1 B1 ...); at
 // pp > 1 it is this rank's layers (StagePlan) under GPipe or 1F1B.
 //
-// Activations are not kept between a micro-batch's forward and its backward: each stage keeps its input (the tokens
-// on the first stage, the received activation on the others) and recomputes its forward right before the backward
-// (full recomputation per stage: one extra forward, activation memory of one micro-batch plus the inputs). The stage
-// that holds the head (the last, or the only one) computes its forward, the loss and the backward in its backward
-// slot, so at pp = 1 a micro-batch runs forward + loss + backward once, as plain gradient accumulation does.
+// Activations (models/recompute.hpp): a stage without the head runs each micro-batch's forward in its forward slot and
+// keeps what backward needs in the model's activation set of the micro-batch's slot (one set per micro-batch in flight:
+// kept_sets(), as many as the schedule holds at once, min(p - r, m) under 1F1B, m under GPipe); under full recompute a
+// set is its blocks' inputs, and the backward recomputes each block. The stage that holds the head (the last, or the
+// only one) computes its forward, the loss and the backward together in its backward slot, into one activation set, so
+// at pp = 1 a micro-batch runs forward + loss + backward once, as plain gradient accumulation does; as a later stage it
+// stashes its input (one (MB, T, C) slot per micro-batch in flight) until then.
 //
 // Everything lives on ctx.device, the transport's device (the CPU: host memory and MPI; CUDA: device memory and the
 // NCCL links), so nothing in forward() or backward() blocks the host: begin_step() stages the step's tokens (first
@@ -47,17 +49,24 @@ class GptStage final : public parallel::PipelineStage {
   // exchanged).
   int64_t activation_numel() const override { return numel_; }
   DType activation_dtype() const override { return model_.activation_dtype(); }
-  // Bytes of the step's planned buffers (tokens, targets, loss sums, the stash of stage inputs).
+  // Bytes of the step's planned buffers (tokens, targets, loss sums, the head stage's stash of its inputs).
   size_t bytes() const { return bufs_.bytes(); }
-  // What bytes() is for a stage `st` of a model with this config, micro_batch and activation type, without a model (the
-  // memory plan of `--plan`; the constructor checks that the two agree).
-  static size_t planned_bytes(const GptConfig& cfg, const StagePlan& st, int n_micro, int micro_batch, DType act);
+  // What bytes() is for a stage `st` of a model with this config, micro_batch and activation type running `schedule`,
+  // without a model (the memory plan of `--plan`; the constructor checks that the two agree).
+  static size_t planned_bytes(const GptConfig& cfg, const StagePlan& st, const std::vector<parallel::Action>& schedule,
+                              int micro_batch, DType act);
+  // The activation sets the model of stage `st` needs for `schedule` (Gpt's ActivationPlan::sets): one per micro-batch
+  // in flight on a stage without the head, one on the stage with it.
+  static int kept_sets(const std::vector<parallel::Action>& schedule, const StagePlan& st);
+  // The slot of each micro-batch: taken at its forward, free again after its backward, the lowest free one first.
+  static std::vector<int> micro_slots(const std::vector<parallel::Action>& schedule);
 
  private:
   const int32_t* tokens(int micro) const { return tokens_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
   const int32_t* targets(int micro) const { return targets_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
   void* stashed(int micro) {
-    return static_cast<char*>(stash_->data) + static_cast<int64_t>(micro) * numel_ * act_bytes_;
+    return static_cast<char*>(stash_->data) +
+           static_cast<int64_t>(slot_of_[static_cast<size_t>(micro)]) * numel_ * act_bytes_;
   }
 
   const ExecContext& ctx_;
@@ -65,6 +74,7 @@ class GptStage final : public parallel::PipelineStage {
   const std::vector<parallel::Action>& schedule_;
   BatchFill fill_;
   int n_micro_, MB_, T_, C_;
+  std::vector<int> slot_of_;  // micro -> its slot (micro_slots): the model's activation set, or the stash's slot
   int64_t numel_ = 0;
   int64_t act_bytes_ = 4;  // bytes of one activation element
   float dloss_ = 0.0f;
@@ -72,7 +82,7 @@ class GptStage final : public parallel::PipelineStage {
   Tensor* tokens_ = nullptr;   // (n_micro, MB, T) i32: first stage
   Tensor* targets_ = nullptr;  // (n_micro, MB, T) i32: the stage with the head
   Tensor* sums_ = nullptr;     // (n_micro) f32: loss sum of each micro-batch (the stage with the head)
-  Tensor* stash_ = nullptr;    // (n_micro, MB, T, C) of the activation type: the stage inputs of a step (later stages)
+  Tensor* stash_ = nullptr;    // (slots, MB, T, C) of the activation type: a later stage with the head's inputs
   std::vector<int32_t> tok_host_, tgt_host_;  // (n_micro, MB, T): the sampler fills both
   std::vector<float> sums_host_;              // (n_micro)
 };

@@ -177,7 +177,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   micro_batches_per_step(run, dp);  // the global batch's split, checked as the run checks it
   // the model's slabs as the run plans them, on the run's device (the convolution workspace is the device's)
   resnet::ResNet planned(cfg, MB, target.device, nullptr, /*allocate=*/false, target.act, Precision::FP32,
-                         sync_bn ? dp : 1);
+                         sync_bn ? dp : 1, /*allocate_grads=*/true, /*shard_params=*/false, run.train.recompute);
   resnet::MemoryPlan m = planned.memory();
   if (!model_allocates_grads(run.parallel.sync, dp)) m.grad_bytes = 0;
   if (model_shards_params(run.parallel.sync, dp)) m.param_bytes = m.compute_param_bytes = 0;

@@ -44,7 +44,7 @@ class ResNetTask final : public TrainTask {
                /*allocate=*/true, activation_dtype(ctx_.precision), ctx_.precision, /*planned_bn_ranks=*/1,
                // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
                /*allocate_grads=*/model_allocates_grads(run.cfg.parallel.sync, run.dp()),
-               /*shard_params=*/model_shards_params(run.cfg.parallel.sync, run.dp())),
+               /*shard_params=*/model_shards_params(run.cfg.parallel.sync, run.dp()), run.cfg.train.recompute),
         stage_(
             ctx_, model_,
             [this](int64_t step, int64_t first, int count, float* images, int32_t* labels) {

@@ -22,6 +22,9 @@ independence, exact restarts, checkpoint integrity and failure handling. One sce
             at the previous checkpoint, which verifies and resumes
   signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed
             run ends bitwise equal to an uninterrupted one; train.deadline does the same
+  recompute train.recompute = none, selective, full on one layout after another (serial; DP 2 x PP 2 GPipe; TP 2 x PP 2
+            1F1B; ZeRO-3 on 2 ranks in bf16): losses and every tensor of the final checkpoints bitwise equal across
+            the modes (docs/parallelism.md, "Activation memory")
   stall     kill -STOP of one rank: the job exits non-zero within comm.timeout_s + 10 s naming the
             stalled operation
 usage: check_dp_ckpt.py SCENARIO TRAIN_GPT CKPT_TOOL DECK WORKDIR
@@ -215,6 +218,28 @@ elif scenario == "restart":
                         f"parallel.zero_group={ga}"])
         train(nb, out, STEPS20 + ["checkpoint.resume=latest", f"parallel.zero={zero_b}", f"parallel.zero_group={gb}"])
         compare(f"np {np_a} zero {zero_a} -> np {np_b} zero {zero_b}", losses(out), a, 1e-5)
+
+elif scenario == "recompute":
+    for np, sets in [(1, []), (4, ["parallel.pp=2", "parallel.schedule=gpipe"]),
+                     (4, ["parallel.tp=2", "parallel.pp=2", "parallel.schedule=1f1b"]),
+                     (2, ["parallel.zero=3", "train.precision=bf16", "parallel.bucket_mb=0.05"])]:
+        ref_losses = ref_tensors = None
+        for mode in ("none", "selective", "full"):
+            out = f"{work}/np{np}_{'_'.join(s.replace('parallel.', '').replace('=', '') for s in sets)}_{mode}"
+            train(np, out, ["train.steps=4", "optim.decay_steps=4", "checkpoint.at_end=true",
+                            f"train.recompute={mode}"] + sets)
+            got_losses, got_tensors = losses(out), read_index(latest_step_dir(out))
+            if ref_losses is None:
+                ref_losses, ref_tensors = got_losses, got_tensors
+                continue
+            bad = [k for k in ref_tensors if k not in got_tensors or ref_tensors[k].tobytes() != got_tensors[k].tobytes()]
+            if got_losses != ref_losses:
+                fail(f"np {np} {sets} recompute {mode}: losses {got_losses} differ from none's {ref_losses}")
+            elif bad or len(got_tensors) != len(ref_tensors):
+                fail(f"np {np} {sets} recompute {mode}: checkpoint tensors differ from none's: {bad[:5]}")
+            else:
+                print(f"  np {np} {' '.join(sets)} recompute {mode}: losses and all {len(got_tensors)} checkpoint "
+                      f"tensors bitwise equal to none's")
 
 elif scenario == "h5py":
     import h5py

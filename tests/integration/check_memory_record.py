@@ -21,6 +21,8 @@
   - ZeRO-2 at np 2 (small buckets): the plan holds its record too, and (GPT) its grads (the ring of buckets, the
     tensors kept whole and the shard) are well below ZeRO-1's (the full slab and the shard); its comm_bytes: every
     micro-batch's reduce-scatter (m - 1 < reduce-scatter / allgather <= m for m micro-batches per step)
+  - train.recompute: selective and full (the ResNet: full) keep fewer activation bytes than none, one after the other,
+    and the plan holds their records (GPT also at np 2 with PP 2, none and full)
   - train.memory_limit_gb below the plan stops the run before it allocates, naming the largest kind and what to change
 
 usage: check_memory_record.py gpt|resnet APP DECK WORKDIR"""
@@ -184,6 +186,25 @@ if app == "gpt":
                                                          "train.precision=bf16"]),
                            ("np 4 zero 3 hybrid 2", 4, ["train.steps=1", "parallel.zero=3", "parallel.zero_group=2"])]:
         against_plan(name, record(name, run(name.replace(" ", "_"), np, sets)), np, sets)
+
+# activation recompute (train.recompute): each mode keeps fewer activation bytes than the one before on the same run,
+# and the plan holds its record (GPT also under a pipeline, whose first stage keeps its micro-batches in flight)
+previous = one
+for mode in (["selective", "full"] if app == "gpt" else ["full"]):
+    sets = ["train.steps=1", f"train.recompute={mode}"]
+    rec = record(f"np 1 recompute {mode}", run(f"np1_recompute_{mode}", 1, sets))
+    against_plan(f"np 1 recompute {mode}", rec, 1, sets)
+    if rec and previous and not rec["activations"] < previous["activations"]:
+        fail(f"np 1 recompute {mode}: activations {rec['activations']} should be below {previous['activations']}")
+    elif rec and one:
+        print(f"  recompute {mode}: activations {rec['activations']:.0f} bytes, {rec['activations'] / one['activations']:.3f}"
+              f" of none's")
+    previous = rec
+if app == "gpt":
+    for mode in ("none", "full"):
+        sets = ["train.steps=1", "parallel.pp=2", f"train.recompute={mode}"]
+        against_plan(f"np 2 pp 2 recompute {mode}", record(f"np 2 pp 2 recompute {mode}",
+                                                           run(f"np2_pp2_{mode}", 2, sets)), 2, sets)
 
 # train.memory_limit_gb under the plan: a one-line error before anything allocates, naming the kind and the advice
 limited = subprocess.run([exe, deck, "--out", os.path.join(work, "limited"), "--set", "train.memory_limit_gb=0.000001"]

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <type_traits>
 
 #include "core/rng.hpp"
@@ -233,7 +234,8 @@ ResNet::Bn ResNet::make_bn(const std::string& name, int C, int HW) {
 }
 
 ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group, bool allocate,
-               DType act, Precision arithmetic, int planned_bn_ranks, bool allocate_grads, bool shard_params)
+               DType act, Precision arithmetic, int planned_bn_ranks, bool allocate_grads, bool shard_params,
+               models::Recompute recompute)
     : cfg_(cfg),
       B_(micro_batch),
       device_(device),
@@ -269,6 +271,37 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
     largest = std::max<int64_t>(largest, static_cast<int64_t>(B) * ch * h * ww);
     return &acts_.add(name, {B, ch, h, ww}, act);
   };
+  // Full recompute: a block's inner activations live in one copy per unit position, as large as the largest block's,
+  // which each block's forward and recompute overwrite (the block's output stays its own).
+  HPCT_CHECK(recompute == models::Recompute::None || recompute == models::Recompute::Full,
+             "ResNet recompute is none or full, not {}", models::recompute_name(recompute));
+  recompute_ = recompute;
+  const bool full = recompute == models::Recompute::Full;
+  std::map<std::string, int64_t> shared_numel;  // "block.conv1" -> the largest numel of that unit position
+  std::map<std::string, Tensor*> shared;        // ... -> its one tensor, once added
+  if (full)
+    for (const BlockSpec& bs : a.blocks) {
+      auto grow = [&](const std::string& n, const UnitSpec& u) {
+        int64_t& m = shared_numel[n];
+        m = std::max<int64_t>(m, static_cast<int64_t>(B) * u.OC * u.OH * u.OW);
+      };
+      for (size_t i = 0; i < bs.units.size(); ++i) {
+        grow("block.conv" + std::to_string(i + 1), bs.units[i]);
+        grow("block.bn" + std::to_string(i + 1), bs.units[i]);
+      }
+      if (bs.downsample) {
+        grow("block.downsample.conv", bs.ds);
+        grow("block.downsample.bn", bs.ds);
+      }
+    }
+  // a block's inner activation: its own, or (full recompute) the shared copy of its unit position
+  auto inner = [&](const std::string& name, const std::string& position, int ch, int h, int ww) {
+    if (!full) return activation(name, ch, h, ww);
+    largest = std::max<int64_t>(largest, static_cast<int64_t>(B) * ch * h * ww);
+    Tensor*& t = shared[position];
+    if (!t) t = &acts_.add(position, {shared_numel.at(position)}, act);
+    return t;
+  };
   auto conv_of = [&](const std::string& name, const UnitSpec& u) {
     return make_conv(name, u.C, u.OC, u.H, u.W, u.K, u.stride, u.pad);
   };
@@ -295,8 +328,8 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
       Unit un;
       un.conv = conv_of(bs.prefix + "conv" + n + ".weight", u);
       un.bn = make_bn(bs.prefix + "bn" + n, u.OC, u.OH * u.OW);
-      un.xc = activation(bs.prefix + "conv" + n, u.OC, u.OH, u.OW);
-      un.xb = activation(bs.prefix + "bn" + n, u.OC, u.OH, u.OW);
+      un.xc = inner(bs.prefix + "conv" + n, "block.conv" + n, u.OC, u.OH, u.OW);
+      un.xb = inner(bs.prefix + "bn" + n, "block.bn" + n, u.OC, u.OH, u.OW);
       blk.main.push_back(un);
     }
     const UnitSpec& last = bs.units.back();
@@ -304,8 +337,8 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
     if (bs.downsample) {
       blk.ds = conv_of(bs.prefix + "downsample.0.weight", bs.ds);
       blk.bds = make_bn(bs.prefix + "downsample.1", bs.ds.OC, bs.ds.OH * bs.ds.OW);
-      blk.xdsc = activation(bs.prefix + "downsample.conv", bs.ds.OC, bs.ds.OH, bs.ds.OW);
-      blk.xdsb = activation(bs.prefix + "downsample.bn", bs.ds.OC, bs.ds.OH, bs.ds.OW);
+      blk.xdsc = inner(bs.prefix + "downsample.conv", "block.downsample.conv", bs.ds.OC, bs.ds.OH, bs.ds.OW);
+      blk.xdsb = inner(bs.prefix + "downsample.bn", "block.downsample.bn", bs.ds.OC, bs.ds.OH, bs.ds.OW);
       blk.end_param = index_of(layout_, bs.prefix + "downsample.1.bias") + 1;
     } else {
       blk.end_param = index_of(layout_, bs.prefix + "bn" + std::to_string(bs.units.size()) + ".bias") + 1;
@@ -417,7 +450,7 @@ void ResNet::conv_backward(const ExecContext& ctx, const Conv& c, A* dinp, const
 // BatchNorm, training mode: local (count, mean, M2) per channel; with a SyncBN group, allgathered and merged
 // with Chan's formula (the same code at group size 1); running statistics from the merged ones.
 template <typename A>
-void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train) {
+void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running) {
   const A* gamma = read_params().tensors()[static_cast<size_t>(bn.pidx)].as<A>();
   const A* beta = read_params().tensors()[static_cast<size_t>(bn.pidx) + 1].as<A>();
   float* rmean = buffers_.tensors()[static_cast<size_t>(bn.bidx)].f32();
@@ -438,7 +471,7 @@ void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, in
     k::batchnorm2d_forward_apply(ctx, out, bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, bn.stats->f32(), b, bn.C,
                                  bn.HW, cfg_.bn_eps);
   }
-  k::batchnorm2d_update_running(ctx, rmean, rvar, bn.stats->f32(), bn.C, cfg_.bn_momentum);
+  if (update_running) k::batchnorm2d_update_running(ctx, rmean, rvar, bn.stats->f32(), bn.C, cfg_.bn_momentum);
 }
 
 template <typename A>
@@ -494,26 +527,7 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
     Block& blk = blocks_[bi];
     reading_group(static_cast<int>(bi) + 1, false);
-    // main branch: (conv -> BN -> ReLU) ..., conv -> BN
-    const A* in = x;
-    for (size_t j = 0; j < blk.main.size(); ++j) {
-      Unit& u = blk.main[j];
-      conv_forward(ctx, u.conv, u.xc->as<A>(), in, b);
-      bn_forward(ctx, u.bn, u.xb->as<A>(), u.xc->as<A>(), b, train);
-      if (j + 1 < blk.main.size())
-        k::relu_forward(ctx, u.xb->as<A>(), u.xb->as<A>(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);  // in place
-      in = u.xb->as<A>();
-    }
-    const Bn& last = blk.main.back().bn;
-    const int64_t n = static_cast<int64_t>(b) * last.C * last.HW;
-    const A* shortcut = x;
-    if (blk.downsample) {
-      conv_forward(ctx, blk.ds, blk.xdsc->as<A>(), x, b);
-      bn_forward(ctx, blk.bds, blk.xdsb->as<A>(), blk.xdsc->as<A>(), b, train);
-      shortcut = blk.xdsb->as<A>();
-    }
-    k::residual_forward(ctx, blk.out->as<A>(), blk.main.back().xb->as<A>(), shortcut, n);
-    k::relu_forward(ctx, blk.out->as<A>(), blk.out->as<A>(), n);  // in place
+    block_forward(ctx, blk, x, b, train, true);
     x = blk.out->as<A>();
   }
   k::global_avgpool_forward(ctx, pooled_->as<A>(), x, b, C_last_, HW_last_);
@@ -521,6 +535,30 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
   k::matmul_forward(ctx, logits_->as<A>(), pooled_->as<A>(),
                     read_params().tensors()[static_cast<size_t>(fc_w_)].as<A>(),
                     read_params().tensors()[static_cast<size_t>(fc_b_)].as<A>(), b, C_last_, cfg_.num_classes);
+}
+
+template <typename A>
+void ResNet::block_forward(const ExecContext& ctx, Block& blk, const A* x, int b, bool train, bool update_running) {
+  // main branch: (conv -> BN -> ReLU) ..., conv -> BN
+  const A* in = x;
+  for (size_t j = 0; j < blk.main.size(); ++j) {
+    Unit& u = blk.main[j];
+    conv_forward(ctx, u.conv, u.xc->as<A>(), in, b);
+    bn_forward(ctx, u.bn, u.xb->as<A>(), u.xc->as<A>(), b, train, update_running);
+    if (j + 1 < blk.main.size())
+      k::relu_forward(ctx, u.xb->as<A>(), u.xb->as<A>(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);  // in place
+    in = u.xb->as<A>();
+  }
+  const Bn& last = blk.main.back().bn;
+  const int64_t n = static_cast<int64_t>(b) * last.C * last.HW;
+  const A* shortcut = x;
+  if (blk.downsample) {
+    conv_forward(ctx, blk.ds, blk.xdsc->as<A>(), x, b);
+    bn_forward(ctx, blk.bds, blk.xdsb->as<A>(), blk.xdsc->as<A>(), b, train, update_running);
+    shortcut = blk.xdsb->as<A>();
+  }
+  k::residual_forward(ctx, blk.out->as<A>(), blk.main.back().xb->as<A>(), shortcut, n);
+  k::relu_forward(ctx, blk.out->as<A>(), blk.out->as<A>(), n);  // in place
 }
 
 const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) {
@@ -571,6 +609,9 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
     const A* x = i == 0 ? stem_out : blocks_[static_cast<size_t>(i) - 1].out->as<A>();
     writing(blk.first_param, blk.end_param);
     reading_group(i + 1, true);
+    // full recompute: the block's activations again, bitwise as the forward made them (the same kernels on the same
+    // input; SyncBN gathers the same statistics again), between the parameters' gather and the block's backward
+    if (recompute_ == models::Recompute::Full) block_forward(ctx, blk, x, b, true, false);
     const Bn& lastbn = blk.main.back().bn;
     const int64_t n = static_cast<int64_t>(b) * lastbn.C * lastbn.HW;
     A* dsum = dB_->as<A>();

@@ -30,6 +30,7 @@
 
 #include "comm/communicator.hpp"
 #include "kernels/exec_context.hpp"
+#include "models/recompute.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::resnet {
@@ -88,9 +89,12 @@ class ResNet {
   // shard_params = true (ZeRO-3): the parameters and the 16-bit copy are not allocated; read_params() is bound by the
   // parameter gather (parallel/param_gather.hpp), which the read hook (set_param_read_hook) fills layer by layer, and
   // init_parameters stores through its `store` argument (as Gpt's).
+  // recompute (models/recompute.hpp): None, or Full: keep each residual block's output only (the next block's input)
+  // and recompute the block's forward right before its backward, into one copy of the largest block's activations (the
+  // recomputed BatchNorms leave the running statistics alone: they were updated by the forward).
   ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Communicator* bn_group = nullptr,
          bool allocate = true, DType act = DType::F32, Precision arithmetic = Precision::FP32, int planned_bn_ranks = 1,
-         bool allocate_grads = true, bool shard_params = false);
+         bool allocate_grads = true, bool shard_params = false, models::Recompute recompute = models::Recompute::None);
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
@@ -167,8 +171,12 @@ class ResNet {
   const float* loss_impl(const ExecContext& ctx, const int32_t* labels, int b);
   template <typename A>
   const float* loss_and_backward_impl(const ExecContext& ctx, const int32_t* labels, float dloss, int b);
+  // A residual block's forward from its input x into the block's activations (the read hook is the caller's);
+  // update_running: the BatchNorms update their running statistics (the forward's, not full recompute's).
   template <typename A>
-  void bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train);
+  void block_forward(const ExecContext& ctx, Block& blk, const A* x, int b, bool train, bool update_running);
+  template <typename A>
+  void bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running = true);
   template <typename A>
   void bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, const A* dout, const A* inp, int b);
   template <typename A>
@@ -218,6 +226,7 @@ class ResNet {
   std::function<void(int, int, int, int)> read_hook_;
   std::vector<std::pair<int, int>> layers_;  // layer_ranges(), once the blocks are planned
   bool shard_params_ = false;
+  models::Recompute recompute_ = models::Recompute::None;
 };
 
 }  // namespace hpct::resnet

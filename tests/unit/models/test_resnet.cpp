@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/rng.hpp"
@@ -261,4 +262,47 @@ TEST(ResNetBf16, PlanHalvesActivationsAndForwardBackwardTracksFp32) {
   }
   // BN running statistics are fp32 buffers in both
   EXPECT_EQ(r16.buffers().tensors()[0].dtype, DType::F32);
+}
+
+// Full recompute keeps each block's output only and recomputes the block in backward: gradients, losses and the running
+// statistics are bitwise those without recompute (the recomputed BatchNorms leave the running statistics alone), for a
+// BasicBlock net and a Bottleneck one with the max-pool stem, fp32 and bf16, over two micro-batches; and it stores less.
+TEST(ResNetRecompute, FullIsBitwiseAndStoresLess) {
+  ResNetConfig bottleneck = tiny();
+  bottleneck.depth = 50;  // imagenet style: 7x7 stem, max-pool, Bottlenecks with projection shortcuts
+  bottleneck.style = "imagenet";
+  bottleneck.height = bottleneck.width = 32;
+  for (const ResNetConfig& c : {tiny(), bottleneck})
+    for (DType act : {DType::F32, DType::BF16}) {
+      const int B = 2, D = c.in_channels * c.height * c.width;
+      const ExecContext ctx{Device::CPU, nullptr, act == DType::BF16 ? Precision::BF16 : Precision::FP32};
+      auto run = [&](models::Recompute r, std::vector<float>& grads, std::vector<float>& losses,
+                     std::vector<float>& running) {
+        ResNet m(c, B, Device::CPU, nullptr, true, act, ctx.precision, 1, true, false, r);
+        m.init_parameters(ctx, 7);
+        m.refresh_compute_params(ctx);
+        m.zero_grad(ctx);
+        for (int micro = 0; micro < 2; ++micro) {
+          std::vector<float> img(static_cast<size_t>(B * D));
+          std::vector<int32_t> lab(B);
+          for (int i = 0; i < B * D; ++i) img[i] = static_cast<float>(rng::normal(1, 1 + micro, i));
+          for (int i = 0; i < B; ++i) lab[i] = static_cast<int32_t>(rng::uniform_int(1, 3 + micro, i, c.num_classes));
+          m.forward(ctx, img.data(), B, true);
+          const float* l = m.loss_and_backward(ctx, lab.data(), 1.0f / B, B);
+          losses.insert(losses.end(), l, l + B);
+        }
+        for (const Tensor& g : m.grads().tensors()) grads.insert(grads.end(), g.f32(), g.f32() + g.numel());
+        for (const Tensor& t : m.buffers().tensors()) running.insert(running.end(), t.f32(), t.f32() + t.numel());
+        return m.memory().activation_bytes;
+      };
+      std::vector<float> g0, l0, r0, g1, l1, r1;
+      const size_t none = run(models::Recompute::None, g0, l0, r0), full = run(models::Recompute::Full, g1, l1, r1);
+      auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same(g0, g1)) << "depth " << c.depth << " " << dtype_name(act);
+      EXPECT_TRUE(same(l0, l1)) << "depth " << c.depth << " " << dtype_name(act);
+      EXPECT_TRUE(same(r0, r1)) << "depth " << c.depth << " " << dtype_name(act);
+      EXPECT_LT(full, none) << "depth " << c.depth;
+    }
 }

@@ -6,7 +6,9 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
   1. train_gpt on inputs/gpt_tiny.toml: for each world size W every (DP, TP, PP) with DP*TP*PP = W, TP | n_head,
      TP | padded vocabulary, PP <= n_layer, global_batch % (DP*micro_batch) == 0 (micro_batch lowered until it
      divides, and the table says so), ZeRO 0, 1, 2 and (without pipelining) 3 where DP > 1 (and each in hybrid
-     sharding groups of DP / 2, parallel.zero_group, where DP >= 4), schedules gpipe and 1f1b where PP > 1.
+     sharding groups of DP / 2, parallel.zero_group, where DP >= 4), schedules gpipe and 1f1b where PP > 1; and per
+     shape the activation levers: sequence parallelism (parallel.sp) where TP > 1, train.recompute = selective
+     (without pipelining) or full (with it), each with the shape's deepest ZeRO stage.
   2. train_resnet on inputs/resnet_tiny.toml: DP = W with SyncBN at a constant global micro-batch DP x micro_batch
      (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2, 3
      (2 and 3 also in hybrid sharding groups of W / 2).
@@ -24,7 +26,8 @@ moves a value across a rounding boundary far more often than in fp32.
 usage: validation/equivalence.py [--world 4 8] [--steps N] [--quick] [--precision fp32|bf16] [--out DIR]
                                  [--report FILE.md] [--train-gpt EXE] [--train-resnet EXE] [--ckpt-tool EXE]
   --quick   world 4 (unless --world is given), 10 steps, one variant per (DP, TP, PP) shape (ZeRO-3, 2 and 1 taking
-            turns over the shapes with DP > 1) and one ZeRO-2 and one ZeRO-3 hybrid-sharding layout, ResNet with
+            turns over the shapes with DP > 1), one ZeRO-2 and one ZeRO-3 hybrid-sharding layout, one sequence-parallel
+            layout with pipelining and one with full recompute, ResNet with
             ZeRO-3 only, one restart pair (from a ZeRO-3 layout with TP): the ctest `validation_equivalence_quick`
             (about a minute here)
 Writes DIR/<layout>/ run directories, equivalence.json (every result with its per-step losses) and equivalence.png
@@ -85,7 +88,7 @@ with open(args.gpt_deck, "rb") as f:
     gdeck = tomllib.load(f)
 with open(args.resnet_deck, "rb") as f:
     rdeck = tomllib.load(f)
-G_LAYER, G_HEAD = gdeck["model"]["n_layer"], gdeck["model"]["n_head"]
+G_LAYER, G_HEAD, G_SEQ = gdeck["model"]["n_layer"], gdeck["model"]["n_head"], gdeck["model"]["seq_len"]
 G_VOCAB_PAD = -(-gdeck["model"]["vocab_size"] // 128) * 128  # docs/parallelism.md: padded to a multiple of 128
 G_GB, G_MB = gdeck["train"]["global_batch"], gdeck["train"]["micro_batch"]
 R_GB, R_GMB = rdeck["train"]["global_batch"], args.resnet_gmb
@@ -101,6 +104,10 @@ def gpt_name(L):
         s += " " + L["schedule"]
     if L["mb"] != G_MB:
         s += f" mb{L['mb']}"
+    if L.get("sp"):
+        s += " sp"
+    if L.get("recompute"):
+        s += f" rc-{L['recompute']}"
     return s
 
 
@@ -114,6 +121,10 @@ def gpt_sets(L):
          f"train.micro_batch={L['mb']}"]
     if L["pp"] > 1:
         s.append(f"parallel.schedule={L['schedule']}")
+    if L.get("sp"):
+        s.append("parallel.sp=true")
+    if L.get("recompute"):
+        s.append(f"train.recompute={L['recompute']}")
     return s
 
 
@@ -146,6 +157,14 @@ def gpt_layouts(W):
                     if zero and dp >= 4 and dp % 2 == 0:  # hybrid sharding: two groups of DP / 2, replicated
                         out.append(dict(app="gpt", world=W, dp=dp, tp=tp, pp=pp, zero=zero, schedule=sched, mb=mb,
                                         group=dp // 2))
+            # the activation levers (docs/parallelism.md): sequence parallelism where TP > 1 (with the shape's
+            # deepest ZeRO stage), and recompute, selective without pipelining and full with it
+            sched = "1f1b" if pp > 1 else None
+            zmax = (3 if pp == 1 else 2) if dp > 1 else 0
+            if tp > 1 and G_SEQ % tp == 0:
+                out.append(dict(app="gpt", world=W, dp=dp, tp=tp, pp=pp, zero=zmax, schedule=sched, mb=mb, sp=True))
+            out.append(dict(app="gpt", world=W, dp=dp, tp=tp, pp=pp, zero=zmax, schedule=sched, mb=mb,
+                            recompute="full" if pp > 1 else "selective"))
     return out
 
 
@@ -155,7 +174,7 @@ def quick_subset(layouts):
     seen, out, alt, alt_zero = set(), [], 0, 0
     for L in layouts:
         shape = (L["dp"], L["tp"], L["pp"])
-        if shape in seen:
+        if shape in seen or L.get("sp") or L.get("recompute"):
             continue
         want_sched = ["1f1b", "gpipe"][alt % 2] if L["pp"] > 1 else None
         turn = [3, 2, 1][alt_zero % 3:] + [3, 2, 1][:alt_zero % 3] if L["dp"] > 1 else [0]
@@ -172,6 +191,11 @@ def quick_subset(layouts):
         hybrid = next((M for M in layouts if M.get("group") and M["zero"] == z), None)
         if hybrid:
             out.append(hybrid)
+    # and one of each activation lever: sequence parallelism with pipelining, full recompute under ZeRO-3 or a pipeline
+    for pick in (lambda M: M.get("sp") and M["pp"] > 1, lambda M: M.get("recompute") == "full"):
+        lever = next((M for M in layouts if pick(M)), None)
+        if lever:
+            out.append(lever)
     return out
 
 

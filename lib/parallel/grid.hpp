@@ -25,6 +25,9 @@ struct Coord {
 // every tensor, its pipeline stage's layers). Data parallelism does not change the model's layout.
 struct ModelParallel {
   int tp = 1, tp_rank = 0, pp = 1, pp_rank = 0;
+  // sequence parallelism (parallel.sp, tp > 1): the activations outside the TP regions are sharded by token rows
+  // over the TP group (parallel/tp_collectives.hpp); the parameters are laid out as without it
+  bool sp = false;
 };
 
 class Grid {

@@ -88,6 +88,38 @@ double gather_from_tp_region_backward(const ExecContext& ctx, comm::Communicator
   return scatter_to_tp_region_forward(ctx, tp, dy, dx, rows, cols, what);
 }
 
+template <typename A>
+double gather_from_sequence_parallel_region_forward(comm::Communicator& tp, const A* x, A* full, int64_t n,
+                                                    const char* what) {
+  const Timer t;
+  tp.allgather(x, full, n, comm::dtype_of<A>(), what);
+  return t.ms();
+}
+
+template <typename A>
+double gather_from_sequence_parallel_region_backward(comm::Communicator& tp, const A* dfull, A* dx, int64_t n,
+                                                     const char* what) {
+  const Timer t;
+  tp.reduce_scatter(dfull, dx, n, comm::dtype_of<A>(), comm::ReduceOp::Sum, what);
+  return t.ms();
+}
+
+template <typename A>
+double reduce_scatter_to_sequence_parallel_region_forward(comm::Communicator& tp, const A* full, A* y, int64_t n,
+                                                          const char* what) {
+  return gather_from_sequence_parallel_region_backward(tp, full, y, n, what);
+}
+
+template <typename A>
+double reduce_scatter_to_sequence_parallel_region_backward(comm::Communicator& tp, const A* dy, A* dfull, int64_t n,
+                                                           const char* what) {
+  return gather_from_sequence_parallel_region_forward(tp, dy, dfull, n, what);
+}
+
+double allreduce_sequence_parallel_grads(comm::Communicator& tp, float* buf, int64_t n, const char* what) {
+  return timed_allreduce(tp, buf, n, comm::ReduceOp::Sum, what);
+}
+
 double allreduce_tp_stats(comm::Communicator& tp, float* buf, int64_t n, comm::ReduceOp op, const char* what) {
   return timed_allreduce(tp, buf, n, op, what);
 }
@@ -105,7 +137,15 @@ double allreduce_tp_stats(comm::Communicator& tp, float* buf, int64_t n, comm::R
   template double gather_from_tp_region_forward<A>(const ExecContext&, comm::Communicator&, const A*, A*, A*, int64_t, \
                                                    int64_t, const char*);                                              \
   template double gather_from_tp_region_backward<A>(const ExecContext&, comm::Communicator&, const A*, A*, int64_t,    \
-                                                    int64_t, const char*);
+                                                    int64_t, const char*);                                             \
+  template double gather_from_sequence_parallel_region_forward<A>(comm::Communicator&, const A*, A*, int64_t,          \
+                                                                  const char*);                                        \
+  template double gather_from_sequence_parallel_region_backward<A>(comm::Communicator&, const A*, A*, int64_t,         \
+                                                                   const char*);                                       \
+  template double reduce_scatter_to_sequence_parallel_region_forward<A>(comm::Communicator&, const A*, A*, int64_t,    \
+                                                                        const char*);                                  \
+  template double reduce_scatter_to_sequence_parallel_region_backward<A>(comm::Communicator&, const A*, A*, int64_t,   \
+                                                                         const char*);
 HPCT_TP_COLLECTIVES_INSTANTIATE(float)
 HPCT_TP_COLLECTIVES_INSTANTIATE(bf16)
 HPCT_TP_COLLECTIVES_INSTANTIATE(fp16)

@@ -25,6 +25,15 @@
 //                             this rank's slice. Each is the other's dual: scatter's backward is gather's
 //                             forward and gather's backward is scatter's forward.
 //
+//   Sequence parallelism (Korthikanti et al. 2022): outside the column- and row-parallel pairs (LayerNorm, residual,
+//   embedding) the activations are sharded by token rows: rank r holds rows [r n, (r + 1) n) of the (rows, C) stream.
+//     gather_from_sequence_parallel_region:  the input of a column-parallel layer. Forward all-gathers the row
+//       shards (rank order); backward reduce-scatters the partial dX (sum), each rank keeping its rows.
+//     reduce_scatter_to_sequence_parallel_region: the output of a row-parallel layer. Forward reduce-scatters the
+//       partial Y (sum) into row shards; backward all-gathers the shards of dY.
+//   Each is the other's dual, and together they replace the allreduce pair of copy_to / reduce_from (an allreduce is a
+//   reduce-scatter followed by an all-gather: the same bytes).
+//
 //   Vocabulary-parallel cross-entropy: not a conjugate pair. Its forward needs the row max (allreduce MAX)
 //   and two row sums (sum of exp, target logit: allreduce SUM) over the vocabulary shards; its backward is
 //   local (softmax - onehot over this rank's columns, from the reduced statistics). allreduce_tp_stats names
@@ -97,6 +106,30 @@ double gather_from_tp_region_forward(const ExecContext& ctx, comm::Communicator&
 template <typename A>
 double gather_from_tp_region_backward(const ExecContext& ctx, comm::Communicator& tp, const A* dy, A* dx, int64_t rows,
                                       int64_t cols, const char* what);
+
+// ---- sequence parallelism: the residual stream sharded by rows --------------------------------------------
+// n: the elements of one rank's shard (its rows x C); the whole tensor holds tp.size() n elements, shard r at r n.
+// gather_from_sequence_parallel_region forward: full (t n) = the shards x (n) of every rank, in rank order.
+template <typename A>
+double gather_from_sequence_parallel_region_forward(comm::Communicator& tp, const A* x, A* full, int64_t n,
+                                                    const char* what);
+// ... backward: dfull (t n) holds this rank's partial dX of every row; dx (n) becomes the sum over the group of
+// the partials of this rank's rows. dx may be dfull + rank n (in place). Dual: the forward.
+template <typename A>
+double gather_from_sequence_parallel_region_backward(comm::Communicator& tp, const A* dfull, A* dx, int64_t n,
+                                                     const char* what);
+// reduce_scatter_to_sequence_parallel_region forward: y (n) = the sum over the group of the partial outputs full
+// (t n), this rank's rows. y may be full + rank n (in place). Dual: its backward.
+template <typename A>
+double reduce_scatter_to_sequence_parallel_region_forward(comm::Communicator& tp, const A* full, A* y, int64_t n,
+                                                          const char* what);
+// ... backward: dfull (t n) = the shards dy (n) of every rank. Dual: the forward.
+template <typename A>
+double reduce_scatter_to_sequence_parallel_region_backward(comm::Communicator& tp, const A* dy, A* dfull, int64_t n,
+                                                           const char* what);
+// The gradients of parameters that sequence-parallel rows make partial (the LayerNorms' weights and biases): buf (n)
+// becomes their sum over the group, the same on every rank (the replicated parameter's gradient).
+double allreduce_sequence_parallel_grads(comm::Communicator& tp, float* buf, int64_t n, const char* what);
 
 // ---- the vocabulary-parallel cross-entropy's statistics ----------------------------------------------------
 // In place: buf (n) becomes its reduction (op: Max for the row max, Sum for the sums of exp and the target logit)

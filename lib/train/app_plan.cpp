@@ -8,6 +8,7 @@
 #include "data/image_dataset.hpp"
 #include "models/gpt/gpt.hpp"
 #include "models/gpt/gpt_layout.hpp"
+#include "models/gpt/gpt_stage.hpp"
 #include "models/resnet/resnet.hpp"
 #include "parallel/grid.hpp"
 #include "train/gpt_deck.hpp"
@@ -33,10 +34,14 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
   std::printf("(activations: one micro-batch stored as %s, with the step's batch and pipeline-stage buffers)\n",
               dtype_name(target.act));
   if (out.json) {
-    size_t act_max = 0;  // one micro-batch's activations and their gradients, the largest stage
+    size_t act_max = 0;  // the activations a stage keeps (train.recompute, its micro-batches in flight), the largest
+    const int n_micro = static_cast<int>(micro_batches_per_step(run, grid.dp()));
     for (int p = 0; p < plan.pp; ++p) {
-      const gpt::MemoryPlan m = gpt::memory_plan(cfg, gpt::ModelParallel{plan.tp, 0, plan.pp, p}, MB, target.device,
-                                                 target.act);
+      const gpt::ModelParallel mp{plan.tp, 0, plan.pp, p, run.parallel.sp};
+      const auto schedule = parallel::make_schedule(run.parallel.schedule, plan.pp, p, n_micro);
+      const gpt::MemoryPlan m = gpt::memory_plan(
+          cfg, mp, MB, target.device, target.act,
+          {run.train.recompute, gpt::GptStage::kept_sets(schedule, gpt::stage_plan(cfg, plan.pp, p))});
       act_max = std::max(act_max, m.activation_bytes + m.activation_grad_bytes);
     }
     // FLOPs as the trainer counts them (docs/performance.md): flops_per_token x global_batch x seq_len per step

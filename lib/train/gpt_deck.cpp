@@ -65,6 +65,9 @@ const ConfigSchema& gpt_deck_schema() {
                  "tp-dp-pp",
                  {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
     s.string_key("parallel.schedule", "1f1b", "pipeline schedule: gpipe | 1f1b", {"gpipe", "1f1b"});
+    s.bool_key("parallel.sp", false,
+               "sequence parallelism (needs parallel.tp > 1 and model.seq_len divisible by it): LayerNorm, residual "
+               "and embedding activations sharded by tokens over the TP group");
     add_run_keys(s);
 
     s.section("log", false, "stdout logging");
@@ -102,6 +105,10 @@ GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
   GptDeck d;
   d.model = gpt_model_config(deck);
   gpt::validate_model_parallel(d.model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", deck.deck_path()));
+  HPCT_USAGE_CHECK(!run.parallel.sp || d.model.seq_len % run.parallel.tp == 0,
+                   "deck {}: parallel.sp = true needs model.seq_len = {} divisible by parallel.tp = {} (each TP rank "
+                   "holds seq_len / tp of every sequence's tokens); choose a seq_len that is a multiple of {}",
+                   deck.deck_path(), d.model.seq_len, run.parallel.tp, run.parallel.tp);
   d.train_path = resolve_data_path(deck.get_string("data.train"));
   d.val_path = resolve_data_path(deck.get_string("data.val"));
   d.eval_sequences = static_cast<int>(deck.get_int("data.eval_sequences"));

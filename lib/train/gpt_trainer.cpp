@@ -38,6 +38,11 @@ void check_vocab(const data::TokenShard& s, int vocab_size) {
                    s.path(), max_token, vocab_size);
 }
 
+gpt::ModelParallel with_sp(gpt::ModelParallel mp, bool sp) {
+  mp.sp = sp;
+  return mp;
+}
+
 class GptTask final : public TrainTask {
  public:
   GptTask(RunSession& run, const GptDeck& d)
@@ -51,7 +56,7 @@ class GptTask final : public TrainTask {
         val_shard_(data::TokenShard::open(d.val_path)),
         sampler_(train_shard_, T_, run.cfg.train.seed),
         eval_set_(val_shard_, T_, d.eval_sequences),
-        mp_(run.pc.model_parallel()),
+        mp_(with_sp(run.pc.model_parallel(), run.cfg.parallel.sp)),
         // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
         model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
                activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp()),

@@ -129,7 +129,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
   MemoryPlanTable plan{"train_gpt", world, grid.dp(), tp, pp, target.device, target.act, {}};
   for (int p = 0; p < pp; ++p)
     for (int t = 0; t < tp; ++t) {
-      const gpt::ModelParallel mp{tp, t, pp, p};
+      const gpt::ModelParallel mp{tp, t, pp, p, run.parallel.sp};
       const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
       const std::vector<parallel::Action> schedule = parallel::make_schedule(run.parallel.schedule, pp, p, n_micro);
       gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act,
@@ -137,8 +137,8 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       if (!model_allocates_grads(run.parallel.sync, grid.dp())) m.grad_bytes = 0;
       if (model_shards_params(run.parallel.sync, grid.dp())) m.param_bytes = m.compute_param_bytes = 0;
       const MemoryKinds model = gpt_model_kinds(m,
-                                                gpt::GptStage::planned_bytes(cfg, st, schedule, MB, target.act) +
-                                                    gpt::GptEvaluator::planned_bytes(cfg, st, MB, target.act),
+                                                gpt::GptStage::planned_bytes(cfg, mp, schedule, MB, target.act) +
+                                                    gpt::GptEvaluator::planned_bytes(cfg, mp, MB, target.act),
                                                 kernels::gemm_workspace_bytes(target.device, target.act));
       Slab grads("gradients (planned)", target.device);  // the model's gradient slab, never allocated
       std::vector<gpt::ParamSpec> layout;
@@ -147,7 +147,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
         layout.push_back(s.spec);
       }
       const bool only_stage = st.has_embedding && st.has_head;
-      const int64_t boundary = only_stage ? 0 : static_cast<int64_t>(MB) * cfg.seq_len * cfg.n_embd;
+      const int64_t boundary = only_stage ? 0 : gpt::boundary_numel(cfg, mp, MB);
       LoopMemoryInputs in;
       in.grads = &grads;
       in.sync = run.parallel.sync;

@@ -37,6 +37,12 @@ RunConfig read_run_config(const Config& deck) {
                                                ? parallel::parse_schedule_kind(deck.get_string("parallel.schedule"))
                                                : parallel::ScheduleKind::OneFOneB;
   p.schedule = parallel::schedule_kind_for(p.pp, requested);
+  p.sp = deck.has_key("parallel.sp") && deck.get_bool("parallel.sp");
+  HPCT_USAGE_CHECK(
+      !p.sp || p.tp > 1,
+      "deck {}: parallel.sp = true with parallel.tp = {}: sequence parallelism shards the activations over "
+      "the tensor-parallel group; set parallel.tp > 1, or parallel.sp = false",
+      deck.deck_path(), p.tp);
   p.sync.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
   p.sync.overlap = deck.get_bool("parallel.overlap");
   p.sync.reduce_dtype = parallel::parse_grad_dtype(deck.get_string("parallel.grad_dtype"));

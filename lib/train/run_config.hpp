@@ -40,6 +40,7 @@ struct ParallelSection {
   std::string order = "tp-dp-pp";                                  // parallel.order
   parallel::ScheduleKind schedule = parallel::ScheduleKind::None;  // parallel.schedule at pp > 1; none at pp = 1
   parallel::GradSyncOptions sync;  // parallel.zero, parallel.bucket_mb, parallel.overlap
+  bool sp = false;                 // parallel.sp: sequence parallelism over the TP group (train_gpt)
 };
 
 struct CheckpointSection {

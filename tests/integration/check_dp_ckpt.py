@@ -5,10 +5,12 @@ independence, exact restarts, checkpoint integrity and failure handling. One sce
   layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1, ZeRO-2, ZeRO-3 at np 2, 4, and each with hybrid sharding,
             parallel.zero_group = 2, at np 4): per-step losses equal the np 1 run within 1e-5 relative
             (docs/invariants.md, invariant 1)
-  tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1, +ZeRO-2, +ZeRO-3) vs serial within 1e-5; a
+  tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1, +ZeRO-2, +ZeRO-3), with sequence parallelism
+            (1,2), (1,4), (2,2)+ZeRO-1, (2,2)+ZeRO-3, vs serial within 1e-5; a
             checkpoint written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
   pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO-1, GPipe and 1F1B, ZeRO-2
-            at (2,2,2) GPipe and (2,1,2) 1F1B, vs serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and
+            at (2,2,2) GPipe and (2,1,2) 1F1B, sequence parallelism at (1,2,2) 1F1B and (2,2,2) GPipe + ZeRO-2, vs
+            serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and
             (4,1,1)
   restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
             and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
@@ -23,7 +25,7 @@ independence, exact restarts, checkpoint integrity and failure handling. One sce
   signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed
             run ends bitwise equal to an uninterrupted one; train.deadline does the same
   recompute train.recompute = none, selective, full on one layout after another (serial; DP 2 x PP 2 GPipe; TP 2 x PP 2
-            1F1B; ZeRO-3 on 2 ranks in bf16): losses and every tensor of the final checkpoints bitwise equal across
+            1F1B, and with sequence parallelism; ZeRO-3 on 2 ranks in bf16): losses and every tensor of the final checkpoints bitwise equal across
             the modes (docs/parallelism.md, "Activation memory")
   stall     kill -STOP of one rank: the job exits non-zero within comm.timeout_s + 10 s naming the
             stalled operation
@@ -148,11 +150,13 @@ elif scenario == "tp":
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10"])
     ref = losses(serial)
-    for dp, tp, zero in [(1, 2, 0), (1, 4, 0), (2, 2, 0), (2, 2, 1), (2, 2, 2), (2, 2, 3)]:
-        out = f"{work}/dp{dp}_tp{tp}_zero{zero}"
+    # (DP, TP, ZeRO stage, sequence parallelism)
+    for dp, tp, zero, sp in [(1, 2, 0, False), (1, 4, 0, False), (2, 2, 0, False), (2, 2, 1, False), (2, 2, 2, False),
+                             (2, 2, 3, False), (1, 2, 0, True), (1, 4, 0, True), (2, 2, 1, True), (2, 2, 3, True)]:
+        out = f"{work}/dp{dp}_tp{tp}_zero{zero}_sp{int(sp)}"
         train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.zero={zero}",
-                             "parallel.bucket_mb=0.05"])
-        compare(f"(dp {dp}, tp {tp}) zero {zero} vs serial", losses(out), ref, 1e-5)
+                             "parallel.bucket_mb=0.05", f"parallel.sp={str(sp).lower()}"])
+        compare(f"(dp {dp}, tp {tp}) zero {zero}{' sp' if sp else ''} vs serial", losses(out), ref, 1e-5)
     for dp, tp in [(1, 1), (4, 1), (1, 4)]:
         out = f"{work}/from_dp2tp2_to_dp{dp}tp{tp}"
         train(4, out, ["train.steps=5", "optim.decay_steps=10", "parallel.tp=2"])
@@ -167,12 +171,17 @@ elif scenario == "pp":
     ref = losses(serial)
     for dp, tp, pp, sched, zero in [(d, t, p, sch, 0) for (d, t, p) in [(1, 1, 2), (1, 1, 4), (2, 1, 2), (1, 2, 2),
                                                                      (2, 2, 2)] for sch in ("gpipe", "1f1b")] + \
-                                   [(2, 2, 2, "1f1b", 1), (2, 2, 2, "gpipe", 2), (2, 1, 2, "1f1b", 2)]:
-        out = f"{work}/dp{dp}_tp{tp}_pp{pp}_{sched}_zero{zero}"
+                                   [(2, 2, 2, "1f1b", 1), (2, 2, 2, "gpipe", 2), (2, 1, 2, "1f1b", 2),
+                                    (1, 2, 2, "1f1b", "0 sp"), (2, 2, 2, "gpipe", "2 sp")]:
+        sp = str(zero).endswith("sp")
+        zero = int(str(zero).split()[0])
+        out = f"{work}/dp{dp}_tp{tp}_pp{pp}_{sched}_zero{zero}_sp{int(sp)}"
         p = train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5",
                                       f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.schedule={sched}",
-                                      f"parallel.zero={zero}", "parallel.bucket_mb=0.05"])
-        compare(f"(dp {dp}, tp {tp}, pp {pp}) {sched} zero {zero} vs serial", losses(out), ref, 1e-5)
+                                      f"parallel.zero={zero}", "parallel.bucket_mb=0.05",
+                                      f"parallel.sp={str(sp).lower()}"])
+        compare(f"(dp {dp}, tp {tp}, pp {pp}) {sched} zero {zero}{' sp' if sp else ''} vs serial", losses(out), ref,
+                1e-5)
         bub = [l for l in p.stdout.splitlines() if l.startswith("pipeline:")]
         print("   ", bub[0] if bub else "no pipeline line")
     for dp, tp, pp in [(1, 1, 4), (4, 1, 1)]:
@@ -222,6 +231,7 @@ elif scenario == "restart":
 elif scenario == "recompute":
     for np, sets in [(1, []), (4, ["parallel.pp=2", "parallel.schedule=gpipe"]),
                      (4, ["parallel.tp=2", "parallel.pp=2", "parallel.schedule=1f1b"]),
+                     (4, ["parallel.tp=2", "parallel.pp=2", "parallel.sp=true"]),
                      (2, ["parallel.zero=3", "train.precision=bf16", "parallel.bucket_mb=0.05"])]:
         ref_losses = ref_tensors = None
         for mode in ("none", "selective", "full"):

@@ -21,6 +21,7 @@
   - ZeRO-2 at np 2 (small buckets): the plan holds its record too, and (GPT) its grads (the ring of buckets, the
     tensors kept whole and the shard) are well below ZeRO-1's (the full slab and the shard); its comm_bytes: every
     micro-batch's reduce-scatter (m - 1 < reduce-scatter / allgather <= m for m micro-batches per step)
+  - sequence parallelism (np 2, TP 2): fewer activation bytes than TP 2 alone, and the plan holds its record
   - train.recompute: selective and full (the ResNet: full) keep fewer activation bytes than none, one after the other,
     and the plan holds their records (GPT also at np 2 with PP 2, none and full)
   - train.memory_limit_gb below the plan stops the run before it allocates, naming the largest kind and what to change
@@ -175,8 +176,10 @@ else:
 against_plan("np 2 zero 3", z3, 2, z3_sets)
 if one and z2 and z3 and not z3["params"] < 0.75 * one["params"]:
     fail(f"np 2 zero 3: params {z3['params']} should be well below the whole parameters' {one['params']}")
+recorded = {}
 if app == "gpt":
     for name, np, sets in [("np 2 tp 2", 2, ["train.steps=1", "parallel.tp=2"]),
+                           ("np 2 tp 2 sp", 2, ["train.steps=1", "parallel.tp=2", "parallel.sp=true"]),
                            ("np 4 dp 2 x pp 2 zero 1", 4, ["train.steps=1", "parallel.pp=2", "parallel.zero=1"]),
                            ("np 4 zero 2 hybrid 2", 4, ["train.steps=1", "parallel.zero=2", "parallel.zero_group=2",
                                                         "parallel.bucket_mb=0.05"]),
@@ -185,7 +188,15 @@ if app == "gpt":
                            ("np 4 zero 3 tp 2 bf16", 4, ["train.steps=1", "parallel.zero=3", "parallel.tp=2",
                                                          "train.precision=bf16"]),
                            ("np 4 zero 3 hybrid 2", 4, ["train.steps=1", "parallel.zero=3", "parallel.zero_group=2"])]:
-        against_plan(name, record(name, run(name.replace(" ", "_"), np, sets)), np, sets)
+        recorded[name] = record(name, run(name.replace(" ", "_"), np, sets))
+        against_plan(name, recorded[name], np, sets)
+    # sequence parallelism keeps the residual stream and LayerNorm activations of its rows only
+    plain, sp = recorded.get("np 2 tp 2"), recorded.get("np 2 tp 2 sp")
+    if plain and sp and not sp["activations"] < plain["activations"]:
+        fail(f"np 2 tp 2 sp: activations {sp['activations']} should be below tp 2's {plain['activations']}")
+    elif plain and sp:
+        print(f"  sequence parallelism: activations {sp['activations']:.0f} bytes, "
+              f"{sp['activations'] / plain['activations']:.3f} of tp 2's")
 
 # activation recompute (train.recompute): each mode keeps fewer activation bytes than the one before on the same run,
 # and the plan holds its record (GPT also under a pipeline, whose first stage keeps its micro-batches in flight)

@@ -95,17 +95,21 @@ int64_t numel(const std::vector<int64_t>& s) {
 
 namespace {
 // The activations of one block, in the order the layout lists them: name, width in units of the row (C, C/t, 3C/t,
-// 4C/t: `cols`, or 0 for what has a backend-given size), whether it is a per-row fp32 statistic.
+// 4C/t: `cols`, or 0 for what has a backend-given size), whether it is a per-row fp32 statistic, and whether it is of
+// the residual stream's rows (the LayerNorms' inputs, outputs and statistics: this rank's rows under sequence
+// parallelism) rather than the TP region's (every row, this rank's heads or MLP columns).
 struct BlockAct {
   const char* name;
   int64_t cols;
   bool stat;
+  bool stream;
 };
 std::vector<BlockAct> block_acts(int64_t C, int64_t Cl) {
-  return {{"ln1", C, false},      {"ln1_mean", 1, true},   {"ln1_rstd", 1, true},   {"qkv", 3 * Cl, false},
-          {"atty", Cl, false},    {"att_stats", 0, false}, {"residual2", C, false}, {"ln2", C, false},
-          {"ln2_mean", 1, true},  {"ln2_rstd", 1, true},   {"fch", 4 * Cl, false},  {"fch_gelu", 4 * Cl, false},
-          {"residual3", C, false}};
+  return {{"ln1", C, false, true},       {"ln1_mean", 1, true, true},   {"ln1_rstd", 1, true, true},
+          {"qkv", 3 * Cl, false, false}, {"atty", Cl, false, false},    {"att_stats", 0, false, false},
+          {"residual2", C, false, true}, {"ln2", C, false, true},       {"ln2_mean", 1, true, true},
+          {"ln2_rstd", 1, true, true},   {"fch", 4 * Cl, false, false}, {"fch_gelu", 4 * Cl, false, false},
+          {"residual3", C, false, true}};
 }
 // Whether backward reads the block activation `name` from the set of its micro-batch (else it recomputes it into the
 // one shared copy). Selective recomputes the LayerNorm outputs (from their inputs, which are kept anyway: the block's
@@ -128,9 +132,11 @@ std::string set_prefix(int set) { return set == 0 ? std::string() : "mb" + std::
 }  // namespace
 
 std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device, DType act, bool head,
-                                       const ActivationPlan& kept) {
+                                       const ActivationPlan& kept, bool sp) {
   HPCT_CHECK(kept.sets >= 1, "a GPT keeps at least one activation set, not {}", kept.sets);
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
+  // the rows of the residual stream and the LayerNorms this rank holds: all, or its 1/t under sequence parallelism
+  const int64_t Tr = sp && t > 1 ? T / t : T;
   const ExecContext ctx{device, nullptr};
   // what attention keeps for backward: the per-row log-sum-exp, or on backends that store them the softmax
   // probabilities (kernels.hpp)
@@ -139,14 +145,14 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
   const DType f32 = DType::F32;
   auto spec = [&](const std::string& name, const BlockAct& b) -> ActSpec {
     if (b.cols == 0) return {name, {att_stats}, DType::U8};
-    if (b.stat) return {name, {B, T}, f32};
-    return {name, {B, T, b.cols}, act};
+    if (b.stat) return {name, {B, Tr}, f32};
+    return {name, {B, b.stream ? Tr : T, b.cols}, act};
   };
   const std::vector<BlockAct> block = block_acts(C, Cl);
   std::vector<ActSpec> a;
   for (int set = 0; set < kept.sets; ++set) {
     const std::string m = set_prefix(set);
-    a.push_back({m + "encoded", {B, T, C}, act});
+    a.push_back({m + "encoded", {B, Tr, C}, act});
     for (int l = 0; l < c.n_layer; ++l) {
       const std::string h = m + "h." + std::to_string(l) + ".";
       for (const BlockAct& b : block)
@@ -160,10 +166,11 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
       const bool listed = std::any_of(a.begin(), a.end(), [&](const ActSpec& s) { return s.name == n; });
       if (!listed) a.push_back(spec(n, b));
     }
+  if (Tr != T) a.push_back({"gathered", {B, T, C}, act});
   if (head) {
-    a.push_back({"lnf", {B, T, C}, act});
-    a.push_back({"lnf_mean", {B, T}, f32});
-    a.push_back({"lnf_rstd", {B, T}, f32});
+    a.push_back({"lnf", {B, Tr, C}, act});
+    a.push_back({"lnf_mean", {B, Tr}, f32});
+    a.push_back({"lnf_rstd", {B, Tr}, f32});
     a.push_back({"logits", {B, T, Vp}, act});
     a.push_back({"losses", {B, T}, f32});
   }
@@ -174,19 +181,26 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
   }
   return a;
 }
-std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device, DType act) {
+std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device, DType act, bool sp) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Cl = C / t;
+  const int64_t Tr = sp && t > 1 ? T / t : T;
   const ExecContext ctx{device, nullptr};
   // attention backward's scratch, shared by every layer: dprobabilities (B,NH,T,T) on the CPU, D (B,NH,T) on CUDA
   const int64_t att_scratch = k::attention_scratch_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                          static_cast<int>(NH), act);
-  return {{"dresidual", {B, T, C}, act},
-          {"dln", {B, T, C}, act},
-          {"dqkv", {B, T, 3 * Cl}, act},
-          {"datty", {B, T, Cl}, act},
-          {"att_scratch", {att_scratch}, DType::U8},
-          {"dfch", {B, T, 4 * Cl}, act},
-          {"dfch_gelu", {B, T, 4 * Cl}, act}};
+  std::vector<ActSpec> g = {{"dresidual", {B, Tr, C}, act},
+                            {"dln", {B, T, C}, act},
+                            {"dqkv", {B, T, 3 * Cl}, act},
+                            {"datty", {B, T, Cl}, act},
+                            {"att_scratch", {att_scratch}, DType::U8},
+                            {"dfch", {B, T, 4 * Cl}, act},
+                            {"dfch_gelu", {B, T, 4 * Cl}, act}};
+  if (Tr != T) {
+    g.push_back({"dresidual_full", {B, T, C}, act});
+    g.push_back({"dln_shard", {B, Tr, C}, act});
+    g.push_back({"ln_grads", {4, C}, DType::F32});  // a block's [ln2.weight, ln2.bias, ln1.weight, ln1.bias]
+  }
+  return g;
 }
 size_t planned_bytes(const std::vector<ActSpec>& specs) {
   size_t n = 0;
@@ -292,9 +306,13 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     HPCT_CHECK(k < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
     layer_first_.push_back(k);
   }
-  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, stage_.has_head, kept))
+  sp_ = mp.sp && mp.tp > 1;
+  HPCT_CHECK(!sp_ || cfg.seq_len % mp.tp == 0, "sequence parallelism: seq_len {} is not divisible by tp {}",
+             cfg.seq_len, mp.tp);
+  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, stage_.has_head, kept, sp_))
     acts_.add(a.name, a.shape, a.dtype);
-  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act)) dacts_.add(a.name, a.shape, a.dtype);
+  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act, sp_))
+    dacts_.add(a.name, a.shape, a.dtype);
   for (size_t i = 0; i < layout_.size(); ++i)
     if (layout_[i].name == "wte") wte_index_ = static_cast<int>(i);
   HPCT_CHECK(!stage_.has_head || wte_index_ >= 0, "GPT stage {}: the head's stage has no wte", mp.pp_rank);
@@ -356,6 +374,51 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   att_scratch_ = &dacts_.get("att_scratch");
   dfch_ = &dacts_.get("dfch");
   dfch_gelu_ = &dacts_.get("dfch_gelu");
+  if (sp_) {
+    gathered_ = &acts_.get("gathered");
+    dres_full_ = &dacts_.get("dresidual_full");
+    dln_shard_ = &dacts_.get("dln_shard");
+    ln_grads_ = &dacts_.get("ln_grads");
+  }
+}
+
+int64_t boundary_numel(const GptConfig& cfg, const ModelParallel& mp, int b) {
+  return static_cast<int64_t>(b) * cfg.seq_len * cfg.n_embd / (mp.sp && mp.tp > 1 ? mp.tp : 1);
+}
+
+int64_t Gpt::boundary_numel(int b) const { return gpt::boundary_numel(cfg_, mp_, b); }
+
+template <typename A>
+const A* Gpt::whole_rows(const A* ln, int b, const char* what) {
+  if (!sp_) return ln;
+  const int64_t n = boundary_numel(b);
+  tp_comm_ms_ += par::gather_from_sequence_parallel_region_forward(*tp_comm_, ln, gathered_->as<A>(), n, what);
+  return gathered_->as<A>();
+}
+
+template <typename A>
+const A* Gpt::column_parallel_input_grad(int b, const char* what) {
+  A* dln = dln_->as<A>();
+  if (sp_) {
+    const int64_t n = boundary_numel(b);
+    tp_comm_ms_ += par::gather_from_sequence_parallel_region_backward(*tp_comm_, dln, dln_shard_->as<A>(), n, what);
+    return dln_shard_->as<A>();
+  }
+  if (mp_.tp > 1)
+    tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, static_cast<int64_t>(b) * cfg_.seq_len * cfg_.n_embd,
+                                                   what);
+  return dln;
+}
+
+void Gpt::add_ln_grads(const ExecContext& ctx, std::initializer_list<Tensor*> dst) {
+  const int64_t C = cfg_.n_embd;
+  tp_comm_ms_ += par::allreduce_sequence_parallel_grads(
+      *tp_comm_, ln_grads_->f32(), static_cast<int64_t>(dst.size()) * C, "SP LayerNorm weight gradients");
+  int i = 0;
+  for (Tensor* g : dst) {
+    const float* part = ln_grads_->f32() + static_cast<int64_t>(i++) * C;
+    if (g) k::residual_forward(ctx, g->f32(), g->f32(), part, C);
+  }
 }
 
 Gpt::LayerParams Gpt::layer_params(Slab& s, int l) {
@@ -450,12 +513,25 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const vo
 }
 
 template <typename A>
+A* Gpt::row_parallel_output(A* partial, int b, const char* what) {
+  const int64_t NC = static_cast<int64_t>(b) * cfg_.seq_len * cfg_.n_embd;
+  if (sp_) {  // reduce-scattered in place: this rank's rows end up at its block of the partial sums
+    const int64_t n = boundary_numel(b);
+    A* mine = partial + mp_.tp_rank * n;
+    tp_comm_ms_ += par::reduce_scatter_to_sequence_parallel_region_forward(*tp_comm_, partial, mine, n, what);
+    return mine;
+  }
+  if (mp_.tp > 1) tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, partial, NC, what);
+  return partial;
+}
+
+template <typename A>
 void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act, int set) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, Vl = cfg_.padded_vocab / t, N = b * T;
+  const int Nr = sp_ ? N / t : N;  // the residual stream's rows on this rank
   const bool tp = t > 1, lead = mp_.tp_rank == 0;
-  const int64_t NC = static_cast<int64_t>(N) * C;
   last_inputs_[static_cast<size_t>(set)] = inputs;
   A* encoded = encoded_[static_cast<size_t>(set)]->as<A>();
 
@@ -463,11 +539,13 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
     reading(0, layer_first_[0], layer_first_[0], layer_first_.size() > 1 ? layer_first_[1] : layer_first_[0]);
   if (!stage_.has_embedding) {  // a later pipeline stage: its input is the previous stage's residual stream
     HPCT_CHECK(in_act != nullptr, "pipeline stage {} needs its input activation", mp_.pp_rank);
-    k::copy_device(ctx, encoded, in_act, NC * static_cast<int64_t>(sizeof(A)));
-  } else if (tp) {
-    k::encoder_forward_vocab_parallel(ctx, encoded, inputs, wte_->as<A>(), lead ? wpe_->as<A>() : nullptr,
+    k::copy_device(ctx, encoded, in_act, boundary_numel(b) * static_cast<int64_t>(sizeof(A)));
+  } else if (tp) {  // the partial rows of this rank's vocabulary (and wpe once), summed over the group
+    A* partial = sp_ ? scratch_->as<A>() : encoded;
+    k::encoder_forward_vocab_parallel(ctx, partial, inputs, wte_->as<A>(), lead ? wpe_->as<A>() : nullptr,
                                       mp_.tp_rank * Vl, Vl, b, T, C);
-    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, encoded, NC, "TP embedding");
+    const A* mine = row_parallel_output(partial, b, "TP embedding");
+    if (sp_) k::copy_device(ctx, encoded, mine, boundary_numel(b) * static_cast<int64_t>(sizeof(A)));
   } else {
     k::encoder_forward(ctx, encoded, inputs, wte_->as<A>(), wpe_->as<A>(), b, T, C);  // (b,T,C)
   }
@@ -482,10 +560,10 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
   reading(layer_first_[p_.size()], static_cast<int>(layout_.size()));  // lnf.*
   reading(wte_index_, wte_index_ + 1);                                 // the tied head
   k::layernorm_forward(ctx, lnf_->as<A>(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->as<A>(), ptr<A>(lnfb_),
-                       N, C);
-  // column-parallel tied head: lnf enters through copy_to_tp_region (identity forward)
-  k::matmul_forward(ctx, logits_->as<A>(), lnf_->as<A>(), wte_->as<A>(), static_cast<const A*>(nullptr), N, C,
-                    Vl);  // tied head, (N, Vp/t)
+                       Nr, C);
+  // column-parallel tied head: lnf enters through copy_to_tp_region (identity forward), or gathered under SP
+  k::matmul_forward(ctx, logits_->as<A>(), whole_rows(lnf_->as<A>(), b, "SP head input"), wte_->as<A>(),
+                    static_cast<const A*>(nullptr), N, C, Vl);  // tied head, (N, Vp/t)
 }
 
 template <typename A>
@@ -493,31 +571,33 @@ void Gpt::block_forward(const ExecContext& ctx, int l, const LayerActs& a, const
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, N = b * T;
   const int Cl = C / t;  // this rank's channels of the attention heads; 4 Cl of the MLP
-  const bool tp = t > 1, lead = mp_.tp_rank == 0;
-  const int64_t NC = static_cast<int64_t>(N) * C;
+  const bool lead = mp_.tp_rank == 0;
+  const int Nr = sp_ ? N / t : N;  // the residual stream's rows on this rank
+  const int64_t NrC = static_cast<int64_t>(Nr) * C;
   const LayerParams& p = p_[static_cast<size_t>(l)];
   A* scratch = scratch_->as<A>();
   // attention block: residual2 = residual + proj(attn(qkv(ln1(residual))))
   k::layernorm_forward(ctx, a.ln1->as<A>(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->as<A>(),
-                       ptr<A>(p.ln1b), N, C);
-  // column-parallel QKV: ln1 enters through copy_to_tp_region (identity forward)
-  k::matmul_forward(ctx, a.qkv->as<A>(), a.ln1->as<A>(), p.qkvw->as<A>(), ptr<A>(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
+                       ptr<A>(p.ln1b), Nr, C);
+  // column-parallel QKV: ln1 enters through copy_to_tp_region (identity forward), or gathered under SP
+  k::matmul_forward(ctx, a.qkv->as<A>(), whole_rows(a.ln1->as<A>(), b, "SP attention input"), p.qkvw->as<A>(),
+                    ptr<A>(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
   k::attention_forward(ctx, a.atty->as<A>(), a.att_stats->data, a.qkv->as<A>(), b, T, Cl, NH);
   k::matmul_forward(ctx, scratch, a.atty->as<A>(), p.projw->as<A>(), lead ? ptr<A>(p.projb) : nullptr, N, Cl, C);
-  if (tp)  // row-parallel proj
-    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP attention proj");
-  k::residual_forward(ctx, a.residual2->as<A>(), residual, scratch, NC);
+  // row-parallel proj: summed over the group (reduce-scattered to this rank's rows under SP)
+  k::residual_forward(ctx, a.residual2->as<A>(), residual, row_parallel_output(scratch, b, "TP attention proj"), NrC);
   // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
   k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(), p.ln2w->as<A>(),
-                       ptr<A>(p.ln2b), N, C);
-  // column-parallel fc: ln2 enters through copy_to_tp_region (identity forward)
-  k::matmul_forward(ctx, a.fch->as<A>(), a.ln2->as<A>(), p.fcw->as<A>(), ptr<A>(p.fcb), N, C, 4 * Cl);  // (N, 4C/t)
+                       ptr<A>(p.ln2b), Nr, C);
+  // column-parallel fc
+  k::matmul_forward(ctx, a.fch->as<A>(), whole_rows(a.ln2->as<A>(), b, "SP MLP input"), p.fcw->as<A>(), ptr<A>(p.fcb),
+                    N, C, 4 * Cl);  // (N, 4C/t)
   k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
   k::matmul_forward(ctx, scratch, a.fch_gelu->as<A>(), p.fcprojw->as<A>(), lead ? ptr<A>(p.fcprojb) : nullptr, N,
                     4 * Cl, C);
-  if (tp)  // row-parallel mlp.proj
-    tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, scratch, NC, "TP MLP proj");
-  k::residual_forward(ctx, a.residual3->as<A>(), a.residual2->as<A>(), scratch, NC);
+  // row-parallel mlp.proj
+  k::residual_forward(ctx, a.residual3->as<A>(), a.residual2->as<A>(), row_parallel_output(scratch, b, "TP MLP proj"),
+                      NrC);
 }
 
 // Vocabulary-parallel cross-entropy over this rank's logit columns: local max -> allreduce(MAX) -> local
@@ -598,12 +678,30 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
   const int L = static_cast<int>(p_.size()), Cl = C / t;
+  const int Nr = sp_ ? N / t : N;  // the residual stream's rows on this rank
   const bool tp = t > 1;
-  const int64_t NC = static_cast<int64_t>(N) * C, NC_bytes = NC * static_cast<int64_t>(sizeof(A));
+  const int64_t Nr_bytes = boundary_numel(b) * static_cast<int64_t>(sizeof(A));
   const std::vector<LayerActs>& acts = a_[static_cast<size_t>(set)];
   const bool selective = kept_.recompute == Recompute::Selective, full = kept_.recompute == Recompute::Full;
-  A* dres = dresidual_->as<A>();  // gradient of the residual stream, (b, T, C), the same on every TP rank
+  // gradient of the residual stream, (b, T, C) the same on every TP rank, or under SP this rank's rows
+  A* dres = dresidual_->as<A>();
   A* dln = dln_->as<A>();
+  // the whole rows of dres, the dY of a row-parallel GEMM (all-gathered under SP: reduce-scatter's backward)
+  auto whole_dres = [&](const char* what) -> const A* {
+    if (!sp_) return dres;
+    tp_comm_ms_ += par::reduce_scatter_to_sequence_parallel_region_backward(*tp_comm_, dres, dres_full_->as<A>(),
+                                                                            boundary_numel(b), what);
+    return dres_full_->as<A>();
+  };
+  // where a LayerNorm backward accumulates its weight gradient: the model's gradient, or under SP slot `i` of the
+  // partial sums (add_ln_grads sums them over the group into the gradients)
+  auto ln_grad = [&](Tensor* g, int i) -> float* {
+    if (!g) return nullptr;
+    return sp_ ? ln_grads_->f32() + static_cast<int64_t>(i) * C : g->f32();
+  };
+  auto zero_ln_grads = [&] {
+    if (sp_) k::fill_zero(ctx, ln_grads_->data, static_cast<int64_t>(ln_grads_->bytes()));
+  };
 
   if (stage_.has_head) {
     // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns); the head
@@ -612,17 +710,19 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
     reading(layer_first_[L], static_cast<int>(layout_.size()), L > 0 ? layer_first_[L - 1] : 0,
             L > 0 ? layer_first_[L] : 0);
     reading(wte_index_, wte_index_ + 1);
-    k::matmul_backward(ctx, dln, dwte_->f32(), static_cast<float*>(nullptr), logits_->as<A>(), lnf_->as<A>(),
-                       wte_->as<A>(), N, C, Vl);
-    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP head dX");
-    k::fill_zero(ctx, dres, NC_bytes);
+    k::matmul_backward(ctx, dln, dwte_->f32(), static_cast<float*>(nullptr), logits_->as<A>(),
+                       whole_rows(lnf_->as<A>(), b, "SP head input"), wte_->as<A>(), N, C, Vl);
+    const A* dlnf = column_parallel_input_grad<A>(b, "TP head dX");
+    k::fill_zero(ctx, dres, Nr_bytes);
+    zero_ln_grads();
     const A* last_residual = acts[static_cast<size_t>(L) - 1].residual3->as<A>();
-    k::layernorm_backward(ctx, dres, dlnfw_->f32(), ptr<float>(dlnfb_), dln, last_residual, lnfw_->as<A>(),
-                          lnf_mean_->f32(), lnf_rstd_->f32(), N, C);
+    k::layernorm_backward(ctx, dres, ln_grad(dlnfw_, 0), ln_grad(dlnfb_, 1), dlnf, last_residual, lnfw_->as<A>(),
+                          lnf_mean_->f32(), lnf_rstd_->f32(), Nr, C);
+    if (sp_) add_ln_grads(ctx, {dlnfw_, dlnfb_});
     ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
   } else {                                                     // the next stage's gradient w.r.t. this stage's output
     HPCT_CHECK(dout != nullptr, "pipeline stage {} needs the gradient of its output", mp_.pp_rank);
-    k::copy_device(ctx, dres, dout, NC_bytes);
+    k::copy_device(ctx, dres, dout, Nr_bytes);
   }
 
   for (int l = L - 1; l >= 0; --l) {
@@ -634,44 +734,46 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
     reading_block(l, true);
     if (full) block_forward<A>(ctx, l, a, residual, b);
     if (selective) k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
+    zero_ln_grads();
     // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
     // reduce_from_tp_region's backward is the identity (its replicated bias gradient is computed alike on every
-    // rank).
-    k::matmul_backward(ctx, dfch_gelu_->as<A>(), g.fcprojw->f32(), ptr<float>(g.fcprojb), dres, a.fch_gelu->as<A>(),
-                       p.fcprojw->as<A>(), N, 4 * Cl, C);
+    // rank, from the whole rows of dres).
+    k::matmul_backward(ctx, dfch_gelu_->as<A>(), g.fcprojw->f32(), ptr<float>(g.fcprojb), whole_dres("SP MLP dY"),
+                       a.fch_gelu->as<A>(), p.fcprojw->as<A>(), N, 4 * Cl, C);
     k::gelu_backward(ctx, dfch_->as<A>(), a.fch->as<A>(), dfch_gelu_->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
     if (selective)
       k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(),
-                           p.ln2w->as<A>(), ptr<A>(p.ln2b), N, C);
-    k::matmul_backward(ctx, dln, g.fcw->f32(), ptr<float>(g.fcb), dfch_->as<A>(), a.ln2->as<A>(), p.fcw->as<A>(), N, C,
-                       4 * Cl);
-    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP MLP fc dX");
-    k::layernorm_backward(ctx, dres, g.ln2w->f32(), ptr<float>(g.ln2b), dln, a.residual2->as<A>(), p.ln2w->as<A>(),
-                          a.ln2_mean->f32(), a.ln2_rstd->f32(), N, C);
+                           p.ln2w->as<A>(), ptr<A>(p.ln2b), Nr, C);
+    k::matmul_backward(ctx, dln, g.fcw->f32(), ptr<float>(g.fcb), dfch_->as<A>(),
+                       whole_rows(a.ln2->as<A>(), b, "SP MLP input"), p.fcw->as<A>(), N, C, 4 * Cl);
+    k::layernorm_backward(ctx, dres, ln_grad(g.ln2w, 0), ln_grad(g.ln2b, 1),
+                          column_parallel_input_grad<A>(b, "TP MLP fc dX"), a.residual2->as<A>(), p.ln2w->as<A>(),
+                          a.ln2_mean->f32(), a.ln2_rstd->f32(), Nr, C);
     ready(0, 0);  // progress point
     // attention block backward (residual2 = residual + ...)
-    k::matmul_backward(ctx, datty_->as<A>(), g.projw->f32(), ptr<float>(g.projb), dres, a.atty->as<A>(),
-                       p.projw->as<A>(), N, Cl, C);
+    k::matmul_backward(ctx, datty_->as<A>(), g.projw->f32(), ptr<float>(g.projb), whole_dres("SP attention dY"),
+                       a.atty->as<A>(), p.projw->as<A>(), N, Cl, C);
     k::attention_backward(ctx, dqkv_->as<A>(), att_scratch_->data, datty_->as<A>(), a.qkv->as<A>(), a.atty->as<A>(),
                           a.att_stats->data, b, T, Cl, NH);
     if (selective)
       k::layernorm_forward(ctx, a.ln1->as<A>(), a.ln1_mean->f32(), a.ln1_rstd->f32(), residual, p.ln1w->as<A>(),
-                           ptr<A>(p.ln1b), N, C);
-    k::matmul_backward(ctx, dln, g.qkvw->f32(), ptr<float>(g.qkvb), dqkv_->as<A>(), a.ln1->as<A>(), p.qkvw->as<A>(), N,
-                       C, 3 * Cl);
-    if (tp) tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, NC, "TP attention qkv dX");
-    k::layernorm_backward(ctx, dres, g.ln1w->f32(), ptr<float>(g.ln1b), dln, residual, p.ln1w->as<A>(),
-                          a.ln1_mean->f32(), a.ln1_rstd->f32(), N, C);
+                           ptr<A>(p.ln1b), Nr, C);
+    k::matmul_backward(ctx, dln, g.qkvw->f32(), ptr<float>(g.qkvb), dqkv_->as<A>(),
+                       whole_rows(a.ln1->as<A>(), b, "SP attention input"), p.qkvw->as<A>(), N, C, 3 * Cl);
+    k::layernorm_backward(ctx, dres, ln_grad(g.ln1w, 2), ln_grad(g.ln1b, 3),
+                          column_parallel_input_grad<A>(b, "TP attention qkv dX"), residual, p.ln1w->as<A>(),
+                          a.ln1_mean->f32(), a.ln1_rstd->f32(), Nr, C);
+    if (sp_) add_ln_grads(ctx, {g.ln2w, g.ln2b, g.ln1w, g.ln1b});
     ready(layer_first_[l], layer_first_[l + 1]);  // h.<l>.*
   }
   if (!stage_.has_embedding) {  // hand the gradient of the stage's input to the previous stage
     HPCT_CHECK(din != nullptr, "pipeline stage {} needs a buffer for the gradient of its input", mp_.pp_rank);
-    k::copy_device(ctx, din, dres, NC_bytes);
+    k::copy_device(ctx, din, dres, Nr_bytes);
     return;
   }
   writing(0, layer_first_[0]);
-  if (tp)
-    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres),
+  if (tp)  // the embedding's output was reduced over the group: its rows' gradients are whole on every rank
+    k::encoder_backward_vocab_parallel(ctx, dwte_->f32(), dwpe_->f32(), whole_dres("SP embedding dY"),
                                        last_inputs_[static_cast<size_t>(set)], mp_.tp_rank * Vl, Vl, b, T, C);
   else
     k::encoder_backward(ctx, dwte_->f32(), dwpe_->f32(), static_cast<const A*>(dres),

@@ -15,6 +15,7 @@
 // stay fp32. Under fp16 the loss gradient dloss carries the loss scale, so the activation gradients are scaled.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -114,11 +115,21 @@ struct ActSpec {
 // vocabulary-parallel cross-entropy's statistics under TP); kept: the recompute mode and the number of sets. Set k's
 // tensors are named as set 0's with the prefix "mb<k>." (k > 0); the one copy of what full or selective recompute
 // recomputes is named "block.*" (full) or "recomputed.*" (selective).
+// sp: sequence parallelism (t > 1): the residual stream, the LayerNorm outputs and their statistics hold this rank's
+// rows only (micro_batch x seq_len / t), and one (B, T, C) buffer receives the gathered LayerNorm output ("gathered").
 std::vector<ActSpec> activation_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act,
-                                       bool head, const ActivationPlan& kept = {});
-std::vector<ActSpec> activation_grad_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act);
+                                       bool head, const ActivationPlan& kept = {}, bool sp = false);
+// sp: the residual stream's gradient holds this rank's rows, beside its gathered whole ("dresidual_full"), the
+// reduce-scattered LayerNorm input gradient ("dln_shard") and one block's LayerNorm weight gradients ("ln_grads", the
+// partial sums the TP group adds).
+std::vector<ActSpec> activation_grad_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act,
+                                            bool sp = false);
 // The bytes a slab of these tensors takes (alignment included).
 size_t planned_bytes(const std::vector<ActSpec>& specs);
+
+// The elements of the activation at a pipeline stage boundary for b sequences: (b, T, C), or this rank's rows of it
+// under sequence parallelism, (b T / tp, C).
+int64_t boundary_numel(const GptConfig& cfg, const ModelParallel& mp, int b);
 
 // Training flops per token, PaLM count: 6 N + 12 L C T with N = parameters except the position embedding.
 double flops_per_token(const GptConfig& cfg);
@@ -177,7 +188,10 @@ class Gpt {
   // set: the activation set the forward keeps what backward needs in; the backward of this micro-batch names the same
   // set, and no other forward may use it in between (the stage's slot of the micro-batch).
   void forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act = nullptr, int set = 0);
+  // (b, T, C), or under sequence parallelism this rank's rows of it, (b T / tp, C)
   const void* stage_output(int set = 0) const { return a_[static_cast<size_t>(set)].back().residual3->data; }
+  // The elements of the stage boundary's activation for b sequences (what stage_output() and in_act hold).
+  int64_t boundary_numel(int b) const;
   // Backward of a stage without the head, after its forward of the same micro-batch into `set`: dout (b, T, C) is the
   // gradient of its output; din (b, T, C) receives the gradient of its input (null on the first); both on ctx.device.
   void backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set = 0);
@@ -240,6 +254,20 @@ class Gpt {
   void block_forward(const ExecContext& ctx, int l, const LayerActs& a, const A* residual, int b);
   template <typename A>
   void backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, int set);
+  // Sequence parallelism: the whole (b T, C) LayerNorm output for a column-parallel GEMM (all-gathered into
+  // gathered_; without SP, `ln` itself), and the input gradient of a column-parallel GEMM, dln_ (b T, C) partial, made
+  // this rank's rows' complete gradient (reduce-scattered into dln_shard_; without SP, allreduced in place under TP).
+  template <typename A>
+  const A* whole_rows(const A* ln, int b, const char* what);
+  // A row-parallel GEMM's partial output (b T, C) summed over the TP group: in place (allreduce), or this rank's rows
+  // of the sum under SP (reduce-scattered into its block of `partial`); what is returned holds them.
+  template <typename A>
+  A* row_parallel_output(A* partial, int b, const char* what);
+  template <typename A>
+  const A* column_parallel_input_grad(int b, const char* what);
+  // The LayerNorm weight gradients a backward computed into ln_grads_ (n floats; partial under sequence parallelism)
+  // summed over the TP group and added to the gradients at `dst` (null entries skipped).
+  void add_ln_grads(const ExecContext& ctx, std::initializer_list<Tensor*> dst);
   template <typename A>
   const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
   void backward(const ExecContext& ctx, int b, const void* dout, void* din, int set);
@@ -288,6 +316,10 @@ class Gpt {
              nullptr;  // TP cross-entropy: (B,T) max; (2,B,T) sumexp, target logit  // scratch: (B,T,C) projections
   // backward scratch, reused by every layer (activation gradients are assigned, see kernels.hpp)
   Tensor *dresidual_, *dln_, *dqkv_, *datty_, *att_scratch_, *dfch_, *dfch_gelu_;
+  // sequence parallelism only (null otherwise): the gathered LayerNorm output (acts), dresidual's whole rows, dln's
+  // reduce-scattered rows and the LayerNorm weight gradients' partial sums (dacts)
+  Tensor *gathered_ = nullptr, *dres_full_ = nullptr, *dln_shard_ = nullptr, *ln_grads_ = nullptr;
+  bool sp_ = false;
 };
 
 }  // namespace hpct::gpt

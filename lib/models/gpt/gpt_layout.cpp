@@ -213,8 +213,8 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
   // Activations of one micro-batch: the model's own layout (gpt.hpp) for this stage's blocks and head
   GptConfig local = c;
   local.n_layer = st.num_layers();
-  m.activation_bytes = planned_bytes(activation_layout(local, B, mp.tp, device, act, st.has_head, kept));
-  m.activation_grad_bytes = planned_bytes(activation_grad_layout(local, B, mp.tp, device, act));
+  m.activation_bytes = planned_bytes(activation_layout(local, B, mp.tp, device, act, st.has_head, kept, mp.sp));
+  m.activation_grad_bytes = planned_bytes(activation_grad_layout(local, B, mp.tp, device, act, mp.sp));
   return m;
 }
 

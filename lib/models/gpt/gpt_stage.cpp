@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/kernels.hpp"
+#include "models/gpt/gpt_layout.hpp"
 
 namespace hpct::gpt {
 
@@ -17,7 +18,6 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
       n_micro_(n_micro),
       MB_(model.micro_batch()),
       T_(model.config().seq_len),
-      C_(model.config().n_embd),
       slot_of_(micro_slots(schedule)),
       bufs_("pipeline stage", ctx.device) {
   const StagePlan& st = model.stage();
@@ -27,7 +27,7 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
              "GPT stage {}: its schedule keeps {} micro-batches' activations, the model was planned for {}",
              model.model_parallel().pp_rank, kept_sets(schedule, st), model.kept().sets);
   const bool only_stage = st.has_embedding && st.has_head;
-  numel_ = only_stage ? 0 : static_cast<int64_t>(MB_) * T_ * C_;
+  numel_ = only_stage ? 0 : model.boundary_numel(MB_);
   act_bytes_ = static_cast<int64_t>(dtype_size(model.activation_dtype()));
   if (st.has_embedding) tokens_ = &bufs_.add("tokens", {n_micro_, MB_, T_}, DType::I32);
   if (st.has_head) {
@@ -36,9 +36,10 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
     sums_host_.assign(static_cast<size_t>(n_micro_), 0.0f);
   }
   if (!st.has_embedding && st.has_head)
-    stash_ = &bufs_.add("stash", {parallel::max_in_flight(schedule), MB_, T_, C_}, model.activation_dtype());
+    stash_ = &bufs_.add("stash", {parallel::max_in_flight(schedule), numel_}, model.activation_dtype());
   bufs_.allocate();
-  HPCT_CHECK(bufs_.bytes() == planned_bytes(model.config(), st, schedule, MB_, model.activation_dtype()),
+  HPCT_CHECK(bufs_.bytes() ==
+                 planned_bytes(model.config(), model.model_parallel(), schedule, MB_, model.activation_dtype()),
              "stage buffers of {} bytes differ from their plan", bufs_.bytes());
   if (tokens_ || targets_) {
     tok_host_.assign(static_cast<size_t>(n_micro_) * MB_ * T_, 0);
@@ -46,16 +47,17 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
   }
 }
 
-size_t GptStage::planned_bytes(const GptConfig& cfg, const StagePlan& st, const std::vector<parallel::Action>& schedule,
-                               int micro_batch, DType act) {
+size_t GptStage::planned_bytes(const GptConfig& cfg, const ModelParallel& mp,
+                               const std::vector<parallel::Action>& schedule, int micro_batch, DType act) {
+  const StagePlan st = stage_plan(cfg, mp.pp, mp.pp_rank);
   const int n_micro = parallel::schedule_micro_batches(schedule);
   const size_t tokens = static_cast<size_t>(n_micro) * micro_batch * cfg.seq_len;  // of one (n_micro, MB, T) buffer
   size_t n = 0;
   if (st.has_embedding) n += slab_aligned(tokens * sizeof(int32_t));
   if (st.has_head) n += slab_aligned(tokens * sizeof(int32_t)) + slab_aligned(static_cast<size_t>(n_micro) * 4);
   if (!st.has_embedding && st.has_head)
-    n += slab_aligned(static_cast<size_t>(parallel::max_in_flight(schedule)) * micro_batch * cfg.seq_len * cfg.n_embd *
-                      dtype_size(act));
+    n += slab_aligned(static_cast<size_t>(parallel::max_in_flight(schedule)) *
+                      static_cast<size_t>(boundary_numel(cfg, mp, micro_batch)) * dtype_size(act));
   return n;
 }
 
@@ -129,10 +131,10 @@ void GptStage::backward(int micro, const void* dout, void* din) {
   k::sum(ctx_, sums_->f32() + micro, losses, static_cast<int64_t>(MB_) * T_);
 }
 
-size_t GptEvaluator::planned_bytes(const GptConfig& cfg, const StagePlan& st, int micro_batch, DType act) {
+size_t GptEvaluator::planned_bytes(const GptConfig& cfg, const ModelParallel& mp, int micro_batch, DType act) {
   const size_t tokens = static_cast<size_t>(micro_batch) * cfg.seq_len;
   size_t n = 2 * slab_aligned(tokens * sizeof(int32_t)) + slab_aligned(sizeof(float));
-  if (!st.has_embedding) n += slab_aligned(tokens * cfg.n_embd * dtype_size(act));
+  if (mp.pp_rank > 0) n += slab_aligned(static_cast<size_t>(boundary_numel(cfg, mp, micro_batch)) * dtype_size(act));
   return n;
 }
 
@@ -142,10 +144,9 @@ GptEvaluator::GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::Pipelin
   in_dev_ = &io_.add("inputs", {MB, T}, DType::I32);
   tgt_dev_ = &io_.add("targets", {MB, T}, DType::I32);
   sum_dev_ = &io_.add("loss_sum", {1});
-  if (!model.stage().has_embedding)
-    act_ = &io_.add("activation", {MB, T, model.config().n_embd}, model.activation_dtype());
+  if (!model.stage().has_embedding) act_ = &io_.add("activation", {model.boundary_numel(MB)}, model.activation_dtype());
   io_.allocate();
-  HPCT_CHECK(io_.bytes() == planned_bytes(model.config(), model.stage(), MB, model.activation_dtype()),
+  HPCT_CHECK(io_.bytes() == planned_bytes(model.config(), model.model_parallel(), MB, model.activation_dtype()),
              "evaluation buffers of {} bytes differ from their plan", io_.bytes());
   in_host_.assign(static_cast<size_t>(MB) * T, 0);
   tgt_host_.assign(in_host_.size(), 0);
@@ -167,7 +168,7 @@ double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end
     eval.fill(first, b, in_host_.data(), tgt_host_.data());
     k::copy_from_host(ctx_, in_dev_->data, in_host_.data(), static_cast<int64_t>(b) * T * 4);
     k::copy_from_host(ctx_, tgt_dev_->data, tgt_host_.data(), static_cast<int64_t>(b) * T * 4);
-    const int64_t n = static_cast<int64_t>(b) * T * model_.config().n_embd;  // the stage boundary activation
+    const int64_t n = model_.boundary_numel(b);  // the stage boundary activation
     if (!st.has_embedding) transport_->recv_activation(act_->data, n, act, 0, "evaluation activation")->wait();
     model_.forward(ctx_, in_dev_->i32(), b, st.has_embedding ? nullptr : act_->data);
     if (!st.has_head) {

@@ -45,16 +45,16 @@ class GptStage final : public parallel::PipelineStage {
 
   void forward(int micro, const void* in, void* out) override;
   void backward(int micro, const void* dout, void* din) override;
-  // The activation at a stage boundary, (MB, T, C) of the model's activation type; 0 for the only stage (nothing is
-  // exchanged).
+  // The activation at a stage boundary, (MB, T, C) of the model's activation type (under sequence parallelism this
+  // rank's rows of it); 0 for the only stage (nothing is exchanged).
   int64_t activation_numel() const override { return numel_; }
   DType activation_dtype() const override { return model_.activation_dtype(); }
   // Bytes of the step's planned buffers (tokens, targets, loss sums, the head stage's stash of its inputs).
   size_t bytes() const { return bufs_.bytes(); }
   // What bytes() is for a stage `st` of a model with this config, micro_batch and activation type running `schedule`,
   // without a model (the memory plan of `--plan`; the constructor checks that the two agree).
-  static size_t planned_bytes(const GptConfig& cfg, const StagePlan& st, const std::vector<parallel::Action>& schedule,
-                              int micro_batch, DType act);
+  static size_t planned_bytes(const GptConfig& cfg, const ModelParallel& mp,
+                              const std::vector<parallel::Action>& schedule, int micro_batch, DType act);
   // The activation sets the model of stage `st` needs for `schedule` (Gpt's ActivationPlan::sets): one per micro-batch
   // in flight on a stage without the head, one on the stage with it.
   static int kept_sets(const std::vector<parallel::Action>& schedule, const StagePlan& st);
@@ -73,7 +73,7 @@ class GptStage final : public parallel::PipelineStage {
   Gpt& model_;
   const std::vector<parallel::Action>& schedule_;
   BatchFill fill_;
-  int n_micro_, MB_, T_, C_;
+  int n_micro_, MB_, T_;
   std::vector<int> slot_of_;  // micro -> its slot (micro_slots): the model's activation set, or the stash's slot
   int64_t numel_ = 0;
   int64_t act_bytes_ = 4;  // bytes of one activation element
@@ -105,7 +105,7 @@ class GptEvaluator {
   Tensor& tokens() { return *in_dev_; }         // (MB, T) i32 on ctx.device (also the text sample's window)
   size_t bytes() const { return io_.bytes(); }  // its planned buffers
   // What bytes() is for a stage `st`, without a model (the memory plan; the constructor checks that the two agree).
-  static size_t planned_bytes(const GptConfig& cfg, const StagePlan& st, int micro_batch, DType act);
+  static size_t planned_bytes(const GptConfig& cfg, const ModelParallel& mp, int micro_batch, DType act);
 
  private:
   const ExecContext& ctx_;
@@ -113,7 +113,7 @@ class GptEvaluator {
   parallel::PipelineTransport* transport_;
   Slab io_;
   Tensor *in_dev_ = nullptr, *tgt_dev_ = nullptr, *sum_dev_ = nullptr;  // (MB, T), (MB, T), (1)
-  Tensor* act_ = nullptr;  // (MB, T, C) of the activation type: received from the previous stage (pipeline only)
+  Tensor* act_ = nullptr;  // the stage boundary's activation received from the previous stage (pipeline only)
   std::vector<int32_t> in_host_, tgt_host_;  // (MB, T)
 };
 

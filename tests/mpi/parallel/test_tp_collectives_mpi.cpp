@@ -185,6 +185,40 @@ TEST(TpCollectives, BackwardSidesAreTheDualForwards) {
 }
 
 // A last dimension the group does not divide is refused on every rank before any communication (so no rank hangs).
+// Sequence parallelism: the all-gather concatenates the row shards in rank order, the reduce-scatter sums every rank's
+// partials of a rank's rows (in place too), each backward is the other's forward, and the LayerNorm gradients' sum is
+// the same on every rank.
+TEST(TpCollectives, SequenceParallelGatherAndReduceScatterAreDuals) {
+  for_each_tp([](ParallelContext& pc) {
+    comm::Communicator& tp = pc.device_tp_group();
+    const int r = pc.tp_rank(), t = pc.tp_size();
+    const int64_t rows = 6 * t, cols = 5, n = rows / t * cols;  // this rank's shard: rows / t rows
+    std::vector<float> shard(n), full(n * t);
+    for (int64_t i = 0; i < n; ++i) shard[i] = full_value(r * rows / t + i / cols, i % cols);
+    EXPECT_GE(gather_from_sequence_parallel_region_forward(tp, shard.data(), full.data(), n, "test sp gather"), 0.0);
+    for (int64_t i = 0; i < n * t; ++i) ASSERT_EQ(full[i], full_value(i / cols, i % cols)) << i;
+    // reduce-scatter: rank q contributes (q + 1) x value to every row; rank r keeps its rows' sum
+    std::vector<float> partial(n * t), mine(n);
+    for (int64_t i = 0; i < n * t; ++i) partial[i] = static_cast<float>(r + 1) * full_value(i / cols, i % cols);
+    const float sum = static_cast<float>(t * (t + 1) / 2);
+    reduce_scatter_to_sequence_parallel_region_forward(tp, partial.data(), mine.data(), n, "test sp reduce-scatter");
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(mine[i], sum * full_value(r * rows / t + i / cols, i % cols)) << i;
+    std::vector<float> in_place = partial;  // into this rank's block of the partials
+    reduce_scatter_to_sequence_parallel_region_forward(tp, in_place.data(), in_place.data() + r * n, n,
+                                                       "test in place");
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(in_place[r * n + i], mine[i]) << i;
+    // the duals: gather's backward is the reduce-scatter, reduce-scatter's backward the gather
+    std::vector<float> dx(n), dfull(n * t);
+    gather_from_sequence_parallel_region_backward(tp, partial.data(), dx.data(), n, "test sp gather backward");
+    EXPECT_EQ(dx, mine);
+    reduce_scatter_to_sequence_parallel_region_backward(tp, shard.data(), dfull.data(), n, "test sp rs backward");
+    EXPECT_EQ(dfull, full);
+    std::vector<float> grads(7, static_cast<float>(r + 1));
+    allreduce_sequence_parallel_grads(tp, grads.data(), 7, "test sp grads");
+    for (float g : grads) EXPECT_EQ(g, sum);
+  });
+}
+
 TEST(TpCollectives, IndivisibleLastDimensionIsAnError) {
   const int n = world_size();
   if (n == 1) GTEST_SKIP() << "every size divides over one rank";

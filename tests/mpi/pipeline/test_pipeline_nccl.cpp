@@ -71,7 +71,7 @@ class DeviceStage final : public PipelineStage {
     k::fill_zero(ctx_, seen_in_->data, static_cast<int64_t>(seen_in_->bytes()));
     k::fill_zero(ctx_, seen_dout_->data, static_cast<int64_t>(seen_dout_->bytes()));
   }
-  void forward(int j, const void* in_bytes, void* out_bytes) override {  // f32 activations (the default dtype)
+  void forward(int, int j, const void* in_bytes, void* out_bytes) override {  // f32 activations (the default dtype)
     const auto* in = static_cast<const float*>(in_bytes);
     auto* out = static_cast<float*>(out_bytes);
     if ((s_ == 0) != (in == nullptr) || (s_ == p_ - 1) != (out == nullptr)) ++wrong_;
@@ -82,7 +82,7 @@ class DeviceStage final : public PipelineStage {
       k::scale(ctx_, out, 2.0f, numel_);
     }
   }
-  void backward(int j, const void* dout_bytes, void* din_bytes) override {
+  void backward(int, int j, const void* dout_bytes, void* din_bytes) override {
     const auto* dout = static_cast<const float*>(dout_bytes);
     auto* din = static_cast<float*>(din_bytes);
     if ((s_ == p_ - 1) != (dout == nullptr) || (s_ == 0) != (din == nullptr)) ++wrong_;
@@ -143,12 +143,12 @@ class Bf16DeviceStage final : public PipelineStage {
   int64_t activation_numel() const override { return numel_; }
   DType activation_dtype() const override { return DType::BF16; }
   bf16* at(Tensor* t, int j) { return t->b16() + static_cast<int64_t>(j) * numel_; }
-  void forward(int j, const void* in, void* out) override {
+  void forward(int, int j, const void* in, void* out) override {
     if ((s_ == 0) != (in == nullptr) || (s_ == p_ - 1) != (out == nullptr)) ++wrong_;
     if (in) k::copy_device(ctx_, at(seen_in_, j), in, numel_ * 2);
     if (out) k::copy_device(ctx_, out, in ? in : at(src_x_, j), numel_ * 2);
   }
-  void backward(int j, const void* dout, void* din) override {
+  void backward(int, int j, const void* dout, void* din) override {
     if ((s_ == p_ - 1) != (dout == nullptr) || (s_ == 0) != (din == nullptr)) ++wrong_;
     if (dout) k::copy_device(ctx_, at(seen_dout_, j), dout, numel_ * 2);
     if (din) k::copy_device(ctx_, din, dout ? dout : at(src_g_, j), numel_ * 2);

@@ -341,6 +341,22 @@ TEST(PipelineInterleaved, PassesExactValuesThroughEveryVirtualStage) {
   EXPECT_EQ(again.forwards(), 2 * p);
 }
 
+// ParallelContext built for v chunks per rank gives the transport for them (on the CPU the MPI one); its schedule runs
+// through pipeline_transport() with exact values.
+TEST(PipelineInterleaved, ParallelContextBuildsTheTransportForItsVirtualStages) {
+  ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi", {}, 0, 3);
+  PipelineTransport& transport = pc.pipeline_transport();
+  EXPECT_EQ(transport.virtual_stages(), 3);
+  EXPECT_NE(transport.describe().find("3 virtual stages per rank"), std::string::npos) << transport.describe();
+  const int s = pc.pp_rank(), p = pc.pp_size();
+  const auto schedule = make_schedule(ScheduleKind::OneFOneB, p, s, 2 * p, 3);
+  SyntheticStage stage(s, p, 9, 0.0, DType::F32, 3);
+  PipelineBuffers buffers(schedule, 9);
+  run_schedule(schedule, stage, transport, buffers);
+  EXPECT_EQ(stage.wrong(), 0);
+  EXPECT_EQ(stage.forwards(), 3 * 2 * p);
+}
+
 // Refused on every rank before any transfer (no rank is left waiting): m not a multiple of p, with a message naming
 // the values and what to do; a transport without the wrap (built for one chunk per rank) under an interleaved
 // schedule.

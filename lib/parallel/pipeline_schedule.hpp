@@ -22,20 +22,21 @@
 //    min(pp_size - pp_rank - 1, m) forwards, then steady 1F1B (one forward, one backward) until every
 //    micro-batch is forwarded, then cool-down backwards. Backwards run in micro-batch order. Activations in
 //    flight: min(pp_size - pp_rank, m).
-//  - 1F1B with v > 1 virtual stages: Megatron's interleaved 1F1B (forward_backward_pipelining_with_interleaving in
-//    megatron/core/pipeline_parallel/schedules.py). As in Megatron, interleaving is not a schedule name of its own:
+//  - 1F1B with v > 1 virtual stages: Megatron-LM's interleaved 1F1B (its forward_backward_pipelining_with_interleaving,
+//    with one group of p micro-batches per chunk). As in Megatron, interleaving is not a schedule name of its own:
 //    parallel.schedule = "1f1b" with virtual_stages > 1 selects it (Megatron's --virtual-pipeline-model-parallel-size
 //    does the same), and GPipe has no interleaved form here. The v * m (chunk, micro) pairs are numbered k = 0 ..
 //    v m - 1 in groups of p micro-batches per chunk: forward k is chunk (k mod p v) / p of micro-batch
 //    (k / p v) * p + k mod p, backward k the same micro-batch of chunk v - 1 - (k mod p v) / p. warm-up of
 //    min((p - r - 1) * 2 + (v - 1) * p, v m) forwards, steady 1F1B (forward warmup + i, backward i), cool-down
-//    backwards. It needs m to be a multiple of p (a UsageError otherwise, as in Megatron: the groups of p are what
-//    keeps the ranks' orders compatible). Chunk activations in flight on rank r: min((p - r - 1) * 2 + (v - 1) * p + 1,
+//    backwards. It needs m to be a multiple of p (a UsageError otherwise, as in Megatron: the numbering is one of whole
+//    groups of p). Chunk activations in flight on rank r: min((p - r - 1) * 2 + (v - 1) * p + 1,
 //    v m), each 1/v of a whole stage's.
 // With uniform per-chunk times F/v (forward) and B/v (backward) and free communication, every schedule takes
 // (v m + p - 1)(F + B) / v, so every rank idles for the fraction (p - 1) / (v m + p - 1) of the step (the bubble);
 // v = 1 (GPipe and 1F1B): (p - 1) / (m + p - 1), 1F1B only lowers the activation memory; interleaving shrinks the
-// bubble v-fold at the price of v times the point-to-point messages and more activations in flight.
+// bubble (nearly v-fold when m >> p) at the price of v times the point-to-point messages and more activations in
+// flight.
 //
 // Executor (run_schedule): one call runs one rank's schedule; every rank of the pp group calls it with the
 // schedule make_schedule() gives for its own rank (the same kind, n_micro and virtual_stages on all ranks). Point to

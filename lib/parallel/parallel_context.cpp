@@ -51,7 +51,7 @@ std::unique_ptr<comm::Communicator> nccl_link(comm::MpiCommunicator& link, const
 }  // namespace
 
 ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const comm::CommOptions& opts,
-                                 const std::string& where, const ExecContext& exec, int zero_group)
+                                 const std::string& where, const ExecContext& exec, int zero_group, int virtual_stages)
     : grid_(mpi_world_size(), tp, pp, order, where), device_(exec.device), exec_(exec) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   coord_ = grid_.coord_of(rank_);
@@ -85,9 +85,13 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
     shard_ = std::move(sg);
     replica_ = std::move(rg);
   }
-  // Pipeline links (CUDA, pp > 1): even links first, then odd links, on every rank (see the header).
+  HPCT_USAGE_CHECK(virtual_stages >= 1 && (virtual_stages == 1 || grid_.pp() > 1),
+                   "{}: parallel.virtual_stages = {} with pp = {}: virtual stages interleave a pipeline of several "
+                   "ranks; set parallel.virtual_stages = 1 or pp > 1",
+                   where, virtual_stages, grid_.pp());
+  // Pipeline links (CUDA, pp > 1): even links first, then odd links, then the wrap, on every rank (see the header).
   if (exec.device != Device::CPU && grid_.pp() > 1) {
-    PipelineLinks links = split_pipeline_links(*ppg);
+    PipelineLinks links = split_pipeline_links(*ppg, virtual_stages > 1);
 #if HPCT_HAVE_NCCL
     auto build = [&](bool even) {
       if (links.prev && links.prev_in_even == even) {  // this stage is rank 1: receives activations, sends gradients
@@ -101,13 +105,20 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
     };
     build(true);
     build(false);
+    if (links.wrap) {  // the first stage is its rank 1 (its prev), the last its rank 0 (its next)
+      auto& act = ppg->rank() == 0 ? act_prev_ : act_next_;
+      auto& grad = ppg->rank() == 0 ? grad_prev_ : grad_next_;
+      act = nccl_link(*links.wrap, "activations", exec, opts);
+      grad = nccl_link(*links.wrap, "gradients", exec, opts);
+    }
 #endif
     link_prev_ = std::move(links.prev);
     link_next_ = std::move(links.next);
+    link_wrap_ = std::move(links.wrap);
     pipe_ = std::make_unique<LinkPipelineTransport>(*ppg, act_prev_.get(), grad_prev_.get(), act_next_.get(),
-                                                    grad_next_.get());
+                                                    grad_next_.get(), virtual_stages);
   } else {
-    pipe_ = std::make_unique<MpiPipelineTransport>(*ppg);
+    pipe_ = std::make_unique<MpiPipelineTransport>(*ppg, virtual_stages);
   }
 #if HPCT_HAVE_NCCL
   if (exec.device != Device::CPU) {  // every NCCL communicator of this context, watched by the compute stream's waits
@@ -133,7 +144,7 @@ std::vector<comm::Communicator*> ParallelContext::communicators() const {
   for (comm::Communicator* c :
        {world_.get(), tp_.get(), dp_.get(), pp_.get(), emb_.get(), shard_.get(), replica_.get(), dev_tp_.get(),
         dev_dp_.get(), dev_emb_.get(), dev_shard_.get(), dev_replica_.get(), link_prev_.get(), link_next_.get(),
-        act_prev_.get(), grad_prev_.get(), act_next_.get(), grad_next_.get()})
+        link_wrap_.get(), act_prev_.get(), grad_prev_.get(), act_next_.get(), grad_next_.get()})
     if (c != nullptr) all.push_back(c);
   return all;
 }

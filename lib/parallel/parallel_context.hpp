@@ -28,8 +28,10 @@
 // buffers. On CUDA with pp > 1, one 2-rank NcclCommunicator per link and direction: for the link to the previous
 // stage "pp link <s-1>-<s> activations" (receives) and "... gradients" (sends), for the link to the next stage the
 // same with the roles swapped; each with its own stream, input stream = the compute stream, bootstrapped over the 2-rank
-// MPI links of split_pipeline_links() (even links first, then odd links), with their point-to-point connections set
-// up at construction (NcclCommunicator::connect_p2p). pp = 1 has no links.
+// MPI links of split_pipeline_links() (even links first, then odd links, then the wrap), with their point-to-point
+// connections set up at construction (NcclCommunicator::connect_p2p). pp = 1 has no links. With virtual_stages > 1
+// (interleaved 1F1B, parallel/pipeline_schedule.hpp) the first and the last stage are linked too ("pp link <p-1>-0
+// (wrap)"), and the transport is built for that many chunks per rank on both devices.
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,8 +54,9 @@ class ParallelContext {
   // 2 <= N < DP and N | DP, over groups of N consecutive DP ranks (the zero shard group), replicated across the DP / N
   // groups (the zero replica group: the ranks at the same place of every shard group). Anything else is a UsageError
   // naming the key.
+  // virtual_stages: model chunks per pipeline rank (the schedule's, make_schedule); > 1 needs pp > 1.
   ParallelContext(int tp, int pp, const std::string& order, const comm::CommOptions& opts, const std::string& where,
-                  const ExecContext& exec = {}, int zero_group = 0);
+                  const ExecContext& exec = {}, int zero_group = 0, int virtual_stages = 1);
   ~ParallelContext();
   ParallelContext(const ParallelContext&) = delete;
   ParallelContext& operator=(const ParallelContext&) = delete;
@@ -129,7 +132,7 @@ class ParallelContext {
   std::unique_ptr<comm::Communicator> shard_, replica_;            // hybrid sharding only
   std::unique_ptr<comm::Communicator> dev_shard_, dev_replica_;    // NCCL on CUDA under hybrid sharding
   // CUDA, pp > 1: the MPI links (bootstrap) and the NCCL communicator per link and direction; null where none.
-  std::unique_ptr<comm::Communicator> link_prev_, link_next_;
+  std::unique_ptr<comm::Communicator> link_prev_, link_next_, link_wrap_;
   std::unique_ptr<comm::Communicator> act_prev_, grad_prev_, act_next_, grad_next_;
   std::unique_ptr<PipelineTransport> pipe_;
   std::unique_ptr<StreamSyncGuard> guard_;  // CUDA: watches every NCCL communicator above; installed in exec_

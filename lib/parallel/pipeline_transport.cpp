@@ -10,63 +10,86 @@ namespace hpct::parallel {
 
 namespace {
 constexpr int kMaxTag = 32767;  // the MPI standard's guaranteed minimum of MPI_TAG_UB
-int act_tag(int micro) { return 2 * micro; }
-int grad_tag(int micro) { return 2 * micro + 1; }
-void check_tag(int micro) {
-  HPCT_CHECK(micro >= 0 && grad_tag(micro) <= kMaxTag,
-             "micro-batch {}: the MPI pipeline transport tags 2 per micro-batch and MPI guarantees tags up to {}",
-             micro, kMaxTag);
-}
 }  // namespace
 
-MpiPipelineTransport::MpiPipelineTransport(comm::Communicator& pp) : pp_(pp) {
+MpiPipelineTransport::MpiPipelineTransport(comm::Communicator& pp, int virtual_stages)
+    : pp_(pp), chunks_(virtual_stages) {
   HPCT_CHECK(pp.device() == Device::CPU, "MpiPipelineTransport: the {} communicator is on {}; it takes host buffers",
              pp.name(), device_name(pp.device()));
+  HPCT_CHECK(virtual_stages >= 1 && (virtual_stages == 1 || pp.size() > 1),
+             "MpiPipelineTransport: {} virtual stages per rank over {} ranks (interleaving needs at least 2)",
+             virtual_stages, pp.size());
 }
 
-comm::WorkPtr MpiPipelineTransport::send_activation(const void* buf, int64_t n, DType dtype, int micro,
+int MpiPipelineTransport::tag(int lower_chunk, int micro, bool gradient) const {
+  HPCT_CHECK(lower_chunk >= 0 && lower_chunk < chunks_, "pipeline transfer across chunk {} of {}", lower_chunk,
+             chunks_);
+  const int64_t t = 2 * (static_cast<int64_t>(micro) * chunks_ + lower_chunk) + (gradient ? 1 : 0);
+  HPCT_CHECK(micro >= 0 && t <= kMaxTag,
+             "micro-batch {} of {} chunks: the MPI pipeline transport tags 2 per (chunk, micro-batch) and MPI "
+             "guarantees tags up to {}",
+             micro, chunks_, kMaxTag);
+  return static_cast<int>(t);
+}
+
+// The peers are the neighbours on the ring of ranks (with v = 1 the executor never sends past the ends). The lower
+// chunk of a boundary crossed into or out of rank 0 from below is the last rank's chunk - 1 (the wrap).
+comm::WorkPtr MpiPipelineTransport::send_activation(const void* buf, int64_t n, DType dtype, int chunk, int micro,
                                                     const std::string& what) {
-  check_tag(micro);
-  return pp_.send_async(buf, n, dtype, stage() + 1, act_tag(micro), what);
+  return pp_.send_async(buf, n, dtype, (stage() + 1) % stages(), tag(chunk, micro, false), what);
 }
-comm::WorkPtr MpiPipelineTransport::recv_activation(void* buf, int64_t n, DType dtype, int micro,
+comm::WorkPtr MpiPipelineTransport::recv_activation(void* buf, int64_t n, DType dtype, int chunk, int micro,
                                                     const std::string& what) {
-  check_tag(micro);
-  return pp_.recv_async(buf, n, dtype, stage() - 1, act_tag(micro), what);
+  const int lower = stage() == 0 ? chunk - 1 : chunk;
+  return pp_.recv_async(buf, n, dtype, (stage() + stages() - 1) % stages(), tag(lower, micro, false), what);
 }
-comm::WorkPtr MpiPipelineTransport::send_gradient(const void* buf, int64_t n, DType dtype, int micro,
+comm::WorkPtr MpiPipelineTransport::send_gradient(const void* buf, int64_t n, DType dtype, int chunk, int micro,
                                                   const std::string& what) {
-  check_tag(micro);
-  return pp_.send_async(buf, n, dtype, stage() - 1, grad_tag(micro), what);
+  const int lower = stage() == 0 ? chunk - 1 : chunk;
+  return pp_.send_async(buf, n, dtype, (stage() + stages() - 1) % stages(), tag(lower, micro, true), what);
 }
-comm::WorkPtr MpiPipelineTransport::recv_gradient(void* buf, int64_t n, DType dtype, int micro,
+comm::WorkPtr MpiPipelineTransport::recv_gradient(void* buf, int64_t n, DType dtype, int chunk, int micro,
                                                   const std::string& what) {
-  check_tag(micro);
-  return pp_.recv_async(buf, n, dtype, stage() + 1, grad_tag(micro), what);
+  return pp_.recv_async(buf, n, dtype, (stage() + 1) % stages(), tag(chunk, micro, true), what);
 }
 
 std::string MpiPipelineTransport::describe() const {
-  return fmt::format("MPI over the {} group (host buffers; tags 2j activation, 2j+1 gradient)", pp_.name());
+  if (chunks_ == 1)
+    return fmt::format("MPI over the {} group (host buffers; tags 2j activation, 2j+1 gradient)", pp_.name());
+  return fmt::format("MPI over the {} group, {} virtual stages per rank (host buffers; tags 2(jv+c) activation, "
+                     "2(jv+c)+1 gradient, c the lower chunk)",
+                     pp_.name(), chunks_);
 }
 
 // ---- one communicator per link and direction -----------------------------------------------------------------------
 
 LinkPipelineTransport::LinkPipelineTransport(comm::Communicator& host_pp, comm::Communicator* act_prev,
                                              comm::Communicator* grad_prev, comm::Communicator* act_next,
-                                             comm::Communicator* grad_next)
-    : host_pp_(host_pp), act_prev_(act_prev), grad_prev_(grad_prev), act_next_(act_next), grad_next_(grad_next) {
+                                             comm::Communicator* grad_next, int virtual_stages)
+    : host_pp_(host_pp),
+      act_prev_(act_prev),
+      grad_prev_(grad_prev),
+      act_next_(act_next),
+      grad_next_(grad_next),
+      chunks_(virtual_stages) {
   const int s = host_pp.rank(), p = host_pp.size();
-  HPCT_CHECK((act_prev != nullptr) == (s > 0) && (grad_prev != nullptr) == (s > 0),
-             "pipeline stage {} of {}: links to the previous stage {}", s, p, s > 0 ? "missing" : "given on the first");
-  HPCT_CHECK((act_next != nullptr) == (s < p - 1) && (grad_next != nullptr) == (s < p - 1),
-             "pipeline stage {} of {}: links to the next stage {}", s, p, s < p - 1 ? "missing" : "given on the last");
+  HPCT_CHECK(virtual_stages >= 1 && (virtual_stages == 1 || p > 1),
+             "LinkPipelineTransport: {} virtual stages per rank over {} ranks (interleaving needs at least 2)",
+             virtual_stages, p);
+  const bool wrap = virtual_stages > 1;  // the first and the last rank are then linked too
+  HPCT_CHECK((act_prev != nullptr) == (s > 0 || wrap) && (grad_prev != nullptr) == (s > 0 || wrap),
+             "pipeline stage {} of {} ({} virtual stages per rank): links to the previous stage {}", s, p,
+             virtual_stages, s > 0 || wrap ? "missing" : "given on the first");
+  HPCT_CHECK((act_next != nullptr) == (s < p - 1 || wrap) && (grad_next != nullptr) == (s < p - 1 || wrap),
+             "pipeline stage {} of {} ({} virtual stages per rank): links to the next stage {}", s, p, virtual_stages,
+             s < p - 1 || wrap ? "missing" : "given on the last");
   bool first = true;
   for (auto [c, me] :
        {std::pair{act_prev, 1}, std::pair{grad_prev, 1}, std::pair{act_next, 0}, std::pair{grad_next, 0}}) {
     if (c == nullptr) continue;
     HPCT_CHECK(c->size() == 2 && c->rank() == me,
-               "pipeline stage {}: link communicator {} has rank {} of {}, expected rank {} of 2 (the lower stage is "
-               "rank 0)",
+               "pipeline stage {}: link communicator {} has rank {} of {}, expected rank {} of 2 (the sender of "
+               "activations is rank 0)",
                s, c->name(), c->rank(), c->size(), me);
     if (first) device_ = c->device();
     HPCT_CHECK(c->device() == device_, "pipeline stage {}: link communicators on {} and {}", s, device_name(device_),
@@ -80,23 +103,24 @@ comm::Communicator& LinkPipelineTransport::link_(comm::Communicator* c, const ch
   return *c;
 }
 
-// The peer of a 2-rank link is rank 1 - rank(); tag 0: matched by order, as NCCL does.
-comm::WorkPtr LinkPipelineTransport::send_activation(const void* buf, int64_t n, DType dtype, int /*micro*/,
-                                                     const std::string& what) {
+// The peer of a 2-rank link is rank 1 - rank(); tag 0: matched by order, as NCCL does. One link per kind and
+// direction, whatever the chunk (see the header).
+comm::WorkPtr LinkPipelineTransport::send_activation(const void* buf, int64_t n, DType dtype, int /*chunk*/,
+                                                     int /*micro*/, const std::string& what) {
   comm::Communicator& c = link_(act_next_, "next-stage activation");
   return c.send_async(buf, n, dtype, 1 - c.rank(), 0, what);
 }
-comm::WorkPtr LinkPipelineTransport::recv_activation(void* buf, int64_t n, DType dtype, int /*micro*/,
+comm::WorkPtr LinkPipelineTransport::recv_activation(void* buf, int64_t n, DType dtype, int /*chunk*/, int /*micro*/,
                                                      const std::string& what) {
   comm::Communicator& c = link_(act_prev_, "previous-stage activation");
   return c.recv_async(buf, n, dtype, 1 - c.rank(), 0, what);
 }
-comm::WorkPtr LinkPipelineTransport::send_gradient(const void* buf, int64_t n, DType dtype, int /*micro*/,
-                                                   const std::string& what) {
+comm::WorkPtr LinkPipelineTransport::send_gradient(const void* buf, int64_t n, DType dtype, int /*chunk*/,
+                                                   int /*micro*/, const std::string& what) {
   comm::Communicator& c = link_(grad_prev_, "previous-stage gradient");
   return c.send_async(buf, n, dtype, 1 - c.rank(), 0, what);
 }
-comm::WorkPtr LinkPipelineTransport::recv_gradient(void* buf, int64_t n, DType dtype, int /*micro*/,
+comm::WorkPtr LinkPipelineTransport::recv_gradient(void* buf, int64_t n, DType dtype, int /*chunk*/, int /*micro*/,
                                                    const std::string& what) {
   comm::Communicator& c = link_(grad_next_, "next-stage gradient");
   return c.recv_async(buf, n, dtype, 1 - c.rank(), 0, what);
@@ -123,8 +147,9 @@ std::string LinkPipelineTransport::describe() const {
   add(grad_prev_, "gradients out");
   add(act_next_, "activations out");
   add(grad_next_, "gradients in");
-  return fmt::format("one communicator per link and direction ({}; {} buffers, matched by order)",
-                     s.empty() ? "none: one stage" : s, device_name(device_));
+  return fmt::format("one communicator per link and direction ({}; {} buffers, matched by order{})",
+                     s.empty() ? "none: one stage" : s, device_name(device_),
+                     chunks_ > 1 ? fmt::format("; {} virtual stages per rank", chunks_) : std::string());
 }
 
 // ---- link pairing ----------------------------------------------------------------------------------------------------
@@ -149,7 +174,7 @@ PipelineLinkPlan pipeline_link_plan(int pp_size, int stage) {
   return p;
 }
 
-PipelineLinks split_pipeline_links(const comm::MpiCommunicator& pp) {
+PipelineLinks split_pipeline_links(const comm::MpiCommunicator& pp, bool wrap) {
   const int s = pp.rank(), p = pp.size();
   const PipelineLinkPlan plan = pipeline_link_plan(p, s);
   auto name = [](int link) { return fmt::format("pp link {}-{}", link, link + 1); };
@@ -174,6 +199,15 @@ PipelineLinks split_pipeline_links(const comm::MpiCommunicator& pp) {
     if (link == plan.prev_link) out.prev = std::move(c);
     else
       out.next = std::move(c);
+  }
+  if (wrap) {  // the same on every stage: the third split, after the even and the odd one
+    HPCT_CHECK(p > 1, "pipeline of one stage: no wrap link");
+    const bool ends = s == 0 || s == p - 1;
+    // key: the last stage first, so that it is rank 0 (it sends the activations, as the lower stage of a link does)
+    out.wrap = pp.split(ends ? 0 : MPI_UNDEFINED, s == p - 1 ? 0 : 1,
+                        ends ? fmt::format("pp link {}-0 (wrap)", p - 1) : std::string("pp link none"));
+    HPCT_CHECK((out.wrap != nullptr) == ends && (!ends || out.wrap->size() == 2),
+               "pipeline stage {} of {}: the wrap split gave {}", s, p, out.wrap ? "a communicator" : "none");
   }
   return out;
 }

@@ -104,7 +104,8 @@ double GptStage::end_step() {
   return sum;
 }
 
-void GptStage::forward(int micro, const void* in, void* out) {
+void GptStage::forward(int chunk, int micro, const void* in, void* out) {
+  HPCT_CHECK(chunk == 0, "GptStage: model chunk {}: the GPT model holds one chunk per pipeline rank", chunk);
   const StagePlan& st = model_.stage();
   if (st.has_head) {  // the stage with the head computes in its backward slot; `in` is valid during this call only
     if (!st.has_embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * act_bytes_);
@@ -117,7 +118,8 @@ void GptStage::forward(int micro, const void* in, void* out) {
   k::copy_device(ctx_, out, model_.stage_output(set), numel_ * act_bytes_);
 }
 
-void GptStage::backward(int micro, const void* dout, void* din) {
+void GptStage::backward(int chunk, int micro, const void* dout, void* din) {
+  HPCT_CHECK(chunk == 0, "GptStage: model chunk {}: the GPT model holds one chunk per pipeline rank", chunk);
   const StagePlan& st = model_.stage();
   if (!st.has_head) {
     model_.backward_stage(ctx_, dout, din, MB_, slot_of_[static_cast<size_t>(micro)]);
@@ -169,10 +171,10 @@ double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end
     k::copy_from_host(ctx_, in_dev_->data, in_host_.data(), static_cast<int64_t>(b) * T * 4);
     k::copy_from_host(ctx_, tgt_dev_->data, tgt_host_.data(), static_cast<int64_t>(b) * T * 4);
     const int64_t n = model_.boundary_numel(b);  // the stage boundary activation
-    if (!st.has_embedding) transport_->recv_activation(act_->data, n, act, 0, "evaluation activation")->wait();
+    if (!st.has_embedding) transport_->recv_activation(act_->data, n, act, 0, 0, "evaluation activation")->wait();
     model_.forward(ctx_, in_dev_->i32(), b, st.has_embedding ? nullptr : act_->data);
     if (!st.has_head) {
-      transport_->send_activation(model_.stage_output(), n, act, 0, "evaluation activation")->wait();
+      transport_->send_activation(model_.stage_output(), n, act, 0, 0, "evaluation activation")->wait();
       continue;
     }
     const double sum = k::sum_to_host(ctx_, sum_dev_->f32(), model_.loss(ctx_, tgt_dev_->i32(), b),

@@ -43,8 +43,9 @@ class GptStage final : public parallel::PipelineStage {
   // micro-batches finish), in double. Synchronizes the host once.
   double end_step();
 
-  void forward(int micro, const void* in, void* out) override;
-  void backward(int micro, const void* dout, void* din) override;
+  // One model chunk per rank for now: chunk is always 0 (virtual_stages = 1).
+  void forward(int chunk, int micro, const void* in, void* out) override;
+  void backward(int chunk, int micro, const void* dout, void* din) override;
   // The activation at a stage boundary, (MB, T, C) of the model's activation type (under sequence parallelism this
   // rank's rows of it); 0 for the only stage (nothing is exchanged).
   int64_t activation_numel() const override { return numel_; }

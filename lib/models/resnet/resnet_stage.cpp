@@ -65,7 +65,8 @@ const float* ResNetStage::host_logits(int b) {
   return logits_host_.data();
 }
 
-void ResNetStage::backward(int micro, const void*, void*) {
+void ResNetStage::backward(int chunk, int micro, const void*, void*) {
+  HPCT_CHECK(chunk == 0, "ResNetStage: model chunk {}: the ResNet holds one chunk", chunk);
   const int64_t first = micro_first_(micro);
   // The previous copies from img_host_ / lab_host_ have completed before we refill them (CUDA copies are
   // asynchronous; the stream is idle here anyway: sum_to_host below synchronizes). CPU: a no-op.

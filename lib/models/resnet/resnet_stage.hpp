@@ -31,8 +31,9 @@ class ResNetStage final : public parallel::PipelineStage {
   double loss_sum() const { return sums_[0]; }  // this rank's, over the step's micro-batches
   double correct() const { return sums_[1]; }
 
-  void forward(int, const void*, void*) override {}  // the micro-batch runs in its backward slot
-  void backward(int micro, const void* dout, void* din) override;
+  void forward(int, int, const void*, void*) override {}  // the micro-batch runs in its backward slot
+  // One model chunk (the ResNet runs at pp = 1): chunk is always 0.
+  void backward(int chunk, int micro, const void* dout, void* din) override;
   int64_t activation_numel() const override { return 0; }  // one stage: nothing is exchanged
   size_t bytes() const { return io_.bytes(); }  // its planned buffers (a micro-batch's images, labels, loss sum)
   // What bytes() is without a model (the memory plan; the constructor checks that the two agree).

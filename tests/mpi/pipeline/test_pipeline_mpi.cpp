@@ -12,7 +12,12 @@
 //    exact values through both schedules;
 //  - bf16 activations (train.precision = bf16): the same stage storing its outputs and input gradients as bf16
 //    (rounded once when stored, as the kernels do), over both transports and schedules, every value checked against
-//    the host computation with the same rounding.
+//    the host computation with the same rounding;
+//  - the interleaved 1F1B (v = 2, 3 chunks per rank, m = p and 2p): the same stage per virtual stage s = c p + r
+//    (out = in * 2 + s), so the value a chunk receives tells which virtual stage sent it, over the MPI transport (tags
+//    with the chunk) and over the link transport with the wrap link (order-matched); m not a multiple of p and a
+//    transport built without the wrap are refused before anything is sent; and the measured bubble of the sleeping
+//    stage at v = 2 against (p - 1) / (v m + p - 1).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -42,29 +47,32 @@ int world_size() {
 float x0(int j, int64_t i) { return static_cast<float>(j * 64 + i % 61); }
 float g0(int j, int64_t i) { return static_cast<float>(j * 32 + i % 29 + 1); }
 
-// Forward: out = in * 2 + stage; backward: din = dout * 2, computed in fp32 and stored as the activation type (bf16:
-// rounded once to nearest even, as the kernels store). Counts every value that is not the expected one.
+// Virtual stage s = chunk * ranks + rank (chunks = 1: the rank's one stage). Forward: out = in * 2 + s; backward:
+// din = dout * 2, computed in fp32 and stored as the activation type (bf16: rounded once to nearest even, as the
+// kernels store). Counts every value that is not the expected one. fwd_ms per chunk (the backward sleeps twice that).
 class SyntheticStage final : public PipelineStage {
  public:
-  SyntheticStage(int stage, int n_stages, int64_t numel, double fwd_ms, DType dtype = DType::F32)
-      : stage_(stage), n_stages_(n_stages), numel_(numel), fwd_ms_(fwd_ms), dtype_(dtype) {}
+  SyntheticStage(int rank, int ranks, int64_t numel, double fwd_ms, DType dtype = DType::F32, int chunks = 1)
+      : rank_(rank), ranks_(ranks), n_stages_(ranks * chunks), numel_(numel), fwd_ms_(fwd_ms), dtype_(dtype) {}
 
-  void forward(int micro, const void* in, void* out) override {
+  void forward(int chunk, int micro, const void* in, void* out) override {
     sleep_ms(fwd_ms_);
-    if ((stage_ == 0) != (in == nullptr) || (stage_ == n_stages_ - 1) != (out == nullptr)) ++wrong_;
+    const int s = chunk * ranks_ + rank_;
+    if ((s == 0) != (in == nullptr) || (s == n_stages_ - 1) != (out == nullptr) || s >= n_stages_) ++wrong_;
     for (int64_t i = 0; i < numel_; ++i) {
-      const float x = stage_ == 0 ? x0(micro, i) : load(in, i);
-      if (x != expected_act(micro, i, stage_)) ++wrong_;
-      if (out) store(out, i, x * 2.0f + static_cast<float>(stage_));
+      const float x = s == 0 ? x0(micro, i) : load(in, i);
+      if (x != expected_act(micro, i, s)) ++wrong_;
+      if (out) store(out, i, x * 2.0f + static_cast<float>(s));
     }
     ++forwards_;
   }
-  void backward(int micro, const void* dout, void* din) override {
+  void backward(int chunk, int micro, const void* dout, void* din) override {
     sleep_ms(2.0 * fwd_ms_);
-    if ((stage_ == n_stages_ - 1) != (dout == nullptr) || (stage_ == 0) != (din == nullptr)) ++wrong_;
+    const int s = chunk * ranks_ + rank_;
+    if ((s == n_stages_ - 1) != (dout == nullptr) || (s == 0) != (din == nullptr)) ++wrong_;
     for (int64_t i = 0; i < numel_; ++i) {
       const float g = dout ? load(dout, i) : g0(micro, i);
-      if (g != expected_grad(micro, i, stage_)) ++wrong_;
+      if (g != expected_grad(micro, i, s)) ++wrong_;
       if (din) store(din, i, g * 2.0f);
     }
     ++backwards_;
@@ -103,7 +111,7 @@ class SyntheticStage final : public PipelineStage {
       static_cast<float*>(buf)[i] = v;
   }
   float stored(float v) const { return is_bf16() ? round_to<bf16>(v) : v; }
-  int stage_, n_stages_;
+  int rank_, ranks_, n_stages_;
   int64_t numel_;
   double fwd_ms_;
   DType dtype_;
@@ -116,19 +124,21 @@ struct Measured {
   double max_bubble_err = 0.0, max_total_ms = 0.0, min_bubble = 0.0, max_bubble = 0.0;
 };
 
-// One step of `kind` at p = world stages, m micro-batches, forward F ms; after one unmeasured warm-up step.
-Measured run_timed(ScheduleKind kind, int m, double f_ms) {
+// One step of `kind` at p = world stages, m micro-batches, v chunks per rank, forward F ms per rank (F / v per
+// chunk); after one unmeasured warm-up step.
+Measured run_timed(ScheduleKind kind, int m, double f_ms, int v = 1) {
   ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi");
   comm::Communicator& pp = pc.pp_group();
-  const auto schedule = make_schedule(kind, pp.size(), pp.rank(), m);
-  SyntheticStage warm(pp.rank(), pp.size(), 256, 0.0), stage(pp.rank(), pp.size(), 256, f_ms);
+  const auto schedule = make_schedule(kind, pp.size(), pp.rank(), m, v);
+  SyntheticStage warm(pp.rank(), pp.size(), 256, 0.0, DType::F32, v),
+      stage(pp.rank(), pp.size(), 256, f_ms / v, DType::F32, v);
   PipelineBuffers buffers(schedule, stage.activation_numel());
   run_schedule(schedule, warm, pp, buffers);  // warm-up step without sleeps (connections, first touch)
   Measured r;
   r.stats = run_schedule(schedule, stage, pp, buffers);
   EXPECT_EQ(warm.wrong() + stage.wrong(), 0);
-  EXPECT_EQ(stage.forwards(), m);
-  EXPECT_EQ(stage.backwards(), m);
+  EXPECT_EQ(stage.forwards(), v * m);
+  EXPECT_EQ(stage.backwards(), v * m);
   double err = std::fabs(r.stats.measured_bubble - r.stats.theoretical_bubble);
   double vals[4] = {err, r.stats.total_ms, r.stats.measured_bubble, -r.stats.measured_bubble};
   MPI_Allreduce(MPI_IN_PLACE, vals, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -137,11 +147,11 @@ Measured run_timed(ScheduleKind kind, int m, double f_ms) {
   r.max_bubble = vals[2];
   r.min_bubble = -vals[3];
   if (pp.rank() == 0)
-    std::printf("pipeline %-5s p %d m %2d F %4.1f ms | total %7.1f ms (ideal %7.1f) | bubble stage0 %.4f, "
+    std::printf("pipeline %-5s p %d v %d m %2d F %4.1f ms | total %7.1f ms (ideal %7.1f) | bubble stage0 %.4f, "
                 "stages [%.4f, %.4f], theory %.4f | compute %.1f wait %.1f ms\n",
-                schedule_kind_name(kind), pp.size(), m, f_ms, r.max_total_ms, (m + pp.size() - 1) * 3.0 * f_ms,
-                r.stats.measured_bubble, r.min_bubble, r.max_bubble, r.stats.theoretical_bubble, r.stats.compute_ms,
-                r.stats.wait_ms);
+                schedule_kind_name(kind), pp.size(), v, m, f_ms, r.max_total_ms,
+                (v * m + pp.size() - 1) * 3.0 * f_ms / v, r.stats.measured_bubble, r.min_bubble, r.max_bubble,
+                r.stats.theoretical_bubble, r.stats.compute_ms, r.stats.wait_ms);
   return r;
 }
 
@@ -275,4 +285,117 @@ TEST(Pipeline, MeasuredBubbleMatchesTheory) {
                                          << best.max_bubble_err;
     EXPECT_NEAR(best.max_total_ms, ideal_ms, 0.03 * ideal_ms);
   }
+}
+
+// ---- interleaved 1F1B -----------------------------------------------------------------------------------------------
+
+// Exact values through v = 2 and 3 chunks per rank, m = p and 2p, small and large (rendezvous) activations, three
+// steps on the same buffers, over the MPI transport (the chunk is in the tag: at p = 2 rank 0 -> rank 1 carries every
+// chunk's activations and, across the wrap, the gradients too) and over the link transport with the wrap link
+// (tag 0: matched by order, as NCCL). A chunk handed another virtual stage's or micro-batch's data counts it wrong.
+TEST(PipelineInterleaved, PassesExactValuesThroughEveryVirtualStage) {
+  ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi");
+  auto& pp = dynamic_cast<comm::MpiCommunicator&>(pc.pp_group());
+  const int s = pp.rank(), p = pp.size();
+  ASSERT_GE(p, 2);
+  PipelineLinks links = split_pipeline_links(pp, /*wrap=*/true);
+  ASSERT_EQ(links.wrap != nullptr, s == 0 || s == p - 1);
+  if (links.wrap) {
+    EXPECT_EQ(links.wrap->name(), fmt::format("pp link {}-0 (wrap)", p - 1));
+    EXPECT_EQ(links.wrap->rank(), s == p - 1 ? 0 : 1);  // the sender of activations is rank 0
+  }
+  for (int v : {2, 3}) {
+    MpiPipelineTransport mpi(pp, v);
+    LinkPipelineTransport link(pp, links.to_prev(), links.to_prev(), links.to_next(), links.to_next(), v);
+    for (PipelineTransport* transport : {static_cast<PipelineTransport*>(&mpi), static_cast<PipelineTransport*>(&link)})
+      for (int m : {p, 2 * p})
+        for (int64_t numel : {int64_t{5}, int64_t{1} << 16}) {
+          SCOPED_TRACE(fmt::format("{} v {} m {} numel {}", transport->describe(), v, m, numel));
+          const auto schedule = make_schedule(ScheduleKind::OneFOneB, p, s, m, v);
+          SyntheticStage stage(s, p, numel, 0.0, DType::F32, v);
+          PipelineBuffers buffers(schedule, numel);
+          EXPECT_EQ(buffers.virtual_stages(), v);
+          for (int step = 0; step < 3; ++step) {
+            const PipelineStats st = run_schedule(
+                schedule, stage, *transport, buffers,
+                {.barrier = step != 1, .before_last_backward = {}, .before_backward = {}});
+            EXPECT_NEAR(st.theoretical_bubble, double(p - 1) / (v * m + p - 1), 1e-12);
+          }
+          EXPECT_EQ(stage.wrong(), 0);
+          EXPECT_EQ(stage.forwards(), 3 * v * m);
+          EXPECT_EQ(stage.backwards(), 3 * v * m);
+        }
+  }
+  // bf16 activations through the wrap: the rounded chain over 2p virtual stages
+  MpiPipelineTransport mpi(pp, 2);
+  const auto schedule = make_schedule(ScheduleKind::OneFOneB, p, s, p, 2);
+  SyntheticStage stage(s, p, 7, 0.0, DType::BF16, 2);
+  PipelineBuffers buffers(schedule, 7, Device::CPU, DType::BF16);
+  run_schedule(schedule, stage, mpi, buffers);
+  EXPECT_EQ(stage.wrong(), 0);
+  // the run_schedule overload over the pp group builds its MPI transport for the schedule's chunks
+  SyntheticStage again(s, p, 5, 0.0, DType::F32, 2);
+  PipelineBuffers b5(schedule, 5);
+  run_schedule(schedule, again, pp, b5);
+  EXPECT_EQ(again.wrong(), 0);
+  EXPECT_EQ(again.forwards(), 2 * p);
+}
+
+// ParallelContext built for v chunks per rank gives the transport for them (on the CPU the MPI one); its schedule runs
+// through pipeline_transport() with exact values.
+TEST(PipelineInterleaved, ParallelContextBuildsTheTransportForItsVirtualStages) {
+  ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi", {}, 0, 3);
+  PipelineTransport& transport = pc.pipeline_transport();
+  EXPECT_EQ(transport.virtual_stages(), 3);
+  EXPECT_NE(transport.describe().find("3 virtual stages per rank"), std::string::npos) << transport.describe();
+  const int s = pc.pp_rank(), p = pc.pp_size();
+  const auto schedule = make_schedule(ScheduleKind::OneFOneB, p, s, 2 * p, 3);
+  SyntheticStage stage(s, p, 9, 0.0, DType::F32, 3);
+  PipelineBuffers buffers(schedule, 9);
+  run_schedule(schedule, stage, transport, buffers);
+  EXPECT_EQ(stage.wrong(), 0);
+  EXPECT_EQ(stage.forwards(), 3 * 2 * p);
+}
+
+// Refused on every rank before any transfer (no rank is left waiting): m not a multiple of p, with a message naming
+// the values and what to do; a transport without the wrap (built for one chunk per rank) under an interleaved
+// schedule.
+TEST(PipelineInterleaved, RefusesMicroBatchesNotAMultipleOfTheRanksAndATransportWithoutTheWrap) {
+  ParallelContext pc(1, world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_mpi");
+  comm::Communicator& pp = pc.pp_group();
+  const int s = pp.rank(), p = pp.size();
+  std::string what;
+  try {
+    make_schedule(ScheduleKind::OneFOneB, p, s, p + 1, 2);
+  } catch (const UsageError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find(fmt::format("{} micro-batches, not a multiple of {}", p + 1, p)), std::string::npos) << what;
+  EXPECT_NE(what.find("parallel.virtual_stages = 1"), std::string::npos) << what;
+  const auto schedule = make_schedule(ScheduleKind::OneFOneB, p, s, p, 2);
+  SyntheticStage stage(s, p, 5, 0.0, DType::F32, 2);
+  PipelineBuffers buffers(schedule, 5);
+  MpiPipelineTransport plain(pp);  // one chunk per rank
+  EXPECT_THROW(run_schedule(schedule, stage, plain, buffers), Error);
+  EXPECT_EQ(stage.forwards(), 0);
+  pp.barrier("after the refusals");
+}
+
+// The interleaved bubble (p - 1) / (v m + p - 1) at v = 2, m = 8, F = 24 ms per rank (12 ms per chunk, B twice that):
+// the same measurement and best-of-3 as MeasuredBubbleMatchesTheory. Each chunk hands off twice as often as a whole
+// stage, so the hand-off cost (about 1 ms, the communicator's back-off) weighs twice as much: 0.03 here.
+TEST(PipelineInterleaved, MeasuredBubbleMatchesTheory) {
+  const int m = 8, v = 2;
+  const double f_ms = 24.0;
+  const int p = world_size();
+  const double ideal_ms = (v * m + p - 1) * 3.0 * f_ms / v;
+  Measured best;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const Measured r = run_timed(ScheduleKind::OneFOneB, m, f_ms, v);
+    if (attempt == 0 || r.max_bubble_err < best.max_bubble_err) best = r;
+    if (best.max_bubble_err <= 0.03 && std::fabs(best.max_total_ms - ideal_ms) <= 0.05 * ideal_ms) break;
+  }
+  EXPECT_NEAR(best.stats.theoretical_bubble, double(p - 1) / (v * m + p - 1), 1e-12);
+  EXPECT_LE(best.max_bubble_err, 0.03) << "measured bubble on some rank is off the theory by " << best.max_bubble_err;
+  EXPECT_NEAR(best.max_total_ms, ideal_ms, 0.05 * ideal_ms);
 }

@@ -5,7 +5,8 @@
 // output gradient it is handed in a device buffer, read once after the step (one synchronize, through the context's
 // sync guard). Values are small integers times powers of two: exact in fp32, distinct per micro-batch, so a transfer
 // matched to the wrong micro-batch is counted wrong. Then the same with bf16 activations (ncclBfloat16 transfers of
-// a pass-through stage, checked bit for bit).
+// a pass-through stage, checked bit for bit), and the interleaved 1F1B (2 chunks per rank) through a context built for
+// it, whose wrap link (last rank -> rank 0) is a pair of NCCL communicators of its own.
 // At np 1 (pp = 1) there are no links: the test checks that the context says so and that the sync guard drains a
 // compute stream that waits on a (1-rank) NCCL allreduce queued with a stream-ordered wait.
 #include <cuda_runtime.h>
@@ -45,12 +46,13 @@ using test::select_gpu;
 float x0(int j, int64_t i) { return static_cast<float>(j * 64 + i % 61 + 1); }
 float g0(int j, int64_t i) { return static_cast<float>(j * 32 + i % 29 + 1); }
 
+// Virtual stage vs = chunk * stages + stage of stages * chunks (chunks = 1: the rank's stage).
 class DeviceStage final : public PipelineStage {
  public:
-  DeviceStage(const ExecContext& ctx, int stage, int stages, int m, int64_t numel)
-      : ctx_(ctx), s_(stage), p_(stages), m_(m), numel_(numel), dev_("test stage", Device::CUDA) {
-    seen_in_ = &dev_.add("seen_in", {m, numel});
-    seen_dout_ = &dev_.add("seen_dout", {m, numel});
+  DeviceStage(const ExecContext& ctx, int stage, int stages, int m, int64_t numel, int chunks = 1)
+      : ctx_(ctx), s_(stage), p_(stages), m_(m), v_(chunks), numel_(numel), dev_("test stage", Device::CUDA) {
+    seen_in_ = &dev_.add("seen_in", {chunks * m, numel});  // (chunk, micro) -> its input
+    seen_dout_ = &dev_.add("seen_dout", {chunks * m, numel});
     src_x_ = &dev_.add("src_x", {m, numel});
     src_g_ = &dev_.add("src_g", {m, numel});
     dev_.allocate();
@@ -71,47 +73,52 @@ class DeviceStage final : public PipelineStage {
     k::fill_zero(ctx_, seen_in_->data, static_cast<int64_t>(seen_in_->bytes()));
     k::fill_zero(ctx_, seen_dout_->data, static_cast<int64_t>(seen_dout_->bytes()));
   }
-  void forward(int j, const void* in_bytes, void* out_bytes) override {  // f32 activations (the default dtype)
+  void forward(int c, int j, const void* in_bytes, void* out_bytes) override {  // f32 activations (the default)
     const auto* in = static_cast<const float*>(in_bytes);
     auto* out = static_cast<float*>(out_bytes);
-    if ((s_ == 0) != (in == nullptr) || (s_ == p_ - 1) != (out == nullptr)) ++wrong_;
+    const int vs = c * p_ + s_;
+    if ((vs == 0) != (in == nullptr) || (vs == v_ * p_ - 1) != (out == nullptr)) ++wrong_;
     const float* x = in ? in : at(src_x_, j);
-    if (in) k::copy_device(ctx_, at(seen_in_, j), in, numel_ * 4);
+    if (in) k::copy_device(ctx_, at(seen_in_, c * m_ + j), in, numel_ * 4);
     if (out) {
       k::copy_device(ctx_, out, x, numel_ * 4);
       k::scale(ctx_, out, 2.0f, numel_);
     }
   }
-  void backward(int j, const void* dout_bytes, void* din_bytes) override {
+  void backward(int c, int j, const void* dout_bytes, void* din_bytes) override {
     const auto* dout = static_cast<const float*>(dout_bytes);
     auto* din = static_cast<float*>(din_bytes);
-    if ((s_ == p_ - 1) != (dout == nullptr) || (s_ == 0) != (din == nullptr)) ++wrong_;
+    const int vs = c * p_ + s_;
+    if ((vs == v_ * p_ - 1) != (dout == nullptr) || (vs == 0) != (din == nullptr)) ++wrong_;
     const float* g = dout ? dout : at(src_g_, j);
-    if (dout) k::copy_device(ctx_, at(seen_dout_, j), dout, numel_ * 4);
+    if (dout) k::copy_device(ctx_, at(seen_dout_, c * m_ + j), dout, numel_ * 4);
     if (din) {
       k::copy_device(ctx_, din, g, numel_ * 4);
       k::scale(ctx_, din, 2.0f, numel_);
     }
   }
-  // Reads what the step received (one copy, one synchronize) and counts the values that are not micro-batch j's.
+  // Reads what the step received (one copy, one synchronize) and counts the values that are not (chunk, micro-batch
+  // j)'s: the input of virtual stage vs is x0 doubled vs times, its output gradient g0 doubled by every later one.
   int64_t check() {
-    std::vector<float> in(static_cast<size_t>(m_ * numel_)), dout(in.size());
+    std::vector<float> in(static_cast<size_t>(v_ * m_ * numel_)), dout(in.size());
     k::copy_to_host(ctx_, in.data(), seen_in_->data, static_cast<int64_t>(in.size()) * 4);
     k::copy_to_host(ctx_, dout.data(), seen_dout_->data, static_cast<int64_t>(dout.size()) * 4);
     k::synchronize(ctx_);
     int64_t wrong = wrong_;
-    for (int j = 0; j < m_; ++j)
-      for (int64_t i = 0; i < numel_; ++i) {
-        const size_t e = static_cast<size_t>(j * numel_ + i);
-        if (s_ > 0 && in[e] != x0(j, i) * std::ldexp(1.0f, s_)) ++wrong;
-        if (s_ < p_ - 1 && dout[e] != g0(j, i) * std::ldexp(1.0f, p_ - 1 - s_)) ++wrong;
-      }
+    for (int c = 0; c < v_; ++c)
+      for (int j = 0; j < m_; ++j)
+        for (int64_t i = 0; i < numel_; ++i) {
+          const int vs = c * p_ + s_;
+          const size_t e = static_cast<size_t>((c * m_ + j) * numel_ + i);
+          if (vs > 0 && in[e] != x0(j, i) * std::ldexp(1.0f, vs)) ++wrong;
+          if (vs < v_ * p_ - 1 && dout[e] != g0(j, i) * std::ldexp(1.0f, v_ * p_ - 1 - vs)) ++wrong;
+        }
     return wrong;
   }
 
  private:
   const ExecContext& ctx_;
-  int s_, p_, m_;
+  int s_, p_, m_, v_;
   int64_t numel_;
   Slab dev_;
   Tensor *seen_in_, *seen_dout_, *src_x_, *src_g_;
@@ -143,12 +150,12 @@ class Bf16DeviceStage final : public PipelineStage {
   int64_t activation_numel() const override { return numel_; }
   DType activation_dtype() const override { return DType::BF16; }
   bf16* at(Tensor* t, int j) { return t->b16() + static_cast<int64_t>(j) * numel_; }
-  void forward(int j, const void* in, void* out) override {
+  void forward(int, int j, const void* in, void* out) override {
     if ((s_ == 0) != (in == nullptr) || (s_ == p_ - 1) != (out == nullptr)) ++wrong_;
     if (in) k::copy_device(ctx_, at(seen_in_, j), in, numel_ * 2);
     if (out) k::copy_device(ctx_, out, in ? in : at(src_x_, j), numel_ * 2);
   }
-  void backward(int j, const void* dout, void* din) override {
+  void backward(int, int j, const void* dout, void* din) override {
     if ((s_ == p_ - 1) != (dout == nullptr) || (s_ == 0) != (din == nullptr)) ++wrong_;
     if (dout) k::copy_device(ctx_, at(seen_dout_, j), dout, numel_ * 2);
     if (din) k::copy_device(ctx_, din, dout ? dout : at(src_g_, j), numel_ * 2);
@@ -234,6 +241,37 @@ TEST(PipelineNccl, DeviceBuffersOverNcclLinksPassExactValues) {
     run_schedule(schedule, stage, transport, buffers);
     EXPECT_EQ(stage.check(), 0);
   }
+}
+
+// The interleaved 1F1B over NCCL: a context built for 2 chunks per rank has the wrap link (its own pair of NCCL
+// communicators, also at p = 2), and every chunk receives exactly its virtual stage's values, in device buffers.
+TEST(PipelineNccl, InterleavedOverNcclLinksWithTheWrapPassesExactValues) {
+  SKIP_WITHOUT_GPU();
+  if (test::world_size() < 2) GTEST_SKIP() << "interleaving needs pp >= 2";
+  Stream stream;
+  ExecContext exec{Device::CUDA, stream.s};
+  ParallelContext pc(1, test::world_size(), "tp-dp-pp", comm::CommOptions{60.0}, "test_pipeline_nccl", exec, 0, 2);
+  const ExecContext& ctx = pc.exec();
+  const int s = pc.pp_rank(), p = pc.pp_size();
+  PipelineTransport& transport = pc.pipeline_transport();
+  EXPECT_EQ(transport.device(), Device::CUDA);
+  EXPECT_EQ(transport.virtual_stages(), 2);
+  if (s == 0 || s == p - 1) {
+    EXPECT_NE(transport.describe().find(fmt::format("pp link {}-0 (wrap)", p - 1)), std::string::npos)
+        << transport.describe();
+  }
+  for (int m : {p, 2 * p})
+    for (int64_t numel : {int64_t{5}, int64_t{1} << 20}) {
+      SCOPED_TRACE(fmt::format("v 2 m {} numel {}", m, numel));
+      const auto schedule = make_schedule(ScheduleKind::OneFOneB, p, s, m, 2);
+      DeviceStage stage(ctx, s, p, m, numel, 2);
+      PipelineBuffers buffers(schedule, numel, Device::CUDA);
+      for (int step = 0; step < 2; ++step) {
+        stage.begin_step();
+        run_schedule(schedule, stage, transport, buffers);
+        EXPECT_EQ(stage.check(), 0) << "step " << step;
+      }
+    }
 }
 
 }  // namespace

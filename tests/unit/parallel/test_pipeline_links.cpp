@@ -6,7 +6,8 @@
 //  - the executor over a recording transport, one stage at a time: on every link and direction the receive order of
 //    one stage is the send order of its neighbour, each receive is issued before the action that consumes it, and the
 //    buffer a receive fills is not reused before its micro-batch's action has read it; with fp32 and with bf16
-//    activations (the transfers carry the stage's activation_dtype(), the buffers hold elements of that type).
+//    activations (the transfers carry the stage's activation_dtype(), the buffers hold elements of that type); and the
+//    same for the interleaved 1F1B (virtual stages), where the last rank's activations wrap to rank 0.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,6 +119,9 @@ struct DoneWork final : comm::Work {
 
 enum Kind { SendAct, RecvAct, SendGrad, RecvGrad };
 
+// A (chunk, micro-batch) as one small number (chunks < 4, micro-batches < 32).
+int id(int chunk, int micro) { return chunk * 32 + micro; }
+
 // Element i of a buffer of `dtype` (f32 or bf16) set to / compared with v (small integers: exact in both).
 void fill(void* buf, DType dtype, int64_t n, float v) {
   for (int64_t i = 0; i < n; ++i)
@@ -131,77 +135,86 @@ int64_t count_not(const void* buf, DType dtype, int64_t n, float v) {
     wrong += (dtype == DType::F32 ? static_cast<const float*>(buf)[i] : to_f32(static_cast<const bf16*>(buf)[i])) != v;
   return wrong;
 }
-// What a stage hands on for micro-batch j (below 128: exact in bf16, distinct from every j).
-float sent_value(int micro) { return static_cast<float>(100 + micro); }
+// What a stage hands on for (chunk, micro) (below 256: exact in bf16, distinct from every id).
+float sent_value(int chunk, int micro) { return static_cast<float>(100 + id(chunk, micro)); }
 
-// Completes everything at once; a receive writes its micro-batch number into the buffer (every element), so the stage
-// can check that the buffer it is handed holds its own micro-batch's data. Every transfer must carry `dtype`.
+// A transfer as both sides see it: the lower virtual stage of the boundary it crosses and the micro-batch.
+using Transfer = std::pair<int, int>;
+
+// Completes everything at once; a receive writes its (chunk, micro-batch) id into the buffer (every element), so the
+// stage can check that the buffer it is handed holds its own data. Every transfer must carry `dtype`. The logs hold the
+// transfers (lower virtual stage, micro): the sender's chunk c of rank r crosses boundary c p + r, the receiver's
+// chunk c of rank r boundary c p + r - 1 (for activations; the reverse for gradients).
 class RecordingTransport final : public PipelineTransport {
  public:
-  RecordingTransport(int stage, int stages, DType dtype = DType::F32) : stage_(stage), stages_(stages), dtype_(dtype) {}
+  RecordingTransport(int stage, int stages, DType dtype = DType::F32, int chunks = 1)
+      : stage_(stage), stages_(stages), chunks_(chunks), dtype_(dtype) {}
   Device device() const override { return Device::CPU; }
   int stage() const override { return stage_; }
   int stages() const override { return stages_; }
-  comm::WorkPtr send_activation(const void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
-    check_sent(buf, n, dtype, micro);
-    log[SendAct].push_back(micro);
+  int virtual_stages() const override { return chunks_; }
+  comm::WorkPtr send_activation(const void* buf, int64_t n, DType dtype, int chunk, int micro,
+                                const std::string&) override {
+    check_sent(buf, n, dtype, chunk, micro);
+    log[SendAct].emplace_back(chunk * stages_ + stage_, micro);
     return std::make_unique<DoneWork>();
   }
-  comm::WorkPtr recv_activation(void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
-    receive(buf, n, dtype, micro);
-    log[RecvAct].push_back(micro);
+  comm::WorkPtr recv_activation(void* buf, int64_t n, DType dtype, int chunk, int micro, const std::string&) override {
+    receive(buf, n, dtype, chunk, micro);
+    log[RecvAct].emplace_back(chunk * stages_ + stage_ - 1, micro);
     return std::make_unique<DoneWork>();
   }
-  comm::WorkPtr send_gradient(const void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
-    check_sent(buf, n, dtype, micro);
-    log[SendGrad].push_back(micro);
+  comm::WorkPtr send_gradient(const void* buf, int64_t n, DType dtype, int chunk, int micro,
+                              const std::string&) override {
+    check_sent(buf, n, dtype, chunk, micro);
+    log[SendGrad].emplace_back(chunk * stages_ + stage_ - 1, micro);
     return std::make_unique<DoneWork>();
   }
-  comm::WorkPtr recv_gradient(void* buf, int64_t n, DType dtype, int micro, const std::string&) override {
-    receive(buf, n, dtype, micro);
-    log[RecvGrad].push_back(micro);
+  comm::WorkPtr recv_gradient(void* buf, int64_t n, DType dtype, int chunk, int micro, const std::string&) override {
+    receive(buf, n, dtype, chunk, micro);
+    log[RecvGrad].emplace_back(chunk * stages_ + stage_, micro);
     return std::make_unique<DoneWork>();
   }
   void progress() override {}
   void barrier(const std::string&) override {}
   std::string describe() const override { return "recording"; }
 
-  std::vector<int> log[4];
+  std::vector<Transfer> log[4];
   int64_t wrong = 0;
   int64_t wrong_dtype = 0;
 
  private:
-  void receive(void* buf, int64_t n, DType dtype, int micro) {
+  void receive(void* buf, int64_t n, DType dtype, int chunk, int micro) {
     wrong_dtype += dtype != dtype_;
-    fill(buf, dtype_, n, static_cast<float>(micro));
+    fill(buf, dtype_, n, static_cast<float>(id(chunk, micro)));
   }
-  void check_sent(const void* buf, int64_t n, DType dtype, int micro) {
+  void check_sent(const void* buf, int64_t n, DType dtype, int chunk, int micro) {
     wrong_dtype += dtype != dtype_;
-    wrong += count_not(buf, dtype_, n, sent_value(micro));
+    wrong += count_not(buf, dtype_, n, sent_value(chunk, micro));
   }
-  int stage_, stages_;
+  int stage_, stages_, chunks_;
   DType dtype_;
 };
 
-// Checks that its inputs hold its micro-batch's number; writes sent_value(micro) into what it hands on.
+// Checks that its inputs hold its (chunk, micro-batch) id; writes sent_value(chunk, micro) into what it hands on.
 class CheckingStage final : public PipelineStage {
  public:
   explicit CheckingStage(int64_t numel, DType dtype = DType::F32) : numel_(numel), dtype_(dtype) {}
-  void forward(int micro, const void* in, void* out) override {
-    check(in, micro);
-    if (out) fill(out, dtype_, numel_, sent_value(micro));
+  void forward(int chunk, int micro, const void* in, void* out) override {
+    check(in, chunk, micro);
+    if (out) fill(out, dtype_, numel_, sent_value(chunk, micro));
   }
-  void backward(int micro, const void* dout, void* din) override {
-    check(dout, micro);
-    if (din) fill(din, dtype_, numel_, sent_value(micro));
+  void backward(int chunk, int micro, const void* dout, void* din) override {
+    check(dout, chunk, micro);
+    if (din) fill(din, dtype_, numel_, sent_value(chunk, micro));
   }
   int64_t activation_numel() const override { return numel_; }
   DType activation_dtype() const override { return dtype_; }
   int64_t wrong = 0;
 
  private:
-  void check(const void* buf, int micro) {
-    if (buf) wrong += count_not(buf, dtype_, numel_, static_cast<float>(micro));
+  void check(const void* buf, int chunk, int micro) {
+    if (buf) wrong += count_not(buf, dtype_, numel_, static_cast<float>(id(chunk, micro)));
   }
   int64_t numel_;
   DType dtype_;
@@ -225,7 +238,7 @@ TEST(PipelineLinks, ReceivesAreIssuedInTheNeighboursSendOrder) {
             EXPECT_EQ(tr[s].wrong_dtype, 0) << "stage " << s << " transferred another dtype than its activations'";
           }
           for (int s = 0; s < p; ++s) {
-            const std::vector<int> none;
+            const std::vector<Transfer> none;
             if (s > 0) {
               EXPECT_EQ(tr[s].log[RecvAct], tr[s - 1].log[SendAct]) << "activations " << s - 1 << " -> " << s;
               EXPECT_EQ(tr[s - 1].log[RecvGrad], tr[s].log[SendGrad]) << "gradients " << s << " -> " << s - 1;
@@ -262,8 +275,8 @@ TEST(PipelineLinks, BuffersMustHoldTheStagesActivationType) {
 TEST(PipelineLinks, BeforeLastBackwardRunsOnceBeforeTheLastBackward) {
   struct OrderStage final : PipelineStage {
     std::vector<std::string> events;
-    void forward(int micro, const void*, void*) override { events.push_back(fmt::format("F{}", micro)); }
-    void backward(int micro, const void*, void*) override { events.push_back(fmt::format("B{}", micro)); }
+    void forward(int, int micro, const void*, void*) override { events.push_back(fmt::format("F{}", micro)); }
+    void backward(int, int micro, const void*, void*) override { events.push_back(fmt::format("B{}", micro)); }
     int64_t activation_numel() const override { return numel; }
     int64_t numel = 3;
   };
@@ -307,15 +320,58 @@ TEST(PipelineLinks, BuffersMustBeOnTheTransportsDevice) {
     Device device() const override { return Device::CUDA; }
     int stage() const override { return 0; }
     int stages() const override { return 2; }
-    comm::WorkPtr send_activation(const void*, int64_t, DType, int, const std::string&) override { return nullptr; }
-    comm::WorkPtr recv_activation(void*, int64_t, DType, int, const std::string&) override { return nullptr; }
-    comm::WorkPtr send_gradient(const void*, int64_t, DType, int, const std::string&) override { return nullptr; }
-    comm::WorkPtr recv_gradient(void*, int64_t, DType, int, const std::string&) override { return nullptr; }
+    int virtual_stages() const override { return 1; }
+    comm::WorkPtr send_activation(const void*, int64_t, DType, int, int, const std::string&) override {
+      return nullptr;
+    }
+    comm::WorkPtr recv_activation(void*, int64_t, DType, int, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr send_gradient(const void*, int64_t, DType, int, int, const std::string&) override { return nullptr; }
+    comm::WorkPtr recv_gradient(void*, int64_t, DType, int, int, const std::string&) override { return nullptr; }
     void progress() override {}
     void barrier(const std::string&) override {}
     std::string describe() const override { return "cuda"; }
   } cuda;
   EXPECT_THROW(run_schedule(schedule, stage, cuda, buffers), Error);
+}
+
+// Interleaved 1F1B over the recording transport: every rank receives its activations from rank r - 1 modulo p (rank 0
+// from the last rank's chunk c into its chunk c + 1: the wrap) and its gradients from rank r + 1 modulo p, and on each
+// of those streams the receive order is the sender's send order, transfer by transfer (boundary and micro-batch);
+// every buffer handed to the stage holds its own (chunk, micro-batch)'s data; the first virtual stage receives no
+// activation and the last no gradient. A transport built for another number of chunks is refused.
+TEST(PipelineLinks, InterleavedReceivesAreIssuedInTheNeighboursSendOrderAcrossTheWrap) {
+  for (int p = 2; p <= 4; ++p)
+    for (int v = 2; v <= 3; ++v)
+      for (int m : {p, 2 * p, 3 * p})
+        for (DType dtype : {DType::F32, DType::BF16}) {
+          SCOPED_TRACE(fmt::format("p {} v {} m {} {}", p, v, m, dtype_name(dtype)));
+          std::vector<RecordingTransport> tr;
+          for (int s = 0; s < p; ++s) tr.emplace_back(s, p, dtype, v);
+          for (int s = 0; s < p; ++s) {
+            const auto schedule = make_schedule(ScheduleKind::OneFOneB, p, s, m, v);
+            PipelineBuffers buffers(schedule, 5, Device::CPU, dtype);
+            CheckingStage stage(5, dtype);
+            run_schedule(schedule, stage, tr[s], buffers);
+            EXPECT_EQ(stage.wrong, 0) << "rank " << s << " read another (chunk, micro-batch)'s data";
+            EXPECT_EQ(tr[s].wrong + tr[s].wrong_dtype, 0) << "rank " << s;
+          }
+          for (int s = 0; s < p; ++s) {
+            const int prev = (s + p - 1) % p;
+            EXPECT_EQ(tr[s].log[RecvAct], tr[prev].log[SendAct]) << "activations " << prev << " -> " << s;
+            EXPECT_EQ(tr[prev].log[RecvGrad], tr[s].log[SendGrad]) << "gradients " << s << " -> " << prev;
+            // every chunk receives, but the first virtual stage's (rank 0 chunk 0) and sends, but the last's
+            EXPECT_EQ(tr[s].log[RecvAct].size(), static_cast<size_t>(v * m - (s == 0 ? m : 0)));
+            EXPECT_EQ(tr[s].log[SendAct].size(), static_cast<size_t>(v * m - (s == p - 1 ? m : 0)));
+            EXPECT_EQ(tr[s].log[RecvGrad].size(), static_cast<size_t>(v * m - (s == p - 1 ? m : 0)));
+            for (const auto& [lower, j] : tr[s].log[RecvAct]) EXPECT_GE(lower, 0);
+          }
+        }
+  const auto schedule = make_schedule(ScheduleKind::OneFOneB, 2, 0, 2, 2);
+  PipelineBuffers buffers(schedule, 3);
+  CheckingStage stage(3);
+  RecordingTransport plain(0, 2);  // built for one chunk per rank: no wrap
+  EXPECT_THROW(run_schedule(schedule, stage, plain, buffers), Error);
+  for (const auto& l : plain.log) EXPECT_TRUE(l.empty());
 }
 
 }  // namespace

@@ -11,7 +11,8 @@ One scenario per invocation, each a ctest:
   restart   5 steps (decay_steps 10) + resume to 10 == an uninterrupted 10-step run bitwise, at np 2: losses, and
             every tensor of the final checkpoint (parameters, BN running statistics, SGD momentum); index.h5 read by
             h5py holds torchvision's state_dict names; a resume at np 4 (micro-batch 2: the same SyncBN groups) continues within 1e-5;
-            a resume with other optim.milestones is refused (exit 2, naming the key)
+            a resume with other optim.milestones is refused (exit 2, naming the key); train.recompute=full gives the
+            same 10 losses and final tensors bit for bit
   np8       mpirun -np 8 --oversubscribe train_resnet resnet_tiny.toml: exit 0, PERFORMANCE line, metrics.jsonl
             with images_per_s and val_acc
   signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed run ends
@@ -136,6 +137,15 @@ elif scenario == "restart":
             fail(f"index.h5 has no {k} (torchvision state_dict names expected)")
     if "model/bn1.running_var" in ta and (ta["model/bn1.running_var"] == 1).all():
         fail("bn1.running_var is still its initial value: running statistics not checkpointed")
+    # full activation recompute changes no bit: losses and every final tensor (BN running statistics included)
+    recomputed = os.path.join(work, "recompute_full")
+    train(2, recomputed, sched + ["train.steps=10", "train.recompute=full"])
+    tr = final_tensors(recomputed)
+    diff = [k for k in ta if k not in tr or ta[k].tobytes() != tr[k].tobytes()]
+    if losses(recomputed) != a or diff:
+        fail(f"train.recompute=full differs from none: losses equal {losses(recomputed) == a}, tensors {diff[:5]}")
+    else:
+        print(f"  train.recompute=full: 10 losses and all {len(tr)} final tensors bitwise equal to none's")
     other = os.path.join(work, "np4")
     shutil.copytree(os.path.join(part, "checkpoints"), os.path.join(other, "checkpoints"))
     os.remove(os.path.join(other, "checkpoints", "latest"))  # resume explicitly from step 5

@@ -107,8 +107,8 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
     a.push_back({h + "ln1_rstd", {B, T}, f32});
     a.push_back({h + "qkv", {B, T, 3 * Cl}, act});
     a.push_back({h + "atty", {B, T, Cl}, act});
-    // what attention keeps for backward: the softmax probabilities (B,NH,T,T) on the CPU, the log-sum-exp
-    // (B,NH,T) on CUDA (flash attention)
+    // what attention keeps for backward, the backend's choice: the log-sum-exp (B,NH,T) float on the CPU and on
+    // CUDA (flash attention)
     a.push_back({h + "att_stats", {att_stats}, DType::U8});
     a.push_back({h + "residual2", {B, T, C}, act});
     a.push_back({h + "ln2", {B, T, C}, act});
@@ -135,7 +135,7 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
 std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device, DType act) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Cl = C / t;
   const ExecContext ctx{device, nullptr};
-  // attention backward's scratch, shared by every layer: dprobabilities (B,NH,T,T) on the CPU, D (B,NH,T) on CUDA
+  // attention backward's scratch, shared by every layer: D (B,NH,T) float on the CPU and on CUDA
   const int64_t att_scratch = k::attention_scratch_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                          static_cast<int>(NH), act);
   return {{"dresidual", {B, T, C}, act},

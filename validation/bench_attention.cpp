@@ -88,7 +88,8 @@ Result run_case(const Shape& s, int reps) {
   for (auto& x : qkv) x = hpct::from_f32<A>(u(rng));
   for (auto& x : dout) x = hpct::from_f32<A>(g(rng));
   Result r{};
-  const int64_t so = prev::attention_stats_bytes(B, T, C, NH, act), co = prev::attention_scratch_bytes(B, T, C, NH, act);
+  const int64_t so = prev::attention_stats_bytes(B, T, C, NH, act),
+                co = prev::attention_scratch_bytes(B, T, C, NH, act);
   const int64_t sn = cpu::attention_stats_bytes(B, T, C, NH, act), cn = cpu::attention_scratch_bytes(B, T, C, NH, act);
   r.bytes_old = so + co;
   r.bytes_new = sn + cn;
@@ -140,8 +141,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const Shape shapes[] = {{"gpt_tiny", 2, 64, 64, 4},     {"bench_gpt", 8, 256, 256, 4}, {"gpt2_124m", 4, 1024, 768, 12},
-                          {"gpt2_124m", 8, 1024, 768, 12}, {"gpt2_124m", 16, 1024, 768, 12}};
+  const Shape shapes[] = {{"gpt_tiny", 2, 64, 64, 4},
+                          {"bench_gpt", 8, 256, 256, 4},
+                          {"gpt2_124m", 4, 1024, 768, 12},
+                          {"gpt2_124m", 8, 1024, 768, 12},
+                          {"gpt2_124m", 16, 1024, 768, 12}};
   std::printf("# bench_attention: causal attention forward / backward, previous kernel (probabilities kept) vs flash "
               "(L kept), fastest of %d calls\n",
               reps);
@@ -168,8 +172,9 @@ int main(int argc, char** argv) {
         }
       }
   }
-  std::printf("# ms per call; ratio = flash / previous (< 1: flash faster); MiB = stats + scratch bytes the model plans; "
-              "d_* = max |flash - previous| / max |previous|\n");
+  std::printf(
+      "# ms per call; ratio = flash / previous (< 1: flash faster); MiB = stats + scratch bytes the model plans; "
+      "d_* = max |flash - previous| / max |previous|\n");
   if (worst_f > 0.0)
     std::printf("VERDICT: flash / previous time at T = 1024 (worst case): forward %.2f, backward %.2f\n", worst_f,
                 worst_b);

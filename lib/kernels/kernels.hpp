@@ -93,11 +93,12 @@ void matmul_backward(const ExecContext& ctx, A* dinp /*(N,C) or null*/, float* d
 // What forward keeps for backward (`stats`) and what backward needs as scratch are the backend's choice (docs/cuda.md:
 // activation and workspace sizes come from the backend); the model plans them once with the two size queries
 // for the same shape and storage type, per layer for stats and one scratch shared by all layers:
-//   CPU   stats   = the softmax probabilities (B,NH,T,T) as A, exactly 0 above the diagonal -> B*NH*T*T*sizeof(A)
-//         scratch = dprobabilities (B,NH,T,T) as float (fp32 row sums in backward)       -> B*NH*T*T*4
-//   CUDA  stats   = the log-sum-exp L (B,NH,T) of each row's scaled scores, float (flash attention: the T x T matrix
-//                   is never stored; backward recomputes P = exp(q k^T scale - L) tile by tile)  -> B*NH*T*4
+//   CPU and CUDA alike (flash attention: the T x T matrix is never stored; backward recomputes
+//   P = exp(q k^T scale - L) tile by tile):
+//         stats   = the log-sum-exp L (B,NH,T) of each row's scaled scores, float, whatever A   -> B*NH*T*4
 //         scratch = D (B,NH,T) = rowsum(dout * out) per head, float                           -> B*NH*T*4
+//   The CPU's tile buffers (a few score tiles per thread, and for bf16 storage the head's operands widened to
+//   fp32) are its own, grown on the first call and kept (cpu_attention.cpp).
 // A buffer of at least that many bytes, 16-byte aligned, on ctx.device; stats must survive from forward to backward;
 // the scratch contents on entry and on return are unspecified. A smaller micro-batch b <= B may use the buffers
 // planned for B. act: the storage type A of the calls (DType::F32, DType::BF16 or, on CUDA, DType::F16).
@@ -106,7 +107,7 @@ int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int
 template <typename A>
 void attention_forward(const ExecContext& ctx, A* out /*(B,T,C)*/, void* stats /*(stats_floats)*/,
                        const A* qkv /*(B,T,3C)*/, int B, int T, int C, int NH);
-// dqkv assigned. out is the forward's output for this qkv (the CUDA backend's D needs it; the CPU does not read it).
+// dqkv assigned. out is the forward's output for this qkv (both backends compute D = rowsum(dout * out) from it).
 template <typename A>
 void attention_backward(const ExecContext& ctx, A* dqkv /*(B,T,3C)*/, void* scratch /*(scratch_floats)*/,
                         const A* dout /*(B,T,C)*/, const A* qkv /*(B,T,3C)*/, const A* out /*(B,T,C)*/,

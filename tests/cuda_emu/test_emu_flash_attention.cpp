@@ -8,7 +8,7 @@
 //
 // Tolerances: test_cuda_gpt.cpp's kFlash* (out and dqkv: 1e-5 relative, atol 1e-5 of the tensor's largest |value|)
 // and kLse* (L against a double reference: 1e-6 / 1e-6), explained there: the same function computed another way
-// (online softmax tile by tile and recomputed probabilities vs the CPU's normalised probabilities and GEMMs), each a
+// (the CPU's flash attention has other tiles and sums with OpenBLAS GEMMs, so its sums run in other orders), each a
 // sum of at most T fp32 products with expf vs exp_simd, a few 1e-7 at these T; a wrong index, mask or rescale is an
 // O(1) error.
 //
@@ -17,8 +17,8 @@
 // float as they are loaded and every output rounded once when stored, the rest is the float kernels' arithmetic. So the
 // bf16 kernels must equal the float kernels run on the widened inputs, with each output rounded once: bitwise, out, L
 // and dqkv (the backward's float twin reads the bf16 forward's out, widened: the same D). Against the CPU backend's
-// bf16 attention the difference is larger than an ulp: the CPU stores the probabilities as bf16 (its stats,
-// kernels.hpp) and multiplies the rounded ones, the flash kernels keep them in float; each rounded probability is off
+// bf16 attention the difference is larger than an ulp: the CPU rounds the unnormalised probabilities (and dS) to bf16
+// before their products (cpu_attention.cpp), these kernels keep them in float; each rounded probability is off
 // by up to 2^-9 of itself, so an output (a convex combination of v, or of dout . v terms in the backward) moves by up
 // to 2^-9 of the largest |v| from that alone, and by one more ulp from the final rounding on each side: rtol and
 // atol_rel of 2 bf16 ulps (2 kBf16Ulp) there, against the tensor's scale as above. A wrong index, mask or rescale is an
@@ -132,7 +132,9 @@ TEST(EmuFlashAttention, MatchesCpuBackendAndIsRaceFree) {
         {emu_output("out", e_out), emu_output("L", e_lse), emu_output("dqkv", e_dqkv),
          emu_output("scratch", e_scratch)}));
     EXPECT_TRUE(all_close("out", e_out, out, kFlashRtol, kFlashAtolRel));
-    EXPECT_TRUE(all_close("L", e_lse, test::attention_log_sum_exp_rows(qkv, B, T, C, NH), kLseRtol, kLseAtolRel));
+    const auto lse_want = test::attention_log_sum_exp_rows(qkv, B, T, C, NH);
+    EXPECT_TRUE(all_close("L", e_lse, lse_want, kLseRtol, kLseAtolRel));
+    EXPECT_TRUE(all_close("CPU L", att, lse_want, kLseRtol, kLseAtolRel));  // the CPU's stats are its L
     EXPECT_TRUE(all_close("dqkv", e_dqkv, dqkv, kFlashRtol, kFlashAtolRel));
     // dq, dk, dv separately (a swapped pair would pass the combined check only by accident; this names the part),
     // judged against the scale of the whole dqkv as above: at T = 1 dk is exactly 0 in exact arithmetic (one
@@ -256,8 +258,8 @@ TEST(EmuFlashAttention, Bf16MatchesCpuBackend) {
 //       (kLse*). On a GPU the tensor cores' own accumulation order adds a few fp32 ulps per product tile, which the
 //       same one S ulp covers: what test_cuda_gpt.cpp's bf16 tests rely on there. A wrong fragment, mask, tile bound or
 //       rescale is an O(1) error.
-//   (2) against the CPU backend: bf16 against its bf16 attention (which stores the normalised probabilities as bf16
-//       and multiplies those, where the kernels round the unnormalised p and dS), f16 against the float CPU backend
+//   (2) against the CPU backend: bf16 against its bf16 attention (which rounds the unnormalised p and dS as the
+//       kernels do, in other tiles and summation orders), f16 against the float CPU backend
 //       on the same fp16-rounded inputs; tolerances with the reasoning at kTcCpu* below.
 // Shapes: HS 16, 32, 64, 80, 128 (80: the odd number of 16-column steps and the dK/dV kernel's 32-row query tiles; 128:
 // the largest, above 48 KiB of shared memory for the backward); T 1 and 5 (inside one tile), 64 (a whole tile), 70
@@ -452,8 +454,9 @@ std::vector<bf16> as_bf16(const std::vector<S>& v) {  // the same 16 bits as the
 template <typename S>
 constexpr double kUlp = std::is_same_v<S, __half> ? 1.0 / 1024.0 : 1.0 / 128.0;
 
-// Against the CPU backend. bf16: the CPU rounds the normalised probabilities P to bf16 and multiplies those (out = P V,
-// dV = P^T dO), the kernels round the unnormalised p (and dS) once each: up to 2^-9 of each term on each side, so an
+// Against the CPU backend. bf16: the CPU and the kernels both round the unnormalised p (out = P V, dV = P^T dO) and dS
+// once each, but from scores summed in other orders, so a p can round the other way: up to 2^-9 of each term on each
+// side, so an
 // output (a combination of v or dout terms weighted by P) moves by up to 2 * 2^-9 of the largest term it sums, plus
 // half an ulp from each side's final rounding; in the backward dS = P (dP - D) carries either side's rounded P into dq
 // and dk with the same relative size. Two ulps (2^-6) of the value and of the tensor's largest |value| bound that, as

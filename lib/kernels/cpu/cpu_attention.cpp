@@ -1,77 +1,82 @@
-// CPU backend: causal multi-head self-attention with GEMMs per (batch, head).
+// CPU backend: causal multi-head self-attention, flash style (the T x T matrices are never stored).
 // Legend: B batch, T time, C channels, NH heads, HS = C/NH head size; qkv rows hold [q | k | v], each (NH, HS).
-// kernels.hpp's `stats` is att here, the softmax probabilities (B,NH,T,T) as A; its `scratch` is datt (B,NH,T,T),
-// float.
+// kernels.hpp's `stats` is L (B,NH,T) float, the log-sum-exp of each row's scaled scores; its `scratch` is
+// D (B,NH,T) float = rowsum(dout * out). The same two buffers as the CUDA flash kernels (cuda_flash_attention.cuh),
+// with the same meaning, so that a model plans the same attention memory on both backends.
 //
 // One task per (b, h), an `omp parallel for` over the B*NH tasks; inside it cblas_sgemm runs single-threaded
-// (OpenBLAS's OpenMP build checks omp_in_parallel()), so the threads are used once, without oversubscription.
-// q, k, v are read in place through the GEMM leading dimension (row stride 3C): no packing copy.
+// (OpenBLAS's OpenMP build checks omp_in_parallel()), so the threads are used once, without oversubscription. A task
+// walks its head in tiles of query rows x keys (64 x 256 forward, 64 x 64 backward); the tiles of scores S and of dP
+// live in per-thread buffers (L2-resident: 64 KiB forward, 2 x 16 KiB backward), so no pass over memory is T x T.
+//   forward, per query tile [r0, r1), key tiles c0 = 0, kFwdCols, .. below r1 (tiles above the diagonal are skipped,
+//   the last one is cut at r1):
+//     S = scale q[r0:r1] k[c0:c1]^T                                     (cblas_sgemm, alpha = scale)
+//     online softmax per row t: m' = max(m, max_j S[t, j]), p = exp(S - m') for the keys j <= t (0 beyond),
+//       l = l exp(m - m') + sum p, o = o exp(m - m')
+//     o += p v[c0:c1]                                                   (cblas_sgemm, beta = 1)
+//   then out = o / l and L = m + log l.
+//   backward, per key tile [c0, c1), query tiles from the one holding row c0 to T (all rows t < c0 are masked):
+//     D = rowsum(dout * out) per row, first, for the whole head
+//     P = exp(scale q k^T - L)  (0 above the diagonal),  dP = dout v^T
+//     dV[c0:c1] += P^T dout,  dS = P (dP - D),  dK[c0:c1] += scale dS^T q,  dQ[r0:r1] += scale dS k
+//   dV and dK of a key tile are complete after its query tiles; dQ of a query tile accumulates over the key tiles in
+//   ascending order, starting (beta = 0) with key tile 0, which every row sees. Every element of dqkv is assigned
+//   (activation gradient), and every sum runs in an order fixed by the shapes alone: bitwise reproducible, whatever
+//   the number of threads.
+// Recomputing S in backward costs one more T x T x HS product than keeping the probabilities (five instead of four in
+// backward), against the 2 T x T x (4 + sizeof A) bytes per head the probabilities and their gradient took in memory:
+// validation/results/bench_attention_cpu.md has the timings against the previous kernel, which kept them.
 //
-// Causality is exploited by blocks of kBlock query rows: the row block [r0, r1) only needs the keys [0, r1),
-// so the GEMMs do ~(1/2 + kBlock/2T) of the T x T work (62% at T = 256) instead of all of it.
-//   forward   preatt[r0:r1, 0:r1] = scale q[r0:r1] k[0:r1]^T          (T x T x HS, by row blocks)
-//             att = softmax over the causal prefix, 0 above the diagonal (kept for backward)
-//             out[r0:r1] = att[r0:r1, 0:r1] v[0:r1]
-//   backward  datt[r0:r1, 0:r1] = dout[r0:r1] v[0:r1]^T
-//             dpreatt = scale att (datt - rowsum(att datt))           (in place in datt; 0 above the diagonal)
-//             dq[r0:r1] = dpreatt[r0:r1, 0:r1] k[0:r1]
-//             dv[c0:c1] = att[c0:T, c0:c1]^T dout[c0:T]              (rows t < c0 are 0 in those columns)
-//             dk[c0:c1] = dpreatt[c0:T, c0:c1]^T q[c0:T]
-// Every element of dqkv is written once with beta = 0 (activation gradient: assigned).
+// fp32 storage (A = float): q, k, v, dout are read in place through the GEMM leading dimension (row stride 3C or C),
+// out and dqkv written in place: no copies.
+// bf16 storage (A = bf16): the head's q, k, v (and out, dout in backward) are widened into per-thread fp32 buffers
+// (O(T HS) floats, grown on first use and kept) and the fp32 algorithm above runs on them, with the roundings of the
+// CUDA flash kernels (cuda_flash_attention_tc.cuh), which a bf16 GEMM engine makes too:
+//   - the probabilities P are rounded to bf16 before they multiply v (forward) and dout (dV); the row sum l is summed
+//     from the unrounded p;
+//   - dS = P (dP - D), from the unrounded P, is rounded to bf16 before it multiplies k (dQ) and q (dK); the softmax
+//     scale is applied to the fp32 products (GEMM alpha), as the CUDA kernels apply it when they store dQ and dK;
+//   - the scores, m, l, L, D, dP and every accumulation are fp32; out and dqkv are rounded once when stored.
+// bf16 attention does not go through oneDNN's bf16 matmul (the Linear layers do where the CPU has bf16 instructions):
+// its products are small tiles fused with the softmax, for which the fp32 GEMMs on widened operands are used everywhere.
 //
-// bf16 storage (A = bf16): the products multiply bf16 operands with fp32 accumulation, which takes two roundings of
-// intermediates that a bf16 GEMM engine makes too (the CUDA flash kernels as well): the probabilities are rounded to
-// bf16 (they are stored as bf16 for backward) before they multiply v, and dpreatt is rounded to bf16 before it
-// multiplies k and q. The scores, the softmax statistics and row sums stay fp32; out and dqkv are rounded once.
-// Two ways to run it, the same arithmetic up to the order of the fp32 sums:
-//   - native bf16 GEMMs (dnnl_gemm::bf16_native(), called outside any OpenMP region): batched oneDNN matmuls over
-//     chunks of whole sequences (all their heads at once), full T x T (the causal blocks are not worth their extra
-//     calls at AMX speed; att is exactly 0 above the diagonal, so the full products are the causal ones). oneDNN 2.6's
-//     fast kernels want dense operands (cpu_matmul_dnnl.cpp), so each chunk's q, k, v (and dout) heads are first
-//     copied into dense (nb, NH, T, HS) bf16 buffers; out is written in place, dq, dk, dv go through a (3, nb, T, C)
-//     buffer and are interleaved into dqkv's rows. A chunk holds kChunkBytes of fp32 scores (one sequence at the GPT
-//     bench shape, or more sequences when they are smaller): the scores, softmax and dpreatt then stay in the core's
-//     L2 cache between the products (measured: 1.5x faster attention than with all of B at once). The scores and the
-//     copies live in buffers of this file, grown on the first call and kept (DESIGN invariant 7: nothing allocates
-//     after the first step); the backward's datt uses the scratch (fp32), its bf16 dpreatt those buffers.
-//   - otherwise the per-head algorithm above on fp32 copies of the head's operands, widened into per-thread buffers,
-//     rounding the probabilities and dpreatt to bf16 values in place.
+// The row loops (softmax, dS) are HPCT_WIDE_SIMD: their sums (l, D) take the 512-bit lanes' order where the CPU has
+// AVX-512, the same order on every call of a given build and machine.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <limits>
-#include <mutex>
 #include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/cpu_math.hpp"
-#include "kernels/cpu/cpu_matmul_dnnl.hpp"
-#include "kernels/cpu/cpu_profile.hpp"
 
 namespace hpct::kernels::cpu {
 namespace {
 
-// Query rows (and key columns) per causal block. 64 keeps the per-call GEMMs (64 x r1 x HS) efficient in
-// OpenBLAS while skipping 3/8 of the work at T = 256; measured against 32 and 128 on the GPT shape.
-constexpr int kBlock = 64;
+// Tiles of query rows x keys, measured on the GPT-2 shape (T = 1024, HS = 64, one thread; 32 .. 256 on either side,
+// validation/results/bench_attention_cpu.md). Forward: 64 x 256. Wide key tiles mean fewer, larger products and fewer
+// online-softmax rescalings; 64 query rows keep the work wasted on the diagonal (key tiles are cut at the query tile's
+// last row, and masked within it) small. Backward: 64 x 64, where wider tiles measured no faster (each pair of tiles
+// has five products and two tiles to keep in cache).
+constexpr int kFwdRows = 64, kFwdCols = 256;
+constexpr int kBwdRows = 64, kBwdCols = 64;
 
 void check_shape(const char* op, int B, int T, int C, int NH) {
   HPCT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0, "{}: bad shape B={} T={} C={} NH={}", op, B, T, C, NH);
   HPCT_CHECK(C % NH == 0, "{}: C={} is not a multiple of NH={}", op, C, NH);
 }
 
-int64_t bytes_of(DType act) {
+void check_act(DType act) {
   HPCT_CHECK(act == DType::F32 || act == DType::BF16, "attention buffers: activations must be F32 or BF16");
-  return act == DType::F32 ? 4 : 2;
 }
 
-// Per-thread fp32 buffers of the bf16 path (one head's operands), grown on first use and kept: the steady step
-// allocates nothing (DESIGN invariant 7). At most 8 T HS + T T floats per thread.
+// Per-thread fp32 buffers, grown on first use and kept: the steady step allocates nothing (DESIGN invariant 7).
+// Tiles: at most kFwdRows (kFwdCols + HS + 2) floats; bf16 storage adds the widened head, at most 8 T HS floats.
 float* thread_buffer(int64_t n) {
   thread_local std::vector<float> buf;
   if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
@@ -79,390 +84,243 @@ float* thread_buffer(int64_t n) {
 }
 
 // x (T, HS) with row stride ld -> dst (T, HS) contiguous, fp32
-void widen_rows(float* dst, const bf16* x, int T, int HS, int64_t ld) {
+HPCT_WIDE_SIMD void widen_rows(float* dst, const bf16* x, int T, int HS, int64_t ld) {
   for (int t = 0; t < T; t++) {
     const bf16* row = x + t * ld;
+    float* d = dst + static_cast<int64_t>(t) * HS;
 #pragma omp simd
-    for (int d = 0; d < HS; d++) dst[static_cast<int64_t>(t) * HS + d] = to_f32(row[d]);
+    for (int j = 0; j < HS; j++) d[j] = to_f32(row[j]);
   }
 }
 // src (T, HS) contiguous fp32 -> x (T, HS) with row stride ld, rounded once
-void narrow_rows(bf16* x, const float* src, int T, int HS, int64_t ld) {
+HPCT_WIDE_SIMD void narrow_rows(bf16* x, const float* src, int T, int HS, int64_t ld) {
   for (int t = 0; t < T; t++) {
     bf16* row = x + t * ld;
+    const float* s = src + static_cast<int64_t>(t) * HS;
 #pragma omp simd
-    for (int d = 0; d < HS; d++) row[d] = to_bf16(src[static_cast<int64_t>(t) * HS + d]);
+    for (int j = 0; j < HS; j++) row[j] = to_bf16(s[j]);
   }
 }
 
-// One head's forward in fp32. q, k, v (T, HS) with row stride ldq; a (T, T) receives the probabilities (0 above the
-// diagonal); o (T, HS) with row stride ldo. round_p: round the probabilities to bf16 values before they multiply v.
-void head_forward(float* o, int64_t ldo, float* a, const float* q, const float* k, const float* v, int64_t ldq, int T,
-                  int HS, float scale, bool round_p) {
-  for (int r0 = 0; r0 < T; r0 += kBlock) {
-    const int r1 = std::min(T, r0 + kBlock), rows = r1 - r0;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, scale, q + r0 * ldq, static_cast<int>(ldq), k,
-                static_cast<int>(ldq), 0.0f, a + static_cast<int64_t>(r0) * T, T);
-    // causal softmax of each row over its prefix [0, t]; zero the rest of the row
-    for (int t = r0; t < r1; t++) {
-      float* row = a + static_cast<int64_t>(t) * T;
-      float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-      for (int j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int j = 0; j <= t; j++) {
-        row[j] = exp_simd(row[j] - m);
-        s += row[j];
-      }
-      const float inv = 1.0f / s;
-      if (round_p) {
-#pragma omp simd
-        for (int j = 0; j <= t; j++) row[j] = round_to<bf16>(row[j] * inv);
-      } else {
-#pragma omp simd
-        for (int j = 0; j <= t; j++) row[j] *= inv;
-      }
-      std::fill(row + t + 1, row + T, 0.0f);
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, r1, 1.0f, a + static_cast<int64_t>(r0) * T, T, v,
-                static_cast<int>(ldq), 0.0f, o + r0 * ldo, static_cast<int>(ldo));
-  }
-}
+// Keys of the tile starting at c0 (cols of them) that query t sees: j <= t, i.e. the first clamp(t - c0 + 1) ones.
+inline int visible_keys(int t, int c0, int cols) { return std::clamp(t - c0 + 1, 0, cols); }
 
-// One head's backward in fp32. q, k, v (T, HS) and dq, dk, dv with row stride ldq; d_o (T, HS) with row stride ldo;
-// a (T, T) the probabilities; da (T, T) scratch, ends as dpreatt. round_ds: round dpreatt to bf16 values before it
-// multiplies k and q.
-void head_backward(float* dq, float* dk, float* dv, int64_t lddq, float* da, const float* a, const float* d_o,
-                   int64_t ldo, const float* q, const float* k, const float* v, int64_t ldq, int T, int HS, float scale,
-                   bool round_ds) {
-  // by query row blocks: datt, softmax backward, dq
-  for (int r0 = 0; r0 < T; r0 += kBlock) {
-    const int r1 = std::min(T, r0 + kBlock), rows = r1 - r0;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, 1.0f, d_o + r0 * ldo, static_cast<int>(ldo), v,
-                static_cast<int>(ldq), 0.0f, da + static_cast<int64_t>(r0) * T, T);
-    for (int t = r0; t < r1; t++) {
-      const float* arow = a + static_cast<int64_t>(t) * T;
-      float* drow = da + static_cast<int64_t>(t) * T;
-      // att is exactly 0 above the diagonal, so running over [0, r1) instead of [0, t] changes no sum and
-      // writes the zeros of dpreatt above the diagonal that the dk GEMM below reads
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int j = 0; j < r1; j++) s += arow[j] * drow[j];
-      if (round_ds) {
-#pragma omp simd
-        for (int j = 0; j < r1; j++) drow[j] = round_to<bf16>(scale * arow[j] * (drow[j] - s));
-      } else {
-#pragma omp simd
-        for (int j = 0; j < r1; j++) drow[j] = scale * arow[j] * (drow[j] - s);
-      }
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, r1, 1.0f, da + static_cast<int64_t>(r0) * T, T, k,
-                static_cast<int>(ldq), 0.0f, dq + r0 * lddq, static_cast<int>(lddq));
-  }
-  // by key column blocks: dv and dk see only the query rows t >= c0 (the same block grid, so every
-  // dpreatt[t, c0:c1) read here was written by the row-block loop above)
-  for (int c0 = 0; c0 < T; c0 += kBlock) {
-    const int c1 = std::min(T, c0 + kBlock), cols = c1 - c0;
-    const int64_t diag = static_cast<int64_t>(c0) * T + c0;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, HS, T - c0, 1.0f, a + diag, T, d_o + c0 * ldo,
-                static_cast<int>(ldo), 0.0f, dv + c0 * lddq, static_cast<int>(lddq));
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, HS, T - c0, 1.0f, da + diag, T, q + c0 * ldq,
-                static_cast<int>(ldq), 0.0f, dk + c0 * lddq, static_cast<int>(lddq));
-  }
-}
-
-// ---- bf16 through oneDNN -----------------------------------------------------------------------------------------
-constexpr int64_t kChunkBytes = int64_t{1} << 20;  // fp32 scores of one chunk: 1 MiB
-
-// The buffers of the oneDNN path (see the top of the file): grown, never shrunk; one host thread at a time.
-struct DnnlBuffers {
-  std::mutex mu;
-  std::vector<bf16> q, k, v, d_o;  // dense (nb, NH, T, HS) copies
-  std::vector<bf16> ds;            // dpreatt (nb, NH, T, T)
-  std::vector<bf16> dqkv;          // (3, nb, T, C): dq, dk, dv before they are interleaved into dqkv
-  std::vector<float> scores;       // (nb, NH, T, T)
+// One head, viewed in fp32: every operand (T, HS) with its row stride.
+struct Head {
+  const float *q, *k, *v;
+  int64_t ldq;  // q, k, v
+  int T, HS;
+  float scale;
+  bool round;  // bf16 storage: round P and dS to bf16 values before their products (file header)
 };
-DnnlBuffers& dnnl_buffers() {
-  static DnnlBuffers b;
-  return b;
-}
-template <typename T>
-T* grown(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
 
-// Sequences per chunk: as many as keep the chunk's fp32 scores within kChunkBytes, at least one.
-int chunk_sequences(int B, int T, int NH) {
-  const int64_t per_sequence = int64_t{NH} * T * T * 4;
-  return static_cast<int>(std::clamp<int64_t>(kChunkBytes / per_sequence, 1, B));
-}
-
-// Dense copies of the heads of nb sequences, for each of the n (dst, src, ld): dst[(b, h, t, :)] =
-// src[b T ld + t ld + h HS + :], i.e. src rows of ld elements holding the NH heads side by side from column 0.
-// One parallel region for all of them.
-struct HeadCopy {
-  bf16* dst;
-  const bf16* src;
-  int64_t ld;
-};
-void gather_heads(std::initializer_list<HeadCopy> copies, int nb, int T, int NH, int HS) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < nb; b++)
-    for (int t = 0; t < T; t++)
-      for (const HeadCopy& c : copies) {
-        const bf16* row = c.src + (static_cast<int64_t>(b) * T + t) * c.ld;
-        for (int h = 0; h < NH; h++)
-          std::copy_n(row + h * HS, HS, c.dst + ((static_cast<int64_t>(b) * NH + h) * T + t) * HS);
-      }
-}
-
-// A (batch0 = nb, batch1 = NH) operand: dense (nb, NH, rows, cols) rows x cols matrices, read as is or transposed.
-dnnl_gemm::Operand dense(int NH, int rows, int cols, bool transposed, bool is_bf16 = true) {
-  const int64_t m = static_cast<int64_t>(rows) * cols;
-  return transposed ? dnnl_gemm::Operand{is_bf16, NH * m, m, 1, cols} : dnnl_gemm::Operand{is_bf16, NH * m, m, cols, 1};
-}
-// The (T, HS) head h of sequence b inside a (B, T, ld) activation whose heads sit side by side from column 0.
-dnnl_gemm::Operand strided_heads(int T, int HS, int64_t ld) { return {true, T * ld, HS, ld, 1}; }
-
-dnnl_gemm::Product batched(int nb, int NH, int M, int N, int K) {
-  dnnl_gemm::Product p;
-  p.batch0 = nb;
-  p.batch1 = NH;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  return p;
-}
-
-HPCT_WIDE_SIMD void forward_bf16_dnnl(bf16* out, bf16* att, const bf16* qkv, int B, int T, int C, int NH) {
-  const int HS = C / NH;
-  const int64_t C3 = 3 * int64_t{C}, TT = static_cast<int64_t>(T) * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int nbmax = chunk_sequences(B, T, NH);
-  DnnlBuffers& buf = dnnl_buffers();
-  const std::lock_guard<std::mutex> lock(buf.mu);
-  const int64_t heads = int64_t{nbmax} * NH;
-  bf16* q = grown(buf.q, heads * T * HS);
-  bf16* k = grown(buf.k, heads * T * HS);
-  bf16* v = grown(buf.v, heads * T * HS);
-  float* scores = grown(buf.scores, heads * TT);
-  for (int b0 = 0; b0 < B; b0 += nbmax) {
-    const int nb = std::min(nbmax, B - b0);
-    const bf16* src = qkv + static_cast<int64_t>(b0) * T * C3;
-    {
-      const ProfileScope ps("attention_forward/gather");
-      gather_heads({{q, src, C3}, {k, src + C, C3}, {v, src + 2 * C, C3}}, nb, T, NH, HS);
-    }
-    // scores (nb, NH, T, T) = scale q k^T, fp32
-    dnnl_gemm::Product s = batched(nb, NH, T, T, HS);
-    s.a = dense(NH, T, HS, false);
-    s.b = dense(NH, T, HS, true);  // k (T, HS) read as (HS, T)
-    s.c = dense(NH, T, T, false, false);
-    s.alpha = scale;
-    {
-      const ProfileScope ps("attention_forward/scores");
-      dnnl_gemm::run(s, q, k, scores);
-    }
-    // causal softmax of each row over its prefix [0, t], rounded once into att; 0 above the diagonal
-    bf16* a = att + static_cast<int64_t>(b0) * NH * TT;
-    {
-      const ProfileScope ps("attention_forward/softmax");
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < int64_t{nb} * NH * T; r++) {
-        const int t = static_cast<int>(r % T);
-        float* row = scores + r * T;  // exponentials in place (a buffer of ours), then normalised and rounded
-        bf16* p = a + r * T;
-        // head_forward's softmax, written again on purpose: here under HPCT_WIDE_SIMD, whose 512-bit reductions sum
-        // in another order than the fp32 path's (a shared helper would change the bits of one of them)
-        float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-        for (int j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
-        float sum = 0.0f;
+// Online softmax step of one score row s (cols of them, the first n visible): s becomes p = exp(s - m') (rounded to a
+// bf16 value if asked, 0 for the masked keys); m, l updated; returns the factor exp(m - m') for the row's output.
+HPCT_WIDE_SIMD float softmax_step(float* s, int n, int cols, float& m, float& l, bool round) {
+  if (n == 0) {  // no visible key in this tile: nothing changes
+    std::fill(s, s + cols, 0.0f);
+    return 1.0f;
+  }
+  float mx = m;
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+  const float corr = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - mx);
+  float sum = 0.0f;
+  if (round) {
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j <= t; j++) {
-          row[j] = exp_simd(row[j] - m);
-          sum += row[j];
+    for (int j = 0; j < n; j++) {
+      const float p = exp_simd(s[j] - mx);
+      sum += p;
+      s[j] = round_to<bf16>(p);
+    }
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+      s[j] = exp_simd(s[j] - mx);
+      sum += s[j];
+    }
+  }
+  std::fill(s + n, s + cols, 0.0f);
+  l = l * corr + sum;
+  m = mx;
+  return corr;
+}
+
+// Forward of one head: o (T, HS) with row stride ldo, L (T).
+HPCT_WIDE_SIMD void head_forward(float* o, int64_t ldo, float* L, const Head& h) {
+  const int T = h.T, HS = h.HS;
+  const int ldq = static_cast<int>(h.ldq);
+  float* s = thread_buffer(int64_t{kFwdRows} * kFwdCols + int64_t{kFwdRows} * HS +
+                           2 * kFwdRows);  // S / P (kFwdRows, kFwdCols)
+  float* acc = s + kFwdRows * kFwdCols;    // o (kFwdRows, HS)
+  float* m = acc + kFwdRows * HS;          // (kFwdRows)
+  float* l = m + kFwdRows;                 // (kFwdRows)
+  for (int r0 = 0; r0 < T; r0 += kFwdRows) {
+    const int r1 = std::min(T, r0 + kFwdRows), rows = r1 - r0;
+    std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
+    std::fill(l, l + rows, 0.0f);
+    for (int c0 = 0; c0 < r1; c0 += kFwdCols) {
+      const int cols = std::min(kFwdCols, r1 - c0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, HS, h.scale, h.q + r0 * h.ldq, ldq,
+                  h.k + c0 * h.ldq, ldq, 0.0f, s, kFwdCols);
+      for (int i = 0; i < rows; i++) {
+        const float corr = softmax_step(s + i * kFwdCols, visible_keys(r0 + i, c0, cols), cols, m[i], l[i], h.round);
+        if (c0 > 0 && corr != 1.0f) {
+          float* a = acc + i * HS;
+#pragma omp simd
+          for (int d = 0; d < HS; d++) a[d] *= corr;
         }
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int j = 0; j <= t; j++) p[j] = to_bf16(row[j] * inv);
-        std::fill(p + t + 1, p + T, bf16{0});
       }
+      // the first key tile assigns o (beta = 0): every row sees key 0
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, cols, 1.0f, s, kFwdCols, h.v + c0 * h.ldq, ldq,
+                  c0 == 0 ? 0.0f : 1.0f, acc, HS);
     }
-    // out (nb, T, C) head by head = P v
-    dnnl_gemm::Product o = batched(nb, NH, T, HS, T);
-    o.a = dense(NH, T, T, false);
-    o.b = dense(NH, T, HS, false);
-    o.c = strided_heads(T, HS, C);
-    const ProfileScope ps("attention_forward/pv");
-    dnnl_gemm::run(o, a, v, out + static_cast<int64_t>(b0) * T * C);
+    for (int i = 0; i < rows; i++) {
+      const float inv = 1.0f / l[i];
+      const float* a = acc + i * HS;
+      float* orow = o + (r0 + i) * ldo;
+#pragma omp simd
+      for (int d = 0; d < HS; d++) orow[d] = a[d] * inv;
+      L[r0 + i] = m[i] + std::log(l[i]);
+    }
   }
 }
 
-HPCT_WIDE_SIMD void backward_bf16_dnnl(bf16* dqkv, float* datt, const bf16* dout, const bf16* qkv, const bf16* att,
-                                       int B, int T, int C, int NH) {
-  const int HS = C / NH;
-  const int64_t C3 = 3 * int64_t{C}, TT = static_cast<int64_t>(T) * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int nbmax = chunk_sequences(B, T, NH);  // dpreatt of a chunk fits the scratch: nbmax <= B
-  DnnlBuffers& buf = dnnl_buffers();
-  const std::lock_guard<std::mutex> lock(buf.mu);
-  const int64_t heads = int64_t{nbmax} * NH;
-  bf16* q = grown(buf.q, heads * T * HS);
-  bf16* k = grown(buf.k, heads * T * HS);
-  bf16* v = grown(buf.v, heads * T * HS);
-  bf16* d_o = grown(buf.d_o, heads * T * HS);
-  bf16* ds = grown(buf.ds, heads * TT);
-  const int64_t part = int64_t{nbmax} * T * C;  // one of dq, dk, dv of a chunk
-  bf16* dparts = grown(buf.dqkv, 3 * part);
-  for (int b0 = 0; b0 < B; b0 += nbmax) {
-    const int nb = std::min(nbmax, B - b0);
-    const bf16* src = qkv + static_cast<int64_t>(b0) * T * C3;
-    {
-      const ProfileScope ps("attention_backward/gather");
-      gather_heads({{q, src, C3}, {k, src + C, C3}, {v, src + 2 * C, C3}, {d_o, dout + int64_t{b0} * T * C, C}}, nb, T,
-                   NH, HS);
-    }
-    const bf16* a = att + static_cast<int64_t>(b0) * NH * TT;  // (nb, NH, T, T)
-    // datt (nb, NH, T, T) = dout v^T, fp32, in the scratch
-    dnnl_gemm::Product dp = batched(nb, NH, T, T, HS);
-    dp.a = dense(NH, T, HS, false);
-    dp.b = dense(NH, T, HS, true);
-    dp.c = dense(NH, T, T, false, false);
-    {
-      const ProfileScope ps("attention_backward/datt");
-      dnnl_gemm::run(dp, d_o, v, datt);
-    }
-    // dpreatt = scale att (datt - rowsum(att datt)), rounded once to bf16; 0 above the diagonal (att is 0 there)
-    {
-      const ProfileScope ps("attention_backward/dpreatt");
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < int64_t{nb} * NH * T; r++) {
-        const bf16* arow = a + r * T;
-        const float* drow = datt + r * T;
-        bf16* srow = ds + r * T;
-        float sum = 0.0f;
+// Backward of one head: dq, dk, dv (T, HS) with row stride lddq, assigned; d_o and o (T, HS) with row stride ldo;
+// L (T) from the forward; D (T) receives rowsum(dout * out).
+HPCT_WIDE_SIMD void head_backward(float* dq, float* dk, float* dv, int64_t lddq, float* D, const float* d_o,
+                                  const float* o, int64_t ldo, const float* L, const Head& h) {
+  const int T = h.T, HS = h.HS;
+  const int ldq = static_cast<int>(h.ldq), ldd = static_cast<int>(lddq), ldout = static_cast<int>(ldo);
+  for (int t = 0; t < T; t++) {
+    const float *a = d_o + t * ldo, *b = o + t * ldo;
+    float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < T; j++) sum += to_f32(arow[j]) * drow[j];
+    for (int d = 0; d < HS; d++) sum += a[d] * b[d];
+    D[t] = sum;
+  }
+  float* s = thread_buffer(2 * int64_t{kBwdRows} * kBwdCols);  // S then P (kBwdRows, kBwdCols)
+  float* dp = s + kBwdRows * kBwdCols;                         // dP then dS (kBwdRows, kBwdCols)
+  for (int c0 = 0; c0 < T; c0 += kBwdCols) {
+    const int c1 = std::min(T, c0 + kBwdCols), cols = c1 - c0;
+    for (int r0 = c0 / kBwdRows * kBwdRows; r0 < T; r0 += kBwdRows) {
+      const int rows = std::min(kBwdRows, T - r0);
+      const bool first = r0 == c0 / kBwdRows * kBwdRows;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, HS, h.scale, h.q + r0 * h.ldq, ldq,
+                  h.k + c0 * h.ldq, ldq, 0.0f, s, kBwdCols);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, HS, 1.0f, d_o + r0 * ldo, ldout,
+                  h.v + c0 * h.ldq, ldq, 0.0f, dp, kBwdCols);
+      for (int i = 0; i < rows; i++) {
+        const int n = visible_keys(r0 + i, c0, cols);
+        float *srow = s + i * kBwdCols, *drow = dp + i * kBwdCols;
+        const float Lt = L[r0 + i], Dt = D[r0 + i];
+        if (h.round) {
 #pragma omp simd
-        for (int j = 0; j < T; j++) srow[j] = to_bf16(scale * to_f32(arow[j]) * (drow[j] - sum));
+          for (int j = 0; j < n; j++) {
+            const float p = exp_simd(srow[j] - Lt);
+            drow[j] = round_to<bf16>(p * (drow[j] - Dt));
+            srow[j] = round_to<bf16>(p);
+          }
+        } else {
+#pragma omp simd
+          for (int j = 0; j < n; j++) {
+            const float p = exp_simd(srow[j] - Lt);
+            drow[j] = p * (drow[j] - Dt);
+            srow[j] = p;
+          }
+        }
+        std::fill(srow + n, srow + cols, 0.0f);
+        std::fill(drow + n, drow + cols, 0.0f);
       }
+      const float beta = first ? 0.0f : 1.0f;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, HS, rows, 1.0f, s, kBwdCols, d_o + r0 * ldo, ldout,
+                  beta, dv + c0 * lddq, ldd);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, HS, rows, h.scale, dp, kBwdCols, h.q + r0 * h.ldq, ldq,
+                  beta, dk + c0 * lddq, ldd);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, cols, h.scale, dp, kBwdCols, h.k + c0 * h.ldq,
+                  ldq, c0 == 0 ? 0.0f : 1.0f, dq + r0 * lddq, ldd);
     }
-    // dq = dpreatt k, dk = dpreatt^T q, dv = att^T dout, each (nb, T, C) head by head: rows of exactly C elements,
-    // which oneDNN's fast kernels write (rows of dqkv, 3C, they do not)
-    dnnl_gemm::Product pq = batched(nb, NH, T, HS, T);
-    pq.a = dense(NH, T, T, false);
-    pq.b = dense(NH, T, HS, false);
-    pq.c = strided_heads(T, HS, C);
-    dnnl_gemm::Product pk = pq;
-    pk.a = dense(NH, T, T, true);
-    {
-      const ProfileScope ps("attention_backward/dqkv");
-      dnnl_gemm::run(pq, ds, k, dparts);
-      dnnl_gemm::run(pk, ds, q, dparts + part);
-      dnnl_gemm::run(pk, a, d_o, dparts + 2 * part);
-    }
-    // interleave: dqkv row n = [dq row n | dk row n | dv row n]
-    bf16* dst = dqkv + static_cast<int64_t>(b0) * T * C3;
-    const ProfileScope ps("attention_backward/interleave");
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < int64_t{nb} * T; n++)
-      for (int j = 0; j < 3; j++) std::copy_n(dparts + j * part + n * C, C, dst + n * C3 + j * C);
   }
 }
-
-bool attention_through_dnnl() { return dnnl_gemm::bf16_native() && !omp_in_parallel(); }
 
 }  // namespace
 
-// The probabilities (as A) and their gradient (float), T x T per (batch, head): kernels.hpp's stats and scratch.
+// L and D, one float per (batch, head, row): kernels.hpp's stats and scratch. The tiles are buffers of this file.
 int64_t attention_stats_bytes(int B, int T, int C, int NH, DType act) {
   check_shape("attention_stats_bytes", B, T, C, NH);
-  return static_cast<int64_t>(B) * NH * T * T * bytes_of(act);
+  check_act(act);
+  return static_cast<int64_t>(B) * NH * T * 4;
 }
 int64_t attention_scratch_bytes(int B, int T, int C, int NH, DType act) {
   check_shape("attention_scratch_bytes", B, T, C, NH);
-  bytes_of(act);
-  return static_cast<int64_t>(B) * NH * T * T * 4;
+  check_act(act);
+  return static_cast<int64_t>(B) * NH * T * 4;
 }
 
 template <typename A>
 void attention_forward(A* out, void* stats, const A* qkv, int B, int T, int C, int NH) {
   check_shape("attention_forward", B, T, C, NH);
   const int HS = C / NH;
-  const int64_t C3 = 3 * int64_t{C}, TT = static_cast<int64_t>(T) * T;
+  const int64_t C3 = 3 * int64_t{C};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  A* att = static_cast<A*>(stats);
-  if constexpr (std::is_same_v<A, bf16>) {
-    if (attention_through_dnnl()) {
-      forward_bf16_dnnl(out, att, qkv, B, T, C, NH);
-      return;
-    }
-  }
+  float* lse = static_cast<float*>(stats);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
-    const A* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T, HS), row stride 3C
+    const A* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T, HS), row stride 3C; k, v at + C, + 2C
     A* o = out + static_cast<int64_t>(b) * T * C + h * HS;         // (T, HS), row stride C
-    A* a = att + bh * TT;                                          // (T, T)
+    float* L = lse + static_cast<int64_t>(bh) * T;                 // (T)
     if constexpr (std::is_same_v<A, float>) {
-      head_forward(o, C, a, q, q + C, q + 2 * C, C3, T, HS, scale, false);
+      head_forward(o, C, L, Head{q, q + C, q + 2 * C, C3, T, HS, scale, false});
     } else {
-      const int64_t ths = static_cast<int64_t>(T) * HS;
-      float* qf = thread_buffer(4 * ths + TT);  // [q | k | v | o] (T, HS) each, then the probabilities (T, T)
-      float *kf = qf + ths, *vf = kf + ths, *of = vf + ths, *af = of + ths;
+      // [q | k | v | o] (T, HS) each, after the tiles of head_forward in the same thread buffer
+      const int64_t ths = static_cast<int64_t>(T) * HS,
+                    tiles = int64_t{kFwdRows} * kFwdCols + int64_t{kFwdRows} * HS + 2 * kFwdRows;
+      float* qf = thread_buffer(tiles + 4 * ths) + tiles;
+      float *kf = qf + ths, *vf = kf + ths, *of = vf + ths;
       widen_rows(qf, q, T, HS, C3);
       widen_rows(kf, q + C, T, HS, C3);
       widen_rows(vf, q + 2 * C, T, HS, C3);
-      head_forward(of, HS, af, qf, kf, vf, HS, T, HS, scale, true);
+      head_forward(of, HS, L, Head{qf, kf, vf, HS, T, HS, scale, true});
       narrow_rows(o, of, T, HS, C);
-#pragma omp simd
-      for (int64_t i = 0; i < TT; i++) a[i] = to_bf16(af[i]);  // exact: af holds bf16 values
     }
   }
 }
 
 template <typename A>
-void attention_backward(A* dqkv, void* scratch, const A* dout, const A* qkv, const A* /*out*/, const void* stats, int B,
+void attention_backward(A* dqkv, void* scratch, const A* dout, const A* qkv, const A* out, const void* stats, int B,
                         int T, int C, int NH) {
   check_shape("attention_backward", B, T, C, NH);
+  HPCT_CHECK(out != nullptr, "attention_backward: the CPU backend needs the forward's out (D = rowsum(dout * out))");
   const int HS = C / NH;
-  const int64_t C3 = 3 * int64_t{C}, TT = static_cast<int64_t>(T) * T;
+  const int64_t C3 = 3 * int64_t{C};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const A* att = static_cast<const A*>(stats);
-  float* datt = static_cast<float*>(scratch);
-  if constexpr (std::is_same_v<A, bf16>) {
-    if (attention_through_dnnl()) {
-      backward_bf16_dnnl(dqkv, datt, dout, qkv, att, B, T, C, NH);
-      return;
-    }
-  }
+  const float* lse = static_cast<const float*>(stats);
+  float* dsum = static_cast<float*>(scratch);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
-    const int64_t qkv_off = static_cast<int64_t>(b) * T * C3 + h * HS;
-    const A* q = qkv + qkv_off;                                      // (T, HS), row stride 3C; k, v follow at + C, + 2C
-    A* dq = dqkv + qkv_off;                                          // (T, HS), row stride 3C; dk, dv likewise
-    const A* a = att + bh * TT;                                      // (T, T)
-    float* da = datt + bh * TT;                                      // (T, T) scratch, ends as dpreatt
-    const A* d_o = dout + static_cast<int64_t>(b) * T * C + h * HS;  // (T, HS), row stride C
+    const int64_t qkv_off = static_cast<int64_t>(b) * T * C3 + h * HS, o_off = static_cast<int64_t>(b) * T * C + h * HS;
+    const A* q = qkv + qkv_off;                           // (T, HS), row stride 3C; k, v follow at + C, + 2C
+    A* dq = dqkv + qkv_off;                               // (T, HS), row stride 3C; dk, dv likewise
+    const A* d_o = dout + o_off;                          // (T, HS), row stride C
+    const A* o = out + o_off;                             // (T, HS), row stride C
+    const float* L = lse + static_cast<int64_t>(bh) * T;  // (T)
+    float* D = dsum + static_cast<int64_t>(bh) * T;       // (T)
     if constexpr (std::is_same_v<A, float>) {
-      head_backward(dq, dq + C, dq + 2 * C, C3, da, a, d_o, C, q, q + C, q + 2 * C, C3, T, HS, scale, false);
+      head_backward(dq, dq + C, dq + 2 * C, C3, D, d_o, o, C, L, Head{q, q + C, q + 2 * C, C3, T, HS, scale, false});
     } else {
-      const int64_t ths = static_cast<int64_t>(T) * HS;
-      // [q | k | v | dout | dq | dk | dv] (T, HS) each, then the probabilities (T, T)
-      float* qf = thread_buffer(7 * ths + TT);
-      float *kf = qf + ths, *vf = kf + ths, *dof = vf + ths, *dqf = dof + ths, *dkf = dqf + ths, *dvf = dkf + ths;
-      float* af = dvf + ths;
+      // [q | k | v | dout | out | dq | dk | dv] (T, HS) each, after the tiles of head_backward in the thread buffer
+      const int64_t ths = static_cast<int64_t>(T) * HS, tiles = 2 * int64_t{kBwdRows} * kBwdCols;
+      float* qf = thread_buffer(tiles + 8 * ths) + tiles;
+      float *kf = qf + ths, *vf = kf + ths, *dof = vf + ths, *of = dof + ths, *dqf = of + ths, *dkf = dqf + ths,
+            *dvf = dkf + ths;
       widen_rows(qf, q, T, HS, C3);
       widen_rows(kf, q + C, T, HS, C3);
       widen_rows(vf, q + 2 * C, T, HS, C3);
       widen_rows(dof, d_o, T, HS, C);
-#pragma omp simd
-      for (int64_t i = 0; i < TT; i++) af[i] = to_f32(a[i]);
-      head_backward(dqf, dkf, dvf, HS, da, af, dof, HS, qf, kf, vf, HS, T, HS, scale, true);
+      widen_rows(of, o, T, HS, C);
+      head_backward(dqf, dkf, dvf, HS, D, dof, of, HS, L, Head{qf, kf, vf, HS, T, HS, scale, true});
       narrow_rows(dq, dqf, T, HS, C3);
       narrow_rows(dq + C, dkf, T, HS, C3);
       narrow_rows(dq + 2 * C, dvf, T, HS, C3);

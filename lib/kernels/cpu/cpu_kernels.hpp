@@ -42,17 +42,17 @@ void matmul_backward(A* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/, fl
                      const A* dout /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /*(OC,C)*/, int N, int C,
                      int OC);
 
-// kernels.hpp's stats are the softmax probabilities att (B,NH,T,T) as A, its scratch datt (B,NH,T,T) as float; out
-// is not read.
-int64_t attention_stats_bytes(int B, int T, int C, int NH, DType act);    // B*NH*T*T*sizeof(A)
-int64_t attention_scratch_bytes(int B, int T, int C, int NH, DType act);  // B*NH*T*T*4
+// Flash attention (cpu_attention.cpp): kernels.hpp's stats are the row log-sum-exp L (B,NH,T) float, its scratch
+// D = rowsum(dout * out) (B,NH,T) float; backward reads out.
+int64_t attention_stats_bytes(int B, int T, int C, int NH, DType act);    // B*NH*T*4
+int64_t attention_scratch_bytes(int B, int T, int C, int NH, DType act);  // B*NH*T*4
 template <typename A>
-void attention_forward(A* out /*(B,T,C)*/, void* att /*(B,NH,T,T) A*/, const A* qkv /*(B,T,3C)*/, int B, int T, int C,
+void attention_forward(A* out /*(B,T,C)*/, void* lse /*(B,NH,T) float*/, const A* qkv /*(B,T,3C)*/, int B, int T, int C,
                        int NH);
 template <typename A>
-void attention_backward(A* dqkv /*(B,T,3C)*/, void* datt /*(B,NH,T,T) float scratch*/, const A* dout /*(B,T,C)*/,
-                        const A* qkv /*(B,T,3C)*/, const A* out /*(B,T,C) unused*/, const void* att /*(B,NH,T,T) A*/,
-                        int B, int T, int C, int NH);
+void attention_backward(A* dqkv /*(B,T,3C)*/, void* dsum /*(B,NH,T) float scratch*/, const A* dout /*(B,T,C)*/,
+                        const A* qkv /*(B,T,3C)*/, const A* out /*(B,T,C)*/, const void* lse /*(B,NH,T) float*/, int B,
+                        int T, int C, int NH);
 
 template <typename A>
 void gelu_forward(A* out, const A* inp, int64_t n);

@@ -138,8 +138,8 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
   // the rows of the residual stream and the LayerNorms this rank holds: all, or its 1/t under sequence parallelism
   const int64_t Tr = sp && t > 1 ? T / t : T;
   const ExecContext ctx{device, nullptr};
-  // what attention keeps for backward: the per-row log-sum-exp, or on backends that store them the softmax
-  // probabilities (kernels.hpp)
+  // what attention keeps for backward, the backend's choice: the log-sum-exp (B,NH,T) float on the CPU and on CUDA
+  // (flash attention, kernels.hpp)
   const int64_t att_stats = k::attention_stats_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                      static_cast<int>(NH), act);
   const DType f32 = DType::F32;
@@ -185,7 +185,7 @@ std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, De
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Cl = C / t;
   const int64_t Tr = sp && t > 1 ? T / t : T;
   const ExecContext ctx{device, nullptr};
-  // attention backward's scratch, shared by every layer: dprobabilities (B,NH,T,T) on the CPU, D (B,NH,T) on CUDA
+  // attention backward's scratch, shared by every layer: D (B,NH,T) float on the CPU and on CUDA
   const int64_t att_scratch = k::attention_scratch_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                          static_cast<int>(NH), act);
   std::vector<ActSpec> g = {{"dresidual", {B, Tr, C}, act},

@@ -10,9 +10,9 @@
 // Storage (train.precision, docs/precision.md): the activation type A is float, bf16 or fp16 (the constructor's `act`;
 // fp16 on CUDA only). Parameters, gradients and the optimizer state are fp32 whatever A is. Under bf16 and fp16 the
 // kernels read a compute copy of the parameters in A, cast from the fp32 masters by refresh_compute_params() once per
-// step; every activation the model keeps between forward and backward (and every activation gradient, the logits, the
-// stored attention probabilities) is of type A; LayerNorm mean and rstd, the losses and the cross-entropy statistics
-// stay fp32. Under fp16 the loss gradient dloss carries the loss scale, so the activation gradients are scaled.
+// step; every activation the model keeps between forward and backward (and every activation gradient, the logits) is
+// of type A; LayerNorm mean and rstd, attention's log-sum-exp, the losses and the cross-entropy statistics stay
+// fp32. Under fp16 the loss gradient dloss carries the loss scale, so the activation gradients are scaled.
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -95,8 +95,8 @@ struct MemoryPlan {
     return param_bytes + grad_bytes + optim_bytes + compute_param_bytes + activation_bytes + activation_grad_bytes;
   }
 };
-// device: the backend whose attention sizes apply (kernels.hpp: the CPU keeps T x T probabilities per head, CUDA a
-// log-sum-exp per row); the CPU's by default. act: the activation storage type (DType::F32, DType::BF16 or, with
+// device: the backend whose attention sizes apply (kernels.hpp: both keep a log-sum-exp per row today, so the plans
+// agree); the CPU's by default. act: the activation storage type (DType::F32, DType::BF16 or, with
 // device CUDA, DType::F16).
 MemoryPlan memory_plan(const GptConfig& cfg, int micro_batch, Device device = Device::CPU, DType act = DType::F32,
                        const ActivationPlan& kept = {});

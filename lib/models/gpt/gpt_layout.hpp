@@ -81,7 +81,7 @@ void init_shard(float* out, const ShardSpec& shard, const GptConfig& cfg, uint64
 //   stage input (B,T,C): the embedding output on the first stage, the received activation elsewhere;
 //   per block: ln1, residual2, ln2, residual3 (B,T,C) full width (the residual stream is replicated in
 //   TP), ln mean/rstd (B,T), qkv (B,T,3C/t), atty (B,T,C/t), attention stats (the backend's
-//   attention_stats_bytes: the probabilities (B,NH/t,T,T) on the CPU, the log-sum-exp (B,NH/t,T) on CUDA), fch,
+//   attention_stats_bytes: the log-sum-exp (B,NH/t,T) float on both backends), fch,
 //   fch_gelu (B,T,4C/t);
 //   last stage: lnf (B,T,C) + mean/rstd, logits (B,T,Vp/t) (vocab-parallel), losses (B,T);
 //   every stage: scratch (B,T,C) for the row-parallel partial sums before their allreduce.

@@ -11,13 +11,13 @@
 //     one rounding of a float result that differs from the reference's by that much;
 //   - float outputs (losses, statistics, parameter gradients): the float tolerances of test_kernels_cpu.cpp, the
 //     inputs being the same numbers for the kernel and the reference;
-//   - attention: the probabilities are rounded to bf16 before they multiply v, and dpreatt before it multiplies k and
-//     q (what a bf16 GEMM engine does); each such product errs by at most 2^-8 sum_j |x_j| |y_j| beyond the output's
-//     own rounding, a bound computed below from the reference's own values.
+//   - attention: the probabilities are rounded to bf16 before they multiply v and dout, and dS before it multiplies k
+//     and q (what a bf16 GEMM engine does); each such product errs by at most 2^-8 sum_j |x_j| |y_j| beyond the
+//     output's own rounding, a bound computed below from the reference's own values.
 // Run three times by ctest: as is (oneDNN's bf16 GEMMs where the CPU has bf16 instructions), and on the fp32 fallback
 // of CPUs without them, forced (HPCT_BF16_GEMM=fp32) and detected (DNNL_MAX_CPU_ISA=AVX512_CORE). Inside an active
-// OpenMP region the kernels always take the fallback, which lets MatmulFallbackMatchesNative and
-// AttentionForwardBackward run both paths in one process.
+// OpenMP region the kernels always take the fallback, which lets MatmulFallbackMatchesNative run both paths in one
+// process. (Attention has one path: fp32 tiles on widened operands, cpu_attention.cpp.)
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -338,89 +338,81 @@ double max_row_col_abs_sum(const std::vector<double>& x, int BH, int T) {
   return worst;
 }
 
-// Both paths of the bf16 attention (oneDNN's batched bf16 products at top level where the CPU has bf16 instructions,
-// the per-head fp32 fallback inside an OpenMP region) against the reference on the same inputs, and against each other.
+// The flash attention on bf16 storage against the float reference on the same (bf16) inputs. The kernel rounds the
+// probabilities P (unnormalised, in the online softmax) to bf16 before they multiply v and dout, dS = P (dP - D) before
+// it multiplies k and q, and out and dqkv once; its D = rowsum(dout * out) comes from the rounded out. Each rounding of a
+// product's operand errs by at most 2^-8 sum |x_j| |y_j|; the bounds below are computed from the reference's own values.
 TEST(KernelsBf16, AttentionForwardBackward) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(name(s));
     const int B = s.B, T = s.T, C = s.C, NH = s.NH, HS = C / NH;
     const auto qkv = random_bf16(static_cast<size_t>(B) * T * 3 * C, 30, -2.0, 2.0);  // peaked softmax rows too
     const auto qkv_f = to_float_vector(qkv);
-    const size_t att_n = static_cast<size_t>(B) * NH * T * T;
-    ASSERT_EQ(attention_stats_bytes(kCpu, B, T, C, NH, DType::BF16), static_cast<int64_t>(att_n * 2));
-    ASSERT_EQ(attention_scratch_bytes(kCpu, B, T, C, NH, DType::BF16), static_cast<int64_t>(att_n * 4));
+    const size_t att_n = static_cast<size_t>(B) * NH * T * T, lse_n = static_cast<size_t>(B) * NH * T;
+    ASSERT_EQ(attention_stats_bytes(kCpu, B, T, C, NH, DType::BF16), static_cast<int64_t>(lse_n * 4));
+    ASSERT_EQ(attention_scratch_bytes(kCpu, B, T, C, NH, DType::BF16), static_cast<int64_t>(lse_n * 4));
     std::vector<float> out_ref(static_cast<size_t>(B) * T * C), att_ref(att_n);
     ref::attention_forward(out_ref.data(), att_ref.data(), qkv_f.data(), B, T, C, NH);
     const auto dout = random_bf16(out_ref.size(), 31);
     const auto dout_f = to_float_vector(dout);
     const double vmax = test::max_abs(qkv_f.data(), qkv_f.size());
+    const double dout_max = test::max_abs(dout_f.data(), dout_f.size());
     const double out_scale = test::max_abs(out_ref.data(), out_ref.size());
 
-    std::vector<bf16> att_paths[2];
-    for (bool in_region : {false, true}) {
-      SCOPED_TRACE(in_region ? "inside an OpenMP region (fp32 fallback)" : "top level");
-      std::vector<bf16> out(out_ref.size()), att(att_n);
-      auto dqkv = random_bf16(qkv.size(), 32);  // assigned: the seed values must disappear
-      std::vector<float> scratch(att_n);        // float scratch: its contents must not matter
-      for (size_t i = 0; i < att_n; i++) scratch[i] = static_cast<float>(i % 7) - 3.0f;
-      ASSERT_TRUE(run_maybe_in_region(in_region, [&] {
-        attention_forward(kCpu, out.data(), att.data(), qkv.data(), B, T, C, NH);
-        attention_backward(kCpu, dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C,
-                           NH);
-      })) << "no active OpenMP region";
-      EXPECT_TRUE(all_close("att", to_float_vector(att), att_ref, kBf16Rounding + kFloatSum, kFloatSum));
-      // out = P v with P rounded: |sum_j (P~ - P) v_j| <= 2^-8 sum_j P_j |v_j| <= 2^-8 max|v| (rows of P sum to 1)
-      EXPECT_TRUE(all_close("attention out", to_float_vector(out), out_ref, kBf16Rounding + kFloatSum,
-                            kFloatSum + kBf16Rounding * vmax / out_scale));
-      size_t nonzero_above = 0;
-      double worst_row = 0.0;
-      for (int bh = 0; bh < B * NH; bh++)
-        for (int t = 0; t < T; t++) {
-          double rs = 0.0;
-          for (int j = 0; j < T; j++) {
-            const float p = to_f32(att[(static_cast<size_t>(bh) * T + t) * T + j]);
-            if (j > t && p != 0.0f) nonzero_above++;
-            rs += p;
-          }
-          worst_row = std::max(worst_row, std::fabs(rs - 1.0));
-        }
-      EXPECT_EQ(nonzero_above, 0u);         // the contract: exactly 0 above the diagonal
-      EXPECT_LE(worst_row, kBf16Rounding);  // each probability rounded once: the row sum errs by <= 2^-8 * 1
+    std::vector<bf16> out(out_ref.size());
+    std::vector<float> lse(lse_n, NAN);
+    auto dqkv = random_bf16(qkv.size(), 32);  // assigned: the seed values must disappear
+    std::vector<float> scratch(lse_n);        // float scratch: its contents must not matter
+    for (size_t i = 0; i < lse_n; i++) scratch[i] = static_cast<float>(i % 7) - 3.0f;
+    attention_forward(kCpu, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward(kCpu, dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    // L: fp32 scores of bf16 inputs (exact products), the fp32 tolerance
+    EXPECT_TRUE(all_close("L", lse, test::attention_log_sum_exp_rows(qkv_f, B, T, C, NH), kFloatSum, kFloatSum));
+    // out = P v / l with P rounded: |sum_j (P~ - P) v_j| <= 2^-8 sum_j P_j |v_j| <= 2^-8 max|v| (rows of P sum to 1)
+    EXPECT_TRUE(all_close("attention out", to_float_vector(out), out_ref, kBf16Rounding + kFloatSum,
+                          kFloatSum + kBf16Rounding * vmax / out_scale));
 
-      // backward: the reference gets the stored (bf16) probabilities, as the kernel does
-      const auto att_f = to_float_vector(att);
-      std::vector<float> dqkv_ref(qkv.size()), datt_ref(att_n);
-      ref::attention_backward(dqkv_ref.data(), datt_ref.data(), dout_f.data(), qkv_f.data(), out_ref.data(),
-                              att_f.data(), B, T, C, NH);
-      // dpreatt (scaled), in double, for the bound of its rounding: dq = dS k and dk = dS^T q err by at most
-      // 2^-8 max(row, column sums of |dS|) max|q, k|
-      std::vector<double> ds(att_n, 0.0);
-      const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-      for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-          for (int t = 0; t < T; t++) {
-            const size_t row = ((static_cast<size_t>(b) * NH + h) * T + t) * T;
-            std::vector<double> dp(static_cast<size_t>(t) + 1);
-            double sum = 0.0;
-            for (int j = 0; j <= t; j++) {
-              double d = 0.0;
-              for (int e = 0; e < HS; e++)
-                d += static_cast<double>(dout_f[(static_cast<size_t>(b) * T + t) * C + h * HS + e]) *
-                     qkv_f[(static_cast<size_t>(b) * T + j) * 3 * C + 2 * C + h * HS + e];
-              dp[j] = d;
-              sum += att_f[row + j] * d;
-            }
-            for (int j = 0; j <= t; j++) ds[row + j] = scale * att_f[row + j] * (dp[j] - sum);
+    // backward against the reference on the exact probabilities. Bounds, in double from the reference's values:
+    //   dv = P^T dout with P rounded:          2^-8 max(column sums of P) max|dout|
+    //   dq = dS k, dk = dS^T q with dS rounded: 2^-8 max(row, column sums of |dS|) max|q, k|
+    //   D from the rounded out, dS = P (dP - D): scale max|D_kernel - D| max(row, column sums of P) max|q, k|
+    const auto out_f = to_float_vector(out);
+    std::vector<float> dqkv_ref(qkv.size()), datt_ref(att_n);
+    ref::attention_backward(dqkv_ref.data(), datt_ref.data(), dout_f.data(), qkv_f.data(), out_ref.data(),
+                            att_ref.data(), B, T, C, NH);
+    std::vector<double> ds(att_n, 0.0), p(att_n, 0.0);
+    double worst_dD = 0.0;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+          const size_t row = ((static_cast<size_t>(b) * NH + h) * T + t) * T;
+          std::vector<double> dp(static_cast<size_t>(t) + 1);
+          double sum = 0.0, d_kernel = 0.0;
+          for (int e = 0; e < HS; e++) {
+            const size_t o = (static_cast<size_t>(b) * T + t) * C + h * HS + e;
+            d_kernel += static_cast<double>(dout_f[o]) * out_f[o];
           }
-      const double ds_bound = kBf16Rounding * max_row_col_abs_sum(ds, B * NH, T) * vmax;
-      const double dqkv_scale = test::max_abs(dqkv_ref.data(), dqkv_ref.size());
-      EXPECT_TRUE(all_close("dqkv", to_float_vector(dqkv), dqkv_ref, kBf16Rounding + kFloatSum,
-                            kFloatSum + ds_bound / dqkv_scale));
-      att_paths[in_region] = std::move(att);
-    }
-    // the two paths round the same fp32 probabilities, up to the order of the score sums: at most one bf16 ulp apart
-    EXPECT_TRUE(all_close("att: fallback vs top level", to_float_vector(att_paths[1]), to_float_vector(att_paths[0]),
-                          2 * kBf16Rounding, kFloatSum));
+          for (int j = 0; j <= t; j++) {
+            double d = 0.0;
+            for (int e = 0; e < HS; e++)
+              d += static_cast<double>(dout_f[(static_cast<size_t>(b) * T + t) * C + h * HS + e]) *
+                   qkv_f[(static_cast<size_t>(b) * T + j) * 3 * C + 2 * C + h * HS + e];
+            dp[j] = d;
+            sum += att_ref[row + j] * d;
+          }
+          worst_dD = std::max(worst_dD, std::fabs(d_kernel - sum));
+          for (int j = 0; j <= t; j++) {
+            p[row + j] = att_ref[row + j];
+            ds[row + j] = scale * att_ref[row + j] * (dp[j] - sum);
+          }
+        }
+    const double p_sums = max_row_col_abs_sum(p, B * NH, T);
+    const double bound = kBf16Rounding * max_row_col_abs_sum(ds, B * NH, T) * vmax + kBf16Rounding * p_sums * dout_max +
+                         scale * worst_dD * p_sums * vmax;
+    const double dqkv_scale = test::max_abs(dqkv_ref.data(), dqkv_ref.size());
+    EXPECT_TRUE(
+        all_close("dqkv", to_float_vector(dqkv), dqkv_ref, kBf16Rounding + kFloatSum, kFloatSum + bound / dqkv_scale));
   }
 }
 

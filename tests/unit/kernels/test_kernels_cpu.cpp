@@ -149,59 +149,86 @@ TEST(KernelsCpu, MatmulForwardBackward) {
 }
 
 // ---- attention ---------------------------------------------------------------------------------------------
+// The CPU's flash attention keeps L (B,NH,T), the log-sum-exp of each row's scaled scores, and needs D (B,NH,T) as
+// scratch; the reference keeps the probabilities. out and dqkv against the reference, L against the double row LSE
+// computed independently (kernel_test_util.hpp). dqkv is assigned and the scratch's contents must not matter: both
+// start as random values.
+void check_attention(int B, int T, int C, int NH, uint32_t seed, double tol) {
+  const int64_t lse_n = int64_t{B} * NH * T;
+  // spread of +-2 gives peaked softmax rows (scores up to ~|q||k|/sqrt(HS)), not only near-uniform ones
+  const auto qkv = random_vector(static_cast<size_t>(B) * T * 3 * C, seed, -2.0, 2.0);
+  std::vector<float> out(static_cast<size_t>(B) * T * C, NAN), lse(static_cast<size_t>(lse_n), NAN);
+  std::vector<float> out_ref(out.size()), att_ref(static_cast<size_t>(lse_n) * T);
+  attention_forward(kCpu, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  ref::attention_forward(out_ref.data(), att_ref.data(), qkv.data(), B, T, C, NH);
+  EXPECT_TRUE(all_close("attention out", out, out_ref, tol, tol));
+  // L = m + log l: a few float ulps of |L| (the sum l is rounded relative 1e-7 at most per term; log halves nothing)
+  EXPECT_TRUE(all_close("attention L", lse, test::attention_log_sum_exp_rows(qkv, B, T, C, NH), 1e-6, 1e-6));
+
+  const auto dout = random_vector(out.size(), seed + 1);
+  auto dqkv = random_vector(qkv.size(), seed + 2);                     // assigned: the seed values must disappear
+  auto scratch = random_vector(static_cast<size_t>(lse_n), seed + 3);  // scratch: its contents must not matter
+  std::vector<float> dqkv_ref(qkv.size()), datt_ref(att_ref.size());
+  attention_backward(kCpu, dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  ref::attention_backward(dqkv_ref.data(), datt_ref.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(), B,
+                          T, C, NH);
+  EXPECT_TRUE(all_close("dqkv", dqkv, dqkv_ref, tol, tol));
+}
+
 TEST(KernelsCpu, AttentionForwardBackward) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(name(s));
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-    // spread of +-2 gives peaked softmax rows (scores up to ~|q||k|/sqrt(HS)), not only near-uniform ones
-    const auto qkv = random_vector(static_cast<size_t>(B) * T * 3 * C, 30, -2.0, 2.0);
-    const size_t att_n = static_cast<size_t>(B) * NH * T * T;
-    std::vector<float> out(static_cast<size_t>(B) * T * C, NAN), att(att_n, NAN);
-    std::vector<float> out_ref(out.size()), att_ref(att_n);
-    attention_forward(kCpu, out.data(), att.data(), qkv.data(), B, T, C, NH);
-    ref::attention_forward(out_ref.data(), att_ref.data(), qkv.data(), B, T, C, NH);
-    EXPECT_TRUE(all_close("att", att, att_ref, 2e-5, 2e-5));
-    EXPECT_TRUE(all_close("attention out", out, out_ref, 2e-5, 2e-5));
-    // the contract: probabilities exactly zero above the diagonal, rows summing to 1
-    size_t nonzero_above = 0;
-    double worst_row = 0.0;
-    for (int bh = 0; bh < B * NH; bh++)
-      for (int t = 0; t < T; t++) {
-        const float* row = att.data() + (static_cast<size_t>(bh) * T + t) * T;
-        double rs = 0.0;
-        for (int j = 0; j < T; j++) {
-          if (j > t && row[j] != 0.0f) nonzero_above++;
-          rs += row[j];
-        }
-        worst_row = std::max(worst_row, std::fabs(rs - 1.0));
-      }
-    EXPECT_EQ(nonzero_above, 0u);
-    EXPECT_LT(worst_row, 1e-5);
-
-    const auto dout = random_vector(out.size(), 31);
-    auto dqkv = random_vector(qkv.size(), 32);  // assigned: the seed values must disappear
-    auto datt = random_vector(att_n, 33);       // scratch: its contents must not matter
-    std::vector<float> dqkv_ref(qkv.size()), datt_ref(att_n);
-    attention_backward(kCpu, dqkv.data(), datt.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(), B, T, C,
-                       NH);
-    ref::attention_backward(dqkv_ref.data(), datt_ref.data(), dout.data(), qkv.data(), out_ref.data(), att_ref.data(),
-                            B, T, C, NH);
-    EXPECT_TRUE(all_close("dqkv", dqkv, dqkv_ref, 2e-5, 2e-5));
+    check_attention(s.B, s.T, s.C, s.NH, 30, 1e-5);
   }
 }
 
-// The CPU backend's attention keeps the probabilities: stats are T x T per (batch, head) as the storage type, the
-// scratch T x T floats, the buffers the test above passes (the model sizes its buffers with these two queries).
+// Shapes that do not fall on the tiles (64 x 64 in cpu_attention.cpp): T = 1, T one short of and one past a tile,
+// T across several tiles with a ragged last one, head sizes that are not a multiple of 16 (or of 8: 5, 13), and B*NH
+// not a multiple of the thread count (2 threads in ctest: 1, 3, 7 tasks).
+TEST(KernelsCpu, AttentionOddShapes) {
+  const Shape shapes[] = {{1, 1, 8, 1},    {3, 1, 24, 2}, {1, 63, 13, 1},  {1, 65, 40, 2},
+                          {1, 129, 15, 3}, {7, 17, 5, 1}, {1, 200, 80, 4}, {1, 320, 24, 1}};
+  uint32_t seed = 300;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(name(s));
+    check_attention(s.B, s.T, s.C, s.NH, seed += 10, 1e-5);
+  }
+}
+
+// A micro-batch b < B runs in the buffers planned for B (kernels.hpp), which hold stale values of an earlier call:
+// the results equal those of buffers sized for b.
+TEST(KernelsCpu, AttentionSmallerBatchInPlannedBuffers) {
+  const int Bplan = 3, B = 2, T = 70, C = 48, NH = 3;
+  const size_t lse_plan = static_cast<size_t>(attention_stats_bytes(kCpu, Bplan, T, C, NH) / 4),
+               lse_n = static_cast<size_t>(attention_stats_bytes(kCpu, B, T, C, NH) / 4);
+  const auto qkv = random_vector(static_cast<size_t>(B) * T * 3 * C, 41, -2.0, 2.0);
+  const auto dout = random_vector(static_cast<size_t>(B) * T * C, 42);
+  std::vector<float> out(dout.size()), dqkv(qkv.size()), out_plan(dout.size()), dqkv_plan(qkv.size());
+  std::vector<float> lse(lse_n), scratch(lse_n);
+  attention_forward(kCpu, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  attention_backward(kCpu, dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  auto lse_big = random_vector(lse_plan, 43, 1e3, 2e3), scratch_big = random_vector(lse_plan, 44, 1e3, 2e3);
+  attention_forward(kCpu, out_plan.data(), lse_big.data(), qkv.data(), B, T, C, NH);
+  attention_backward(kCpu, dqkv_plan.data(), scratch_big.data(), dout.data(), qkv.data(), out_plan.data(),
+                     lse_big.data(), B, T, C, NH);
+  EXPECT_TRUE(all_close("out", out_plan, out, 0.0, 0.0));
+  EXPECT_TRUE(all_close("dqkv", dqkv_plan, dqkv, 0.0, 0.0));
+  EXPECT_TRUE(all_close("L", std::vector<float>(lse_big.begin(), lse_big.begin() + static_cast<int64_t>(lse_n)), lse,
+                        0.0, 0.0));
+}
+
+// The CPU backend's attention is flash attention, as on CUDA: stats are one float L per (batch, head, row) and the
+// scratch one float D per row, whatever the storage type (the model sizes its buffers with these two queries).
 TEST(KernelsCpu, AttentionBufferSizes) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(name(s));
-    const int64_t n = int64_t{s.B} * s.NH * s.T * s.T;
+    const int64_t n = int64_t{s.B} * s.NH * s.T;
     EXPECT_EQ(attention_stats_bytes(kCpu, s.B, s.T, s.C, s.NH), 4 * n);  // act defaults to F32
     EXPECT_EQ(attention_scratch_bytes(kCpu, s.B, s.T, s.C, s.NH), 4 * n);
-    EXPECT_EQ(attention_stats_bytes(kCpu, s.B, s.T, s.C, s.NH, DType::BF16), 2 * n);
-    EXPECT_EQ(attention_scratch_bytes(kCpu, s.B, s.T, s.C, s.NH, DType::BF16), 4 * n);  // fp32 row sums
+    EXPECT_EQ(attention_stats_bytes(kCpu, s.B, s.T, s.C, s.NH, DType::BF16), 4 * n);  // L is float for bf16 too
+    EXPECT_EQ(attention_scratch_bytes(kCpu, s.B, s.T, s.C, s.NH, DType::BF16), 4 * n);
   }
-  EXPECT_EQ(attention_stats_bytes(kCpu, 8, 1024, 768, 12), int64_t{8} * 12 * 1024 * 1024 * 4);  // no int overflow
+  EXPECT_EQ(attention_stats_bytes(kCpu, 8, 1024, 768, 12), int64_t{8} * 12 * 1024 * 4);
   EXPECT_THROW(attention_stats_bytes(kCpu, 1, 4, 10, 3), hpct::Error);  // C not a multiple of NH
 }
 

@@ -31,8 +31,9 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
               deck.deck_path().c_str(), grid.describe().c_str(), MB, run.parallel.sync.zero, device_name(target.device),
               static_cast<long long>(serial.num_params), cfg.padded_vocab);
   print_memory_plan(plan);
-  std::printf("(activations: one micro-batch stored as %s, with the step's batch and pipeline-stage buffers)\n",
-              dtype_name(target.act));
+  std::printf("(activations: what each stage keeps for its micro-batches in flight under train.recompute = %s, stored "
+              "as %s, with the step's batch and pipeline-stage buffers)\n",
+              models::recompute_name(run.train.recompute), dtype_name(target.act));
   if (out.json) {
     size_t act_max = 0;  // the activations a stage keeps (train.recompute, its micro-batches in flight), the largest
     const int n_micro = static_cast<int>(micro_batches_per_step(run, grid.dp()));

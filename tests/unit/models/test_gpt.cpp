@@ -251,7 +251,7 @@ TEST(GptRecompute, BitwiseEqualGradientsAndLessMemory) {
       std::vector<float> ref_grads, ref_losses;
       size_t last_bytes = 0;
       for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-        const ActivationPlan kept{r, 1};
+        const ActivationPlan kept{r, {1}};
         Gpt m(c, B, Device::CPU, ModelParallel{}, nullptr, act, true, false, kept);
         m.init_parameters(ctx, 3);
         m.refresh_compute_params(ctx);
@@ -294,8 +294,8 @@ TEST(GptRecompute, ActivationSetsHoldMicroBatchesInFlight) {
     dout_b[i] = static_cast<float>(rng::normal(4, 2, i));
   }
   for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-    Gpt two(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, 2});
-    Gpt one(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, 1});
+    Gpt two(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, {2}});
+    Gpt one(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, {1}});
     for (Gpt* m : {&two, &one}) {
       m->init_parameters(ctx, 5);
       m->zero_grad(ctx);
@@ -336,8 +336,8 @@ TEST(GptRecompute, LaterStageInputGradientsPerSet) {
     d_b[i] = static_cast<float>(rng::normal(6, 4, i));
   }
   for (Recompute r : {Recompute::None, Recompute::Full}) {
-    Gpt two(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, 2});
-    Gpt one(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, 1});
+    Gpt two(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, {2}});
+    Gpt one(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, {1}});
     for (Gpt* m : {&two, &one}) {
       m->init_parameters(ctx, 5);
       m->zero_grad(ctx);

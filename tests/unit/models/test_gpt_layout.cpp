@@ -11,6 +11,8 @@
 #include "core/error.hpp"
 #include "models/gpt/gpt.hpp"
 #include "models/gpt/gpt_layout.hpp"
+#include "models/gpt/gpt_stage.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 using namespace hpct;
 using namespace hpct::gpt;
@@ -555,4 +557,41 @@ TEST(GptShardMemory, Gpt2PerRankParamsFollowTheDesignFormula) {
     }
     EXPECT_EQ(primary_total, total);
   }
+}
+
+// GptStage's bookkeeping per chunk under the interleaved schedule: each chunk's slots are its own, no two micro-batches
+// of a chunk in flight share one, and the sets a chunk keeps are its peak in flight (one for the chunk with the head).
+TEST(GptStagePlan, SlotsAndSetsPerChunk) {
+  const GptConfig c = make(8, 4, 32, 16, 200);
+  for (int r = 0; r < 2; ++r) {
+    const auto schedule = parallel::make_schedule(parallel::ScheduleKind::OneFOneB, 2, r, 4, 2);
+    const auto chunks = chunk_plans(c, 2, r, 2);
+    const std::vector<int> kept = GptStage::kept_sets(schedule, chunks);
+    const std::vector<int> slot = GptStage::micro_slots(schedule);
+    ASSERT_EQ(kept.size(), 2u);
+    ASSERT_EQ(slot.size(), 8u);
+    for (int k = 0; k < 2; ++k)
+      EXPECT_EQ(kept[k], chunks[k].has_head ? 1 : GptStage::chunk_in_flight(schedule, k)) << r << " " << k;
+    std::vector<std::vector<int>> holder(2, std::vector<int>(8, -1));  // [chunk][slot] -> micro in it
+    for (const parallel::Action& a : schedule) {
+      const int s = slot[static_cast<size_t>(a.chunk * 4 + a.micro)];
+      ASSERT_GE(s, 0);
+      ASSERT_LT(s, GptStage::chunk_in_flight(schedule, a.chunk));
+      int& h = holder[a.chunk][s];
+      if (a.op == parallel::Action::Forward) {
+        EXPECT_EQ(h, -1) << "chunk " << a.chunk << " slot " << s << " taken twice";
+        h = a.micro;
+      } else {
+        EXPECT_EQ(h, a.micro);
+        h = -1;
+      }
+    }
+  }
+  // the stage buffers: the stash of the last rank sized by its head chunk's micro-batches in flight
+  const auto last = parallel::make_schedule(parallel::ScheduleKind::OneFOneB, 2, 1, 4, 2);
+  const ModelParallel mp{1, 0, 2, 1, false, 2};
+  const size_t tokens = 4 * 2 * 16 * sizeof(int32_t);
+  EXPECT_EQ(GptStage::planned_bytes(c, mp, last, 2, DType::F32),
+            slab_aligned(tokens) + slab_aligned(4 * 4) +
+                slab_aligned(static_cast<size_t>(GptStage::chunk_in_flight(last, 1)) * 2 * 16 * 32 * 4));
 }

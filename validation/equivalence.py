@@ -8,7 +8,9 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
      divides, and the table says so), ZeRO 0, 1, 2 and (without pipelining) 3 where DP > 1 (and each in hybrid
      sharding groups of DP / 2, parallel.zero_group, where DP >= 4), schedules gpipe and 1f1b where PP > 1; and per
      shape the activation levers: sequence parallelism (parallel.sp) where TP > 1, train.recompute = selective
-     (without pipelining) or full (with it), each with the shape's deepest ZeRO stage.
+     (without pipelining) or full (with it), each with the shape's deepest ZeRO stage; and the interleaved 1F1B
+     (parallel.virtual_stages = 2) where PP > 1, n_layer % (2 PP) == 0 and the micro-batches per step are a multiple
+     of PP, with ZeRO-1 where DP > 1 (ZeRO-2 refuses virtual stages).
   2. train_resnet on inputs/resnet_tiny.toml: DP = W with SyncBN at a constant global micro-batch DP x micro_batch
      (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2, 3
      (2 and 3 also in hybrid sharding groups of W / 2).
@@ -27,7 +29,7 @@ usage: validation/equivalence.py [--world 4 8] [--steps N] [--quick] [--precisio
                                  [--report FILE.md] [--train-gpt EXE] [--train-resnet EXE] [--ckpt-tool EXE]
   --quick   world 4 (unless --world is given), 10 steps, one variant per (DP, TP, PP) shape (ZeRO-3, 2 and 1 taking
             turns over the shapes with DP > 1), one ZeRO-2 and one ZeRO-3 hybrid-sharding layout, one sequence-parallel
-            layout with pipelining and one with full recompute, ResNet with
+            layout with pipelining, one with full recompute and one interleaved (virtual stages), ResNet with
             ZeRO-3 only, one restart pair (from a ZeRO-3 layout with TP): the ctest `validation_equivalence_quick`
             (about a minute here)
 Writes DIR/<layout>/ run directories, equivalence.json (every result with its per-step losses) and equivalence.png
@@ -108,6 +110,8 @@ def gpt_name(L):
         s += " sp"
     if L.get("recompute"):
         s += f" rc-{L['recompute']}"
+    if L.get("vs", 1) > 1:
+        s += f" v{L['vs']}"
     return s
 
 
@@ -125,6 +129,8 @@ def gpt_sets(L):
         s.append("parallel.sp=true")
     if L.get("recompute"):
         s.append(f"train.recompute={L['recompute']}")
+    if L.get("vs", 1) > 1:
+        s.append(f"parallel.virtual_stages={L['vs']}")
     return s
 
 
@@ -165,6 +171,10 @@ def gpt_layouts(W):
                 out.append(dict(app="gpt", world=W, dp=dp, tp=tp, pp=pp, zero=zmax, schedule=sched, mb=mb, sp=True))
             out.append(dict(app="gpt", world=W, dp=dp, tp=tp, pp=pp, zero=zmax, schedule=sched, mb=mb,
                             recompute="full" if pp > 1 else "selective"))
+            # interleaved 1F1B: two virtual stages per rank where the blocks and the micro-batches split evenly
+            if pp > 1 and G_LAYER % (2 * pp) == 0 and (G_GB // (dp * mb)) % pp == 0:
+                out.append(dict(app="gpt", world=W, dp=dp, tp=tp, pp=pp, zero=1 if dp > 1 else 0, schedule="1f1b",
+                                mb=mb, vs=2))
     return out
 
 
@@ -174,7 +184,7 @@ def quick_subset(layouts):
     seen, out, alt, alt_zero = set(), [], 0, 0
     for L in layouts:
         shape = (L["dp"], L["tp"], L["pp"])
-        if shape in seen or L.get("sp") or L.get("recompute"):
+        if shape in seen or L.get("sp") or L.get("recompute") or L.get("vs"):
             continue
         want_sched = ["1f1b", "gpipe"][alt % 2] if L["pp"] > 1 else None
         turn = [3, 2, 1][alt_zero % 3:] + [3, 2, 1][:alt_zero % 3] if L["dp"] > 1 else [0]
@@ -191,8 +201,9 @@ def quick_subset(layouts):
         hybrid = next((M for M in layouts if M.get("group") and M["zero"] == z), None)
         if hybrid:
             out.append(hybrid)
-    # and one of each activation lever: sequence parallelism with pipelining, full recompute under ZeRO-3 or a pipeline
-    for pick in (lambda M: M.get("sp") and M["pp"] > 1, lambda M: M.get("recompute") == "full"):
+    # and one of each activation lever: sequence parallelism with pipelining, full recompute under ZeRO-3 or a pipeline;
+    # and one interleaved layout
+    for pick in (lambda M: M.get("sp") and M["pp"] > 1, lambda M: M.get("recompute") == "full", lambda M: M.get("vs")):
         lever = next((M for M in layouts if pick(M)), None)
         if lever:
             out.append(lever)

@@ -28,6 +28,9 @@ struct ModelParallel {
   // sequence parallelism (parallel.sp, tp > 1): the activations outside the TP regions are sharded by token rows
   // over the TP group (parallel/tp_collectives.hpp); the parameters are laid out as without it
   bool sp = false;
+  // model chunks per pipeline rank (parallel.virtual_stages, the interleaved schedule): chunk c of rank pp_rank is
+  // virtual stage c * pp + pp_rank of the pp * virtual_stages the layers are cut into
+  int virtual_stages = 1;
 };
 
 class Grid {

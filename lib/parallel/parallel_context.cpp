@@ -53,6 +53,7 @@ std::unique_ptr<comm::Communicator> nccl_link(comm::MpiCommunicator& link, const
 ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const comm::CommOptions& opts,
                                  const std::string& where, const ExecContext& exec, int zero_group, int virtual_stages)
     : grid_(mpi_world_size(), tp, pp, order, where), device_(exec.device), exec_(exec) {
+  virtual_stages_ = virtual_stages;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   coord_ = grid_.coord_of(rank_);
   auto world = std::make_unique<comm::MpiCommunicator>(MPI_COMM_WORLD, "world", opts);

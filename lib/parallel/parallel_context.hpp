@@ -85,7 +85,8 @@ class ParallelContext {
   // Host buffers (MPI).
   comm::Communicator& world() { return *world_; }
   // The model-parallel view a model is built with (its TP shard and pipeline stage).
-  ModelParallel model_parallel() const { return {tp_size(), tp_rank(), pp_size(), pp_rank()}; }
+  ModelParallel model_parallel() const { return {tp_size(), tp_rank(), pp_size(), pp_rank(), false, virtual_stages_}; }
+  int virtual_stages() const { return virtual_stages_; }
   comm::Communicator& tp_group() { return *tp_; }
   comm::Communicator& dp_group() { return *dp_; }
   comm::Communicator& pp_group() { return *pp_; }
@@ -126,6 +127,7 @@ class ParallelContext {
   Grid grid_;
   int rank_ = 0;
   Coord coord_;
+  int virtual_stages_ = 1;  // model chunks per pipeline rank
   Device device_ = Device::CPU;
   std::unique_ptr<comm::Communicator> world_, tp_, dp_, pp_, emb_;
   std::unique_ptr<comm::Communicator> dev_tp_, dev_dp_, dev_emb_;  // NCCL on CUDA; null on the CPU

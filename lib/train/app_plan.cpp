@@ -38,11 +38,12 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
     size_t act_max = 0;  // the activations a stage keeps (train.recompute, its micro-batches in flight), the largest
     const int n_micro = static_cast<int>(micro_batches_per_step(run, grid.dp()));
     for (int p = 0; p < plan.pp; ++p) {
-      const gpt::ModelParallel mp{plan.tp, 0, plan.pp, p, run.parallel.sp};
-      const auto schedule = parallel::make_schedule(run.parallel.schedule, plan.pp, p, n_micro);
+      const int v = run.parallel.virtual_stages;
+      const gpt::ModelParallel mp{plan.tp, 0, plan.pp, p, run.parallel.sp, v};
+      const auto schedule = parallel::make_schedule(run.parallel.schedule, plan.pp, p, n_micro, v);
       const gpt::MemoryPlan m = gpt::memory_plan(
           cfg, mp, MB, target.device, target.act,
-          {run.train.recompute, gpt::GptStage::kept_sets(schedule, gpt::stage_plan(cfg, plan.pp, p))});
+          {run.train.recompute, gpt::GptStage::kept_sets(schedule, gpt::chunk_plans(cfg, plan.pp, p, v))});
       act_max = std::max(act_max, m.activation_bytes + m.activation_grad_bytes);
     }
     // FLOPs as the trainer counts them (docs/performance.md): flops_per_token x global_batch x seq_len per step

@@ -65,6 +65,10 @@ const ConfigSchema& gpt_deck_schema() {
                  "tp-dp-pp",
                  {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
     s.string_key("parallel.schedule", "1f1b", "pipeline schedule: gpipe | 1f1b", {"gpipe", "1f1b"});
+    s.int_key("parallel.virtual_stages", 1,
+              "model chunks per pipeline rank (> 1: interleaved 1F1B; needs parallel.pp > 1, parallel.schedule = "
+              "1f1b, model.n_layer divisible by pp x virtual_stages and micro-batches per step a multiple of pp)",
+              1, 1024);
     s.bool_key("parallel.sp", false,
                "sequence parallelism (needs parallel.tp > 1 and model.seq_len divisible by it): LayerNorm, residual "
                "and embedding activations sharded by tokens over the TP group");
@@ -104,7 +108,8 @@ gpt::GptConfig gpt_model_config(const Config& deck) {
 GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
   GptDeck d;
   d.model = gpt_model_config(deck);
-  gpt::validate_model_parallel(d.model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", deck.deck_path()));
+  gpt::validate_model_parallel(d.model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", deck.deck_path()),
+                               run.parallel.virtual_stages);
   HPCT_USAGE_CHECK(!run.parallel.sp || d.model.seq_len % run.parallel.tp == 0,
                    "deck {}: parallel.sp = true needs model.seq_len = {} divisible by parallel.tp = {} (each TP rank "
                    "holds seq_len / tp of every sequence's tokens); choose a seq_len that is a multiple of {}",

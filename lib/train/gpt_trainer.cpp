@@ -38,6 +38,7 @@ void check_vocab(const data::TokenShard& s, int vocab_size) {
                    s.path(), max_token, vocab_size);
 }
 
+// The grid's model-parallel place with the deck's sequence parallelism (the grid does not know the model's keys).
 gpt::ModelParallel with_sp(gpt::ModelParallel mp, bool sp) {
   mp.sp = sp;
   return mp;
@@ -62,7 +63,8 @@ class GptTask final : public TrainTask {
                activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp()),
                model_shards_params(run.cfg.parallel.sync, run.dp()),
                {run.cfg.train.recompute,
-                gpt::GptStage::kept_sets(run.schedule, gpt::stage_plan(d.model, mp_.pp, mp_.pp_rank))}),
+                gpt::GptStage::kept_sets(run.schedule,
+                                         gpt::chunk_plans(d.model, mp_.pp, mp_.pp_rank, mp_.virtual_stages))}),
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
@@ -112,7 +114,9 @@ class GptTask final : public TrainTask {
   int64_t steps() const override { return run_.cfg.train.steps; }
   const optim::LrSchedule& lr_schedule() const override { return d_.lr; }
   std::string layout_axes() const override {
-    return fmt::format("dp {} x tp {} x pp {} ({})", run_.dp(), mp_.tp, mp_.pp, run_.pc.grid().order());
+    return fmt::format("dp {} x tp {} x pp {}{} ({})", run_.dp(), mp_.tp, mp_.pp,
+                       mp_.virtual_stages > 1 ? fmt::format(" (virtual stages {})", mp_.virtual_stages) : "",
+                       run_.pc.grid().order());
   }
   std::string layout_tail() const override { return fmt::format(" | {} tokens/step", GB_ * T_); }
   void log_setup(const optim::Optimizer& opt) override {
@@ -198,8 +202,9 @@ class GptTask final : public TrainTask {
     a.ints["sequences_seen"] = s * GB_;
     a.ints["model.vocab_size"] = cfg_.vocab_size;
     a.ints["model.padded_vocab"] = cfg_.padded_vocab;
-    a.strings["layout"] = fmt::format("world={} dp={} tp={} pp={} zero={} order={}", run_.pc.world_size(), run_.dp(),
-                                      mp_.tp, mp_.pp, run_.cfg.parallel.sync.zero, run_.pc.grid().order());
+    a.strings["layout"] = fmt::format("world={} dp={} tp={} pp={} virtual_stages={} zero={} order={}",
+                                      run_.pc.world_size(), run_.dp(), mp_.tp, mp_.pp, mp_.virtual_stages,
+                                      run_.cfg.parallel.sync.zero, run_.pc.grid().order());
     a.strings["rng.algorithm"] = "philox4x32-10 keyed by (train.seed, stream name, counter); streams are functions "
                                  "of the step, so rng.seed and step are the whole state";
   }

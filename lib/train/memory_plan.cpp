@@ -120,20 +120,20 @@ bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size) {
 bool model_shards_params(const parallel::GradSyncOptions& sync, int dp_size) { return sync.zero == 3 && dp_size > 1; }
 
 MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target) {
-  const int tp = run.parallel.tp, pp = run.parallel.pp;
+  const int tp = run.parallel.tp, pp = run.parallel.pp, v = run.parallel.virtual_stages;
   const std::string where = fmt::format("deck {}", run.deck_path);
   const parallel::Grid grid(world, tp, pp, run.parallel.order, where);
-  gpt::validate_model_parallel(cfg, tp, pp, where);
+  gpt::validate_model_parallel(cfg, tp, pp, where, v);
   const int MB = run.train.micro_batch;
   const int n_micro = static_cast<int>(micro_batches_per_step(run, grid.dp()));
   MemoryPlanTable plan{"train_gpt", world, grid.dp(), tp, pp, target.device, target.act, {}};
   for (int p = 0; p < pp; ++p)
     for (int t = 0; t < tp; ++t) {
-      const gpt::ModelParallel mp{tp, t, pp, p, run.parallel.sp};
-      const gpt::StagePlan st = gpt::stage_plan(cfg, pp, p);
-      const std::vector<parallel::Action> schedule = parallel::make_schedule(run.parallel.schedule, pp, p, n_micro);
+      const gpt::ModelParallel mp{tp, t, pp, p, run.parallel.sp, v};
+      const std::vector<gpt::StagePlan> chunks = gpt::chunk_plans(cfg, pp, p, v);
+      const std::vector<parallel::Action> schedule = parallel::make_schedule(run.parallel.schedule, pp, p, n_micro, v);
       gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act,
-                                           {run.train.recompute, gpt::GptStage::kept_sets(schedule, st)});
+                                           {run.train.recompute, gpt::GptStage::kept_sets(schedule, chunks)});
       if (!model_allocates_grads(run.parallel.sync, grid.dp())) m.grad_bytes = 0;
       if (model_shards_params(run.parallel.sync, grid.dp())) m.param_bytes = m.compute_param_bytes = 0;
       const MemoryKinds model = gpt_model_kinds(m,
@@ -146,7 +146,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
         grads.add(s.spec.name, s.spec.shape);
         layout.push_back(s.spec);
       }
-      const bool only_stage = st.has_embedding && st.has_head;
+      const bool only_stage = pp == 1;
       const int64_t boundary = only_stage ? 0 : gpt::boundary_numel(cfg, mp, MB);
       LoopMemoryInputs in;
       in.grads = &grads;
@@ -160,8 +160,13 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       PlannedRanks row = plan_row(model, in);
       row.pp_rank = p;
       row.tp_rank = t;
-      row.first_layer = st.first_layer;
-      row.end_layer = st.end_layer;
+      if (pp > 1) {
+        row.layers.clear();
+        for (const gpt::StagePlan& ch : chunks)
+          row.layers += (row.layers.empty() ? "" : ",") +
+                        (ch.num_layers() == 1 ? std::to_string(ch.first_layer)
+                                              : fmt::format("{}..{}", ch.first_layer, ch.end_layer - 1));
+      }
       plan.rows.push_back(row);
     }
   return plan;
@@ -209,8 +214,7 @@ void print_memory_plan(const MemoryPlanTable& plan) {
     std::printf("\n");
   };
   for (const PlannedRanks& r : plan.rows)
-    print(std::to_string(r.pp_rank), std::to_string(r.tp_rank),
-          r.end_layer > r.first_layer ? fmt::format("{}..{}", r.first_layer, r.end_layer - 1) : "all", r.kinds, r.peak);
+    print(std::to_string(r.pp_rank), std::to_string(r.tp_rank), r.layers, r.kinds, r.peak);
   const MemoryRecord rec = plan.record();
   print("max", "", "", rec.kinds, rec.peak);
   std::printf("(each row: the maximum over its %d DP rank(s); the memory record of the run reports the last line, plus "

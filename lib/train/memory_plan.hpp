@@ -24,7 +24,7 @@ namespace hpct::train {
 // their ZeRO share), each kind its maximum over those ranks, peak the maximum of their totals.
 struct PlannedRanks {
   int pp_rank = 0, tp_rank = 0;
-  int first_layer = 0, end_layer = 0;  // the GPT's layers on this stage (the ResNet: 0, 0)
+  std::string layers = "all";  // the GPT's layers on this stage, "0..3" (with virtual stages one range per chunk)
   MemoryKinds kinds;
   double peak = 0;
 };

@@ -43,6 +43,17 @@ RunConfig read_run_config(const Config& deck) {
       "deck {}: parallel.sp = true with parallel.tp = {}: sequence parallelism shards the activations over "
       "the tensor-parallel group; set parallel.tp > 1, or parallel.sp = false",
       deck.deck_path(), p.tp);
+  // a key of the apps with a pipeline (train_gpt); the others' schema lacks it
+  p.virtual_stages = deck.has_key("parallel.virtual_stages") ? static_cast<int>(deck.get_int("parallel.virtual_stages"))
+                                                             : 1;
+  HPCT_USAGE_CHECK(p.virtual_stages == 1 || p.pp > 1,
+                   "deck {}: parallel.virtual_stages = {} with parallel.pp = {}: virtual stages interleave the model "
+                   "chunks of a pipeline of several ranks; set parallel.pp > 1, or parallel.virtual_stages = 1",
+                   deck.deck_path(), p.virtual_stages, p.pp);
+  HPCT_USAGE_CHECK(p.virtual_stages == 1 || p.schedule == parallel::ScheduleKind::OneFOneB,
+                   "deck {}: parallel.virtual_stages = {} with parallel.schedule = \"{}\": the interleaved schedule is "
+                   "1F1B's (Megatron-LM's); set parallel.schedule = \"1f1b\", or parallel.virtual_stages = 1",
+                   deck.deck_path(), p.virtual_stages, parallel::schedule_kind_name(p.schedule));
   p.sync.bucket_bytes = static_cast<size_t>(deck.get_float("parallel.bucket_mb") * 1024 * 1024);
   p.sync.overlap = deck.get_bool("parallel.overlap");
   p.sync.reduce_dtype = parallel::parse_grad_dtype(deck.get_string("parallel.grad_dtype"));
@@ -65,6 +76,12 @@ RunConfig read_run_config(const Config& deck) {
                    "would repeat per micro-batch and stage (DeepSpeed refuses the combination too); use "
                    "parallel.pp = 1, or parallel.zero = 2 with pipelining",
                    deck.deck_path(), p.pp);
+  HPCT_USAGE_CHECK(p.sync.zero != 2 || p.virtual_stages == 1,
+                   "deck {}: parallel.zero = 2 with parallel.virtual_stages = {}: ZeRO-2 reduce-scatters every "
+                   "micro-batch's gradient buckets as one backward completes them, and with virtual stages a backward "
+                   "runs one model chunk, so the buckets of the others stay open; use parallel.zero = 1 (or 0), or "
+                   "parallel.virtual_stages = 1",
+                   deck.deck_path(), p.virtual_stages);
 
   c.comm.timeout_s = deck.get_float("comm.timeout_s");
 

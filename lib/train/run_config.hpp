@@ -41,6 +41,7 @@ struct ParallelSection {
   parallel::ScheduleKind schedule = parallel::ScheduleKind::None;  // parallel.schedule at pp > 1; none at pp = 1
   parallel::GradSyncOptions sync;  // parallel.zero, parallel.bucket_mb, parallel.overlap
   bool sp = false;                 // parallel.sp: sequence parallelism over the TP group (train_gpt)
+  int virtual_stages = 1;          // parallel.virtual_stages: model chunks per pipeline rank (train_gpt)
 };
 
 struct CheckpointSection {

@@ -157,7 +157,14 @@ int64_t micro_batches_per_step(const RunConfig& cfg, int dp) {
                    "deck {}: train.global_batch={} is not divisible by DP x train.micro_batch = {} x {}; choose a "
                    "global batch that is a multiple of {} (or another micro_batch)",
                    cfg.deck_path, GB, dp, MB, dp * MB);
-  return GB / (dp * MB);
+  const int64_t m = GB / (dp * MB), pp = cfg.parallel.pp, v = cfg.parallel.virtual_stages;
+  // the interleaved schedule numbers its (chunk, micro-batch) pairs in whole groups of pp micro-batches
+  HPCT_USAGE_CHECK(v == 1 || m % pp == 0,
+                   "deck {}: parallel.virtual_stages = {} needs the micro-batches per step, train.global_batch / (DP x "
+                   "train.micro_batch) = {} / ({} x {}) = {}, to be a multiple of parallel.pp = {}: choose "
+                   "train.global_batch as a multiple of {} (or another micro_batch), or parallel.virtual_stages = 1",
+                   cfg.deck_path, v, GB, dp, MB, m, pp, dp * MB * pp);
+  return m;
 }
 
 double median_after_first(const std::vector<double>& x) {

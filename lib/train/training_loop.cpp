@@ -43,9 +43,10 @@ RunSession::RunSession(const char* app_name, const Config& deck_, const ConfigSc
       device(cfg_, launch),
       mfu_peak(resolve_mfu_peak(cfg_.log.peak_tflops, device.device(), device.gpu_name(), device.exec().precision)),
       pc(cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.order, cfg_.comm, fmt::format("deck {}", cfg_.deck_path),
-         device.exec(), cfg_.parallel.sync.zero_group),
+         device.exec(), cfg_.parallel.sync.zero_group, cfg_.parallel.virtual_stages),
       n_micro(micro_batches_per_step(cfg_, pc.dp_size())),
-      schedule(parallel::make_schedule(cfg_.parallel.schedule, pc.pp_size(), pc.pp_rank(), static_cast<int>(n_micro))) {
+      schedule(parallel::make_schedule(cfg_.parallel.schedule, pc.pp_size(), pc.pp_rank(), static_cast<int>(n_micro),
+                                       cfg_.parallel.virtual_stages)) {
   HPCT_USAGE_CHECK(opts.dump_path.empty() || pc.world_size() == 1,
                    "--dump writes the serial reference state: run it on one rank (world size is {})", pc.world_size());
 }
@@ -59,10 +60,12 @@ void log_pipeline_summary(const RunSession& run, const std::vector<parallel::Pip
     bubbles.push_back(ps.measured_bubble);
     waits.push_back(ps.wait_ms);
   }
-  log_info("pipeline: schedule {}, {} stages, {} micro-batches per step: measured bubble {:.4f} (median over steps "
-           "after the first; stage {}), theory (p-1)/(m+p-1) = {:.4f}; PP communication wait {:.2f} ms/step{}",
-           parallel::schedule_kind_name(run.cfg.parallel.schedule), run.pc.pp_size(), run.n_micro,
-           median_after_first(bubbles), run.pc.pp_rank(), steps.back().theoretical_bubble, median_after_first(waits),
+  log_info("pipeline: schedule {}, {} stages x {} virtual, {} micro-batches per step: measured bubble {:.4f} (median "
+           "over steps after the first; stage {}), theory (p-1)/(vm+p-1) = {:.4f}; PP communication wait {:.2f} "
+           "ms/step{}",
+           parallel::schedule_kind_name(run.cfg.parallel.schedule), run.pc.pp_size(), run.cfg.parallel.virtual_stages,
+           run.n_micro, median_after_first(bubbles), run.pc.pp_rank(), steps.back().theoretical_bubble,
+           median_after_first(waits),
            device == Device::CPU ? ""
                                  : " (host times: over NCCL the host only queues the work and the waits are "
                                    "stream-ordered, so these do not measure the GPU's bubble)");

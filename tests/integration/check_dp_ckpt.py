@@ -10,8 +10,9 @@ independence, exact restarts, checkpoint integrity and failure handling. One sce
             checkpoint written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
   pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO-1, GPipe and 1F1B, ZeRO-2
             at (2,2,2) GPipe and (2,1,2) 1F1B, sequence parallelism at (1,2,2) 1F1B and (2,2,2) GPipe + ZeRO-2, vs
-            serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and
-            (4,1,1)
+            serial within 1e-5; interleaved 1F1B with 2 virtual stages at (1,1,2), (2,1,2) and (1,2,2) with sequence
+            parallelism vs serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and (4,1,1), a (1,1,2) x 2
+            virtual checkpoint continued at (1,1,4) and serially, a serial one continued at (1,1,2) x 2 virtual
   restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
             and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
             another DP size and ZeRO stage (ZeRO-2 and ZeRO-3 on 4 ranks -> serial ZeRO-0 and back, ZeRO-1 <->
@@ -25,7 +26,7 @@ independence, exact restarts, checkpoint integrity and failure handling. One sce
   signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed
             run ends bitwise equal to an uninterrupted one; train.deadline does the same
   recompute train.recompute = none, selective, full on one layout after another (serial; DP 2 x PP 2 GPipe; TP 2 x PP 2
-            1F1B, and with sequence parallelism; ZeRO-3 on 2 ranks in bf16): losses and every tensor of the final checkpoints bitwise equal across
+            1F1B, and with sequence parallelism; PP 2 x 2 virtual stages; ZeRO-3 on 2 ranks in bf16): losses and every tensor of the final checkpoints bitwise equal across
             the modes (docs/parallelism.md, "Activation memory")
   stall     kill -STOP of one rank: the job exits non-zero within comm.timeout_s + 10 s naming the
             stalled operation
@@ -190,6 +191,24 @@ elif scenario == "pp":
         train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.pp={pp}",
                                   "checkpoint.resume=latest"])
         compare(f"checkpoint (2, 2, 1) -> ({dp}, {tp}, {pp})", losses(out), ref, 1e-5)
+    # interleaved 1F1B: 2 virtual stages per rank (n_layer 4: one block per chunk at pp 2)
+    for dp, tp, sp in [(1, 1, False), (2, 1, False), (1, 2, True)]:
+        out = f"{work}/dp{dp}_tp{tp}_pp2_v2_sp{int(sp)}"
+        p = train(dp * tp * 2, out, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5",
+                                     f"parallel.tp={tp}", "parallel.pp=2", "parallel.virtual_stages=2",
+                                     f"parallel.sp={str(sp).lower()}"])
+        compare(f"(dp {dp}, tp {tp}, pp 2) virtual stages 2{' sp' if sp else ''} vs serial", losses(out), ref, 1e-5)
+        bub = [l for l in p.stdout.splitlines() if l.startswith("pipeline:")]
+        print("   ", bub[0] if bub else "no pipeline line")
+    # checkpoints restore across any pp x v (whole logical tensors)
+    V2 = ["parallel.pp=2", "parallel.virtual_stages=2"]
+    for name, np_a, sets_a, np_b, sets_b in [("pp 2 v 2 -> pp 4", 2, V2, 4, ["parallel.pp=4"]),
+                                             ("pp 2 v 2 -> serial", 2, V2, 1, []),
+                                             ("serial -> pp 2 v 2", 1, [], 2, V2)]:
+        out = f"{work}/ckpt_{name.replace(' ', '')}"
+        train(np_a, out, ["train.steps=5", "optim.decay_steps=10"] + sets_a)
+        train(np_b, out, ["train.steps=10", "optim.decay_steps=10", "checkpoint.resume=latest"] + sets_b)
+        compare(f"checkpoint {name}", losses(out), ref, 1e-5)
     # from a pipeline checkpoint (with ZeRO-1) onto a TP layout
     out = f"{work}/from_112z_to_221"
     train(2, out, ["train.steps=5", "optim.decay_steps=10", "parallel.pp=2", "parallel.zero=1"])
@@ -232,6 +251,7 @@ elif scenario == "recompute":
     for np, sets in [(1, []), (4, ["parallel.pp=2", "parallel.schedule=gpipe"]),
                      (4, ["parallel.tp=2", "parallel.pp=2", "parallel.schedule=1f1b"]),
                      (4, ["parallel.tp=2", "parallel.pp=2", "parallel.sp=true"]),
+                     (2, ["parallel.pp=2", "parallel.virtual_stages=2"]),
                      (2, ["parallel.zero=3", "train.precision=bf16", "parallel.bucket_mb=0.05"])]:
         ref_losses = ref_tensors = None
         for mode in ("none", "selective", "full"):

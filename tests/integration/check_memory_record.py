@@ -13,8 +13,8 @@
   - a resumed run's first record carries the whole record again
   - the plan (`APP DECK --plan NP --json` with the run's settings) holds every kind of every run's record within
     PLAN_TOLERANCE (the plan is built from formulas and unallocated slabs; it should match byte for byte), for the GPT
-    also at np 2 with TP 2, at np 4 with DP 2 x PP 2 under ZeRO-1 and at np 4 with ZeRO-2 in hybrid sharding groups of
-    2 (one step each)
+    also at np 2 with TP 2, at np 4 with DP 2 x PP 2 under ZeRO-1, at np 2 with PP 2 x 2 virtual stages (interleaved,
+    full recompute) and at np 4 with ZeRO-2 in hybrid sharding groups of 2 (one step each)
   - ZeRO-3 at np 2, one micro-batch per step: the plan holds its record, its params are well below the whole
     parameters, comm_bytes' reduce-scatter is the parameter bytes and its allgather between one and two times them
     (GPT also with TP 2 and bf16, and in hybrid groups of 2, at np 4)
@@ -181,6 +181,8 @@ if app == "gpt":
     for name, np, sets in [("np 2 tp 2", 2, ["train.steps=1", "parallel.tp=2"]),
                            ("np 2 tp 2 sp", 2, ["train.steps=1", "parallel.tp=2", "parallel.sp=true"]),
                            ("np 4 dp 2 x pp 2 zero 1", 4, ["train.steps=1", "parallel.pp=2", "parallel.zero=1"]),
+                           ("np 2 pp 2 virtual 2 full", 2, ["train.steps=1", "parallel.pp=2",
+                                                            "parallel.virtual_stages=2", "train.recompute=full"]),
                            ("np 4 zero 2 hybrid 2", 4, ["train.steps=1", "parallel.zero=2", "parallel.zero_group=2",
                                                         "parallel.bucket_mb=0.05"]),
                            ("np 2 zero 2 bf16 reduction", 2, ["train.steps=1", "parallel.zero=2",

@@ -133,7 +133,7 @@ std::string set_prefix(int set) { return set == 0 ? std::string() : "mb" + std::
 
 std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device device, DType act, bool head,
                                        const ActivationPlan& kept, bool sp) {
-  HPCT_CHECK(kept.sets >= 1, "a GPT keeps at least one activation set, not {}", kept.sets);
+  for (int k : kept.sets) HPCT_CHECK(k >= 1, "a GPT chunk keeps at least one activation set, not {}", k);
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
   // the rows of the residual stream and the LayerNorms this rank holds: all, or its 1/t under sequence parallelism
   const int64_t Tr = sp && t > 1 ? T / t : T;
@@ -150,7 +150,7 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
   };
   const std::vector<BlockAct> block = block_acts(C, Cl);
   std::vector<ActSpec> a;
-  for (int set = 0; set < kept.sets; ++set) {
+  for (int set = 0; set < kept.total_sets(); ++set) {
     const std::string m = set_prefix(set);
     a.push_back({m + "encoded", {B, Tr, C}, act});
     for (int l = 0; l < c.n_layer; ++l) {
@@ -284,11 +284,21 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
              device_name(device));
   HPCT_CHECK(mp.tp == 1 || (tp_comm != nullptr && tp_comm->size() == mp.tp && tp_comm->rank() == mp.tp_rank),
              "tensor parallelism needs the TP group communicator (tp = {})", mp.tp);
-  validate_model_parallel(cfg, mp.tp, mp.pp, "GPT model");
-  stage_ = stage_plan(cfg, mp.pp, mp.pp_rank);
-  const int Ls = stage_.num_layers();
-  GptConfig local_cfg = cfg;  // activations of this stage's blocks only (indexed locally, h.0 .. h.<Ls-1>)
-  local_cfg.n_layer = Ls;
+  validate_model_parallel(cfg, mp.tp, mp.pp, "GPT model", mp.virtual_stages);
+  chunks_ = chunk_plans(cfg, mp.pp, mp.pp_rank, mp.virtual_stages);
+  HPCT_CHECK(kept.sets.size() == chunks_.size(), "GPT stage {}: activation sets planned for {} chunks, it holds {}",
+             mp.pp_rank, kept.sets.size(), chunks_.size());
+  std::vector<int> layers;  // the global index of each local block, chunk by chunk
+  chunk_first_.push_back(0);
+  for (const StagePlan& ch : chunks_) {
+    HPCT_CHECK(ch.num_layers() == chunks_.front().num_layers(), "GPT stage {}: chunks of {} and {} blocks", mp.pp_rank,
+               chunks_.front().num_layers(), ch.num_layers());
+    for (int l = ch.first_layer; l < ch.end_layer; ++l) layers.push_back(l);
+    chunk_first_.push_back(static_cast<int>(layers.size()));
+  }
+  const int Ls = static_cast<int>(layers.size());
+  GptConfig local_cfg = cfg;  // activations of one chunk's blocks per set (indexed locally, h.0 .. h.<Lc-1>)
+  local_cfg.n_layer = chunks_.front().num_layers();
   for (const auto& p : layout_) {
     params_.add(p.name, p.shape);
     grads_.add(p.name, p.shape);
@@ -296,11 +306,11 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   }
   // layout index of local block i's first tensor; [Ls] = lnf's on the last stage, else the end of the layout
   for (int i = 0; i <= Ls; ++i) {
-    if (i == Ls && !stage_.has_head) {
+    if (i == Ls && !has_head()) {
       layer_first_.push_back(static_cast<int>(layout_.size()));
       break;
     }
-    const std::string prefix = i < Ls ? "h." + std::to_string(stage_.first_layer + i) + "." : "lnf.";
+    const std::string prefix = i < Ls ? "h." + std::to_string(layers[static_cast<size_t>(i)]) + "." : "lnf.";
     int k = 0;
     while (k < static_cast<int>(layout_.size()) && layout_[k].name.rfind(prefix, 0) != 0) ++k;
     HPCT_CHECK(k < static_cast<int>(layout_.size()), "no parameter starts with {}", prefix);
@@ -309,13 +319,13 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   sp_ = mp.sp && mp.tp > 1;
   HPCT_CHECK(!sp_ || cfg.seq_len % mp.tp == 0, "sequence parallelism: seq_len {} is not divisible by tp {}",
              cfg.seq_len, mp.tp);
-  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, stage_.has_head, kept, sp_))
+  for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, has_head(), kept, sp_))
     acts_.add(a.name, a.shape, a.dtype);
   for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act, sp_))
     dacts_.add(a.name, a.shape, a.dtype);
   for (size_t i = 0; i < layout_.size(); ++i)
     if (layout_[i].name == "wte") wte_index_ = static_cast<int>(i);
-  HPCT_CHECK(!stage_.has_head || wte_index_ >= 0, "GPT stage {}: the head's stage has no wte", mp.pp_rank);
+  HPCT_CHECK(!has_head() || wte_index_ >= 0, "GPT stage {}: the head's stage has no wte", mp.pp_rank);
   if (!shard_params) params_.allocate();
   if (allocate_grads) grads_.allocate();
   if (act != DType::F32 && !shard_params) compute_.allocate();
@@ -323,28 +333,28 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
   acts_.allocate();
   dacts_.allocate();
 
-  if (stage_.has_embedding || stage_.has_head) {
+  if (has_embedding() || has_head()) {
     wte_ = &read.get("wte");
     dwte_ = &grads_.get("wte");
   }
-  if (stage_.has_embedding) {
+  if (has_embedding()) {
     wpe_ = &read.get("wpe");
     dwpe_ = &grads_.get("wpe");
   }
-  if (stage_.has_head) {
+  if (has_head()) {
     lnfw_ = &read.get("lnf.weight");
     lnfb_ = cfg.bias ? &read.get("lnf.bias") : nullptr;
     dlnfw_ = &grads_.get("lnf.weight");
     dlnfb_ = cfg.bias ? &grads_.get("lnf.bias") : nullptr;
   }
-  for (int l = 0; l < Ls; ++l) {
-    p_.push_back(layer_params(read, stage_.first_layer + l));
-    g_.push_back(layer_params(grads_, stage_.first_layer + l));
+  for (int l : layers) {
+    p_.push_back(layer_params(read, l));
+    g_.push_back(layer_params(grads_, l));
   }
-  for (int set = 0; set < kept.sets; ++set) {
+  for (int set = 0; set < kept.total_sets(); ++set) {
     const std::string m = set_prefix(set);
     std::vector<LayerActs>& acts = a_.emplace_back();
-    for (int l = 0; l < Ls; ++l) {
+    for (int l = 0; l < local_cfg.n_layer; ++l) {
       const std::string h = m + "h." + std::to_string(l) + ".";
       auto A = [&](const char* n) {
         return &acts_.get(kept_per_set(n, kept.recompute) ? h + n : shared_name(n, kept.recompute));
@@ -354,9 +364,9 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     }
     encoded_.push_back(&acts_.get(m + "encoded"));
   }
-  last_inputs_.assign(static_cast<size_t>(kept.sets), nullptr);
+  last_inputs_.assign(static_cast<size_t>(kept.total_sets()), nullptr);
   scratch_ = &acts_.get("scratch");
-  if (stage_.has_head) {  // the head's activations exist on the stage that has it only
+  if (has_head()) {  // the head's activations exist on the stage that has it only
     lnf_ = &acts_.get("lnf");
     lnf_mean_ = &acts_.get("lnf_mean");
     lnf_rstd_ = &acts_.get("lnf_rstd");
@@ -477,12 +487,14 @@ void Gpt::refresh_compute_params(const ExecContext& ctx) {
   if (!shard_params_) models::refresh_compute_copy(ctx, compute_, params_);  // sharded: the gather's refresh()
 }
 
-void Gpt::reading_block(int l, bool backward) {
-  const int L = static_cast<int>(p_.size()), n = static_cast<int>(layout_.size());
-  int nf = 0, ne = 0;  // the next range the pass reads
-  if (!backward && l + 1 < L) std::tie(nf, ne) = std::make_pair(layer_first_[l + 1], layer_first_[l + 2]);
-  if (!backward && l + 1 == L && stage_.has_head) std::tie(nf, ne) = std::make_pair(layer_first_[L], n);
-  if (backward && l > 0) std::tie(nf, ne) = std::make_pair(layer_first_[l - 1], layer_first_[l]);
+void Gpt::reading_block(int l, bool backward, int chunk) {
+  const int n = static_cast<int>(layout_.size());
+  const int lo = chunk_first_[static_cast<size_t>(chunk)], hi = chunk_first_[static_cast<size_t>(chunk) + 1];
+  const bool head = chunk + 1 == num_chunks() && has_head();
+  int nf = 0, ne = 0;  // the next range the pass reads (within the chunk: the next chunk runs another time)
+  if (!backward && l + 1 < hi) std::tie(nf, ne) = std::make_pair(layer_first_[l + 1], layer_first_[l + 2]);
+  if (!backward && l + 1 == hi && head) std::tie(nf, ne) = std::make_pair(layer_first_[l + 1], n);
+  if (backward && l > lo) std::tie(nf, ne) = std::make_pair(layer_first_[l - 1], layer_first_[l]);
   reading(layer_first_[l], layer_first_[l + 1], nf, ne);
 }
 
@@ -500,15 +512,21 @@ void Gpt::zero_grad(const ExecContext& ctx) {
 // columns, cross-entropy over them with allreduce_tp_stats). parallel/tp_collectives.hpp holds the pairs; only
 // their communicating sides appear below (the identities are named in comments). At t = 1 the calls are the serial
 // ones.
-void Gpt::check_set(int set) const {
-  HPCT_CHECK(set >= 0 && set < kept_.sets, "GPT activation set {} of a model that keeps {}", set, kept_.sets);
+int Gpt::global_set(int set, int chunk) const {
+  HPCT_CHECK(chunk >= 0 && chunk < num_chunks(), "GPT stage {}: model chunk {} of {}", mp_.pp_rank, chunk,
+             num_chunks());
+  const int k = kept_.sets[static_cast<size_t>(chunk)];
+  HPCT_CHECK(set >= 0 && set < k, "GPT activation set {} of a chunk that keeps {}", set, k);
+  int g = set;
+  for (int c = 0; c < chunk; ++c) g += kept_.sets[static_cast<size_t>(c)];
+  return g;
 }
 
-void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act, int set) {
-  check_set(set);
+void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act, int set, int chunk) {
+  const int g = global_set(set, chunk);
   with_activation_type(act_, [&](auto type) {
     using A = typename decltype(type)::type;
-    forward_impl<A>(ctx, inputs, b, static_cast<const A*>(in_act), set);
+    forward_impl<A>(ctx, inputs, b, static_cast<const A*>(in_act), g, chunk);
   });
 }
 
@@ -525,8 +543,9 @@ A* Gpt::row_parallel_output(A* partial, int b, const char* what) {
   return partial;
 }
 
+// set: the global activation set (global_set)
 template <typename A>
-void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act, int set) {
+void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act, int set, int chunk) {
   HPCT_CHECK(b >= 1 && b <= B_, "forward of {} sequences on a model planned for micro_batch {}", b, B_);
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, Vl = cfg_.padded_vocab / t, N = b * T;
@@ -534,11 +553,13 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
   const bool tp = t > 1, lead = mp_.tp_rank == 0;
   last_inputs_[static_cast<size_t>(set)] = inputs;
   A* encoded = encoded_[static_cast<size_t>(set)]->as<A>();
+  const bool embedding = chunk == 0 && has_embedding(), head = chunk + 1 == num_chunks() && has_head();
+  const int lo = chunk_first_[static_cast<size_t>(chunk)], hi = chunk_first_[static_cast<size_t>(chunk) + 1];
 
-  if (stage_.has_embedding)  // wte and wpe, then block 0
+  if (embedding)  // wte and wpe, then block 0
     reading(0, layer_first_[0], layer_first_[0], layer_first_.size() > 1 ? layer_first_[1] : layer_first_[0]);
-  if (!stage_.has_embedding) {  // a later pipeline stage: its input is the previous stage's residual stream
-    HPCT_CHECK(in_act != nullptr, "pipeline stage {} needs its input activation", mp_.pp_rank);
+  if (!embedding) {  // a later (virtual) stage: its input is the previous one's residual stream
+    HPCT_CHECK(in_act != nullptr, "pipeline stage {} chunk {} needs its input activation", mp_.pp_rank, chunk);
     k::copy_device(ctx, encoded, in_act, boundary_numel(b) * static_cast<int64_t>(sizeof(A)));
   } else if (tp) {  // the partial rows of this rank's vocabulary (and wpe once), summed over the group
     A* partial = sp_ ? scratch_->as<A>() : encoded;
@@ -550,13 +571,13 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
     k::encoder_forward(ctx, encoded, inputs, wte_->as<A>(), wpe_->as<A>(), b, T, C);  // (b,T,C)
   }
   const A* residual = encoded;
-  for (size_t l = 0; l < p_.size(); ++l) {
-    reading_block(static_cast<int>(l), false);
-    const LayerActs& a = a_[static_cast<size_t>(set)][l];
-    block_forward<A>(ctx, static_cast<int>(l), a, residual, b);
+  for (int l = lo; l < hi; ++l) {  // l: the rank's block index; l - lo: the chunk's (its activations in the set)
+    reading_block(l, false, chunk);
+    const LayerActs& a = a_[static_cast<size_t>(set)][static_cast<size_t>(l - lo)];
+    block_forward<A>(ctx, l, a, residual, b);
     residual = a.residual3->as<A>();
   }
-  if (!stage_.has_head) return;  // the stage's output is residual3 of its last block (stage_output())
+  if (!head) return;  // the chunk's output is residual3 of its last block (stage_output())
   reading(layer_first_[p_.size()], static_cast<int>(layout_.size()));  // lnf.*
   reading(wte_index_, wte_index_ + 1);                                 // the tied head
   k::layernorm_forward(ctx, lnf_->as<A>(), lnf_mean_->f32(), lnf_rstd_->f32(), residual, lnfw_->as<A>(), ptr<A>(lnfb_),
@@ -639,7 +660,8 @@ const float* Gpt::loss(const ExecContext& ctx, const int32_t* targets, int b) {
 
 const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b, void* din,
                                     int set) {
-  check_set(set);
+  const int chunk = num_chunks() - 1;  // the head's
+  const int g = global_set(set, chunk);
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
   // Under fp16 dloss carries the loss scale (train/loss_scaling.hpp), so the dlogits stored here and every activation
   // gradient below are scaled: what keeps small gradients above fp16's subnormal range. The losses stay unscaled fp32.
@@ -651,20 +673,20 @@ const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targe
       k::crossentropy_forward_backward(ctx, losses_->f32(), logits_->as<A>(), targets, dloss, N, cfg_.vocab_size,
                                        cfg_.padded_vocab);
   });
-  backward(ctx, b, nullptr, din, set);
+  backward(ctx, b, nullptr, din, g, chunk);
   return losses_->f32();
 }
 
-void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set) {
-  HPCT_CHECK(!stage_.has_head, "backward_stage is for stages without the head (use loss_and_backward)");
-  check_set(set);
-  backward(ctx, b, dout, din, set);
+void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set, int chunk) {
+  HPCT_CHECK(!(chunk + 1 == num_chunks() && has_head()),
+             "backward_stage is for chunks without the head (use loss_and_backward)");
+  backward(ctx, b, dout, din, global_set(set, chunk), chunk);
 }
 
-void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din, int set) {
+void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din, int set, int chunk) {
   with_activation_type(act_, [&](auto type) {
     using A = typename decltype(type)::type;
-    backward_impl<A>(ctx, b, static_cast<const A*>(dout), static_cast<A*>(din), set);
+    backward_impl<A>(ctx, b, static_cast<const A*>(dout), static_cast<A*>(din), set, chunk);
   });
 }
 
@@ -673,8 +695,9 @@ void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din, i
 // after the read hook has made its parameters resident (between ZeRO-3's backward gather and the block's backward);
 // selective recomputes the GELU output right before the GEMM that reads it, and each LayerNorm output (into one shared
 // buffer) right before the GEMM whose weight gradient reads it (its statistics are recomputed identically too).
+// set: the global activation set (global_set); chunk: whose blocks, in reverse
 template <typename A>
-void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, int set) {
+void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, int set, int chunk) {
   const int t = mp_.tp;
   const int T = cfg_.seq_len, C = cfg_.n_embd, NH = cfg_.n_head / t, Vl = cfg_.padded_vocab / t, N = b * T;
   const int L = static_cast<int>(p_.size()), Cl = C / t;
@@ -683,6 +706,8 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
   const int64_t Nr_bytes = boundary_numel(b) * static_cast<int64_t>(sizeof(A));
   const std::vector<LayerActs>& acts = a_[static_cast<size_t>(set)];
   const bool selective = kept_.recompute == Recompute::Selective, full = kept_.recompute == Recompute::Full;
+  const bool embedding = chunk == 0 && has_embedding(), head = chunk + 1 == num_chunks() && has_head();
+  const int lo = chunk_first_[static_cast<size_t>(chunk)], hi = chunk_first_[static_cast<size_t>(chunk) + 1];
   // gradient of the residual stream, (b, T, C) the same on every TP rank, or under SP this rank's rows
   A* dres = dresidual_->as<A>();
   A* dln = dln_->as<A>();
@@ -703,7 +728,7 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
     if (sp_) k::fill_zero(ctx, ln_grads_->data, static_cast<int64_t>(ln_grads_->bytes()));
   };
 
-  if (stage_.has_head) {
+  if (head) {  // the last chunk: its last block is the rank's, L - 1
     // head and final LayerNorm, in reverse (under TP the head's dX is a partial sum over vocabulary columns); the head
     // writes wte's gradient too, which the gradient sync keeps whole (grad_write_groups)
     writing(layer_first_[L], static_cast<int>(layout_.size()));
@@ -715,23 +740,24 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
     const A* dlnf = column_parallel_input_grad<A>(b, "TP head dX");
     k::fill_zero(ctx, dres, Nr_bytes);
     zero_ln_grads();
-    const A* last_residual = acts[static_cast<size_t>(L) - 1].residual3->as<A>();
+    const A* last_residual = acts[static_cast<size_t>(hi - lo) - 1].residual3->as<A>();
     k::layernorm_backward(ctx, dres, ln_grad(dlnfw_, 0), ln_grad(dlnfb_, 1), dlnf, last_residual, lnfw_->as<A>(),
                           lnf_mean_->f32(), lnf_rstd_->f32(), Nr, C);
     if (sp_) add_ln_grads(ctx, {dlnfw_, dlnfb_});
     ready(layer_first_[L], static_cast<int>(layout_.size()));  // lnf.*
   } else {                                                     // the next stage's gradient w.r.t. this stage's output
-    HPCT_CHECK(dout != nullptr, "pipeline stage {} needs the gradient of its output", mp_.pp_rank);
+    HPCT_CHECK(dout != nullptr, "pipeline stage {} chunk {} needs the gradient of its output", mp_.pp_rank, chunk);
     k::copy_device(ctx, dres, dout, Nr_bytes);
   }
 
-  for (int l = L - 1; l >= 0; --l) {
+  for (int l = hi - 1; l >= lo; --l) {  // l: the rank's block index; l - lo: the chunk's
     const LayerParams& p = p_[l];
     const LayerParams& g = g_[l];
-    const LayerActs& a = acts[static_cast<size_t>(l)];
-    const A* residual = l == 0 ? encoded_[static_cast<size_t>(set)]->as<A>() : acts[l - 1].residual3->as<A>();
+    const LayerActs& a = acts[static_cast<size_t>(l - lo)];
+    const A* residual = l == lo ? encoded_[static_cast<size_t>(set)]->as<A>()
+                                : acts[static_cast<size_t>(l - lo) - 1].residual3->as<A>();
     writing(layer_first_[l], layer_first_[l + 1]);
-    reading_block(l, true);
+    reading_block(l, true, chunk);
     if (full) block_forward<A>(ctx, l, a, residual, b);
     if (selective) k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
     zero_ln_grads();
@@ -766,8 +792,9 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
     if (sp_) add_ln_grads(ctx, {g.ln2w, g.ln2b, g.ln1w, g.ln1b});
     ready(layer_first_[l], layer_first_[l + 1]);  // h.<l>.*
   }
-  if (!stage_.has_embedding) {  // hand the gradient of the stage's input to the previous stage
-    HPCT_CHECK(din != nullptr, "pipeline stage {} needs a buffer for the gradient of its input", mp_.pp_rank);
+  if (!embedding) {  // hand the gradient of the chunk's input to the previous (virtual) stage
+    HPCT_CHECK(din != nullptr, "pipeline stage {} chunk {} needs a buffer for the gradient of its input", mp_.pp_rank,
+               chunk);
     k::copy_device(ctx, din, dres, Nr_bytes);
     return;
   }

@@ -44,7 +44,8 @@ enum class Init { Normal, ScaledNormal, Zeros, Ones };
 // (parallel/grid.hpp; data parallelism does not change the layout).
 using ModelParallel = parallel::ModelParallel;
 
-// The part of the model one pipeline stage holds (stage_plan() in gpt_layout.hpp).
+// The part of the model one pipeline stage holds (stage_plan() in gpt_layout.hpp): with virtual stages, one model
+// chunk of a rank (chunk_plans()).
 struct StagePlan {
   int first_layer = 0, end_layer = 0;
   bool has_embedding = false;  // wte + wpe: the first stage
@@ -73,14 +74,22 @@ std::vector<ParamSpec> parameter_layout(const GptConfig& cfg);
 std::vector<std::pair<int, int>> grad_write_groups(const std::vector<ParamSpec>& layout);
 std::vector<bool> grad_pinned(const std::vector<ParamSpec>& layout);
 
-// What the model keeps for backward (models/recompute.hpp) and for how many micro-batches at once: `sets` activation
-// sets, one per micro-batch whose forward has run and whose backward has not (a pipeline stage's activations in flight,
-// GptStage::kept_sets; 1 without pipelining). Under full recompute a set is the blocks' inputs; the activations of the
-// block being recomputed exist once, as do the head's, the backward scratch and the forward's projection scratch.
+// What the model keeps for backward (models/recompute.hpp) and for how many micro-batches at once: sets[c] activation
+// sets for model chunk c, one per micro-batch whose forward of that chunk has run and whose backward has not (a pipeline
+// stage's activations in flight, GptStage::kept_sets; one chunk with 1 set without pipelining). A set holds the chunk's
+// input and its blocks' activations; every chunk has as many blocks (virtual stages need n_layer % (pp v) == 0), so
+// the sets of all chunks share one layout and are numbered back to back, chunk 0's first. Under full recompute a set is
+// the blocks' inputs; the activations of the block being recomputed exist once, as do the head's, the backward scratch
+// and the forward's projection scratch.
 using models::Recompute;
 struct ActivationPlan {
   Recompute recompute = Recompute::None;
-  int sets = 1;
+  std::vector<int> sets = {1};  // per model chunk
+  int total_sets() const {
+    int n = 0;
+    for (int k : sets) n += k;
+    return n;
+  }
 };
 
 // Sizes of the planned slabs for one rank (docs/invariants.md, invariant 7), callable from tests.
@@ -109,10 +118,10 @@ struct ActSpec {
   std::vector<int64_t> shape;
   DType dtype;
 };
-// cfg.n_layer blocks (a pipeline stage passes its own count); t: tensor-parallel size (local head, MLP and vocabulary
+// cfg.n_layer blocks per activation set (a pipeline stage passes the blocks of one of its chunks); t: tensor-parallel size (local head, MLP and vocabulary
 // widths are / t; the residual stream is full width); device: the backend, which sizes what attention keeps for backward
 // and its backward scratch (kernels.hpp); head: whether the stage holds the head (lnf, logits, losses, and the
-// vocabulary-parallel cross-entropy's statistics under TP); kept: the recompute mode and the number of sets. Set k's
+// vocabulary-parallel cross-entropy's statistics under TP); kept: the recompute mode and the sets (all chunks'). Set k's
 // tensors are named as set 0's with the prefix "mb<k>." (k > 0); the one copy of what full or selective recompute
 // recomputes is named "block.*" (full) or "recomputed.*" (selective).
 // sp: sequence parallelism (t > 1): the residual stream, the LayerNorm outputs and their statistics hold this rank's
@@ -143,7 +152,8 @@ class Gpt {
   // and backward (Megatron: column-parallel QKV and fc, row-parallel proj layers, vocabulary-parallel embedding and
   // cross-entropy).
   // Pipeline parallelism (mp.pp > 1): this rank holds only its stage's tensors (stage_plan; forward with in_act,
-  // backward_stage).
+  // backward_stage); with mp.virtual_stages = v > 1 the blocks of its v chunks (chunk_plans), each run on its own by
+  // forward / backward_stage given the chunk.
   // allocate_grads = false: the gradient slab is planned, not allocated; its owner binds it (Slab::bind: ZeRO-2 places
   // gradients in the gradient sync's buckets) before the first backward, and zero_grad() leaves it to that owner.
   // shard_params = true (ZeRO-3): neither the fp32 parameters nor the 16-bit compute copy is allocated; the tensors the
@@ -151,7 +161,7 @@ class Gpt {
   // fills in the read hook (set_param_read_hook) the forward and backward call before they read a layer;
   // init_parameters then stores through its `store` argument, and refresh_compute_params() is the owner's.
   // kept: the recompute mode and how many micro-batches' activations the model holds at once (ActivationPlan); the
-  // activation-set arguments below choose one (0 <= set < kept.sets).
+  // activation-set arguments below choose one of the chunk's (0 <= set < kept.sets[chunk]).
   Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParallel& mp, comm::Communicator* tp_comm,
       DType act = DType::F32, bool allocate_grads = true, bool shard_params = false, const ActivationPlan& kept = {});
   Gpt(const Gpt&) = delete;
@@ -187,21 +197,31 @@ class Gpt {
   // activation type (activation_dtype()).
   // set: the activation set the forward keeps what backward needs in; the backward of this micro-batch names the same
   // set, and no other forward may use it in between (the stage's slot of the micro-batch).
-  void forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act = nullptr, int set = 0);
-  // (b, T, C), or under sequence parallelism this rank's rows of it, (b T / tp, C)
-  const void* stage_output(int set = 0) const { return a_[static_cast<size_t>(set)].back().residual3->data; }
+  // chunk: the model chunk to run (virtual stages): only its blocks, the embedding only in chunk 0 of the first rank,
+  // the head only in the last chunk of the last rank; inputs is read by the embedding only, in_act by the others.
+  void forward(const ExecContext& ctx, const int32_t* inputs, int b, const void* in_act = nullptr, int set = 0,
+               int chunk = 0);
+  // (b, T, C), or under sequence parallelism this rank's rows of it, (b T / tp, C): the output of `chunk`'s forward
+  const void* stage_output(int set = 0, int chunk = 0) const {
+    return a_[static_cast<size_t>(global_set(set, chunk))].back().residual3->data;
+  }
   // The elements of the stage boundary's activation for b sequences (what stage_output() and in_act hold).
   int64_t boundary_numel(int b) const;
   // Backward of a stage without the head, after its forward of the same micro-batch into `set`: dout (b, T, C) is the
   // gradient of its output; din (b, T, C) receives the gradient of its input (null on the first); both on ctx.device.
-  void backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set = 0);
-  const StagePlan& stage() const { return stage_; }
+  // chunk: as forward's (every chunk but the head's: that one is loss_and_backward's).
+  void backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set = 0, int chunk = 0);
+  // This rank's model chunks in order (one without virtual stages), and the rank's ends of the model.
+  const std::vector<StagePlan>& chunks() const { return chunks_; }
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  bool has_embedding() const { return chunks_.front().has_embedding; }
+  bool has_head() const { return chunks_.back().has_head; }
   // Per-token losses (b, T) of the last forward against targets (b, T); logits are kept.
   const float* loss(const ExecContext& ctx, const int32_t* targets, int b);
   // Fused loss + backward of the last forward: losses (b*T) are computed, then every parameter
   // gradient accumulates dloss * d(sum of losses)/d(param). Overwrites the logits with their gradient.
   // din: on the last stage of a pipeline, receives the gradient of the stage's input (b, T, C, on ctx.device).
-  // set: the activation set of that forward.
+  // set: the activation set of that forward (of the last chunk, the one with the head).
   const float* loss_and_backward(const ExecContext& ctx, const int32_t* targets, float dloss, int b,
                                  void* din = nullptr, int set = 0);
 
@@ -247,13 +267,13 @@ class Gpt {
     return t ? t->as<A>() : nullptr;
   }
   template <typename A>
-  void forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act, int set);
+  void forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, const A* in_act, int set, int chunk);
   // Block l's forward from its input `residual` into `a` (the read hook is the caller's): the forward's, and full
   // recompute's right before the block's backward.
   template <typename A>
   void block_forward(const ExecContext& ctx, int l, const LayerActs& a, const A* residual, int b);
   template <typename A>
-  void backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, int set);
+  void backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, int set, int chunk);
   // Sequence parallelism: the whole (b T, C) LayerNorm output for a column-parallel GEMM (all-gathered into
   // gathered_; without SP, `ln` itself), and the input gradient of a column-parallel GEMM, dln_ (b T, C) partial, made
   // this rank's rows' complete gradient (reduce-scattered into dln_shard_; without SP, allreduced in place under TP).
@@ -270,8 +290,9 @@ class Gpt {
   void add_ln_grads(const ExecContext& ctx, std::initializer_list<Tensor*> dst);
   template <typename A>
   const float* vp_loss(const ExecContext& ctx, const int32_t* targets, int b, bool backward, float dloss);
-  void backward(const ExecContext& ctx, int b, const void* dout, void* din, int set);
-  void check_set(int set) const;
+  void backward(const ExecContext& ctx, int b, const void* dout, void* din, int set, int chunk);
+  // the index of chunk `chunk`'s activation set `set` among all of them (a_, encoded_, last_inputs_); checks both
+  int global_set(int set, int chunk) const;
 
   void ready(int first, int end) {
     if (hook_) hook_(first, end);
@@ -282,10 +303,12 @@ class Gpt {
   void reading(int first, int end, int next_first = 0, int next_end = 0) {
     if (read_hook_) read_hook_(first, end, next_first, next_end);
   }
-  void reading_block(int l, bool backward);  // block l's range, and the next the pass reads
+  void reading_block(int l, bool backward, int chunk);  // block l's range, and the next the pass reads in the chunk
   GptConfig cfg_;
   ModelParallel mp_;
-  StagePlan stage_;
+  std::vector<StagePlan> chunks_;  // this rank's model chunks (virtual stages), in order
+  // local index (into p_, g_) of chunk c's first block; [v] = the number of blocks the rank holds
+  std::vector<int> chunk_first_;
   comm::Communicator* tp_comm_ = nullptr;
   double tp_comm_ms_ = 0.0;  // the sum of what the parallel/tp_collectives.hpp calls return
   int B_;
@@ -293,15 +316,15 @@ class Gpt {
   ParamReadHook read_hook_;
   bool shard_params_ = false;
   int wte_index_ = -1;            // wte's layout index on a stage that holds it
-  std::vector<int> layer_first_;  // layout index of layer l's first tensor; [L] = first of lnf
+  std::vector<int> layer_first_;  // layout index of local block i's first tensor; [L] = first of lnf (or the end)
   Device device_;
   DType act_;
   ActivationPlan kept_;
   std::vector<ParamSpec> layout_;
   Slab params_, grads_, compute_, acts_, dacts_;  // compute_: the 16-bit copy of params_ (empty in fp32)
   std::vector<LayerParams> p_, g_;  // p_: the parameters the kernels read (compute_'s under bf16 / fp16, else params_')
-  // a_[set][l]: block l's activations in activation set `set`; a tensor recomputed in backward points to its one
-  // shared copy in every set
+  // a_[set][l]: block l of its chunk's activations in activation set `set` (global_set: every chunk's, numbered back
+  // to back); a tensor recomputed in backward points to its one shared copy in every set
   std::vector<std::vector<LayerActs>> a_;
   // the parameters the kernels read (compute_'s under bf16 / fp16) and their gradients; null where this pipeline stage
   // does not hold them

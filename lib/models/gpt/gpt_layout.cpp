@@ -78,7 +78,7 @@ void for_each_run(const std::vector<int64_t>& global, const std::vector<int64_t>
 }
 }  // namespace
 
-void validate_model_parallel(const GptConfig& c, int tp, int pp, const std::string& where) {
+void validate_model_parallel(const GptConfig& c, int tp, int pp, const std::string& where, int v) {
   HPCT_USAGE_CHECK(tp >= 1 && pp >= 1, "{}: parallel.tp = {} and parallel.pp = {} must be >= 1", where, tp, pp);
   HPCT_USAGE_CHECK(c.n_head % tp == 0,
                    "{}: model.n_head = {} is not divisible by parallel.tp = {} (each TP rank holds whole attention "
@@ -97,6 +97,20 @@ void validate_model_parallel(const GptConfig& c, int tp, int pp, const std::stri
                    "{}: fewer layers ({}) than pipeline stages ({}): every stage needs at least one transformer "
                    "block; choose parallel.pp <= model.n_layer = {} (or more layers)",
                    where, c.n_layer, pp, c.n_layer);
+  HPCT_USAGE_CHECK(v >= 1 && (v == 1 || pp > 1),
+                   "{}: parallel.virtual_stages = {} with parallel.pp = {}: virtual stages interleave the chunks of a "
+                   "pipeline of several ranks; set parallel.virtual_stages = 1, or parallel.pp > 1",
+                   where, v, pp);
+  if (v > 1) {
+    std::string fits;  // the virtual_stages that divide the layers at this pp
+    for (int d = 2; d * pp <= c.n_layer; ++d)
+      if (c.n_layer % (pp * d) == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d);
+    HPCT_USAGE_CHECK(c.n_layer % (pp * v) == 0,
+                     "{}: model.n_layer = {} is not divisible by parallel.pp x parallel.virtual_stages = {} x {} = {} "
+                     "(every model chunk holds as many blocks): choose parallel.virtual_stages among 1{}{} at pp = {}, "
+                     "or n_layer a multiple of {}",
+                     where, c.n_layer, pp, v, pp * v, fits.empty() ? "" : ", ", fits, pp, pp * v);
+  }
 }
 
 StagePlan stage_plan(const GptConfig& c, int pp, int pp_rank) {
@@ -118,14 +132,29 @@ StagePlan stage_plan(const GptConfig& c, int pp, int pp_rank) {
   return s;
 }
 
+std::vector<StagePlan> chunk_plans(const GptConfig& c, int pp, int pp_rank, int v) {
+  HPCT_CHECK(v >= 1, "{} virtual stages per rank", v);
+  if (v == 1) return {stage_plan(c, pp, pp_rank)};
+  std::vector<StagePlan> chunks;
+  for (int k = 0; k < v; ++k) chunks.push_back(stage_plan(c, pp * v, k * pp + pp_rank));
+  return chunks;
+}
+
 std::vector<ShardSpec> parameter_layout(const GptConfig& c, const ModelParallel& mp) {
-  validate_model_parallel(c, mp.tp, mp.pp, "parameter_layout");
+  validate_model_parallel(c, mp.tp, mp.pp, "parameter_layout", mp.virtual_stages);
   HPCT_CHECK(mp.tp_rank >= 0 && mp.tp_rank < mp.tp, "tp_rank {} outside [0, {})", mp.tp_rank, mp.tp);
-  const StagePlan st = stage_plan(c, mp.pp, mp.pp_rank);
+  const std::vector<StagePlan> chunks = chunk_plans(c, mp.pp, mp.pp_rank, mp.virtual_stages);
+  StagePlan st;  // the rank's ends of the model (its chunks' layers are checked one by one)
+  st.has_embedding = chunks.front().has_embedding;
+  st.has_head = chunks.back().has_head;
+  auto in_chunk = [&](int l) {
+    return std::any_of(chunks.begin(), chunks.end(),
+                       [&](const StagePlan& ch) { return l >= ch.first_layer && l < ch.end_layer; });
+  };
   std::vector<ShardSpec> out;
   for (const ParamSpec& p : parameter_layout(c)) {
     const int l = layer_of(p.name);
-    const bool held = l >= 0            ? (l >= st.first_layer && l < st.end_layer)
+    const bool held = l >= 0            ? in_chunk(l)
                       : p.name == "wte" ? (st.has_embedding || st.has_head)
                       : p.name == "wpe" ? st.has_embedding
                                         : st.has_head;  // lnf.*
@@ -189,7 +218,7 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
                        const ActivationPlan& kept) {
   HPCT_CHECK(B >= 1, "micro_batch must be >= 1, is {}", B);
   const std::vector<ShardSpec> layout = parameter_layout(c, mp);  // validates mp
-  const StagePlan st = stage_plan(c, mp.pp, mp.pp_rank);
+  const std::vector<StagePlan> chunks = chunk_plans(c, mp.pp, mp.pp_rank, mp.virtual_stages);
   MemoryPlan m;
   for (const ShardSpec& s : layout) {
     const int64_t n = numel(s.spec.shape);
@@ -210,10 +239,13 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
 
-  // Activations of one micro-batch: the model's own layout (gpt.hpp) for this stage's blocks and head
+  // Activations: the model's own layout (gpt.hpp) for one chunk's blocks per set and the head
   GptConfig local = c;
-  local.n_layer = st.num_layers();
-  m.activation_bytes = planned_bytes(activation_layout(local, B, mp.tp, device, act, st.has_head, kept, mp.sp));
+  local.n_layer = chunks.front().num_layers();  // every chunk's (validate_model_parallel)
+  HPCT_CHECK(kept.sets.size() == chunks.size(), "activation sets planned for {} chunks, stage {} holds {}",
+             kept.sets.size(), mp.pp_rank, chunks.size());
+  m.activation_bytes = planned_bytes(
+      activation_layout(local, B, mp.tp, device, act, chunks.back().has_head, kept, mp.sp));
   m.activation_grad_bytes = planned_bytes(activation_grad_layout(local, B, mp.tp, device, act, mp.sp));
   return m;
 }

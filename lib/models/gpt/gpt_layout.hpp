@@ -27,7 +27,11 @@
 //
 // Pipeline rules: stage s holds blocks [first_layer, end_layer) (stage_plan); the first stage also holds
 // wte and wpe, the last stage also holds lnf and a tied copy of wte for the head (docs/parallelism.md). At p = 1
-// the single stage holds wte once (no copy).
+// the single stage holds wte once (no copy). With v virtual stages per rank (mp.virtual_stages) the blocks are cut
+// into p v contiguous virtual stages of L / (p v) blocks, and rank r holds virtual stages r, p + r, .., (v-1) p + r
+// (chunk_plans): its layout is wte, wpe (rank 0), the blocks of chunk 0, .., chunk v-1 (the serial order restricted to
+// them), then lnf and the tied wte on rank p - 1, whose last chunk has the head. Names stay the logical ones, so a
+// checkpoint restores across any p x v.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,9 +42,11 @@ namespace hpct::gpt {
 
 // ModelParallel (this rank's place in the TP x PP part of the grid) is defined in gpt.hpp.
 
-// UsageError unless the model splits into tp x pp: n_head % tp, Vp % tp, 4C % tp, n_layer >= pp (every
-// stage holds at least one block). Each message names the failed constraint and the values that work.
-void validate_model_parallel(const GptConfig& cfg, int tp, int pp, const std::string& where);
+// UsageError unless the model splits into tp x pp with virtual_stages chunks per pipeline rank: n_head % tp, Vp % tp,
+// 4C % tp, n_layer >= pp (every stage holds at least one block); virtual_stages > 1 needs pp > 1 and n_layer % (pp x
+// virtual_stages) == 0 (every chunk holds as many blocks). Each message names the failed constraint and the values
+// that work.
+void validate_model_parallel(const GptConfig& cfg, int tp, int pp, const std::string& where, int virtual_stages = 1);
 
 // Blocks of pipeline stage pp_rank: [first_layer, end_layer), contiguous, counts differ by at most 1.
 // With L % p = r != 0 the r extra blocks go first to the interior stages 1..p-2 (they carry neither
@@ -49,6 +55,10 @@ void validate_model_parallel(const GptConfig& cfg, int tp, int pp, const std::st
 // is worth ~5 blocks of GPT-2 small). Megatron-LM requires L % p == 0 by default; this is a superset.
 // StagePlan (defined in gpt.hpp): the blocks [first_layer, end_layer) of a stage, with embedding / head flags.
 StagePlan stage_plan(const GptConfig& cfg, int pp, int pp_rank);
+// The model chunks of pipeline rank pp_rank with virtual_stages chunks per rank: chunk c is virtual stage c pp + pp_rank
+// of the pp x virtual_stages, stage_plan(cfg, pp v, c pp + pp_rank) (one chunk, stage_plan(cfg, pp, pp_rank), when
+// virtual_stages = 1). Chunk 0 of rank 0 has the embedding, chunk v - 1 of rank pp - 1 the head.
+std::vector<StagePlan> chunk_plans(const GptConfig& cfg, int pp, int pp_rank, int virtual_stages = 1);
 
 // One tensor as a rank holds it: spec.name is the global name, spec.shape the local shape; the local
 // tensor is the hyperslab [offset, offset + spec.shape) of the global tensor (row-major, contiguous).
@@ -60,7 +70,8 @@ struct ShardSpec {
   bool is_tied_copy = false;      // the last stage's wte when pp > 1 (the first stage's is the primary)
 };
 
-// The shards this rank holds, in the serial parameter_layout order restricted to what the rank holds.
+// The shards this rank holds, in the serial parameter_layout order restricted to what the rank holds (its chunks'
+// blocks, in chunk order).
 // At tp = pp = 1 the specs equal parameter_layout(cfg) (offsets zero).
 std::vector<ShardSpec> parameter_layout(const GptConfig& cfg, const ModelParallel& mp);
 
@@ -76,8 +87,8 @@ void init_shard(float* out, const ShardSpec& shard, const GptConfig& cfg, uint64
 // Slab sizes of one rank (invariant 7). Parameters, gradients and AdamW state from the sharded layout
 // (num_params counts what this rank stores, replicas and the tied copy included; num_params_no_wpe
 // excludes wpe and this shard's wte padding rows). Activations are for one micro-batch of B sequences
-// through this stage's blocks with TP-local widths; a pipeline schedule keeps several in flight (GPipe:
-// all micro-batches of the step; 1F1B: at most p - pp_rank) and multiplies activation_bytes itself:
+// through this stage's blocks with TP-local widths, times the activation sets of `kept` (a pipeline schedule keeps
+// several micro-batches in flight, GptStage::kept_sets; with virtual stages each set is one chunk's blocks):
 //   stage input (B,T,C): the embedding output on the first stage, the received activation elsewhere;
 //   per block: ln1, residual2, ln2, residual3 (B,T,C) full width (the residual stream is replicated in
 //   TP), ln mean/rstd (B,T), qkv (B,T,3C/t), atty (B,T,C/t), attention stats (the backend's

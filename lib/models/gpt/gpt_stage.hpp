@@ -1,7 +1,8 @@
 #pragma once
 // The GPT as a pipeline stage (parallel/pipeline_schedule.hpp): the unit every training step runs through a schedule,
 // whatever the layout. At pp = 1 the one stage is the whole model and the schedule is "none" (F0 B0 F1 B1 ...); at
-// pp > 1 it is this rank's layers (StagePlan) under GPipe or 1F1B.
+// pp > 1 it is this rank's layers (StagePlan) under GPipe or 1F1B, and with virtual stages (v > 1) its v model chunks
+// (chunk_plans) under the interleaved 1F1B, each action naming the chunk it runs.
 //
 // Activations (models/recompute.hpp): a stage without the head runs each micro-batch's forward in its forward slot and
 // keeps what backward needs in the model's activation set of the micro-batch's slot (one set per micro-batch in flight:
@@ -9,7 +10,9 @@
 // set is its blocks' inputs, and the backward recomputes each block. The stage that holds the head (the last, or the
 // only one) computes its forward, the loss and the backward together in its backward slot, into one activation set, so
 // at pp = 1 a micro-batch runs forward + loss + backward once, as plain gradient accumulation does; as a later stage it
-// stashes its input (one (MB, T, C) slot per micro-batch in flight) until then.
+// stashes its input (one (MB, T, C) slot per micro-batch in flight) until then. With virtual stages all of this is per
+// chunk: every chunk has its own sets and slots (kept_sets and micro_slots count the schedule's actions of that chunk),
+// and only the last chunk of the last rank is "the stage with the head".
 //
 // Everything lives on ctx.device, the transport's device (the CPU: host memory and MPI; CUDA: device memory and the
 // NCCL links), so nothing in forward() or backward() blocks the host: begin_step() stages the step's tokens (first
@@ -43,7 +46,7 @@ class GptStage final : public parallel::PipelineStage {
   // micro-batches finish), in double. Synchronizes the host once.
   double end_step();
 
-  // One model chunk per rank for now: chunk is always 0 (virtual_stages = 1).
+  // chunk: the model chunk (0 .. v - 1; always 0 without virtual stages).
   void forward(int chunk, int micro, const void* in, void* out) override;
   void backward(int chunk, int micro, const void* dout, void* din) override;
   // The activation at a stage boundary, (MB, T, C) of the model's activation type (under sequence parallelism this
@@ -56,18 +59,23 @@ class GptStage final : public parallel::PipelineStage {
   // without a model (the memory plan of `--plan`; the constructor checks that the two agree).
   static size_t planned_bytes(const GptConfig& cfg, const ModelParallel& mp,
                               const std::vector<parallel::Action>& schedule, int micro_batch, DType act);
-  // The activation sets the model of stage `st` needs for `schedule` (Gpt's ActivationPlan::sets): one per micro-batch
-  // in flight on a stage without the head, one on the stage with it.
-  static int kept_sets(const std::vector<parallel::Action>& schedule, const StagePlan& st);
-  // The slot of each micro-batch: taken at its forward, free again after its backward, the lowest free one first.
+  // The activation sets of each chunk the model of a rank with `chunks` (chunk_plans) needs for `schedule` (Gpt's
+  // ActivationPlan::sets): one per micro-batch of that chunk in flight, one for the chunk with the head.
+  static std::vector<int> kept_sets(const std::vector<parallel::Action>& schedule,
+                                    const std::vector<StagePlan>& chunks);
+  // The slot of each (chunk, micro-batch), at chunk * n_micro + micro: taken at its forward, free again after its
+  // backward, the lowest free one of its chunk first (each chunk's slots are its own).
   static std::vector<int> micro_slots(const std::vector<parallel::Action>& schedule);
+  // The peak number of micro-batches of `chunk` forwarded and not yet backwarded.
+  static int chunk_in_flight(const std::vector<parallel::Action>& schedule, int chunk);
 
  private:
   const int32_t* tokens(int micro) const { return tokens_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
   const int32_t* targets(int micro) const { return targets_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
+  int slot(int chunk, int micro) const { return slot_of_[static_cast<size_t>(chunk * n_micro_ + micro)]; }
+  bool is_head(int chunk) const { return chunk == head_chunk_ && model_.has_head(); }
   void* stashed(int micro) {
-    return static_cast<char*>(stash_->data) +
-           static_cast<int64_t>(slot_of_[static_cast<size_t>(micro)]) * numel_ * act_bytes_;
+    return static_cast<char*>(stash_->data) + static_cast<int64_t>(slot(head_chunk_, micro)) * numel_ * act_bytes_;
   }
 
   const ExecContext& ctx_;
@@ -75,7 +83,8 @@ class GptStage final : public parallel::PipelineStage {
   const std::vector<parallel::Action>& schedule_;
   BatchFill fill_;
   int n_micro_, MB_, T_;
-  std::vector<int> slot_of_;  // micro -> its slot (micro_slots): the model's activation set, or the stash's slot
+  int head_chunk_ = 0;        // the last chunk (the one with the head on the last rank)
+  std::vector<int> slot_of_;  // (chunk, micro) -> its slot (micro_slots): the model's activation set, or the stash's
   int64_t numel_ = 0;
   int64_t act_bytes_ = 4;  // bytes of one activation element
   float dloss_ = 0.0f;
@@ -83,7 +92,8 @@ class GptStage final : public parallel::PipelineStage {
   Tensor* tokens_ = nullptr;   // (n_micro, MB, T) i32: first stage
   Tensor* targets_ = nullptr;  // (n_micro, MB, T) i32: the stage with the head
   Tensor* sums_ = nullptr;     // (n_micro) f32: loss sum of each micro-batch (the stage with the head)
-  Tensor* stash_ = nullptr;    // (slots, MB, T, C) of the activation type: a later stage with the head's inputs
+  Tensor* stash_ =
+      nullptr;  // (slots, MB, T, C) of the activation type: a later stage with the head's inputs (its chunk's)
   std::vector<int32_t> tok_host_, tgt_host_;  // (n_micro, MB, T): the sampler fills both
   std::vector<float> sums_host_;              // (n_micro)
 };
@@ -92,10 +102,13 @@ class GptStage final : public parallel::PipelineStage {
 // parallelism (transport non-null) each micro-batch runs through the stages over the training's transport: a later
 // stage receives its input (MB, T, C, on the transport's device = ctx.device) from the previous one and sends its
 // output on, straight from stage_output(); only the stage with the head computes losses, so the sum is non-zero there
-// alone (the caller reduces it over the PP group). With NCCL the waits are stream-ordered: the send's wait() keeps the
-// next forward from overwriting stage_output() before it has gone, the receive is queued after the forward that
-// copied the previous input in. Every micro-batch passes micro 0 to the transport: evaluation runs between steps,
-// when no training transfer is in flight, and each link carries it in order (MPI: tag 0, matched in order like NCCL).
+// alone (the caller reduces it over the PP group). With virtual stages a micro-batch walks them all: each rank runs its
+// chunks in order, chunk c after receiving chunk c's input (from rank r - 1, or across the wrap from the last rank's
+// chunk c - 1 on rank 0) and sending its output on, as the training's transfers of chunk c do. With NCCL the waits are
+// stream-ordered: the send's wait() keeps the next forward from overwriting stage_output() before it has gone, the
+// receive is queued after the forward that copied the previous input in. Every micro-batch passes micro 0 to the
+// transport: evaluation runs between steps, when no training transfer is in flight, and each link carries it in order
+// (MPI: the tag of micro 0 and the chunk, matched in order like NCCL).
 class GptEvaluator {
  public:
   GptEvaluator(const ExecContext& ctx, Gpt& model, parallel::PipelineTransport* transport);
@@ -114,7 +127,8 @@ class GptEvaluator {
   parallel::PipelineTransport* transport_;
   Slab io_;
   Tensor *in_dev_ = nullptr, *tgt_dev_ = nullptr, *sum_dev_ = nullptr;  // (MB, T), (MB, T), (1)
-  Tensor* act_ = nullptr;  // the stage boundary's activation received from the previous stage (pipeline only)
+  // the stage boundary's activation received from the previous (virtual) stage (pipeline only)
+  Tensor* act_ = nullptr;
   std::vector<int32_t> in_host_, tgt_host_;  // (MB, T)
 };
 

@@ -251,7 +251,7 @@ TEST(GptRecompute, BitwiseEqualGradientsAndLessMemory) {
       std::vector<float> ref_grads, ref_losses;
       size_t last_bytes = 0;
       for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-        const ActivationPlan kept{r, 1};
+        const ActivationPlan kept{r, {1}};
         Gpt m(c, B, Device::CPU, ModelParallel{}, nullptr, act, true, false, kept);
         m.init_parameters(ctx, 3);
         m.refresh_compute_params(ctx);
@@ -294,8 +294,8 @@ TEST(GptRecompute, ActivationSetsHoldMicroBatchesInFlight) {
     dout_b[i] = static_cast<float>(rng::normal(4, 2, i));
   }
   for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-    Gpt two(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, 2});
-    Gpt one(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, 1});
+    Gpt two(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, {2}});
+    Gpt one(c, B, Device::CPU, first_stage, nullptr, DType::F32, true, false, {r, {1}});
     for (Gpt* m : {&two, &one}) {
       m->init_parameters(ctx, 5);
       m->zero_grad(ctx);
@@ -336,8 +336,8 @@ TEST(GptRecompute, LaterStageInputGradientsPerSet) {
     d_b[i] = static_cast<float>(rng::normal(6, 4, i));
   }
   for (Recompute r : {Recompute::None, Recompute::Full}) {
-    Gpt two(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, 2});
-    Gpt one(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, 1});
+    Gpt two(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, {2}});
+    Gpt one(c3, B, Device::CPU, middle, nullptr, DType::F32, true, false, {r, {1}});
     for (Gpt* m : {&two, &one}) {
       m->init_parameters(ctx, 5);
       m->zero_grad(ctx);
@@ -354,5 +354,71 @@ TEST(GptRecompute, LaterStageInputGradientsPerSet) {
     EXPECT_TRUE(bitwise_equal(din_two_a, din_one_a)) << recompute_name(r);
     EXPECT_TRUE(bitwise_equal(din_two_b, din_one_b)) << recompute_name(r);
     EXPECT_TRUE(bitwise_equal(grads_of(two), grads_of(one))) << recompute_name(r);
+  }
+}
+
+// ---- virtual stages (interleaved pipeline): a rank holds several model chunks ---------------------------------------
+
+// The four chunks of p 2 x v 2 over four blocks, run in virtual-stage order in one process (rank 0 chunk 0, rank 1
+// chunk 0, rank 0 chunk 1, rank 1 chunk 1 with the head, then backward in reverse, handing activations and their
+// gradients over by hand), give the serial model's loss bitwise and every gradient bitwise, wte's as the sum of the
+// embedding's (rank 0) and the head's (rank 1), which the embedding group adds in training: summed the other way
+// round, within one rounding.
+TEST(GptVirtualStages, ChunksInVirtualStageOrderEqualTheSerialModel) {
+  GptConfig c = tiny();
+  c.n_layer = 4;
+  const int B = 2, N = B * c.seq_len;
+  const int64_t NC = static_cast<int64_t>(N) * c.n_embd;
+  const ExecContext ctx;
+  const auto in = tokens_of(c, N, 7), tgt = tokens_of(c, N, 8);
+  const float dloss = 1.0f / static_cast<float>(N);
+  for (Recompute r : {Recompute::None, Recompute::Full}) {
+    Gpt serial(c, B, Device::CPU, ModelParallel{}, nullptr, DType::F32, true, false, {r, {1}});
+    Gpt r0(c, B, Device::CPU, ModelParallel{1, 0, 2, 0, false, 2}, nullptr, DType::F32, true, false, {r, {1, 1}});
+    Gpt r1(c, B, Device::CPU, ModelParallel{1, 0, 2, 1, false, 2}, nullptr, DType::F32, true, false, {r, {1, 1}});
+    ASSERT_EQ(r0.num_chunks(), 2);
+    EXPECT_EQ(r0.chunks()[1].first_layer, 2);
+    EXPECT_EQ(r1.chunks()[0].first_layer, 1);
+    for (Gpt* m : {&serial, &r0, &r1}) {
+      m->init_parameters(ctx, 11);
+      m->zero_grad(ctx);
+    }
+    serial.forward(ctx, in.data(), B);
+    const float* ls = serial.loss_and_backward(ctx, tgt.data(), dloss, B);
+    const std::vector<float> serial_losses(ls, ls + N);
+
+    std::vector<float> x(static_cast<size_t>(NC)), d1(x.size()), d2(x.size()), d3(x.size());
+    r0.forward(ctx, in.data(), B, nullptr, 0, 0);
+    r1.forward(ctx, nullptr, B, r0.stage_output(0, 0), 0, 0);
+    r0.forward(ctx, nullptr, B, r1.stage_output(0, 0), 0, 1);
+    std::memcpy(x.data(), r0.stage_output(0, 1), static_cast<size_t>(NC) * sizeof(float));
+    r1.forward(ctx, nullptr, B, x.data(), 0, 1);
+    const float* lp = r1.loss_and_backward(ctx, tgt.data(), dloss, B, d3.data());
+    EXPECT_TRUE(bitwise_equal(serial_losses, std::vector<float>(lp, lp + N))) << "recompute " << static_cast<int>(r);
+    r0.backward_stage(ctx, d3.data(), d2.data(), B, 0, 1);
+    r1.backward_stage(ctx, d2.data(), d1.data(), B, 0, 0);
+    r0.backward_stage(ctx, d1.data(), nullptr, B, 0, 0);
+
+    for (const ParamSpec& p : serial.layout()) {
+      const Tensor& want = serial.grads().get(p.name);
+      std::vector<float> got(static_cast<size_t>(want.numel()), 0.0f);
+      int holders = 0;
+      for (Gpt* m : {&r0, &r1}) {
+        bool held = false;
+        for (const ParamSpec& q : m->layout()) held = held || q.name == p.name;
+        if (!held) continue;
+        ++holders;
+        const Tensor& g = m->grads().get(p.name);
+        for (int64_t i = 0; i < g.numel(); ++i) got[static_cast<size_t>(i)] += g.f32()[i];
+      }
+      EXPECT_EQ(holders, p.name == "wte" ? 2 : 1) << p.name;
+      const std::vector<float> w(want.f32(), want.f32() + want.numel());
+      if (p.name != "wte") {
+        EXPECT_TRUE(bitwise_equal(got, w)) << p.name << " recompute " << static_cast<int>(r);
+        continue;
+      }
+      for (size_t i = 0; i < w.size(); ++i)
+        EXPECT_NEAR(got[i], w[i], 1e-6f * (1.0f + std::fabs(w[i]))) << "wte[" << i << "]";
+    }
   }
 }

@@ -11,6 +11,8 @@
 #include "core/error.hpp"
 #include "models/gpt/gpt.hpp"
 #include "models/gpt/gpt_layout.hpp"
+#include "models/gpt/gpt_stage.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 using namespace hpct;
 using namespace hpct::gpt;
@@ -168,6 +170,95 @@ TEST(GptShardLayout, PipelineStagesHoldTheirLayersAndTiedEmbedding) {
   // a middle stage holds blocks only
   const auto mid = parameter_layout(c, ModelParallel{1, 0, 3, 1});
   EXPECT_EQ(names(mid), serial_where([&](const std::string& n) { return starts(n, "h.1."); }));
+}
+
+// Virtual stages: chunk c of rank r is virtual stage c p + r of p v equal ones; the chunks of all ranks tile the layers
+// once, in virtual-stage order; the embedding is rank 0 chunk 0's, the head rank p-1 chunk v-1's.
+TEST(GptShardLayout, ChunkPlansInterleaveVirtualStages) {
+  const GptConfig c = make(8, 4, 32, 16, 200);
+  for (auto [p, v] : {std::pair{2, 2}, std::pair{2, 4}, std::pair{4, 2}, std::pair{2, 1}, std::pair{3, 1}}) {
+    std::vector<int> owner(8, -1);  // virtual stage of each layer
+    for (int r = 0; r < p; ++r) {
+      const std::vector<StagePlan> ch = chunk_plans(c, p, r, v);
+      ASSERT_EQ(static_cast<int>(ch.size()), v);
+      for (int k = 0; k < v; ++k) {
+        if (v > 1) {
+          EXPECT_EQ(ch[k].num_layers(), 8 / (p * v)) << p << " " << v;
+        }
+        EXPECT_EQ(ch[k].has_embedding, r == 0 && k == 0);
+        EXPECT_EQ(ch[k].has_head, r == p - 1 && k == v - 1);
+        for (int l = ch[k].first_layer; l < ch[k].end_layer; ++l) {
+          EXPECT_EQ(owner[l], -1) << "layer " << l << " held twice";
+          owner[l] = k * p + r;
+        }
+      }
+    }
+    for (int l = 1; l < 8; ++l) EXPECT_LE(owner[l - 1], owner[l]) << p << " " << v;  // contiguous, in order
+    EXPECT_EQ(owner.front(), 0);
+    EXPECT_EQ(owner.back(), p * v - 1);
+  }
+  // v = 1 is the plain stage plan
+  EXPECT_EQ(chunk_plans(make(7, 4, 32, 16, 200), 4, 1, 1).front().num_layers(),
+            stage_plan(make(7, 4, 32, 16, 200), 4, 1).num_layers());
+}
+
+// A rank's layout with chunks: wte, wpe (rank 0), its chunks' blocks in layer order, then lnf and the tied wte on the
+// last rank; the ranks' blocks tile the serial ones, and the write groups list them last chunk first.
+TEST(GptShardLayout, VirtualStageLayoutsHoldTheirChunks) {
+  const GptConfig c = make(8, 4, 32, 16, 200);
+  auto names = [](const std::vector<ShardSpec>& v) {
+    std::vector<std::string> n;
+    for (const auto& s : v) n.push_back(s.spec.name);
+    return n;
+  };
+  auto blocks = [](const std::vector<std::string>& n, int l) {
+    return std::count_if(n.begin(), n.end(),
+                         [&](const std::string& s) { return s.rfind("h." + std::to_string(l) + ".", 0) == 0; });
+  };
+  const ModelParallel r0{1, 0, 2, 0, false, 2}, r1{1, 0, 2, 1, false, 2};
+  const auto first = names(parameter_layout(c, r0)), last = names(parameter_layout(c, r1));
+  const auto serial = names(parameter_layout(c, ModelParallel{}));
+  // p 2, v 2: virtual stages of 2 blocks; rank 0 holds 0-1 and 4-5, rank 1 holds 2-3 and 6-7
+  for (int l = 0; l < 8; ++l) {
+    const bool on_first = l < 2 || (l >= 4 && l < 6);
+    EXPECT_EQ(blocks(first, l), on_first ? blocks(serial, l) : 0) << l;
+    EXPECT_EQ(blocks(last, l), on_first ? 0 : blocks(serial, l)) << l;
+  }
+  EXPECT_EQ(first.front(), "wte");
+  EXPECT_EQ(first[1], "wpe");
+  EXPECT_EQ(first[2], "h.0.ln1.weight");
+  EXPECT_EQ(first.back(), "h.5.mlp.proj.bias");
+  EXPECT_EQ(last.front(), "wte");
+  EXPECT_EQ(last[1], "h.2.ln1.weight");
+  EXPECT_EQ(last.back(), "lnf.bias");
+  EXPECT_TRUE(find(parameter_layout(c, r1), "wte").is_tied_copy);
+  // backward order of the last rank: lnf, blocks 7, 6, 3, 2, then the tied wte
+  std::vector<ParamSpec> specs;
+  for (const ShardSpec& s : parameter_layout(c, r1)) specs.push_back(s.spec);
+  std::vector<std::string> order;
+  for (auto [a, b] : grad_write_groups(specs)) order.push_back(specs[static_cast<size_t>(a)].name);
+  EXPECT_EQ(order, (std::vector<std::string>{"lnf.weight", "h.7.ln1.weight", "h.6.ln1.weight", "h.3.ln1.weight",
+                                             "h.2.ln1.weight", "wte"}));
+  // the memory plan counts one chunk's blocks per activation set, for the sets of every chunk
+  const MemoryPlan one = memory_plan(c, r0, 1, Device::CPU, DType::F32, {Recompute::None, {1, 1}});
+  const MemoryPlan three = memory_plan(c, r0, 1, Device::CPU, DType::F32, {Recompute::None, {2, 1}});
+  EXPECT_GT(three.activation_bytes, one.activation_bytes);
+  EXPECT_EQ(one.param_bytes, three.param_bytes);
+}
+
+TEST(GptShardLayout, VirtualStagesValidation) {
+  const GptConfig c = make(8, 4, 32, 16, 200);
+  EXPECT_EQ(usage_error([&] { validate_model_parallel(c, 1, 2, "d", 2); }), "");
+  EXPECT_EQ(usage_error([&] { validate_model_parallel(c, 1, 2, "d", 4); }), "");
+  std::string m = usage_error([&] { validate_model_parallel(c, 1, 2, "deck v", 3); });
+  EXPECT_NE(m.find("model.n_layer = 8 is not divisible by parallel.pp x parallel.virtual_stages = 2 x 3 = 6"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("choose parallel.virtual_stages among 1, 2, 4 at pp = 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("deck v"), std::string::npos) << m;
+  m = usage_error([&] { validate_model_parallel(c, 1, 1, "d", 2); });
+  EXPECT_NE(m.find("parallel.virtual_stages = 2 with parallel.pp = 1"), std::string::npos) << m;
+  EXPECT_NE(usage_error([&] { parameter_layout(c, ModelParallel{1, 0, 4, 0, false, 3}); }), "");
 }
 
 TEST(GptShardLayout, ValidationNamesConstraintAndFix) {
@@ -461,4 +552,41 @@ TEST(GptShardMemory, Gpt2PerRankParamsFollowTheDesignFormula) {
     }
     EXPECT_EQ(primary_total, total);
   }
+}
+
+// GptStage's bookkeeping per chunk under the interleaved schedule: each chunk's slots are its own, no two micro-batches
+// of a chunk in flight share one, and the sets a chunk keeps are its peak in flight (one for the chunk with the head).
+TEST(GptStagePlan, SlotsAndSetsPerChunk) {
+  const GptConfig c = make(8, 4, 32, 16, 200);
+  for (int r = 0; r < 2; ++r) {
+    const auto schedule = parallel::make_schedule(parallel::ScheduleKind::OneFOneB, 2, r, 4, 2);
+    const auto chunks = chunk_plans(c, 2, r, 2);
+    const std::vector<int> kept = GptStage::kept_sets(schedule, chunks);
+    const std::vector<int> slot = GptStage::micro_slots(schedule);
+    ASSERT_EQ(kept.size(), 2u);
+    ASSERT_EQ(slot.size(), 8u);
+    for (int k = 0; k < 2; ++k)
+      EXPECT_EQ(kept[k], chunks[k].has_head ? 1 : GptStage::chunk_in_flight(schedule, k)) << r << " " << k;
+    std::vector<std::vector<int>> holder(2, std::vector<int>(8, -1));  // [chunk][slot] -> micro in it
+    for (const parallel::Action& a : schedule) {
+      const int s = slot[static_cast<size_t>(a.chunk * 4 + a.micro)];
+      ASSERT_GE(s, 0);
+      ASSERT_LT(s, GptStage::chunk_in_flight(schedule, a.chunk));
+      int& h = holder[a.chunk][s];
+      if (a.op == parallel::Action::Forward) {
+        EXPECT_EQ(h, -1) << "chunk " << a.chunk << " slot " << s << " taken twice";
+        h = a.micro;
+      } else {
+        EXPECT_EQ(h, a.micro);
+        h = -1;
+      }
+    }
+  }
+  // the stage buffers: the stash of the last rank sized by its head chunk's micro-batches in flight
+  const auto last = parallel::make_schedule(parallel::ScheduleKind::OneFOneB, 2, 1, 4, 2);
+  const ModelParallel mp{1, 0, 2, 1, false, 2};
+  const size_t tokens = 4 * 2 * 16 * sizeof(int32_t);
+  EXPECT_EQ(GptStage::planned_bytes(c, mp, last, 2, DType::F32),
+            slab_aligned(tokens) + slab_aligned(4 * 4) +
+                slab_aligned(static_cast<size_t>(GptStage::chunk_in_flight(last, 1)) * 2 * 16 * 32 * 4));
 }

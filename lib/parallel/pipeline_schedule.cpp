@@ -169,10 +169,11 @@ int schedule_micro_batches(const std::vector<Action>& schedule) { return checked
 
 int schedule_virtual_stages(const std::vector<Action>& schedule) { return checked_shape(schedule).second; }
 
-int max_in_flight(const std::vector<Action>& schedule) {
+int max_in_flight(const std::vector<Action>& schedule, int chunk) {
   checked_shape(schedule);
   int live = 0, peak = 0;
   for (const Action& a : schedule) {
+    if (chunk >= 0 && a.chunk != chunk) continue;
     live += a.op == Action::Forward ? 1 : -1;
     peak = std::max(peak, live);
   }

@@ -138,8 +138,9 @@ std::string format_schedule(const std::vector<Action>& schedule);
 int schedule_micro_batches(const std::vector<Action>& schedule);
 // Number of chunks (virtual stages per rank) of the schedule, after the same checks.
 int schedule_virtual_stages(const std::vector<Action>& schedule);
-// Peak number of (chunk, micro-batch) pairs forwarded and not yet backwarded (chunk activations the rank holds).
-int max_in_flight(const std::vector<Action>& schedule);
+// Peak number of (chunk, micro-batch) pairs forwarded and not yet backwarded (chunk activations the rank holds); with
+// chunk >= 0, of that chunk's micro-batches only.
+int max_in_flight(const std::vector<Action>& schedule, int chunk = -1);
 // (p - 1) / (v m + p - 1): the idle fraction of every rank with uniform per-chunk times and free communication.
 double theoretical_bubble(int pp_size, int n_micro, int virtual_stages = 1);
 

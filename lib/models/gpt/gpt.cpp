@@ -490,7 +490,7 @@ void Gpt::refresh_compute_params(const ExecContext& ctx) {
 void Gpt::reading_block(int l, bool backward, int chunk) {
   const int n = static_cast<int>(layout_.size());
   const int lo = chunk_first_[static_cast<size_t>(chunk)], hi = chunk_first_[static_cast<size_t>(chunk) + 1];
-  const bool head = chunk + 1 == num_chunks() && has_head();
+  const bool head = chunks_[static_cast<size_t>(chunk)].has_head;
   int nf = 0, ne = 0;  // the next range the pass reads (within the chunk: the next chunk runs another time)
   if (!backward && l + 1 < hi) std::tie(nf, ne) = std::make_pair(layer_first_[l + 1], layer_first_[l + 2]);
   if (!backward && l + 1 == hi && head) std::tie(nf, ne) = std::make_pair(layer_first_[l + 1], n);
@@ -553,7 +553,8 @@ void Gpt::forward_impl(const ExecContext& ctx, const int32_t* inputs, int b, con
   const bool tp = t > 1, lead = mp_.tp_rank == 0;
   last_inputs_[static_cast<size_t>(set)] = inputs;
   A* encoded = encoded_[static_cast<size_t>(set)]->as<A>();
-  const bool embedding = chunk == 0 && has_embedding(), head = chunk + 1 == num_chunks() && has_head();
+  const StagePlan& plan = chunks_[static_cast<size_t>(chunk)];
+  const bool embedding = plan.has_embedding, head = plan.has_head;
   const int lo = chunk_first_[static_cast<size_t>(chunk)], hi = chunk_first_[static_cast<size_t>(chunk) + 1];
 
   if (embedding)  // wte and wpe, then block 0
@@ -678,9 +679,10 @@ const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targe
 }
 
 void Gpt::backward_stage(const ExecContext& ctx, const void* dout, void* din, int b, int set, int chunk) {
-  HPCT_CHECK(!(chunk + 1 == num_chunks() && has_head()),
+  const int g = global_set(set, chunk);  // checks the chunk too
+  HPCT_CHECK(!chunks_[static_cast<size_t>(chunk)].has_head,
              "backward_stage is for chunks without the head (use loss_and_backward)");
-  backward(ctx, b, dout, din, global_set(set, chunk), chunk);
+  backward(ctx, b, dout, din, g, chunk);
 }
 
 void Gpt::backward(const ExecContext& ctx, int b, const void* dout, void* din, int set, int chunk) {
@@ -706,7 +708,8 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
   const int64_t Nr_bytes = boundary_numel(b) * static_cast<int64_t>(sizeof(A));
   const std::vector<LayerActs>& acts = a_[static_cast<size_t>(set)];
   const bool selective = kept_.recompute == Recompute::Selective, full = kept_.recompute == Recompute::Full;
-  const bool embedding = chunk == 0 && has_embedding(), head = chunk + 1 == num_chunks() && has_head();
+  const StagePlan& plan = chunks_[static_cast<size_t>(chunk)];
+  const bool embedding = plan.has_embedding, head = plan.has_head;
   const int lo = chunk_first_[static_cast<size_t>(chunk)], hi = chunk_first_[static_cast<size_t>(chunk) + 1];
   // gradient of the residual stream, (b, T, C) the same on every TP rank, or under SP this rank's rows
   A* dres = dresidual_->as<A>();

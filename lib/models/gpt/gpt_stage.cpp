@@ -41,7 +41,7 @@ GptStage::GptStage(const ExecContext& ctx, Gpt& model, const std::vector<paralle
     sums_host_.assign(static_cast<size_t>(n_micro_), 0.0f);
   }
   if (!only_stage && model.has_head())
-    stash_ = &bufs_.add("stash", {chunk_in_flight(schedule, head_chunk_), numel_}, model.activation_dtype());
+    stash_ = &bufs_.add("stash", {parallel::max_in_flight(schedule, head_chunk_), numel_}, model.activation_dtype());
   bufs_.allocate();
   HPCT_CHECK(bufs_.bytes() ==
                  planned_bytes(model.config(), model.model_parallel(), schedule, MB_, model.activation_dtype()),
@@ -61,19 +61,10 @@ size_t GptStage::planned_bytes(const GptConfig& cfg, const ModelParallel& mp,
   if (embedding) n += slab_aligned(tokens * sizeof(int32_t));
   if (head) n += slab_aligned(tokens * sizeof(int32_t)) + slab_aligned(static_cast<size_t>(n_micro) * 4);
   if (!embedding && head)
-    n += slab_aligned(static_cast<size_t>(chunk_in_flight(schedule, parallel::schedule_virtual_stages(schedule) - 1)) *
-                      static_cast<size_t>(boundary_numel(cfg, mp, micro_batch)) * dtype_size(act));
+    n += slab_aligned(
+        static_cast<size_t>(parallel::max_in_flight(schedule, parallel::schedule_virtual_stages(schedule) - 1)) *
+        static_cast<size_t>(boundary_numel(cfg, mp, micro_batch)) * dtype_size(act));
   return n;
-}
-
-int GptStage::chunk_in_flight(const std::vector<parallel::Action>& schedule, int chunk) {
-  int now = 0, peak = 0;
-  for (const parallel::Action& a : schedule) {
-    if (a.chunk != chunk) continue;
-    now += a.op == parallel::Action::Forward ? 1 : -1;
-    peak = std::max(peak, now);
-  }
-  return peak;
 }
 
 std::vector<int> GptStage::kept_sets(const std::vector<parallel::Action>& schedule,
@@ -82,7 +73,7 @@ std::vector<int> GptStage::kept_sets(const std::vector<parallel::Action>& schedu
              "a schedule of {} chunks for a stage of {}", parallel::schedule_virtual_stages(schedule), chunks.size());
   std::vector<int> sets;
   for (size_t c = 0; c < chunks.size(); ++c)
-    sets.push_back(chunks[c].has_head ? 1 : chunk_in_flight(schedule, static_cast<int>(c)));
+    sets.push_back(chunks[c].has_head ? 1 : parallel::max_in_flight(schedule, static_cast<int>(c)));
   return sets;
 }
 
@@ -128,7 +119,7 @@ double GptStage::end_step() {
 }
 
 void GptStage::forward(int chunk, int micro, const void* in, void* out) {
-  const bool embedding = chunk == 0 && model_.has_embedding();
+  const bool embedding = model_.chunks()[static_cast<size_t>(chunk)].has_embedding;
   if (is_head(chunk)) {  // the chunk with the head computes in its backward slot; `in` is valid during this call only
     if (!embedding) k::copy_device(ctx_, stashed(micro), in, numel_ * act_bytes_);
     return;
@@ -195,7 +186,8 @@ double GptEvaluator::loss_sum(const data::TokenEvalSet& eval, int begin, int end
     k::copy_from_host(ctx_, tgt_dev_->data, tgt_host_.data(), static_cast<int64_t>(b) * T * 4);
     const int64_t n = model_.boundary_numel(b);  // the stage boundary activation
     for (int c = 0; c < v; ++c) {                // this rank's virtual stages, in model order
-      const bool embedding = c == 0 && model_.has_embedding(), head = c == v - 1 && model_.has_head();
+      const StagePlan& plan = model_.chunks()[static_cast<size_t>(c)];
+      const bool embedding = plan.has_embedding, head = plan.has_head;
       if (!embedding) transport_->recv_activation(act_->data, n, act, c, 0, "evaluation activation")->wait();
       model_.forward(ctx_, in_dev_->i32(), b, embedding ? nullptr : act_->data, 0, c);
       if (!head) {

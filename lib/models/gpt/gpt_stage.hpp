@@ -66,14 +66,12 @@ class GptStage final : public parallel::PipelineStage {
   // The slot of each (chunk, micro-batch), at chunk * n_micro + micro: taken at its forward, free again after its
   // backward, the lowest free one of its chunk first (each chunk's slots are its own).
   static std::vector<int> micro_slots(const std::vector<parallel::Action>& schedule);
-  // The peak number of micro-batches of `chunk` forwarded and not yet backwarded.
-  static int chunk_in_flight(const std::vector<parallel::Action>& schedule, int chunk);
 
  private:
   const int32_t* tokens(int micro) const { return tokens_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
   const int32_t* targets(int micro) const { return targets_->i32() + static_cast<int64_t>(micro) * MB_ * T_; }
   int slot(int chunk, int micro) const { return slot_of_[static_cast<size_t>(chunk * n_micro_ + micro)]; }
-  bool is_head(int chunk) const { return chunk == head_chunk_ && model_.has_head(); }
+  bool is_head(int chunk) const { return model_.chunks()[static_cast<size_t>(chunk)].has_head; }
   void* stashed(int micro) {
     return static_cast<char*>(stash_->data) + static_cast<int64_t>(slot(head_chunk_, micro)) * numel_ * act_bytes_;
   }

@@ -566,12 +566,12 @@ TEST(GptStagePlan, SlotsAndSetsPerChunk) {
     ASSERT_EQ(kept.size(), 2u);
     ASSERT_EQ(slot.size(), 8u);
     for (int k = 0; k < 2; ++k)
-      EXPECT_EQ(kept[k], chunks[k].has_head ? 1 : GptStage::chunk_in_flight(schedule, k)) << r << " " << k;
+      EXPECT_EQ(kept[k], chunks[k].has_head ? 1 : parallel::max_in_flight(schedule, k)) << r << " " << k;
     std::vector<std::vector<int>> holder(2, std::vector<int>(8, -1));  // [chunk][slot] -> micro in it
     for (const parallel::Action& a : schedule) {
       const int s = slot[static_cast<size_t>(a.chunk * 4 + a.micro)];
       ASSERT_GE(s, 0);
-      ASSERT_LT(s, GptStage::chunk_in_flight(schedule, a.chunk));
+      ASSERT_LT(s, parallel::max_in_flight(schedule, a.chunk));
       int& h = holder[a.chunk][s];
       if (a.op == parallel::Action::Forward) {
         EXPECT_EQ(h, -1) << "chunk " << a.chunk << " slot " << s << " taken twice";
@@ -588,5 +588,5 @@ TEST(GptStagePlan, SlotsAndSetsPerChunk) {
   const size_t tokens = 4 * 2 * 16 * sizeof(int32_t);
   EXPECT_EQ(GptStage::planned_bytes(c, mp, last, 2, DType::F32),
             slab_aligned(tokens) + slab_aligned(4 * 4) +
-                slab_aligned(static_cast<size_t>(GptStage::chunk_in_flight(last, 1)) * 2 * 16 * 32 * 4));
+                slab_aligned(static_cast<size_t>(parallel::max_in_flight(last, 1)) * 2 * 16 * 32 * 4));
 }

@@ -13,7 +13,7 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
      of PP, with ZeRO-1 where DP > 1 (ZeRO-2 refuses virtual stages).
   2. train_resnet on inputs/resnet_tiny.toml: DP = W with SyncBN at a constant global micro-batch DP x micro_batch
      (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2, 3
-     (2 and 3 also in hybrid sharding groups of W / 2).
+     (2 and 3 also in hybrid sharding groups of W / 2), and ZeRO 3 with train.recompute = full.
   3. restart across layouts: k = N/2 steps at layout A (optim.decay_steps = N, checkpoint at the end), `ckpt_tool
      verify` of that checkpoint, resume at layout B (another layout of W, or the serial one) to N steps in the same
      run directory (checkpoint.resume=<dir>/checkpoints/step_%08d), the N losses compared with the serial run.
@@ -30,8 +30,8 @@ usage: validation/equivalence.py [--world 4 8] [--steps N] [--quick] [--precisio
   --quick   world 4 (unless --world is given), 10 steps, one variant per (DP, TP, PP) shape (ZeRO-3, 2 and 1 taking
             turns over the shapes with DP > 1), one ZeRO-2 and one ZeRO-3 hybrid-sharding layout, one sequence-parallel
             layout with pipelining, one with full recompute and one interleaved (virtual stages), ResNet with
-            ZeRO-3 only, one restart pair (from a ZeRO-3 layout with TP): the ctest `validation_equivalence_quick`
-            (about a minute here)
+            ZeRO-3, with and without full recompute, one restart pair (from a ZeRO-3 layout with TP): the ctest
+            `validation_equivalence_quick` (about a minute here)
 Writes DIR/<layout>/ run directories, equivalence.json (every result with its per-step losses) and equivalence.png
 (loss curves of all layouts overlaid and the per-step deviations, one column per app) next to the report (or in
 DIR without --report), the report; prints the tables, and last `VALID` (exit 0) or
@@ -116,7 +116,8 @@ def gpt_name(L):
 
 
 def resnet_name(L):
-    return f"resnet dp{L['dp']} z{L['zero']}" + (f"g{L['group']}" if L.get("group") else "") + f" mb{L['mb']}"
+    return f"resnet dp{L['dp']} z{L['zero']}" + (f"g{L['group']}" if L.get("group") else "") + f" mb{L['mb']}" + \
+        (f" rc-{L['recompute']}" if L.get("recompute") else "")
 
 
 def gpt_sets(L):
@@ -136,7 +137,7 @@ def gpt_sets(L):
 
 def resnet_sets(L):
     return [f"parallel.zero={L['zero']}", f"parallel.zero_group={L.get('group', 0)}", f"train.micro_batch={L['mb']}",
-            "model.sync_bn=true"]
+            "model.sync_bn=true"] + ([f"train.recompute={L['recompute']}"] if L.get("recompute") else [])
 
 
 def gpt_layouts(W):
@@ -220,6 +221,8 @@ def resnet_layouts(W):
         for z in (2, 3):
             out.append(dict(app="resnet", world=W, dp=W, tp=1, pp=1, zero=z, schedule=None, mb=R_GMB // W,
                             group=W // 2))
+    # the activation lever: full recompute of the residual blocks, with the deepest ZeRO stage
+    out.append(dict(app="resnet", world=W, dp=W, tp=1, pp=1, zero=3, schedule=None, mb=R_GMB // W, recompute="full"))
     return out
 
 

@@ -2,6 +2,7 @@
 // The deck of train_gpt: its schema (every key, type, default, range and doc, printed by --help) and its typed
 // sections, read and validated once (read_gpt_deck) next to the shared ones (train/run_config.hpp).
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 #include "models/gpt/gpt.hpp"
@@ -15,11 +16,14 @@ namespace hpct::train {
 const ConfigSchema& gpt_deck_schema();
 
 struct GptDeck {
-  gpt::GptConfig model;       // [model]
-  std::string train_path;     // data.train, resolved against $HPCT_DATA_DIR
-  std::string val_path;       // data.val, resolved
-  int eval_sequences = 0;     // data.eval_sequences
-  optim::AdamWConfig adamw;   // optim.beta1, beta2, eps, weight_decay, grad_clip
+  gpt::GptConfig model;  // [model]
+  std::vector<std::string>
+      train_paths;                     // data.train: its items (paths, globs) expanded, resolved against $HPCT_DATA_DIR
+  std::vector<std::string> val_paths;  // data.val, the same
+  std::string order;                   // data.order: "random" | "epoch"
+  bool allow_changed = false;          // data.allow_changed: resume with another shard list or order
+  int eval_sequences = 0;              // data.eval_sequences
+  optim::AdamWConfig adamw;            // optim.beta1, beta2, eps, weight_decay, grad_clip
   optim::LrSchedule lr;       // optim.lr, final_lr_frac, warmup_steps, decay_steps (derived: see run_config.hpp)
   gpt::SampleOptions sample;  // [sample]
 };

@@ -16,16 +16,15 @@ namespace hpct::train {
 const ConfigSchema& gpt_deck_schema();
 
 struct GptDeck {
-  gpt::GptConfig model;  // [model]
-  std::vector<std::string>
-      train_paths;                     // data.train: its items (paths, globs) expanded, resolved against $HPCT_DATA_DIR
-  std::vector<std::string> val_paths;  // data.val, the same
-  std::string order;                   // data.order: "random" | "epoch"
-  bool allow_changed = false;          // data.allow_changed: resume with another shard list or order
-  int eval_sequences = 0;              // data.eval_sequences
-  optim::AdamWConfig adamw;            // optim.beta1, beta2, eps, weight_decay, grad_clip
+  gpt::GptConfig model;       // [model]
+  int eval_sequences = 0;     // data.eval_sequences
+  optim::AdamWConfig adamw;   // optim.beta1, beta2, eps, weight_decay, grad_clip
   optim::LrSchedule lr;       // optim.lr, final_lr_frac, warmup_steps, decay_steps (derived: see run_config.hpp)
   gpt::SampleOptions sample;  // [sample]
+  // data.train / data.val: their items (paths, globs) expanded in order, resolved against $HPCT_DATA_DIR
+  std::vector<std::string> train_paths, val_paths;
+  std::string order = "random";  // data.order: "random" | "epoch"
+  bool allow_changed = false;    // data.allow_changed: resume with another shard list or order
 };
 
 // The [model] section, validated (UsageError naming the key on failure).

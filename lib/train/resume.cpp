@@ -170,23 +170,25 @@ std::optional<size_t> first_difference(const std::vector<data::TokenShardInfo>& 
 void check_token_data_resume(const ckpt::Attrs& attrs, const std::string& ckpt_dir, const std::string& deck_path,
                              const std::string& order, const std::vector<data::TokenShardInfo>& train,
                              const std::vector<data::TokenShardInfo>& val, bool allow_changed) {
-  const auto old_train = attrs.strings.find("data.train.shards");
-  if (old_train == attrs.strings.end()) {
-    log_info("checkpoint {} records no data shard list (written before multi-shard datasets): data.train and "
-             "data.order are not checked against it",
-             ckpt_dir);
-    return;
-  }
   const std::string accept =
       "restore the deck's data, or accept the change (the batch sequence then differs from the interrupted run's) "
       "with --set data.allow_changed=true";
-  const auto old_order = attrs.strings.find("data.order");
-  if (old_order != attrs.strings.end() && old_order->second != order) {
+  // checkpoints written before data.order existed sampled in random order, the only one there was
+  const auto order_attr = attrs.strings.find("data.order");
+  const std::string old_order = order_attr != attrs.strings.end() ? order_attr->second : "random";
+  if (old_order != order) {
     HPCT_USAGE_CHECK(allow_changed, "deck {}: data.order = {} but checkpoint {} was written with data.order = {}; {}",
-                     deck_path, order, ckpt_dir, old_order->second, accept);
+                     deck_path, order, ckpt_dir, old_order, accept);
     log_warn("data.allow_changed = true: data.order = {} but checkpoint {} was written with data.order = {}; the "
              "batch sequence changes from here",
-             order, ckpt_dir, old_order->second);
+             order, ckpt_dir, old_order);
+  }
+  const auto old_train = attrs.strings.find("data.train.shards");
+  if (old_train == attrs.strings.end()) {
+    log_info("checkpoint {} records no data shard list (written before multi-shard datasets): data.train is not "
+             "checked against it",
+             ckpt_dir);
+    return;
   }
   const std::vector<data::TokenShardInfo> old = parse_shard_list_json(old_train->second,
                                                                       ckpt_dir + ":data.train.shards");

@@ -37,8 +37,8 @@ std::vector<data::TokenShardInfo> parse_shard_list_json(const std::string& json,
 // shard, in order; the paths may differ, so a dataset can move) and data.order must match the checkpoint's, else a
 // UsageError naming the first differing shard (or the count) that says --set data.allow_changed=true accepts it;
 // with allow_changed a mismatch is a warning (the batch sequence changes). A changed data.val only logs a line (it
-// changes the reported val_loss, not the training). A checkpoint without the attributes (written before multi-shard
-// datasets) is accepted with a log line.
+// changes the reported val_loss, not the training). A checkpoint without the shard lists (written before multi-shard
+// datasets) is accepted with a log line; without data.order, its order was random (the only one then).
 void check_token_data_resume(const ckpt::Attrs& attrs, const std::string& ckpt_dir, const std::string& deck_path,
                              const std::string& order, const std::vector<data::TokenShardInfo>& train,
                              const std::vector<data::TokenShardInfo>& val, bool allow_changed);

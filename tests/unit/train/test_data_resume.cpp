@@ -55,7 +55,12 @@ TEST(DataResume, SameListAndOrderPassMovedPathsToo) {
   std::vector<TokenShardInfo> moved = kTrain;
   for (auto& s : moved) s.path = "/elsewhere/" + s.name;  // file names and counts decide, not the directory
   EXPECT_NO_THROW(check(attrs_of(kTrain, "epoch"), moved, "epoch", false));
-  EXPECT_NO_THROW(check(ckpt::Attrs{}, kTrain, "epoch", false));  // an old checkpoint: accepted, with a log line
+  // an old checkpoint (no shard list, no order: random was the only order): accepted in random order, with a log line
+  EXPECT_NO_THROW(check(ckpt::Attrs{}, kTrain, "random", false));
+  EXPECT_EQ(usage_message([] { check(ckpt::Attrs{}, kTrain, "epoch", false); }),
+            "deck deck.toml: data.order = epoch but checkpoint run/checkpoints/step_00000003 was written with "
+            "data.order = random; restore the deck's data, or accept the change (the batch sequence then differs from "
+            "the interrupted run's) with --set data.allow_changed=true");
 }
 
 TEST(DataResume, ChangedListIsAnErrorNamingTheFirstDifference) {

@@ -15,7 +15,7 @@
 //   random order: start positions 0 .. N_k-T-1, W_k = max(0, N_k - T) windows
 //   stride T (epoch order and the evaluation set): window j = tokens [j*T, j*T + T + 1), n_k = floor((N_k-1)/T)
 //     windows (the tail of fewer than T+1 tokens past the last window is not used)
-// The dataset keeps the prefix sums of both counts, so a global window index maps to (shard, offset) by a
+// WindowIndex (below) keeps the prefix sums of either count, so a global window index maps to (shard, offset) by a
 // binary search.
 #include <cstdint>
 #include <string>

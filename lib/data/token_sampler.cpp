@@ -58,7 +58,7 @@ uint64_t feistel_permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch, 
   return x;
 }
 
-void check_tokens(const TokenShard& shard, int64_t offset, int64_t count, int vocab_size) {
+void check_tokens(const TokenShard& shard, int64_t offset, int64_t count, int vocab_size, bool rank_local) {
   const uint16_t* t = shard.tokens() + offset;
   uint16_t m = 0;
   for (int64_t i = 0; i < count; ++i) m = t[i] > m ? t[i] : m;
@@ -66,9 +66,12 @@ void check_tokens(const TokenShard& shard, int64_t offset, int64_t count, int vo
   int64_t i = 0;
   while (t[i] < vocab_size) ++i;
   const int64_t index = offset + i;
-  HPCT_USAGE_FAIL("data file {} holds token {} at token {} (byte offset {}) but model.vocab_size = {}; raise "
-                  "model.vocab_size or re-tokenise",
-                  shard.path(), t[i], index, kTokenShardHeaderBytes + 2 * index, vocab_size);
+  const std::string cause = fmt::format(
+      "data file {} holds token {} at token {} (byte offset {}) but model.vocab_size = {}; raise model.vocab_size or "
+      "re-tokenise",
+      shard.path(), t[i], index, kTokenShardHeaderBytes + 2 * index, vocab_size);
+  if (rank_local) HPCT_RANK_USAGE_FAIL("{}", cause);
+  HPCT_USAGE_FAIL("{}", cause);
 }
 
 TokenBatchSampler::TokenBatchSampler(const TokenDataset& data, int seq_len, uint64_t seed, int vocab_size,
@@ -125,7 +128,7 @@ void TokenBatchSampler::fill(int64_t step, int64_t first_sample, int count, int3
   for (int r = 0; r < count; ++r) {
     const TokenWindow w = window(step, first_sample + r);
     const TokenShard& shard = data_.shard(w.shard);
-    check_tokens(shard, w.offset, int64_t{seq_len_} + 1, vocab_size_);
+    check_tokens(shard, w.offset, int64_t{seq_len_} + 1, vocab_size_, /*rank_local=*/true);  // this rank's block
     copy_window(shard.tokens(), w.offset, seq_len_, inputs + int64_t{r} * seq_len_, targets + int64_t{r} * seq_len_);
   }
 }
@@ -147,7 +150,7 @@ TokenEvalSet::TokenEvalSet(const TokenDataset& data, int seq_len, int num_sequen
                    data.describe(), index_.size(), seq_len, num_sequences);
   for (int k = 0; k < num_sequences; ++k) {
     const TokenWindow w = index_.at(k);
-    check_tokens(data.shard(w.shard), w.offset, int64_t{seq_len} + 1, vocab_size);
+    check_tokens(data.shard(w.shard), w.offset, int64_t{seq_len} + 1, vocab_size, /*rank_local=*/false);  // all ranks
   }
 }
 

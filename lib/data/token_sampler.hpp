@@ -53,8 +53,9 @@ inline constexpr int kFeistelRounds = 6;
 // identical on every machine.
 uint64_t feistel_permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t stream);
 
-// Any token >= vocab_size in tokens[offset, offset + count) of `shard` -> the UsageError described above.
-void check_tokens(const TokenShard& shard, int64_t offset, int64_t count, int vocab_size);
+// Any token >= vocab_size in tokens[offset, offset + count) of `shard` -> the UsageError described above; a
+// RankUsageError when rank_local (a training window, read by one rank only: every rank that meets it says so).
+void check_tokens(const TokenShard& shard, int64_t offset, int64_t count, int vocab_size, bool rank_local);
 
 class TokenBatchSampler {
  public:

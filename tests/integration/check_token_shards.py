@@ -9,7 +9,8 @@
   resume    for data.order = random and epoch: 6 steps (decay_steps 6) uninterrupted, and 3 steps + resume to 6 ==
             bitwise (every loss, every tensor of the final checkpoint); the checkpoint records the shard lists
   layouts   epoch order at np 4 (DP 2 x TP 2) and random order at np 4 (DP 2 x PP 2) against the serial run, 5
-            steps, within 1e-5 relative (docs/invariants.md, invariant 1)
+            steps, within 1e-5 relative (docs/invariants.md, invariant 1); at np 2, a token beyond the vocabulary
+            that DP rank 1 alone reads is reported by rank 1 (exit 2, one line)
   changed   resuming with another shard list (or order) fails with one line naming the first differing shard and
             --set data.allow_changed=true; with it, the run continues and warns
   deck      inputs/gpt_shards.toml (a glob of kjv_shards/, epoch order) runs 2 steps (skipped, 77, when
@@ -105,6 +106,9 @@ if scenario == "fixture":
     big = train_tokens[:200]
     big[100] = 300
     write_shard(f"{work}/big_token.bin", big)
+    one = train_tokens[:65]  # one window of seq_len 64 + 1
+    one[30] = 300
+    write_shard(f"{work}/one_window_bad.bin", one)
     print(f"  shards written to {work}")
     finish()
 
@@ -152,6 +156,20 @@ if scenario == "layouts":
         print(f"  {order} np {np} {layout}: worst relative loss difference {worst:.3g} over {len(ref)} steps")
         if worst > 1e-5:
             fail(f"{order} at np {np} {layout}: relative loss difference {worst:.3g} (should be <= 1e-5)")
+    # a token beyond the vocabulary that DP rank 1 alone reads: rank 1 prints the message (rank 0 never sees it) and the
+    # job exits 2. Epoch order over [tiny_train_000000.bin (10 windows), one_window_bad.bin (1 window: index 10)] with
+    # global batch 16: train.seed = 2 puts window 10 at epoch-0 position 8..10, i.e. on DP rank 1 (samples 8..15), and
+    # its epoch-1 visit past step 1's samples (found with feistel_permute, data/token_sampler.hpp)
+    p = train(2, f"{work}/bad_on_rank1", [f"data.train={shards}/tiny_train_000000.bin,{shards}/one_window_bad.bin",
+                                          "data.order=epoch", "train.seed=2", "train.steps=2"], expect=None)
+    message = (f"train_gpt: error: data file {shards}/one_window_bad.bin holds token 300 at token 30 (byte offset "
+               f"1084) but model.vocab_size = 256; raise model.vocab_size or re-tokenise")
+    said = [l for l in p.stderr.splitlines() if "error:" in l]
+    if p.returncode != 2 or said != [message]:
+        fail(f"np 2 with a token beyond the vocabulary on rank 1 only: rc {p.returncode}, error lines {said} (should "
+             f"be 2 and exactly [{message}])")
+    else:
+        print(f"  np 2, token beyond the vocabulary read by rank 1 only: exit 2, one line: {message}")
     finish()
 
 if scenario == "changed":

@@ -4,6 +4,8 @@
 //   ckpt_tool inspect PATH                    step, attributes, layout (shard files), table of tensors
 //   ckpt_tool verify PATH                     every shard file present, every piece's CRC32C: VALID or FAILED
 //   ckpt_tool export PATH OUT.h5 [--optimizer] one plain HDF5 file of whole tensors (model only by default)
+//   ckpt_tool export --format torchvision PATH OUTDIR   a ResNet as torchvision's state dict: OUTDIR/model.safetensors
+//                                             + config.json (lib/interop/torchvision_resnet.hpp)
 //
 // PATH is a step directory (step_00000040/), a checkpoints directory holding `latest`, or a run directory
 // (runs/gpt2, whose checkpoints/latest is followed). Under mpirun, verify splits the shard files over the
@@ -21,6 +23,7 @@
 #include "app_main.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/format.hpp"
+#include "interop/torchvision_resnet.hpp"
 
 namespace {
 
@@ -124,16 +127,23 @@ int main(int argc, char** argv) {
     CLI::App app{"hpctrain ckpt_tool: inspect, verify and export sharded HDF5 checkpoints. PATH is a step_* "
                  "directory, a checkpoints directory with `latest`, or a run directory."};
     app.require_subcommand(1);
-    std::string path, out;
+    std::string path, out, format = "hdf5";
     bool optimizer = false;
     auto* c_inspect = app.add_subcommand("inspect", "print step, attributes, shard files and the tensor table");
     c_inspect->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")
         ->required();
     auto* c_verify = app.add_subcommand("verify", "check every shard file and every piece's CRC32C (VALID or FAILED)");
     c_verify->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
-    auto* c_export = app.add_subcommand("export", "write one plain HDF5 file with every tensor whole");
+    auto* c_export = app.add_subcommand(
+        "export", "write one plain HDF5 file with every tensor whole, or another framework's format (--format)");
     c_export->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
-    c_export->add_option("out", out, "output HDF5 file (written atomically)")->required();
+    c_export->add_option("out", out, "output: HDF5 file (hdf5, written atomically) or directory (hf, torchvision)")
+        ->required();
+    c_export
+        ->add_option("--format", format,
+                     "hdf5 (default): every tensor whole | hf: a GPT for Hugging Face transformers "
+                     "| torchvision: a ResNet as torchvision's state dict (safetensors)")
+        ->check(CLI::IsMember({"hdf5", "hf", "torchvision"}));
     c_export->add_flag("--optimizer", optimizer, "also export the optimizer state (/optim/...)");
     try {
       app.parse(argc, argv);
@@ -148,6 +158,26 @@ int main(int argc, char** argv) {
     if (*c_inspect) return inspect(path);
     const std::string dir = ck::find_step_dir(path);
     const auto t0 = std::chrono::steady_clock::now();
+    HPCT_USAGE_CHECK(format == "hdf5" || !optimizer, "ckpt_tool export: --optimizer applies to --format hdf5 only");
+    if (format == "hf") {
+      const ck::Reader reader(dir);
+      const auto app = reader.attrs().strings.find("app");
+      HPCT_USAGE_CHECK(app == reader.attrs().strings.end() || app->second != "train_resnet",
+                       "ckpt_tool export --format hf: {} is a ResNet checkpoint (app train_resnet); the Hugging Face "
+                       "export holds the GPT; use --format torchvision (or hdf5)",
+                       dir);
+      HPCT_USAGE_FAIL(
+          "ckpt_tool export --format hf: not in this build (the GPT's Hugging Face export)");  // merge: hf_gpt2
+    }
+    if (format == "torchvision") {
+      const auto r = hpct::interop::export_torchvision_resnet(dir, out);
+      fmt::print("ckpt_tool: exported {} -> {} ({}, {} tensors, {}; {}, {:.2f} s)\n", dir, r.safetensors_path,
+                 r.architecture, r.tensors, hpct::human_bytes(static_cast<double>(r.bytes)),
+                 r.loadable ? "loads into torchvision.models." + r.architecture
+                            : "not loadable into torchvision's stock classes: see " + r.config_path,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return 0;
+    }
     ck::export_consolidated(dir, out, optimizer);
     std::error_code ec;
     fmt::print("ckpt_tool: exported {} -> {} ({}{}, {:.2f} s)\n", dir, out,

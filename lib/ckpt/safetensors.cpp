@@ -92,9 +92,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     HPCT_CHECK(e.fill != nullptr, "{}: tensor {} has no fill function", path, e.name);
     for (int64_t d : e.shape) HPCT_CHECK(d >= 0, "{}: tensor {} has a negative dimension", path, e.name);
     const uint64_t bytes = static_cast<uint64_t>(numel_of(e.shape)) * dtype_size(e.dtype);
-    header[e.name] = {{"dtype", safetensors_dtype_name(e.dtype)},
-                      {"shape", e.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
+    header[e.name] = {
+        {"dtype", safetensors_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -104,8 +103,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    HPCT_USAGE_FAIL("cannot create {}: {}; check that the directory exists and is writable", tmp,
-                    std::strerror(errno));
+    HPCT_USAGE_FAIL("cannot create {}: {}; check that the directory exists and is writable", tmp, std::strerror(errno));
   write_all(fd, &header_len, sizeof header_len, tmp);
   write_all(fd, text.data(), text.size(), tmp);
   std::vector<unsigned char> buf;
@@ -163,8 +161,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       HPCT_USAGE_CHECK(v.is_object(), "{}: __metadata__ is not an object", path);
-      for (const auto& [k, s] : v.items())
-        f.metadata_[k] = s.is_string() ? s.get<std::string>() : s.dump();
+      for (const auto& [k, s] : v.items()) f.metadata_[k] = s.is_string() ? s.get<std::string>() : s.dump();
       continue;
     }
     try {

@@ -88,6 +88,50 @@ void write_text_atomic(const std::string& path, const std::string& text) {
                    std::strerror(errno));
 }
 
+// config.json against the deck (UsageErrors naming the key, both values and the fix); returns n_positions.
+int check_config(const json& cfg, const gpt::GptConfig& deck, const std::string& w) {
+  if (cfg.contains("model_type"))
+    HPCT_USAGE_CHECK(cfg["model_type"] == "gpt2",
+                     "{}: config.json has model_type = {} but model.init_from imports GPT-2 (model_type \"gpt2\")", w,
+                     cfg["model_type"].dump());
+  auto int_of = [&](const char* key) {
+    HPCT_USAGE_CHECK(cfg.contains(key) && cfg[key].is_number_integer(), "{}: config.json has no integer {}", w, key);
+    return cfg[key].get<int64_t>();
+  };
+  const std::pair<const char*, int> must_equal[] = {
+      {"n_layer", deck.n_layer}, {"n_head", deck.n_head}, {"n_embd", deck.n_embd}, {"vocab_size", deck.vocab_size}};
+  for (const auto& [key, mine] : must_equal) {
+    const int64_t theirs = int_of(key);
+    HPCT_USAGE_CHECK(theirs == mine, "{}: config.json has {} = {} but the deck's model.{} = {}; set model.{} = {}", w,
+                     key, theirs, key, mine, key, theirs);
+  }
+  const int n_positions = static_cast<int>(int_of("n_positions"));
+  HPCT_USAGE_CHECK(n_positions >= deck.seq_len,
+                   "{}: config.json has n_positions = {} but the deck's model.seq_len = {} is longer (the model has "
+                   "no positions beyond {}); set model.seq_len <= {}",
+                   w, n_positions, deck.seq_len, n_positions, n_positions);
+  const std::string act = cfg.value("activation_function", std::string("gelu_new"));
+  HPCT_USAGE_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
+                   "{}: config.json has activation_function = \"{}\" but hpctrain's GPT computes the GELU's tanh "
+                   "approximation (gelu_new, gelu_pytorch_tanh); this model cannot be imported exactly",
+                   w, act);
+  const double eps = cfg.value("layer_norm_epsilon", kLayerNormEps);
+  HPCT_USAGE_CHECK(std::abs(eps - kLayerNormEps) <= 1e-12,
+                   "{}: config.json has layer_norm_epsilon = {} but hpctrain's LayerNorm uses 1e-05; this model "
+                   "cannot be imported exactly",
+                   w, eps);
+  if (cfg.contains("n_inner") && !cfg["n_inner"].is_null())
+    HPCT_USAGE_CHECK(cfg["n_inner"] == 4 * deck.n_embd,
+                     "{}: config.json has n_inner = {} but hpctrain's MLP width is 4 x n_embd = {}", w,
+                     cfg["n_inner"].dump(), 4 * deck.n_embd);
+  HPCT_USAGE_CHECK(cfg.value("scale_attn_weights", true) && !cfg.value("scale_attn_by_inverse_layer_idx", false) &&
+                       !cfg.value("add_cross_attention", false),
+                   "{}: config.json asks for scale_attn_weights = false, scale_attn_by_inverse_layer_idx = true or "
+                   "add_cross_attention = true, which hpctrain's GPT does not compute",
+                   w);
+  return n_positions;
+}
+
 }  // namespace
 
 HfName hf_gpt2_name(const std::string& n) {
@@ -99,12 +143,18 @@ HfName hf_gpt2_name(const std::string& n) {
   const size_t dot = n.find('.', 2);
   const std::string block = n.substr(0, dot + 1), rest = n.substr(dot + 1);
   static const std::map<std::string, HfName> kBlock = {
-      {"ln1.weight", {"ln_1.weight", false}},          {"ln1.bias", {"ln_1.bias", false}},
-      {"attn.qkv.weight", {"attn.c_attn.weight", true}}, {"attn.qkv.bias", {"attn.c_attn.bias", false}},
-      {"attn.proj.weight", {"attn.c_proj.weight", true}}, {"attn.proj.bias", {"attn.c_proj.bias", false}},
-      {"ln2.weight", {"ln_2.weight", false}},          {"ln2.bias", {"ln_2.bias", false}},
-      {"mlp.fc.weight", {"mlp.c_fc.weight", true}},     {"mlp.fc.bias", {"mlp.c_fc.bias", false}},
-      {"mlp.proj.weight", {"mlp.c_proj.weight", true}}, {"mlp.proj.bias", {"mlp.c_proj.bias", false}},
+      {"ln1.weight", {"ln_1.weight", false}},
+      {"ln1.bias", {"ln_1.bias", false}},
+      {"attn.qkv.weight", {"attn.c_attn.weight", true}},
+      {"attn.qkv.bias", {"attn.c_attn.bias", false}},
+      {"attn.proj.weight", {"attn.c_proj.weight", true}},
+      {"attn.proj.bias", {"attn.c_proj.bias", false}},
+      {"ln2.weight", {"ln_2.weight", false}},
+      {"ln2.bias", {"ln_2.bias", false}},
+      {"mlp.fc.weight", {"mlp.c_fc.weight", true}},
+      {"mlp.fc.bias", {"mlp.c_fc.bias", false}},
+      {"mlp.proj.weight", {"mlp.c_proj.weight", true}},
+      {"mlp.proj.bias", {"mlp.c_proj.bias", false}},
   };
   const auto it = kBlock.find(rest);
   HPCT_CHECK(it != kBlock.end(), "{} is not a GPT parameter name", n);
@@ -254,48 +304,11 @@ HfGpt2Source::HfGpt2Source(const std::string& dir, const gpt::GptConfig& deck) :
     }
   }
   HPCT_USAGE_CHECK(cfg.is_object(), "{}: config.json is not a JSON object", w);
-  if (cfg.contains("model_type"))
-    HPCT_USAGE_CHECK(cfg["model_type"] == "gpt2",
-                     "{}: config.json has model_type = {} but model.init_from imports GPT-2 (model_type \"gpt2\")", w,
-                     cfg["model_type"].dump());
-  auto int_of = [&](const char* key) {
-    HPCT_USAGE_CHECK(cfg.contains(key) && cfg[key].is_number_integer(), "{}: config.json has no integer {}", w, key);
-    return cfg[key].get<int64_t>();
-  };
-  const std::pair<const char*, int> must_equal[] = {{"n_layer", deck.n_layer},
-                                                    {"n_head", deck.n_head},
-                                                    {"n_embd", deck.n_embd},
-                                                    {"vocab_size", deck.vocab_size}};
-  for (const auto& [key, mine] : must_equal) {
-    const int64_t theirs = int_of(key);
-    HPCT_USAGE_CHECK(theirs == mine, "{}: config.json has {} = {} but the deck's model.{} = {}; set model.{} = {}", w,
-                     key, theirs, key, mine, key, theirs);
+  try {
+    n_positions_ = check_config(cfg, deck, w);
+  } catch (const json::exception& e) {  // a value of another JSON type than GPT-2's config has
+    HPCT_USAGE_FAIL("{}: config.json: {}", w, e.what());
   }
-  n_positions_ = static_cast<int>(int_of("n_positions"));
-  HPCT_USAGE_CHECK(n_positions_ >= deck.seq_len,
-                   "{}: config.json has n_positions = {} but the deck's model.seq_len = {} is longer (the model has "
-                   "no positions beyond {}); set model.seq_len <= {}",
-                   w, n_positions_, deck.seq_len, n_positions_, n_positions_);
-  const std::string act = cfg.value("activation_function", std::string("gelu_new"));
-  HPCT_USAGE_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
-                   "{}: config.json has activation_function = \"{}\" but hpctrain's GPT computes the GELU's tanh "
-                   "approximation (gelu_new, gelu_pytorch_tanh); this model cannot be imported exactly",
-                   w, act);
-  const double eps = cfg.value("layer_norm_epsilon", kLayerNormEps);
-  HPCT_USAGE_CHECK(std::abs(eps - kLayerNormEps) <= 1e-12,
-                   "{}: config.json has layer_norm_epsilon = {} but hpctrain's LayerNorm uses 1e-05; this model "
-                   "cannot be imported exactly",
-                   w, eps);
-  if (cfg.contains("n_inner") && !cfg["n_inner"].is_null())
-    HPCT_USAGE_CHECK(cfg["n_inner"] == 4 * deck.n_embd,
-                     "{}: config.json has n_inner = {} but hpctrain's MLP width is 4 x n_embd = {}", w,
-                     cfg["n_inner"].dump(), 4 * deck.n_embd);
-  HPCT_USAGE_CHECK(cfg.value("scale_attn_weights", true) && !cfg.value("scale_attn_by_inverse_layer_idx", false) &&
-                       !cfg.value("add_cross_attention", false),
-                   "{}: config.json asks for scale_attn_weights = false, scale_attn_by_inverse_layer_idx = true or "
-                   "add_cross_attention = true, which hpctrain's GPT does not compute",
-                   w);
-
   // ---- the tensor files: model.safetensors, or the shards of model.safetensors.index.json
   const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> names;
@@ -314,7 +327,11 @@ HfGpt2Source::HfGpt2Source(const std::string& dir, const gpt::GptConfig& deck) :
     HPCT_USAGE_CHECK(idx.contains("weight_map") && idx["weight_map"].is_object(),
                      "{}: model.safetensors.index.json has no weight_map", w);
     std::set<std::string> uniq;
-    for (const auto& [k, v] : idx["weight_map"].items()) uniq.insert(v.get<std::string>());
+    for (const auto& [k, v] : idx["weight_map"].items()) {
+      HPCT_USAGE_CHECK(v.is_string(), "{}: model.safetensors.index.json maps {} to {}, not a file name", w, k,
+                       v.dump());
+      uniq.insert(v.get<std::string>());
+    }
     names.assign(uniq.begin(), uniq.end());
   } else {
     HPCT_USAGE_FAIL("{}: no model.safetensors (nor model.safetensors.index.json); write the model with "
@@ -328,8 +345,8 @@ HfGpt2Source::HfGpt2Source(const std::string& dir, const gpt::GptConfig& deck) :
     for (const std::string& stored : files_.back()->names()) {
       std::string key = stored.rfind(kPrefix, 0) == 0 ? stored.substr(std::strlen(kPrefix)) : stored;
       if (ends_with(key, ".attn.bias") || ends_with(key, ".attn.masked_bias")) continue;  // buffers: causal masks
-      HPCT_USAGE_CHECK(!tensors_.count(key), "{}: tensor {} appears twice ({} and {})", w, key,
-                       tensors_[key].name, stored);
+      HPCT_USAGE_CHECK(!tensors_.count(key), "{}: tensor {} appears twice ({} and {})", w, key, tensors_[key].name,
+                       stored);
       tensors_[key] = {files_.back().get(), stored};
     }
   }
@@ -344,9 +361,8 @@ HfGpt2Source::HfGpt2Source(const std::string& dir, const gpt::GptConfig& deck) :
     const std::vector<int64_t> want = hf_shape(p.name, p.shape, deck, n_positions_);
     const Located& loc = hf(hn);
     const std::vector<int64_t>& got = loc.file->info(loc.name).shape;
-    HPCT_USAGE_CHECK(got == want,
-                     "{}: tensor {} has shape {} but the deck's model needs {} (hpctrain's {} {}{})", w, loc.name,
-                     shape_str(got), shape_str(want), p.name, shape_str(p.shape),
+    HPCT_USAGE_CHECK(got == want, "{}: tensor {} has shape {} but the deck's model needs {} (hpctrain's {} {}{})", w,
+                     loc.name, shape_str(got), shape_str(want), p.name, shape_str(p.shape),
                      hf_gpt2_name(p.name).transposed ? ", transposed" : "");
     if (deck.bias || !is_bias(p.name)) {
       shapes_[p.name] = p.shape;
@@ -431,8 +447,8 @@ void HfGpt2Source::build(const std::string& name) const {
   cache_name_ = name;
 }
 
-void HfGpt2Source::read(const std::string& name, const std::vector<int64_t>& offset,
-                        const std::vector<int64_t>& count, float* out) const {
+void HfGpt2Source::read(const std::string& name, const std::vector<int64_t>& offset, const std::vector<int64_t>& count,
+                        float* out) const {
   build(name);
   const std::vector<int64_t> s = shape(name);
   const int nd = static_cast<int>(s.size());

@@ -91,7 +91,7 @@ class HfGpt2Source final : public ckpt::TensorSource {
   int n_positions_ = 0;
   std::vector<std::unique_ptr<ckpt::SafetensorsFile>> files_;
   std::vector<std::string> file_names_;
-  std::map<std::string, Located> tensors_;             // HF name without the prefix -> where
+  std::map<std::string, Located> tensors_;              // HF name without the prefix -> where
   std::map<std::string, std::vector<int64_t>> shapes_;  // hpctrain name -> logical shape (the deck's model)
   mutable std::string cache_name_;
   mutable std::vector<float> cache_;

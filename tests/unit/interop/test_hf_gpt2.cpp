@@ -126,8 +126,7 @@ TEST(HfGpt2, ExportThenImportIsBitwiseAndLayoutsAreGpt2s) {
     const auto& q = t.at("h.0.attn.qkv.weight");
     for (int64_t s = 0; s < 3; ++s)
       for (int64_t d = 0; d < 4; ++d)
-        for (int64_t i = 0; i < C; ++i)
-          ASSERT_EQ(box[(s * 4 + d) * C + i], q[((s * 2 + 1) * 4 + d) * C + i]);
+        for (int64_t i = 0; i < C; ++i) ASSERT_EQ(box[(s * 4 + d) * C + i], q[((s * 2 + 1) * 4 + d) * C + i]);
     fs::remove_all(ck);
     fs::remove_all(out);
   }
@@ -157,9 +156,10 @@ TEST(HfGpt2, ImportErrorsNameTheKeyBothValuesAndTheFix) {
   EXPECT_EQ(usage_error([&] { HfGpt2Source(out.string(), longer); }),
             w + "config.json has n_positions = 4 but the deck's model.seq_len = 8 is longer (the model has no "
                 "positions beyond 4); set model.seq_len <= 4");
-  EXPECT_EQ(usage_error([&] { HfGpt2Source(out.string(), tiny(false)); }).rfind(w + "tensor transformer.h.0.ln_1.bias "
-                                                                                     "is not zero",
-                                                                                0),
+  EXPECT_EQ(usage_error([&] { HfGpt2Source(out.string(), tiny(false)); })
+                .rfind(w + "tensor transformer.h.0.ln_1.bias "
+                           "is not zero",
+                       0),
             0u);
   EXPECT_EQ(usage_error([&] { HfGpt2Source((out / "nope").string(), c); }),
             "model.init_from " + (out / "nope").string() +

@@ -16,6 +16,7 @@ const ConfigSchema& gpt_deck_schema();
 
 struct GptDeck {
   gpt::GptConfig model;       // [model]
+  std::string init_from;      // model.init_from: a Hugging Face GPT-2 directory, "" = none
   std::string train_path;     // data.train, resolved against $HPCT_DATA_DIR
   std::string val_path;       // data.val, resolved
   int eval_sequences = 0;     // data.eval_sequences

@@ -279,7 +279,7 @@ def errors_case(a):
                  "the ResNet; use --format hf (Hugging Face transformers' GPT-2) or --format hdf5")
     if os.path.isdir(resnet):
         expect_error(["--format", "hf", resnet, os.path.join(a.work, "r_hf")], "ResNet with --format hf",
-                     "is a ResNet checkpoint", "--format torchvision")
+                     "is not a GPT checkpoint (written by train_resnet", "--format torchvision")
         expect_error(["--format", "torchvision", "--optimizer", resnet, os.path.join(a.work, "r_tv2")],
                      "--optimizer with --format torchvision", "--optimizer applies to --format hdf5 only")
     expect_error(["--format", "onnx", gpt, os.path.join(a.work, "x")], "unknown format", "--format", "onnx")

@@ -4,6 +4,11 @@
 //   ckpt_tool inspect PATH                    step, attributes, layout (shard files), table of tensors
 //   ckpt_tool verify PATH                     every shard file present, every piece's CRC32C: VALID or FAILED
 //   ckpt_tool export PATH OUT.h5 [--optimizer] one plain HDF5 file of whole tensors (model only by default)
+//   ckpt_tool export --format torchvision PATH OUTDIR   a ResNet as torchvision's state dict: OUTDIR/model.safetensors
+//                                             + config.json (lib/interop/torchvision_resnet.hpp)
+//   ckpt_tool export --format hf PATH OUTDIR [--dtype bf16]
+//                                             a GPT as Hugging Face GPT-2: OUTDIR/config.json + model.safetensors
+//                                             (lib/interop/hf_gpt2.hpp), for GPT2LMHeadModel.from_pretrained(OUTDIR)
 //
 // PATH is a step directory (step_00000040/), a checkpoints directory holding `latest`, or a run directory
 // (runs/gpt2, whose checkpoints/latest is followed). Under mpirun, verify splits the shard files over the
@@ -21,6 +26,8 @@
 #include "app_main.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "core/format.hpp"
+#include "interop/hf_gpt2.hpp"
+#include "interop/torchvision_resnet.hpp"
 
 namespace {
 
@@ -124,17 +131,27 @@ int main(int argc, char** argv) {
     CLI::App app{"hpctrain ckpt_tool: inspect, verify and export sharded HDF5 checkpoints. PATH is a step_* "
                  "directory, a checkpoints directory with `latest`, or a run directory."};
     app.require_subcommand(1);
-    std::string path, out;
+    std::string path, out, format = "hdf5", dtype = "f32";
     bool optimizer = false;
     auto* c_inspect = app.add_subcommand("inspect", "print step, attributes, shard files and the tensor table");
     c_inspect->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")
         ->required();
     auto* c_verify = app.add_subcommand("verify", "check every shard file and every piece's CRC32C (VALID or FAILED)");
     c_verify->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
-    auto* c_export = app.add_subcommand("export", "write one plain HDF5 file with every tensor whole");
+    auto* c_export = app.add_subcommand(
+        "export", "write one plain HDF5 file with every tensor whole, or another framework's format (--format)");
     c_export->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")->required();
-    c_export->add_option("out", out, "output HDF5 file (written atomically)")->required();
+    c_export->add_option("out", out, "output: HDF5 file (hdf5, written atomically) or directory (hf, torchvision)")
+        ->required();
+    c_export
+        ->add_option("--format", format,
+                     "hdf5 (default): every tensor whole | hf: a GPT for Hugging Face transformers "
+                     "| torchvision: a ResNet as torchvision's state dict (safetensors)")
+        ->check(CLI::IsMember({"hdf5", "hf", "torchvision"}));
     c_export->add_flag("--optimizer", optimizer, "also export the optimizer state (/optim/...)");
+    c_export->add_option("--dtype", dtype, "--format hf: the tensors' type, f32 or bf16")
+        ->check(CLI::IsMember({"f32", "bf16"}))
+        ->capture_default_str();
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -148,6 +165,28 @@ int main(int argc, char** argv) {
     if (*c_inspect) return inspect(path);
     const std::string dir = ck::find_step_dir(path);
     const auto t0 = std::chrono::steady_clock::now();
+    if (format == "hf") {
+      HPCT_USAGE_CHECK(!optimizer, "ckpt_tool export --format hf exports the model only: drop --optimizer");
+      const ck::Reader reader(dir);
+      const auto r = hpct::interop::export_hf_gpt2(reader, out, dtype == "bf16" ? hpct::DType::BF16 : hpct::DType::F32);
+      fmt::print("ckpt_tool: exported {} -> {} (Hugging Face GPT-2: config.json + model.safetensors, {} tensors, {} "
+                 "parameters, {} {}, {:.2f} s)\n",
+                 dir, out, r.tensors, r.parameters, dtype, hpct::human_bytes(static_cast<double>(r.bytes)),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return 0;
+    }
+    HPCT_USAGE_CHECK(!optimizer || format == "hdf5", "ckpt_tool export: --optimizer applies to --format hdf5 only");
+    HPCT_USAGE_CHECK(dtype == "f32", "ckpt_tool export: --dtype applies to --format hf (the {} export keeps f32)",
+                     format);
+    if (format == "torchvision") {
+      const auto r = hpct::interop::export_torchvision_resnet(dir, out);
+      fmt::print("ckpt_tool: exported {} -> {} ({}, {} tensors, {}; {}, {:.2f} s)\n", dir, r.safetensors_path,
+                 r.architecture, r.tensors, hpct::human_bytes(static_cast<double>(r.bytes)),
+                 r.loadable ? "loads into torchvision.models." + r.architecture
+                            : "not loadable into torchvision's stock classes: see " + r.config_path,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return 0;
+    }
     ck::export_consolidated(dir, out, optimizer);
     std::error_code ec;
     fmt::print("ckpt_tool: exported {} -> {} ({}{}, {:.2f} s)\n", dir, out,

@@ -294,6 +294,36 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
   }
 }
 
+void load_parameters(const ckpt::TensorSource& src, Slab& params, const std::vector<TensorPlacement>& placements,
+                     const OptimizerState& opt) {
+  HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
+             params.tensors().size());
+  HPCT_CHECK(params.device() == Device::CPU || opt.masters,
+             "load_parameters reads into host memory: pass CheckpointStaging's views of device tensors");
+  for (size_t i = 0; i < params.tensors().size(); ++i) {
+    Tensor& t = params.tensors()[i];
+    const TensorPlacement& pl = placements[i];
+    HPCT_USAGE_CHECK(src.has(t.name), "{} has no tensor {}", src.describe(), t.name);
+    HPCT_USAGE_CHECK(src.shape(t.name) == pl.global_shape, "{}: tensor {} has shape ({}), this model's is ({})",
+                     src.describe(), t.name, fmt::join(src.shape(t.name), ", "), fmt::join(pl.global_shape, ", "));
+    if (!opt.masters) src.read(t.name, pl.offset, t.shape, static_cast<float*>(t.data));  // ZeRO-3: below
+  }
+  if (!opt.masters) return;
+  const std::vector<optim::Segment>& segs = *opt.segments;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const optim::Segment& s = segs[i];
+    if (s.numel() == 0) continue;
+    const TensorPlacement& pl = placements[static_cast<size_t>(s.tensor)];
+    const Tensor& t = params.tensors()[static_cast<size_t>(s.tensor)];
+    float* dst = opt.masters(i);
+    for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end)) {
+      std::vector<int64_t> off = b.offset;
+      for (size_t a = 0; a < off.size(); ++a) off[a] += pl.offset[a];
+      src.read(t.name, off, b.count, dst + (b.flat_begin - s.begin));
+    }
+  }
+}
+
 void check_replicas(comm::Communicator& comm, Slab& params, const std::string& when, const std::vector<bool>* which) {
   if (comm.size() == 1) return;
   HPCT_CHECK(params.device() == Device::CPU,

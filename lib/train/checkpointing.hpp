@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/tensor_source.hpp"
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "kernels/exec_context.hpp"
@@ -110,6 +111,13 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
 // whatever layout wrote it, into host memory (for a run on a device: CheckpointStaging's views, then to_device()).
 void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector<TensorPlacement>& placements,
                      const OptimizerState& opt, Slab* extra = nullptr);
+
+// Loads this rank's parameters (its hyperslab of every global tensor, tied copies included) from a source of logical
+// tensors (model.init_from: an imported model), through the placements load_checkpoint uses, so any layout works; under
+// ZeRO-3 (opt.masters) into the masters' segments. The optimizer state is not touched (a fine-tuning run starts it
+// fresh). Host memory, as load_checkpoint. A tensor the source lacks or whose shape differs is a UsageError.
+void load_parameters(const ckpt::TensorSource& src, Slab& params, const std::vector<TensorPlacement>& placements,
+                     const OptimizerState& opt);
 
 // CRC32C of the parameter slab (host memory: on a device, CheckpointStaging::params() after to_host()), allgathered
 // over comm (an MPI group: host buffers): replicas must be bitwise equal (docs/parallelism.md).

@@ -19,6 +19,9 @@ const ConfigSchema& gpt_deck_schema() {
     s.int_key("model.seq_len", std::nullopt, "context length (T)", 1, 65536);
     s.int_key("model.vocab_size", 256, "true vocabulary (V); padded to a multiple of 128 internally", 2, 65536);
     s.bool_key("model.bias", true, "biases in Linear and LayerNorm layers");
+    s.string_key("model.init_from", "",
+                 "fine-tuning: a Hugging Face GPT-2 directory (config.json + model.safetensors) whose weights a fresh "
+                 "run starts from, optimizer state fresh; ignored on resume; \"\" = none");
     s.float_key("model.init_std", 0.02, "std of the normal initialisation (residual projections: / sqrt(2L))", 0.0,
                 1.0);
 
@@ -124,6 +127,7 @@ GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
                    "deck {}: parallel.sp = true needs model.seq_len = {} divisible by parallel.tp = {} (each TP rank "
                    "holds seq_len / tp of every sequence's tokens); choose a seq_len that is a multiple of {}",
                    deck.deck_path(), d.model.seq_len, run.parallel.tp, run.parallel.tp);
+  d.init_from = deck.get_string("model.init_from");
   d.train_paths = data::expand_token_paths(deck.get_string_list("data.train"), data_dir(), "data.train");
   d.val_paths = data::expand_token_paths(deck.get_string_list("data.val"), data_dir(), "data.val");
   d.order = deck.get_string("data.order");

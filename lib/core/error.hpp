@@ -42,8 +42,16 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// A UsageError that one rank may meet alone (bad data found by the rank that reads it, e.g. a token beyond the
+// vocabulary in its micro-batch): main() prints it on every rank that catches it, since rank 0 may never see it.
+class RankUsageError : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
 [[noreturn]] void throw_error(const char* file, int line, std::string cause);
 [[noreturn]] void throw_usage_error(const char* file, int line, std::string cause);
+[[noreturn]] void throw_rank_usage_error(const char* file, int line, std::string cause);
 
 }  // namespace hpct
 
@@ -62,3 +70,5 @@ class UsageError : public Error {
     if (!(cond)) ::hpct::throw_usage_error(__FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)
 #define HPCT_USAGE_FAIL(...) ::hpct::throw_usage_error(__FILE__, __LINE__, fmt::format(__VA_ARGS__))
+// HPCT_RANK_USAGE_FAIL(...): the same, for a finding that may be this rank's alone (RankUsageError).
+#define HPCT_RANK_USAGE_FAIL(...) ::hpct::throw_rank_usage_error(__FILE__, __LINE__, fmt::format(__VA_ARGS__))

@@ -1,5 +1,6 @@
 #include "data/text_prepare.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -28,10 +29,13 @@ TrainValSplit split_train_val(int64_t n_bytes, double val_fraction) {
 }
 
 PreparedText prepare_text_shards(const std::string& input_path, const std::string& out_dir, const std::string& name,
-                                 double val_fraction) {
+                                 double val_fraction, int64_t shard_tokens) {
   namespace fs = std::filesystem;
   HPCT_USAGE_CHECK(!name.empty() && name.find('/') == std::string::npos,
                    "dataset name '{}' must be a non-empty file name stem without '/' (e.g. kjv)", name);
+  HPCT_USAGE_CHECK(shard_tokens >= 0 && shard_tokens <= kTokenShardMaxTokens,
+                   "--shard-tokens {} is out of range: give 1 .. {} tokens per shard, or 0 for one training shard",
+                   shard_tokens, kTokenShardMaxTokens);
   std::error_code ec;
   HPCT_USAGE_CHECK(fs::is_regular_file(input_path, ec), "input text file {} not found (or not a regular file)",
                    input_path);
@@ -54,11 +58,22 @@ PreparedText prepare_text_shards(const std::string& input_path, const std::strin
   HPCT_USAGE_CHECK(!ec, "cannot create output directory {}: {}", out_dir, ec.message());
 
   PreparedText out;
-  out.train_path = (fs::path(out_dir) / (name + "_train.bin")).string();
   out.val_path = (fs::path(out_dir) / (name + "_val.bin")).string();
   out.train_tokens = split.train_bytes;
   out.val_tokens = split.val_bytes;
-  write_token_shard(out.train_path, tokens.data(), split.train_bytes);
+  if (shard_tokens == 0) {
+    out.train_path = (fs::path(out_dir) / (name + "_train.bin")).string();
+    out.train_paths = {out.train_path};
+    write_token_shard(out.train_path, tokens.data(), split.train_bytes);
+  } else {
+    // llm.c's naming: NAME_train_000000.bin, NAME_train_000001.bin, ...; every shard but the last holds shard_tokens
+    for (int64_t first = 0, k = 0; first < split.train_bytes; first += shard_tokens, ++k) {
+      out.train_paths.push_back((fs::path(out_dir) / fmt::format("{}_train_{:06d}.bin", name, k)).string());
+      write_token_shard(out.train_paths.back(), tokens.data() + first,
+                        std::min<int64_t>(shard_tokens, split.train_bytes - first));
+    }
+    out.train_path = out.train_paths.front();
+  }
   write_token_shard(out.val_path, tokens.data() + split.train_bytes, split.val_bytes);
   return out;
 }

@@ -1,6 +1,7 @@
 #include "train/gpt_deck.hpp"
 
 #include "core/format.hpp"
+#include "data/token_dataset.hpp"
 #include "models/gpt/gpt_layout.hpp"
 #include "train/loss_scaling.hpp"
 #include "train/memory_plan.hpp"
@@ -24,9 +25,18 @@ const ConfigSchema& gpt_deck_schema() {
     s.float_key("model.init_std", 0.02, "std of the normal initialisation (residual projections: / sqrt(2L))", 0.0,
                 1.0);
 
-    s.section("data", true, "token shards (llm.c format); relative paths resolve against $HPCT_DATA_DIR");
-    s.string_key("data.train", std::nullopt, "training shard, e.g. kjv_train.bin");
-    s.string_key("data.val", std::nullopt, "validation shard, e.g. kjv_val.bin");
+    s.section("data", true, "token shards (llm.c format); relative paths and globs resolve against $HPCT_DATA_DIR");
+    s.string_list_key("data.train", std::nullopt,
+                      "training shards: a path, a glob (* ? [..], matches sorted) or a list of them, in order, e.g. "
+                      "kjv_train.bin or \"kjv_shards/kjv_train_*.bin\"");
+    s.string_list_key("data.val", std::nullopt, "validation shards, as data.train, e.g. kjv_val.bin");
+    s.string_key("data.order", "random",
+                 "random: windows drawn with replacement, keyed by (seed, step, sample) | epoch: every stride-seq_len "
+                 "window once per epoch, in a seeded order (docs/contracts.md)",
+                 {"random", "epoch"});
+    s.bool_key("data.allow_changed", false,
+               "resume although data.train's shard list (file names, token counts) or data.order differ from the "
+               "checkpoint's (the batch sequence then changes; a warning is logged)");
     s.int_key("data.eval_sequences", 64, "sequences of the fixed evaluation set (>= 64 x seq_len tokens)", 64, 1 << 24);
 
     s.section("train", false, "the training run");
@@ -118,8 +128,10 @@ GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
                    "holds seq_len / tp of every sequence's tokens); choose a seq_len that is a multiple of {}",
                    deck.deck_path(), d.model.seq_len, run.parallel.tp, run.parallel.tp);
   d.init_from = deck.get_string("model.init_from");
-  d.train_path = resolve_data_path(deck.get_string("data.train"));
-  d.val_path = resolve_data_path(deck.get_string("data.val"));
+  d.train_paths = data::expand_token_paths(deck.get_string_list("data.train"), data_dir(), "data.train");
+  d.val_paths = data::expand_token_paths(deck.get_string_list("data.val"), data_dir(), "data.val");
+  d.order = deck.get_string("data.order");
+  d.allow_changed = deck.get_bool("data.allow_changed");
   d.eval_sequences = static_cast<int>(deck.get_int("data.eval_sequences"));
   d.adamw.beta1 = static_cast<float>(deck.get_float("optim.beta1"));
   d.adamw.beta2 = static_cast<float>(deck.get_float("optim.beta2"));

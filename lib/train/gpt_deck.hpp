@@ -2,6 +2,7 @@
 // The deck of train_gpt: its schema (every key, type, default, range and doc, printed by --help) and its typed
 // sections, read and validated once (read_gpt_deck) next to the shared ones (train/run_config.hpp).
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 #include "models/gpt/gpt.hpp"
@@ -17,12 +18,14 @@ const ConfigSchema& gpt_deck_schema();
 struct GptDeck {
   gpt::GptConfig model;       // [model]
   std::string init_from;      // model.init_from: a Hugging Face GPT-2 directory, "" = none
-  std::string train_path;     // data.train, resolved against $HPCT_DATA_DIR
-  std::string val_path;       // data.val, resolved
   int eval_sequences = 0;     // data.eval_sequences
   optim::AdamWConfig adamw;   // optim.beta1, beta2, eps, weight_decay, grad_clip
   optim::LrSchedule lr;       // optim.lr, final_lr_frac, warmup_steps, decay_steps (derived: see run_config.hpp)
   gpt::SampleOptions sample;  // [sample]
+  // data.train / data.val: their items (paths, globs) expanded in order, resolved against $HPCT_DATA_DIR
+  std::vector<std::string> train_paths, val_paths;
+  std::string order = "random";  // data.order: "random" | "epoch"
+  bool allow_changed = false;    // data.allow_changed: resume with another shard list or order
 };
 
 // The [model] section, validated (UsageError naming the key on failure).

@@ -10,7 +10,7 @@
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "data/token_sampler.hpp"
-#include "data/token_shard.hpp"
+#include "data/token_dataset.hpp"
 #include "interop/hf_gpt2.hpp"
 #include "kernels/kernels.hpp"
 #include "models/gpt/gpt.hpp"
@@ -22,6 +22,7 @@
 #include "train/gpt_deck.hpp"
 #include "train/memory_plan.hpp"
 #include "train/reference_dump.hpp"
+#include "train/resume.hpp"
 #include "train/run_device.hpp"
 #include "train/training_loop.hpp"
 
@@ -30,14 +31,6 @@ namespace hpct::train {
 namespace k = hpct::kernels;
 
 namespace {
-
-// The largest token of a shard must fit the model's vocabulary.
-void check_vocab(const data::TokenShard& s, int vocab_size) {
-  const int max_token = s.max_token();  // one pass over the shard
-  HPCT_USAGE_CHECK(max_token < vocab_size,
-                   "data file {} holds token {} but model.vocab_size = {}; raise model.vocab_size or re-tokenise",
-                   s.path(), max_token, vocab_size);
-}
 
 // The grid's model-parallel place with the deck's sequence parallelism (the grid does not know the model's keys).
 gpt::ModelParallel with_sp(gpt::ModelParallel mp, bool sp) {
@@ -54,10 +47,12 @@ class GptTask final : public TrainTask {
         cfg_(d_.model),
         T_(d.model.seq_len),
         GB_(run.cfg.train.global_batch),
-        train_shard_(data::TokenShard::open(d.train_path)),
-        val_shard_(data::TokenShard::open(d.val_path)),
-        sampler_(train_shard_, T_, run.cfg.train.seed),
-        eval_set_(val_shard_, T_, d.eval_sequences),
+        // every shard's header and size, on every rank, before step 1; the tokens are checked against the
+        // vocabulary as windows are read (data/token_sampler.hpp), the small evaluation set here
+        train_data_(data::TokenDataset::open(d.train_paths, "data.train")),
+        val_data_(data::TokenDataset::open(d.val_paths, "data.val")),
+        sampler_(train_data_, T_, run.cfg.train.seed, d.model.vocab_size, data::parse_token_order(d.order), GB_),
+        eval_set_(val_data_, T_, d.eval_sequences, d.model.vocab_size),
         mp_(with_sp(run.pc.model_parallel(), run.cfg.parallel.sp)),
         // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
         model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
@@ -69,8 +64,6 @@ class GptTask final : public TrainTask {
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
-    check_vocab(train_shard_, cfg_.vocab_size);
-    check_vocab(val_shard_, cfg_.vocab_size);
     shape_ = {static_cast<double>(GB_) * T_, "tokens", "tok", 0,
               gpt::flops_per_token(cfg_) * static_cast<double>(GB_) * T_};
     if (!model_.params_sharded()) model_.init_parameters(ctx_, run.cfg.train.seed);  // else init_sharded_params()
@@ -146,8 +139,9 @@ class GptTask final : public TrainTask {
     run_.pc.world().allreduce(worst, 2, DType::F64, comm::ReduceOp::Max, "memory report");
     log_info("memory, max over the {} ranks: params {} | total {} (every rank: train_gpt DECK --plan {})",
              run_.pc.world_size(), human_bytes(worst[0]), human_bytes(worst[1]), run_.pc.world_size());
-    log_info("data: train {} ({} tokens) | val {} ({} tokens, eval set {} x {} tokens)", train_shard_.path(),
-             train_shard_.size(), val_shard_.path(), val_shard_.size(), eval_set_.num_sequences(), T_);
+    log_info("data: train {} | order {} ({} windows{}) | val {} (eval set {} x {} tokens)", train_data_.describe(),
+             d_.order, sampler_.num_windows(), sampler_.order() == data::TokenOrder::Epoch ? " per epoch" : "",
+             val_data_.describe(), eval_set_.num_sequences(), T_);
   }
   MemoryKinds model_memory() const override {
     return gpt_model_kinds(model_.memory(), stage_->bytes() + evaluator_.bytes(),
@@ -229,8 +223,15 @@ class GptTask final : public TrainTask {
     a.strings["layout"] = fmt::format("world={} dp={} tp={} pp={} virtual_stages={} zero={} order={}",
                                       run_.pc.world_size(), run_.dp(), mp_.tp, mp_.pp, mp_.virtual_stages,
                                       run_.cfg.parallel.sync.zero, run_.pc.grid().order());
+    a.strings["data.order"] = d_.order;
+    a.strings["data.train.shards"] = shard_list_json(train_data_.info());
+    a.strings["data.val.shards"] = shard_list_json(val_data_.info());
     a.strings["rng.algorithm"] = "philox4x32-10 keyed by (train.seed, stream name, counter); streams are functions "
                                  "of the step, so rng.seed and step are the whole state";
+  }
+  void check_resume(const ckpt::Reader& reader) override {
+    check_token_data_resume(reader.attrs(), reader.dir(), run_.deck.deck_path(), d_.order, train_data_.info(),
+                            val_data_.info(), d_.allow_changed);
   }
   // whole parameters over DP, replicated tensors over TP, the tied embedding's two copies (first and last stage)
   void check_replicas(CheckpointStaging& staging, const std::string& when) override {
@@ -273,7 +274,7 @@ class GptTask final : public TrainTask {
   int T_;
   int64_t GB_;
   StepShape shape_;
-  const data::TokenShard train_shard_, val_shard_;
+  const data::TokenDataset train_data_, val_data_;
   const data::TokenBatchSampler sampler_;
   const data::TokenEvalSet eval_set_;
   gpt::ModelParallel mp_;

@@ -4,10 +4,12 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
@@ -129,6 +131,83 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
                      "train.global_batch must match to resume (steps, log, checkpoint and parallel keys may change); "
                      "restore the value or start fresh with --set checkpoint.resume=none and another --out",
                      deck.deck_path(), key, b, reader.dir(), key, a);
+  }
+}
+
+std::string shard_list_json(const std::vector<data::TokenShardInfo>& shards) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const data::TokenShardInfo& s : shards) j.push_back({{"file", s.name}, {"path", s.path}, {"tokens", s.tokens}});
+  return j.dump();
+}
+
+std::vector<data::TokenShardInfo> parse_shard_list_json(const std::string& json, const std::string& where) {
+  std::vector<data::TokenShardInfo> out;
+  try {
+    for (const auto& e : nlohmann::json::parse(json))
+      out.push_back({e.at("file").get<std::string>(), e.at("path").get<std::string>(), e.at("tokens").get<int64_t>()});
+  } catch (const nlohmann::json::exception& e) {
+    HPCT_USAGE_FAIL("{} is not a shard list ({}); the checkpoint is damaged: resume from another one", where, e.what());
+  }
+  return out;
+}
+
+namespace {
+
+std::string shard_text(const std::vector<data::TokenShardInfo>& v, size_t k) {
+  if (k >= v.size()) return fmt::format("none (the list ends after {} shards)", v.size());
+  return fmt::format("{} ({} tokens)", v[k].name, v[k].tokens);
+}
+
+// The first shard at which the (file name, token count) lists differ; nullopt when they are equal.
+std::optional<size_t> first_difference(const std::vector<data::TokenShardInfo>& a,
+                                       const std::vector<data::TokenShardInfo>& b) {
+  for (size_t k = 0; k < std::max(a.size(), b.size()); ++k)
+    if (k >= a.size() || k >= b.size() || a[k].name != b[k].name || a[k].tokens != b[k].tokens) return k;
+  return std::nullopt;
+}
+
+}  // namespace
+
+void check_token_data_resume(const ckpt::Attrs& attrs, const std::string& ckpt_dir, const std::string& deck_path,
+                             const std::string& order, const std::vector<data::TokenShardInfo>& train,
+                             const std::vector<data::TokenShardInfo>& val, bool allow_changed) {
+  const std::string accept =
+      "restore the deck's data, or accept the change (the batch sequence then differs from the interrupted run's) "
+      "with --set data.allow_changed=true";
+  // checkpoints written before data.order existed sampled in random order, the only one there was
+  const auto order_attr = attrs.strings.find("data.order");
+  const std::string old_order = order_attr != attrs.strings.end() ? order_attr->second : "random";
+  if (old_order != order) {
+    HPCT_USAGE_CHECK(allow_changed, "deck {}: data.order = {} but checkpoint {} was written with data.order = {}; {}",
+                     deck_path, order, ckpt_dir, old_order, accept);
+    log_warn("data.allow_changed = true: data.order = {} but checkpoint {} was written with data.order = {}; the "
+             "batch sequence changes from here",
+             order, ckpt_dir, old_order);
+  }
+  const auto old_train = attrs.strings.find("data.train.shards");
+  if (old_train == attrs.strings.end()) {
+    log_info("checkpoint {} records no data shard list (written before multi-shard datasets): data.train is not "
+             "checked against it",
+             ckpt_dir);
+    return;
+  }
+  const std::vector<data::TokenShardInfo> old = parse_shard_list_json(old_train->second,
+                                                                      ckpt_dir + ":data.train.shards");
+  if (const auto k = first_difference(old, train)) {
+    const std::string what = fmt::format(
+        "data.train differs from checkpoint {} at shard {}: {} here, {} in the checkpoint ({} shards "
+        "here, {} there)",
+        ckpt_dir, *k, shard_text(train, *k), shard_text(old, *k), train.size(), old.size());
+    HPCT_USAGE_CHECK(allow_changed, "deck {}: {}; {}", deck_path, what, accept);
+    log_warn("data.allow_changed = true: {}; the batch sequence changes from here", what);
+  }
+  const auto old_val = attrs.strings.find("data.val.shards");
+  if (old_val != attrs.strings.end()) {
+    const std::vector<data::TokenShardInfo> ov = parse_shard_list_json(old_val->second, ckpt_dir + ":data.val.shards");
+    if (const auto k = first_difference(ov, val))
+      log_info("data.val differs from checkpoint {} at shard {}: {} here, {} in the checkpoint; val_loss is measured "
+               "on the new set from here",
+               ckpt_dir, *k, shard_text(val, *k), shard_text(ov, *k));
   }
 }
 

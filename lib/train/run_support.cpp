@@ -28,11 +28,14 @@ namespace hpct::train {
 
 namespace fs = std::filesystem;
 
+std::string data_dir() {
+  const char* env = std::getenv("HPCT_DATA_DIR");
+  return env && *env ? std::string(env) : (fs::path(HPCT_SOURCE_DIR) / "data").string();
+}
+
 std::string resolve_data_path(const std::string& path) {
   if (fs::path(path).is_absolute()) return path;
-  const char* env = std::getenv("HPCT_DATA_DIR");
-  const fs::path base = env && *env ? fs::path(env) : fs::path(HPCT_SOURCE_DIR) / "data";
-  return (base / path).string();
+  return (fs::path(data_dir()) / path).string();
 }
 
 void add_run_keys(ConfigSchema& s) {

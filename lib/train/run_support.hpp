@@ -32,8 +32,9 @@ struct RunOptions {
   std::string dump_path;  // optional: write the app's reference dump (PyTorch cross-check) there
 };
 
-// Resolves a data.* path: absolute paths stay; relative ones resolve against $HPCT_DATA_DIR
-// (default <repository>/data).
+// The data directory: $HPCT_DATA_DIR, default <repository>/data.
+std::string data_dir();
+// Resolves a data.* path: absolute paths stay; relative ones resolve against data_dir().
 std::string resolve_data_path(const std::string& path);
 
 double unix_now();  // seconds since the epoch, wall clock

@@ -143,6 +143,9 @@ class TrainTask {
 
   // ---- checkpoints ----------------------------------------------------------------------------------------------
   virtual void before_checkpoint() {}
+  // On resume, before the checkpoint is loaded: the task's own compatibility checks against its attributes (the GPT's
+  // shard list and data order), UsageError on a mismatch.
+  virtual void check_resume(const ckpt::Reader& /*reader*/) {}
   // Attributes only this task stores (tokens_seen, epoch, model.vocab_size, the layout text, ...).
   virtual void checkpoint_attrs(ckpt::Attrs& a, int64_t step) const = 0;
   // Replicas must stay bitwise equal (docs/parallelism.md): params is host memory (CheckpointStaging::params()).

@@ -158,6 +158,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   const ResumePoint resumed = open_resume(pc, run.deck, run.schema, cfg.checkpoint.resume, ckpt_root, steps);
   const int64_t start = resumed.step;
   if (resumed.reader) {
+    task.check_resume(*resumed.reader);
     Timer t;
     load_checkpoint(*resumed.reader, staging.params(), placements, staging.optimizer(), staging.extra());
     staging.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
@@ -196,6 +197,7 @@ int run_steps(RunSession& run, TrainTask& task) {
     a.ints["optim.step"] = opt->step_count();
     add_loss_scaler_attrs(a, ctx, scaler);
     a.ints["data.next_step"] = s + 1;  // the data order is keyed by (seed, step): the step is the loader state
+                                       // (also in epoch order: epoch and position follow from the step)
     a.ints["rng.seed"] = static_cast<int64_t>(cfg.train.seed);
     a.ints["layout.world"] = world;
     a.ints["layout.dp"] = dp;

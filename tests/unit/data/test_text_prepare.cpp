@@ -59,6 +59,29 @@ TEST(PrepareText, WritesByteTokensAndSplitsTail) {
   for (int64_t i = 0; i < 250; ++i) ASSERT_EQ(val.tokens()[i], static_cast<unsigned char>(text[750 + i])) << i;
 }
 
+// --shard-tokens: the training part in shards of N tokens named NAME_train_%06d.bin (the last one shorter), whose
+// concatenation is the unsharded training file; the validation split unchanged.
+TEST(PrepareText, ShardTokensWritesLlmcNamedShards) {
+  ScratchDir dir;
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text.push_back(static_cast<char>('a' + i % 26));
+  const std::string input = dir.file("in.txt");
+  std::ofstream(input, std::ios::binary) << text;
+  const auto out = prepare_text_shards(input, dir.file("out"), "toy", 0.25, 300);
+  ASSERT_EQ(out.train_paths.size(), 3u);  // 750 = 300 + 300 + 150
+  EXPECT_EQ(out.train_paths[0], dir.file("out/toy_train_000000.bin"));
+  EXPECT_EQ(out.train_paths[2], dir.file("out/toy_train_000002.bin"));
+  EXPECT_EQ(out.val_path, dir.file("out/toy_val.bin"));
+  int64_t at = 0;
+  for (size_t k = 0; k < 3; ++k) {
+    const TokenShard s = TokenShard::open(out.train_paths[k]);
+    EXPECT_EQ(s.size(), k < 2 ? 300 : 150);
+    for (int64_t i = 0; i < s.size(); ++i, ++at) ASSERT_EQ(s.tokens()[i], static_cast<unsigned char>(text[at]));
+  }
+  EXPECT_EQ(TokenShard::open(out.val_path).size(), 250);
+  expect_usage_error([&] { prepare_text_shards(input, dir.file("o"), "x", 0.1, -1); }, {"--shard-tokens -1"});
+}
+
 TEST(PrepareText, Errors) {
   ScratchDir dir;
   const std::string missing = dir.file("missing.txt");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/token_sampler.hpp"
+#include "data/token_dataset.hpp"
 #include "data/token_shard.hpp"
 #include "test_util.hpp"
 
@@ -17,13 +18,20 @@ namespace {
 using testing::expect_usage_error;
 using testing::ScratchDir;
 
-// A shard whose token i is i (n <= 65536), so every window reveals its own offset.
-TokenShard iota_shard(const ScratchDir& dir, int64_t n, const std::string& name = "iota.bin") {
+// A one-shard dataset whose token i is i (n <= 65536), so every window reveals its own offset.
+TokenDataset iota_shard(const ScratchDir& dir, int64_t n, const std::string& name = "iota.bin") {
   std::vector<uint16_t> t(n);
   std::iota(t.begin(), t.end(), uint16_t{0});
   const std::string path = dir.file(name);
   write_token_shard(path, t.data(), n);
-  return TokenShard::open(path);
+  return TokenDataset::open({path});
+}
+
+// The start offset of the window of (step, sample), for one-shard datasets.
+int64_t offset_of(const TokenBatchSampler& s, int64_t step, int64_t sample) {
+  const TokenWindow w = s.window(step, sample);
+  EXPECT_EQ(w.shard, 0);
+  return w.offset;
 }
 
 struct Batch {
@@ -52,14 +60,14 @@ Batch fill_blocks(const TokenBatchSampler& s, int64_t step, const std::vector<in
 
 TEST(TokenBatchSampler, DeterministicAcrossInstances) {
   ScratchDir dir;
-  const TokenShard shard = iota_shard(dir, 5000);
+  const TokenDataset shard = iota_shard(dir, 5000);
   const TokenBatchSampler a(shard, 32, 1234), b(shard, 32, 1234);
   for (int64_t step = 1; step <= 3; ++step) EXPECT_EQ(fill_all(a, step, 0, 16), fill_all(b, step, 0, 16));
 }
 
 TEST(TokenBatchSampler, SplitIndependent) {
   ScratchDir dir;
-  const TokenShard shard = iota_shard(dir, 5000);
+  const TokenDataset shard = iota_shard(dir, 5000);
   const TokenBatchSampler s(shard, 32, 42);
   for (int64_t step : {1, 2, 3, 10, 1000000}) {
     const Batch serial = fill_all(s, step, 0, 16);
@@ -80,8 +88,9 @@ TEST(TokenBatchSampler, SplitIndependent) {
 
 TEST(TokenBatchSampler, StepsSeedsAndStreamsDiffer) {
   ScratchDir dir;
-  const TokenShard shard = iota_shard(dir, 60000);
-  const TokenBatchSampler s(shard, 16, 7), other_seed(shard, 16, 8), other_stream(shard, 16, 7, "data.other");
+  const TokenDataset shard = iota_shard(dir, 60000);
+  const TokenBatchSampler s(shard, 16, 7), other_seed(shard, 16, 8),
+      other_stream(shard, 16, 7, 65536, TokenOrder::Random, 0, "data.other");
   const Batch b1 = fill_all(s, 1, 0, 16);
   for (int64_t step = 2; step <= 6; ++step) EXPECT_NE(fill_all(s, step, 0, 16), b1) << "step " << step;
   EXPECT_NE(fill_all(other_seed, 1, 0, 16), b1);
@@ -89,7 +98,7 @@ TEST(TokenBatchSampler, StepsSeedsAndStreamsDiffer) {
   // Within a step, samples differ too: 16 offsets out of 59984 collide with probability ~0.2%... but the
   // seed is fixed, so this is a deterministic check that sample i is not sample 0 repeated.
   std::vector<int64_t> offs;
-  for (int i = 0; i < 16; ++i) offs.push_back(s.offset(1, i));
+  for (int i = 0; i < 16; ++i) offs.push_back(offset_of(s, 1, i));
   std::sort(offs.begin(), offs.end());
   EXPECT_EQ(std::unique(offs.begin(), offs.end()), offs.end());
 }
@@ -98,12 +107,12 @@ TEST(TokenBatchSampler, WindowsAreShardSlicesAndTargetsShiftByOne) {
   ScratchDir dir;
   const int64_t n = 3000;
   const int T = 64;
-  const TokenShard shard = iota_shard(dir, n);
+  const TokenDataset shard = iota_shard(dir, n);
   const TokenBatchSampler s(shard, T, 99);
   for (int64_t step = 1; step <= 4; ++step) {
     const Batch b = fill_all(s, step, 5, 8);
     for (int r = 0; r < 8; ++r) {
-      const int64_t o = s.offset(step, 5 + r);
+      const int64_t o = offset_of(s, step, 5 + r);
       ASSERT_GE(o, 0);
       ASSERT_LE(o, n - T - 1);  // the last target, o+T, is inside the shard
       for (int t = 0; t < T; ++t) {
@@ -119,9 +128,9 @@ TEST(TokenBatchSampler, WindowsAreShardSlicesAndTargetsShiftByOne) {
 
 TEST(TokenBatchSampler, SmallestShardHasOneWindow) {
   ScratchDir dir;
-  const TokenShard shard = iota_shard(dir, 17);  // exactly seq_len + 1
+  const TokenDataset shard = iota_shard(dir, 17);  // exactly seq_len + 1
   const TokenBatchSampler s(shard, 16, 1);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.offset(1 + i % 3, i), 0);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(offset_of(s, 1 + i % 3, i), 0);
 }
 
 // Offsets should cover [0, N-T) uniformly. 100,000 draws into 20 equal bins of 500 offsets each
@@ -134,14 +143,14 @@ TEST(TokenBatchSampler, OffsetsCoverShardUniformly) {
   ScratchDir dir;
   const int T = 16;
   const int64_t n = 10000 + T;  // N - T = 10000 start positions
-  const TokenShard shard = iota_shard(dir, n);
+  const TokenDataset shard = iota_shard(dir, n);
   const TokenBatchSampler s(shard, T, 2024);
   const int bins = 20, steps = 100, per_step = 1000;
   std::vector<int64_t> count(bins, 0);
   int64_t lo = n, hi = -1;
   for (int64_t step = 1; step <= steps; ++step)
     for (int i = 0; i < per_step; ++i) {
-      const int64_t o = s.offset(step, i);
+      const int64_t o = offset_of(s, step, i);
       ASSERT_GE(o, 0);
       ASSERT_LT(o, 10000);
       ++count[o / 500];
@@ -158,14 +167,14 @@ TEST(TokenBatchSampler, OffsetsCoverShardUniformly) {
 
 TEST(TokenBatchSampler, ShardTooShortNamesFileAndSeqLen) {
   ScratchDir dir;
-  const TokenShard shard = iota_shard(dir, 16, "short_train.bin");
-  expect_usage_error([&] { TokenBatchSampler(shard, 16, 1); }, {shard.path(), "seq_len 16", "16 tokens"});
+  const TokenDataset shard = iota_shard(dir, 16, "short_train.bin");
+  expect_usage_error([&] { TokenBatchSampler(shard, 16, 1); }, {shard.shard(0).path(), "seq_len 16", "16 tokens"});
 }
 
 TEST(TokenEvalSet, FixedConsecutiveWindows) {
   ScratchDir dir;
   const int T = 8, num = 5;
-  const TokenShard shard = iota_shard(dir, 1000);
+  const TokenDataset shard = iota_shard(dir, 1000);
   const TokenEvalSet eval(shard, T, num);
   EXPECT_EQ(eval.num_sequences(), num);
   std::vector<int32_t> inp(num * T), tgt(num * T);
@@ -185,10 +194,11 @@ TEST(TokenEvalSet, FixedConsecutiveWindows) {
 
 TEST(TokenEvalSet, MustFitInShard) {
   ScratchDir dir;
-  const TokenShard exact = iota_shard(dir, 64 * 8 + 1, "exact_val.bin");  // the last target needs the +1
+  const TokenDataset exact = iota_shard(dir, 64 * 8 + 1, "exact_val.bin");  // the last target needs the +1
   EXPECT_NO_THROW(TokenEvalSet(exact, 8, 64));
-  const TokenShard short_shard = iota_shard(dir, 64 * 8, "short_val.bin");
-  expect_usage_error([&] { TokenEvalSet(short_shard, 8, 64); }, {short_shard.path(), "513 tokens", "64 sequences"});
+  const TokenDataset short_shard = iota_shard(dir, 64 * 8, "short_val.bin");
+  expect_usage_error([&] { TokenEvalSet(short_shard, 8, 64); },
+                     {short_shard.shard(0).path(), "513 tokens", "64 sequences"});
 }
 
 }  // namespace

@@ -176,10 +176,4 @@ void TokenShard::release() noexcept {
   num_tokens_ = 0;
 }
 
-int TokenShard::max_token() const {
-  uint16_t m = 0;
-  for (int64_t i = 0; i < num_tokens_; ++i) m = std::max(m, tokens_[i]);
-  return m;
-}
-
 }  // namespace hpct::data

@@ -45,7 +45,6 @@ class TokenShard {
 
   int64_t size() const { return num_tokens_; }        // number of tokens N
   const uint16_t* tokens() const { return tokens_; }  // (N)
-  int max_token() const;                              // the largest token id (0 for an empty shard)
   const std::string& path() const { return path_; }
 
  private:

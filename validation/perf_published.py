@@ -179,8 +179,8 @@ EXPLAIN = {
     "MFU 0.63 vs the 0.45 calibrated at h 2304) and a 12% non-interleaved bubble the paper's interleaved schedule "
     "would shrink",
     "llm.c GPT-2 124M": "over-predicted: a different software generation on the same GPU. The A100 kernel MFU is "
-    "calibrated on Megatron 2021 (fp16, full recompute, materialised s x s attention at s 2048); llm.c (2024) runs "
-    "bf16 with cuDNN flash attention, fused classifier and no recompute, and implies MFU 0.60 on its own. One MFU "
+    "calibrated on Megatron 2021 (mixed precision, full recompute, materialised s x s attention at s 2048); llm.c (2024) runs "
+    "bf16 with cuDNN attention (the script builds with USE_CUDNN=1) and no recompute (-r 0), and implies MFU 0.60 on its own. One MFU "
     "per GPU generation cannot cover both frameworks; the row needs a per-software kernel rate (or a model of the "
     "memory-bound work) the model does not have",
 }
@@ -288,7 +288,8 @@ def report(args, res, mfu, cmds, tg):
              "of the step), so what it mostly omits is the kernel rate's dependence on the shapes. The implied-MFU column "
              "is what a per-shape kernel model would have to supply. For a --plan-style projection on a cluster "
              "the project never ran on, the usable statement is therefore: the communication and pipeline terms "
-             "are trustworthy to a few percent of the step at these scales; the compute term is as good as the "
+             "are a small part of the step at these scales, so even a large error in them moves the prediction by a "
+             "few percent (they are not checked separately by these rows); the compute term is as good as the "
              "kernel MFU fed in, which should come from a measurement of the same software at a similar width "
              "(for scale: perf_model.py's H100 projection assumes MFU 0.40; llm.c's 1558M row implies 0.49; this "
              "project measured 27.1% for its own GPT-2 124M on one H100, "

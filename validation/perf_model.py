@@ -21,7 +21,11 @@ usage: validation/perf_model.py [--collectives FILE.json] [--scaling FILE.csv] [
   --report       markdown report; the JSON and PNG go next to it (same stem)
   --train-gpt    the train_gpt binary (default: apps/train_gpt of the build tree the working directory is in, as
                  under ctest, else the one next to --bench)
-Prints the tables and last `VALID` or `FAILED: <what>` (exit 1)."""
+Prints the tables and last `VALID` or `FAILED: <what>` (exit 1).
+
+validation/perf_model.py --published [--report F.md] [--train-gpt BIN]: instead, the 3D (DP x TP x PP) model
+against published throughput (llm.c GPT-2 1558M on 8 H100, 124M on 8 A100, Narayanan et al. 2021 Table 1);
+validation/perf_published.py, report validation/results/perf_model_published.md."""
 import argparse
 import csv
 import json
@@ -34,6 +38,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from campaign import REPO, machine_info  # noqa: E402
+
+if "--published" in sys.argv[1:]:  # the published-configurations comparison: its own module, its own options
+    from perf_published import main as published_main  # noqa: E402
+    sys.exit(published_main(sys.argv[1:]))
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--collectives", help="bench_collectives JSON (default validation/results/perf_model_cpu_collectives.json)")

@@ -552,13 +552,16 @@ if args.sensitivity:
             known.append(fault)
         elif not det:
             missed.append(fault)
+
         def figs(R):
             return (f"loss {fmt(R['worst'])} (limit {fmt(R['limit'])}), gradient norm {fmt(R['gnorm_worst'])} "
                     f"(limit {fmt(R['gnorm_limit'])})" + (f", exit {R['rc']}" if R["rc"] else ""))
-        sens_lines.append(f"  {fault:<26} " + ("detected by " + "; ".join(f"{R['name']}: {figs(R)}" for R in det)
-                                               if det else ("not detected (known: " + KNOWN_UNDETECTED[fault.split(":")[0]] + "): "
-                                                            if fault in known else "MISSED: ") +
-                                               "; ".join(f"{R['name']}: {figs(R)}" for R in rs)))
+        if det:
+            what = "detected by " + "; ".join(f"{R['name']}: {figs(R)}" for R in det)
+        else:
+            what = (f"not detected (known: {KNOWN_UNDETECTED[fault.split(':')[0]]}): " if fault in known
+                    else "MISSED: ") + "; ".join(f"{R['name']}: {figs(R)}" for R in rs)
+        sens_lines.append(f"  {fault:<26} {what}")
     if failed or missed:
         final = "FAILED: sensitivity: " + "; ".join(
             ([f"unplanted layouts FAILED: {', '.join(R['name'] for R in failed)}"] if failed else []) +

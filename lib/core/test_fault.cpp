@@ -18,9 +18,9 @@ struct Planted {
 constexpr struct {
   const char* name;
   FaultKind kind;
-} kFaults[] = {{"dp_bucket_twice", FaultKind::DpBucketTwice},   {"dp_bucket_dropped", FaultKind::DpBucketDropped},
-               {"tp_grad_scale", FaultKind::TpGradScale},       {"syncbn_naive", FaultKind::SyncBnNaive},
-               {"pp_loss_twice", FaultKind::PpLossTwice},       {"zero_shard_offset", FaultKind::ZeroShardOffset}};
+} kFaults[] = {{"dp_bucket_twice", FaultKind::DpBucketTwice}, {"dp_bucket_dropped", FaultKind::DpBucketDropped},
+               {"tp_grad_scale", FaultKind::TpGradScale},     {"syncbn_naive", FaultKind::SyncBnNaive},
+               {"pp_loss_twice", FaultKind::PpLossTwice},     {"zero_shard_offset", FaultKind::ZeroShardOffset}};
 
 Planted parse() {
   Planted p;
@@ -37,8 +37,9 @@ Planted parse() {
       p.kind = f.kind;
     }
   }
-  HPCT_USAGE_CHECK(p.set, "HPCT_TEST_FAULT=\"{}\": unknown fault \"{}\" (one of {}; a test hook: unset it for real runs)",
-                   v, name, known);
+  HPCT_USAGE_CHECK(p.set,
+                   "HPCT_TEST_FAULT=\"{}\": unknown fault \"{}\" (one of {}; a test hook: unset it for real runs)", v,
+                   name, known);
   if (colon != std::string::npos) {
     const std::string opt = v.substr(colon + 1);
     char* end = nullptr;

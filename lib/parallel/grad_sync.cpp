@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/format.hpp"
+#include "core/test_fault.hpp"
 #include "core/timer.hpp"
 #include "kernels/kernels.hpp"
 
@@ -275,7 +276,10 @@ GradSync::GradSync(comm::Communicator& dp, Slab& params, Slab& grads, const Grad
              "gradient sync buffers of {} + {} bytes, planned {} + {}", shard_.bytes(), reduced_.bytes(),
              plan_.shard_bytes(), plan_.comm_bytes());
   float* base = plan_.sharded ? shard_.tensors()[0].f32() : static_cast<float*>(grads_.base());
-  for (const BucketPlan::Owned& o : plan_.owned) owned_.push_back({o.tensor, o.begin, o.end, base + o.at});
+  // test hook (core/test_fault.hpp, zero_shard_offset): the gradient shard read one element early
+  const bool shifted = plan_.sharded && fault_active(FaultKind::ZeroShardOffset, dp_.rank());
+  for (const BucketPlan::Owned& o : plan_.owned)
+    owned_.push_back({o.tensor, o.begin, o.end, base + o.at - (shifted && o.at > 0 ? 1 : 0)});
   pending_.resize(buckets_.size());
   work_.resize(buckets_.size());
 }
@@ -357,6 +361,11 @@ void GradSync::launch(size_t b) {
   const Bucket& bk = buckets_[b];
   const int64_t len = bk.elem_end - bk.elem_begin;
   const std::string what = fmt::format("gradient bucket {} of {}", b, buckets_.size());
+  if (b == 0) {  // test hooks (core/test_fault.hpp): this rank's contribution to bucket 0 counted twice, or dropped
+    float* mine = plan_.ring ? bucket_data(b) : static_cast<float*>(grads_.base()) + bk.elem_begin;
+    if (fault_active(FaultKind::DpBucketTwice, dp_.rank())) kernels::scale(ctx_, mine, 2.0f, len);
+    if (fault_active(FaultKind::DpBucketDropped, dp_.rank())) kernels::scale(ctx_, mine, 0.0f, len);
+  }
   if (plan_.ring) {
     // ZeRO-2: a ring bucket is reduce-scattered in place (this rank's share stays at own_offset; land() adds it to the
     // shard), a pinned one straight into the shard (once per step, after the last micro-batch). bf16: the bucket's

@@ -11,6 +11,7 @@
 #include "core/device_peaks.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
+#include "core/test_fault.hpp"
 #include "core/timer.hpp"
 #include "kernels/kernels.hpp"
 #include "optim/loss_scaler.hpp"
@@ -185,6 +186,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   if (gather) gather->refresh();  // the initial or loaded masters
   install_stop_signal_handlers();
   const InjectedOverflow overflow = InjectedOverflow::from_environment();  // a test seam; inert in real runs
+  announce_test_fault();  // the planted-defect seam (core/test_fault.hpp): inert unless HPCT_TEST_FAULT is set
   task.before_first_step();
 
   CheckpointCadence cadence(cfg);

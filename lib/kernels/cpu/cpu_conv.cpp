@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "core/test_fault.hpp"
 #include "kernels/batchnorm_stats.hpp"
 #include "kernels/cpu/cpu_conv_dnnl.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
@@ -511,8 +512,29 @@ void batchnorm2d_local_stats(float* stats, const A* inp, int N, int C, int HW) {
   });
 }
 
+namespace {
+// The defect syncbn_naive plants (core/test_fault.hpp): the textbook merge through the raw moments in fp32,
+// var = E[x^2] - mean^2, which cancels catastrophically when |mean| >> std (what Chan's formula avoids).
+void batchnorm2d_merge_stats_naive(float* merged, const float* gathered, int R, int C) {
+  for (int c = 0; c < C; c++) {
+    float n = 0.0f, sx = 0.0f, sxx = 0.0f;
+    for (int r = 0; r < R; r++) {
+      const float* g = gathered + (static_cast<int64_t>(r) * C + c) * 3;
+      n += g[0];
+      sx += g[0] * g[1];
+      sxx += g[2] + g[0] * g[1] * g[1];
+    }
+    const float mean = sx / n;
+    merged[3 * c + 0] = n;
+    merged[3 * c + 1] = mean;
+    merged[3 * c + 2] = std::max(0.0f, (sxx / n - mean * mean) * n);
+  }
+}
+}  // namespace
+
 void batchnorm2d_merge_stats(float* merged, const float* gathered, int R, int C) {
   HPCT_CHECK(R > 0 && C > 0, "batchnorm2d_merge_stats: bad shape R={} C={}", R, C);
+  if (R > 1 && fault_active(FaultKind::SyncBnNaive)) return batchnorm2d_merge_stats_naive(merged, gathered, R, C);
   for (int c = 0; c < C; c++) {
     BnStats<double> acc{0.0, 0.0, 0.0};
     for (int r = 0; r < R; r++) {

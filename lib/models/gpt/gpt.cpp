@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/rng.hpp"
+#include "core/test_fault.hpp"
 #include "kernels/kernels.hpp"
 #include "models/compute_copy.hpp"
 #include "models/gpt/gpt_layout.hpp"
@@ -789,6 +790,8 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
                            ptr<A>(p.ln1b), Nr, C);
     k::matmul_backward(ctx, dln, g.qkvw->f32(), ptr<float>(g.qkvb), dqkv_->as<A>(),
                        whole_rows(a.ln1->as<A>(), b, "SP attention input"), p.qkvw->as<A>(), N, C, 3 * Cl);
+    if (mp_.tp > 1 && fault_active(FaultKind::TpGradScale, mp_.tp_rank))  // test hook (core/test_fault.hpp)
+      k::scale(ctx, g.qkvw->f32(), 1.0f + 1e-3f, g.qkvw->numel());
     k::layernorm_backward(ctx, dres, ln_grad(g.ln1w, 2), ln_grad(g.ln1b, 3),
                           column_parallel_input_grad<A>(b, "TP attention qkv dX"), residual, p.ln1w->as<A>(),
                           a.ln1_mean->f32(), a.ln1_rstd->f32(), Nr, C);

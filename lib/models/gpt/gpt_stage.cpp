@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/test_fault.hpp"
 #include "kernels/kernels.hpp"
 #include "models/gpt/gpt_layout.hpp"
 
@@ -140,8 +141,12 @@ void GptStage::backward(int chunk, int micro, const void* dout, void* din) {
   if (model_.has_embedding()) model_.forward(ctx_, tokens(micro), MB_, nullptr, 0, chunk);
   else
     model_.forward(ctx_, nullptr, MB_, stashed(micro), 0, chunk);
-  const float* losses = model_.loss_and_backward(ctx_, targets(micro), dloss_, MB_, din);
+  // test hook (core/test_fault.hpp, pp_loss_twice): the last pipeline stage counts micro-batch 0's loss twice
+  const float twice = micro == 0 && model_.model_parallel().pp > 1 && fault_active(FaultKind::PpLossTwice) ? 2.0f
+                                                                                                           : 1.0f;
+  const float* losses = model_.loss_and_backward(ctx_, targets(micro), twice * dloss_, MB_, din);
   k::sum(ctx_, sums_->f32() + micro, losses, static_cast<int64_t>(MB_) * T_);
+  if (twice != 1.0f) k::scale(ctx_, sums_->f32() + micro, twice, 1);
 }
 
 size_t GptEvaluator::planned_bytes(const GptConfig& cfg, const ModelParallel& mp, int micro_batch, DType act) {

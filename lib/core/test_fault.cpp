@@ -48,10 +48,11 @@ Planted parse() {
                      "HPCT_TEST_FAULT=\"{}\": \"{}\" is not rank=<R> (R >= 0)", v, opt);
     p.rank = static_cast<int>(r);
   }
-  std::fprintf(stderr,
-               "WARNING: HPCT_TEST_FAULT=%s plants a defect (a test hook for validation/sensitivity.py): this run's "
-               "numbers are WRONG by design; unset HPCT_TEST_FAULT for real runs\n",
-               e);
+  std::fprintf(
+      stderr,
+      "WARNING: HPCT_TEST_FAULT=%s plants a defect (a test hook for validation/equivalence.py --plant): this run's "
+      "numbers are WRONG by design; unset HPCT_TEST_FAULT for real runs\n",
+      e);
   std::fflush(stderr);
   return p;
 }

@@ -1,13 +1,14 @@
 #pragma once
-// Planted defects for the sensitivity check of the equivalence campaign (validation/sensitivity.py): a test seam,
-// read once from the environment, inert unless set (every real run). HPCT_TEST_FAULT=<name>[:rank=R] plants one
+// Planted defects for the sensitivity check of the equivalence campaign (validation/equivalence.py --plant,
+// --sensitivity): a test seam, read once from the environment, inert unless set (every real run).
+// HPCT_TEST_FAULT=<name>[:rank=R] plants one
 // realistic parallel-layout bug at the place such a bug would live, so that the campaign can prove it reports FAILED
 // for it (docs/invariants.md, "Sensitivity"):
 //   dp_bucket_twice    DP gradient sync: this rank's contribution to gradient bucket 0 counted twice (lib/parallel)
 //   dp_bucket_dropped  DP gradient sync: this rank's contribution to gradient bucket 0 dropped (zeroed)
 //   tp_grad_scale      TP: the rank's shard of every attention qkv weight gradient scaled by 1 + 1e-3 (models/gpt)
-//   syncbn_naive       SyncBN: the ranks' statistics merged with the naive fp32 E[x^2] - mean^2 instead of Chan's
-//                      formula (kernels/cpu)
+//   syncbn_naive       SyncBN: each rank's raw moments sum x, sum x^2 accumulated in fp32 and merged with the naive
+//                      fp32 E[x^2] - mean^2 instead of two-pass moments and Chan's formula (kernels/cpu)
 //   pp_loss_twice      pipeline: the last stage counts micro-batch 0's loss twice, reported and backpropagated
 //   zero_shard_offset  ZeRO: the optimizer's gradient shard read one element early (every owned range at offset > 0)
 // rank=R restricts a fault to the rank whose group rank is R (DP rank for dp_* and zero_*, TP rank for tp_*, ignored

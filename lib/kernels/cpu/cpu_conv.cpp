@@ -501,9 +501,34 @@ void dinp_channel(A* dinp, const A* dout, const A* inp, float mean, float rstd, 
 
 }  // namespace
 
+namespace {
+// The local half of the defect syncbn_naive plants (core/test_fault.hpp): the raw moments sum x and sum x^2 accumulated
+// in fp32, as a naive SyncBN kernel does, handed on as (count, mean, M2 = sum x^2 - count mean^2) for the naive merge
+// below: together they compute var = E[x^2] - mean^2 in fp32, which loses about eps (mean^2 / var) of the variance.
+template <typename A>
+void batchnorm2d_local_stats_naive(float* stats, const A* inp, int N, int C, int HW) {
+  for (int c = 0; c < C; c++) {
+    float sx = 0.0f, sxx = 0.0f;
+    for (int n = 0; n < N; n++) {
+      const A* x = inp + (static_cast<int64_t>(n) * C + c) * HW;
+      for (int i = 0; i < HW; i++) {
+        const float v = to_f32(x[i]);
+        sx += v;
+        sxx += v * v;
+      }
+    }
+    const float count = static_cast<float>(static_cast<int64_t>(N) * HW), mean = sx / count;
+    stats[3 * c + 0] = count;
+    stats[3 * c + 1] = mean;
+    stats[3 * c + 2] = std::max(0.0f, sxx - count * mean * mean);
+  }
+}
+}  // namespace
+
 template <typename A>
 void batchnorm2d_local_stats(float* stats, const A* inp, int N, int C, int HW) {
   check_bn("batchnorm2d_local_stats", N, C, HW);
+  if (fault_active(FaultKind::SyncBnNaive)) return batchnorm2d_local_stats_naive(stats, inp, N, C, HW);
   for_channel_blocks<A>(N, C, HW, [&](int c0, int c1) {
     double mean[kBnBlock];
     block_means(mean, inp, c0, c1, N, C, HW);

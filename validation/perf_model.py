@@ -251,7 +251,8 @@ for r in srows:
         exposed = max(last, t_ar - overlappable)
     pred = Tc + exposed
     meas = float(r["ms_step"])
-    preds.append(dict(app=app, mode=mode, R=R, threads=int(r["threads"]), oversubscribed=R * int(r["threads"]) > C_CORES,
+    preds.append(dict(app=app, mode=mode, R=R, threads=int(r["threads"]),
+                      oversubscribed=R * int(r["threads"]) > C_CORES,
                       global_batch=gb, micro_batches=m, T1_ms=T1, T_compute_ms=Tc, T_compute_from=how,
                       compute_basis=basis, time_slicing=slicing, t_allreduce_ms=t_ar,
                       exposed_pred_ms=exposed, exposed_meas_ms=float(r["comm_exposed_ms"]), pred_ms=pred,
@@ -444,12 +445,12 @@ for (op, p, rng), f in sorted(fits.items(), key=lambda kv: (kv[0][0], kv[0][1], 
 
 L_.append("\n## 2. Predicted vs measured step time (data parallel, CPU)\n")
 L_.append("Model, per row of the scaling CSV (kept runs):\n")
-L_.append(f"- T_compute of a point with t threads per rank = T(R = 1 at t threads) x (per-rank samples / samples of "
+L_.append("- T_compute of a point with t threads per rank = T(R = 1 at t threads) x (per-rank samples / samples of "
           "that run): the compute is measured at the point's per-rank thread count, not extrapolated with a constant "
-          "per-core throughput (a 2-thread step is not twice a 1-thread one: the threaded kernels lose some "
-          f"efficiency). The {C_CORES}-thread input is the R = 1 point of the same mode; every other thread count "
-          "comes from validation/scaling.py's calibration runs (R = 1 at t threads, the weak mode's per-rank batch; "
-          "CSV role `calibration`): " + ("; ".join(f"train_{c['app']} {c['threads']} thread(s), {c['global_batch']} "
+          "per-core throughput (a 2-thread step is not twice as fast as a 1-thread one: the threaded kernels lose "
+          "some efficiency). At the R = 1 point's own thread count the input is that point (same mode); every other "
+          "thread count comes from validation/scaling.py's calibration runs (R = 1 at t threads, the weak mode's "
+          "per-rank batch; CSV role `calibration`): " + ("; ".join(f"train_{c['app']} {c['threads']} thread(s), {c['global_batch']} "
                                                  f"samples: {float(c['ms_step']):.1f} ms/step" for c in calib)
                                        if calib else "none in this CSV") + ". The column `T_compute from` names the "
           "run each point uses.")

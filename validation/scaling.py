@@ -495,8 +495,9 @@ if args.report:
            "efficiencies mostly measure the oversubscription, not the parallel algorithm", ""]
     md += [
            "## Command", "", "```sh", command, "```", "",
-           f"{len(rows)} configurations" + (f" and {len(calib_rows)} calibration run configuration(s)" if calib_rows
-                                            else "") + f" x {REPEAT} run(s) in {total_s:.0f} s, {N} steps each; of the {REPEAT} "
+           f"{len(rows)} configurations" + (f" and {len(calib_rows)} calibration configuration(s)" if calib_rows
+                                            else "") + f" x {REPEAT} run(s) in {total_s:.0f} s, {N} steps each; "
+           f"of the {REPEAT} "
            "consecutive runs of a configuration the one with the median ms/step is kept (all in the CSV's "
            "`ms_step_runs`: run-to-run spread on this VM reaches ~20 % for single runs). Every run adds "
            + ", ".join(f"`--set {s}`" for s in QUIET["gpt"]) + " (train_gpt) and "

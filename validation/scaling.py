@@ -9,6 +9,10 @@ exit codes; docs/contracts.md), never their internals.
   weak:   a fixed per-rank batch P (default: the deck's global batch / 2), global_batch = R x P, the same micro-batch.
 Threads per rank: OMP_NUM_THREADS = max(1, C // R) for C = os.cpu_count(), so the ranks share the C cores; R > C is
 oversubscribed (R ranks at 1 thread on C cores), and its efficiency then mostly measures the oversubscription.
+Calibration runs: R = 1 also runs at every thread count an R > 1 point runs per rank and R = 1 does not (1 thread
+here, against 2), at the weak mode's per-rank batch, because validation/perf_model.py takes the compute time of a
+point at t threads per rank from an R = 1 run at t threads (per-core throughput is not constant in the thread count).
+They are no scaling points: mode and role `calibration` in the CSV, no efficiencies, a table of their own, not plotted.
 
 Recorded per run (one job at a time, mpirun -np R --oversubscribe --bind-to none): the PERFORMANCE line's median
 ms/step over the steps after the first, throughput (tokens/s or images/s), comm_exposed_ms (median; and the mean of
@@ -30,7 +34,8 @@ usage: validation/scaling.py [--ranks 1 2 4] [--apps gpt resnet] [--steps N] [--
                              [--repeat K] [--train-gpt EXE] [--train-resnet EXE]
   --repeat  runs per configuration, back to back; the one with the median ms/step is kept (default 3; --quick: 1)
   --quick   ranks 1 2 (unless --ranks is given), 5 steps, 1 run each, both apps: the ctest `validation_scaling_quick`
-Writes DIR/<app>_<mode>_R<r>/ run directories (with command.txt and stdout.txt), and scaling.csv (one row per run, `kept` marking the median run of each configuration)
+Writes DIR/<app>_<mode>_R<r>/ and DIR/<app>_calibration_R1_T<t>/ run directories (with command.txt and stdout.txt),
+and scaling.csv (one row per run, `kept` marking the median run of each configuration, `role` scaling or calibration)
 and scaling.png (throughput and efficiency vs ranks) next to the report (or in DIR without --report), the report;
 prints the table, and last `VALID` (every run exited 0 and produced its records; no pass/fail on speed) or
 `FAILED: <what>` (exit 1)."""
@@ -149,14 +154,15 @@ def launcher(r):
     return ["mpirun", "-np", str(r), "--oversubscribe", "--bind-to", "none"]
 
 
-def run_job(app, mode, r, gb, mb, rep):
-    out = os.path.join(out_root, f"{app}_{mode}_R{r}" + (f"_run{rep}" if REPEAT > 1 else ""))
+def run_job(app, mode, r, gb, mb, rep, thr):
+    name = f"{app}_{mode}_R{r}" if mode != "calibration" else f"{app}_calibration_R1_T{thr}"
+    out = os.path.join(out_root, name + (f"_run{rep}" if REPEAT > 1 else ""))
     os.makedirs(out, exist_ok=True)
     deck = args.gpt_deck if app == "gpt" else args.resnet_deck
     c = launcher(r) + [exes[app], deck, "--out", out]
     for s in QUIET[app] + [f"train.steps={N}", f"train.global_batch={gb}", f"train.micro_batch={mb}"]:
         c += ["--set", s]
-    env = dict(ENV, OMP_NUM_THREADS=str(threads(r)))
+    env = dict(ENV, OMP_NUM_THREADS=str(thr))
     log = os.path.join(out, "stdout.txt")
     t0 = time.time()
     with open(log, "w") as f:
@@ -175,7 +181,7 @@ def run_job(app, mode, r, gb, mb, rep):
         timer.cancel()
         p.returncode = rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
     dt = time.time() - t0
-    cmd = f"OMP_NUM_THREADS={threads(r)} " + shlex.join(c)
+    cmd = f"OMP_NUM_THREADS={thr} " + shlex.join(c)
     with open(os.path.join(out, "command.txt"), "w") as f:
         f.write(cmd + f"\n# rc {rc} in {dt:.2f} s\n")
     with open(log, errors="replace") as f:
@@ -223,6 +229,66 @@ def fnum(d, k):
 
 
 rows, all_runs = [], []  # rows: one kept run per configuration; all_runs: every run (the CSV)
+
+
+def measure(app, mode, r, gb, mb, thr):
+    """REPEAT runs of one configuration, back to back; every run goes to all_runs (the CSV), the one with the median
+    ms/step is returned (`kept`). mode "calibration": an R = 1 run at thr threads (see calibration_plan)."""
+    tries = []
+    for rep in range(1, REPEAT + 1):
+        out, cmd, rc, dt, text, rss = run_job(app, mode, r, gb, mb, rep, thr)
+        perf, mem, mem_max, recs, problems = parse(text, out)
+        if rc != 0:
+            tail = [l for l in text.strip().splitlines() if l.strip()]
+            problems.insert(0, f"exit code {rc}" + (f": {tail[-1][:160]}" if tail else ""))
+        timed = recs[1:]
+        row = dict(app=app, mode=mode, role="calibration" if mode == "calibration" else "scaling", ranks=r,
+                   threads=thr, cores=min(C, r * thr), oversubscribed=r * thr > C, global_batch=gb, micro_batch=mb,
+                   micro_batches_per_rank=gb // (r * mb), steps=N, rc=rc, wall_s=round(dt, 2),
+                   ms_step=fnum(perf, "ms/step"), throughput=fnum(perf, UNIT[app]),
+                   throughput_per_rank=fnum(perf, UNIT[app] + "/rank"),
+                   comm_exposed_ms=fnum(perf, "comm_exposed_ms"), comm_exposed_frac=fnum(perf, "comm_exposed_frac"),
+                   comm_exposed_mean_ms=(statistics.fmean(float(x.get("comm_exposed_ms") or 0) for x in timed)
+                                         if timed else None),
+                   ms_step_jsonl=statistics.median(float(x["ms"]) for x in timed) if timed else None,
+                   mem_per_rank_mib=mem, mem_max_rank_mib=mem_max, peak_rss_mib=round(rss, 1) if rss is not None else None,
+                   problems="; ".join(problems), command=cmd, out=os.path.relpath(out, REPO))
+        tries.append(row)
+    ok = [T for T in tries if not T["problems"]]
+    if len(ok) == len(tries):  # the run with the median step time stands for the configuration
+        row = sorted(tries, key=lambda T: T["ms_step"])[(len(tries) - 1) // 2]
+    else:
+        row = next(T for T in tries if T["problems"])
+    for T in tries:
+        T["kept"] = T is row
+        T["repeats"] = len(tries)
+    all_runs.extend(tries)
+    row["ms_step_runs"] = " ".join(f"{T['ms_step']:.2f}" if T["ms_step"] else "-" for T in tries)
+    problems = row["problems"]
+    dt, mem = row["wall_s"], row["mem_per_rank_mib"]
+    ms = f"{row['ms_step']:8.2f}" if row["ms_step"] is not None else "       -"
+    tp = f"{row['throughput']:9.1f}" if row["throughput"] is not None else "        -"
+    print(f"  {app:<6} {mode[:6]:<6} R={r} thr={thr} gb={gb:<4} mb={mb:<3} {ms} ms/step {tp} {UNIT[app]}"
+          f"  comm {row['comm_exposed_ms'] if row['comm_exposed_ms'] is not None else '-'} ms"
+          f"  mem {mem if mem is not None else '-'} MiB  runs {row['ms_step_runs']}" + (f"  [{row['problems']}]" if problems
+                                                                         else ""), flush=True)
+    return row
+
+
+def calibration_plan(app):
+    """The R = 1 runs the performance model (validation/perf_model.py) needs besides the scaling points: one per
+    thread count that an R > 1 point runs per rank and R = 1 does not (here 1 thread, against 2 at R = 1). Per-core
+    throughput is not constant in the thread count (a 2-thread ResNet step can run at 0.75 of twice its 1-thread
+    speed), so the model takes the compute time of a point at t threads per rank from an R = 1 run at t threads
+    instead of extrapolating the R = 1 run at C threads. Batch: the weak mode's per-rank batch P and micro-batch, the
+    per-rank work of most R > 1 points (weak at every R; strong at R = 2 when P = global_batch / 2). These rows are
+    not scaling points: mode and role `calibration` in the CSV, no efficiencies, not in the tables of the scaling
+    points nor in the plot. Under srun, or with --threads, every R runs the same threads: no calibration runs."""
+    P, (_, _, wmb) = plans[app]["P"], plans[app]["weak"][0]
+    need = sorted({threads(r) for r in ranks if r > 1} - {threads(1)})
+    return [(t, P, wmb) for t in need]
+
+
 t_start = time.time()
 command = "validation/scaling.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 print(f"scaling campaign: apps {args.apps}, ranks {ranks}, {N} steps per run, {REPEAT} run(s) per configuration, {C} cores "
@@ -232,47 +298,19 @@ print(f"scaling campaign: apps {args.apps}, ranks {ranks}, {N} steps per run, {R
 for n in notes:
     print("  " + n)
 for app in args.apps:
+    for t, gb, mb in calibration_plan(app):
+        notes_c = (f"{app}: calibration run R=1 at {t} thread(s), global_batch {gb}, micro_batch {mb} (the compute "
+                   f"time of the R > 1 points at {t} thread(s) per rank, for validation/perf_model.py; not a scaling "
+                   "point)")
+        notes.append(notes_c)
+        print("  " + notes_c)
+calib_rows = []  # one kept run per calibration configuration (R = 1 at fewer threads than the R = 1 point)
+for app in args.apps:
     for mode in ("strong", "weak"):
         for r, gb, mb in plans[app][mode]:
-            tries = []
-            for rep in range(1, REPEAT + 1):
-                out, cmd, rc, dt, text, rss = run_job(app, mode, r, gb, mb, rep)
-                perf, mem, mem_max, recs, problems = parse(text, out)
-                if rc != 0:
-                    tail = [l for l in text.strip().splitlines() if l.strip()]
-                    problems.insert(0, f"exit code {rc}" + (f": {tail[-1][:160]}" if tail else ""))
-                timed = recs[1:]
-                row = dict(app=app, mode=mode, ranks=r, threads=threads(r), cores=min(C, r * threads(r)),
-                           oversubscribed=r * threads(r) > C, global_batch=gb, micro_batch=mb,
-                           micro_batches_per_rank=gb // (r * mb), steps=N, rc=rc, wall_s=round(dt, 2),
-                           ms_step=fnum(perf, "ms/step"), throughput=fnum(perf, UNIT[app]),
-                           throughput_per_rank=fnum(perf, UNIT[app] + "/rank"),
-                           comm_exposed_ms=fnum(perf, "comm_exposed_ms"), comm_exposed_frac=fnum(perf, "comm_exposed_frac"),
-                           comm_exposed_mean_ms=(statistics.fmean(float(x.get("comm_exposed_ms") or 0) for x in timed)
-                                                 if timed else None),
-                           ms_step_jsonl=statistics.median(float(x["ms"]) for x in timed) if timed else None,
-                           mem_per_rank_mib=mem, mem_max_rank_mib=mem_max, peak_rss_mib=round(rss, 1) if rss is not None else None,
-                           problems="; ".join(problems), command=cmd, out=os.path.relpath(out, REPO))
-                tries.append(row)
-            ok = [T for T in tries if not T["problems"]]
-            if len(ok) == len(tries):  # the run with the median step time stands for the configuration
-                row = sorted(tries, key=lambda T: T["ms_step"])[(len(tries) - 1) // 2]
-            else:
-                row = next(T for T in tries if T["problems"])
-            for T in tries:
-                T["kept"] = T is row
-                T["repeats"] = len(tries)
-            all_runs.extend(tries)
-            row["ms_step_runs"] = " ".join(f"{T['ms_step']:.2f}" if T["ms_step"] else "-" for T in tries)
-            problems = row["problems"]
-            dt, mem = row["wall_s"], row["mem_per_rank_mib"]
-            rows.append(row)
-            ms = f"{row['ms_step']:8.2f}" if row["ms_step"] is not None else "       -"
-            tp = f"{row['throughput']:9.1f}" if row["throughput"] is not None else "        -"
-            print(f"  {app:<6} {mode:<6} R={r} thr={threads(r)} gb={gb:<4} mb={mb:<3} {ms} ms/step {tp} {UNIT[app]}"
-                  f"  comm {row['comm_exposed_ms'] if row['comm_exposed_ms'] is not None else '-'} ms"
-                  f"  mem {mem if mem is not None else '-'} MiB  runs {row['ms_step_runs']}" + (f"  [{row['problems']}]" if problems
-                                                                                 else ""), flush=True)
+            rows.append(measure(app, mode, r, gb, mb, threads(r)))
+    for t, gb, mb in calibration_plan(app):
+        calib_rows.append(measure(app, "calibration", 1, gb, mb, t))
 total_s = time.time() - t_start
 
 # efficiencies against R = 1 of the same app and mode
@@ -300,7 +338,7 @@ if SRUN:
         if os.environ.get(k):
             machine[k] = os.environ[k]
 
-FIELDS = ["app", "mode", "ranks", "threads", "cores", "oversubscribed", "global_batch", "micro_batch",
+FIELDS = ["app", "mode", "role", "ranks", "threads", "cores", "oversubscribed", "global_batch", "micro_batch",
           "micro_batches_per_rank", "steps", "rc", "repeats", "kept", "ms_step", "ms_step_runs", "ms_step_jsonl", "throughput", "throughput_per_rank",
           "speedup", "eff", "eff_core", "eff_cap", "comm_exposed_ms", "comm_exposed_frac", "comm_exposed_mean_ms",
           "mem_per_rank_mib", "mem_max_rank_mib", "peak_rss_mib", "wall_s", "problems", "out", "command"]
@@ -383,6 +421,26 @@ def table(app):
     return "\n".join(lines)
 
 
+def calib_table(app):
+    """The calibration runs of app (R = 1 at fewer threads than the R = 1 scaling point), beside that point's weak-mode
+    run of the same batch: the threading efficiency of going from t to threads(1) threads in one process, which the
+    old constant-per-core-throughput model took as 1."""
+    w1 = get(app, "weak", 1)
+    lines = ["| threads | global batch | micro-batch | ms/step | " + UNIT[app] + " | runs (ms/step) | "
+             f"{threads(1)}-thread R = 1 run of the same batch: ms/step, per-core throughput vs this run | exit |",
+             "|---:|---:|---:|---:|---:|---|---|---:|"]
+    for R in calib_rows:
+        if R["app"] != app:
+            continue
+        rel = "—"
+        if w1 and w1["global_batch"] == R["global_batch"] and w1["throughput"] and R["throughput"]:
+            rel = (f"{w1['ms_step']:.2f}, {(w1['throughput'] / w1['threads']) / (R['throughput'] / R['threads']):.2f}")
+        lines.append(f"| {R['threads']} | {R['global_batch']} | {R['micro_batch']} | {f2(R['ms_step'])} | "
+                     f"{f2(R['throughput'], '.0f')} | {R.get('ms_step_runs', '')} | {rel} | {R['rc']}"
+                     + (f": {R['problems']}" if R["problems"] else "") + " |")
+    return "\n".join(lines)
+
+
 def get(app, mode, r):
     return next((R for R in rows if R["app"] == app and R["mode"] == mode and R["ranks"] == r), None)
 
@@ -415,6 +473,9 @@ print()
 for app in args.apps:
     print(f"train_{app}:")
     print(table(app))
+    if any(R["app"] == app for R in calib_rows):
+        print(f"train_{app} calibration (R = 1, not scaling points):")
+        print(calib_table(app))
 if args.report:
     md = ["# Data-parallel scaling on CPU: train_gpt and train_resnet, strong and weak", "",
           "`validation/scaling.py` drives `train_gpt` and `train_resnet` through their contracts only (command line, "
@@ -434,7 +495,9 @@ if args.report:
            "efficiencies mostly measure the oversubscription, not the parallel algorithm", ""]
     md += [
            "## Command", "", "```sh", command, "```", "",
-           f"{len(rows)} configurations x {REPEAT} run(s) in {total_s:.0f} s, {N} steps each; of the {REPEAT} "
+           f"{len(rows)} configurations" + (f" and {len(calib_rows)} calibration configuration(s)" if calib_rows
+                                            else "") + f" x {REPEAT} run(s) in {total_s:.0f} s, {N} steps each; "
+           f"of the {REPEAT} "
            "consecutive runs of a configuration the one with the median ms/step is kept (all in the CSV's "
            "`ms_step_runs`: run-to-run spread on this VM reaches ~20 % for single runs). Every run adds "
            + ", ".join(f"`--set {s}`" for s in QUIET["gpt"]) + " (train_gpt) and "
@@ -454,6 +517,16 @@ if args.report:
     for app in args.apps:
         md += [f"## train_{app} ({os.path.relpath(args.gpt_deck if app == 'gpt' else args.resnet_deck, REPO)})", "",
                table(app), ""]
+    if calib_rows:
+        md += ["## Calibration runs (R = 1 at the per-rank thread counts of the R > 1 points)", "",
+               f"Not scaling points (CSV `role` = `calibration`, no efficiencies, not plotted): R = 1 runs at the "
+               f"thread count the R > 1 points run per rank, fewer than the {threads(1)} of the R = 1 scaling point, "
+               "at the weak mode's per-rank batch. `validation/perf_model.py` takes the compute time of a point at t "
+               "threads per rank from the run at t threads, since per-core throughput changes with the thread count "
+               "(the last column: below 1 when the threaded kernels lose efficiency).", ""]
+        for app in args.apps:
+            if any(R["app"] == app for R in calib_rows):
+                md += [f"train_{app}:", "", calib_table(app), ""]
     md += ["## Plot", ""]
     md += [f"![scaling]({os.path.basename(png_path)})", "",
            "Top: throughput vs R (strong: fixed global batch; weak: R x per-rank batch). Bottom: per-core efficiency "
@@ -480,6 +553,7 @@ if args.report:
         f.write("\n".join(md) + "\n")
     print(f"report: {args.report}")
 print(f"csv: {csv_path}" + (f", plot: {png_path}" if png_path else ""))
-print(f"{len(all_runs)} runs ({len(rows)} configurations) in {total_s:.0f} s")
+print(f"{len(all_runs)} runs ({len(rows)} configurations" + (f", {len(calib_rows)} calibration" if calib_rows else "")
+      + f") in {total_s:.0f} s")
 print(final)
 sys.exit(0 if final == "VALID" else 1)

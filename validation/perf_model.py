@@ -6,7 +6,7 @@ H100 clusters (a model, not a measurement).
   1. fit:     t(n) = a + b n per collective and rank count (plain least squares in relative error, two size ranges:
               n <= 4 MiB "in cache" and n >= 8 MiB "large"); a = latency (us), 1/b = algbw, busbw = bus_factor / b;
               the equivalent ring alpha (allreduce: a / 2(p-1); reduce_scatter, allgather: a / (p-1)) is reported too.
-  2. predict: the rows of scaling_cpu.csv (kept runs) for train_gpt and train_resnet: compute from the R = 1 run at
+  2. predict: the rows of the scaling CSV (kept runs) for train_gpt and train_resnet: compute from the R = 1 run at
               the point's per-rank thread count (the R = 1 point, or scaling.py's calibration rows at fewer threads;
               see compute_time), scaled by per-rank samples, time-sliced when oversubscribed, plus the exposed
               allreduce; acceptance |pred / meas - 1| <= 25 % at every measured R > 1 point (R = 1 is the input).
@@ -16,8 +16,8 @@ H100 clusters (a model, not a measurement).
 
 usage: validation/perf_model.py [--collectives FILE.json] [--scaling FILE.csv] [--run] [--report F.md]
   --collectives  bench_collectives --json output (one run) or the merged {"runs": [...]} file this script writes
-                 (default validation/results/perf_model_cpu_collectives.json)
-  --scaling      validation/scaling.py's CSV (default validation/results/scaling_cpu.csv)
+                 (default validation/results/campaign_cpu_collectives.json)
+  --scaling      validation/scaling.py's CSV (default validation/results/campaign_cpu_scaling.csv)
   --run          run `mpirun -np {2,4} build/apps/bench_collectives --max-bytes 64M --json ...` first (~35 s here) and
                  write the merged JSON next to the report (<stem>_collectives.json) or to --collectives
   --report       markdown report; the JSON and PNG go next to it (same stem)
@@ -46,8 +46,8 @@ if "--published" in sys.argv[1:]:  # the published-configurations comparison: it
     sys.exit(published_main(sys.argv[1:]))
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-ap.add_argument("--collectives", help="bench_collectives JSON (default validation/results/perf_model_cpu_collectives.json)")
-ap.add_argument("--scaling", default=os.path.join(REPO, "validation", "results", "scaling_cpu.csv"))
+ap.add_argument("--collectives", help="bench_collectives JSON (default validation/results/campaign_cpu_collectives.json)")
+ap.add_argument("--scaling", default=os.path.join(REPO, "validation", "results", "campaign_cpu_scaling.csv"))
 ap.add_argument("--run", action="store_true", help="run bench_collectives at np 2 and 4 first")
 ap.add_argument("--bench", default=os.path.join(REPO, "build", "apps", "bench_collectives"))
 ap.add_argument("--report", help="markdown report (JSON and PNG next to it)")
@@ -85,7 +85,7 @@ if args.run:
         json.dump({"tool": "bench_collectives (merged by validation/perf_model.py)", "commands": cmds, "runs": runs},
                   f, indent=1)
 if coll_path is None:
-    coll_path = os.path.join(REPO, "validation", "results", "perf_model_cpu_collectives.json")
+    coll_path = os.path.join(REPO, "validation", "results", "campaign_cpu_collectives.json")
 with open(coll_path) as f:
     cj = json.load(f)
 coll_runs = cj["runs"] if "runs" in cj else [cj]
@@ -196,27 +196,35 @@ notes = []  # what the compute term of some point had to assume (printed and in 
 
 def compute_time(r):
     """T_compute (ms) of a scaling point and where it comes from. The compute of a rank at t threads is measured,
-    not extrapolated: the R = 1 run at t threads (the R = 1 point of the same mode when it runs t threads, else
-    scaling.py's calibration run at t threads), scaled by the rank's samples over that run's (per-rank work at the
-    same micro-batch size). Per-core throughput changes with the thread count (a 2-thread ResNet step can run at 0.75
-    of twice its 1-thread speed), so extrapolating the C-thread R = 1 run to 1-thread ranks overpredicts. Points with
-    R x t > C cores (oversubscribed) assume perfect time-slicing: R x t threads share C cores, each rank computes
-    (R x t) / C times slower than the t-thread calibration alone; the acceptance checks this assumption too. A CSV
-    without the calibration run (recorded before scaling.py made them) falls back, with a note, to the constant
-    per-core-throughput extrapolation from the R = 1 point."""
+    not extrapolated: R = 1 runs at t threads with the cores as busy as at the point, i.e. k = max(R, C / t) copies of
+    the one-rank job at once (the R = 1 point itself when it runs t threads alone, else scaling.py's calibration run
+    at (t threads, k copies)), scaled by the rank's samples over that run's (per-rank work at the same micro-batch
+    size). Per-core throughput changes with the thread count (a 2-thread ResNet step can run at 0.75 of twice its
+    1-thread speed) and with the neighbours' load, so extrapolating the C-thread R = 1 run to 1-thread ranks misses.
+    Oversubscribed points (R x t > C) are calibrated by R copies time-sliced on the C cores as the ranks are: no
+    assumption of perfect time-slicing. A calibration recorded as C / t copies only (older CSVs) serves an
+    oversubscribed point with perfect time-slicing assumed, and a CSV without calibration runs at all falls back to
+    the constant per-core-throughput extrapolation; both with a note."""
     app, mode, R, t = r["app"], r["mode"], int(r["ranks"]), int(r["threads"])
     b1 = base[(app, mode)]
     per_rank = int(r["global_batch"]) / R
-    slicing = R * t / C_CORES if R * t > C_CORES else 1.0
-    if int(b1["threads"]) == t:
+    k = max(R, C_CORES // t)
+    slicing = 1.0
+    if int(b1["threads"]) == t and k == 1:
         src, how = b1, f"R=1 {mode} run at {t} thr"
     else:
-        src = next((c for c in calib if c["app"] == app and int(c["threads"]) == t), None)
-        how = f"R=1 calibration at {t} thr"
+        same_t = [c for c in calib if c["app"] == app and int(c["threads"]) == t]
+        src = next((c for c in same_t if int(c.get("copies") or 1) == k), None)
+        how = f"R=1 calibration at {t} thr, {k} copies at once"
+        if src is None and same_t and R * t > C_CORES:  # older CSV: C / t copies only; assume perfect time-slicing
+            src = max(same_t, key=lambda c: int(c.get("copies") or 1))
+            slicing = R * t / (int(src.get("copies") or 1) * t)
+            how = (f"R=1 calibration at {t} thr, {src.get('copies') or 1} copies, x {slicing:g} time-sliced "
+                   "(ASSUMED perfect time-slicing: no calibration with the point's oversubscription)")
     if src is not None:
         Tc = float(src["ms_step"]) * per_rank / int(src["global_batch"]) * slicing
         how += f" x {per_rank:g}/{int(src['global_batch'])} samples"
-        basis = "measured"
+        basis = "measured" if slicing == 1.0 else "time-slicing assumed"
     else:  # an old CSV: the constant per-core throughput the model assumed before the calibration runs existed
         thr1 = int(b1["threads"])
         eff_cores = C_CORES / R if R * t > C_CORES else t
@@ -229,8 +237,6 @@ def compute_time(r):
                 "throughput, the assumption the calibration runs replace; rerun validation/scaling.py")
         if note not in notes:
             notes.append(note)
-    if slicing != 1.0:
-        how += f" x {R}x{t}/{C_CORES} time-sliced (oversubscribed: perfect time-slicing assumed)"
     return Tc, how, basis, slicing
 
 
@@ -450,15 +456,17 @@ L_.append("- T_compute of a point with t threads per rank = T(R = 1 at t threads
           "per-core throughput (a 2-thread step is not twice as fast as a 1-thread one: the threaded kernels lose "
           "some efficiency). At the R = 1 point's own thread count the input is that point (same mode); every other "
           "thread count comes from validation/scaling.py's calibration runs (R = 1 at t threads, the weak mode's "
-          "per-rank batch; CSV role `calibration`): " + ("; ".join(f"train_{c['app']} {c['threads']} thread(s), {c['global_batch']} "
+          "per-rank batch, max(R, C / t) independent copies at once so that the cores are as busy as at the points: a "
+          "rank's compute rate depends on its neighbours' load; CSV role `calibration`, repeats round-robin with "
+          "the points): " + ("; ".join(f"train_{c['app']} {c['threads']} thread(s) x {c.get('copies') or 1} copies, {c['global_batch']} "
                                                  f"samples: {float(c['ms_step']):.1f} ms/step" for c in calib)
                                        if calib else "none in this CSV") + ". The column `T_compute from` names the "
           "run each point uses.")
-L_.append(f"- oversubscribed points (R x t > {C_CORES} cores: R = 4 single-thread ranks here) ASSUME perfect "
-          f"time-slicing: R x t threads share the {C_CORES} cores, so each rank computes R x t / {C_CORES} times "
-          "slower than the t-thread calibration run alone (no cache or scheduler loss, no gain from one rank's "
-          "communication overlapping another's compute). They stay in the acceptance, which thereby checks this "
-          "assumption; their collective fit is the np 4 one, measured under the same oversubscription.")
+L_.append(f"- oversubscribed points (R x t > {C_CORES} cores: R = 4 single-thread ranks here) are calibrated by R "
+          f"copies of the one-rank job time-sliced on the {C_CORES} cores as their ranks are (nothing assumed about "
+          "the time-slicing, measured instead); their collective fit is the np 4 one, measured under the same "
+          "oversubscription. Repeats: every configuration's fastest run (scaling.py keep()), points and "
+          "calibrations alike: the machine undisturbed by load from outside the job.")
 for n in notes:
     L_.append(f"- NOTE: {n}.")
 L_.append(f"- gradient bytes = 4 x parameters (fp32); buckets as logged (nb - 1 buckets of the minimum size, the "

@@ -10,8 +10,10 @@ exit codes; docs/contracts.md), never their internals.
 Threads per rank: OMP_NUM_THREADS = max(1, C // R) for C = os.cpu_count(), so the ranks share the C cores; R > C is
 oversubscribed (R ranks at 1 thread on C cores), and its efficiency then mostly measures the oversubscription.
 Calibration runs: R = 1 also runs at every thread count an R > 1 point runs per rank and R = 1 does not (1 thread
-here, against 2), at the weak mode's per-rank batch, because validation/perf_model.py takes the compute time of a
-point at t threads per rank from an R = 1 run at t threads (per-core throughput is not constant in the thread count).
+here, against 2), at the weak mode's per-rank batch, as max(R, C / t) independent copies at once (the cores as busy
+as at the points it calibrates, oversubscribed as they are; the copies' mean ms/step is the run's), because validation/perf_model.py takes the compute time
+of a point at t threads per rank from them (per-core throughput is not constant in the thread count, and a core runs
+slower while its neighbours work: 2 vCPUs may be one physical core's hyperthreads).
 They are no scaling points: mode and role `calibration` in the CSV, no efficiencies, a table of their own, not plotted.
 
 Recorded per run (one job at a time, mpirun -np R --oversubscribe --bind-to none): the PERFORMANCE line's median
@@ -32,10 +34,11 @@ allocation's tasks. The peak RSS column is empty there (wait4 sees srun, not the
 
 usage: validation/scaling.py [--ranks 1 2 4] [--apps gpt resnet] [--steps N] [--quick] [--out DIR] [--report F.md]
                              [--repeat K] [--train-gpt EXE] [--train-resnet EXE]
-  --repeat  runs per configuration, back to back; the one with the median ms/step is kept (default 3; --quick: 1)
+  --repeat  runs per configuration, round-robin over the configurations; the fastest is kept (see keep())
+            (default 3; --quick: 1)
   --quick   ranks 1 2 (unless --ranks is given), 5 steps, 1 run each, both apps: the ctest `validation_scaling_quick`
 Writes DIR/<app>_<mode>_R<r>/ and DIR/<app>_calibration_R1_T<t>/ run directories (with command.txt and stdout.txt),
-and scaling.csv (one row per run, `kept` marking the median run of each configuration, `role` scaling or calibration)
+and scaling.csv (one row per run, `kept` marking the fastest run of each configuration, `role` scaling or calibration)
 and scaling.png (throughput and efficiency vs ranks) next to the report (or in DIR without --report), the report;
 prints the table, and last `VALID` (every run exited 0 and produced its records; no pass/fail on speed) or
 `FAILED: <what>` (exit 1)."""
@@ -74,7 +77,7 @@ ap.add_argument("--resnet-deck", default=os.path.join(REPO, "inputs", "resnet20_
 ap.add_argument("--gpt-weak-batch", type=int, help="weak scaling: sequences per rank (default deck global_batch / 2)")
 ap.add_argument("--resnet-weak-batch", type=int, help="weak scaling: images per rank (default deck global_batch / 2)")
 ap.add_argument("--resnet-eval-images", type=int, default=256, help="test images evaluated at the end (default 256)")
-ap.add_argument("--repeat", type=int, help="runs per configuration, the one with the median ms/step is kept "
+ap.add_argument("--repeat", type=int, help="runs per configuration, round-robin, the fastest is kept "
                 "(default 3; --quick: 1)")
 ap.add_argument("--timeout", type=float, default=300, help="seconds per job before it counts as failed")
 ap.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun",
@@ -154,39 +157,51 @@ def launcher(r):
     return ["mpirun", "-np", str(r), "--oversubscribe", "--bind-to", "none"]
 
 
-def run_job(app, mode, r, gb, mb, rep, thr):
+def run_job(app, mode, r, gb, mb, rep, thr, copies=1):
+    """One job; with copies > 1 (calibration runs) that many independent copies of it at once, in DIR_copy<i>, so
+    that they occupy the cores as the R > 1 points' ranks do. Returns (out, command, rc, seconds, stdout, peak RSS MiB)
+    per copy, copy 0 first."""
     name = f"{app}_{mode}_R{r}" if mode != "calibration" else f"{app}_calibration_R1_T{thr}"
-    out = os.path.join(out_root, name + (f"_run{rep}" if REPEAT > 1 else ""))
-    os.makedirs(out, exist_ok=True)
+    out0 = os.path.join(out_root, name + (f"_run{rep}" if REPEAT > 1 else ""))
     deck = args.gpt_deck if app == "gpt" else args.resnet_deck
-    c = launcher(r) + [exes[app], deck, "--out", out]
-    for s in QUIET[app] + [f"train.steps={N}", f"train.global_batch={gb}", f"train.micro_batch={mb}"]:
-        c += ["--set", s]
     env = dict(ENV, OMP_NUM_THREADS=str(thr))
-    log = os.path.join(out, "stdout.txt")
+    jobs = []
     t0 = time.time()
-    with open(log, "w") as f:
-        p = subprocess.Popen(c, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        timed_out = []
+    for i in range(copies):
+        out = out0 if i == 0 else f"{out0}_copy{i}"
+        os.makedirs(out, exist_ok=True)
+        c = launcher(r) + [exes[app], deck, "--out", out]
+        for s in QUIET[app] + [f"train.steps={N}", f"train.global_batch={gb}", f"train.micro_batch={mb}"]:
+            c += ["--set", s]
+        f = open(os.path.join(out, "stdout.txt"), "w")
+        jobs.append((out, c, f, subprocess.Popen(c, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                                 start_new_session=True)))
+    timed_out = []
 
-        def kill():
-            timed_out.append(1)
+    def kill():
+        timed_out.append(1)
+        for *_, p in jobs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        timer = threading.Timer(args.timeout, kill)
-        timer.start()
+    timer = threading.Timer(args.timeout, kill)
+    timer.start()
+    results = []
+    for out, c, f, p in jobs:
         _, status, ru = os.wait4(p.pid, 0)  # ru_maxrss: the largest process of the job's tree (KiB)
-        timer.cancel()
-        p.returncode = rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
-    dt = time.time() - t0
-    cmd = f"OMP_NUM_THREADS={thr} " + shlex.join(c)
-    with open(os.path.join(out, "command.txt"), "w") as f:
-        f.write(cmd + f"\n# rc {rc} in {dt:.2f} s\n")
-    with open(log, errors="replace") as f:
-        text = f.read()
-    return out, cmd, rc, dt, text, None if SRUN else ru.ru_maxrss / 1024.0
+        f.close()
+        rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
+        dt = time.time() - t0
+        cmd = f"OMP_NUM_THREADS={thr} " + shlex.join(c)
+        with open(os.path.join(out, "command.txt"), "w") as g:
+            g.write(cmd + (f" (copy {jobs.index((out, c, f, p))} of {copies} at once)" if copies > 1 else "")
+                    + f"\n# rc {rc} in {dt:.2f} s\n")
+        with open(os.path.join(out, "stdout.txt"), errors="replace") as g:
+            text = g.read()
+        results.append((out, cmd, rc, dt, text, None if SRUN else ru.ru_maxrss / 1024.0))
+    timer.cancel()
+    return results
 
 
 def mib(v, unit):
@@ -231,32 +246,50 @@ def fnum(d, k):
 rows, all_runs = [], []  # rows: one kept run per configuration; all_runs: every run (the CSV)
 
 
-def measure(app, mode, r, gb, mb, thr):
-    """REPEAT runs of one configuration, back to back; every run goes to all_runs (the CSV), the one with the median
-    ms/step is returned (`kept`). mode "calibration": an R = 1 run at thr threads (see calibration_plan)."""
-    tries = []
-    for rep in range(1, REPEAT + 1):
-        out, cmd, rc, dt, text, rss = run_job(app, mode, r, gb, mb, rep, thr)
-        perf, mem, mem_max, recs, problems = parse(text, out)
-        if rc != 0:
-            tail = [l for l in text.strip().splitlines() if l.strip()]
-            problems.insert(0, f"exit code {rc}" + (f": {tail[-1][:160]}" if tail else ""))
-        timed = recs[1:]
-        row = dict(app=app, mode=mode, role="calibration" if mode == "calibration" else "scaling", ranks=r,
-                   threads=thr, cores=min(C, r * thr), oversubscribed=r * thr > C, global_batch=gb, micro_batch=mb,
-                   micro_batches_per_rank=gb // (r * mb), steps=N, rc=rc, wall_s=round(dt, 2),
-                   ms_step=fnum(perf, "ms/step"), throughput=fnum(perf, UNIT[app]),
-                   throughput_per_rank=fnum(perf, UNIT[app] + "/rank"),
-                   comm_exposed_ms=fnum(perf, "comm_exposed_ms"), comm_exposed_frac=fnum(perf, "comm_exposed_frac"),
-                   comm_exposed_mean_ms=(statistics.fmean(float(x.get("comm_exposed_ms") or 0) for x in timed)
-                                         if timed else None),
-                   ms_step_jsonl=statistics.median(float(x["ms"]) for x in timed) if timed else None,
-                   mem_per_rank_mib=mem, mem_max_rank_mib=mem_max, peak_rss_mib=round(rss, 1) if rss is not None else None,
-                   problems="; ".join(problems), command=cmd, out=os.path.relpath(out, REPO))
-        tries.append(row)
+def one_try(app, mode, r, gb, mb, thr, copies, rep):
+    """Run `rep` of one configuration: its CSV row. mode "calibration": `copies` R = 1 runs at thr threads at once
+    (see calibration_plan)."""
+    jobs = run_job(app, mode, r, gb, mb, rep, thr, copies)
+    out, cmd, rc, dt, text, rss = jobs[0]
+    perf, mem, mem_max, recs, problems = parse(text, out)
+    copy_ms = [fnum(perf, "ms/step")]
+    for o_i, _, rc_i, _, text_i, _ in jobs[1:]:
+        perf_i, *_, problems_i = parse(text_i, o_i)
+        copy_ms.append(fnum(perf_i, "ms/step"))
+        problems += [f"copy {o_i}: {x}" for x in problems_i] + ([f"copy {o_i}: exit code {rc_i}"] if rc_i else [])
+    if rc != 0:
+        tail = [l for l in text.strip().splitlines() if l.strip()]
+        problems.insert(0, f"exit code {rc}" + (f": {tail[-1][:160]}" if tail else ""))
+    if copies > 1 and perf is not None and None not in copy_ms:  # the copies' mean stands for the run
+        perf = dict(perf, **{"ms/step": str(statistics.fmean(copy_ms))})
+    timed = recs[1:]
+    row = dict(app=app, mode=mode, role="calibration" if mode == "calibration" else "scaling", ranks=r,
+               threads=thr, cores=min(C, r * thr), oversubscribed=r * thr > C, global_batch=gb, micro_batch=mb,
+               micro_batches_per_rank=gb // (r * mb), steps=N, rc=rc, wall_s=round(dt, 2),
+               ms_step=fnum(perf, "ms/step"), throughput=fnum(perf, UNIT[app]),
+               throughput_per_rank=fnum(perf, UNIT[app] + "/rank"),
+               comm_exposed_ms=fnum(perf, "comm_exposed_ms"), comm_exposed_frac=fnum(perf, "comm_exposed_frac"),
+               comm_exposed_mean_ms=(statistics.fmean(float(x.get("comm_exposed_ms") or 0) for x in timed)
+                                     if timed else None),
+               ms_step_jsonl=statistics.median(float(x["ms"]) for x in timed) if timed else None,
+               mem_per_rank_mib=mem, mem_max_rank_mib=mem_max, peak_rss_mib=round(rss, 1) if rss is not None else None,
+               problems="; ".join(problems), command=cmd, out=os.path.relpath(out, REPO), copies=copies,
+               ms_step_copies=" ".join(f"{x:.2f}" if x else "-" for x in copy_ms))
+    return row
+
+
+def keep(tries):
+    """The REPEAT runs of one configuration, made round-robin over the configurations; every run goes to all_runs (the
+    CSV), the fastest is returned (`kept`): the run least disturbed by load from outside the job. On a shared VM that
+    load is large and comes in spells of seconds to minutes, on one vCPU or both: the same job ran at 309 and 506
+    ms/step within two minutes, two copies of one job side by side at 286 and 455. The fastest run of each
+    configuration, points and calibrations alike, is what the machine does undisturbed, so the performance model
+    compares like with like."""
+    app, mode, r, gb, mb, thr = (tries[0][k] for k in ("app", "mode", "ranks", "global_batch", "micro_batch",
+                                                        "threads"))
     ok = [T for T in tries if not T["problems"]]
-    if len(ok) == len(tries):  # the run with the median step time stands for the configuration
-        row = sorted(tries, key=lambda T: T["ms_step"])[(len(tries) - 1) // 2]
+    if len(ok) == len(tries):  # the fastest run stands for the configuration
+        row = min(tries, key=lambda T: T["ms_step"])
     else:
         row = next(T for T in tries if T["problems"])
     for T in tries:
@@ -268,7 +301,8 @@ def measure(app, mode, r, gb, mb, thr):
     dt, mem = row["wall_s"], row["mem_per_rank_mib"]
     ms = f"{row['ms_step']:8.2f}" if row["ms_step"] is not None else "       -"
     tp = f"{row['throughput']:9.1f}" if row["throughput"] is not None else "        -"
-    print(f"  {app:<6} {mode[:6]:<6} R={r} thr={thr} gb={gb:<4} mb={mb:<3} {ms} ms/step {tp} {UNIT[app]}"
+    copies = tries[0].get("copies", 1)
+    print(f"  {app:<6} {mode[:6]:<6} R={r}{f'x{copies}' if copies > 1 else ''} thr={thr} gb={gb:<4} mb={mb:<3} {ms} ms/step {tp} {UNIT[app]}"
           f"  comm {row['comm_exposed_ms'] if row['comm_exposed_ms'] is not None else '-'} ms"
           f"  mem {mem if mem is not None else '-'} MiB  runs {row['ms_step_runs']}" + (f"  [{row['problems']}]" if problems
                                                                          else ""), flush=True)
@@ -280,13 +314,18 @@ def calibration_plan(app):
     thread count that an R > 1 point runs per rank and R = 1 does not (here 1 thread, against 2 at R = 1). Per-core
     throughput is not constant in the thread count (a 2-thread ResNet step can run at 0.75 of twice its 1-thread
     speed), so the model takes the compute time of a point at t threads per rank from an R = 1 run at t threads
-    instead of extrapolating the R = 1 run at C threads. Batch: the weak mode's per-rank batch P and micro-batch, the
+    instead of extrapolating the R = 1 run at C threads. And max(R, C / t) copies run at once (run_job), the cores as
+    busy as at the point: a rank's compute rate depends on what the other cores do (shared caches, memory bandwidth,
+    hyperthread siblings, clocks; one 1-thread job alone ran at 300 ms/step, beside a second one at 410-490 on the
+    2-vCPU development VM), and an oversubscribed point (R x t > C) is calibrated by R copies time-sliced on the C
+    cores as its ranks are, not by an assumed perfect time-slicing. Returns (threads, copies, batch, micro-batch).
+    Batch: the weak mode's per-rank batch P and micro-batch, the
     per-rank work of most R > 1 points (weak at every R; strong at R = 2 when P = global_batch / 2). These rows are
     not scaling points: mode and role `calibration` in the CSV, no efficiencies, not in the tables of the scaling
     points nor in the plot. Under srun, or with --threads, every R runs the same threads: no calibration runs."""
     P, (_, _, wmb) = plans[app]["P"], plans[app]["weak"][0]
-    need = sorted({threads(r) for r in ranks if r > 1} - {threads(1)})
-    return [(t, P, wmb) for t in need]
+    need = sorted({(threads(r), max(r, C // threads(r))) for r in ranks if r > 1} - {(threads(1), 1)})
+    return [(t, k, P, wmb) for t, k in need]
 
 
 t_start = time.time()
@@ -298,19 +337,24 @@ print(f"scaling campaign: apps {args.apps}, ranks {ranks}, {N} steps per run, {R
 for n in notes:
     print("  " + n)
 for app in args.apps:
-    for t, gb, mb in calibration_plan(app):
-        notes_c = (f"{app}: calibration run R=1 at {t} thread(s), global_batch {gb}, micro_batch {mb} (the compute "
-                   f"time of the R > 1 points at {t} thread(s) per rank, for validation/perf_model.py; not a scaling "
-                   "point)")
+    for t, k, gb, mb in calibration_plan(app):
+        notes_c = (f"{app}: calibration run R=1 at {t} thread(s), {k} copies at once, global_batch {gb}, micro_batch "
+                   f"{mb} (the compute time of the R > 1 points at {t} thread(s) per rank with {k} ranks on the "
+                   f"{C} cores, for validation/perf_model.py; not a scaling point)")
         notes.append(notes_c)
         print("  " + notes_c)
 calib_rows = []  # one kept run per calibration configuration (R = 1 at fewer threads than the R = 1 point)
+configs = []  # (app, mode, r, gb, mb, threads), in the order of the tables
 for app in args.apps:
     for mode in ("strong", "weak"):
-        for r, gb, mb in plans[app][mode]:
-            rows.append(measure(app, mode, r, gb, mb, threads(r)))
-    for t, gb, mb in calibration_plan(app):
-        calib_rows.append(measure(app, "calibration", 1, gb, mb, t))
+        configs += [(app, mode, r, gb, mb, threads(r), 1) for r, gb, mb in plans[app][mode]]
+    configs += [(app, "calibration", 1, gb, mb, t, k) for t, k, gb, mb in calibration_plan(app)]
+tries = {c: [] for c in configs}
+for rep in range(1, REPEAT + 1):  # round-robin: run rep of every configuration, then the next rep (see keep)
+    for c in configs:
+        tries[c].append(one_try(*c, rep))
+for c in configs:
+    (calib_rows if c[1] == "calibration" else rows).append(keep(tries[c]))
 total_s = time.time() - t_start
 
 # efficiencies against R = 1 of the same app and mode
@@ -339,7 +383,7 @@ if SRUN:
             machine[k] = os.environ[k]
 
 FIELDS = ["app", "mode", "role", "ranks", "threads", "cores", "oversubscribed", "global_batch", "micro_batch",
-          "micro_batches_per_rank", "steps", "rc", "repeats", "kept", "ms_step", "ms_step_runs", "ms_step_jsonl", "throughput", "throughput_per_rank",
+          "micro_batches_per_rank", "steps", "rc", "repeats", "kept", "copies", "ms_step_copies", "ms_step", "ms_step_runs", "ms_step_jsonl", "throughput", "throughput_per_rank",
           "speedup", "eff", "eff_core", "eff_cap", "comm_exposed_ms", "comm_exposed_frac", "comm_exposed_mean_ms",
           "mem_per_rank_mib", "mem_max_rank_mib", "peak_rss_mib", "wall_s", "problems", "out", "command"]
 
@@ -498,8 +542,9 @@ if args.report:
            f"{len(rows)} configurations" + (f" and {len(calib_rows)} calibration configuration(s)" if calib_rows
                                             else "") + f" x {REPEAT} run(s) in {total_s:.0f} s, {N} steps each; "
            f"of the {REPEAT} "
-           "consecutive runs of a configuration the one with the median ms/step is kept (all in the CSV's "
-           "`ms_step_runs`: run-to-run spread on this VM reaches ~20 % for single runs). Every run adds "
+           "runs of a configuration, made round-robin over the configurations, the fastest is kept, the one least "
+           "disturbed by load from outside the job (all in the CSV's `ms_step_runs`: on this VM the same job "
+           "varies by up to 60 % in spells of seconds to minutes). Every run adds "
            + ", ".join(f"`--set {s}`" for s in QUIET["gpt"]) + " (train_gpt) and "
            + ", ".join(f"`--set {s}`" for s in QUIET["resnet"]) + " (train_resnet), then `--set train.steps`, "
            "`train.global_batch`, `train.micro_batch`; each run directory holds its exact `command.txt` (also in the "
@@ -521,9 +566,12 @@ if args.report:
         md += ["## Calibration runs (R = 1 at the per-rank thread counts of the R > 1 points)", "",
                f"Not scaling points (CSV `role` = `calibration`, no efficiencies, not plotted): R = 1 runs at the "
                f"thread count the R > 1 points run per rank, fewer than the {threads(1)} of the R = 1 scaling point, "
-               "at the weak mode's per-rank batch. `validation/perf_model.py` takes the compute time of a point at t "
-               "threads per rank from the run at t threads, since per-core throughput changes with the thread count "
-               "(the last column: below 1 when the threaded kernels lose efficiency).", ""]
+               f"at the weak mode's per-rank batch, as max(R, {C} / t) independent copies at once (the cores as busy "
+               "as at the points they calibrate, oversubscribed as they are; ms/step is the copies' mean, "
+               "`copies` and `ms_step_copies` in the CSV). "
+               "`validation/perf_model.py` takes the compute time of a point at t threads per rank from the run at t "
+               "threads, since per-core throughput changes with the thread count and with the neighbours' load (the "
+               "last column: below 1 when the threaded kernels lose efficiency).", ""]
         for app in args.apps:
             if any(R["app"] == app for R in calib_rows):
                 md += [f"train_{app}:", "", calib_table(app), ""]

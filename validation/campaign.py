@@ -51,7 +51,33 @@ def machine_info(extra_lscpu=()):
                                         text=True).stdout.strip()
     except Exception as e:  # noqa: BLE001 - the description is informative only
         machine["error"] = str(e)
+    # the libraries' kernel choice, where it was pinned (e.g. ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell run the
+    # kernels an AVX2-only CPU runs, with their reduction orders)
+    for k in ("ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
+        if os.environ.get(k):
+            machine[k] = os.environ[k]
     return machine
+
+
+def run_plan(cmd, cmds=None, timeout=120, env=None):
+    """Runs `train_gpt DECK --plan 1 --json ...` (cmd) and returns its "plan" object (parameters, flops_per_token, the
+    device peak, memory: the one definition of those figures, docs/performance.md); records the command in cmds (when
+    given), repository paths relative. A run that fails or prints no plan line prints its output and ends the tool
+    FAILED."""
+    if cmds is not None:
+        cmds.append(" ".join(os.path.relpath(c, REPO) if os.path.isabs(c) and c.startswith(REPO) else
+                             (f'"{c}"' if " " in c else c) for c in cmd))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out, err, rc = "", str(e), None
+    lines = [line for line in out.splitlines() if line.startswith('{"plan":')]
+    if rc != 0 or len(lines) != 1:
+        print(out[-2000:], err[-2000:])
+        print(f"FAILED: {' '.join(cmd)} (exit {rc}): no --plan JSON line; build train_gpt or pass --train-gpt")
+        sys.exit(1)
+    return json.loads(lines[0])["plan"]
 
 
 def set_args(sets):
@@ -64,9 +90,4 @@ def set_args(sets):
 
 def plan_json(exe, deck, world, sets, env):
     """The "plan" object of `APP DECK --plan WORLD --json --set ...`; exits FAILED naming the command otherwise."""
-    cmd = [exe, deck, "--plan", str(world), "--json"] + set_args(sets)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-    line = next((l for l in p.stdout.splitlines() if l.startswith('{"plan":')), None)
-    if p.returncode != 0 or line is None:
-        sys.exit(f"FAILED: {' '.join(cmd)} exited {p.returncode}: {p.stderr[-400:]}")
-    return json.loads(line)["plan"]
+    return run_plan([exe, deck, "--plan", str(world), "--json"] + set_args(sets), env=env)

@@ -39,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from campaign import REPO, machine_info  # noqa: E402
+from campaign import REPO, machine_info, run_plan  # noqa: E402
 
 if "--published" in sys.argv[1:]:  # the published-configurations comparison: its own module, its own options
     from perf_published import main as published_main  # noqa: E402
@@ -313,19 +313,7 @@ def gpt_plan(name, L, C, NH):
     for kv in (f"model.n_layer={L}", f"model.n_embd={C}", f"model.n_head={NH}", f"model.seq_len={T_SEQ}",
                f"train.global_batch={GB_SEQ}", f"train.micro_batch={MB_SEQ[name]}", "train.precision=bf16"):
         cmd += ["--set", kv]
-    plan_cmds.append(" ".join(os.path.relpath(c, REPO) if os.path.isabs(c) and c.startswith(REPO) else
-                              (f'"{c}"' if " " in c else c) for c in cmd))
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        out, err, rc = r.stdout, r.stderr, r.returncode
-    except (OSError, subprocess.TimeoutExpired) as e:
-        out, err, rc = "", str(e), None
-    lines = [l for l in out.splitlines() if l.startswith('{"plan":')]
-    if rc != 0 or len(lines) != 1:
-        print(out[-2000:], err[-2000:])
-        print(f"FAILED: {' '.join(cmd)} (exit {rc}): no --plan JSON line; build train_gpt or pass --train-gpt")
-        sys.exit(1)
-    return json.loads(lines[0])["plan"]
+    return run_plan(cmd, plan_cmds)
 
 
 PLANS = {name: gpt_plan(name, L, C, NH) for name, L, C, NH, _ in MODELS}

@@ -28,12 +28,12 @@ outside it explained) or `FAILED: <what>` (exit 1)."""
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from campaign import REPO, run_plan  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ inputs
 # Link figures: per GPU, per direction, from the DGX datasheets; EFF = the fraction NCCL's ring reaches in
@@ -97,19 +97,7 @@ def plan(train_gpt, row, cmds):
     for kv in (f"model.n_layer={L}", f"model.n_embd={h}", f"model.n_head={nh}", f"model.seq_len={s}",
                f"model.vocab_size={V}", "train.global_batch=1", "train.micro_batch=1", "train.precision=bf16"):
         cmd += ["--set", kv]
-    cmds.append(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else (f'"{c}"' if " " in c else c)
-                         for c in cmd))
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        out, err, rc = r.stdout, r.stderr, r.returncode
-    except (OSError, subprocess.TimeoutExpired) as e:
-        out, err, rc = "", str(e), None
-    lines = [x for x in out.splitlines() if x.startswith('{"plan":')]
-    if rc != 0 or len(lines) != 1:
-        print(out[-1500:], err[-1500:])
-        print(f"FAILED: {' '.join(cmd)} (exit {rc}): no --plan JSON line; build train_gpt or pass --train-gpt")
-        sys.exit(1)
-    return json.loads(lines[0])["plan"]
+    return run_plan(cmd, cmds, timeout=60)
 
 
 def ring_ar(n, p, bw, a):

@@ -210,7 +210,9 @@ def compute_time(r):
     per_rank = int(r["global_batch"]) / R
     k = max(R, C_CORES // t)
     slicing = 1.0
-    if int(b1["threads"]) == t and k == 1:
+    # the R = 1 point itself: at its own thread count alone, or where the CSV has no calibration runs because every
+    # rank had cores of its own (srun, --threads)
+    if int(b1["threads"]) == t and (k == 1 or not any(c["app"] == app for c in calib)):
         src, how = b1, f"R=1 {mode} run at {t} thr"
     else:
         same_t = [c for c in calib if c["app"] == app and int(c["threads"]) == t]

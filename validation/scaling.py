@@ -323,6 +323,8 @@ def calibration_plan(app):
     per-rank work of most R > 1 points (weak at every R; strong at R = 2 when P = global_batch / 2). These rows are
     not scaling points: mode and role `calibration` in the CSV, no efficiencies, not in the tables of the scaling
     points nor in the plot. Under srun, or with --threads, every R runs the same threads: no calibration runs."""
+    if SRUN or args.threads:  # every R at the same threads, each rank on cores of its own: nothing to calibrate
+        return []
     P, (_, _, wmb) = plans[app]["P"], plans[app]["weak"][0]
     need = sorted({(threads(r), max(r, C // threads(r))) for r in ranks if r > 1} - {(threads(1), 1)})
     return [(t, k, P, wmb) for t, k in need]

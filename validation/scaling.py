@@ -188,14 +188,14 @@ def run_job(app, mode, r, gb, mb, rep, thr, copies=1):
     timer = threading.Timer(args.timeout, kill)
     timer.start()
     results = []
-    for out, c, f, p in jobs:
+    for i, (out, c, f, p) in enumerate(jobs):
         _, status, ru = os.wait4(p.pid, 0)  # ru_maxrss: the largest process of the job's tree (KiB)
         f.close()
         rc = 124 if timed_out else os.waitstatus_to_exitcode(status)
         dt = time.time() - t0
         cmd = f"OMP_NUM_THREADS={thr} " + shlex.join(c)
         with open(os.path.join(out, "command.txt"), "w") as g:
-            g.write(cmd + (f" (copy {jobs.index((out, c, f, p))} of {copies} at once)" if copies > 1 else "")
+            g.write(cmd + (f" (copy {i} of {copies} at once)" if copies > 1 else "")
                     + f"\n# rc {rc} in {dt:.2f} s\n")
         with open(os.path.join(out, "stdout.txt"), errors="replace") as g:
             text = g.read()

@@ -1,9 +1,8 @@
 #pragma once
 // Planted defects for the sensitivity check of the equivalence campaign (validation/equivalence.py --plant,
 // --sensitivity): a test seam, read once from the environment, inert unless set (every real run).
-// HPCT_TEST_FAULT=<name>[:rank=R] plants one
-// realistic parallel-layout bug at the place such a bug would live, so that the campaign can prove it reports FAILED
-// for it (docs/invariants.md, "Sensitivity"):
+// HPCT_TEST_FAULT=<name>[:rank=R] plants one realistic parallel-layout bug at the place such a bug would live, so that
+// the campaign can prove it reports FAILED for it (docs/invariants.md, "Sensitivity"):
 //   dp_bucket_twice    DP gradient sync: this rank's contribution to gradient bucket 0 counted twice (lib/parallel)
 //   dp_bucket_dropped  DP gradient sync: this rank's contribution to gradient bucket 0 dropped (zeroed)
 //   tp_grad_scale      TP: the rank's shard of every attention qkv weight gradient scaled by 1 + 1e-3 (models/gpt)

@@ -411,7 +411,7 @@ L_.append(f"- collectives: `{os.path.relpath(coll_path, REPO)}`" + "".join(f"\n 
           "\n  (OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; np 4 is oversubscribed: 4 ranks on 2 "
           "cores; run on an idle machine, one job at a time)")
 L_.append(f"- scaling points: `{os.path.relpath(os.path.abspath(args.scaling), REPO)}` (validation/scaling.py, "
-          "kept = median of 3 runs)")
+          "each configuration's fastest run, `kept` in the CSV)")
 L_.append("- FLOPs per token, parameters and the peak (projection): " +
           "; ".join(f"`{c}`" for c in plan_cmds))
 L_.append(f"- this report: `{command}`\n")
@@ -478,7 +478,7 @@ L_.append("Reading: the step is compute-bound here (gradients of 12.6 MiB / 1.0 
           "~1-3 ms against 80-480 ms of compute), so the prediction is essentially the measured compute at the "
           "point's thread count, and the errors are those of the per-sample scaling (a different micro-batch count "
           "per rank), of what the calibration copies do not share with a job's ranks (their synchronisation, the "
-          "oversubscribed ranks' waits), and of outside load (the fastest of 3 runs is kept; on a shared VM the same "
+          "oversubscribed ranks' waits), and of outside load (each configuration's fastest run is kept; on a shared VM the same "
           "job varies by up to 60 % in spells). The predicted exposed communication is "
           "below the measured one: the measured value also holds the wait for the slower rank (skew), and an "
           "allreduce that competes with compute for the same 2 cores, which an alpha-beta fit taken on idle ranks "

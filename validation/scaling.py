@@ -11,7 +11,8 @@ Threads per rank: OMP_NUM_THREADS = max(1, C // R) for C = os.cpu_count(), so th
 oversubscribed (R ranks at 1 thread on C cores), and its efficiency then mostly measures the oversubscription.
 Calibration runs: R = 1 also runs at every thread count an R > 1 point runs per rank and R = 1 does not (1 thread
 here, against 2), at the weak mode's per-rank batch, as max(R, C / t) independent copies at once (the cores as busy
-as at the points it calibrates, oversubscribed as they are; the copies' mean ms/step is the run's), because validation/perf_model.py takes the compute time
+as at the points it calibrates, oversubscribed as they are; the slowest copy's ms/step is the run's, as a synchronous
+step waits for its slowest rank), because validation/perf_model.py takes the compute time
 of a point at t threads per rank from them (per-core throughput is not constant in the thread count, and a core runs
 slower while its neighbours work: 2 vCPUs may be one physical core's hyperthreads).
 They are no scaling points: mode and role `calibration` in the CSV, no efficiencies, a table of their own, not plotted.
@@ -35,7 +36,7 @@ allocation's tasks. The peak RSS column is empty there (wait4 sees srun, not the
 usage: validation/scaling.py [--ranks 1 2 4] [--apps gpt resnet] [--steps N] [--quick] [--out DIR] [--report F.md]
                              [--repeat K] [--train-gpt EXE] [--train-resnet EXE]
   --repeat  runs per configuration, round-robin over the configurations; the fastest is kept (see keep())
-            (default 3; --quick: 1)
+            (default 5; --quick: 1)
   --quick   ranks 1 2 (unless --ranks is given), 5 steps, 1 run each, both apps: the ctest `validation_scaling_quick`
 Writes DIR/<app>_<mode>_R<r>/ and DIR/<app>_calibration_R1_T<t>/ run directories (with command.txt and stdout.txt),
 and scaling.csv (one row per run, `kept` marking the fastest run of each configuration, `role` scaling or calibration)
@@ -78,7 +79,7 @@ ap.add_argument("--gpt-weak-batch", type=int, help="weak scaling: sequences per 
 ap.add_argument("--resnet-weak-batch", type=int, help="weak scaling: images per rank (default deck global_batch / 2)")
 ap.add_argument("--resnet-eval-images", type=int, default=256, help="test images evaluated at the end (default 256)")
 ap.add_argument("--repeat", type=int, help="runs per configuration, round-robin, the fastest is kept "
-                "(default 3; --quick: 1)")
+                "(default 5; --quick: 1)")
 ap.add_argument("--timeout", type=float, default=300, help="seconds per job before it counts as failed")
 ap.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun",
                 help="mpirun on this machine (default), or srun job steps inside a Slurm allocation (slurm/scaling.sh)")
@@ -103,7 +104,7 @@ if SRUN:  # the allocation: tasks, nodes, CPUs per task; C = the CPUs Slurm gave
     C = S_TASKS * args.threads
 ranks = sorted(set([1] + (args.ranks or ([1, 2] if args.quick else [1, 2, 4]))))
 N = args.steps or (5 if args.quick else 20)
-REPEAT = max(1, args.repeat or (1 if args.quick else 3))
+REPEAT = max(1, args.repeat or (1 if args.quick else 5))
 if SRUN and max(ranks) > S_TASKS:
     ap.error(f"--ranks {max(ranks)} exceeds the allocation's {S_TASKS} tasks (sbatch --ntasks / --nodes)")
 if N < 2:
@@ -260,8 +261,10 @@ def one_try(app, mode, r, gb, mb, thr, copies, rep):
     if rc != 0:
         tail = [l for l in text.strip().splitlines() if l.strip()]
         problems.insert(0, f"exit code {rc}" + (f": {tail[-1][:160]}" if tail else ""))
-    if copies > 1 and perf is not None and None not in copy_ms:  # the copies' mean stands for the run
-        perf = dict(perf, **{"ms/step": str(statistics.fmean(copy_ms))})
+    if copies > 1 and perf is not None and None not in copy_ms:
+        # the slowest copy stands for the run: the copies stand for a job's ranks, and a synchronous data-parallel
+        # step ends when its slowest rank does (the mean would credit the job with the speed of its fastest ranks)
+        perf = dict(perf, **{"ms/step": str(max(copy_ms))})
     timed = recs[1:]
     row = dict(app=app, mode=mode, role="calibration" if mode == "calibration" else "scaling", ranks=r,
                threads=thr, cores=min(C, r * thr), oversubscribed=r * thr > C, global_batch=gb, micro_batch=mb,
@@ -351,11 +354,28 @@ for app in args.apps:
     for mode in ("strong", "weak"):
         configs += [(app, mode, r, gb, mb, threads(r), 1) for r, gb, mb in plans[app][mode]]
     configs += [(app, "calibration", 1, gb, mb, t, k) for t, k, gb, mb in calibration_plan(app)]
+# one job per command: a configuration of the weak mode that is the same job as one of the strong mode (strong R = 2
+# with global_batch / 2 per rank is weak R = 2 with P = global_batch / 2) runs once and stands in both tables; two
+# separate measurements of one job would only compare the machine's load at two moments
+first_of, same_job = {}, {}
+for c in configs:
+    key = (c[0], c[1] == "calibration") + c[2:]
+    if key in first_of:
+        same_job[c] = first_of[key]
+        notes.append(f"{c[0]} {c[1]} R={c[2]} is the same job as {c[0]} {first_of[key][1]} R={c[2]} (global_batch "
+                     f"{c[3]}, micro_batch {c[4]}, {c[5]} thread(s) per rank): run once, reported in both modes")
+        print("  " + notes[-1])
+    else:
+        first_of[key] = c
 tries = {c: [] for c in configs}
 for rep in range(1, REPEAT + 1):  # round-robin: run rep of every configuration, then the next rep (see keep)
     for c in configs:
-        tries[c].append(one_try(*c, rep))
+        if c not in same_job:
+            tries[c].append(one_try(*c, rep))
 for c in configs:
+    if c in same_job:
+        o = same_job[c]
+        tries[c] = [dict(T, mode=c[1], same_job_as=f"{o[1]} R={o[2]}") for T in tries[o]]
     (calib_rows if c[1] == "calibration" else rows).append(keep(tries[c]))
 total_s = time.time() - t_start
 
@@ -387,7 +407,7 @@ if SRUN:
 FIELDS = ["app", "mode", "role", "ranks", "threads", "cores", "oversubscribed", "global_batch", "micro_batch",
           "micro_batches_per_rank", "steps", "rc", "repeats", "kept", "copies", "ms_step_copies", "ms_step", "ms_step_runs", "ms_step_jsonl", "throughput", "throughput_per_rank",
           "speedup", "eff", "eff_core", "eff_cap", "comm_exposed_ms", "comm_exposed_frac", "comm_exposed_mean_ms",
-          "mem_per_rank_mib", "mem_max_rank_mib", "peak_rss_mib", "wall_s", "problems", "out", "command"]
+          "mem_per_rank_mib", "mem_max_rank_mib", "peak_rss_mib", "wall_s", "problems", "same_job_as", "out", "command"]
 
 
 def rnd(v):
@@ -569,7 +589,7 @@ if args.report:
                f"Not scaling points (CSV `role` = `calibration`, no efficiencies, not plotted): R = 1 runs at the "
                f"thread count the R > 1 points run per rank, fewer than the {threads(1)} of the R = 1 scaling point, "
                f"at the weak mode's per-rank batch, as max(R, {C} / t) independent copies at once (the cores as busy "
-               "as at the points they calibrate, oversubscribed as they are; ms/step is the copies' mean, "
+               "as at the points they calibrate, oversubscribed as they are; ms/step is the slowest copy's, as a synchronous step waits for its slowest rank; "
                "`copies` and `ms_step_copies` in the CSV). "
                "`validation/perf_model.py` takes the compute time of a point at t threads per rank from the run at t "
                "threads, since per-core throughput changes with the thread count and with the neighbours' load (the "

@@ -1,6 +1,7 @@
 #pragma once
 // The shared main() frame of every hpctrain MPI app (docs/invariants.md, invariant 3): MPI up, process identity
-// set, the app body run, and any error turned into one clear line and a non-zero exit of the whole job.
+// set, HDF5's error-stack printing off (HPCT_HDF5_DEBUG=1 keeps it), the app body run, and any error turned into one
+// clear line and a non-zero exit of the whole job.
 //   - UsageError (bad deck, option, missing file): every rank hits it the same way, so rank 0 prints it
 //     (without a source location: the message says what to do) and the job ends with exit code 2; a RankUsageError
 //     (bad data met by the rank that reads it) is printed by every rank that meets it.
@@ -14,6 +15,7 @@
 #include <functional>
 
 #include "core/error.hpp"
+#include "core/h5_check.hpp"
 
 namespace hpct {
 
@@ -24,6 +26,7 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   set_process_identity(rank, world);
+  h5::configure_error_printing();  // every HDF5 failure is reported by our own one-line message
 
   int code = 0;
   bool usage = false, failed = false, rank_local = false;

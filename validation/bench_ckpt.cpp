@@ -137,16 +137,18 @@ int main(int argc, char** argv) {
           "# bench_ckpt: np=%d, %lld MiB of f32 in %zu tensors (%lld MiB per rank, %zu pieces on rank 0), dir %s\n",
           world, static_cast<long long>(size_mib), model.size(), static_cast<long long>(size_mib / world),
           pieces.size(), dir.c_str());
-      std::printf("%4s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "gather_s", "index_s",
-                  "commit_s", "total_s", "MiB/s", "verify_s", "verify_MiB/s");
+      std::printf("%4s %10s %8s %8s %8s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "crc_s",
+                  "write_s", "fsync_s", "gather_s", "index_s", "commit_s", "prune_s", "total_s", "MiB/s", "verify_s",
+                  "verify_MiB/s");
     }
-    std::vector<double> totals, shards_t, index_t, commit_t, verify_t;
+    std::vector<double> totals, shards_t, crc_t, write_t, fsync_t, index_t, commit_t, prune_t, verify_t;
     for (int r = 0; r < reps; ++r) {
       const int64_t step = r + 1;
       const std::string tmp = dir + "/" + ck::tmp_step_dir_name(step);
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = now();
-      const ck::ShardManifest m = ck::write_shard(tmp, rank, pieces);
+      ck::SavePhases ph;
+      const ck::ShardManifest m = ck::write_shard(tmp, rank, pieces, &ph);
       const double t1 = now();
       // Gather the manifests' JSON to rank 0 (metadata only).
       const std::string js = m.to_json();
@@ -164,16 +166,15 @@ int main(int argc, char** argv) {
       }
       MPI_Gatherv(js.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
       const double t2 = now();
-      double t3 = t2, t4 = t2;
+      double t3 = t2;
       if (rank == 0) {
         std::vector<ck::ShardManifest> ms;
         for (int i = 0; i < world; ++i) ms.push_back(ck::ShardManifest::from_json(all.substr(displs[i], lens[i])));
         ck::Attrs attrs;
         attrs.ints["step"] = step;
-        ck::write_index(tmp, ms, attrs);
+        ck::write_index(tmp, ms, attrs, &ph);
         t3 = now();
-        ck::commit(dir, step, 1);
-        t4 = now();
+        ck::commit(dir, step, 1, &ph);
       }
       MPI_Barrier(MPI_COMM_WORLD);
       const double t5 = now();
@@ -186,21 +187,30 @@ int main(int argc, char** argv) {
       ck::verify(step_dir, rank, world);
       MPI_Barrier(MPI_COMM_WORLD);
       const double vs = now() - v0;
+      // the shard phases of the slowest rank in each (the save waits for it); index, commit and prune are rank 0's
+      const double crc_s = max_over_ranks(ph.crc_s), write_s = max_over_ranks(ph.write_s),
+                   fsync_s = max_over_ranks(ph.fsync_s);
       totals.push_back(total);
       shards_t.push_back(shard_s);
+      crc_t.push_back(crc_s);
+      write_t.push_back(write_s);
+      fsync_t.push_back(fsync_s);
       index_t.push_back(t3 - t2);
-      commit_t.push_back(t4 - t3);
+      commit_t.push_back(ph.commit_s);
+      prune_t.push_back(ph.prune_s);
       verify_t.push_back(vs);
       if (rank == 0)
-        std::printf("%4d %10.3f %10.3f %10.3f %10.3f %10.3f %10.1f | %12.3f %12.1f\n", r, shard_s, gather_s, t3 - t2,
-                    t4 - t3, total, static_cast<double>(size_mib) / total, vs, static_cast<double>(size_mib) / vs);
+        std::printf("%4d %10.3f %8.3f %8.3f %8.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.1f | %12.3f %12.1f\n", r,
+                    shard_s, crc_s, write_s, fsync_s, gather_s, t3 - t2, ph.commit_s, ph.prune_s, total,
+                    static_cast<double>(size_mib) / total, vs, static_cast<double>(size_mib) / vs);
     }
     if (rank == 0) {
-      std::printf("BENCH_CKPT np=%d size_mib=%lld reps=%d shard_s=%.3f index_s=%.3f commit_s=%.3f total_s=%.3f "
-                  "MiB_per_s=%.1f verify_MiB_per_s=%.1f (medians)\n",
-                  world, static_cast<long long>(size_mib), reps, median(shards_t), median(index_t), median(commit_t),
-                  median(totals), static_cast<double>(size_mib) / median(totals),
-                  static_cast<double>(size_mib) / median(verify_t));
+      std::printf("BENCH_CKPT np=%d size_mib=%lld reps=%d shard_s=%.3f crc_s=%.3f write_s=%.3f fsync_s=%.3f "
+                  "index_s=%.3f commit_s=%.3f prune_s=%.3f total_s=%.3f MiB_per_s=%.1f verify_MiB_per_s=%.1f "
+                  "(medians)\n",
+                  world, static_cast<long long>(size_mib), reps, median(shards_t), median(crc_t), median(write_t),
+                  median(fsync_t), median(index_t), median(commit_t), median(prune_t), median(totals),
+                  static_cast<double>(size_mib) / median(totals), static_cast<double>(size_mib) / median(verify_t));
       std::filesystem::remove_all(dir);
     }
   } catch (const std::exception& e) {

@@ -110,17 +110,30 @@ std::string shard_file_name(int rank);        // "shard_00003.h5"
 // Parses a DType name as written by dtype_name() ("f32", ...); error for anything else.
 DType dtype_from_name(const std::string& name);
 
+// Seconds spent in each phase of a save on this rank's clock (write_shard, write_index and commit add theirs when
+// given one), for the save's log line and validation/bench_ckpt: what limits a save's bandwidth.
+struct SavePhases {
+  double crc_s = 0;     // write_shard: CRC32C of the pieces' bytes
+  double write_s = 0;   // write_shard: file creation, dataset writes and attributes, the close (HDF5 flushes)
+  double fsync_s = 0;   // write_shard: fsync of the shard file and its directory
+  double index_s = 0;   // write_index: index.h5 written and fsynced
+  double commit_s = 0;  // commit: rename of the step directory, `latest` replaced (each fsynced)
+  double prune_s = 0;   // commit: older step directories and stale temporaries removed
+};
+
 // Writes this rank's shard file into dir (created if needed), fsyncs it and returns its manifest.
 // The k-th piece of logical dataset D in this file is the dataset /D/piece_<k> (k counts from 0 per D),
 // of shape piece.count, with attributes global_shape, offset, count (int64 arrays), split_axis, replica
 // (int32) and crc32c (uint32). Pieces of 0 elements are not written (nothing to store). Every piece needs
 // at least one axis (store a scalar as shape (1)), a consistent box and non-null data.
-ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces);
+ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces,
+                          SavePhases* phases = nullptr);
 // Rank 0: writes dir/index.h5 (virtual datasets over all shards; every logical dataset must be fully
 // covered by pieces, else an error names the dataset) with attrs + format_version, and fsyncs it.
 // Only replica-0 pieces are mapped; they must tile the tensor exactly (in bounds, no overlap, all elements)
 // and agree on global shape and dtype. Attribute names format_version and pieces_json are reserved.
-void write_index(const std::string& dir, const std::vector<ShardManifest>& shards, const Attrs& attrs);
+void write_index(const std::string& dir, const std::vector<ShardManifest>& shards, const Attrs& attrs,
+                 SavePhases* phases = nullptr);
 // Rank 0: renames root/.tmp_step_N to root/step_N, fsyncs root, replaces root/latest atomically,
 // then deletes the oldest step_* directories so that `keep` remain (keep <= 0: keep all) and removes
 // stale .tmp_step_* directories. Returns the final path.
@@ -128,7 +141,7 @@ void write_index(const std::string& dir, const std::vector<ShardManifest>& shard
 // rename and `latest`, or by a run that went further before it was resumed from an earlier step). When
 // `latest` already names step_N (a run resumed at step N checkpoints N again, same content), the committed
 // one is kept and .tmp_step_N discarded, so that `latest` never names a missing directory.
-std::string commit(const std::string& root, int64_t step, int keep);
+std::string commit(const std::string& root, int64_t step, int keep, SavePhases* phases = nullptr);
 
 // "latest" in root -> the step directory it names, or "" when there is none (no file).
 // A `latest` naming a missing directory is an error that names both.

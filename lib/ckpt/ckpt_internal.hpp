@@ -54,7 +54,7 @@ inline H5Id attr_id(hid_t id) { return {id, H5Aclose}; }
 inline H5Id type_id(hid_t id) { return {id, H5Tclose}; }
 
 // Turns off HDF5's automatic error-stack printing while alive (for calls whose failure we report ourselves:
-// opening a damaged shard, probing for a dataset).
+// opening a damaged shard, probing for a dataset); HPCT_HDF5_DEBUG=1 keeps it on (core/h5_check.hpp).
 class QuietH5Errors {
  public:
   QuietH5Errors();
@@ -66,6 +66,15 @@ class QuietH5Errors {
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
 };
+
+// What is wrong with an HDF5 file at the container level, from its bytes alone (no HDF5 call): "missing", "empty (0
+// bytes)", "not an HDF5 file (no HDF5 signature)", "truncated: 4096 of the 9646 bytes its superblock records", or ""
+// when the file looks whole (its damage, if any, is inside the HDF5 metadata or data).
+std::string file_problem(const std::string& path);
+// One phrase for a file HDF5 failed on: file_problem(path), else "its HDF5 metadata is corrupt (HDF5: <hdf5_cause>)".
+std::string damage_of(const std::string& path, const std::string& hdf5_cause);
+// Suffix of every damaged-checkpoint message.
+inline constexpr const char* kDamaged = "the checkpoint is damaged; resume from an earlier one";
 
 // Little-endian file type and native memory type of a DType (the same bytes on this little-endian host).
 hid_t h5_file_type(DType t);

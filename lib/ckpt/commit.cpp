@@ -19,6 +19,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/ckpt_internal.hpp"
+#include "core/timer.hpp"
 
 namespace hpct::ckpt {
 
@@ -81,7 +82,8 @@ void remove_tree(const fs::path& p) {
 
 }  // namespace
 
-std::string commit(const std::string& root, int64_t step, int keep) {
+std::string commit(const std::string& root, int64_t step, int keep, SavePhases* phases) {
+  Timer timer;
   const fs::path tmp = fs::path(root) / tmp_step_dir_name(step);
   const fs::path final_dir = fs::path(root) / step_dir_name(step);
   HPCT_CHECK(fs::is_directory(tmp),
@@ -113,6 +115,8 @@ std::string commit(const std::string& root, int64_t step, int keep) {
     fsync_dir(root);
   }
 
+  const double committed_s = timer.seconds();
+
   // Prune: keep the `keep` highest-numbered step_* (always the one just committed); drop stale .tmp_step_*.
   std::vector<std::pair<int64_t, fs::path>> steps;
   for (const auto& entry : fs::directory_iterator(root)) {
@@ -129,6 +133,10 @@ std::string commit(const std::string& root, int64_t step, int keep) {
     std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     // The committed step takes one of the `keep` places.
     for (size_t i = static_cast<size_t>(keep - 1); i < steps.size(); ++i) remove_tree(steps[i].second);
+  }
+  if (phases != nullptr) {
+    phases->commit_s += committed_s;
+    phases->prune_s += timer.seconds() - committed_s;
   }
   return final_dir.string();
 }

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "ckpt/ckpt_internal.hpp"
 
@@ -22,7 +24,7 @@ void H5Id::close_checked() {
 
 QuietH5Errors::QuietH5Errors() {
   H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  if (!h5::debug_printing()) H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 QuietH5Errors::~QuietH5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 
@@ -149,6 +151,55 @@ void fsync_path(const std::string& path, bool directory) {
               std::strerror(err));
   }
   ::close(fd);
+}
+
+std::string file_problem(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "missing";
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) return fmt::format("unreadable ({})", ec.message());
+  if (size == 0) return "empty (0 bytes)";
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fmt::format("unreadable ({})", std::strerror(errno));
+  auto read_at = [&](uint64_t at, unsigned char* buf, size_t n) {
+    f.clear();
+    f.seekg(static_cast<std::streamoff>(at));
+    f.read(reinterpret_cast<char*>(buf), static_cast<std::streamsize>(n));
+    return static_cast<size_t>(f.gcount());
+  };
+  auto le = [](const unsigned char* p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+  };
+  // The superblock sits at byte 0, 512, 1024, 2048, ... (a user block may precede it) and starts with this signature.
+  static constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  for (uint64_t at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2) {
+    unsigned char sb[64] = {0};
+    const size_t got = read_at(at, sb, sizeof sb);
+    if (got < 8 || std::memcmp(sb, kSignature, 8) != 0) continue;
+    // End-of-file address (relative to the base address): superblock versions 0 and 1 after 24 or 28 bytes of
+    // fixed fields, the base address and the free-space address; versions 2 and 3 after 12 bytes, the base address and
+    // the superblock-extension address. Offsets are `size of offsets` (2, 4 or 8) bytes.
+    const int version = sb[8];
+    const int offsets = version <= 1 ? sb[13] : sb[9];
+    const size_t base_at = version == 0 ? 24 : version == 1 ? 28 : 12;
+    if (version > 3 || (offsets != 2 && offsets != 4 && offsets != 8) || base_at + 3 * offsets > got)
+      return "";  // a superblock this parser does not know: leave the diagnosis to HDF5
+    uint64_t base = le(sb + base_at, offsets);
+    const uint64_t eof = le(sb + base_at + 2 * offsets, offsets);
+    if (base == (offsets == 8 ? ~0ULL : (1ULL << (8 * offsets)) - 1)) base = at;  // undefined address
+    if (base + eof > size) return fmt::format("truncated: {} of the {} bytes its superblock records", size, base + eof);
+    return "";
+  }
+  return "not an HDF5 file (no HDF5 signature)";
+}
+
+std::string damage_of(const std::string& path, const std::string& hdf5_cause) {
+  const std::string problem = file_problem(path);
+  if (!problem.empty()) return problem;
+  return "its HDF5 metadata is corrupt" + (hdf5_cause.empty() ? std::string() : " (HDF5: " + hdf5_cause + ")");
 }
 
 void pause_if_requested(const char* phase) {

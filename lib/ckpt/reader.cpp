@@ -76,16 +76,16 @@ Reader::Reader(const std::string& step_dir) : dir_(step_dir) {
                    "checkpoint {} has no index.h5: it is not a checkpoint step directory, or an incomplete one "
                    "(a crash before its commit); use a step_* directory named by `latest`",
                    step_dir);
-  {
-    QuietH5Errors quiet;
-    // Default access list for read-only opens: HDF5 refuses to open a file that is already open in this process
-    // with another close degree (the virtual datasets open the shard files with the default one).
-    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  // Every failure below becomes one line naming index.h5 and what looks wrong with it (every rank reads the same
+  // index and fails the same way: a UsageError).
+  QuietH5Errors quiet;
+  // Default access list for read-only opens: HDF5 refuses to open a file that is already open in this process
+  // with another close degree (the virtual datasets open the shard files with the default one).
+  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0) {
+    const std::string why = h5::error_stack_cause();
+    HPCT_USAGE_FAIL("checkpoint index {} cannot be opened: {}: {}", path, damage_of(path, why), kDamaged);
   }
-  HPCT_USAGE_CHECK(file_ >= 0,
-                   "cannot open checkpoint index {}: not a readable HDF5 file (truncated or damaged?); "
-                   "resume from an earlier checkpoint",
-                   path);
   try {
     HPCT_USAGE_CHECK(attr_exists(file_, "format_version"),
                      "{} has no format_version attribute: it is not an hpctrain checkpoint index", path);
@@ -97,17 +97,27 @@ Reader::Reader(const std::string& step_dir) : dir_(step_dir) {
 
     AttrVisit av{&attrs_, {}, false, {}};
     hsize_t idx = 0;
-    if (H5Aiterate2(file_, H5_INDEX_NAME, H5_ITER_INC, &idx, visit_attr, &av) < 0)
-      HPCT_FAIL("cannot read the root attributes of {}: {}", path, av.error);
+    if (H5Aiterate2(file_, H5_INDEX_NAME, H5_ITER_INC, &idx, visit_attr, &av) < 0) {
+      const std::string why = av.error.empty() ? h5::error_stack_cause() : av.error;
+      HPCT_USAGE_FAIL("checkpoint index {}: its root attributes cannot be read: {}: {}", path, damage_of(path, why),
+                      kDamaged);
+    }
     HPCT_USAGE_CHECK(av.has_pieces, "{} has no pieces_json attribute: it is not an hpctrain checkpoint index", path);
     try {
       for (const auto& m : nlohmann::json::parse(av.pieces_json)) shards_.push_back(ShardManifest::from_json(m.dump()));
     } catch (const nlohmann::json::exception& e) {
-      HPCT_FAIL("pieces_json of {} is not valid JSON: {}", path, e.what());
+      HPCT_USAGE_FAIL("checkpoint index {}: its pieces_json attribute is not valid JSON ({}): {}", path, e.what(),
+                      kDamaged);
     }
 
     H5_CHECK(H5Lvisit(file_, H5_INDEX_NAME, H5_ITER_INC, visit_link, &datasets_));
     std::sort(datasets_.begin(), datasets_.end());
+  } catch (const UsageError&) {
+    H5Fclose(file_);
+    throw;
+  } catch (const H5Error& e) {
+    H5Fclose(file_);
+    HPCT_USAGE_FAIL("checkpoint index {}: {}: {}", path, damage_of(path, e.hdf5_cause()), kDamaged);
   } catch (...) {
     H5Fclose(file_);
     throw;
@@ -174,11 +184,23 @@ void Reader::read(const std::string& dataset, const std::vector<int64_t>& offset
   H5Id fspace = space_id(H5_CHECK(H5Dget_space(ds)));
   H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr));
   H5Id mspace = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr)));
-  try {
-    H5_CHECK(H5Dread(ds, h5_mem_type(dtype), mspace, fspace, H5P_DEFAULT, out));
-  } catch (const Error& e) {
-    HPCT_FAIL("cannot read tensor {} (offset {} count {}) from checkpoint {}: {} (run ckpt_tool verify on it)", dataset,
-              shape_str(offset), shape_str(count), dir_, e.cause());
+  QuietH5Errors quiet;  // a failure is reported below, naming the damaged shard file
+  if (H5Dread(ds, h5_mem_type(dtype), mspace, fspace, H5P_DEFAULT, out) < 0) {
+    const std::string why = h5::error_stack_cause();
+    // the read goes through the virtual dataset to the shard files holding the tensor: name the damaged one
+    std::string damage;
+    for (const ShardManifest& m : shards_) {
+      if (std::none_of(m.pieces.begin(), m.pieces.end(), [&](const PieceRecord& p) { return p.dataset == dataset; }))
+        continue;
+      const std::string problem = file_problem((fs::path(dir_) / m.file).string());
+      if (!problem.empty()) {
+        damage = fmt::format("shard file {} is {}", m.file, problem);
+        break;
+      }
+    }
+    if (damage.empty()) damage = "HDF5: " + (why.empty() ? std::string("the read failed") : why);
+    HPCT_FAIL("cannot read tensor {} (offset {} count {}) from checkpoint {}: {}: {}", dataset, shape_str(offset),
+              shape_str(count), dir_, damage, kDamaged);
   }
 }
 

@@ -14,7 +14,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kDamaged = "the checkpoint is damaged; resume from an earlier one";
 constexpr int64_t kSlabBytes = 16 << 20;  // read pieces in slabs of whole axis-0 rows, about this size
 
 std::string tensors_of(const ShardManifest& m) {
@@ -44,9 +43,11 @@ uint32_t dataset_crc(hid_t ds, const PieceRecord& p, const std::string& path, st
     buf.resize(bytes);
     H5Id mspace = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr)));
     H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr));
-    if (H5Dread(ds, h5_file_type(p.dtype), mspace, fspace, H5P_DEFAULT, buf.data()) < 0)
-      HPCT_FAIL("cannot read dataset {} of {} (tensor {}): the file is truncated or corrupt: {}", p.file_dataset, path,
-                p.dataset, kDamaged);
+    if (H5Dread(ds, h5_file_type(p.dtype), mspace, fspace, H5P_DEFAULT, buf.data()) < 0) {
+      const std::string why = h5::error_stack_cause();
+      HPCT_FAIL("cannot read dataset {} of {} (tensor {}): the file is {}: {}", p.file_dataset, path, p.dataset,
+                damage_of(path, why), kDamaged);
+    }
     crc = crc32c(buf.data(), bytes, crc);
   }
   return crc;
@@ -68,14 +69,18 @@ int64_t verify(const std::string& step_dir, int part, int nparts) {
     if (!fs::exists(path))
       HPCT_FAIL("checkpoint {}: shard file {} is missing (it holds {}): {}", step_dir, m.file, tensors_of(m), kDamaged);
     H5Id file = file_id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));  // default fapl: see Reader::Reader
-    if (file.get() < 0)
-      HPCT_FAIL("checkpoint {}: shard file {} cannot be opened as HDF5 (truncated or corrupt; it holds {}): {}",
-                step_dir, m.file, tensors_of(m), kDamaged);
+    if (file.get() < 0) {
+      const std::string why = h5::error_stack_cause();
+      HPCT_FAIL("checkpoint {}: shard file {} cannot be opened: {} (it holds {}): {}", step_dir, m.file,
+                damage_of(path, why), tensors_of(m), kDamaged);
+    }
     for (const PieceRecord& p : m.pieces) {
       H5Id ds = dataset_id(H5Dopen2(file, p.file_dataset.c_str(), H5P_DEFAULT));
-      if (ds.get() < 0)
-        HPCT_FAIL("checkpoint {}: shard file {} has no dataset {} (tensor {}): {}", step_dir, m.file, p.file_dataset,
-                  p.dataset, kDamaged);
+      if (ds.get() < 0) {
+        const std::string why = h5::error_stack_cause();
+        HPCT_FAIL("checkpoint {}: shard file {} has no readable dataset {} (tensor {}{}): {}", step_dir, m.file,
+                  p.file_dataset, p.dataset, why.empty() ? "" : "; HDF5: " + why, kDamaged);
+      }
       H5Id type = type_id(H5_CHECK(H5Dget_type(ds)));
       H5Id space = space_id(H5_CHECK(H5Dget_space(ds)));
       const int nd = H5Sget_simple_extent_ndims(space);

@@ -9,6 +9,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/ckpt_internal.hpp"
+#include "core/timer.hpp"
 
 namespace hpct::ckpt {
 
@@ -60,7 +61,9 @@ std::string escape_vds_name(const std::string& s) {
 
 }  // namespace
 
-ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces) {
+ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces, SavePhases* phases) {
+  Timer total;
+  double crc_s = 0;
   HPCT_CHECK(rank >= 0, "negative rank {} for shard file in {}", rank, dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -99,7 +102,9 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
     r.split_axis = p.split_axis;
     r.replica = p.replica;
     r.dtype = p.dtype;
+    Timer crc_timer;
     r.crc = crc32c(p.data, static_cast<size_t>(n) * dtype_size(p.dtype));
+    crc_s += crc_timer.seconds();
     try {
       std::vector<hsize_t> dims(p.count.begin(), p.count.end());
       H5Id space = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
@@ -127,8 +132,14 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
   } catch (const Error& e) {
     HPCT_FAIL("cannot close checkpoint shard {} (disk full?): {}", path, e.cause());
   }
+  const double written_s = total.seconds();
   fsync_file(path);
   fsync_dir(dir);
+  if (phases != nullptr) {
+    phases->crc_s += crc_s;
+    phases->write_s += written_s - crc_s;
+    phases->fsync_s += total.seconds() - written_s;
+  }
   return m;
 }
 
@@ -212,8 +223,10 @@ void write_virtual_dataset(hid_t file, hid_t lcpl, const std::string& name, cons
 
 }  // namespace
 
-void write_index(const std::string& dir, const std::vector<ShardManifest>& shards, const Attrs& attrs) {
+void write_index(const std::string& dir, const std::vector<ShardManifest>& shards, const Attrs& attrs,
+                 SavePhases* phases) {
   pause_if_requested("shards");
+  Timer total;
   const std::string path = (fs::path(dir) / "index.h5").string();
 
   // Logical datasets, sorted by name, with their pieces in shard order.
@@ -261,6 +274,7 @@ void write_index(const std::string& dir, const std::vector<ShardManifest>& shard
   }
   fsync_file(path);
   fsync_dir(dir);
+  if (phases != nullptr) phases->index_s += total.seconds();
 }
 
 }  // namespace hpct::ckpt

@@ -220,7 +220,8 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     bytes += n * 4;
   }
   Timer phase;
-  const ckpt::ShardManifest mine = ckpt::write_shard(tmp.string(), world.rank(), pieces);
+  SaveResult r;
+  const ckpt::ShardManifest mine = ckpt::write_shard(tmp.string(), world.rank(), pieces, &r.phases);
   const double shard_s = phase.seconds();
   phase.reset();
   const std::vector<std::string> all = allgather_strings(world, mine.to_json(), "checkpoint: shard manifests");
@@ -230,18 +231,17 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
   if (world.rank() == 0) {
     std::vector<ckpt::ShardManifest> shards;
     for (const auto& s : all) shards.push_back(ckpt::ShardManifest::from_json(s));
-    ckpt::write_index(tmp.string(), shards, attrs);
-    final_dir = ckpt::commit(root, step, keep);
+    ckpt::write_index(tmp.string(), shards, attrs, &r.phases);
+    final_dir = ckpt::commit(root, step, keep, &r.phases);
   }
   world.barrier("checkpoint: commit");
   if (final_dir.empty()) final_dir = (fs::path(root) / ckpt::step_dir_name(step)).string();
-  SaveResult r;
   r.dir = final_dir;
   r.seconds = timer.seconds();
   r.bytes_written = bytes;
   r.shard_s = shard_s;
   r.manifests_s = manifests_s;
-  r.commit_s = phase.seconds();
+  r.finish_s = phase.seconds();
   return r;
 }
 

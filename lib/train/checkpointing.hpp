@@ -99,9 +99,10 @@ struct SaveResult {
   std::string dir;
   double seconds = 0.0;
   int64_t bytes_written = 0;  // by this rank
-  // phases (this rank's clock): shard write + fsync, then waiting for every rank's manifest, then rank 0's
-  // index + commit (rename, latest, prune) and the final barrier
-  double shard_s = 0.0, manifests_s = 0.0, commit_s = 0.0;
+  // this rank's clock: its shard (CRC, write, fsync), the wait for every rank's manifest, rank 0's index and commit
+  // (and prune), and the final barrier; phases: the library's breakdown of this rank's part (ckpt::SavePhases)
+  double shard_s = 0.0, manifests_s = 0.0, finish_s = 0.0;
+  ckpt::SavePhases phases;
 };
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
                            const std::vector<TensorPlacement>& placements, const OptimizerState& opt,

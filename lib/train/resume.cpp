@@ -90,8 +90,8 @@ int64_t verify_collective(comm::Communicator& world, const std::string& dir) {
   const std::vector<std::string> errs = allgather_strings(world, err, "checkpoint verification");
   for (size_t r = 0; r < errs.size(); ++r)
     HPCT_USAGE_CHECK(errs[r].empty(),
-                     "cannot resume: {} (found by rank {}); resume from an earlier checkpoint with "
-                     "--set checkpoint.resume=<dir>/checkpoints/step_XXXXXXXX",
+                     "cannot resume: {} (found by rank {}; an earlier one: --set "
+                     "checkpoint.resume=<dir>/checkpoints/step_XXXXXXXX)",
                      errs[r], r);
   world.allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint verification (bytes)");
   return bytes;

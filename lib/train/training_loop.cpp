@@ -191,9 +191,11 @@ int run_steps(RunSession& run, TrainTask& task) {
 
   CheckpointCadence cadence(cfg);
   auto save = [&](int64_t s, const char* why) {
+    Timer snapshot;
     task.before_checkpoint();
     staging.to_host();  // CUDA: device -> host views, synchronized (the CPU writes its tensors in place)
     task.check_replicas(staging, fmt::format("step {}", s));
+    const double snapshot_s = snapshot.seconds();
     ckpt::Attrs a;
     a.ints["step"] = s;
     a.ints["optim.step"] = opt->step_count();
@@ -215,14 +217,16 @@ int run_steps(RunSession& run, TrainTask& task) {
     task.checkpoint_attrs(a, s);
     const SaveResult r = save_checkpoint(pc, ckpt_root, cfg.checkpoint.keep, staging.params(), placements,
                                          staging.optimizer(), a, staging.extra());
-    cadence.saved(r.seconds);
+    cadence.saved(r.seconds + snapshot_s);
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
+    const ckpt::SavePhases& ph = r.phases;
     log_info(
-        "checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s; rank 0: shards {:.2f} s, manifests {:.2f} s, "
-        "index + commit {:.2f} s)",
-        why, s, r.dir, human_bytes(static_cast<double>(bytes)), r.seconds,
-        bytes / 1048576.0 / std::max(r.seconds, 1e-9), r.shard_s, r.manifests_s, r.commit_s);
+        "checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s) | rank 0: snapshot {:.3f} s, crc {:.3f}, write "
+        "{:.3f}, fsync {:.3f}, manifests {:.3f}, index {:.3f}, commit {:.3f}, prune {:.3f}",
+        why, s, r.dir, human_bytes(static_cast<double>(bytes)), r.seconds + snapshot_s,
+        bytes / 1048576.0 / std::max(r.seconds + snapshot_s, 1e-9), snapshot_s, ph.crc_s, ph.write_s, ph.fsync_s,
+        r.manifests_s, ph.index_s, ph.commit_s, ph.prune_s);
   };
 
   // ---- training loop ---------------------------------------------------------------------------------------------

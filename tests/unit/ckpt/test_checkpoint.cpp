@@ -333,14 +333,40 @@ TEST(Verify, MissingShardFileIsNamed) {
   EXPECT_FALSE(std::isnan(wte[6 * 7]));  // row 6: rank 2
 }
 
+// Runs fn with HDF5's automatic error printing as a program leaves it by default (on), expects an exception of type E
+// whose message is one line holding every needle, and nothing on stderr: no HDF5 error stack.
+template <typename E>
+void expect_one_line(const std::function<void()>& fn, std::initializer_list<std::string> needles) {
+  ::testing::internal::CaptureStderr();
+  std::string msg;
+  bool thrown = false;
+  try {
+    fn();
+  } catch (const E& e) {
+    msg = e.what();
+    thrown = true;
+  } catch (const std::exception& e) {
+    msg = std::string("unexpected exception type: ") + e.what();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(thrown) << (msg.empty() ? "nothing was thrown" : msg);
+  for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+  EXPECT_EQ(err, "") << "printed on stderr (an HDF5 error stack?)";
+}
+
 TEST(Verify, TruncatedShardIsNamed) {
   ScratchDir dir;
   const std::string step_dir = write_test_checkpoint(dir.str(), 1, 0);
   const std::string shard = (fs::path(step_dir) / "shard_00002.h5").string();
-  ASSERT_EQ(::truncate(shard.c_str(), static_cast<off_t>(fs::file_size(shard) / 2)), 0);
-  expect_error<Error>([&] { verify(step_dir); }, {"shard_00002.h5", "damaged"});
+  const auto size = fs::file_size(shard);
+  ASSERT_EQ(::truncate(shard.c_str(), static_cast<off_t>(size / 2)), 0);
+  expect_one_line<Error>([&] { verify(step_dir); },
+                         {"shard_00002.h5", fmt::format("truncated: {} of the {} bytes", size / 2, size), "damaged"});
   ASSERT_EQ(::truncate(shard.c_str(), 0), 0);
-  expect_error<Error>([&] { verify(step_dir); }, {"shard_00002.h5", "cannot be opened"});
+  expect_one_line<Error>([&] { verify(step_dir); }, {"shard_00002.h5", "cannot be opened", "empty (0 bytes)"});
+  std::ofstream(shard) << "these bytes are no HDF5 file";
+  expect_one_line<Error>([&] { verify(step_dir); }, {"shard_00002.h5", "not an HDF5 file", "damaged"});
 }
 
 // Flips one byte inside a piece's data, located with H5Dget_offset (contiguous layout).
@@ -394,7 +420,50 @@ TEST(Reader, MissingIndexAndNewerFormatAreClearErrors) {
   }
   expect_error<UsageError>([&] { Reader r(step_dir); }, {"format version 99", "newer hpctrain"});
   std::ofstream((fs::path(step_dir) / "index.h5")) << "not hdf5";
-  expect_error<UsageError>([&] { Reader r(step_dir); }, {"index.h5", "not a readable HDF5 file"});
+  expect_one_line<UsageError>([&] { Reader r(step_dir); }, {"index.h5", "not an HDF5 file (no HDF5 signature)"});
+}
+
+// Overwrites the first bytes of the object header of `object` in `file` (located with H5Oget_info_by_name).
+void smash_object_header(const std::string& file, const std::string& object) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  H5O_info_t info;
+  ASSERT_GE(H5Oget_info_by_name2(f, object.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT), 0);
+  H5Fclose(f);
+  const int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const unsigned char junk[16] = {0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef,
+                                  0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef};
+  ASSERT_EQ(::pwrite(fd, junk, sizeof junk, static_cast<off_t>(info.addr)), static_cast<ssize_t>(sizeof junk));
+  ::close(fd);
+}
+
+// Every way index.h5 can be damaged is one line naming it and what looks wrong, and no HDF5 error stack.
+TEST(Reader, DamagedIndexIsOneLineWithoutHdf5Stack) {
+  ScratchDir dir;
+  const std::string step_dir = write_test_checkpoint(dir.str(), 5, 0);
+  const std::string index = (fs::path(step_dir) / "index.h5").string();
+  const std::string good = index + ".good";
+  fs::copy_file(index, good);
+  const auto size = fs::file_size(index);
+
+  ASSERT_EQ(::truncate(index.c_str(), static_cast<off_t>(size / 2)), 0);
+  expect_one_line<UsageError>([&] { Reader r(step_dir); },
+                              {index,
+                               fmt::format("truncated: {} of the {} bytes its superblock records", size / 2, size),
+                               "resume from an earlier one"});
+  ASSERT_EQ(::truncate(index.c_str(), 0), 0);
+  expect_one_line<UsageError>([&] { Reader r(step_dir); }, {index, "empty (0 bytes)"});
+
+  fs::copy_file(good, index, fs::copy_options::overwrite_existing);
+  smash_object_header(index, "model/wte");
+  expect_one_line<UsageError>([&] { Reader r(step_dir); },
+                              {index, "its HDF5 metadata is corrupt (HDF5: ", "resume from an earlier one"});
+  // verify (ckpt_tool verify, the resume check) opens the index first: the same line
+  expect_one_line<UsageError>([&] { verify(step_dir); }, {index, "its HDF5 metadata is corrupt"});
+
+  fs::copy_file(good, index, fs::copy_options::overwrite_existing);
+  EXPECT_NO_THROW(Reader r(step_dir));
 }
 
 // --- crash safety: the HPCT_CKPT_PAUSE_AT hook ------------------------------------------------------------

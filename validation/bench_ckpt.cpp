@@ -4,7 +4,7 @@
 // The state is `--size-mib` MiB of f32 in total (default 512), spread over a GPT-like mix of tensors, and
 // split evenly over the ranks by flat range (each rank writes size/np). Timed from a barrier to the final
 // barrier; phases are the maximum over ranks. Each repetition writes a new step (commit keep=1 prunes the
-// previous one). verify() is timed too, but it reads from the page cache right after the write: it measures
+// previous one, in the background as the trainer does). verify() is timed too, but it reads from the page cache right after the write: it measures
 // CRC + HDF5 read speed, not the disk.
 //
 // Usage: mpirun -np N bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3]
@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
                   "verify_MiB/s");
     }
     std::vector<double> totals, shards_t, crc_t, write_t, fsync_t, index_t, commit_t, prune_t, verify_t;
+    ck::BackgroundRemover pruner;  // rank 0 prunes the previous step in the background, as the trainer does
     for (int r = 0; r < reps; ++r) {
       const int64_t step = r + 1;
       const std::string tmp = dir + "/" + ck::tmp_step_dir_name(step);
@@ -174,7 +175,7 @@ int main(int argc, char** argv) {
         attrs.ints["step"] = step;
         ck::write_index(tmp, ms, attrs, &ph);
         t3 = now();
-        ck::commit(dir, step, 1, &ph);
+        ck::commit(dir, step, 1, &ph, &pruner);
       }
       MPI_Barrier(MPI_COMM_WORLD);
       const double t5 = now();
@@ -204,6 +205,7 @@ int main(int argc, char** argv) {
                     shard_s, crc_s, write_s, fsync_s, gather_s, t3 - t2, ph.commit_s, ph.prune_s, total,
                     static_cast<double>(size_mib) / total, vs, static_cast<double>(size_mib) / vs);
     }
+    pruner.wait();
     if (rank == 0) {
       std::printf("BENCH_CKPT np=%d size_mib=%lld reps=%d shard_s=%.3f crc_s=%.3f write_s=%.3f fsync_s=%.3f "
                   "index_s=%.3f commit_s=%.3f prune_s=%.3f total_s=%.3f MiB_per_s=%.1f verify_MiB_per_s=%.1f "

@@ -6,7 +6,8 @@ Each round runs, one after the other (alternating, so that the disk's drift hits
      checkpoint after every step (keep 1: every save after the first also prunes the previous one), parsing each
      save's log line: size, seconds, and the phase breakdown (snapshot, crc, write, fsync, manifests, index, commit,
      prune; rank 0's clock);
-  2. validation/bench_ckpt at the same np and the same number of MiB (the protocol without the trainer), one save;
+  2. validation/bench_ckpt at the same np and the same number of MiB (the protocol without the trainer), as many saves
+     as the trainer's, each pruning the previous one (its medians);
   3. dd if=/dev/zero bs=4M of the same number of MiB with conv=fsync, in the same directory.
 The report holds every sample, the medians over the rounds, and the ratios trainer / dd and bench / dd (the target:
 a synchronous save at >= 0.8x dd).
@@ -82,7 +83,8 @@ for rnd in range(1, args.rounds + 1):
         size_mib = mib
         trainer.append(dict(round=rnd, step=int(step), mib=mib, s=float(secs), **dict(zip(PHASES, map(float, ph)))))
     mib_int = max(1, round(size_mib))
-    text = run(MPI + [bench, "--dir", os.path.join(work, "bench"), "--size-mib", str(mib_int), "--reps", "1"])
+    # as many saves as the trainer's, each pruning the one before (commit keep 1): the BENCH_CKPT line's medians
+    text = run(MPI + [bench, "--dir", os.path.join(work, "bench"), "--size-mib", str(mib_int), "--reps", str(args.steps)])
     m = re.search(r"^BENCH_CKPT .*total_s=([0-9.]+)", text, re.M)
     kv = dict(re.findall(r"(\w+)=([0-9.]+)", m.group(0))) if m else None
     if kv is None:
@@ -133,7 +135,7 @@ for B in benches:
     lines.append(f"| {B['round']} | bench_ckpt | — | {B['mib']:.0f} | {B['s']:.3f} | {B['mib'] / B['s']:.0f} |")
 for D in dds:
     lines.append(f"| {D['round']} | dd | — | {D['mib']:.0f} | {D['s']:.3f} | {D['mib'] / D['s']:.0f} |")
-lines += ["", "Commands: `" + shlex.join(MPI + TRAIN) + "`; `" + shlex.join(MPI + [bench, "--size-mib", "N", "--reps", "1"])
+lines += ["", "Commands: `" + shlex.join(MPI + TRAIN) + "`; `" + shlex.join(MPI + [bench, "--size-mib", "N", "--reps", str(args.steps)])
           + "`; `dd if=/dev/zero of=DIR/dd.bin bs=4M count=N/4 conv=fsync`.", "", summary, ""]
 print("\n".join(lines[lines.index("## Medians"):]))
 if args.report:

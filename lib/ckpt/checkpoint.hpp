@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tensor/tensor.hpp"
@@ -118,7 +119,8 @@ struct SavePhases {
   double fsync_s = 0;   // write_shard: fsync of the shard file and its directory
   double index_s = 0;   // write_index: index.h5 written and fsynced
   double commit_s = 0;  // commit: rename of the step directory, `latest` replaced (each fsynced)
-  double prune_s = 0;   // commit: older step directories and stale temporaries removed
+  double prune_s = 0;   // commit: older step directories and stale temporaries removed (with a BackgroundRemover:
+                        // renamed, removed on its thread)
 };
 
 // Writes this rank's shard file into dir (created if needed), fsyncs it and returns its manifest.
@@ -134,14 +136,36 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
 // and agree on global shape and dtype. Attribute names format_version and pieces_json are reserved.
 void write_index(const std::string& dir, const std::vector<ShardManifest>& shards, const Attrs& attrs,
                  SavePhases* phases = nullptr);
+// Removes directories on a thread of its own, so that a save need not wait for the file system to free the checkpoint
+// it prunes (several seconds for a GPT-2-size checkpoint just written). Filesystem calls only (no HDF5), so it may run
+// beside anything. remove() waits for the previous batch first; wait() returns the first failure ("" when none; a
+// failed removal loses nothing: the directories are already out of the checkpoint namespace, see commit); the
+// destructor waits.
+class BackgroundRemover {
+ public:
+  BackgroundRemover() = default;
+  ~BackgroundRemover();
+  BackgroundRemover(const BackgroundRemover&) = delete;
+  BackgroundRemover& operator=(const BackgroundRemover&) = delete;
+  void remove(std::vector<std::string> dirs);
+  std::string wait();
+
+ private:
+  std::thread thread_;
+  std::string error_;
+};
+
 // Rank 0: renames root/.tmp_step_N to root/step_N, fsyncs root, replaces root/latest atomically,
 // then deletes the oldest step_* directories so that `keep` remain (keep <= 0: keep all) and removes
-// stale .tmp_step_* directories. Returns the final path.
+// stale .tmp_step_* directories. Returns the final path. With a remover, the pruned step_* directories are first
+// renamed to .trash_step_* (atomic: no longer a checkpoint anyone could name) and removed on its thread; a .trash_*
+// left by a crash mid-removal is removed by the next commit.
 // A step_N that already exists is replaced when `latest` does not name it (left by a crash between the
 // rename and `latest`, or by a run that went further before it was resumed from an earlier step). When
 // `latest` already names step_N (a run resumed at step N checkpoints N again, same content), the committed
 // one is kept and .tmp_step_N discarded, so that `latest` never names a missing directory.
-std::string commit(const std::string& root, int64_t step, int keep, SavePhases* phases = nullptr);
+std::string commit(const std::string& root, int64_t step, int keep, SavePhases* phases = nullptr,
+                   BackgroundRemover* remover = nullptr);
 
 // "latest" in root -> the step directory it names, or "" when there is none (no file).
 // A `latest` naming a missing directory is an error that names both.

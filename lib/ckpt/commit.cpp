@@ -16,9 +16,11 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <utility>
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/ckpt_internal.hpp"
+#include "core/log.hpp"
 #include "core/timer.hpp"
 
 namespace hpct::ckpt {
@@ -82,8 +84,32 @@ void remove_tree(const fs::path& p) {
 
 }  // namespace
 
-std::string commit(const std::string& root, int64_t step, int keep, SavePhases* phases) {
+BackgroundRemover::~BackgroundRemover() { wait(); }
+
+void BackgroundRemover::remove(std::vector<std::string> dirs) {
+  wait();
+  if (dirs.empty()) return;
+  thread_ = std::thread([this, dirs = std::move(dirs)] {
+    for (const std::string& d : dirs) {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+      if (ec && error_.empty()) error_ = fmt::format("cannot remove {}: {}", d, ec.message());
+    }
+  });
+}
+
+std::string BackgroundRemover::wait() {
+  if (thread_.joinable()) thread_.join();
+  return std::exchange(error_, std::string());
+}
+
+std::string commit(const std::string& root, int64_t step, int keep, SavePhases* phases, BackgroundRemover* remover) {
   Timer timer;
+  // the previous prune is finished before this one lists the directories (it may still hold a .trash_* listed below)
+  if (remover != nullptr) {
+    const std::string failed = remover->wait();
+    if (!failed.empty()) log_warn("checkpoint prune: {} (remove it by hand)", failed);
+  }
   const fs::path tmp = fs::path(root) / tmp_step_dir_name(step);
   const fs::path final_dir = fs::path(root) / step_dir_name(step);
   HPCT_CHECK(fs::is_directory(tmp),
@@ -117,13 +143,19 @@ std::string commit(const std::string& root, int64_t step, int keep, SavePhases* 
 
   const double committed_s = timer.seconds();
 
-  // Prune: keep the `keep` highest-numbered step_* (always the one just committed); drop stale .tmp_step_*.
+  // Prune: keep the `keep` highest-numbered step_* (always the one just committed); drop stale .tmp_step_* and the
+  // .trash_step_* of an interrupted background removal.
   std::vector<std::pair<int64_t, fs::path>> steps;
+  std::vector<std::string> trash;
   for (const auto& entry : fs::directory_iterator(root)) {
     if (!entry.is_directory()) continue;
     const std::string name = entry.path().filename().string();
     if (parse_step_dir(name, ".tmp_step_") >= 0) {
       remove_tree(entry.path());
+      continue;
+    }
+    if (parse_step_dir(name, ".trash_step_") >= 0) {
+      trash.push_back(entry.path().string());
       continue;
     }
     const int64_t s = parse_step_dir(name, "step_");
@@ -132,7 +164,22 @@ std::string commit(const std::string& root, int64_t step, int keep, SavePhases* 
   if (keep > 0) {
     std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     // The committed step takes one of the `keep` places.
-    for (size_t i = static_cast<size_t>(keep - 1); i < steps.size(); ++i) remove_tree(steps[i].second);
+    for (size_t i = static_cast<size_t>(keep - 1); i < steps.size(); ++i) {
+      if (remover == nullptr) {
+        remove_tree(steps[i].second);
+        continue;
+      }
+      const fs::path to = fs::path(root) / (".trash_" + steps[i].second.filename().string());
+      std::error_code ec;
+      fs::rename(steps[i].second, to, ec);
+      HPCT_CHECK(!ec, "cannot rename {} to {} (to remove it): {}", steps[i].second.string(), to.string(), ec.message());
+      trash.push_back(to.string());
+    }
+  }
+  if (remover != nullptr) {
+    remover->remove(std::move(trash));
+  } else {
+    for (const std::string& t : trash) remove_tree(t);
   }
   if (phases != nullptr) {
     phases->commit_s += committed_s;

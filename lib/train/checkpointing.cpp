@@ -156,7 +156,7 @@ void CheckpointStaging::to_device() {
 
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
                            const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
-                           const ckpt::Attrs& attrs, Slab* extra) {
+                           const ckpt::Attrs& attrs, Slab* extra, ckpt::BackgroundRemover* remover) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
   HPCT_CHECK((params.device() == Device::CPU || opt.masters) && (!extra || extra->device() == Device::CPU),
@@ -232,7 +232,7 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     std::vector<ckpt::ShardManifest> shards;
     for (const auto& s : all) shards.push_back(ckpt::ShardManifest::from_json(s));
     ckpt::write_index(tmp.string(), shards, attrs, &r.phases);
-    final_dir = ckpt::commit(root, step, keep, &r.phases);
+    final_dir = ckpt::commit(root, step, keep, &r.phases, remover);
   }
   world.barrier("checkpoint: commit");
   if (final_dir.empty()) final_dir = (fs::path(root) / ckpt::step_dir_name(step)).string();

@@ -104,9 +104,10 @@ struct SaveResult {
   double shard_s = 0.0, manifests_s = 0.0, finish_s = 0.0;
   ckpt::SavePhases phases;
 };
+// remover (optional, rank 0's): prunes the older checkpoints in the background (ckpt::commit).
 SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
                            const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
-                           const ckpt::Attrs& attrs, Slab* extra = nullptr);
+                           const ckpt::Attrs& attrs, Slab* extra = nullptr, ckpt::BackgroundRemover* remover = nullptr);
 
 // Loads this rank's parameters (its hyperslab of every global tensor) and optimizer segments from dir,
 // whatever layout wrote it, into host memory (for a run on a device: CheckpointStaging's views, then to_device()).

@@ -190,6 +190,9 @@ int run_steps(RunSession& run, TrainTask& task) {
   task.before_first_step();
 
   CheckpointCadence cadence(cfg);
+  // rank 0 prunes older checkpoints on a thread of its own: a save need not wait for the file system to free them
+  // (waited for before the run ends, and by its destructor on every other way out)
+  ckpt::BackgroundRemover pruner;
   auto save = [&](int64_t s, const char* why) {
     Timer snapshot;
     task.before_checkpoint();
@@ -216,7 +219,7 @@ int run_steps(RunSession& run, TrainTask& task) {
     add_launch_attrs(a, run.launch);
     task.checkpoint_attrs(a, s);
     const SaveResult r = save_checkpoint(pc, ckpt_root, cfg.checkpoint.keep, staging.params(), placements,
-                                         staging.optimizer(), a, staging.extra());
+                                         staging.optimizer(), a, staging.extra(), &pruner);
     cadence.saved(r.seconds + snapshot_s);
     int64_t bytes = r.bytes_written;
     pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
@@ -350,6 +353,8 @@ int run_steps(RunSession& run, TrainTask& task) {
       break;
     }
   }
+  if (const std::string failed = pruner.wait(); !failed.empty())
+    log_warn("checkpoint prune: {} (remove it by hand)", failed);
   task.before_checkpoint();
   staging.to_host();
   task.check_replicas(staging, "end of training");

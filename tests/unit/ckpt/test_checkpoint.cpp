@@ -300,6 +300,42 @@ TEST(Checkpoint, CommitKeepPruneAndLatest) {
   expect_error<Error>([&] { commit(root, 70, 1); }, {".tmp_step_00000070"});
 }
 
+// With a BackgroundRemover the pruned directories leave the checkpoint namespace at once (renamed to .trash_step_*)
+// and are gone once it is waited for; a .trash_* left by a crash mid-removal goes with the next commit.
+TEST(Checkpoint, BackgroundPruneRenamesThenRemoves) {
+  ScratchDir dir;
+  const std::string root = dir.str();
+  auto commit_with = [&](int64_t step, int keep, BackgroundRemover& remover) {
+    const auto model = testing::test_model();
+    const std::string tmp = root + "/" + tmp_step_dir_name(step);
+    std::vector<std::vector<unsigned char>> storage;
+    const ShardManifest m = write_shard(tmp, 0, testing::pieces_for_rank(model, 0, 1, storage));
+    write_index(tmp, {m}, testing::test_attrs(step));
+    SavePhases phases;
+    const std::string out = commit(root, step, keep, &phases, &remover);
+    EXPECT_GE(phases.prune_s, 0.0);
+    return out;
+  };
+  {
+    BackgroundRemover remover;
+    commit_with(10, 1, remover);
+    commit_with(20, 1, remover);
+    // step_10 is out of the namespace right away: only step_20 is a checkpoint
+    EXPECT_FALSE(fs::exists(dir.path() / "step_00000010"));
+    EXPECT_EQ(remover.wait(), "");
+    EXPECT_FALSE(fs::exists(dir.path() / ".trash_step_00000010"));
+    EXPECT_EQ(resolve_latest(root), (dir.path() / "step_00000020").string());
+    // a crash during a background removal leaves a .trash_* behind: the next commit removes it
+    fs::create_directories(dir.path() / ".trash_step_00000015");
+    std::ofstream(dir.path() / ".trash_step_00000015" / "shard_00000.h5") << "half removed";
+    commit_with(30, 2, remover);
+  }  // the destructor waits
+  EXPECT_FALSE(fs::exists(dir.path() / ".trash_step_00000015"));
+  EXPECT_TRUE(fs::exists(dir.path() / "step_00000020"));
+  EXPECT_TRUE(fs::exists(dir.path() / "step_00000030"));
+  EXPECT_GT(verify(resolve_latest(root)), 0);
+}
+
 // --- verify ---------------------------------------------------------------------------------------------
 
 TEST(Verify, AcceptsAGoodCheckpointAndSplitsTheWork) {

@@ -149,6 +149,8 @@ class BackgroundRemover {
   BackgroundRemover& operator=(const BackgroundRemover&) = delete;
   void remove(std::vector<std::string> dirs);
   std::string wait();
+  // wait(), and a failure logged as a warning (rank 0's log: commit runs there)
+  void wait_and_warn();
 
  private:
   std::thread thread_;

@@ -103,13 +103,14 @@ std::string BackgroundRemover::wait() {
   return std::exchange(error_, std::string());
 }
 
+void BackgroundRemover::wait_and_warn() {
+  if (const std::string failed = wait(); !failed.empty()) log_warn("checkpoint prune: {} (remove it by hand)", failed);
+}
+
 std::string commit(const std::string& root, int64_t step, int keep, SavePhases* phases, BackgroundRemover* remover) {
   Timer timer;
   // the previous prune is finished before this one lists the directories (it may still hold a .trash_* listed below)
-  if (remover != nullptr) {
-    const std::string failed = remover->wait();
-    if (!failed.empty()) log_warn("checkpoint prune: {} (remove it by hand)", failed);
-  }
+  if (remover != nullptr) remover->wait_and_warn();
   const fs::path tmp = fs::path(root) / tmp_step_dir_name(step);
   const fs::path final_dir = fs::path(root) / step_dir_name(step);
   HPCT_CHECK(fs::is_directory(tmp),
@@ -165,15 +166,15 @@ std::string commit(const std::string& root, int64_t step, int keep, SavePhases* 
     std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     // The committed step takes one of the `keep` places.
     for (size_t i = static_cast<size_t>(keep - 1); i < steps.size(); ++i) {
-      if (remover == nullptr) {
-        remove_tree(steps[i].second);
-        continue;
+      fs::path victim = steps[i].second;
+      if (remover != nullptr) {  // out of the checkpoint namespace now, removed on the remover's thread
+        const fs::path to = fs::path(root) / (".trash_" + victim.filename().string());
+        std::error_code ec;
+        fs::rename(victim, to, ec);
+        HPCT_CHECK(!ec, "cannot rename {} to {} (to remove it): {}", victim.string(), to.string(), ec.message());
+        victim = to;
       }
-      const fs::path to = fs::path(root) / (".trash_" + steps[i].second.filename().string());
-      std::error_code ec;
-      fs::rename(steps[i].second, to, ec);
-      HPCT_CHECK(!ec, "cannot rename {} to {} (to remove it): {}", steps[i].second.string(), to.string(), ec.message());
-      trash.push_back(to.string());
+      trash.push_back(victim.string());
     }
   }
   if (remover != nullptr) {

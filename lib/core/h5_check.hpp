@@ -4,8 +4,8 @@
 // number"), so that a caller can turn a failure into one line that says what looks wrong, without HDF5's stack dump.
 //
 // HDF5 prints its whole error stack on stderr at every failed call unless told otherwise; the apps and tools turn that
-// off at start (configure_error_printing, from run_mpi_app and the non-MPI tools' main), because every failure is
-// reported by our own one-line message. HPCT_HDF5_DEBUG=1 in the environment keeps HDF5's printing, for debugging.
+// off at start (configure_error_printing, from run_mpi_app in apps/app_main.hpp, the main() frame of every app and
+// tool), because every failure is reported by our own one-line message. HPCT_HDF5_DEBUG=1 in the environment keeps HDF5's printing, for debugging.
 #include <hdf5.h>
 
 #include <cstdlib>

@@ -219,14 +219,11 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     for (int64_t c : p.count) n *= c;
     bytes += n * 4;
   }
-  Timer phase;
   SaveResult r;
   const ckpt::ShardManifest mine = ckpt::write_shard(tmp.string(), world.rank(), pieces, &r.phases);
-  const double shard_s = phase.seconds();
-  phase.reset();
+  Timer manifests;
   const std::vector<std::string> all = allgather_strings(world, mine.to_json(), "checkpoint: shard manifests");
-  const double manifests_s = phase.seconds();
-  phase.reset();
+  r.manifests_s = manifests.seconds();
   std::string final_dir;
   if (world.rank() == 0) {
     std::vector<ckpt::ShardManifest> shards;
@@ -239,9 +236,6 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
   r.dir = final_dir;
   r.seconds = timer.seconds();
   r.bytes_written = bytes;
-  r.shard_s = shard_s;
-  r.manifests_s = manifests_s;
-  r.finish_s = phase.seconds();
   return r;
 }
 

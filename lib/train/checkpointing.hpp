@@ -99,9 +99,9 @@ struct SaveResult {
   std::string dir;
   double seconds = 0.0;
   int64_t bytes_written = 0;  // by this rank
-  // this rank's clock: its shard (CRC, write, fsync), the wait for every rank's manifest, rank 0's index and commit
-  // (and prune), and the final barrier; phases: the library's breakdown of this rank's part (ckpt::SavePhases)
-  double shard_s = 0.0, manifests_s = 0.0, finish_s = 0.0;
+  // this rank's clock: the wait for every rank's manifest after its own shard, and the library's breakdown of the
+  // rest of its part (ckpt::SavePhases: its shard; on rank 0 also the index, commit and prune)
+  double manifests_s = 0.0;
   ckpt::SavePhases phases;
 };
 // remover (optional, rank 0's): prunes the older checkpoints in the background (ckpt::commit).

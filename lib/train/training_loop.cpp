@@ -353,8 +353,7 @@ int run_steps(RunSession& run, TrainTask& task) {
       break;
     }
   }
-  if (const std::string failed = pruner.wait(); !failed.empty())
-    log_warn("checkpoint prune: {} (remove it by hand)", failed);
+  pruner.wait_and_warn();
   task.before_checkpoint();
   staging.to_host();
   task.check_replicas(staging, "end of training");

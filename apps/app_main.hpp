@@ -5,7 +5,8 @@
 //   - UsageError (bad deck, option, missing file): every rank hits it the same way, so rank 0 prints it
 //     (without a source location: the message says what to do) and the job ends with exit code 2; a RankUsageError
 //     (bad data met by the rank that reads it) is printed by every rank that meets it.
-//   - any other error: the failing rank prints rank, host, file, line and cause; the job aborts (1).
+//   - any other error: the failing rank prints rank, host, file, line and cause; the job aborts (1). A PeerError (a
+//     failure every rank learned of, that one rank reports) prints nothing on the other ranks.
 // With several ranks the job ends through MPI_Abort, so no rank is left waiting in a collective.
 #include <mpi.h>
 #include <unistd.h>
@@ -29,7 +30,7 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   h5::configure_error_printing();  // every HDF5 failure is reported by our own one-line message
 
   int code = 0;
-  bool usage = false, failed = false, rank_local = false;
+  bool usage = false, failed = false, rank_local = false, peer = false;
   try {
     code = body(argc, argv);
   } catch (const UsageError& e) {
@@ -37,6 +38,9 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
     code = 2;
     rank_local = dynamic_cast<const RankUsageError*>(&e) != nullptr;
     if (rank == 0 || rank_local) std::fprintf(stderr, "%s: error: %s\n", app, e.cause().c_str());
+  } catch (const PeerError&) {
+    failed = peer = true;
+    code = 1;
   } catch (const Error& e) {
     failed = true;
     code = 1;
@@ -51,7 +55,7 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   // A returned code (0, or 3 = checkpointed and stopped) is collective: every rank finalizes. An error
   // may be on one rank only: abort the whole job.
   if (failed && world > 1) {
-    if (usage && !rank_local && rank != 0) sleep(2);  // let rank 0 print the message and abort first
+    if ((usage && !rank_local && rank != 0) || peer) sleep(2);  // let the reporting rank print and abort first
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   MPI_Finalize();

@@ -226,7 +226,10 @@ class IallreduceAlgorithm {
  private:
   IallreduceAlgorithm() {
     int provided = 0, index = 0, count = 0, value = -1;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+    // MPI_THREAD_MULTIPLE, as MPI_Init_thread asked: Open MPI 4.1's MPI_T_init_thread overwrites the process's thread
+    // level with the one it is given (MPI_Query_thread then says SINGLE, and the background checkpoint writer, which
+    // needs MULTIPLE, would be turned off)
+    if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
     if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) != MPI_SUCCESS) return;
     if (MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &count) != MPI_SUCCESS) return;
     if (count != 1 || MPI_T_cvar_read(handle_, &value) != MPI_SUCCESS || value != kIgnore) return;  // user's choice

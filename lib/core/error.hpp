@@ -49,6 +49,13 @@ class RankUsageError : public UsageError {
   using UsageError::UsageError;
 };
 
+// A failure another rank reports (a collective outcome every rank knows, e.g. a checkpoint write that failed on one
+// rank): main() prints nothing for it and ends the job as for an Error, after giving the reporting rank time to print.
+class PeerError : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] void throw_error(const char* file, int line, std::string cause);
 [[noreturn]] void throw_usage_error(const char* file, int line, std::string cause);
 [[noreturn]] void throw_rank_usage_error(const char* file, int line, std::string cause);

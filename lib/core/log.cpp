@@ -1,6 +1,7 @@
 #include "core/log.hpp"
 
 #include <cstdio>
+#include <mutex>
 
 #include "core/error.hpp"
 
@@ -22,8 +23,15 @@ void set_log_file(const std::string& path) {
   HPCT_CHECK(log_file() != nullptr, "cannot open log file {} for appending", path);
 }
 
+// The background checkpoint writer logs from its own thread: one line at a time.
+static std::mutex& log_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 void log_line_rank0(const std::string& line) {
   if (!is_rank0()) return;
+  const std::lock_guard<std::mutex> lock(log_mutex());
   std::fputs(line.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -41,6 +49,7 @@ void log_line_any_rank(const std::string& line) {
 
 void log_warn_rank0(const std::string& line) {
   if (!is_rank0()) return;
+  const std::lock_guard<std::mutex> lock(log_mutex());
   std::fprintf(stderr, "warning: %s\n", line.c_str());
   std::fflush(stderr);
 }

@@ -1,6 +1,8 @@
 #include "train/checkpointing.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <tuple>
 #include <map>
@@ -88,9 +90,10 @@ std::unique_ptr<Slab> host_twin(const Slab& like) {
 }
 }  // namespace
 
-CheckpointStaging::CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra)
+CheckpointStaging::CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra,
+                                     bool snapshot)
     : ctx_(ctx), params_(params), opt_(std::move(opt)), extra_(extra) {
-  if (ctx_.device == Device::CPU) return;  // zero-copy: the views are the run's own tensors
+  if (ctx_.device == Device::CPU && !snapshot) return;  // zero-copy: the views are the run's own tensors
   staged_ = true;
   if (!opt_.masters) host_params_ = host_twin(params_);  // ZeRO-3: the masters are staged with the state below
   if (extra_) host_extra_ = host_twin(*extra_);
@@ -154,28 +157,13 @@ void CheckpointStaging::to_device() {
   if (staged_) copy(false);
 }
 
-SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
-                           const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
-                           const ckpt::Attrs& attrs, Slab* extra, ckpt::BackgroundRemover* remover) {
+std::vector<ckpt::Piece> checkpoint_pieces(parallel::ParallelContext& pc, Slab& params,
+                                           const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
+                                           Slab* extra) {
   HPCT_CHECK(placements.size() == params.tensors().size(), "{} placements for {} tensors", placements.size(),
              params.tensors().size());
   HPCT_CHECK((params.device() == Device::CPU || opt.masters) && (!extra || extra->device() == Device::CPU),
-             "save_checkpoint writes host memory: pass CheckpointStaging's views of device tensors");
-  Timer timer;
-  comm::Communicator& world = pc.world();
-  const int64_t step = attrs.ints.at("step");
-  const fs::path tmp = fs::path(root) / ckpt::tmp_step_dir_name(step);
-  if (world.rank() == 0) {
-    std::error_code ec;
-    fs::create_directories(root, ec);
-    HPCT_USAGE_CHECK(!ec, "cannot create the checkpoint directory {}: {}", root, ec.message());
-    fs::remove_all(tmp, ec);  // a stale attempt at the same step (a crash during an earlier write)
-    fs::create_directories(tmp, ec);
-    HPCT_USAGE_CHECK(!ec, "cannot create {}: {}", tmp.string(), ec.message());
-  }
-  world.barrier("checkpoint: temporary directory created");
-
-  // what this rank owns
+             "a checkpoint writes host memory: pass CheckpointStaging's views of device tensors");
   const int D = pc.dp_size(), d = pc.dp_rank();
   comm::Communicator* replicas = pc.zero_replica_group();  // hybrid sharding: the shard's replicas, else null
   // Replicas over DP write disjoint flat shares; a tensor whose writer flag is off is written by another rank.
@@ -213,29 +201,114 @@ SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& roo
     if (opt.masters)
       add_pieces(pieces, "model/" + t.name, t.shape, placements[ti], b, e, opt.masters(i) + (b - s.begin));
   }
-  int64_t bytes = 0;
-  for (const auto& p : pieces) {
-    int64_t n = 1;
-    for (int64_t c : p.count) n *= c;
-    bytes += n * 4;
-  }
+  return pieces;
+}
+
+namespace {
+
+int64_t piece_bytes(const std::vector<int64_t>& count, DType dtype) {
+  int64_t n = static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t c : count) n *= c;
+  return n;
+}
+
+// rank root's string on every rank of comm (metadata only)
+std::string broadcast_string(comm::Communicator& comm, std::string s, int root, const std::string& what) {
+  int64_t len = static_cast<int64_t>(s.size());
+  comm.broadcast(&len, 1, DType::I64, root, what + " (length)");
+  s.resize(static_cast<size_t>(len));
+  if (len > 0) comm.broadcast(s.data(), len, DType::U8, root, what);
+  return s;
+}
+
+// The test seam of a failed write (docs/contracts.md): HPCT_CKPT_FAIL_AT=<step>:<rank> makes that rank's shard write of
+// that step fail as a full disk would, so that the tests can see a failed save reported and the previous checkpoint kept.
+void fail_if_requested(int64_t step, int rank) {
+  const char* v = std::getenv("HPCT_CKPT_FAIL_AT");
+  if (v == nullptr) return;
+  long long s = -1;
+  int r = -1;
+  if (std::sscanf(v, "%lld:%d", &s, &r) == 2 && s == step && r == rank)
+    HPCT_FAIL("injected write failure (test hook HPCT_CKPT_FAIL_AT={})", v);
+}
+
+}  // namespace
+
+SaveResult write_checkpoint(comm::Communicator& comm, const std::string& root, int keep, const ckpt::Attrs& attrs,
+                            const std::vector<ckpt::Piece>& pieces, ckpt::BackgroundRemover* remover) {
+  Timer timer;
   SaveResult r;
-  const ckpt::ShardManifest mine = ckpt::write_shard(tmp.string(), world.rank(), pieces, &r.phases);
-  Timer manifests;
-  const std::vector<std::string> all = allgather_strings(world, mine.to_json(), "checkpoint: shard manifests");
-  r.manifests_s = manifests.seconds();
-  std::string final_dir;
-  if (world.rank() == 0) {
-    std::vector<ckpt::ShardManifest> shards;
-    for (const auto& s : all) shards.push_back(ckpt::ShardManifest::from_json(s));
-    ckpt::write_index(tmp.string(), shards, attrs, &r.phases);
-    final_dir = ckpt::commit(root, step, keep, &r.phases, remover);
+  const int rank = comm.rank();
+  const int64_t step = attrs.ints.at("step");
+  const fs::path tmp = fs::path(root) / ckpt::tmp_step_dir_name(step);
+  // Every phase ends in an agreement (a broadcast or an allgather of each rank's outcome), so a failure on one rank
+  // stops every rank at the same point with the same message, and nothing after the failed phase runs: `latest` and the
+  // checkpoint it names are untouched (the next save or commit removes the stale .tmp_step_N).
+  std::string failed;
+  if (rank == 0) {
+    try {
+      std::error_code ec;
+      fs::create_directories(root, ec);
+      HPCT_CHECK(!ec, "cannot create the checkpoint directory {}: {}", root, ec.message());
+      fs::remove_all(tmp, ec);  // a stale attempt at the same step (a crash during an earlier write)
+      fs::create_directories(tmp, ec);
+      HPCT_CHECK(!ec, "cannot create {}: {}", tmp.string(), ec.message());
+    } catch (const Error& e) {
+      failed = fmt::format("rank 0: {}", e.cause());
+    }
   }
-  world.barrier("checkpoint: commit");
-  if (final_dir.empty()) final_dir = (fs::path(root) / ckpt::step_dir_name(step)).string();
-  r.dir = final_dir;
+  failed = broadcast_string(comm, failed, 0, "checkpoint: temporary directory created");
+  if (!failed.empty()) {
+    r.error = failed;
+    return r;
+  }
+
+  std::string entry;  // '+' and the manifest's JSON, or '-' and what failed on this rank
+  try {
+    fail_if_requested(step, rank);
+    entry = "+" + ckpt::write_shard(tmp.string(), rank, pieces, &r.phases).to_json();
+  } catch (const Error& e) {
+    entry = fmt::format("-rank {}: {}", rank, e.cause());
+  }
+  Timer manifests;
+  const std::vector<std::string> all = allgather_strings(comm, entry, "checkpoint: shard manifests");
+  r.manifests_s = manifests.seconds();
+  for (const auto& p : pieces) r.bytes_written += piece_bytes(p.count, p.dtype);
+
+  std::string outcome;  // from rank 0: '+' <total bytes> ' ' <step directory>, or '-' and what failed
+  if (rank == 0) {
+    std::vector<std::string> errors;
+    for (const std::string& s : all)
+      if (s.front() == '-') errors.push_back(s.substr(1));
+    if (!errors.empty()) {
+      outcome = "-" + errors.front() +
+                (errors.size() > 1 ? fmt::format(" (and {} more ranks failed)", errors.size() - 1) : "");
+    } else {
+      try {
+        std::vector<ckpt::ShardManifest> shards;
+        int64_t total = 0;
+        for (const auto& s : all) {
+          shards.push_back(ckpt::ShardManifest::from_json(s.substr(1)));
+          for (const auto& p : shards.back().pieces) total += piece_bytes(p.count, p.dtype);
+        }
+        ckpt::write_index(tmp.string(), shards, attrs, &r.phases);
+        const std::string dir = ckpt::commit(root, step, keep, &r.phases, remover);
+        outcome = fmt::format("+{} {}", total, dir);
+      } catch (const Error& e) {
+        outcome = fmt::format("-rank 0: {}", e.cause());
+      }
+    }
+  }
+  // every rank returns only once the checkpoint is visible (or known to have failed)
+  outcome = broadcast_string(comm, outcome, 0, "checkpoint: commit");
   r.seconds = timer.seconds();
-  r.bytes_written = bytes;
+  if (outcome.front() == '-') {
+    r.error = outcome.substr(1);
+    return r;
+  }
+  const size_t sp = outcome.find(' ');
+  r.total_bytes = std::stoll(outcome.substr(1, sp - 1));
+  r.dir = outcome.substr(sp + 1);
   return r;
 }
 

@@ -1,9 +1,6 @@
 #pragma once
-// The collective checkpoint protocol of the trainer over lib/ckpt (which is communication-free):
-//   rank 0 clears and creates DIR/checkpoints/.tmp_step_N; barrier
-//   every rank writes the pieces it owns into its shard file and fsyncs it (no data moves)
-//   manifests (metadata) are allgathered; rank 0 writes index.h5 and commits (rename, latest, prune)
-//   barrier: every rank returns only once the checkpoint is visible
+// The collective checkpoint protocol of the trainer over lib/ckpt (which is communication-free): write_checkpoint below;
+// train/checkpoint_writer.hpp runs it in the foreground or on a thread of its own.
 // Ownership for writing: a replicated tensor (parameters; optimizer state without ZeRO) is cut into DP
 // contiguous flat shares, share d written by DP rank d (balanced I/O, each byte written once, replica 0);
 // a ZeRO-1 optimizer shard is written by its owner. Flat shares are stored as hyperslab pieces of the
@@ -60,12 +57,14 @@ OptimizerState optimizer_state(optim::Optimizer& opt);
 // What a checkpoint writes and reads, as host memory (docs/cuda.md: the host reads device memory only through explicit
 // copies): the parameters, the optimizer's state buffers and the extra tensors (the BN running statistics). For a run on
 // a device it holds host slabs of the same tensors, planned once before the first step (not per save), and copies
-// through them; on the CPU it holds nothing and hands out the run's own tensors, zero-copy (the CPU path unchanged).
-//   save:   to_host(); check_replicas(..., params(), ...); save_checkpoint(..., params(), ..., optimizer(), ..., extra())
+// through them; on the CPU it holds nothing and hands out the run's own tensors, zero-copy, unless `snapshot` asks for
+// host copies there too (a background save writes from them while the step loop changes the run's tensors).
+//   save:   to_host(); check_replicas(..., params(), ...); checkpoint_pieces(..., params(), ..., optimizer(), extra())
 //   resume: load_checkpoint(reader, params(), ..., optimizer(), extra()); to_device()
 class CheckpointStaging {
  public:
-  CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra = nullptr);
+  CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra = nullptr,
+                    bool snapshot = false);
   CheckpointStaging(const CheckpointStaging&) = delete;
   CheckpointStaging& operator=(const CheckpointStaging&) = delete;
 
@@ -78,7 +77,7 @@ class CheckpointStaging {
   Slab& params() { return host_params_ ? *host_params_ : params_; }
   const OptimizerState& optimizer() const { return host_params_ ? host_opt_ : opt_; }
   Slab* extra() { return host_extra_ ? host_extra_.get() : extra_; }
-  size_t host_bytes() const;  // host memory of the staging copies (0 on the CPU)
+  size_t host_bytes() const;  // host memory of the staging copies (0 on the CPU without snapshot)
 
  private:
   void copy(bool to_host);
@@ -90,24 +89,36 @@ class CheckpointStaging {
   std::unique_ptr<Slab> host_params_, host_extra_, host_state_;  // host_state_: one tensor per optimizer buffer
 };
 
-// Writes a checkpoint of (params, optimizer) at pos.step under root (DIR/checkpoints). Collective over
-// pc.world(). Returns the committed step directory and the seconds it took. Every tensor is host memory (for a run on a
-// device: CheckpointStaging's views, after to_host()).
+// What this rank writes of a checkpoint of (params, optimizer, extra): its pieces, pointing into those tensors (host
+// memory: for a run on a device, or a background save, CheckpointStaging's views after to_host()).
 // extra (optional): more DP-replicated, unsharded tensors stored beside the parameters as /model/<name> (the BN
 // running statistics: bn1.running_mean, ..., torchvision's state_dict names).
+std::vector<ckpt::Piece> checkpoint_pieces(parallel::ParallelContext& pc, Slab& params,
+                                           const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
+                                           Slab* extra = nullptr);
+
 struct SaveResult {
-  std::string dir;
-  double seconds = 0.0;
+  std::string dir;            // the committed step directory ("" when the save failed)
+  std::string error;          // "" or what failed, naming the rank ("rank 1: cannot create checkpoint shard ...")
+  double seconds = 0.0;       // this rank's protocol, directory to commit
   int64_t bytes_written = 0;  // by this rank
+  int64_t total_bytes = 0;    // by every rank
   // this rank's clock: the wait for every rank's manifest after its own shard, and the library's breakdown of the
   // rest of its part (ckpt::SavePhases: its shard; on rank 0 also the index, commit and prune)
   double manifests_s = 0.0;
   ckpt::SavePhases phases;
 };
+// Writes the checkpoint of step attrs.ints["step"] under root (DIR/checkpoints), collective over comm (the world, or
+// the background writer's duplicate of it; only the calling thread drives comm). The protocol (docs/contracts.md):
+//   rank 0 clears and creates .tmp_step_N; its outcome is broadcast
+//   every rank writes its pieces into its shard file and fsyncs it (no data moves)
+//   the outcomes (manifest, or failure) are allgathered; rank 0 writes index.h5 and commits (rename, latest, prune)
+//     only when every rank succeeded; its outcome is broadcast: every rank returns once the checkpoint is visible
+// A failure on any rank is returned in SaveResult::error on every rank (no exception; a communication failure still
+// throws), and leaves `latest` and the checkpoint it names untouched.
 // remover (optional, rank 0's): prunes the older checkpoints in the background (ckpt::commit).
-SaveResult save_checkpoint(parallel::ParallelContext& pc, const std::string& root, int keep, Slab& params,
-                           const std::vector<TensorPlacement>& placements, const OptimizerState& opt,
-                           const ckpt::Attrs& attrs, Slab* extra = nullptr, ckpt::BackgroundRemover* remover = nullptr);
+SaveResult write_checkpoint(comm::Communicator& comm, const std::string& root, int keep, const ckpt::Attrs& attrs,
+                            const std::vector<ckpt::Piece>& pieces, ckpt::BackgroundRemover* remover = nullptr);
 
 // Loads this rank's parameters (its hyperslab of every global tensor) and optimizer segments from dir,
 // whatever layout wrote it, into host memory (for a run on a device: CheckpointStaging's views, then to_device()).

@@ -87,9 +87,9 @@ MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_ra
     k.params += static_cast<double>(gather.shard_bytes(in.act));
     k.comm += static_cast<double>(gather.gather_bytes(in.act));
   }
-  // CheckpointStaging on CUDA: a host twin of the fp32 masters (laid out as the gradient slab; ZeRO-3: one more host
+  // CheckpointStaging on CUDA, or for background saves: a host twin of the fp32 masters (laid out as the gradient slab; ZeRO-3: one more host
   // buffer of the owned elements instead), of the extra state, and one host buffer per optimizer state buffer
-  if (in.device != Device::CPU)
+  if (in.device != Device::CPU || in.snapshot_checkpoints)
     k.ckpt_staging += static_cast<double>((sharded_params ? 0 : in.grads->bytes()) + in.extra_state_bytes +
                                           (n_state + (sharded_params ? 1 : 0)) * slab_aligned(owned * sizeof(float)));
   return k;
@@ -155,6 +155,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       in.optimizer_buffers = 2;  // AdamW
       in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(schedule, boundary, target.act);
       in.device = target.device;
+      in.snapshot_checkpoints = run.checkpoint.async;
       in.order = {gpt::grad_write_groups(layout), gpt::grad_pinned(layout)};
       in.act = target.act;
       PlannedRanks row = plan_row(model, in);
@@ -193,6 +194,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   in.dp_size = sync_group_size(run, dp);
   in.optimizer_buffers = optimizer_buffers;
   in.device = target.device;
+  in.snapshot_checkpoints = run.checkpoint.async;
   in.extra_state_bytes = m.buffer_bytes;
   in.order = {planned.grad_write_groups(), {}};
   in.act = target.act;

@@ -68,13 +68,14 @@ MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes);
 struct LoopMemoryInputs {
   const Slab* grads = nullptr;  // the model's gradient slab (planned or allocated)
   parallel::GradSyncOptions sync;
-  int dp_size = 1;                 // the gradient sync's group: DP, or the zero shard group under hybrid sharding
-  int optimizer_buffers = 0;       // AdamW 2, SGD with momentum 1, without 0
-  size_t pipeline_bytes = 0;       // parallel::PipelineBuffers of this stage
-  Device device = Device::CPU;     // on CUDA, checkpoints stage through host copies
-  size_t extra_state_bytes = 0;    // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
-  parallel::GradWriteOrder order;  // the model's (ZeRO-2 places its buckets by it)
-  DType act = DType::F32;          // the type the kernels read the parameters in (ZeRO-3 gathers it)
+  int dp_size = 1;                    // the gradient sync's group: DP, or the zero shard group under hybrid sharding
+  int optimizer_buffers = 0;          // AdamW 2, SGD with momentum 1, without 0
+  size_t pipeline_bytes = 0;          // parallel::PipelineBuffers of this stage
+  Device device = Device::CPU;        // on CUDA, checkpoints stage through host copies
+  bool snapshot_checkpoints = false;  // checkpoint.async: the CPU stages through host copies too
+  size_t extra_state_bytes = 0;       // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
+  parallel::GradWriteOrder order;     // the model's (ZeRO-2 places its buckets by it)
+  DType act = DType::F32;             // the type the kernels read the parameters in (ZeRO-3 gathers it)
 };
 // ZeRO-2 at DP > 1: the model's gradient slab is not allocated (model.grads must not count it); the buckets are.
 // ZeRO-3 at DP > 1: nor are its parameters (model.params must not count them); the shard and the gathers are.

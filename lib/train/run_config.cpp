@@ -91,6 +91,7 @@ RunConfig read_run_config(const Config& deck) {
   k.keep = static_cast<int>(deck.get_int("checkpoint.keep"));
   k.at_end = deck.get_bool("checkpoint.at_end");
   k.resume = deck.get_string("checkpoint.resume");
+  k.async = deck.get_bool("checkpoint.async");
 
   c.log.every = deck.get_int("log.every");
   c.log.peak_tflops = deck.get_float("log.peak_tflops");

@@ -50,6 +50,7 @@ struct CheckpointSection {
   int keep = 3;                 // checkpoint.keep (0 = all)
   bool at_end = true;           // checkpoint.at_end
   std::string resume = "none";  // checkpoint.resume
+  bool async = true;            // checkpoint.async: snapshot to host staging, write on a thread of its own
 };
 
 struct LogSection {

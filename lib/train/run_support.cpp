@@ -78,6 +78,10 @@ void add_run_keys(ConfigSchema& s) {
               0.0, 1e9);
   s.int_key("checkpoint.keep", 3, "keep the newest this many checkpoints (0: all)", 0, 1e9);
   s.bool_key("checkpoint.at_end", true, "write a checkpoint after the last step");
+  s.bool_key("checkpoint.async", true,
+             "write checkpoints in the background: the step that saves copies its state to a host staging buffer "
+             "(accounted as ckpt_staging) and a writer thread writes and commits it while training goes on (false: "
+             "the step loop waits for the whole write, and the CPU needs no staging copy)");
   s.string_key("checkpoint.resume", "none",
                "\"latest\" (the newest under <out>/checkpoints; none yet: start "
                "fresh), a step_XXXXXXXX directory, or \"none\"");
@@ -124,10 +128,10 @@ CheckpointCadence::CheckpointCadence(const RunConfig& cfg)
       at_end_(cfg.checkpoint.at_end) {}
 
 CheckpointCadence::Decision CheckpointCadence::decide(comm::Communicator& world, int64_t s, int64_t steps,
-                                                      double step_ms) {
+                                                      double step_ms, double in_flight_s) {
   int32_t flags[3] = {stop_signal_received(), 0, 0};  // signal, deadline near, minutes cadence due
   if (deadline_ > 0) {
-    const double margin = 2.0 * step_ms / 1e3 + 1.5 * last_ckpt_s_ + 2.0;
+    const double margin = 2.0 * step_ms / 1e3 + 1.5 * last_ckpt_s_ + in_flight_s + 2.0;
     flags[1] = unix_now() + margin >= static_cast<double>(deadline_) ? 1 : 0;
   }
   if (minutes_ > 0) flags[2] = since_.seconds() >= minutes_ * 60.0 ? 1 : 0;
@@ -144,10 +148,9 @@ CheckpointCadence::Decision CheckpointCadence::decide(comm::Communicator& world,
   return d;
 }
 
-void CheckpointCadence::saved(double seconds) {
-  last_ckpt_s_ = seconds;
-  since_.reset();
-}
+void CheckpointCadence::started() { since_.reset(); }
+
+void CheckpointCadence::finished(double seconds) { last_ckpt_s_ = seconds; }
 
 int64_t evaluation_forwards(bool params_sharded, int64_t n_eval, int dp, int micro_batch) {
   if (!params_sharded) return 0;

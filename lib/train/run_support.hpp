@@ -41,7 +41,7 @@ double unix_now();  // seconds since the epoch, wall clock
 
 // The deck keys every training app shares, added to a schema inside its [parallel] section: parallel.zero,
 // parallel.bucket_mb, parallel.overlap; then the [comm] (comm.timeout_s) and [checkpoint] sections (every,
-// every_minutes, keep, at_end, resume).
+// every_minutes, keep, at_end, async, resume).
 void add_run_keys(ConfigSchema& s);
 // The optimizer's segments: the ranges this rank updates (whole tensors, or its ZeRO-1 shares), with their gradients.
 // ZeRO-3 (gather): their masters in the parameter shard.
@@ -70,8 +70,9 @@ std::string prepare_output(parallel::ParallelContext& pc, const std::string& out
 struct RunConfig;  // train/run_config.hpp
 
 // The per-step checkpoint and stop decision (docs/contracts.md): SIGUSR1/SIGTERM, train.deadline (with a margin of two
-// steps, 1.5 checkpoint writes and 2 s) and checkpoint.every_minutes are agreed by one allreduce(MAX) over the
-// world, so every rank saves and stops at the same step; checkpoint.every and checkpoint.at_end are local.
+// steps, 1.5 checkpoint writes, what remains of a background write in flight, and 2 s) and checkpoint.every_minutes are
+// agreed by one allreduce(MAX) over the world, so every rank saves and stops at the same step; checkpoint.every and
+// checkpoint.at_end are local.
 class CheckpointCadence {
  public:
   explicit CheckpointCadence(const RunConfig& cfg);
@@ -79,10 +80,13 @@ class CheckpointCadence {
     bool save = false, stop = false;
     const char* why = "";  // the reason, for the log: a signal name, "train.deadline", "every_minutes", "every", "end"
   };
-  // After optimizer step s of steps, which took step_ms.
-  Decision decide(comm::Communicator& world, int64_t s, int64_t steps, double step_ms);
-  // A checkpoint was written and took `seconds` (restarts the minutes cadence, sizes the deadline margin).
-  void saved(double seconds);
+  // After optimizer step s of steps, which took step_ms; in_flight_s: the estimated remaining seconds of a background
+  // write still in flight (a stop must wait for it before its own save).
+  Decision decide(comm::Communicator& world, int64_t s, int64_t steps, double step_ms, double in_flight_s = 0.0);
+  // A save started (restarts the minutes cadence).
+  void started();
+  // A checkpoint write finished and took `seconds`, snapshot to commit (sizes the deadline margin).
+  void finished(double seconds);
 
  private:
   int64_t every_ = 0, deadline_ = 0;

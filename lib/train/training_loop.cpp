@@ -17,6 +17,7 @@
 #include "optim/loss_scaler.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/param_gather.hpp"
+#include "train/checkpoint_writer.hpp"
 #include "train/checkpointing.hpp"
 #include "train/memory_plan.hpp"
 #include "train/loss_scaling.hpp"
@@ -121,8 +122,13 @@ int run_steps(RunSession& run, TrainTask& task) {
   const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync, gather.get()));
   optim::LossScaler scaler(loss_scale_config(cfg, ctx.precision));
   const std::vector<TensorPlacement> placements = task.placements();
-  // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy)
-  CheckpointStaging staging(ctx, task.params(), optimizer_state(*opt), task.extra_state());
+  // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy, unless a
+  // background save needs a snapshot the step loop does not change)
+  const bool background_saves = cfg.checkpoint.async && CheckpointWriter::background_available();
+  CheckpointStaging staging(ctx, task.params(), optimizer_state(*opt), task.extra_state(), background_saves);
+  // checkpoints are written over a communicator of their own, in the background by default (checkpoint.async); declared
+  // after the staging its thread reads, so that it is gone (its save finished) before the staging is freed
+  CheckpointWriter writer(pc, ckpt_root, cfg.checkpoint.keep, background_saves);
   // the stage's communication buffers for its schedule (none for a single stage)
   parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(), pc.pipeline_transport().device(),
                                       task.stage().activation_dtype());
@@ -139,9 +145,12 @@ int run_steps(RunSession& run, TrainTask& task) {
   log_info("MFU peak: {}", run.mfu_peak.tflops > 0.0
                                ? fmt::format("{:.1f} TFLOP/s per rank ({})", run.mfu_peak.tflops, run.mfu_peak.source)
                                : fmt::format("n/a ({})", run.mfu_peak.source));
-  if (ctx.device != Device::CPU)
-    log_info("communicators: {} | checkpoint host staging {}", pc.describe_device_groups(),
-             human_bytes(static_cast<double>(staging.host_bytes())));
+  if (ctx.device != Device::CPU) log_info("communicators: {}", pc.describe_device_groups());
+  log_info("checkpoints: {}{}",
+           writer.background() ? "written in the background (checkpoint.async)" : "written in the foreground",
+           staging.host_bytes() > 0
+               ? fmt::format(", host staging {}", human_bytes(static_cast<double>(staging.host_bytes())))
+               : std::string());
   task.log_setup(*opt);
   // The memory record (train/memory_record.hpp): every slab is planned above and lives for the whole run.
   MemoryKinds memory = task.model_memory();
@@ -190,16 +199,17 @@ int run_steps(RunSession& run, TrainTask& task) {
   task.before_first_step();
 
   CheckpointCadence cadence(cfg);
-  // rank 0 prunes older checkpoints on a thread of its own: a save need not wait for the file system to free them
-  // (waited for before the run ends, and by its destructor on every other way out)
-  ckpt::BackgroundRemover pruner;
   auto save = [&](int64_t s, const char* why) {
+    CheckpointWriter::Job job;
+    job.waited_s = writer.wait();  // the staging holds the previous save until it is written
     Timer snapshot;
     task.before_checkpoint();
-    staging.to_host();  // CUDA: device -> host views, synchronized (the CPU writes its tensors in place)
+    staging.to_host();  // CUDA, or a background save: copies into the host views (else the CPU's tensors in place)
     task.check_replicas(staging, fmt::format("step {}", s));
-    const double snapshot_s = snapshot.seconds();
-    ckpt::Attrs a;
+    job.snapshot_s = snapshot.seconds();
+    job.step = s;
+    job.why = why;
+    ckpt::Attrs& a = job.attrs;
     a.ints["step"] = s;
     a.ints["optim.step"] = opt->step_count();
     add_loss_scaler_attrs(a, ctx, scaler);
@@ -218,18 +228,10 @@ int run_steps(RunSession& run, TrainTask& task) {
     a.strings["app"] = run.app;
     add_launch_attrs(a, run.launch);
     task.checkpoint_attrs(a, s);
-    const SaveResult r = save_checkpoint(pc, ckpt_root, cfg.checkpoint.keep, staging.params(), placements,
-                                         staging.optimizer(), a, staging.extra(), &pruner);
-    cadence.saved(r.seconds + snapshot_s);
-    int64_t bytes = r.bytes_written;
-    pc.world().allreduce(&bytes, 1, DType::I64, comm::ReduceOp::Sum, "checkpoint size");
-    const ckpt::SavePhases& ph = r.phases;
-    log_info(
-        "checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s) | rank 0: snapshot {:.3f} s, crc {:.3f}, write "
-        "{:.3f}, fsync {:.3f}, manifests {:.3f}, index {:.3f}, commit {:.3f}, prune {:.3f}",
-        why, s, r.dir, human_bytes(static_cast<double>(bytes)), r.seconds + snapshot_s,
-        bytes / 1048576.0 / std::max(r.seconds + snapshot_s, 1e-9), snapshot_s, ph.crc_s, ph.write_s, ph.fsync_s,
-        r.manifests_s, ph.index_s, ph.commit_s, ph.prune_s);
+    job.pieces = checkpoint_pieces(pc, staging.params(), placements, staging.optimizer(), staging.extra());
+    cadence.started();
+    writer.start(std::move(job));  // the foreground writes here; the background returns at once
+    cadence.finished(writer.last_duration_s());
   };
 
   // ---- training loop ---------------------------------------------------------------------------------------------
@@ -287,6 +289,8 @@ int run_steps(RunSession& run, TrainTask& task) {
     const double ms = timer.ms();
     const comm::CommVolume volume = pc.comm_volume();  // the step's payload on this rank (rank 0's is recorded)
     step_ms.push_back(ms);
+    writer.poll(s);  // a background save that finished meanwhile: its log line (or its failure)
+    cadence.finished(writer.last_duration_s());
     exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms() + param_wait_ms);
     last_loss = loss;
     task.record_step(s, loss, lr, ls.norm);
@@ -298,7 +302,7 @@ int run_steps(RunSession& run, TrainTask& task) {
       last_eval = eval = task.evaluate();
     const TrainTask::StepReport rep = task.report_step(s, sums);
     // decided collectively (one allreduce(MAX) per step) before the record, which says whether it is the last
-    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms);
+    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms, writer.remaining_s());
     // the memory record: in full in this run's first record, peak and rss again in its last (both collective)
     MetricsWriter::Fields memory_record;
     if (s == start + 1) {
@@ -346,6 +350,7 @@ int run_steps(RunSession& run, TrainTask& task) {
     // ---- checkpoint and stop (decided above) -------------------------------------------------------------------------
     if (dec.save) save(s, dec.why);
     if (dec.stop) {
+      writer.wait();
       log_info("stopping after step {} ({}): checkpoint written; exit code 3 asks to be requeued and resumed with "
                "--set checkpoint.resume=latest",
                s, dec.why);
@@ -353,7 +358,7 @@ int run_steps(RunSession& run, TrainTask& task) {
       break;
     }
   }
-  pruner.wait_and_warn();
+  writer.close();  // the last save written, and nothing of the writer's left running (its HDF5 calls included)
   task.before_checkpoint();
   staging.to_host();
   task.check_replicas(staging, "end of training");

@@ -1,0 +1,88 @@
+#pragma once
+// CheckpointWriter: runs the checkpoint protocol (train/checkpointing.hpp, write_checkpoint) for the step loop, in the
+// foreground or in the background (checkpoint.async, docs/contracts.md "Background saves").
+//
+// Background: the step that saves has copied its state into host staging (CheckpointStaging, snapshot mode on the
+// CPU) and hands the pieces, which point into that staging, to start(); a thread writes and commits them while training
+// goes on, over a duplicate of the world communicator that only that thread drives (MPI_THREAD_MULTIPLE), so its
+// collectives never match the step loop's. At most one save is in flight: the next save (before its snapshot overwrites
+// the staging), a stop and the end of the run wait() for it. While one is in flight every HDF5 call of the process is
+// the writer's (Debian's parallel HDF5 is not thread-safe): the step loop makes none, and whoever needs HDF5 waits first.
+// Foreground: start() writes on the calling thread over the same duplicate, then returns.
+//
+// Every finished save logs one line on rank 0 (where it was written, its size and bandwidth, how long the step loop
+// stalled for it, its phases); a failed one throws from the call that finds it (poll, wait or a foreground start) on
+// every rank: rank 0 reports it (naming the rank that failed and its cause), the others end quietly (PeerError);
+// `latest` and the checkpoint it names are untouched.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/timer.hpp"
+#include "parallel/parallel_context.hpp"
+#include "train/checkpointing.hpp"
+
+namespace hpct::train {
+
+class CheckpointWriter {
+ public:
+  // Collective over pc.world() (duplicates it). background: checkpoint.async and background_available().
+  CheckpointWriter(parallel::ParallelContext& pc, std::string root, int keep, bool background);
+  // The MPI library provides MPI_THREAD_MULTIPLE (else checkpoint.async falls back to the foreground, saying so once).
+  static bool background_available();
+  ~CheckpointWriter();  // waits for a save in flight (errors are logged, not thrown)
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  bool background() const { return background_; }
+
+  struct Job {
+    int64_t step = 0;
+    const char* why = "";  // the cadence's reason, for the log
+    ckpt::Attrs attrs;
+    std::vector<ckpt::Piece> pieces;  // into host memory that stays unchanged until the save finishes
+    double snapshot_s = 0.0;          // the step loop's copy into staging (and replica check), for the log
+    double waited_s = 0.0;            // the step loop's wait for the previous save, for the log
+  };
+  // Background: starts the thread and returns (no save may be in flight: wait() first). Foreground: writes, logs and
+  // returns. Collective (every rank starts the same step).
+  void start(Job job);
+  // Without blocking: when the save in flight has finished, logs it (or throws its failure). `step`: the step just
+  // completed, for the log's "during steps" range.
+  void poll(int64_t step);
+  // Blocks until no save is in flight (logs it, or throws its failure); returns the seconds waited.
+  double wait();
+  // wait(), then the background prune of older checkpoints (the end of the run: nothing left running)
+  void close();
+  bool in_flight() const { return thread_.joinable(); }
+  // Seconds the last finished save took, snapshot to commit (0 before the first): the deadline's margin
+  double last_duration_s() const { return last_duration_s_; }
+  // Estimated seconds left of the save in flight (0 when none): the previous save's duration less the time this one
+  // has run (the first one: as long again as it has run so far); the deadline's margin adds it.
+  double remaining_s() const;
+
+ private:
+  void finish(bool log);  // joins the thread, logs the finished save (or throws its failure)
+  void report(const SaveResult& r, double stall_s);
+
+  std::string root_;
+  int keep_ = 0;
+  bool background_ = true;
+  std::unique_ptr<comm::MpiCommunicator> comm_;  // the world's duplicate: driven by one thread at a time
+  ckpt::BackgroundRemover pruner_;               // rank 0 prunes older checkpoints on a thread of its own
+  Job job_;
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  SaveResult result_;
+  std::string thread_failure_;  // an exception the protocol itself threw (communication), for the main thread
+  Timer since_start_;
+  int64_t last_step_seen_ = 0;
+  double last_duration_s_ = 0.0;
+};
+
+}  // namespace hpct::train

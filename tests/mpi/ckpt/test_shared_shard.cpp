@@ -160,9 +160,10 @@ class SharedScratch {
  public:
   SharedScratch() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string p = (fs::temp_directory_path() /
-                     ("hpct_shared_shard_" + std::string(info->name()) + "_" + std::to_string(::getpid())))
-                        .string();
+    std::string name = info->name();  // "WholeTensorsHyperslabsAndVerify/single": one path component
+    std::replace(name.begin(), name.end(), '/', '_');
+    std::string p =
+        (fs::temp_directory_path() / ("hpct_shared_shard_" + name + "_" + std::to_string(::getpid()))).string();
     int len = static_cast<int>(p.size());
     MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
     p.resize(static_cast<size_t>(len));

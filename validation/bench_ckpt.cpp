@@ -7,9 +7,17 @@
 // previous one, in the background as the trainer does). verify() is timed too, but it reads from the page cache right after the write: it measures
 // CRC + HDF5 read speed, not the disk.
 //
-// Usage: mpirun -np N bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3]
-// Output: one row per repetition, then `BENCH_CKPT np=N size_mib=S ... MiB_per_s=X` (median over reps).
-// validation/bench_ckpt.sh runs it at np 1 and 2 and compares with dd (conv=fsync) on the same directory.
+// --files (checkpoint.files): per_rank (write_shard: one file per rank, no communication), per_node
+// (write_shared_shard over the ranks of a node: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), or ranks grouped by
+// rank / K when HPCT_CKPT_RANKS_PER_NODE=K, so that one machine can stand for several nodes; file node_<i>.h5 with i the
+// node's rank among the node leaders) or single (write_shared_shard over all ranks into shards.h5). `files` counts the
+// files one checkpoint creates, index.h5 included. HPCT_CKPT_SHARED_COLLECTIVE=1 makes the shared modes' data
+// transfers collective (see lib/ckpt/shared_shard.hpp).
+//
+// Usage: mpirun -np N bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3] [--files per_rank|per_node|single]
+// Output: one row per repetition, then `BENCH_CKPT np=N files_mode=M files=F size_mib=S ... MiB_per_s=X` (median over
+// reps). validation/bench_ckpt.sh runs it at np 1 and 2 and compares with dd (conv=fsync) on the same directory;
+// validation/bench_ckpt_files.py compares the three --files modes at np 2, 4, 8.
 #include <mpi.h>
 
 #include <algorithm>
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/shared_shard.hpp"
 
 namespace {
 
@@ -74,6 +83,34 @@ std::vector<Spec> make_model(int64_t target) {
   return model;
 }
 
+// The ranks that share one file under --files per_node, and the node's index (its rank among the node leaders).
+struct Node {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int index = 0, count = 1;
+};
+
+Node make_node(int rank) {
+  Node n;
+  const char* k = std::getenv("HPCT_CKPT_RANKS_PER_NODE");
+  if (k != nullptr && std::atoi(k) > 0) MPI_Comm_split(MPI_COMM_WORLD, rank / std::atoi(k), rank, &n.comm);
+  else
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &n.comm);
+  int node_rank = 0;
+  MPI_Comm_rank(n.comm, &node_rank);
+  MPI_Comm leaders = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, node_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
+  int ids[2] = {0, 0};  // node index, number of nodes
+  if (leaders != MPI_COMM_NULL) {
+    MPI_Comm_rank(leaders, &ids[0]);
+    MPI_Comm_size(leaders, &ids[1]);
+    MPI_Comm_free(&leaders);
+  }
+  MPI_Bcast(ids, 2, MPI_INT, 0, n.comm);
+  n.index = ids[0];
+  n.count = ids[1];
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,6 +123,7 @@ int main(int argc, char** argv) {
   std::string dir = "bench_ckpt_tmp";
   int64_t size_mib = 512;
   int reps = 3;
+  std::string files = "per_rank";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
@@ -93,14 +131,24 @@ int main(int argc, char** argv) {
       size_mib = std::atoll(argv[++i]);
     else if (a == "--reps" && i + 1 < argc)
       reps = std::atoi(argv[++i]);
+    else if (a == "--files" && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "per_rank" || std::string(argv[i + 1]) == "per_node" ||
+              std::string(argv[i + 1]) == "single"))
+      files = argv[++i];
     else {
-      if (rank == 0) std::fprintf(stderr, "usage: bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3]\n");
+      if (rank == 0)
+        std::fprintf(stderr,
+                     "usage: bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3] [--files per_rank|per_node|single]\n");
       MPI_Finalize();
       return 2;
     }
   }
 
   int code = 0;
+  Node node;
+  if (files == "per_node") node = make_node(rank);
+  // files one checkpoint creates: the data files and index.h5
+  const int nfiles = 1 + (files == "per_rank" ? world : files == "per_node" ? node.count : 1);
   try {
     const int64_t total_elems = size_mib * (1 << 20) / 4;
     const auto model = make_model(total_elems);
@@ -134,9 +182,11 @@ int main(int argc, char** argv) {
       std::filesystem::remove_all(dir);
       std::filesystem::create_directories(dir);
       std::printf(
-          "# bench_ckpt: np=%d, %lld MiB of f32 in %zu tensors (%lld MiB per rank, %zu pieces on rank 0), dir %s\n",
+          "# bench_ckpt: np=%d, %lld MiB of f32 in %zu tensors (%lld MiB per rank, %zu pieces on rank 0), dir %s, "
+          "files %s (%d files per checkpoint, index.h5 included)%s\n",
           world, static_cast<long long>(size_mib), model.size(), static_cast<long long>(size_mib / world),
-          pieces.size(), dir.c_str());
+          pieces.size(), dir.c_str(), files.c_str(), nfiles,
+          std::getenv("HPCT_CKPT_SHARED_COLLECTIVE") != nullptr ? ", HPCT_CKPT_SHARED_COLLECTIVE set" : "");
       std::printf("%4s %10s %8s %8s %8s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "crc_s",
                   "write_s", "fsync_s", "gather_s", "index_s", "commit_s", "prune_s", "total_s", "MiB/s", "verify_s",
                   "verify_MiB/s");
@@ -149,7 +199,12 @@ int main(int argc, char** argv) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = now();
       ck::SavePhases ph;
-      const ck::ShardManifest m = ck::write_shard(tmp, rank, pieces, &ph);
+      const ck::ShardManifest m = files == "per_rank" ? ck::write_shard(tmp, rank, pieces, &ph)
+                                  : files == "per_node"
+                                      ? ck::write_shared_shard(node.comm, tmp, ck::node_file_name(node.index), rank,
+                                                               pieces, &ph)
+                                      : ck::write_shared_shard(MPI_COMM_WORLD, tmp, ck::kSingleFileName, rank, pieces,
+                                                               &ph);
       const double t1 = now();
       // Gather the manifests' JSON to rank 0 (metadata only).
       const std::string js = m.to_json();
@@ -207,11 +262,12 @@ int main(int argc, char** argv) {
     }
     pruner.wait();
     if (rank == 0) {
-      std::printf("BENCH_CKPT np=%d size_mib=%lld reps=%d shard_s=%.3f crc_s=%.3f write_s=%.3f fsync_s=%.3f "
+      std::printf("BENCH_CKPT np=%d files_mode=%s files=%d size_mib=%lld reps=%d shard_s=%.3f crc_s=%.3f write_s=%.3f "
+                  "fsync_s=%.3f "
                   "index_s=%.3f commit_s=%.3f prune_s=%.3f total_s=%.3f MiB_per_s=%.1f verify_MiB_per_s=%.1f "
                   "(medians)\n",
-                  world, static_cast<long long>(size_mib), reps, median(shards_t), median(crc_t), median(write_t),
-                  median(fsync_t), median(index_t), median(commit_t), median(prune_t), median(totals),
+                  world, files.c_str(), nfiles, static_cast<long long>(size_mib), reps, median(shards_t), median(crc_t),
+                  median(write_t), median(fsync_t), median(index_t), median(commit_t), median(prune_t), median(totals),
                   static_cast<double>(size_mib) / median(totals), static_cast<double>(size_mib) / median(verify_t));
       std::filesystem::remove_all(dir);
     }
@@ -220,6 +276,7 @@ int main(int argc, char** argv) {
     code = 1;
   }
   if (code != 0 && world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (node.comm != MPI_COMM_NULL) MPI_Comm_free(&node.comm);
   MPI_Finalize();
   return code;
 }

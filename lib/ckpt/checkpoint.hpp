@@ -210,8 +210,9 @@ class Reader {
 };
 
 // Checks that every shard file named in the index exists and that every piece's bytes match its
-// CRC32C (and the attribute in the shard file). Checks the shard files with (file index % nparts ==
-// part), so ranks can split the work. Throws hpct::Error naming the file and the tensor on the first
+// CRC32C (and the attribute in the shard file). Checks the manifests with (manifest index % nparts ==
+// part), so ranks can split the work (a file shared by several ranks, see shared_shard.hpp, holds several
+// manifests: each of its pieces is still checked once, by the part that holds its manifest). Throws hpct::Error naming the file and the tensor on the first
 // problem (missing file, truncated/unreadable file, missing dataset, checksum mismatch).
 // Returns the number of bytes checked.
 int64_t verify(const std::string& step_dir, int part = 0, int nparts = 1);

@@ -105,6 +105,13 @@ inline void fsync_dir(const std::string& path) { fsync_path(path, true); }
 // HPCT_CKPT_PAUSE_AT test hook (checkpoint.hpp): sleeps for an hour when the variable equals `phase`.
 void pause_if_requested(const char* phase);
 
+// Piece checks of the writers (write_shard, write_shared_shard); errors name the tensor.
+// A logical name: slash-separated non-empty components, no "." or "..".
+void check_dataset_name(const std::string& name);
+// offset/count of a piece inside global (same rank, at least one axis, in bounds).
+void check_box(const std::string& name, const std::vector<int64_t>& global, const std::vector<int64_t>& offset,
+               const std::vector<int64_t>& count);
+
 int64_t numel(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);  // "(3, 4)"
 

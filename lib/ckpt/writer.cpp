@@ -16,7 +16,8 @@ namespace hpct::ckpt {
 using namespace detail;
 namespace fs = std::filesystem;
 
-namespace {
+// Piece checks shared with write_shared_shard (declared in ckpt_internal.hpp).
+namespace detail {
 
 // A logical name becomes an HDF5 path in the shard files and in the index: non-empty components, no
 // leading or trailing '/', no "." or ".." components. Dots inside a component are fine ("h.0.attn.qkv.weight").
@@ -48,6 +49,10 @@ void check_box(const std::string& name, const std::vector<int64_t>& global, cons
                "tensor {}: piece offset {} count {} is outside the global shape {} (axis {})", name, shape_str(offset),
                shape_str(count), shape_str(global), a);
 }
+
+}  // namespace detail
+
+namespace {
 
 // The VDS mapping strings treat '%' as a format character (%b: block number); '%%' is a literal '%'.
 std::string escape_vds_name(const std::string& s) {

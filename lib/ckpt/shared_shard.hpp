@@ -1,0 +1,60 @@
+#pragma once
+// Shared shard files (checkpoint.files = per_node | single): several ranks write their pieces into ONE HDF5 file,
+// collectively, with parallel HDF5 (MPI-IO), so that a checkpoint of N ranks creates N / ranks-per-node files (or one)
+// instead of N. At scale the metadata server, not the bandwidth, limits a save that creates a file per rank.
+//
+// The file holds, for every rank r of the communicator, its pieces as the datasets /rank_%05d/<D>/piece_<k> (the
+// caller's world rank: unique in the file), contiguous, with the same attributes as write_shard's (global_shape,
+// offset, count, split_axis, replica, crc32c). The manifest that comes back is the one write_shard would return with
+// file = the shared file's name and every file_dataset prefixed with rank_%05d/, so the protocol of checkpoint.hpp is
+// unchanged: gather every rank's manifest to rank 0, write_index (several manifests naming one file map into it like
+// any shard), commit. Reader and verify see no difference.
+//
+// Protocol inside (all collective over comm; every rank makes the same HDF5 calls with the same arguments):
+//   every rank: checks its pieces and computes their CRC32C (its own bytes, nothing moves);
+//   allgather of every rank's piece metadata and CRCs (also how ranks learn that one failed its checks);
+//   create the file; create every rank's datasets and write their attributes on every rank (HDF5 metadata must be
+//   identical on every rank); every rank writes the data of its own pieces (independent MPI-IO transfers); collective
+//   close; every rank fsyncs the file (on a parallel file system a client flushes only the pages it wrote), comm's
+//   rank 0 fsyncs the directory; a last agreement, so that on return every rank's bytes are durable.
+// Between stages the ranks agree (an allreduce) whether every rank succeeded: a rank that failed rethrows its own error,
+// the others throw one naming the file and the failed rank, so that no rank waits in a collective call that another
+// rank will never make. (A failure inside a collective HDF5 stage that strikes only some ranks, e.g. out of memory in the
+// middle of creating the datasets, can still leave HDF5's collective metadata inconsistent: the agreement after the stage
+// catches it, but the collective close that follows is HDF5's to survive.)
+//
+// Threads. comm may be used from any one thread (the MPI library provides MPI_THREAD_MULTIPLE), but nothing else may
+// use comm during the call (pass a communicator reserved for checkpoints), and HDF5 (Debian's parallel build is not
+// thread-safe) must not be called by another thread meanwhile. MPI_COMM_WORLD is never used.
+//
+// Waits are not bounded by comm.timeout_s: a rank that never arrives (killed) blocks the others in MPI, as any
+// collective of the save does; the job's launcher (mpirun, srun) ends the others when a rank dies.
+//
+// Measurement switch: HPCT_CKPT_SHARED_COLLECTIVE=1 writes the data with collective MPI-IO transfers (one collective
+// H5Dwrite per dataset, empty selections on every rank but the owner) instead of independent ones; see
+// validation/bench_ckpt.cpp for what each costs.
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace hpct::ckpt {
+
+// Name of the shared file of node `node` (checkpoint.files = per_node): "node_00001.h5".
+std::string node_file_name(int node);
+// Name of the one file of checkpoint.files = single.
+inline constexpr const char* kSingleFileName = "shards.h5";
+
+// Collective over comm: every rank of comm writes its pieces into the one file dir/file_name (dir created if needed,
+// the file created or truncated), fsynced by every rank, the directory fsynced by comm's rank 0. Returns this rank's
+// manifest: file = file_name, every piece's file_dataset prefixed "rank_%05d/" with `rank` (the caller's world rank:
+// the ranks of comm must pass distinct values), crc as write_shard computes it. Same piece rules (pieces of 0 elements
+// are not written; at least one axis, a consistent box, non-null data), attributes and error style as write_shard;
+// every rank of comm must pass the same dir and file_name. phases (optional) filled as write_shard does: crc_s (this
+// rank's CRC32C), write_s (the agreements, file creation, datasets, data, the collective close), fsync_s.
+ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const std::string& file_name, int rank,
+                                 const std::vector<Piece>& pieces, SavePhases* phases = nullptr);
+
+}  // namespace hpct::ckpt

@@ -11,9 +11,11 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/h5_check.hpp"
@@ -55,7 +57,9 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   // A returned code (0, or 3 = checkpointed and stopped) is collective: every rank finalizes. An error
   // may be on one rank only: abort the whole job.
   if (failed && world > 1) {
-    if ((usage && !rank_local && rank != 0) || peer) sleep(2);  // let the reporting rank print and abort first
+    // let the reporting rank print and abort first (sleep_for resumes after a signal: the abort's SIGTERM reaches a
+    // trainer's stop handler, which would cut sleep(2) short and abort this rank first, losing rank 0's message)
+    if ((usage && !rank_local && rank != 0) || peer) std::this_thread::sleep_for(std::chrono::seconds(2));
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   MPI_Finalize();

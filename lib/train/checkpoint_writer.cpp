@@ -3,12 +3,15 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <exception>
 #include <utility>
 
 #include "core/error.hpp"
+#include "ckpt/shared_shard.hpp"
 #include "core/format.hpp"
+#include "core/mpi_check.hpp"
 #include "core/log.hpp"
 
 namespace hpct::train {
@@ -23,30 +26,75 @@ MPI_Comm mpi_world(parallel::ParallelContext& pc) {
   return world->mpi_comm();
 }
 
+// The ranks that share a file and its name (checkpoint.files); collective over world.
+ShardFiles shard_files(MPI_Comm world, const std::string& mode) {
+  ShardFiles f;
+  f.mode = mode;
+  if (mode == "per_rank") return f;
+  HPCT_CHECK(mode == "per_node" || mode == "single", "checkpoint.files = {}", mode);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  if (mode == "single") {
+    MPI_CHECK(MPI_Comm_dup(world, &f.comm));
+    f.file_name = ckpt::kSingleFileName;
+    return f;
+  }
+  const char* k = std::getenv("HPCT_CKPT_RANKS_PER_NODE");  // test seam: K ranks per emulated node
+  if (k != nullptr && std::atoi(k) > 0) {
+    MPI_CHECK(MPI_Comm_split(world, rank / std::atoi(k), rank, &f.comm));
+  } else {
+    MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &f.comm));
+  }
+  int node_rank = 0;
+  MPI_CHECK(MPI_Comm_rank(f.comm, &node_rank));
+  MPI_Comm leaders = MPI_COMM_NULL;  // every node's first rank, in world order: the node's index is its rank there
+  MPI_CHECK(MPI_Comm_split(world, node_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders));
+  int node = 0;
+  if (leaders != MPI_COMM_NULL) {
+    MPI_CHECK(MPI_Comm_rank(leaders, &node));
+    MPI_CHECK(MPI_Comm_free(&leaders));
+  }
+  MPI_CHECK(MPI_Bcast(&node, 1, MPI_INT, 0, f.comm));
+  f.file_name = ckpt::node_file_name(node);
+  return f;
+}
+
 }  // namespace
 
-CheckpointWriter::CheckpointWriter(parallel::ParallelContext& pc, std::string root, int keep, bool background)
+CheckpointWriter::CheckpointWriter(parallel::ParallelContext& pc, std::string root, int keep, bool background,
+                                   const std::string& files)
     : root_(std::move(root)),
       keep_(keep),
       background_(background),
-      comm_(std::make_unique<comm::MpiCommunicator>(mpi_world(pc), "checkpoint writer", options_of(pc.world()))) {
-  HPCT_CHECK(!background_ || background_available(), "a background checkpoint writer needs MPI_THREAD_MULTIPLE");
+      comm_(std::make_unique<comm::MpiCommunicator>(mpi_world(pc), "checkpoint writer", options_of(pc.world()))),
+      files_(shard_files(comm_->mpi_comm(), files)) {
+  HPCT_CHECK(!background_ || files_.mode == "per_rank", "a background checkpoint writer writes per_rank files");
 }
 
-bool CheckpointWriter::background_available() {
+bool CheckpointWriter::background_possible(bool async, const std::string& files) {
+  if (!async) return false;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
-  static const bool warned = [&] {
-    if (provided < MPI_THREAD_MULTIPLE)
-      log_info("checkpoint.async: the MPI library does not provide MPI_THREAD_MULTIPLE: checkpoints are written in the "
-               "foreground");
-    return true;
-  }();
-  (void)warned;
-  return provided >= MPI_THREAD_MULTIPLE;
+  if (provided < MPI_THREAD_MULTIPLE) {
+    log_info("checkpoint.async: the MPI library does not provide MPI_THREAD_MULTIPLE: checkpoints are written in the "
+             "foreground");
+    return false;
+  }
+  if (files != "per_rank") {
+    log_info("checkpoint.async: checkpoint.files = {} writes through MPI-IO, which creates communicators during the "
+             "save: checkpoints are written in the foreground (per_rank files are written in the background)",
+             files);
+    return false;
+  }
+  return true;
 }
 
 CheckpointWriter::~CheckpointWriter() {
+  wait_quietly();
+  if (files_.comm != MPI_COMM_NULL) MPI_Comm_free(&files_.comm);
+}
+
+void CheckpointWriter::wait_quietly() {
   if (!thread_.joinable()) return;
   // unwinding from another error: finish the save (its collectives need every rank's writer), say how it ended
   try {
@@ -63,13 +111,13 @@ void CheckpointWriter::close() {
 }
 
 void CheckpointWriter::start(Job job) {
-  HPCT_CHECK(!thread_.joinable(), "checkpoint step {}: the save of step {} is still in flight (wait() first)",
-             job.step, job_.step);
+  HPCT_CHECK(!thread_.joinable(), "checkpoint step {}: the save of step {} is still in flight (wait() first)", job.step,
+             job_.step);
   job_ = std::move(job);
   since_start_.reset();
   last_step_seen_ = job_.step;
   if (!background_) {
-    const SaveResult r = write_checkpoint(*comm_, root_, keep_, job_.attrs, job_.pieces, &pruner_);
+    const SaveResult r = write_checkpoint(*comm_, root_, keep_, job_.attrs, job_.pieces, &pruner_, files_);
     last_duration_s_ = r.seconds + job_.snapshot_s;
     result_ = r;
     report(r, job_.waited_s + job_.snapshot_s + r.seconds);
@@ -79,7 +127,7 @@ void CheckpointWriter::start(Job job) {
   thread_failure_.clear();
   thread_ = std::thread([this] {
     try {
-      result_ = write_checkpoint(*comm_, root_, keep_, job_.attrs, job_.pieces, &pruner_);
+      result_ = write_checkpoint(*comm_, root_, keep_, job_.attrs, job_.pieces, &pruner_, files_);
     } catch (const Error& e) {
       thread_failure_ = fmt::format("rank {}: {}", comm_->rank(), e.cause());
     } catch (const std::exception& e) {
@@ -141,10 +189,10 @@ void CheckpointWriter::report(const SaveResult& r, double stall_s) {
   }
   const ckpt::SavePhases& ph = r.phases;
   const double total_s = job_.snapshot_s + r.seconds;
-  const std::string where =
-      !background_                   ? std::string("foreground")
-      : last_step_seen_ > job_.step ? fmt::format("background, during steps {}..{}", job_.step + 1, last_step_seen_)
-                                    : std::string("background, no step overlapped it");
+  const std::string where = !background_ ? std::string("foreground")
+                            : last_step_seen_ > job_.step
+                                ? fmt::format("background, during steps {}..{}", job_.step + 1, last_step_seen_)
+                                : std::string("background, no step overlapped it");
   log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s) | {}: step loop stalled {:.3f} s, write "
            "{:.2f} s | rank 0: snapshot {:.3f} s, crc {:.3f}, write {:.3f}, fsync {:.3f}, manifests {:.3f}, index "
            "{:.3f}, commit {:.3f}, prune {:.3f}",

@@ -10,6 +10,10 @@
 // the writer's (Debian's parallel HDF5 is not thread-safe): the step loop makes none, and whoever needs HDF5 waits first.
 // Foreground: start() writes on the calling thread over the same duplicate, then returns.
 //
+// checkpoint.files = per_node groups the ranks of one node (MPI_Comm_split_type SHARED; the test seam
+// HPCT_CKPT_RANKS_PER_NODE=K groups ranks by rank / K instead, so that one machine stands for several nodes) and names
+// the file by the node's rank among the nodes' first ranks; single puts every rank in one file.
+//
 // Every finished save logs one line on rank 0 (where it was written, its size and bandwidth, how long the step loop
 // stalled for it, its phases); a failed one throws from the call that finds it (poll, wait or a foreground start) on
 // every rank: rank 0 reports it (naming the rank that failed and its cause), the others end quietly (PeerError);
@@ -31,10 +35,15 @@ namespace hpct::train {
 
 class CheckpointWriter {
  public:
-  // Collective over pc.world() (duplicates it). background: checkpoint.async and background_available().
-  CheckpointWriter(parallel::ParallelContext& pc, std::string root, int keep, bool background);
-  // The MPI library provides MPI_THREAD_MULTIPLE (else checkpoint.async falls back to the foreground, saying so once).
-  static bool background_available();
+  // Collective over pc.world() (duplicates it; files = per_node or single: also the communicator of the ranks that share
+  // a file). background: background_possible(). files: checkpoint.files.
+  CheckpointWriter(parallel::ParallelContext& pc, std::string root, int keep, bool background,
+                   const std::string& files = "per_rank");
+  // Whether checkpoint.async = `async` with checkpoint.files = `files` writes in the background (else the foreground,
+  // saying why once): the MPI library must provide MPI_THREAD_MULTIPLE, and files must be per_rank. The shared-file
+  // modes write through HDF5's MPI-IO driver, which creates communicators (MPI_Comm_dup) inside the save; with Open MPI
+  // 4.1 that hung or failed (MPI_ERR_TRUNCATE in libnbc) whenever the step loop's collectives ran meanwhile.
+  static bool background_possible(bool async, const std::string& files);
   ~CheckpointWriter();  // waits for a save in flight (errors are logged, not thrown)
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -67,13 +76,16 @@ class CheckpointWriter {
   double remaining_s() const;
 
  private:
-  void finish(bool log);  // joins the thread, logs the finished save (or throws its failure)
+  void finish(bool log);
+  void
+  wait_quietly();  // the destructor's wait: a failure is logged, not thrown  // joins the thread, logs the finished save (or throws its failure)
   void report(const SaveResult& r, double stall_s);
 
   std::string root_;
   int keep_ = 0;
   bool background_ = true;
   std::unique_ptr<comm::MpiCommunicator> comm_;  // the world's duplicate: driven by one thread at a time
+  ShardFiles files_;                             // files_.comm: split from comm_, driven with it
   ckpt::BackgroundRemover pruner_;               // rank 0 prunes older checkpoints on a thread of its own
   Job job_;
   std::thread thread_;

@@ -9,6 +9,7 @@
 
 #include <fmt/ranges.h>
 
+#include "ckpt/shared_shard.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -235,7 +236,8 @@ void fail_if_requested(int64_t step, int rank) {
 }  // namespace
 
 SaveResult write_checkpoint(comm::Communicator& comm, const std::string& root, int keep, const ckpt::Attrs& attrs,
-                            const std::vector<ckpt::Piece>& pieces, ckpt::BackgroundRemover* remover) {
+                            const std::vector<ckpt::Piece>& pieces, ckpt::BackgroundRemover* remover,
+                            const ShardFiles& files) {
   Timer timer;
   SaveResult r;
   const int rank = comm.rank();
@@ -265,8 +267,15 @@ SaveResult write_checkpoint(comm::Communicator& comm, const std::string& root, i
 
   std::string entry;  // '+' and the manifest's JSON, or '-' and what failed on this rank
   try {
-    fail_if_requested(step, rank);
-    entry = "+" + ckpt::write_shard(tmp.string(), rank, pieces, &r.phases).to_json();
+    if (files.mode == "per_rank") {
+      fail_if_requested(step, rank);
+      entry = "+" + ckpt::write_shard(tmp.string(), rank, pieces, &r.phases).to_json();
+    } else {
+      const ckpt::ShardManifest m = ckpt::write_shared_shard(files.comm, tmp.string(), files.file_name, rank, pieces,
+                                                             &r.phases);
+      fail_if_requested(step, rank);  // after the collective write, which every rank of files.comm must join
+      entry = "+" + m.to_json();
+    }
   } catch (const Error& e) {
     entry = fmt::format("-rank {}: {}", rank, e.cause());
   }

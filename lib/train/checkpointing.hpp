@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <mpi.h>
+
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/tensor_source.hpp"
 #include "comm/communicator.hpp"
@@ -108,17 +110,27 @@ struct SaveResult {
   double manifests_s = 0.0;
   ckpt::SavePhases phases;
 };
+// Where a rank's pieces go (checkpoint.files): its own shard file (per_rank, no communication), or a file it shares with
+// the other ranks of `comm` (per_node: the node's ranks; single: every rank), written collectively (ckpt/shared_shard.hpp).
+struct ShardFiles {
+  std::string mode = "per_rank";
+  MPI_Comm comm = MPI_COMM_NULL;  // per_node, single: the ranks that share the file (driven by the writing thread only)
+  std::string file_name;          // per_node, single: node_%05d.h5, shards.h5
+};
+
 // Writes the checkpoint of step attrs.ints["step"] under root (DIR/checkpoints), collective over comm (the world, or
 // the background writer's duplicate of it; only the calling thread drives comm). The protocol (docs/contracts.md):
 //   rank 0 clears and creates .tmp_step_N; its outcome is broadcast
-//   every rank writes its pieces into its shard file and fsyncs it (no data moves)
+//   every rank writes its pieces into its shard file and fsyncs it (no data moves; files = per_node or single: into the
+//     file its group shares, collectively over files.comm)
 //   the outcomes (manifest, or failure) are allgathered; rank 0 writes index.h5 and commits (rename, latest, prune)
 //     only when every rank succeeded; its outcome is broadcast: every rank returns once the checkpoint is visible
 // A failure on any rank is returned in SaveResult::error on every rank (no exception; a communication failure still
 // throws), and leaves `latest` and the checkpoint it names untouched.
 // remover (optional, rank 0's): prunes the older checkpoints in the background (ckpt::commit).
 SaveResult write_checkpoint(comm::Communicator& comm, const std::string& root, int keep, const ckpt::Attrs& attrs,
-                            const std::vector<ckpt::Piece>& pieces, ckpt::BackgroundRemover* remover = nullptr);
+                            const std::vector<ckpt::Piece>& pieces, ckpt::BackgroundRemover* remover = nullptr,
+                            const ShardFiles& files = {});
 
 // Loads this rank's parameters (its hyperslab of every global tensor) and optimizer segments from dir,
 // whatever layout wrote it, into host memory (for a run on a device: CheckpointStaging's views, then to_device()).

@@ -92,6 +92,7 @@ RunConfig read_run_config(const Config& deck) {
   k.at_end = deck.get_bool("checkpoint.at_end");
   k.resume = deck.get_string("checkpoint.resume");
   k.async = deck.get_bool("checkpoint.async");
+  k.files = deck.get_string("checkpoint.files");
 
   c.log.every = deck.get_int("log.every");
   c.log.peak_tflops = deck.get_float("log.peak_tflops");

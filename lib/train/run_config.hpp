@@ -45,12 +45,13 @@ struct ParallelSection {
 };
 
 struct CheckpointSection {
-  int64_t every = 0;            // checkpoint.every (steps, 0 = off)
-  double every_minutes = 0.0;   // checkpoint.every_minutes (0 = off)
-  int keep = 3;                 // checkpoint.keep (0 = all)
-  bool at_end = true;           // checkpoint.at_end
-  std::string resume = "none";  // checkpoint.resume
-  bool async = true;            // checkpoint.async: snapshot to host staging, write on a thread of its own
+  int64_t every = 0;               // checkpoint.every (steps, 0 = off)
+  double every_minutes = 0.0;      // checkpoint.every_minutes (0 = off)
+  int keep = 3;                    // checkpoint.keep (0 = all)
+  bool at_end = true;              // checkpoint.at_end
+  std::string resume = "none";     // checkpoint.resume
+  bool async = true;               // checkpoint.async: snapshot to host staging, write on a thread of its own
+  std::string files = "per_rank";  // checkpoint.files: per_rank | per_node | single (shard files per checkpoint)
 };
 
 struct LogSection {

@@ -82,6 +82,11 @@ void add_run_keys(ConfigSchema& s) {
              "write checkpoints in the background: the step that saves copies its state to a host staging buffer "
              "(accounted as ckpt_staging) and a writer thread writes and commits it while training goes on (false: "
              "the step loop waits for the whole write, and the CPU needs no staging copy)");
+  s.string_key("checkpoint.files", "per_rank",
+               "shard files of a checkpoint: per_rank (one per rank, no communication), per_node (one per node, the "
+               "node's ranks writing collectively with parallel HDF5), single (one file, every rank collectively); "
+               "any of them restores onto any layout",
+               {"per_rank", "per_node", "single"});
   s.string_key("checkpoint.resume", "none",
                "\"latest\" (the newest under <out>/checkpoints; none yet: start "
                "fresh), a step_XXXXXXXX directory, or \"none\"");

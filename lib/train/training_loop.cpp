@@ -124,11 +124,11 @@ int run_steps(RunSession& run, TrainTask& task) {
   const std::vector<TensorPlacement> placements = task.placements();
   // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy, unless a
   // background save needs a snapshot the step loop does not change)
-  const bool background_saves = cfg.checkpoint.async && CheckpointWriter::background_available();
+  const bool background_saves = CheckpointWriter::background_possible(cfg.checkpoint.async, cfg.checkpoint.files);
   CheckpointStaging staging(ctx, task.params(), optimizer_state(*opt), task.extra_state(), background_saves);
   // checkpoints are written over a communicator of their own, in the background by default (checkpoint.async); declared
   // after the staging its thread reads, so that it is gone (its save finished) before the staging is freed
-  CheckpointWriter writer(pc, ckpt_root, cfg.checkpoint.keep, background_saves);
+  CheckpointWriter writer(pc, ckpt_root, cfg.checkpoint.keep, background_saves, cfg.checkpoint.files);
   // the stage's communication buffers for its schedule (none for a single stage)
   parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(), pc.pipeline_transport().device(),
                                       task.stage().activation_dtype());

@@ -25,6 +25,13 @@ independence, exact restarts, checkpoint integrity and failure handling. One sce
             HPCT_HDF5_DEBUG=1 brings HDF5's stack back
   crash     SIGKILL of the job while a checkpoint is being written (at two phases) leaves `latest`
             at the previous checkpoint, which verifies and resumes
+  background  checkpoint.async (the default): SIGKILL of the whole job (every rank) at random moments of a run that
+            checkpoints every step, until 10 kills interrupted a background write (a .tmp_step_* left; at most 25
+            kills; the seed is printed, HPCT_TEST_SEED sets it): `latest` always names a step_* that verifies, and 4
+            of those kills at random resume to the last step bitwise equal to an uninterrupted run (losses and every
+            tensor); a failed shard write (HPCT_CKPT_FAIL_AT, rank 1 background and foreground, rank 0 background):
+            exit 1, one line from rank 0 naming the step, the rank and the cause, no HDF5 error stack, `latest` stays
+            at the previous checkpoint, which verifies; checkpoint.async=false gives the same losses and checkpoint bits
   signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed
             run ends bitwise equal to an uninterrupted one; train.deadline does the same
   recompute train.recompute = none, selective, full on one layout after another (serial; DP 2 x PP 2 GPipe; TP 2 x PP 2
@@ -132,6 +139,43 @@ def rank_pid(out, rank):
         if exe.encode() in cl and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and out.encode() in cl:
             return int(pid)
     return None
+
+
+def session_pids(sid):
+    """The live (not zombie) processes of session sid: a job started with start_new_session=True is mpirun's session,
+    which its ranks keep (Open MPI 4 gives every rank a process group of its own, so killpg(mpirun) misses them)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(pid))
+    return pids
+
+
+def kill_job(proc, timeout=20.0):
+    """SIGKILL every process of the job (its session: mpirun and every rank), as a node failure would, and wait until
+    none is left; returns what is still there after timeout s (pid, state, name), [] when all went."""
+    for pid in sorted(session_pids(proc.pid), key=lambda p: p == proc.pid):  # the ranks first, mpirun last
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    t0 = time.time()
+    while session_pids(proc.pid) and time.time() - t0 < timeout:
+        time.sleep(0.01)
+    left = []
+    for pid in session_pids(proc.pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                st = f.read()
+            left.append((pid, st.rsplit(")", 1)[1].split()[0], st.split("(", 1)[1].rsplit(")", 1)[0]))
+        except OSError:
+            pass
+    return left
 
 
 STEPS20 = ["train.steps=20", "optim.decay_steps=20", "checkpoint.at_end=true"]
@@ -476,6 +520,179 @@ elif scenario == "signal":
         fail(f"train.deadline: the job ended {end - dl:.1f} s after the deadline")
     ck = os.path.basename(latest_step_dir(out))
     print(f"  train.deadline: exit 3 {dl - end:.1f} s before the deadline, {ck} written")
+
+elif scenario == "background":
+    import random
+    # checkpoint.every = 1: a background write (.tmp_step_N, then the rename and `latest`) is in flight nearly all
+    # the time; decay_steps = steps so that every run of it is the same schedule
+    n_steps = 30
+    BG = [f"train.steps={n_steps}", f"optim.decay_steps={n_steps}", "checkpoint.every=1", "checkpoint.at_end=true"]
+    t_scenario = time.time()
+    seed = int(os.environ.get("HPCT_TEST_SEED", time.time_ns() % 2**31))
+    rng = random.Random(seed)
+    print(f"  random seed {seed} (HPCT_TEST_SEED={seed} repeats the choices)", flush=True)
+
+    def start(out, sets, env=None):
+        return subprocess.Popen(cmd(2, out, sets), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env or ENV, start_new_session=True)
+
+    def records(out):
+        """metrics.jsonl as (steps in file order, {step: loss}, lines that are not JSON): a kill may cut a line."""
+        steps, loss, bad = [], {}, []
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    bad.append(line)
+                    continue
+                steps.append(r["step"])
+                loss[r["step"]] = r["loss"]
+        return steps, loss, bad
+
+    def same_tensors(name, step_dir, ref_t):
+        got = read_index(step_dir)
+        bad = [k for k in ref_t if k not in got or ref_t[k].tobytes() != got[k].tobytes()]
+        if bad or len(got) != len(ref_t):
+            fail(f"{name}: {os.path.basename(step_dir)} tensors differ bitwise from the reference: {bad[:5]} "
+                 f"({len(got)} tensors, should be {len(ref_t)})")
+            return False
+        return True
+
+    # 1. SIGKILL of the whole job at a random moment while background writes are in flight
+    ref = f"{work}/ref"
+    t0 = time.time()
+    proc = start(ref, BG)
+    seen = read_until(proc, "checkpoint (every)")
+    t_first = time.time()
+    rest, _ = proc.communicate(timeout=300)
+    span = time.time() - t_first  # from the first "checkpoint (every)" line to the job's exit
+    if proc.returncode != 0 or "checkpoint (every)" not in seen:
+        print((seen + rest)[-3000:])
+        print(f"FAILED: the reference run exited with {proc.returncode} (should be 0)")
+        sys.exit(1)
+    saves = [l for l in (seen + rest).splitlines() if l.startswith("checkpoint (")]
+    if len(saves) != n_steps or not all("| background, " in l for l in saves):
+        fail(f"reference run: {len(saves)} checkpoint lines, should be {n_steps}, each written in the background: "
+             f"{saves[:2]}")
+    ref_steps, ref_loss, _ = records(ref)
+    ref_final = latest_step_dir(ref)
+    ref_t = read_index(ref_final)
+    if ref_steps != list(range(1, n_steps + 1)) or os.path.basename(ref_final) != f"step_{n_steps:08d}":
+        fail(f"reference run: metrics steps {ref_steps}, latest {ref_final} (should be 1..{n_steps}, step {n_steps})")
+    print(f"  reference: {n_steps} steps, every step checkpointed in the background, {time.time() - t0:.1f} s "
+          f"({span:.2f} s after the first checkpoint line), {len(ref_t)} tensors", flush=True)
+    # Each kill runs in a fresh output directory: a .tmp_step_* there right after the kill can only be this job's
+    # write in flight (a commit prunes stale ones, and a resumed directory would carry the last kill's), and every
+    # kill lands in a job started the same way.
+    landed, kills, corrupt = [], 0, 0
+    while len(landed) < 10 and kills < 25:
+        kills += 1
+        out = f"{work}/kill{kills:02d}"
+        proc = start(out, BG)
+        seen = read_until(proc, "checkpoint (every)")
+        delay = rng.uniform(0.0, 0.9 * span)
+        time.sleep(delay)
+        finished = proc.poll() is not None
+        # the whole job, ranks included (not os.killpg: each rank has its own process group, see session_pids)
+        left = kill_job(proc)
+        proc.communicate()
+        if left:
+            fail(f"kill {kills}: processes of the job still there 20 s after SIGKILL: {left}")
+        tmp = sorted(os.path.basename(d) for d in glob.glob(os.path.join(out, "checkpoints", ".tmp_step_*")))
+        if "checkpoint (every)" not in seen:
+            fail(f"kill {kills}: the job never printed a checkpoint line: {seen[-1500:]}")
+            continue
+        try:
+            now = latest_step_dir(out)
+        except OSError as e:
+            fail(f"kill {kills}: no `latest` after the kill ({e})")
+            corrupt += 1
+            continue
+        name = os.path.basename(now)
+        p = tool_run("verify", now)
+        ok = name.startswith("step_") and os.path.isdir(now) and p.returncode == 0 and "VALID" in p.stdout
+        print(f"  kill {kills:2d}: {delay:.3f} s after the first checkpoint line: latest {name}, "
+              f"{'write interrupted (' + ', '.join(tmp) + ')' if tmp else 'no write in flight'}"
+              f"{' (the job had already ended)' if finished else ''}, verify {'ok' if ok else 'BAD'}", flush=True)
+        if not ok:
+            corrupt += 1
+            fail(f"kill {kills}: latest names {name}, which does not verify: rc {p.returncode}: "
+                 f"{(p.stdout + p.stderr)[-1000:]}")
+        elif tmp and not finished:
+            landed.append((kills, out, name))
+    # resumes: 4 of the kills that interrupted a write, drawn at random (a resume costs 1.5-3 s on 2 cores, all of
+    # them would take the scenario past its time), each to the last step and compared bitwise with the reference
+    for k, out, name in sorted(rng.sample(landed, min(4, len(landed)))):
+        train(2, out, BG + ["checkpoint.resume=latest"])
+        steps, loss, bad = records(out)
+        if bad or steps != ref_steps:
+            fail(f"kill {k}: after the resume from {name}, metrics.jsonl holds steps {steps} and {len(bad)} "
+                 f"unreadable lines {bad[:2]} (should be 1..{n_steps} once each)")
+        elif loss != ref_loss:
+            fail(f"kill {k}: resumed from {name}: losses differ from the reference at steps "
+                 f"{[s for s in ref_loss if loss.get(s) != ref_loss[s]]}")
+        elif same_tensors(f"kill {k}: resumed from {name}", latest_step_dir(out), ref_t):
+            print(f"  kill {k}, resumed from {name}: losses of steps 1..{n_steps} and all {len(ref_t)} tensors of "
+                  f"step {n_steps} bitwise equal to the reference", flush=True)
+    print(f"  {kills} kills, {len(landed)} during a background write, {corrupt} corrupt latest")
+    if corrupt:
+        fail(f"{corrupt} of {kills} kills left a `latest` that is missing or does not verify (should be 0)")
+    if len(landed) < 10:
+        fail(f"only {len(landed)} of {kills} kills landed during a background write (should be >= 10)")
+
+    # 2. a failed background (and foreground) write: exit 1, one line from rank 0 naming the rank and the cause,
+    # no HDF5 stack, `latest` stays at the previous checkpoint, which verifies
+    for mode, rank in (("true", 1), ("false", 1), ("true", 0)):
+        out = f"{work}/fail_async_{mode}_rank{rank}"
+        fail_step, good = 4, 2
+        p = train(2, out, ["train.steps=8", "optim.decay_steps=8", "checkpoint.every=2", f"checkpoint.async={mode}"],
+                  expect=1, env=dict(ENV, HPCT_CKPT_FAIL_AT=f"{fail_step}:{rank}"))
+        text = p.stdout + p.stderr
+        what = f"async={mode}, HPCT_CKPT_FAIL_AT={fail_step}:{rank}"
+        kind = "background write" if mode == "true" else "write"
+        good_dir = os.path.join(out, "checkpoints", f"step_{good:08d}")
+        needles = ["train_gpt: error: [rank 0 on ",
+                   f"checkpoint step {fail_step} ({kind}) was not written: rank {rank}: ",
+                   f"injected write failure (test hook HPCT_CKPT_FAIL_AT={fail_step}:{rank})",
+                   f"`latest` still names {good_dir} (the run stops: "]
+        lines = [l for l in text.splitlines() if "was not written" in l or "error:" in l]
+        if len(lines) != 1 or any(n not in lines[0] for n in needles):
+            fail(f"{what}: should print one error line holding {needles}, printed {lines}: {text[-1500:]}")
+        elif "HDF5-DIAG" in text or "#000" in text:
+            fail(f"{what}: HDF5's error stack was printed: {text[-1500:]}")
+        elif latest_step_dir(out) != good_dir:
+            fail(f"{what}: latest names {latest_step_dir(out)}, should be {good_dir}")
+        else:
+            v = tool_run("verify", good_dir)
+            if v.returncode != 0 or "VALID" not in v.stdout:
+                fail(f"{what}: step_{good:08d} that latest names does not verify: {v.stdout} {v.stderr}")
+            else:
+                print(f"  {what}: exit 1, one line: ...{lines[0].split('error:', 1)[1][:150]}...; latest stays "
+                      f"step_{good:08d}, which verifies")
+
+    # 3. foreground and background writes hold the same bits: the reference (async) against checkpoint.async=false
+    fg = f"{work}/foreground"
+    p = train(2, fg, BG + ["checkpoint.async=false"])
+    saves = [l for l in p.stdout.splitlines() if l.startswith("checkpoint (")]
+    if "checkpoints: written in the foreground" not in p.stdout or len(saves) != n_steps or \
+            not all("| foreground: " in l for l in saves):
+        fail(f"checkpoint.async=false: {len(saves)} checkpoint lines, should be {n_steps}, each written in the "
+             f"foreground: {saves[:2]}")
+    fg_steps, fg_loss, _ = records(fg)
+    if fg_steps != ref_steps or fg_loss != ref_loss:
+        fail(f"checkpoint.async=false: losses differ from the background run at steps "
+             f"{[s for s in ref_loss if fg_loss.get(s) != ref_loss[s]]}")
+    else:
+        common = sorted({os.path.basename(d) for d in glob.glob(f"{ref}/checkpoints/step_*")} &
+                        {os.path.basename(d) for d in glob.glob(f"{fg}/checkpoints/step_*")})
+        if f"step_{n_steps:08d}" not in common:
+            fail(f"checkpoint.async=false: no step_{n_steps:08d} in both runs (common {common})")
+        elif all(same_tensors(f"checkpoint.async=false vs true, {c}", os.path.join(fg, "checkpoints", c),
+                              read_index(os.path.join(ref, "checkpoints", c))) for c in common):
+            print(f"  checkpoint.async=false vs true: {n_steps} losses and all {len(ref_t)} tensors of "
+                  f"{', '.join(common)} bitwise equal")
+    print(f"  background: {time.time() - t_scenario:.0f} s")
 
 elif scenario == "stall":
     out = f"{work}/stall"

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""checkpoint.files = per_rank | per_node | single through train_gpt: every mode restores onto every layout.
+
+  write    gpt_tiny, 6 steps at np 4 (DP 2 x TP 2, ZeRO-1) with a checkpoint at step 3 (and 6), once per mode; per_node
+           with HPCT_CKPT_RANKS_PER_NODE=2 (two emulated nodes): the step directory holds exactly the mode's files
+           (4 shard_*.h5 | node_00000.h5 and node_00001.h5 | shards.h5, and index.h5), `ckpt_tool verify` passes, and
+           the three checkpoints hold bitwise-equal tensors (model/ and optim/, read through index.h5 by h5py)
+  restore  each mode's step-3 checkpoint resumed at np 1 (serial), np 2 (TP 2) and np 4 (DP 4, ZeRO-1), each written on
+           with another mode: the losses of steps 4..6 equal those of the writing run within 1e-5 relative (another
+           layout sums in another order), and the resumed run's own step-6 checkpoint verifies
+usage: check_ckpt_files.py TRAIN_GPT CKPT_TOOL DECK WORKDIR
+Prints VALID, or FAILED: <what> (is X, should be Y) and exits 1."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from ckpt_read import latest_step_dir, read_checkpoint
+
+exe, tool, deck, work = sys.argv[1:5]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+failures = []
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", HPCT_CKPT_RANKS_PER_NODE="2")
+QUIET = ["--set", "sample.tokens=0", "--set", "train.eval_every=0", "--set", "log.every=5",
+         "--set", "train.steps=6", "--set", "optim.decay_steps=6", "--set", "checkpoint.every=3"]
+MODES = ["per_rank", "per_node", "single"]
+FILES = {"per_rank": ["shard_00000.h5", "shard_00001.h5", "shard_00002.h5", "shard_00003.h5"],
+         "per_node": ["node_00000.h5", "node_00001.h5"], "single": ["shards.h5"]}
+# (np, sets) of the restoring layouts
+LAYOUTS = [(1, []), (2, ["parallel.tp=2"]), (4, ["parallel.zero=1"])]
+
+
+def fail(msg):
+    failures.append(msg)
+    print("  FAIL:", msg, flush=True)
+
+
+def train(np, out, sets):
+    c = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none", exe, deck, "--out", out] + QUIET
+    for s in sets:
+        c += ["--set", s]
+    t0 = time.time()
+    p = subprocess.run(c, capture_output=True, text=True, errors="replace", timeout=300, env=ENV)
+    print(f"  np {np} {' '.join(sets)} -> rc {p.returncode} in {time.time() - t0:.1f} s", flush=True)
+    if p.returncode != 0:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+        print(f"FAILED: train_gpt np {np} {sets} exited with {p.returncode}, should be 0")
+        sys.exit(1)
+    return p
+
+
+def losses(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def verify(step_dir, what):
+    p = subprocess.run([tool, "verify", step_dir], capture_output=True, text=True, errors="replace", timeout=120,
+                       env=ENV)
+    if p.returncode != 0:
+        fail(f"{what}: ckpt_tool verify {step_dir} exited {p.returncode}: {(p.stdout + p.stderr)[-500:]}")
+
+
+written = {}
+for mode in MODES:
+    out = f"{work}/write_{mode}"
+    train(4, out, ["parallel.tp=2", "parallel.zero=1", f"checkpoint.files={mode}", "checkpoint.keep=0"])
+    step3 = os.path.join(out, "checkpoints", "step_00000003")
+    got = sorted(f for f in os.listdir(step3) if f.endswith(".h5"))
+    want = sorted(FILES[mode] + ["index.h5"])
+    if got != want:
+        fail(f"{mode}: step_00000003 holds {got}, should be {want}")
+    verify(step3, mode)
+    written[mode] = (out, read_checkpoint(step3, ("model/", "optim/"))[0], losses(out))
+
+ref_tensors = written["per_rank"][1]
+for mode in MODES[1:]:
+    tensors = written[mode][1]
+    if sorted(tensors) != sorted(ref_tensors):
+        fail(f"{mode}: the checkpoint holds {len(tensors)} tensors, per_rank {len(ref_tensors)}")
+        continue
+    differ = [n for n in ref_tensors if tensors[n].tobytes() != ref_tensors[n].tobytes()]
+    if differ:
+        fail(f"{mode}: {len(differ)} tensors differ from per_rank's bitwise (first: {differ[0]})")
+    else:
+        print(f"  {mode}: {len(tensors)} tensors bitwise equal to per_rank's")
+
+for i, mode in enumerate(MODES):
+    src, _, ref = written[mode]
+    for j, (np, sets) in enumerate(LAYOUTS):
+        other = MODES[(i + j + 1) % len(MODES)]  # write on with another mode
+        out = f"{work}/from_{mode}_np{np}"
+        shutil.copytree(os.path.join(src, "checkpoints", "step_00000003"),
+                        os.path.join(out, "checkpoints", "step_00000003"))
+        train(np, out, sets + [f"checkpoint.files={other}", "checkpoint.resume=" + os.path.join(
+            out, "checkpoints", "step_00000003")])
+        got = losses(out)
+        if sorted(got) != [4, 5, 6]:
+            fail(f"{mode} -> np {np} {sets}: metrics hold steps {sorted(got)}, should be 4..6")
+            continue
+        worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in got)
+        print(f"  {mode} -> np {np} {' '.join(sets)} (writing {other}): worst relative loss difference {worst:.3g}")
+        if worst > 1e-5:
+            fail(f"{mode} -> np {np} {sets}: relative loss difference {worst:.3g} (should be <= 1e-05)")
+        verify(latest_step_dir(out), f"{mode} -> np {np} written as {other}")
+
+if failures:
+    print(f"FAILED: {len(failures)} checks: {failures[0]}")
+    sys.exit(1)
+print("VALID: checkpoint.files modes restore onto each other's layouts")

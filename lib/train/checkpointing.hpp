@@ -77,7 +77,8 @@ class CheckpointStaging {
 
   // ZeRO-3 (OptimizerState::masters): the run's own slab, for the tensors' names only; the values are optimizer()'s
   Slab& params() { return host_params_ ? *host_params_ : params_; }
-  const OptimizerState& optimizer() const { return host_params_ ? host_opt_ : opt_; }
+  // (staged_, not host_params_: under ZeRO-3 the masters are staged with the optimizer state and there is no params twin)
+  const OptimizerState& optimizer() const { return staged_ ? host_opt_ : opt_; }
   Slab* extra() { return host_extra_ ? host_extra_.get() : extra_; }
   size_t host_bytes() const;  // host memory of the staging copies (0 on the CPU without snapshot)
 

@@ -5,8 +5,9 @@
 //   - UsageError (bad deck, option, missing file): every rank hits it the same way, so rank 0 prints it
 //     (without a source location: the message says what to do) and the job ends with exit code 2; a RankUsageError
 //     (bad data met by the rank that reads it) is printed by every rank that meets it.
-//   - any other error: the failing rank prints rank, host, file, line and cause; the job aborts (1). A PeerError (a
-//     failure every rank learned of, that one rank reports) prints nothing on the other ranks.
+//   - a CollectiveError (a failure every rank meets at the same point, e.g. a failed checkpoint write): rank 0 prints
+//     it, every rank finalizes, exit code 1.
+//   - any other error: the failing rank prints rank, host, file, line and cause; the job aborts (1).
 // With several ranks the job ends through MPI_Abort, so no rank is left waiting in a collective.
 #include <mpi.h>
 #include <unistd.h>
@@ -32,7 +33,7 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   h5::configure_error_printing();  // every HDF5 failure is reported by our own one-line message
 
   int code = 0;
-  bool usage = false, failed = false, rank_local = false, peer = false;
+  bool usage = false, failed = false, rank_local = false;
   try {
     code = body(argc, argv);
   } catch (const UsageError& e) {
@@ -40,9 +41,9 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
     code = 2;
     rank_local = dynamic_cast<const RankUsageError*>(&e) != nullptr;
     if (rank == 0 || rank_local) std::fprintf(stderr, "%s: error: %s\n", app, e.cause().c_str());
-  } catch (const PeerError&) {
-    failed = peer = true;
-    code = 1;
+  } catch (const CollectiveError& e) {
+    code = 1;  // not `failed`: every rank is here, so every rank finalizes
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", app, e.what());
   } catch (const Error& e) {
     failed = true;
     code = 1;
@@ -57,9 +58,8 @@ inline int run_mpi_app(int argc, char** argv, const char* app, const std::functi
   // A returned code (0, or 3 = checkpointed and stopped) is collective: every rank finalizes. An error
   // may be on one rank only: abort the whole job.
   if (failed && world > 1) {
-    // let the reporting rank print and abort first (sleep_for resumes after a signal: the abort's SIGTERM reaches a
-    // trainer's stop handler, which would cut sleep(2) short and abort this rank first, losing rank 0's message)
-    if ((usage && !rank_local && rank != 0) || peer) std::this_thread::sleep_for(std::chrono::seconds(2));
+    // let rank 0 print the message and abort first
+    if (usage && !rank_local && rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   MPI_Finalize();

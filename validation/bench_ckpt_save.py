@@ -3,7 +3,8 @@
 
 Each round runs, one after the other (alternating, so that the disk's drift hits all three alike):
   1. train_gpt at GPT-2 124M shapes (inputs/gpt2_124m.toml, seq_len 64, batch 2) for --steps steps at np --np with a
-     checkpoint after every step (keep 1: every save after the first also prunes the previous one), parsing each
+     synchronous checkpoint (checkpoint.async = false; validation/bench_ckpt_async.py measures the background one)
+     after every step (keep 1: every save after the first also prunes the previous one), parsing each
      save's log line: size, seconds, and the phase breakdown (snapshot, crc, write, fsync, manifests, index, commit,
      prune; rank 0's clock);
   2. validation/bench_ckpt at the same np and the same number of MiB (the protocol without the trainer), as many saves
@@ -52,7 +53,8 @@ MPI = ["mpirun", "-np", str(args.np), "--oversubscribe", "--bind-to", "none"]
 TRAIN = [train_gpt, os.path.join(REPO, "inputs", "gpt2_124m.toml"), "--out", os.path.join(work, "run")]
 for s in ("data.train=kjv_train.bin", "data.val=kjv_val.bin", "model.seq_len=64", "train.global_batch=2",
           "train.micro_batch=1", f"train.steps={args.steps}", "checkpoint.every=1", "checkpoint.keep=1",
-          "sample.tokens=0", "train.device=cpu", "optim.warmup_steps=1", "train.eval_every=0"):
+          "sample.tokens=0", "train.device=cpu", "optim.warmup_steps=1", "train.eval_every=0",
+          "checkpoint.async=false"):  # the synchronous save: the step loop waits for all of it
     TRAIN += ["--set", s]
 UNIT = {"B": 2**-20, "KiB": 2**-10, "MiB": 1.0, "GiB": 1024.0}
 SAVE = re.compile(r"checkpoint \((\w+)\) step (\d+) -> \S+ \| ([0-9.]+) (B|KiB|MiB|GiB) in ([0-9.]+) s .*\| rank 0: "

@@ -16,7 +16,8 @@
 // replaced by write-temporary + fsync + rename + fsync of the directory. A crash at any moment leaves
 // the previous checkpoint usable.
 //
-// The library is communication-free: the trainer runs the collective protocol
+// The library is communication-free (except write_shared_shard, ckpt/shared_shard.hpp): the trainer runs the
+// collective protocol (train/checkpointing.hpp, write_checkpoint)
 //   every rank: m = write_shard(tmp, rank, pieces)          (fsynced)
 //   gather the manifests' to_json() to rank 0 (metadata only; data never moves)
 //   rank 0:     write_index(tmp, manifests, attrs); commit(root, step, keep)
@@ -114,10 +115,10 @@ DType dtype_from_name(const std::string& name);
 // Seconds spent in each phase of a save on this rank's clock (write_shard, write_index and commit add theirs when
 // given one), for the save's log line and validation/bench_ckpt: what limits a save's bandwidth.
 struct SavePhases {
-  double crc_s = 0;     // write_shard: CRC32C of the pieces' bytes
-  double write_s = 0;   // write_shard: file creation, dataset writes and attributes, the close (HDF5 flushes)
-  double fsync_s = 0;   // write_shard: fsync of the shard file and its directory
-  double index_s = 0;   // write_index: index.h5 written and fsynced
+  double crc_s = 0;    // write_shard: the wait for the pieces' CRC32C beyond the write (they run on a thread beside it)
+  double write_s = 0;  // write_shard: file creation, dataset writes and attributes, the close (HDF5 flushes)
+  double fsync_s = 0;  // write_shard: fsync of the shard file and its directory
+  double index_s = 0;  // write_index: index.h5 written and fsynced
   double commit_s = 0;  // commit: rename of the step directory, `latest` replaced (each fsynced)
   double prune_s = 0;   // commit: older step directories and stale temporaries removed (with a BackgroundRemover:
                         // renamed, removed on its thread)

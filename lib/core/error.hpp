@@ -49,9 +49,10 @@ class RankUsageError : public UsageError {
   using UsageError::UsageError;
 };
 
-// A failure another rank reports (a collective outcome every rank knows, e.g. a checkpoint write that failed on one
-// rank): main() prints nothing for it and ends the job as for an Error, after giving the reporting rank time to print.
-class PeerError : public Error {
+// A failure every rank of the job meets at the same point of the program, with the same message (e.g. a checkpoint
+// write that failed on one rank: its outcome is agreed by every rank): main() prints it on rank 0 only and every rank
+// ends through MPI_Finalize with exit code 1 (no abort: nothing is left waiting).
+class CollectiveError : public Error {
  public:
   using Error::Error;
 };

@@ -98,8 +98,8 @@ void CheckpointWriter::wait_quietly() {
   if (!thread_.joinable()) return;
   // unwinding from another error: finish the save (its collectives need every rank's writer), say how it ended
   try {
-    finish(false);
-    if (!result_.error.empty()) log_warn("checkpoint step {} (background write) failed: {}", job_.step, result_.error);
+    finish(true);
+    if (!failure_.empty()) log_warn("{}", failure_);
   } catch (const std::exception& e) {
     log_warn("checkpoint step {} (background write): {}", job_.step, e.what());
   }
@@ -121,6 +121,7 @@ void CheckpointWriter::start(Job job) {
     last_duration_s_ = r.seconds + job_.snapshot_s;
     result_ = r;
     report(r, job_.waited_s + job_.snapshot_s + r.seconds);
+    if (!failure_.empty()) throw CollectiveError(failure_, __FILE__, __LINE__);  // every rank, here
     return;
   }
   done_.store(false, std::memory_order_relaxed);
@@ -140,13 +141,13 @@ void CheckpointWriter::start(Job job) {
 void CheckpointWriter::poll(int64_t step) {
   if (!thread_.joinable()) return;
   last_step_seen_ = step;
-  if (done_.load(std::memory_order_acquire)) finish(true);
+  if (done_.load(std::memory_order_acquire)) finish(true);  // a failure is kept for the next wait()
 }
 
 double CheckpointWriter::wait() {
-  if (!thread_.joinable()) return 0.0;
   Timer waited;
-  finish(true);
+  if (thread_.joinable()) finish(true);
+  if (!failure_.empty()) throw CollectiveError(failure_, __FILE__, __LINE__);
   return waited.seconds();
 }
 
@@ -183,9 +184,10 @@ void CheckpointWriter::report(const SaveResult& r, double stall_s) {
     const std::string msg = fmt::format("checkpoint step {} ({}) was not written: {}; {} (the run stops: fix the cause "
                                         "and resume with --set checkpoint.resume=latest)",
                                         job_.step, background_ ? "background write" : "write", r.error, latest);
-    // the rank that failed names itself in r.error; rank 0 reports it for every rank
-    if (comm_->rank() == 0) throw_error(__FILE__, __LINE__, msg);
-    throw PeerError(msg, __FILE__, __LINE__);
+    // every rank holds the agreed outcome (the rank that failed names itself in r.error): the caller throws it on every
+    // rank at the same point (rank 0 prints it)
+    failure_ = msg;
+    return;
   }
   const ckpt::SavePhases& ph = r.phases;
   const double total_s = job_.snapshot_s + r.seconds;

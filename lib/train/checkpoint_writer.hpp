@@ -15,9 +15,10 @@
 // the file by the node's rank among the nodes' first ranks; single puts every rank in one file.
 //
 // Every finished save logs one line on rank 0 (where it was written, its size and bandwidth, how long the step loop
-// stalled for it, its phases); a failed one throws from the call that finds it (poll, wait or a foreground start) on
-// every rank: rank 0 reports it (naming the rank that failed and its cause), the others end quietly (PeerError);
-// `latest` and the checkpoint it names are untouched.
+// stalled for it, its phases). A failed one (its outcome agreed by every rank, naming the rank that failed and its
+// cause) throws a CollectiveError on every rank at the same point: a foreground start(), or the next wait(); poll()
+// only notes it (failed()), and the step loop agrees on it in the step's decision, then waits. `latest` and the
+// checkpoint it names are untouched. (A rank whose protocol itself threw, a communication timeout, throws an Error.)
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -61,10 +62,13 @@ class CheckpointWriter {
   // Background: starts the thread and returns (no save may be in flight: wait() first). Foreground: writes, logs and
   // returns. Collective (every rank starts the same step).
   void start(Job job);
-  // Without blocking: when the save in flight has finished, logs it (or throws its failure). `step`: the step just
+  // Without blocking: when the save in flight has finished, logs it (or notes its failure). `step`: the step just
   // completed, for the log's "during steps" range.
   void poll(int64_t step);
-  // Blocks until no save is in flight (logs it, or throws its failure); returns the seconds waited.
+  // A finished save failed (poll() found it): agree on it over the world, then wait() on every rank.
+  bool failed() const { return !failure_.empty(); }
+  // Blocks until no save is in flight (logs it); throws a finished save's failure (CollectiveError); returns the
+  // seconds waited.
   double wait();
   // wait(), then the background prune of older checkpoints (the end of the run: nothing left running)
   void close();
@@ -92,6 +96,7 @@ class CheckpointWriter {
   std::atomic<bool> done_{false};
   SaveResult result_;
   std::string thread_failure_;  // an exception the protocol itself threw (communication), for the main thread
+  std::string failure_;         // the agreed failure of a finished save, "" when none
   Timer since_start_;
   int64_t last_step_seen_ = 0;
   double last_duration_s_ = 0.0;

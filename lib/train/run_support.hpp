@@ -79,10 +79,13 @@ class CheckpointCadence {
   struct Decision {
     bool save = false, stop = false;
     const char* why = "";  // the reason, for the log: a signal name, "train.deadline", "every_minutes", "every", "end"
+    bool save_failed = false;  // some rank found its background save failed: every rank waits for it (and throws)
   };
   // After optimizer step s of steps, which took step_ms; in_flight_s: the estimated remaining seconds of a background
-  // write still in flight (a stop must wait for it before its own save).
-  Decision decide(comm::Communicator& world, int64_t s, int64_t steps, double step_ms, double in_flight_s = 0.0);
+  // write still in flight (a stop must wait for it before its own save); save_failed: this rank found its finished
+  // background save failed.
+  Decision decide(comm::Communicator& world, int64_t s, int64_t steps, double step_ms, double in_flight_s = 0.0,
+                  bool save_failed = false);
   // A save started (restarts the minutes cadence).
   void started();
   // A checkpoint write finished and took `seconds`, snapshot to commit (sizes the deadline margin).

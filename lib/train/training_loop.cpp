@@ -289,7 +289,7 @@ int run_steps(RunSession& run, TrainTask& task) {
     const double ms = timer.ms();
     const comm::CommVolume volume = pc.comm_volume();  // the step's payload on this rank (rank 0's is recorded)
     step_ms.push_back(ms);
-    writer.poll(s);  // a background save that finished meanwhile: its log line (or its failure)
+    writer.poll(s);  // a background save that finished meanwhile: its log line (a failure: agreed in decide below)
     cadence.finished(writer.last_duration_s());
     exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms() + param_wait_ms);
     last_loss = loss;
@@ -302,7 +302,9 @@ int run_steps(RunSession& run, TrainTask& task) {
       last_eval = eval = task.evaluate();
     const TrainTask::StepReport rep = task.report_step(s, sums);
     // decided collectively (one allreduce(MAX) per step) before the record, which says whether it is the last
-    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms, writer.remaining_s());
+    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms, writer.remaining_s(),
+                                                           writer.failed());
+    if (dec.save_failed) writer.wait();  // every rank, here: throws the agreed failure (CollectiveError)
     // the memory record: in full in this run's first record, peak and rss again in its last (both collective)
     MetricsWriter::Fields memory_record;
     if (s == start + 1) {

@@ -13,7 +13,7 @@ that ran beside the writer thread. The save stalled the step loop by stall + ext
 OMP_NUM_THREADS=1, so that a core is free for the writer) is stall + extra <= snapshot + 0.10 x write, i.e.
 (stall - snapshot + extra) / write <= 0.10. The report holds every save and the medians over all saves.
 
-usage: validation/bench_ckpt_async.py [--rounds 5] [--np 1] [--steps 13] [--every 4] [--build build] [--dir DIR]
+usage: validation/bench_ckpt_async.py [--rounds 5] [--np 1] [--steps 14] [--every 5] [--build build] [--dir DIR]
                                       [--report F.md]
 Prints the table and `SUMMARY ...` with the medians."""
 import argparse
@@ -32,8 +32,8 @@ from campaign import REPO, machine_info  # noqa: E402
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--rounds", type=int, default=5)
 ap.add_argument("--np", type=int, default=1)
-ap.add_argument("--steps", type=int, default=13)
-ap.add_argument("--every", type=int, default=4)
+ap.add_argument("--steps", type=int, default=14)
+ap.add_argument("--every", type=int, default=5)
 ap.add_argument("--build", default=os.path.join(REPO, "build"))
 ap.add_argument("--dir")
 ap.add_argument("--report")

@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +68,7 @@ std::string escape_vds_name(const std::string& s) {
 
 ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces, SavePhases* phases) {
   Timer total;
+  double crc_s = 0;
   HPCT_CHECK(rank >= 0, "negative rank {} for shard file in {}", rank, dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -79,8 +79,14 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
   m.file = shard_file_name(rank);
   const std::string path = (fs::path(dir) / m.file).string();
 
-  // The pieces to write (checked, before anything is created) and their records.
-  std::vector<const Piece*> todo;
+  H5Id fapl = make_fapl(false);
+  H5Id file = file_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  HPCT_CHECK(file.get() >= 0, "cannot create checkpoint shard file {} (check the directory is writable)", path);
+  H5Id lcpl = make_lcpl();
+  H5Id dcpl = plist_id(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));          // plain bytes: no chunk index, H5Dget_offset works
+  H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every byte is written right away
+
   std::map<std::string, int> next_piece;  // per logical dataset: k of its next /D/piece_<k>
   for (const Piece& p : pieces) {
     check_dataset_name(p.dataset);
@@ -91,6 +97,7 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
     const int64_t n = numel(p.count);
     if (n == 0) continue;
     HPCT_CHECK(p.data != nullptr, "tensor {}: piece of {} elements has no data", p.dataset, n);
+
     PieceRecord r;
     r.dataset = p.dataset;
     r.file_dataset = fmt::format("{}/piece_{}", p.dataset, next_piece[p.dataset]++);
@@ -100,36 +107,9 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
     r.split_axis = p.split_axis;
     r.replica = p.replica;
     r.dtype = p.dtype;
-    m.pieces.push_back(std::move(r));
-    todo.push_back(&p);
-  }
-
-  // CRC32C of the pieces on a thread of its own while this one writes them (both only read the data; the thread makes no
-  // HDF5 call): the checksums' time hides behind the writes, and the crc32c attributes follow once it is done.
-  std::thread crc_thread([&] {
-    for (size_t k = 0; k < todo.size(); ++k)
-      m.pieces[k].crc = crc32c(todo[k]->data, static_cast<size_t>(numel(todo[k]->count)) * dtype_size(todo[k]->dtype));
-  });
-  struct JoinOnExit {  // an error below must not leave the thread running over data the caller may free
-    std::thread& t;
-    ~JoinOnExit() {
-      if (t.joinable()) t.join();
-    }
-  } join_on_exit{crc_thread};
-
-  H5Id fapl = make_fapl(false);
-  H5Id file = file_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  HPCT_CHECK(file.get() >= 0, "cannot create checkpoint shard file {} (check the directory is writable)", path);
-  H5Id lcpl = make_lcpl();
-  H5Id dcpl = plist_id(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-  H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));          // plain bytes: no chunk index, H5Dget_offset works
-  H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every byte is written right away
-
-  std::vector<H5Id> datasets;  // open until their crc32c attribute is written
-  datasets.reserve(todo.size());
-  for (size_t k = 0; k < todo.size(); ++k) {
-    const Piece& p = *todo[k];
-    const PieceRecord& r = m.pieces[k];
+    Timer crc_timer;
+    r.crc = crc32c(p.data, static_cast<size_t>(n) * dtype_size(p.dtype));
+    crc_s += crc_timer.seconds();
     try {
       std::vector<hsize_t> dims(p.count.begin(), p.count.end());
       H5Id space = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
@@ -142,24 +122,13 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
       const int32_t split_axis = p.split_axis, replica = p.replica;
       write_attr_scalar(ds, "split_axis", H5T_STD_I32LE, H5T_NATIVE_INT32, &split_axis);
       write_attr_scalar(ds, "replica", H5T_STD_I32LE, H5T_NATIVE_INT32, &replica);
-      datasets.push_back(std::move(ds));
+      write_attr_scalar(ds, "crc32c", H5T_STD_U32LE, H5T_NATIVE_UINT32, &r.crc);
     } catch (const Error& e) {
       HPCT_FAIL("cannot write tensor {} (piece {}) to checkpoint shard {}: {} (disk full? a name used both as a "
                 "tensor and as a group?)",
                 p.dataset, r.file_dataset, path, e.cause());
     }
-  }
-  Timer crc_wait;
-  crc_thread.join();
-  const double crc_exposed_s = crc_wait.seconds();  // what the write did not hide of the checksums
-  for (size_t k = 0; k < datasets.size(); ++k) {
-    try {
-      write_attr_scalar(datasets[k], "crc32c", H5T_STD_U32LE, H5T_NATIVE_UINT32, &m.pieces[k].crc);
-    } catch (const Error& e) {
-      HPCT_FAIL("cannot write the checksum of tensor {} (piece {}) to checkpoint shard {}: {}", m.pieces[k].dataset,
-                m.pieces[k].file_dataset, path, e.cause());
-    }
-    datasets[k].reset();
+    m.pieces.push_back(std::move(r));
   }
   try {
     dcpl.reset();
@@ -172,10 +141,8 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
   fsync_file(path);
   fsync_dir(dir);
   if (phases != nullptr) {
-    // crc: what the write waited for the checksums (their thread's time beyond the write's); write: the rest up to the
-    // close. The phases add up to the call's time.
-    phases->crc_s += crc_exposed_s;
-    phases->write_s += written_s - crc_exposed_s;
+    phases->crc_s += crc_s;
+    phases->write_s += written_s - crc_s;
     phases->fsync_s += total.seconds() - written_s;
   }
   return m;

@@ -112,6 +112,10 @@ void check_dataset_name(const std::string& name);
 void check_box(const std::string& name, const std::vector<int64_t>& global, const std::vector<int64_t>& offset,
                const std::vector<int64_t>& count);
 
+// The record of a checked, non-empty piece stored as `file_dataset`, with the CRC32C of its bytes (crc_s, optional:
+// += the seconds the checksum took).
+PieceRecord record_of(const Piece& p, std::string file_dataset, double* crc_s = nullptr);
+
 int64_t numel(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);  // "(3, 4)"
 

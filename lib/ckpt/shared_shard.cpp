@@ -124,19 +124,8 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
       HPCT_CHECK(p.data != nullptr, "tensor {}: piece of {} elements has no data (shared checkpoint file {})",
                  p.dataset, n, path);
       (void)h5_file_type(p.dtype);  // a 16-bit dtype fails here, before any collective HDF5 call
-      PieceRecord r;
-      r.dataset = p.dataset;
-      r.file_dataset = fmt::format("rank_{:05d}/{}/piece_{}", rank, p.dataset, next_piece[p.dataset]++);
-      r.global_shape = p.global_shape;
-      r.offset = p.offset;
-      r.count = p.count;
-      r.split_axis = p.split_axis;
-      r.replica = p.replica;
-      r.dtype = p.dtype;
-      Timer crc_timer;
-      r.crc = crc32c(p.data, static_cast<size_t>(n) * dtype_size(p.dtype));
-      crc_s += crc_timer.seconds();
-      m.pieces.push_back(std::move(r));
+      m.pieces.push_back(
+          record_of(p, fmt::format("rank_{:05d}/{}/piece_{}", rank, p.dataset, next_piece[p.dataset]++), &crc_s));
     }
   } catch (const std::exception& e) {
     local_error = std::current_exception();

@@ -66,6 +66,22 @@ std::string escape_vds_name(const std::string& s) {
 
 }  // namespace
 
+PieceRecord detail::record_of(const Piece& p, std::string file_dataset, double* crc_s) {
+  PieceRecord r;
+  r.dataset = p.dataset;
+  r.file_dataset = std::move(file_dataset);
+  r.global_shape = p.global_shape;
+  r.offset = p.offset;
+  r.count = p.count;
+  r.split_axis = p.split_axis;
+  r.replica = p.replica;
+  r.dtype = p.dtype;
+  Timer crc_timer;
+  r.crc = crc32c(p.data, static_cast<size_t>(numel(p.count)) * dtype_size(p.dtype));
+  if (crc_s != nullptr) *crc_s += crc_timer.seconds();
+  return r;
+}
+
 ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces, SavePhases* phases) {
   Timer total;
   double crc_s = 0;
@@ -98,18 +114,7 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
     if (n == 0) continue;
     HPCT_CHECK(p.data != nullptr, "tensor {}: piece of {} elements has no data", p.dataset, n);
 
-    PieceRecord r;
-    r.dataset = p.dataset;
-    r.file_dataset = fmt::format("{}/piece_{}", p.dataset, next_piece[p.dataset]++);
-    r.global_shape = p.global_shape;
-    r.offset = p.offset;
-    r.count = p.count;
-    r.split_axis = p.split_axis;
-    r.replica = p.replica;
-    r.dtype = p.dtype;
-    Timer crc_timer;
-    r.crc = crc32c(p.data, static_cast<size_t>(n) * dtype_size(p.dtype));
-    crc_s += crc_timer.seconds();
+    PieceRecord r = record_of(p, fmt::format("{}/piece_{}", p.dataset, next_piece[p.dataset]++), &crc_s);
     try {
       std::vector<hsize_t> dims(p.count.begin(), p.count.end());
       H5Id space = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));

@@ -83,34 +83,6 @@ std::vector<Spec> make_model(int64_t target) {
   return model;
 }
 
-// The ranks that share one file under --files per_node, and the node's index (its rank among the node leaders).
-struct Node {
-  MPI_Comm comm = MPI_COMM_NULL;
-  int index = 0, count = 1;
-};
-
-Node make_node(int rank) {
-  Node n;
-  const char* k = std::getenv("HPCT_CKPT_RANKS_PER_NODE");
-  if (k != nullptr && std::atoi(k) > 0) MPI_Comm_split(MPI_COMM_WORLD, rank / std::atoi(k), rank, &n.comm);
-  else
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &n.comm);
-  int node_rank = 0;
-  MPI_Comm_rank(n.comm, &node_rank);
-  MPI_Comm leaders = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, node_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
-  int ids[2] = {0, 0};  // node index, number of nodes
-  if (leaders != MPI_COMM_NULL) {
-    MPI_Comm_rank(leaders, &ids[0]);
-    MPI_Comm_size(leaders, &ids[1]);
-    MPI_Comm_free(&leaders);
-  }
-  MPI_Bcast(ids, 2, MPI_INT, 0, n.comm);
-  n.index = ids[0];
-  n.count = ids[1];
-  return n;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,8 +117,8 @@ int main(int argc, char** argv) {
   }
 
   int code = 0;
-  Node node;
-  if (files == "per_node") node = make_node(rank);
+  ck::NodeGroup node;
+  if (files == "per_node") node = ck::node_group(MPI_COMM_WORLD);
   // files one checkpoint creates: the data files and index.h5
   const int nfiles = 1 + (files == "per_rank" ? world : files == "per_node" ? node.count : 1);
   try {

@@ -26,6 +26,32 @@ namespace fs = std::filesystem;
 
 std::string node_file_name(int node) { return fmt::format("node_{:05d}.h5", node); }
 
+NodeGroup node_group(MPI_Comm world) {
+  NodeGroup n;
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  const char* k = std::getenv("HPCT_CKPT_RANKS_PER_NODE");
+  if (k != nullptr && std::atoi(k) > 0) {
+    MPI_CHECK(MPI_Comm_split(world, rank / std::atoi(k), rank, &n.comm));
+  } else {
+    MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &n.comm));
+  }
+  int node_rank = 0;
+  MPI_CHECK(MPI_Comm_rank(n.comm, &node_rank));
+  MPI_Comm leaders = MPI_COMM_NULL;  // every node's first rank, in world order
+  MPI_CHECK(MPI_Comm_split(world, node_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders));
+  int ids[2] = {0, 0};  // node index, number of nodes
+  if (leaders != MPI_COMM_NULL) {
+    MPI_CHECK(MPI_Comm_rank(leaders, &ids[0]));
+    MPI_CHECK(MPI_Comm_size(leaders, &ids[1]));
+    MPI_CHECK(MPI_Comm_free(&leaders));
+  }
+  MPI_CHECK(MPI_Bcast(ids, 2, MPI_INT, 0, n.comm));
+  n.index = ids[0];
+  n.count = ids[1];
+  return n;
+}
+
 namespace {
 
 struct CommInfo {

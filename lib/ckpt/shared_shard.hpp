@@ -44,6 +44,15 @@ namespace hpct::ckpt {
 
 // Name of the shared file of node `node` (checkpoint.files = per_node): "node_00001.h5".
 std::string node_file_name(int node);
+// The ranks of `world` that share a node's file (checkpoint.files = per_node): MPI_Comm_split_type(SHARED), or, with the
+// test seam HPCT_CKPT_RANKS_PER_NODE=K, ranks grouped by rank / K (one machine standing for several nodes). index: the
+// node's rank among the nodes' first ranks (in world order), count: the number of nodes. Collective over world; the
+// caller frees comm.
+struct NodeGroup {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int index = 0, count = 1;
+};
+NodeGroup node_group(MPI_Comm world);
 // Name of the one file of checkpoint.files = single.
 inline constexpr const char* kSingleFileName = "shards.h5";
 

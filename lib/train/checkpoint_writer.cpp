@@ -3,7 +3,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -18,8 +17,6 @@ namespace hpct::train {
 
 namespace {
 
-comm::CommOptions options_of(comm::Communicator& c) { return c.options(); }
-
 MPI_Comm mpi_world(parallel::ParallelContext& pc) {
   auto* world = dynamic_cast<comm::MpiCommunicator*>(&pc.world());
   HPCT_CHECK(world != nullptr, "the checkpoint writer needs the MPI world communicator");
@@ -32,30 +29,14 @@ ShardFiles shard_files(MPI_Comm world, const std::string& mode) {
   f.mode = mode;
   if (mode == "per_rank") return f;
   HPCT_CHECK(mode == "per_node" || mode == "single", "checkpoint.files = {}", mode);
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(world, &rank));
   if (mode == "single") {
     MPI_CHECK(MPI_Comm_dup(world, &f.comm));
     f.file_name = ckpt::kSingleFileName;
     return f;
   }
-  const char* k = std::getenv("HPCT_CKPT_RANKS_PER_NODE");  // test seam: K ranks per emulated node
-  if (k != nullptr && std::atoi(k) > 0) {
-    MPI_CHECK(MPI_Comm_split(world, rank / std::atoi(k), rank, &f.comm));
-  } else {
-    MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &f.comm));
-  }
-  int node_rank = 0;
-  MPI_CHECK(MPI_Comm_rank(f.comm, &node_rank));
-  MPI_Comm leaders = MPI_COMM_NULL;  // every node's first rank, in world order: the node's index is its rank there
-  MPI_CHECK(MPI_Comm_split(world, node_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders));
-  int node = 0;
-  if (leaders != MPI_COMM_NULL) {
-    MPI_CHECK(MPI_Comm_rank(leaders, &node));
-    MPI_CHECK(MPI_Comm_free(&leaders));
-  }
-  MPI_CHECK(MPI_Bcast(&node, 1, MPI_INT, 0, f.comm));
-  f.file_name = ckpt::node_file_name(node);
+  const ckpt::NodeGroup node = ckpt::node_group(world);
+  f.comm = node.comm;
+  f.file_name = ckpt::node_file_name(node.index);
   return f;
 }
 
@@ -66,7 +47,7 @@ CheckpointWriter::CheckpointWriter(parallel::ParallelContext& pc, std::string ro
     : root_(std::move(root)),
       keep_(keep),
       background_(background),
-      comm_(std::make_unique<comm::MpiCommunicator>(mpi_world(pc), "checkpoint writer", options_of(pc.world()))),
+      comm_(std::make_unique<comm::MpiCommunicator>(mpi_world(pc), "checkpoint writer", pc.world().options())),
       files_(shard_files(comm_->mpi_comm(), files)) {
   HPCT_CHECK(!background_ || files_.mode == "per_rank", "a background checkpoint writer writes per_rank files");
 }
@@ -163,7 +144,7 @@ void CheckpointWriter::finish(bool log) {
   thread_.join();
   const double waited = join.seconds();
   if (!thread_failure_.empty()) {
-    result_.error = thread_failure_;  // this rank's own failure (the protocol itself threw): this rank reports it
+    // this rank's own failure (the protocol itself threw): this rank reports it
     HPCT_FAIL("checkpoint step {} (background write) failed: {}", job_.step, thread_failure_);
   }
   last_duration_s_ = result_.seconds + job_.snapshot_s;

@@ -85,7 +85,8 @@ run("scaling", [PY, os.path.join(here, "scaling.py"), *quick, "--out", os.path.j
 scaling_csv = (os.path.join(REPO, "validation", "results", "campaign_cpu_scaling.csv") if args.quick
                else os.path.join(art_dir, f"{stem}_scaling.csv"))
 run("perf_model", [PY, os.path.join(here, "perf_model.py"), "--collectives", merged, "--scaling", scaling_csv,
-                   "--report", rpath("perf_model")], rpath("perf_model"))
+                   "--bench", bench, "--train-gpt", os.path.join(apps, "train_gpt"), "--report", rpath("perf_model")],
+    rpath("perf_model"))
 
 bad = [s for s in steps if not s[4].startswith("VALID")]
 final = "VALID" if not bad else f"FAILED: {', '.join(s[0] for s in bad)} ({bad[0][4]})"

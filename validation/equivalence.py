@@ -21,11 +21,17 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
 The verdict of a layout (docs/invariants.md, "How the campaign judges"), with RTOL = 1e-5 (fp32, up to 50 steps; 1e-4
 beyond, as invariant 1 says), deviations relative (|x - ref| / |ref|), for the loss and the global gradient norm
 (metrics.jsonl grad_norm; --loss-only: the loss alone) of every step:
-  anchored windows (every deck): the steps that start from a state the reference shares are within RTOL: steps 1..2
-     from the common initialisation against the serial run, and steps K+1..K+2 against a serial run resumed from the
-     layout's own checkpoint at step K = N/2 (the "anchor"). Two steps from one state leave reduction-order differences
-     no room to grow (~1e-8 loss, <= ~1e-6 gradient norm even where resnet_tiny is chaotic), so this holds on any CPU,
-     and any difference in the mathematics of a step (forward, backward, gradient sync, optimizer state) shows there.
+  anchored windows (every deck): the steps that start from a state the reference shares: steps 1..2 from the common
+     initialisation against the serial run, and steps K+1..K+2 against a serial run resumed from the layout's own
+     checkpoint at step K = N/2 (the "anchor"). Each window is within max(RTOL, 10 x its own rounding envelope): the
+     worst deviation of the serial run at 2, 3 and 4 OpenMP threads from the one at 1, over the same steps from the
+     same state (the initial window's from the rounding controls below; the anchored window's from the serial run
+     resumed from the same checkpoint at those thread counts, run only where the window exceeds RTOL, since below it
+     the envelope cannot change the verdict). Two steps from one state mostly leave reduction-order differences no room
+     to grow (~1e-8 loss, <= ~1e-6 gradient norm), so the limit is RTOL; where a state amplifies rounding within two
+     steps (resnet_tiny from step 10 on an AVX2 CPU: 1.4e-4 in the gradient norm of the second step) its own control
+     shows it, and any difference in the mathematics of a step (forward, backward, gradient sync, optimizer state)
+     shows at its full size.
   trajectory (the whole N-step curve against the serial run): within max(RTOL, 10 x the deck's rounding envelope), the
      envelope being the worst deviation of the serial run repeated at 2, 3 and 4 OpenMP threads (only the kernels'
      reduction order changes). A deck whose envelope stays below RTOL / 10 (gpt_tiny: ~3e-8) is thus held to RTOL over
@@ -68,6 +74,8 @@ import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from campaign import REPO, machine_info, output_dirs  # noqa: E402
+from layout_rules import ANCHOR_STEPS, CONTROL_THREADS, ENVELOPE_FACTOR, Envelope, read_run  # noqa: E402
+from layout_rules import deviation as rules_deviation  # noqa: E402
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -105,10 +113,7 @@ ap.add_argument("--resnet-set", action="append", default=[], metavar="KEY=VALUE"
 ap.add_argument("--loss-only", action="store_true",
                 help="compare the loss only (default: every step's loss and gradient norm)")
 args = ap.parse_args()
-# The judging rule (module docstring; docs/invariants.md, "How the campaign judges").
-ANCHOR_STEPS = 2  # steps compared from a shared state: 1..2 from initialisation, K+1..K+2 from the anchor checkpoint
-ENVELOPE_FACTOR = 10  # the trajectory limit in units of the rounding envelope, for decks that amplify rounding
-CONTROL_THREADS = (2, 3, 4)  # the rounding controls: the serial run at these OpenMP thread counts
+# The judging rule (module docstring; docs/invariants.md, "How the campaign judges"): validation/layout_rules.py.
 # the names lib/core/test_fault.hpp knows: a misspelt one would make every run exit non-zero, which reads as detected
 FAULT_NAMES = ("dp_bucket_twice", "dp_bucket_dropped", "tp_grad_scale", "syncbn_naive", "pp_loss_twice",
                "zero_shard_offset")
@@ -324,24 +329,9 @@ def run_job(L, out, sets, env=None):
     return rc, dt, tail
 
 
-class Losses(dict):
-    """step -> loss, and .gnorm: step -> the global gradient norm of that step (metrics.jsonl's grad_norm)."""
-    gnorm = {}
-
-
 def losses(out):
-    L = Losses()
-    L.gnorm = {}
-    try:
-        with open(os.path.join(out, "metrics.jsonl")) as f:
-            for r in map(json.loads, f):
-                if "loss" in r:
-                    L[int(r["step"])] = float(r["loss"])
-                    if r.get("grad_norm") is not None:
-                        L.gnorm[int(r["step"])] = float(r["grad_norm"])
-    except (OSError, ValueError):
-        return Losses()
-    return L
+    """The run's per-step losses with .gnorm (the gradient norms): layout_rules.read_run."""
+    return read_run(out)
 
 
 def deviation(got, ref):
@@ -373,6 +363,7 @@ def gnorm_deviation(got, ref):
 results = []
 controls = {}  # app -> the rounding envelope: worst loss deviation of the serial run at CONTROL_THREADS from the one at 1
 gcontrols = {}  # app -> the same for the gradient norm
+window_envelopes = {}  # app -> Envelope of the controls over steps 1..ANCHOR_STEPS (the initial window's)
 
 
 def amplifies(app):
@@ -393,45 +384,52 @@ def glimit(app):
     return max(RTOL, ENVELOPE_FACTOR * gcontrols.get(app, 0.0))
 
 
-def window_deviation(got, ref, steps):
-    """(worst loss deviation, worst gradient-norm deviation, step of the worst) over `steps`; inf where a step is
-    missing from either run (a failed leg), NaN counts as inf."""
-    wl = wg = 0.0
-    at = None
-    for s in steps:
-        if s not in got or s not in ref:
-            return math.inf, math.inf, s
-        dl = abs(got[s] - ref[s]) / abs(ref[s])
-        dg = 0.0
-        if not args.loss_only and s in got.gnorm and s in ref.gnorm and ref.gnorm[s] != 0:
-            dg = abs(got.gnorm[s] - ref.gnorm[s]) / abs(ref.gnorm[s])
-        dl, dg = (dl if dl == dl else math.inf), (dg if dg == dg else math.inf)
-        if max(dl, dg) > max(wl, wg):
-            at = s
-        wl, wg = max(wl, dl), max(wg, dg)
-    return wl, wg, at
-
-
-def anchored(R, init_got, ref, win_got, win_ref, win_note):
+def anchored(R, init_got, ref, win_got, win_ref, win_note, win_control=None):
     """Fills R's anchored-window figures: steps 1..ANCHOR_STEPS of init_got against the serial ref, and steps
     K+1..K+ANCHOR_STEPS of win_got against win_ref (the anchor: a serial run from the layout's step-K checkpoint, or
-    for a restart the uninterrupted layout A)."""
-    il, ig, iat = window_deviation(init_got, ref, range(1, ANCHOR_STEPS + 1))
-    wl, wg, wat = window_deviation(win_got, win_ref, range(K + 1, K + ANCHOR_STEPS + 1)) if win_ref is not None \
+    for a restart the uninterrupted layout A). Each window is held to max(RTOL, ENVELOPE_FACTOR x its own rounding
+    envelope, measured from the same state): the initial window's from the rounding controls' first steps; the anchor
+    window's, where its deviation exceeds RTOL (below it the envelope cannot change the verdict), from
+    win_control(): the serial run resumed from the same checkpoint at CONTROL_THREADS threads (an Envelope)."""
+    init_steps, win_steps = range(1, ANCHOR_STEPS + 1), range(K + 1, K + ANCHOR_STEPS + 1)
+    il, ig, iat = rules_deviation(init_got, ref, init_steps, not args.loss_only)
+    wl, wg, wat = rules_deviation(win_got, win_ref, win_steps, not args.loss_only) if win_ref is not None \
         else (math.inf, math.inf, None)
+    ienv = window_envelopes[R["app"]]
+    wenv = Envelope()
+    init_fails = il > ienv.loss_limit(RTOL) or ig > ienv.gnorm_limit(RTOL)
+    if max(wl, wg) > RTOL and not math.isinf(max(wl, wg)) and win_control is not None and not init_fails:
+        wenv = win_control()  # (where the initial window already fails, the verdict cannot change: not measured)
     R["anchor_loss"], R["anchor_gnorm"] = max(il, wl), max(ig, wg)
     R["anchor_worst"] = max(il, ig, wl, wg)
     R["anchor_step"] = iat if max(il, ig) >= max(wl, wg) else wat
     R["anchor_ref"] = win_note
+    R["window_init"] = dict(loss=il, gnorm=ig, step=iat, envelope_loss=ienv.loss, envelope_gnorm=ienv.gnorm,
+                            loss_limit=ienv.loss_limit(RTOL), gnorm_limit=ienv.gnorm_limit(RTOL))
+    R["window_anchor"] = dict(loss=wl, gnorm=wg, step=wat, envelope_loss=wenv.loss, envelope_gnorm=wenv.gnorm,
+                              loss_limit=wenv.loss_limit(RTOL), gnorm_limit=wenv.gnorm_limit(RTOL),
+                              controls=wenv.controls)
+    R["anchor_limit"] = max(ienv.loss_limit(RTOL), ienv.gnorm_limit(RTOL), wenv.loss_limit(RTOL),
+                            wenv.gnorm_limit(RTOL))
+
+
+def window_failures(R):
+    """The anchored windows' verdict lines for R (empty: both windows within their limits)."""
+    bad = []
+    for what, W in (("initial window", R["window_init"]), (f"anchored window (from step {K})", R["window_anchor"])):
+        if W["loss"] > W["loss_limit"] or W["gnorm"] > W["gnorm_limit"]:
+            env = (f"; its rounding envelope from the same state {fmt(W['envelope_loss'])} / "
+                   f"{fmt(W['envelope_gnorm'])}" if max(W["envelope_loss"], W["envelope_gnorm"]) > 0 else "")
+            bad.append(f"{what} deviates at step {W['step']}: loss {fmt(W['loss'])} (limit {fmt(W['loss_limit'])}), "
+                       f"gradient norm {fmt(W['gnorm'])} (limit {fmt(W['gnorm_limit'])}){env}")
+    return bad
 
 
 def record(R):
     R["limit"] = limit(R["app"])  # controls are measured before any layout runs
     R["gnorm_limit"] = glimit(R["app"])
     bad = []
-    if R["anchor_worst"] > RTOL:
-        bad.append(f"anchored window deviates {fmt(R['anchor_worst'])} > {RTOL:g} at step {R['anchor_step']} "
-                   f"(loss {fmt(R['anchor_loss'])}, gradient norm {fmt(R['anchor_gnorm'])})")
+    bad += window_failures(R)
     if R["worst"] > R["limit"]:
         bad.append(f"trajectory deviates {fmt(R['worst'])} > {fmt(R['limit'])}")
     if R.get("gnorm_worst", 0.0) > R["gnorm_limit"]:
@@ -474,6 +472,7 @@ def rounding_controls(app, ref):
     order changes. The worst of their deviations is the deck's rounding envelope over N steps (loss and gradient norm
     apart); it sets the trajectory limit and says whether the deck amplifies rounding."""
     controls[app] = gcontrols[app] = 0.0
+    runs = {}
     for t in CONTROL_THREADS:
         L = serial_layout(app)
         out = os.path.join(out_root, f"{app}_serial_omp{t}")
@@ -487,11 +486,15 @@ def rounding_controls(app, ref):
             print(f"FAILED: the {app} rounding control at {t} threads exited with {rc} / holds steps {sorted(got)}")
             sys.exit(1)
         controls[app], gcontrols[app] = max(controls[app], worst), max(gcontrols[app], gw)
+        runs[t] = got
         name = f"{app} serial, OMP_NUM_THREADS={t} (rounding control)"
         results.append(dict(kind="control", app=app, world=1, name=name, layout=L, steps=N, worst=worst,
                             worst_step=at, time_s=dt, rc=rc, verdict="CONTROL", note=note, losses=got, gnorm_worst=gw))
         print(f"  {name:<44} {N:>3} steps  worst {fmt(worst):>9}  {dt:6.2f} s  (not a verdict; gradient norm "
               f"{fmt(gw)})", flush=True)
+    window_envelopes[app] = Envelope.measure(runs, ref, range(1, ANCHOR_STEPS + 1), not args.loss_only)
+    print(f"  {app} initial window (steps 1..{ANCHOR_STEPS}): {window_envelopes[app].describe()} -> limits "
+          f"{fmt(window_envelopes[app].loss_limit(RTOL))} / {fmt(window_envelopes[app].gnorm_limit(RTOL))}", flush=True)
     print(f"  {app} rounding envelope: loss {fmt(controls[app])}, gradient norm {fmt(gcontrols[app])} -> "
           + (f"amplifies: anchored windows within {RTOL:g}, trajectory within {fmt(limit(app))} (loss) / "
              f"{fmt(glimit(app))} (gradient norm)" if amplifies(app) else
@@ -517,6 +520,28 @@ def anchor_run(app, run_dir, out):
     return rc, dt, losses(out), note
 
 
+def window_control(app, step_dir, out, ref1=None):
+    """The anchored window's rounding envelope from the state of step_dir: the serial run resumed from it for
+    ANCHOR_STEPS steps at each of CONTROL_THREADS OpenMP threads, against the same at 1 thread (ref1, the anchor run,
+    when the caller has it). Unplanted, like every reference. Returns an Envelope (its controls empty where a control
+    run failed: the window is then held to RTOL)."""
+    sets = [f"train.steps={K + ANCHOR_STEPS}", f"optim.decay_steps={N}", "checkpoint.at_end=false",
+            f"checkpoint.resume={step_dir}"]
+    runs = {}
+    for t in ((1,) if ref1 is None else ()) + CONTROL_THREADS:
+        rc, _, _ = run_job(serial_layout(app), f"{out}_omp{t}", sets, env=dict(ENV, OMP_NUM_THREADS=str(t)))
+        if rc != 0:
+            print(f"  (window control at {t} threads from {os.path.basename(step_dir)} exited with {rc}: not counted)")
+            return Envelope()
+        runs[t] = losses(f"{out}_omp{t}")
+    ref1 = runs.pop(1) if ref1 is None else ref1
+    try:
+        return Envelope.measure(runs, ref1, range(K + 1, K + ANCHOR_STEPS + 1), not args.loss_only)
+    except RuntimeError as e:
+        print(f"  (window control from {os.path.basename(step_dir)}: {e}: not counted)")
+        return Envelope()
+
+
 def layout_run(L, ref, fault=None):
     name = gpt_name(L) if L["app"] == "gpt" else resnet_name(L)
     out = os.path.join(out_root, f"W{L['world']}", name.replace(" ", "_") +
@@ -536,7 +561,9 @@ def layout_run(L, ref, fault=None):
     R = dict(kind="planted" if fault and args.sensitivity else "layout", app=L["app"], world=L["world"], name=name,
              layout=L, steps=N, worst=worst, worst_step=at, time_s=dt, rc=rc, note=note, losses=got, fault=fault,
              gnorm_worst=gnorm_deviation(got, ref))
-    anchored(R, got, ref, got, anc, f"serial from this layout's step-{K} checkpoint")
+    step_dir = os.path.join(out, "checkpoints", f"step_{K:08d}")
+    anchored(R, got, ref, got, anc, f"serial from this layout's step-{K} checkpoint",
+             lambda: window_control(L["app"], step_dir, out + "_window", anc))
     record(R)
 
 
@@ -581,7 +608,8 @@ def restart_run(A, B, ref, W):
     R = dict(kind="restart", app=A["app"], world=W, name=name, layout=A, layout_b=B, restart_step=K, steps=N,
              worst=worst, worst_step=at, time_s=dt, rc=rc, note=note or n2, losses=got,
              gnorm_worst=gnorm_deviation(got, ref))
-    anchored(R, got, ref, got, unbroken, f"layout A ({na}) uninterrupted")
+    anchored(R, got, ref, got, unbroken, f"layout A ({na}) uninterrupted",
+             lambda: window_control(A["app"], step_dir, out + "_window"))
     record(R)
 
 
@@ -671,7 +699,7 @@ if args.sensitivity:
             missed.append(fault)
 
         def figs(R):
-            return (f"anchored {fmt(R['anchor_worst'])} (limit {RTOL:g}; loss {fmt(R['anchor_loss'])}, gradient norm "
+            return (f"anchored {fmt(R['anchor_worst'])} (limit {fmt(R['anchor_limit'])}; loss {fmt(R['anchor_loss'])}, gradient norm "
                     f"{fmt(R['anchor_gnorm'])}), trajectory loss {fmt(R['worst'])} (limit {fmt(R['limit'])}), "
                     f"gradient norm {fmt(R['gnorm_worst'])} (limit {fmt(R['gnorm_limit'])})"
                     + (f", exit {R['rc']}" if R["rc"] else ""))
@@ -700,7 +728,10 @@ with open(json_path, "w") as f:
     json.dump(dict(command=command, precision=args.precision, worlds=worlds, steps=N, rtol=RTOL, restart_step=K,
                    anchor_steps=ANCHOR_STEPS, envelope_factor=ENVELOPE_FACTOR, control_threads=CONTROL_THREADS,
                    envelope={app: dict(loss=controls[app], grad_norm=gcontrols[app], amplifies=amplifies(app),
-                                       limit=limit(app), grad_norm_limit=glimit(app)) for app in controls},
+                                       limit=limit(app), grad_norm_limit=glimit(app),
+                                       initial_window=dict(loss=window_envelopes[app].loss,
+                                                           grad_norm=window_envelopes[app].gnorm))
+                             for app in controls},
                    resnet_global_micro_batch=R_GMB, machine=machine, total_s=total_s, notes=notes, verdict=final,
                    results=[jclean(R) for R in results]), f, indent=1)
 
@@ -747,14 +778,14 @@ except ImportError:
 
 def table(W):
     rows = [R for R in results if R["world"] == W]
-    lines = ["| layout | app | world | steps | anchored windows: worst (step) | trajectory: loss (step) / limit | "
+    lines = ["| layout | app | world | steps | anchored windows: worst (step) [/ limit where above RTOL] | trajectory: loss (step) / limit | "
              "gradient norm / limit | time (s) | verdict |", "|---|---|---:|---:|---|---|---|---:|---|"]
     for R in rows:
         dev = "—" if R["kind"] == "reference" else fmt(R["worst"]) + (f" ({R['worst_step']})" if R["worst_step"] else "")
         v = R["verdict"] + (f": {R['note']}" if R["note"] else "")
         lim = f" / {fmt(R['limit'])}" if "limit" in R else ""
-        anc = fmt(R["anchor_worst"]) + (f" ({R['anchor_step']})" if R.get("anchor_step") else "") \
-            if "anchor_worst" in R else "—"
+        anc = fmt(R["anchor_worst"]) + (f" ({R['anchor_step']})" if R.get("anchor_step") else "") + \
+            (f" / {fmt(R['anchor_limit'])}" if R["anchor_limit"] > RTOL else "") if "anchor_worst" in R else "—"
         gn = (fmt(R["gnorm_worst"]) if "gnorm_worst" in R else "—") + \
             (f" / {fmt(R['gnorm_limit'])}" if "gnorm_limit" in R else "")
         lines.append(f"| {R['name']} | train_{R['app']} | {R['world']} | {R['steps']} | {anc} | {dev}{lim} | {gn} | "
@@ -774,11 +805,15 @@ if args.report:
           "docs/invariants.md, invariant 1 (layout independence): for one deck every layout reproduces the serial loss curve "
           f"{rule}. How a layout is judged (loss and global gradient norm of every step, relative deviations; "
           "docs/invariants.md, \"How the campaign judges\"):", "",
-          f"- **anchored windows** (every deck): the steps that start from a state the reference shares are within "
-          f"{RTOL:g}: steps 1..{ANCHOR_STEPS} from the common initialisation against the serial run, and steps "
+          f"- **anchored windows** (every deck): the steps that start from a state the reference shares: steps "
+          f"1..{ANCHOR_STEPS} from the common initialisation against the serial run, and steps "
           f"{K + 1}..{K + ANCHOR_STEPS} against a serial run resumed from the layout's own step-{K} checkpoint (the "
-          "anchor; for a restart, against layout A uninterrupted). Two steps from one state leave reduction-order "
-          "differences no room to grow, so this holds on any CPU, and a different mathematics of a step shows there.",
+          "anchor; for a restart, against layout A uninterrupted). Each within max("
+          f"{RTOL:g}, {ENVELOPE_FACTOR} x the window's own rounding envelope): the serial run at "
+          f"{', '.join(map(str, CONTROL_THREADS))} threads against 1 thread over the same steps from the same state "
+          f"(measured for an anchored window only where it exceeds {RTOL:g}). Two steps from one state mostly leave "
+          "reduction-order differences no room to grow, and a different mathematics of a step shows there at its full "
+          "size; where a state amplifies rounding within two steps on this CPU, its control shows it.",
           f"- **trajectory**: the whole curve against the serial run within max({RTOL:g}, {ENVELOPE_FACTOR} x the "
           f"deck's rounding envelope), the envelope being the worst deviation of the serial run repeated at "
           f"{', '.join(map(str, CONTROL_THREADS))} OpenMP threads (only the kernels' reduction order changes). A deck "
@@ -806,8 +841,8 @@ if args.report:
            f"The controls repeat each serial run at OMP_NUM_THREADS = {', '.join(map(str, CONTROL_THREADS))}: the same "
            "layout, only the kernels' reduction order changes. Their worst deviation is the deck's rounding envelope "
            "over these steps (not a verdict).", "", table(1), "",
-           "| deck | envelope: loss | envelope: gradient norm | criterion | trajectory limit: loss / gradient norm | "
-           "why |", "|---|---:|---:|---|---|---|"]
+           "| deck | envelope: loss | envelope: gradient norm | initial window envelope: loss / gradient norm | "
+           "criterion | trajectory limit: loss / gradient norm | why |", "|---|---:|---:|---|---|---|---|"]
     for app in controls:
         amp = amplifies(app)
         why = (f"reduction-order noise grows past {RTOL:g} / {ENVELOPE_FACTOR} within {N} steps with no change of "
@@ -818,6 +853,7 @@ if args.report:
                f"rounding stays {RTOL / max(controls[app], gcontrols[app]):.0f}x below {RTOL:g} over the whole "
                "curve: invariant 1's bound applies as stated")
         md.append(f"| {app} | {fmt(controls[app])} | {fmt(gcontrols[app])} | "
+                  f"{fmt(window_envelopes[app].loss)} / {fmt(window_envelopes[app].gnorm)} | "
                   f"{'amplifying: anchored windows within ' + format(RTOL, 'g') if amp else 'strict'} | "
                   f"{fmt(limit(app))} / {fmt(glimit(app))} | {why} |")
     md.append("")
@@ -834,7 +870,7 @@ if args.report:
             md += [f"**{app}: amplifying deck.** The serial run at other thread counts deviates up to "
                    f"{fmt(controls[app])} (loss) and {fmt(gcontrols[app])} (gradient norm) from the one at 1 thread "
                    f"over {N} steps with no change of layout. Its {len(ra)} checks' anchored windows reach at worst "
-                   f"{fmt(wa['anchor_worst'])} ({wa['name']}; limit {RTOL:g}); the trajectories reach "
+                   f"{fmt(wa['anchor_worst'])} ({wa['name']}; limit {fmt(wa['anchor_limit'])}); the trajectories reach "
                    f"{fmt(wt['worst'])} ({wt['name']}), {wt['worst'] / max(controls[app], 1e-30):.2f}x the envelope "
                    f"(limit {ENVELOPE_FACTOR}x).", ""]
     if sens_lines:
@@ -846,7 +882,8 @@ if args.report:
         if args.planted_matrix:  # the defect x layout table: which layouts see which defect
             names = list(dict.fromkeys(R["name"] for _, rs in sens for R in rs))
             md += ["Every defect on every layout (DETECTED: that layout's verdict is FAILED with the defect planted; "
-                   "the figure is its worst anchored-window deviation, limit " + f"{RTOL:g}; a defect a layout does "
+                   "the figure is its worst anchored-window deviation, limit " + f"{RTOL:g} unless the window's "
+                   "own rounding envelope allows more; a defect a layout does "
                    "not exercise leaves it VALID):", "",
                    "| layout | " + " | ".join(f.split(":")[0] for f, _ in sens) + " |",
                    "|---|" + "---|" * len(sens)]

@@ -1,22 +1,27 @@
 #!/usr/bin/python3
 """Data parallelism and HDF5 checkpoints, end to end through train_gpt and ckpt_tool: layout
-independence, exact restarts, checkpoint integrity and failure handling. One scenario per invocation, each a ctest:
+independence, exact restarts, checkpoint integrity and failure handling. One scenario per invocation, each a ctest.
+"Within the rule" below: every step's loss and gradient norm (and the test loss where evaluated) within max(1e-5, 10 x
+the reference's rounding envelope), the envelope measured here by the reference run repeated at 2, 3 and 4 OpenMP
+threads, over the first two steps and over the whole curve apart (validation/layout_rules.py; docs/invariants.md "How
+the campaign judges"). gpt_tiny's envelope is ~3e-8 on every CPU seen, so the limit is invariant 1's 1e-5 there; the
+rule keeps it so on a CPU where it is not.
 
   layout    gpt_tiny 20 steps at np 1, 2, 4 (and ZeRO-1, ZeRO-2, ZeRO-3 at np 2, 4, and each with hybrid sharding,
-            parallel.zero_group = 2, at np 4): per-step losses equal the np 1 run within 1e-5 relative
+            parallel.zero_group = 2, at np 4): per-step losses equal the np 1 run within the rule
             (docs/invariants.md, invariant 1)
   tp        tensor parallelism: (DP, TP) = (1,2), (1,4), (2,2) (+ZeRO-1, +ZeRO-2, +ZeRO-3), with sequence parallelism
-            (1,2), (1,4), (2,2)+ZeRO-1, (2,2)+ZeRO-3, vs serial within 1e-5; a
-            checkpoint written at (2,2) continues at (1,1), (4,1) and (1,4) within 1e-5 of the uninterrupted serial run
+            (1,2), (1,4), (2,2)+ZeRO-1, (2,2)+ZeRO-3, vs serial within the rule; a
+            checkpoint written at (2,2) continues at (1,1), (4,1) and (1,4) within the rule of the uninterrupted serial run
   pp        pipeline and 3D: (DP,TP,PP) = (1,1,2), (1,1,4), (2,1,2), (1,2,2), (2,2,2)+ZeRO-1, GPipe and 1F1B, ZeRO-2
             at (2,2,2) GPipe and (2,1,2) 1F1B, sequence parallelism at (1,2,2) 1F1B and (2,2,2) GPipe + ZeRO-2, vs
-            serial within 1e-5; interleaved 1F1B with 2 virtual stages at (1,1,2), (2,1,2) and (1,2,2) with sequence
-            parallelism vs serial within 1e-5; a (2,2,1) checkpoint continued at (1,1,4) and (4,1,1), a (1,1,2) x 2
+            serial within the rule; interleaved 1F1B with 2 virtual stages at (1,1,2), (2,1,2) and (1,2,2) with sequence
+            parallelism vs serial within the rule; a (2,2,1) checkpoint continued at (1,1,4) and (4,1,1), a (1,1,2) x 2
             virtual checkpoint continued at (1,1,4) and serially, a serial one continued at (1,1,2) x 2 virtual
   restart   10 steps (decay_steps 20) + resume to 20 == an uninterrupted 20-step run bitwise (losses
             and every parameter and optimizer tensor of the final checkpoint), same layout; resumed on
             another DP size and ZeRO stage (ZeRO-2 and ZeRO-3 on 4 ranks -> serial ZeRO-0 and back, ZeRO-1 <->
-            ZeRO-2, hybrid sharding -> serial and back, ZeRO-3 hybrid -> ZeRO-2 on 2) within 1e-5
+            ZeRO-2, hybrid sharding -> serial and back, ZeRO-3 hybrid -> ZeRO-2 on 2) within the rule
   h5py      index.h5 read by h5py: whole tensors equal the parameters of the run (--dump, np 1), and
             equal the shard files assembled by hand from the per-piece attributes (np 2, ZeRO-1)
   damage    a damaged index.h5 (truncated, not HDF5, an object header overwritten), a truncated or non-HDF5 shard,
@@ -51,6 +56,10 @@ import sys
 import time
 
 from ckpt_read import latest_step_dir, read_checkpoint
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "validation"))
+from layout_rules import read_run, reference_of_run  # noqa: E402
 
 scenario, exe, tool, deck, work = sys.argv[1:6]
 shutil.rmtree(work, ignore_errors=True)
@@ -92,16 +101,6 @@ def train(np, out, sets, expect=0, env=None, timeout=300):
 def losses(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return {r["step"]: r["loss"] for r in map(json.loads, f)}
-
-
-def compare(name, got, ref, rtol):
-    if sorted(got) != sorted(ref):
-        fail(f"{name}: steps {sorted(got)} differ from {sorted(ref)}")
-        return
-    worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
-    print(f"  {name}: worst relative loss difference {worst:.3g} over {len(ref)} steps (limit {rtol:g})")
-    if worst > rtol:
-        fail(f"{name}: relative loss difference {worst:.3g} (should be <= {rtol:g})")
 
 
 def read_index(step_dir):
@@ -182,40 +181,41 @@ STEPS20 = ["train.steps=20", "optim.decay_steps=20", "checkpoint.at_end=true"]
 
 if scenario == "layout":
     train(1, f"{work}/np1", ["train.steps=20"])
-    ref = losses(f"{work}/np1")
+    ref = reference_of_run("np 1", train, 1, f"{work}/np1", ["train.steps=20"], ENV)
     # (np, ZeRO stage, parallel.zero_group): group 2 at np 4 is hybrid sharding (two groups of two, replicated)
     for np, zero, group in [(2, 0, 0), (4, 0, 0), (2, 1, 0), (4, 1, 0), (2, 2, 0), (4, 2, 0), (4, 1, 2), (4, 2, 2),
                             (2, 3, 0), (4, 3, 0), (4, 3, 2)]:
         out = f"{work}/np{np}_zero{zero}_group{group}"
         train(np, out, ["train.steps=20", f"parallel.zero={zero}", f"parallel.zero_group={group}",
                         "parallel.bucket_mb=0.05"])
-        compare(f"np {np} zero {zero} zero_group {group} vs np 1", losses(out), ref, 1e-5)
+        ref.verdict(f"np {np} zero {zero} zero_group {group} vs np 1", read_run(out), fail)
 
 elif scenario == "tp":
     # tensor parallelism: (DP, TP) layouts vs the serial run, ZeRO-1 on top, and a
     # checkpoint written at (2, 2) restored at (1, 1), (4, 1) and (1, 4)
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10"])
-    ref = losses(serial)
+    ref = reference_of_run("serial", train, 1, serial, ["train.steps=10", "optim.decay_steps=10"], ENV)
     # (DP, TP, ZeRO stage, sequence parallelism)
     for dp, tp, zero, sp in [(1, 2, 0, False), (1, 4, 0, False), (2, 2, 0, False), (2, 2, 1, False), (2, 2, 2, False),
                              (2, 2, 3, False), (1, 2, 0, True), (1, 4, 0, True), (2, 2, 1, True), (2, 2, 3, True)]:
         out = f"{work}/dp{dp}_tp{tp}_zero{zero}_sp{int(sp)}"
         train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.zero={zero}",
                              "parallel.bucket_mb=0.05", f"parallel.sp={str(sp).lower()}"])
-        compare(f"(dp {dp}, tp {tp}) zero {zero}{' sp' if sp else ''} vs serial", losses(out), ref, 1e-5)
+        ref.verdict(f"(dp {dp}, tp {tp}) zero {zero}{' sp' if sp else ''} vs serial", read_run(out), fail)
     for dp, tp in [(1, 1), (4, 1), (1, 4)]:
         out = f"{work}/from_dp2tp2_to_dp{dp}tp{tp}"
         train(4, out, ["train.steps=5", "optim.decay_steps=10", "parallel.tp=2"])
         train(dp * tp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", "checkpoint.resume=latest"])
-        compare(f"checkpoint (dp 2, tp 2) -> (dp {dp}, tp {tp})", losses(out), ref, 1e-5)
+        ref.verdict(f"checkpoint (dp 2, tp 2) -> (dp {dp}, tp {tp})", read_run(out), fail)
 
 elif scenario == "pp":
     # pipeline and 3D layouts: (DP, TP, PP) vs the serial run, both schedules, ZeRO-1 in 3D; a
     # checkpoint written at (2, 2, 1) continued at (1, 1, 4) and (4, 1, 1)
     serial = f"{work}/serial"
     train(1, serial, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5"])
-    ref = losses(serial)
+    ref = reference_of_run("serial", train, 1, serial, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5"],
+                           ENV)
     for dp, tp, pp, sched, zero in [(d, t, p, sch, 0) for (d, t, p) in [(1, 1, 2), (1, 1, 4), (2, 1, 2), (1, 2, 2),
                                                                      (2, 2, 2)] for sch in ("gpipe", "1f1b")] + \
                                    [(2, 2, 2, "1f1b", 1), (2, 2, 2, "gpipe", 2), (2, 1, 2, "1f1b", 2),
@@ -227,8 +227,8 @@ elif scenario == "pp":
                                       f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.schedule={sched}",
                                       f"parallel.zero={zero}", "parallel.bucket_mb=0.05",
                                       f"parallel.sp={str(sp).lower()}"])
-        compare(f"(dp {dp}, tp {tp}, pp {pp}) {sched} zero {zero}{' sp' if sp else ''} vs serial", losses(out), ref,
-                1e-5)
+        ref.verdict(f"(dp {dp}, tp {tp}, pp {pp}) {sched} zero {zero}{' sp' if sp else ''} vs serial", read_run(out),
+                    fail)
         bub = [l for l in p.stdout.splitlines() if l.startswith("pipeline:")]
         print("   ", bub[0] if bub else "no pipeline line")
     for dp, tp, pp in [(1, 1, 4), (4, 1, 1)]:
@@ -236,14 +236,14 @@ elif scenario == "pp":
         train(4, out, ["train.steps=5", "optim.decay_steps=10", "parallel.tp=2"])
         train(dp * tp * pp, out, ["train.steps=10", "optim.decay_steps=10", f"parallel.tp={tp}", f"parallel.pp={pp}",
                                   "checkpoint.resume=latest"])
-        compare(f"checkpoint (2, 2, 1) -> ({dp}, {tp}, {pp})", losses(out), ref, 1e-5)
+        ref.verdict(f"checkpoint (2, 2, 1) -> ({dp}, {tp}, {pp})", read_run(out), fail)
     # interleaved 1F1B: 2 virtual stages per rank (n_layer 4: one block per chunk at pp 2)
     for dp, tp, sp in [(1, 1, False), (2, 1, False), (1, 2, True)]:
         out = f"{work}/dp{dp}_tp{tp}_pp2_v2_sp{int(sp)}"
         p = train(dp * tp * 2, out, ["train.steps=10", "optim.decay_steps=10", "train.eval_every=5",
                                      f"parallel.tp={tp}", "parallel.pp=2", "parallel.virtual_stages=2",
                                      f"parallel.sp={str(sp).lower()}"])
-        compare(f"(dp {dp}, tp {tp}, pp 2) virtual stages 2{' sp' if sp else ''} vs serial", losses(out), ref, 1e-5)
+        ref.verdict(f"(dp {dp}, tp {tp}, pp 2) virtual stages 2{' sp' if sp else ''} vs serial", read_run(out), fail)
         bub = [l for l in p.stdout.splitlines() if l.startswith("pipeline:")]
         print("   ", bub[0] if bub else "no pipeline line")
     # checkpoints restore across any pp x v (whole logical tensors)
@@ -254,12 +254,12 @@ elif scenario == "pp":
         out = f"{work}/ckpt_{name.replace(' ', '')}"
         train(np_a, out, ["train.steps=5", "optim.decay_steps=10"] + sets_a)
         train(np_b, out, ["train.steps=10", "optim.decay_steps=10", "checkpoint.resume=latest"] + sets_b)
-        compare(f"checkpoint {name}", losses(out), ref, 1e-5)
+        ref.verdict(f"checkpoint {name}", read_run(out), fail)
     # from a pipeline checkpoint (with ZeRO-1) onto a TP layout
     out = f"{work}/from_112z_to_221"
     train(2, out, ["train.steps=5", "optim.decay_steps=10", "parallel.pp=2", "parallel.zero=1"])
     train(4, out, ["train.steps=10", "optim.decay_steps=10", "parallel.tp=2", "checkpoint.resume=latest"])
-    compare("checkpoint (1, 1, 2) ZeRO-1 -> (2, 2, 1)", losses(out), ref, 1e-5)
+    ref.verdict("checkpoint (1, 1, 2) ZeRO-1 -> (2, 2, 1)", read_run(out), fail)
 
 elif scenario == "restart":
     import numpy as np_
@@ -280,7 +280,9 @@ elif scenario == "restart":
         fail(f"final checkpoint tensors differ bitwise: {bad[:5]}")
     else:
         print(f"  same layout: all {len(ta)} tensors of the step-20 checkpoints bitwise equal")
-    # another DP size, and from ZeRO-1 and ZeRO-2 checkpoints onto other sizes and stages (checkpoints are stage-free)
+    # another DP size, and from ZeRO-1 and ZeRO-2 checkpoints onto other sizes and stages (checkpoints are stage-free),
+    # each against the uninterrupted np 2 run by the campaign's rule (validation/layout_rules.py)
+    across = reference_of_run("np 2 uninterrupted", train, 2, full, STEPS20, ENV)
     # (group 2 at np 4: hybrid sharding)
     for np_a, zero_a, np_b, zero_b in [(2, 0, 4, 0), (2, 0, 1, 0), (2, 1, 4, 1), (2, 1, 1, 0), (4, 0, 2, 1),
                                        (4, 2, 1, 0), (1, 0, 4, 2), (2, 2, 4, 1), ("4g2", 2, 1, 0), (2, 1, "4g2", 1),
@@ -291,7 +293,7 @@ elif scenario == "restart":
         train(na, out, ["train.steps=10", "optim.decay_steps=20", f"parallel.zero={zero_a}",
                         f"parallel.zero_group={ga}"])
         train(nb, out, STEPS20 + ["checkpoint.resume=latest", f"parallel.zero={zero_b}", f"parallel.zero_group={gb}"])
-        compare(f"np {np_a} zero {zero_a} -> np {np_b} zero {zero_b}", losses(out), a, 1e-5)
+        across.verdict(f"np {np_a} zero {zero_a} -> np {np_b} zero {zero_b}", read_run(out), fail)
 
 elif scenario == "recompute":
     for np, sets in [(1, []), (4, ["parallel.pp=2", "parallel.schedule=gpipe"]),

@@ -5,12 +5,18 @@ One scenario per invocation, each a ctest:
   layout    resnet_tiny 10 steps with SyncBN at a constant global micro-batch DP x MB = 8 (np 1 MB 8, np 2 MB 4,
             np 4 MB 2, ZeRO-1 and overlap off at np 2, np 4 with one micro-batch of 8, ZeRO-1 and ZeRO-2 at np 4 MB 2
             with small buckets, ZeRO-2 in hybrid sharding groups of 2, ZeRO-3 at np 4 MB 2 and in hybrid groups of 2
-            without prefetch): per-step losses and the test
-            loss equal the np 1 run within 1e-5 relative (docs/invariants.md, invariant 1); without SyncBN at a constant MB = 4
-            np 2 equals np 1, and differs from the SyncBN run (BN over 4 images, not 8), so the test can fail
+            without prefetch) against the np 1 run by the campaign's rule (validation/layout_rules.py,
+            docs/invariants.md "How the campaign judges"): every step's loss and gradient norm within max(1e-5, 10 x
+            the rounding envelope), the envelope measured here by the np 1 run at 2, 3 and 4 OpenMP threads, over the
+            initial window (steps 1..2) and over the whole curve apart, and the test loss likewise; without SyncBN at
+            a constant MB = 4 np 2 equals np 1 by the same rule (its own controls), and differs from the SyncBN run (BN
+            over 4 images, not 8) by more than that limit and 1e-4, so the test can fail. resnet_tiny amplifies
+            rounding on some CPUs (np 2 vs np 1 without SyncBN: 1.4e-4 over 10 steps on an AVX2 EPYC; ~1e-7 here on
+            AVX-512), so no fixed bound on the whole curve holds on every CPU
   restart   5 steps (decay_steps 10) + resume to 10 == an uninterrupted 10-step run bitwise, at np 2: losses, and
             every tensor of the final checkpoint (parameters, BN running statistics, SGD momentum); index.h5 read by
-            h5py holds torchvision's state_dict names; a resume at np 4 (micro-batch 2: the same SyncBN groups) continues within 1e-5;
+            h5py holds torchvision's state_dict names; a resume at np 4 (micro-batch 2: the same SyncBN groups) continues the
+            np 2 run by the same rule, its controls the np 2 run resumed from step 5 at 2, 3 and 4 threads per rank;
             a resume with other optim.milestones is refused (exit 2, naming the key); train.recompute=full gives the
             same 10 losses and final tensors bit for bit
   np8       mpirun -np 8 --oversubscribe train_resnet resnet_tiny.toml: exit 0, PERFORMANCE line, metrics.jsonl
@@ -30,6 +36,10 @@ import sys
 import time
 
 from ckpt_read import latest_step_dir, read_checkpoint
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "validation"))
+from layout_rules import deviation, read_run, reference_of_run, reference_with_controls  # noqa: E402
 
 scenario, exe, deck, work = sys.argv[1:5]
 shutil.rmtree(work, ignore_errors=True)
@@ -72,16 +82,6 @@ def losses(out):
     return {r["step"]: r["loss"] for r in records(out)}
 
 
-def compare(name, got, ref, rtol):
-    if sorted(got) != sorted(ref):
-        fail(f"{name}: steps {sorted(got)} differ from {sorted(ref)}")
-        return
-    worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
-    print(f"  {name}: worst relative loss difference {worst:.3g} over {len(ref)} steps", flush=True)
-    if worst > rtol:
-        fail(f"{name}: losses differ by {worst:.3g} relative (should be <= {rtol:g})")
-
-
 def final_tensors(out):
     return read_checkpoint(latest_step_dir(out))[0]
 
@@ -89,8 +89,7 @@ def final_tensors(out):
 if scenario == "layout":
     base = os.path.join(work, "np1")
     train(1, base, ["train.micro_batch=8"])
-    ref = losses(base)
-    ref_val = records(base)[-1]["val_loss"]
+    sync = reference_of_run("np 1 micro-batch 8", train, 1, base, ["train.micro_batch=8"], ENV)
     for np_, sets in [(2, []), (4, ["train.micro_batch=2"]), (2, ["parallel.zero=1"]), (2, ["parallel.overlap=false"]),
                       (4, ["train.micro_batch=2", "parallel.zero=1", "parallel.bucket_mb=0.005"]),
                       (4, ["train.micro_batch=2", "parallel.zero=2", "parallel.bucket_mb=0.005"]),
@@ -99,20 +98,21 @@ if scenario == "layout":
                       (4, ["train.micro_batch=2", "parallel.zero=3", "parallel.zero_group=2", "parallel.prefetch=false"])]:
         out = os.path.join(work, f"np{np_}_{'_'.join(sets) or 'default'}")
         train(np_, out, sets)
-        compare(f"np {np_} {' '.join(sets)}", losses(out), ref, 1e-5)
-        v = records(out)[-1]["val_loss"]
-        if abs(v - ref_val) > 1e-5 * abs(ref_val):
-            fail(f"np {np_} {sets}: test loss {v} vs {ref_val} at np 1")
+        sync.verdict(f"np {np_} {' '.join(sets)}", read_run(out), fail)
     # per-rank BatchNorm: layouts agree at a constant micro-batch (BN over each rank's 4 images)
     nosync1 = os.path.join(work, "np1_nosync")
     train(1, nosync1, ["model.sync_bn=false"])
+    # (the test loss is not compared: without SyncBN each rank's BN running statistics see its own micro-batches,
+    # once per step at np 2 and twice at np 1, so the evaluated model differs by design)
+    nosync = reference_of_run("np 1 without SyncBN", train, 1, nosync1, ["model.sync_bn=false"], ENV, test_loss=False)
     nosync2 = os.path.join(work, "np2_nosync")
     train(2, nosync2, ["model.sync_bn=false"])
-    compare("np 2 vs np 1 without SyncBN (micro-batch 4)", losses(nosync2), losses(nosync1), 1e-5)
-    got = losses(nosync2)
-    worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
-    print(f"  np 2 without SyncBN vs SyncBN over 8 images: worst relative difference {worst:.3g} (must be > 1e-4)")
-    if worst <= 1e-4:
+    nosync.verdict("np 2 vs np 1 without SyncBN (micro-batch 4)", read_run(nosync2), fail)
+    # and differs from the SyncBN run (BN over 4 images, not 8) by more than rounding could: the test can fail
+    worst = deviation(read_run(nosync2), sync.ref)[0]
+    floor = max(1e-4, sync.trajectory.loss_limit())
+    print(f"  np 2 without SyncBN vs SyncBN over 8 images: worst relative difference {worst:.3g} (must be > {floor:.3g})")
+    if worst <= floor:
         fail(f"np 2 without SyncBN equals the SyncBN run ({worst:.3g}): SyncBN did not change the statistics")
 elif scenario == "restart":
     sched = ["optim.decay_steps=10"]
@@ -146,13 +146,22 @@ elif scenario == "restart":
         fail(f"train.recompute=full differs from none: losses equal {losses(recomputed) == a}, tensors {diff[:5]}")
     else:
         print(f"  train.recompute=full: 10 losses and all {len(tr)} final tensors bitwise equal to none's")
-    other = os.path.join(work, "np4")
-    shutil.copytree(os.path.join(part, "checkpoints"), os.path.join(other, "checkpoints"))
-    os.remove(os.path.join(other, "checkpoints", "latest"))  # resume explicitly from step 5
-    step5 = os.path.join(other, "checkpoints", "step_00000005")
-    train(4, other, sched + ["train.steps=10", "train.micro_batch=2", f"checkpoint.resume={step5}"])  # DP x MB = 8
-    got = losses(other)
-    compare("resume of the np 2 step-5 checkpoint at np 4", {s: got[s] for s in got}, {s: a[s] for s in got}, 1e-5)
+    def from_step5(np_, out, sets, env=None):
+        """Resumes a copy of the np 2 run's step-5 checkpoint in `out` (steps 6..10 only in its metrics.jsonl)."""
+        shutil.copytree(os.path.join(part, "checkpoints"), os.path.join(out, "checkpoints"))
+        os.remove(os.path.join(out, "checkpoints", "latest"))  # resume explicitly from step 5
+        step5 = os.path.join(out, "checkpoints", "step_00000005")
+        train(np_, out, sched + ["train.steps=10", f"checkpoint.resume={step5}"] + sets, env=env)
+        return read_run(out)
+
+    # the np 4 continuation vs the uninterrupted np 2 run, from the shared step-5 state: limits from the np 2 run
+    # resumed there at CONTROL_THREADS threads per rank (validation/layout_rules.py)
+    resumed = reference_with_controls(
+        "np 2 steps 6..10", read_run(full),
+        lambda t: from_step5(2, os.path.join(work, f"np2_from5_omp{t}"), [], dict(ENV, OMP_NUM_THREADS=str(t))),
+        steps=range(6, 11))
+    resumed.verdict("resume of the np 2 step-5 checkpoint at np 4",
+                    from_step5(4, os.path.join(work, "np4"), ["train.micro_batch=2"]), fail)  # DP x MB = 8
     # a list-valued optimizer key that differs from the checkpoint's is refused, naming it
     refused = os.path.join(work, "refused")
     shutil.copytree(os.path.join(part, "checkpoints"), os.path.join(refused, "checkpoints"))

@@ -8,7 +8,9 @@ Scenarios:
             the index of a max-pool); a second bf16 run reproduces the first bit for bit (invariant 1); a bf16 run on a
             CPU without bf16 instructions (DNNL_MAX_CPU_ISA=AVX512_CORE) says so in its precision line and stays within
             0.5% of fp32 too.
-  layouts   bf16 runs on other layouts against the bf16 serial run, every step within 0.5% (docs/invariants.md:
+  layouts   bf16 runs on other layouts against the bf16 serial run, every step's loss and gradient norm within
+            max(0.5%, 10 x the serial run's rounding envelope at 2, 3 and 4 threads) (validation/layout_rules.py;
+            docs/invariants.md:
             bf16 layouts reproduce the bf16 serial run to bf16 rounding; the reduction order of the bf16 collectives
             and the split GEMMs differ): train_gpt DP 2, TP 2, PP 2 (np 2) and DP 2 x TP 2 (np 4), and DP 2 with
             parallel.grad_dtype = bf16, alone and with ZeRO-2; train_resnet DP 2 (SyncBN, at the serial run's
@@ -24,6 +26,10 @@ import os
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "validation"))
+from layout_rules import read_run, reference_with_controls  # noqa: E402
 
 scenario, exe, deck, work = sys.argv[1:5]
 shutil.rmtree(work, ignore_errors=True)
@@ -133,8 +139,15 @@ if scenario == "accuracy":
 elif scenario == "layouts":
     # SyncBN normalises over the DP group's micro-batch: the ResNet's layouts agree at a constant DP x micro_batch
     serial = [] if gpt else ["train.micro_batch=8"]
-    train(os.path.join(work, "serial"), BF16 + serial)
-    ref = losses(os.path.join(work, "serial"))
+    # the bf16 serial run at 1 thread, and its rounding controls at 2, 3 and 4 (validation/layout_rules.py): each layout
+    # within max(0.5%, 10 x their envelope), the campaign's rule with its bf16 bound (equivalence.py --precision bf16)
+    serial_out = os.path.join(work, "serial")
+    train(serial_out, BF16 + serial, threads=1)
+
+    def control(t):
+        train(f"{serial_out}_omp{t}", BF16 + serial, threads=t)
+        return read_run(f"{serial_out}_omp{t}")
+    ref = reference_with_controls("bf16 serial", read_run(serial_out), control, rtol=TOL)
     if gpt:
         cases = [(2, ["parallel.tp=1"], "DP 2"), (2, ["parallel.tp=2"], "TP 2"), (2, ["parallel.pp=2"], "PP 2"),
                  (4, ["parallel.tp=2"], "DP 2 x TP 2"), (2, ["parallel.grad_dtype=bf16"], "DP 2, bf16 reduction"),
@@ -148,7 +161,7 @@ elif scenario == "layouts":
     for np_, sets, name in cases:
         out = os.path.join(work, name.replace(" ", "_").replace(",", ""))
         train(out, BF16 + sets, np=np_)
-        compare(f"bf16 {name} vs bf16 serial", losses(out), ref)
+        ref.verdict(f"bf16 {name} vs bf16 serial", read_run(out), fail)
 elif scenario == "resume":
     half = STEPS // 2
     ck = ["checkpoint.every=%d" % half, "checkpoint.keep=2"]

@@ -14,6 +14,15 @@ usage: check_hf_gpt2.py MODE TRAIN_GPT CKPT_TOOL TRAIN_RESNET MPIEXEC REPO WORKD
           "transformer." prefix, lm_head.weight and the attention buffers present)
   errors  every bad input: one line on stderr with the exact message, exit code 2
 Prints VALID: <mode> ..., or FAILED: <what> (is X, should be Y).
+
+Why 1e-5 (logits, x max |logit|; the step-1 loss, relative) holds on every CPU: both sides evaluate one forward at the
+same weights, no training dynamics between them, so the difference is fp32 rounding alone, bounded whatever order a
+CPU's kernels sum in. With u = 2^-24, a length-K dot product errs by at most K u sum|terms| in any order, and by about
+sqrt(K) u in the probabilistic analysis (Higham and Mary 2019) that rounding errors of random sign obey; here K <= 4 C
+= 256 (the tiny exported model) or 128 (the imported one), so ~1e-6 per GEMM, through ~6 GEMMs a block and 2 or 4
+blocks whose LayerNorms rescale the errors instead of accumulating them: a few 1e-6 of the largest logit, which
+measured 1e-7..2.4e-7 x max |logit| here and elsewhere. 1e-5 keeps a factor >= 3 over the typical bound and ~40
+over what was measured, while a misread tensor (a transposed Conv1D weight, a dropped bias) moves logits by O(1).
 """
 import os
 import sys

@@ -15,31 +15,72 @@ bf16 (--autocast bf16, the default for a dump whose deck has train.precision = b
 dump of a `--set train.precision=bf16` run (fp32 masters, bf16 activations and GEMMs) is replayed three times, from
 the same initial weights and batches, with fp32 masters and fp32 AdamW each time:
   fp32      as above;
-  autocast  the forward under torch.autocast('cpu', dtype=torch.bfloat16): linear / matmul in bf16, LayerNorm
-            outputs, the residual stream and the loss in fp32;
-  emulate   hpctrain's scheme (DESIGN section 8) emulated in fp32 arithmetic: every stored activation rounded to bf16
-            (embedding sum, LayerNorm outputs, qkv, attention probabilities and output, projections, the residual
-            stream, fc, GELU, logits) and so is every activation gradient; GEMMs on bf16-rounded inputs and the bf16
-            compute copy of the parameters (all of them, LayerNorm and biases included) with fp32 accumulation;
-            LayerNorm, softmax and loss arithmetic in fp32; parameter gradients fp32.
-Measured on gpt_tiny.toml, 30 steps (lr 1e-3, warm-up 2, clip 1), torch 1.13, seeds 1337 / 1 / 2, worst relative loss
-difference over the steps:
-  autocast vs fp32                      6.4e-5 / 6.0e-5 / 6.0e-5   (the issue's "~1e-4")
-  emulate vs fp32                       4.3e-4 / 6.2e-4 / 5.2e-4
-  emulate vs autocast                   4.6e-4 / 6.3e-4 / 4.9e-4
-  (torch 2.15 from PyPI, seed 1337: autocast vs fp32 5.7e-5, emulate vs autocast 4.8e-4)
-  emulation variants (residual stream, LayerNorm outputs, GELU outputs, attention probabilities or activation
-  gradients kept in fp32) vs the full emulation: 2e-5..9e-5, vs autocast 4.5e-4..6.3e-4
-The emulation's drift is systematic and comes mostly from the bf16 compute copy of the LayerNorm parameters, biases and
-wpe (a LayerNorm gain near 1.0 moves by ~1e-3 per AdamW step, bf16's spacing there is 2^-7): with those read in fp32
-it falls to 7.9e-5 from fp32 and 5.5e-5 from autocast (seed 1337).
-Step-1 gradients, worst per-tensor relative L2: autocast vs fp32 4.5e-3..4.8e-3, emulate vs autocast 3.7e-3..4.2e-3
-(variants up to 3.9e-3 on seed 1337). hpctrain fp32 vs PyTorch fp32: <= 1.4e-7 (losses), <= 6e-7 (gradients).
-Limits, ~4x the largest deviation between two legitimate bf16 schemes and inside the project's 0.5% (DESIGN 8):
-  - every step's loss within 2.5e-3 (relative) of autocast's and within 2.5e-3 of fp32's;
-  - some step's loss at least 5e-6 away from fp32's (bf16 in effect: fp32 sits at <= 1.4e-7, bf16 at >= 6e-5);
-  - every step-1 gradient within 2e-2 (relative L2) of autocast's;
+  emulate   hpctrain's scheme (docs/precision.md) emulated in fp32 arithmetic (bf16_scheme.py): every stored activation
+            rounded to bf16 (embedding sum, LayerNorm outputs, qkv, attention probabilities and output, projections,
+            the residual stream, fc, GELU, logits) and so is every activation gradient; GEMMs on bf16-rounded inputs
+            and the bf16 compute copy of the parameters (all of them, LayerNorm and biases included) with fp32
+            accumulation; LayerNorm, softmax and loss arithmetic in fp32; parameter gradients fp32. Its roundings are
+            exact round-to-nearest-even on every ISA: it does not move with the CPU;
+  autocast  (information only) the forward under torch.autocast('cpu', dtype=torch.bfloat16): linear / matmul in
+            bf16, LayerNorm outputs, the residual stream and the loss in fp32. It moves with the CPU: torch 1.13 runs
+            bf16 GEMMs through oneDNN (fp32 accumulation) only where cpuinfo reports AVX-512 (avx512bw/vl/dq), else
+            through its own kernels, which accumulate in bf16 (a 256x1024 by 1024x256 product: 3.7e-2 from exact
+            against oneDNN's 1.7e-3). On an AVX2-only AMD EPYC that put autocast 3.8e-3 (losses) and 1.0e-1 (step-1
+            gradient of h.0.attn.proj.weight) from fp32, and a verdict judged against autocast failed there.
+Limits (the model: bf16_scheme.py's docstring; u = 2^-8, lam = 1, limit sqrt(D) u, over N samples sqrt(D) u / sqrt(N)).
+D = the bf16 roundings on the longest path of the emulated scheme, counted for n_layer L (gpt_tiny: L = 4):
+  forward, embedding -> loss: embedding 2 (the wte / wpe copy, their sum), per layer 17 (ln1: gain copy and output 2;
+  qkv: weight copy and output 2; probabilities 1; attention output 1; attn.proj: weight copy and output 2; residual 1;
+  ln2 2; fc 2; GELU 1; mlp.proj 2; residual 1), final LayerNorm 2, logits (wte copy and output) 2; the loss is fp32:
+  D_fwd = 6 + 17 L = 74 (47 stored activations, 27 compute copies); biases add, they do not lengthen the path;
+  backward, loss -> layer 0: the logits' gradient 1, wte copy 1, lnf output's gradient 1, lnf gain 1, per layer 15
+  (gradients stored at the two residuals, the GELU, fc, ln2, attention and ln1 outputs, the probabilities and qkv: 9;
+  the copies of mlp.proj, fc, ln2's gain, attn.proj, qkv, ln1's gain: 6; the projections' output gradients arrive
+  bf16 already and round exactly): D_bwd = 4 + 15 L = 64 (38 activation gradients, 26 copies);
+  step-1 gradients (layer 0's are the deepest): D_grad = D_fwd + D_bwd = 138; without the compute copies 85.
+  - every step's loss within sqrt(74) u = 3.36e-2 (relative) of PyTorch fp32's;
+  - every step's loss within sqrt(74) u / sqrt(1024) = 1.05e-3 of the emulation's (1024 tokens a step, 16 x 64;
+    tokens of one sequence meet in attention, where a flip in one token's key or value reaches a later token weighted
+    by its attention probability: counting the 16 sequences as the samples instead would give 8.4e-3);
+  - every step-1 gradient (relative L2, per tensor) within sqrt(138) u = 4.59e-2 of fp32's and within sqrt(85) u =
+    3.60e-2 of the emulation's;
+  - some step's loss at least 4 sqrt(74) 2^-24 = 2.05e-6 from fp32's (bf16 in effect; the worst step, not step 1:
+    bf16's step-1 loss sits only 3e-6 from fp32's, at initialisation the logits are small and the loss insensitive);
   - the dump's deck says train.precision = bf16.
+  Not covered by D: the later steps' parameters carry the earlier steps' differences (AdamW; measured: the emulation
+  sits 4e-6 from fp32 at step 1 and up to 4.6e-4 later, still 70x inside).
+Measured, torch 1.13, this test's dump (seed 1337, 30 steps), on a 2-core AMD EPYC with AVX-512 and avx512_bf16 (lscpu
+"AMD EPYC"), PyTorch's ISA set with ATEN_CPU_CAPABILITY (unset runs its AVX2 kernels here: the same figures as avx2);
+"no oneDNN" adds torch.backends.mkldnn.enabled = False (a sitecustomize), PyTorch's bf16 as on an AVX2-only CPU, which
+reproduces that CPU's autocast figures to the digit (3.78e-3 / 1.01e-1) and the old verdict's failure. Worst over the
+steps / worst per-tensor step-1 gradient relative L2:
+                                   unset     avx512    avx2      default   avx2, no oneDNN   limit
+  loss  hpctrain vs fp32           4.15e-4   4.15e-4   4.15e-4   4.15e-4   4.15e-4           3.36e-2
+        hpctrain vs emulation      2.74e-5   2.82e-5   2.74e-5   4.17e-5   2.74e-5           1.05e-3
+        emulation vs fp32          4.30e-4   4.43e-4   4.30e-4   4.56e-4   4.30e-4           (3.36e-2)
+        autocast vs fp32           5.30e-5   4.40e-5   5.30e-5   5.04e-5   3.78e-3           information
+        hpctrain vs autocast       4.33e-4   4.26e-4   4.33e-4   4.26e-4   4.09e-3           information
+  grad  hpctrain vs fp32           5.56e-3   5.56e-3   5.56e-3   5.56e-3   5.56e-3           4.59e-2
+        hpctrain vs emulation      3.18e-3   3.17e-3   3.18e-3   3.17e-3   3.18e-3           3.60e-2
+        emulation vs fp32          5.17e-3   5.14e-3   5.17e-3   4.97e-3   5.17e-3           (4.59e-2)
+        autocast vs fp32           4.77e-3   4.83e-3   4.77e-3   4.75e-3   1.01e-1           information
+  verdict                          VALID     VALID     VALID     VALID     VALID
+  (worst tensors: hpctrain vs fp32 h.0.ln2.weight, vs emulation wpe, a sum over the 16 sequences; no oneDNN: autocast's
+  h.0.attn.proj.weight.) Seeds 1 / 2 (unset): hpctrain vs fp32 6.0e-4 / 5.1e-4, vs emulation 3.9e-5 / 4.6e-5;
+  gradients vs fp32 5.0e-3 / 5.0e-3, vs emulation 2.9e-3 / 3.3e-3. hpctrain fp32 vs PyTorch fp32 (bf16_selftest's
+  fp32 dump): <= 1.6e-7 over the 30 steps. Margins: losses 80x (fp32) and 25x (emulation), gradients 8x and 11x.
+  hpctrain too as on an AVX2-only CPU (ONEDNN_MAX_CPU_ISA=AVX2: its bf16 GEMMs become OpenBLAS fp32 ones on widened
+  bf16; OPENBLAS_CORETYPE=Haswell; PyTorch as in the last column): vs fp32 4.26e-4, vs emulation 3.66e-5, gradients
+  5.53e-3 / 3.18e-3, VALID. PyTorch's autocast without oneDNN would fail hpctrain's own checks (loss 4.1e-3 from the
+  emulation, 3.9x its limit; gradient 2.2x the fp32 limit): the limits reject GEMMs that accumulate in bf16.
+  ATEN_CPU_CAPABILITY alone does not move autocast (it picks PyTorch's vectorised element-wise kernels, not which bf16
+  GEMM runs). bf16_selftest.py gpt, every setting above: the emulated run VALID; a loss moved by 2.1e-3 FAILED (the
+  emulation check); the fp32 losses, 1.0e-7..1.6e-7 from PyTorch fp32, FAILED (bf16 in effect); the fp32 deck FAILED;
+  h.0.mlp.fc.weight x 1.05, 5.0e-2 from the emulation and 5.07e-2 from fp32, FAILED (both gradient checks).
+The emulation's drift from fp32 is systematic and comes mostly from the bf16 compute copy of the LayerNorm parameters,
+biases and wpe (a LayerNorm gain near 1.0 moves by ~1e-3 per AdamW step, bf16's spacing there is 2^-7); earlier
+measurement: with those read in fp32 it falls to 7.9e-5 from fp32; the emulation variants (residual stream, LayerNorm
+outputs, GELU outputs, attention probabilities or activation gradients kept in fp32) sit 2e-5..9e-5 from the full one.
 --measure prints the three replays' deviations (and the dump's own, e.g. an fp32 dump's) without a verdict.
 """
 import argparse
@@ -53,13 +94,25 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bf16_scheme import RoundAct, RoundForward  # noqa: E402
+from bf16_scheme import RoundAct, RoundForward, cpu_capability, fp32_bound, rms_bound  # noqa: E402
 
-# --autocast bf16 limits (the measurements behind them: the header)
-BF16_LOSS_RTOL = 2.5e-3    # hpctrain bf16 vs PyTorch bf16 autocast, every step
-BF16_FP32_RTOL = 2.5e-3    # hpctrain bf16 vs PyTorch fp32, every step (the project's bound is 5e-3)
-BF16_MIN_DEV = 5e-6        # hpctrain bf16 must be at least this far from fp32 on some step (bf16 in effect)
-BF16_GRAD_REL_L2 = 2e-2    # step-1 gradients vs autocast's, per tensor
+# --autocast bf16: bf16 roundings on the longest path of hpctrain's scheme (the emulation below; the header's "Limits"
+# counts them), for n_layer = L; gpt_tiny has L = 4
+def bf16_depths(L):
+    """(D forward, D step-1 gradients, of which stored activations and activation gradients)."""
+    d_fwd = 2 + 17 * L + 4        # embedding 2, per layer 17, final LayerNorm and logits 4: 74 at L = 4
+    d_bwd = 4 + 15 * L            # the backward from the loss to layer 0: 64 at L = 4
+    d_grad_act = (3 + 11 * L) + (2 + 9 * L)  # without the compute copies: 47 forward + 38 backward = 85 at L = 4
+    return d_fwd, d_fwd + d_bwd, d_grad_act
+
+
+def bf16_limits(L, tokens):
+    """The bf16 checks' limits (bf16_scheme.py's model, lam = 1, u = 2^-8); gpt_tiny (L 4, 1024 tokens a step):
+    loss_fp32 sqrt(74) u = 3.36e-2, loss_emu sqrt(74) u / sqrt(1024) = 1.05e-3, grad_fp32 sqrt(138) u = 4.59e-2,
+    grad_emu sqrt(85) u = 3.60e-2, min_dev 4 sqrt(74) 2^-24 = 2.05e-6."""
+    d_fwd, d_grad, d_grad_act = bf16_depths(L)
+    return dict(loss_fp32=rms_bound(d_fwd), loss_emu=rms_bound(d_fwd, tokens), grad_fp32=rms_bound(d_grad),
+                grad_emu=rms_bound(d_grad_act), min_dev=fp32_bound(d_fwd))
 
 
 class Gpt(torch.nn.Module):
@@ -195,13 +248,18 @@ def rel_l2(x, ref):
 
 
 def bf16_main(args, f):
-    """--autocast bf16: hpctrain's bf16 losses (a dump of a train.precision=bf16 run) against PyTorch's bf16 autocast
-    and PyTorch fp32, with the emulation of hpctrain's storage scheme alongside (see the header). --measure: the
-    deviations between the PyTorch schemes only, no verdict."""
+    """--autocast bf16: hpctrain's bf16 losses and step-1 gradients (a dump of a train.precision=bf16 run) against
+    PyTorch fp32 and the emulation of hpctrain's scheme, with limits derived from bf16's unit roundoff and the depth
+    (header, "Limits"); PyTorch's bf16 autocast alongside, as information. --measure: the table, no verdict."""
     a = f.attrs
     steps = int(a["steps"])
     prec = deck_precision(a)
     hp = np.array(f["steps/loss"])
+    tokens = int(np.prod(f["batches/inputs"].shape[1:]))  # a step's global batch x seq_len
+    lim = bf16_limits(int(a["n_layer"]), tokens)
+    for k in lim:
+        if getattr(args, "bf16_" + k) is not None:
+            lim[k] = getattr(args, "bf16_" + k)
     if args.replay_cache and os.path.exists(args.replay_cache):
         (l32, g32), (lac, gac), (lem, gem) = torch.load(args.replay_cache)
     else:
@@ -209,46 +267,55 @@ def bf16_main(args, f):
         if args.replay_cache:
             torch.save(runs, args.replay_cache)
     rel = lambda x, ref: abs(x - ref) / abs(ref)  # noqa: E731
-    print(f"dump: {args.dump} ({steps} steps, written with train.precision={prec}); torch {torch.__version__}")
-    print(f"{'step':>4} {'torch fp32':>12} {'autocast':>12} {'ac-fp32':>9} {'emulation':>12} {'em-fp32':>9} "
-          f"{'em-ac':>9} {'hpctrain':>12} {'hp-ac':>9} {'hp-fp32':>9} {'hp-em':>9}")
+    print(f"dump: {args.dump} ({steps} steps, {tokens} tokens a step, written with train.precision={prec}); torch "
+          f"{torch.__version__}, {cpu_capability()}")
+    print(f"{'step':>4} {'torch fp32':>12} {'emulation':>12} {'em-fp32':>9} {'hpctrain':>12} {'hp-fp32':>9} "
+          f"{'hp-em':>9} {'autocast':>12} {'ac-fp32':>9} {'hp-ac':>9}")
     for s in range(steps):
-        print(f"{s + 1:4d} {l32[s]:12.7f} {lac[s]:12.7f} {rel(lac[s], l32[s]):9.2e} {lem[s]:12.7f} "
-              f"{rel(lem[s], l32[s]):9.2e} {rel(lem[s], lac[s]):9.2e} {hp[s]:12.7f} {rel(hp[s], lac[s]):9.2e} "
-              f"{rel(hp[s], l32[s]):9.2e} {rel(hp[s], lem[s]):9.2e}")
+        print(f"{s + 1:4d} {l32[s]:12.7f} {lem[s]:12.7f} {rel(lem[s], l32[s]):9.2e} {hp[s]:12.7f} "
+              f"{rel(hp[s], l32[s]):9.2e} {rel(hp[s], lem[s]):9.2e} {lac[s]:12.7f} {rel(lac[s], l32[s]):9.2e} "
+              f"{rel(hp[s], lac[s]):9.2e}")
     worst = lambda x, ref: max(rel(x[s], ref[s]) for s in range(steps))  # noqa: E731
-    print(f"worst loss rel diff over {steps} steps: autocast vs fp32 {worst(lac, l32):.3e}, emulation vs fp32 "
-          f"{worst(lem, l32):.3e}, emulation vs autocast {worst(lem, lac):.3e}; hpctrain vs autocast "
-          f"{worst(hp, lac):.3e}, vs fp32 {worst(hp, l32):.3e}, vs emulation {worst(hp, lem):.3e}")
+    print(f"worst loss rel diff over {steps} steps: hpctrain vs fp32 {worst(hp, l32):.3e}, vs emulation "
+          f"{worst(hp, lem):.3e}; emulation vs fp32 {worst(lem, l32):.3e}; (information) autocast vs fp32 "
+          f"{worst(lac, l32):.3e}, hpctrain vs autocast {worst(hp, lac):.3e}")
     names = list(g32.keys())
     ghp = {n: torch.from_numpy(np.array(f["grads_step1/" + n], dtype=np.float64)) for n in names}
     V = int(a["vocab_size"])
     for d in (g32, gac, gem, ghp):
         d["wte"] = d["wte"][:V]
     gw = lambda g, ref: max((rel_l2(g[n], ref[n]), n) for n in names)  # noqa: E731
-    print("step 1 gradients, worst per-tensor relative L2: autocast vs fp32 %.3e (%s), emulation vs fp32 %.3e (%s), "
-          "emulation vs autocast %.3e (%s); hpctrain vs autocast %.3e (%s), vs fp32 %.3e (%s)"
-          % (*gw(gac, g32), *gw(gem, g32), *gw(gem, gac), *gw(ghp, gac), *gw(ghp, g32)))
+    print("step 1 gradients, worst per-tensor relative L2: hpctrain vs fp32 %.3e (%s), vs emulation %.3e (%s); "
+          "emulation vs fp32 %.3e (%s); (information) autocast vs fp32 %.3e (%s), hpctrain vs autocast %.3e (%s)"
+          % (*gw(ghp, g32), *gw(ghp, gem), *gw(gem, g32), *gw(gac, g32), *gw(ghp, gac)))
+    print(f"limits (derived: header): loss vs fp32 {lim['loss_fp32']:.3e}, loss vs emulation {lim['loss_emu']:.3e}, "
+          f"step-1 gradients vs fp32 {lim['grad_fp32']:.3e}, vs emulation {lim['grad_emu']:.3e}; bf16 in effect: "
+          f"some step's loss at least {lim['min_dev']:.3e} from fp32")
+    if worst(lac, l32) > lim["loss_fp32"] or gw(gac, g32)[0] > lim["grad_fp32"]:
+        print("(information) PyTorch's bf16 autocast on this CPU is outside the bounds of one rounding per stored "
+              "value (without oneDNN's bf16 kernels, on a CPU without AVX-512, torch 1.13 accumulates bf16 GEMMs in "
+              "bf16)")
     if args.measure:
         return 0
     failures = []
     if prec is not None and prec != "bf16":
         failures.append(f"the dump was written by a train.precision={prec} run (run train_gpt with "
                         "--set train.precision=bf16)")
-    if worst(hp, lac) > args.bf16_loss_rtol:
-        failures.append(f"hpctrain bf16 vs PyTorch bf16 autocast: worst loss rel diff {worst(hp, lac):.3e} > "
-                        f"{args.bf16_loss_rtol:g}")
-    if worst(hp, l32) > args.bf16_fp32_rtol:
+    if worst(hp, l32) > lim["loss_fp32"]:
         failures.append(f"hpctrain bf16 vs PyTorch fp32: worst loss rel diff {worst(hp, l32):.3e} > "
-                        f"{args.bf16_fp32_rtol:g}")
-    if worst(hp, l32) < args.bf16_min_dev:
-        failures.append(f"hpctrain's losses are within {worst(hp, l32):.3e} of fp32's (< {args.bf16_min_dev:g}): "
+                        f"{lim['loss_fp32']:.3e}")
+    if worst(hp, lem) > lim["loss_emu"]:
+        failures.append(f"hpctrain bf16 vs the emulation of its scheme: worst loss rel diff {worst(hp, lem):.3e} > "
+                        f"{lim['loss_emu']:.3e}")
+    if worst(hp, l32) < lim["min_dev"]:
+        failures.append(f"hpctrain's losses are within {worst(hp, l32):.3e} of fp32's (< {lim['min_dev']:.3e}): "
                         "the run did not compute in bf16")
-    if gw(ghp, gac)[0] > args.bf16_grad_rel_l2:
-        failures.append(f"step-1 gradient {gw(ghp, gac)[1]} vs autocast: relative L2 {gw(ghp, gac)[0]:.3e} > "
-                        f"{args.bf16_grad_rel_l2:g}")
-    print(f"limits: loss vs autocast {args.bf16_loss_rtol:g}, vs fp32 {args.bf16_fp32_rtol:g} (and at least "
-          f"{args.bf16_min_dev:g}: bf16 in effect), step-1 gradients vs autocast {args.bf16_grad_rel_l2:g}")
+    if gw(ghp, g32)[0] > lim["grad_fp32"]:
+        failures.append(f"step-1 gradient {gw(ghp, g32)[1]} vs fp32: relative L2 {gw(ghp, g32)[0]:.3e} > "
+                        f"{lim['grad_fp32']:.3e}")
+    if gw(ghp, gem)[0] > lim["grad_emu"]:
+        failures.append(f"step-1 gradient {gw(ghp, gem)[1]} vs the emulation: relative L2 {gw(ghp, gem)[0]:.3e} > "
+                        f"{lim['grad_emu']:.3e}")
     if failures:
         print("FAILED: " + "; ".join(failures))
         return 1
@@ -266,10 +333,8 @@ def main():
                     help="bf16: compare a train.precision=bf16 dump with PyTorch's bf16 autocast (header); auto "
                          "(default): bf16 when the dump's deck says train.precision = bf16, else none")
     ap.add_argument("--measure", action="store_true", help="with --autocast bf16: print the deviations, no verdict")
-    ap.add_argument("--bf16-loss-rtol", type=float, default=BF16_LOSS_RTOL)
-    ap.add_argument("--bf16-fp32-rtol", type=float, default=BF16_FP32_RTOL)
-    ap.add_argument("--bf16-min-dev", type=float, default=BF16_MIN_DEV)
-    ap.add_argument("--bf16-grad-rel-l2", type=float, default=BF16_GRAD_REL_L2)
+    for k in ("loss_fp32", "loss_emu", "grad_fp32", "grad_emu", "min_dev"):
+        ap.add_argument("--bf16-" + k.replace("_", "-"), type=float, help="override the derived limit (header)")
     ap.add_argument("--replay-cache", help="bf16: keep / reuse the three replays in this file (for bf16_selftest.py: "
                                            "dumps that differ only in hpctrain's results)")
     ap.add_argument("--threads", type=int, help="torch threads (default 2; 1 with bf16: three replays of this tiny "

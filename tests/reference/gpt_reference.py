@@ -5,9 +5,18 @@ Reads the HDF5 file written by `train_gpt DECK --dump FILE.h5` (lib/train/refere
 initial parameters, every step's token batches, hpctrain's per-step losses and step-1 gradients.
 Builds the same GPT-2 in PyTorch (Debian's python3-torch, CPU, fp32) from those weights, replays the
 same batches with torch.optim.AdamW (decoupled weight decay on the tensors hpctrain decays: 2-D weights
-and embeddings), clip_grad_norm_, and hpctrain's per-step learning rates, and compares:
-  - every gradient of step 1, per tensor: ||dg||_2 / ||g||_2 <= 1e-5 and max|dg| <= 1e-4 max|g|;
-  - the loss of every step: |dl| / |l| <= 1e-5 (fp32 end to end; reduction order differs).
+and embeddings), clip_grad_norm_, and hpctrain's per-step learning rates, twice: in fp32 and in float64. hpctrain's fp32
+run is compared with the float64 replay (what no CPU's summation order moves), each limit max(a floor, 10 x the same
+distance of PyTorch's own fp32 replay: validation/layout_rules.py's factor), so that how far a correct fp32
+implementation may sit from the exact computation is measured on this CPU, in this run, not tuned on one:
+  - every gradient of step 1, per tensor: ||dg||_2 / ||g||_2 <= max(1e-5, 10 x PyTorch fp32's worst) and
+    max|dg| <= max(1e-4, 10 x PyTorch fp32's worst) max|g|; hpctrain's padding rows of wte exactly zero;
+  - the loss of every step: |dl| / |l| <= max(1e-5, 10 x PyTorch fp32's worst over the steps).
+gpt_tiny is a strict deck (fp32 reduction-order noise stays ~1e-7 over its 10 steps on every CPU seen), so the floors
+decide there. Measured on an AMD EPYC (AVX-512 BF16), torch 1.13, gpt_reference_tiny: PyTorch fp32 vs float64 8.2e-8
+(losses), 4.0e-7 / 7.0e-7 (gradients, rel L2 / rel max); hpctrain vs float64 2.2e-8 and 2.3e-7 / 5.1e-7; the same
+with ATEN_CPU_CAPABILITY=default. The dump with one loss moved by 2e-5 and one gradient tensor scaled by 1 + 1e-4 fails
+both checks.
 Prints one line per check and a final VALID / FAILED verdict; exits 1 on FAILED.
 Run with /usr/bin/python3 (the pyenv python3 on PATH cannot see Debian's torch and h5py).
 
@@ -94,6 +103,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "validation"))
+from layout_rules import ENVELOPE_FACTOR  # noqa: E402
 from bf16_scheme import RoundAct, RoundForward, cpu_capability, fp32_bound, rms_bound  # noqa: E402
 
 # --autocast bf16: bf16 roundings on the longest path of hpctrain's scheme (the emulation below; the header's "Limits"
@@ -119,16 +131,18 @@ class Gpt(torch.nn.Module):
     """GPT-2 as in nanoGPT, parameters named as hpctrain names them, qkv as (3, NH, HS, C).
     cfg: n_layer, n_head, n_embd, seq_len, vocab_size, padded_vocab, bias; params: name -> float32 array."""
 
-    def __init__(self, cfg, params, scheme="fp32"):
+    def __init__(self, cfg, params, scheme="fp32", dtype=torch.float32):
         super().__init__()
         self.scheme = scheme  # "fp32", "autocast" (torch.autocast bf16) or "emulate" (hpctrain's bf16 storage)
+        self.dtype = dtype  # of the parameters and the loss: float32, or float64 for the fp32 check's reference
         self.L, self.NH, self.C = int(cfg["n_layer"]), int(cfg["n_head"]), int(cfg["n_embd"])
         self.T, self.V, self.Vp = int(cfg["seq_len"]), int(cfg["vocab_size"]), int(cfg["padded_vocab"])
         self.bias = bool(cfg["bias"])
         self.names = list(params.keys())
         self.params = torch.nn.ParameterDict()
         for name, arr in params.items():
-            self.params[name.replace(".", "__")] = torch.nn.Parameter(torch.from_numpy(np.asarray(arr, np.float32)))
+            self.params[name.replace(".", "__")] = torch.nn.Parameter(torch.from_numpy(np.asarray(arr, np.float32))
+                                                                      .to(dtype))
         self.register_buffer("mask", torch.tril(torch.ones(self.T, self.T, dtype=torch.bool)))
 
     def p(self, name):
@@ -170,7 +184,7 @@ class Gpt(torch.nn.Module):
         x = ra(F.layer_norm(x, (C,), w("lnf.weight"), self.wb("lnf.bias"), eps=1e-5), "ln")
         logits = ra(F.linear(x, w("wte")), "gemm")[:, :, : self.V]  # padded vocabulary masked out
         # the loss in fp32 (a no-op in fp32; bf16 logits under autocast / emulation)
-        return F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, self.V).to(self.dtype), targets.reshape(-1))
 
     # bf16 emulation hooks (scheme "emulate"), identities otherwise
     # (emulate_keep: sites kept in fp32, for measuring variants of the scheme: res, ln, gemm, att, gelu, grads)
@@ -213,11 +227,12 @@ def deck_precision(attrs):
     return None
 
 
-def replay(f, scheme, steps=None):
-    """Replays the dump's steps in PyTorch under `scheme` (fp32 | autocast | emulate), fp32 masters and fp32 AdamW.
-    Returns (per-step losses, step-1 gradients by name as float64 tensors)."""
+def replay(f, scheme, steps=None, dtype=torch.float32):
+    """Replays the dump's steps in PyTorch under `scheme` (fp32 | autocast | emulate), masters and AdamW in `dtype`
+    (fp32; float64 for the fp32 check's reference). Returns (per-step losses, step-1 gradients by name as float64
+    tensors)."""
     a = f.attrs
-    model = Gpt(a, load(f), scheme)
+    model = Gpt(a, load(f), scheme, dtype)
     inputs = torch.from_numpy(np.array(f["batches/inputs"], dtype=np.int64))
     targets = torch.from_numpy(np.array(f["batches/targets"], dtype=np.int64))
     lrs = np.array(f["steps/lr"])
@@ -326,9 +341,9 @@ def bf16_main(args, f):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dump", help="HDF5 file written by train_gpt --dump")
-    ap.add_argument("--loss-rtol", type=float, default=1e-5)
-    ap.add_argument("--grad-rel-l2", type=float, default=1e-5)
-    ap.add_argument("--grad-rel-max", type=float, default=1e-4)
+    ap.add_argument("--loss-rtol", type=float, default=1e-5, help="fp32: the loss limit's floor (header)")
+    ap.add_argument("--grad-rel-l2", type=float, default=1e-5, help="fp32: the gradient rel. L2 limit's floor")
+    ap.add_argument("--grad-rel-max", type=float, default=1e-4, help="fp32: the gradient rel. max limit's floor")
     ap.add_argument("--autocast", choices=("auto", "none", "bf16"), default="auto",
                     help="bf16: compare a train.precision=bf16 dump with PyTorch's bf16 autocast (header); auto "
                          "(default): bf16 when the dump's deck says train.precision = bf16, else none")
@@ -347,59 +362,56 @@ def main():
     torch.set_num_threads(args.threads or (1 if args.autocast == "bf16" else 2))
     if args.autocast == "bf16":
         return bf16_main(args, f)
+    return fp32_main(args, f)
+
+
+def fp32_main(args, f):
+    """The fp32 check: hpctrain's fp32 run against PyTorch replaying it in float64, each limit max(the floor of the
+    options, ENVELOPE_FACTOR x PyTorch's own fp32 replay's distance to the same float64 replay): how far a correct fp32
+    implementation sits from the exact computation is measured on this CPU, in this run (header)."""
     a = f.attrs
-    init = {}
-    f["init"].visititems(lambda name, obj: init.__setitem__(name, np.array(obj)) if isinstance(obj, h5py.Dataset) else None)
-    model = Gpt(a, init)
-    inputs = torch.from_numpy(np.array(f["batches/inputs"], dtype=np.int64))
-    targets = torch.from_numpy(np.array(f["batches/targets"], dtype=np.int64))
-    lrs = np.array(f["steps/lr"])
+    V, Vp = int(a["vocab_size"]), int(a["padded_vocab"])
     hp_loss = np.array(f["steps/loss"])
     steps = int(a["steps"])
-
-    decay, no_decay = [], []
-    for name in model.names:
-        (decay if decays(name, model.p(name).shape) else no_decay).append(model.p(name))
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": float(a["weight_decay"])}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=float(lrs[0]), betas=(float(a["beta1"]), float(a["beta2"])), eps=float(a["eps"]))
-
+    l32, g32 = replay(f, "fp32")
+    l64, g64 = replay(f, "fp32", dtype=torch.float64)
+    names = list(g64.keys())
+    ghp = {n: torch.from_numpy(np.array(f["grads_step1/" + n], dtype=np.float64)) for n in names}
     failures = []
+    if Vp > V and ghp["wte"][V:].abs().max().item() != 0.0:  # padding rows: hpctrain's gradient must be exactly zero
+        failures.append("wte padding rows have a non-zero gradient")
+    for d in (g32, g64, ghp):
+        d["wte"] = d["wte"][:V]
+    rel = lambda x, ref: abs(x - ref) / abs(ref)  # noqa: E731
+    rel_max = lambda g, ref: ((g - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()  # noqa: E731
+    env_loss = max(rel(l32[s], l64[s]) for s in range(steps))
+    env_l2 = max(rel_l2(g32[n], g64[n]) for n in names)
+    env_max = max(rel_max(g32[n], g64[n]) for n in names)
+    lim_loss = max(args.loss_rtol, ENVELOPE_FACTOR * env_loss)
+    lim_l2 = max(args.grad_rel_l2, ENVELOPE_FACTOR * env_l2)
+    lim_max = max(args.grad_rel_max, ENVELOPE_FACTOR * env_max)
+    print(f"torch {torch.__version__}, {cpu_capability()}; PyTorch fp32 vs float64 (the envelope): losses {env_loss:.3e}, "
+          f"step-1 gradients rel L2 {env_l2:.3e}, rel max {env_max:.3e}")
+    worst_l2 = max((rel_l2(ghp[n], g64[n]), n) for n in names)
+    worst_max = max((rel_max(ghp[n], g64[n]), n) for n in names)
+    for n in names:
+        dl2, dmax = rel_l2(ghp[n], g64[n]), rel_max(ghp[n], g64[n])
+        if dl2 > lim_l2 or dmax > lim_max:
+            failures.append(f"gradient {n}: rel L2 {dl2:.3e} (limit {lim_l2:.3g}), rel max {dmax:.3e} "
+                            f"(limit {lim_max:.3g}) from float64")
+    print(f"step 1 gradients: {len(names)} tensors, worst rel L2 from float64 {worst_l2[0]:.3e} ({worst_l2[1]}; "
+          f"limit {lim_l2:.3g}), worst rel max {worst_max[0]:.3e} ({worst_max[1]}; limit {lim_max:.3g}); from PyTorch "
+          f"fp32: rel L2 {max(rel_l2(ghp[n], g32[n]) for n in names):.3e}")
     worst_loss = 0.0
     for s in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = float(lrs[s])
-        opt.zero_grad(set_to_none=True)
-        loss = model(inputs[s], targets[s])
-        loss.backward()
-        if s == 0:
-            worst_l2 = worst_max = 0.0
-            for name in model.names:
-                g_ref = model.p(name).grad.double()
-                g_hp = torch.from_numpy(np.array(f["grads_step1/" + name], dtype=np.float64))
-                if name == "wte":  # padding rows: hpctrain's gradient must be exactly zero there
-                    if model.Vp > model.V and g_hp[model.V:].abs().max().item() != 0.0:
-                        failures.append("wte padding rows have a non-zero gradient")
-                    g_ref, g_hp = g_ref[: model.V], g_hp[: model.V]
-                d = g_hp - g_ref
-                rel_l2 = (d.norm() / g_ref.norm().clamp_min(1e-30)).item()
-                rel_max = (d.abs().max() / g_ref.abs().max().clamp_min(1e-30)).item()
-                worst_l2, worst_max = max(worst_l2, rel_l2), max(worst_max, rel_max)
-                if rel_l2 > args.grad_rel_l2 or rel_max > args.grad_rel_max:
-                    failures.append(f"gradient {name}: rel L2 {rel_l2:.3e}, rel max {rel_max:.3e}")
-            print(f"step 1 gradients: {len(model.names)} tensors, worst rel L2 {worst_l2:.3e} "
-                  f"(limit {args.grad_rel_l2:g}), worst rel max {worst_max:.3e} (limit {args.grad_rel_max:g})")
-        clip = float(a["grad_clip"])
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        rel = abs(loss.item() - hp_loss[s]) / abs(loss.item())
-        worst_loss = max(worst_loss, rel)
-        print(f"step {s + 1:3d}: torch loss {loss.item():.9f}  hpctrain {hp_loss[s]:.9f}  rel diff {rel:.3e}")
-        if rel > args.loss_rtol:
-            failures.append(f"loss of step {s + 1}: rel diff {rel:.3e} > {args.loss_rtol:g}")
-
-    print(f"worst loss rel diff over {steps} steps: {worst_loss:.3e} (limit {args.loss_rtol:g})")
+        d = rel(hp_loss[s], l64[s])
+        worst_loss = max(worst_loss, d)
+        print(f"step {s + 1:3d}: torch float64 {l64[s]:.9f}  torch fp32 {l32[s]:.9f}  hpctrain {hp_loss[s]:.9f}  "
+              f"rel diff {d:.3e} (torch fp32 {rel(l32[s], l64[s]):.3e})")
+        if d > lim_loss:
+            failures.append(f"loss of step {s + 1}: rel diff from float64 {d:.3e} > {lim_loss:.3g}")
+    print(f"worst loss rel diff from float64 over {steps} steps: {worst_loss:.3e} (limit {lim_loss:.3g} = max("
+          f"{args.loss_rtol:g}, {ENVELOPE_FACTOR} x PyTorch fp32's {env_loss:.3e}))")
     if failures:
         print("FAILED: " + "; ".join(failures))
         return 1

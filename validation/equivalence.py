@@ -854,7 +854,7 @@ if args.report:
                "curve: invariant 1's bound applies as stated")
         md.append(f"| {app} | {fmt(controls[app])} | {fmt(gcontrols[app])} | "
                   f"{fmt(window_envelopes[app].loss)} / {fmt(window_envelopes[app].gnorm)} | "
-                  f"{'amplifying: anchored windows within ' + format(RTOL, 'g') if amp else 'strict'} | "
+                  f"{'amplifying: anchored windows within max(' + format(RTOL, 'g') + ', 10 x their own envelope)' if amp else 'strict'} | "
                   f"{fmt(limit(app))} / {fmt(glimit(app))} | {why} |")
     md.append("")
     for W in worlds:

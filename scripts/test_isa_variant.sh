@@ -9,12 +9,16 @@
 #   2. picks the family to emulate:
 #        avx512 machine -> avx2:   -march=haswell, ONEDNN_MAX_CPU_ISA=DNNL_MAX_CPU_ISA=AVX2, OPENBLAS_CORETYPE=Haswell,
 #                                  ATEN_CPU_CAPABILITY=avx2
-#        avx2 machine   -> sse4.2: -march=x86-64-v2 (SSE4.2, no AVX), ONEDNN_MAX_CPU_ISA=DNNL_MAX_CPU_ISA=SSE41,
-#                                  OPENBLAS_CORETYPE=Nehalem, ATEN_CPU_CAPABILITY=default
+#        avx2 machine   -> what fits the budget: the machine's own build and library kernels (no second build),
+#                                  ATEN_CPU_CAPABILITY=default (PyTorch's references without vector ISA);
+#                          HPCT_ISA_AVX2_VARIANT=sse4.2 instead builds and runs the full SSE4.2 variant:
+#                                  -march=x86-64-v2 (no AVX), ONEDNN_MAX_CPU_ISA=DNNL_MAX_CPU_ISA=SSE41,
+#                                  OPENBLAS_CORETYPE=Nehalem, ATEN_CPU_CAPABILITY=default (~7 min: below)
 #        other          -> nothing to emulate below it: says so and exits 0;
 #      on hardware with AVX-512 BW/VL/DQ (whichever family is emulated) also PyTorch's oneDNN off (below);
 #      and prints one line naming both (`ISA variant: machine avx512 (...), emulating avx2: ...`);
-#   3. configures ${HPCT_ISA_BUILD_DIR:-build-isa} (git-ignored: /build-*/), Release, Ninja when present, with
+#   3. (a variant with its own -march) configures ${HPCT_ISA_BUILD_DIR:-build-isa} (git-ignored: /build-*/), Release,
+#      Ninja when present, with
 #      -DHPCT_NATIVE=OFF (no -march=native) -DCMAKE_CXX_FLAGS=-march=<above> -DHPCT_ENABLE_CUDA=OFF;
 #   4. builds only the executables the `isa` tests run (read from `ctest --show-only=json-v1 -L isa` and the CMake
 #      file API's artifact paths: today train_gpt, train_resnet, resnet_dump), not the tree;
@@ -23,7 +27,7 @@
 #      and PyTorch's oneDNN switch, each read back from the libraries as the tests load them;
 #   6. runs `ctest -L isa --output-on-failure -j 2 [ctest args]` in that directory with the variables above exported,
 #      and exits with ctest's status (non-zero when any test fails). Times of the three phases on the last line.
-# HPCT_ISA_NATIVE_FAMILY=avx2 pretends the machine is AVX2-only (to try the sse4.2 variant on an AVX-512 machine).
+# HPCT_ISA_NATIVE_FAMILY=avx2 pretends the machine is AVX2-only (to try that path on an AVX-512 machine).
 #
 # PyTorch's oneDNN. Debian's torch 1.13 sends bf16 matmuls and convolutions to oneDNN only when cpuinfo
 # sees AVX-512 (BW, VL, DQ) in the hardware; capped at AVX2, oneDNN 2.6 has no bf16 matmul or convolution, and every
@@ -81,16 +85,17 @@
 #        gpt_loss_scale_layouts (9), resnet_loss_scale_layouts (8), cuda_run_selftest_cpu_world2 (9), resnet_syncbn_np*
 #        (2, and one more executable to build): GPT and SyncBN layouts at 1e-5 through OpenBLAS GEMMs, whose kernel
 #                                    changes with the core but not the blocking per rank count; 2.5 min together
-#   out  validation_equivalence_quick (56): its curve limits are 10x the deck's rounding envelope measured on the same
-#                                    machine and build (self-calibrating); alone it would take the remaining budget
-# Measured, the step as CI runs it (main build present, build-isa/ removed first), 2026-11-28, with other test runs
-# sharing the 2 cores: 244 s wall = configure 2 s + build 142 s (279 s of CPU) + tests 98 s (resnet_reference_bf16
-# 49 s of them, 15 s when run again); tests alone on a warm rerun: 63 s, i.e. ~3.5 min cold on a quiet machine.
+#   in   validation_equivalence_quick (35): the campaign's quick matrix, both apps, with its rounding controls (the
+#                                    same rule as the layout tests: validation/layout_rules.py) under the other kernels
+# Measured, the step as CI runs it (main build present, build-isa/ removed first), 2026-11-28: on the idle machine,
+# the 8 tests above: 207 s wall = configure 2 s + build 104 s + tests 99 s. (Earlier, 7 tests, other test runs sharing
+# the 2 cores: 244 s = 2 + 142 + 98.) The AVX2-machine path (tried here with HPCT_ISA_NATIVE_FAMILY=avx2): no build,
+# the 8 tests in 117 s.
 # Warm (build-isa/ kept from an earlier run, nothing changed): configure ~1 s, build ~0 s, the tests alone.
-# The sse4.2 variant (what an AVX2-only machine gets; tried here with HPCT_ISA_NATIVE_FAMILY=avx2): the same 7 tests
-# passed, but took 283 s instead of ~75 (SSE code, OpenBLAS's Nehalem kernels, torch's non-AVX ATen kernels:
+# The full sse4.2 variant (HPCT_ISA_NATIVE_FAMILY=avx2 HPCT_ISA_AVX2_VARIANT=sse4.2): the 7 tests of the time passed,
+# but took 283 s instead of ~75 (SSE code, OpenBLAS's Nehalem kernels, torch's non-AVX ATen kernels:
 # gpt_precision_accuracy 99 s, gpt_reference_bf16 78 s, resnet_reference_bf16 58 s), ~7 min with the build: over the
-# 4 minutes on such a machine if it is no faster than this one.
+# 4 minutes, hence not the default on an AVX2 machine.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -115,8 +120,13 @@ case "$family" in
   avx512)
     variant=avx2 march=haswell dnnl_isa=AVX2 dnnl_code=0x7 blas_core=Haswell aten=avx2 aten_shown="AVX2" wide=zmm ;;
   avx2)
-    variant=sse4.2 march=x86-64-v2 dnnl_isa=SSE41 dnnl_code=0x1 blas_core=Nehalem aten=default aten_shown="NO AVX"
-    wide=ymm ;;
+    if [ "${HPCT_ISA_AVX2_VARIANT:-aten}" = sse4.2 ]; then
+      variant=sse4.2 march=x86-64-v2 dnnl_isa=SSE41 dnnl_code=0x1 blas_core=Nehalem aten=default aten_shown="NO AVX"
+      wide=ymm
+    else  # within the budget: the machine's own build and kernels, PyTorch's references without vector ISA
+      variant="ATen default" march="" dnnl_isa="" dnnl_code="" blas_core="" aten=default aten_shown="NO AVX" wide=""
+      bdir="${HPCT_BUILD_DIR:-$here/build}"
+    fi ;;
   *)
     echo "ISA variant: machine ${family} (${model:-unknown CPU}): no other x86-64 family below it to emulate; skipped"
     exit 0 ;;
@@ -126,11 +136,18 @@ torch_onednn=on
 if has avx512bw && has avx512vl && has avx512dq; then torch_onednn=off; fi
 note=""
 [ "$torch_onednn" = off ] && note=", PyTorch's oneDNN off (bf16 through ATen, as on a CPU without AVX-512)"
-echo "ISA variant: machine ${family} (${model:-unknown CPU}), emulating ${variant}: -march=${march}," \
-     "ONEDNN_MAX_CPU_ISA=${dnnl_isa}, OPENBLAS_CORETYPE=${blas_core}, ATEN_CPU_CAPABILITY=${aten}${note}; build ${bdir}"
+if [ -n "$march" ]; then
+  echo "ISA variant: machine ${family} (${model:-unknown CPU}), emulating ${variant}: -march=${march}," \
+       "ONEDNN_MAX_CPU_ISA=${dnnl_isa}, OPENBLAS_CORETYPE=${blas_core}, ATEN_CPU_CAPABILITY=${aten}${note}; build ${bdir}"
+else
+  echo "ISA variant: machine ${family} (${model:-unknown CPU}), ${variant}: the machine's build and library kernels," \
+       "ATEN_CPU_CAPABILITY=${aten} (PyTorch's references without vector ISA)${note}; build ${bdir}"
+fi
 
 # ---- 3: configure ---------------------------------------------------------------------------------------------------
 t0=$SECONDS
+t_configure=0 t_build=0 built=()
+if [ -n "$march" ]; then
 mkdir -p "$bdir/.cmake/api/v1/query"
 touch "$bdir/.cmake/api/v1/query/codemodel-v2"   # the file API: every target's artifact paths, for step 4
 gen=()
@@ -179,6 +196,13 @@ if [ ${#targets[@]} -gt 0 ]; then
   fi
 fi
 t_build=$((SECONDS - t0))
+elif [ ! -x "$bdir/apps/train_gpt" ]; then
+  echo "ISA variant: FAILED: no build in $bdir (run scripts/test.sh first)"
+  exit 1
+elif [[ "$(ctest --test-dir "$bdir" --show-only -L isa "$@")" != *"Test #"* ]]; then
+  echo "ISA variant: FAILED: no test carries the label isa in $bdir (reconfigure it: scripts/build.sh)"
+  exit 1
+fi
 
 # data/ as scripts/test.sh leaves it (idempotent, well under a second when it is there); its tools from the main build
 if [ -x "${HPCT_BUILD_DIR:-$here/build}/apps/prepare_text" ]; then
@@ -187,7 +211,8 @@ if [ -x "${HPCT_BUILD_DIR:-$here/build}/apps/prepare_text" ]; then
 fi
 
 # ---- 5: the variant's environment, and proof that it is in effect ---------------------------------------------------
-export ONEDNN_MAX_CPU_ISA="$dnnl_isa" DNNL_MAX_CPU_ISA="$dnnl_isa" OPENBLAS_CORETYPE="$blas_core"
+if [ -n "$dnnl_isa" ]; then export ONEDNN_MAX_CPU_ISA="$dnnl_isa" DNNL_MAX_CPU_ISA="$dnnl_isa"; fi
+if [ -n "$blas_core" ]; then export OPENBLAS_CORETYPE="$blas_core"; fi
 export ATEN_CPU_CAPABILITY="$aten"
 if [ "$torch_onednn" = off ]; then
   mkdir -p "$bdir/isa_python"
@@ -230,16 +255,16 @@ for tp in "${built[@]}"; do
 done
 if ! "$py" - "$dnnl_code" "$blas_core" "$aten_shown" "$torch_onednn" <<'EOF'
 import ctypes, sys
-want_isa, want_core, want_aten, want_onednn = int(sys.argv[1], 16), sys.argv[2], sys.argv[3], sys.argv[4]
+want_isa, want_core, want_aten, want_onednn = int(sys.argv[1] or "0", 16), sys.argv[2], sys.argv[3], sys.argv[4]
 bad = []
 dnnl = ctypes.CDLL("libdnnl.so.2")
 isa = dnnl.dnnl_get_effective_cpu_isa()
-if isa != want_isa:
+if sys.argv[1] and isa != want_isa:
     bad.append(f"oneDNN's effective ISA {isa:#x}, not {want_isa:#x}")
 blas = ctypes.CDLL("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0")
 blas.openblas_get_corename.restype = ctypes.c_char_p
 core = blas.openblas_get_corename().decode()
-if core.lower() != want_core.lower():
+if want_core and core.lower() != want_core.lower():
     bad.append(f"OpenBLAS core {core}, not {want_core}")
 import torch
 aten = [l.split(":", 1)[1].strip() for l in torch.__config__.show().splitlines() if "CPU capability usage" in l]

@@ -20,8 +20,9 @@ one optimizer step at some states on an AVX2 CPU, 1e-6 on an AVX-512 one) gets t
 allows on this CPU. The factor: layouts change the reduction order of the same sums the thread count does (the batch
 split, the partial sums of TP and ZeRO), and recorded layouts sit at 0.5x-2.2x one control over two CPUs; 10x the worst
 of three controls keeps a correct layout inside. A defect changes the mathematics of a step, which a window shows at
-its full size (planted defects move step 1's gradient norm by 2e-5 to 1e-1: validation/results/equivalence_planted_cpu.md),
-unless the state itself amplifies past it, which the window's own control then shows.
+its full size (the planted defects of lib/core/test_fault.hpp move a window by 1e-5 to 0.5 of its loss or gradient
+norm: validation/results/equivalence_planted_cpu.md), and a state whose rounding alone moves a window that far shows
+it in the window's own control.
 
 Python 3.11 (/usr/bin/python3), no dependencies."""
 import json

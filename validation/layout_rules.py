@@ -16,7 +16,7 @@ kernels' reduction order changes), over the same steps and from the same state a
   - a *trajectory* (the whole curve) is held to the controls' envelope over the whole curve.
 A deck whose envelope stays below RTOL / ENVELOPE_FACTOR (gpt_tiny: ~3e-8 on every CPU seen) is thereby held to RTOL,
 exactly invariant 1; a deck that amplifies rounding (resnet_tiny at lr 0.05: ~1e-8 of reduction order becomes 1e-4 in
-one optimizer step at some states on an AVX2 CPU, 1e-6 on an AVX-512 one) gets the bound its own measured noise
+one optimizer step from its step-10 state with AVX2 kernels, ~1e-7 with AVX-512 ones) gets the bound its own measured noise
 allows on this CPU. The factor: layouts change the reduction order of the same sums the thread count does (the batch
 split, the partial sums of TP and ZeRO), and recorded layouts sit at 0.5x-2.2x one control over two CPUs; 10x the worst
 of three controls keeps a correct layout inside. A defect changes the mathematics of a step, which a window shows at

@@ -913,4 +913,4 @@ if sens_lines:
 print(f"{len(checked)} checks in {total_s:.0f} s; worst {fmt(worst_all['worst']) if worst_all else '-'}"
       + (f" ({worst_all['name']})" if worst_all else ""))
 print(final)
-sys.exit(0 if final == "VALID" else 1)
+sys.exit(0 if final.startswith("VALID") else 1)  # "VALID" or, for --sensitivity, "VALID: sensitivity: ..."

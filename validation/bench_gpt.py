@@ -6,7 +6,7 @@ Model: inputs/bench_gpt.toml (L4 C256 NH4 T256 B8, byte vocabulary, AdamW, grad 
 its own process, all on --threads threads and one rank:
   hpctrain fp32                 build/apps/train_gpt (train.precision=fp32)
   hpctrain bf16                 the same with --set train.precision=bf16 (bf16 activations and GEMMs, fp32 masters,
-                                optimizer and gradient accumulation; DESIGN.md section 8)
+                                optimizer and gradient accumulation; docs/precision.md)
   PyTorch 2 eager fp32 / eager bf16 autocast / compile fp32 / compile bf16 autocast
                                 PyPI's current torch in a venv this script creates once and caches
                                 (validation/torch_venv.py; --skip-torch2 leaves them out, e.g. offline or in CI)

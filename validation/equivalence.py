@@ -335,13 +335,10 @@ def losses(out):
 
 
 def deviation(got, ref):
+    """(worst loss deviation over every step, its step, a note where the runs hold other steps)."""
     if sorted(got) != sorted(ref):
         return math.inf, None, f"steps {min(got, default=0)}..{max(got, default=0)} ({len(got)}), not 1..{len(ref)}"
-    worst, at = 0.0, None
-    for s in ref:
-        d = abs(got[s] - ref[s]) / abs(ref[s])
-        if not d <= worst:  # NaN counts as worst
-            worst, at = (d if d == d else math.inf), s
+    worst, _, at = rules_deviation(got, ref, gnorm=False)
     return worst, at, ""
 
 
@@ -349,15 +346,8 @@ def gnorm_deviation(got, ref):
     """The worst relative deviation of every step's global gradient norm (0 with --loss-only, or where a run logs
     none): the norm sees a gradient defect at its first step, where AdamW's per-element scale invariance hides a small
     one from the loss (a shard's gradient scaled by 1 + 1e-3 moves the loss by ~1e-7 in 10 steps)."""
-    gg, rg = getattr(got, "gnorm", {}), getattr(ref, "gnorm", {})
-    if args.loss_only:
-        return 0.0
-    worst = 0.0
-    for s in rg:
-        if s in gg and rg[s] != 0:
-            d = abs(gg[s] - rg[s]) / abs(rg[s])
-            worst = max(worst, d) if d == d else math.inf
-    return worst
+    steps = [s for s in ref.gnorm if s in got.gnorm and ref.gnorm[s] != 0]
+    return 0.0 if args.loss_only or not steps else rules_deviation(got, ref, steps)[1]
 
 
 results = []

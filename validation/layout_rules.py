@@ -69,8 +69,9 @@ def rel(x, ref):
 
 
 def deviation(got, ref, steps=None, gnorm=True):
-    """(worst loss deviation, worst gradient-norm deviation, step of the worst) over `steps` (default: every step of
-    ref). A step missing from got, or steps that differ, is inf. Gradient norms count where both runs log one."""
+    """(worst loss deviation, worst gradient-norm deviation, step of the worst, None where every step agrees) over
+    `steps` (default: every step of ref). A step missing from either run is inf. Gradient norms count where both runs
+    log one."""
     steps = list(ref) if steps is None else list(steps)
     if not steps:
         return math.inf, math.inf, None
@@ -81,7 +82,7 @@ def deviation(got, ref, steps=None, gnorm=True):
             return math.inf, math.inf, s
         dl = rel(got[s], ref[s])
         dg = rel(got.gnorm[s], ref.gnorm[s]) if gnorm and s in got.gnorm and s in ref.gnorm else 0.0
-        if max(dl, dg) > max(wl, wg) or at is None:
+        if max(dl, dg) > max(wl, wg):
             at = s
         wl, wg = max(wl, dl), max(wg, dg)
     return wl, wg, at
@@ -114,10 +115,6 @@ class Envelope:
 
     def gnorm_limit(self, rtol=RTOL):
         return max(rtol, ENVELOPE_FACTOR * self.gnorm)
-
-    def amplifies(self, rtol=RTOL):
-        """Whether rounding alone, times the factor, exceeds rtol: the deck is then judged by its own noise."""
-        return ENVELOPE_FACTOR * max(self.loss, self.gnorm) > rtol
 
     def describe(self):
         return (f"envelope loss {fmt(self.loss)}, gradient norm {fmt(self.gnorm)} (controls at "

@@ -19,7 +19,6 @@ Prints the table and `SUMMARY ...` with the medians."""
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from campaign import REPO, machine_info  # noqa: E402
+import ckpt_log  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--rounds", type=int, default=5)
@@ -52,10 +52,6 @@ MPI = ["mpirun", "-np", str(args.np), "--oversubscribe", "--bind-to", "none"]
 SETS = ["data.train=kjv_train.bin", "data.val=kjv_val.bin", "model.seq_len=64", "train.global_batch=2",
         "train.micro_batch=1", f"train.steps={args.steps}", "checkpoint.keep=1", "checkpoint.at_end=false",
         "sample.tokens=0", "train.device=cpu", "optim.warmup_steps=1", "train.eval_every=0", "checkpoint.async=true"]
-SAVE = re.compile(r"checkpoint \((\w+)\) step (\d+) -> \S+ \| ([0-9.]+) (B|KiB|MiB|GiB) in [0-9.]+ s \([0-9.]+ MiB/s\) \| "
-                  r"background, (?:during steps (\d+)\.\.(\d+)|no step overlapped it): step loop stalled ([0-9.]+) s, "
-                  r"write ([0-9.]+) s \| rank 0: snapshot ([0-9.]+) s")
-UNIT = {"B": 2**-20, "KiB": 2**-10, "MiB": 1.0, "GiB": 1024.0}
 
 
 def train(out, extra):
@@ -79,13 +75,15 @@ for rnd in range(1, args.rounds + 1):
     baselines.append(base)
     log, ms = train(os.path.join(work, "async"), [f"checkpoint.every={args.every}"])
     found = 0
-    for m in SAVE.finditer(log):
+    for sv in ckpt_log.saves(log):
+        if sv["mode"] != "background":
+            continue
         found += 1
-        step, a, b = int(m.group(2)), m.group(5), m.group(6)
-        steps = list(range(int(a), int(b) + 1)) if a else []
+        a, b = sv["overlap"] or (None, None)
+        steps = list(range(a, b + 1)) if a else []
         extra = sum(ms[s] - base for s in steps if s in ms) / 1e3
-        stall, write, snap = float(m.group(7)), float(m.group(8)), float(m.group(9))
-        saves.append(dict(round=rnd, step=step, mib=float(m.group(3)) * UNIT[m.group(4)], snapshot=snap, stall=stall,
+        stall, write, snap = sv["stall"], sv["write"], sv["snapshot"]
+        saves.append(dict(round=rnd, step=sv["step"], mib=sv["mib"], snapshot=snap, stall=stall,
                           write=write, steps=f"{a}..{b}" if a else "-", extra=extra,
                           over=(stall - snap + extra) / write))
     if found != (args.steps - 1) // args.every:

@@ -13,7 +13,9 @@
 #       there, in the repository root: unpacks into build/, data/ and .gpu/root/, drops every bundled library the
 #       machine has itself (ldconfig), finds the CUDA libraries (the toolkit, or the nvidia-* wheels of its Python),
 #       and exports LD_LIBRARY_PATH and, when the bundled Open MPI is the one kept, its relocation variables;
-#       world-1 runs are MPI singletons (ess_singleton_isolated: no mpirun and no daemon needed)
+#       world-1 runs are MPI singletons (ess_singleton_isolated: no mpirun and no daemon needed). An NCCL carried by
+#       validation/nccl_carry.sh (.gpu/nccl-lib/libnccl.so.2, verified against its manifest) goes first in
+#       LD_LIBRARY_PATH, ahead of the machine's own
 #
 # validation/gpu_session.sh runs the GPU checks from such a bundle within one command's time limit.
 set -uo pipefail
@@ -33,10 +35,14 @@ gpu_bundle_pack() {
   local exes=(apps/train_gpt apps/train_resnet apps/ckpt_tool tests/unit/kernels/test_kernels_cuda
               tests/unit/kernels/test_cuda_core tests/unit/kernels/test_cuda_gpt tests/unit/kernels/test_cuda_resnet
               tests/unit/train/test_cuda_device tests/mpi/comm/test_comm_nccl tests/mpi/pipeline/test_pipeline_nccl)
+  local optional=(tests/mpi/comm/test_comm_staged)  # bundled when the build has them
   local data=(kjv_train.bin kjv_val.bin fmnist_train_10k.h5 fmnist_test.h5)
   local e
   for e in "${exes[@]}"; do
     [ -x "$build/$e" ] || { echo "gpu_bundle: $build/$e is missing: build with the CUDA backend first" >&2; return 1; }
+  done
+  for e in "${optional[@]}"; do
+    if [ -x "$build/$e" ]; then exes+=("$e"); else echo "gpu_bundle: $build/$e not built: not bundled" >&2; fi
   done
   for e in "${data[@]}"; do
     [ -f "$root/data/$e" ] || { echo "gpu_bundle: data/$e is missing: run scripts/prepare_data.sh" >&2; return 1; }
@@ -105,6 +111,13 @@ gpu_bundle_unpack() {
   export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_show_load_errors=0
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   echo "gpu_bundle: unpacked; CUDA libraries from ${cuda_dirs:-nowhere}; $(ls "$lib" | wc -l) bundled libraries kept"
+  # An NCCL carried over (validation/nccl_carry.sh assemble, or probe --adopt) is newer than the machine's on purpose:
+  # the rule above does not apply to it. When it verifies against its manifest it goes first in LD_LIBRARY_PATH.
+  if [ -e "$PWD/.gpu/nccl-lib/libnccl.so.2" ]; then
+    # shellcheck source=validation/nccl_carry.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/nccl_carry.sh" env "$PWD" ||
+      echo "gpu_bundle: warning: .gpu/nccl-lib/libnccl.so.2 does not verify: the NCCL found above is used" >&2
+  fi
 }
 
 case "${1:-}" in

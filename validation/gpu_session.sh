@@ -4,7 +4,8 @@
 # folder. Run in the repository root with the bundle at .gpu/bundle.tar.xz:
 #
 #   bash validation/gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile]
-#                                         [--extra NAME=COMMAND ...]
+#                                         [--extra NAME=COMMAND ...] [--skip LIST] [--layouts ARGS]
+#                                         [--layouts-budget S]
 #
 # Phase A (in parallel, until 45% of the budget): the CUDA test executables (ctest label cuda, run directly: ctest's
 # files hold this machine's absolute paths), tests/integration/check_cuda_run.py gpt resnet precision layouts restart
@@ -13,13 +14,24 @@
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
 # while the budget lasts; before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
 # (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
-# back too). Every log goes into OUTDIR/logs.tar.gz (one file: the folder may bring back only a few), the verdicts
+# back too). --skip drops parts of phase A's parallel work (unit, cuda_run, sanitize, or all; --extra still runs).
+# --layouts ARGS (one string, split at blanks): after the parallel work, before phase B, alone on the GPU, the layout
+# matrix `python3 validation/gpu_layouts.py ARGS` (several ranks on one GPU; validation/gpu_layouts.py), for at most
+# --layouts-budget seconds (default: all the budget left; with it phase B gets what remains). It writes its default
+# record validation/results/gpu/<device>_<date>_layouts.jsonl, the report beside it and the per-case logs in the
+# folder of that name (paths in the record are relative to the repository); the session copies the record and the
+# report into OUTDIR and the logs folder into OUTDIR/layouts_logs.tar.gz, to be unpacked into validation/results/gpu/.
+# The environment record (env.txt) names the NCCL the apps load (ncclGetVersion of the library ldd resolves; an NCCL
+# carried by validation/nccl_carry.sh is put first by the unpack), and summary.txt repeats it.
+# Every log goes into OUTDIR/logs.tar.gz (one file: the folder may bring back only a few), the verdicts
 # into OUTDIR/summary.txt as they come. Used for the first H100 run: validation/results/gpu_nvidia_h100_80gb_hbm3_*.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUTDIR="${1:?usage: gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile] [--extra N=CMD]}"
+USAGE="usage: gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile] [--extra N=CMD]"
+USAGE+=" [--skip unit,cuda_run,sanitize|all] [--layouts ARGS] [--layouts-budget S]"
+OUTDIR="${1:?$USAGE}"
 shift
-BUDGET=480 BENCH=gpt SANITIZE=memcheck,racecheck PROFILE=0
+BUDGET=480 BENCH=gpt SANITIZE=memcheck,racecheck PROFILE=0 SKIP="" LAYOUTS="" LAYOUTS_BUDGET=""
 EXTRA=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -28,9 +40,13 @@ while [ "$#" -gt 0 ]; do
     --sanitize) SANITIZE="$2"; shift 2 ;;
     --profile) PROFILE=1; shift ;;
     --extra) EXTRA+=("$2"); shift 2 ;;
-    *) echo "gpu_session: unknown argument '$1'" >&2; exit 2 ;;
+    --skip) SKIP="$2"; shift 2 ;;
+    --layouts) LAYOUTS="$2"; shift 2 ;;
+    --layouts-budget) LAYOUTS_BUDGET="$2"; shift 2 ;;
+    *) echo "gpu_session: unknown argument '$1'" >&2; echo "$USAGE" >&2; exit 2 ;;
   esac
 done
+skipped() { case ",$SKIP," in *,all,* | *",$1,"*) return 0 ;; esac; return 1; }
 T0=$(date +%s)
 elapsed() { echo $(($(date +%s) - T0)); }
 mkdir -p "$OUTDIR"
@@ -62,7 +78,17 @@ export HPCT_DATA_DIR="$ROOT/data" OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
 for e in build/apps/train_gpt build/tests/unit/kernels/test_cuda_gpt; do
   { echo "== ldd $e"; ldd "$e" | grep -E 'not found|cublas|cudnn|nccl|cudart|dnnl|mpi'; } >> "$LOGS/env.txt" 2>&1
 done
-note "unpacked ($(grep -c 'not found' "$LOGS/env.txt") unresolved libraries)"
+note "unpacked ($(grep -c '=> not found' "$LOGS/env.txt") unresolved libraries)"
+# The NCCL the apps will load: the library ldd resolves for train_gpt, asked for its version (ncclGetVersion).
+NCCL_LIB="$(ldd build/apps/train_gpt 2>/dev/null | awk '$1 ~ /^libnccl\.so/ { print $3 }')"
+NCCL_LINE="$(bash validation/nccl_carry.sh version "${NCCL_LIB:-libnccl.so.2}" 2>&1)"
+{
+  echo "== NCCL the apps load (version code path)"; echo "$NCCL_LINE"; echo "HPCT_NCCL_CARRIED=${HPCT_NCCL_CARRIED:-}"
+  echo "== ldconfig -p | grep -E 'nccl|cudnn|libmpi'"; ldconfig -p | grep -E 'nccl|cudnn|libmpi'
+  echo "== pip show nvidia-nccl-cu13"
+  python3 -m pip show nvidia-nccl-cu13 2>&1 | grep -E '^(Name|Version|Location):' || echo "(not installed)"
+} >> "$LOGS/env.txt" 2>&1
+note "NCCL the apps load: $NCCL_LINE${HPCT_NCCL_CARRIED:+ (carried: HPCT_NCCL_CARRIED=$HPCT_NCCL_CARRIED)}"
 
 CS="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
 PHASE_A_END=$((BUDGET * 45 / 100))
@@ -83,17 +109,21 @@ run_bg() {  # name timeout cmd... : in the background, verdict into the summary
 }
 
 # Unit tests, one after the other (each is short; the sanitizers and the app runs share the GPU meanwhile).
-run_bg unit $((PHASE_A_END - 10)) bash -c '
+# test_comm_staged is bundled only when the build had it.
+skipped unit || run_bg unit $((PHASE_A_END - 10)) bash -c '
   for t in tests/unit/kernels/test_kernels_cuda tests/unit/kernels/test_cuda_core tests/unit/kernels/test_cuda_gpt \
            tests/unit/kernels/test_cuda_resnet tests/unit/train/test_cuda_device tests/mpi/comm/test_comm_nccl \
-           tests/mpi/pipeline/test_pipeline_nccl; do
+           tests/mpi/pipeline/test_pipeline_nccl tests/mpi/comm/test_comm_staged; do
+    [ -x build/$t ] || [ $t != tests/mpi/comm/test_comm_staged ] || { echo "===== $t not bundled"; continue; }
     echo "===== $t"; timeout -k 5 120 build/$t --gtest_color=no; echo "===== $t exit $?"
   done'
-for sc in gpt resnet precision layouts restart memory; do
+skipped cuda_run || for sc in gpt resnet precision layouts restart memory; do
   run_bg "cuda_run_$sc" $((PHASE_A_END - 10)) python3 tests/integration/check_cuda_run.py "$sc" build/apps/train_gpt \
     build/apps/train_resnet "/tmp/cuda_run_$sc"
 done
-if [ -n "$CS" ]; then
+if skipped sanitize; then
+  :
+elif [ -n "$CS" ]; then
   IFS=, read -r -a tools <<< "$SANITIZE"
   for tool in "${tools[@]}"; do
     case "$tool" in
@@ -113,12 +143,42 @@ fi
 for x in "${EXTRA[@]}"; do
   run_bg "${x%%=*}" $((PHASE_A_END - 10)) env LOGS="$LOGS" bash -c "${x#*=}"
 done
-wait "${pids[@]}"
+[ "${#pids[@]}" -gt 0 ] && wait "${pids[@]}"
+pids=()
 # The ResNet runs' --dump files (initial parameters, batches, step-1 gradients of the device and of the CPU): where
 # the two runs part, layer by layer.
 cp /tmp/cuda_run_resnet/resnet_*.h5 "$LOGS/" 2>/dev/null
 pack_logs
 note "phase A done"
+
+# The layout matrix, alone on the GPU: several ranks share it, so nothing else runs meanwhile.
+if [ -n "$LAYOUTS" ]; then
+  left=$((BUDGET - $(elapsed) - 10))
+  [ -n "$LAYOUTS_BUDGET" ] && [ "$LAYOUTS_BUDGET" -lt "$left" ] && left="$LAYOUTS_BUDGET"
+  if [ "$left" -gt 60 ]; then
+    read -r -a layout_args <<< "$LAYOUTS"
+    mkdir -p validation/results/gpu
+    touch "$LOGS/.layouts_start"
+    run_bg layouts "$left" python3 validation/gpu_layouts.py "${layout_args[@]}"
+    wait
+    while read -r rec; do
+      cp "$rec" "$OUTDIR/"
+      [ -f "${rec%.jsonl}.md" ] && cp "${rec%.jsonl}.md" "$OUTDIR/"
+      [ -d "${rec%.jsonl}" ] &&
+        tar -C "$(dirname "$rec")" -czf "$OUTDIR/layouts_logs.tar.gz" "$(basename "${rec%.jsonl}")"
+      note "layouts: $(python3 -c 'import collections, json, sys
+c = collections.Counter()
+for line in open(sys.argv[1]):
+    if line.strip():
+        r = json.loads(line)
+        c[(r.get("backend"), r.get("verdict"))] += 1
+print(", ".join(f"{b} {v} {n}" for (b, v), n in sorted(c.items(), key=str)) or "no records")' "$rec" 2>&1) ($rec)"
+    done < <(find validation/results/gpu -name '*_layouts.jsonl' -newer "$LOGS/.layouts_start" 2>/dev/null)
+    pack_logs
+  else
+    note "layouts: not started (budget)"
+  fi
+fi
 
 # Where a GPT-2 124M bf16 step spends its GPU time: every kernel of one step (micro-batch 16, after the first step's
 # plans) timed by Nsight Compute (gpu__time_duration, clocks not locked), summed per kernel name.

@@ -3,6 +3,7 @@
 // (mpi_communicator.hpp) and, in CUDA builds with NCCL, NcclCommunicator for device buffers (nccl_communicator.hpp,
 // included only where HPCT_HAVE_NCCL is defined).
 #include <memory>
+#include <string>
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -11,5 +12,13 @@ namespace hpct::comm {
 
 // The MpiCommunicator over MPI_COMM_WORLD, named "world". Collective over MPI_COMM_WORLD; needs MPI initialised.
 std::unique_ptr<MpiCommunicator> make_world_communicator(const CommOptions& options = {});
+
+// The MPI library this process loaded, for the logs and the GPU records: "mpi Open MPI v4.1.4 (/usr/lib/x86_64-linux-
+// gnu/libmpi.so.40)" (MPI_Get_library_version up to its first comma; the path of the shared object that holds
+// MPI_Init, by dladdr).
+std::string mpi_library();
+
+// "(path)" of the shared object holding `symbol` (dladdr), or "(statically linked)" when none does.
+std::string library_path_of(const void* symbol);
 
 }  // namespace hpct::comm

@@ -4,6 +4,7 @@
 
 #include "comm/guarded_wait.hpp"
 #include "comm/op_desc.hpp"
+#include "core/error.hpp"
 #include "core/format.hpp"
 
 namespace hpct::comm {
@@ -16,6 +17,16 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::Min: return "min";
   }
   return "?";
+}
+
+const char* device_backend_name(DeviceBackend b) { return b == DeviceBackend::Nccl ? "nccl" : "mpi"; }
+
+DeviceBackend parse_device_backend(const std::string& s) {
+  if (s == "nccl") return DeviceBackend::Nccl;
+  if (s == "mpi") return DeviceBackend::HostStagedMpi;
+  HPCT_FAIL("comm.backend = \"{}\": use \"nccl\" (device buffers through NCCL) or \"mpi\" (through MPI over pinned "
+            "host staging)",
+            s);
 }
 
 void Communicator::record_volume(const char* op, double bytes) {

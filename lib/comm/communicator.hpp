@@ -46,8 +46,17 @@ constexpr DType dtype_of<fp16>() {
 enum class ReduceOp { Sum, Avg, Max, Min };
 const char* reduce_op_name(ReduceOp op);
 
+// How a CUDA run moves device buffers (deck key comm.backend): NCCL, or MPI over pinned host staging
+// (parallel/staged_communicator.hpp: every collective crosses PCIe twice; the fallback for sites without NCCL and for
+// several ranks on one GPU). The CPU has one backend, MPI, whatever the key says.
+enum class DeviceBackend { Nccl, HostStagedMpi };
+// "nccl" | "mpi"; the inverse parses the deck value (anything else: hpct::Error naming the accepted values).
+const char* device_backend_name(DeviceBackend b);
+DeviceBackend parse_device_backend(const std::string& s);
+
 struct CommOptions {
-  double timeout_s = 300.0;  // deck key comm.timeout_s
+  double timeout_s = 300.0;                            // deck key comm.timeout_s
+  DeviceBackend device_backend = DeviceBackend::Nccl;  // deck key comm.backend
 };
 
 // Handle of an operation in flight. wait(): the operation has completed in stream order (host buffers: readable and

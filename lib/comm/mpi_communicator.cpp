@@ -12,6 +12,7 @@
 #include "comm/wait_backoff.hpp"
 #include "core/mpi_check.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/fp16.hpp"
 #if HPCT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -40,53 +41,50 @@ namespace {
 //
 // The datatype and the three operations are created once per process, on first use (after MPI_Init), and never freed
 // (MPI_Finalize releases them).
-struct Bf16Mpi {
+// fp16 (tensor/fp16.hpp: the host-staged CUDA backend's fp16 buffers) travels and reduces the same way: widened to
+// fp32, rounded once to nearest even per pairwise operation.
+struct HalfMpi {
   MPI_Datatype type = MPI_DATATYPE_NULL;
   MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL, min = MPI_OP_NULL;
 };
 
-// MPI_User_function: inout[i] = in[i] op inout[i] over len elements.
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  const auto* a = static_cast<const bf16*>(in);
-  auto* b = static_cast<bf16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
+// MPI_User_function: inout[i] = in[i] op inout[i] over len elements of the 16-bit type T.
+template <typename T>
+void half_sum(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
 }
-void bf16_max(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  const auto* a = static_cast<const bf16*>(in);
-  auto* b = static_cast<bf16*>(inout);
+template <typename T>
+void half_max(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
   for (int i = 0; i < *len; ++i)
     if (to_f32(a[i]) > to_f32(b[i])) b[i] = a[i];
 }
-void bf16_min(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  const auto* a = static_cast<const bf16*>(in);
-  auto* b = static_cast<bf16*>(inout);
+template <typename T>
+void half_min(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
   for (int i = 0; i < *len; ++i)
     if (to_f32(a[i]) < to_f32(b[i])) b[i] = a[i];
 }
 
-const Bf16Mpi& bf16_mpi() {
-  static const Bf16Mpi m = [] {
-    Bf16Mpi r;
+template <typename T>
+const HalfMpi& half_mpi() {
+  static const HalfMpi m = [] {
+    HalfMpi r;
     MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &r.type));
     MPI_CHECK(MPI_Type_commit(&r.type));
-    MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &r.sum));
-    MPI_CHECK(MPI_Op_create(&bf16_max, /*commute=*/1, &r.max));
-    MPI_CHECK(MPI_Op_create(&bf16_min, /*commute=*/1, &r.min));
+    MPI_CHECK(MPI_Op_create(&half_sum<T>, /*commute=*/1, &r.sum));
+    MPI_CHECK(MPI_Op_create(&half_max<T>, /*commute=*/1, &r.max));
+    MPI_CHECK(MPI_Op_create(&half_min<T>, /*commute=*/1, &r.min));
     return r;
   }();
   return m;
 }
 
 }  // namespace
-
-// fp16 storage is CUDA-only (docs/precision.md), and a CUDA run moves every device buffer (activations, their
-// gradients, the tensor-parallel and pipeline traffic) through NCCL (ParallelContext's device groups and pipeline
-// links); MPI carries only host buffers: fp32 statistics, scalars, the CPU's activations. An f16 buffer here is a
-// wiring error.
-constexpr const char* kNoFp16OverMpi =
-    "an f16 buffer was handed to MpiCommunicator, but fp16 storage is CUDA-only and CUDA runs communicate device "
-    "buffers through NCCL; send it over the NCCL device group (ParallelContext), or use train.precision=bf16 or fp32 "
-    "on the CPU";
 
 MPI_Datatype mpi_datatype(DType t) {
   switch (t) {
@@ -95,15 +93,15 @@ MPI_Datatype mpi_datatype(DType t) {
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
     case DType::U8: return MPI_UINT8_T;
-    case DType::BF16: return bf16_mpi().type;
-    case DType::F16: HPCT_FAIL("{}", kNoFp16OverMpi);
+    case DType::BF16: return half_mpi<bf16>().type;
+    case DType::F16: return half_mpi<fp16>().type;
   }
   HPCT_FAIL("dtype {} has no MPI datatype", static_cast<int>(t));
 }
 
 MPI_Op mpi_op(ReduceOp op, DType t) {
-  if (t == DType::BF16) {
-    const Bf16Mpi& m = bf16_mpi();
+  if (t == DType::BF16 || t == DType::F16) {
+    const HalfMpi& m = t == DType::BF16 ? half_mpi<bf16>() : half_mpi<fp16>();
     switch (op) {
       case ReduceOp::Sum:
       case ReduceOp::Avg: return m.sum;  // Avg divides after completion
@@ -130,6 +128,14 @@ void divide_by(void* buf, int64_t count, int divisor) {
   for (int64_t i = 0; i < count; ++i) x[i] = static_cast<T>(x[i] / d);  // integers: truncation toward zero
 }
 
+// In fp32, rounded once more to nearest even: avg = round(round_sum / n).
+template <typename T>
+void divide_half_by(void* buf, int64_t count, int divisor) {
+  auto* x = static_cast<T*>(buf);
+  const float d = static_cast<float>(divisor);
+  for (int64_t i = 0; i < count; ++i) x[i] = from_f32<T>(to_f32(x[i]) / d);
+}
+
 void divide_by(void* buf, int64_t count, DType t, int divisor) {
   switch (t) {
     case DType::F32: return divide_by<float>(buf, count, divisor);
@@ -141,13 +147,8 @@ void divide_by(void* buf, int64_t count, DType t, int divisor) {
       for (int64_t i = 0; i < count; ++i) x[i] = static_cast<uint8_t>(x[i] / divisor);
       return;
     }
-    case DType::F16: HPCT_FAIL("{}", kNoFp16OverMpi);
-    case DType::BF16: {  // in fp32, rounded once more to nearest even: avg = round(round_sum / n)
-      auto* x = static_cast<bf16*>(buf);
-      const float d = static_cast<float>(divisor);
-      for (int64_t i = 0; i < count; ++i) x[i] = to_bf16(to_f32(x[i]) / d);
-      return;
-    }
+    case DType::BF16: return divide_half_by<bf16>(buf, count, divisor);
+    case DType::F16: return divide_half_by<fp16>(buf, count, divisor);
   }
 }
 

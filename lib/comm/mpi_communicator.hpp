@@ -8,12 +8,12 @@
 //  - Every operation is one non-blocking MPI call: MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather,
 //    MPI_Ibcast, MPI_Isend / MPI_Irecv, MPI_Ibarrier. Counts are element counts of at most INT_MAX (MPI's int
 //    counts); more is an error asking to split the buffer. DTypes: f32, f64, i32, i64, u8 (u8 sums wrap modulo 256),
-//    bf16. MPI has no bf16: it travels as a committed contiguous 2-byte datatype and is reduced by user-defined
-//    operations (sum: widen to fp32, add, round once to nearest even; max, min: compare in fp32, keep an operand),
-//    applied pairwise in the order MPI's algorithm chooses. The result is reproducible bit for bit for a fixed
-//    communicator size, element count and MPI library, and the same on every rank, but a sum over n ranks is rounded
-//    n - 1 times at places the algorithm fixes (mpi_communicator.cpp, "bf16"). f16 is an error: fp16 storage is
-//    CUDA-only, and CUDA runs move device buffers through NCCL (mpi_communicator.cpp, kNoFp16OverMpi).
+//    bf16 and f16. MPI has neither 16-bit float: each travels as a committed contiguous 2-byte datatype and is reduced
+//    by user-defined operations (sum: widen to fp32, add, round once to nearest even; max, min: compare in fp32, keep
+//    an operand), applied pairwise in the order MPI's algorithm chooses. The result is reproducible bit for bit for a
+//    fixed communicator size, element count and MPI library, and the same on every rank, but a sum over n ranks is
+//    rounded n - 1 times at places the algorithm fixes (mpi_communicator.cpp, "bf16"). f16 buffers come from the
+//    host-staged CUDA backend under train.precision = fp16 (parallel/staged_communicator.hpp).
 //    The uneven forms are MPI_Ireduce_scatter and MPI_Iallgatherv; their sum(counts) is limited to INT_MAX too
 //    (int displacements).
 //  - MPI_Iallreduce of >= 64 KiB runs libnbc's reduce-scatter + allgather schedule: Open MPI 4.1's libnbc would pick

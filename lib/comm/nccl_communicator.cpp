@@ -5,6 +5,7 @@
 #include <exception>
 #include <utility>
 
+#include "comm/comm.hpp"
 #include "comm/nccl_check.hpp"
 #include "comm/nccl_wait.hpp"
 #include "comm/wait_backoff.hpp"
@@ -664,6 +665,17 @@ WorkPtr NcclCommunicator::barrier_async(const std::string& what) {
   return issue_(make_desc("barrier", 0, DType::I32, what), [&] {
     return ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclInt32, ncclSum, comm_, stream_);
   });
+}
+
+int nccl_version() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
+std::string nccl_library() {
+  const int v = nccl_version();
+  return fmt::format("nccl {}.{}.{} {}", v / 10000, v / 100 % 100, v % 100,
+                     library_path_of(reinterpret_cast<const void*>(&ncclGetVersion)));
 }
 
 }  // namespace hpct::comm

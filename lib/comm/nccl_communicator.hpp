@@ -153,4 +153,10 @@ class NcclCommunicator final : public Communicator {
 // NCCL datatype of a DType (ncclFloat32, ncclFloat64, ncclInt32, ncclInt64, ncclUint8, ncclBfloat16, ncclFloat16).
 ncclDataType_t nccl_datatype(DType t);
 
+// The NCCL this process loaded (ncclGetVersion: e.g. 22809 for 2.28.9, 23007 for 2.30.7), and the same as
+// "nccl 2.28.9 (/usr/local/cuda/lib/libnccl.so.2)" for the logs and the GPU records. The loaded library's version,
+// not the header's: LD_LIBRARY_PATH may bring another one.
+int nccl_version();
+std::string nccl_library();
+
 }  // namespace hpct::comm

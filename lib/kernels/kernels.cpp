@@ -372,6 +372,8 @@ void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t byt
   HPCT_DISPATCH(copy_device, dst, src, bytes);
 }
 void synchronize(const ExecContext& ctx) { HPCT_DISPATCH(synchronize); }
+void host_register(const ExecContext& ctx, void* host, int64_t bytes) { HPCT_DISPATCH(host_register, host, bytes); }
+void host_unregister(const ExecContext& ctx, void* host) { HPCT_DISPATCH(host_unregister, host); }
 
 #undef HPCT_DISPATCH_STORAGE
 #undef HPCT_DISPATCH

@@ -355,6 +355,13 @@ void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t byt
 // comm.timeout_s, with the NCCL communicators watched: exec_context.hpp), else cudaStreamSynchronize. With a guard,
 // copy_to_host / copy_from_host with pageable host memory also drain the stream through it first (cuda_core.cu).
 void synchronize(const ExecContext& ctx);
+// Page-locks the host range [host, host + bytes) for ctx.device's copies, so that copy_to_host / copy_from_host with it
+// are asynchronous on ctx.stream (CUDA: cudaHostRegister; without it a copy into pageable memory returns only once it
+// is done, after draining the stream: see synchronize above). The memory stays the caller's: host_unregister before
+// freeing it. A no-op on the CPU, where every copy is a memcpy that has completed when it returns. Registering a range
+// twice, or one of 0 bytes, is an error naming it.
+void host_register(const ExecContext& ctx, void* host, int64_t bytes);
+void host_unregister(const ExecContext& ctx, void* host);
 
 // ---- per-op wall-clock profile (off by default; validation/bench_resnet --profile) -------------
 // When on, every dispatched op, and named phases inside some ops (e.g. "conv2d_backward/weight 3x3s1 16>16 @28"),

@@ -2,10 +2,14 @@
 
 #include "parallel/grad_sync.hpp"
 
+#include <cstdlib>
+#include <string>
+
 #include <mpi.h>
 
 #include "comm/mpi_communicator.hpp"
 #include "core/mpi_check.hpp"
+#include "parallel/staged_communicator.hpp"
 #if HPCT_HAVE_NCCL
 #include "comm/nccl_communicator.hpp"
 #include "comm/nccl_sync_guard.hpp"
@@ -20,10 +24,24 @@ int mpi_world_size() {
   return n;
 }
 
+// HPCT_STAGE_DEVICE_GROUPS=1 on the CPU: the device groups go through the host-staging layer as a CUDA run with
+// comm.backend = mpi does, its copies being memcpy (the emulation the CPU tests and the GPU matrix's dry runs use).
+bool stage_on_cpu() {
+  const char* v = std::getenv("HPCT_STAGE_DEVICE_GROUPS");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Whether the device groups are HostStagedCommunicators: CUDA with comm.backend = mpi, or the CPU emulation.
+bool uses_host_staging(const ExecContext& exec, const comm::CommOptions& opts) {
+  return exec.device == Device::CPU ? stage_on_cpu() : opts.device_backend == comm::DeviceBackend::HostStagedMpi;
+}
+
 // The device twin of an MPI group: on CUDA an NcclCommunicator over the same ranks (collective over `host`), whose
-// operations wait for the compute stream; null on the CPU (the MPI group serves both).
+// operations wait for the compute stream, or with comm.backend = mpi a HostStagedCommunicator over it; null on the
+// CPU (the MPI group serves both) unless the staging is emulated there.
 std::unique_ptr<comm::Communicator> device_twin(comm::MpiCommunicator& host, const ExecContext& exec,
                                                 const comm::CommOptions& opts) {
+  if (uses_host_staging(exec, opts)) return std::make_unique<HostStagedCommunicator>(host, exec, host.name());
   if (exec.device == Device::CPU) return nullptr;
 #if HPCT_HAVE_NCCL
   auto nccl = std::make_unique<comm::NcclCommunicator>(host, host.name(), opts);
@@ -90,8 +108,13 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
                    "{}: parallel.virtual_stages = {} with pp = {}: virtual stages interleave a pipeline of several "
                    "ranks; set parallel.virtual_stages = 1 or pp > 1",
                    where, virtual_stages, grid_.pp());
-  // Pipeline links (CUDA, pp > 1): even links first, then odd links, then the wrap, on every rank (see the header).
-  if (exec.device != Device::CPU && grid_.pp() > 1) {
+  staged_ = uses_host_staging(exec, opts);
+  // Pipeline links (NCCL, pp > 1): even links first, then odd links, then the wrap, on every rank (see the header).
+  // Host-staged device groups send the activations over the staged pp group, tagged as on the CPU.
+  if (staged_ && grid_.pp() > 1) {
+    dev_pp_ = std::make_unique<HostStagedCommunicator>(*ppg, exec, ppg->name());
+    pipe_ = std::make_unique<MpiPipelineTransport>(*dev_pp_, virtual_stages);
+  } else if (exec.device != Device::CPU && grid_.pp() > 1) {
     PipelineLinks links = split_pipeline_links(*ppg, virtual_stages > 1);
 #if HPCT_HAVE_NCCL
     auto build = [&](bool even) {
@@ -122,7 +145,8 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
     pipe_ = std::make_unique<MpiPipelineTransport>(*ppg, virtual_stages);
   }
 #if HPCT_HAVE_NCCL
-  if (exec.device != Device::CPU) {  // every NCCL communicator of this context, watched by the compute stream's waits
+  // every NCCL communicator of this context, watched by the compute stream's waits (host staging has none)
+  if (exec.device != Device::CPU && !staged_) {
     auto guard = std::make_unique<comm::NcclSyncGuard>(rank_, opts.timeout_s);
     for (comm::Communicator* c : {dev_tp_.get(), dev_dp_.get(), dev_emb_.get(), dev_shard_.get(), dev_replica_.get(),
                                   act_prev_.get(), grad_prev_.get(), act_next_.get(), grad_next_.get()})
@@ -143,9 +167,10 @@ ParallelContext::~ParallelContext() = default;
 std::vector<comm::Communicator*> ParallelContext::communicators() const {
   std::vector<comm::Communicator*> all;
   for (comm::Communicator* c :
-       {world_.get(), tp_.get(), dp_.get(), pp_.get(), emb_.get(), shard_.get(), replica_.get(), dev_tp_.get(),
-        dev_dp_.get(), dev_emb_.get(), dev_shard_.get(), dev_replica_.get(), link_prev_.get(), link_next_.get(),
-        link_wrap_.get(), act_prev_.get(), grad_prev_.get(), act_next_.get(), grad_next_.get()})
+       {world_.get(),     tp_.get(),          dp_.get(),        pp_.get(),        emb_.get(),
+        shard_.get(),     replica_.get(),     dev_tp_.get(),    dev_dp_.get(),    dev_emb_.get(),
+        dev_shard_.get(), dev_replica_.get(), dev_pp_.get(),    link_prev_.get(), link_next_.get(),
+        link_wrap_.get(), act_prev_.get(),    grad_prev_.get(), act_next_.get(),  grad_next_.get()})
     if (c != nullptr) all.push_back(c);
   return all;
 }
@@ -160,8 +185,22 @@ void ParallelContext::reset_comm_volume() {
   for (comm::Communicator* c : communicators()) c->reset_volume();
 }
 
+size_t ParallelContext::staging_bytes() const {
+  size_t n = 0;
+  for (const comm::Communicator* c :
+       {dev_tp_.get(), dev_dp_.get(), dev_emb_.get(), dev_shard_.get(), dev_replica_.get(), dev_pp_.get()})
+    if (const auto* s = dynamic_cast<const HostStagedCommunicator*>(c)) n += s->staging_bytes();
+  return n;
+}
+
 std::string ParallelContext::describe_device_groups() const {
   if (!dev_tp_) return "MPI for every group (host buffers)";
+  if (staged_)
+    return fmt::format("MPI over pinned host staging for tp, dp, the embedding group{} (device buffers copied to the "
+                       "host after the compute stream, reduced by MPI, copied back in stream order: comm.backend = "
+                       "mpi{}); MPI for the world and host scalars",
+                       grid_.pp() > 1 ? " and the pipeline (pp group, tagged)" : "",
+                       device_ == Device::CPU ? ", emulated on the CPU by HPCT_STAGE_DEVICE_GROUPS=1" : "");
   return fmt::format("NCCL for tp, dp and the embedding group (device buffers, stream-ordered on the compute stream, "
                      "host waits bounded by the sync guard); pipeline: {}; MPI for the world, the pp group's barriers "
                      "and host scalars",

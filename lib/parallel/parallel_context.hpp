@@ -7,6 +7,11 @@
 // of the same (tp, dp): they both hold the embedding and sum its gradient over this group. Ranks of the
 // middle stages have none (has_embedding_group() false); at PP = 1 it is the rank alone.
 //
+// Host-staged device groups (comm.backend = mpi on CUDA, parallel/staged_communicator.hpp): the device_*_group()
+// communicators are HostStagedCommunicators over the same ranks (no NCCL, no sync guard: nothing on the compute stream
+// waits for a peer), and the pipeline is an MpiPipelineTransport over a host-staged pp group. On the CPU the same
+// layer is used when HPCT_STAGE_DEVICE_GROUPS=1 (its copies are memcpy): the emulation the CPU tests run.
+//
 // Host and device communicators (docs/cuda.md: the communicator matches the device). world(), tp_group(),
 // dp_group(), pp_group() and embedding_group() are MpiCommunicators and take host buffers: the run's host-side
 // decisions and scalars (stop flags, barriers, checkpoint manifests, loss and norm sums, replica CRCs) and the pipeline's
@@ -115,8 +120,13 @@ class ParallelContext {
   }
   // The pipeline's transfers between this stage and its neighbours, on device() (see above).
   PipelineTransport& pipeline_transport() { return *pipe_; }
-  // "MPI for every group (host buffers)" or the NCCL groups, including the pipeline links, for the log.
+  // "MPI for every group (host buffers)", the NCCL groups including the pipeline links, or the host-staged ones, for
+  // the log.
   std::string describe_device_groups() const;
+  // Whether the device groups are host-staged (comm.backend = mpi on CUDA; HPCT_STAGE_DEVICE_GROUPS=1 on the CPU).
+  bool staged_device_groups() const { return staged_; }
+  // The page-locked host bytes the host-staged device groups hold now (0 otherwise): comm memory in the record.
+  size_t staging_bytes() const;
   // The payload this rank passed to all of its communicators (host and device groups, pipeline links) since the last
   // reset, by kind (comm::CommVolume): the training loop reports it per step.
   comm::CommVolume comm_volume() const;
@@ -133,6 +143,8 @@ class ParallelContext {
   std::unique_ptr<comm::Communicator> dev_tp_, dev_dp_, dev_emb_;  // NCCL on CUDA; null on the CPU
   std::unique_ptr<comm::Communicator> shard_, replica_;            // hybrid sharding only
   std::unique_ptr<comm::Communicator> dev_shard_, dev_replica_;    // NCCL on CUDA under hybrid sharding
+  std::unique_ptr<comm::Communicator> dev_pp_;  // host-staged device groups with pp > 1: the pipeline's transfers
+  bool staged_ = false;                         // the device groups are HostStagedCommunicators
   // CUDA, pp > 1: the MPI links (bootstrap) and the NCCL communicator per link and direction; null where none.
   std::unique_ptr<comm::Communicator> link_prev_, link_next_, link_wrap_;
   std::unique_ptr<comm::Communicator> act_prev_, grad_prev_, act_next_, grad_next_;

@@ -1,5 +1,7 @@
 #include "parallel/pipeline_transport.hpp"
 
+#include "parallel/staged_communicator.hpp"
+
 #include <mpi.h>
 
 #include "core/error.hpp"
@@ -14,8 +16,12 @@ constexpr int kMaxTag = 32767;  // the MPI standard's guaranteed minimum of MPI_
 
 MpiPipelineTransport::MpiPipelineTransport(comm::Communicator& pp, int virtual_stages)
     : pp_(pp), chunks_(virtual_stages) {
-  HPCT_CHECK(pp.device() == Device::CPU, "MpiPipelineTransport: the {} communicator is on {}; it takes host buffers",
-             pp.name(), device_name(pp.device()));
+  // the tags need MPI's matching: an MpiCommunicator (host buffers) or the host-staged one over MPI (device buffers)
+  HPCT_CHECK(
+      pp.device() == Device::CPU || dynamic_cast<const HostStagedCommunicator*>(&pp) != nullptr,
+      "MpiPipelineTransport: the {} communicator is on {} and not host-staged: it matches by tag, which only MPI "
+      "does",
+      pp.name(), device_name(pp.device()));
   HPCT_CHECK(virtual_stages >= 1 && (virtual_stages == 1 || pp.size() > 1),
              "MpiPipelineTransport: {} virtual stages per rank over {} ranks (interleaving needs at least 2)",
              virtual_stages, pp.size());

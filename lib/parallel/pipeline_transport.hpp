@@ -15,7 +15,8 @@
 //    the wrap's gradients (rank 0 -> rank 1 takes chunk c's activations and chunk c + 1's gradients to rank 1's chunk
 //    c): with tags 2j / 2j + 1 alone two chunks' activations of micro-batch j would be indistinguishable. With cb,
 //    (j, cb, direction) is unique per ordered pair of ranks, and the parity keeps the directions apart at p = 2.
-//    The CPU backend's transport, and the reference one.
+//    The CPU backend's transport, and the reference one; over a host-staged pp group (parallel/staged_communicator.hpp)
+//    the transport of CUDA's comm.backend = mpi, with device buffers.
 //  - LinkPipelineTransport: one 2-rank communicator per link and direction: for each neighbour pair (s, s+1) of a pp
 //    group one for the activations s -> s+1 and one for the gradients s+1 -> s, and with v > 1 the wrap link
 //    (p-1, 0): activations p-1 -> 0 and gradients 0 -> p-1, communicators of their own even at p = 2 (where the wrap
@@ -79,12 +80,12 @@ class PipelineTransport {
   virtual std::string describe() const = 0;
 };
 
-// Host buffers over the pp group; tags 2 (j v + cb) (activation) and 2 (j v + cb) + 1 (gradient) of micro-batch j
+// Buffers on pp.device() over the pp group (MPI, or MPI behind host staging); tags 2 (j v + cb) (activation) and 2 (j v + cb) + 1 (gradient) of micro-batch j
 // across the boundary whose lower virtual stage is chunk cb (see above). virtual_stages > 1 needs pp.size() > 1.
 class MpiPipelineTransport final : public PipelineTransport {
  public:
   explicit MpiPipelineTransport(comm::Communicator& pp, int virtual_stages = 1);
-  Device device() const override { return Device::CPU; }
+  Device device() const override { return pp_.device(); }
   int stage() const override { return pp_.rank(); }
   int stages() const override { return pp_.size(); }
   int virtual_stages() const override { return chunks_; }

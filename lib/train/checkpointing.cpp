@@ -117,6 +117,27 @@ CheckpointStaging::CheckpointStaging(const ExecContext& ctx, Slab& params, Optim
     float* base = host_state_->tensors()[opt_.buffers.size()].f32();
     host_opt_.masters = [base, sp](size_t i) { return base + (*sp)[i].state_offset; };
   }
+  // On CUDA the host twins are page-locked: a save's copies then run asynchronously at the link's speed and the
+  // snapshot does not drain the stream through pageable memory. HPCT_CKPT_STAGING=pageable keeps them pageable (the
+  // benchmark's control).
+  const char* mode = std::getenv("HPCT_CKPT_STAGING");
+  if (ctx_.device != Device::CPU && !(mode != nullptr && std::string(mode) == "pageable")) {
+    for (Slab* s : {host_params_.get(), host_extra_.get(), host_state_.get()})
+      if (s != nullptr && s->base() != nullptr && s->bytes() > 0) {
+        kernels::host_register(ctx_, s->base(), static_cast<int64_t>(s->bytes()));
+        registered_.push_back(s->base());
+      }
+  }
+}
+
+CheckpointStaging::~CheckpointStaging() {
+  for (void* p : registered_) {
+    try {
+      kernels::host_unregister(ctx_, p);
+    } catch (const std::exception& e) {  // a destructor cannot throw; the memory is freed by the slabs all the same
+      std::fprintf(stderr, "hpctrain: checkpoint staging: %s\n", e.what());
+    }
+  }
 }
 
 size_t CheckpointStaging::host_bytes() const {

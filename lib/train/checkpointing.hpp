@@ -60,13 +60,16 @@ OptimizerState optimizer_state(optim::Optimizer& opt);
 // copies): the parameters, the optimizer's state buffers and the extra tensors (the BN running statistics). For a run on
 // a device it holds host slabs of the same tensors, planned once before the first step (not per save), and copies
 // through them; on the CPU it holds nothing and hands out the run's own tensors, zero-copy, unless `snapshot` asks for
-// host copies there too (a background save writes from them while the step loop changes the run's tensors).
+// host copies there too (a background save writes from them while the step loop changes the run's tensors). On CUDA
+// the host slabs are page-locked (kernels::host_register), so a save's device-to-host copies are asynchronous on the
+// compute stream and run at the link's speed; HPCT_CKPT_STAGING=pageable leaves them pageable (a benchmark control).
 //   save:   to_host(); check_replicas(..., params(), ...); checkpoint_pieces(..., params(), ..., optimizer(), extra())
 //   resume: load_checkpoint(reader, params(), ..., optimizer(), extra()); to_device()
 class CheckpointStaging {
  public:
   CheckpointStaging(const ExecContext& ctx, Slab& params, OptimizerState opt, Slab* extra = nullptr,
                     bool snapshot = false);
+  ~CheckpointStaging();
   CheckpointStaging(const CheckpointStaging&) = delete;
   CheckpointStaging& operator=(const CheckpointStaging&) = delete;
 
@@ -90,6 +93,7 @@ class CheckpointStaging {
   Slab* extra_;
   bool staged_ = false;                                          // a run on a device: the views are host copies
   std::unique_ptr<Slab> host_params_, host_extra_, host_state_;  // host_state_: one tensor per optimizer buffer
+  std::vector<void*> registered_;  // the host twins page-locked on CUDA (kernels::host_register)
 };
 
 // What this rank writes of a checkpoint of (params, optimizer, extra): its pieces, pointing into those tensors (host

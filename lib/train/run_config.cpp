@@ -84,6 +84,7 @@ RunConfig read_run_config(const Config& deck) {
                    deck.deck_path(), p.virtual_stages);
 
   c.comm.timeout_s = deck.get_float("comm.timeout_s");
+  c.comm.device_backend = comm::parse_device_backend(deck.get_string("comm.backend"));
 
   CheckpointSection& k = c.checkpoint;
   k.every = deck.get_int("checkpoint.every");

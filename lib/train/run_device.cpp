@@ -1,5 +1,6 @@
 #include "train/run_device.hpp"
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,9 @@
 
 #if HPCT_HAVE_CUDA
 #include "kernels/cuda/cuda_device.hpp"
+#endif
+#if HPCT_HAVE_NCCL
+#include "comm/nccl_communicator.hpp"
 #endif
 
 namespace hpct::train {
@@ -57,6 +61,53 @@ Precision decide_precision(const std::string& requested_device, Device decided, 
     *note += fmt::format("{}train.precision = {} applies to CUDA only: fp32 on the CPU", note->empty() ? "" : "; ",
                          precision_name(requested));
   return Precision::FP32;
+}
+
+std::string ranks_per_gpu_problem(int local_size, int devices, const std::string& host, comm::DeviceBackend backend,
+                                  bool nccl_multi_rank_env, int nccl_version, std::string* note) {
+  if (note) note->clear();
+  if (devices <= 0 || local_size <= devices) return "";
+  const std::string shared = fmt::format("{} ranks run on {} but it has {} visible CUDA device(s)", local_size, host,
+                                         devices);
+  const int per_device = (local_size + devices - 1) / devices;
+  if (backend == comm::DeviceBackend::HostStagedMpi) {
+    if (note)
+      *note = fmt::format("{}: up to {} ranks share each device (comm.backend = mpi: device buffers travel through "
+                          "host staging, no NCCL); their timings are not the device's speed",
+                          shared, per_device);
+    return "";
+  }
+  if (nccl_multi_rank_env && nccl_version >= 23000) {
+    if (note)
+      *note = fmt::format("{}: up to {} ranks share each device (NCCL {}.{}.{} with NCCL_MULTI_RANK_GPU_ENABLE=1); "
+                          "their timings are not the device's speed",
+                          shared, per_device, nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100);
+    return "";
+  }
+  if (nccl_multi_rank_env)
+    return fmt::format("{}, and NCCL_MULTI_RANK_GPU_ENABLE=1 needs NCCL 2.30 or later, but this process loaded NCCL "
+                       "{}.{}.{}; load a newer libnccl.so.2 (LD_LIBRARY_PATH), or set comm.backend = \"mpi\" (host "
+                       "staging), or launch at most one rank per GPU",
+                       shared, nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100);
+  return fmt::format("{}; NCCL needs one GPU per rank: launch at most one rank per GPU on each node (e.g. srun "
+                     "--ntasks-per-node=<GPUs> --gpus-per-task=1), or share the GPUs through host staging with --set "
+                     "comm.backend=mpi (or NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1), or run on the CPU with "
+                     "--set train.device=cpu",
+                     shared);
+}
+
+std::string runtime_libraries_line() {
+  std::vector<std::string> parts;
+#if HPCT_HAVE_NCCL
+  parts.push_back(comm::nccl_library());
+#endif
+#if HPCT_HAVE_CUDA
+  for (const std::string& l : kernels::cuda_libraries()) parts.push_back(l);
+#endif
+  parts.push_back(comm::mpi_library());
+  std::string line = "runtime libraries: ";
+  for (size_t i = 0; i < parts.size(); ++i) line += (i ? " | " : "") + parts[i];
+  return line;
 }
 
 DType activation_dtype(Precision p) {
@@ -116,18 +167,20 @@ RunDevice::RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch) {
   if (d.device == Device::CPU) return;
 #if HPCT_HAVE_CUDA
   const kernels::CudaDeviceInfo info = kernels::cuda_select_device(launch.local_rank);
-  // One GPU per rank: NCCL refuses two ranks of one communicator on one GPU. Gathered, so every rank stops alike.
-  const std::string shared = launch.local_size > info.count
-                                 ? fmt::format("{} ranks run on {} but it has {} visible CUDA device(s)",
-                                               launch.local_size, launch.host, info.count)
-                                 : std::string();
-  const std::vector<std::string> over = allgather_strings(*world, shared, "train.device: ranks per GPU");
+  // One GPU per rank, unless the device groups can share one (ranks_per_gpu_problem). Gathered, so every rank stops
+  // alike.
+  const char* multi = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  int nccl_version = 0;
+#if HPCT_HAVE_NCCL
+  nccl_version = comm::nccl_version();
+#endif
+  std::string sharing;
+  const std::string problem = ranks_per_gpu_problem(launch.local_size, info.count, launch.host, opts.device_backend,
+                                                    multi != nullptr && std::string(multi) == "1", nccl_version,
+                                                    &sharing);
+  const std::vector<std::string> over = allgather_strings(*world, problem, "train.device: ranks per GPU");
   for (const std::string& o : over)
-    HPCT_USAGE_CHECK(o.empty(),
-                     "deck {}: train.device = {}: {}; NCCL needs one GPU per rank: launch at most one rank per GPU on "
-                     "each node (e.g. srun --ntasks-per-node=<GPUs> --gpus-per-task=1), or run on the CPU with --set "
-                     "train.device=cpu",
-                     deck_path, requested, o);
+    HPCT_USAGE_CHECK(o.empty(), "deck {}: train.device = {}: {}", deck_path, requested, o);
   cuda_ = std::make_unique<Cuda>();
   exec_.device = Device::CUDA;  // exec_.precision: decided above
   exec_.stream = cuda_->stream.get();
@@ -138,13 +191,26 @@ RunDevice::RunDevice(const RunConfig& cfg, const parallel::LaunchEnv& launch) {
       info.index, info.name, info.cc_major, info.cc_minor, human_bytes(static_cast<double>(info.total_bytes)),
       human_bytes(static_cast<double>(info.free_bytes)), requested, launch.local_size, info.count,
       precision_name(precision));
+  if (!sharing.empty()) line_ += "\n" + sharing;
+  line_ += fmt::format("\ncomm.backend = {}: {} | {}", comm::device_backend_name(opts.device_backend),
+                       opts.device_backend == comm::DeviceBackend::Nccl
+                           ? "device buffers through NCCL"
+                           : "device buffers through MPI over pinned host staging (slower: every collective crosses "
+                             "PCIe)",
+                       runtime_libraries_line());
 #endif
 }
 
 RunDevice::~RunDevice() = default;
 
 void RunDevice::log() const {
-  if (!line_.empty()) log_info("{}", line_);
+  size_t from = 0;
+  while (from < line_.size()) {  // one log line each
+    const size_t nl = line_.find('\n', from);
+    log_info("{}", line_.substr(from, nl == std::string::npos ? std::string::npos : nl - from));
+    if (nl == std::string::npos) break;
+    from = nl + 1;
+  }
 }
 
 }  // namespace hpct::train

@@ -30,6 +30,21 @@ struct DeviceDecision {
 DeviceDecision decide_device(const std::string& requested, const std::string& build_gap, int unusable_ranks,
                              int world_size, const std::string& reason, const std::string& deck_path);
 
+// Several ranks on one GPU, pure: how many ranks run on the node (local_size) against its visible devices. One rank
+// per device is always fine; more share devices only where the device groups allow it: comm.backend = mpi (host
+// staging: no NCCL at all), or NCCL_MULTI_RANK_GPU_ENABLE=1 with an NCCL of at least 2.30 (nccl_version as
+// ncclGetVersion gives it, e.g. 23007; 0 when the build has none). Returns "" and sets `note` (the line rank 0 logs,
+// "" at one rank per device) when allowed; else the UsageError's cause and fix ("4 ranks run on gpu01 but it has 1
+// visible CUDA device(s); ...").
+std::string ranks_per_gpu_problem(int local_size, int devices, const std::string& host, comm::DeviceBackend backend,
+                                  bool nccl_multi_rank_env, int nccl_version, std::string* note);
+
+// The libraries a CUDA run loaded, with version and path, in one line for the log and the GPU records:
+// "runtime libraries: nccl 2.28.9 (/usr/local/cuda/lib/libnccl.so.2) | cudnn 9.13.0 (...) | cublas 13.0.0 (...) |
+// cudart 13.0 (...) | mpi Open MPI v4.1.4 (/usr/lib/x86_64-linux-gnu/libmpi.so.40)" (a library the build lacks is
+// left out).
+std::string runtime_libraries_line();
+
 // train.precision (exec_context.hpp) on the decided device, pure: on CUDA the requested precision; on the CPU fp32 or
 // bf16 as requested. tf32 (tensor-core arithmetic on fp32 storage) and fp16 (fp16 storage, CUDA only) with
 // train.device = "cpu" are a UsageError naming the fix; with "auto" that fell back to the CPU they become fp32 and
@@ -49,8 +64,10 @@ DType activation_dtype(Precision p);
 //  - "cuda" / "auto": every rank's CUDA availability (kernels::cuda_unavailable_reason) is gathered over the world, so
 //    all ranks decide alike (a node without GPUs cannot split the job) with decide_device.
 //  - on CUDA: GPU local_rank % visible devices (kernels::cuda_select_device, launch.local_rank from MPI's shared-memory
-//    split); a UsageError on every rank when some node has more ranks than GPUs (one GPU cannot host two ranks of an
-//    NCCL communicator); one compute stream per rank (kernels::CudaStream), exec() = {CUDA, that stream, precision}.
+//    split); when some node has more ranks than GPUs, ranks_per_gpu_problem decides (a UsageError on every rank unless
+//    comm.backend = mpi or NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1; then a log line says how many ranks share
+//    each device); one compute stream per rank (kernels::CudaStream), exec() = {CUDA, that stream, precision}; the
+//    log also names the libraries loaded (runtime_libraries_line).
 //  - exec().precision: train.precision as decide_precision resolves it (fp32 on the CPU).
 class RunDevice {
  public:

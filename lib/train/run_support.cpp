@@ -69,6 +69,11 @@ void add_run_keys(ConfigSchema& s) {
               "bound of every wait (collective, p2p, checkpoint barrier): past it the job "
               "aborts naming the rank and the operation",
               0.01, 1e7);
+  s.string_key(
+      "comm.backend", "nccl",
+      "how a CUDA run moves device buffers: nccl | mpi (MPI over pinned host staging: every collective crosses "
+      "PCIe; for sites without NCCL, and several ranks on one GPU); the CPU always uses MPI",
+      {"nccl", "mpi"});
 
   s.section("checkpoint", false, "HDF5 sharded checkpoints under <out>/checkpoints (docs/contracts.md)");
   s.int_key("checkpoint.every", 0, "write a checkpoint every this many steps (0: off)", 0, 1e12);

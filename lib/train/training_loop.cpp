@@ -145,7 +145,8 @@ int run_steps(RunSession& run, TrainTask& task) {
   log_info("MFU peak: {}", run.mfu_peak.tflops > 0.0
                                ? fmt::format("{:.1f} TFLOP/s per rank ({})", run.mfu_peak.tflops, run.mfu_peak.source)
                                : fmt::format("n/a ({})", run.mfu_peak.source));
-  if (ctx.device != Device::CPU) log_info("communicators: {}", pc.describe_device_groups());
+  if (ctx.device != Device::CPU || pc.staged_device_groups())
+    log_info("communicators: {}", pc.describe_device_groups());
   log_info("checkpoints: {}{}",
            writer.background() ? "written in the background (checkpoint.async)" : "written in the foreground",
            staging.host_bytes() > 0

@@ -171,5 +171,7 @@ void copy_to_host(void* host_dst, const void* src, int64_t bytes);
 void copy_from_host(void* dst, const void* host_src, int64_t bytes);
 void copy_device(void* dst, const void* src, int64_t bytes);
 void synchronize();
+void host_register(void* host, int64_t bytes);
+void host_unregister(void* host);
 
 }  // namespace hpct::kernels::cpu

@@ -300,6 +300,11 @@ void copy_device(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
 }
 void synchronize() {}
+// Host memory is all the CPU backend has: nothing to lock, but the same argument checks as the CUDA twin.
+void host_register(void* host, int64_t bytes) {
+  HPCT_CHECK(host != nullptr && bytes > 0, "host_register of {} bytes at {}: give a non-empty host range", bytes, host);
+}
+void host_unregister(void* host) { HPCT_CHECK(host != nullptr, "host_unregister of a null pointer"); }
 
 // Both storage types (kernels.hpp instantiates its dispatch for float and bf16).
 #define HPCT_INSTANTIATE_LOSSES(A)                                                                                     \

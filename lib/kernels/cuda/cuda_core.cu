@@ -350,6 +350,25 @@ void synchronize(const ExecContext& ctx) {
   CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
 }
 
+// cudaHostRegister pins the pages the range spans (the driver rounds to pages) and maps them for the device's copy
+// engines: copies with it are then asynchronous and run at the link's speed. cudaHostRegisterDefault: portable to the
+// current device only, which is the rank's one GPU.
+void host_register(const ExecContext& ctx, void* host, int64_t bytes) {
+  (void)ctx;
+  HPCT_CHECK(host != nullptr && bytes > 0, "host_register of {} bytes at {}: give a non-empty host range", bytes, host);
+  const cudaError_t rc = cudaHostRegister(host, static_cast<size_t>(bytes), cudaHostRegisterDefault);
+  HPCT_CHECK(rc == cudaSuccess,
+             "cudaHostRegister of {:.1f} MiB at {} failed: {} (already registered, or the "
+             "locked-memory limit, ulimit -l, is too low)",
+             bytes / 1048576.0, host, cudaGetErrorString(rc));
+}
+void host_unregister(const ExecContext& ctx, void* host) {
+  (void)ctx;
+  HPCT_CHECK(host != nullptr, "host_unregister of a null pointer");
+  const cudaError_t rc = cudaHostUnregister(host);
+  HPCT_CHECK(rc == cudaSuccess, "cudaHostUnregister at {} failed: {}", host, cudaGetErrorString(rc));
+}
+
 // ---- the three storage types of the templated ops (kernels.hpp) ---------------------------------------------------
 #define HPCT_INSTANTIATE_CORE(A)                                                                                      \
   template void encoder_forward<A>(const ExecContext&, A*, const int32_t*, const A*, const A*, int, int, int);        \

@@ -1,5 +1,9 @@
 // Device placement (cuda_device.hpp): the reason CUDA is unusable, the GPU choice by node-local rank, the compute
 // stream. Host code only (no kernels); every runtime call checked.
+#include <cublas_v2.h>
+#include <cudnn.h>
+#include <dlfcn.h>
+
 #include <cstdio>
 
 #include "core/cuda_check.hpp"
@@ -16,6 +20,33 @@ std::string cuda_unavailable_reason() {
   }
   if (count <= 0) return "the CUDA runtime sees no device (cudaGetDeviceCount = 0)";
   return "";
+}
+
+namespace {
+std::string shared_object_of(const void* symbol) {
+  Dl_info info{};
+  if (dladdr(symbol, &info) != 0 && info.dli_fname != nullptr && info.dli_fname[0] != '\0')
+    return fmt::format("({})", info.dli_fname);
+  return "(statically linked)";
+}
+}  // namespace
+
+std::vector<std::string> cuda_libraries() {
+  std::vector<std::string> libs;
+  const size_t cudnn = cudnnGetVersion();  // 91300 for 9.13.0 (cuDNN 9: major * 10000 + minor * 100 + patch)
+  libs.push_back(fmt::format("cudnn {}.{}.{} {}", cudnn / 10000, cudnn / 100 % 100, cudnn % 100,
+                             shared_object_of(reinterpret_cast<const void*>(&cudnnGetVersion))));
+  int major = 0, minor = 0, patch = 0;
+  cublasGetProperty(MAJOR_VERSION, &major);
+  cublasGetProperty(MINOR_VERSION, &minor);
+  cublasGetProperty(PATCH_LEVEL, &patch);
+  libs.push_back(fmt::format("cublas {}.{}.{} {}", major, minor, patch,
+                             shared_object_of(reinterpret_cast<const void*>(&cublasGetProperty))));
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  libs.push_back(fmt::format("cudart {}.{} {}", rt / 1000, rt % 1000 / 10,
+                             shared_object_of(reinterpret_cast<const void*>(&cudaRuntimeGetVersion))));
+  return libs;
 }
 
 CudaDeviceInfo cuda_select_device(int local_rank) {

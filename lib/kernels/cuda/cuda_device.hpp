@@ -8,6 +8,7 @@
 // device each, e.g. srun --gpus-per-task=1) that is device 0 of each task's own list.
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace hpct::kernels {
 
@@ -30,6 +31,11 @@ struct CudaDeviceInfo {
 // NCCL's included, uses it) and returns its properties. Throws hpct::Error (CUDA_CHECK) on failure, or when no
 // device is visible. Requires local_rank >= 0.
 CudaDeviceInfo cuda_select_device(int local_rank);
+
+// The CUDA libraries this process loaded, with the version each reports at run time and the shared object it came
+// from (dladdr): {"cudnn 9.13.0 (/usr/local/cuda/lib/libcudnn.so.9)", "cublas 13.0.0 (...)", "cudart 13.0 (...)"}.
+// The GPU bundle keeps the machine's own copies where it has them: these name what actually ran.
+std::vector<std::string> cuda_libraries();
 
 // Device memory in use on the current device now: total minus free (cudaMemGetInfo), so every process's allocations
 // on it, the CUDA context and the libraries' workspaces included (the memory record's `rss` on CUDA).

@@ -182,6 +182,8 @@ void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes);
 void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes);
 void synchronize(const ExecContext& ctx);
+void host_register(const ExecContext& ctx, void* host, int64_t bytes);
+void host_unregister(const ExecContext& ctx, void* host);
 
 // optim_kernels.hpp
 void sgd_update(const ExecContext& ctx, float* params, const float* grads, float* momentum_buf, int64_t n, float lr,

@@ -144,5 +144,57 @@ TEST(ParsePrecision, NamesRoundTripAndUnknownIsAUsageError) {
   }
 }
 
+// Several ranks on one GPU: refused with NCCL unless NCCL >= 2.30 runs with NCCL_MULTI_RANK_GPU_ENABLE=1; allowed by
+// host staging whatever the NCCL; one rank per device needs no note.
+TEST(RanksPerGpu, OneRankPerDeviceIsAlwaysFine) {
+  std::string note = "stale";
+  for (comm::DeviceBackend b : {comm::DeviceBackend::Nccl, comm::DeviceBackend::HostStagedMpi}) {
+    EXPECT_EQ(ranks_per_gpu_problem(4, 4, "gpu01", b, false, 22809, &note), "");
+    EXPECT_EQ(note, "");
+    EXPECT_EQ(ranks_per_gpu_problem(1, 8, "gpu01", b, false, 0, &note), "");
+  }
+}
+
+TEST(RanksPerGpu, NcclRefusesSharingAndNamesTheWaysOut) {
+  std::string note;
+  const std::string p = ranks_per_gpu_problem(4, 1, "gpu01", comm::DeviceBackend::Nccl, false, 23007, &note);
+  EXPECT_NE(p.find("4 ranks run on gpu01 but it has 1 visible CUDA device(s)"), std::string::npos) << p;
+  EXPECT_NE(p.find("comm.backend=mpi"), std::string::npos) << p;
+  EXPECT_NE(p.find("NCCL_MULTI_RANK_GPU_ENABLE=1"), std::string::npos) << p;
+  EXPECT_NE(p.find("train.device=cpu"), std::string::npos) << p;
+  EXPECT_EQ(note, "");
+}
+
+TEST(RanksPerGpu, TheMultiRankFlagNeedsNccl230) {
+  std::string note;
+  const std::string old = ranks_per_gpu_problem(2, 1, "gpu01", comm::DeviceBackend::Nccl, true, 22809, &note);
+  EXPECT_NE(old.find("needs NCCL 2.30 or later, but this process loaded NCCL 2.28.9"), std::string::npos) << old;
+  EXPECT_EQ(ranks_per_gpu_problem(2, 1, "gpu01", comm::DeviceBackend::Nccl, true, 23007, &note), "");
+  EXPECT_NE(note.find("up to 2 ranks share each device (NCCL 2.30.7 with NCCL_MULTI_RANK_GPU_ENABLE=1)"),
+            std::string::npos)
+      << note;
+}
+
+TEST(RanksPerGpu, HostStagingSharesWhateverTheNccl) {
+  std::string note;
+  EXPECT_EQ(ranks_per_gpu_problem(8, 1, "gpu01", comm::DeviceBackend::HostStagedMpi, false, 22809, &note), "");
+  EXPECT_NE(note.find("8 ranks run on gpu01 but it has 1 visible CUDA device(s): up to 8 ranks share each device "
+                      "(comm.backend = mpi"),
+            std::string::npos)
+      << note;
+  EXPECT_EQ(ranks_per_gpu_problem(3, 2, "gpu01", comm::DeviceBackend::HostStagedMpi, false, 0, &note), "");
+  EXPECT_NE(note.find("up to 2 ranks share each device"), std::string::npos) << note;
+}
+
+TEST(RuntimeLibraries, NamesMpiWithItsPath) {
+  const std::string line = runtime_libraries_line();
+  EXPECT_EQ(line.rfind("runtime libraries: ", 0), 0u) << line;
+  EXPECT_NE(line.find("mpi "), std::string::npos) << line;
+  EXPECT_NE(line.find("libmpi"), std::string::npos) << line;  // dladdr found the shared object
+#if HPCT_HAVE_NCCL
+  EXPECT_NE(line.find("nccl 2."), std::string::npos) << line;
+#endif
+}
+
 }  // namespace
 }  // namespace hpct::train

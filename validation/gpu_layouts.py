@@ -48,9 +48,13 @@ only: several ranks share one GPU, so no time here is a speed.
 
 usage: gpu_layouts.py [--cases FILE] [--backend mpi|nccl|both] [--only ID[,ID..]] [--world N] [--out DIR]
                       [--work DIR] [--record PATH.jsonl] [--fresh] [--dry-run] [--check-cases] [--timeout S]
-                      [--build DIR] [--mpirun 'mpirun --oversubscribe --bind-to none'] [--plant FAULT | --plant-set K=V]
---only takes ids or shell patterns (gpt_dp2_*), comma-separated or repeated. Exit status: 0 when no case run FAILED
-(UNSUPPORTED listed), 1 when one did (dry run: when one is not VALID), 2 on a usage error or no GPU.
+                      [--budget S] [--build DIR] [--mpirun 'mpirun --oversubscribe --bind-to none']
+                      [--plant FAULT | --plant-set K=V] [--jobs N]
+--only takes ids or shell patterns (gpt_dp2_*), comma-separated or repeated. --budget S: no case starts after S seconds
+and a case it cuts is not recorded (both listed); SIGTERM or SIGINT (a `timeout` around the runner) kills the running
+job's ranks, which run in a session of their own, writes the report and exits 128 + the signal. Exit status: 0 when no
+case run FAILED (UNSUPPORTED listed), 1 when one did (dry run: when one is not VALID or the run was cut), 2 on a usage
+error or no GPU.
 Python 3.8+, standard library only (it runs from validation/gpu_bundle.sh's environment too)."""
 import argparse
 import datetime
@@ -120,6 +124,9 @@ ap.add_argument("--dry-run", action="store_true",
 ap.add_argument("--check-cases", action="store_true",
                 help="check the case file (every case well-formed, every run's layout accepted by --plan) and stop")
 ap.add_argument("--timeout", type=float, default=120, help="seconds per run (default 120): past it, UNSUPPORTED")
+ap.add_argument("--budget", type=float,
+                help="seconds for the whole invocation: no case starts after it, a case it cuts is not recorded "
+                     "(both listed as not run); for a command under a time limit")
 ap.add_argument("--build", default=os.path.join(REPO, "build"), help="build directory holding apps/ (default build)")
 ap.add_argument("--mpirun", default="mpirun --oversubscribe --bind-to none",
                 help="launcher prefix for runs of more than one rank; -np W is appended (world 1: a singleton)")
@@ -503,17 +510,60 @@ class Result:
         self.rc, self.text, self.seconds, self.timed_out = rc, text, seconds, timed_out
 
 
+class Stop(Exception):
+    """The invocation ends before a case's end: --budget spent, or SIGTERM / SIGINT (the running jobs killed)."""
+
+
+T0 = time.time()
+DEADLINE = T0 + args.budget if args.budget else None
+RUNNING = set()  # the sessions (launcher pids) of the jobs running now
+RUNNING_LOCK = threading.RLock()  # re-entrant: the signal handler may interrupt the main thread holding it
+STOPPING = []  # set once a signal came: no job starts after it
+
+
+def kill_session(sid):
+    for pid in sorted(session_pids(sid), key=lambda x: x == sid):  # the ranks first, the launcher last
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def on_signal(signum, _frame):
+    """A terminating signal (a time limit's `timeout`, Ctrl-C): the jobs run in sessions of their own, which the
+    signal does not reach, so they are killed here before the runner stops."""
+    STOPPING.append(signum)
+    with RUNNING_LOCK:
+        for sid in list(RUNNING):
+            kill_session(sid)
+    raise Stop(f"signal {signum}")
+
+
+signal.signal(signal.SIGTERM, on_signal)
+signal.signal(signal.SIGINT, on_signal)
+
+
 def run(app, world, out, sets, env, log, on_line=None):
-    """Runs one app job to its end (or the timeout: the whole session killed); its output goes to the log."""
+    """Runs one app job to its end (or the timeout: the whole session killed); its output goes to the log. Raises
+    Stop where --budget ends first."""
     cmd = ([] if world == 1 else MPIRUN + ["-np", str(world)]) + [EXE[app], deck(app), "--out", out]
     for s in sets:
         cmd += ["--set", s]
     log.write(f"\n$ {env_diff(env)} {shlex.join(cmd)}\n")
     log.flush()
+    limit = args.timeout
+    if STOPPING:
+        raise Stop(f"signal {STOPPING[0]}")
+    if DEADLINE is not None:
+        if DEADLINE - time.time() <= 0:
+            raise Stop("--budget spent")
+        limit = min(limit, DEADLINE - time.time())
     t0 = time.time()
     try:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                             env=env, start_new_session=True)
+        with RUNNING_LOCK:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                 env=env, start_new_session=True)
+            RUNNING.add(p.pid)
     except OSError as e:
         log.write(f"# cannot start: {e}\n")
         return Result(127, str(e), 0.0, False)
@@ -528,16 +578,18 @@ def run(app, world, out, sets, env, log, on_line=None):
     t.start()
     timed_out = False
     try:
-        p.wait(timeout=args.timeout)
+        p.wait(timeout=limit)
     except subprocess.TimeoutExpired:
         timed_out = True
-        for pid in sorted(session_pids(p.pid), key=lambda x: x == p.pid):  # the ranks first, the launcher last
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_session(p.pid)
         p.wait()
+    finally:
+        with RUNNING_LOCK:
+            RUNNING.discard(p.pid)
     t.join(timeout=10)
+    if timed_out and limit < args.timeout:
+        log.write("".join(lines) + f"\n# killed after {time.time() - t0:.1f} s: --budget spent\n")
+        raise Stop("--budget spent")
     dt = time.time() - t0
     text = "".join(lines)
     log.write(text)
@@ -947,6 +999,8 @@ def run_case(case, backend):
 def write_report():
     """The markdown report from every record of the file: the latest per (case, backend), the case from the log name."""
     latest = {}
+    if not os.path.exists(RECORD):
+        return
     try:
         with open(RECORD) as f:
             for line in f:
@@ -1028,21 +1082,32 @@ for app in sorted({c["app"] for c, _ in todo}):
         print(f"  note: {app} --help has no comm.backend: " +
               ("runs without it (the CPU path)" if DRY else "backend nccl runs without the key, mpi is UNSUPPORTED"),
               flush=True)
-build_references(sorted({(c["app"], c["precision"]) for c, _ in todo if c["kind"] != "signal"}))
 t_start = time.time()
-records = []
-for case, backend in todo:
-    rec = run_case(case, backend)
-    records.append((case, backend, rec))
-    with open(RECORD, "a") as f:
-        f.write(json.dumps(rec) + "\n")
+records, not_run, stopped = [], [], None
+try:
+    build_references(sorted({(c["app"], c["precision"]) for c, _ in todo if c["kind"] != "signal"}))
+    for case, backend in todo:
+        rec = run_case(case, backend)
+        records.append((case, backend, rec))
+        with open(RECORD, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+except Stop as e:
+    stopped = str(e)
+    not_run = [f"{c['id']}/{b}" for c, b in todo[len(records):]]
+    print(f"gpu_layouts: stopped ({stopped}): {len(not_run)} case runs not run or cut, not recorded: "
+          + ", ".join(not_run), flush=True)
 write_report()
 count = {k: [f"{c['id']}/{b}" for c, b, r in records if r["verdict"] == k] for k in ("VALID", "FAILED", "UNSUPPORTED")}
-summary = ", ".join(f"{len(v)} {k}" for k, v in count.items() if v)
+summary = ", ".join(f"{len(v)} {k}" for k, v in count.items() if v) or "nothing recorded"
 print(f"gpu_layouts: {len(records)} case runs in {time.time() - t_start:.0f} s: {summary}; record {rel(RECORD)}, "
       f"report {rel(REPORT)}, logs {rel(OUT)}", flush=True)
 if count["UNSUPPORTED"]:
     print("  UNSUPPORTED: " + ", ".join(count["UNSUPPORTED"]), flush=True)
+if stopped and stopped.startswith("signal"):
+    sys.exit(128 + int(stopped.split()[1]))
+if stopped and DRY:
+    print(f"FAILED: dry run stopped ({stopped}) before {len(not_run)} of its case runs")
+    sys.exit(1)
 if PLANTED:
     missed = count["VALID"] + count["UNSUPPORTED"]
     if missed:

@@ -404,6 +404,19 @@ def check_cases():
 if args.check_cases:
     sys.exit(0 if check_cases() else 1)
 
+pats = [p for o in args.only for p in o.split(",") if p]
+selected = [c for c in CASES if (not pats or any(fnmatch.fnmatchcase(c["id"], p) for p in pats))
+            and (not args.world or c["world"] in args.world)]
+unmatched = [p for p in pats if not any(fnmatch.fnmatchcase(c["id"], p) for c in CASES)]
+if unmatched:
+    die(f"--only {', '.join(unmatched)}: no such case in {args.cases}")
+want = ["mpi"] if DRY else (list(BACKENDS) if args.backend == "both" else [args.backend])
+if DRY and args.backend == "nccl":
+    die("--dry-run runs on the CPU, whose device groups go through the host-staged (mpi) path: no nccl there")
+todo = [(c, b) for c in selected for b in want if b in c["backends"]]
+if not todo:
+    die("no case selected (--only, --world, --backend)")
+
 
 # ---------------------------------------------------------------------------------------------------- the machine
 def gpu_name():
@@ -1063,18 +1076,6 @@ def write_report():
 
 
 # ---------------------------------------------------------------------------------------------------- main
-pats = [p for o in args.only for p in o.split(",") if p]
-selected = [c for c in CASES if (not pats or any(fnmatch.fnmatchcase(c["id"], p) for p in pats))
-            and (not args.world or c["world"] in args.world)]
-unmatched = [p for p in pats if not any(fnmatch.fnmatchcase(c["id"], p) for c in CASES)]
-if unmatched:
-    die(f"--only {', '.join(unmatched)}: no such case in {rel(args.cases)}")
-want = ["mpi"] if DRY else (list(BACKENDS) if args.backend == "both" else [args.backend])
-if DRY and args.backend == "nccl":
-    die("--dry-run runs on the CPU, whose device groups go through the host-staged (mpi) path: no nccl there")
-todo = [(c, b) for c in selected for b in want if b in c["backends"]]
-if not todo:
-    die("no case selected (--only, --world, --backend)")
 print(f"gpu_layouts: {len(todo)} case runs ({len(selected)} cases x {'/'.join(want)}) on {DEVICE}, commit {COMMIT}"
       f"{'; DRY RUN on the CPU' if DRY else ''}{'; planted ' + PLANTED if PLANTED else ''}", flush=True)
 for app in sorted({c["app"] for c, _ in todo}):

@@ -2,9 +2,6 @@
 
 #include "parallel/grad_sync.hpp"
 
-#include <cstdlib>
-#include <string>
-
 #include <mpi.h>
 
 #include "comm/mpi_communicator.hpp"
@@ -24,24 +21,13 @@ int mpi_world_size() {
   return n;
 }
 
-// HPCT_STAGE_DEVICE_GROUPS=1 on the CPU: the device groups go through the host-staging layer as a CUDA run with
-// comm.backend = mpi does, its copies being memcpy (the emulation the CPU tests and the GPU matrix's dry runs use).
-bool stage_on_cpu() {
-  const char* v = std::getenv("HPCT_STAGE_DEVICE_GROUPS");
-  return v != nullptr && std::string(v) == "1";
-}
-
-// Whether the device groups are HostStagedCommunicators: CUDA with comm.backend = mpi, or the CPU emulation.
-bool uses_host_staging(const ExecContext& exec, const comm::CommOptions& opts) {
-  return exec.device == Device::CPU ? stage_on_cpu() : opts.device_backend == comm::DeviceBackend::HostStagedMpi;
-}
-
 // The device twin of an MPI group: on CUDA an NcclCommunicator over the same ranks (collective over `host`), whose
 // operations wait for the compute stream, or with comm.backend = mpi a HostStagedCommunicator over it; null on the
 // CPU (the MPI group serves both) unless the staging is emulated there.
 std::unique_ptr<comm::Communicator> device_twin(comm::MpiCommunicator& host, const ExecContext& exec,
                                                 const comm::CommOptions& opts) {
-  if (uses_host_staging(exec, opts)) return std::make_unique<HostStagedCommunicator>(host, exec, host.name());
+  if (uses_host_staging(exec.device, opts.device_backend))
+    return std::make_unique<HostStagedCommunicator>(host, exec, host.name(), collective_staging());
   if (exec.device == Device::CPU) return nullptr;
 #if HPCT_HAVE_NCCL
   auto nccl = std::make_unique<comm::NcclCommunicator>(host, host.name(), opts);
@@ -108,11 +94,12 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
                    "{}: parallel.virtual_stages = {} with pp = {}: virtual stages interleave a pipeline of several "
                    "ranks; set parallel.virtual_stages = 1 or pp > 1",
                    where, virtual_stages, grid_.pp());
-  staged_ = uses_host_staging(exec, opts);
+  staged_ = uses_host_staging(exec.device, opts.device_backend);
   // Pipeline links (NCCL, pp > 1): even links first, then odd links, then the wrap, on every rank (see the header).
   // Host-staged device groups send the activations over the staged pp group, tagged as on the CPU.
   if (staged_ && grid_.pp() > 1) {
-    dev_pp_ = std::make_unique<HostStagedCommunicator>(*ppg, exec, ppg->name());
+    dev_pp_ = std::make_unique<HostStagedCommunicator>(*ppg, exec, ppg->name(),
+                                                       StagingPlan{});  // reserve_pipeline_staging
     pipe_ = std::make_unique<MpiPipelineTransport>(*dev_pp_, virtual_stages);
   } else if (exec.device != Device::CPU && grid_.pp() > 1) {
     PipelineLinks links = split_pipeline_links(*ppg, virtual_stages > 1);
@@ -183,6 +170,10 @@ comm::CommVolume ParallelContext::comm_volume() const {
 
 void ParallelContext::reset_comm_volume() {
   for (comm::Communicator* c : communicators()) c->reset_volume();
+}
+
+void ParallelContext::reserve_pipeline_staging(int transfers, size_t bytes) {
+  if (auto* s = dynamic_cast<HostStagedCommunicator*>(dev_pp_.get())) s->reserve_p2p(transfers, bytes);
 }
 
 size_t ParallelContext::staging_bytes() const {

@@ -125,7 +125,11 @@ class ParallelContext {
   std::string describe_device_groups() const;
   // Whether the device groups are host-staged (comm.backend = mpi on CUDA; HPCT_STAGE_DEVICE_GROUPS=1 on the CPU).
   bool staged_device_groups() const { return staged_; }
-  // The page-locked host bytes the host-staged device groups hold now (0 otherwise): comm memory in the record.
+  // Host-staged device groups with pp > 1: page-locked blocks for the pipeline's transfers, `transfers` of `bytes`
+  // each (one per pipeline buffer transfer that can be in flight); call before the first step. A no-op otherwise.
+  void reserve_pipeline_staging(int transfers, size_t bytes);
+  // The page-locked host bytes the host-staged device groups hold (0 otherwise): comm memory in the record, equal to
+  // parallel::planned_staging_bytes.
   size_t staging_bytes() const;
   // The payload this rank passed to all of its communicators (host and device groups, pipeline links) since the last
   // reset, by kind (comm::CommVolume): the training loop reports it per step.

@@ -194,6 +194,8 @@ class PipelineBuffers {
   PipelineBuffers& operator=(const PipelineBuffers&) = delete;
   // The bytes the constructor allocates for these arguments, without allocating (the memory plan of `--plan`).
   static size_t planned_bytes(const std::vector<Action>& schedule, int64_t activation_numel, DType dtype);
+  // The transfers that can be in flight at once: an activation and a gradient received and sent per slot.
+  static int planned_transfers(const std::vector<Action>& schedule) { return 4 * max_in_flight(schedule); }
 
   const std::vector<Action>& schedule() const { return schedule_; }
   int n_micro() const { return n_micro_; }

@@ -20,13 +20,19 @@
 //  - Operations, counts, dtypes (f16 too), in-place rules, Avg, the reduction order and the results are the
 //    MpiCommunicator's (the block is laid out as MPI's in-place forms want it), and the CommVolume counts the same
 //    payload.
-//  - Staging. Blocks of page-locked host memory (kernels::host_register) are kept by the communicator and reused: an
-//    operation takes the smallest free block that fits, or allocates one of exactly its size; the block is returned
-//    when its Work completes (wait(), test() or the destructor). Once handed back, a block is free for later operations
-//    even while the copy back from it is still queued: an operation that copies into the block first queues that copy
-//    after it, and one that lets MPI write the block without copying into it first (recv, a non-root broadcast)
-//    synchronises the stream first when the block has such a copy pending. staging_bytes() is what the blocks hold
-//    (at most the payload of the operations in flight at once): the memory record counts it as comm memory.
+//  - Staging is planned and fixed (nothing allocates in the step loop): StagingPlan's page-locked blocks
+//    (kernels::host_register), allocated at construction and by reserve_p2p() before the first step.
+//    Collectives use `slots` blocks of slot_bytes: an operation holds one slot and runs in chunks of it (for the
+//    reduce-scatter and allgather forms a chunk of every rank's block, laid out as MPI's in-place forms want them), each
+//    chunk staged in, reduced, copied back, the next staged once the previous completed (driven by wait(), test() and
+//    progress()). MPI needs a communicator's collectives posted in the same order on every rank, so a collective
+//    that still has chunks to post completes before the next collective is posted. An operation posted while every slot is held first completes the oldest operation in flight (the
+//    CPU path's host waits, earlier; the group's ranks post in the same order). Sends and receives take a block of
+//    the p2p blocks reserved for them (the pipeline's transfers, one per buffer it can have in flight) whole, without
+//    chunks, so that a receive posted early never waits for anything; with none free they fall back to a slot.
+//    A block handed back with its copy back still queued is safe for an operation that copies into it first (stream
+//    order); one that MPI writes directly (a receive, a non-root broadcast) synchronises the stream first.
+//    staging_bytes() is what the blocks hold: the memory record and --plan count it as comm memory.
 //  - One thread drives the communicator and its Works; Works must not outlive it.
 #include <memory>
 #include <string>
@@ -40,10 +46,32 @@ namespace hpct::parallel {
 
 class StagedWork;
 
+// The page-locked staging a HostStagedCommunicator holds (see above); every block page-rounded.
+struct StagingPlan {
+  int slots = 0;  // blocks for collectives, slot_bytes each
+  size_t slot_bytes = 0;
+  int p2p_blocks = 0;  // blocks for sends and receives of up to p2p_bytes each
+  size_t p2p_bytes = 0;
+  size_t bytes() const;
+};
+// Every staged device group's collective slots: 2 of 4 MiB (HPCT_STAGING_CHUNK_BYTES sets the slot size: the tests
+// make every operation run in chunks with a few KiB).
+StagingPlan collective_staging();
+// Whether a run's device groups are host-staged: CUDA with comm.backend = mpi, or the CPU with
+// HPCT_STAGE_DEVICE_GROUPS=1 (the emulation).
+bool uses_host_staging(Device device, comm::DeviceBackend backend);
+// The staging a rank holds (the plan's and the record's comm share): collective_staging() for each staged group it is
+// in (tp, dp, the embedding group on the first and last stage, the zero shard and replica groups under hybrid
+// sharding) and, with pp > 1, one p2p block per pipeline buffer transfer (pipeline_transfers blocks of
+// pipeline_bytes).
+size_t planned_staging_bytes(bool holds_embedding, bool hybrid, int pipeline_transfers, size_t pipeline_bytes);
+
 class HostStagedCommunicator final : public comm::Communicator {
  public:
-  // Collective over `host` (an MpiCommunicator is duplicated from it). name: for messages ("dp", "tp", ...).
-  HostStagedCommunicator(const comm::MpiCommunicator& host, const ExecContext& exec, const std::string& name);
+  // Collective over `host` (an MpiCommunicator is duplicated from it). name: for messages ("dp", "tp", ...). plan: its
+  // collective slots (the p2p blocks come from reserve_p2p).
+  HostStagedCommunicator(const comm::MpiCommunicator& host, const ExecContext& exec, const std::string& name,
+                         const StagingPlan& plan);
   ~HostStagedCommunicator() override;
 
   int rank() const override { return mpi_->rank(); }
@@ -67,9 +95,11 @@ class HostStagedCommunicator final : public comm::Communicator {
                            const std::string& what) override;
   comm::WorkPtr recv_async(void* buf, int64_t count, DType dtype, int peer, int tag, const std::string& what) override;
   comm::WorkPtr barrier_async(const std::string& what) override;
-  void progress() override { mpi_->progress(); }
+  void progress() override;
 
-  // Page-locked host bytes the staging blocks hold (allocated on first need, kept until destruction).
+  // Adds `blocks` p2p blocks of `bytes` each (before the first step: the pipeline's transfers).
+  void reserve_p2p(int blocks, size_t bytes);
+  // Page-locked host bytes the staging blocks hold.
   size_t staging_bytes() const;
   // Blocks held, and how many are lent to operations in flight (tests).
   size_t staging_blocks() const { return blocks_.size(); }
@@ -80,21 +110,29 @@ class HostStagedCommunicator final : public comm::Communicator {
   struct Block {
     char* host = nullptr;
     size_t bytes = 0;
+    bool p2p = false;
     bool in_use = false;
     bool copy_back_pending = false;  // a copy from it to the device may still be queued on the stream
   };
-  Block* acquire_(size_t bytes);
-  void release_(Block* b, bool copy_back_queued);
-  // Device bytes [src, src + bytes) into the block at `offset`, then the stream drained: MPI may read the block.
-  void stage_in_(Block* b, size_t offset, const void* src, size_t bytes);
+  void add_blocks_(int n, size_t bytes, bool p2p);
+  // A free collective slot, completing the oldest operation in flight while none is.
+  Block* acquire_slot_(const char* op, const std::string& what);
+  // A free p2p block of at least `bytes`, or null.
+  Block* acquire_p2p_(size_t bytes);
+  void release_(Block* b);
   // MPI is about to write a block nothing was copied into: wait for any copy back still reading it.
   void make_writable_(Block* b);
   void synchronize_();
-  comm::WorkPtr make_work_(comm::WorkPtr inner, Block* b, void* device_dst, size_t block_offset, size_t bytes);
+  // Registers w (its block set: a slot, a p2p block, or none for a barrier) and stages its first chunk; blocks: how many
+  // rank blocks a chunk holds.
+  comm::WorkPtr post_(std::unique_ptr<StagedWork> w, Block* b, DType dtype, int blocks);
+  void forget_(StagedWork* w);
 
   std::unique_ptr<comm::MpiCommunicator> mpi_;
   ExecContext exec_;
+  StagingPlan plan_;
   std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<StagedWork*> in_flight_;  // posting order: the oldest first
 };
 
 }  // namespace hpct::parallel

@@ -1,5 +1,7 @@
 #include "train/memory_plan.hpp"
 
+#include "parallel/staged_communicator.hpp"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -73,6 +75,17 @@ PlanTarget plan_target(const RunConfig& run) {
   return {run.train.device == "cuda" || fp16 ? Device::CUDA : Device::CPU, activation_dtype(run.train.precision)};
 }
 
+size_t staging_bytes_of(const RunConfig& run, Device device, int dp, int pp, int pp_rank,
+                        const std::vector<parallel::Action>& schedule, int64_t boundary_numel, DType act) {
+  if (!parallel::uses_host_staging(device, run.comm.device_backend)) return 0;
+  const bool hybrid = parallel::zero_shard_size(run.parallel.sync.zero_group, dp,
+                                                fmt::format("deck {}", run.deck_path)) != dp;
+  const bool pipelined = pp > 1 && boundary_numel > 0;
+  return parallel::planned_staging_bytes(pp_rank == 0 || pp_rank == pp - 1, hybrid,
+                                         pipelined ? parallel::PipelineBuffers::planned_transfers(schedule) : 0,
+                                         static_cast<size_t>(boundary_numel) * dtype_size(act));
+}
+
 MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_rank) {
   HPCT_CHECK(in.grads != nullptr, "add_loop_memory without a gradient slab");
   const parallel::BucketPlan buckets = parallel::plan_buckets(*in.grads, in.sync, in.dp_size, dp_rank, &in.order);
@@ -80,7 +93,7 @@ MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_ra
   const auto n_state = static_cast<size_t>(in.optimizer_buffers);
   k.grads += static_cast<double>(buckets.shard_bytes() + buckets.bucket_bytes());
   k.optimizer += static_cast<double>(n_state * owned * sizeof(float));
-  k.comm += static_cast<double>(buckets.comm_bytes() + in.pipeline_bytes);
+  k.comm += static_cast<double>(buckets.comm_bytes() + in.pipeline_bytes + in.staging_bytes);
   const bool sharded_params = in.sync.zero == 3 && in.dp_size > 1;
   if (sharded_params) {  // ZeRO-3: the masters (and the 16-bit shard), the gather slots and pinned places
     const parallel::GatherPlan gather = parallel::plan_gather(buckets);
@@ -154,6 +167,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       in.dp_size = sync_group_size(run, grid.dp());
       in.optimizer_buffers = 2;  // AdamW
       in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(schedule, boundary, target.act);
+      in.staging_bytes = staging_bytes_of(run, target.device, grid.dp(), pp, p, schedule, boundary, target.act);
       in.device = target.device;
       in.snapshot_checkpoints = run.checkpoint.async;
       in.order = {gpt::grad_write_groups(layout), gpt::grad_pinned(layout)};
@@ -198,6 +212,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   in.extra_state_bytes = m.buffer_bytes;
   in.order = {planned.grad_write_groups(), {}};
   in.act = target.act;
+  in.staging_bytes = staging_bytes_of(run, target.device, dp, 1, 0, {}, 0, target.act);
   MemoryPlanTable plan{"train_resnet", world, dp, 1, 1, target.device, target.act, {plan_row(model, in)}};
   return plan;
 }

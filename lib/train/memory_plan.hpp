@@ -76,7 +76,13 @@ struct LoopMemoryInputs {
   size_t extra_state_bytes = 0;       // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
   parallel::GradWriteOrder order;     // the model's (ZeRO-2 places its buckets by it)
   DType act = DType::F32;             // the type the kernels read the parameters in (ZeRO-3 gathers it)
+  size_t staging_bytes = 0;           // host-staged device groups: their page-locked blocks (comm)
 };
+// The page-locked staging of a rank's host-staged device groups (comm.backend = mpi on CUDA, or the CPU emulation;
+// 0 otherwise): parallel::planned_staging_bytes for the rank at pipeline stage pp_rank, whose pipeline transfers carry
+// boundary_numel elements of act (pp > 1).
+size_t staging_bytes_of(const RunConfig& run, Device device, int dp, int pp, int pp_rank,
+                        const std::vector<parallel::Action>& schedule, int64_t boundary_numel, DType act);
 // ZeRO-2 at DP > 1: the model's gradient slab is not allocated (model.grads must not count it); the buckets are.
 // ZeRO-3 at DP > 1: nor are its parameters (model.params must not count them); the shard and the gathers are.
 MemoryKinds add_loop_memory(MemoryKinds model, const LoopMemoryInputs& in, int dp_rank);

@@ -132,6 +132,11 @@ int run_steps(RunSession& run, TrainTask& task) {
   // the stage's communication buffers for its schedule (none for a single stage)
   parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(), pc.pipeline_transport().device(),
                                       task.stage().activation_dtype());
+  // host-staged device groups: page-locked blocks for the pipeline's transfers, before the first step
+  if (pc.pp_size() > 1)
+    pc.reserve_pipeline_staging(parallel::PipelineBuffers::planned_transfers(run.schedule),
+                                static_cast<size_t>(task.stage().activation_numel()) *
+                                    dtype_size(task.stage().activation_dtype()));
 
   log_info("hpctrain {} | deck {} | out {}", run.app, cfg.deck_path, run.opts.out_dir);
   parallel::log_launch_env(run.launch);
@@ -157,7 +162,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   MemoryKinds memory = task.model_memory();
   memory.grads += static_cast<double>(grad_sync.shard_bytes());
   memory.optimizer = static_cast<double>(opt->state_bytes());
-  memory.comm = static_cast<double>(grad_sync.comm_bytes() + pipe_bufs.bytes());
+  memory.comm = static_cast<double>(grad_sync.comm_bytes() + pipe_bufs.bytes() + pc.staging_bytes());
   if (gather) {  // the masters (and the 16-bit shard) are the rank's parameters; the gathers are transient
     memory.params += static_cast<double>(gather->shard_bytes());
     memory.comm += static_cast<double>(gather->gather_bytes());

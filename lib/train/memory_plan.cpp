@@ -48,6 +48,7 @@ PlannedRanks plan_row(const MemoryKinds& model, const LoopMemoryInputs& in) {
   for (int r = 0; r < in.dp_size; ++r) {
     const MemoryKinds k = add_loop_memory(model, in, r);
     row.kinds = kinds_max(row.kinds, k);
+    row.host_comm = in.device == Device::CPU ? 0.0 : static_cast<double>(in.staging_bytes);
     row.peak = std::max(row.peak, k.total());
   }
   return row;
@@ -263,7 +264,7 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
   if (limit_gb <= 0.0) return;
   const double limit = limit_gb * kBytesPerGb;
   for (const PlannedRanks& row : plan.rows) {
-    const double need = device_bytes(row.kinds, row.peak, plan.device);
+    const double need = device_bytes(row.kinds, row.peak, plan.device) - row.host_comm;
     if (need <= limit) continue;
     // the largest kind on the device (the checkpoint's staging is host memory on CUDA, and 0 on the CPU)
     std::pair<std::string, double> largest{"", -1.0};

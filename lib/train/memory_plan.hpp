@@ -27,6 +27,7 @@ struct PlannedRanks {
   std::string layers = "all";  // the GPT's layers on this stage, "0..3" (with virtual stages one range per chunk)
   MemoryKinds kinds;
   double peak = 0;
+  double host_comm = 0;  // on CUDA, the part of comm in host memory (the host-staged groups' blocks)
 };
 
 struct MemoryPlanTable {
@@ -99,9 +100,9 @@ std::string memory_plan_json(const MemoryPlanTable& plan);
 
 // Adds train.memory_limit_gb to a deck schema (inside its [train] section).
 void add_memory_limit_key(ConfigSchema& s);
-// train.memory_limit_gb (> 0): every rank's planned memory on the run's device (on CUDA without ckpt_staging, which is
-// host memory) must fit, else a UsageError naming the rank, the kind that is largest, and what to change. `where`:
-// the deck, for the message; plan_hint: the --plan command that shows the whole table.
+// train.memory_limit_gb (> 0): every rank's planned memory on the run's device (on CUDA without ckpt_staging and the
+// host-staged groups' blocks, which are host memory) must fit, else a UsageError naming the rank, the kind that is
+// largest, and what to change. `where`: the deck, for the message; plan_hint: the --plan command that shows the table.
 void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, const std::string& plan_hint);
 
 }  // namespace hpct::train

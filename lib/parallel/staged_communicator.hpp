@@ -12,24 +12,25 @@
 //    runs use: ParallelContext with HPCT_STAGE_DEVICE_GROUPS=1) the copies are memcpy and the waits no-ops, so the
 //    whole protocol runs, staging blocks included, and its results equal the MpiCommunicator's bit for bit.
 //  - Stream order. An operation's input is copied to the host after the work queued so far on exec.stream, and
-//    exec.stream is synchronised (kernels::synchronize: the only host wait on it) before MPI reads the block. Work::wait()
-//    waits for MPI (bounded by comm.timeout_s, as MpiCommunicator's) and queues the copy back on exec.stream: kernels
-//    queued afterwards see the result, the host does not wait for the copy. wait_host() also synchronises the stream.
-//    Nothing queued on the stream ever waits for a peer, so the stream's waits are bounded by local work alone and no
-//    NCCL sync guard is needed.
+//    exec.stream is synchronised (kernels::synchronize: the only host wait on it) before MPI reads the block.
+//    Work::wait() waits for MPI (bounded by comm.timeout_s, as MpiCommunicator's) and queues the copy back on
+//    exec.stream: kernels queued afterwards see the result, the host does not wait for the copy. wait_host() also
+//    synchronises the stream. Nothing queued on the stream ever waits for a peer, so the stream's waits are bounded by
+//    local work alone and no NCCL sync guard is needed.
 //  - Operations, counts, dtypes (f16 too), in-place rules, Avg, the reduction order and the results are the
 //    MpiCommunicator's (the block is laid out as MPI's in-place forms want it), and the CommVolume counts the same
 //    payload.
 //  - Staging is planned and fixed (nothing allocates in the step loop): StagingPlan's page-locked blocks
 //    (kernels::host_register), allocated at construction and by reserve_p2p() before the first step.
 //    Collectives use `slots` blocks of slot_bytes: an operation holds one slot and runs in chunks of it (for the
-//    reduce-scatter and allgather forms a chunk of every rank's block, laid out as MPI's in-place forms want them), each
-//    chunk staged in, reduced, copied back, the next staged once the previous completed (driven by wait(), test() and
-//    progress()). MPI needs a communicator's collectives posted in the same order on every rank, so a collective
-//    that still has chunks to post completes before the next collective is posted. An operation posted while every slot is held first completes the oldest operation in flight (the
-//    CPU path's host waits, earlier; the group's ranks post in the same order). Sends and receives take a block of
-//    the p2p blocks reserved for them (the pipeline's transfers, one per buffer it can have in flight) whole, without
-//    chunks, so that a receive posted early never waits for anything; with none free they fall back to a slot.
+//    reduce-scatter and allgather forms a chunk of every rank's block, laid out as MPI's in-place forms want them),
+//    each chunk staged in, reduced, copied back, the next staged once the previous completed (driven by wait(),
+//    test() and progress()). MPI needs a communicator's collectives posted in the same order on every rank, so a
+//    collective that still has chunks to post completes before the next collective is posted. An operation posted
+//    while every slot is held first completes the oldest operation in flight (the CPU path's host waits, earlier; the
+//    group's ranks post in the same order). Sends and receives take a block of the p2p blocks reserved for them (the
+//    pipeline's transfers, one per buffer it can have in flight) whole, without chunks, so that a receive posted early
+//    never waits for anything; with none free they fall back to a slot.
 //    A block handed back with its copy back still queued is safe for an operation that copies into it first (stream
 //    order); one that MPI writes directly (a receive, a non-root broadcast) synchronises the stream first.
 //    staging_bytes() is what the blocks hold: the memory record and --plan count it as comm memory.
@@ -123,7 +124,7 @@ class HostStagedCommunicator final : public comm::Communicator {
   // MPI is about to write a block nothing was copied into: wait for any copy back still reading it.
   void make_writable_(Block* b);
   void synchronize_();
-  // Registers w (its block set: a slot, a p2p block, or none for a barrier) and stages its first chunk; blocks: how many
+  // Registers w (its block: a slot, a p2p block, or none for a barrier) and stages its first chunk; blocks: how many
   // rank blocks a chunk holds.
   comm::WorkPtr post_(std::unique_ptr<StagedWork> w, Block* b, DType dtype, int blocks);
   void forget_(StagedWork* w);

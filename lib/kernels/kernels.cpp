@@ -3,6 +3,8 @@
 // No logic lives here: shapes are checked by the backends.
 #include "kernels/kernels.hpp"
 
+#include <algorithm>
+
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -373,6 +375,28 @@ void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t byt
 }
 void synchronize(const ExecContext& ctx) { HPCT_DISPATCH(synchronize); }
 void host_register(const ExecContext& ctx, void* host, int64_t bytes) { HPCT_DISPATCH(host_register, host, bytes); }
+
+std::vector<SquaresChunk> squares_table(const std::vector<SquaresRange>& ranges) {
+  std::vector<SquaresChunk> table;
+  for (const SquaresRange& r : ranges) {
+    HPCT_CHECK(r.n >= 0 && (r.n == 0 || r.x != nullptr), "squares_table: a range of {} elements at {}", r.n,
+               static_cast<const void*>(r.x));
+    for (int64_t at = 0; at < r.n; at += kSquaresChunk) table.push_back({r.x + at, std::min(kSquaresChunk, r.n - at)});
+  }
+  return table;
+}
+void write_squares_table(const ExecContext& ctx, SquaresChunk* table, const std::vector<SquaresChunk>& chunks) {
+  copy_from_host(ctx, table, chunks.data(), static_cast<int64_t>(chunks.size() * sizeof(SquaresChunk)));
+  synchronize(ctx);  // the host vector may go once this returns
+}
+void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
+                        double* partials) {
+  HPCT_CHECK(chunks >= 0 && (chunks == 0 || (table != nullptr && partials != nullptr)),
+             "sum_squares_ranges: {} chunks, table {}, partials {}", chunks, static_cast<const void*>(table),
+             static_cast<const void*>(partials));
+  if (chunks == 0) return;
+  HPCT_DISPATCH(sum_squares_ranges, acc, table, chunks, partials);
+}
 void host_unregister(const ExecContext& ctx, void* host) { HPCT_DISPATCH(host_unregister, host); }
 
 #undef HPCT_DISPATCH_STORAGE

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kernels/exec_context.hpp"
+#include "kernels/squares_chunk.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
@@ -327,6 +328,23 @@ void sum(const ExecContext& ctx, float* out /*(1)*/, const float* x, int64_t n);
 float sum_to_host(const ExecContext& ctx, float* scratch /*(1)*/, const float* x, int64_t n);
 // *out += sum of x[i]^2 (accumulated in double) on ctx.device; out is a double on the device.
 void sum_squares_accumulate(const ExecContext& ctx, double* out /*(1)*/, const float* x, int64_t n);
+// The sum of squares of many float ranges in one full-grid reduction (the global gradient norm), planned once:
+//   squares_table(ranges) cuts each range, in order, into chunks of kSquaresChunk elements (its last one shorter;
+//     an empty range gives none): the chunk table, written by write_squares_table into `table` (table.size() entries
+//     of SquaresChunk on ctx.device; it copies and synchronizes, so call it while planning, not per step);
+//   sum_squares_ranges adds, in double, every chunk's sum of squares into *acc: chunk c's in a fixed order into
+//     partials[c] (chunks doubles on ctx.device), then the partials in chunk order. On CUDA one block per chunk and one
+//     block for the partials (two launches instead of one single-block reduction per tensor); on the CPU the chunks
+//     in parallel, each in increasing index order. Deterministic on each: the order depends on the ranges' lengths
+//     (and, on CUDA, the chunks' 16-byte alignment) only, never on timing.
+struct SquaresRange {
+  const float* x;
+  int64_t n;
+};
+std::vector<SquaresChunk> squares_table(const std::vector<SquaresRange>& ranges);
+void write_squares_table(const ExecContext& ctx, SquaresChunk* table, const std::vector<SquaresChunk>& chunks);
+void sum_squares_ranges(const ExecContext& ctx, double* acc /*(1)*/, const SquaresChunk* table, int64_t chunks,
+                        double* partials /*(chunks)*/);
 void scale(const ExecContext& ctx, float* x, float s, int64_t n);
 // AdamW (torch.optim.AdamW semantics): p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). t is the 1-based step. g is multiplied by

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "kernels/exec_context.hpp"
@@ -35,7 +36,12 @@ class Optimizer {
   // optimizer is sharded), accumulated in double on the device, one explicit copy to the host.
   // counted (optional, by tensor index): only those tensors' segments count (a replica held by several ranks of a
   // TP group counts on one of them, docs/parallelism.md).
+  // One full-grid reduction over the planned chunk table (kernels::sum_squares_ranges), the table built for `counted`
+  // by plan_grad_norm: call that before the first step (a grad_sumsq with another pattern plans it then).
   double grad_sumsq(const ExecContext& ctx, const std::vector<bool>* counted = nullptr);
+  // Builds the gradient norm's chunk table and partials for this counted pattern on ctx.device (allocates, copies
+  // and synchronizes: planning, not a step's work).
+  void plan_grad_norm(const ExecContext& ctx, const std::vector<bool>* counted = nullptr);
   // Global L2 norm of all gradients, for the unsharded optimizer.
   double grad_norm(const ExecContext& ctx);
   // Clipping factor for a given norm: torch.nn.utils.clip_grad_norm_ (1 when clipping is off or not needed).
@@ -66,6 +72,10 @@ class Optimizer {
   std::vector<bool> decay_;
   float grad_clip_ = 0.0f;
   Slab norm_;  // one double on the device: the sum of squares
+  // plan_grad_norm: the chunk table (SquaresChunk entries) and a partial per chunk, for the pattern norm_counted_
+  std::unique_ptr<Slab> norm_plan_;
+  std::vector<bool> norm_counted_;  // empty: every tensor counts
+  int64_t norm_chunks_ = 0;
 };
 
 }  // namespace hpct::optim

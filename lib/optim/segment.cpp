@@ -34,16 +34,11 @@ int64_t plan_segment_state(const Slab& params, std::vector<Segment>& segs) {
   return off;
 }
 
-double segments_grad_sumsq(const ExecContext& ctx, const std::vector<Segment>& segs, double* device_acc,
-                           const std::vector<bool>* counted) {
-  k::fill_zero(ctx, device_acc, sizeof(double));
+std::vector<kernels::SquaresRange> grad_ranges(const std::vector<Segment>& segs, const std::vector<bool>* counted) {
+  std::vector<kernels::SquaresRange> ranges;
   for (const Segment& s : segs)
-    if (s.numel() > 0 && (!counted || (*counted)[static_cast<size_t>(s.tensor)]))
-      k::sum_squares_accumulate(ctx, device_acc, s.grad, s.numel());
-  double host = 0.0;
-  k::copy_to_host(ctx, &host, device_acc, sizeof(double));
-  k::synchronize(ctx);  // the copy is asynchronous on CUDA: host is valid only now (a no-op on the CPU)
-  return host;
+    if (s.numel() > 0 && (!counted || (*counted)[static_cast<size_t>(s.tensor)])) ranges.push_back({s.grad, s.numel()});
+  return ranges;
 }
 
 float clip_coefficient(float clip, double norm) {

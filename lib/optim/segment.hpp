@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/exec_context.hpp"
+#include "kernels/kernels.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::optim {
@@ -38,10 +39,9 @@ std::vector<Segment> whole_tensor_segments(Slab& params, Slab& grads);
 // Checks every segment lies inside its tensor, sets the state offsets back to back; returns the state's numel.
 int64_t plan_segment_state(const Slab& params, std::vector<Segment>& segs);
 
-// Sum of squares of the segments' gradients, accumulated in double into device_acc (one double on ctx.device,
-// zeroed first), then one explicit copy to the host. counted (optional, by tensor index): only those tensors count.
-double segments_grad_sumsq(const ExecContext& ctx, const std::vector<Segment>& segs, double* device_acc,
-                           const std::vector<bool>* counted);
+// The segments' gradients as the ranges of the gradient norm's sum of squares (kernels::squares_table), in segment
+// order; counted (optional, by tensor index): only those tensors' segments.
+std::vector<kernels::SquaresRange> grad_ranges(const std::vector<Segment>& segs, const std::vector<bool>* counted);
 
 // torch.nn.utils.clip_grad_norm_: clip / (norm + 1e-6) when that is < 1, else 1; 1 when clip <= 0 (off).
 float clip_coefficient(float clip, double norm);

@@ -5,8 +5,9 @@
 // (the gradient sync's ZeRO shard and bf16 image, the optimizer state, the pipeline buffers, the checkpoint's host
 // staging on CUDA). `--plan WORLD` prints it without data, MPI or allocation; train.memory_limit_gb checks it before
 // the run allocates anything. The memory record of a real run equals the plan kind by kind (tested by
-// check_memory_record.py); `rss` and the libraries' own buffers (oneDNN scratchpads, NCCL's buffers, the CUDA
-// context) are outside the kinds and outside the plan.
+// check_memory_record.py); `rss`, the libraries' own buffers (oneDNN scratchpads, NCCL's buffers, the CUDA context)
+// and the gradient norm's accumulator and chunk table (optim/optimizer.hpp, 24 bytes per 64K elements) are outside the
+// kinds and outside the plan.
 #include <string>
 #include <vector>
 

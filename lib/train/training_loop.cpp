@@ -257,6 +257,7 @@ int run_steps(RunSession& run, TrainTask& task) {
   double last_loss = NAN;
   std::optional<EvalResult> last_eval;
   int exit_code = 0;
+  opt->plan_grad_norm(ctx, task.counted_in_norm());  // the norm's chunk table, before the first step
   for (int64_t s = start + 1; s <= steps; ++s) {
     Timer timer;
     pc.reset_comm_volume();  // comm_bytes counts this step's operations

@@ -108,6 +108,37 @@ TEST(EmuCore, SumSquaresAccumulatesInDouble) {
   }
 }
 
+// The global gradient norm's two stages over a chunk table: ranges longer than a chunk, empty, one element, unaligned
+// (the scalar path) and aligned (float4s); the result against the CPU backend's op on the same table, and against the
+// ranges' sums one by one.
+TEST(EmuCore, SumSquaresRangesOverAChunkTable) {
+  const auto x = random_vector(2 * kSquaresChunk + 9000, 11, -2.0, 2.0);
+  const std::vector<SquaresRange> ranges = {{x.data(), kSquaresChunk + 4097},  // two chunks, the second short
+                                            {x.data() + 5, 0},                 // nothing
+                                            {x.data() + kSquaresChunk + 4097, 1},
+                                            {x.data() + kSquaresChunk + 4099, 3001},  // not 16-byte aligned
+                                            {x.data() + 2 * kSquaresChunk, 9000}};
+  const std::vector<SquaresChunk> table = squares_table(ranges);
+  ASSERT_EQ(table.size(), 5u);
+  EXPECT_EQ(table[0].n, kSquaresChunk);
+  EXPECT_EQ(table[1].n, 4097);
+  const auto chunks = static_cast<int64_t>(table.size());
+  std::vector<double> got{0.5}, partials(table.size(), NAN);
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH(cu::squares_chunk_kernel, cu::squares_chunks_shape(chunks), table.data(), partials.data());
+        EMU_LAUNCH(cu::partials_sum_kernel, cu::reduce_shape(), partials.data(), chunks, got.data());
+      },
+      {emu_output("sum_squares_ranges", got)}));
+  double want = 0.5, one_by_one = 0.5;
+  std::vector<double> cpu_partials(table.size());
+  sum_squares_ranges(cpu_ctx(), &want, table.data(), chunks, cpu_partials.data());
+  for (const SquaresRange& r : ranges) sum_squares_accumulate(cpu_ctx(), &one_by_one, r.x, r.n);
+  EXPECT_TRUE(all_close("sum_squares_ranges", got.data(), &want, 1, 1e-12, 0.0));
+  EXPECT_TRUE(all_close("sum_squares_ranges vs per range", got.data(), &one_by_one, 1, 1e-12, 0.0));
+  EXPECT_TRUE(all_close("partials", partials.data(), cpu_partials.data(), chunks, 1e-12, 0.0));
+}
+
 // ---- pointwise ------------------------------------------------------------------------------------------------------
 std::vector<float> with_specials(std::vector<float> v) {
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-20f, -1e-20f, 10.0f, -10.0f, 30.0f, -30.0f, -0.75f};

@@ -239,6 +239,26 @@ void sum(float* out, const float* x, int64_t n) { *out = static_cast<float>(chun
 
 void sum_squares_accumulate(double* out, const float* x, int64_t n) { *out += chunked_sum<true>(x, n); }
 
+// The chunks in parallel, each in index order into its partial (an `omp simd` reduction, as chunked_sum's), then the
+// partials in chunk order: the result depends on the chunk table only.
+void sum_squares_ranges(double* acc, const SquaresChunk* table, int64_t chunks, double* partials) {
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; c++) {
+    const float* x = table[c].x;
+    const int64_t n = table[c].n;
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) {
+      const double xj = x[j];
+      s += xj * xj;
+    }
+    partials[c] = s;
+  }
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; c++) total += partials[c];
+  *acc += total;
+}
+
 void scale(float* x, float s, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
   for (int64_t i = 0; i < n; i++) x[i] *= s;

@@ -22,6 +22,8 @@
 // shapes and the (constant) launch configuration, never by timing, so a run reproduces itself bit for bit:
 //   - sum / sum_squares_accumulate: one block of 1024 threads, each summing a fixed strided subset in double, then a
 //     fixed tree (block_sum). One block is not the fastest (see the note at reduce_kernel), but it needs no scratch;
+//   - sum_squares_ranges (the global gradient norm): one block per chunk of the planned table, each chunk as above,
+//     then one block over the partials in chunk order;
 //   - encoder dwte: each (row, column) is owned by one thread, which adds the positions in increasing order: the
 //     CPU's order, so dwte equals the CPU backend's bit for bit; dwpe likewise (one thread per (t, c), b in order);
 //   - LayerNorm dweight/dbias: one block per 32 columns, 16 fixed row groups in double, summed in a fixed order.
@@ -245,6 +247,13 @@ void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n) {
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) {
   HPCT_CHECK(out != nullptr, "sum: out is null");
   launch_reduce<false>(ctx, "sum", x, n, out, nullptr);  // n == 0 still writes *out = 0
+}
+
+void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
+                        double* partials) {
+  HPCT_CHECK(chunks <= std::numeric_limits<int>::max(), "sum_squares_ranges: {} chunks exceed a grid", chunks);
+  HPCT_LAUNCH(squares_chunk_kernel, squares_chunks_shape(chunks), stream_of(ctx), table, partials);
+  HPCT_LAUNCH(partials_sum_kernel, reduce_shape(), stream_of(ctx), partials, chunks, acc);
 }
 
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n) {

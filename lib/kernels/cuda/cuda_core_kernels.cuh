@@ -8,12 +8,14 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_device_common.cuh"
+#include "kernels/squares_chunk.hpp"
 
 namespace hpct::kernels::cuda {
 namespace {  // internal linkage: each includer (the .cu, the emulated test) compiles its own copy
 
 constexpr int kThreads = 256;         // elementwise kernels: threads per block (the grid is capped; grid-stride loops)
 constexpr int kReduceThreads = 1024;  // sum / sum_squares_accumulate: the single block
+constexpr int kSquaresThreads = 512;  // sum_squares_ranges: threads per chunk's block (a 64K-element chunk: 128 each)
 constexpr int kWteGroups = 64;        // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
                                       // same bits (each row's positions are added in increasing order regardless)
 constexpr int kWteThreads = 128;      // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
@@ -30,6 +32,10 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
 // ---- reductions ---------------------------------------------------------------------------------------------------
+// reduce_kernel and squares_chunk_kernel read float4s when x is 16-byte aligned (the order of the additions depends on
+// it, see thread_sum)
+__host__ __device__ inline bool float4_aligned(const float* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; }
+
 template <bool kSquare>
 __device__ __forceinline__ void accumulate(double& acc, float v) {
   const double d = v;
@@ -43,17 +49,11 @@ __device__ __forceinline__ void accumulate4(double& acc, float4 v) {
   accumulate<kSquare>(acc, v.w);
 }
 
-// One block of kReduceThreads: thread k sums, in double and in increasing index order, the elements (or float4s when
-// x is 16-byte aligned) k, k + 1024, k + 2048, ...; then a fixed tree over the block. The order depends on n and on
-// the alignment of x only. Writes *out_sum = float(total) when out_sum is set, else *out_acc += total.
-// Note: one SM streams a few hundred GB/s at best, so a 500 MB gradient norm takes a few ms; a multi-block two-pass
-// version needs a scratch of partial sums, which the interface does not pass.
+// Thread tid of `stride` sums, in double and in increasing index order, the elements (or float4s when vec4: x
+// 16-byte aligned) tid, tid + stride, tid + 2 stride, ... of x[0, n). The order depends on n, stride and vec4 only.
 template <bool kSquare>
-__global__ void __launch_bounds__(kReduceThreads)
-    reduce_kernel(const float* x, int64_t n, bool vec4, float* out_sum, double* out_acc) {
-  HPCT_SHARED(double, shared, [32]);
+__device__ __forceinline__ double thread_sum(const float* x, int64_t n, bool vec4, int64_t tid, int64_t stride) {
   double acc = 0.0;
-  const int64_t tid = threadIdx.x, stride = blockDim.x;
   int64_t tail = 0;  // first element of the scalar tail
   if (vec4) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
@@ -72,12 +72,42 @@ __global__ void __launch_bounds__(kReduceThreads)
     tail = n4 * 4;
   }
   for (int64_t i = tail + tid; i < n; i += stride) accumulate<kSquare>(acc, __ldg(x + i));
-  const double total = block_sum(acc, shared);
+  return acc;
+}
+
+// One block of kReduceThreads: thread_sum over the block, then a fixed tree over the block. The order depends on n and
+// on the alignment of x only. Writes *out_sum = float(total) when out_sum is set, else *out_acc += total.
+// Note: one SM streams a few hundred GB/s at best: the gradient norm goes through the full-grid squares_chunk_kernel.
+template <bool kSquare>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_kernel(const float* x, int64_t n, bool vec4, float* out_sum, double* out_acc) {
+  HPCT_SHARED(double, shared, [32]);
+  const double total = block_sum(thread_sum<kSquare>(x, n, vec4, threadIdx.x, blockDim.x), shared);
   if (threadIdx.x == 0) {
     if (out_sum) *out_sum = static_cast<float>(total);
     else
       *out_acc += total;
   }
+}
+
+// The global gradient norm's two stages (sum_squares_ranges): one block per chunk of the table, each the chunk's sum
+// of squares in a fixed order (thread_sum, the block's tree) into partials[chunk]; then one block sums the partials in
+// chunk order (thread k: partials k, k + 1024, ... in increasing order; the tree) and adds the total to *acc. The order
+// depends on the chunk table (the ranges' lengths) and the chunks' alignment only: not on the device or the timing.
+__global__ void __launch_bounds__(kSquaresThreads)
+    squares_chunk_kernel(const SquaresChunk* __restrict__ table, double* __restrict__ partials) {
+  HPCT_SHARED(double, shared, [32]);
+  const SquaresChunk c = table[blockIdx.x];
+  const double total = block_sum(thread_sum<true>(c.x, c.n, float4_aligned(c.x), threadIdx.x, blockDim.x), shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+__global__ void __launch_bounds__(kReduceThreads)
+    partials_sum_kernel(const double* __restrict__ partials, int64_t n, double* acc) {
+  HPCT_SHARED(double, shared, [32]);
+  double v = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) v += partials[i];
+  const double total = block_sum(v, shared);
+  if (threadIdx.x == 0) *acc += total;
 }
 
 // ---- pointwise ----------------------------------------------------------------------------------------------------
@@ -431,6 +461,9 @@ LaunchShape pointwise_shape(int64_t n, int64_t packs) {
 int64_t cast_packs(int64_t n, const void* dst, const void* src) { return vector_packs(n, kCastPack, {dst, src}); }
 LaunchShape cast_shape(int64_t n, int64_t packs) { return pack_shape(n, packs, kCastPack, kThreads); }
 LaunchShape reduce_shape() { return {{1, 1, 1}, {kReduceThreads, 1, 1}, 0}; }
+LaunchShape squares_chunks_shape(int64_t chunks) {
+  return {{static_cast<unsigned>(chunks), 1, 1}, {kSquaresThreads, 1, 1}, 0};
+}
 LaunchShape encoder_wte_shape(int C) {
   return {{static_cast<unsigned>((C + kWteThreads - 1) / kWteThreads), kWteGroups, 1}, {kWteThreads, 1, 1}, 0};
 }
@@ -440,9 +473,6 @@ LaunchShape layernorm_rows_shape(int N) {
 LaunchShape layernorm_params_shape(int C) {
   return {{static_cast<unsigned>((C + kLnColTile - 1) / kLnColTile), 1, 1}, {kLnColTile, kLnRowGroups, 1}, 0};
 }
-
-// reduce_kernel reads float4s when x is 16-byte aligned (the order of the additions depends on it, see there)
-inline bool float4_aligned(const float* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; }
 
 // AdamW's per-step scalars exactly as the CPU backend computes them (bias corrections in double, as torch).
 struct AdamwScalars {

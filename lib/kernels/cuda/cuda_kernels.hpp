@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/exec_context.hpp"
+#include "kernels/squares_chunk.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
@@ -182,6 +183,8 @@ void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes);
 void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes);
 void synchronize(const ExecContext& ctx);
+void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
+                        double* partials);
 void host_register(const ExecContext& ctx, void* host, int64_t bytes);
 void host_unregister(const ExecContext& ctx, void* host);
 

@@ -10,7 +10,9 @@
 // Contract, beyond communicator.hpp's:
 //  - Buffers are on device() = exec.device. On the CPU (exec.device = CPU, the emulation the CPU tests and the dry
 //    runs use: ParallelContext with HPCT_STAGE_DEVICE_GROUPS=1) the copies are memcpy and the waits no-ops, so the
-//    whole protocol runs, staging blocks included, and its results equal the MpiCommunicator's bit for bit.
+//    whole protocol runs, staging blocks included: its data movement is the MpiCommunicator's exactly, and so are its
+//    reductions over two ranks; over more, MPI may sum a chunk (or the uneven form the reduce-scatter and allgather
+//    forms use) in another order than the whole buffer, so results agree within that rounding.
 //  - Stream order. An operation's input is copied to the host after the work queued so far on exec.stream, and
 //    exec.stream is synchronised (kernels::synchronize: the only host wait on it) before MPI reads the block.
 //    Work::wait() waits for MPI (bounded by comm.timeout_s, as MpiCommunicator's) and queues the copy back on

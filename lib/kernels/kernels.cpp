@@ -385,9 +385,24 @@ std::vector<SquaresChunk> squares_table(const std::vector<SquaresRange>& ranges)
   }
   return table;
 }
-void write_squares_table(const ExecContext& ctx, SquaresChunk* table, const std::vector<SquaresChunk>& chunks) {
-  copy_from_host(ctx, table, chunks.data(), static_cast<int64_t>(chunks.size() * sizeof(SquaresChunk)));
-  synchronize(ctx);  // the host vector may go once this returns
+std::vector<AdamwChunk> adamw_table(const std::vector<AdamwRange>& ranges) {
+  std::vector<AdamwChunk> table;
+  for (const AdamwRange& r : ranges) {
+    HPCT_CHECK(r.n >= 0 && (r.n == 0 || (r.params && r.grads && r.m && r.v)), "adamw_table: a range of {} elements",
+               r.n);
+    for (int64_t at = 0; at < r.n; at += kTableChunk)
+      table.push_back(
+          {r.params + at, r.grads + at, r.m + at, r.v + at, std::min(kTableChunk, r.n - at), r.decays ? 1 : 0});
+  }
+  return table;
+}
+void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int t) {
+  HPCT_CHECK(t >= 1, "adamw_update_chunks: the step t={} must be 1-based", t);
+  HPCT_CHECK(chunks >= 0 && (chunks == 0 || table != nullptr), "adamw_update_chunks: {} chunks, table {}", chunks,
+             static_cast<const void*>(table));
+  if (chunks == 0) return;
+  HPCT_DISPATCH(adamw_update_chunks, table, chunks, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
                         double* partials) {

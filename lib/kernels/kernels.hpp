@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "kernels/exec_context.hpp"
-#include "kernels/squares_chunk.hpp"
+#include "kernels/chunk_tables.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
@@ -330,8 +330,7 @@ float sum_to_host(const ExecContext& ctx, float* scratch /*(1)*/, const float* x
 void sum_squares_accumulate(const ExecContext& ctx, double* out /*(1)*/, const float* x, int64_t n);
 // The sum of squares of many float ranges in one full-grid reduction (the global gradient norm), planned once:
 //   squares_table(ranges) cuts each range, in order, into chunks of kSquaresChunk elements (its last one shorter;
-//     an empty range gives none): the chunk table, written by write_squares_table into `table` (table.size() entries
-//     of SquaresChunk on ctx.device; it copies and synchronizes, so call it while planning, not per step);
+//     an empty range gives none): the chunk table, which the caller copies to ctx.device while planning;
 //   sum_squares_ranges adds, in double, every chunk's sum of squares into *acc: chunk c's in a fixed order into
 //     partials[c] (chunks doubles on ctx.device), then the partials in chunk order. On CUDA one block per chunk and one
 //     block for the partials (two launches instead of one single-block reduction per tensor); on the CPU the chunks
@@ -342,7 +341,6 @@ struct SquaresRange {
   int64_t n;
 };
 std::vector<SquaresChunk> squares_table(const std::vector<SquaresRange>& ranges);
-void write_squares_table(const ExecContext& ctx, SquaresChunk* table, const std::vector<SquaresChunk>& chunks);
 void sum_squares_ranges(const ExecContext& ctx, double* acc /*(1)*/, const SquaresChunk* table, int64_t chunks,
                         double* partials /*(chunks)*/);
 void scale(const ExecContext& ctx, float* x, float s, int64_t n);
@@ -351,6 +349,22 @@ void scale(const ExecContext& ctx, float* x, float s, int64_t n);
 // grad_scale first (e.g. the clipping factor).
 void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+// adamw_update over many tensors in one launch, planned once: adamw_table cuts each range, in order, into chunks of
+// kTableChunk elements (an empty range gives none), the table the caller copies to ctx.device while planning;
+// adamw_update_chunks applies adamw_update's arithmetic to every element of every chunk, weight_decay to the chunks
+// whose range decays and none to the others: bit for bit what adamw_update per tensor gives. On CUDA one block per
+// chunk (one launch instead of one per tensor); on the CPU adamw_update per chunk.
+struct AdamwRange {
+  float* params;
+  const float* grads;
+  float* m;
+  float* v;
+  int64_t n;
+  bool decays;
+};
+std::vector<AdamwChunk> adamw_table(const std::vector<AdamwRange>& ranges);
+void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int t);
 
 // ---- storage-type conversions on ctx.device (the 16-bit compute copy of the parameters; tests) --------------
 // dst[i] = src[i] rounded to nearest even (bf16.hpp, fp16.hpp); the other way exactly. fp16: CUDA only.

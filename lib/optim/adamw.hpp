@@ -46,6 +46,10 @@ class AdamW final : public Optimizer {
   size_t state_buffers_count() const override { return 2; }
   AdamWConfig cfg_;
   Slab state_;  // exp_avg (state_numel_) then exp_avg_sq
+  // the segments cut into chunks (kernels::AdamwChunk entries on the device, planned at construction): step()'s one
+  // launch; beside the state, outside the memory record's kinds as the gradient norm's table is
+  Slab table_;
+  int64_t chunks_ = 0;
   Tensor *m_ = nullptr, *v_ = nullptr;
 };
 

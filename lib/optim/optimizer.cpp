@@ -29,8 +29,9 @@ void Optimizer::plan_grad_norm(const ExecContext& ctx, const std::vector<bool>* 
   norm_plan_->add("table", {2 * n}, DType::I64);
   norm_plan_->add("partials", {n}, DType::F64);
   norm_plan_->allocate();
-  if (!table.empty())
-    kernels::write_squares_table(ctx, static_cast<kernels::SquaresChunk*>(norm_plan_->tensors()[0].data), table);
+  kernels::copy_from_host(ctx, norm_plan_->tensors()[0].data, table.data(),
+                          static_cast<int64_t>(table.size() * sizeof(kernels::SquaresChunk)));
+  kernels::synchronize(ctx);  // the host table may go once the copy has run
   norm_chunks_ = static_cast<int64_t>(table.size());
   norm_counted_ = counted ? *counted : std::vector<bool>{};
 }

@@ -459,7 +459,8 @@ void add_backward(Step& st, const Model& m, int b, int64_t times) {
 
 // With `optimizer`: the gradient norm (lib/optim/optimizer.cpp Optimizer::grad_sumsq: sum_squares_ranges over the
 // planned table of 64K-element chunks of every tensor -> one squares_chunk_kernel block per chunk, then one
-// partials_sum_kernel block) and AdamW (lib/optim/adamw.cpp AdamW::step: adamw_update per tensor, elementwise_shape(n));
+// partials_sum_kernel block) and AdamW (lib/optim/adamw.cpp AdamW::step: adamw_update_chunks over the table of every
+// tensor's chunks, one adamw_chunks_kernel block per chunk);
 // without, the bf16 compute copy of the fp32 masters (lib/models/compute_copy.cpp refresh_compute_copy: cast per
 // tensor, cast_shape).
 void add_parameter_passes(Step& st, const Model& m, const std::string& phase, bool optimizer) {
@@ -478,16 +479,22 @@ void add_parameter_passes(Step& st, const Model& m, const std::string& phase, bo
                            phase + ": sum_squares_ranges (gradient norm, partials)", "Optimizer::grad_sumsq: 1",
                            cu::reduce_shape(), 1, static_cast<double>(chunks) * 8.0 + 8.0});
   }
-  for (const auto& [name, n] : params) {
-    if (optimizer) {
-      st.launches.push_back({instance("adamw_kernel", "", &cu::adamw_kernel), phase + ": adamw_update",
-                             "AdamW::step: 1 per tensor", cu::elementwise_shape(n), 1, n * 4.0 * 7});
-    } else {
-      st.launches.push_back({instance("cast_kernel", std::string(kS) + ", float", &cu::cast_kernel<S, float>),
-                             phase + ": cast fp32 -> bf16 (compute copy)", "refresh_compute_copy: 1 per tensor",
-                             cu::cast_shape(n, cu::cast_packs(n, kAligned, kAligned)), 1, n * 6.0});
+  if (optimizer) {  // AdamW::step: adamw_update_chunks over the table of every tensor's chunks, one launch
+    int64_t chunks = 0;
+    double elements = 0;
+    for (const auto& p : params) {
+      chunks += (p.second + hpct::kernels::kTableChunk - 1) / hpct::kernels::kTableChunk;
+      elements += static_cast<double>(p.second);
     }
+    st.launches.push_back({instance("adamw_chunks_kernel", "", &cu::adamw_chunks_kernel),
+                           phase + ": adamw_update_chunks", "AdamW::step: 1", cu::table_chunks_shape(chunks), 1,
+                           elements * 4.0 * 7 + static_cast<double>(chunks) * 48.0});
+    return;
   }
+  for (const auto& [name, n] : params)
+    st.launches.push_back({instance("cast_kernel", std::string(kS) + ", float", &cu::cast_kernel<S, float>),
+                           phase + ": cast fp32 -> bf16 (compute copy)", "refresh_compute_copy: 1 per tensor",
+                           cu::cast_shape(n, cu::cast_packs(n, kAligned, kAligned)), 1, n * 6.0});
 }
 
 Step training_step(const Config& c) {

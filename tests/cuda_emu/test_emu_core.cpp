@@ -419,6 +419,63 @@ TEST(EmuCore, Fp16CastBothWaysEqualTheHostConversionBitForBit) {
 }
 
 // ---- optimizers ---------------------------------------------------------------------------------------------------
+// adamw_update_chunks over a table of three tensors (one longer than a chunk, one without weight decay, one of three
+// elements): the chunk kernel equals the per-tensor kernel bit for bit (the same arithmetic per element), and the CPU
+// backend's op within float rounding.
+TEST(EmuCore, AdamwChunksEqualAdamwPerTensor) {
+  const int64_t sizes[] = {kTableChunk + 1234, 777, 3};
+  const bool decays[] = {true, false, true};
+  const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+  std::vector<std::vector<float>> p, m, v, g, tp, tm, tv, cp, cm, cv;  // chunk kernel / per-tensor kernel / CPU
+  for (int i = 0; i < 3; i++) {
+    p.push_back(random_vector(sz(sizes[i]), 50 + i));
+    m.push_back(random_vector(sz(sizes[i]), 60 + i, -0.1, 0.1));
+    v.push_back(random_vector(sz(sizes[i]), 70 + i, 0.0, 0.01));
+    g.push_back(random_vector(sz(sizes[i]), 80 + i));
+  }
+  tp = cp = p;
+  tm = cm = m;
+  tv = cv = v;
+  std::vector<AdamwRange> ranges, cpu_ranges;
+  for (int i = 0; i < 3; i++) {
+    ranges.push_back({p[i].data(), g[i].data(), m[i].data(), v[i].data(), sizes[i], decays[i]});
+    cpu_ranges.push_back({cp[i].data(), g[i].data(), cm[i].data(), cv[i].data(), sizes[i], decays[i]});
+  }
+  const std::vector<AdamwChunk> table = adamw_table(ranges), cpu_table = adamw_table(cpu_ranges);
+  ASSERT_EQ(table.size(), 4u);
+  const auto chunks = static_cast<int64_t>(table.size());
+  for (int t = 1; t <= 2; t++) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    const cu::AdamwScalars k = cu::adamw_scalars(lr, b1, b2, wd, t);
+    const float no_decay = cu::adamw_scalars(lr, b1, b2, 0.0f, t).decay;
+    std::vector<test::EmuOutput> outs;
+    for (int i = 0; i < 3; i++) {
+      outs.push_back(emu_output("params " + std::to_string(i), p[i]));
+      outs.push_back(emu_output("m " + std::to_string(i), m[i]));
+      outs.push_back(emu_output("v " + std::to_string(i), v[i]));
+    }
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          EMU_LAUNCH(cu::adamw_chunks_kernel, cu::table_chunks_shape(chunks), table.data(), b1, b2, eps, gs, k.decay,
+                     no_decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
+        },
+        outs));
+    for (int i = 0; i < 3; i++) {
+      const cu::AdamwScalars ki = cu::adamw_scalars(lr, b1, b2, decays[i] ? wd : 0.0f, t);
+      const int64_t n = sizes[i];
+      EMU_LAUNCH(cu::adamw_kernel, cu::elementwise_shape(n), tp[i].data(), g[i].data(), tm[i].data(), tv[i].data(), n,
+                 b1, b2, eps, gs, ki.decay, ki.step_size, ki.bc2_sqrt, ki.one_minus_b1, ki.one_minus_b2);
+    }
+    adamw_update_chunks(cpu_ctx(), cpu_table.data(), chunks, lr, b1, b2, eps, wd, gs, t);
+    for (int i = 0; i < 3; i++) {
+      EXPECT_TRUE(bitwise_equal("chunks vs per tensor, params " + std::to_string(i), p[i], tp[i]));
+      EXPECT_TRUE(bitwise_equal("chunks vs per tensor, v " + std::to_string(i), v[i], tv[i]));
+      EXPECT_TRUE(all_close("chunks vs CPU, params " + std::to_string(i), p[i], cp[i], 1e-5, 1e-6));
+      EXPECT_TRUE(all_close("chunks vs CPU, m " + std::to_string(i), m[i], cm[i], 1e-5, 1e-6));
+    }
+  }
+}
+
 TEST(EmuCore, AdamwOverSeveralSteps) {
   const int64_t n = 3011;
   auto p = random_vector(sz(n), 12), m = random_vector(sz(n), 13, -0.1, 0.1), v = random_vector(sz(n), 14, 0.0, 0.01);

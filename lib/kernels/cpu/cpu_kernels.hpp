@@ -14,7 +14,7 @@
 // so a layout reproduces itself bit for bit. The GEMMs inherit OpenBLAS's (fixed) order for a fixed thread count.
 #include <cstdint>
 
-#include "kernels/squares_chunk.hpp"
+#include "kernels/chunk_tables.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/tensor.hpp"
 
@@ -173,6 +173,8 @@ void copy_from_host(void* dst, const void* host_src, int64_t bytes);
 void copy_device(void* dst, const void* src, int64_t bytes);
 void synchronize();
 void sum_squares_ranges(double* acc, const SquaresChunk* table, int64_t chunks, double* partials);
+void adamw_update_chunks(const AdamwChunk* table, int64_t chunks, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_scale, int t);
 void host_register(void* host, int64_t bytes);
 void host_unregister(void* host);
 

@@ -265,6 +265,18 @@ void scale(float* x, float s, int64_t n) {
 }
 
 // ---- AdamW ----------------------------------------------------------------------------------------
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, float grad_scale, int t);
+// adamw_update per chunk, in table order: the same arithmetic per element as per tensor.
+void adamw_update_chunks(const AdamwChunk* table, int64_t chunks, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_scale, int t) {
+  for (int64_t c = 0; c < chunks; c++) {
+    const AdamwChunk& k = table[c];
+    adamw_update(k.params, k.grads, k.m, k.v, k.n, lr, beta1, beta2, eps, k.decays ? weight_decay : 0.0f, grad_scale,
+                 t);
+  }
+}
+
 // In the operation order of torch.optim.AdamW (1.13, single-tensor path), so that a PyTorch reference run can
 // be matched to fp32 rounding: decoupled decay first, then the moments, then the bias-corrected step.
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1, float beta2,

@@ -279,6 +279,16 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
   HPCT_CUDA_LAUNCH_CHECK("adamw_update");
 }
 
+void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int t) {
+  HPCT_CHECK(chunks <= std::numeric_limits<int>::max(), "adamw_update_chunks: {} chunks exceed a grid", chunks);
+  const AdamwScalars k = adamw_scalars(lr, beta1, beta2, weight_decay, t);
+  const float no_decay = adamw_scalars(lr, beta1, beta2, 0.0f, t).decay;  // 1.0f: as adamw_update with 0
+  HPCT_LAUNCH(adamw_chunks_kernel, table_chunks_shape(chunks), stream_of(ctx), table, beta1, beta2, eps, grad_scale,
+              k.decay, no_decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
+  HPCT_CUDA_LAUNCH_CHECK("adamw_update_chunks");
+}
+
 void sgd_update(const ExecContext& ctx, float* params, const float* grads, float* momentum_buf, int64_t n, float lr,
                 float momentum, float dampening, float weight_decay, bool nesterov, float grad_scale, bool first_step) {
   HPCT_CHECK(n >= 0, "sgd_update: n={} is negative", n);

@@ -8,14 +8,15 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_device_common.cuh"
-#include "kernels/squares_chunk.hpp"
+#include "kernels/chunk_tables.hpp"
 
 namespace hpct::kernels::cuda {
 namespace {  // internal linkage: each includer (the .cu, the emulated test) compiles its own copy
 
 constexpr int kThreads = 256;         // elementwise kernels: threads per block (the grid is capped; grid-stride loops)
 constexpr int kReduceThreads = 1024;  // sum / sum_squares_accumulate: the single block
-constexpr int kSquaresThreads = 512;  // sum_squares_ranges: threads per chunk's block (a 64K-element chunk: 128 each)
+constexpr int kTableThreads = 512;    // chunk tables (sum_squares_ranges, adamw_update_chunks): threads per chunk
+constexpr int kSquaresThreads = kTableThreads;
 constexpr int kWteGroups = 64;        // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
                                       // same bits (each row's positions are added in increasing order regardless)
 constexpr int kWteThreads = 128;      // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
@@ -226,6 +227,26 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
     m[i] = mi;
     v[i] = vi;
     params[i] = p - step_size * (mi / denom);
+  }
+}
+
+// adamw_kernel's arithmetic over a chunk table (adamw_update_chunks): one block per chunk, its threads striding over
+// the chunk's elements; `decay` for the chunks whose tensor decays, `no_decay` (1) for the others.
+__global__ void __launch_bounds__(kTableThreads)
+    adamw_chunks_kernel(const AdamwChunk* __restrict__ table, float beta1, float beta2, float eps, float grad_scale,
+                        float decay, float no_decay, float step_size, float bc2_sqrt, float one_minus_b1,
+                        float one_minus_b2) {
+  const AdamwChunk c = table[blockIdx.x];
+  const float d = c.decays ? decay : no_decay;
+  for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x) {
+    const float g = c.grads[i] * grad_scale;
+    const float p = c.params[i] * d;
+    const float mi = c.m[i] * beta1 + g * one_minus_b1;
+    const float vi = c.v[i] * beta2 + g * g * one_minus_b2;
+    const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    c.m[i] = mi;
+    c.v[i] = vi;
+    c.params[i] = p - step_size * (mi / denom);
   }
 }
 
@@ -461,9 +482,10 @@ LaunchShape pointwise_shape(int64_t n, int64_t packs) {
 int64_t cast_packs(int64_t n, const void* dst, const void* src) { return vector_packs(n, kCastPack, {dst, src}); }
 LaunchShape cast_shape(int64_t n, int64_t packs) { return pack_shape(n, packs, kCastPack, kThreads); }
 LaunchShape reduce_shape() { return {{1, 1, 1}, {kReduceThreads, 1, 1}, 0}; }
-LaunchShape squares_chunks_shape(int64_t chunks) {
-  return {{static_cast<unsigned>(chunks), 1, 1}, {kSquaresThreads, 1, 1}, 0};
+LaunchShape table_chunks_shape(int64_t chunks) {
+  return {{static_cast<unsigned>(chunks), 1, 1}, {kTableThreads, 1, 1}, 0};
 }
+LaunchShape squares_chunks_shape(int64_t chunks) { return table_chunks_shape(chunks); }
 LaunchShape encoder_wte_shape(int C) {
   return {{static_cast<unsigned>((C + kWteThreads - 1) / kWteThreads), kWteGroups, 1}, {kWteThreads, 1, 1}, 0};
 }

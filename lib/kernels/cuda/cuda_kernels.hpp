@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "kernels/exec_context.hpp"
-#include "kernels/squares_chunk.hpp"
+#include "kernels/chunk_tables.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
@@ -185,6 +185,8 @@ void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t byt
 void synchronize(const ExecContext& ctx);
 void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
                         double* partials);
+void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int t);
 void host_register(const ExecContext& ctx, void* host, int64_t bytes);
 void host_unregister(const ExecContext& ctx, void* host);
 

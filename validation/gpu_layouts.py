@@ -621,6 +621,22 @@ def error_lines(text):
     return [l for l in errs if l not in own] + own
 
 
+def runtime_libraries(recs):
+    """The distinct `runtime libraries:` lines (NCCL, cuDNN, cuBLAS, CUDA runtime and MPI, each with its path) in the
+    records' logs, in first-seen order."""
+    seen = []
+    for r in recs:
+        try:
+            with open(os.path.join(REPO, r.get("log", "")), errors="replace") as f:
+                for line in f:
+                    line = line.strip()
+                    if line.startswith("runtime libraries:") and line not in seen:
+                        seen.append(line)
+        except OSError:
+            continue
+    return seen
+
+
 def nccl_version(text):
     for l in text.splitlines():
         if l.startswith("runtime libraries:"):
@@ -1033,6 +1049,7 @@ def write_report():
     devs = sorted({r["device"] for r in recs})
     commits = sorted({r["commit"] for r in recs})
     n = {k: sum(r["verdict"] == k for r in recs) for k in ("VALID", "FAILED", "UNSUPPORTED")}
+    libs = runtime_libraries(recs)
     L = [f"# The layout matrix on one GPU: {', '.join(devs)}", "",
          f"Record `{rel(RECORD)}` ({len(recs)} case runs: {n['VALID']} VALID, {n['FAILED']} FAILED, "
          f"{n['UNSUPPORTED']} UNSUPPORTED); commit {', '.join(commits)}; NCCL {', '.join(ncc) or 'n/a'}; written "
@@ -1045,7 +1062,9 @@ def write_report():
          "envelope)). Cells: verdict, worst relative deviation of the loss / gradient norm from the CPU run (signal "
          "cases: from the uninterrupted run on the same device). No timings: several ranks share one GPU, so a wall "
          "time says nothing about speed.", "",
-         "| case | kind | app | world | precision | layout | mpi | nccl |", "|---|---|---|---|---|---|---|---|"]
+         ] + ["What ran (the apps' `runtime libraries:` lines; the bundle keeps the machine's own copies where it has "
+              "them):", ""] + [f"- `{l}`" for l in libs] + (["- (no CUDA run logged one)"] if not libs else []) + [
+         "", "| case | kind | app | world | precision | layout | mpi | nccl |", "|---|---|---|---|---|---|---|---|"]
 
     def cell(r):
         if r is None:

@@ -2,21 +2,24 @@
 """GPU training benchmarks : hpctrain vs PyTorch on the same GPU, in the same run.
 
   gpt     GPT-2 124M (inputs/gpt2_124m.toml: L12 C768 NH12, T = 1024, vocabulary 50257), one GPU, the micro-batch
-          as large as fits (--gpt-micro-batch, else the first of 32 16 8 4 2 1 that `train_gpt --plan` puts under 90%
-          of the GPU's memory and that runs; on out-of-memory the next), one micro-batch per step (--accum for more):
-          build/apps/train_gpt --set train.device=cuda on a synthetic llm.c-format shard of uniform random tokens
-          (the speed does not depend on the tokens; --gpt-data for real shards), vs a nanoGPT-style PyTorch GPT-2
-          (validation/torch_models.py) with bf16 autocast, torch.compile where it works (else eager, and the table
-          says which), fused AdamW where torch has it, clip 1.0, the same batch and sequence length; plus PyTorch in
-          fp32 with TF32 off (the like-for-like line for hpctrain's fp32 row).
+          as large as fits (--gpt-micro-batch, else the first of 64 48 32 16 8 4 2 1 that `train_gpt --plan` puts
+          under 90% of the GPU's memory and that runs; on out-of-memory the next), one micro-batch per step (--accum
+          for more): build/apps/train_gpt --set train.device=cuda on a synthetic llm.c-format shard of uniform random
+          tokens (the speed does not depend on the tokens; --gpt-data for real shards), vs a nanoGPT-style PyTorch
+          GPT-2 (validation/torch_models.py, SDPA attention) with bf16 autocast, torch.compile in its default mode
+          where it works (else eager, and the table says which) and with --max-autotune also in mode "max-autotune",
+          fused AdamW where torch has it, clip 1.0, the same batch and sequence length; plus PyTorch in fp32 with
+          TF32 off (the like-for-like line for hpctrain's fp32 row).
   resnet  ResNet-50 at 3x224x224, 1000 classes (inputs/resnet50.toml), micro-batch 256 128 64 32 16 likewise:
           build/apps/train_resnet --set train.device=cuda on a synthetic HDF5 image set (augmentation off: the
-          training step, not the host loader, is measured) vs torchvision's resnet50 (or the same network from
-          validation/torch_models.py when torchvision is missing) with SGD (Nesterov 0.9, weight decay on
-          conv/fc weights), channels_last + bf16 autocast (+ torch.compile where it works), and fp32 NCHW, TF32 off.
+          training step, not the host loader, is measured; hpctrain's tensors are NCHW) vs torchvision's resnet50
+          (or the same network from validation/torch_models.py when torchvision is missing) with SGD (Nesterov 0.9,
+          weight decay on conv/fc weights), channels_last + bf16 autocast (+ torch.compile, default mode and with
+          --max-autotune "max-autotune", where it works), and fp32 NCHW, TF32 off.
 
 Figures: the median step time over the steps after --warmup (hpctrain: metrics.jsonl `ms`; PyTorch: wall time of
-the whole step incl. the host-to-device copy of the batch from pinned memory, ending with cuda.synchronize);
+the whole step incl. the host-to-device copy of the batch from pinned memory, ending with cuda.synchronize; compiling
+and autotuning happen in the first steps, inside the warm-up);
 tokens/s or images/s from it; MFU with the FLOP counts the apps define and print (`--plan ... --json`: GPT the PaLM
 count 6N + 12 L C T flops per token, ResNet 3 x forward FLOPs per image; docs/performance.md), against the bf16 dense
 tensor peak of the device (or --peak-tflops: the MFU targets are defined against it), and against the peak of the
@@ -27,26 +30,50 @@ the one table, lib/core/device_peaks.cpp, through `train_gpt DECK --plan 1 --jso
 hpctrain runs once per --hp-precisions value (train.precision; default bf16 then fp32: the bf16 row against PyTorch's
 bf16 autocast, the fp32 row like-for-like against PyTorch fp32 with TF32 off), each at the largest micro-batch that
 fits; PyTorch runs at the first row's micro-batch. --hp-set train.precision=X runs that one precision only.
+hpctrain's first bf16 row (the first row when none is bf16) runs a second time with the same settings
+(--bitwise-rerun, the default; --no-bitwise-rerun skips it): its losses and gradient norms (metrics.jsonl) must be
+equal step for step as float64 hex; the timing is the first run's.
+The comparison is against PyTorch's best row (highest throughput: the peer) and hpctrain's best.
 Targets (printed PASS/MISS, not a failure): GPT-2 124M MFU >= 50% on an H100 (vs the bf16 peak);
 ResNet-50 images/s >= PyTorch's best.
 
+The record (JSON Lines, appended, one object per measured row of the tables; a failed row stays in the markdown
+only): validation/results/gpu/<device_slug>_<date>.jsonl with --record (else WORK/gpu/), device_slug the driver's
+device name in lower case with `_` for other characters (nvidia_h100_80gb_hbm3), date the UTC day (YYYY-MM-DD); each
+row's log (command, step times, the bitwise rerun's verdict, the program's output) in logs/<device_slug>_<date>/ next
+to it. Keys, exactly: device, device_slug, commit (`git rev-parse HEAD`, +dirty for a modified tree; --commit where
+the tree has no .git), torch_version and cudnn_version (the torch that ran: torch.__version__,
+torch.backends.cudnn.version(); null without torch), workload (gpt|resnet), program (hpctrain|pytorch), mode
+(compile|compile_max_autotune|eager|none: the mode that actually ran, eager when compiling failed; hpctrain none),
+precision (bf16|fp32|tf32), layout (channels_last|nchw|none: none for gpt, nchw for hpctrain's ResNet), deterministic
+(hpctrain true, bitwise reproducible by design; PyTorch false: no deterministic algorithms set), micro_batch,
+ms_per_step, throughput, unit (tokens/s|images/s), mfu (a fraction of the dense bf16 peak; null when the peak is
+unknown), peak_mem_gib (nvidia-smi; null when it saw nothing), bitwise_rerun (hpctrain: true / false from the rerun,
+null when not rerun; PyTorch null), log (the row's log, repository-relative). Every record passes validate_record()
+before it is written (a malformed one is not written and makes the exit status 1).
+
 usage:
-  /usr/bin/python3 validation/bench_gpu.py [--only gpt|resnet] [--record]      # on a GPU machine
+  /usr/bin/python3 validation/bench_gpu.py [--only gpt|resnet] [--record] [--max-autotune]     # on a GPU machine
   /usr/bin/python3 validation/bench_gpu.py --dry-run [--work DIR]              # anywhere: checks without a GPU
-  (one workload takes a few minutes; on a machine with a 10-minute command limit run --only gpt, --only resnet)
+  (one workload takes a few minutes, more with --max-autotune; under a 10-minute command limit run --only gpt and
+  --only resnet separately)
 options: --build DIR (default build) or --train-gpt / --train-resnet EXE, --steps 40 --warmup 10 (30 measured steps,
   docs/performance.md), --accum 1, --gpt-micro-batch N, --resnet-micro-batch N, --gpt-data TRAIN VAL (real shards),
-  --peak-tflops X (bf16 dense), --no-compile, --hp-set KEY=VALUE (extra --set for both apps, e.g. a precision key),
-  --timeout S (per run). --record writes validation/results/gpu_<device>.md (gpu_<device>_<only>.md with --only).
+  --peak-tflops X (bf16 dense), --no-compile, --max-autotune, --no-bitwise-rerun, --hp-set KEY=VALUE (extra --set for
+  both apps, e.g. a precision key), --timeout S (per run), --commit SHA. --record writes
+  validation/results/gpu_<device>.md (gpu_<device>_<only>.md with --only) and the JSON Lines record above.
 --dry-run checks what it can without a GPU: the binaries exist, the decks parse with the benchmark's overrides
 (`--plan --json`), the apps' FLOP counts and peak lookup, the whole benchmark orchestration on the CPU
-with tiny models (synthetic data, both apps run and parsed, the PyTorch worker in bf16 autocast and fp32, table and
-record), the PyTorch models' parameter counts, and the table and record code on FAKE numbers (written under
---work, never to validation/results). Prints VALID at the end (the ctest validation_bench_gpu_dry).
+with tiny models (synthetic data, both apps run and parsed, the bitwise rerun, the PyTorch worker in bf16 autocast and
+fp32, table, markdown and JSON Lines record with device_slug cpu_dry_run), the PyTorch models' parameter counts, and
+the table and record code on FAKE numbers (device_slug fake_gpu), every record through validate_record() and
+malformed ones refused (all written under --work, never to validation/results). Prints VALID at the end (the ctest
+validation_bench_gpu_dry).
 """
 import argparse
 import datetime
 import json
+import math
 import os
 import re
 import shlex
@@ -61,7 +88,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT_DECK = os.path.join(ROOT, "inputs", "gpt2_124m.toml")
 RESNET_DECK = os.path.join(ROOT, "inputs", "resnet50.toml")
-GPT_CANDIDATES = [32, 16, 8, 4, 2, 1]
+GPT_CANDIDATES = [64, 48, 32, 16, 8, 4, 2, 1]
 RESNET_CANDIDATES = [256, 128, 64, 32, 16]
 OOM = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
                  r"CUDA_ERROR_OUT_OF_MEMORY|OutOfMemoryError", re.I)
@@ -246,9 +273,32 @@ def last_line(text):
     return (lines[-1] if lines else "no output").replace("|", "/")[:300]
 
 
+def metrics_steps(path):
+    """[(step, loss, grad_norm)] of a metrics.jsonl, the numbers as Python floats of the file's decimal strings
+    (None for null)."""
+    with open(path) as f:
+        recs = [json.loads(l) for l in f if l.strip()]
+    return [(r.get("step"), r.get("loss"), r.get("grad_norm")) for r in recs]
+
+
+def fhex(x):
+    return None if x is None else float(x).hex()
+
+
+def same_bits(a, b):
+    """(equal, message): two runs' metrics_steps() compared step by step, loss and gradient norm as float64 hex."""
+    if not a or len(a) != len(b):
+        return False, f"{len(a)} vs {len(b)} steps recorded"
+    for (s1, l1, g1), (s2, l2, g2) in zip(a, b):
+        if s1 != s2 or fhex(l1) != fhex(l2) or fhex(g1) != fhex(g2):
+            return False, (f"differ at step {s1}: loss {fhex(l1)} vs {fhex(l2)}, grad_norm {fhex(g1)} vs "
+                           f"{fhex(g2)}")
+    return True, f"{len(a)} steps: every loss and gradient norm equal as float64 hex"
+
+
 def run_hpctrain(exe, deck, sets, work, name, timeout, warmup, sample_mem):
-    """Runs one app; returns a result dict: ms (median after warm-up), ms_all, perf (the PERFORMANCE figures),
-    mem_mib, mem_src, cmd; or {'oom': True} / {'error': text}."""
+    """Runs one app; returns a result dict: ms (median after warm-up), ms_all, steps (metrics_steps), perf (the
+    PERFORMANCE figures), mem_mib, mem_src, cmd, log_path (the app's output); or {'oom': True} / {'error': text}."""
     out = os.path.join(work, name)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [exe, deck, "--out", out]
@@ -268,7 +318,7 @@ def run_hpctrain(exe, deck, sets, work, name, timeout, warmup, sample_mem):
     mem, src = sampler.stop()
     with open(os.path.join(work, name + ".log"), errors="replace") as f:
         text = f.read()
-    res = {"cmd": cmd, "wall_s": time.time() - t0}
+    res = {"cmd": cmd, "wall_s": time.time() - t0, "log_path": os.path.join(work, name + ".log")}
     log(f"  {name}: rc {rc} in {res['wall_s']:.1f} s")
     if rc != 0:
         if OOM.search(text):
@@ -277,17 +327,21 @@ def run_hpctrain(exe, deck, sets, work, name, timeout, warmup, sample_mem):
         return dict(res, error=f"rc {rc}: {last_line(text)}")
     with open(os.path.join(out, "metrics.jsonl")) as f:
         ms = [json.loads(l)["ms"] for l in f]
+    steps = metrics_steps(os.path.join(out, "metrics.jsonl"))
     perf = [l for l in text.splitlines() if l.startswith("PERFORMANCE")]
     figs = perf[-1].split("|")[1].split() if len(perf) >= 2 else []
     if len(ms) <= warmup:
         return dict(res, error=f"{len(ms)} steps recorded, need more than --warmup {warmup}")
-    return dict(res, ms=statistics.median(ms[warmup:]), ms_all=ms, perf=figs, mem_mib=mem, mem_src=src,
+    return dict(res, ms=statistics.median(ms[warmup:]), ms_all=ms, steps=steps, perf=figs, mem_mib=mem, mem_src=src,
                 measured=len(ms) - warmup)
 
 
-def bench_hpctrain(kind, exe, deck, base_sets, candidates, mem_gib, work, args, unit_per_mb, sample_mem):
+def bench_hpctrain(kind, exe, deck, base_sets, candidates, mem_gib, work, args, unit_per_mb, sample_mem, rerun=False,
+                   tag=""):
     """Largest micro-batch that fits: candidates whose plan is under 90% of mem_gib (all when mem_gib is None),
-    tried in descending order, the next on out-of-memory. Returns (result, micro_batch, plans)."""
+    tried in descending order, the next on out-of-memory. rerun: the run that measured runs once more with the same
+    settings, and bitwise_rerun says whether both gave the same losses and gradient norms (same_bits; None when the
+    rerun failed); the timing is the first run's. Returns (result, micro_batch, plans)."""
     plans = {}
     for mb in candidates:
         try:
@@ -302,14 +356,23 @@ def bench_hpctrain(kind, exe, deck, base_sets, candidates, mem_gib, work, args, 
     for mb in fitting:
         log(f"  hpctrain {kind} micro-batch {mb}"
             + (f" (plan {plans[mb]['memory_gib']:.1f} GiB of {mem_gib:.1f})" if mb in plans and mem_gib else ""))
-        r = run_hpctrain(exe, deck, base_sets(mb), work, f"hpctrain_{kind}_mb{mb}", args.timeout, args.warmup,
-                         sample_mem)
+        name = f"hpctrain_{kind}{tag}_mb{mb}"
+        r = run_hpctrain(exe, deck, base_sets(mb), work, name, args.timeout, args.warmup, sample_mem)
         if r.get("oom"):
             log(f"  out of memory at micro-batch {mb}: trying the next")
             continue
         if "error" in r:
             log(f"  run failed: {r['error']}")
         r["throughput"] = unit_per_mb * mb / r["ms"] * 1e3 if "ms" in r else None
+        if rerun and "ms" in r:
+            log(f"  hpctrain {kind} micro-batch {mb}: the same settings again (bitwise rerun)")
+            r2 = run_hpctrain(exe, deck, base_sets(mb), work, name + "_rerun", args.timeout, args.warmup, sample_mem)
+            if "steps" in r2:
+                r["bitwise_rerun"], r["rerun_msg"] = same_bits(r["steps"], r2["steps"])
+            else:
+                r["bitwise_rerun"], r["rerun_msg"] = None, "the rerun failed: " + r2.get("error", "out of memory")
+            r["rerun"] = {k: r2.get(k) for k in ("cmd", "log_path", "ms", "ms_all")}
+            log(f"  bitwise rerun: {r['bitwise_rerun']} ({r['rerun_msg']})")
         return r, mb, plans
     return {"error": "out of memory at every micro-batch"}, None, plans
 
@@ -317,8 +380,9 @@ def bench_hpctrain(kind, exe, deck, base_sets, candidates, mem_gib, work, args, 
 # ---------------------------------------------------------------- PyTorch worker ----
 
 def torch_worker(spec):
-    """Runs in a subprocess: spec = {model, device, precision (bf16|fp32), compile, batch, steps, warmup, tiny};
-    prints `RESULT <json>` last."""
+    """Runs in a subprocess: spec = {model, device, precision (bf16|fp32), compile (None, "default" or a
+    torch.compile mode such as "max-autotune"), batch, steps, warmup, tiny}; prints `RESULT <json>` last (mode: what
+    ran, in words; mode_key: compile | compile_max_autotune | eager)."""
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_models
@@ -332,7 +396,8 @@ def torch_worker(spec):
         torch.backends.cudnn.benchmark = True
     B, steps, warmup = spec["batch"], spec["steps"], spec["warmup"]
     torch.manual_seed(0)
-    info = {"torch": torch.__version__, "torch_cuda": getattr(torch.version, "cuda", None)}  # build() adds to it
+    info = {"torch": torch.__version__, "torch_cuda": getattr(torch.version, "cuda", None),
+            "cudnn": cudnn_version(torch)}  # build() adds to it
 
     def build():
         if spec["model"] == "gpt":
@@ -400,27 +465,31 @@ def torch_worker(spec):
             losses.append(float(loss.detach()))
         return times, losses
 
-    def attempt(compiled):
+    def attempt(compile_mode):
         m, opt, pool = build()
         fwd = m
-        if compiled:
+        if compile_mode == "default":
             fwd = torch.compile(m)
+        elif compile_mode:
+            fwd = torch.compile(m, mode=compile_mode)
         return run(fwd, opt, pool)
 
     result = {}
     try:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        mode, times = "eager", None
-        if spec["compile"] and hasattr(torch, "compile"):
+        mode, mode_key, times = "eager", "eager", None
+        cm = spec["compile"]
+        if cm and hasattr(torch, "compile"):
             try:
-                times, losses = attempt(True)
-                mode = "torch.compile"
+                times, losses = attempt(cm)
+                mode = "torch.compile" + ("" if cm == "default" else f" {cm}")
+                mode_key = "compile" if cm == "default" else "compile_" + re.sub(r"[^a-z0-9]+", "_", cm.lower())
             except Exception as e:  # noqa: BLE001 -- any compile failure: measure eager instead, say why
                 if "out of memory" in str(e).lower():
                     raise
                 first = str(e).splitlines()[0][:160] if str(e) else ""
-                mode = f"eager (torch.compile failed: {type(e).__name__}: {first})"
+                mode = f"eager (torch.compile{'' if cm == 'default' else ' ' + cm} failed: {type(e).__name__}: {first})"
         elif spec["compile"]:
             mode = "eager (torch.compile not in this torch)"
         if times is None:  # outside the except block: the failed attempt's model and optimizer are freed by now
@@ -428,7 +497,7 @@ def torch_worker(spec):
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             times, losses = attempt(False)
-        result.update(mode=mode, ms=statistics.median(times[warmup:]), ms_all=times, loss_first=losses[0],
+        result.update(mode=mode, mode_key=mode_key, ms=statistics.median(times[warmup:]), ms_all=times, loss_first=losses[0],
                       loss_last=losses[-1], measured=len(times) - warmup)
         if cuda:
             result["max_allocated_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
@@ -438,6 +507,25 @@ def torch_worker(spec):
             raise
         result["oom"] = True
     print("RESULT " + json.dumps(dict(info, **result)), flush=True)
+
+
+def cudnn_version(torch):
+    """torch.backends.cudnn.version() (an int such as 91002), None when torch has no cuDNN."""
+    try:
+        v = torch.backends.cudnn.version()
+        return int(v) if v is not None else None
+    except Exception:  # noqa: BLE001 -- a CPU-only torch may raise instead of returning None
+        return None
+
+
+def torch_versions(python=None):
+    """{'torch': torch.__version__, 'cudnn': cuDNN version} of the torch the PyTorch worker imports (the same
+    interpreter), None values without torch."""
+    code = ("import json, torch\ntry:\n    c = torch.backends.cudnn.version()\nexcept Exception:\n    c = None\n"
+            "print('TORCH ' + json.dumps({'torch': torch.__version__, 'cudnn': int(c) if c is not None else None}))")
+    rc, out = sh([python or sys.executable, "-c", code], timeout=300)
+    lines = [l for l in out.splitlines() if l.startswith("TORCH ")]
+    return json.loads(lines[-1][6:]) if rc == 0 and lines else {"torch": None, "cudnn": None}
 
 
 def run_torch(spec, timeout, sample_mem, log_path):
@@ -455,22 +543,27 @@ def run_torch(spec, timeout, sample_mem, log_path):
             out, _ = p.communicate()
     mem, src = sampler.stop()
     res = [json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")]
-    name = f"pytorch {spec['model']} {spec['precision']} mb {spec['batch']}"
+    name = f"pytorch {spec['model']} {spec['precision']}{' ' + spec['compile'] if spec['compile'] else ''} mb " \
+           f"{spec['batch']}"
     log(f"  {name}: rc {p.returncode} in {time.time() - t0:.1f} s")
     if p.returncode != 0 or not res:
         with open(log_path, errors="replace") as f:
             text = f.read()
         log("    " + "\n    ".join(text.strip().splitlines()[-6:]))
-        return {"error": f"rc {p.returncode}: {last_line(text)}", "cmd": cmd}
-    return dict(res[0], mem_mib=mem, mem_src=src, cmd=cmd)
+        return {"error": f"rc {p.returncode}: {last_line(text)}", "cmd": cmd, "log_path": log_path}
+    return dict(res[0], mem_mib=mem, mem_src=src, cmd=cmd, log_path=log_path,
+                result_line=[l for l in out.splitlines() if l.startswith("RESULT ")][0])
 
 
-def bench_torch(model, precision, batch, args, device, sample_mem, work, tiny=None):
-    """PyTorch at `batch`, halving on out-of-memory. Returns (result, batch)."""
+def bench_torch(model, precision, batch, args, device, sample_mem, work, tiny=None, compile_mode="default"):
+    """PyTorch at `batch`, halving on out-of-memory; torch.compile in compile_mode ("default", "max-autotune") for
+    bf16 unless --no-compile, fp32 eager. Returns (result, batch)."""
+    cm = compile_mode if (not args.no_compile) and precision == "bf16" else None
     while batch >= 1:
         spec = {"model": model, "device": device, "precision": precision, "batch": batch, "steps": args.steps,
-                "warmup": args.warmup, "compile": (not args.no_compile) and precision == "bf16", "tiny": tiny}
-        r = run_torch(spec, args.timeout, sample_mem, os.path.join(work, f"torch_{model}_{precision}_mb{batch}.log"))
+                "warmup": args.warmup, "compile": cm, "tiny": tiny}
+        tag = "" if cm in (None, "default") else "_" + re.sub(r"[^a-z0-9]+", "_", cm)
+        r = run_torch(spec, args.timeout, sample_mem, os.path.join(work, f"torch_{model}_{precision}{tag}_mb{batch}.log"))
         if not r.get("oom"):
             return r, batch
         log(f"  PyTorch out of memory at batch {batch}: halving")
@@ -488,11 +581,20 @@ def pct(x):
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def best_row(results, workload, hpctrain):
+    """The row of highest throughput of hpctrain's (hpctrain True) or PyTorch's rows of a workload (PyTorch's: the
+    peer), None when none measured."""
+    rows = [r for r in results if r["workload"] == workload and r["program"].startswith("hpctrain") == hpctrain
+            and r["res"].get("throughput")]
+    return max(rows, key=lambda r: r["res"]["throughput"]) if rows else None
+
+
 def make_rows(results, peaks):
     """Markdown rows from the per-configuration results: each {workload, program, precision, mb, res, unit,
-    flops_per_unit, peak_key}."""
+    flops_per_unit, peak_key}. The ratio column is hpctrain's best row over each PyTorch row."""
     rows = []
-    hp_tp = {r["workload"]: r["res"].get("throughput") for r in results if r["program"].startswith("hpctrain")}
+    hp_tp = {w: b["res"]["throughput"] for w in {r["workload"] for r in results}
+             for b in [best_row(results, w, True)] if b}
     for r in results:
         res = r["res"]
         tput = res.get("throughput")
@@ -522,7 +624,16 @@ def make_rows(results, peaks):
 def targets(results, dev_name):
     """The two performance targets as PASS / MISS lines (not failures)."""
     lines = []
-    hp = {r["workload"]: r for r in results if r["program"].startswith("hpctrain")}
+    hp = {w: best_row(results, w, True) or next(r for r in results if r["workload"] == w and
+                                                 r["program"].startswith("hpctrain"))
+          for w in {r["workload"] for r in results if r["program"].startswith("hpctrain")}}
+    for w in ("GPT-2 124M", "ResNet-50"):
+        h, peer = best_row(results, w, True), best_row(results, w, False)
+        if h and peer:
+            ht, pt = h["res"]["throughput"], peer["res"]["throughput"]
+            lines.append(f"PEER {w}: hpctrain's best ({h['precision']}, micro-batch {h['mb']}) {ht:,.0f} {h['unit']} "
+                         f"vs PyTorch's best ({peer['program']}, {peer['precision']}) {pt:,.0f} {peer['unit']}: "
+                         f"{ht / pt:.2f}x")
     g = hp.get("GPT-2 124M")
     if g is not None:
         mfu = g.get("mfu")
@@ -533,9 +644,7 @@ def targets(results, dev_name):
                      f"{'' if on_h100 else '; not an H100: the target is stated for an H100'})")
     r = hp.get("ResNet-50")
     if r is not None:
-        pt = [x for x in results if x["workload"] == "ResNet-50" and not x["program"].startswith("hpctrain")
-              and x["res"].get("throughput")]
-        best = max(pt, key=lambda x: x["res"]["throughput"]) if pt else None
+        best = best_row(results, "ResNet-50", False)
         hp_t = r["res"].get("throughput")
         if best is None or not hp_t:
             lines.append("TARGET ResNet-50 images/s >= PyTorch's: n/a (a run failed)")
@@ -553,14 +662,13 @@ def rel(cmd):
 
 
 def report(path, title, dev, torch_info, peaks, args, table, target_lines, results, notes):
-    commit = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])[1].strip() or "?"
-    dirty = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])[1].strip()
+    commit = getattr(args, "commit_id", None) or "unknown"
     lines = [f"# {title}", "",
              f"- date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}",
              f"- device: {dev['name']} ({dev['mem_mib'] / 1024:.0f} GiB), driver {dev['driver']}, CUDA (driver) "
              f"{dev['cuda_driver']}, nvcc {dev['nvcc']}",
-             f"- PyTorch {torch_info.get('torch', '?')} (CUDA {torch_info.get('torch_cuda', '?')}); hpctrain "
-             f"{commit}{' (+ local changes)' if dirty else ''}",
+             f"- PyTorch {torch_info.get('torch', '?')} (CUDA {torch_info.get('torch_cuda', '?')}, cuDNN "
+             f"{torch_info.get('cudnn', '?')}); hpctrain {commit}",
              f"- peaks (dense TFLOP/s, {peaks['label']}): bf16 {fmt(peaks['bf16'], 'g')}, tf32 "
              f"{fmt(peaks['tf32'], 'g')}, fp32 {fmt(peaks['fp32'], 'g')}",
              f"- method: median step time over the steps after {args.warmup} warm-up steps of {args.steps}; MFU = "
@@ -573,6 +681,229 @@ def report(path, title, dev, torch_info, peaks, args, table, target_lines, resul
             lines.append(f"- {r['workload']}, {r['program']} {r['precision']}: `{rel(r['res']['cmd'])}`")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------- the JSON Lines record ----
+
+RECORD_KEYS = ("device", "device_slug", "commit", "torch_version", "cudnn_version", "workload", "program", "mode",
+               "precision", "layout", "deterministic", "micro_batch", "ms_per_step", "throughput", "unit", "mfu",
+               "peak_mem_gib", "bitwise_rerun", "log")
+RECORD_ENUMS = {"workload": ("gpt", "resnet"), "program": ("hpctrain", "pytorch"),
+                "mode": ("compile", "compile_max_autotune", "eager", "none"), "precision": ("bf16", "fp32", "tf32"),
+                "layout": ("channels_last", "nchw", "none"), "unit": ("tokens/s", "images/s")}
+RECORD_UNIT = {"gpt": "tokens/s", "resnet": "images/s"}
+WORKLOAD_KEY = {"GPT-2 124M": "gpt", "ResNet-50": "resnet"}
+LOG_CAP = 256 * 1024  # characters of one program's output kept in a row's log (its start and its end)
+
+
+def git_commit(override=None):
+    """--commit when given; else `git rev-parse HEAD` of this tree (+dirty when tracked files are modified); None
+    when the tree is not a git checkout of its own (a copy without .git)."""
+    if override:
+        return override
+    rc, top = sh(["git", "-C", ROOT, "rev-parse", "--show-toplevel"])
+    if rc != 0 or os.path.realpath(top.strip()) != os.path.realpath(ROOT):
+        return None
+    rc, head = sh(["git", "-C", ROOT, "rev-parse", "HEAD"])
+    if rc != 0 or not re.fullmatch(r"[0-9a-f]{40}", head.strip()):
+        return None
+    dirty = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])[1].strip()
+    return head.strip() + ("+dirty" if dirty else "")
+
+
+def resolve_commit(args):
+    c = git_commit(args.commit)
+    if c is None:
+        log("warning: no .git here and no --commit: the record's commit is 'unknown' (pass --commit SHA)")
+    return c or "unknown"
+
+
+def validate_record(rec, root=ROOT):
+    """The problems of one record against the record format (an empty list: well-formed): exactly RECORD_KEYS in
+    that order, each of its type and values, the keys that go together, the log file present, JSON without NaN."""
+    if not isinstance(rec, dict):
+        return [f"not an object: {rec!r}"[:200]]
+    p = []
+    if list(rec) != list(RECORD_KEYS):
+        p.append(f"keys {list(rec)} are not exactly {list(RECORD_KEYS)}")
+
+    def num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def want(k, ok, what):
+        if k in rec and not ok(rec[k]):
+            p.append(f"{k} = {rec[k]!r}: not {what}")
+
+    want("device", lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string")
+    want("device_slug", lambda v: isinstance(v, str) and re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", v)
+         and v == slug(rec.get("device") or ""), "the device's name in lower case with _ (slug())")
+    want("commit", lambda v: isinstance(v, str) and re.fullmatch(r"\S+", v), "a string without blanks")
+    want("torch_version", lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "a string or null")
+    want("cudnn_version", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0),
+         "a positive integer or null")
+    for k, vals in RECORD_ENUMS.items():
+        want(k, lambda v, vals=vals: isinstance(v, str) and v in vals, "one of " + " | ".join(vals))
+    want("deterministic", lambda v: isinstance(v, bool), "true or false")
+    want("micro_batch", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer")
+    want("ms_per_step", lambda v: num(v) and v > 0, "a positive number")
+    want("throughput", lambda v: num(v) and v > 0, "a positive number")
+    want("mfu", lambda v: v is None or (num(v) and 0 < v <= 1), "a fraction in (0, 1] or null")
+    want("peak_mem_gib", lambda v: v is None or (num(v) and v > 0), "a positive number or null")
+    want("bitwise_rerun", lambda v: v is None or isinstance(v, bool), "true, false or null")
+    want("log", lambda v: isinstance(v, str) and v != "" and os.path.isfile(os.path.join(root, v))
+         and (os.path.isabs(v) or not v.startswith("..")), "an existing log file (repository-relative)")
+    w, prog = rec.get("workload"), rec.get("program")
+    if w in RECORD_UNIT and rec.get("unit") != RECORD_UNIT[w]:
+        p.append(f"unit {rec.get('unit')!r} for workload {w}: not {RECORD_UNIT[w]}")
+    if w == "gpt" and rec.get("layout") != "none":
+        p.append(f"layout {rec.get('layout')!r} for gpt: not none")
+    if w == "resnet" and rec.get("layout") == "none":
+        p.append("layout none for resnet: channels_last or nchw")
+    if prog == "hpctrain":
+        for k, v in (("mode", "none"), ("deterministic", True)):
+            if rec.get(k) != v:
+                p.append(f"{k} {rec.get(k)!r} for hpctrain: not {json.dumps(v)}")
+        if w == "resnet" and rec.get("layout") != "nchw":
+            p.append(f"layout {rec.get('layout')!r} for hpctrain's ResNet: it is NCHW")
+    if prog == "pytorch":
+        if rec.get("mode") == "none":
+            p.append("mode none for pytorch: compile, compile_max_autotune or eager")
+        if rec.get("bitwise_rerun") is not None:
+            p.append(f"bitwise_rerun {rec.get('bitwise_rerun')!r} for pytorch: not null")
+    try:
+        json.dumps(rec, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        p.append(f"not JSON: {e}")
+    return p
+
+
+def read_jsonl(path):
+    try:
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+    except OSError:
+        return []
+
+
+def read_text(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except (OSError, TypeError):
+        return None
+
+
+def capped(text, cap=LOG_CAP):
+    if len(text) <= cap:
+        return text
+    head = cap // 4
+    return text[:head] + f"\n[... {len(text) - cap:,} characters left out here ...]\n" + text[-(cap - head):]
+
+
+class Recorder:
+    """The JSON Lines record of one invocation (appended to PATH): add() turns a measured table row into a record,
+    writes the row's log into logs/<PATH's name>/ beside PATH, checks the record with validate_record() and appends
+    it; a malformed record is not written and lands in .problems; a row without a measurement (a failed run) stays
+    in the markdown only."""
+
+    def __init__(self, path, device, commit, torch_info, peaks, args, stamp):
+        self.path, self.device, self.slug, self.commit = path, device, slug(device), commit
+        self.torch_info, self.peaks, self.args, self.stamp = torch_info or {}, peaks, args, stamp
+        self.log_dir = os.path.join(os.path.dirname(path), "logs", os.path.splitext(os.path.basename(path))[0])
+        self.records, self.problems, self.skipped = [], [], []
+
+    def _row_log(self, e, rec):
+        res = e["res"]
+        base = f"{self.stamp}_{rec['workload']}_{rec['program']}_{rec['mode']}_{rec['precision']}_mb{rec['micro_batch']}"
+        path, n = os.path.join(self.log_dir, base + ".log"), 1
+        while os.path.exists(path):
+            n += 1
+            path = os.path.join(self.log_dir, f"{base}_{n}.log")
+        os.makedirs(self.log_dir, exist_ok=True)
+        ms_all = res.get("ms_all") or []
+        lines = [f"# bench_gpu.py row: {e['workload']} | {e['program']} | {e['precision']} | micro-batch {e['mb']}",
+                 f"# device {self.device}, commit {self.commit}, recorded "
+                 f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC",
+                 f"# command: {rel(res.get('cmd') or ['?'])}",
+                 f"# step times (ms, {len(ms_all)} steps): " + " ".join(f"{x:.3f}" for x in ms_all),
+                 f"# ms/step: the median of the {res.get('measured')} steps after --warmup {self.args.warmup}: "
+                 f"{res['ms']:.3f}; throughput {res['throughput']:.1f} {rec['unit']}",
+                 f"# peak GPU memory: {fmt(res.get('mem_mib'), '.0f')}{' MiB' if res.get('mem_mib') else ''} "
+                 f"({res.get('mem_src', 'n/a')})"
+                 + (f"; torch max_memory_allocated {res['max_allocated_mib']:.0f} MiB"
+                    if res.get("max_allocated_mib") else "")]
+        if res.get("steps"):
+            lines.append("# metrics.jsonl per step: loss, grad_norm (as written, then float64 hex)")
+            lines += [f"#   step {st}: loss {l!r} {fhex(l)} grad_norm {g!r} {fhex(g)}" for st, l, g in res["steps"]]
+        if "bitwise_rerun" in res:
+            rr = res.get("rerun") or {}
+            lines += [f"# bitwise rerun: {json.dumps(res['bitwise_rerun'])} ({res.get('rerun_msg', '')})",
+                      f"# rerun command: {rel(rr.get('cmd') or ['?'])}",
+                      "# rerun step times (ms): " + " ".join(f"{x:.3f}" for x in rr.get("ms_all") or [])]
+        if res.get("result_line"):
+            lines.append(f"# worker {res['result_line']}")
+        for what, lp in (("the run", res.get("log_path")), ("the rerun", (res.get("rerun") or {}).get("log_path"))):
+            if what == "the rerun" and not lp:
+                continue
+            text = read_text(lp) if lp else None
+            lines.append(f"===== output of {what}" + (f" ({os.path.basename(lp)})" if lp else "") + " =====")
+            lines.append(capped(text).rstrip("\n") if text is not None else "(no program output: "
+                         + ("FAKE row" if res.get("cmd") == ["FAKE"] else "none kept") + ")")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
+    def add(self, e):
+        res, meta = e["res"], e["rec"]
+        what = f"{e['workload']} {e['program']} {e['precision']}"
+        if "ms" not in res or not res.get("throughput"):
+            self.skipped.append(what)
+            log(f"  record: {what}: not recorded (no measurement: {res.get('error', 'failed')})")
+            return None
+        tput = res["throughput"]
+        fpu = e.get("flops_per_unit")
+        mfu = tput * fpu / 1e12 / self.peaks["bf16"] if fpu and self.peaks.get("bf16") else None
+        pytorch = meta["program"] == "pytorch"
+        tv = (res.get("torch") if pytorch and res.get("torch") else self.torch_info.get("torch"))
+        cv = (res.get("cudnn") if pytorch and res.get("torch") else self.torch_info.get("cudnn"))
+        rec = dict(device=self.device, device_slug=self.slug, commit=self.commit, torch_version=tv, cudnn_version=cv,
+                   workload=meta["workload"], program=meta["program"],
+                   mode=(res.get("mode_key") or meta["mode"]) if pytorch else "none",
+                   precision=meta["precision"], layout=meta["layout"], deterministic=meta["deterministic"],
+                   micro_batch=e["mb"], ms_per_step=float(res["ms"]), throughput=float(tput),
+                   unit=RECORD_UNIT.get(meta["workload"], "?"), mfu=mfu,
+                   peak_mem_gib=res["mem_mib"] / 1024 if res.get("mem_mib") else None,
+                   bitwise_rerun=None if pytorch else res.get("bitwise_rerun"), log=None)
+        lp = self._row_log(e, rec)
+        rec["log"] = os.path.relpath(lp, ROOT) if os.path.abspath(lp).startswith(ROOT + os.sep) else os.path.abspath(lp)
+        bad = validate_record(rec)
+        if bad:
+            self.problems.append(f"{what}: " + "; ".join(bad))
+            log(f"  record: {what}: MALFORMED, not written: {'; '.join(bad)}")
+            return None
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec, allow_nan=False) + "\n")
+        self.records.append(rec)
+        log(f"  record: {what} -> {os.path.relpath(self.path, ROOT) if self.path.startswith(ROOT) else self.path}")
+        return rec
+
+    def note(self):
+        where = os.path.relpath(self.path, ROOT) if self.path.startswith(ROOT + os.sep) else self.path
+        return (f"- JSON Lines record: `{where}` ({len(self.records)} rows appended"
+                + (f"; not recorded, no measurement: {', '.join(self.skipped)}" if self.skipped else "")
+                + (f"; MALFORMED, not written: {len(self.problems)}" if self.problems else "")
+                + "), each row's log in `" + (os.path.relpath(self.log_dir, ROOT) if self.log_dir.startswith(
+                    ROOT + os.sep) else self.log_dir) + "/`")
+
+
+def make_recorder(args, dev_name, peaks, rec_dir, torch_info=None):
+    """A Recorder for `<rec_dir>/<device_slug>_<UTC date>.jsonl`; torch_info: the worker's torch (torch_versions()
+    unless given)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    path = os.path.join(rec_dir, f"{slug(dev_name)}_{now.strftime('%Y-%m-%d')}.jsonl")
+    tv = torch_info if torch_info is not None else torch_versions()
+    return Recorder(path, dev_name, args.commit_id, tv, peaks, args, now.strftime("%H%M%S"))
 
 
 # ---------------------------------------------------------------- main ----
@@ -633,19 +964,63 @@ def main_gpu(args):
     log(f"device: {dev['name']}, driver {dev['driver']}, CUDA {dev['cuda_driver']}; peaks {peaks}")
     work = args.work or tempfile.mkdtemp(prefix="bench_gpu_")
     os.makedirs(work, exist_ok=True)
-    results, notes, torch_info = run_suite(args, dev, peaks, work, "cuda", tiny=False)
+    args.commit_id = resolve_commit(args)
+    recorder = make_recorder(args, dev["name"], peaks, os.path.join(ROOT, "validation", "results", "gpu")
+                             if args.record else os.path.join(work, "gpu"))
+    log(f"commit {args.commit_id}; torch {recorder.torch_info.get('torch')}, cuDNN {recorder.torch_info.get('cudnn')}"
+        f"; record {recorder.path}")
+    results, notes, torch_info = run_suite(args, dev, peaks, work, "cuda", tiny=False, recorder=recorder)
     path = None
     if args.record:
         os.makedirs(os.path.join(ROOT, "validation", "results"), exist_ok=True)
         path = os.path.join(ROOT, "validation", "results",
                             f"gpu_{slug(dev['name'])}{'_' + args.only if args.only else ''}.md")
     finish(results, dev, torch_info, peaks, args, notes, f"GPU training benchmarks: hpctrain vs PyTorch on "
-           f"{dev['name']}", path)
+           f"{dev['name']}", path, recorder)
+    if recorder.problems:
+        print("FAILED: malformed records (not written): " + " | ".join(recorder.problems))
+        sys.exit(1)
 
 
-def run_suite(args, dev, peaks, work, device, tiny):
-    """Both workloads (or --only one): hpctrain at the largest micro-batch that fits, PyTorch bf16 and fp32 at the
-    same batch. device 'cpu' + tiny: the same orchestration with tiny models on the CPU (--dry-run)."""
+def torch_configs(args):
+    """[(precision, torch.compile mode)] of the PyTorch rows: bf16 in the default mode, bf16 in "max-autotune" with
+    --max-autotune, fp32 (eager)."""
+    return [("bf16", "default")] + ([("bf16", "max-autotune")] if args.max_autotune and not args.no_compile
+                                    else []) + [("fp32", None)]
+
+
+def torch_program(r, cmode):
+    """The table's program cell of a PyTorch row: the mode that ran (a failed run: the mode asked for)."""
+    if r.get("mode"):
+        return f"PyTorch {r['mode']}"
+    return "PyTorch" + (f" (torch.compile {cmode} asked)" if cmode and cmode != "default" else "")
+
+
+def torch_meta(workload, precision, cmode, layout, args):
+    """The record's fields of a PyTorch row known before it runs (mode: the one asked for; Recorder.add takes the one
+    that ran from the result)."""
+    asked = "eager" if args.no_compile or not cmode else (
+        "compile" if cmode == "default" else "compile_" + re.sub(r"[^a-z0-9]+", "_", cmode))
+    return {"workload": workload, "program": "pytorch", "mode": asked, "precision": precision, "layout": layout,
+            "deterministic": False}  # torch.use_deterministic_algorithms is not set, cudnn.benchmark is
+
+
+def hp_meta(workload, precision):
+    return {"workload": workload, "program": "hpctrain", "mode": "none", "precision": precision,
+            "layout": "none" if workload == "gpt" else "nchw", "deterministic": True}
+
+
+def rerun_index(precs, args):
+    """The hpctrain row that runs twice (--bitwise-rerun): the first bf16 one, else the first; None when off."""
+    if not args.bitwise_rerun or not precs:
+        return None
+    return next((i for i, (p, _) in enumerate(precs) if p == "bf16"), 0)
+
+
+def run_suite(args, dev, peaks, work, device, tiny, recorder=None):
+    """Both workloads (or --only one): hpctrain at the largest micro-batch that fits, PyTorch bf16 (torch.compile,
+    and max-autotune with --max-autotune) and fp32 at the same batch; each row to the recorder as it is measured.
+    device 'cpu' + tiny: the same orchestration with tiny models on the CPU (--dry-run)."""
     exes = app_paths(args)
     for e in exes.values():
         if not os.path.exists(e):
@@ -657,6 +1032,11 @@ def run_suite(args, dev, peaks, work, device, tiny):
 
     def dev_sets(sets):
         return [f"train.device={device}" if s.startswith("train.device=") else s for s in sets]
+
+    def add(entry):
+        results.append(entry)
+        if recorder is not None:
+            recorder.add(entry)
 
     if args.only in (None, "gpt"):
         d = read_deck(GPT_DECK)["model"]
@@ -676,29 +1056,35 @@ def run_suite(args, dev, peaks, work, device, tiny):
         log("== GPT-2 124M" + (" (tiny: L2 C64 T64, CPU)" if tiny else ""))
         cands = [args.gpt_micro_batch] if args.gpt_micro_batch else ([2] if tiny else GPT_CANDIDATES)
         first_mb = None
-        for prec, psets in hp_precisions(exes["train_gpt"], args, on_gpu):
+        precs = hp_precisions(exes["train_gpt"], args, on_gpu)
+        for i, (prec, psets) in enumerate(precs):
             hp, mb, plans = bench_hpctrain(
                 "gpt", exes["train_gpt"], GPT_DECK,
                 lambda m: dev_sets(gpt_sets(m, args, tr, va, peaks["bf16"])) + psets + tiny_sets,
-                cands, mem_gib, work, args, T * args.accum, on_gpu)
+                cands, mem_gib, work, args, T * args.accum, on_gpu, rerun=i == rerun_index(precs, args),
+                tag=f"_{prec}" if len(precs) > 1 else "")
             first_mb = first_mb or mb
             if plans and fpt is None:
                 pl = next(iter(plans.values()))
                 fpt, n_flops = pl["flops_per_token"], pl["parameters_for_flops"]
-            results.append({"workload": "GPT-2 124M", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
-                            "unit": "tok/s", "flops_per_unit": fpt, "peak_key": peak_key(prec)})
+            add({"workload": "GPT-2 124M", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
+                 "unit": "tok/s", "flops_per_unit": fpt, "peak_key": peak_key(prec), "rec": hp_meta("gpt", prec)})
+            if "bitwise_rerun" in hp:
+                notes.append(f"- GPT-2 124M hpctrain {prec} micro-batch {mb}, run twice with the same settings: "
+                             f"bitwise_rerun {json.dumps(hp['bitwise_rerun'])} ({hp['rerun_msg']})")
             if hp.get("perf"):
                 notes.append(f"- train_gpt ({prec}) own PERFORMANCE figures (ms/step tokens/s tokens/s/rank MFU): "
                              f"{' '.join(hp['perf'])}")
         tb = first_mb or args.gpt_micro_batch or 8
         tcfg = dict(n_layer=L, n_head=NH, n_embd=C, seq_len=T, vocab_size=V) if tiny else None
-        for p in ("bf16", "fp32"):
-            r, b = bench_torch("gpt", p, tb * args.accum, args, device, on_gpu, work, tcfg)
-            torch_info = {k: r.get(k) for k in ("torch", "torch_cuda")} if r.get("torch") else torch_info
-            results.append({"workload": "GPT-2 124M", "program": f"PyTorch {r.get('mode', '')}".strip(),
-                            "precision": p + (" autocast" if p == "bf16" else ", TF32 off"),
-                            "mb": b, "res": dict(r, throughput=(T * b / r["ms"] * 1e3) if "ms" in r else None),
-                            "unit": "tok/s", "flops_per_unit": fpt, "peak_key": p})
+        for p, cmode in torch_configs(args):
+            r, b = bench_torch("gpt", p, tb * args.accum, args, device, on_gpu, work, tcfg, cmode)
+            torch_info = {k: r.get(k) for k in ("torch", "torch_cuda", "cudnn")} if r.get("torch") else torch_info
+            add({"workload": "GPT-2 124M", "program": torch_program(r, cmode),
+                 "precision": p + (" autocast" if p == "bf16" else ", TF32 off"),
+                 "mb": b, "res": dict(r, throughput=(T * b / r["ms"] * 1e3) if "ms" in r else None),
+                 "unit": "tok/s", "flops_per_unit": fpt, "peak_key": p,
+                 "rec": torch_meta("gpt", p, cmode, "none", args)})
         notes.append(f"- GPT flops per token 6N + 12 L C T = {fmt(fpt and fpt / 1e6, '.1f')} M (N = "
                      f"{fmt(n_flops, ',')}; train_gpt --plan --json); one micro-batch per step x --accum {args.accum}")
     if args.only in (None, "resnet"):
@@ -713,27 +1099,36 @@ def run_suite(args, dev, peaks, work, device, tiny):
         notes.append(f"- ResNet data: synthetic HDF5, {n} random 3x{hw}x{hw} images of 1000 classes; augmentation "
                      "off (data.crop_pad=0, data.flip=false); PyTorch: random float batches copied from pinned memory")
         first_mb, fpi = None, None
-        for prec, psets in hp_precisions(exes["train_resnet"], args, on_gpu):
+        precs = hp_precisions(exes["train_resnet"], args, on_gpu)
+        for i, (prec, psets) in enumerate(precs):
             hp, mb, plans = bench_hpctrain(
                 "resnet", exes["train_resnet"], RESNET_DECK,
                 lambda m: dev_sets(resnet_sets(m, args, tr, te, peaks["bf16"])) + psets + tiny_sets,
-                cands, mem_gib, work, args, args.accum, on_gpu)
+                cands, mem_gib, work, args, args.accum, on_gpu, rerun=i == rerun_index(precs, args),
+                tag=f"_{prec}" if len(precs) > 1 else "")
             first_mb = first_mb or mb
             fpi = fpi or (next(iter(plans.values()))["flops_per_image_training"] if plans else None)
-            results.append({"workload": "ResNet-50", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
-                            "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec)})
+            add({"workload": "ResNet-50", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
+                 "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec), "rec": hp_meta("resnet", prec)})
+            if "bitwise_rerun" in hp:
+                notes.append(f"- ResNet-50 hpctrain {prec} micro-batch {mb}, run twice with the same settings: "
+                             f"bitwise_rerun {json.dumps(hp['bitwise_rerun'])} ({hp['rerun_msg']})")
             if hp.get("perf"):
                 notes.append(f"- train_resnet ({prec}) own PERFORMANCE figures (ms/step images/s images/s/rank MFU): "
                              f"{' '.join(hp['perf'])}")
         tb = first_mb or args.resnet_micro_batch or 64
-        for p in ("bf16", "fp32"):
+        for p, cmode in torch_configs(args):
             r, b = bench_torch("resnet", p, tb * args.accum, args, device, on_gpu, work,
-                               {"width": 8, "hw": hw} if tiny else None)
-            torch_info = {k: r.get(k) for k in ("torch", "torch_cuda")} if r.get("torch") else torch_info
-            results.append({"workload": "ResNet-50", "program": f"PyTorch {r.get('mode', '')}".strip(),
-                            "precision": p + (" autocast, channels_last" if p == "bf16" else ", NCHW, TF32 off"),
-                            "mb": b, "res": dict(r, throughput=(b / r["ms"] * 1e3) if "ms" in r else None),
-                            "unit": "img/s", "flops_per_unit": fpi, "peak_key": p})
+                               {"width": 8, "hw": hw} if tiny else None, cmode)
+            torch_info = {k: r.get(k) for k in ("torch", "torch_cuda", "cudnn")} if r.get("torch") else torch_info
+            # the worker puts the model and the input in channels_last for bf16 on a GPU only
+            layout = "channels_last" if p == "bf16" and on_gpu else "nchw"
+            add({"workload": "ResNet-50", "program": torch_program(r, cmode),
+                 "precision": p + (", NCHW, TF32 off" if p == "fp32" else
+                                   " autocast, channels_last" if on_gpu else " autocast, NCHW on the CPU"),
+                 "mb": b, "res": dict(r, throughput=(b / r["ms"] * 1e3) if "ms" in r else None),
+                 "unit": "img/s", "flops_per_unit": fpi, "peak_key": p,
+                 "rec": torch_meta("resnet", p, cmode, layout, args)})
     for w in ("GPT-2 124M", "ResNet-50"):
         srcs = sorted({f"{r['res']['model_src']}, {r['res']['optimizer']}" for r in results
                        if r["workload"] == w and r["res"].get("model_src")})
@@ -742,8 +1137,11 @@ def run_suite(args, dev, peaks, work, device, tiny):
     return results, notes, torch_info
 
 
-def finish(results, dev, torch_info, peaks, args, notes, title, path):
+def finish(results, dev, torch_info, peaks, args, notes, title, path, recorder=None):
     table = make_rows(results, peaks)
+    if recorder is not None:
+        notes = notes + [recorder.note()]
+        log(recorder.note()[2:])
     tl = targets(results, dev["name"])
     log("")
     log(title)
@@ -823,10 +1221,13 @@ def main_dry(args):
 
     log("== the benchmark's orchestration on the CPU with tiny models (hpctrain and the PyTorch worker, bf16 and fp32;"
         " not a measurement)")
-    args.steps, args.warmup, args.no_compile = 4, 1, True
+    args.steps, args.warmup, args.no_compile, args.bitwise_rerun = 4, 1, True, True
+    args.commit_id = resolve_commit(args)
     cpu_dev = {"name": "CPU dry run", "driver": "-", "mem_mib": 0.0, "cuda_driver": "-", "nvcc": "-"}
     cpu_peaks = peaks_for(gpt_exe, "", 1.0)
-    results, notes, torch_info = run_suite(args, cpu_dev, cpu_peaks, os.path.join(work, "suite"), "cpu", tiny=True)
+    suite_rec = make_recorder(args, cpu_dev["name"], cpu_peaks, os.path.join(work, "suite", "gpu"))
+    results, notes, torch_info = run_suite(args, cpu_dev, cpu_peaks, os.path.join(work, "suite"), "cpu", tiny=True,
+                                           recorder=suite_rec)
     for r in results:
         res = r["res"]
         ok = "ms" in res and res["measured"] == 3 and res.get("throughput", 0) > 0
@@ -842,8 +1243,28 @@ def main_dry(args):
     check(len(results) == 6, f"6 result rows (2 workloads x hpctrain, PyTorch bf16, fp32): {len(results)}")
     table, tl, path = finish(results, cpu_dev, torch_info, cpu_peaks, args, notes,
                              "DRY RUN on the CPU with tiny models (bench_gpu.py --dry-run: not a measurement)",
-                             os.path.join(work, "suite", "dry_run_cpu.md"))
+                             os.path.join(work, "suite", "dry_run_cpu.md"), suite_rec)
     check(os.path.exists(path) and len(table) == 8, f"the dry run's table and record ({path})")
+    recs = suite_rec.records
+    check(len(recs) == 6 and not suite_rec.problems and all(validate_record(r) == [] for r in recs),
+          f"6 well-formed JSON Lines records of the CPU rows ({suite_rec.path}){suite_rec.problems or ''}")
+    check(read_jsonl(suite_rec.path) == recs and os.path.basename(suite_rec.path) ==
+          f"cpu_dry_run_{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}.jsonl",
+          "the record file holds exactly those records, named <device_slug>_<UTC date>.jsonl")
+    want = [("gpt", "hpctrain", "none", "fp32", "none", True), ("gpt", "pytorch", "eager", "bf16", "none", None),
+            ("gpt", "pytorch", "eager", "fp32", "none", None), ("resnet", "hpctrain", "none", "fp32", "nchw", True),
+            ("resnet", "pytorch", "eager", "bf16", "nchw", None), ("resnet", "pytorch", "eager", "fp32", "nchw", None)]
+    got = [(r["workload"], r["program"], r["mode"], r["precision"], r["layout"], r["bitwise_rerun"]) for r in recs]
+    check(got == want, f"records' workload, program, mode, precision, layout, bitwise_rerun: {got}")
+    check(all(r["device_slug"] == "cpu_dry_run" and r["commit"] == args.commit_id and r["torch_version"] ==
+              torch_info.get("torch") and r["deterministic"] == (r["program"] == "hpctrain") for r in recs),
+          f"device_slug cpu_dry_run, commit {args.commit_id}, torch {torch_info.get('torch')} (cuDNN "
+          f"{torch_info.get('cudnn')}), deterministic for hpctrain only")
+    hp_log = read_text(os.path.join(ROOT, recs[0]["log"])) or "" if recs else ""
+    check("# bitwise rerun: true" in hp_log and "===== output of the rerun" in hp_log and "PERFORMANCE" in hp_log
+          and re.search(r"#   step 1: loss \S+ 0x", hp_log) is not None,
+          f"the hpctrain row's log: command, per-step loss and gradient norm in hex, the rerun's verdict and both "
+          f"outputs ({recs[0]['log'] if recs else 'none'})")
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_models
@@ -857,35 +1278,106 @@ def main_dry(args):
     check([(k, v.shape) for k, v in own.state_dict().items()] == [(k, v.shape) for k, v in rn.state_dict().items()],
           "validation/torch_models.ResNet50 has torchvision's state_dict names and shapes")
 
-    log("== table and record on FAKE numbers")
-    dev = {"name": "FAKE GPU (dry run) H100", "driver": "FAKE", "mem_mib": 81559.0, "cuda_driver": "FAKE",
-           "nvcc": "FAKE"}
+    log("== table, markdown and JSON Lines record on FAKE numbers")
+    dev = {"name": "FAKE GPU", "driver": "FAKE", "mem_mib": 81559.0, "cuda_driver": "FAKE", "nvcc": "FAKE"}
     peaks = h100
     args.steps, args.warmup = 40, 10
-    fake = lambda ms, tput, **kw: dict(ms=ms, throughput=tput, mem_mib=40000.0, mem_src="FAKE", cmd=["FAKE"], **kw)
+    fake = lambda ms, tput, **kw: dict(ms=ms, throughput=tput, mem_mib=40000.0, mem_src="FAKE", cmd=["FAKE"],
+                                       measured=30, ms_all=[ms] * 40, **kw)
+    g = lambda prog, prec, mb, res, pk, rec: {"workload": "GPT-2 124M", "program": prog, "precision": prec, "mb": mb,
+                                             "res": res, "unit": "tok/s", "flops_per_unit": fpt, "peak_key": pk,
+                                             "rec": rec}
+    rn = lambda prog, prec, mb, res, pk, rec: {"workload": "ResNet-50", "program": prog, "precision": prec, "mb": mb,
+                                              "res": res, "unit": "img/s", "flops_per_unit": fpi_train,
+                                              "peak_key": pk, "rec": rec}
+    args.no_compile = False
     results = [
-        {"workload": "GPT-2 124M", "program": "hpctrain", "precision": "fp32", "mb": 16, "res": fake(1000.0, 16384.0),
-         "unit": "tok/s", "flops_per_unit": fpt, "peak_key": "fp32"},
-        {"workload": "GPT-2 124M", "program": "PyTorch torch.compile", "precision": "bf16 autocast", "mb": 16,
-         "res": fake(100.0, 163840.0, max_allocated_mib=30000.0), "unit": "tok/s", "flops_per_unit": fpt,
-         "peak_key": "bf16"},
-        {"workload": "ResNet-50", "program": "hpctrain", "precision": "fp32", "mb": 128, "res": fake(200.0, 640.0),
-         "unit": "img/s", "flops_per_unit": fpi_train, "peak_key": "fp32"},
-        {"workload": "ResNet-50", "program": "PyTorch eager", "precision": "fp32, NCHW, TF32 off", "mb": 128,
-         "res": {"error": "FAKE failure to show the failed-row format"}, "unit": "img/s",
-         "flops_per_unit": fpi_train, "peak_key": "fp32"},
+        g("hpctrain", "bf16", 64, fake(500.0, 131072.0, bitwise_rerun=True, rerun_msg="FAKE: 40 steps equal"),
+          "bf16", hp_meta("gpt", "bf16")),
+        g("hpctrain", "fp32", 16, fake(1000.0, 16384.0), "fp32", hp_meta("gpt", "fp32")),
+        g("PyTorch torch.compile", "bf16 autocast", 16, fake(100.0, 163840.0, max_allocated_mib=30000.0,
+                                                            mode_key="compile"), "bf16",
+          torch_meta("gpt", "bf16", "default", "none", args)),
+        g("PyTorch torch.compile max-autotune", "bf16 autocast", 16,
+          fake(90.0, 182044.4, mode_key="compile_max_autotune"), "bf16",
+          torch_meta("gpt", "bf16", "max-autotune", "none", args)),
+        rn("hpctrain", "fp32", 128, fake(200.0, 640.0), "fp32", hp_meta("resnet", "fp32")),
+        rn("PyTorch eager (torch.compile failed: FAKE)", "bf16 autocast, channels_last", 128,
+           fake(150.0, 853.3, mode_key="eager"), "bf16", torch_meta("resnet", "bf16", "default", "channels_last", args)),
+        rn("PyTorch eager", "fp32, NCHW, TF32 off", 128, {"error": "FAKE failure to show the failed-row format"},
+           "fp32", torch_meta("resnet", "fp32", None, "nchw", args)),
     ]
+    fake_rec = make_recorder(args, dev["name"], peaks, os.path.join(work, "gpu"), suite_rec.torch_info)
+    for e in results:
+        fake_rec.add(e)
     table, tl, path = finish(results, dev, torch_info, peaks, args, ["- FAKE notes line"],
                              "FAKE NUMBERS (bench_gpu.py --dry-run: the table and record code on made-up figures, not "
-                             "a measurement)", os.path.join(work, "gpu_FAKE_dry_run.md"))
-    # 16384 tok/s x 855.2 MFLOP = 14.0 TFLOP/s: 1.4% of 989 (bf16), 20.9% of 67 (fp32); PyTorch 10x that
-    check(len(table) == 6 and "| 14.0 | 1.4% | 20.9% (fp32) |" in table[2] and "| 0.10x |" in table[3]
-          and "run failed: FAKE" in table[5], "table: TFLOP/s, both MFUs, the hpctrain / PyTorch ratio, a failed row")
-    check(any("MISS" in l for l in tl) and any("n/a" in l for l in tl), "targets: GPT MISS, ResNet n/a (failed run)")
+                             "a measurement)", os.path.join(work, "gpu_FAKE_dry_run.md"), fake_rec)
+    # 16384 tok/s x 855.2 MFLOP = 14.0 TFLOP/s: 1.4% of 989 (bf16), 20.9% of 67 (fp32); hpctrain's best row (bf16,
+    # 131,072 tok/s) over PyTorch's: 0.80x, 0.72x
+    check(len(table) == 9 and "| 14.0 | 1.4% | 20.9% (fp32) |" in table[3] and "| 0.80x |" in table[4]
+          and "| 0.72x |" in table[5] and "run failed: FAKE" in table[8],
+          "table: TFLOP/s, both MFUs, hpctrain's best row over each PyTorch row, a failed row")
+    check(any(l.startswith("PEER GPT-2 124M") and "max-autotune" in l and "0.72x" in l for l in tl)
+          and any(l.startswith("PEER ResNet-50") and "torch.compile failed" in l for l in tl),
+          "the comparison against PyTorch's best row (GPT: max-autotune; ResNet: the eager fallback)")
+    check(any("MISS (hpctrain 11.3%" in l for l in tl) and any("ResNet-50 images/s >= PyTorch's: MISS" in l and
+                                                               "0.75x" in l for l in tl),
+          "targets: GPT MISS on hpctrain's best row (11.3%), ResNet MISS against PyTorch's best measured row")
     check(path is not None and path.startswith(work) and os.path.exists(path) and
-          "FAKE NUMBERS" in open(path).read(), f"record written under --work only ({path})")
-    check(not os.path.exists(os.path.join(ROOT, "validation", "results", "gpu_FAKE_dry_run.md")),
-          "nothing written to validation/results")
+          "FAKE NUMBERS" in open(path).read() and "JSON Lines record" in open(path).read(),
+          f"markdown written under --work only ({path}), naming the JSON Lines record")
+    frecs = fake_rec.records
+    check(len(frecs) == 6 and fake_rec.skipped == ["ResNet-50 PyTorch eager fp32, NCHW, TF32 off"]
+          and not fake_rec.problems and read_jsonl(fake_rec.path) == frecs
+          and all(validate_record(r) == [] for r in frecs),
+          f"6 well-formed records, the failed row not recorded ({fake_rec.path})")
+    got = [(r["program"], r["mode"], r["precision"], r["layout"], r["bitwise_rerun"]) for r in frecs]
+    check(got == [("hpctrain", "none", "bf16", "none", True), ("hpctrain", "none", "fp32", "none", None),
+                  ("pytorch", "compile", "bf16", "none", None), ("pytorch", "compile_max_autotune", "bf16", "none", None),
+                  ("hpctrain", "none", "fp32", "nchw", None), ("pytorch", "eager", "bf16", "channels_last", None)],
+          f"FAKE records: program, mode (the eager fallback says eager), precision, layout, bitwise_rerun: {got}")
+    r0 = frecs[0] if frecs else {}
+    check(r0.get("device_slug") == "fake_gpu" and r0.get("unit") == "tokens/s" and r0.get("micro_batch") == 64
+          and abs(r0.get("mfu", 0) - 131072.0 * fpt / 989.5e12) < 1e-12 and abs(r0.get("peak_mem_gib", 0) - 40000 / 1024)
+          < 1e-12 and r0.get("ms_per_step") == 500.0 and r0.get("cudnn_version") == suite_rec.torch_info.get("cudnn"),
+          "device_slug fake_gpu; unit, micro-batch, MFU of the bf16 peak, memory in GiB, ms/step, cuDNN as the torch's")
+    log("  record example: " + json.dumps(r0))
+    # malformed records are refused
+    bad_cases = {
+        "a key missing": {k: v for k, v in r0.items() if k != "log"},
+        "a key too many": dict(r0, error="x"),
+        "keys in another order": dict(reversed(list(r0.items()))),
+        "ms_per_step a string": dict(r0, ms_per_step="500.0"),
+        "micro_batch a bool": dict(r0, micro_batch=True),
+        "mode outside the enum": dict(r0, mode="max-autotune"),
+        "precision fp16": dict(r0, precision="fp16"),
+        "deterministic a string": dict(r0, deterministic="true"),
+        "hpctrain not deterministic": dict(r0, deterministic=False),
+        "hpctrain with a mode": dict(r0, mode="compile"),
+        "pytorch with bitwise_rerun": dict(r0, program="pytorch", mode="compile", deterministic=False),
+        "gpt in images/s": dict(r0, unit="images/s"),
+        "gpt with a layout": dict(r0, layout="nchw"),
+        "mfu above 1": dict(r0, mfu=1.5),
+        "mfu NaN": dict(r0, mfu=float("nan")),
+        "cudnn_version a string": dict(r0, cudnn_version="9.1"),
+        "slug not the device's": dict(r0, device_slug="fake"),
+        "log missing": dict(r0, log="validation/results/gpu/logs/none.log"),
+        "commit empty": dict(r0, commit=""),
+    }
+    missed = [k for k, v in bad_cases.items() if not validate_record(v)]
+    check(frecs and not missed, f"validate_record refuses {len(bad_cases)} malformed records"
+          + (f"; accepted: {missed}" if missed else ""))
+    n_before = len(read_jsonl(fake_rec.path))
+    fake_rec.add(g("hpctrain", "fp16", 8, fake(300.0, 27306.7), "fp16", hp_meta("gpt", "fp16")))
+    check(len(fake_rec.problems) == 1 and "precision" in fake_rec.problems[0]
+          and len(read_jsonl(fake_rec.path)) == n_before,
+          "a malformed record (precision fp16) is not written and is listed as a problem (a real run exits 1)")
+    gpu_dir = os.path.join(ROOT, "validation", "results", "gpu")
+    written = [os.path.join(dp, n) for dp, dns, fns in os.walk(gpu_dir) for n in dns + fns
+               if n.startswith(("fake_gpu", "cpu_dry_run"))]
+    check(not os.path.exists(os.path.join(ROOT, "validation", "results", "gpu_FAKE_dry_run.md")) and not written,
+          "nothing written to validation/results" + (f": {written}" if written else ""))
     if problems:
         print("FAILED: " + "; ".join(problems))
         sys.exit(1)
@@ -910,12 +1402,21 @@ def main():
     ap.add_argument("--gpt-data", nargs=2, metavar=("TRAIN_BIN", "VAL_BIN"), help="real GPT-2 shards")
     ap.add_argument("--peak-tflops", type=float, help="bf16 dense peak of the device (default: the table)")
     ap.add_argument("--no-compile", action="store_true", help="PyTorch eager only")
+    ap.add_argument("--max-autotune", action="store_true",
+                    help="also PyTorch bf16 with torch.compile(mode='max-autotune') (a row of its own)")
+    ap.add_argument("--bitwise-rerun", action=argparse.BooleanOptionalAction, default=True,
+                    help="run hpctrain's first bf16 row twice and compare losses and gradient norms bitwise "
+                         "(default on; --no-bitwise-rerun: bitwise_rerun null)")
+    ap.add_argument("--commit", help="the commit the record names (default git rev-parse HEAD; for a tree without "
+                                     ".git)")
     ap.add_argument("--hp-set", action="append", default=[], metavar="KEY=VALUE", help="extra --set for the apps")
     ap.add_argument("--hp-precisions", default="bf16,fp32",
                     help="train.precision values hpctrain runs at, one row each (default bf16,fp32; GPU only)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")
     ap.add_argument("--work", help="work directory (default: a new temporary one)")
-    ap.add_argument("--record", action="store_true", help="write validation/results/gpu_<device>.md")
+    ap.add_argument("--record", action="store_true",
+                    help="write validation/results/gpu_<device>.md and append validation/results/gpu/"
+                         "<device_slug>_<date>.jsonl (else WORK/gpu/)")
     ap.add_argument("--dry-run", action="store_true", help="check everything that needs no GPU (FAKE table)")
     args = ap.parse_args()
     args.argv = sys.argv[1:]

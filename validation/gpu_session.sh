@@ -12,7 +12,8 @@
 # memory (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT kernels; tools in
 # --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
-# while the budget lasts; before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
+# while the budget lasts (its JSON Lines records come back as OUTDIR/*.jsonl, their row logs as bench_logs.tar.gz, both
+# for validation/results/gpu/); before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
 # (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
 # back too). --skip drops parts of phase A's parallel work (unit, cuda_run, sanitize, or all; --extra still runs).
 # --layouts ARGS (one string, split at blanks): after the parallel work, before phase B, alone on the GPU, the layout
@@ -211,6 +212,9 @@ for b in "${benches[@]}"; do
   wait
   cp validation/results/gpu_*.md "$LOGS/" 2>/dev/null
   cp validation/results/gpu_*.md "$OUTDIR/" 2>/dev/null
+  # the benchmark's JSON Lines records and their row logs (validation/results/gpu/), to be committed as they are
+  find validation/results/gpu -maxdepth 1 -name '*.jsonl' ! -name '*_layouts.jsonl' -exec cp {} "$OUTDIR/" \; 2>/dev/null
+  [ -d validation/results/gpu/logs ] && tar -C validation/results/gpu -czf "$OUTDIR/bench_logs.tar.gz" logs 2>/dev/null
 done
 pack_logs
 note "done"

@@ -9,7 +9,7 @@
             or returned to the caller (who checks it); or assigned to a variable that the enclosing function compares,
             checks or returns. Anything else (a discarded result, a (void) cast, a use as a truth value) is reported,
             unless ALLOW below lists it, with its reason. Functions that return no status (STATUSLESS: the error-string
-            functions) and type names (cudaStream_t) are not calls to check.
+            functions, cudnnGetVersion) and type names (cudaStream_t) are not calls to check.
   pairs     every stream, event, cuBLAS / cuDNN handle or descriptor, NCCL communicator and device or pinned
             allocation that is created has a matching destroy (FAMILIES): in a method of the same class when a class
             creates it (its owner is reported), in the same function for a local, or, for a handle a function
@@ -36,7 +36,8 @@ STATUS_TYPES = ("cudaError_t", "cublasStatus_t", "cudnnStatus_t", "ncclResult_t"
 GTEST_COMPARE = {"EXPECT_EQ", "ASSERT_EQ", "EXPECT_NE", "ASSERT_NE"}
 PREDICATES = {"nccl_accepted": "lib/comm/nccl_communicator.cpp: ncclSuccess or ncclInProgress (non-blocking NCCL)"}
 STATUSLESS = {"cudaGetErrorString", "cudaGetErrorName", "cublasGetStatusString", "cublasGetStatusName",
-              "cudnnGetErrorString", "ncclGetErrorString", "ncclGetLastError"}
+              "cudnnGetErrorString", "ncclGetErrorString", "ncclGetLastError",
+              "cudnnGetVersion"}  # returns the library's version number
 # The allow-list: (call, where, reason). where = "anywhere", or "teardown": a destructor, a catch block, or one of
 # TEARDOWN_FUNCTIONS. A discarded result is accepted only when an entry matches.
 ALLOW = [

@@ -786,9 +786,9 @@ int check(const ResourceTables& tables) {
                             "reproduces are out of date: rerun the profile)");
   }
   // the wide kernels of the profile are not
-  for (const char* k : {"forward_tc_kernel", "crossentropy_kernel", "gelu_forward_kernel", "residual_kernel",
-                        "layernorm_forward_kernel", "backward_dkv_tc_kernel", "backward_dq_tc_kernel",
-                        "squares_chunk_kernel"})
+  for (const char* k :
+       {"forward_tc_kernel", "crossentropy_kernel", "gelu_forward_kernel", "residual_kernel",
+        "layernorm_forward_kernel", "backward_dkv_tc_kernel", "backward_dq_tc_kernel", "squares_chunk_kernel"})
     for (const Row* r : by_kernel[k])
       expect(!r->narrow && !r->partial_wave, r->instance + ": flagged narrow or below one wave");
   // the occupancy rule on known cases (cudaOccupancyMaxActiveBlocksPerMultiprocessor's for sm_90)

@@ -17,12 +17,12 @@ constexpr int kThreads = 256;         // elementwise kernels: threads per block 
 constexpr int kReduceThreads = 1024;  // sum / sum_squares_accumulate: the single block
 constexpr int kTableThreads = 512;    // chunk tables (sum_squares_ranges, adamw_update_chunks): threads per chunk
 constexpr int kSquaresThreads = kTableThreads;
-constexpr int kWteGroups = 64;        // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
-                                      // same bits (each row's positions are added in increasing order regardless)
-constexpr int kWteThreads = 128;      // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
-constexpr int kLnWarps = 8;           // LayerNorm forward / dinp: rows (one warp each) per block
-constexpr int kLnColTile = 32;        // LayerNorm dweight/dbias: columns per block (one per lane)
-constexpr int kLnRowGroups = 16;      // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
+constexpr int kWteGroups = 64;    // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
+                                  // same bits (each row's positions are added in increasing order regardless)
+constexpr int kWteThreads = 128;  // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
+constexpr int kLnWarps = 8;       // LayerNorm forward / dinp: rows (one warp each) per block
+constexpr int kLnColTile = 32;    // LayerNorm dweight/dbias: columns per block (one per lane)
+constexpr int kLnRowGroups = 16;  // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
 constexpr int kLnRowThreads = kLnWarps * 32;                // LayerNorm forward / dinp: threads per block
 constexpr int kLnParamThreads = kLnColTile * kLnRowGroups;  // LayerNorm dweight/dbias: threads per block
 constexpr unsigned kFullMask = 0xffffffffu;

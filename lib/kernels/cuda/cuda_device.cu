@@ -31,21 +31,28 @@ std::string shared_object_of(const void* symbol) {
 }
 }  // namespace
 
+// Each library's version as it reports it, "unknown" where the query fails (a log line must not stop a run).
 std::vector<std::string> cuda_libraries() {
   std::vector<std::string> libs;
   const size_t cudnn = cudnnGetVersion();  // 91300 for 9.13.0 (cuDNN 9: major * 10000 + minor * 100 + patch)
-  libs.push_back(fmt::format("cudnn {}.{}.{} {}", cudnn / 10000, cudnn / 100 % 100, cudnn % 100,
-                             shared_object_of(reinterpret_cast<const void*>(&cudnnGetVersion))));
+  libs.push_back(cudnn > 0 ? fmt::format("cudnn {}.{}.{} {}", cudnn / 10000, cudnn / 100 % 100, cudnn % 100,
+                                         shared_object_of(reinterpret_cast<const void*>(&cudnnGetVersion)))
+                           : std::string("cudnn (version unknown)"));
   int major = 0, minor = 0, patch = 0;
-  cublasGetProperty(MAJOR_VERSION, &major);
-  cublasGetProperty(MINOR_VERSION, &minor);
-  cublasGetProperty(PATCH_LEVEL, &patch);
-  libs.push_back(fmt::format("cublas {}.{}.{} {}", major, minor, patch,
-                             shared_object_of(reinterpret_cast<const void*>(&cublasGetProperty))));
+  const bool cublas_ok = cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+                         cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+                         cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
+  libs.push_back(cublas_ok ? fmt::format("cublas {}.{}.{} {}", major, minor, patch,
+                                         shared_object_of(reinterpret_cast<const void*>(&cublasGetProperty)))
+                           : std::string("cublas (version unknown)"));
   int rt = 0;
-  cudaRuntimeGetVersion(&rt);
-  libs.push_back(fmt::format("cudart {}.{} {}", rt / 1000, rt % 1000 / 10,
-                             shared_object_of(reinterpret_cast<const void*>(&cudaRuntimeGetVersion))));
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) {
+    libs.push_back(fmt::format("cudart {}.{} {}", rt / 1000, rt % 1000 / 10,
+                               shared_object_of(reinterpret_cast<const void*>(&cudaRuntimeGetVersion))));
+  } else {
+    (void)cudaGetLastError();  // clear the error state: later runtime calls must not report it
+    libs.push_back("cudart (version unknown)");
+  }
   return libs;
 }
 

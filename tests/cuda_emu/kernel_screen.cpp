@@ -465,30 +465,23 @@ void add_backward(Step& st, const Model& m, int b, int64_t times) {
 // tensor, cast_shape).
 void add_parameter_passes(Step& st, const Model& m, const std::string& phase, bool optimizer) {
   const auto params = parameter_tensors(m);
-  if (optimizer) {
-    int64_t chunks = 0;
-    double elements = 0;
-    for (const auto& p : params) {
-      chunks += (p.second + hpct::kernels::kSquaresChunk - 1) / hpct::kernels::kSquaresChunk;
-      elements += static_cast<double>(p.second);
-    }
-    st.launches.push_back({instance("squares_chunk_kernel", "", &cu::squares_chunk_kernel),
-                           phase + ": sum_squares_ranges (gradient norm, chunks)", "Optimizer::grad_sumsq: 1",
-                           cu::squares_chunks_shape(chunks), 1, elements * 4.0 + static_cast<double>(chunks) * 24.0});
-    st.launches.push_back({instance("partials_sum_kernel", "", &cu::partials_sum_kernel),
-                           phase + ": sum_squares_ranges (gradient norm, partials)", "Optimizer::grad_sumsq: 1",
-                           cu::reduce_shape(), 1, static_cast<double>(chunks) * 8.0 + 8.0});
-  }
-  if (optimizer) {  // AdamW::step: adamw_update_chunks over the table of every tensor's chunks, one launch
+  if (optimizer) {  // both run over the same table of every tensor's chunks (kernels/chunk_tables.hpp)
     int64_t chunks = 0;
     double elements = 0;
     for (const auto& p : params) {
       chunks += (p.second + hpct::kernels::kTableChunk - 1) / hpct::kernels::kTableChunk;
       elements += static_cast<double>(p.second);
     }
+    const double table = static_cast<double>(chunks);
+    st.launches.push_back({instance("squares_chunk_kernel", "", &cu::squares_chunk_kernel),
+                           phase + ": sum_squares_ranges (gradient norm, chunks)", "Optimizer::grad_sumsq: 1",
+                           cu::squares_chunks_shape(chunks), 1, elements * 4.0 + table * 24.0});
+    st.launches.push_back({instance("partials_sum_kernel", "", &cu::partials_sum_kernel),
+                           phase + ": sum_squares_ranges (gradient norm, partials)", "Optimizer::grad_sumsq: 1",
+                           cu::reduce_shape(), 1, table * 8.0 + 8.0});
     st.launches.push_back({instance("adamw_chunks_kernel", "", &cu::adamw_chunks_kernel),
                            phase + ": adamw_update_chunks", "AdamW::step: 1", cu::table_chunks_shape(chunks), 1,
-                           elements * 4.0 * 7 + static_cast<double>(chunks) * 48.0});
+                           elements * 4.0 * 7 + table * 48.0});
     return;
   }
   for (const auto& [name, n] : params)

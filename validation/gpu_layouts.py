@@ -76,6 +76,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from layout_rules import CONTROL_THREADS, RTOL, Reference, deviation, fmt, read_run  # noqa: E402
+from mpi_jobs import session_pids  # noqa: E402
 
 APPS = ("train_gpt", "train_resnet")
 KINDS = ("layout", "restart", "memory", "signal", "background_ckpt")
@@ -488,23 +489,6 @@ def rel(path):
 
 
 # ---------------------------------------------------------------------------------------------------- running
-def session_pids(sid):
-    """The live processes of session sid: a job started with start_new_session=True is mpirun's session, which its
-    ranks keep."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(pid))
-    return pids
-
-
 def rank_pid(sid, rank):
     """The pid of MPI rank `rank` in session sid (from its environment), or None."""
     for pid in session_pids(sid):

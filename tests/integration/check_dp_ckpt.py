@@ -60,6 +60,7 @@ from ckpt_read import latest_step_dir, read_checkpoint
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "validation"))
 from layout_rules import read_run, reference_of_run  # noqa: E402
+from mpi_jobs import session_pids  # noqa: E402
 
 scenario, exe, tool, deck, work = sys.argv[1:6]
 shutil.rmtree(work, ignore_errors=True)
@@ -138,21 +139,6 @@ def rank_pid(out, rank):
         if exe.encode() in cl and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and out.encode() in cl:
             return int(pid)
     return None
-
-
-def session_pids(sid):
-    """The live (not zombie) processes of session sid: a job started with start_new_session=True is mpirun's session,
-    which its ranks keep (Open MPI 4 gives every rank a process group of its own, so killpg(mpirun) misses them)."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(pid))
-    return pids
 
 
 def kill_job(proc, timeout=20.0):

@@ -1,20 +1,12 @@
 #include "comm/comm.hpp"
 
-#include <dlfcn.h>
-
 #include "core/format.hpp"
+#include "core/shared_object.hpp"
 
 namespace hpct::comm {
 
 std::unique_ptr<MpiCommunicator> make_world_communicator(const CommOptions& options) {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", options);
-}
-
-std::string library_path_of(const void* symbol) {
-  Dl_info info{};
-  if (dladdr(symbol, &info) != 0 && info.dli_fname != nullptr && info.dli_fname[0] != '\0')
-    return fmt::format("({})", info.dli_fname);
-  return "(statically linked)";
 }
 
 std::string mpi_library() {
@@ -24,7 +16,7 @@ std::string mpi_library() {
   std::string v(version, static_cast<size_t>(len));
   const size_t cut = v.find_first_of(",\n");
   if (cut != std::string::npos) v.resize(cut);
-  return fmt::format("mpi {} {}", v, library_path_of(reinterpret_cast<const void*>(&MPI_Init)));
+  return fmt::format("mpi {} {}", v, shared_object_of(reinterpret_cast<const void*>(&MPI_Init)));
 }
 
 }  // namespace hpct::comm

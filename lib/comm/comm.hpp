@@ -18,7 +18,4 @@ std::unique_ptr<MpiCommunicator> make_world_communicator(const CommOptions& opti
 // MPI_Init, by dladdr).
 std::string mpi_library();
 
-// "(path)" of the shared object holding `symbol` (dladdr), or "(statically linked)" when none does.
-std::string library_path_of(const void* symbol);
-
 }  // namespace hpct::comm

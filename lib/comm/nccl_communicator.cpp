@@ -5,7 +5,7 @@
 #include <exception>
 #include <utility>
 
-#include "comm/comm.hpp"
+#include "core/shared_object.hpp"
 #include "comm/nccl_check.hpp"
 #include "comm/nccl_wait.hpp"
 #include "comm/wait_backoff.hpp"
@@ -675,7 +675,7 @@ int nccl_version() {
 std::string nccl_library() {
   const int v = nccl_version();
   return fmt::format("nccl {}.{}.{} {}", v / 10000, v / 100 % 100, v % 100,
-                     library_path_of(reinterpret_cast<const void*>(&ncclGetVersion)));
+                     shared_object_of(reinterpret_cast<const void*>(&ncclGetVersion)));
 }
 
 }  // namespace hpct::comm

@@ -2,11 +2,11 @@
 // stream. Host code only (no kernels); every runtime call checked.
 #include <cublas_v2.h>
 #include <cudnn.h>
-#include <dlfcn.h>
 
 #include <cstdio>
 
 #include "core/cuda_check.hpp"
+#include "core/shared_object.hpp"
 #include "kernels/cuda/cuda_device.hpp"
 
 namespace hpct::kernels {
@@ -21,15 +21,6 @@ std::string cuda_unavailable_reason() {
   if (count <= 0) return "the CUDA runtime sees no device (cudaGetDeviceCount = 0)";
   return "";
 }
-
-namespace {
-std::string shared_object_of(const void* symbol) {
-  Dl_info info{};
-  if (dladdr(symbol, &info) != 0 && info.dli_fname != nullptr && info.dli_fname[0] != '\0')
-    return fmt::format("({})", info.dli_fname);
-  return "(statically linked)";
-}
-}  // namespace
 
 // Each library's version as it reports it, "unknown" where the query fails (a log line must not stop a run).
 std::vector<std::string> cuda_libraries() {

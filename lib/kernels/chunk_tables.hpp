@@ -8,7 +8,6 @@ namespace hpct::kernels {
 
 // Tensors are cut into chunks of at most kTableChunk elements, one block's work each.
 constexpr int64_t kTableChunk = int64_t{1} << 16;
-constexpr int64_t kSquaresChunk = kTableChunk;
 
 // A run of at most kTableChunk floats whose squares one block sums.
 struct SquaresChunk {

@@ -381,7 +381,7 @@ std::vector<SquaresChunk> squares_table(const std::vector<SquaresRange>& ranges)
   for (const SquaresRange& r : ranges) {
     HPCT_CHECK(r.n >= 0 && (r.n == 0 || r.x != nullptr), "squares_table: a range of {} elements at {}", r.n,
                static_cast<const void*>(r.x));
-    for (int64_t at = 0; at < r.n; at += kSquaresChunk) table.push_back({r.x + at, std::min(kSquaresChunk, r.n - at)});
+    for (int64_t at = 0; at < r.n; at += kTableChunk) table.push_back({r.x + at, std::min(kTableChunk, r.n - at)});
   }
   return table;
 }

@@ -329,7 +329,7 @@ float sum_to_host(const ExecContext& ctx, float* scratch /*(1)*/, const float* x
 // *out += sum of x[i]^2 (accumulated in double) on ctx.device; out is a double on the device.
 void sum_squares_accumulate(const ExecContext& ctx, double* out /*(1)*/, const float* x, int64_t n);
 // The sum of squares of many float ranges in one full-grid reduction (the global gradient norm), planned once:
-//   squares_table(ranges) cuts each range, in order, into chunks of kSquaresChunk elements (its last one shorter;
+//   squares_table(ranges) cuts each range, in order, into chunks of kTableChunk elements (its last one shorter;
 //     an empty range gives none): the chunk table, which the caller copies to ctx.device while planning;
 //   sum_squares_ranges adds, in double, every chunk's sum of squares into *acc: chunk c's in a fixed order into
 //     partials[c] (chunks doubles on ctx.device), then the partials in chunk order. On CUDA one block per chunk and one

@@ -475,7 +475,7 @@ void add_parameter_passes(Step& st, const Model& m, const std::string& phase, bo
     const double table = static_cast<double>(chunks);
     st.launches.push_back({instance("squares_chunk_kernel", "", &cu::squares_chunk_kernel),
                            phase + ": sum_squares_ranges (gradient norm, chunks)", "Optimizer::grad_sumsq: 1",
-                           cu::squares_chunks_shape(chunks), 1, elements * 4.0 + table * 24.0});
+                           cu::table_chunks_shape(chunks), 1, elements * 4.0 + table * 24.0});
     st.launches.push_back({instance("partials_sum_kernel", "", &cu::partials_sum_kernel),
                            phase + ": sum_squares_ranges (gradient norm, partials)", "Optimizer::grad_sumsq: 1",
                            cu::reduce_shape(), 1, table * 8.0 + 8.0});

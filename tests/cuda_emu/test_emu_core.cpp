@@ -112,21 +112,21 @@ TEST(EmuCore, SumSquaresAccumulatesInDouble) {
 // (the scalar path) and aligned (float4s); the result against the CPU backend's op on the same table, and against the
 // ranges' sums one by one.
 TEST(EmuCore, SumSquaresRangesOverAChunkTable) {
-  const auto x = random_vector(2 * kSquaresChunk + 9000, 11, -2.0, 2.0);
-  const std::vector<SquaresRange> ranges = {{x.data(), kSquaresChunk + 4097},  // two chunks, the second short
-                                            {x.data() + 5, 0},                 // nothing
-                                            {x.data() + kSquaresChunk + 4097, 1},
-                                            {x.data() + kSquaresChunk + 4099, 3001},  // not 16-byte aligned
-                                            {x.data() + 2 * kSquaresChunk, 9000}};
+  const auto x = random_vector(2 * kTableChunk + 9000, 11, -2.0, 2.0);
+  const std::vector<SquaresRange> ranges = {{x.data(), kTableChunk + 4097},  // two chunks, the second short
+                                            {x.data() + 5, 0},               // nothing
+                                            {x.data() + kTableChunk + 4097, 1},
+                                            {x.data() + kTableChunk + 4099, 3001},  // not 16-byte aligned
+                                            {x.data() + 2 * kTableChunk, 9000}};
   const std::vector<SquaresChunk> table = squares_table(ranges);
   ASSERT_EQ(table.size(), 5u);
-  EXPECT_EQ(table[0].n, kSquaresChunk);
+  EXPECT_EQ(table[0].n, kTableChunk);
   EXPECT_EQ(table[1].n, 4097);
   const auto chunks = static_cast<int64_t>(table.size());
   std::vector<double> got{0.5}, partials(table.size(), NAN);
   ASSERT_TRUE(emulate_schedules(
       [&] {
-        EMU_LAUNCH(cu::squares_chunk_kernel, cu::squares_chunks_shape(chunks), table.data(), partials.data());
+        EMU_LAUNCH(cu::squares_chunk_kernel, cu::table_chunks_shape(chunks), table.data(), partials.data());
         EMU_LAUNCH(cu::partials_sum_kernel, cu::reduce_shape(), partials.data(), chunks, got.data());
       },
       {emu_output("sum_squares_ranges", got)}));

@@ -252,7 +252,7 @@ void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) {
 void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
                         double* partials) {
   HPCT_CHECK(chunks <= std::numeric_limits<int>::max(), "sum_squares_ranges: {} chunks exceed a grid", chunks);
-  HPCT_LAUNCH(squares_chunk_kernel, squares_chunks_shape(chunks), stream_of(ctx), table, partials);
+  HPCT_LAUNCH(squares_chunk_kernel, table_chunks_shape(chunks), stream_of(ctx), table, partials);
   HPCT_LAUNCH(partials_sum_kernel, reduce_shape(), stream_of(ctx), partials, chunks, acc);
 }
 

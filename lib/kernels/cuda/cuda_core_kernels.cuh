@@ -16,13 +16,12 @@ namespace {  // internal linkage: each includer (the .cu, the emulated test) com
 constexpr int kThreads = 256;         // elementwise kernels: threads per block (the grid is capped; grid-stride loops)
 constexpr int kReduceThreads = 1024;  // sum / sum_squares_accumulate: the single block
 constexpr int kTableThreads = 512;    // chunk tables (sum_squares_ranges, adamw_update_chunks): threads per chunk
-constexpr int kSquaresThreads = kTableThreads;
-constexpr int kWteGroups = 64;    // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
-                                  // same bits (each row's positions are added in increasing order regardless)
-constexpr int kWteThreads = 128;  // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
-constexpr int kLnWarps = 8;       // LayerNorm forward / dinp: rows (one warp each) per block
-constexpr int kLnColTile = 32;    // LayerNorm dweight/dbias: columns per block (one per lane)
-constexpr int kLnRowGroups = 16;  // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
+constexpr int kWteGroups = 64;        // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
+                                      // same bits (each row's positions are added in increasing order regardless)
+constexpr int kWteThreads = 128;      // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
+constexpr int kLnWarps = 8;           // LayerNorm forward / dinp: rows (one warp each) per block
+constexpr int kLnColTile = 32;        // LayerNorm dweight/dbias: columns per block (one per lane)
+constexpr int kLnRowGroups = 16;      // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
 constexpr int kLnRowThreads = kLnWarps * 32;                // LayerNorm forward / dinp: threads per block
 constexpr int kLnParamThreads = kLnColTile * kLnRowGroups;  // LayerNorm dweight/dbias: threads per block
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -95,7 +94,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 // of squares in a fixed order (thread_sum, the block's tree) into partials[chunk]; then one block sums the partials in
 // chunk order (thread k: partials k, k + 1024, ... in increasing order; the tree) and adds the total to *acc. The order
 // depends on the chunk table (the ranges' lengths) and the chunks' alignment only: not on the device or the timing.
-__global__ void __launch_bounds__(kSquaresThreads)
+__global__ void __launch_bounds__(kTableThreads)
     squares_chunk_kernel(const SquaresChunk* __restrict__ table, double* __restrict__ partials) {
   HPCT_SHARED(double, shared, [32]);
   const SquaresChunk c = table[blockIdx.x];
@@ -485,7 +484,6 @@ LaunchShape reduce_shape() { return {{1, 1, 1}, {kReduceThreads, 1, 1}, 0}; }
 LaunchShape table_chunks_shape(int64_t chunks) {
   return {{static_cast<unsigned>(chunks), 1, 1}, {kTableThreads, 1, 1}, 0};
 }
-LaunchShape squares_chunks_shape(int64_t chunks) { return table_chunks_shape(chunks); }
 LaunchShape encoder_wte_shape(int C) {
   return {{static_cast<unsigned>((C + kWteThreads - 1) / kWteThreads), kWteGroups, 1}, {kWteThreads, 1, 1}, 0};
 }

@@ -23,9 +23,9 @@
 #                 compute-sanitizer --tool <name> over the kernel test executables (tests/unit/kernels/test_kernels_cuda,
 #                 test_cuda_core, test_cuda_gpt, test_cuda_resnet; tests/unit/train/test_cuda_device when built).
 #                 compute-sanitizer missing, or refusing this GPU/driver: UNSUPPORTED (recorded, not a failure)
-#   cuda-run      tests/integration/check_cuda_run.py gpt, resnet, precision (tf32, bf16 and fp16 storage), layouts,
-#                 restart (the apps on the GPU vs the CPU); SKIPPED when the apps were not built (kernels-only) or the
-#                 tiny decks' data is missing
+#   cuda-run      tests/integration/check_cuda_run.py gpt, resnet, resnet_imagenet, precision (tf32, bf16 and fp16
+#                 storage), layouts, restart, memory (the apps on the GPU vs the CPU); SKIPPED when the apps were
+#                 not built (kernels-only) or the tiny decks' data is missing
 #   bench-gpt     validation/bench_gpu.py --only gpt --record (GPT-2 124M vs PyTorch on the same GPU)
 #   bench-resnet  validation/bench_gpu.py --only resnet --record (ResNet-50 vs PyTorch); both SKIPPED without the apps;
 #                 without an importable torch the PyTorch rows fail in the table and the hpctrain rows still run
@@ -72,7 +72,7 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PHASES=(build cuda-tests memcheck racecheck synccheck initcheck cuda-run bench-gpt bench-resnet)
-CUDA_RUN_SCENARIOS=(gpt resnet precision layouts restart memory)
+CUDA_RUN_SCENARIOS=(gpt resnet resnet_imagenet precision layouts restart memory)
 KERNEL_TESTS=(tests/unit/kernels/test_kernels_cuda tests/unit/kernels/test_cuda_core tests/unit/kernels/test_cuda_gpt
               tests/unit/kernels/test_cuda_resnet)
 OPTIONAL_TESTS=(tests/unit/train/test_cuda_device)  # built only with the apps' libraries

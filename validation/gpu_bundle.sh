@@ -32,7 +32,8 @@ gpu_bundle_pack() {
       *) echo "gpu_bundle: unknown argument '$1'" >&2; return 2 ;;
     esac
   done
-  local exes=(apps/train_gpt apps/train_resnet apps/ckpt_tool tests/unit/kernels/test_kernels_cuda
+  # prepare_images: check_cuda_run.py resnet_imagenet writes its small ImageNet-style data set with it
+  local exes=(apps/train_gpt apps/train_resnet apps/ckpt_tool apps/prepare_images tests/unit/kernels/test_kernels_cuda
               tests/unit/kernels/test_cuda_core tests/unit/kernels/test_cuda_gpt tests/unit/kernels/test_cuda_resnet
               tests/unit/train/test_cuda_device tests/mpi/comm/test_comm_nccl tests/mpi/pipeline/test_pipeline_nccl)
   local optional=(tests/mpi/comm/test_comm_staged)  # bundled when the build has them

@@ -8,9 +8,9 @@
 #                                         [--layouts-budget S]
 #
 # Phase A (in parallel, until 45% of the budget): the CUDA test executables (ctest label cuda, run directly: ctest's
-# files hold this machine's absolute paths), tests/integration/check_cuda_run.py gpt resnet precision layouts restart
-# memory (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT kernels; tools in
-# --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
+# files hold this machine's absolute paths), tests/integration/check_cuda_run.py gpt resnet resnet_imagenet precision
+# layouts restart memory (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT
+# kernels; tools in --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
 # while the budget lasts (its JSON Lines records come back as OUTDIR/*.jsonl, their row logs as bench_logs.tar.gz, both
 # for validation/results/gpu/); before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
@@ -118,7 +118,7 @@ skipped unit || run_bg unit $((PHASE_A_END - 10)) bash -c '
     [ -x build/$t ] || [ $t != tests/mpi/comm/test_comm_staged ] || { echo "===== $t not bundled"; continue; }
     echo "===== $t"; timeout -k 5 120 build/$t --gtest_color=no; echo "===== $t exit $?"
   done'
-skipped cuda_run || for sc in gpt resnet precision layouts restart memory; do
+skipped cuda_run || for sc in gpt resnet resnet_imagenet precision layouts restart memory; do
   run_bg "cuda_run_$sc" $((PHASE_A_END - 10)) python3 tests/integration/check_cuda_run.py "$sc" build/apps/train_gpt \
     build/apps/train_resnet "/tmp/cuda_run_$sc"
 done

@@ -77,6 +77,10 @@ KEEP_FOREVER = [
      "one cuBLASLt workspace per device for the process's lifetime, like the cuBLAS handle it serves (cuda_gpt.cu, "
      "lt_workspace): allocated at the first bf16 GEMM, never in the step loop; a static destructor's cudaFree could "
      "run after the CUDA runtime is torn down"),
+    ("lib/kernels/cuda/cuda_core.cu", r"cudaMalloc",
+     "one buffer of reduction partials per device for the process's lifetime, like the cuBLASLt workspace "
+     "(cuda_core.cu, reduce_partials): allocated at the first column reduction, never in the step loop's steady state; "
+     "a static destructor's cudaFree could run after the CUDA runtime is torn down"),
     ("lib/kernels/cuda/cuda_resnet.cu", r"cudnnCreate\w*",
      "per-thread cuDNN handles and per-shape descriptor caches, never destroyed for the same reason (the header "
      "comment of cuda_resnet.cu; PyTorch leaks its handles likewise)"),

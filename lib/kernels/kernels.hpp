@@ -46,6 +46,19 @@ constexpr size_t gemm_workspace_bytes(Device device, DType act) {
   return device == Device::CUDA && act != DType::F32 ? kCudaGemmWorkspaceBytes : 0;
 }
 
+// The block partials of the CUDA backend's full-grid column reductions (LayerNorm's dweight and dbias, the Linear
+// bias gradient): one buffer of doubles per device, allocated at the first such reduction and kept, like the cuBLASLt
+// workspace. Its size bounds how many row groups a reduction splits into (cuda_core_kernels.cuh, partial_rows), so
+// the order of every sum depends on the shapes and this constant only. Counted as `workspace`.
+constexpr size_t kCudaReducePartialsBytes = size_t{8} << 20;
+
+// Every device-wide buffer the CUDA backend keeps for a run whose activations are of type `act` (the memory record's
+// and the plan's `workspace` besides the model's own): the cuBLASLt workspace under 16-bit storage and the reduction
+// partials; 0 on the CPU.
+constexpr size_t device_workspace_bytes(Device device, DType act) {
+  return gemm_workspace_bytes(device, act) + (device == Device::CUDA ? kCudaReducePartialsBytes : 0);
+}
+
 // The CUDA backend's convolution workspace (cuDNN): the 16-bit filter-gradient scratch of the layer (cuda_resnet.cu
 // says why it exists; none under fp32 storage), then a budget for cuDNN's algorithms computed from the shape: twice the
 // larger of the layer's input and output tensors (bytes of the storage type), at least 32 MiB. Each convolution runs

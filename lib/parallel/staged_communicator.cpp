@@ -369,14 +369,16 @@ int64_t chunk_elements(size_t block_bytes, DType dtype, int blocks, const std::s
 comm::WorkPtr HostStagedCommunicator::post_(std::unique_ptr<StagedWork> w, Block* b, DType dtype, int blocks) {
   // Collectives run on every rank in posting order, chunks included: an earlier collective that still has chunks to
   // post completes first (the ranks would otherwise interleave the chunks of the two at different places).
-  if (w->is_collective())
-    for (auto it = in_flight_.begin(); it != in_flight_.end();)
+  if (w->is_collective()) {
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
       if ((*it)->posting_chunks()) {
         (*it)->wait();
         it = in_flight_.begin();
       } else {
         ++it;
       }
+    }
+  }
   w->block_ = b;
   const int64_t chunk = b != nullptr ? chunk_elements(b->bytes, dtype, blocks, name()) : 1;
   in_flight_.push_back(w.get());

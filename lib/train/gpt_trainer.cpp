@@ -145,7 +145,7 @@ class GptTask final : public TrainTask {
   }
   MemoryKinds model_memory() const override {
     return gpt_model_kinds(model_.memory(), stage_->bytes() + evaluator_.bytes(),
-                           kernels::gemm_workspace_bytes(ctx_.device, model_.activation_dtype()));
+                           kernels::device_workspace_bytes(ctx_.device, model_.activation_dtype()));
   }
   void before_first_step() override {
     if (!dump_) return;

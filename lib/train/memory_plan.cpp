@@ -118,12 +118,12 @@ MemoryKinds gpt_model_kinds(const gpt::MemoryPlan& m, size_t batch_bytes, size_t
   return k;
 }
 
-MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes) {
+MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes, size_t device_workspace_bytes) {
   MemoryKinds k;
   k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes + m.buffer_bytes);
   k.grads = static_cast<double>(m.grad_bytes);
   k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + batch_bytes);
-  k.workspace = static_cast<double>(m.workspace_bytes);
+  k.workspace = static_cast<double>(m.workspace_bytes + device_workspace_bytes);
   return k;
 }
 
@@ -153,7 +153,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       const MemoryKinds model = gpt_model_kinds(m,
                                                 gpt::GptStage::planned_bytes(cfg, mp, schedule, MB, target.act) +
                                                     gpt::GptEvaluator::planned_bytes(cfg, mp, MB, target.act),
-                                                kernels::gemm_workspace_bytes(target.device, target.act));
+                                                kernels::device_workspace_bytes(target.device, target.act));
       Slab grads("gradients (planned)", target.device);  // the model's gradient slab, never allocated
       std::vector<gpt::ParamSpec> layout;
       for (const gpt::ShardSpec& s : gpt::parameter_layout(cfg, mp)) {
@@ -202,7 +202,8 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   resnet::MemoryPlan m = planned.memory();
   if (!model_allocates_grads(run.parallel.sync, dp)) m.grad_bytes = 0;
   if (model_shards_params(run.parallel.sync, dp)) m.param_bytes = m.compute_param_bytes = 0;
-  const MemoryKinds model = resnet_model_kinds(m, resnet::ResNetStage::planned_bytes(cfg, MB));
+  const MemoryKinds model = resnet_model_kinds(m, resnet::ResNetStage::planned_bytes(cfg, MB),
+                                               kernels::device_workspace_bytes(target.device, target.act));
   LoopMemoryInputs in;
   in.grads = &planned.grads();
   in.sync = run.parallel.sync;

@@ -60,11 +60,13 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
 // A model's slabs by kind: what the tasks' model_memory() reports from the allocated model and the plan counts from
 // the model's sizing functions. The GPT: params = the fp32 masters and the 16-bit compute copy, grads = its gradient
 // slab (0 when bound to ZeRO-2's buckets), activations = activations, backward scratch and the step's batch buffers
-// (batch_bytes: the pipeline stage's and the evaluator's), workspace = the cuBLASLt workspace (workspace_bytes).
+// (batch_bytes: the pipeline stage's and the evaluator's), workspace = the backend's device-wide buffers
+// (workspace_bytes: kernels::device_workspace_bytes).
 MemoryKinds gpt_model_kinds(const gpt::MemoryPlan& m, size_t batch_bytes, size_t workspace_bytes);
-// The ResNet: BatchNorm's running statistics count as params, the convolution workspace as workspace; batch_bytes:
-// the stage's batch buffers.
-MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes);
+// The ResNet: BatchNorm's running statistics count as params, the convolution workspace and the backend's device-wide
+// buffers (device_workspace_bytes: kernels::device_workspace_bytes) as workspace; batch_bytes: the stage's batch
+// buffers.
+MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes, size_t device_workspace_bytes);
 
 // What the training loop allocates around a model (training_loop.cpp), for DP rank dp_rank: added to `model`.
 struct LoopMemoryInputs {

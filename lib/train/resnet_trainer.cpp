@@ -118,7 +118,10 @@ class ResNetTask final : public TrainTask {
              d_.steps, static_cast<double>(d_.steps) / spe_, d_.sched.lr, d_.sgd.momentum, d_.sgd.nesterov,
              d_.sgd.weight_decay, d_.lr_kind, d_.sched.warmup_steps);
   }
-  MemoryKinds model_memory() const override { return resnet_model_kinds(model_.memory(), stage_.bytes()); }
+  MemoryKinds model_memory() const override {
+    return resnet_model_kinds(model_.memory(), stage_.bytes(),
+                              kernels::device_workspace_bytes(ctx_.device, model_.activation_dtype()));
+  }
   void before_first_step() override {
     if (dump_) dump_->record_state(ctx_, model_, "init");
   }

@@ -10,8 +10,9 @@
 //
 // The shapes hit the kernels' edges: sizes that are not multiples of the 256-thread block, one element, n = 0 (the
 // reduction still writes 0), unaligned pointers (the reduction's float4 path off, the pointwise kernels' 16-byte packs
-// off), C above the dwte kernel's 128-column block, N above the LayerNorm dweight kernel's 16 row groups, C below a
-// warp, a negative token.
+// off), C above the dwte kernel's 128-column block, LayerNorm backward over many row groups, over few groups of
+// many rows (a small partials buffer), and at a width whose block needs the shared-memory opt-in, C below a warp, a
+// negative token.
 //
 // bf16 storage (the kernels' __nv_bfloat16 instantiations, cuda_device_common.cuh): the same kernels against the CPU
 // backend's bf16 ops on the same bf16 inputs, and against the float kernels run on those inputs widened, then
@@ -637,6 +638,24 @@ struct LnShape {
   int N, C;
 };
 
+// layernorm_backward as cuda_core.cu launches it (layernorm_backward_kernel<S, P> at layernorm_backward_launch, then
+// column_partials_kernel), the rows cut as a partials buffer of partials_bytes allows; the partials it uses start NaN
+// (a partial the first kernel does not write poisons dweight) and end where the groups do (AddressSanitizer: a write
+// beyond them fails).
+template <typename S>
+void emu_layernorm_backward(S* dinp, float* dweight, float* dbias, const S* dout, const S* inp, const S* weight,
+                            const float* mean, const float* rstd, int N, int C, int P, int64_t partials_bytes) {
+  const cu::LayernormBackwardLaunch launch = cu::layernorm_backward_launch(N, C, partials_bytes);
+  std::vector<double> partials(sz(launch.rows.groups * 2 * C), std::numeric_limits<double>::quiet_NaN());
+  cu::with_row_pack<S>(P, [&](auto pack) {
+    constexpr int kP = decltype(pack)::value;
+    EMU_LAUNCH((cu::layernorm_backward_kernel<S, kP>), launch.shape, dinp, partials.data(), dout, inp, weight, mean,
+               rstd, int64_t{N}, C, launch.rows.rows_per_group);
+  });
+  EMU_LAUNCH(cu::column_partials_kernel, cu::column_partials_shape(2 * C, launch.rows.groups), dweight, dbias,
+             partials.data(), launch.rows.groups, 2 * C, C);
+}
+
 TEST(EmuCore, LayernormForward) {
   // C = 3 below a warp (lanes idle), 77 not a multiple of 32, 1031 one row; N = 13 leaves the last block's warps idle
   for (const LnShape s : {LnShape{13, 77}, LnShape{5, 768}, LnShape{37, 3}, LnShape{1, 1031}}) {
@@ -662,11 +681,41 @@ TEST(EmuCore, LayernormForward) {
   }
 }
 
+// The launch of the one-pass LayerNorm backward: the warps that fit 48 KiB, one warp with the opt-in beyond, and the
+// rows cut into groups the partials buffer holds.
+TEST(EmuCore, LayernormBackwardLaunch) {
+  const cu::LayernormBackwardLaunch gpt2 = cu::layernorm_backward_launch(32 * 1024, 768, kCudaReducePartialsBytes);
+  EXPECT_EQ(gpt2.shape.block.x, 128u);
+  EXPECT_EQ(gpt2.shape.shared_bytes, 4 * 2 * 768 * 8);
+  EXPECT_FALSE(gpt2.shape.shared_opt_in);
+  EXPECT_EQ(gpt2.rows.groups, cu::kPartialMaxGroups);
+  EXPECT_EQ(gpt2.rows.rows_per_group, 64);
+  const cu::LayernormBackwardLaunch wide = cu::layernorm_backward_launch(5, 3200, kCudaReducePartialsBytes);
+  EXPECT_EQ(wide.shape.block.x, 32u);
+  EXPECT_TRUE(wide.shape.shared_opt_in);
+  EXPECT_EQ(wide.rows.groups, 2);  // at least kLnRowsPerWarp rows per warp
+  const cu::LayernormBackwardLaunch small = cu::layernorm_backward_launch(1037, 77, 3 * 2 * 77 * 8);
+  EXPECT_EQ(small.rows.groups, 3);
+  EXPECT_EQ(small.rows.rows_per_group, 346);
+  EXPECT_EQ(cu::layernorm_backward_launch(0, 77, kCudaReducePartialsBytes).rows.groups, 0);
+  for (const auto& l : {gpt2, wide, small}) EXPECT_EQ(cu::launch_problem(l.shape, cu::kH100Limits), "");
+}
+
 TEST(EmuCore, LayernormBackwardAccumulates) {
-  // N = 1037 > the dweight kernel's 16 row groups; C = 77 and 800 not multiples of its 32-column tile
-  for (const LnShape s : {LnShape{13, 77}, LnShape{1037, 77}, LnShape{67, 800}, LnShape{3, 5}}) {
+  // N = 1037 over 33 row groups, and over 3 groups of 346 rows (a buffer of three groups); C = 77 and 800 not
+  // multiples of a warp's 32 columns (400: seven warps per block). (A width that needs the shared-memory opt-in, one
+  // warp per block, is left to LayernormBackwardLaunch: its 2 C blocks of column_partials_kernel would take ~20 s
+  // here, every thread a fiber.)
+  struct Case {
+    int N, C;
+    int64_t partials_bytes;
+  };
+  for (const Case s : {Case{13, 77, kCudaReducePartialsBytes}, Case{1037, 77, kCudaReducePartialsBytes},
+                       Case{1037, 77, 3 * 2 * 77 * 8}, Case{67, 400, kCudaReducePartialsBytes},
+                       Case{3, 5, kCudaReducePartialsBytes}}) {
     for (bool with_bias : {true, false}) {
-      SCOPED_TRACE("N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + (with_bias ? "" : " no dbias"));
+      SCOPED_TRACE("N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + " partials " +
+                   std::to_string(s.partials_bytes) + (with_bias ? "" : " no dbias"));
       const size_t NC = sz(int64_t{s.N} * s.C), C = sz(s.C);
       const auto inp = random_vector(NC, 100, -2.0, 3.0), dout = random_vector(NC, 101);
       const auto w = random_vector(C, 102), b = random_vector(C, 103);
@@ -676,10 +725,8 @@ TEST(EmuCore, LayernormBackwardAccumulates) {
       auto e_dinp = dinp, e_dw = dw, e_db = db;
       ASSERT_TRUE(emulate_schedules(
           [&] {
-            EMU_LAUNCH((cu::layernorm_backward_dinp_kernel<float, 1>), cu::layernorm_rows_shape(s.N), e_dinp.data(),
-                       dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), s.N, s.C);
-            EMU_LAUNCH(cu::layernorm_backward_dweight_kernel, cu::layernorm_params_shape(s.C), e_dw.data(),
-                       with_bias ? e_db.data() : nullptr, dout.data(), inp.data(), mean.data(), rstd.data(), s.N, s.C);
+            emu_layernorm_backward(e_dinp.data(), e_dw.data(), with_bias ? e_db.data() : nullptr, dout.data(),
+                                   inp.data(), w.data(), mean.data(), rstd.data(), s.N, s.C, 1, s.partials_bytes);
           },
           {emu_output("dinp", e_dinp), emu_output("dweight", e_dw), emu_output("dbias", e_db)}));
       layernorm_backward(cpu_ctx(), dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(),
@@ -777,11 +824,9 @@ void check_layernorm_matches_cpu() {
             constexpr int kP = decltype(pack)::value;
             EMU_LAUNCH((cu::layernorm_forward_kernel<S, kP>), cu::layernorm_rows_shape(s.N), emu_ptr(out) + o,
                        mean.data(), rstd.data(), emu_ptr(inp) + o, emu_ptr(w) + o, emu_ptr(b) + o, s.N, s.C);
-            EMU_LAUNCH((cu::layernorm_backward_dinp_kernel<S, kP>), cu::layernorm_rows_shape(s.N), emu_ptr(e_dinp) + o,
-                       emu_ptr(dout) + o, emu_ptr(inp) + o, emu_ptr(w) + o, mean.data(), rstd.data(), s.N, s.C);
           });
-          EMU_LAUNCH(cu::layernorm_backward_dweight_kernel, cu::layernorm_params_shape(s.C), e_dw.data(), e_db.data(),
-                     emu_ptr(dout) + o, emu_ptr(inp) + o, mean.data(), rstd.data(), s.N, s.C);
+          emu_layernorm_backward(emu_ptr(e_dinp) + o, e_dw.data(), e_db.data(), emu_ptr(dout) + o, emu_ptr(inp) + o,
+                                 emu_ptr(w) + o, mean.data(), rstd.data(), s.N, s.C, P, kCudaReducePartialsBytes);
         },
         {emu_output("out", out), emu_output("mean", mean), emu_output("rstd", rstd), emu_output("dinp", e_dinp),
          emu_output("dweight", e_dw), emu_output("dbias", e_db)}));

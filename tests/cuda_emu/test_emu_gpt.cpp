@@ -32,7 +32,8 @@
 // (V = Vp = 1, K = 1), a vocabulary below one warp, padded vocabularies (Vp > V), the largest row block (512 threads,
 // row_threads) with several elements per thread up to the GPT-2 vocabulary, out-of-range targets (the row's loss and
 // dlogits NaN, as the kernels document; the other rows unaffected), dloss other than 1 / N, dbias over several
-// column blocks and more rows than the 16 row groups, accumulated over two launches, vp_loss over several blocks.
+// column blocks and row groups (and over a buffer of two groups), accumulated over two launches, vp_loss over several
+// blocks.
 // Kept small: every CUDA thread is a fiber.
 #include "cuda_emu.hpp"  // first: the CUDA surface the kernel header compiles against
 #include "kernels/cuda/cuda_gpt_kernels.cuh"
@@ -43,6 +44,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -113,8 +115,25 @@ std::string name(const LinearShape& s) {
   return std::string("N") + std::to_string(s.N) + "C" + std::to_string(s.C) + "OC" + std::to_string(s.OC);
 }
 
+// matmul_backward's dbias as cuda_gpt.cu launches it (bias_grad_partial_kernel<S, P> at bias_grad_launch with P =
+// pack_width<S>(OC, {dout}), then column_partials_kernel), the rows cut as a partials buffer of partials_bytes
+// allows; the partials it uses start NaN (a partial the first kernel does not write poisons dbias) and end where the
+// groups do (AddressSanitizer: a write beyond them fails).
+template <typename S>
+void emu_bias_grad(float* dbias, const S* dout, int N, int OC, int64_t partials_bytes = kCudaReducePartialsBytes) {
+  const int P = cu::pack_width<S>(OC, {dout});
+  const cu::BiasGradLaunch launch = cu::bias_grad_launch(N, OC, P, partials_bytes);
+  std::vector<double> partials(sz(launch.rows.groups * OC), std::numeric_limits<double>::quiet_NaN());
+  cu::with_pack<S>(P, [&](auto p) {
+    EMU_LAUNCH((cu::bias_grad_partial_kernel<S, decltype(p)::value>), launch.shape, partials.data(), dout, int64_t{N},
+               OC, launch.rows.rows_per_group);
+  });
+  EMU_LAUNCH(cu::column_partials_kernel, cu::column_partials_shape(OC, launch.rows.groups), dbias, nullptr,
+             partials.data(), launch.rows.groups, OC, OC);
+}
+
 // Two launches (two micro-batches) add both contributions onto a pre-filled dbias (+=), as two matmul_backward calls
-// of the CPU backend do.
+// of the CPU backend do; the last shape also over a buffer of two row groups (many rows per group).
 TEST(EmuGpt, BiasGradMatchesCpuDbias) {
   uint32_t seed = 200;
   for (const LinearShape& s : kLinearShapes) {
@@ -124,10 +143,11 @@ TEST(EmuGpt, BiasGradMatchesCpuDbias) {
     const auto inp = random_vector(sz(int64_t{N} * C), seed++), weight = random_vector(sz(int64_t{OC} * C), seed++);
     const auto dbias0 = random_vector(sz(OC), seed++);
     auto dbias = dbias0;
+    const int64_t partials_bytes = OC == 768 ? 2 * 768 * 8 : kCudaReducePartialsBytes;
     ASSERT_TRUE(emulate_schedules(
         [&] {
-          EMU_LAUNCH(cu::bias_grad_kernel, cu::bias_grad_shape(OC), dbias.data(), dout1.data(), N, OC);
-          EMU_LAUNCH(cu::bias_grad_kernel, cu::bias_grad_shape(OC), dbias.data(), dout2.data(), N, OC);
+          emu_bias_grad(dbias.data(), dout1.data(), N, OC, partials_bytes);
+          emu_bias_grad(dbias.data(), dout2.data(), N, OC, partials_bytes);
         },
         {emu_output("dbias", dbias)}));
     std::vector<float> want = dbias0, dweight(sz(int64_t{OC} * C), 0.0f);
@@ -532,16 +552,24 @@ TEST(EmuGpt, LaunchGeometry) {
   const cu::LaunchShape r = cu::row_shape(37, 1000);
   EXPECT_EQ(r.grid.x, 37u);
   EXPECT_EQ(r.block.x, 512u);
-  const cu::LaunchShape g = cu::bias_grad_shape(65);
+  const cu::LaunchShape g = cu::bias_grad_launch(1000, 65, 1, kCudaReducePartialsBytes).shape;
   EXPECT_EQ(g.grid.x, 3u);
+  EXPECT_EQ(g.grid.y, 8u);  // groups of kBiasMinRows = 128 rows
   EXPECT_EQ(g.block.x, 32u);
-  EXPECT_EQ(g.block.y, 16u);
+  EXPECT_EQ(g.block.y, 8u);
+  // GPT-2's MLP bias at micro-batch 32 x 1024: 3072 bf16 columns in 12 blocks of 256; the buffer would hold 341
+  // groups, kBiasMinRows makes them 256 of 128 rows: 3072 blocks
+  const cu::BiasGradLaunch fc = cu::bias_grad_launch(32 * 1024, 3072, 8, kCudaReducePartialsBytes);
+  EXPECT_EQ(fc.shape.grid.x, 12u);
+  EXPECT_EQ(fc.rows.groups, 256);
+  EXPECT_EQ(fc.rows.rows_per_group, 128);
   const cu::LaunchShape b = cu::bias_broadcast_shape(100000, 3 * 768, 8);
   EXPECT_EQ(b.grid.x, 3u);
   EXPECT_EQ(b.grid.y, static_cast<unsigned>(cu::kBiasBroadcastRows));
   EXPECT_EQ(cu::bias_broadcast_shape(5, 257, 1).grid.y, 5u);
   EXPECT_EQ(cu::vp_loss_shape(513).grid.x, 3u);
-  for (const cu::LaunchShape& s : {r, g, b, cu::bias_broadcast_shape(int64_t{1} << 40, 65536, 1), cu::vp_loss_shape(1)})
+  for (const cu::LaunchShape& s :
+       {r, g, fc.shape, b, cu::bias_broadcast_shape(int64_t{1} << 40, 65536, 1), cu::vp_loss_shape(1)})
     EXPECT_EQ(cu::launch_problem(s, cu::kH100Limits), "");
 }
 
@@ -559,9 +587,8 @@ void check_bias_grad_matches_cpu_dbias() {
   const auto weight = random_storage<A>(sz(int64_t{OC} * C), 402);
   const auto dbias0 = random_vector(sz(OC), 403);
   auto dbias = dbias0;
-  ASSERT_TRUE(emulate_schedules(
-      [&] { EMU_LAUNCH(cu::bias_grad_kernel, cu::bias_grad_shape(OC), dbias.data(), emu_ptr(dout), N, OC); },
-      {emu_output("dbias", dbias)}));
+  ASSERT_TRUE(
+      emulate_schedules([&] { emu_bias_grad(dbias.data(), emu_ptr(dout), N, OC); }, {emu_output("dbias", dbias)}));
   std::vector<float> want = dbias0, dweight(sz(int64_t{OC} * C), 0.0f);
   const auto rdout = cpu_in(dout), rinp = cpu_in(inp), rweight = cpu_in(weight);
   matmul_backward(cpu_ctx(), static_cast<R*>(nullptr), dweight.data(), want.data(), rdout.data(), rinp.data(),

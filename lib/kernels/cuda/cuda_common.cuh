@@ -18,6 +18,9 @@
 
 namespace hpct::kernels::cuda {
 
+// Devices a process may address: the size of the per-device tables of handles and buffers kept for its life.
+constexpr int kMaxDevices = 64;
+
 inline cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
 inline dim3 to_dim3(const LaunchDim& d) { return dim3(d.x, d.y, d.z); }
@@ -58,6 +61,12 @@ void raise_dynamic_shared_limit(Kernel* kernel, int64_t bytes, const char* name)
              name, bytes, dev, optin);
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
+
+// The device's buffer of reduction partials (kernels.hpp kCudaReducePartialsBytes; cuda_device_common.cuh, "full-grid
+// column reductions"): allocated on the current device at the first call and kept for the life of the process, like
+// the cuBLASLt workspace. Its users run on the rank's compute stream, one reduction after another (stream order is
+// what keeps two reductions from sharing it at once). Defined in cuda_core.cu.
+double* reduce_partials();
 
 // kernel<<<shape>>>(args...) on `stream`, the geometry computed by the host function shared with the emulated tests
 // (which check it against the H100's limits, the opt-in included); a shape with shared_opt_in raises the limit first.

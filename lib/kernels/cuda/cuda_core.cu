@@ -26,7 +26,9 @@
 //     then one block over the partials in chunk order;
 //   - encoder dwte: each (row, column) is owned by one thread, which adds the positions in increasing order: the
 //     CPU's order, so dwte equals the CPU backend's bit for bit; dwpe likewise (one thread per (t, c), b in order);
-//   - LayerNorm dweight/dbias: one block per 32 columns, 16 fixed row groups in double, summed in a fixed order.
+//   - LayerNorm dweight/dbias: computed with dinp in one kernel, each block's rows in per-warp float accumulators
+//     added in double into the block's row of the device's partials, then one kernel adds the rows in order
+//     (cuda_device_common.cuh, "full-grid column reductions").
 //
 // Invalid tokens: the CPU backend throws on a negative token; a kernel cannot, and the host never reads device data,
 // so the forward embeddings write NaN for a negative token (the loss turns NaN and the run's NaN check stops it) and
@@ -35,11 +37,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_core_kernels.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::kernels::cuda {
 namespace {
@@ -84,6 +88,19 @@ void launch_reduce(const ExecContext& ctx, const char* op, const float* x, int64
 void check_count(const char* op, int64_t n) { HPCT_CHECK(n >= 0, "{}: n={} is negative", op, n); }
 
 }  // namespace
+
+// ---- the reduction partials (cuda_common.cuh) -----------------------------------------------------------------------
+double* reduce_partials() {
+  static std::mutex mu;
+  static void* buffers[kMaxDevices] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  HPCT_CHECK(dev >= 0 && dev < kMaxDevices, "kernels::cuda: device {} is beyond the reduction partials table ({})", dev,
+             kMaxDevices);
+  std::lock_guard<std::mutex> lock(mu);
+  if (!buffers[dev]) CUDA_CHECK(cudaMalloc(&buffers[dev], kCudaReducePartialsBytes));
+  return static_cast<double*>(buffers[dev]);
+}
 
 // ---- embedding ----------------------------------------------------------------------------------------------------
 template <typename A>
@@ -149,14 +166,20 @@ void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* 
   HPCT_CHECK(dinp != nullptr && dweight != nullptr && weight != nullptr,
              "layernorm_backward: dinp, dweight and weight must be set (only dbias may be null)");
   if (N == 0) return;
+  const LayernormBackwardLaunch launch = layernorm_backward_launch(N, C, kCudaReducePartialsBytes);
+  // the kernel's shared memory is checked against the device by HPCT_LAUNCH (16 C bytes: C <= 14,528 on an H100)
+  HPCT_CHECK(2 * int64_t{C} * static_cast<int64_t>(sizeof(double)) <= static_cast<int64_t>(kCudaReducePartialsBytes),
+             "layernorm_backward: C={} needs {} bytes of partials per row group; the device keeps {}", C,
+             16 * int64_t{C}, kCudaReducePartialsBytes);
+  double* partials = reduce_partials();
   with_row_pack<S>(row_pack<S>(C, {dinp, dout, inp, weight}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
-    HPCT_LAUNCH((layernorm_backward_dinp_kernel<S, P>), layernorm_rows_shape(N), stream_of(ctx), dev_ptr(dinp),
-                dev_ptr(dout), dev_ptr(inp), dev_ptr(weight), mean, rstd, N, C);
+    HPCT_LAUNCH((layernorm_backward_kernel<S, P>), launch.shape, stream_of(ctx), dev_ptr(dinp), partials, dev_ptr(dout),
+                dev_ptr(inp), dev_ptr(weight), mean, rstd, int64_t{N}, C, launch.rows.rows_per_group);
     HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
   });
-  HPCT_LAUNCH(layernorm_backward_dweight_kernel<S>, layernorm_params_shape(C), stream_of(ctx), dweight, dbias,
-              dev_ptr(dout), dev_ptr(inp), mean, rstd, N, C);
+  HPCT_LAUNCH(column_partials_kernel, column_partials_shape(2 * C, launch.rows.groups), stream_of(ctx), dweight, dbias,
+              partials, launch.rows.groups, 2 * C, C);
   HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_device_common.cuh"
+#include "kernels/cuda/cuda_reduce_kernels.cuh"
 #include "kernels/chunk_tables.hpp"
 
 namespace hpct::kernels::cuda {
@@ -19,11 +20,9 @@ constexpr int kTableThreads = 512;    // chunk tables (sum_squares_ranges, adamw
 constexpr int kWteGroups = 64;        // encoder dwte: row-ownership groups (row % kWteGroups); any value gives the
                                       // same bits (each row's positions are added in increasing order regardless)
 constexpr int kWteThreads = 128;      // encoder dwte: columns per block (a multiple of 32: warp-wide ballots)
-constexpr int kLnWarps = 8;           // LayerNorm forward / dinp: rows (one warp each) per block
-constexpr int kLnColTile = 32;        // LayerNorm dweight/dbias: columns per block (one per lane)
-constexpr int kLnRowGroups = 16;      // LayerNorm dweight/dbias: fixed row groups per block (blockDim.y)
-constexpr int kLnRowThreads = kLnWarps * 32;                // LayerNorm forward / dinp: threads per block
-constexpr int kLnParamThreads = kLnColTile * kLnRowGroups;  // LayerNorm dweight/dbias: threads per block
+constexpr int kLnWarps = 8;           // LayerNorm: rows (one warp each) per block at most
+constexpr int kLnRowThreads = kLnWarps * 32;  // LayerNorm forward: threads per block
+constexpr int kLnRowsPerWarp = 4;  // LayerNorm backward: rows per warp of a block at least (amortises the partials)
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // GELU tanh approximation: the constants and formulation of cpu/cpu_math.hpp (gelu_simd / gelu_grad_simd), with
@@ -392,77 +391,66 @@ __global__ void __launch_bounds__(kLnRowThreads)
   }
 }
 
-// dinp += rstd * (w dout - mean(w dout) - norm * mean(w dout norm)): one warp per row, float warp sums; the sum with
-// the old dinp in float, rounded once to S.
+// LayerNorm backward in one pass over the rows, with the CPU's expressions (cpu_layers.cpp):
+//   dinp += rstd * (w dout - mean(w dout) - norm * mean(w dout norm))      (float warp sums; rounded once to S)
+//   dweight += sum_n dout norm, dbias += sum_n dout        (the float products added in double, as the CPU; below)
+// Block b owns the rows [b R, (b + 1) R) (R = rows_per_block) and has W warps (blockDim.x / 32); warp w takes its
+// rows w, w + W, ... in order, one row at a time as the forward does (lane l: the packs of P columns from l P,
+// l P + 32 P, ...), and adds each row's dout norm and dout into its own double accumulators in shared memory (2 C
+// doubles per warp; a lane touches only its own columns, so no barrier is needed until the end). Then the block adds
+// its W warps' accumulators in order w = 0, 1, ... into its group b of the 2 C partials columns (dweight's C, then
+// dbias's C), and column_partials_kernel finishes the sums: double all the way, as the CPU, in an order that depends
+// on N, C and the buffer's size only. (Float accumulators, tried first, drifted by ~1e-5 relative over ~40 rows per
+// warp, beyond the CPU comparison's 1e-6.)
 template <typename S, int P>
 __global__ void __launch_bounds__(kLnRowThreads)
-    layernorm_backward_dinp_kernel(S* dinp, const S* dout, const S* inp, const S* weight, const float* mean,
-                                   const float* rstd, int N, int C) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= N) return;  // uniform over the warp
-  const S* x = inp + row * C;
-  const S* d = dout + row * C;
-  S* dx = dinp + row * C;
-  const float m = mean[row], r = rstd[row];
-  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for (int c = lane * P; c < C; c += 32 * P) {
-    const Pack<S, P> xv = load_pack<P>(x + c), dv = load_pack<P>(d + c), w = load_pack<P>(weight + c);
+    layernorm_backward_kernel(S* dinp, double* partials, const S* dout, const S* inp, const S* weight,
+                              const float* mean, const float* rstd, int64_t N, int C, int64_t rows_per_block) {
+  HPCT_DYNAMIC_SHARED(double, acc);  // [warps][2][C]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  double* acc_w = acc + static_cast<int64_t>(warp) * 2 * C;
+  double* acc_b = acc_w + C;
+  for (int c = lane * P; c < C; c += 32 * P)
 #pragma unroll
-    for (int j = 0; j < P; j++) {
-      const float dnorm = to_float(w.v[j]) * to_float(dv.v[j]);
-      dnorm_sum += dnorm;
-      dnorm_norm_sum += dnorm * (to_float(xv.v[j]) - m) * r;
-    }
-  }
-  dnorm_sum = warp_sum(dnorm_sum);
-  dnorm_norm_sum = warp_sum(dnorm_norm_sum);
-  const float dnorm_mean = dnorm_sum / C, dnorm_norm_mean = dnorm_norm_sum / C;
-  for (int c = lane * P; c < C; c += 32 * P) {
-    const Pack<S, P> xv = load_pack<P>(x + c), dv = load_pack<P>(d + c), w = load_pack<P>(weight + c);
-    Pack<S, P> g = load_pack<P>(dx + c);
+    for (int j = 0; j < P; j++) acc_w[c + j] = acc_b[c + j] = 0.0;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int64_t end = first + rows_per_block < N ? first + rows_per_block : N;
+  for (int64_t row = first + warp; row < end; row += warps) {  // uniform over the warp: the shuffles see 32 lanes
+    const S* x = inp + row * C;
+    const S* d = dout + row * C;
+    S* dx = dinp + row * C;
+    const float m = mean[row], r = rstd[row];
+    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+    for (int c = lane * P; c < C; c += 32 * P) {
+      const Pack<S, P> xv = load_pack<P>(x + c), dv = load_pack<P>(d + c), w = load_pack<P>(weight + c);
 #pragma unroll
-    for (int j = 0; j < P; j++) {
-      const float norm = (to_float(xv.v[j]) - m) * r;
-      g.v[j] = from_float<S>(to_float(g.v[j]) +
-                             (to_float(w.v[j]) * to_float(dv.v[j]) - dnorm_mean - norm * dnorm_norm_mean) * r);
+      for (int j = 0; j < P; j++) {
+        const float dnorm = to_float(w.v[j]) * to_float(dv.v[j]);
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * (to_float(xv.v[j]) - m) * r;
+      }
     }
-    store_pack<P>(dx + c, g);
-  }
-}
-
-// dweight[c] += sum_n dout[n,c] norm[n,c], dbias[c] += sum_n dout[n,c] (dbias may be null), in double as the CPU.
-// Block (kLnColTile, kLnRowGroups) per kLnColTile columns: thread (lane, y) sums the rows y, y + 16, ... in order,
-// then row group 0 adds the 16 partials in order: a fixed order (deterministic), coalesced row segments. The
-// gradients are float whatever S.
-template <typename S>
-__global__ void __launch_bounds__(kLnParamThreads)
-    layernorm_backward_dweight_kernel(float* dweight, float* dbias, const S* dout, const S* inp, const float* mean,
-                                      const float* rstd, int N, int C) {
-  HPCT_SHARED(double, part_w, [kLnRowGroups][kLnColTile]);
-  HPCT_SHARED(double, part_b, [kLnRowGroups][kLnColTile]);
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * kLnColTile + tx;
-  double acc_w = 0.0, acc_b = 0.0;
-  if (c < C) {
-    for (int64_t n = ty; n < N; n += kLnRowGroups) {
-      const float x = to_float(inp[n * C + c]), d = to_float(dout[n * C + c]);
-      const float m = mean[n], r = rstd[n];
-      acc_w += d * ((x - m) * r);  // the float product, added in double (as the CPU)
-      acc_b += d;
+    dnorm_sum = warp_sum(dnorm_sum);
+    dnorm_norm_sum = warp_sum(dnorm_norm_sum);
+    const float dnorm_mean = dnorm_sum / C, dnorm_norm_mean = dnorm_norm_sum / C;
+    for (int c = lane * P; c < C; c += 32 * P) {
+      const Pack<S, P> xv = load_pack<P>(x + c), dv = load_pack<P>(d + c), w = load_pack<P>(weight + c);
+      Pack<S, P> g = load_pack<P>(dx + c);
+#pragma unroll
+      for (int j = 0; j < P; j++) {
+        const float norm = (to_float(xv.v[j]) - m) * r, dj = to_float(dv.v[j]);
+        g.v[j] = from_float<S>(to_float(g.v[j]) + (to_float(w.v[j]) * dj - dnorm_mean - norm * dnorm_norm_mean) * r);
+        acc_w[c + j] += static_cast<double>(dj * norm);
+        acc_b[c + j] += dj;
+      }
+      store_pack<P>(dx + c, g);
     }
   }
-  part_w[ty][tx] = acc_w;
-  part_b[ty][tx] = acc_b;
   __syncthreads();
-  if (ty == 0 && c < C) {
-    double w = 0.0, b = 0.0;
-    for (int k = 0; k < kLnRowGroups; k++) {
-      w += part_w[k][tx];
-      b += part_b[k][tx];
-    }
-    dweight[c] += static_cast<float>(w);
-    if (dbias) dbias[c] += static_cast<float>(b);
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    double total = 0.0;
+    for (int w = 0; w < warps; w++) total += acc[static_cast<int64_t>(w) * 2 * C + c];
+    partials[static_cast<int64_t>(c) * gridDim.x + blockIdx.x] = total;  // column-major: column c's groups together
   }
 }
 
@@ -490,8 +478,24 @@ LaunchShape encoder_wte_shape(int C) {
 LaunchShape layernorm_rows_shape(int N) {
   return {{static_cast<unsigned>((static_cast<int64_t>(N) + kLnWarps - 1) / kLnWarps), 1, 1}, {kLnRowThreads, 1, 1}, 0};
 }
-LaunchShape layernorm_params_shape(int C) {
-  return {{static_cast<unsigned>((C + kLnColTile - 1) / kLnColTile), 1, 1}, {kLnColTile, kLnRowGroups, 1}, 0};
+// layernorm_backward_kernel: as many warps as 2 C doubles each fit in the default 48 KiB of shared memory (at most
+// kLnWarps; C = 768 takes 4), a single warp with the opt-in beyond (up to the H100's 227 KiB: C <= 14,528); the rows
+// cut into groups of at least kLnRowsPerWarp rows per warp and no more groups than the partials buffer holds.
+struct LayernormBackwardLaunch {
+  LaunchShape shape;
+  RowGroups rows;
+};
+LayernormBackwardLaunch layernorm_backward_launch(int64_t N, int C, int64_t partials_bytes) {
+  const int64_t warp_bytes = 2 * static_cast<int64_t>(C) * static_cast<int64_t>(sizeof(double));
+  int64_t warps = kSharedDefaultBytes / warp_bytes;
+  warps = warps < 1 ? 1 : (warps > kLnWarps ? kLnWarps : warps);
+  const RowGroups rows = partial_row_groups(N, 2 * static_cast<int64_t>(C), warps * kLnRowsPerWarp, partials_bytes);
+  const int64_t shared = warps * warp_bytes;
+  return {{{static_cast<unsigned>(rows.groups), 1, 1},
+           {static_cast<unsigned>(warps * 32), 1, 1},
+           shared,
+           shared > kSharedDefaultBytes},
+          rows};
 }
 
 // AdamW's per-step scalars exactly as the CPU backend computes them (bias corrections in double, as torch).

@@ -26,7 +26,7 @@
 //     float path) cost about 3% of a GPT-2 124M step and its large-shape kernels still add C in bf16 (one ulp off);
 //     an fp32 output and an own bias-and-round kernel would move three times the bytes. Backward dinp (bf16,
 //     assigned) and dweight += in fp32 (C/D of type CUDA_R_32F with beta = 1 while A/B are bf16: the fp32 master
-//     gradient accumulates without a bf16 rounding); dbias += in fp32 by bias_grad_kernel (double sums, as for float
+//     gradient accumulates without a bf16 rounding); dbias += in fp32 by bias_grad_partial_kernel (double sums, as for float
 //     storage: the BGRADB epilogue would write the bias gradient in D's type, bf16, and assign it rather than
 //     accumulate).
 //   The attention kernels and the cross-entropies compute in fp32 for both, with the log-sum-exp L, D and the losses
@@ -64,8 +64,6 @@ namespace {
 // ================================================================================================================
 // cuBLAS: one handle per device, created on first use and kept for the life of the process
 // ================================================================================================================
-constexpr int kMaxDevices = 64;
-
 // The handle of the current device, bound to `stream`. Created once per device (cublasCreate allocates; that
 // happens at the first GEMM, not in the steady state of the step) and deliberately never destroyed: destroying
 // it from a static destructor may run after the CUDA runtime has been torn down. cublasSetStream is called
@@ -366,7 +364,8 @@ int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
 //             dweight (OC,C) += dout^T (OC,N) @ inp (N,C)     beta = 1 (accumulated)
 //             (cuBLAS: op_a = N on inp (C,N, ld C), op_b = T on dout (OC,N, ld OC); m = C, n = OC, k = N,
 //              dweight (C,OC col-major, ld C))
-//             dbias (OC) += sum_n dout                        bias_grad_kernel (double, fixed order)
+//             dbias (OC) += sum_n dout                        bias_grad_partial_kernel, column_partials_kernel
+//                                                             (double, fixed order, full grid)
 // ================================================================================================================
 template <typename A>
 void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, int N, int C,
@@ -411,7 +410,19 @@ void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
     gemm_rm(h, compute, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   }
   if (dbias) {
-    HPCT_LAUNCH(bias_grad_kernel<S>, bias_grad_shape(OC), stream, dbias, dev_ptr(dout), N, OC);
+    HPCT_CHECK(int64_t{OC} * static_cast<int64_t>(sizeof(double)) <= static_cast<int64_t>(kCudaReducePartialsBytes),
+               "matmul_backward: a bias of OC={} columns needs {} bytes of partials per row group; the device keeps {}",
+               OC, 8 * int64_t{OC}, kCudaReducePartialsBytes);
+    const int P = pack_width<S>(OC, {dout});
+    const BiasGradLaunch launch = bias_grad_launch(N, OC, P, kCudaReducePartialsBytes);
+    double* partials = reduce_partials();
+    with_pack<S>(P, [&](auto p) {
+      HPCT_LAUNCH((bias_grad_partial_kernel<S, decltype(p)::value>), launch.shape, stream, partials, dev_ptr(dout),
+                  int64_t{N}, OC, launch.rows.rows_per_group);
+    });
+    HPCT_CUDA_LAUNCH_CHECK("matmul_backward");
+    HPCT_LAUNCH(column_partials_kernel, column_partials_shape(OC, launch.rows.groups), stream, dbias,
+                static_cast<float*>(nullptr), partials, launch.rows.groups, OC, OC);
     HPCT_CUDA_LAUNCH_CHECK("matmul_backward");
   }
 }

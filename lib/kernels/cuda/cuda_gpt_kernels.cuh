@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_device_common.cuh"
+#include "kernels/cuda/cuda_reduce_kernels.cuh"
 
 namespace hpct::kernels::cuda {
 namespace {  // internal linkage: each includer (the .cu, the emulated test) compiles its own copy
@@ -49,26 +50,42 @@ __global__ void bias_broadcast_kernel(S* __restrict__ out, const S* __restrict__
   for (int64_t n = blockIdx.y; n < N; n += gridDim.y) store_pack<P>(out + n * OC + o, b);
 }
 
-// dbias[o] += sum over the N rows of dout[n, o], in double (as the CPU backend), in a fixed order: a block owns
-// kBiasCols columns; thread (x, y) sums the rows y, y + kBiasRows, ... of column x (consecutive x read consecutive
-// addresses: coalesced), then thread (x, 0) adds the kBiasRows partial sums in order y = 0, 1, ... No atomics.
+// dbias[o] += sum over the N rows of dout[n, o], in double (as the CPU backend), as a full-grid column reduction
+// (cuda_device_common.cuh): block (bx, g) sums the rows of group g (rows_per_group of them) for kBiasCols P
+// columns; thread (x, y) holds the P columns from (bx kBiasCols + x) P (one P-element load per row: coalesced, 16
+// bytes where pack_width allows) and sums the group's rows y, y + kBiasRows, ... in double; then the block adds
+// the kBiasRows sums of each column in order y = 0, 1, ... into its group g of the column's partials, and
+// column_partials_kernel adds the groups. The order of every column's sum is the same for any P: it depends on N, OC and the buffer's size.
 constexpr int kBiasCols = 32;
-constexpr int kBiasRows = 16;
+constexpr int kBiasRows = 8;
+constexpr int kBiasMinRows = 128;  // rows per group at least: each thread sums kBiasMinRows / kBiasRows rows or more
 
-template <typename S>
-__global__ void bias_grad_kernel(float* __restrict__ dbias, const S* __restrict__ dout, int N, int OC) {
-  HPCT_SHARED(double, part, [kBiasRows][kBiasCols + 1]);
+template <typename S, int P>
+__global__ void bias_grad_partial_kernel(double* __restrict__ partials, const S* __restrict__ dout, int64_t N, int OC,
+                                         int64_t rows_per_group) {
+  HPCT_SHARED(double, part, [kBiasRows][kBiasCols * P + 1]);
   const int x = threadIdx.x, y = threadIdx.y;
-  const int o = blockIdx.x * kBiasCols + x;
-  double acc = 0.0;
+  const int o = (blockIdx.x * kBiasCols + x) * P;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * rows_per_group;
+  const int64_t end = first + rows_per_group < N ? first + rows_per_group : N;
+  double acc[P];
+#pragma unroll
+  for (int j = 0; j < P; j++) acc[j] = 0.0;
   if (o < OC)
-    for (int n = y; n < N; n += kBiasRows) acc += static_cast<double>(to_float(dout[static_cast<int64_t>(n) * OC + o]));
-  part[y][x] = acc;
+    for (int64_t n = first + y; n < end; n += kBiasRows) {
+      const Pack<S, P> d = load_pack<P>(dout + n * OC + o);  // o + P <= OC: OC is a multiple of P
+#pragma unroll
+      for (int j = 0; j < P; j++) acc[j] += static_cast<double>(to_float(d.v[j]));
+    }
+#pragma unroll
+  for (int j = 0; j < P; j++) part[y][x * P + j] = acc[j];
   __syncthreads();
-  if (y == 0 && o < OC) {
+  const int col0 = blockIdx.x * kBiasCols * P;
+  for (int t = y * kBiasCols + x; t < kBiasCols * P; t += kBiasCols * kBiasRows) {
+    if (col0 + t >= OC) continue;
     double total = 0.0;
-    for (int r = 0; r < kBiasRows; r++) total += part[r][x];
-    dbias[o] += static_cast<float>(total);
+    for (int r = 0; r < kBiasRows; r++) total += part[r][t];
+    partials[static_cast<int64_t>(col0 + t) * gridDim.y + blockIdx.y] = total;  // column-major (column_partials_kernel)
   }
 }
 
@@ -254,9 +271,17 @@ LaunchShape bias_broadcast_shape(int64_t N, int OC, int P, int max_rows = kBiasB
   const int64_t rows = std::clamp<int64_t>(N, 1, max_rows);
   return {{static_cast<unsigned>(cols), static_cast<unsigned>(rows), 1}, {kBiasBroadcastThreads, 1, 1}, 0};
 }
-// bias_grad_kernel: one block of (kBiasCols, kBiasRows) threads per kBiasCols columns
-LaunchShape bias_grad_shape(int OC) {
-  return {{static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols), 1, 1}, {kBiasCols, kBiasRows, 1}, 0};
+// bias_grad_partial_kernel over N rows of OC columns in packs of P: blocks of (kBiasCols, kBiasRows) threads, one
+// per kBiasCols P columns and row group (partial_row_groups: groups of at least kBiasMinRows rows, no more than the
+// partials buffer of partials_bytes holds).
+struct BiasGradLaunch {
+  LaunchShape shape;
+  RowGroups rows;
+};
+BiasGradLaunch bias_grad_launch(int64_t N, int OC, int P, int64_t partials_bytes) {
+  const RowGroups rows = partial_row_groups(N, OC, kBiasMinRows, partials_bytes);
+  const int64_t cols = (OC + int64_t{kBiasCols} * P - 1) / (int64_t{kBiasCols} * P);
+  return {{{static_cast<unsigned>(cols), static_cast<unsigned>(rows.groups), 1}, {kBiasCols, kBiasRows, 1}, 0}, rows};
 }
 // the one-block-per-row kernels (the cross-entropies and the vocabulary-parallel local pieces): N rows, each block
 // sized for rows of `len` elements read `pack` at a time

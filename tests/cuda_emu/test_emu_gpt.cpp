@@ -205,6 +205,36 @@ TEST(EmuGpt, CrossentropyMatchesCpu) {
   }
 }
 
+// The one-pass statistics (online softmax) where they differ from a max pass then a sum pass: a row rising left to
+// right (every thread's max grows at each of its columns: a rescale per element), a falling one, a row whose
+// logits sit near 80 (exp overflows without the max), and a row with -inf logits (no contribution, no NaN) besides
+// its finite ones, including at a thread's first column.
+TEST(EmuGpt, CrossentropyOnlineSoftmaxMatchesCpu) {
+  const int N = 4, V = 3001, Vp = 3072;
+  std::vector<float> logits(sz(int64_t{N} * Vp), 0.0f);
+  auto noise = random_vector(sz(int64_t{N} * Vp), 1100, -0.5, 0.5);
+  for (int v = 0; v < V; v++) {
+    logits[sz(v)] = 0.01f * v + noise[sz(v)];
+    logits[sz(Vp + v)] = -0.01f * v + noise[sz(Vp + v)];
+    logits[sz(2 * Vp + v)] = 80.0f + noise[sz(2 * Vp + v)];
+    logits[sz(3 * Vp + v)] = v % 7 == 0 ? -INFINITY : noise[sz(3 * Vp + v)];
+  }
+  const std::vector<int32_t> targets{3000, 0, 1234, 1};
+  auto losses = random_vector(sz(N), 1101, 1e3, 2e3);
+  auto dlogits = logits;
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH((cu::crossentropy_kernel<true, float, 1>), cu::row_shape(N, V), losses.data(), dlogits.data(),
+                   targets.data(), 0.25f, V, Vp);
+      },
+      {emu_output("losses", losses), emu_output("dlogits", dlogits)}));
+  std::vector<float> want(sz(N)), want_dlogits = logits;
+  crossentropy_forward_backward(cpu_ctx(), want.data(), want_dlogits.data(), targets.data(), 0.25f, N, V, Vp);
+  for (float l : losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_TRUE(all_close("losses", losses, want, kSoftmaxRtol, kSoftmaxAtolRel));
+  EXPECT_TRUE(all_close("dlogits", dlogits, want_dlogits, kSoftmaxRtol, kSoftmaxAtolRel));
+}
+
 TEST(EmuGpt, CrossentropySmoothedMatchesCpu) {
   struct Case {
     int N, K;

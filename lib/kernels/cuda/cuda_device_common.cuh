@@ -78,6 +78,42 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(r);
 }
 
+// Online softmax statistics (m, s) of a set of values: m their max, s the sum of exp(x - m) (-inf and 0 for none).
+// softmax_merge folds (m2, s2) into (m, s); it is symmetric in its two operands, bit for bit (fmaxf, and the sum of
+// two products in either order), so both lanes of a butterfly get the same result.
+__device__ __forceinline__ void softmax_merge(float& m, float& s, float m2, float s2) {
+  const float mm = fmaxf(m, m2);
+  if (mm == -INFINITY) return;  // both empty
+  s = (m == -INFINITY ? 0.0f : s * expf(m - mm)) + (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
+  m = mm;
+}
+// One more value x into (m, s): one exp per value (a rescale of s when x raises the max, rare once m has settled).
+__device__ __forceinline__ void softmax_add(float& m, float& s, float x) {
+  if (x > m) {
+    s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
+    m = x;
+  } else if (x != -INFINITY) {
+    s += expf(x - m);
+  }
+}
+// (m, s) over a block whose size is a multiple of 32 (<= 1024): a butterfly of softmax_merge per warp, then over the
+// warps' results; every thread gets the result. `shared` holds >= 64 floats.
+__device__ __forceinline__ void block_softmax_stats(float& m, float& s, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  for (int o = 16; o > 0; o >>= 1)
+    softmax_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  __syncthreads();  // shared may be reused by a previous call
+  if (lane == 0) {
+    shared[warp] = m;
+    shared[32 + warp] = s;
+  }
+  __syncthreads();
+  m = lane < nwarps ? shared[lane] : -INFINITY;
+  s = lane < nwarps ? shared[32 + lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1)
+    softmax_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
 // ---- storage types ----------------------------------------------------------------------------------------------

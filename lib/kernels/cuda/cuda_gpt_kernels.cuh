@@ -95,15 +95,18 @@ __global__ void bias_grad_partial_kernel(double* __restrict__ partials, const S*
 
 // Plain softmax cross-entropy over the first V of Vp logits; kBackward: also dlogits in place (padding -> 0).
 // CPU twin: crossentropy_forward / crossentropy_forward_backward (softmax_stats: max, then sum of exp(x - max)).
-// The logits are const in the forward-only instantiation. Thread t owns the packs of P columns starting at t P,
-// t P + blockDim.x P, ... in every loop (P = 1: the columns t, t + blockDim.x, ...).
+// One pass over the row for the statistics: each thread keeps the online softmax (m, s) of its columns
+// (softmax_add), the block merges them (block_softmax_stats); the backward then rewrites the row in a second pass,
+// so the row is read twice (three times when the max and the sum were separate passes). The logits are const in the
+// forward-only instantiation. Thread t owns the packs of P columns starting at t P, t P + blockDim.x P, ... in every
+// loop (P = 1: the columns t, t + blockDim.x, ...).
 template <bool kBackward, typename S>
 using LogitsPtr = std::conditional_t<kBackward, S*, const S*>;
 
 template <bool kBackward, typename S, int P>
 __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackward, S> __restrict__ logits,
                                     const int32_t* __restrict__ targets, float dloss, int V, int Vp) {
-  HPCT_SHARED(float, shared, [32]);
+  HPCT_SHARED(float, shared, [64]);
   const int n = blockIdx.x;
   const LogitsPtr<kBackward, S> x = logits + static_cast<int64_t>(n) * Vp;
   const int tgt = targets[n];
@@ -111,22 +114,14 @@ __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackw
   // read by every thread before the first block reduction's barrier, hence before any thread writes the row
   const float x_tgt = valid ? to_float(x[tgt]) : NAN;
   const int step = blockDim.x * P;
-  float m = -INFINITY;
+  float m = -INFINITY, s = 0.0f;
   for (int v0 = threadIdx.x * P; v0 < V; v0 += step) {
     const Pack<S, P> pk = load_pack<P>(x + v0);  // v0 + P <= Vp: Vp is a multiple of P
 #pragma unroll
     for (int j = 0; j < P; j++)
-      if (v0 + j < V) m = fmaxf(m, to_float(pk.v[j]));
+      if (v0 + j < V) softmax_add(m, s, to_float(pk.v[j]));
   }
-  m = block_max(m, shared);
-  float s = 0.0f;
-  for (int v0 = threadIdx.x * P; v0 < V; v0 += step) {
-    const Pack<S, P> pk = load_pack<P>(x + v0);
-#pragma unroll
-    for (int j = 0; j < P; j++)
-      if (v0 + j < V) s += expf(to_float(pk.v[j]) - m);
-  }
-  s = block_sum(s, shared);
+  block_softmax_stats(m, s, shared);
   if (threadIdx.x == 0) losses[n] = valid ? (m - x_tgt) + logf(s) : NAN;  // logsumexp - x[target]
   if constexpr (kBackward) {
     const float k = dloss / s;

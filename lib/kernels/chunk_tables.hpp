@@ -16,7 +16,8 @@ struct SquaresChunk {
 };
 
 // A run of at most kTableChunk elements of one tensor that AdamW updates: its parameters, gradients and two moments,
-// and whether weight decay applies (1) or not (0).
+// whether weight decay applies (1) or not (0), and where the updated parameters' 16-bit compute copy goes (null: the
+// table keeps none; its type is the table's, adamw_update_chunks' copy argument).
 struct AdamwChunk {
   float* params;
   const float* grads;
@@ -24,6 +25,7 @@ struct AdamwChunk {
   float* v;
   int64_t n;
   int64_t decays;
+  void* copy;
 };
 
 }  // namespace hpct::kernels

@@ -168,6 +168,17 @@ void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, in
 }
 
 template <typename A>
+void residual_layernorm_forward(const ExecContext& ctx, A* residual, A* out, float* mean, float* rstd, const A* a,
+                                const A* b, const A* weight, const A* bias, int N, int C) {
+  if (ctx.device == Device::CPU) {  // the CPU backend runs the two ops (kernels.hpp: the same results)
+    residual_forward(ctx, residual, a, b, static_cast<int64_t>(N) * C);
+    layernorm_forward(ctx, out, mean, rstd, residual, weight, bias, N, C);
+    return;
+  }
+  HPCT_CUDA_CALL(residual_layernorm_forward, residual, out, mean, rstd, a, b, weight, bias, N, C);
+}
+
+template <typename A>
 void crossentropy_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets, int N, int V,
                           int Vp) {
   HPCT_DISPATCH_STORAGE(crossentropy_forward, losses, logits, targets, N, V, Vp);
@@ -385,24 +396,33 @@ std::vector<SquaresChunk> squares_table(const std::vector<SquaresRange>& ranges)
   }
   return table;
 }
-std::vector<AdamwChunk> adamw_table(const std::vector<AdamwRange>& ranges) {
+std::vector<AdamwChunk> adamw_table(const std::vector<AdamwRange>& ranges, DType copy) {
+  HPCT_CHECK(copy == DType::F32 || copy == DType::BF16 || copy == DType::F16,
+             "adamw_table: a compute copy of {} (bf16 or f16, or f32 for none)", dtype_name(copy));
   std::vector<AdamwChunk> table;
   for (const AdamwRange& r : ranges) {
     HPCT_CHECK(r.n >= 0 && (r.n == 0 || (r.params && r.grads && r.m && r.v)), "adamw_table: a range of {} elements",
                r.n);
+    HPCT_CHECK(r.n == 0 || (r.copy != nullptr) == (copy != DType::F32),
+               "adamw_table: a range of {} elements {} a compute copy where the table's is {}", r.n,
+               r.copy ? "with" : "without", dtype_name(copy));
+    const int64_t copy_size = copy == DType::F32 ? 0 : static_cast<int64_t>(dtype_size(copy));
     for (int64_t at = 0; at < r.n; at += kTableChunk)
-      table.push_back(
-          {r.params + at, r.grads + at, r.m + at, r.v + at, std::min(kTableChunk, r.n - at), r.decays ? 1 : 0});
+      table.push_back({r.params + at, r.grads + at, r.m + at, r.v + at, std::min(kTableChunk, r.n - at),
+                       r.decays ? 1 : 0, r.copy ? static_cast<char*>(r.copy) + at * copy_size : nullptr});
   }
   return table;
 }
 void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t) {
+                         float beta2, float eps, float weight_decay, float grad_scale, int t, DType copy) {
   HPCT_CHECK(t >= 1, "adamw_update_chunks: the step t={} must be 1-based", t);
+  HPCT_CHECK(copy == DType::F32 || copy == DType::BF16 || (copy == DType::F16 && ctx.device == Device::CUDA),
+             "adamw_update_chunks: a compute copy of {} on {} (bf16, f16 on CUDA only, or f32 for none)",
+             dtype_name(copy), device_name(ctx.device));
   HPCT_CHECK(chunks >= 0 && (chunks == 0 || table != nullptr), "adamw_update_chunks: {} chunks, table {}", chunks,
              static_cast<const void*>(table));
   if (chunks == 0) return;
-  HPCT_DISPATCH(adamw_update_chunks, table, chunks, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+  HPCT_DISPATCH(adamw_update_chunks, table, chunks, lr, beta1, beta2, eps, weight_decay, grad_scale, t, copy);
 }
 void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
                         double* partials) {
@@ -434,6 +454,7 @@ void instantiate_ops() {
       reinterpret_cast<const void*>(&gelu_forward<A>),
       reinterpret_cast<const void*>(&gelu_backward<A>),
       reinterpret_cast<const void*>(&residual_forward<A>),
+      reinterpret_cast<const void*>(&residual_layernorm_forward<A>),
       reinterpret_cast<const void*>(&crossentropy_forward<A>),
       reinterpret_cast<const void*>(&crossentropy_forward_backward<A>),
       reinterpret_cast<const void*>(&encoder_forward_vocab_parallel<A>),

@@ -90,6 +90,14 @@ void layernorm_backward(const ExecContext& ctx, A* dinp /*(N,C) +=*/, float* dwe
                         float* dbias /*(C) += or null*/, const A* dout /*(N,C)*/, const A* inp /*(N,C)*/,
                         const A* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N, int C);
 
+// residual = a + b (as residual_forward), then layernorm_forward of residual into out, mean and rstd: the same
+// results, bit for bit, as the two calls (which is what the CPU backend runs); CUDA fuses them into one pass over the
+// rows where the pointers allow the LayerNorm's packs, so the residual stream is not read back by a second kernel.
+template <typename A>
+void residual_layernorm_forward(const ExecContext& ctx, A* residual /*(N,C)*/, A* out /*(N,C)*/, float* mean /*(N)*/,
+                                float* rstd /*(N)*/, const A* a /*(N,C)*/, const A* b /*(N,C)*/,
+                                const A* weight /*(C)*/, const A* bias /*(C) or null*/, int N, int C);
+
 // ---- Linear: out = inp @ weight^T + bias (torch.nn.Linear layout) -----------------------------
 template <typename A>
 void matmul_forward(const ExecContext& ctx, A* out /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /*(OC,C)*/,
@@ -367,6 +375,10 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 // adamw_update_chunks applies adamw_update's arithmetic to every element of every chunk, weight_decay to the chunks
 // whose range decays and none to the others: bit for bit what adamw_update per tensor gives. On CUDA one block per
 // chunk (one launch instead of one per tensor); on the CPU adamw_update per chunk.
+// With a compute copy (copy = DType::BF16, or F16 on CUDA; every range's `copy` set: n elements of that type) each
+// updated parameter is also stored there rounded once to nearest even, the bits cast() would give: the optimizer then
+// keeps the model's 16-bit copy current and the step's separate cast pass goes (copy = DType::F32: no copy, every
+// range's `copy` null).
 struct AdamwRange {
   float* params;
   const float* grads;
@@ -374,10 +386,11 @@ struct AdamwRange {
   float* v;
   int64_t n;
   bool decays;
+  void* copy = nullptr;
 };
-std::vector<AdamwChunk> adamw_table(const std::vector<AdamwRange>& ranges);
+std::vector<AdamwChunk> adamw_table(const std::vector<AdamwRange>& ranges, DType copy = DType::F32);
 void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t);
+                         float beta2, float eps, float weight_decay, float grad_scale, int t, DType copy = DType::F32);
 
 // ---- storage-type conversions on ctx.device (the 16-bit compute copy of the parameters; tests) --------------
 // dst[i] = src[i] rounded to nearest even (bf16.hpp, fp16.hpp); the other way exactly. fp16: CUDA only.

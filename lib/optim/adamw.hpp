@@ -35,6 +35,9 @@ class AdamW final : public Optimizer {
   AdamW(Slab& params, std::vector<Segment> segments, std::vector<bool> decay, const AdamWConfig& cfg);
 
   void step(const ExecContext& ctx, float lr, float grad_scale) override;
+  // Optimizer::keep_compute_copy: the chunk table then carries the copy's pointers (adamw_update_chunks stores each
+  // updated parameter there too), where the segments are every tensor whole and the copy matches the slab.
+  bool keep_compute_copy(const ExecContext& ctx, Slab& copy) override;
   std::vector<StateBuffer> state_buffers() override;
 
   // exp_avg / exp_avg_sq of segment i: segments()[i].numel() values.
@@ -44,12 +47,15 @@ class AdamW final : public Optimizer {
 
  private:
   size_t state_buffers_count() const override { return 2; }
+  // Builds the table of every segment's chunks (with `copy`'s pointers when set) and copies it to the device.
+  void upload_table(const ExecContext& ctx, Slab* copy);
   AdamWConfig cfg_;
   Slab state_;  // exp_avg (state_numel_) then exp_avg_sq
   // the segments cut into chunks (kernels::AdamwChunk entries on the device, planned at construction): step()'s one
   // launch; beside the state, outside the memory record's kinds as the gradient norm's table is
   Slab table_;
   int64_t chunks_ = 0;
+  DType copy_dtype_ = DType::F32;  // the compute copy the table's chunks also write (F32: none)
   Tensor *m_ = nullptr, *v_ = nullptr;
 };
 

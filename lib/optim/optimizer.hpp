@@ -48,6 +48,16 @@ class Optimizer {
   float clip_scale(double norm) const { return clip_coefficient(grad_clip_, norm); }
   // One update with learning rate lr; gradients are multiplied by grad_scale first. Increments step_count().
   virtual void step(const ExecContext& ctx, float lr, float grad_scale) = 0;
+  // Asks the optimizer to keep `copy`, the model's 16-bit compute copy of the parameters (its tensors those of the
+  // parameter slab, in the same order, each bf16 or f16), equal to the masters: every later step() then also stores
+  // the updated parameters there, rounded as kernels::cast rounds them, and the model need not cast the masters again.
+  // Returns whether it does: only where it updates every element of every parameter tensor (unsharded segments);
+  // the default keeps none. Planning: it may allocate, copy and synchronize.
+  virtual bool keep_compute_copy(const ExecContext& ctx, Slab& copy) {
+    (void)ctx;
+    (void)copy;
+    return false;
+  }
 
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }

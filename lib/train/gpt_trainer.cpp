@@ -101,6 +101,10 @@ class GptTask final : public TrainTask {
   std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) override {
     return std::make_unique<optim::AdamW>(model_.params(), std::move(segments), decay_flags(model_.layout()), d_.adamw);
   }
+  Slab* compute_copy() override {
+    return model_.params_sharded() || model_.activation_dtype() == DType::F32 ? nullptr : &model_.compute_params();
+  }
+  void set_compute_copy_kept() override { model_.set_compute_copy_kept(true); }
   std::vector<TensorPlacement> placements() const override { return placements_; }
   std::string init_from() const override { return d_.init_from; }
   std::unique_ptr<ckpt::TensorSource> open_init_source() override {

@@ -83,6 +83,11 @@ class TrainTask {
   virtual void init_sharded_params(const std::function<void(int, const float*)>& store) = 0;
   // The model's optimizer over this rank's segments (whole tensors, or its ZeRO share of them).
   virtual std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) = 0;
+  // The model's own 16-bit compute copy of its parameters (bf16 or fp16 storage, unsharded), or nullptr; and the
+  // loop's word that the optimizer keeps it current from the first step on (optim::Optimizer::keep_compute_copy), so
+  // the model casts the masters into it only once more.
+  virtual Slab* compute_copy() { return nullptr; }
+  virtual void set_compute_copy_kept() {}
   // Where each local parameter tensor sits in the serial model, and which replica writes it.
   virtual std::vector<TensorPlacement> placements() const = 0;
   // Which tensors count in the gradient norm (a replica counts once), by tensor index; nullptr: all.

@@ -120,6 +120,10 @@ int run_steps(RunSession& run, TrainTask& task) {
     task.init_sharded_params([g](int tensor, const float* host) { g->store_whole(tensor, host); });
   }
   const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync, gather.get()));
+  // where the optimizer updates every parameter (AdamW unsharded) it also keeps the model's 16-bit compute copy: the
+  // step's separate cast of the masters goes
+  if (Slab* copy = task.compute_copy(); copy != nullptr && opt->keep_compute_copy(ctx, *copy))
+    task.set_compute_copy_kept();
   optim::LossScaler scaler(loss_scale_config(cfg, ctx.precision));
   const std::vector<TensorPlacement> placements = task.placements();
   // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy, unless a

@@ -329,13 +329,18 @@ void add_forward(Step& st, const Model& m, int b, const std::string& phase, int6
   add({instance("encoder_forward_kernel", kS, &cu::encoder_forward_kernel<S>), "encoder_forward", "forward_impl: 1",
        cu::elementwise_shape(N * C), 1, N * 4.0 + N * C * 2.0 + m.T * C * 2.0 + N * C * 2.0});
   // layernorm_forward (cuda_core.cu: with_row_pack<S>(row_pack<S>(C, {out, inp, weight, bias})), layernorm_rows_shape)
-  // ln1 and ln2 in each block_forward, lnf in forward_impl: 2L + 1
+  // ln1 in each block_forward, lnf in forward_impl: L + 1; residual_layernorm_forward (the same pack width and shape,
+  // the fused kernel since a and b are aligned too): residual2 = residual + attn.proj and ln2 of it, L
   cu::with_row_pack<S>(cu::row_pack<S>(C, {kAligned, kAligned, kAligned, kAligned}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
     add({instance("layernorm_forward_kernel", std::string(kS) + ", " + std::to_string(P),
                   &cu::layernorm_forward_kernel<S, P>),
-         "layernorm_forward (ln1, ln2, lnf)", "block_forward 2 x L + forward_impl 1", cu::layernorm_rows_shape(N),
-         2 * L + 1, N * C * 2.0 * 2 + 2 * C * 2.0 + N * 8.0});
+         "layernorm_forward (ln1, lnf)", "block_forward L + forward_impl 1", cu::layernorm_rows_shape(N), L + 1,
+         N * C * 2.0 * 2 + 2 * C * 2.0 + N * 8.0});
+    add({instance("residual_layernorm_forward_kernel", std::string(kS) + ", " + std::to_string(P),
+                  &cu::residual_layernorm_forward_kernel<S, P>),
+         "residual_layernorm_forward (residual2, ln2)", "block_forward: L", cu::layernorm_rows_shape(N), L,
+         N * C * 2.0 * 4 + 2 * C * 2.0 + N * 8.0});
   });
   // attention_forward (cuda_gpt.cu): the tensor-core kernel when attention_on_tensor_cores (16-bit storage, HS a
   // multiple of 16 up to 128, aligned tensors, an sm_80+ device: an H100), flash_tc::forward_shape; L (block_forward)
@@ -354,9 +359,9 @@ void add_forward(Step& st, const Model& m, int b, const std::string& phase, int6
   const int64_t n4 = N * 4 * C;
   add({instance("gelu_forward_kernel", kS, &cu::gelu_forward_kernel<S>), "gelu_forward", "block_forward: L",
        cu::pointwise_shape<S>(n4, cu::pointwise_packs<S>(n4, {kAligned, kAligned})), L, n4 * 2.0 * 2});
-  // residual_forward: residual2 and residual3 of each block_forward: 2L
-  add({instance("residual_kernel", kS, &cu::residual_kernel<S>), "residual_forward", "block_forward: 2 x L",
-       cu::pointwise_shape<S>(N * C, cu::pointwise_packs<S>(N * C, {kAligned, kAligned, kAligned})), 2 * L,
+  // residual_forward: residual3 of each block_forward (residual2 is fused above): L
+  add({instance("residual_kernel", kS, &cu::residual_kernel<S>), "residual_forward", "block_forward: L",
+       cu::pointwise_shape<S>(N * C, cu::pointwise_packs<S>(N * C, {kAligned, kAligned, kAligned})), L,
        N * C * 2.0 * 3});
   // cuBLASLt (cuda_gpt.cu matmul_forward, bf16: lt_gemm_rm with the bias epilogue): qkv, attn.proj, mlp.fc, mlp.proj
   // per block and the tied head
@@ -474,45 +479,36 @@ void add_backward(Step& st, const Model& m, int b, int64_t times) {
   st.memset_bytes += times * double(N) * C * 2;
 }
 
-// With `optimizer`: the gradient norm (lib/optim/optimizer.cpp Optimizer::grad_sumsq: sum_squares_ranges over the
-// planned table of 64K-element chunks of every tensor -> one squares_chunk_kernel block per chunk, then one
-// partials_sum_kernel block) and AdamW (lib/optim/adamw.cpp AdamW::step: adamw_update_chunks over the table of every
-// tensor's chunks, one adamw_chunks_kernel block per chunk);
-// without, the bf16 compute copy of the fp32 masters (lib/models/compute_copy.cpp refresh_compute_copy: cast per
-// tensor, cast_shape).
-void add_parameter_passes(Step& st, const Model& m, const std::string& phase, bool optimizer) {
-  const auto params = parameter_tensors(m);
-  if (optimizer) {  // both run over the same table of every tensor's chunks (kernels/chunk_tables.hpp)
-    int64_t chunks = 0;
-    double elements = 0;
-    for (const auto& p : params) {
-      chunks += (p.second + hpct::kernels::kTableChunk - 1) / hpct::kernels::kTableChunk;
-      elements += static_cast<double>(p.second);
-    }
-    const double table = static_cast<double>(chunks);
-    st.launches.push_back({instance("squares_chunk_kernel", "", &cu::squares_chunk_kernel),
-                           phase + ": sum_squares_ranges (gradient norm, chunks)", "Optimizer::grad_sumsq: 1",
-                           cu::table_chunks_shape(chunks), 1, elements * 4.0 + table * 24.0});
-    st.launches.push_back({instance("partials_sum_kernel", "", &cu::partials_sum_kernel),
-                           phase + ": sum_squares_ranges (gradient norm, partials)", "Optimizer::grad_sumsq: 1",
-                           cu::reduce_shape(), 1, table * 8.0 + 8.0});
-    st.launches.push_back({instance("adamw_chunks_kernel", "", &cu::adamw_chunks_kernel),
-                           phase + ": adamw_update_chunks", "AdamW::step: 1", cu::table_chunks_shape(chunks), 1,
-                           elements * 4.0 * 7 + table * 48.0});
-    return;
+// The gradient norm (lib/optim/optimizer.cpp Optimizer::grad_sumsq: sum_squares_ranges over the planned table of
+// 64K-element chunks of every tensor -> one squares_chunk_kernel block per chunk, then one partials_sum_kernel block)
+// and AdamW (lib/optim/adamw.cpp AdamW::step: adamw_update_chunks over the table of every tensor's chunks, one
+// adamw_chunks_kernel block per chunk, which also stores the bf16 compute copy: on one rank the optimizer keeps the
+// copy, AdamW::keep_compute_copy, so no step or evaluation after the first casts the masters).
+void add_parameter_passes(Step& st, const Model& m, const std::string& phase) {
+  // both run over the same table of every tensor's chunks (kernels/chunk_tables.hpp)
+  int64_t chunks = 0;
+  double elements = 0;
+  for (const auto& p : parameter_tensors(m)) {
+    chunks += (p.second + hpct::kernels::kTableChunk - 1) / hpct::kernels::kTableChunk;
+    elements += static_cast<double>(p.second);
   }
-  for (const auto& [name, n] : params)
-    st.launches.push_back({instance("cast_kernel", std::string(kS) + ", float", &cu::cast_kernel<S, float>),
-                           phase + ": cast fp32 -> bf16 (compute copy)", "refresh_compute_copy: 1 per tensor",
-                           cu::cast_shape(n, cu::cast_packs(n, kAligned, kAligned)), 1, n * 6.0});
+  const double table = static_cast<double>(chunks);
+  st.launches.push_back({instance("squares_chunk_kernel", "", &cu::squares_chunk_kernel),
+                         phase + ": sum_squares_ranges (gradient norm, chunks)", "Optimizer::grad_sumsq: 1",
+                         cu::table_chunks_shape(chunks), 1, elements * 4.0 + table * 24.0});
+  st.launches.push_back({instance("partials_sum_kernel", "", &cu::partials_sum_kernel),
+                         phase + ": sum_squares_ranges (gradient norm, partials)", "Optimizer::grad_sumsq: 1",
+                         cu::reduce_shape(), 1, table * 8.0 + 8.0});
+  st.launches.push_back({instance("adamw_chunks_kernel", kS, &cu::adamw_chunks_kernel<S>),
+                         phase + ": adamw_update_chunks (and the bf16 compute copy)", "AdamW::step: 1",
+                         cu::table_chunks_shape(chunks), 1, elements * (4.0 * 7 + 2) + table * 56.0});
 }
 
 Step training_step(const Config& c) {
   Step st;
   for (const auto& p : parameter_tensors(c.m)) st.parameters += p.second;
-  // GptStage::begin_step: refresh_compute_params, then per micro-batch (schedule at pp 1: forward, then
-  // GptStage::backward = loss_and_backward + sum)
-  add_parameter_passes(st, c.m, "step", false);
+  // GptStage::begin_step: refresh_compute_params (a no-op: AdamW keeps the copy), then per micro-batch (schedule at
+  // pp 1: forward, then GptStage::backward = loss_and_backward + sum)
   add_forward(st, c.m, c.B, "forward", c.accum);
   add_loss(st, c.m, c.B, true, "loss", c.accum);
   add_backward(st, c.m, c.B, c.accum);
@@ -521,9 +517,9 @@ Step training_step(const Config& c) {
   st.memsets += 2;
   st.memset_bytes += st.parameters * 4.0 + 8;
   // training_loop.cpp: grad_sumsq (the norm; logged, and used by the clipping), then the optimizer step
-  add_parameter_passes(st, c.m, "step", true);
-  if (c.eval > 0) {  // GptEvaluator::loss_sum: refresh_compute_params, then forward + loss + sum per micro-batch
-    add_parameter_passes(st, c.m, "eval", false);
+  add_parameter_passes(st, c.m, "step");
+  if (c.eval >
+      0) {  // GptEvaluator::loss_sum: refresh_compute_params (a no-op), then forward + loss + sum per micro-batch
     add_forward(st, c.m, c.B, "eval", c.eval);
     add_loss(st, c.m, c.B, false, "eval", c.eval);
   }
@@ -777,14 +773,16 @@ int check(const ResourceTables& tables) {
   // and 5 loss sums; the norm is the two-stage squares_chunk_kernel + partials_sum_kernel since, which leaves the 5)
   // (the profile's 25 layernorm_backward_dinp_kernel and 25 layernorm_backward_dweight_kernel launches are one
   // layernorm_backward_kernel each since, its 48 bias_grad_kernel launches bias_grad_partial_kernel; each of the 73
-  // adds a column_partials_kernel)
-  const std::map<std::string, int64_t> profile{{"forward_tc_kernel", 60},        {"layernorm_backward_kernel", 25},
-                                               {"crossentropy_kernel", 5},       {"reduce_kernel", 5},
-                                               {"squares_chunk_kernel", 1},      {"partials_sum_kernel", 1},
-                                               {"bias_grad_partial_kernel", 48}, {"column_partials_kernel", 73},
-                                               {"backward_dkv_tc_kernel", 12},   {"gelu_forward_kernel", 60},
-                                               {"backward_dq_tc_kernel", 12},    {"residual_kernel", 120},
-                                               {"layernorm_forward_kernel", 125}};
+  // adds a column_partials_kernel; of its 120 residual_kernel and 125 layernorm_forward_kernel launches over the 5
+  // forwards, 60 pairs are one residual_layernorm_forward_kernel each)
+  const std::map<std::string, int64_t> profile{
+      {"forward_tc_kernel", 60},        {"layernorm_backward_kernel", 25},
+      {"crossentropy_kernel", 5},       {"reduce_kernel", 5},
+      {"squares_chunk_kernel", 1},      {"partials_sum_kernel", 1},
+      {"bias_grad_partial_kernel", 48}, {"column_partials_kernel", 73},
+      {"backward_dkv_tc_kernel", 12},   {"gelu_forward_kernel", 60},
+      {"backward_dq_tc_kernel", 12},    {"residual_kernel", 60},
+      {"layernorm_forward_kernel", 65}, {"residual_layernorm_forward_kernel", 60}};
   for (const auto& [k, n] : profile)
     expect(launches[k] == n,
            k + ": " + std::to_string(launches[k]) + " launches, the profile counted " + std::to_string(n));
@@ -801,9 +799,9 @@ int check(const ResourceTables& tables) {
                             "reproduces are out of date: rerun the profile)");
   }
   // the wide kernels of the profile are not
-  for (const char* k :
-       {"forward_tc_kernel", "crossentropy_kernel", "gelu_forward_kernel", "residual_kernel",
-        "layernorm_forward_kernel", "backward_dkv_tc_kernel", "backward_dq_tc_kernel", "squares_chunk_kernel"})
+  for (const char* k : {"forward_tc_kernel", "crossentropy_kernel", "gelu_forward_kernel", "residual_kernel",
+                        "layernorm_forward_kernel", "backward_dkv_tc_kernel", "backward_dq_tc_kernel",
+                        "squares_chunk_kernel", "residual_layernorm_forward_kernel"})
     for (const Row* r : by_kernel[k])
       expect(!r->narrow && !r->partial_wave, r->instance + ": flagged narrow or below one wave");
   // and the full-grid column reductions that replaced the narrow ones give every SM work (some launches fill less

@@ -422,7 +422,8 @@ TEST(EmuCore, Fp16CastBothWaysEqualTheHostConversionBitForBit) {
 // ---- optimizers ---------------------------------------------------------------------------------------------------
 // adamw_update_chunks over a table of three tensors (one longer than a chunk, one without weight decay, one of three
 // elements): the chunk kernel equals the per-tensor kernel bit for bit (the same arithmetic per element), and the CPU
-// backend's op within float rounding.
+// backend's op within float rounding. Both keep a bf16 compute copy (the table's copy pointers): exactly the updated
+// parameters rounded once, what cast() gives.
 TEST(EmuCore, AdamwChunksEqualAdamwPerTensor) {
   const int64_t sizes[] = {kTableChunk + 1234, 777, 3};
   const bool decays[] = {true, false, true};
@@ -437,12 +438,19 @@ TEST(EmuCore, AdamwChunksEqualAdamwPerTensor) {
   tp = cp = p;
   tm = cm = m;
   tv = cv = v;
+  std::vector<std::vector<bf16>> copy, cpu_copy;
+  for (int i = 0; i < 3; i++) {
+    copy.emplace_back(sz(sizes[i]), from_f32<bf16>(7.0f));
+    cpu_copy.emplace_back(sz(sizes[i]), from_f32<bf16>(7.0f));
+  }
   std::vector<AdamwRange> ranges, cpu_ranges;
   for (int i = 0; i < 3; i++) {
-    ranges.push_back({p[i].data(), g[i].data(), m[i].data(), v[i].data(), sizes[i], decays[i]});
-    cpu_ranges.push_back({cp[i].data(), g[i].data(), cm[i].data(), cv[i].data(), sizes[i], decays[i]});
+    ranges.push_back({p[i].data(), g[i].data(), m[i].data(), v[i].data(), sizes[i], decays[i], copy[i].data()});
+    cpu_ranges.push_back(
+        {cp[i].data(), g[i].data(), cm[i].data(), cv[i].data(), sizes[i], decays[i], cpu_copy[i].data()});
   }
-  const std::vector<AdamwChunk> table = adamw_table(ranges), cpu_table = adamw_table(cpu_ranges);
+  const std::vector<AdamwChunk> table = adamw_table(ranges, DType::BF16),
+                                cpu_table = adamw_table(cpu_ranges, DType::BF16);
   ASSERT_EQ(table.size(), 4u);
   const auto chunks = static_cast<int64_t>(table.size());
   for (int t = 1; t <= 2; t++) {
@@ -454,11 +462,12 @@ TEST(EmuCore, AdamwChunksEqualAdamwPerTensor) {
       outs.push_back(emu_output("params " + std::to_string(i), p[i]));
       outs.push_back(emu_output("m " + std::to_string(i), m[i]));
       outs.push_back(emu_output("v " + std::to_string(i), v[i]));
+      outs.push_back(emu_output("copy " + std::to_string(i), copy[i]));
     }
     ASSERT_TRUE(emulate_schedules(
         [&] {
-          EMU_LAUNCH(cu::adamw_chunks_kernel, cu::table_chunks_shape(chunks), table.data(), b1, b2, eps, gs, k.decay,
-                     no_decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
+          EMU_LAUNCH(cu::adamw_chunks_kernel<__nv_bfloat16>, cu::table_chunks_shape(chunks), table.data(), b1, b2, eps,
+                     gs, k.decay, no_decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
         },
         outs));
     for (int i = 0; i < 3; i++) {
@@ -467,14 +476,40 @@ TEST(EmuCore, AdamwChunksEqualAdamwPerTensor) {
       EMU_LAUNCH(cu::adamw_kernel, cu::elementwise_shape(n), tp[i].data(), g[i].data(), tm[i].data(), tv[i].data(), n,
                  b1, b2, eps, gs, ki.decay, ki.step_size, ki.bc2_sqrt, ki.one_minus_b1, ki.one_minus_b2);
     }
-    adamw_update_chunks(cpu_ctx(), cpu_table.data(), chunks, lr, b1, b2, eps, wd, gs, t);
+    adamw_update_chunks(cpu_ctx(), cpu_table.data(), chunks, lr, b1, b2, eps, wd, gs, t, DType::BF16);
     for (int i = 0; i < 3; i++) {
       EXPECT_TRUE(bitwise_equal("chunks vs per tensor, params " + std::to_string(i), p[i], tp[i]));
+      EXPECT_TRUE(bitwise_equal("chunks: the copy is the params cast", copy[i], to_storage_vector<bf16>(p[i])));
+      EXPECT_TRUE(bitwise_equal("CPU: the copy is the params cast", cpu_copy[i], to_storage_vector<bf16>(cp[i])));
       EXPECT_TRUE(bitwise_equal("chunks vs per tensor, v " + std::to_string(i), v[i], tv[i]));
       EXPECT_TRUE(all_close("chunks vs CPU, params " + std::to_string(i), p[i], cp[i], 1e-5, 1e-6));
       EXPECT_TRUE(all_close("chunks vs CPU, m " + std::to_string(i), m[i], cm[i], 1e-5, 1e-6));
     }
   }
+}
+
+// The fp16 compute copy (CUDA's fp16 storage): the same parameters as without a copy, the copy their rounding.
+TEST(EmuCore, AdamwChunksKeepAnFp16Copy) {
+  const int64_t n = 1000;
+  auto p = random_vector(sz(n), 90), m = random_vector(sz(n), 91, -0.1, 0.1), v = random_vector(sz(n), 92, 0.0, 0.01);
+  const auto g = random_vector(sz(n), 93);
+  auto p0 = p, m0 = m, v0 = v;
+  std::vector<fp16> copy(sz(n), from_f32<fp16>(7.0f));
+  const std::vector<AdamwChunk> table = adamw_table({{p.data(), g.data(), m.data(), v.data(), n, true, copy.data()}},
+                                                    DType::F16),
+                                plain = adamw_table({{p0.data(), g.data(), m0.data(), v0.data(), n, true}});
+  const cu::AdamwScalars k = cu::adamw_scalars(3e-3f, 0.9f, 0.95f, 0.1f, 1);
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH(cu::adamw_chunks_kernel<__half>, cu::table_chunks_shape(1), table.data(), 0.9f, 0.95f, 1e-8f, 1.0f,
+                   k.decay, 1.0f, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
+        EMU_LAUNCH(cu::adamw_chunks_kernel<void>, cu::table_chunks_shape(1), plain.data(), 0.9f, 0.95f, 1e-8f, 1.0f,
+                   k.decay, 1.0f, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
+      },
+      {emu_output("params", p), emu_output("m", m), emu_output("v", v), emu_output("copy", copy),
+       emu_output("plain params", p0), emu_output("plain m", m0), emu_output("plain v", v0)}));
+  EXPECT_TRUE(bitwise_equal("params with and without the copy", p, p0));
+  EXPECT_TRUE(bitwise_equal("the copy is the params cast", copy, to_storage_vector<fp16>(p)));
 }
 
 TEST(EmuCore, AdamwOverSeveralSteps) {
@@ -846,6 +881,65 @@ void check_layernorm_matches_cpu() {
   }
 }
 TEST(EmuCore, Bf16LayernormMatchesCpu) { check_layernorm_matches_cpu<bf16>(); }
+
+// residual_layernorm_forward_kernel: the same bits as residual_kernel followed by layernorm_forward_kernel (the
+// emulated pair, at the pack width cuda_core.cu chooses), in place (residual == a) too; and against the CPU backend's
+// two ops (the residual exactly, the LayerNorm within its tolerances). C = 768 takes the 16-byte packs of 16-bit
+// storage, 77 does not.
+template <typename A>
+void check_residual_layernorm_equals_the_two_kernels() {
+  using S = EmuStorage<A>;
+  using R = CpuStorage<A>;
+  for (const LnShape s : {LnShape{13, 768}, LnShape{9, 77}}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE("N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + (in_place ? " in place" : ""));
+      const size_t NC = sz(int64_t{s.N} * s.C), C = sz(s.C);
+      const auto a = random_storage<A>(NC, 350, -2.0, 3.0), b = random_storage<A>(NC, 351);
+      const auto w = random_storage<A>(C, 352), bias = random_storage<A>(C, 353);
+      auto fa = a, pa = a;  // the fused kernel's and the pair's a (the residual when in place)
+      std::vector<A> fres(NC, from_f32<A>(2.0f)), pres = fres, fout = fres, pout = fres;
+      std::vector<float> fmean(sz(s.N), 5.0f), frstd = fmean, pmean = fmean, prstd = fmean;
+      A* fr = in_place ? fa.data() : fres.data();
+      A* pr = in_place ? pa.data() : pres.data();
+      const int P = cu::row_pack<S>(s.C, {emu_ptr(fout), emu_ptr(fres), emu_ptr(w), emu_ptr(bias)});
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            cu::with_row_pack<S>(P, [&](auto pack) {
+              constexpr int kP = decltype(pack)::value;
+              EMU_LAUNCH((cu::residual_layernorm_forward_kernel<S, kP>), cu::layernorm_rows_shape(s.N),
+                         reinterpret_cast<S*>(fr), emu_ptr(fout), fmean.data(), frstd.data(),
+                         reinterpret_cast<const S*>(in_place ? fr : fa.data()), emu_ptr(b), emu_ptr(w), emu_ptr(bias),
+                         s.N, s.C);
+              emu_residual(reinterpret_cast<S*>(pr), reinterpret_cast<const S*>(in_place ? pr : pa.data()), emu_ptr(b),
+                           static_cast<int64_t>(NC));
+              EMU_LAUNCH((cu::layernorm_forward_kernel<S, kP>), cu::layernorm_rows_shape(s.N), emu_ptr(pout),
+                         pmean.data(), prstd.data(), reinterpret_cast<const S*>(pr), emu_ptr(w), emu_ptr(bias), s.N,
+                         s.C);
+            });
+          },
+          {emu_output("fused a", fa), emu_output("fused residual", fres), emu_output("fused out", fout),
+           emu_output("fused mean", fmean), emu_output("fused rstd", frstd), emu_output("a", pa),
+           emu_output("residual", pres), emu_output("out", pout), emu_output("mean", pmean),
+           emu_output("rstd", prstd)}));
+      const std::vector<A>& fused_res = in_place ? fa : fres;
+      EXPECT_TRUE(bitwise_equal("residual", fused_res, in_place ? pa : pres));
+      EXPECT_TRUE(bitwise_equal("out", fout, pout));
+      EXPECT_TRUE(bitwise_equal("mean", fmean, pmean));
+      EXPECT_TRUE(bitwise_equal("rstd", frstd, prstd));
+      std::vector<R> want_res(NC), want_out(NC);
+      std::vector<float> want_mean(sz(s.N)), want_rstd(sz(s.N));
+      const auto ra = cpu_in(a), rb = cpu_in(b), rw = cpu_in(w), rbias = cpu_in(bias);
+      residual_layernorm_forward(cpu_ctx(), want_res.data(), want_out.data(), want_mean.data(), want_rstd.data(),
+                                 ra.data(), rb.data(), rw.data(), rbias.data(), s.N, s.C);
+      EXPECT_TRUE(bitwise_equal("residual against the CPU", fused_res, cpu_out<A>(want_res)));
+      EXPECT_TRUE(all_close("out against the CPU", fout, cpu_out<A>(want_out),
+                            1e-5 + (std::is_same_v<A, float> ? 0.0 : kStorageUlp<A>), 1e-6));
+      EXPECT_TRUE(all_close("mean against the CPU", fmean, want_mean, 1e-5, 1e-6));
+    }
+  }
+}
+TEST(EmuCore, ResidualLayernormEqualsTheTwoKernels) { check_residual_layernorm_equals_the_two_kernels<float>(); }
+TEST(EmuCore, Bf16ResidualLayernormEqualsTheTwoKernels) { check_residual_layernorm_equals_the_two_kernels<bf16>(); }
 TEST(EmuCore, Fp16LayernormMatchesCpu) { check_layernorm_matches_cpu<fp16>(); }
 
 }  // namespace

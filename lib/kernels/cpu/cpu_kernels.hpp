@@ -174,7 +174,7 @@ void copy_device(void* dst, const void* src, int64_t bytes);
 void synchronize();
 void sum_squares_ranges(double* acc, const SquaresChunk* table, int64_t chunks, double* partials);
 void adamw_update_chunks(const AdamwChunk* table, int64_t chunks, float lr, float beta1, float beta2, float eps,
-                         float weight_decay, float grad_scale, int t);
+                         float weight_decay, float grad_scale, int t, DType copy);
 void host_register(void* host, int64_t bytes);
 void host_unregister(void* host);
 

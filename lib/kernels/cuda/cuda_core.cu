@@ -183,6 +183,29 @@ void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* 
   HPCT_CUDA_LAUNCH_CHECK("layernorm_backward");
 }
 
+template <typename A>
+void residual_layernorm_forward(const ExecContext& ctx, A* residual, A* out, float* mean, float* rstd, const A* a,
+                                const A* b, const A* weight, const A* bias, int N, int C) {
+  using S = DeviceStorage<A>;
+  HPCT_CHECK(N >= 0 && C > 0, "residual_layernorm_forward: bad shape N={} C={}", N, C);
+  HPCT_CHECK(weight != nullptr, "residual_layernorm_forward: weight is null");
+  if (N == 0) return;
+  // the LayerNorm's pack width as layernorm_forward would take it; the fused kernel only where a and b allow it too
+  // (a different width would sum the row in another order: not the two ops' bits)
+  const int P = row_pack<S>(C, {out, residual, weight, bias});
+  if (row_pack<S>(C, {out, residual, weight, bias, a, b}) != P) {
+    residual_forward(ctx, residual, a, b, static_cast<int64_t>(N) * C);
+    layernorm_forward(ctx, out, mean, rstd, residual, weight, bias, N, C);
+    return;
+  }
+  with_row_pack<S>(P, [&](auto pack) {
+    constexpr int kP = decltype(pack)::value;
+    HPCT_LAUNCH((residual_layernorm_forward_kernel<S, kP>), layernorm_rows_shape(N), stream_of(ctx), dev_ptr(residual),
+                dev_ptr(out), mean, rstd, dev_ptr(a), dev_ptr(b), dev_ptr(weight), dev_ptr(bias), N, C);
+    HPCT_CUDA_LAUNCH_CHECK("residual_layernorm_forward");
+  });
+}
+
 // ---- pointwise ----------------------------------------------------------------------------------------------------
 template <typename A>
 void gelu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
@@ -303,12 +326,20 @@ void adamw_update(const ExecContext& ctx, float* params, const float* grads, flo
 }
 
 void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t) {
+                         float beta2, float eps, float weight_decay, float grad_scale, int t, DType copy) {
   HPCT_CHECK(chunks <= std::numeric_limits<int>::max(), "adamw_update_chunks: {} chunks exceed a grid", chunks);
   const AdamwScalars k = adamw_scalars(lr, beta1, beta2, weight_decay, t);
   const float no_decay = adamw_scalars(lr, beta1, beta2, 0.0f, t).decay;  // 1.0f: as adamw_update with 0
-  HPCT_LAUNCH(adamw_chunks_kernel, table_chunks_shape(chunks), stream_of(ctx), table, beta1, beta2, eps, grad_scale,
-              k.decay, no_decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
+  auto launch = [&](auto copy_type) {
+    using Copy = typename decltype(copy_type)::type;
+    HPCT_LAUNCH(adamw_chunks_kernel<Copy>, table_chunks_shape(chunks), stream_of(ctx), table, beta1, beta2, eps,
+                grad_scale, k.decay, no_decay, k.step_size, k.bc2_sqrt, k.one_minus_b1, k.one_minus_b2);
+  };
+  if (copy == DType::BF16) launch(type_tag<__nv_bfloat16>{});
+  else if (copy == DType::F16)
+    launch(type_tag<__half>{});
+  else
+    launch(type_tag<void>{});
   HPCT_CUDA_LAUNCH_CHECK("adamw_update_chunks");
 }
 
@@ -425,6 +456,8 @@ void host_unregister(const ExecContext& ctx, void* host) {
   template void gelu_forward<A>(const ExecContext&, A*, const A*, int64_t);                                           \
   template void gelu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);                                \
   template void residual_forward<A>(const ExecContext&, A*, const A*, const A*, int64_t);                             \
+  template void residual_layernorm_forward<A>(const ExecContext&, A*, A*, float*, float*, const A*, const A*,         \
+                                              const A*, const A*, int, int);                                          \
   template void relu_forward<A>(const ExecContext&, A*, const A*, int64_t);                                           \
   template void relu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);
 HPCT_INSTANTIATE_CORE(float)

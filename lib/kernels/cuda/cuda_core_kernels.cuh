@@ -229,7 +229,10 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
 }
 
 // adamw_kernel's arithmetic over a chunk table (adamw_update_chunks): one block per chunk, its threads striding over
-// the chunk's elements; `decay` for the chunks whose tensor decays, `no_decay` (1) for the others.
+// the chunk's elements; `decay` for the chunks whose tensor decays, `no_decay` (1) for the others. Copy (__nv_bfloat16
+// or __half; void: none) is the type of the compute copy each updated parameter is also stored into, rounded once as
+// cast_kernel rounds it.
+template <typename Copy>
 __global__ void __launch_bounds__(kTableThreads)
     adamw_chunks_kernel(const AdamwChunk* __restrict__ table, float beta1, float beta2, float eps, float grad_scale,
                         float decay, float no_decay, float step_size, float bc2_sqrt, float one_minus_b1,
@@ -242,9 +245,11 @@ __global__ void __launch_bounds__(kTableThreads)
     const float mi = c.m[i] * beta1 + g * one_minus_b1;
     const float vi = c.v[i] * beta2 + g * g * one_minus_b2;
     const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    const float updated = p - step_size * (mi / denom);
     c.m[i] = mi;
     c.v[i] = vi;
-    c.params[i] = p - step_size * (mi / denom);
+    c.params[i] = updated;
+    if constexpr (!std::is_void_v<Copy>) static_cast<Copy*>(c.copy)[i] = from_float<Copy>(updated);
   }
 }
 
@@ -344,17 +349,12 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const S* dout, int B, i
 // ---- LayerNorm ----------------------------------------------------------------------------------------------------
 // One warp per row (kLnWarps rows per block): mean and two-pass variance as float warp sums, then the output. Lane l
 // reads the packs of P elements starting at l P, l P + 32 P, ... (P = 1: the elements l, l + 32, ...; P = 8: 16-byte
-// bf16 loads, row_pack); mean and rstd are float, the output is rounded once to S.
+// bf16 loads, row_pack); mean and rstd are float, the output is rounded once to S. layernorm_row is the row's work,
+// shared by the plain kernel and the one fused with the residual add before it.
 template <typename S, int P>
-__global__ void __launch_bounds__(kLnRowThreads)
-    layernorm_forward_kernel(S* out, float* mean, float* rstd, const S* inp, const S* weight, const S* bias, int N,
-                             int C) {
+__device__ __forceinline__ void layernorm_row(S* o, float* mean, float* rstd, const S* x, const S* weight,
+                                              const S* bias, int64_t row, int C, int lane) {
   constexpr float eps = 1e-5f;
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= N) return;  // uniform over the warp: the shuffles below see all 32 lanes
-  const S* x = inp + row * C;
-  S* o = out + row * C;
   float s = 0.0f;
   for (int c = lane * P; c < C; c += 32 * P) {
     const Pack<S, P> v = load_pack<P>(x + c);
@@ -389,6 +389,38 @@ __global__ void __launch_bounds__(kLnRowThreads)
     mean[row] = m;
     rstd[row] = r;
   }
+}
+
+template <typename S, int P>
+__global__ void __launch_bounds__(kLnRowThreads)
+    layernorm_forward_kernel(S* out, float* mean, float* rstd, const S* inp, const S* weight, const S* bias, int N,
+                             int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= N) return;  // uniform over the warp: the shuffles below see all 32 lanes
+  layernorm_row<S, P>(out + row * C, mean, rstd, inp + row * C, weight, bias, row, C, lane);
+}
+
+// residual = a + b (each element rounded once to S, as residual_kernel), then layernorm_row over the residual row:
+// the same bits as residual_kernel followed by layernorm_forward_kernel<S, P>. The lane stores its packs of the
+// residual and reads back only those (the row loops give every lane the same packs), so no barrier is needed; the
+// row is read once from a and b instead of written, then read again by a second kernel.
+template <typename S, int P>
+__global__ void __launch_bounds__(kLnRowThreads)
+    residual_layernorm_forward_kernel(S* residual, S* out, float* mean, float* rstd, const S* a, const S* b,
+                                      const S* weight, const S* bias, int N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= N) return;  // uniform over the warp
+  S* res = residual + row * C;
+  for (int c = lane * P; c < C; c += 32 * P) {
+    const Pack<S, P> x = load_pack<P>(a + row * C + c), y = load_pack<P>(b + row * C + c);
+    Pack<S, P> r;
+#pragma unroll
+    for (int j = 0; j < P; j++) r.v[j] = from_float<S>(to_float(x.v[j]) + to_float(y.v[j]));
+    store_pack<P>(res + c, r);
+  }
+  layernorm_row<S, P>(out + row * C, mean, rstd, res, weight, bias, row, C, lane);
 }
 
 // LayerNorm backward in one pass over the rows, with the CPU's expressions (cpu_layers.cpp):

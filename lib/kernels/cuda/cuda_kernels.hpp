@@ -37,6 +37,11 @@ void layernorm_backward(const ExecContext& ctx, A* dinp /*(N,C) +=*/, float* dwe
                         const A* weight /*(C)*/, const float* mean /*(N)*/, const float* rstd /*(N)*/, int N, int C);
 
 template <typename A>
+void residual_layernorm_forward(const ExecContext& ctx, A* residual /*(N,C)*/, A* out /*(N,C)*/, float* mean /*(N)*/,
+                                float* rstd /*(N)*/, const A* a /*(N,C)*/, const A* b /*(N,C)*/,
+                                const A* weight /*(C)*/, const A* bias /*(C) or null*/, int N, int C);
+
+template <typename A>
 void matmul_forward(const ExecContext& ctx, A* out /*(N,OC)*/, const A* inp /*(N,C)*/, const A* weight /*(OC,C)*/,
                     const A* bias /*(OC) or null*/, int N, int C, int OC);
 template <typename A>
@@ -186,7 +191,7 @@ void synchronize(const ExecContext& ctx);
 void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
                         double* partials);
 void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t);
+                         float beta2, float eps, float weight_decay, float grad_scale, int t, DType copy);
 void host_register(const ExecContext& ctx, void* host, int64_t bytes);
 void host_unregister(const ExecContext& ctx, void* host);
 

@@ -485,7 +485,10 @@ void Gpt::init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStor
 }
 
 void Gpt::refresh_compute_params(const ExecContext& ctx) {
-  if (!shard_params_) models::refresh_compute_copy(ctx, compute_, params_);  // sharded: the gather's refresh()
+  if (shard_params_) return;             // the gather's refresh()
+  if (copy_kept_ && copy_cast_) return;  // the optimizer's steps keep the copy equal to the masters
+  models::refresh_compute_copy(ctx, compute_, params_);
+  copy_cast_ = copy_kept_;
 }
 
 void Gpt::reading_block(int l, bool backward, int chunk) {
@@ -607,11 +610,11 @@ void Gpt::block_forward(const ExecContext& ctx, int l, const LayerActs& a, const
                     ptr<A>(p.qkvb), N, C, 3 * Cl);  // (N, 3C/t)
   k::attention_forward(ctx, a.atty->as<A>(), a.att_stats->data, a.qkv->as<A>(), b, T, Cl, NH);
   k::matmul_forward(ctx, scratch, a.atty->as<A>(), p.projw->as<A>(), lead ? ptr<A>(p.projb) : nullptr, N, Cl, C);
-  // row-parallel proj: summed over the group (reduce-scattered to this rank's rows under SP)
-  k::residual_forward(ctx, a.residual2->as<A>(), residual, row_parallel_output(scratch, b, "TP attention proj"), NrC);
-  // MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
-  k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(), p.ln2w->as<A>(),
-                       ptr<A>(p.ln2b), Nr, C);
+  // row-parallel proj: summed over the group (reduce-scattered to this rank's rows under SP); the residual add and
+  // the MLP block's LayerNorm in one op. MLP block: residual3 = residual2 + proj(gelu(fc(ln2(residual2))))
+  k::residual_layernorm_forward(ctx, a.residual2->as<A>(), a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(),
+                                residual, row_parallel_output(scratch, b, "TP attention proj"), p.ln2w->as<A>(),
+                                ptr<A>(p.ln2b), Nr, C);
   // column-parallel fc
   k::matmul_forward(ctx, a.fch->as<A>(), whole_rows(a.ln2->as<A>(), b, "SP MLP input"), p.fcw->as<A>(), ptr<A>(p.fcb),
                     N, C, 4 * Cl);  // (N, 4C/t)

@@ -180,8 +180,14 @@ class Gpt {
   // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp). Call
   // it after every change of the masters and before the next forward (once per step: GptStage::begin_step; evaluation
   // and sampling call it too).
-  // A no-op in fp32, where the kernels read the masters.
+  // A no-op in fp32, where the kernels read the masters, and after the first cast once the optimizer keeps the copy.
   void refresh_compute_params(const ExecContext& ctx);
+  // The 16-bit compute copy (empty in fp32; planned only under ZeRO-3, whose gather fills it).
+  Slab& compute_params() { return compute_; }
+  // The optimizer stores every update into the compute copy too (optim::Optimizer::keep_compute_copy), so
+  // refresh_compute_params casts only once more (the initial or loaded masters). Valid while nothing but the optimizer
+  // changes the masters after that cast: the training loop loads and initialises before the first step.
+  void set_compute_copy_kept(bool kept) { copy_kept_ = kept; }
 
   const ModelParallel& model_parallel() const { return mp_; }
   // Milliseconds the host spent in TP collectives since the last reset (forward, loss and backward). On CUDA their
@@ -315,6 +321,8 @@ class Gpt {
   GradReadyHook hook_, write_hook_;
   ParamReadHook read_hook_;
   bool shard_params_ = false;
+  bool copy_kept_ = false;        // set_compute_copy_kept
+  bool copy_cast_ = false;        // refresh_compute_params has cast the masters since the copy was kept
   int wte_index_ = -1;            // wte's layout index on a stage that holds it
   std::vector<int> layer_first_;  // layout index of local block i's first tensor; [L] = first of lnf (or the end)
   Device device_;

@@ -568,6 +568,42 @@ TEST(CudaCore, Bf16EncoderEqualsCpuBitForBit) {
 }
 
 // C = 768 reads 16-byte packs of bf16 per lane, C = 77 element by element.
+// residual_layernorm_forward equals residual_forward then layernorm_forward on the GPU bit for bit, fused (aligned
+// rows of 768) and through the fallback (a and b one element off the 16-byte packs), in place (residual == a) too.
+template <typename A>
+void check_residual_layernorm_equals_the_two_ops() {
+  const int N = 37, C = 768;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const auto a = test::to_storage_vector<A>(random_vector(NC + 1, 760, -2.0, 3.0));
+  const auto b = test::to_storage_vector<A>(random_vector(NC + 1, 761));
+  const auto w = test::to_storage_vector<A>(random_vector(static_cast<size_t>(C), 762));
+  const auto bias = test::to_storage_vector<A>(random_vector(static_cast<size_t>(C), 763));
+  for (const int off : {0, 1}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE("offset " + std::to_string(off) + (in_place ? " in place" : ""));
+      DBuf<A> d_a(a), d_b(b), d_w(w), d_bias(bias), d_res(NC), d_out(NC), r_a(a), r_res(NC), r_out(NC);
+      DBuf<float> d_mean(static_cast<size_t>(N)), d_rstd(static_cast<size_t>(N)), r_mean(static_cast<size_t>(N)),
+          r_rstd(static_cast<size_t>(N));
+      A* res = in_place ? d_a.get() + off : d_res.get();
+      A* want_res = in_place ? r_a.get() + off : r_res.get();
+      residual_layernorm_forward(gpu_ctx(), res, d_out.get(), d_mean.get(), d_rstd.get(), d_a.get() + off,
+                                 d_b.get() + off, d_w.get(), d_bias.get(), N, C);
+      residual_forward(gpu_ctx(), want_res, r_a.get() + off, d_b.get() + off, static_cast<int64_t>(NC));
+      layernorm_forward(gpu_ctx(), r_out.get(), r_mean.get(), r_rstd.get(), want_res, d_w.get(), d_bias.get(), N, C);
+      EXPECT_TRUE(bitwise_equal("residual", in_place ? d_a.download() : d_res.download(),
+                                in_place ? r_a.download() : r_res.download()));
+      EXPECT_TRUE(bitwise_equal("out", d_out.download(), r_out.download()));
+      EXPECT_TRUE(bitwise_equal("mean", d_mean.download(), r_mean.download()));
+      EXPECT_TRUE(bitwise_equal("rstd", d_rstd.download(), r_rstd.download()));
+    }
+  }
+}
+TEST(CudaCore, ResidualLayernormEqualsTheTwoOps) {
+  HPCT_REQUIRE_GPU();
+  check_residual_layernorm_equals_the_two_ops<float>();
+  check_residual_layernorm_equals_the_two_ops<bf16>();
+}
+
 TEST(CudaCore, Bf16LayernormMatchesCpu) {
   HPCT_REQUIRE_GPU();
   for (const int C : {768, 77}) {

@@ -73,6 +73,60 @@ TEST(AdamW, MatchesDoubleReferenceWithDecayFlagsAndClipping) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(b.f32()[i], p[6 + i], 1e-6) << i;
 }
 
+// keep_compute_copy: with every tensor whole, each step also leaves the bf16 copy equal to the masters cast (the bits
+// kernels::cast gives), and the masters equal those of an optimizer that keeps no copy; a share of a tensor (ZeRO),
+// a copy of another layout, or an f32 copy are refused and the copy is left alone.
+TEST(AdamW, KeepsTheComputeCopyWhereItUpdatesEveryElement) {
+  auto make = [](Slab& params, Slab& grads, Slab& copy) {
+    params.add("w", {2, 3});
+    params.add("b", {3});
+    grads.add("w", {2, 3});
+    grads.add("b", {3});
+    copy.add("w", {2, 3}, DType::BF16);
+    copy.add("b", {3}, DType::BF16);
+    params.allocate();
+    grads.allocate();
+    copy.allocate();
+    for (int i = 0; i < 6; ++i) params.tensors()[0].f32()[i] = 0.1f * static_cast<float>(i) - 0.3f;
+    for (int i = 0; i < 3; ++i) params.tensors()[1].f32()[i] = 0.2f * static_cast<float>(i) + 0.05f;
+  };
+  Slab params("p", Device::CPU), grads("g", Device::CPU), copy("c", Device::CPU);
+  Slab ref_params("rp", Device::CPU), ref_grads("rg", Device::CPU), unused("u", Device::CPU);
+  make(params, grads, copy);
+  make(ref_params, ref_grads, unused);
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1f;
+  AdamW opt(params, grads, {true, false}, cfg), ref(ref_params, ref_grads, {true, false}, cfg);
+  const ExecContext ctx;
+  ASSERT_TRUE(opt.keep_compute_copy(ctx, copy));
+  for (int t = 1; t <= 3; ++t) {
+    for (Slab* g : {&grads, &ref_grads})
+      for (Tensor& x : g->tensors())
+        for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = std::sin(0.9f * static_cast<float>(i) + t);
+    opt.step(ctx, 0.01f, 0.5f);
+    ref.step(ctx, 0.01f, 0.5f);
+    for (size_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < params.tensors()[k].numel(); ++i) {
+        const float p = params.tensors()[k].f32()[i];
+        EXPECT_EQ(p, ref_params.tensors()[k].f32()[i]) << "t " << t << " tensor " << k << " element " << i;
+        EXPECT_EQ(copy.tensors()[k].as<bf16>()[i].bits, to_bf16(p).bits) << "t " << t << " tensor " << k;
+      }
+  }
+  // refused: a share of a tensor (this rank's ZeRO segments), a copy laid out otherwise, an f32 copy
+  std::vector<float> shard(9);
+  AdamW share(ref_params, std::vector<Segment>{{0, 0, 6, shard.data(), 0}, {1, 1, 3, shard.data() + 6, 0}},
+              {true, false}, cfg);
+  EXPECT_FALSE(share.keep_compute_copy(ctx, copy));
+  Slab other("o", Device::CPU), f32_copy("f", Device::CPU);
+  other.add("w", {6}, DType::BF16);
+  other.allocate();
+  f32_copy.add("w", {2, 3});
+  f32_copy.add("b", {3});
+  f32_copy.allocate();
+  EXPECT_FALSE(ref.keep_compute_copy(ctx, other));
+  EXPECT_FALSE(ref.keep_compute_copy(ctx, f32_copy));
+}
+
 TEST(AdamW, NoClipBelowThresholdOrWhenOff) {
   Slab params("p", Device::CPU), grads("g", Device::CPU);
   params.add("w", {1});

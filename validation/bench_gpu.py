@@ -15,7 +15,10 @@
           training step, not the host loader, is measured; hpctrain's tensors are NCHW) vs torchvision's resnet50
           (or the same network from validation/torch_models.py when torchvision is missing) with SGD (Nesterov 0.9,
           weight decay on conv/fc weights), channels_last + bf16 autocast (+ torch.compile, default mode and with
-          --max-autotune "max-autotune", where it works), and fp32 NCHW, TF32 off.
+          --max-autotune "max-autotune", where it works), the same in eager mode, and in eager mode with
+          torch.backends.cudnn.deterministic = True (cuDNN's deterministic algorithms only, the fastest of them still
+          chosen by cudnn.benchmark: the cost of determinism apart from the implementation's), and fp32 NCHW, TF32
+          off.
 
 Figures: the median step time over the steps after --warmup (hpctrain: metrics.jsonl `ms`; PyTorch: wall time of
 the whole step incl. the host-to-device copy of the batch from pinned memory, ending with cuda.synchronize; compiling
@@ -46,7 +49,8 @@ the tree has no .git), torch_version and cudnn_version (the torch that ran: torc
 torch.backends.cudnn.version(); null without torch), workload (gpt|resnet), program (hpctrain|pytorch), mode
 (compile|compile_max_autotune|eager|none: the mode that actually ran, eager when compiling failed; hpctrain none),
 precision (bf16|fp32|tf32), layout (channels_last|nchw|none: none for gpt, nchw for hpctrain's ResNet), deterministic
-(hpctrain true, bitwise reproducible by design; PyTorch false: no deterministic algorithms set), micro_batch,
+(hpctrain true, bitwise reproducible by design; PyTorch true for the ResNet row with cudnn.deterministic set, false
+for the others: no deterministic algorithms set), micro_batch,
 ms_per_step, throughput, unit (tokens/s|images/s), mfu (a fraction of the dense bf16 peak; null when the peak is
 unknown), peak_mem_gib (nvidia-smi; null when it saw nothing), bitwise_rerun (hpctrain: true / false from the rerun,
 null when not rerun; PyTorch null), log (the row's log, repository-relative). Every record passes validate_record()
@@ -381,8 +385,8 @@ def bench_hpctrain(kind, exe, deck, base_sets, candidates, mem_gib, work, args, 
 
 def torch_worker(spec):
     """Runs in a subprocess: spec = {model, device, precision (bf16|fp32), compile (None, "default" or a
-    torch.compile mode such as "max-autotune"), batch, steps, warmup, tiny}; prints `RESULT <json>` last (mode: what
-    ran, in words; mode_key: compile | compile_max_autotune | eager)."""
+    torch.compile mode such as "max-autotune"), deterministic (cudnn.deterministic), batch, steps, warmup, tiny};
+    prints `RESULT <json>` last (mode: what ran, in words; mode_key: compile | compile_max_autotune | eager)."""
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_models
@@ -393,7 +397,8 @@ def torch_worker(spec):
         # fp32: TF32 off (hpctrain's fp32 GEMMs and convolutions are full fp32); bf16: TF32 for what autocast leaves
         torch.backends.cuda.matmul.allow_tf32 = bf16
         torch.backends.cudnn.allow_tf32 = bf16
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = True  # with deterministic: the fastest deterministic algorithm
+        torch.backends.cudnn.deterministic = bool(spec.get("deterministic"))
     B, steps, warmup = spec["batch"], spec["steps"], spec["warmup"]
     torch.manual_seed(0)
     info = {"torch": torch.__version__, "torch_cuda": getattr(torch.version, "cuda", None),
@@ -555,14 +560,17 @@ def run_torch(spec, timeout, sample_mem, log_path):
                 result_line=[l for l in out.splitlines() if l.startswith("RESULT ")][0])
 
 
-def bench_torch(model, precision, batch, args, device, sample_mem, work, tiny=None, compile_mode="default"):
-    """PyTorch at `batch`, halving on out-of-memory; torch.compile in compile_mode ("default", "max-autotune") for
-    bf16 unless --no-compile, fp32 eager. Returns (result, batch)."""
+def bench_torch(model, precision, batch, args, device, sample_mem, work, tiny=None, compile_mode="default",
+                deterministic=False):
+    """PyTorch at `batch`, halving on out-of-memory; torch.compile in compile_mode ("default", "max-autotune"; None:
+    eager) for bf16 unless --no-compile, fp32 eager; deterministic: cudnn.deterministic. Returns (result, batch)."""
     cm = compile_mode if (not args.no_compile) and precision == "bf16" else None
     while batch >= 1:
         spec = {"model": model, "device": device, "precision": precision, "batch": batch, "steps": args.steps,
-                "warmup": args.warmup, "compile": cm, "tiny": tiny}
-        tag = "" if cm in (None, "default") else "_" + re.sub(r"[^a-z0-9]+", "_", cm)
+                "warmup": args.warmup, "compile": cm, "deterministic": deterministic, "tiny": tiny}
+        mode_tag = ("_eager" if precision == "bf16" else "") if cm is None else (
+            "" if cm == "default" else "_" + re.sub(r"[^a-z0-9]+", "_", cm))
+        tag = mode_tag + ("_deterministic" if deterministic else "")
         r = run_torch(spec, args.timeout, sample_mem, os.path.join(work, f"torch_{model}_{precision}{tag}_mb{batch}.log"))
         if not r.get("oom"):
             return r, batch
@@ -982,27 +990,35 @@ def main_gpu(args):
         sys.exit(1)
 
 
-def torch_configs(args):
-    """[(precision, torch.compile mode)] of the PyTorch rows: bf16 in the default mode, bf16 in "max-autotune" with
-    --max-autotune, fp32 (eager)."""
-    return [("bf16", "default")] + ([("bf16", "max-autotune")] if args.max_autotune and not args.no_compile
-                                    else []) + [("fp32", None)]
+def torch_configs(args, workload):
+    """[(precision, torch.compile mode or None for eager, cudnn.deterministic)] of a workload's PyTorch rows: bf16 in
+    the default mode, bf16 in "max-autotune" with --max-autotune; for the ResNet also bf16 eager, and bf16 eager with
+    cuDNN's deterministic algorithms (hpctrain's convolutions are deterministic: this row shows what that costs
+    PyTorch); fp32 (eager)."""
+    rows = [("bf16", "default", False)]
+    if args.max_autotune and not args.no_compile:
+        rows.append(("bf16", "max-autotune", False))
+    if workload == "resnet":  # (under --no-compile the first row is eager already)
+        rows += ([] if args.no_compile else [("bf16", None, False)]) + [("bf16", None, True)]
+    return rows + [("fp32", None, False)]
 
 
-def torch_program(r, cmode):
+def torch_program(r, cmode, deterministic=False):
     """The table's program cell of a PyTorch row: the mode that ran (a failed run: the mode asked for)."""
+    det = ", cudnn.deterministic" if deterministic else ""
     if r.get("mode"):
-        return f"PyTorch {r['mode']}"
-    return "PyTorch" + (f" (torch.compile {cmode} asked)" if cmode and cmode != "default" else "")
+        return f"PyTorch {r['mode']}{det}"
+    return "PyTorch" + (f" (torch.compile {cmode} asked)" if cmode and cmode != "default" else "") + det
 
 
-def torch_meta(workload, precision, cmode, layout, args):
+def torch_meta(workload, precision, cmode, layout, args, deterministic=False):
     """The record's fields of a PyTorch row known before it runs (mode: the one asked for; Recorder.add takes the one
     that ran from the result)."""
     asked = "eager" if args.no_compile or not cmode else (
         "compile" if cmode == "default" else "compile_" + re.sub(r"[^a-z0-9]+", "_", cmode))
+    # deterministic: cudnn.deterministic (the convolutions); torch.use_deterministic_algorithms is never set
     return {"workload": workload, "program": "pytorch", "mode": asked, "precision": precision, "layout": layout,
-            "deterministic": False}  # torch.use_deterministic_algorithms is not set, cudnn.benchmark is
+            "deterministic": deterministic}
 
 
 def hp_meta(workload, precision):
@@ -1077,7 +1093,7 @@ def run_suite(args, dev, peaks, work, device, tiny, recorder=None):
                              f"{' '.join(hp['perf'])}")
         tb = first_mb or args.gpt_micro_batch or 8
         tcfg = dict(n_layer=L, n_head=NH, n_embd=C, seq_len=T, vocab_size=V) if tiny else None
-        for p, cmode in torch_configs(args):
+        for p, cmode, _ in torch_configs(args, "gpt"):
             r, b = bench_torch("gpt", p, tb * args.accum, args, device, on_gpu, work, tcfg, cmode)
             torch_info = {k: r.get(k) for k in ("torch", "torch_cuda", "cudnn")} if r.get("torch") else torch_info
             add({"workload": "GPT-2 124M", "program": torch_program(r, cmode),
@@ -1117,18 +1133,18 @@ def run_suite(args, dev, peaks, work, device, tiny, recorder=None):
                 notes.append(f"- train_resnet ({prec}) own PERFORMANCE figures (ms/step images/s images/s/rank MFU): "
                              f"{' '.join(hp['perf'])}")
         tb = first_mb or args.resnet_micro_batch or 64
-        for p, cmode in torch_configs(args):
+        for p, cmode, det in torch_configs(args, "resnet"):
             r, b = bench_torch("resnet", p, tb * args.accum, args, device, on_gpu, work,
-                               {"width": 8, "hw": hw} if tiny else None, cmode)
+                               {"width": 8, "hw": hw} if tiny else None, cmode, det)
             torch_info = {k: r.get(k) for k in ("torch", "torch_cuda", "cudnn")} if r.get("torch") else torch_info
             # the worker puts the model and the input in channels_last for bf16 on a GPU only
             layout = "channels_last" if p == "bf16" and on_gpu else "nchw"
-            add({"workload": "ResNet-50", "program": torch_program(r, cmode),
+            add({"workload": "ResNet-50", "program": torch_program(r, cmode, det),
                  "precision": p + (", NCHW, TF32 off" if p == "fp32" else
                                    " autocast, channels_last" if on_gpu else " autocast, NCHW on the CPU"),
                  "mb": b, "res": dict(r, throughput=(b / r["ms"] * 1e3) if "ms" in r else None),
                  "unit": "img/s", "flops_per_unit": fpi, "peak_key": p,
-                 "rec": torch_meta("resnet", p, cmode, layout, args)})
+                 "rec": torch_meta("resnet", p, cmode, layout, args, det)})
     for w in ("GPT-2 124M", "ResNet-50"):
         srcs = sorted({f"{r['res']['model_src']}, {r['res']['optimizer']}" for r in results
                        if r["workload"] == w and r["res"].get("model_src")})
@@ -1240,26 +1256,32 @@ def main_dry(args):
                   + (f", PERFORMANCE {res['perf']}" if res.get("perf") else "")
                   + (f", {res.get('optimizer')}, {res.get('model_src')}" if res.get("optimizer") else "")
                   + (f" ({res['error']})" if "error" in res else ""))
-    check(len(results) == 6, f"6 result rows (2 workloads x hpctrain, PyTorch bf16, fp32): {len(results)}")
+    check(len(results) == 7, f"7 result rows (2 workloads x hpctrain, PyTorch bf16, fp32; the ResNet's PyTorch bf16 "
+                             f"with cudnn.deterministic): {len(results)}")
     table, tl, path = finish(results, cpu_dev, torch_info, cpu_peaks, args, notes,
                              "DRY RUN on the CPU with tiny models (bench_gpu.py --dry-run: not a measurement)",
                              os.path.join(work, "suite", "dry_run_cpu.md"), suite_rec)
-    check(os.path.exists(path) and len(table) == 8, f"the dry run's table and record ({path})")
+    check(os.path.exists(path) and len(table) == 9, f"the dry run's table and record ({path})")
     recs = suite_rec.records
-    check(len(recs) == 6 and not suite_rec.problems and all(validate_record(r) == [] for r in recs),
-          f"6 well-formed JSON Lines records of the CPU rows ({suite_rec.path}){suite_rec.problems or ''}")
+    check(len(recs) == 7 and not suite_rec.problems and all(validate_record(r) == [] for r in recs),
+          f"7 well-formed JSON Lines records of the CPU rows ({suite_rec.path}){suite_rec.problems or ''}")
     check(read_jsonl(suite_rec.path) == recs and os.path.basename(suite_rec.path) ==
           f"cpu_dry_run_{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}.jsonl",
           "the record file holds exactly those records, named <device_slug>_<UTC date>.jsonl")
-    want = [("gpt", "hpctrain", "none", "fp32", "none", True), ("gpt", "pytorch", "eager", "bf16", "none", None),
-            ("gpt", "pytorch", "eager", "fp32", "none", None), ("resnet", "hpctrain", "none", "fp32", "nchw", True),
-            ("resnet", "pytorch", "eager", "bf16", "nchw", None), ("resnet", "pytorch", "eager", "fp32", "nchw", None)]
-    got = [(r["workload"], r["program"], r["mode"], r["precision"], r["layout"], r["bitwise_rerun"]) for r in recs]
-    check(got == want, f"records' workload, program, mode, precision, layout, bitwise_rerun: {got}")
+    want = [("gpt", "hpctrain", "none", "fp32", "none", True, True),
+            ("gpt", "pytorch", "eager", "bf16", "none", None, False),
+            ("gpt", "pytorch", "eager", "fp32", "none", None, False),
+            ("resnet", "hpctrain", "none", "fp32", "nchw", True, True),
+            ("resnet", "pytorch", "eager", "bf16", "nchw", None, False),
+            ("resnet", "pytorch", "eager", "bf16", "nchw", None, True),  # cudnn.deterministic
+            ("resnet", "pytorch", "eager", "fp32", "nchw", None, False)]
+    got = [(r["workload"], r["program"], r["mode"], r["precision"], r["layout"], r["bitwise_rerun"],
+            r["deterministic"]) for r in recs]
+    check(got == want, f"records' workload, program, mode, precision, layout, bitwise_rerun, deterministic: {got}")
     check(all(r["device_slug"] == "cpu_dry_run" and r["commit"] == args.commit_id and r["torch_version"] ==
-              torch_info.get("torch") and r["deterministic"] == (r["program"] == "hpctrain") for r in recs),
+              torch_info.get("torch") for r in recs),
           f"device_slug cpu_dry_run, commit {args.commit_id}, torch {torch_info.get('torch')} (cuDNN "
-          f"{torch_info.get('cudnn')}), deterministic for hpctrain only")
+          f"{torch_info.get('cudnn')}); deterministic: hpctrain, and PyTorch's ResNet row with cudnn.deterministic")
     hp_log = read_text(os.path.join(ROOT, recs[0]["log"])) or "" if recs else ""
     check("# bitwise rerun: true" in hp_log and "===== output of the rerun" in hp_log and "PERFORMANCE" in hp_log
           and re.search(r"#   step 1: loss \S+ 0x", hp_log) is not None,

@@ -324,7 +324,7 @@ TEST(CudaEmu, KernelResourceTable) {
     names.insert(name);
   }
   for (const char* k :
-       {"reduce_kernel", "forward_kernel", "bn_stats_kernel", "crossentropy_kernel", "forward_tc_kernel"})
+       {"reduce_kernel", "forward_kernel", "bn_stats_partial_kernel", "crossentropy_kernel", "forward_tc_kernel"})
     EXPECT_TRUE(names.count(k)) << k << " missing from " << path;
 #else
   GTEST_SKIP() << "a CPU-only build has no ptxas resource table";

@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -97,15 +98,26 @@ void emu_conv_bias(float* out, const float* bias, int N, int OC, int64_t len) {
 void emu_conv_dbias(float* dbias, const float* dout, int N, int OC, int OHW) {
   EMU_LAUNCH(cu::channel_sum_accumulate_kernel, cu::channel_reduce_shape(OC), dbias, dout, N, OC, OHW);
 }
+// the statistics' two stages as cuda_resnet.cu's launch_bn_stats runs them, over a partials buffer of partials_bytes
+// (its groups start NaN: a group the first stage does not write poisons the result)
+template <typename S>
+void emu_bn_stats(float* stats, float* save_mean, float* save_rstd, const S* inp, int N, int C, int HW, float eps,
+                  int64_t partials_bytes = kCudaReducePartialsBytes) {
+  const cu::BnStatsLaunch l = cu::bn_stats_launch(N, C, HW, partials_bytes);
+  std::vector<double> partials(static_cast<size_t>(3 * C * l.groups), std::numeric_limits<double>::quiet_NaN());
+  EMU_LAUNCH(cu::bn_stats_partial_kernel, l.partial, partials.data(), inp, N, C, HW, l.per_group);
+  EMU_LAUNCH(cu::bn_stats_finish_kernel, l.finish, stats, save_mean, save_rstd, partials.data(), C,
+             static_cast<int>(l.groups), eps);
+}
 void emu_bn_forward_train(float* out, float* stats, float* save_mean, float* save_rstd, const float* inp,
                           const float* gamma, const float* beta, int N, int C, int HW, float eps) {
-  EMU_LAUNCH(cu::bn_stats_kernel, cu::channel_reduce_shape(C), stats, save_mean, save_rstd, inp, N, C, HW, eps);
+  emu_bn_stats(stats, save_mean, save_rstd, inp, N, C, HW, eps);
   const int64_t planes = static_cast<int64_t>(N) * C;
   EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), out, inp, save_mean, save_rstd, gamma, beta, planes, C,
              HW);
 }
 void emu_bn_local_stats(float* stats, const float* inp, int N, int C, int HW) {
-  EMU_LAUNCH(cu::bn_stats_kernel, cu::channel_reduce_shape(C), stats, nullptr, nullptr, inp, N, C, HW, 0.0f);
+  emu_bn_stats(stats, static_cast<float*>(nullptr), static_cast<float*>(nullptr), inp, N, C, HW, 0.0f);
 }
 void emu_bn_merge_stats(float* merged, const float* gathered, int R, int C) {
   EMU_LAUNCH(cu::bn_merge_kernel, cu::per_channel_shape(C), merged, gathered, R, C);
@@ -298,6 +310,35 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
 
 // SyncBN forward over R simulated ranks of different batch sizes: local stats into the rank rows of `gathered`,
 // Chan's merge, apply on one rank's images, running statistics from the merged ones.
+// The statistics over several groups of a channel (N*HW = 20000: groups of 8192 values, the last shorter, boundaries
+// inside an image; and over a buffer of two groups: 10000 each), |mean| >> std: against the CPU's two passes over the
+// whole channel, and the launch of ResNet-50's first BatchNorm at micro-batch 256 (64 channels of 256 x 112 x 112).
+TEST(EmuResnet, BatchNormStatisticsOverManyGroups) {
+  const int N = 4, C = 3, HW = 5000;
+  const Vec inp = random_vector(sz(int64_t{N} * C * HW), 48, 49.0, 51.0);
+  Vec want_stats(3 * sz(C)), want_mean(sz(C)), want_rstd(sz(C)), want_out(inp.size());
+  const Vec gamma(sz(C), 1.0f), beta(sz(C), 0.0f);
+  batchnorm2d_forward_train(cpu_ctx(), want_out.data(), want_stats.data(), want_mean.data(), want_rstd.data(),
+                            inp.data(), gamma.data(), beta.data(), N, C, HW, kEps);
+  for (const int64_t bytes : {static_cast<int64_t>(kCudaReducePartialsBytes), int64_t{2 * 3 * C * 8}}) {
+    const cu::BnStatsLaunch l = cu::bn_stats_launch(N, C, HW, bytes);
+    SCOPED_TRACE("partials " + std::to_string(bytes) + ": " + std::to_string(l.groups) + " groups");
+    EXPECT_EQ(l.groups, bytes == 48 * C ? 2 : 3);
+    Vec stats = nan_vector(3 * sz(C)), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
+    ASSERT_TRUE(emulate_schedules(
+        [&] { emu_bn_stats(stats.data(), mean.data(), rstd.data(), inp.data(), N, C, HW, kEps, bytes); },
+        {emu_output("stats", stats), emu_output("save_mean", mean), emu_output("save_rstd", rstd)}));
+    EXPECT_TRUE(bitwise_equal("count", column(stats, 3, 0), column(want_stats, 3, 0)));
+    EXPECT_TRUE(all_close("mean", column(stats, 3, 1), column(want_stats, 3, 1), kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("M2", column(stats, 3, 2), column(want_stats, 3, 2), kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("save_rstd", rstd, want_rstd, kRtol, kAtolRel));
+  }
+  const cu::BnStatsLaunch r50 = cu::bn_stats_launch(256, 64, 112 * 112, kCudaReducePartialsBytes);
+  EXPECT_EQ(r50.groups, 392);  // 3,211,264 values per channel in 392 groups of 8192
+  EXPECT_EQ(r50.partial.grid.count(), 392 * 64);
+  for (const cu::LaunchShape& sh : {r50.partial, r50.finish}) EXPECT_EQ(cu::launch_problem(sh, cu::kH100Limits), "");
+}
+
 TEST(EmuResnet, BatchNormSyncForward) {
   const int C = 13, HW = 50;
   for (const std::vector<int>& Ns : {std::vector<int>{3}, std::vector<int>{2, 3, 1}}) {
@@ -756,8 +797,7 @@ void check_batchnorm_matches_cpu() {
     ASSERT_TRUE(emulate_schedules(
         [&] {
           // single process: forward_train, backward; eval
-          EMU_LAUNCH(cu::bn_stats_kernel, cu::channel_reduce_shape(C), stats.data(), mean.data(), rstd.data(),
-                     emu_ptr(inp), N, C, HW, kEps);
+          emu_bn_stats(stats.data(), mean.data(), rstd.data(), emu_ptr(inp), N, C, HW, kEps);
           EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(out), emu_ptr(inp), mean.data(),
                      rstd.data(), emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
           EMU_LAUNCH(cu::bn_backward_kernel, cu::channel_reduce_shape(C), emu_ptr(dinp), dg.data(), db.data(),
@@ -765,8 +805,8 @@ void check_batchnorm_matches_cpu() {
           EMU_LAUNCH(cu::bn_eval_kernel, cu::plane_shape(planes, HW), emu_ptr(eval), emu_ptr(inp), emu_ptr(gamma),
                      emu_ptr(beta), rm.data(), rv.data(), planes, C, HW, kEps);
           // SyncBN at R = 1: local stats (= the global ones), apply, local sums, apply backward
-          EMU_LAUNCH(cu::bn_stats_kernel, cu::channel_reduce_shape(C), lstats.data(), nullptr, nullptr, emu_ptr(inp), N,
-                     C, HW, 0.0f);
+          emu_bn_stats(lstats.data(), static_cast<float*>(nullptr), static_cast<float*>(nullptr), emu_ptr(inp), N, C,
+                       HW, 0.0f);
           EMU_LAUNCH(cu::bn_mean_rstd_kernel, cu::per_channel_shape(C), amean.data(), arstd.data(), lstats.data(), C,
                      kEps);
           EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(apply_out), emu_ptr(inp), amean.data(),

@@ -418,15 +418,32 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
 }
 
 // ---- BatchNorm2d ---------------------------------------------------------------------------------------
+namespace {
+// The statistics' two stages over the device's partials buffer (cuda_resnet_kernels.cuh, bn_stats_launch).
+template <typename S>
+void launch_bn_stats(cudaStream_t stream, const char* op, float* stats, float* save_mean, float* save_rstd,
+                     const S* inp, int N, int C, int HW, float eps) {
+  HPCT_CHECK(3 * int64_t{C} * static_cast<int64_t>(sizeof(double)) <= static_cast<int64_t>(kCudaReducePartialsBytes),
+             "{}: C={} channels need {} bytes of partials per group; the device keeps {}", op, C, 24 * int64_t{C},
+             kCudaReducePartialsBytes);
+  const BnStatsLaunch l = bn_stats_launch(N, C, HW, kCudaReducePartialsBytes);
+  double* partials = reduce_partials();
+  HPCT_LAUNCH(bn_stats_partial_kernel<S>, l.partial, stream, partials, inp, N, C, HW, l.per_group);
+  HPCT_CUDA_LAUNCH_CHECK(op);
+  HPCT_LAUNCH(bn_stats_finish_kernel, l.finish, stream, stats, save_mean, save_rstd, partials, C,
+              static_cast<int>(l.groups), eps);
+  HPCT_CUDA_LAUNCH_CHECK(op);
+}
+}  // namespace
+
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
                                const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_train", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
-  HPCT_LAUNCH(bn_stats_kernel<S>, channel_reduce_shape(C), stream, stats, save_mean, save_rstd, dev_ptr(inp), N, C, HW,
-              eps);
-  HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_train (stats)");
+  launch_bn_stats(stream, "batchnorm2d_forward_train (stats)", stats, save_mean, save_rstd, dev_ptr(inp), N, C, HW,
+                  eps);
   const int64_t planes = static_cast<int64_t>(N) * C;
   HPCT_LAUNCH(bn_apply_kernel<S>, plane_shape(planes, HW), stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd,
               dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
@@ -437,9 +454,8 @@ template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_local_stats", N, C, HW);
-  HPCT_LAUNCH(bn_stats_kernel<S>, channel_reduce_shape(C), stream_of(ctx), stats, nullptr, nullptr, dev_ptr(inp), N, C,
-              HW, 0.0f);
-  HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_local_stats");
+  launch_bn_stats(stream_of(ctx), "batchnorm2d_local_stats", stats, static_cast<float*>(nullptr),
+                  static_cast<float*>(nullptr), dev_ptr(inp), N, C, HW, 0.0f);
 }
 
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float* gathered, int R, int C) {

@@ -10,11 +10,14 @@
 // of HW contiguous floats (NCHW). No float atomics anywhere: every reduction runs in a fixed order, so a run reproduces
 // itself bit for bit on the same GPU.
 //
-// BatchNorm2d (our kernels, not cuDNN's): per-channel statistics and gradient sums run one block per channel,
-// kChannelReduceThreads threads, each thread walking the channel's N*HW values in a fixed strided order with a double
-// accumulator (for_channel_values), then a fixed-shape block reduction (cuda_device_common.cuh block_sum):
-// deterministic. Statistics are two-pass in double (mean, then M2 = sum (x - mean)^2), written as float (count, mean,
-// M2) triples like the CPU; normalisation uses the biased M2 / count, running_var the unbiased M2 / (count - 1);
+// BatchNorm2d (our kernels, not cuDNN's): the forward statistics are a full-grid two-stage reduction: each channel's
+// N*HW values are cut into groups (bn_stats_groups), one block per (group, channel) takes its group's (count, mean,
+// M2) two-pass in double (bn_stats_partial_kernel, into the device's partials buffer, cuda_reduce_kernels.cuh), and
+// one warp per channel merges the groups with Chan's formula in a fixed order (bn_stats_finish_kernel). Gradient sums
+// run one block per channel, kChannelReduceThreads threads, each thread walking the channel's N*HW values in a fixed
+// strided order with a double accumulator (for_channel_values), then a fixed-shape block reduction
+// (cuda_device_common.cuh block_sum). All deterministic. Statistics are written as float (count, mean, M2) triples
+// like the CPU (which takes them two-pass over the whole channel in double: the same values to double rounding); normalisation uses the biased M2 / count, running_var the unbiased M2 / (count - 1);
 // SyncBN's merge folds Chan's formula (batchnorm_stats.hpp) over the ranks in rank order, one thread per channel. The
 // conv's dbias is the same one-block-per-channel reduction in double. Pointwise passes (BatchNorm apply and eval, the
 // SyncBN dinp, max-pooling forward and backward, global-average-pooling backward, the conv bias) use a "plane" launch
@@ -43,6 +46,9 @@ constexpr int kMaxGridX = 65535;              // kept modest: the position loops
 constexpr int kAvgPoolThreads = 256;          // global average pooling forward: 8 warps, 8 planes per block
 constexpr int64_t kAvgPoolMaxBlocks = 65535;  // its grid cap (the plane loop strides over the rest)
 constexpr int kCastPackResnet = 4;            // accumulate_float_kernel: 4 floats (16 bytes) per pack
+constexpr int kBnGroupThreads = 256;          // bn_stats_partial_kernel: threads per (group, channel) block
+constexpr int64_t kBnMinGroupValues = 8192;   // values per group at least: 32 per thread and pass
+constexpr int kBnMaxGroups = 512;             // groups per channel at most (bn_stats_finish_kernel merges them)
 
 // Loops of a thread in a plane launch (plane_shape below).
 #define HPCT_FOR_PLANES(p, planes)                                                            \
@@ -60,6 +66,24 @@ __device__ __forceinline__ void for_channel_values(int c, int N, int C, int HW, 
   const int dn = S / HW, di = S % HW;
   while (n < N) {
     f((static_cast<int64_t>(n) * C + c) * HW + i);
+    i += di;
+    n += dn;
+    if (i >= HW) {
+      i -= HW;
+      n++;
+    }
+  }
+}
+// The same walk over the channel's flat values [j0, j1) only: j = j0 + threadIdx.x, j0 + threadIdx.x + blockDim.x, ...
+template <typename F>
+__device__ __forceinline__ void for_channel_range(int c, int C, int HW, int64_t j0, int64_t j1, F&& f) {
+  const int S = blockDim.x;
+  int64_t j = j0 + threadIdx.x;
+  int64_t n = j / HW;
+  int i = static_cast<int>(j - n * HW);
+  const int dn = S / HW, di = S % HW;
+  for (; j < j1; j += S) {
+    f((n * C + c) * HW + i);
     i += di;
     n += dn;
     if (i >= HW) {
@@ -99,26 +123,57 @@ __global__ void channel_sum_accumulate_kernel(float* __restrict__ dbias, const S
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// BatchNorm2d statistics: stats[c] = (count, mean, M2) two-pass in double; optionally save_mean / save_rstd from the
-// float triple exactly as the CPU's apply_channel: mean = st[1], rstd = float(1 / sqrt(double(st[2]) / st[0] + eps)).
+// BatchNorm2d statistics: stats[c] = (count, mean, M2) in double, two stages (the header comment); optionally
+// save_mean / save_rstd from the float triple exactly as the CPU's apply_channel: mean = st[1],
+// rstd = float(1 / sqrt(double(st[2]) / st[0] + eps)).
+// Stage one of the full-grid statistics: block (g, c) takes the (count, mean, M2) of channel c's flat values
+// [g per_group, (g + 1) per_group) two-pass in double (the sum, then the squared deviations from its mean) and
+// writes them as partials[(k C + c) G + g] for k = 0, 1, 2 (G = gridDim.x: each channel's groups contiguous).
 template <typename S>
-__global__ void bn_stats_kernel(float* __restrict__ stats, float* __restrict__ save_mean, float* __restrict__ save_rstd,
-                                const S* __restrict__ inp, int N, int C, int HW, float eps) {
+__global__ void __launch_bounds__(kBnGroupThreads)
+    bn_stats_partial_kernel(double* __restrict__ partials, const S* __restrict__ inp, int N, int C, int HW,
+                            int64_t per_group) {
   HPCT_SHARED(double, shared, [32]);
-  const int c = blockIdx.x;
+  const int c = blockIdx.y;
+  const int64_t G = gridDim.x, total = static_cast<int64_t>(N) * HW;
+  const int64_t j0 = blockIdx.x * per_group, j1 = j0 + per_group < total ? j0 + per_group : total;
   double s = 0.0;
-  for_channel_values(c, N, C, HW, [&](int64_t off) { s += static_cast<double>(to_float(inp[off])); });
+  for_channel_range(c, C, HW, j0, j1, [&](int64_t off) { s += static_cast<double>(to_float(inp[off])); });
   s = block_sum(s, shared);
-  const double count = static_cast<double>(N) * HW;
-  const double mean = s / count;
+  const double count = static_cast<double>(j1 - j0), mean = s / count;
   double q = 0.0;
-  for_channel_values(c, N, C, HW, [&](int64_t off) {
+  for_channel_range(c, C, HW, j0, j1, [&](int64_t off) {
     const double dx = static_cast<double>(to_float(inp[off])) - mean;
     q += dx * dx;
   });
   q = block_sum(q, shared);
   if (threadIdx.x == 0) {
-    const float st0 = static_cast<float>(count), st1 = static_cast<float>(mean), st2 = static_cast<float>(q);
+    partials[(0 * static_cast<int64_t>(C) + c) * G + blockIdx.x] = count;
+    partials[(1 * static_cast<int64_t>(C) + c) * G + blockIdx.x] = mean;
+    partials[(2 * static_cast<int64_t>(C) + c) * G + blockIdx.x] = q;
+  }
+}
+
+// Stage two: one warp per channel merges its G groups with Chan's formula in double (lane l: the groups l, l + 32,
+// ... in order, then a shuffle-down tree, lane 0 last), writes the float (count, mean, M2) triple and optionally
+// save_mean / save_rstd exactly as bn_stats_kernel did (the CPU's apply_channel).
+__global__ void bn_stats_finish_kernel(float* __restrict__ stats, float* __restrict__ save_mean,
+                                       float* __restrict__ save_rstd, const double* __restrict__ partials, int C, int G,
+                                       float eps) {
+  const int c = blockIdx.x, lane = threadIdx.x;
+  const double* pc = partials + static_cast<int64_t>(c) * G;
+  const int64_t plane = static_cast<int64_t>(C) * G;
+  BnStats<double> acc{0.0, 0.0, 0.0};
+  for (int g = lane; g < G; g += 32)
+    acc = batchnorm_merge_stats(acc, BnStats<double>{pc[g], pc[plane + g], pc[2 * plane + g]});
+  for (int o = 16; o > 0; o >>= 1) {
+    const BnStats<double> other{__shfl_down_sync(0xffffffffu, acc.count, o), __shfl_down_sync(0xffffffffu, acc.mean, o),
+                                __shfl_down_sync(0xffffffffu, acc.m2, o)};
+    if (lane + o < 32) acc = batchnorm_merge_stats(acc, other);
+  }
+  if (lane == 0) {
+    const float st0 = static_cast<float>(acc.count), st1 = static_cast<float>(acc.mean),
+                st2 = static_cast<float>(acc.m2);
     stats[3 * c + 0] = st0;
     stats[3 * c + 1] = st1;
     stats[3 * c + 2] = st2;
@@ -400,8 +455,28 @@ LaunchShape plane_shape(int64_t planes, int64_t len) {
           0};
 }
 
-// One block of kChannelReduceThreads per channel (bn_stats, bn_backward, bn_backward_local_sums, channel_sum_accumulate).
+// One block of kChannelReduceThreads per channel (bn_backward, bn_backward_local_sums, channel_sum_accumulate).
 LaunchShape channel_reduce_shape(int C) { return {{static_cast<unsigned>(C), 1, 1}, {kChannelReduceThreads, 1, 1}, 0}; }
+// The two stages of the statistics of C channels of N*HW values, with a partials buffer of partials_bytes: groups of
+// at least kBnMinGroupValues values, at most kBnMaxGroups per channel and no more than 3 C doubles each fit.
+struct BnStatsLaunch {
+  LaunchShape partial, finish;
+  int64_t groups = 1, per_group = 0;
+};
+BnStatsLaunch bn_stats_launch(int N, int C, int HW, int64_t partials_bytes) {
+  const int64_t total = static_cast<int64_t>(N) * HW;
+  int64_t max_groups = partials_bytes / (3 * static_cast<int64_t>(C) * static_cast<int64_t>(sizeof(double)));
+  max_groups = max_groups < 1 ? 1 : (max_groups > kBnMaxGroups ? kBnMaxGroups : max_groups);
+  int64_t per = (total + max_groups - 1) / max_groups;
+  if (per < kBnMinGroupValues) per = kBnMinGroupValues;
+  const int64_t groups = total == 0 ? 1 : (total + per - 1) / per;
+  BnStatsLaunch l;
+  l.partial = {{static_cast<unsigned>(groups), static_cast<unsigned>(C), 1}, {kBnGroupThreads, 1, 1}, 0};
+  l.finish = {{static_cast<unsigned>(C), 1, 1}, {32, 1, 1}, 0};
+  l.groups = groups;
+  l.per_group = per;
+  return l;
+}
 
 // One thread per channel (bn_mean_rstd, bn_merge, bn_update_running).
 unsigned blocks_for(int n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }

@@ -103,7 +103,7 @@ void emu_conv_dbias(float* dbias, const float* dout, int N, int OC, int OHW) {
 template <typename S>
 void emu_bn_stats(float* stats, float* save_mean, float* save_rstd, const S* inp, int N, int C, int HW, float eps,
                   int64_t partials_bytes = kCudaReducePartialsBytes) {
-  const cu::BnStatsLaunch l = cu::bn_stats_launch(N, C, HW, partials_bytes);
+  const cu::BnGroupsLaunch l = cu::bn_groups_launch(N, C, HW, partials_bytes, 3);
   std::vector<double> partials(static_cast<size_t>(3 * C * l.groups), std::numeric_limits<double>::quiet_NaN());
   EMU_LAUNCH(cu::bn_stats_partial_kernel, l.partial, partials.data(), inp, N, C, HW, l.per_group);
   EMU_LAUNCH(cu::bn_stats_finish_kernel, l.finish, stats, save_mean, save_rstd, partials.data(), C,
@@ -138,15 +138,26 @@ void emu_bn_forward_eval(float* out, const float* inp, const float* gamma, const
   EMU_LAUNCH(cu::bn_eval_kernel, cu::plane_shape(planes, HW), out, inp, gamma, beta, running_mean, running_var, planes,
              C, HW, eps);
 }
+// the gradient sums' two stages as cuda_resnet.cu's launch_bn_grad_sums runs them (the groups start NaN)
+template <typename S>
+void emu_bn_backward_local_sums(float* sums, float* dgamma, float* dbeta, const S* dout, const S* inp,
+                                const float* save_mean, const float* save_rstd, int N, int C, int HW,
+                                int64_t partials_bytes = kCudaReducePartialsBytes) {
+  const cu::BnGroupsLaunch l = cu::bn_groups_launch(N, C, HW, partials_bytes, 2);
+  std::vector<double> partials(static_cast<size_t>(2 * C * l.groups), std::numeric_limits<double>::quiet_NaN());
+  EMU_LAUNCH(cu::bn_grad_partial_kernel, l.partial, partials.data(), dout, inp, save_mean, save_rstd, N, C, HW,
+             l.per_group);
+  EMU_LAUNCH(cu::bn_grad_finish_kernel, l.finish, sums, dgamma, dbeta, partials.data(), C, static_cast<int>(l.groups));
+}
+void emu_bn_backward_apply(float* dinp, const float* dout, const float* inp, const float* save_mean,
+                           const float* save_rstd, const float* gamma, const float* global_sums, int64_t global_count,
+                           int N, int C, int HW);
+// the single-process backward: the sums (in the partials buffer's tail on the GPU), then the apply
 void emu_bn_backward(float* dinp, float* dgamma, float* dbeta, const float* dout, const float* inp,
                      const float* save_mean, const float* save_rstd, const float* gamma, int N, int C, int HW) {
-  EMU_LAUNCH(cu::bn_backward_kernel, cu::channel_reduce_shape(C), dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd,
-             gamma, N, C, HW);
-}
-void emu_bn_backward_local_sums(float* sums, float* dgamma, float* dbeta, const float* dout, const float* inp,
-                                const float* save_mean, const float* save_rstd, int N, int C, int HW) {
-  EMU_LAUNCH(cu::bn_backward_local_sums_kernel, cu::channel_reduce_shape(C), sums, dgamma, dbeta, dout, inp, save_mean,
-             save_rstd, N, C, HW);
+  std::vector<float> sums(2 * static_cast<size_t>(C), std::numeric_limits<float>::quiet_NaN());
+  emu_bn_backward_local_sums(sums.data(), dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
+  emu_bn_backward_apply(dinp, dout, inp, save_mean, save_rstd, gamma, sums.data(), int64_t{N} * HW, N, C, HW);
 }
 void emu_bn_backward_apply(float* dinp, const float* dout, const float* inp, const float* save_mean,
                            const float* save_rstd, const float* gamma, const float* global_sums, int64_t global_count,
@@ -310,9 +321,10 @@ TEST(EmuResnet, BatchNormForwardTrainAndEval) {
 
 // SyncBN forward over R simulated ranks of different batch sizes: local stats into the rank rows of `gathered`,
 // Chan's merge, apply on one rank's images, running statistics from the merged ones.
-// The statistics over several groups of a channel (N*HW = 20000: groups of 8192 values, the last shorter, boundaries
-// inside an image; and over a buffer of two groups: 10000 each), |mean| >> std: against the CPU's two passes over the
-// whole channel, and the launch of ResNet-50's first BatchNorm at micro-batch 256 (64 channels of 256 x 112 x 112).
+// The statistics and the gradient sums over several groups of a channel (N*HW = 20000: groups of 8192 values, the
+// last shorter, boundaries inside an image; and over a buffer of two groups: 10000 each), |mean| >> std: against the
+// CPU's passes over the whole channel, and the launch of ResNet-50's first BatchNorm at micro-batch 256 (64 channels
+// of 256 x 112 x 112).
 TEST(EmuResnet, BatchNormStatisticsOverManyGroups) {
   const int N = 4, C = 3, HW = 5000;
   const Vec inp = random_vector(sz(int64_t{N} * C * HW), 48, 49.0, 51.0);
@@ -321,7 +333,7 @@ TEST(EmuResnet, BatchNormStatisticsOverManyGroups) {
   batchnorm2d_forward_train(cpu_ctx(), want_out.data(), want_stats.data(), want_mean.data(), want_rstd.data(),
                             inp.data(), gamma.data(), beta.data(), N, C, HW, kEps);
   for (const int64_t bytes : {static_cast<int64_t>(kCudaReducePartialsBytes), int64_t{2 * 3 * C * 8}}) {
-    const cu::BnStatsLaunch l = cu::bn_stats_launch(N, C, HW, bytes);
+    const cu::BnGroupsLaunch l = cu::bn_groups_launch(N, C, HW, bytes, 3);
     SCOPED_TRACE("partials " + std::to_string(bytes) + ": " + std::to_string(l.groups) + " groups");
     EXPECT_EQ(l.groups, bytes == 48 * C ? 2 : 3);
     Vec stats = nan_vector(3 * sz(C)), mean = nan_vector(sz(C)), rstd = nan_vector(sz(C));
@@ -332,8 +344,23 @@ TEST(EmuResnet, BatchNormStatisticsOverManyGroups) {
     EXPECT_TRUE(all_close("mean", column(stats, 3, 1), column(want_stats, 3, 1), kRtol, kAtolRel));
     EXPECT_TRUE(all_close("M2", column(stats, 3, 2), column(want_stats, 3, 2), kRtol, kAtolRel));
     EXPECT_TRUE(all_close("save_rstd", rstd, want_rstd, kRtol, kAtolRel));
+    // the gradient sums over the same groups (2 doubles per group: the two-group buffer holds three)
+    const Vec dout = random_vector(inp.size(), 49);
+    Vec sums = nan_vector(2 * sz(C)), dg(sz(C), 0.5f), db(sz(C), -0.5f);
+    Vec want_sums(2 * sz(C)), want_dg = dg, want_db = db;
+    ASSERT_TRUE(emulate_schedules(
+        [&] {
+          emu_bn_backward_local_sums(sums.data(), dg.data(), db.data(), dout.data(), inp.data(), want_mean.data(),
+                                     want_rstd.data(), N, C, HW, bytes);
+        },
+        {emu_output("sums", sums), emu_output("dgamma", dg), emu_output("dbeta", db)}));
+    batchnorm2d_backward_local_sums(cpu_ctx(), want_sums.data(), want_dg.data(), want_db.data(), dout.data(),
+                                    inp.data(), want_mean.data(), want_rstd.data(), N, C, HW);
+    EXPECT_TRUE(all_close("sums", sums, want_sums, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("dgamma", dg, want_dg, kRtol, kAtolRel));
+    EXPECT_TRUE(all_close("dbeta", db, want_db, kRtol, kAtolRel));
   }
-  const cu::BnStatsLaunch r50 = cu::bn_stats_launch(256, 64, 112 * 112, kCudaReducePartialsBytes);
+  const cu::BnGroupsLaunch r50 = cu::bn_groups_launch(256, 64, 112 * 112, kCudaReducePartialsBytes, 3);
   EXPECT_EQ(r50.groups, 392);  // 3,211,264 values per channel in 392 groups of 8192
   EXPECT_EQ(r50.partial.grid.count(), 392 * 64);
   for (const cu::LaunchShape& sh : {r50.partial, r50.finish}) EXPECT_EQ(cu::launch_problem(sh, cu::kH100Limits), "");
@@ -800,8 +827,12 @@ void check_batchnorm_matches_cpu() {
           emu_bn_stats(stats.data(), mean.data(), rstd.data(), emu_ptr(inp), N, C, HW, kEps);
           EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(out), emu_ptr(inp), mean.data(),
                      rstd.data(), emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
-          EMU_LAUNCH(cu::bn_backward_kernel, cu::channel_reduce_shape(C), emu_ptr(dinp), dg.data(), db.data(),
-                     emu_ptr(dout), emu_ptr(inp), mean.data(), rstd.data(), emu_ptr(gamma), N, C, HW);
+          std::vector<float> own_sums(2 * sz(C), std::numeric_limits<float>::quiet_NaN());
+          emu_bn_backward_local_sums(own_sums.data(), dg.data(), db.data(), emu_ptr(dout), emu_ptr(inp), mean.data(),
+                                     rstd.data(), N, C, HW);
+          EMU_LAUNCH(cu::bn_backward_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(dinp), emu_ptr(dout),
+                     emu_ptr(inp), mean.data(), rstd.data(), emu_ptr(gamma), own_sums.data(),
+                     static_cast<double>(int64_t{N} * HW), planes, C, HW);
           EMU_LAUNCH(cu::bn_eval_kernel, cu::plane_shape(planes, HW), emu_ptr(eval), emu_ptr(inp), emu_ptr(gamma),
                      emu_ptr(beta), rm.data(), rv.data(), planes, C, HW, kEps);
           // SyncBN at R = 1: local stats (= the global ones), apply, local sums, apply backward
@@ -811,8 +842,8 @@ void check_batchnorm_matches_cpu() {
                      kEps);
           EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(apply_out), emu_ptr(inp), amean.data(),
                      arstd.data(), emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
-          EMU_LAUNCH(cu::bn_backward_local_sums_kernel, cu::channel_reduce_shape(C), sums.data(), ldg.data(),
-                     ldb.data(), emu_ptr(dout), emu_ptr(inp), amean.data(), arstd.data(), N, C, HW);
+          emu_bn_backward_local_sums(sums.data(), ldg.data(), ldb.data(), emu_ptr(dout), emu_ptr(inp), amean.data(),
+                                     arstd.data(), N, C, HW);
           EMU_LAUNCH(cu::bn_backward_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(apply_dinp), emu_ptr(dout),
                      emu_ptr(inp), amean.data(), arstd.data(), emu_ptr(gamma), sums.data(),
                      static_cast<double>(int64_t{N} * HW), planes, C, HW);

@@ -419,20 +419,42 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
 
 // ---- BatchNorm2d ---------------------------------------------------------------------------------------
 namespace {
-// The statistics' two stages over the device's partials buffer (cuda_resnet_kernels.cuh, bn_stats_launch).
+// The statistics' two stages over the device's partials buffer (cuda_resnet_kernels.cuh, bn_groups_launch).
 template <typename S>
 void launch_bn_stats(cudaStream_t stream, const char* op, float* stats, float* save_mean, float* save_rstd,
                      const S* inp, int N, int C, int HW, float eps) {
   HPCT_CHECK(3 * int64_t{C} * static_cast<int64_t>(sizeof(double)) <= static_cast<int64_t>(kCudaReducePartialsBytes),
              "{}: C={} channels need {} bytes of partials per group; the device keeps {}", op, C, 24 * int64_t{C},
              kCudaReducePartialsBytes);
-  const BnStatsLaunch l = bn_stats_launch(N, C, HW, kCudaReducePartialsBytes);
+  const BnGroupsLaunch l = bn_groups_launch(N, C, HW, kCudaReducePartialsBytes, 3);
   double* partials = reduce_partials();
   HPCT_LAUNCH(bn_stats_partial_kernel<S>, l.partial, stream, partials, inp, N, C, HW, l.per_group);
   HPCT_CUDA_LAUNCH_CHECK(op);
   HPCT_LAUNCH(bn_stats_finish_kernel, l.finish, stream, stats, save_mean, save_rstd, partials, C,
               static_cast<int>(l.groups), eps);
   HPCT_CUDA_LAUNCH_CHECK(op);
+}
+// The gradient sums' two stages: sums[2 c + k] (float, assigned), dbeta += sum dout, dgamma += sum dout xhat. The
+// partials buffer holds the groups' doubles, then, when `sums` is null, the float sums themselves (the
+// single-process backward has no buffer of its own for them); returns where the sums are.
+template <typename S>
+const float* launch_bn_grad_sums(cudaStream_t stream, const char* op, float* sums, float* dgamma, float* dbeta,
+                                 const S* dout, const S* inp, const float* save_mean, const float* save_rstd, int N,
+                                 int C, int HW) {
+  const int64_t own_sums = sums ? 0 : 2 * int64_t{C} * static_cast<int64_t>(sizeof(float));
+  const int64_t budget = static_cast<int64_t>(kCudaReducePartialsBytes) - own_sums;
+  HPCT_CHECK(2 * int64_t{C} * static_cast<int64_t>(sizeof(double)) <= budget,
+             "{}: C={} channels need {} bytes of partials per group; the device keeps {}", op, C, 16 * int64_t{C},
+             kCudaReducePartialsBytes);
+  const BnGroupsLaunch l = bn_groups_launch(N, C, HW, budget, 2);
+  double* partials = reduce_partials();
+  if (!sums) sums = reinterpret_cast<float*>(partials + 2 * int64_t{C} * l.groups);
+  HPCT_LAUNCH(bn_grad_partial_kernel<S>, l.partial, stream, partials, dout, inp, save_mean, save_rstd, N, C, HW,
+              l.per_group);
+  HPCT_CUDA_LAUNCH_CHECK(op);
+  HPCT_LAUNCH(bn_grad_finish_kernel, l.finish, stream, sums, dgamma, dbeta, partials, C, static_cast<int>(l.groups));
+  HPCT_CUDA_LAUNCH_CHECK(op);
+  return sums;
 }
 }  // namespace
 
@@ -502,8 +524,13 @@ void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float*
                           const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward", N, C, HW);
-  HPCT_LAUNCH(bn_backward_kernel<S>, channel_reduce_shape(C), stream_of(ctx), dev_ptr(dinp), dgamma, dbeta,
-              dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), N, C, HW);
+  const cudaStream_t stream = stream_of(ctx);
+  const float* sums = launch_bn_grad_sums(stream, "batchnorm2d_backward", static_cast<float*>(nullptr), dgamma, dbeta,
+                                          dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
+  const int64_t planes = static_cast<int64_t>(N) * C;
+  HPCT_LAUNCH(bn_backward_apply_kernel<S>, plane_shape(planes, HW), stream, dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp),
+              save_mean, save_rstd, dev_ptr(gamma), sums, static_cast<double>(static_cast<int64_t>(N) * HW), planes, C,
+              HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward");
 }
 
@@ -513,9 +540,9 @@ void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float*
                                      int HW) {
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward_local_sums", N, C, HW);
-  HPCT_LAUNCH(bn_backward_local_sums_kernel<S>, channel_reduce_shape(C), stream_of(ctx), sums, dgamma, dbeta,
-              dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
-  HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_local_sums");
+  HPCT_CHECK(sums != nullptr, "batchnorm2d_backward_local_sums: sums is null");
+  launch_bn_grad_sums(stream_of(ctx), "batchnorm2d_backward_local_sums", sums, dgamma, dbeta, dev_ptr(dout),
+                      dev_ptr(inp), save_mean, save_rstd, N, C, HW);
 }
 
 template <typename A>

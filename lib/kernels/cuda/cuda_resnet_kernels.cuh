@@ -10,16 +10,17 @@
 // of HW contiguous floats (NCHW). No float atomics anywhere: every reduction runs in a fixed order, so a run reproduces
 // itself bit for bit on the same GPU.
 //
-// BatchNorm2d (our kernels, not cuDNN's): the forward statistics are a full-grid two-stage reduction: each channel's
-// N*HW values are cut into groups (bn_stats_groups), one block per (group, channel) takes its group's (count, mean,
-// M2) two-pass in double (bn_stats_partial_kernel, into the device's partials buffer, cuda_reduce_kernels.cuh), and
-// one warp per channel merges the groups with Chan's formula in a fixed order (bn_stats_finish_kernel). Gradient sums
-// run one block per channel, kChannelReduceThreads threads, each thread walking the channel's N*HW values in a fixed
-// strided order with a double accumulator (for_channel_values), then a fixed-shape block reduction
-// (cuda_device_common.cuh block_sum). All deterministic. Statistics are written as float (count, mean, M2) triples
-// like the CPU (which takes them two-pass over the whole channel in double: the same values to double rounding); normalisation uses the biased M2 / count, running_var the unbiased M2 / (count - 1);
-// SyncBN's merge folds Chan's formula (batchnorm_stats.hpp) over the ranks in rank order, one thread per channel. The
-// conv's dbias is the same one-block-per-channel reduction in double. Pointwise passes (BatchNorm apply and eval, the
+// BatchNorm2d (our kernels, not cuDNN's): the forward statistics and the backward's gradient sums are full-grid
+// two-stage reductions: each channel's N*HW values are cut into groups (bn_groups_launch), one block per (group,
+// channel) reduces its group in double (bn_stats_partial_kernel: (count, mean, M2) two-pass; bn_grad_partial_kernel:
+// sum dout and sum dout * xhat) into the device's partials buffer (cuda_common.cuh reduce_partials), and one warp per
+// channel combines the groups in a fixed order (bn_stats_finish_kernel with Chan's formula, bn_grad_finish_kernel by
+// adding). All deterministic. Statistics are written as float (count, mean, M2) triples like the CPU (which takes them
+// two-pass over the whole channel in double: the same values to double rounding); normalisation uses the biased
+// M2 / count, running_var the unbiased M2 / (count - 1); SyncBN's merge folds Chan's formula (batchnorm_stats.hpp)
+// over the ranks in rank order, one thread per channel. The conv's dbias runs one block per channel, kChannelReduceThreads
+// threads walking the channel's N*HW values in a fixed strided order (for_channel_values) with a double accumulator,
+// then a fixed-shape block reduction (cuda_device_common.cuh block_sum). Pointwise passes (BatchNorm apply and eval, the
 // SyncBN dinp, max-pooling forward and backward, global-average-pooling backward, the conv bias) use a "plane" launch
 // (plane_shape): threadIdx.x/blockIdx.x over the positions of a plane, threadIdx.y/blockIdx.y over planes, so that
 // the channel of a thread is a plane index modulo C (no 64-bit division per element) and small planes (7x7) still
@@ -250,66 +251,65 @@ __global__ void bn_update_running_kernel(float* __restrict__ running_mean, float
   running_var[c] = static_cast<float>((1.0 - mom) * running_var[c] + mom * (m2 / (count - 1.0)));
 }
 
-// (sum dout, sum dout * xhat) of channel c in double, xhat = (x - mean) * rstd in float (as the CPU); every thread of
-// the block gets both sums.
-template <typename S>
-__device__ __forceinline__ void bn_grad_sums(const S* __restrict__ dout, const S* __restrict__ inp, float mean,
-                                             float rstd, int c, int N, int C, int HW, double* shared, double& sum_dy,
-                                             double& sum_dy_xhat) {
-  double a = 0.0, b = 0.0;
-  for_channel_values(c, N, C, HW, [&](int64_t off) {
-    const float dy = to_float(dout[off]);
-    a += static_cast<double>(dy);
-    b += static_cast<double>(dy) * static_cast<double>((to_float(inp[off]) - mean) * rstd);
-  });
-  sum_dy = block_sum(a, shared);
-  sum_dy_xhat = block_sum(b, shared);
-}
-
 // dx = gamma rstd (dy - sum_dy / count - xhat sum_dy_xhat / count), in float, as the CPU's dinp_channel.
 __device__ __forceinline__ float bn_dinp_value(float dy, float x, float mean, float rstd, float k0, float mdy,
                                                float mdyx) {
   return k0 * (dy - mdy - (x - mean) * rstd * mdyx);
 }
 
-// Single-process backward: one block per channel computes the sums, accumulates dgamma / dbeta, then writes dinp.
+// The gradient sums as a full-grid two-stage reduction (the statistics' groups, bn_groups_launch with 2 doubles):
+// block (g, c) sums dout and dout * xhat over its group in double (xhat = (x - mean) * rstd in float, as the CPU), into
+// partials[(k C + c) G + g] for k = 0 (sum dout), 1 (sum dout xhat).
 template <typename S>
-__global__ void bn_backward_kernel(S* __restrict__ dinp, float* __restrict__ dgamma, float* __restrict__ dbeta,
-                                   const S* __restrict__ dout, const S* __restrict__ inp,
-                                   const float* __restrict__ save_mean, const float* __restrict__ save_rstd,
-                                   const S* __restrict__ gamma, int N, int C, int HW) {
+__global__ void __launch_bounds__(kBnGroupThreads)
+    bn_grad_partial_kernel(double* __restrict__ partials, const S* __restrict__ dout, const S* __restrict__ inp,
+                           const float* __restrict__ save_mean, const float* __restrict__ save_rstd, int N, int C,
+                           int HW, int64_t per_group) {
   HPCT_SHARED(double, shared, [32]);
-  const int c = blockIdx.x;
+  const int c = blockIdx.y;
+  const int64_t G = gridDim.x, total = static_cast<int64_t>(N) * HW;
+  const int64_t j0 = blockIdx.x * per_group, j1 = j0 + per_group < total ? j0 + per_group : total;
   const float mean = save_mean[c], rstd = save_rstd[c];
-  double sdy, sdyx;
-  bn_grad_sums(dout, inp, mean, rstd, c, N, C, HW, shared, sdy, sdyx);
-  if (threadIdx.x == 0) {
-    dbeta[c] += static_cast<float>(sdy);
-    dgamma[c] += static_cast<float>(sdyx);
-  }
-  const double count = static_cast<double>(N) * HW;
-  const float k0 = to_float(gamma[c]) * rstd;
-  const float mdy = static_cast<float>(sdy / count), mdyx = static_cast<float>(sdyx / count);
-  for_channel_values(c, N, C, HW, [&](int64_t off) {
-    dinp[off] = from_float<S>(bn_dinp_value(to_float(dout[off]), to_float(inp[off]), mean, rstd, k0, mdy, mdyx));
+  double a = 0.0, b = 0.0;
+  for_channel_range(c, C, HW, j0, j1, [&](int64_t off) {
+    const float dy = to_float(dout[off]);
+    a += static_cast<double>(dy);
+    b += static_cast<double>(dy) * static_cast<double>((to_float(inp[off]) - mean) * rstd);
   });
+  a = block_sum(a, shared);
+  b = block_sum(b, shared);
+  if (threadIdx.x == 0) {
+    partials[(0 * static_cast<int64_t>(C) + c) * G + blockIdx.x] = a;
+    partials[(1 * static_cast<int64_t>(C) + c) * G + blockIdx.x] = b;
+  }
 }
 
-// SyncBN backward, step 1: this rank's sums (assigned) and the local dgamma / dbeta (+=); one block per channel.
-template <typename S>
-__global__ void bn_backward_local_sums_kernel(float* __restrict__ sums, float* __restrict__ dgamma,
-                                              float* __restrict__ dbeta, const S* __restrict__ dout,
-                                              const S* __restrict__ inp, const float* __restrict__ save_mean,
-                                              const float* __restrict__ save_rstd, int N, int C, int HW) {
-  HPCT_SHARED(double, shared, [32]);
-  const int c = blockIdx.x;
-  double sdy, sdyx;
-  bn_grad_sums(dout, inp, save_mean[c], save_rstd[c], c, N, C, HW, shared, sdy, sdyx);
-  if (threadIdx.x == 0) {
-    sums[2 * c + 0] = static_cast<float>(sdy);
-    sums[2 * c + 1] = static_cast<float>(sdyx);
-    dbeta[c] += static_cast<float>(sdy);
-    dgamma[c] += static_cast<float>(sdyx);
+// Stage two: one warp per channel adds its G groups in double in a fixed order (lane l: the groups l, l + 32, ...,
+// then a shuffle-down tree), and writes sums[2 c + k] (assigned, float) and dbeta[c] += sum dout, dgamma[c] +=
+// sum dout xhat. The single-process backward then writes dinp with bn_backward_apply_kernel from these sums, SyncBN
+// allreduces them first.
+__global__ void bn_grad_finish_kernel(float* __restrict__ sums, float* __restrict__ dgamma, float* __restrict__ dbeta,
+                                      const double* __restrict__ partials, int C, int G) {
+  const int c = blockIdx.x, lane = threadIdx.x;
+  const double* pc = partials + static_cast<int64_t>(c) * G;
+  const int64_t plane = static_cast<int64_t>(C) * G;
+  double a = 0.0, b = 0.0;
+  for (int g = lane; g < G; g += 32) {
+    a += pc[g];
+    b += pc[plane + g];
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const double oa = __shfl_down_sync(0xffffffffu, a, o), ob = __shfl_down_sync(0xffffffffu, b, o);
+    if (lane + o < 32) {
+      a += oa;
+      b += ob;
+    }
+  }
+  if (lane == 0) {
+    sums[2 * c + 0] = static_cast<float>(a);
+    sums[2 * c + 1] = static_cast<float>(b);
+    dbeta[c] += static_cast<float>(a);
+    dgamma[c] += static_cast<float>(b);
   }
 }
 
@@ -457,20 +457,22 @@ LaunchShape plane_shape(int64_t planes, int64_t len) {
 
 // One block of kChannelReduceThreads per channel (bn_backward, bn_backward_local_sums, channel_sum_accumulate).
 LaunchShape channel_reduce_shape(int C) { return {{static_cast<unsigned>(C), 1, 1}, {kChannelReduceThreads, 1, 1}, 0}; }
-// The two stages of the statistics of C channels of N*HW values, with a partials buffer of partials_bytes: groups of
-// at least kBnMinGroupValues values, at most kBnMaxGroups per channel and no more than 3 C doubles each fit.
-struct BnStatsLaunch {
+// The two stages of a per-channel reduction of C channels of N*HW values (the statistics: 3 doubles per group and
+// channel; the gradient sums: 2) with `partials_bytes` of partials: groups of at least kBnMinGroupValues values, at
+// most kBnMaxGroups per channel and no more than fit.
+struct BnGroupsLaunch {
   LaunchShape partial, finish;
   int64_t groups = 1, per_group = 0;
 };
-BnStatsLaunch bn_stats_launch(int N, int C, int HW, int64_t partials_bytes) {
+BnGroupsLaunch bn_groups_launch(int N, int C, int HW, int64_t partials_bytes, int doubles_per_group) {
   const int64_t total = static_cast<int64_t>(N) * HW;
-  int64_t max_groups = partials_bytes / (3 * static_cast<int64_t>(C) * static_cast<int64_t>(sizeof(double)));
+  int64_t max_groups = partials_bytes /
+                       (doubles_per_group * static_cast<int64_t>(C) * static_cast<int64_t>(sizeof(double)));
   max_groups = max_groups < 1 ? 1 : (max_groups > kBnMaxGroups ? kBnMaxGroups : max_groups);
   int64_t per = (total + max_groups - 1) / max_groups;
   if (per < kBnMinGroupValues) per = kBnMinGroupValues;
   const int64_t groups = total == 0 ? 1 : (total + per - 1) / per;
-  BnStatsLaunch l;
+  BnGroupsLaunch l;
   l.partial = {{static_cast<unsigned>(groups), static_cast<unsigned>(C), 1}, {kBnGroupThreads, 1, 1}, 0};
   l.finish = {{static_cast<unsigned>(C), 1, 1}, {32, 1, 1}, 0};
   l.groups = groups;

@@ -73,14 +73,11 @@ KEEP_FOREVER = [
     ("lib/kernels/cuda/cuda_gpt.cu", r"cublasCreate",
      "one cuBLAS handle per device for the process's lifetime: destroying it from a static destructor can run after "
      "the CUDA runtime is torn down (cuda_gpt.cu, cublas_handle)"),
-    ("lib/kernels/cuda/cuda_gpt.cu", r"cudaMalloc",
-     "one cuBLASLt workspace per device for the process's lifetime, like the cuBLAS handle it serves (cuda_gpt.cu, "
-     "lt_workspace): allocated at the first bf16 GEMM, never in the step loop; a static destructor's cudaFree could "
-     "run after the CUDA runtime is torn down"),
     ("lib/kernels/cuda/cuda_core.cu", r"cudaMalloc",
-     "one buffer of reduction partials per device for the process's lifetime, like the cuBLASLt workspace "
-     "(cuda_core.cu, reduce_partials): allocated at the first column reduction, never in the step loop's steady state; "
-     "a static destructor's cudaFree could run after the CUDA runtime is torn down"),
+     "the device-wide buffers (cuda_core.cu, device_lifetime_buffer: the cuBLASLt workspace, allocated at the first "
+     "bf16 GEMM, and the reduction partials, at the first column reduction; never in the step loop's steady state) "
+     "live as long as the process, like the cuBLAS handle: a static destructor's cudaFree could run after the CUDA "
+     "runtime is torn down"),
     ("lib/kernels/cuda/cuda_resnet.cu", r"cudnnCreate\w*",
      "per-thread cuDNN handles and per-shape descriptor caches, never destroyed for the same reason (the header "
      "comment of cuda_resnet.cu; PyTorch leaks its handles likewise)"),

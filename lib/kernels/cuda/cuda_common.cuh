@@ -62,10 +62,13 @@ void raise_dynamic_shared_limit(Kernel* kernel, int64_t bytes, const char* name)
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-// The device's buffer of reduction partials (kernels.hpp kCudaReducePartialsBytes; cuda_device_common.cuh, "full-grid
-// column reductions"): allocated on the current device at the first call and kept for the life of the process, like
-// the cuBLASLt workspace. Its users run on the rank's compute stream, one reduction after another (stream order is
-// what keeps two reductions from sharing it at once). Defined in cuda_core.cu.
+// A device-wide buffer: table[d] is device d's, `bytes` long, allocated on the current device at the first call and
+// kept for the life of the process (a static destructor's cudaFree could run after the CUDA runtime is torn down);
+// `what` names it in errors. The cuBLASLt workspace and the reduction partials are two. Defined in cuda_core.cu.
+void* device_lifetime_buffer(void* (&table)[kMaxDevices], size_t bytes, const char* what);
+// The device's buffer of reduction partials (kernels.hpp kCudaReducePartialsBytes; cuda_reduce_kernels.cuh): its
+// users run on the rank's compute stream, one reduction after another (stream order is what keeps two reductions
+// from sharing it at once). Defined in cuda_core.cu.
 double* reduce_partials();
 
 // kernel<<<shape>>>(args...) on `stream`, the geometry computed by the host function shared with the emulated tests

@@ -90,16 +90,20 @@ void check_count(const char* op, int64_t n) { HPCT_CHECK(n >= 0, "{}: n={} is ne
 }  // namespace
 
 // ---- the reduction partials (cuda_common.cuh) -----------------------------------------------------------------------
-double* reduce_partials() {
+void* device_lifetime_buffer(void* (&table)[kMaxDevices], size_t bytes, const char* what) {
   static std::mutex mu;
-  static void* buffers[kMaxDevices] = {};
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  HPCT_CHECK(dev >= 0 && dev < kMaxDevices, "kernels::cuda: device {} is beyond the reduction partials table ({})", dev,
+  HPCT_CHECK(dev >= 0 && dev < kMaxDevices, "kernels::cuda: device {} is beyond the {} table ({})", dev, what,
              kMaxDevices);
   std::lock_guard<std::mutex> lock(mu);
-  if (!buffers[dev]) CUDA_CHECK(cudaMalloc(&buffers[dev], kCudaReducePartialsBytes));
-  return static_cast<double*>(buffers[dev]);
+  if (!table[dev]) CUDA_CHECK(cudaMalloc(&table[dev], bytes));
+  return table[dev];
+}
+
+double* reduce_partials() {
+  static void* buffers[kMaxDevices] = {};
+  return static_cast<double*>(device_lifetime_buffer(buffers, kCudaReducePartialsBytes, "reduction partials"));
 }
 
 // ---- embedding ----------------------------------------------------------------------------------------------------

@@ -138,15 +138,8 @@ void gemm_rm(cublasHandle_t h, cublasComputeType_t compute, bool trans_a, bool t
 constexpr size_t kLtWorkspaceBytes = kCudaGemmWorkspaceBytes;  // kernels.hpp
 
 void* lt_workspace() {
-  static std::mutex mu;
   static void* buffers[kMaxDevices] = {};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  HPCT_CHECK(dev >= 0 && dev < kMaxDevices, "kernels::cuda: device {} is beyond the cuBLASLt workspace table ({})", dev,
-             kMaxDevices);
-  std::lock_guard<std::mutex> lock(mu);
-  if (!buffers[dev]) CUDA_CHECK(cudaMalloc(&buffers[dev], kLtWorkspaceBytes));
-  return buffers[dev];
+  return device_lifetime_buffer(buffers, kLtWorkspaceBytes, "cuBLASLt workspace");
 }
 
 // The largest power of two (at most 256) dividing a device address: the alignment cuBLASLt's heuristics must assume

@@ -30,7 +30,7 @@
 // Shapes (every CUDA thread is a fiber: small, yet at the kernels' edges): odd channel counts; planes of 1x1, 3x3,
 // 7x7 and others that are not multiples of 32, one longer than the 256-thread plane block (several x blocks); a
 // channel's N*HW below, equal to and above the 512-thread reduction block, with HW that does not divide the block
-// (for_channel_values' incremental (n, i) walk wraps), HW = 512 (one image per sweep) and HW > 512 (several sweeps per
+// (for_channel_range's incremental (n, i) walk wraps), HW = 512 (one image per sweep) and HW > 512 (several sweeps per
 // image); one image; |mean| >> std; SyncBN with R = 1 and R = 3 ranks (one with an empty row in the merge); C = 130
 // (the one-thread-per-channel kernels over two 128-thread blocks); pooling with padding and stride 2 (floor mode),
 // overlapping stride-1 windows and many ties, stride 3 over 2x2 windows, 1x1 windows. The production grids are capped

@@ -66,10 +66,11 @@ void raise_dynamic_shared_limit(Kernel* kernel, int64_t bytes, const char* name)
 // kept for the life of the process (a static destructor's cudaFree could run after the CUDA runtime is torn down);
 // `what` names it in errors. The cuBLASLt workspace and the reduction partials are two. Defined in cuda_core.cu.
 void* device_lifetime_buffer(void* (&table)[kMaxDevices], size_t bytes, const char* what);
-// The device's buffer of reduction partials (kernels.hpp kCudaReducePartialsBytes; cuda_reduce_kernels.cuh): its
-// users run on the rank's compute stream, one reduction after another (stream order is what keeps two reductions
-// from sharing it at once). Defined in cuda_core.cu.
-double* reduce_partials();
+// The device's buffer of reduction partials (kernels.hpp kCudaReducePartialsBytes; cuda_reduce_kernels.cuh), for op's
+// reduction, which needs at least `min_bytes` of it (one row group's partials; checked: a clear error where a shape is
+// too wide for the buffer). Its users run on the rank's compute stream, one reduction after another (stream order is
+// what keeps two reductions from sharing it at once). Defined in cuda_core.cu.
+double* reduce_partials(const char* op, int64_t min_bytes);
 
 // kernel<<<shape>>>(args...) on `stream`, the geometry computed by the host function shared with the emulated tests
 // (which check it against the H100's limits, the opt-in included); a shape with shared_opt_in raises the limit first.

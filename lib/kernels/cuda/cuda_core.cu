@@ -101,7 +101,10 @@ void* device_lifetime_buffer(void* (&table)[kMaxDevices], size_t bytes, const ch
   return table[dev];
 }
 
-double* reduce_partials() {
+double* reduce_partials(const char* op, int64_t min_bytes) {
+  HPCT_CHECK(min_bytes <= static_cast<int64_t>(kCudaReducePartialsBytes),
+             "{}: this shape needs {} bytes of reduction partials per row group; the device keeps {}", op, min_bytes,
+             kCudaReducePartialsBytes);
   static void* buffers[kMaxDevices] = {};
   return static_cast<double*>(device_lifetime_buffer(buffers, kCudaReducePartialsBytes, "reduction partials"));
 }
@@ -172,10 +175,7 @@ void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* 
   if (N == 0) return;
   const LayernormBackwardLaunch launch = layernorm_backward_launch(N, C, kCudaReducePartialsBytes);
   // the kernel's shared memory is checked against the device by HPCT_LAUNCH (16 C bytes: C <= 14,528 on an H100)
-  HPCT_CHECK(2 * int64_t{C} * static_cast<int64_t>(sizeof(double)) <= static_cast<int64_t>(kCudaReducePartialsBytes),
-             "layernorm_backward: C={} needs {} bytes of partials per row group; the device keeps {}", C,
-             16 * int64_t{C}, kCudaReducePartialsBytes);
-  double* partials = reduce_partials();
+  double* partials = reduce_partials("layernorm_backward", 2 * int64_t{C} * static_cast<int64_t>(sizeof(double)));
   with_row_pack<S>(row_pack<S>(C, {dinp, dout, inp, weight}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
     HPCT_LAUNCH((layernorm_backward_kernel<S, P>), launch.shape, stream_of(ctx), dev_ptr(dinp), partials, dev_ptr(dout),

@@ -26,9 +26,9 @@
 //     float path) cost about 3% of a GPT-2 124M step and its large-shape kernels still add C in bf16 (one ulp off);
 //     an fp32 output and an own bias-and-round kernel would move three times the bytes. Backward dinp (bf16,
 //     assigned) and dweight += in fp32 (C/D of type CUDA_R_32F with beta = 1 while A/B are bf16: the fp32 master
-//     gradient accumulates without a bf16 rounding); dbias += in fp32 by bias_grad_partial_kernel (double sums, as for float
-//     storage: the BGRADB epilogue would write the bias gradient in D's type, bf16, and assign it rather than
-//     accumulate).
+//     gradient accumulates without a bf16 rounding); dbias += in fp32 by bias_grad_partial_kernel (double sums, as
+//     for float storage: the BGRADB epilogue would write the bias gradient in D's type, bf16, and assign it rather
+//     than accumulate).
 //   The attention kernels and the cross-entropies compute in fp32 for both, with the log-sum-exp L, D and the losses
 //   float.
 //
@@ -403,12 +403,9 @@ void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
     gemm_rm(h, compute, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   }
   if (dbias) {
-    HPCT_CHECK(int64_t{OC} * static_cast<int64_t>(sizeof(double)) <= static_cast<int64_t>(kCudaReducePartialsBytes),
-               "matmul_backward: a bias of OC={} columns needs {} bytes of partials per row group; the device keeps {}",
-               OC, 8 * int64_t{OC}, kCudaReducePartialsBytes);
+    double* partials = reduce_partials("matmul_backward (dbias)", int64_t{OC} * static_cast<int64_t>(sizeof(double)));
     const int P = pack_width<S>(OC, {dout});
     const BiasGradLaunch launch = bias_grad_launch(N, OC, P, kCudaReducePartialsBytes);
-    double* partials = reduce_partials();
     with_pack<S>(P, [&](auto p) {
       HPCT_LAUNCH((bias_grad_partial_kernel<S, decltype(p)::value>), launch.shape, stream, partials, dev_ptr(dout),
                   int64_t{N}, OC, launch.rows.rows_per_group);

@@ -423,11 +423,8 @@ namespace {
 template <typename S>
 void launch_bn_stats(cudaStream_t stream, const char* op, float* stats, float* save_mean, float* save_rstd,
                      const S* inp, int N, int C, int HW, float eps) {
-  HPCT_CHECK(3 * int64_t{C} * static_cast<int64_t>(sizeof(double)) <= static_cast<int64_t>(kCudaReducePartialsBytes),
-             "{}: C={} channels need {} bytes of partials per group; the device keeps {}", op, C, 24 * int64_t{C},
-             kCudaReducePartialsBytes);
+  double* partials = reduce_partials(op, 3 * int64_t{C} * static_cast<int64_t>(sizeof(double)));
   const BnGroupsLaunch l = bn_groups_launch(N, C, HW, kCudaReducePartialsBytes, 3);
-  double* partials = reduce_partials();
   HPCT_LAUNCH(bn_stats_partial_kernel<S>, l.partial, stream, partials, inp, N, C, HW, l.per_group);
   HPCT_CUDA_LAUNCH_CHECK(op);
   HPCT_LAUNCH(bn_stats_finish_kernel, l.finish, stream, stats, save_mean, save_rstd, partials, C,
@@ -442,12 +439,8 @@ const float* launch_bn_grad_sums(cudaStream_t stream, const char* op, float* sum
                                  const S* dout, const S* inp, const float* save_mean, const float* save_rstd, int N,
                                  int C, int HW) {
   const int64_t own_sums = sums ? 0 : 2 * int64_t{C} * static_cast<int64_t>(sizeof(float));
-  const int64_t budget = static_cast<int64_t>(kCudaReducePartialsBytes) - own_sums;
-  HPCT_CHECK(2 * int64_t{C} * static_cast<int64_t>(sizeof(double)) <= budget,
-             "{}: C={} channels need {} bytes of partials per group; the device keeps {}", op, C, 16 * int64_t{C},
-             kCudaReducePartialsBytes);
-  const BnGroupsLaunch l = bn_groups_launch(N, C, HW, budget, 2);
-  double* partials = reduce_partials();
+  double* partials = reduce_partials(op, 2 * int64_t{C} * static_cast<int64_t>(sizeof(double)) + own_sums);
+  const BnGroupsLaunch l = bn_groups_launch(N, C, HW, static_cast<int64_t>(kCudaReducePartialsBytes) - own_sums, 2);
   if (!sums) sums = reinterpret_cast<float*>(partials + 2 * int64_t{C} * l.groups);
   HPCT_LAUNCH(bn_grad_partial_kernel<S>, l.partial, stream, partials, dout, inp, save_mean, save_rstd, N, C, HW,
               l.per_group);

@@ -18,13 +18,14 @@
 // adding). All deterministic. Statistics are written as float (count, mean, M2) triples like the CPU (which takes them
 // two-pass over the whole channel in double: the same values to double rounding); normalisation uses the biased
 // M2 / count, running_var the unbiased M2 / (count - 1); SyncBN's merge folds Chan's formula (batchnorm_stats.hpp)
-// over the ranks in rank order, one thread per channel. The conv's dbias runs one block per channel, kChannelReduceThreads
-// threads walking the channel's N*HW values in a fixed strided order (for_channel_values) with a double accumulator,
-// then a fixed-shape block reduction (cuda_device_common.cuh block_sum). Pointwise passes (BatchNorm apply and eval, the
-// SyncBN dinp, max-pooling forward and backward, global-average-pooling backward, the conv bias) use a "plane" launch
-// (plane_shape): threadIdx.x/blockIdx.x over the positions of a plane, threadIdx.y/blockIdx.y over planes, so that
-// the channel of a thread is a plane index modulo C (no 64-bit division per element) and small planes (7x7) still
-// fill the block. Global average pooling's forward runs one warp per plane (a double sum, then a shuffle tree).
+// over the ranks in rank order, one thread per channel. The conv's dbias runs one block per channel,
+// kChannelReduceThreads threads walking the channel's N*HW values in a fixed strided order (for_channel_range) with a
+// double accumulator, then a fixed-shape block reduction (cuda_device_common.cuh block_sum). Pointwise passes
+// (BatchNorm apply and eval, the SyncBN dinp, max-pooling forward and backward, global-average-pooling backward, the
+// conv bias) use a "plane" launch (plane_shape): threadIdx.x/blockIdx.x over the positions of a plane,
+// threadIdx.y/blockIdx.y over planes, so that the channel of a thread is a plane index modulo C (no 64-bit division
+// per element) and small planes (7x7) still fill the block. Global average pooling's forward runs one warp per plane
+// (a double sum, then a shuffle tree).
 //
 // Storage types (cuda_device_common.cuh): activations and their gradients (inp, out, dout, dinp) and the parameters
 // read (gamma, beta, the conv bias) have the storage type S (float or __nv_bfloat16); the statistics (stats, save_mean,
@@ -57,25 +58,10 @@ constexpr int kBnMaxGroups = 512;             // groups per channel at most (bn_
        p += static_cast<int64_t>(gridDim.y) * blockDim.y)
 #define HPCT_FOR_POSITIONS(i, len) HPCT_GRID_STRIDE_LOOP(i, len)  // x: the positions of the plane
 
-// Calls f(offset) for every value of channel c of an (N, C, HW) tensor that this thread owns in a one-block-per-channel
-// reduction: flat index j = n*HW + i over the channel's N*HW values, j = threadIdx.x, threadIdx.x + blockDim.x, ...
-// (n, i) advance incrementally, so the loop has no division; the order is fixed for a given block size.
-template <typename F>
-__device__ __forceinline__ void for_channel_values(int c, int N, int C, int HW, F&& f) {
-  const int S = blockDim.x;
-  int n = static_cast<int>(threadIdx.x) / HW, i = static_cast<int>(threadIdx.x) % HW;
-  const int dn = S / HW, di = S % HW;
-  while (n < N) {
-    f((static_cast<int64_t>(n) * C + c) * HW + i);
-    i += di;
-    n += dn;
-    if (i >= HW) {
-      i -= HW;
-      n++;
-    }
-  }
-}
-// The same walk over the channel's flat values [j0, j1) only: j = j0 + threadIdx.x, j0 + threadIdx.x + blockDim.x, ...
+// Calls f(offset) for every value of channel c of an (N, C, HW) tensor in the flat range [j0, j1) (flat index
+// j = n*HW + i over the channel's N*HW values) that this thread owns: j = j0 + threadIdx.x, j0 + threadIdx.x +
+// blockDim.x, ... (n, i) advance incrementally, so the loop divides once; the order is fixed for a given block size.
+// A one-block-per-channel reduction walks [0, N*HW), a block of a group its group.
 template <typename F>
 __device__ __forceinline__ void for_channel_range(int c, int C, int HW, int64_t j0, int64_t j1, F&& f) {
   const int S = blockDim.x;
@@ -118,7 +104,8 @@ __global__ void channel_sum_accumulate_kernel(float* __restrict__ dbias, const S
   HPCT_SHARED(double, shared, [32]);
   const int c = blockIdx.x;
   double acc = 0.0;
-  for_channel_values(c, N, C, HW, [&](int64_t off) { acc += static_cast<double>(to_float(dout[off])); });
+  for_channel_range(c, C, HW, 0, static_cast<int64_t>(N) * HW,
+                    [&](int64_t off) { acc += static_cast<double>(to_float(dout[off])); });
   acc = block_sum(acc, shared);
   if (threadIdx.x == 0) dbias[c] += static_cast<float>(acc);
 }
@@ -157,7 +144,7 @@ __global__ void __launch_bounds__(kBnGroupThreads)
 
 // Stage two: one warp per channel merges its G groups with Chan's formula in double (lane l: the groups l, l + 32,
 // ... in order, then a shuffle-down tree, lane 0 last), writes the float (count, mean, M2) triple and optionally
-// save_mean / save_rstd exactly as bn_stats_kernel did (the CPU's apply_channel).
+// save_mean / save_rstd exactly as the CPU's apply_channel (above).
 __global__ void bn_stats_finish_kernel(float* __restrict__ stats, float* __restrict__ save_mean,
                                        float* __restrict__ save_rstd, const double* __restrict__ partials, int C, int G,
                                        float eps) {

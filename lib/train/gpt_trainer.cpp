@@ -104,7 +104,7 @@ class GptTask final : public TrainTask {
   Slab* compute_copy() override {
     return model_.params_sharded() || model_.activation_dtype() == DType::F32 ? nullptr : &model_.compute_params();
   }
-  void set_compute_copy_kept() override { model_.set_compute_copy_kept(true); }
+  void set_compute_copy_kept() override { model_.set_compute_copy_kept(); }
   std::vector<TensorPlacement> placements() const override { return placements_; }
   std::string init_from() const override { return d_.init_from; }
   std::unique_ptr<ckpt::TensorSource> open_init_source() override {

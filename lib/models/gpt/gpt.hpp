@@ -187,7 +187,7 @@ class Gpt {
   // The optimizer stores every update into the compute copy too (optim::Optimizer::keep_compute_copy), so
   // refresh_compute_params casts only once more (the initial or loaded masters). Valid while nothing but the optimizer
   // changes the masters after that cast: the training loop loads and initialises before the first step.
-  void set_compute_copy_kept(bool kept) { copy_kept_ = kept; }
+  void set_compute_copy_kept() { copy_kept_ = true; }
 
   const ModelParallel& model_parallel() const { return mp_; }
   // Milliseconds the host spent in TP collectives since the last reset (forward, loss and backward). On CUDA their

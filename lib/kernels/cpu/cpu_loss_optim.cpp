@@ -269,11 +269,10 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
                   float eps, float weight_decay, float grad_scale, int t);
 void cast(bf16* dst, const float* src, int64_t n);
 // adamw_update per chunk, in table order: the same arithmetic per element as per tensor; with a bf16 compute copy,
-// the chunk's updated parameters cast into it while they are in cache (cast's rounding: the same bits).
+// the chunk's updated parameters cast into it while they are in cache (cast's rounding: the same bits). The dispatch
+// (kernels.cpp) refuses any other copy type on the CPU.
 void adamw_update_chunks(const AdamwChunk* table, int64_t chunks, float lr, float beta1, float beta2, float eps,
                          float weight_decay, float grad_scale, int t, DType copy) {
-  HPCT_CHECK(copy == DType::F32 || copy == DType::BF16, "adamw_update_chunks: the CPU keeps no {} compute copy",
-             dtype_name(copy));
   for (int64_t c = 0; c < chunks; c++) {
     const AdamwChunk& k = table[c];
     adamw_update(k.params, k.grads, k.m, k.v, k.n, lr, beta1, beta2, eps, k.decays ? weight_decay : 0.0f, grad_scale,

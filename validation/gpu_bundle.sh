@@ -13,7 +13,8 @@
 #       there, in the repository root: unpacks into build/, data/ and .gpu/root/, drops every bundled library the
 #       machine has itself (ldconfig), finds the CUDA libraries (the toolkit, or the nvidia-* wheels of its Python),
 #       and exports LD_LIBRARY_PATH and, when the bundled Open MPI is the one kept, its relocation variables;
-#       world-1 runs are MPI singletons (ess_singleton_isolated: no mpirun and no daemon needed). An NCCL carried by
+#       world-1 runs are MPI singletons (ess_singleton_isolated: no mpirun and no daemon needed); runs of several
+#       ranks use the bundled mpirun (Open MPI's orterun, first in PATH with the relocated prefix). An NCCL carried by
 #       validation/nccl_carry.sh (.gpu/nccl-lib/libnccl.so.2, verified against its manifest) goes first in
 #       LD_LIBRARY_PATH, ahead of the machine's own
 #
@@ -63,12 +64,19 @@ gpu_bundle_pack() {
     mkdir -p "$stage/.gpu/root$(dirname "$d")"
     cp -a "$d" "$stage/.gpu/root$d"
   done
+  # The launcher for runs of several ranks (mpirun is Open MPI's orterun; orted for completeness), at its installed
+  # path, so that the relocated prefix's bin/ holds it.
+  mkdir -p "$stage/.gpu/root/usr/bin"
+  for e in orterun orted; do
+    [ -x "/usr/bin/$e" ] && cp -p "/usr/bin/$e" "$stage/.gpu/root/usr/bin/$e"
+  done
+  [ -x "$stage/.gpu/root/usr/bin/orterun" ] && ln -s orterun "$stage/.gpu/root/usr/bin/mpirun"
   # Every shared library the executables and the plugins load, except glibc's, the C++ runtime's and CUDA's.
   local skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s'
   skip+='|libcuda|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libnvrtc|libnvJitLink)\.so'
   {
     for e in "${exes[@]}"; do ldd "$build/$e"; done
-    find "$stage/.gpu/root" -name '*.so' -exec ldd {} \; 2>/dev/null
+    find "$stage/.gpu/root" \( -name '*.so' -o -path '*/usr/bin/*' \) -type f -exec ldd {} \; 2>/dev/null
   } | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u | while read -r name path; do
     [[ "$name" =~ $skip ]] && continue
     cp -L "$path" "$stage/.gpu/root/lib/$name"
@@ -108,6 +116,7 @@ gpu_bundle_unpack() {
     export OMPI_MCA_mca_base_component_path="$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib/openmpi3"
     export PMIX_MCA_mca_base_component_path="$OPAL_PREFIX/lib/x86_64-linux-gnu/pmix2/lib/pmix"
     export PMIX_INSTALL_PREFIX="$OPAL_PREFIX/lib/x86_64-linux-gnu/pmix2"
+    export PATH="$OPAL_PREFIX/bin:$PATH"  # its mpirun, for runs of several ranks
   fi
   export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_show_load_errors=0
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

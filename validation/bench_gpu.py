@@ -104,10 +104,26 @@ def log(msg=""):
 
 # ---------------------------------------------------------------- device facts ----
 
-def sh(cmd, timeout=60):
+def torch_env():
+    """The environment PyTorch runs in: the library path the machine had before validation/gpu_bundle.sh unpack put
+    the bundle's and the machine's CUDA libraries first (HPCT_HOST_LD_LIBRARY_PATH, exported by the unpack), so that
+    torch loads the cuDNN, cuBLAS and NCCL of its own wheels, as a user's PyTorch does; a system cuDNN older than the
+    one torch was built with makes torch turn cuDNN off (torch.backends.cudnn.version() None), and the ResNet rows
+    would then measure PyTorch without cuDNN. Unchanged where no bundle was unpacked."""
+    env = dict(os.environ)
+    if "HPCT_HOST_LD_LIBRARY_PATH" in env:
+        host = env["HPCT_HOST_LD_LIBRARY_PATH"]
+        if host:
+            env["LD_LIBRARY_PATH"] = host
+        else:
+            env.pop("LD_LIBRARY_PATH", None)
+    return env
+
+
+def sh(cmd, timeout=60, env=None):
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                           timeout=timeout)
+                           timeout=timeout, env=env)
         return p.returncode, p.stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         return 127, str(e)
@@ -403,6 +419,10 @@ def torch_worker(spec):
     torch.manual_seed(0)
     info = {"torch": torch.__version__, "torch_cuda": getattr(torch.version, "cuda", None),
             "cudnn": cudnn_version(torch)}  # build() adds to it
+    if cuda and info["cudnn"] is None:
+        # say why: the convolutions of such a row ran without cuDNN
+        print("warning: torch.backends.cudnn.version() is None: PyTorch runs without cuDNN here (LD_LIBRARY_PATH "
+              f"{os.environ.get('LD_LIBRARY_PATH', '(unset)')})", file=sys.stderr, flush=True)
 
     def build():
         if spec["model"] == "gpt":
@@ -528,7 +548,7 @@ def torch_versions(python=None):
     interpreter), None values without torch."""
     code = ("import json, torch\ntry:\n    c = torch.backends.cudnn.version()\nexcept Exception:\n    c = None\n"
             "print('TORCH ' + json.dumps({'torch': torch.__version__, 'cudnn': int(c) if c is not None else None}))")
-    rc, out = sh([python or sys.executable, "-c", code], timeout=300)
+    rc, out = sh([python or sys.executable, "-c", code], timeout=300, env=torch_env())
     lines = [l for l in out.splitlines() if l.startswith("TORCH ")]
     return json.loads(lines[-1][6:]) if rc == 0 and lines else {"torch": None, "cudnn": None}
 
@@ -539,7 +559,7 @@ def run_torch(spec, timeout, sample_mem, log_path):
     sampler = GpuMemSampler(sample_mem)
     t0 = time.time()
     with open(log_path, "w") as logf:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf, text=True)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf, text=True, env=torch_env())
         sampler.start(p.pid)
         try:
             out, _ = p.communicate(timeout=timeout)

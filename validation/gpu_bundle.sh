@@ -110,6 +110,9 @@ gpu_bundle_unpack() {
       echo "gpu_bundle: warning: $n not found on this machine" >&2
     fi
   done
+  # The machine's own library path, for the programs that must not see the bundle's (validation/bench_gpu.py runs
+  # PyTorch with it: torch loads its own wheels' cuDNN and NCCL); kept from the first unpack when sourced again.
+  [ -n "${HPCT_HOST_LD_LIBRARY_PATH+set}" ] || export HPCT_HOST_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
   export LD_LIBRARY_PATH="$lib:$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if [ -f "$lib/libmpi.so.40" ]; then  # the bundled Open MPI, relocated; a machine's own keeps its own plugins
     export OPAL_PREFIX="$PWD/.gpu/root/usr"

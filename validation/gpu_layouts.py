@@ -49,7 +49,7 @@ only: several ranks share one GPU, so no time here is a speed.
 usage: gpu_layouts.py [--cases FILE] [--backend mpi|nccl|both] [--only ID[,ID..]] [--world N] [--out DIR]
                       [--work DIR] [--record PATH.jsonl] [--fresh] [--dry-run] [--check-cases] [--timeout S]
                       [--budget S] [--build DIR] [--mpirun 'mpirun --oversubscribe --bind-to none']
-                      [--plant FAULT | --plant-set K=V] [--jobs N]
+                      [--plant FAULT | --plant-set K=V] [--jobs N] [--report-only]
 --only takes ids or shell patterns (gpt_dp2_*), comma-separated or repeated. --budget S: no case starts after S seconds
 and a case it cuts is not recorded (both listed); SIGTERM or SIGINT (a `timeout` around the runner) kills the running
 job's ranks, which run in a session of their own, writes the report and exits 128 + the signal. Exit status: 0 when no
@@ -131,6 +131,9 @@ ap.add_argument("--budget", type=float,
 ap.add_argument("--build", default=os.path.join(REPO, "build"), help="build directory holding apps/ (default build)")
 ap.add_argument("--mpirun", default="mpirun --oversubscribe --bind-to none",
                 help="launcher prefix for runs of more than one rank; -np W is appended (world 1: a singleton)")
+ap.add_argument("--report-only", action="store_true",
+                help="write the markdown report of --record (e.g. after moving the record and its logs into the "
+                     "repository, the records' log paths made to point there) and stop; runs nothing")
 ap.add_argument("--plant", metavar="FAULT[:rank=R]", help="plant HPCT_TEST_FAULT in every run under test")
 ap.add_argument("--plant-set", metavar="KEY=VALUE", help="plant an extra --set in every run under test")
 ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 4),
@@ -459,6 +462,10 @@ def commit():
 
 if DRY:
     DEVICE, SLUG = f"CPU dry run ({cpu_model()})", "cpu_dry_run"
+elif args.report_only:
+    if not args.record:
+        die("--report-only needs --record PATH.jsonl: the record to write the report of")
+    DEVICE = SLUG = None  # the report takes the device from the record
 else:
     DEVICE, why = gpu_name()
     if DEVICE is None:
@@ -479,7 +486,7 @@ OUT = os.path.abspath(args.out or os.path.splitext(RECORD)[0])
 REPORT = os.path.splitext(RECORD)[0] + ".md"
 for d in (OUT, WORK, os.path.dirname(RECORD)):
     os.makedirs(d, exist_ok=True)
-if args.fresh and os.path.exists(RECORD):
+if args.fresh and os.path.exists(RECORD) and not args.report_only:
     os.remove(RECORD)
 
 
@@ -605,6 +612,13 @@ def error_lines(text):
     return [l for l in errs if l not in own] + own
 
 
+def runtime_line(line):
+    """The `runtime libraries: ...` part of an app's log line, or None. The apps print it alone, or after the
+    communication backend's description on the same line (comm.backend = mpi: `... | runtime libraries: ...`)."""
+    at = line.find("runtime libraries:")
+    return line[at:].strip() if at >= 0 else None
+
+
 def runtime_libraries(recs):
     """The distinct `runtime libraries:` lines (NCCL, cuDNN, cuBLAS, CUDA runtime and MPI, each with its path) in the
     records' logs, in first-seen order."""
@@ -613,8 +627,8 @@ def runtime_libraries(recs):
         try:
             with open(os.path.join(REPO, r.get("log", "")), errors="replace") as f:
                 for line in f:
-                    line = line.strip()
-                    if line.startswith("runtime libraries:") and line not in seen:
+                    line = runtime_line(line)
+                    if line and line not in seen:
                         seen.append(line)
         except OSError:
             continue
@@ -623,7 +637,8 @@ def runtime_libraries(recs):
 
 def nccl_version(text):
     for l in text.splitlines():
-        if l.startswith("runtime libraries:"):
+        l = runtime_line(l)
+        if l:
             m = re.search(r"\bnccl (\d+(?:\.\d+)+)", l)
             if m:
                 return m.group(1)
@@ -1079,6 +1094,12 @@ def write_report():
 
 
 # ---------------------------------------------------------------------------------------------------- main
+if args.report_only:
+    if not os.path.exists(RECORD):
+        die(f"--report-only: {RECORD} does not exist")
+    write_report()
+    print(f"gpu_layouts: report {rel(REPORT)} from {rel(RECORD)}", flush=True)
+    sys.exit(0)
 print(f"gpu_layouts: {len(todo)} case runs ({len(selected)} cases x {'/'.join(want)}) on {DEVICE}, commit {COMMIT}"
       f"{'; DRY RUN on the CPU' if DRY else ''}{'; planted ' + PLANTED if PLANTED else ''}", flush=True)
 for app in sorted({c["app"] for c, _ in todo}):

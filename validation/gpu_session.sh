@@ -12,16 +12,19 @@
 # layouts restart memory (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT
 # kernels; tools in --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
-# while the budget lasts (its JSON Lines records come back as OUTDIR/*.jsonl, their row logs as bench_logs.tar.gz, both
-# for validation/results/gpu/); before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
+# while the budget lasts (its JSON Lines records and row logs under validation/results/gpu/ and its tables
+# validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
 # (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
 # back too). --skip drops parts of phase A's parallel work (unit, cuda_run, sanitize, or all; --extra still runs).
 # --layouts ARGS (one string, split at blanks): after the parallel work, before phase B, alone on the GPU, the layout
 # matrix `python3 validation/gpu_layouts.py ARGS` (several ranks on one GPU; validation/gpu_layouts.py), for at most
 # --layouts-budget seconds (default: all the budget left; with it phase B gets what remains). It writes its default
 # record validation/results/gpu/<device>_<date>_layouts.jsonl, the report beside it and the per-case logs in the
-# folder of that name (paths in the record are relative to the repository); the session copies the record and the
-# report into OUTDIR and the logs folder into OUTDIR/layouts_logs.tar.gz, to be unpacked into validation/results/gpu/.
+# folder of that name (paths in the record are relative to the repository).
+# Every file the session writes under validation/results/ comes back in OUTDIR/results.tar.gz at its repository path
+# (unpack it in the repository root: `tar -xzf OUTDIR/results.tar.gz`), packed again after each part, so that a cut
+# session still returns what was done. OUTDIR holds three files only (summary.txt, logs.tar.gz, results.tar.gz): the
+# device tool brings back a few files per call and leaves the rest out.
 # The environment record (env.txt) names the NCCL the apps load (ncclGetVersion of the library ldd resolves; an NCCL
 # carried by validation/nccl_carry.sh is put first by the unpack), and summary.txt repeats it.
 # Every log goes into OUTDIR/logs.tar.gz (one file: the folder may bring back only a few), the verdicts
@@ -55,7 +58,14 @@ OUTDIR="$(cd "$OUTDIR" && pwd)"
 LOGS="$(mktemp -d)"
 SUMMARY="$OUTDIR/summary.txt"
 note() { echo "[$(elapsed) s] $*" | tee -a "$SUMMARY"; }
-pack_logs() { tar -C "$LOGS" -czf "$OUTDIR/logs.tar.gz" . 2>/dev/null; }
+touch "$LOGS/.start"
+# the session's records and reports under validation/results/, and its logs: packed again after each part
+pack_logs() {
+  tar -C "$LOGS" -czf "$OUTDIR/logs.tar.gz" . 2>/dev/null
+  local files
+  mapfile -t files < <(find validation/results -type f -newer "$LOGS/.start" 2>/dev/null)
+  [ "${#files[@]}" -eq 0 ] || tar -C "$ROOT" -czf "$OUTDIR/results.tar.gz" "${files[@]}"
+}
 cd "$ROOT" || exit 2
 
 {
@@ -163,10 +173,6 @@ if [ -n "$LAYOUTS" ]; then
     run_bg layouts "$left" python3 validation/gpu_layouts.py "${layout_args[@]}"
     wait
     while read -r rec; do
-      cp "$rec" "$OUTDIR/"
-      [ -f "${rec%.jsonl}.md" ] && cp "${rec%.jsonl}.md" "$OUTDIR/"
-      [ -d "${rec%.jsonl}" ] &&
-        tar -C "$(dirname "$rec")" -czf "$OUTDIR/layouts_logs.tar.gz" "$(basename "${rec%.jsonl}")"
       note "layouts: $(python3 -c 'import collections, json, sys
 c = collections.Counter()
 for line in open(sys.argv[1]):
@@ -210,11 +216,7 @@ for b in "${benches[@]}"; do
   run_bg "bench_$b" "$left" python3 validation/bench_gpu.py --only "$b" --record --steps 20 --warmup 5 \
     --hp-precisions bf16 --timeout $((left - 20)) --work "/tmp/bench_work_$b"
   wait
-  cp validation/results/gpu_*.md "$LOGS/" 2>/dev/null
-  cp validation/results/gpu_*.md "$OUTDIR/" 2>/dev/null
-  # the benchmark's JSON Lines records and their row logs (validation/results/gpu/), to be committed as they are
-  find validation/results/gpu -maxdepth 1 -name '*.jsonl' ! -name '*_layouts.jsonl' -exec cp {} "$OUTDIR/" \; 2>/dev/null
-  [ -d validation/results/gpu/logs ] && tar -C validation/results/gpu -czf "$OUTDIR/bench_logs.tar.gz" logs 2>/dev/null
+  pack_logs  # the benchmark's tables, JSON Lines records and row logs, to be committed as they are
 done
 pack_logs
 note "done"

@@ -109,12 +109,42 @@ void emu_bn_stats(float* stats, float* save_mean, float* save_rstd, const S* inp
   EMU_LAUNCH(cu::bn_stats_finish_kernel, l.finish, stats, save_mean, save_rstd, partials.data(), C,
              static_cast<int>(l.groups), eps);
 }
+// The pointwise BatchNorm kernels at the pack width cuda_resnet.cu picks (pack_width over the plane's length and the
+// pointers: 16-byte packs where they fit, else one value at a time), so that the emulation takes the GPU's path.
+template <typename S>
+void emu_bn_apply(S* out, const S* inp, const float* mean, const float* rstd, const S* gamma, const S* beta, int N,
+                  int C, int HW) {
+  const int64_t planes = static_cast<int64_t>(N) * C;
+  cu::with_pack<S>(cu::pack_width<S>(HW, {out, inp}), [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    EMU_LAUNCH((cu::bn_apply_kernel<P, S>), cu::plane_shape(planes, HW / P), out, inp, mean, rstd, gamma, beta, planes,
+               C, HW);
+  });
+}
+template <typename S>
+void emu_bn_eval(S* out, const S* inp, const S* gamma, const S* beta, const float* running_mean,
+                 const float* running_var, int N, int C, int HW, float eps) {
+  const int64_t planes = static_cast<int64_t>(N) * C;
+  cu::with_pack<S>(cu::pack_width<S>(HW, {out, inp}), [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    EMU_LAUNCH((cu::bn_eval_kernel<P, S>), cu::plane_shape(planes, HW / P), out, inp, gamma, beta, running_mean,
+               running_var, planes, C, HW, eps);
+  });
+}
+template <typename S>
+void emu_bn_dinp(S* dinp, const S* dout, const S* inp, const float* save_mean, const float* save_rstd, const S* gamma,
+                 const float* global_sums, int64_t global_count, int N, int C, int HW) {
+  const int64_t planes = static_cast<int64_t>(N) * C;
+  cu::with_pack<S>(cu::pack_width<S>(HW, {dinp, dout, inp}), [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    EMU_LAUNCH((cu::bn_backward_apply_kernel<P, S>), cu::plane_shape(planes, HW / P), dinp, dout, inp, save_mean,
+               save_rstd, gamma, global_sums, static_cast<double>(global_count), planes, C, HW);
+  });
+}
 void emu_bn_forward_train(float* out, float* stats, float* save_mean, float* save_rstd, const float* inp,
                           const float* gamma, const float* beta, int N, int C, int HW, float eps) {
   emu_bn_stats(stats, save_mean, save_rstd, inp, N, C, HW, eps);
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), out, inp, save_mean, save_rstd, gamma, beta, planes, C,
-             HW);
+  emu_bn_apply(out, inp, save_mean, save_rstd, gamma, beta, N, C, HW);
 }
 void emu_bn_local_stats(float* stats, const float* inp, int N, int C, int HW) {
   emu_bn_stats(stats, static_cast<float*>(nullptr), static_cast<float*>(nullptr), inp, N, C, HW, 0.0f);
@@ -125,18 +155,14 @@ void emu_bn_merge_stats(float* merged, const float* gathered, int R, int C) {
 void emu_bn_forward_apply(float* out, float* save_mean, float* save_rstd, const float* inp, const float* gamma,
                           const float* beta, const float* stats, int N, int C, int HW, float eps) {
   EMU_LAUNCH(cu::bn_mean_rstd_kernel, cu::per_channel_shape(C), save_mean, save_rstd, stats, C, eps);
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), out, inp, save_mean, save_rstd, gamma, beta, planes, C,
-             HW);
+  emu_bn_apply(out, inp, save_mean, save_rstd, gamma, beta, N, C, HW);
 }
 void emu_bn_update_running(float* running_mean, float* running_var, const float* stats, int C, float momentum) {
   EMU_LAUNCH(cu::bn_update_running_kernel, cu::per_channel_shape(C), running_mean, running_var, stats, C, momentum);
 }
 void emu_bn_forward_eval(float* out, const float* inp, const float* gamma, const float* beta, const float* running_mean,
                          const float* running_var, int N, int C, int HW, float eps) {
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  EMU_LAUNCH(cu::bn_eval_kernel, cu::plane_shape(planes, HW), out, inp, gamma, beta, running_mean, running_var, planes,
-             C, HW, eps);
+  emu_bn_eval(out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
 }
 // the gradient sums' two stages as cuda_resnet.cu's launch_bn_grad_sums runs them (the groups start NaN)
 template <typename S>
@@ -162,9 +188,7 @@ void emu_bn_backward(float* dinp, float* dgamma, float* dbeta, const float* dout
 void emu_bn_backward_apply(float* dinp, const float* dout, const float* inp, const float* save_mean,
                            const float* save_rstd, const float* gamma, const float* global_sums, int64_t global_count,
                            int N, int C, int HW) {
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  EMU_LAUNCH(cu::bn_backward_apply_kernel, cu::plane_shape(planes, HW), dinp, dout, inp, save_mean, save_rstd, gamma,
-             global_sums, static_cast<double>(global_count), planes, C, HW);
+  emu_bn_dinp(dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N, C, HW);
 }
 void emu_maxpool_forward(float* out, int32_t* idx, const float* inp, int N, int C, int H, int W, int K, int stride,
                          int pad) {
@@ -651,18 +675,18 @@ TEST(EmuResnet, LoopsStrideOverASmallGrid) {
   }));
   EXPECT_TRUE(same_bits_on_a_small_grid("bn apply", nan_vector(inp.size()), full, small,
                                         [&](float* o, const cu::LaunchShape& sh) {
-                                          EMU_LAUNCH(cu::bn_apply_kernel, sh, o, inp.data(), mean.data(), rstd.data(),
-                                                     gamma.data(), beta.data(), planes, C, HW);
+                                          EMU_LAUNCH((cu::bn_apply_kernel<1, float>), sh, o, inp.data(), mean.data(),
+                                                     rstd.data(), gamma.data(), beta.data(), planes, C, HW);
                                         }));
   EXPECT_TRUE(same_bits_on_a_small_grid("bn eval", nan_vector(inp.size()), full, small,
                                         [&](float* o, const cu::LaunchShape& sh) {
-                                          EMU_LAUNCH(cu::bn_eval_kernel, sh, o, inp.data(), gamma.data(), beta.data(),
-                                                     mean.data(), rv.data(), planes, C, HW, kEps);
+                                          EMU_LAUNCH((cu::bn_eval_kernel<1, float>), sh, o, inp.data(), gamma.data(),
+                                                     beta.data(), mean.data(), rv.data(), planes, C, HW, kEps);
                                         }));
   EXPECT_TRUE(same_bits_on_a_small_grid(
       "bn backward apply", nan_vector(inp.size()), full, small, [&](float* o, const cu::LaunchShape& sh) {
-        EMU_LAUNCH(cu::bn_backward_apply_kernel, sh, o, dout.data(), inp.data(), mean.data(), rstd.data(), gamma.data(),
-                   sums.data(), count, planes, C, HW);
+        EMU_LAUNCH((cu::bn_backward_apply_kernel<1, float>), sh, o, dout.data(), inp.data(), mean.data(), rstd.data(),
+                   gamma.data(), sums.data(), count, planes, C, HW);
       }));
   const Vec pooled = random_vector(sz(planes), 119);
   EXPECT_TRUE(same_bits_on_a_small_grid(
@@ -797,6 +821,63 @@ void check_conv_pieces() {
     EXPECT_TRUE(bitwise_equal("dweight += 16-bit filter gradient", acc, want));
   }
 }
+// The pointwise BatchNorm passes in 16-byte packs give the bits of the one-value-at-a-time kernels (the same formula
+// per value), at the production grid and at a grid small enough that both loops stride; and the launch helpers the
+// backend uses pick the packs for such planes (HW a multiple of the pack, aligned storage).
+template <typename A>
+void check_bn_packs_match_scalar() {
+  using S = EmuStorage<A>;
+  using BVec = std::vector<A>;
+  constexpr int P = cu::kPack<S>;
+  const int N = 2, C = 3, HW = 3 * P;  // three packs per plane
+  const int64_t planes = int64_t{N} * C;
+  const size_t n = sz(planes * HW);
+  const BVec inp = random_storage<A>(n, 531, -1.0, 3.0), dout = random_storage<A>(n, 532);
+  const BVec gamma = random_storage<A>(sz(C), 533, 0.5, 1.5), beta = random_storage<A>(sz(C), 534);
+  const Vec mean = random_vector(sz(C), 535), rstd = random_vector(sz(C), 536, 0.5, 2.0);
+  const Vec rv = random_vector(sz(C), 537, 0.2, 2.0), sums = random_vector(2 * sz(C), 538, -5.0, 5.0);
+  const BVec nan_out(n, from_f32<A>(NAN));
+  ASSERT_EQ(cu::pack_width<S>(HW, {emu_ptr(inp), emu_ptr(dout), emu_ptr(nan_out)}), P);
+  const cu::LaunchShape small{{1, 1, 1}, {32, 2, 1}, 0};  // 32 packs x 2 planes per sweep: both loops stride
+  const auto run = [&](const char* what, auto launch_packed, auto launch_scalar) {
+    SCOPED_TRACE(what);
+    BVec scalar = nan_out, packed = nan_out, packed_small = nan_out;
+    ASSERT_TRUE(emulate_schedules([&] { launch_scalar(emu_ptr(scalar), cu::plane_shape(planes, HW)); },
+                                  {emu_output(what, scalar)}));
+    ASSERT_TRUE(emulate_schedules([&] { launch_packed(emu_ptr(packed), cu::plane_shape(planes, HW / P)); },
+                                  {emu_output(what, packed)}));
+    ASSERT_TRUE(
+        emulate_schedules([&] { launch_packed(emu_ptr(packed_small), small); }, {emu_output(what, packed_small)}));
+    EXPECT_TRUE(bitwise_equal(std::string(what) + " (packs vs one value at a time)", packed, scalar));
+    EXPECT_TRUE(bitwise_equal(std::string(what) + " (packs, small grid)", packed_small, scalar));
+  };
+  const auto apply = [&](auto p) {
+    return [&, p](S* o, const cu::LaunchShape& sh) {
+      EMU_LAUNCH((cu::bn_apply_kernel<decltype(p)::value, S>), sh, o, emu_ptr(inp), mean.data(), rstd.data(),
+                 emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
+    };
+  };
+  const auto eval = [&](auto p) {
+    return [&, p](S* o, const cu::LaunchShape& sh) {
+      EMU_LAUNCH((cu::bn_eval_kernel<decltype(p)::value, S>), sh, o, emu_ptr(inp), emu_ptr(gamma), emu_ptr(beta),
+                 mean.data(), rv.data(), planes, C, HW, kEps);
+    };
+  };
+  const auto dinp = [&](auto p) {
+    return [&, p](S* o, const cu::LaunchShape& sh) {
+      EMU_LAUNCH((cu::bn_backward_apply_kernel<decltype(p)::value, S>), sh, o, emu_ptr(dout), emu_ptr(inp), mean.data(),
+                 rstd.data(), emu_ptr(gamma), sums.data(), 2.0 * N * HW, planes, C, HW);
+    };
+  };
+  using Packed = std::integral_constant<int, P>;
+  using Scalar = std::integral_constant<int, 1>;
+  run("bn apply", apply(Packed{}), apply(Scalar{}));
+  run("bn eval", eval(Packed{}), eval(Scalar{}));
+  run("bn dinp", dinp(Packed{}), dinp(Scalar{}));
+}
+TEST(EmuResnet, BatchNormPacksMatchOneValueAtATime) { check_bn_packs_match_scalar<float>(); }
+TEST(EmuResnet, Bf16BatchNormPacksMatchOneValueAtATime) { check_bn_packs_match_scalar<bf16>(); }
+
 TEST(EmuResnet, Bf16ConvPieces) { check_conv_pieces<bf16>(); }
 TEST(EmuResnet, Fp16ConvPieces) { check_conv_pieces<fp16>(); }
 
@@ -807,10 +888,10 @@ void check_batchnorm_matches_cpu() {
   using R = CpuStorage<A>;
   using BVec = std::vector<A>;
   const A nan16 = from_f32<A>(NAN);
-  for (const BnShape& s : {BnShape{3, 5, 37}, BnShape{2, 3, 500}}) {
+  // 37: one value at a time; 64: whole 16-byte packs of 16-bit values (8 per pack) in the pointwise passes
+  for (const BnShape& s : {BnShape{3, 5, 37}, BnShape{2, 3, 64}}) {
     SCOPED_TRACE(s.name());
     const int N = s.N, C = s.C, HW = s.HW;
-    const int64_t planes = int64_t{N} * C;
     const BVec inp = random_storage<A>(s.size(), 510, -1.0, 3.0), dout = random_storage<A>(s.size(), 511);
     const BVec gamma = random_storage<A>(sz(C), 512, 0.5, 1.5), beta = random_storage<A>(sz(C), 513);
     const Vec rm = random_vector(sz(C), 514), rv = random_vector(sz(C), 515, 0.2, 2.0);
@@ -825,28 +906,24 @@ void check_batchnorm_matches_cpu() {
         [&] {
           // single process: forward_train, backward; eval
           emu_bn_stats(stats.data(), mean.data(), rstd.data(), emu_ptr(inp), N, C, HW, kEps);
-          EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(out), emu_ptr(inp), mean.data(),
-                     rstd.data(), emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
+          emu_bn_apply(emu_ptr(out), emu_ptr(inp), mean.data(), rstd.data(), emu_ptr(gamma), emu_ptr(beta), N, C, HW);
           std::vector<float> own_sums(2 * sz(C), std::numeric_limits<float>::quiet_NaN());
           emu_bn_backward_local_sums(own_sums.data(), dg.data(), db.data(), emu_ptr(dout), emu_ptr(inp), mean.data(),
                                      rstd.data(), N, C, HW);
-          EMU_LAUNCH(cu::bn_backward_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(dinp), emu_ptr(dout),
-                     emu_ptr(inp), mean.data(), rstd.data(), emu_ptr(gamma), own_sums.data(),
-                     static_cast<double>(int64_t{N} * HW), planes, C, HW);
-          EMU_LAUNCH(cu::bn_eval_kernel, cu::plane_shape(planes, HW), emu_ptr(eval), emu_ptr(inp), emu_ptr(gamma),
-                     emu_ptr(beta), rm.data(), rv.data(), planes, C, HW, kEps);
+          emu_bn_dinp(emu_ptr(dinp), emu_ptr(dout), emu_ptr(inp), mean.data(), rstd.data(), emu_ptr(gamma),
+                      own_sums.data(), int64_t{N} * HW, N, C, HW);
+          emu_bn_eval(emu_ptr(eval), emu_ptr(inp), emu_ptr(gamma), emu_ptr(beta), rm.data(), rv.data(), N, C, HW, kEps);
           // SyncBN at R = 1: local stats (= the global ones), apply, local sums, apply backward
           emu_bn_stats(lstats.data(), static_cast<float*>(nullptr), static_cast<float*>(nullptr), emu_ptr(inp), N, C,
                        HW, 0.0f);
           EMU_LAUNCH(cu::bn_mean_rstd_kernel, cu::per_channel_shape(C), amean.data(), arstd.data(), lstats.data(), C,
                      kEps);
-          EMU_LAUNCH(cu::bn_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(apply_out), emu_ptr(inp), amean.data(),
-                     arstd.data(), emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
+          emu_bn_apply(emu_ptr(apply_out), emu_ptr(inp), amean.data(), arstd.data(), emu_ptr(gamma), emu_ptr(beta), N,
+                       C, HW);
           emu_bn_backward_local_sums(sums.data(), ldg.data(), ldb.data(), emu_ptr(dout), emu_ptr(inp), amean.data(),
                                      arstd.data(), N, C, HW);
-          EMU_LAUNCH(cu::bn_backward_apply_kernel, cu::plane_shape(planes, HW), emu_ptr(apply_dinp), emu_ptr(dout),
-                     emu_ptr(inp), amean.data(), arstd.data(), emu_ptr(gamma), sums.data(),
-                     static_cast<double>(int64_t{N} * HW), planes, C, HW);
+          emu_bn_dinp(emu_ptr(apply_dinp), emu_ptr(dout), emu_ptr(inp), amean.data(), arstd.data(), emu_ptr(gamma),
+                      sums.data(), int64_t{N} * HW, N, C, HW);
         },
         {emu_output("out", out), emu_output("eval", eval), emu_output("dinp", dinp), emu_output("stats", stats),
          emu_output("mean", mean), emu_output("rstd", rstd), emu_output("dgamma", dg), emu_output("dbeta", db),

@@ -449,6 +449,12 @@ const float* launch_bn_grad_sums(cudaStream_t stream, const char* op, float* sum
   HPCT_CUDA_LAUNCH_CHECK(op);
   return sums;
 }
+// The pointwise BatchNorm kernels at their pack width (cuda_resnet_kernels.cuh, bn_affine_plane): launch(P) with
+// P = kPack<S> where the planes fill whole 16-byte packs of every pointer, else 1; the plane launch covers HW / P.
+template <typename S, typename Launch>
+void with_bn_pack(int HW, std::initializer_list<const void*> ptrs, Launch&& launch) {
+  with_pack<S>(pack_width<S>(HW, ptrs), launch);
+}
 }  // namespace
 
 template <typename A>
@@ -460,8 +466,11 @@ void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, flo
   launch_bn_stats(stream, "batchnorm2d_forward_train (stats)", stats, save_mean, save_rstd, dev_ptr(inp), N, C, HW,
                   eps);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_apply_kernel<S>, plane_shape(planes, HW), stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd,
-              dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
+  with_bn_pack<S>(HW, {dev_ptr(out), dev_ptr(inp)}, [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    HPCT_LAUNCH((bn_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dev_ptr(out), dev_ptr(inp), save_mean,
+                save_rstd, dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
+  });
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_train (apply)");
 }
 
@@ -488,8 +497,11 @@ void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean,
   HPCT_LAUNCH(bn_mean_rstd_kernel, per_channel_shape(C), stream, save_mean, save_rstd, stats, C, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply (mean, rstd)");
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_apply_kernel<S>, plane_shape(planes, HW), stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd,
-              dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
+  with_bn_pack<S>(HW, {dev_ptr(out), dev_ptr(inp)}, [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    HPCT_LAUNCH((bn_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dev_ptr(out), dev_ptr(inp), save_mean,
+                save_rstd, dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
+  });
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply");
 }
 
@@ -507,8 +519,11 @@ void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, cons
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_eval", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_eval_kernel<S>, plane_shape(planes, HW), stream_of(ctx), dev_ptr(out), dev_ptr(inp), dev_ptr(gamma),
-              dev_ptr(beta), running_mean, running_var, planes, C, HW, eps);
+  with_bn_pack<S>(HW, {dev_ptr(out), dev_ptr(inp)}, [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    HPCT_LAUNCH((bn_eval_kernel<P, S>), plane_shape(planes, HW / P), stream_of(ctx), dev_ptr(out), dev_ptr(inp),
+                dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, planes, C, HW, eps);
+  });
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_eval");
 }
 
@@ -521,9 +536,12 @@ void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float*
   const float* sums = launch_bn_grad_sums(stream, "batchnorm2d_backward", static_cast<float*>(nullptr), dgamma, dbeta,
                                           dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_backward_apply_kernel<S>, plane_shape(planes, HW), stream, dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp),
-              save_mean, save_rstd, dev_ptr(gamma), sums, static_cast<double>(static_cast<int64_t>(N) * HW), planes, C,
-              HW);
+  with_bn_pack<S>(HW, {dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp)}, [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    HPCT_LAUNCH((bn_backward_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dev_ptr(dinp), dev_ptr(dout),
+                dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), sums,
+                static_cast<double>(static_cast<int64_t>(N) * HW), planes, C, HW);
+  });
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward");
 }
 
@@ -548,9 +566,12 @@ void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, 
              "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
              global_count, static_cast<int64_t>(N) * HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(bn_backward_apply_kernel<S>, plane_shape(planes, HW), stream_of(ctx), dev_ptr(dinp), dev_ptr(dout),
-              dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), global_sums, static_cast<double>(global_count),
-              planes, C, HW);
+  with_bn_pack<S>(HW, {dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp)}, [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    HPCT_LAUNCH((bn_backward_apply_kernel<P, S>), plane_shape(planes, HW / P), stream_of(ctx), dev_ptr(dinp),
+                dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), global_sums,
+                static_cast<double>(global_count), planes, C, HW);
+  });
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_apply");
 }
 

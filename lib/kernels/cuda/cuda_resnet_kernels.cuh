@@ -22,7 +22,8 @@
 // kChannelReduceThreads threads walking the channel's N*HW values in a fixed strided order (for_channel_range) with a
 // double accumulator, then a fixed-shape block reduction (cuda_device_common.cuh block_sum). Pointwise passes
 // (BatchNorm apply and eval, the SyncBN dinp, max-pooling forward and backward, global-average-pooling backward, the
-// conv bias) use a "plane" launch (plane_shape): threadIdx.x/blockIdx.x over the positions of a plane,
+// conv bias) use a "plane" launch (plane_shape): threadIdx.x/blockIdx.x over the positions of a plane (the BatchNorm
+// passes: over its 16-byte packs where they fit, bn_affine_plane),
 // threadIdx.y/blockIdx.y over planes, so that the channel of a thread is a plane index modulo C (no 64-bit division
 // per element) and small planes (7x7) still fill the block. Global average pooling's forward runs one warp per plane
 // (a double sum, then a shuffle tree).
@@ -182,34 +183,45 @@ __global__ void bn_mean_rstd_kernel(float* __restrict__ save_mean, float* __rest
   save_rstd[c] = static_cast<float>(1.0 / sqrt(static_cast<double>(st2) / st0 + static_cast<double>(eps)));
 }
 
+// The pointwise BatchNorm passes (apply, eval, backward apply) move a plane's values in packs of P (a plane launch
+// over HW / P packs: P = kPack<S>, 16 bytes, where the host's pack_width finds HW a multiple of it and every pointer
+// 16-byte aligned, else 1). Each value gets the same float formula either way: packs only widen the loads and stores
+// (scalar 2-byte accesses left these passes at a sixth of the H200's bandwidth).
+//
+// out = (x - m) * scale + shift over the plane's values, P at a time.
+template <int P, typename S>
+__device__ __forceinline__ void bn_affine_plane(S* __restrict__ o, const S* __restrict__ x, int HW, float m,
+                                                float scale, float shift) {
+  HPCT_FOR_POSITIONS(k, HW / P) {
+    const Pack<S, P> xv = load_pack<P>(x + k * P);
+    Pack<S, P> ov;
+#pragma unroll
+    for (int j = 0; j < P; j++) ov.v[j] = from_float<S>((to_float(xv.v[j]) - m) * scale + shift);
+    store_pack<P>(o + k * P, ov);
+  }
+}
+
 // out = (x - mean) * (rstd * gamma) + beta, plane p = n*C + c.
-template <typename S>
+template <int P, typename S>
 __global__ void bn_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, const float* __restrict__ mean,
                                 const float* __restrict__ rstd, const S* __restrict__ gamma, const S* __restrict__ beta,
                                 int64_t planes, int C, int HW) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
-    const float m = mean[c], scale = rstd[c] * to_float(gamma[c]), shift = to_float(beta[c]);
-    const S* x = inp + p * HW;
-    S* o = out + p * HW;
-    HPCT_FOR_POSITIONS(i, HW) o[i] = from_float<S>((to_float(x[i]) - m) * scale + shift);
+    bn_affine_plane<P>(out + p * HW, inp + p * HW, HW, mean[c], rstd[c] * to_float(gamma[c]), to_float(beta[c]));
   }
 }
 
 // Evaluation: out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) * gamma) + beta.
-template <typename S>
+template <int P, typename S>
 __global__ void bn_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, const S* __restrict__ gamma,
                                const S* __restrict__ beta, const float* __restrict__ running_mean,
                                const float* __restrict__ running_var, int64_t planes, int C, int HW, float eps) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
-    const float m = running_mean[c];
     const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
                         to_float(gamma[c]);
-    const float shift = to_float(beta[c]);
-    const S* x = inp + p * HW;
-    S* o = out + p * HW;
-    HPCT_FOR_POSITIONS(i, HW) o[i] = from_float<S>((to_float(x[i]) - m) * scale + shift);
+    bn_affine_plane<P>(out + p * HW, inp + p * HW, HW, running_mean[c], scale, to_float(beta[c]));
   }
 }
 
@@ -300,8 +312,8 @@ __global__ void bn_grad_finish_kernel(float* __restrict__ sums, float* __restric
   }
 }
 
-// SyncBN backward, step 3: dinp from the allreduced sums, pointwise over planes.
-template <typename S>
+// SyncBN backward, step 3: dinp from the allreduced sums, pointwise over planes, P values at a time (as bn_apply).
+template <int P, typename S>
 __global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restrict__ dout, const S* __restrict__ inp,
                                          const float* __restrict__ save_mean, const float* __restrict__ save_rstd,
                                          const S* __restrict__ gamma, const float* __restrict__ global_sums,
@@ -315,8 +327,14 @@ __global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restri
     const S* x = inp + p * HW;
     const S* dy = dout + p * HW;
     S* dx = dinp + p * HW;
-    HPCT_FOR_POSITIONS(i, HW)
-    dx[i] = from_float<S>(bn_dinp_value(to_float(dy[i]), to_float(x[i]), mean, rstd, k0, mdy, mdyx));
+    HPCT_FOR_POSITIONS(k, HW / P) {
+      const Pack<S, P> xv = load_pack<P>(x + k * P), dyv = load_pack<P>(dy + k * P);
+      Pack<S, P> dxv;
+#pragma unroll
+      for (int j = 0; j < P; j++)
+        dxv.v[j] = from_float<S>(bn_dinp_value(to_float(dyv.v[j]), to_float(xv.v[j]), mean, rstd, k0, mdy, mdyx));
+      store_pack<P>(dx + k * P, dxv);
+    }
   }
 }
 

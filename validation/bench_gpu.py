@@ -420,8 +420,8 @@ def torch_worker(spec):
     info = {"torch": torch.__version__, "torch_cuda": getattr(torch.version, "cuda", None),
             "cudnn": cudnn_version(torch)}  # build() adds to it
     if cuda and info["cudnn"] is None:
-        # say why: the convolutions of such a row ran without cuDNN
-        print("warning: torch.backends.cudnn.version() is None: PyTorch runs without cuDNN here (LD_LIBRARY_PATH "
+        # torch's own check refused the cuDNN it loaded (or found none): the row's convolutions may not use cuDNN
+        print("warning: torch.backends.cudnn.version() is None: torch reports no usable cuDNN (LD_LIBRARY_PATH "
               f"{os.environ.get('LD_LIBRARY_PATH', '(unset)')})", file=sys.stderr, flush=True)
 
     def build():

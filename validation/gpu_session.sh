@@ -13,8 +13,8 @@
 # kernels; tools in --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated),
 # while the budget lasts (its JSON Lines records and row logs under validation/results/gpu/ and its tables
-# validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before it with --profile, Nsight Compute's time per kernel of one GPT-2 124M bf16 step
-# (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
+# validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before it with --profile, Nsight
+# Compute's time per kernel of one GPT-2 124M bf16 step (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
 # back too). --skip drops parts of phase A's parallel work (unit, cuda_run, sanitize, or all; --extra still runs).
 # --layouts ARGS (one string, split at blanks): after the parallel work, before phase B, alone on the GPU, the layout
 # matrix `python3 validation/gpu_layouts.py ARGS` (several ranks on one GPU; validation/gpu_layouts.py), for at most

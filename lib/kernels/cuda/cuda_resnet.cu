@@ -449,34 +449,45 @@ const float* launch_bn_grad_sums(cudaStream_t stream, const char* op, float* sum
   HPCT_CUDA_LAUNCH_CHECK(op);
   return sums;
 }
-// The pointwise BatchNorm kernels at their pack width (cuda_resnet_kernels.cuh, bn_affine_plane): launch(P) with
-// P = kPack<S> where the planes fill whole 16-byte packs of every pointer, else 1; the plane launch covers HW / P.
-template <typename S, typename Launch>
-void with_bn_pack(int HW, std::initializer_list<const void*> ptrs, Launch&& launch) {
-  with_pack<S>(pack_width<S>(HW, ptrs), launch);
+// The pointwise BatchNorm kernels (cuda_resnet_kernels.cuh, bn_affine_plane) at their pack width: P = kPack<S> where
+// the planes fill whole 16-byte packs of every pointer (pack_width), else 1; the plane launch covers HW / P.
+// out = (inp - mean) * rstd * gamma + beta:
+template <typename S>
+void launch_bn_apply(cudaStream_t stream, S* out, const S* inp, const float* mean, const float* rstd, const S* gamma,
+                     const S* beta, int N, int C, int HW) {
+  const int64_t planes = static_cast<int64_t>(N) * C;
+  with_pack<S>(pack_width<S>(HW, {out, inp}), [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    HPCT_LAUNCH((bn_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, out, inp, mean, rstd, gamma, beta, planes,
+                C, HW);
+  });
+}
+// dinp from the gradient sums over `count` values per channel:
+template <typename S>
+void launch_bn_dinp(cudaStream_t stream, S* dinp, const S* dout, const S* inp, const float* save_mean,
+                    const float* save_rstd, const S* gamma, const float* sums, int64_t count, int N, int C, int HW) {
+  const int64_t planes = static_cast<int64_t>(N) * C;
+  with_pack<S>(pack_width<S>(HW, {dinp, dout, inp}), [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    HPCT_LAUNCH((bn_backward_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dinp, dout, inp, save_mean,
+                save_rstd, gamma, sums, static_cast<double>(count), planes, C, HW);
+  });
 }
 }  // namespace
 
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
                                const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
-  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_train", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   launch_bn_stats(stream, "batchnorm2d_forward_train (stats)", stats, save_mean, save_rstd, dev_ptr(inp), N, C, HW,
                   eps);
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  with_bn_pack<S>(HW, {dev_ptr(out), dev_ptr(inp)}, [&](auto pc) {
-    constexpr int P = decltype(pc)::value;
-    HPCT_LAUNCH((bn_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dev_ptr(out), dev_ptr(inp), save_mean,
-                save_rstd, dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
-  });
+  launch_bn_apply(stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), dev_ptr(beta), N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_train (apply)");
 }
 
 template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
-  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_local_stats", N, C, HW);
   launch_bn_stats(stream_of(ctx), "batchnorm2d_local_stats", stats, static_cast<float*>(nullptr),
                   static_cast<float*>(nullptr), dev_ptr(inp), N, C, HW, 0.0f);
@@ -491,17 +502,11 @@ void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float*
 template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
                                const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
-  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_apply", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   HPCT_LAUNCH(bn_mean_rstd_kernel, per_channel_shape(C), stream, save_mean, save_rstd, stats, C, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply (mean, rstd)");
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  with_bn_pack<S>(HW, {dev_ptr(out), dev_ptr(inp)}, [&](auto pc) {
-    constexpr int P = decltype(pc)::value;
-    HPCT_LAUNCH((bn_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dev_ptr(out), dev_ptr(inp), save_mean,
-                save_rstd, dev_ptr(gamma), dev_ptr(beta), planes, C, HW);
-  });
+  launch_bn_apply(stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), dev_ptr(beta), N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply");
 }
 
@@ -519,7 +524,7 @@ void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, cons
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_eval", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  with_bn_pack<S>(HW, {dev_ptr(out), dev_ptr(inp)}, [&](auto pc) {
+  with_pack<S>(pack_width<S>(HW, {dev_ptr(out), dev_ptr(inp)}), [&](auto pc) {
     constexpr int P = decltype(pc)::value;
     HPCT_LAUNCH((bn_eval_kernel<P, S>), plane_shape(planes, HW / P), stream_of(ctx), dev_ptr(out), dev_ptr(inp),
                 dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, planes, C, HW, eps);
@@ -530,18 +535,12 @@ void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, cons
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
                           const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
-  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   const float* sums = launch_bn_grad_sums(stream, "batchnorm2d_backward", static_cast<float*>(nullptr), dgamma, dbeta,
                                           dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  with_bn_pack<S>(HW, {dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp)}, [&](auto pc) {
-    constexpr int P = decltype(pc)::value;
-    HPCT_LAUNCH((bn_backward_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dev_ptr(dinp), dev_ptr(dout),
-                dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), sums,
-                static_cast<double>(static_cast<int64_t>(N) * HW), planes, C, HW);
-  });
+  launch_bn_dinp(stream, dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), sums,
+                 static_cast<int64_t>(N) * HW, N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward");
 }
 
@@ -549,7 +548,6 @@ template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
                                      const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
                                      int HW) {
-  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward_local_sums", N, C, HW);
   HPCT_CHECK(sums != nullptr, "batchnorm2d_backward_local_sums: sums is null");
   launch_bn_grad_sums(stream_of(ctx), "batchnorm2d_backward_local_sums", sums, dgamma, dbeta, dev_ptr(dout),
@@ -560,18 +558,12 @@ template <typename A>
 void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
                                 const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
                                 int N, int C, int HW) {
-  using S = DeviceStorage<A>;
   check_bn("batchnorm2d_backward_apply", N, C, HW);
   HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
              "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
              global_count, static_cast<int64_t>(N) * HW);
-  const int64_t planes = static_cast<int64_t>(N) * C;
-  with_bn_pack<S>(HW, {dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp)}, [&](auto pc) {
-    constexpr int P = decltype(pc)::value;
-    HPCT_LAUNCH((bn_backward_apply_kernel<P, S>), plane_shape(planes, HW / P), stream_of(ctx), dev_ptr(dinp),
-                dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), global_sums,
-                static_cast<double>(global_count), planes, C, HW);
-  });
+  launch_bn_dinp(stream_of(ctx), dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma),
+                 global_sums, global_count, N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_apply");
 }
 

@@ -4,6 +4,9 @@
 //   ckpt_tool inspect PATH                    step, attributes, layout (shard files), table of tensors
 //   ckpt_tool verify PATH                     every shard file present, every piece's CRC32C: VALID or FAILED
 //   ckpt_tool export PATH OUT.h5 [--optimizer] one plain HDF5 file of whole tensors (model only by default)
+//   ckpt_tool diff PATH_A PATH_B [--optimizer] [--json]
+//                                             how far two checkpoints of one model lie apart, tensor by tensor
+//                                             (relative L2 ||a - b|| / ||b||, largest |a - b|, values that differ)
 //   ckpt_tool export --format torchvision PATH OUTDIR   a ResNet as torchvision's state dict: OUTDIR/model.safetensors
 //                                             + config.json (lib/interop/torchvision_resnet.hpp)
 //   ckpt_tool export --format hf PATH OUTDIR [--dtype bf16]
@@ -12,10 +15,12 @@
 //
 // PATH is a step directory (step_00000040/), a checkpoints directory holding `latest`, or a run directory
 // (runs/gpt2, whose checkpoints/latest is followed). Under mpirun, verify splits the shard files over the
-// ranks; inspect and export run on rank 0. Errors: one line, non-zero exit (verify: FAILED line, exit 1).
+// ranks; inspect, export and diff run on rank 0. Errors: one line, non-zero exit (verify: FAILED line, exit 1).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -124,6 +129,51 @@ int verify(const std::string& path, int rank, int world) {
   return 0;
 }
 
+int diff(const std::string& path_a, const std::string& path_b, bool optimizer, bool json) {
+  const ck::CheckpointDifference d = ck::diff_checkpoints(ck::find_step_dir(path_a), ck::find_step_dir(path_b),
+                                                          optimizer);
+  std::vector<std::string> groups = {"model/"};
+  if (optimizer) groups.push_back("optim/");
+  if (json) {  // one line, for scripts (validation/gpu_layouts.py)
+    nlohmann::json j = {{"a", d.dir_a}, {"b", d.dir_b}, {"step_a", d.step_a}, {"step_b", d.step_b}};
+    for (const std::string& g : groups) {
+      const ck::TensorDifference* w = d.worst(g);
+      int64_t values = 0, unequal = 0;
+      for (const auto& t : d.tensors)
+        if (t.name.rfind(g, 0) == 0) values += t.values, unequal += t.unequal;
+      j[g.substr(0, g.size() - 1)] = {{"relative_l2", d.relative(g)},
+                                      {"values", values},
+                                      {"unequal", unequal},
+                                      {"worst_tensor", w ? w->name : ""},
+                                      {"worst_relative_l2", w ? w->relative() : 0.0}};
+    }
+    nlohmann::json ts = nlohmann::json::array();
+    for (const auto& t : d.tensors)
+      ts.push_back({{"name", t.name},
+                    {"values", t.values},
+                    {"relative_l2", t.relative()},
+                    {"max_abs", t.max_abs},
+                    {"unequal", t.unequal}});
+    j["tensors"] = ts;
+    fmt::print("{}\n", nlohmann::json{{"diff", j}}.dump());
+    return 0;
+  }
+  fmt::print("a  {} (step {})\nb  {} (step {})\n", d.dir_a, d.step_a, d.dir_b, d.step_b);
+  fmt::print("  {:<48} {:>10} {:>12} {:>12} {:>10}\n", "tensor", "values", "|a-b|/|b|", "max |a-b|", "differ");
+  for (const auto& t : d.tensors)
+    fmt::print("  {:<48} {:>10} {:>12.3e} {:>12.3e} {:>10}\n", t.name, t.values, t.relative(), t.max_abs, t.unequal);
+  for (const std::string& g : groups) {
+    const ck::TensorDifference* w = d.worst(g);
+    int64_t values = 0, unequal = 0;
+    for (const auto& t : d.tensors)
+      if (t.name.rfind(g, 0) == 0) values += t.values, unequal += t.unequal;
+    fmt::print("{}: relative L2 difference {:.3e} over {} values, {} of them differ{}\n", g.substr(0, g.size() - 1),
+               d.relative(g), values, unequal,
+               w ? fmt::format("; worst tensor {} ({:.3e})", w->name, w->relative()) : std::string());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,8 +181,8 @@ int main(int argc, char** argv) {
     CLI::App app{"hpctrain ckpt_tool: inspect, verify and export sharded HDF5 checkpoints. PATH is a step_* "
                  "directory, a checkpoints directory with `latest`, or a run directory."};
     app.require_subcommand(1);
-    std::string path, out, format = "hdf5", dtype = "f32";
-    bool optimizer = false;
+    std::string path, path_b, out, format = "hdf5", dtype = "f32";
+    bool optimizer = false, json = false;
     auto* c_inspect = app.add_subcommand("inspect", "print step, attributes, shard files and the tensor table");
     c_inspect->add_option("path", path, "checkpoint step directory, checkpoints directory or run directory")
         ->required();
@@ -152,6 +202,14 @@ int main(int argc, char** argv) {
     c_export->add_option("--dtype", dtype, "--format hf: the tensors' type, f32 or bf16")
         ->check(CLI::IsMember({"f32", "bf16"}))
         ->capture_default_str();
+    auto* c_diff = app.add_subcommand(
+        "diff", "how far two checkpoints of one model lie apart, tensor by tensor: ||a - b|| / ||b||, the largest "
+                "|a - b|, how many values differ (any layouts; compared in double)");
+    c_diff->add_option("a", path, "the first checkpoint (step directory, checkpoints directory or run directory)")
+        ->required();
+    c_diff->add_option("b", path_b, "the second, the reference of the relative difference")->required();
+    c_diff->add_flag("--optimizer", optimizer, "also compare the optimizer state (/optim/...)");
+    c_diff->add_flag("--json", json, "one JSON line {\"diff\": {...}} instead of the table");
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -163,6 +221,7 @@ int main(int argc, char** argv) {
     if (*c_verify) return verify(path, rank, world);
     if (rank != 0) return 0;
     if (*c_inspect) return inspect(path);
+    if (*c_diff) return diff(path, path_b, optimizer, json);
     const std::string dir = ck::find_step_dir(path);
     const auto t0 = std::chrono::steady_clock::now();
     if (format == "hf") {

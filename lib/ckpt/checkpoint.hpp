@@ -223,4 +223,30 @@ int64_t verify(const std::string& step_dir, int part = 0, int nparts = 1);
 // excepted: it describes shard files the export does not have). Atomic: out_file.tmp, fsync, rename.
 void export_consolidated(const std::string& step_dir, const std::string& out_file, bool with_optimizer);
 
+// How far two checkpoints of one model lie apart, tensor by tensor: two runs of one deck on two devices, two layouts
+// or two thread counts, compared at the same step (ckpt_tool diff; validation/gpu_layouts.py's restart control).
+// Values are read through each index (any layout on either side) and compared in double.
+struct TensorDifference {
+  std::string name;  // logical, "model/wte"
+  int64_t values = 0;
+  double norm_a = 0, norm_b = 0;  // L2 norms
+  double diff_l2 = 0;             // ||a - b||
+  double max_abs = 0;             // max |a - b|
+  int64_t unequal = 0;            // values that differ at all (bitwise, NaN payloads aside)
+  double relative() const { return norm_b > 0 ? diff_l2 / norm_b : diff_l2; }  // ||a - b|| / ||b||
+};
+struct CheckpointDifference {
+  std::string dir_a, dir_b;
+  int64_t step_a = -1, step_b = -1;       // the step attributes (-1: none)
+  std::vector<TensorDifference> tensors;  // sorted by name
+  // Over every compared tensor of the group ("model/" or "optim/") as one vector: ||a - b|| / ||b||.
+  double relative(const std::string& group = "model/") const;
+  // The tensor of the group with the largest relative(); null where every tensor of the group is equal.
+  const TensorDifference* worst(const std::string& group = "model/") const;
+};
+// Compares every model/ tensor (and optim/ with with_optimizer). Both sides must hold the same tensors with the same
+// shapes (a UsageError naming the first that differs otherwise: another model, or an optimizer state the other lacks).
+CheckpointDifference diff_checkpoints(const std::string& step_dir_a, const std::string& step_dir_b,
+                                      bool with_optimizer);
+
 }  // namespace hpct::ckpt

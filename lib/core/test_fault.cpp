@@ -1,5 +1,7 @@
 #include "core/test_fault.hpp"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -69,6 +71,95 @@ bool fault_active(FaultKind kind, int group_rank) {
   return p.set && p.kind == kind && (p.rank < 0 || group_rank < 0 || p.rank == group_rank);
 }
 
-void announce_test_fault() { (void)planted(); }
+void announce_test_fault() {
+  (void)planted();
+  (void)resume_noise();
+}
+
+namespace {
+
+ResumeNoise parse_resume_noise() {
+  ResumeNoise n;
+  const char* e = std::getenv("HPCT_TEST_RESUME_NOISE");
+  if (!e || !*e) return n;
+  const std::string v = e;
+  const size_t colon = v.find(':');
+  const std::string rel = v.substr(0, colon);
+  char* end = nullptr;
+  errno = 0;
+  n.rel = std::strtod(rel.c_str(), &end);
+  HPCT_USAGE_CHECK(end && *end == '\0' && !rel.empty() && errno == 0 && std::isfinite(n.rel) && n.rel >= 0 && n.rel < 1,
+                   "HPCT_TEST_RESUME_NOISE=\"{}\": \"{}\" is not a relative size in [0, 1) (REL[:seed=S], a test hook: "
+                   "unset it for real runs)",
+                   v, rel);
+  if (colon != std::string::npos) {
+    const std::string opt = v.substr(colon + 1);
+    end = nullptr;
+    errno = 0;
+    const unsigned long long s = opt.rfind("seed=", 0) == 0 ? std::strtoull(opt.c_str() + 5, &end, 10) : 0;
+    HPCT_USAGE_CHECK(end && *end == '\0' && end != opt.c_str() + 5 && errno == 0 && opt[5] != '-',
+                     "HPCT_TEST_RESUME_NOISE=\"{}\": \"{}\" is not seed=<S> (S >= 0)", v, opt);
+    n.seed = s;
+  }
+  std::fprintf(stderr,
+               "WARNING: HPCT_TEST_RESUME_NOISE=%s perturbs every resumed parameter by up to %g relative (a test hook "
+               "for validation/gpu_layouts.py's restart control): this run does not continue its checkpoint exactly; "
+               "unset HPCT_TEST_RESUME_NOISE for real runs\n",
+               e, n.rel);
+  std::fflush(stderr);
+  return n;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+const ResumeNoise& resume_noise() {
+  static const ResumeNoise n = parse_resume_noise();  // read once; thread-safe initialisation
+  return n;
+}
+
+void perturb_resumed_box(const ResumeNoise& noise, const std::string& name, const std::vector<int64_t>& shape,
+                         const std::vector<int64_t>& offset, const std::vector<int64_t>& count, float* data) {
+  if (!noise.active()) return;
+  HPCT_CHECK(shape.size() == offset.size() && shape.size() == count.size(),
+             "perturb_resumed_box {}: shape, offset and count of different ranks", name);
+  uint64_t key = 0xCBF29CE484222325ull;  // FNV-1a of the name, then the seed mixed in
+  for (const unsigned char c : name) key = (key ^ c) * 0x100000001B3ull;
+  key = splitmix64(key ^ splitmix64(noise.seed));
+  const size_t nd = shape.size();
+  if (nd == 0) {  // a scalar: flat index 0
+    const double u = static_cast<double>(splitmix64(key) >> 11) * 0x1.0p-52 - 1.0;
+    data[0] = static_cast<float>(data[0] * (1.0 + noise.rel * u));
+    return;
+  }
+  for (size_t a = 0; a < nd; ++a)
+    HPCT_CHECK(offset[a] >= 0 && count[a] >= 0 && offset[a] + count[a] <= shape[a],
+               "perturb_resumed_box {}: the box leaves the tensor on axis {}", name, a);
+  std::vector<int64_t> at(nd, 0);  // the box's index of the current row (the last axis runs inside)
+  const int64_t row = count[nd - 1];
+  int64_t rows = 1;
+  for (size_t a = 0; a + 1 < nd; ++a) rows *= count[a];
+  if (row == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t flat = 0;  // the row's first value's flat index in the whole tensor
+    for (size_t a = 0; a < nd; ++a) flat = flat * shape[a] + offset[a] + (a + 1 < nd ? at[a] : 0);
+    float* p = data + r * row;
+    for (int64_t i = 0; i < row; ++i) {
+      const uint64_t bits = splitmix64(key ^ static_cast<uint64_t>(flat + i));
+      const double u = static_cast<double>(bits >> 11) * 0x1.0p-52 - 1.0;  // [-1, 1)
+      p[i] = static_cast<float>(p[i] * (1.0 + noise.rel * u));
+    }
+    for (size_t a = nd - 1; a-- > 0;) {  // next row: odometer over the axes before the last
+      if (++at[a] < count[a]) break;
+      at[a] = 0;
+    }
+  }
+}
 
 }  // namespace hpct

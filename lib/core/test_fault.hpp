@@ -13,6 +13,17 @@
 // rank=R restricts a fault to the rank whose group rank is R (DP rank for dp_* and zero_*, TP rank for tp_*, ignored
 // by the others); without it every rank plants it. An unknown name is a UsageError. Every process that reads a set
 // variable prints one WARNING line to stderr, so a production log shows a planted defect.
+//
+// HPCT_TEST_RESUME_NOISE=REL[:seed=S] (the restart control of validation/gpu_layouts.py): a resume multiplies every
+// parameter value it reads from a checkpoint by (1 + REL x u), u uniform in [-1, 1) and a pure function of (S, the
+// tensor's name, the value's flat index in the whole tensor), so every layout resumes the same perturbed state. A
+// checkpoint written on another device differs from the CPU's by that device's rounding; resuming the CPU's own
+// checkpoint perturbed by noise of the measured size shows how far rounding alone moves the rest of the curve. Not a
+// defect, but the numbers are not the checkpoint's: announced by a WARNING line like a planted fault.
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace hpct {
 
@@ -20,7 +31,19 @@ enum class FaultKind { DpBucketTwice, DpBucketDropped, TpGradScale, SyncBnNaive,
 
 // Whether HPCT_TEST_FAULT plants `kind` here; group_rank: this rank's rank in the group the fault concerns (-1: any).
 bool fault_active(FaultKind kind, int group_rank = -1);
-// Reads the variable now (start-up): a malformed value fails before any work, and the warning comes first.
+// Reads both variables now (start-up): a malformed value fails before any work, and the warning comes first.
 void announce_test_fault();
+
+struct ResumeNoise {
+  double rel = 0;  // 0: inert
+  uint64_t seed = 0;
+  bool active() const { return rel > 0; }
+};
+// HPCT_TEST_RESUME_NOISE, parsed once (a malformed value is a UsageError naming it).
+const ResumeNoise& resume_noise();
+// The noise applied to the box [offset, offset + count) of tensor `name` of global shape `shape`, held row-major in
+// data (numel(count) values); no-op while inert.
+void perturb_resumed_box(const ResumeNoise& noise, const std::string& name, const std::vector<int64_t>& shape,
+                         const std::vector<int64_t>& offset, const std::vector<int64_t>& count, float* data);
 
 }  // namespace hpct

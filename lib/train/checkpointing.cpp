@@ -12,6 +12,7 @@
 #include "ckpt/shared_shard.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
+#include "core/test_fault.hpp"
 #include "core/timer.hpp"
 #include "kernels/kernels.hpp"
 
@@ -348,6 +349,7 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
              params.tensors().size());
   HPCT_CHECK((params.device() == Device::CPU || opt.masters) && (!extra || extra->device() == Device::CPU),
              "load_checkpoint reads into host memory: pass CheckpointStaging's views of device tensors");
+  const ResumeNoise& noise = resume_noise();  // a test seam (core/test_fault.hpp), inert in every real run
   auto global_box = [](const TensorPlacement& pl, std::vector<int64_t> off) {
     for (size_t a = 0; a < off.size(); ++a) off[a] += pl.offset[a];
     return off;
@@ -361,7 +363,10 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
     HPCT_USAGE_CHECK(reader.shape(ds) == pl.global_shape,
                      "checkpoint {}: tensor {} has another shape than this model's (global {})", reader.dir(), ds,
                      fmt::join(pl.global_shape, " x "));
-    if (!opt.masters) reader.read(ds, pl.offset, t.shape, DType::F32, t.data);  // ZeRO-3: the segments below
+    if (!opt.masters) {  // masters (bf16, ZeRO-3): the segments below
+      reader.read(ds, pl.offset, t.shape, DType::F32, t.data);
+      perturb_resumed_box(noise, t.name, pl.global_shape, pl.offset, t.shape, static_cast<float*>(t.data));
+    }
   }
   if (extra)
     for (Tensor& t : extra->tensors()) {
@@ -387,7 +392,13 @@ void load_checkpoint(const ckpt::Reader& reader, Slab& params, const std::vector
       HPCT_USAGE_CHECK(reader.has(ds), "checkpoint {} has no optimizer state {}", reader.dir(), ds);
       read_range(ds, state(i));
     }
-    if (opt.masters) read_range("model/" + t.name, opt.masters(i));
+    if (opt.masters) {
+      float* dst = opt.masters(i);
+      read_range("model/" + t.name, dst);
+      for (const ckpt::Box& b : ckpt::flat_range_to_boxes(t.shape, s.begin, s.end))
+        perturb_resumed_box(noise, t.name, pl.global_shape, global_box(pl, b.offset), b.count,
+                            dst + (b.flat_begin - s.begin));
+    }
   }
 }
 

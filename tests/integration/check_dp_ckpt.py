@@ -42,6 +42,11 @@ rule keeps it so on a CPU where it is not.
   recompute train.recompute = none, selective, full on one layout after another (serial; DP 2 x PP 2 GPipe; TP 2 x PP 2
             1F1B, and with sequence parallelism; PP 2 x 2 virtual stages; ZeRO-3 on 2 ranks in bf16): losses and every tensor of the final checkpoints bitwise equal across
             the modes (docs/parallelism.md, "Activation memory")
+  diff      `ckpt_tool diff`: a checkpoint against itself all equal, TP 2 against serial at the same step within 1e-5
+            (its table, its JSON), two models refused naming the tensor; HPCT_TEST_RESUME_NOISE (core/test_fault.hpp):
+            a resume perturbed by 1e-3 moves the next loss but stays within 1e-2, the same noise resumed at TP 2 and
+            at ZeRO-3 reproduces the serial perturbed run within 1e-5 (the noise depends on no layout), each run warns
+            on stderr, a malformed value fails naming it
   stall     kill -STOP of one rank: the job exits non-zero within comm.timeout_s + 10 s naming the
             stalled operation
 usage: check_dp_ckpt.py SCENARIO TRAIN_GPT CKPT_TOOL DECK WORKDIR
@@ -717,6 +722,75 @@ elif scenario == "stall":
             fail(f"the job took {elapsed:.1f} s to exit (should be <= comm.timeout_s + 10 = {timeout_s + 10})")
         if not msg:
             fail(f"no 'timed out' message naming the stalled operation: {seen[-1500:]}")
+elif scenario == "diff":
+    # ckpt_tool diff, and the resume noise of validation/gpu_layouts.py's restart control (core/test_fault.hpp)
+    def diff_json(a, b, *more):
+        p = tool_run("diff", a, b, "--json", *more)
+        lines = [l for l in p.stdout.splitlines() if l.startswith('{"diff"')]
+        if p.returncode != 0 or not lines:
+            print(p.stdout[-2000:], p.stderr[-2000:])
+            print(f"FAILED: ckpt_tool diff {a} {b} exited with {p.returncode} or printed no JSON line")
+            sys.exit(1)
+        return json.loads(lines[-1])["diff"]
+
+    SIX = ["train.steps=6", "optim.decay_steps=8", "checkpoint.at_end=true"]
+    train(1, f"{work}/serial", SIX)
+    train(2, f"{work}/tp2", SIX + ["parallel.tp=2"])
+    serial6, tp6 = f"{work}/serial/checkpoints/step_00000006", f"{work}/tp2/checkpoints/step_00000006"
+    same = diff_json(serial6, serial6, "--optimizer")
+    if same["model"]["unequal"] or same["optim"]["unequal"] or same["model"]["relative_l2"]:
+        fail(f"ckpt_tool diff of a checkpoint with itself: {same['model']}, {same['optim']} (should be all equal)")
+    across = diff_json(tp6, serial6, "--optimizer")
+    print(f"  TP 2 vs serial at step 6: model {across['model']['relative_l2']:.2e}, optimizer "
+          f"{across['optim']['relative_l2']:.2e} relative", flush=True)
+    if not 0 <= across["model"]["relative_l2"] <= 1e-5 or len(across["tensors"]) != len(same["tensors"]):
+        fail(f"ckpt_tool diff TP 2 vs serial at step 6: {across['model']} over {len(across['tensors'])} tensors "
+             f"(should be within 1e-5 relative, every tensor of the model and the optimizer)")
+    table = tool_run("diff", tp6, serial6)
+    if table.returncode != 0 or "model: relative L2 difference" not in table.stdout or "model/wte" not in table.stdout:
+        fail(f"ckpt_tool diff's table: exit {table.returncode}, {table.stdout[-600:]}{table.stderr[-600:]}")
+    train(1, f"{work}/other_model", ["train.steps=1", "model.n_layer=2", "checkpoint.at_end=true"])
+    other = tool_run("diff", serial6, f"{work}/other_model")
+    if other.returncode == 0 or "does not" not in other.stderr + other.stdout:
+        fail(f"ckpt_tool diff of two models: exit {other.returncode}, {(other.stdout + other.stderr)[-400:]} (should "
+             "fail naming a tensor one side lacks)")
+
+    # the same perturbed state on every layout: serial, TP 2 (whole-axis boxes), ZeRO-3 (flat ranges of masters)
+    noise = dict(ENV, HPCT_TEST_RESUME_NOISE="1e-3:seed=3")
+    resume = ["train.steps=8", "optim.decay_steps=8", "checkpoint.at_end=true", f"checkpoint.resume={serial6}"]
+    clean = f"{work}/resume_clean"
+    train(1, clean, resume)
+    noisy = {}
+    for np, layout in [(1, []), (2, ["parallel.tp=2"]), (2, ["parallel.zero=3"])]:
+        out = f"{work}/resume_noise_np{np}_{'_'.join(s.replace('parallel.', '') for s in layout) or 'serial'}"
+        p = train(np, out, resume + layout, env=noise)
+        if "WARNING: HPCT_TEST_RESUME_NOISE=1e-3:seed=3" not in p.stderr:
+            fail(f"np {np} {layout}: no WARNING line for HPCT_TEST_RESUME_NOISE in stderr: {p.stderr[-400:]}")
+        noisy[(np, tuple(layout))] = out
+    n1, c = losses(noisy[(1, ())]), losses(clean)
+    moved = abs(n1[7] - c[7]) / abs(c[7])
+    print(f"  step 7 loss: clean {c[7]:.7f}, resumed with noise 1e-3 {n1[7]:.7f} ({moved:.2e} relative)", flush=True)
+    if not 0 < moved < 1e-2:
+        fail(f"the noisy resume's step-7 loss moved {moved:.2e} relative from the clean one (should be > 0, < 1e-2)")
+    for key, out in noisy.items():
+        if key == (1, ()):
+            continue
+        got = losses(out)
+        dev = max(abs(got[s] - n1[s]) / abs(n1[s]) for s in (7, 8))
+        d = diff_json(f"{out}/checkpoints/step_00000008", f"{noisy[(1, ())]}/checkpoints/step_00000008")
+        print(f"  np {key[0]} {' '.join(key[1])} with noise vs serial with noise: losses {dev:.2e}, step-8 model "
+              f"{d['model']['relative_l2']:.2e} relative", flush=True)
+        if dev > 1e-5 or d["model"]["relative_l2"] > 1e-5:
+            fail(f"np {key[0]} {key[1]} resumed with the same noise deviates from the serial one: losses {dev:.2e}, "
+                 f"model {d['model']['relative_l2']:.2e} (should be <= 1e-5: the noise depends on no layout)")
+    apart = diff_json(f"{noisy[(1, ())]}/checkpoints/step_00000008", f"{clean}/checkpoints/step_00000008")
+    if not apart["model"]["unequal"] or not 1e-5 < apart["model"]["relative_l2"] < 1e-2:
+        fail(f"noisy vs clean resume at step 8: {apart['model']} (should differ, by roughly the noise's 5.8e-4)")
+    bad = subprocess.run(cmd(1, f"{work}/bad_noise", resume), capture_output=True, text=True, errors="replace",
+                         timeout=120, env=dict(ENV, HPCT_TEST_RESUME_NOISE="1e-3:sed=3"))
+    if bad.returncode == 0 or 'HPCT_TEST_RESUME_NOISE="1e-3:sed=3"' not in bad.stderr + bad.stdout:
+        fail(f"a malformed HPCT_TEST_RESUME_NOISE: exit {bad.returncode}, {(bad.stdout + bad.stderr)[-400:]} (should "
+             "fail naming the value)")
 else:
     print(f"unknown scenario {scenario}")
     sys.exit(2)

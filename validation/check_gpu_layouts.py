@@ -9,11 +9,13 @@
             sequence parallelism, PP 2 interleaved, ResNet DP 2 SyncBN, a restart from world 4 to the serial CPU run):
             exit 0, `VALID: gpu_layouts dry run`; the record holds one line per case with exactly the documented keys
             (device_slug cpu_dry_run, backend mpi, nccl_version null, verdict VALID, the log file present), and the
-            markdown report a row per case
+            markdown report a row per case; run with --restart-control always, the restart case's log shows its
+            anchored window and that window's controls, the state difference at the checkpoint and the restart control
   detects   the judging fails when it should: a planted defect (HPCT_TEST_FAULT=dp_bucket_twice on the DP 2 case and
             the ResNet, tp_grad_scale on the TP 2 SP case: a 1e-3 scale of one shard's gradient) turns every verdict
-            FAILED; and a case list whose case carries a wrong --set (train.seed=7) makes a plain run record FAILED,
-            list it in the report, and exit 1
+            FAILED; a checkpoint that comes back wrong (--plant-resume-noise 1e-3: every parameter of the restart
+            case's resumed run off by up to 1e-3) FAILED by the anchored window; and a case list whose case carries a
+            wrong --set (train.seed=7) makes a plain run record FAILED, list it in the report, and exit 1
 Prints VALID: gpu_layouts_dry, or FAILED: <what> and exits 1.
 
 usage: check_gpu_layouts.py BUILD_DIR WORKDIR"""
@@ -98,8 +100,16 @@ check(rc == 1 and "zero2_virtual" in out and "--plan refused" in out,
 
 print("== dry run", flush=True)
 rec = os.path.join(work, "dry", "cpu_dry_run_layouts.jsonl")
-rc, out = runner("--dry-run", "--only", ",".join(DRY), "--record", rec, "--fresh")
+rc, out = runner("--dry-run", "--only", ",".join(DRY), "--record", rec, "--fresh", "--restart-control", "always")
 check(rc == 0 and f"VALID: gpu_layouts dry run: {len(DRY)} case runs VALID" in out, f"{len(DRY)} cases VALID, exit 0")
+restart_log = os.path.join(os.path.splitext(rec)[0], "gpt_restart_gpu_w4_to_cpu_w1_fp32.mpi.log")
+text = open(restart_log).read() if os.path.exists(restart_log) else ""
+check(all(n in text for n in ("anchored window (from step 5), steps 6..7:", "from the checkpoint's state",
+                              "state at step 5: the checkpoint's model differs from the CPU serial run's by",
+                              "restart control (the CPU serial run resumed from its step-5 checkpoint",
+                              "with the restart control:")),
+      "the restart case's log (--restart-control always): the anchored window with its controls, the state "
+      "difference at the checkpoint, the restart control")
 rs = records(rec) if os.path.exists(rec) else []
 check(len(rs) == len(DRY), f"the record holds {len(rs)} lines, one per case ({len(DRY)})")
 for r, cid in zip(rs, DRY):
@@ -125,6 +135,15 @@ for fault, ids in (("dp_bucket_twice", ["gpt_dp2_overlap_fp32", "resnet_dp2_sync
     verdicts = [r["verdict"] for r in records(prec)] if os.path.exists(prec) else []
     check(rc == 0 and f"VALID: planted {fault}: detected by all {len(ids)}" in out and
           verdicts == ["FAILED"] * len(ids), f"planted {fault}: every verdict of {', '.join(ids)} turns FAILED")
+# a checkpoint that comes back wrong (every resumed parameter off by up to 1e-3): the anchored window fails it, even
+# where the restart control widens the trajectory's bound
+prec = os.path.join(work, "planted_resume_noise.jsonl")
+rc, out = runner("--dry-run", "--only", "gpt_restart_gpu_w4_to_cpu_w1_fp32", "--plant-resume-noise", "1e-3",
+                 "--restart-control", "always", "--record", prec, "--fresh")
+rs = records(prec) if os.path.exists(prec) else []
+check(rc == 0 and "VALID: planted resume noise 0.001: detected by all 1" in out and len(rs) == 1 and
+      rs[0]["verdict"] == "FAILED" and "anchored window" in rs[0]["message"],
+      "planted resume noise 1e-3 on the restart GPU w4 -> CPU w1: FAILED by its anchored window")
 seed = os.path.join(work, "seed.jsonl")
 wrong = dict(by_id["gpt_dp2_zero1_fp32"], id="gpt_dp2_zero1_wrong_seed",
              layout=by_id["gpt_dp2_zero1_fp32"]["layout"] + ["train.seed=7"])

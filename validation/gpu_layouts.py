@@ -59,6 +59,7 @@ Python 3.8+, standard library only (it runs from validation/gpu_bundle.sh's envi
 import argparse
 import datetime
 import fnmatch
+import hashlib
 import json
 import math
 import os
@@ -75,7 +76,9 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from layout_rules import CONTROL_THREADS, RTOL, Reference, deviation, fmt, read_run  # noqa: E402
+from layout_rules import (ANCHOR_STEPS, CONTROL_THREADS, ENVELOPE_FACTOR, RTOL, Envelope, Reference,  # noqa: E402
+                          deviation, fmt, read_run)
+from layout_rules import judge as rule_judge, rel as rel_dev  # noqa: E402
 from mpi_jobs import session_pids  # noqa: E402
 
 APPS = ("train_gpt", "train_resnet")
@@ -136,6 +139,12 @@ ap.add_argument("--report-only", action="store_true",
                      "repository, the records' log paths made to point there) and stop; runs nothing")
 ap.add_argument("--plant", metavar="FAULT[:rank=R]", help="plant HPCT_TEST_FAULT in every run under test")
 ap.add_argument("--plant-set", metavar="KEY=VALUE", help="plant an extra --set in every run under test")
+ap.add_argument("--plant-resume-noise", type=float, metavar="REL",
+                help="plant a checkpoint that comes back wrong: every restart case's resumed run perturbed by "
+                     "HPCT_TEST_RESUME_NOISE=REL (select restart cases with --only)")
+ap.add_argument("--restart-control", choices=["auto", "always"], default="auto",
+                help="the restart cases' window and restart controls: auto (default) runs each only where its check "
+                     "would otherwise fail; always runs both for every restart case (their figures in the notes)")
 ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 4),
                 help="reference runs at once (default cores / 4)")
 args = ap.parse_args()
@@ -144,7 +153,9 @@ if args.plant and args.plant.split(":")[0] not in FAULT_NAMES:
     ap.error(f"--plant {args.plant}: unknown fault (one of {', '.join(FAULT_NAMES)}, optionally with :rank=R)")
 if args.plant_set and "=" not in args.plant_set:
     ap.error(f"--plant-set {args.plant_set}: should be KEY=VALUE")
-PLANTED = args.plant or args.plant_set
+if args.plant_resume_noise is not None and not 0 < args.plant_resume_noise < 1:
+    ap.error(f"--plant-resume-noise {args.plant_resume_noise:g}: a relative size in (0, 1)")
+PLANTED = args.plant or args.plant_set or (args.plant_resume_noise and f"resume noise {args.plant_resume_noise:g}")
 MPIRUN = shlex.split(args.mpirun)
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
@@ -670,20 +681,29 @@ def exe_stamp(app):
     return f"{st.st_size}:{int(st.st_mtime)}"
 
 
-def reference_run(app, precision, name, threads, conv=None):
-    """One run of a reference's set, reused when its stamp (command, environment, executable) is unchanged."""
-    out = os.path.join(WORK, "reference", f"{app}_{precision}", name)
-    sets = list(DOC["quiet"][app]) + ["train.device=cpu", f"train.precision={precision}", f"train.steps={STEPS}",
+def reference_run(app, precision, name, threads, conv=None, steps=STEPS, first=1, extra=(), noise=None, out=None,
+                  log=None):
+    """One CPU serial run of the reference's deck: the reference itself and its rounding controls (threads, conv),
+    its step-K checkpoint (steps=K, extra=["checkpoint.at_end=true"]), and runs resumed from a checkpoint (extra
+    checkpoint.resume=..., first=K+1; noise: HPCT_TEST_RESUME_NOISE). Kept under WORK/reference/ and reused while
+    its stamp (command, environment, executable) is unchanged; with out given (a run from a case's own checkpoint)
+    run there every time, its output into log. Returns (Run, None) or (None, why)."""
+    cache = out is None
+    out = out or os.path.join(WORK, "reference", f"{app}_{precision}", name)
+    sets = list(DOC["quiet"][app]) + ["train.device=cpu", f"train.precision={precision}", f"train.steps={steps}",
                                       f"optim.decay_steps={STEPS}", "checkpoint.at_end=false"] + DOC["reference"][app]
+    sets += list(extra)
     env = dict(ENV, OMP_NUM_THREADS=str(threads))
     if conv:
         env["HPCT_CONV"] = conv
-    stamp = json.dumps(dict(sets=sets, threads=threads, conv=conv, exe=exe_stamp(app), deck=deck(app)))
+    if noise:
+        env["HPCT_TEST_RESUME_NOISE"] = noise
+    stamp = json.dumps(dict(sets=sets, threads=threads, conv=conv, noise=noise, exe=exe_stamp(app), deck=deck(app)))
     stamp_file = out + ".stamp"
     got = read_run(out)
     try:
         with open(stamp_file) as f:
-            if f.read() == stamp and sorted(got) == list(range(1, STEPS + 1)):
+            if cache and f.read() == stamp and sorted(got) == list(range(first, steps + 1)):
                 return got, None
     except OSError:
         pass
@@ -691,13 +711,14 @@ def reference_run(app, precision, name, threads, conv=None):
     buf = _Buf()
     r = run(app, 1, out, sets, env, buf)
     with REF_LOCK:
-        REF_LOG.write(buf.getvalue())
-        REF_LOG.flush()
+        (log or REF_LOG).write(buf.getvalue())
+        (log or REF_LOG).flush()
     got = read_run(out)
-    if r.rc != 0 or sorted(got) != list(range(1, STEPS + 1)):
-        return None, failed_run(f"the CPU reference {app} {precision} {name}", r, "mpi")[1]
-    with open(stamp_file, "w") as f:
-        f.write(stamp)
+    if r.rc != 0 or sorted(got) != list(range(first, steps + 1)):
+        return None, failed_run(f"the CPU serial run {app} {precision} {name}", r, "mpi")[1]
+    if cache:
+        with open(stamp_file, "w") as f:
+            f.write(stamp)
     return got, None
 
 
@@ -793,12 +814,21 @@ def expect_ok(v, what, r, backend, out=None, steps=None):
     return True
 
 
+UNINTERRUPTED = {}  # layout_key -> the Run of a layout case's whole GPU run: a restart's anchored window reuses it
+RESTART_SEEDS = (1, 2, 3, 4)  # the restart control: one resume per seed of the noise
+
+
+def layout_key(case, world, layout, backend):
+    return case["app"], case["precision"], world, tuple(layout), backend
+
+
 def kind_layout(case, backend, ref, v, log, d):
     out = os.path.join(d, "run")
     r = run(case["app"], case["world"], out, run_sets(case, case["layout"], "gpu", backend), run_env("gpu", backend),
             log)
     if expect_ok(v, "the run", r, backend, out, range(1, STEPS + 1)):
         judge(case, ref, read_run(out), v, log, f"{case['id']} {backend}")
+        UNINTERRUPTED[layout_key(case, case["world"], case["layout"], backend)] = read_run(out)
     return r, out
 
 
@@ -848,15 +878,200 @@ def kind_restart(case, backend, ref, v, log, d):
         if not last:
             sets = [s for s in sets if not s.startswith("train.steps=")] + [f"train.steps={k}",
                                                                            "checkpoint.at_end=true"]
-        r = run(case["app"], world, out, sets, run_env(device, backend), log)
+        env = run_env(device, backend)
+        if i and args.plant_resume_noise:
+            env["HPCT_TEST_RESUME_NOISE"] = f"{args.plant_resume_noise:g}:seed=99"
+        r = run(case["app"], world, out, sets, env, log)
         what = f"the {'first' if not i else 'resumed'} run ({device} world {world})"
         if not expect_ok(v, what, r, backend, out, range(1, (STEPS if last else k) + 1)):
             return r
-    judge(case, ref, read_run(out), v, log, f"{case['id']} {backend}")
     a, b = segs
     v.notes.append(f"checkpoint at step {k} by {a[3]} world {a[1]} [{' '.join(a[2]) or 'serial'}], resumed to "
                    f"{STEPS} by {b[3]} world {b[1]} [{' '.join(b[2]) or 'serial'}]")
+    judge_restart(case, backend, ref, read_run(out), v, log, d, os.path.join(out, "checkpoints", f"step_{k:08d}"))
     return r
+
+
+def judge_restart(case, backend, ref, got, v, log, d, step_dir):
+    """A restart against the CPU serial run, as the campaign judges one (validation/equivalence.py, "restart"):
+      - steps 1..K (the writer's run) by the rule from the common initialisation (initial window, trajectory);
+      - the anchored window K+1..K+ANCHOR_STEPS against the writer's layout uninterrupted (what the checkpoint
+        dropped shows there at its full size), within max(rtol, 10 x the window's own rounding envelope: the CPU
+        serial run resumed from the same checkpoint at 2, 3 and 4 threads, and the other convolution for the ResNet);
+      - steps K+1..STEPS within max(rtol, 10 x the trajectory envelope); where they are not and the checkpoint's
+        state differs from the CPU's own at step K (another device's rounding, measured by `ckpt_tool diff`), the
+        envelope also holds the restart control: the CPU serial run resumed from its own step-K checkpoint with every
+        parameter perturbed by seeded noise of the measured size (HPCT_TEST_RESUME_NOISE, relative amplitude
+        sqrt(3) x the relative L2 difference: uniform noise of that amplitude has that L2 size), one run per seed of
+        RESTART_SEEDS. A deck that amplifies rounding (resnet_tiny's ReLUs near zero) may move from a perturbed state
+        as the restart does from another device's; a checkpoint that lost something fails the anchored window.
+    Failures go to v.fail, the figures to v.notes and the log."""
+    k = case["checkpoint_step"]
+    name = f"{case['id']} {backend}"
+    after = list(range(k + 1, STEPS + 1))
+    window = after[:ANCHOR_STEPS]
+    log.write(f"  {ref.describe()}\n")
+    bad = []
+    for steps, env in ((ref.window_steps, ref.window), (range(1, k + 1), ref.trajectory)):
+        b, line = rule_judge(name, got, ref.ref, env, steps, ref.rtol, ref.gnorm)
+        bad += b
+        log.write(f"  {line}\n")
+    b, note = anchored_window(case, backend, ref, got, step_dir, window, log, d)
+    bad += b
+    v.notes.append(note)
+    state, note = state_difference(case, ref, step_dir, log)
+    v.notes.append(note)
+    dstate, per_tensor = state or (None, {})
+    b, line = rule_judge(name, got, ref.ref, ref.trajectory, after, ref.rtol, ref.gnorm)
+    log.write(f"  {line}\n")
+    val_env = ref.val
+    if (b and not bad or args.restart_control == "always") and dstate:
+        env_r, val_r, note = restart_control(case, ref, per_tensor, log)
+        v.notes.append(note)
+        if env_r is not None:
+            widened = Envelope(max(ref.trajectory.loss, env_r.loss), max(ref.trajectory.gnorm, env_r.gnorm),
+                               ref.trajectory.controls + env_r.controls)
+            b, line = rule_judge(name, got, ref.ref, widened, after, ref.rtol, ref.gnorm)
+            log.write(f"  with the restart control: {line}\n")
+            if val_env is not None:
+                val_env = max([val_env] + val_r)
+    elif b and not dstate:
+        v.notes.append(f"steps {k + 1}..{STEPS} outside the trajectory envelope from a checkpoint equal to the CPU's "
+                       "own: no restart control applies")
+    bad += b
+    if val_env is not None:
+        dv = rel_dev(got.val, ref.ref.val) if got.val is not None else math.inf
+        lim = max(ref.rtol, ENVELOPE_FACTOR * val_env)
+        log.write(f"  {name}: test loss deviates {fmt(dv)} (limit {fmt(lim)})\n")
+        if dv > lim:
+            bad.append(f"{name}: test loss {got.val} vs {ref.ref.val} of {ref.name} (deviates {fmt(dv)}, should be <= "
+                       f"{fmt(lim)})")
+    for msg in bad:
+        v.fail(msg)
+    wl, wg, _ = deviation(got, ref.ref, ref.steps, True)
+    v.loss = None if math.isinf(wl) else wl
+    v.gnorm = None if math.isinf(wg) else wg
+    v.notes.append(f"loss {fmt(wl)}, gradient norm {fmt(wg)} from the CPU serial run (limits: {ref.rtol:g} or 10x "
+                   f"the rounding envelope, {'losses only' if not ref.gnorm else 'both'})")
+
+
+def cpu_serial_runs(case, jobs, log):
+    """reference_run for each (name, kwargs) of jobs, args.jobs at a time; {name: Run}, or (None, why) of the first
+    that failed."""
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        done = list(pool.map(lambda j: (j[0], reference_run(case["app"], case["precision"], j[0], log=log, **j[1])),
+                             jobs))
+    runs = {}
+    for nm, (got, err) in done:
+        if err:
+            return None, err
+        runs[nm] = got
+    return runs, None
+
+
+def anchored_window(case, backend, ref, got, step_dir, window, log, d):
+    """(failures, note): the resumed run's first steps against the run that wrote the checkpoint, uninterrupted (the
+    layout case's run of the same layout, the CPU reference, or a run made here), both from the same state."""
+    app, k = case["app"], window[0] - 1
+    _, world, layout, device = segments(case)[0]
+    name = f"{case['id']} {backend} anchored window (from step {k})"
+    unbroken = UNINTERRUPTED.get(layout_key(case, world, layout, backend)) if device == "gpu" else None
+    what = f"the {device} world {world} layout uninterrupted (its layout case's run)"
+    if device == "cpu" and world == 1 and list(layout) == list(DOC["reference"][app]):
+        unbroken, what = ref.ref, "the CPU serial reference"
+    if unbroken is None or any(s not in unbroken for s in window):
+        o = os.path.join(d, "uninterrupted")
+        sets = [s for s in run_sets(case, layout, device, backend) if not s.startswith("train.steps=")]
+        r = run(app, world, o, sets + [f"train.steps={window[-1]}", "checkpoint.at_end=false"],
+                run_env(device, backend), log)
+        if r.rc != 0 or any(s not in read_run(o) for s in window):
+            return [f"{name}: the writer's layout run uninterrupted ({device} world {world}) failed (exit {r.rc}): "
+                    "no anchored window"], "anchored window: no uninterrupted run"
+        unbroken, what = read_run(o), f"the {device} world {world} layout uninterrupted to step {window[-1]}"
+    dl, dg, _ = deviation(got, unbroken, window, ref.gnorm)
+    if max(dl, dg) <= ref.rtol and args.restart_control == "auto":
+        line = (f"anchored window {window[0]}..{window[-1]} against {what}: loss {fmt(dl)}, gradient norm {fmt(dg)} "
+                f"(within {ref.rtol:g}: its rounding envelope cannot change that)")
+        log.write(f"  {line}\n")
+        return [], line
+    resume = [f"checkpoint.resume={step_dir}"]
+    jobs = [(f"window_{nm}", dict(threads=t, conv=conv, steps=window[-1], first=k + 1, extra=resume,
+                                  out=os.path.join(d, f"window_{nm}")))
+            for nm, t, conv in [("anchor", 1, None)] + [(f"omp{t}", t, None) for t in CONTROL_THREADS]
+            + ([("im2col", 1, "im2col")] if app == "train_resnet" else [])]
+    runs, err = cpu_serial_runs(case, jobs, log)
+    if err:
+        return [f"{name}: the window's rounding controls failed: {err}"], "anchored window: no controls"
+    anchor = runs.pop("window_anchor")
+    env = Envelope.measure({nm.replace("window_omp", "").replace("window_im2col", "1 (HPCT_CONV=im2col)"): r
+                            for nm, r in runs.items()}, anchor, window, ref.gnorm)
+    bad, line = rule_judge(name, got, unbroken, env, window, ref.rtol, ref.gnorm)
+    line = f"{line} against {what}; {env.describe()} from the checkpoint's state"
+    log.write(f"  {line}\n")
+    return bad, line
+
+
+def state_difference(case, ref, step_dir, log):
+    """((the relative L2 difference of the checkpoint's model tensors from the CPU serial run's at the same step, {the
+    model's tensor name: its own relative L2 difference, for those that differ}), note); (None, why) where it cannot
+    be measured. The CPU's step-K checkpoint is a reference run of K steps, kept."""
+    app, prec, k = case["app"], case["precision"], case["checkpoint_step"]
+    nm = f"ckpt{k}"
+    got, err = reference_run(app, prec, nm, 1, steps=k, extra=["checkpoint.at_end=true"])
+    if err:
+        return None, f"state at step {k}: no CPU checkpoint ({err})"
+    if any(got.get(s) != ref.ref.get(s) for s in range(1, k + 1)):
+        return None, (f"state at step {k}: the CPU's {k}-step run differs from the reference's first {k} steps (a "
+                      "non-deterministic CPU run?): not compared")
+    cpu_dir = os.path.join(WORK, "reference", f"{app}_{prec}", nm, "checkpoints", f"step_{k:08d}")
+    cmd = [CKPT_TOOL, "diff", step_dir, cpu_dir, "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120, env=ENV)
+    log.write(f"\n$ {shlex.join(cmd)}\n# exit {p.returncode}\n{p.stderr[-1500:]}")
+    lines = [l for l in p.stdout.splitlines() if l.startswith('{"diff"')]
+    if p.returncode != 0 or not lines:
+        return None, f"state at step {k}: ckpt_tool diff failed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
+    diff = json.loads(lines[-1])["diff"]
+    m = diff["model"]
+    per_tensor = {t["name"][len("model/"):]: t["relative_l2"] for t in diff["tensors"]
+                  if t["name"].startswith("model/") and t["relative_l2"] > 0}
+    note = (f"state at step {k}: the checkpoint's model differs from the CPU serial run's by {fmt(m['relative_l2'])} "
+            f"relative (L2; {m['unequal']} of {m['values']} values differ"
+            + (f", worst tensor {m['worst_tensor']} {fmt(m['worst_relative_l2'])})" if m["worst_tensor"] else ")"))
+    log.write(f"  {note}\n")
+    return (m["relative_l2"], per_tensor), note
+
+
+def restart_control(case, ref, per_tensor, log):
+    """(Envelope over steps K+1..STEPS, the test-loss deviations, note) of the CPU serial run resumed from its own
+    step-K checkpoint with each parameter tensor perturbed by noise of its own measured difference (per_tensor:
+    name -> relative L2; relative amplitude sqrt(3) x that, since uniform noise in [-a, a] has RMS a / sqrt(3)), one
+    run per seed; (None, [], why) where a run failed. Kept under WORK/reference/ like the references, the noise file
+    named by its content."""
+    app, prec, k = case["app"], case["precision"], case["checkpoint_step"]
+    body = "".join(f"{n} {math.sqrt(3) * r:.6e}\n" for n, r in sorted(per_tensor.items()))
+    tag = hashlib.sha1(body.encode()).hexdigest()[:12]
+    base = os.path.join(WORK, "reference", f"{app}_{prec}")
+    os.makedirs(base, exist_ok=True)
+    noise_file = os.path.join(base, f"noise_{tag}.txt")
+    with open(noise_file, "w") as f:
+        f.write(body)
+    cpu_dir = os.path.join(base, f"ckpt{k}", "checkpoints", f"step_{k:08d}")
+    jobs = [(f"resume{k}_noise_{tag}_seed{s}", dict(threads=1, steps=STEPS, first=k + 1, noise=f"@{noise_file}:seed={s}",
+                                                   extra=[f"checkpoint.resume={cpu_dir}"])) for s in RESTART_SEEDS]
+    runs, err = cpu_serial_runs(case, jobs, None)
+    if err:
+        return None, [], f"restart control: a perturbed resume failed: {err}"
+    controls = {f"1 (resumed from step {k} perturbed, seed {s})": runs[nm] for (nm, _), s in zip(jobs, RESTART_SEEDS)}
+    env = Envelope.measure(controls, ref.ref, range(k + 1, STEPS + 1), ref.gnorm)
+    vals = [rel_dev(r.val, ref.ref.val) for r in runs.values() if r.val is not None and ref.ref.val is not None]
+    top = max(per_tensor.items(), key=lambda kv: kv[1])
+    note = (f"restart control (the CPU serial run resumed from its step-{k} checkpoint, each of {len(per_tensor)} "
+            f"tensors perturbed by relative noise sqrt(3) x its own difference, largest {fmt(math.sqrt(3) * top[1])} "
+            f"on {top[0]}; seeds {', '.join(map(str, RESTART_SEEDS))}): envelope over steps {k + 1}..{STEPS} loss "
+            f"{fmt(env.loss)}, gradient norm {fmt(env.gnorm)}; per seed "
+            + ", ".join(f"{fmt(dl)}/{fmt(dg)}" for _, dl, dg in env.controls))
+    log.write(f"  {note}\n")
+    return env, vals, note
 
 
 def bitwise(v, what, got, ref, steps):

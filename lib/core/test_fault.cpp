@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "core/error.hpp"
@@ -78,34 +80,60 @@ void announce_test_fault() {
 
 namespace {
 
+// One relative size: [0, 1), finite.
+bool parse_rel(const std::string& text, double& rel) {
+  char* end = nullptr;
+  errno = 0;
+  rel = std::strtod(text.c_str(), &end);
+  return !text.empty() && end && *end == '\0' && errno == 0 && std::isfinite(rel) && rel >= 0 && rel < 1;
+}
+
 ResumeNoise parse_resume_noise() {
   ResumeNoise n;
   const char* e = std::getenv("HPCT_TEST_RESUME_NOISE");
   if (!e || !*e) return n;
   const std::string v = e;
   const size_t colon = v.find(':');
-  const std::string rel = v.substr(0, colon);
-  char* end = nullptr;
-  errno = 0;
-  n.rel = std::strtod(rel.c_str(), &end);
-  HPCT_USAGE_CHECK(end && *end == '\0' && !rel.empty() && errno == 0 && std::isfinite(n.rel) && n.rel >= 0 && n.rel < 1,
-                   "HPCT_TEST_RESUME_NOISE=\"{}\": \"{}\" is not a relative size in [0, 1) (REL[:seed=S], a test hook: "
-                   "unset it for real runs)",
-                   v, rel);
+  const std::string what = v.substr(0, colon);
+  if (what.rfind('@', 0) == 0) {  // per tensor, from a file of "<name> <REL>" lines
+    const std::string path = what.substr(1);
+    std::ifstream f(path);
+    HPCT_USAGE_CHECK(f.good(), "HPCT_TEST_RESUME_NOISE=\"{}\": cannot read {} (a test hook: unset it for real runs)", v,
+                     path);
+    std::string line;
+    for (int no = 1; std::getline(f, line); ++no) {
+      std::istringstream ls(line);
+      std::string name, rel_text, more;
+      if (!(ls >> name)) continue;  // a blank line
+      double rel = 0;
+      HPCT_USAGE_CHECK((ls >> rel_text) && !(ls >> more) && parse_rel(rel_text, rel),
+                       "HPCT_TEST_RESUME_NOISE: {} line {}: \"{}\" is not \"<tensor name> <REL in [0, 1)>\"", path, no,
+                       line);
+      n.per_tensor[name] = rel;
+    }
+  } else {
+    HPCT_USAGE_CHECK(parse_rel(what, n.rel),
+                     "HPCT_TEST_RESUME_NOISE=\"{}\": \"{}\" is not a relative size in [0, 1) (REL[:seed=S] or "
+                     "@FILE[:seed=S], a test hook: unset it for real runs)",
+                     v, what);
+  }
   if (colon != std::string::npos) {
     const std::string opt = v.substr(colon + 1);
-    end = nullptr;
+    char* end = nullptr;
     errno = 0;
     const unsigned long long s = opt.rfind("seed=", 0) == 0 ? std::strtoull(opt.c_str() + 5, &end, 10) : 0;
     HPCT_USAGE_CHECK(end && *end == '\0' && end != opt.c_str() + 5 && errno == 0 && opt[5] != '-',
                      "HPCT_TEST_RESUME_NOISE=\"{}\": \"{}\" is not seed=<S> (S >= 0)", v, opt);
     n.seed = s;
   }
+  const std::string scope = n.per_tensor.empty()
+                                ? fmt::format("every value by up to {:g} relative", n.rel)
+                                : fmt::format("{} tensors, each by its own relative size", n.per_tensor.size());
   std::fprintf(stderr,
-               "WARNING: HPCT_TEST_RESUME_NOISE=%s perturbs every resumed parameter by up to %g relative (a test hook "
-               "for validation/gpu_layouts.py's restart control): this run does not continue its checkpoint exactly; "
+               "WARNING: HPCT_TEST_RESUME_NOISE=%s perturbs the resumed parameters (%s; a test hook for "
+               "validation/gpu_layouts.py's restart control): this run does not continue its checkpoint exactly; "
                "unset HPCT_TEST_RESUME_NOISE for real runs\n",
-               e, n.rel);
+               e, scope.c_str());
   std::fflush(stderr);
   return n;
 }
@@ -119,6 +147,12 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
+double ResumeNoise::rel_of(const std::string& name) const {
+  if (per_tensor.empty()) return rel;
+  const auto it = per_tensor.find(name);
+  return it == per_tensor.end() ? 0.0 : it->second;
+}
+
 const ResumeNoise& resume_noise() {
   static const ResumeNoise n = parse_resume_noise();  // read once; thread-safe initialisation
   return n;
@@ -126,7 +160,8 @@ const ResumeNoise& resume_noise() {
 
 void perturb_resumed_box(const ResumeNoise& noise, const std::string& name, const std::vector<int64_t>& shape,
                          const std::vector<int64_t>& offset, const std::vector<int64_t>& count, float* data) {
-  if (!noise.active()) return;
+  const double rel = noise.rel_of(name);
+  if (rel == 0) return;
   HPCT_CHECK(shape.size() == offset.size() && shape.size() == count.size(),
              "perturb_resumed_box {}: shape, offset and count of different ranks", name);
   uint64_t key = 0xCBF29CE484222325ull;  // FNV-1a of the name, then the seed mixed in
@@ -135,7 +170,7 @@ void perturb_resumed_box(const ResumeNoise& noise, const std::string& name, cons
   const size_t nd = shape.size();
   if (nd == 0) {  // a scalar: flat index 0
     const double u = static_cast<double>(splitmix64(key) >> 11) * 0x1.0p-52 - 1.0;
-    data[0] = static_cast<float>(data[0] * (1.0 + noise.rel * u));
+    data[0] = static_cast<float>(data[0] * (1.0 + rel * u));
     return;
   }
   for (size_t a = 0; a < nd; ++a)
@@ -153,7 +188,7 @@ void perturb_resumed_box(const ResumeNoise& noise, const std::string& name, cons
     for (int64_t i = 0; i < row; ++i) {
       const uint64_t bits = splitmix64(key ^ static_cast<uint64_t>(flat + i));
       const double u = static_cast<double>(bits >> 11) * 0x1.0p-52 - 1.0;  // [-1, 1)
-      p[i] = static_cast<float>(p[i] * (1.0 + noise.rel * u));
+      p[i] = static_cast<float>(p[i] * (1.0 + rel * u));
     }
     for (size_t a = nd - 1; a-- > 0;) {  // next row: odometer over the axes before the last
       if (++at[a] < count[a]) break;

@@ -16,12 +16,16 @@
 //
 // HPCT_TEST_RESUME_NOISE=REL[:seed=S] (the restart control of validation/gpu_layouts.py): a resume multiplies every
 // parameter value it reads from a checkpoint by (1 + REL x u), u uniform in [-1, 1) and a pure function of (S, the
-// tensor's name, the value's flat index in the whole tensor), so every layout resumes the same perturbed state. A
+// tensor's name, the value's flat index in the whole tensor), so every layout resumes the same perturbed state.
+// HPCT_TEST_RESUME_NOISE=@PATH[:seed=S]: REL per tensor, from PATH's lines "<name> <REL>" (the model's names, "wte";
+// a tensor not listed is not perturbed, a name the model lacks perturbs nothing), to match a measured difference
+// tensor by tensor. A
 // checkpoint written on another device differs from the CPU's by that device's rounding; resuming the CPU's own
 // checkpoint perturbed by noise of the measured size shows how far rounding alone moves the rest of the curve. Not a
 // defect, but the numbers are not the checkpoint's: announced by a WARNING line like a planted fault.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,9 +39,11 @@ bool fault_active(FaultKind kind, int group_rank = -1);
 void announce_test_fault();
 
 struct ResumeNoise {
-  double rel = 0;  // 0: inert
+  double rel = 0;  // every tensor's, unless per_tensor holds any
+  std::map<std::string, double> per_tensor;
   uint64_t seed = 0;
-  bool active() const { return rel > 0; }
+  bool active() const { return rel > 0 || !per_tensor.empty(); }
+  double rel_of(const std::string& name) const;
 };
 // HPCT_TEST_RESUME_NOISE, parsed once (a malformed value is a UsageError naming it).
 const ResumeNoise& resume_noise();

@@ -45,8 +45,8 @@ rule keeps it so on a CPU where it is not.
   diff      `ckpt_tool diff`: a checkpoint against itself all equal, TP 2 against serial at the same step within 1e-5
             (its table, its JSON), two models refused naming the tensor; HPCT_TEST_RESUME_NOISE (core/test_fault.hpp):
             a resume perturbed by 1e-3 moves the next loss but stays within 1e-2, the same noise resumed at TP 2 and
-            at ZeRO-3 reproduces the serial perturbed run within 1e-5 (the noise depends on no layout), each run warns
-            on stderr, a malformed value fails naming it
+            at ZeRO-3 reproduces the serial perturbed run within 1e-5 (the noise depends on no layout), likewise with
+            per-tensor sizes from a file (@FILE), each run warns on stderr, a malformed value or file fails naming it
   stall     kill -STOP of one rank: the job exits non-zero within comm.timeout_s + 10 s naming the
             stalled operation
 usage: check_dp_ckpt.py SCENARIO TRAIN_GPT CKPT_TOOL DECK WORKDIR
@@ -786,11 +786,33 @@ elif scenario == "diff":
     apart = diff_json(f"{noisy[(1, ())]}/checkpoints/step_00000008", f"{clean}/checkpoints/step_00000008")
     if not apart["model"]["unequal"] or not 1e-5 < apart["model"]["relative_l2"] < 1e-2:
         fail(f"noisy vs clean resume at step 8: {apart['model']} (should differ, by roughly the noise's 5.8e-4)")
-    bad = subprocess.run(cmd(1, f"{work}/bad_noise", resume), capture_output=True, text=True, errors="replace",
-                         timeout=120, env=dict(ENV, HPCT_TEST_RESUME_NOISE="1e-3:sed=3"))
-    if bad.returncode == 0 or 'HPCT_TEST_RESUME_NOISE="1e-3:sed=3"' not in bad.stderr + bad.stdout:
-        fail(f"a malformed HPCT_TEST_RESUME_NOISE: exit {bad.returncode}, {(bad.stdout + bad.stderr)[-400:]} (should "
-             "fail naming the value)")
+    # per-tensor sizes from a file: two tensors perturbed, the same on TP 2; a tensor not listed keeps its value
+    with open(f"{work}/noise.txt", "w") as f:
+        f.write("wte 1e-3\n\nh.1.mlp.fc.weight 2e-3\n")
+    per_tensor = {}
+    for np, layout in [(1, []), (2, ["parallel.tp=2"])]:
+        out = f"{work}/resume_file_noise_np{np}"
+        p = train(np, out, resume + layout, env=dict(ENV, HPCT_TEST_RESUME_NOISE=f"@{work}/noise.txt:seed=3"))
+        if "2 tensors, each by its own relative size" not in p.stderr:
+            fail(f"np {np}: the per-tensor noise's WARNING line is missing or wrong: {p.stderr[-400:]}")
+        per_tensor[np] = losses(out)
+    dev = max(abs(per_tensor[2][s] - per_tensor[1][s]) / abs(per_tensor[1][s]) for s in (7, 8))
+    moved = abs(per_tensor[1][7] - c[7]) / abs(c[7])
+    print(f"  per-tensor noise (wte 1e-3, h.1.mlp.fc.weight 2e-3): step 7 moved {moved:.2e}; TP 2 vs serial "
+          f"{dev:.2e}", flush=True)
+    if not 0 < moved < 1e-2 or per_tensor[1][7] == n1[7] or dev > 1e-5:
+        fail(f"per-tensor noise: step 7 moved {moved:.2e} from the clean resume (should be > 0, < 1e-2, and not the "
+             f"uniform noise's), TP 2 vs serial {dev:.2e} (should be <= 1e-5)")
+    with open(f"{work}/bad_noise.txt", "w") as f:
+        f.write("wte 1e-3\nwpe many\n")
+    for value, named in [("1e-3:sed=3", 'HPCT_TEST_RESUME_NOISE="1e-3:sed=3"'),
+                         (f"@{work}/bad_noise.txt", "bad_noise.txt line 2"),
+                         (f"@{work}/missing.txt", "cannot read")]:
+        bad = subprocess.run(cmd(1, f"{work}/bad_noise", resume), capture_output=True, text=True, errors="replace",
+                             timeout=120, env=dict(ENV, HPCT_TEST_RESUME_NOISE=value))
+        if bad.returncode == 0 or named not in bad.stderr + bad.stdout:
+            fail(f"HPCT_TEST_RESUME_NOISE={value}: exit {bad.returncode}, {(bad.stdout + bad.stderr)[-400:]} (should "
+                 f"fail naming '{named}')")
 else:
     print(f"unknown scenario {scenario}")
     sys.exit(2)

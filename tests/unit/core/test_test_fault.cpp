@@ -54,7 +54,7 @@ TEST(ResumeNoise, InertLeavesTheValues) {
 // axis split, PP's whole tensors, ZeRO's flat ranges) resumes the same perturbed values, bit for bit.
 TEST(ResumeNoise, EveryBoxOfTheTensorGetsTheWholeTensorsNoise) {
   const std::vector<int64_t> shape = {4, 6, 10};
-  const ResumeNoise noise{1e-3, 7};
+  const ResumeNoise noise{1e-3, {}, 7};
   std::vector<float> whole = ramp(240);
   const std::vector<float> original = whole;
   perturb_resumed_box(noise, "h.0.mlp.fc.weight", shape, {0, 0, 0}, shape, whole.data());
@@ -80,7 +80,7 @@ TEST(ResumeNoise, RelativeSizeSeedAndNameDecideTheDraw) {
     perturb_resumed_box(noise, name, {n}, {0}, {n}, v.data());
     return v;
   };
-  const std::vector<float> a = perturbed({rel, 1}, "wte");
+  const std::vector<float> a = perturbed({rel, {}, 1}, "wte");
   double sum2 = 0, worst = 0;
   for (int64_t i = 0; i < n; ++i) {
     const double r = static_cast<double>(a[static_cast<size_t>(i)]) / original[static_cast<size_t>(i)] - 1.0;
@@ -90,9 +90,28 @@ TEST(ResumeNoise, RelativeSizeSeedAndNameDecideTheDraw) {
   EXPECT_LE(worst, rel * (1 + 1e-3));  // |u| < 1, plus the float rounding of the result (6e-8 at most)
   EXPECT_GT(worst, 0.99 * rel);
   EXPECT_NEAR(std::sqrt(sum2 / n), rel / std::sqrt(3.0), 0.03 * rel);  // u uniform in [-1, 1): RMS 1/sqrt(3)
-  EXPECT_EQ(a, perturbed({rel, 1}, "wte"));                            // deterministic
-  EXPECT_NE(a, perturbed({rel, 2}, "wte"));                            // another seed
-  EXPECT_NE(a, perturbed({rel, 1}, "wpe"));                            // another tensor
+  EXPECT_EQ(a, perturbed({rel, {}, 1}, "wte"));                            // deterministic
+  EXPECT_NE(a, perturbed({rel, {}, 2}, "wte"));                            // another seed
+  EXPECT_NE(a, perturbed({rel, {}, 1}, "wpe"));                            // another tensor
+}
+
+// Per-tensor sizes (HPCT_TEST_RESUME_NOISE=@FILE): a listed tensor gets its own size, one not listed none.
+TEST(ResumeNoise, PerTensorSizes) {
+  ResumeNoise noise;
+  noise.seed = 5;
+  noise.per_tensor = {{"wte", 1e-3}, {"wpe", 0.0}};
+  EXPECT_TRUE(noise.active());
+  EXPECT_EQ(noise.rel_of("wte"), 1e-3);
+  EXPECT_EQ(noise.rel_of("lnf.weight"), 0.0);
+  const std::vector<float> original = ramp(100);
+  std::vector<float> wte = original, wpe = original, other = original, uniform = original;
+  perturb_resumed_box(noise, "wte", {100}, {0}, {100}, wte.data());
+  perturb_resumed_box(noise, "wpe", {100}, {0}, {100}, wpe.data());
+  perturb_resumed_box(noise, "lnf.weight", {100}, {0}, {100}, other.data());
+  perturb_resumed_box(ResumeNoise{1e-3, {}, 5}, "wte", {100}, {0}, {100}, uniform.data());
+  EXPECT_EQ(wte, uniform);  // the same draw as one size for every tensor
+  EXPECT_EQ(wpe, original);
+  EXPECT_EQ(other, original);
 }
 
 }  // namespace

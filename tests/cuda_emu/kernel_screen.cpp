@@ -379,18 +379,22 @@ void add_loss(Step& st, const Model& m, int b, bool backward, const std::string&
     st.launches.push_back(std::move(l));
   };
   // crossentropy_forward(_backward) (cuda_gpt.cu: with_row_pack<S>(row_pack<S>(Vp, {logits})), row_shape(N, V, P)):
-  // reads the row twice (max, sum of exp) and, fused with the backward, a third time to write dlogits in place
+  // one read of the row for the statistics (online softmax); fused with the backward, the row held in shared memory
+  // (crossentropy_held_shape: GPT-2's bf16 row fits the H100's opt-in) and dlogits written in place from it
   cu::with_row_pack<S>(cu::row_pack<S>(m.Vp, {kAligned}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
     const std::string targs = std::string(backward ? "true" : "false") + ", " + kS + ", " + std::to_string(P);
-    const double bytes = N * double(m.V) * 2 + (backward ? N * double(m.Vp) * 2 : 0.0) + N * 8.0;
-    if (backward)
-      add({instance("crossentropy_kernel", targs, &cu::crossentropy_kernel<true, S, P>),
-           "crossentropy_forward_backward (fused, dlogits in place)", "loss_and_backward: 1",
-           cu::row_shape(static_cast<int>(N), m.V, P), 1, bytes});
-    else
-      add({instance("crossentropy_kernel", targs, &cu::crossentropy_kernel<false, S, P>), "crossentropy_forward",
-           "Gpt::loss: 1", cu::row_shape(static_cast<int>(N), m.V, P), 1, bytes});
+    const double bytes = N * double(backward ? m.Vp : m.V) * 2 + (backward ? N * double(m.Vp) * 2 : 0.0) + N * 8.0;
+    if (backward) {
+      if (!cu::crossentropy_holds_row(m.Vp, sizeof(S), cu::kH100Limits.shared_optin_bytes))
+        throw std::runtime_error("kernel_screen: GPT-2's logits row no longer fits the cross-entropy's shared memory");
+      add({instance("crossentropy_kernel", targs + ", true", &cu::crossentropy_kernel<true, S, P, true>),
+           "crossentropy_forward_backward (fused, the row held in shared memory, dlogits in place)",
+           "loss_and_backward: 1", cu::crossentropy_held_shape(static_cast<int>(N), m.V, m.Vp, P, sizeof(S)), 1,
+           bytes});
+    } else
+      add({instance("crossentropy_kernel", targs + ", false", &cu::crossentropy_kernel<false, S, P>),
+           "crossentropy_forward", "Gpt::loss: 1", cu::row_shape(static_cast<int>(N), m.V, P), 1, bytes});
   });
   // sum of the losses (cuda_core.cu launch_reduce<false>: reduce_shape, one block)
   add({instance("reduce_kernel", "false", &cu::reduce_kernel<false>), "sum (of the losses)",

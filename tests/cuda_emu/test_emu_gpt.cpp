@@ -667,16 +667,60 @@ TEST(EmuGpt, Bf16BiasBroadcastIsExact) { check_bias_broadcast_is_exact<bf16>(); 
 TEST(EmuGpt, Fp16BiasBroadcastIsExact) { check_bias_broadcast_is_exact<fp16>(); }
 
 // cuda_gpt.cu's crossentropy_forward / crossentropy_forward_backward for a 16-bit storage S: the pack width from
-// row_pack, then the instantiation of it.
+// row_pack, then the instantiation of it (the backward holding the row in registers where it fits, as there).
 template <bool kBackward, typename S>
 void emu_16bit_crossentropy(float* losses, std::conditional_t<kBackward, S*, const S*> logits, const int32_t* targets,
                             float dloss, int N, int V, int Vp) {
   const int P = cu::row_pack<S>(Vp, {logits});
   cu::with_row_pack<S>(P, [&](auto pack) {
     constexpr int kP = decltype(pack)::value;
+    if constexpr (kBackward) {
+      if (cu::crossentropy_holds_row(Vp, sizeof(S), cu::kH100Limits.shared_optin_bytes)) {
+        EMU_LAUNCH((cu::crossentropy_kernel<true, S, kP, true>), cu::crossentropy_held_shape(N, V, Vp, kP, sizeof(S)),
+                   losses, logits, targets, dloss, V, Vp);
+        return;
+      }
+    }
     EMU_LAUNCH((cu::crossentropy_kernel<kBackward, S, kP>), cu::row_shape(N, V, kP), losses, logits, targets, dloss, V,
                Vp);
   });
+}
+
+// The backward that holds the row in shared memory (one read of the logits) against the one that reads it again: the
+// same losses and dlogits bit for bit, one value at a time and in packs (float P 1 and 4, bf16 P 8 over GPT-2's
+// padded vocabulary: 98.3 KiB of shared memory, the opt-in), an invalid target's NaN row included.
+template <typename A, int P>
+void check_crossentropy_held_row_is_two_pass(int N, int V, int Vp) {
+  using S = EmuStorage<A>;
+  SCOPED_TRACE(std::string(sizeof(A) == 4 ? "float" : "16-bit") + " P" + std::to_string(P) + " V" + std::to_string(V) +
+               " Vp" + std::to_string(Vp));
+  ASSERT_TRUE(cu::crossentropy_holds_row(Vp, sizeof(S), cu::kH100Limits.shared_optin_bytes));
+  const std::vector<float> values = cross_entropy_logits(N, V, Vp, static_cast<uint32_t>(1500 + V));
+  std::vector<A> logits;
+  if constexpr (std::is_same_v<A, float>) logits = values;
+  else
+    logits = to_storage_vector<A>(values);
+  auto targets = cross_entropy_targets(N, V, static_cast<uint32_t>(1501 + V));
+  targets[1] = V;  // a padding column: the row's loss and dlogits NaN in both
+  auto held = logits, twice = logits;
+  std::vector<float> held_losses(sz(N)), twice_losses(sz(N));
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        EMU_LAUNCH((cu::crossentropy_kernel<true, S, P, true>), cu::crossentropy_held_shape(N, V, Vp, P, sizeof(S)),
+                   held_losses.data(), emu_ptr(held), targets.data(), 0.3f, V, Vp);
+        EMU_LAUNCH((cu::crossentropy_kernel<true, S, P>), cu::row_shape(N, V, P), twice_losses.data(), emu_ptr(twice),
+                   targets.data(), 0.3f, V, Vp);
+      },
+      {emu_output("held losses", held_losses), emu_output("held dlogits", held),
+       emu_output("two-pass losses", twice_losses), emu_output("two-pass dlogits", twice)}));
+  EXPECT_TRUE(bitwise_equal("losses", held_losses, twice_losses));
+  EXPECT_TRUE(bitwise_equal("dlogits", held, twice));
+  EXPECT_TRUE(std::isnan(held_losses[1]) && std::isfinite(held_losses[0]));
+}
+TEST(EmuGpt, CrossentropyHeldRowIsTheTwoPassBitwise) {
+  check_crossentropy_held_row_is_two_pass<float, 1>(3, 3001, 3072);
+  check_crossentropy_held_row_is_two_pass<float, 4>(3, 20000, 20000);
+  check_crossentropy_held_row_is_two_pass<bf16, 8>(3, 50257, 50304);
 }
 
 // The logits of cross_entropy_logits lie within a few units (far inside fp16's range); the stored dlogits, dloss times

@@ -309,6 +309,15 @@ void check_attention(const char* op, int B, int T, int C, int NH) {
   HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large", op, C);
 }
 
+// The current device's dynamic shared memory per block with the opt-in attribute (227 KiB on sm_90): a host-side
+// attribute query, as device_has_16bit_mma's.
+int64_t device_shared_optin_bytes() {
+  int dev = 0, bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes;
+}
+
 // mma.sync m16n8k16 with bf16 / f16 inputs needs compute capability 8.0 (the kernels compiled for an older target trap,
 // cuda_mma.cuh): asked of the current device at each op, a host-side attribute query (no synchronisation).
 bool device_has_16bit_mma() {
@@ -550,8 +559,12 @@ void crossentropy_forward_backward(const ExecContext& ctx, float* losses, A* log
   if (N == 0) return;
   with_row_pack<S>(row_pack<S>(Vp, {logits}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
-    HPCT_LAUNCH((crossentropy_kernel<true, S, P>), row_shape(N, V, P), stream_of(ctx), losses, dev_ptr(logits), targets,
-                dloss, V, Vp);
+    if (crossentropy_holds_row(Vp, sizeof(S), device_shared_optin_bytes()))  // the row read once, held in shared
+      HPCT_LAUNCH((crossentropy_kernel<true, S, P, true>), crossentropy_held_shape(N, V, Vp, P, sizeof(S)),
+                  stream_of(ctx), losses, dev_ptr(logits), targets, dloss, V, Vp);
+    else
+      HPCT_LAUNCH((crossentropy_kernel<true, S, P>), row_shape(N, V, P), stream_of(ctx), losses, dev_ptr(logits),
+                  targets, dloss, V, Vp);
     HPCT_CUDA_LAUNCH_CHECK("crossentropy_forward_backward");
   });
 }

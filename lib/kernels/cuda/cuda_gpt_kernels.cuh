@@ -96,16 +96,21 @@ __global__ void bias_grad_partial_kernel(double* __restrict__ partials, const S*
 // Plain softmax cross-entropy over the first V of Vp logits; kBackward: also dlogits in place (padding -> 0).
 // CPU twin: crossentropy_forward / crossentropy_forward_backward (softmax_stats: max, then sum of exp(x - max)).
 // One pass over the row for the statistics: each thread keeps the online softmax (m, s) of its columns
-// (softmax_add), the block merges them (block_softmax_stats); the backward then rewrites the row in a second pass,
-// so the row is read twice (three times when the max and the sum were separate passes). The logits are const in the
-// forward-only instantiation. Thread t owns the packs of P columns starting at t P, t P + blockDim.x P, ... in every
-// loop (P = 1: the columns t, t + blockDim.x, ...).
+// (softmax_add), the block merges them (block_softmax_stats); the backward then writes dlogits over the row. Without
+// kHoldRow it reads the row from global memory again for that (two reads and a write); with kHoldRow the first pass
+// also copies the row into the block's dynamic shared memory (Vp values: crossentropy_held_shape) and the second
+// reads it there, one read of the logits and a write, the same arithmetic in the same order, bit for bit. (Held in
+// registers instead, GPT-2's 50304 bf16 columns need 13 packs a thread at 512 threads: ptxas kept their float
+// conversions too, 151 registers, over the 128 a block of 512 may use.) The logits are const in the forward-only
+// instantiation. Thread t owns the packs of P columns starting at t P, t P + blockDim.x P, ... in every loop (P = 1:
+// the columns t, t + blockDim.x, ...).
 template <bool kBackward, typename S>
 using LogitsPtr = std::conditional_t<kBackward, S*, const S*>;
 
-template <bool kBackward, typename S, int P>
+template <bool kBackward, typename S, int P, bool kHoldRow = false>
 __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackward, S> __restrict__ logits,
                                     const int32_t* __restrict__ targets, float dloss, int V, int Vp) {
+  static_assert(kBackward || !kHoldRow, "only the backward reads the row twice");
   HPCT_SHARED(float, shared, [64]);
   const int n = blockIdx.x;
   const LogitsPtr<kBackward, S> x = logits + static_cast<int64_t>(n) * Vp;
@@ -115,11 +120,22 @@ __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackw
   const float x_tgt = valid ? to_float(x[tgt]) : NAN;
   const int step = blockDim.x * P;
   float m = -INFINITY, s = 0.0f;
-  for (int v0 = threadIdx.x * P; v0 < V; v0 += step) {
-    const Pack<S, P> pk = load_pack<P>(x + v0);  // v0 + P <= Vp: Vp is a multiple of P
+  if constexpr (kHoldRow) {
+    HPCT_DYNAMIC_SHARED(S, row);  // [Vp]
+    for (int v0 = threadIdx.x * P; v0 < Vp; v0 += step) {
+      const Pack<S, P> pk = load_pack<P>(x + v0);
+      store_pack<P>(row + v0, pk);  // read back below by this thread only
 #pragma unroll
-    for (int j = 0; j < P; j++)
-      if (v0 + j < V) softmax_add(m, s, to_float(pk.v[j]));
+      for (int j = 0; j < P; j++)
+        if (v0 + j < V) softmax_add(m, s, to_float(pk.v[j]));
+    }
+  } else {
+    for (int v0 = threadIdx.x * P; v0 < V; v0 += step) {
+      const Pack<S, P> pk = load_pack<P>(x + v0);  // v0 + P <= Vp: Vp is a multiple of P
+#pragma unroll
+      for (int j = 0; j < P; j++)
+        if (v0 + j < V) softmax_add(m, s, to_float(pk.v[j]));
+    }
   }
   block_softmax_stats(m, s, shared);
   if (threadIdx.x == 0) losses[n] = valid ? (m - x_tgt) + logf(s) : NAN;  // logsumexp - x[target]
@@ -127,7 +143,13 @@ __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackw
     const float k = dloss / s;
     // each thread rewrites only the columns it read above (same packs): no cross-thread hazard
     for (int v0 = threadIdx.x * P; v0 < Vp; v0 += step) {
-      Pack<S, P> pk = load_pack<P>(x + v0);
+      Pack<S, P> pk;
+      if constexpr (kHoldRow) {
+        HPCT_DYNAMIC_SHARED(S, row);
+        pk = load_pack<P>(row + v0);
+      } else {
+        pk = load_pack<P>(x + v0);
+      }
 #pragma unroll
       for (int j = 0; j < P; j++) {
         const int v = v0 + j;
@@ -282,6 +304,22 @@ BiasGradLaunch bias_grad_launch(int64_t N, int OC, int P, int64_t partials_bytes
 // sized for rows of `len` elements read `pack` at a time
 LaunchShape row_shape(int N, int64_t len, int pack = 1) {
   return {{static_cast<unsigned>(N), 1, 1}, {static_cast<unsigned>(row_threads((len + pack - 1) / pack)), 1, 1}, 0};
+}
+// crossentropy_kernel<true, S, P, true>: row_shape's block with the row of Vp values in dynamic shared memory (the
+// opt-in above 48 KiB: GPT-2's padded vocabulary in bf16 takes 98.3 KiB, two blocks on an H100's or H200's 228 KiB).
+LaunchShape crossentropy_held_shape(int N, int V, int Vp, int P, int64_t value_bytes) {
+  LaunchShape shape = row_shape(N, V, P);
+  shape.shared_bytes = int64_t{Vp} * value_bytes;
+  shape.shared_opt_in = shape.shared_bytes > kSharedDefaultBytes;
+  return shape;
+}
+// Whether the backward holds the row: its Vp values within the device's dynamic shared memory per block (the opt-in
+// limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, less the kernel's static 256 bytes) and within
+// kCrossentropyHeldBytes, which keeps two blocks on an SM of 228 KiB.
+constexpr int64_t kCrossentropyHeldBytes = 112 * 1024;
+bool crossentropy_holds_row(int Vp, int64_t value_bytes, int64_t device_optin_bytes) {
+  const int64_t bytes = int64_t{Vp} * value_bytes;
+  return bytes <= kCrossentropyHeldBytes && bytes + 256 <= device_optin_bytes;
 }
 // vp_loss_kernel over the N rows
 LaunchShape vp_loss_shape(int N) { return grid_stride_shape(N, kVpLossThreads); }

@@ -90,9 +90,9 @@ TEST(ResumeNoise, RelativeSizeSeedAndNameDecideTheDraw) {
   EXPECT_LE(worst, rel * (1 + 1e-3));  // |u| < 1, plus the float rounding of the result (6e-8 at most)
   EXPECT_GT(worst, 0.99 * rel);
   EXPECT_NEAR(std::sqrt(sum2 / n), rel / std::sqrt(3.0), 0.03 * rel);  // u uniform in [-1, 1): RMS 1/sqrt(3)
-  EXPECT_EQ(a, perturbed({rel, {}, 1}, "wte"));                            // deterministic
-  EXPECT_NE(a, perturbed({rel, {}, 2}, "wte"));                            // another seed
-  EXPECT_NE(a, perturbed({rel, {}, 1}, "wpe"));                            // another tensor
+  EXPECT_EQ(a, perturbed({rel, {}, 1}, "wte"));                        // deterministic
+  EXPECT_NE(a, perturbed({rel, {}, 2}, "wte"));                        // another seed
+  EXPECT_NE(a, perturbed({rel, {}, 1}, "wpe"));                        // another tensor
 }
 
 // Per-tensor sizes (HPCT_TEST_RESUME_NOISE=@FILE): a listed tensor gets its own size, one not listed none.

@@ -962,6 +962,15 @@ def precision_label(exe, hp_set):
     return default
 
 
+def parse_variant(text):
+    """--gpt-variant NAME=KEY=VALUE[,KEY=VALUE...] -> (NAME, [KEY=VALUE, ...])."""
+    name, eq, rest = text.partition("=")
+    sets = [s for s in rest.split(",") if s]
+    if not eq or not re.fullmatch(r"[A-Za-z0-9_.+-]+", name) or not sets or any("=" not in s for s in sets):
+        raise argparse.ArgumentTypeError(f"'{text}': should be NAME=KEY=VALUE[,KEY=VALUE...]")
+    return name, sets
+
+
 def hp_precisions(exe, args, on_gpu):
     """[(label, extra --set)] of the hpctrain rows: each of --hp-precisions (default bf16,fp32) on a GPU, unless
     --hp-set fixes the precision key; the CPU (--dry-run) computes fp32 only."""
@@ -1111,6 +1120,15 @@ def run_suite(args, dev, peaks, work, device, tiny, recorder=None):
             if hp.get("perf"):
                 notes.append(f"- train_gpt ({prec}) own PERFORMANCE figures (ms/step tokens/s tokens/s/rank MFU): "
                              f"{' '.join(hp['perf'])}")
+        for name, vsets in args.gpt_variant:  # the same settings as the first row, plus the variant's keys
+            prec, psets = precs[0]
+            hp, mb, _ = bench_hpctrain(
+                "gpt", exes["train_gpt"], GPT_DECK,
+                lambda m: dev_sets(gpt_sets(m, args, tr, va, peaks["bf16"])) + psets + vsets + tiny_sets,
+                [first_mb] if first_mb else cands, mem_gib, work, args, T * args.accum, on_gpu, tag=f"_{name}")
+            add({"workload": "GPT-2 124M", "program": "hpctrain", "precision": f"{prec}, {name}", "mb": mb, "res": hp,
+                 "unit": "tok/s", "flops_per_unit": fpt, "peak_key": peak_key(prec), "rec": hp_meta("gpt", prec)})
+            notes.append(f"- GPT-2 124M hpctrain {prec}, {name}: the first row's settings plus {' '.join(vsets)}")
         tb = first_mb or args.gpt_micro_batch or 8
         tcfg = dict(n_layer=L, n_head=NH, n_embd=C, seq_len=T, vocab_size=V) if tiny else None
         for p, cmode, _ in torch_configs(args, "gpt"):
@@ -1258,6 +1276,7 @@ def main_dry(args):
     log("== the benchmark's orchestration on the CPU with tiny models (hpctrain and the PyTorch worker, bf16 and fp32;"
         " not a measurement)")
     args.steps, args.warmup, args.no_compile, args.bitwise_rerun = 4, 1, True, True
+    args.gpt_variant = [parse_variant("gelu_epilogue=train.gelu_epilogue=true")]  # a variant row (inert on the CPU)
     args.commit_id = resolve_commit(args)
     cpu_dev = {"name": "CPU dry run", "driver": "-", "mem_mib": 0.0, "cuda_driver": "-", "nvcc": "-"}
     cpu_peaks = peaks_for(gpt_exe, "", 1.0)
@@ -1276,19 +1295,20 @@ def main_dry(args):
                   + (f", PERFORMANCE {res['perf']}" if res.get("perf") else "")
                   + (f", {res.get('optimizer')}, {res.get('model_src')}" if res.get("optimizer") else "")
                   + (f" ({res['error']})" if "error" in res else ""))
-    check(len(results) == 7, f"7 result rows (2 workloads x hpctrain, PyTorch bf16, fp32; the ResNet's PyTorch bf16 "
-                             f"with cudnn.deterministic): {len(results)}")
+    check(len(results) == 8, f"8 result rows (2 workloads x hpctrain, PyTorch bf16, fp32; the GPT's --gpt-variant row, "
+                             f"the ResNet's PyTorch bf16 with cudnn.deterministic): {len(results)}")
     table, tl, path = finish(results, cpu_dev, torch_info, cpu_peaks, args, notes,
                              "DRY RUN on the CPU with tiny models (bench_gpu.py --dry-run: not a measurement)",
                              os.path.join(work, "suite", "dry_run_cpu.md"), suite_rec)
-    check(os.path.exists(path) and len(table) == 9, f"the dry run's table and record ({path})")
+    check(os.path.exists(path) and len(table) == 10, f"the dry run's table and record ({path})")
     recs = suite_rec.records
-    check(len(recs) == 7 and not suite_rec.problems and all(validate_record(r) == [] for r in recs),
-          f"7 well-formed JSON Lines records of the CPU rows ({suite_rec.path}){suite_rec.problems or ''}")
+    check(len(recs) == 8 and not suite_rec.problems and all(validate_record(r) == [] for r in recs),
+          f"8 well-formed JSON Lines records of the CPU rows ({suite_rec.path}){suite_rec.problems or ''}")
     check(read_jsonl(suite_rec.path) == recs and os.path.basename(suite_rec.path) ==
           f"cpu_dry_run_{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}.jsonl",
           "the record file holds exactly those records, named <device_slug>_<UTC date>.jsonl")
     want = [("gpt", "hpctrain", "none", "fp32", "none", True, True),
+            ("gpt", "hpctrain", "none", "fp32", "none", None, True),  # --gpt-variant gelu_epilogue
             ("gpt", "pytorch", "eager", "bf16", "none", None, False),
             ("gpt", "pytorch", "eager", "fp32", "none", None, False),
             ("resnet", "hpctrain", "none", "fp32", "nchw", True, True),
@@ -1452,6 +1472,9 @@ def main():
     ap.add_argument("--commit", help="the commit the record names (default git rev-parse HEAD; for a tree without "
                                      ".git)")
     ap.add_argument("--hp-set", action="append", default=[], metavar="KEY=VALUE", help="extra --set for the apps")
+    ap.add_argument("--gpt-variant", action="append", default=[], type=parse_variant, metavar="NAME=KEY=VALUE[,...]",
+                    help="one more hpctrain GPT row: the first GPT row's settings and micro-batch plus these --set "
+                         "keys, labelled NAME (e.g. gelu_epilogue=train.gelu_epilogue=true); repeatable")
     ap.add_argument("--hp-precisions", default="bf16,fp32",
                     help="train.precision values hpctrain runs at, one row each (default bf16,fp32; GPU only)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")

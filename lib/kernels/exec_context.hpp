@@ -50,6 +50,9 @@ struct ExecContext {
   // copy_from_host with pageable host memory before the copy (the runtime would block on the stream itself there);
   // unused on the CPU.
   StreamSyncGuard* sync_guard = nullptr;
+  // CUDA with 16-bit storage: the MLP's GELU in cuBLASLt's GEMM epilogues (matmul_gelu_forward, matmul_dgelu_backward;
+  // the deck key train.gelu_epilogue). Ignored elsewhere.
+  bool gelu_epilogue = false;
 };
 
 }  // namespace hpct

@@ -125,6 +125,24 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
                     int OC) {
   HPCT_DISPATCH_STORAGE(matmul_forward, out, inp, weight, bias, N, C, OC);
 }
+// The fused Linear + GELU: the CUDA backend decides whether to fuse; elsewhere the two ops, each dispatched (and
+// profiled) as itself.
+template <typename A>
+void matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias, int N,
+                         int C, int OC) {
+  if (ctx.device == Device::CUDA) HPCT_CUDA_CALL(matmul_gelu_forward, out, pre, inp, weight, bias, N, C, OC);
+  matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
+  gelu_forward(ctx, out, pre, static_cast<int64_t>(N) * OC);
+}
+template <typename A>
+void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dweight, float* dbias, const A* dout,
+                           const A* out, const A* pre, const A* weight, int N, int C, int OC) {
+  if (ctx.device == Device::CUDA)
+    HPCT_CUDA_CALL(matmul_dgelu_backward, dpre, dgelu, dweight, dbias, dout, out, pre, weight, N, C, OC);
+  matmul_backward(ctx, dgelu, dweight, dbias, dout, out, weight, N, C, OC);
+  gelu_backward(ctx, dpre, pre, dgelu, static_cast<int64_t>(N) * C);
+}
+
 template <typename A>
 void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                      const A* weight, int N, int C, int OC) {
@@ -449,6 +467,8 @@ void instantiate_ops() {
       reinterpret_cast<const void*>(&layernorm_backward<A>),
       reinterpret_cast<const void*>(&matmul_forward<A>),
       reinterpret_cast<const void*>(&matmul_backward<A>),
+      reinterpret_cast<const void*>(&matmul_gelu_forward<A>),
+      reinterpret_cast<const void*>(&matmul_dgelu_backward<A>),
       reinterpret_cast<const void*>(&attention_forward<A>),
       reinterpret_cast<const void*>(&attention_backward<A>),
       reinterpret_cast<const void*>(&gelu_forward<A>),

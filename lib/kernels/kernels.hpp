@@ -108,6 +108,22 @@ void matmul_backward(const ExecContext& ctx, A* dinp /*(N,C) or null*/, float* d
                      float* dbias /*(OC) += or null*/, const A* dout /*(N,OC)*/, const A* inp /*(N,C)*/,
                      const A* weight /*(OC,C)*/, int N, int C, int OC);
 
+// ---- the MLP's Linear and GELU together, so that a backend may fuse them -----------------------------------------
+// pre = inp @ weight^T + bias, out = gelu(pre) (both kept for the backward): matmul_forward then gelu_forward, bit for
+// bit, except on CUDA with 16-bit storage and ctx.gelu_epilogue, where one cuBLASLt call with the GELU_AUX_BIAS
+// epilogue writes both (its GELU rounds once from the fp32 accumulator: within bf16 rounding of the two ops).
+template <typename A>
+void matmul_gelu_forward(const ExecContext& ctx, A* out /*(N,OC)*/, A* pre /*(N,OC)*/, const A* inp /*(N,C)*/,
+                         const A* weight /*(OC,C)*/, const A* bias /*(OC) or null*/, int N, int C, int OC);
+// The backward of a Linear whose input is out = gelu(pre): dpre = gelu'(pre) * (dout @ weight) (assigned), dweight +=
+// dout^T @ out, dbias += sum_n dout: matmul_backward into dgelu (N,C scratch, contents unspecified on return) then
+// gelu_backward, bit for bit, except on CUDA with 16-bit storage and ctx.gelu_epilogue (cuBLASLt's DGELU epilogue:
+// dpre from the fp32 product in one rounding; dgelu untouched).
+template <typename A>
+void matmul_dgelu_backward(const ExecContext& ctx, A* dpre /*(N,C)*/, A* dgelu /*(N,C)*/, float* dweight /*(OC,C) +=*/,
+                           float* dbias /*(OC) += or null*/, const A* dout /*(N,OC)*/, const A* out /*(N,C)*/,
+                           const A* pre /*(N,C)*/, const A* weight /*(OC,C)*/, int N, int C, int OC);
+
 // ---- causal multi-head self-attention -------------------------------------------------------
 // qkv rows hold [q (NH,HS) | k (NH,HS) | v (NH,HS)], the (3, NH, HS) row order of the fused QKV weight; out (B,T,C)
 // holds head h in columns [h HS, (h+1) HS). Scale 1/sqrt(HS); query t attends to the keys j <= t.

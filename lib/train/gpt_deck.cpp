@@ -54,6 +54,10 @@ const ConfigSchema& gpt_deck_schema() {
                  "activation recompute in backward: none | selective (GELU and LayerNorm outputs) | full (each block "
                  "from its input); losses and gradients are bitwise the same",
                  {"none", "selective", "full"});
+    s.bool_key("train.gelu_epilogue", false,
+               "CUDA with bf16 / fp16: the MLP's GELU and its backward in cuBLASLt's GEMM epilogues (GELU_AUX_BIAS, "
+               "DGELU) instead of own kernels; within bf16 rounding of them, not bitwise, and selective recompute "
+               "then recomputes GELU with the own kernel (docs/cuda.md); no effect elsewhere");
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)", 0,
               1e12);
@@ -131,6 +135,7 @@ GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
   d.train_paths = data::expand_token_paths(deck.get_string_list("data.train"), data_dir(), "data.train");
   d.val_paths = data::expand_token_paths(deck.get_string_list("data.val"), data_dir(), "data.val");
   d.order = deck.get_string("data.order");
+  d.gelu_epilogue = deck.get_bool("train.gelu_epilogue");
   d.allow_changed = deck.get_bool("data.allow_changed");
   d.eval_sequences = static_cast<int>(deck.get_int("data.eval_sequences"));
   d.adamw.beta1 = static_cast<float>(deck.get_float("optim.beta1"));

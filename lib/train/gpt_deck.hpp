@@ -26,6 +26,7 @@ struct GptDeck {
   std::vector<std::string> train_paths, val_paths;
   std::string order = "random";  // data.order: "random" | "epoch"
   bool allow_changed = false;    // data.allow_changed: resume with another shard list or order
+  bool gelu_epilogue = false;    // train.gelu_epilogue: the MLP's GELU in the GEMM epilogues (CUDA, 16-bit storage)
 };
 
 // The [model] section, validated (UsageError naming the key on failure).

@@ -38,11 +38,16 @@ gpt::ModelParallel with_sp(gpt::ModelParallel mp, bool sp) {
   return mp;
 }
 
+ExecContext with_gelu_epilogue(ExecContext ctx, bool on) {
+  ctx.gelu_epilogue = on;
+  return ctx;
+}
+
 class GptTask final : public TrainTask {
  public:
   GptTask(RunSession& run, const GptDeck& d)
       : run_(run),
-        ctx_(run.ctx()),
+        ctx_(with_gelu_epilogue(run.ctx(), d.gelu_epilogue)),
         d_(d),
         cfg_(d_.model),
         T_(d.model.seq_len),
@@ -272,7 +277,7 @@ class GptTask final : public TrainTask {
 
  private:
   RunSession& run_;
-  const ExecContext& ctx_;
+  const ExecContext ctx_;  // the run's, with the deck's kernel choices (train.gelu_epilogue)
   const GptDeck d_;
   const gpt::GptConfig& cfg_;
   int T_;

@@ -47,10 +47,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <type_traits>
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_flash_attention.cuh"
 #include "kernels/cuda/cuda_flash_attention_tc.cuh"
@@ -167,14 +169,23 @@ void lt_desc_set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
+// What a plan's epilogue does besides the product: Plain (bias or nothing, CUBLASLT_EPILOGUE_BIAS / DEFAULT), GeluAux
+// (D = GELU(product [+ bias]) and aux = product [+ bias], the GELU input: CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]), DGelu
+// (D = product * GELU'(aux): CUBLASLT_EPILOGUE_DGELU, the GELU backward fused into the GEMM before it).
+enum class LtEpilogue { Plain, GeluAux, DGelu };
+
 // Column-major D (m, n) = op(A) op(B) [+ bias (m) per column] + beta C, A, B and the bias of type abtype (CUDA_R_16BF
-// or CUDA_R_16F; lda, ldb), C = D of type ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats.
-const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+// or CUDA_R_16F; lda, ldb), C = D of type ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats; with
+// epilogue GeluAux / DGelu the aux matrix (m, n) of type abtype, leading dimension aux_ld (a multiple of 8, >= m).
+// Null where the heuristics offer no algorithm and optional is set (the caller then composes the epilogue's work from
+// other ops); a failure otherwise.
+const LtPlan* lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                       cudaDataType_t abtype, const void* A, int lda, const void* B, int ldb, const void* C,
-                      cudaDataType_t ctype, int ldc, const void* bias) {
+                      cudaDataType_t ctype, int ldc, const void* bias, LtEpilogue epilogue = LtEpilogue::Plain,
+                      const void* aux = nullptr, int64_t aux_ld = 0, bool optional = false) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  using Key = std::array<int64_t, 16>;
+  using Key = std::array<int64_t, 19>;
   thread_local std::map<Key, std::unique_ptr<LtPlan>> plans;  // never destroyed (the header comment of this section)
   const uint32_t al_a = alignment_of(A), al_b = alignment_of(B), al_c = alignment_of(C);
   const Key key{dev,
@@ -192,18 +203,34 @@ const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperatio
                 al_a,
                 al_b,
                 al_c,
-                bias ? alignment_of(bias) : 0};
+                bias ? alignment_of(bias) : 0,
+                static_cast<int64_t>(epilogue),
+                aux ? alignment_of(aux) : 0,
+                aux_ld};
   auto it = plans.find(key);
-  if (it != plans.end()) return *it->second;
+  if (it != plans.end()) return it->second.get();  // null: no algorithm for this shape and epilogue (optional)
 
   auto p = std::make_unique<LtPlan>();
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (epilogue == LtEpilogue::GeluAux) epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (epilogue == LtEpilogue::DGelu) {
+    HPCT_CHECK(!bias, "kernels::cuda: the DGELU epilogue takes no bias");
+    epi = CUBLASLT_EPILOGUE_DGELU;
+  }
+  lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
   if (bias) {
-    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, abtype);
     lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // the heuristics read its alignment
+  }
+  if (epilogue != LtEpilogue::Plain) {
+    HPCT_CHECK(aux && aux_ld % 8 == 0 && aux_ld >= m, "kernels::cuda: the GELU epilogue's aux matrix (ld {}, {} rows)",
+               aux_ld, m);
+    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, abtype);
+    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+    lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
   }
   const bool ta = op_a == CUBLAS_OP_T, tb = op_b == CUBLAS_OP_T;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, abtype, ta ? k : m, ta ? m : k, lda));
@@ -230,6 +257,13 @@ const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperatio
   if (rc == CUBLAS_STATUS_SUCCESS)
     rc = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &returned);
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (optional && (rc == CUBLAS_STATUS_NOT_SUPPORTED || (rc == CUBLAS_STATUS_SUCCESS && returned == 0))) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->c));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+    return plans.emplace(key, nullptr).first->second.get();  // remembered: the heuristics are not asked again
+  }
   CUBLAS_CHECK(rc);
   HPCT_CHECK(returned > 0,
              "kernels::cuda: cuBLASLt offers no algorithm for the {} GEMM m={} n={} k={} (op_a {}, op_b {}, lda {} "
@@ -239,7 +273,7 @@ const LtPlan& lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperatio
              ldc, ctype == CUDA_R_32F ? "fp32" : "16-bit", bias != nullptr, al_a, al_b, al_c,
              abtype == CUDA_R_16F ? "fp16" : "bf16");
   p->algo = result.algo;
-  return *plans.emplace(key, std::move(p)).first->second;
+  return plans.emplace(key, std::move(p)).first->second.get();
 }
 
 // Row-major C (M, N) = op(A) (M, K) op(B) (K, N) [+ bias (N), added to every row] + beta C: gemm_rm's arguments (the
@@ -266,12 +300,43 @@ void lt_gemm_rm(const ExecContext& ctx, bool trans_a, bool trans_b, int M, int N
   const cudaStream_t stream = stream_of(ctx);
   const auto h = reinterpret_cast<cublasLtHandle_t>(cublas_handle(stream));
   void* workspace = lt_workspace();
-  const LtPlan& p = lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, lt_data_type<T>(), B, ldb, A, lda, C,
-                            lt_output_type<T, C_t>(), ldc, bias);
+  const LtPlan& p = *lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, lt_data_type<T>(), B, ldb, A, lda, C,
+                             lt_output_type<T, C_t>(), ldc, bias);
   if (bias) lt_desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(h, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace,
                               kLtWorkspaceBytes, stream));
+}
+
+// lt_gemm_rm's row-major C (M, N) = op(A) op(B) [+ bias], assigned, T in and out, with a GELU epilogue: GeluAux writes
+// C = GELU(that) and aux = that (the GELU input); DGelu writes C = that * GELU'(aux) (no bias). aux (M, N) row-major,
+// leading dimension N. False, having run nothing, where cuBLASLt offers no algorithm for it (the caller composes the
+// GEMM and the GELU op instead) or N is not a multiple of 8 (the aux matrix's leading dimension must be).
+template <typename T>
+bool lt_gemm_gelu_rm(const ExecContext& ctx, LtEpilogue epilogue, bool trans_a, bool trans_b, int M, int N, int K,
+                     const T* A, int lda, const T* B, int ldb, T* C, int ldc, const T* bias, const T* aux) {
+  if (N % 8 != 0 || ldc != N) return false;
+  const cudaStream_t stream = stream_of(ctx);
+  const auto h = reinterpret_cast<cublasLtHandle_t>(cublas_handle(stream));
+  const LtPlan* p = lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, lt_data_type<T>(), B, ldb, A, lda, C,
+                            lt_data_type<T>(), ldc, bias, epilogue, aux, N, true);
+  if (!p) {  // once per shape: the run goes on with the own GELU kernels
+    static std::mutex mu;
+    static std::set<std::array<int, 4>> said;
+    const std::lock_guard<std::mutex> lock(mu);
+    if (said.insert({static_cast<int>(epilogue), M, N, K}).second)
+      log_warn("train.gelu_epilogue: cuBLASLt offers no {} epilogue for the {} GEMM M={} N={} K={}: this GEMM runs "
+               "with the own GELU kernel instead",
+               epilogue == LtEpilogue::GeluAux ? "GELU_AUX" : "DGELU", std::is_same_v<T, bf16> ? "bf16" : "fp16", M, N,
+               K);
+    return false;
+  }
+  if (bias) lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(h, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo, lt_workspace(),
+                              kLtWorkspaceBytes, stream));
+  return true;
 }
 
 // ================================================================================================================
@@ -392,6 +457,44 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
     }
     gemm_rm(h, gemm_compute(ctx.precision), false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
   }
+}
+
+// GELU in the fc GEMM's epilogue (ctx.gelu_epilogue, 16-bit storage): pre = inp @ weight^T + bias and out = GELU(pre)
+// from one cuBLASLt call; otherwise, or where cuBLASLt offers no algorithm, matmul_forward then gelu_forward (bit for
+// bit the two ops). cuBLASLt's GELU is its own (tanh form, fp32 on the accumulator): out differs from gelu_forward's
+// by bf16 rounding, and so may pre from the BIAS epilogue's.
+template <typename A>
+void matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias, int N,
+                         int C, int OC) {
+  check_linear("matmul_gelu_forward", N, C, OC);
+  if (N == 0) return;
+  if constexpr (kHalfPrecisionStorage<A>) {
+    if (ctx.gelu_epilogue &&
+        lt_gemm_gelu_rm(ctx, LtEpilogue::GeluAux, false, true, N, OC, C, inp, C, weight, C, out, OC, bias, pre))
+      return;
+  }
+  matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
+  gelu_forward(ctx, out, pre, static_cast<int64_t>(N) * OC);
+}
+
+// The backward of out = GELU(pre) followed by a Linear (the MLP's proj): dpre = GELU'(pre) * (dout @ weight), dweight
+// += dout^T @ out, dbias += sum_n dout. With ctx.gelu_epilogue on 16-bit storage, dpre from one cuBLASLt call
+// (the DGELU epilogue on the fp32 product: one rounding where the two ops round twice); otherwise matmul_backward into
+// dgelu (the caller's (N, C) scratch) then gelu_backward, bit for bit the two ops.
+template <typename A>
+void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dweight, float* dbias, const A* dout,
+                           const A* out, const A* pre, const A* weight, int N, int C, int OC) {
+  check_linear("matmul_dgelu_backward", N, C, OC);
+  if (N == 0) return;
+  if constexpr (kHalfPrecisionStorage<A>) {
+    if (ctx.gelu_epilogue && lt_gemm_gelu_rm(ctx, LtEpilogue::DGelu, false, false, N, C, OC, dout, OC, weight, C, dpre,
+                                             C, static_cast<const A*>(nullptr), pre)) {
+      matmul_backward(ctx, static_cast<A*>(nullptr), dweight, dbias, dout, out, weight, N, C, OC);
+      return;
+    }
+  }
+  matmul_backward(ctx, dgelu, dweight, dbias, dout, out, weight, N, C, OC);
+  gelu_backward(ctx, dpre, pre, dgelu, static_cast<int64_t>(N) * C);
 }
 
 template <typename A>
@@ -639,6 +742,9 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
   template void matmul_forward<A>(const ExecContext&, A*, const A*, const A*, const A*, int, int, int);              \
   template void matmul_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, int, int,   \
                                    int);                                                                             \
+  template void matmul_gelu_forward<A>(const ExecContext&, A*, A*, const A*, const A*, const A*, int, int, int);     \
+  template void matmul_dgelu_backward<A>(const ExecContext&, A*, A*, float*, float*, const A*, const A*, const A*,   \
+                                         const A*, int, int, int);                                                   \
   template void attention_forward<A>(const ExecContext&, A*, void*, const A*, int, int, int, int);                   \
   template void attention_backward<A>(const ExecContext&, A*, void*, const A*, const A*, const A*, const void*, int, \
                                       int, int, int);                                                                \

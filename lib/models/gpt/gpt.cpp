@@ -616,9 +616,8 @@ void Gpt::block_forward(const ExecContext& ctx, int l, const LayerActs& a, const
                                 residual, row_parallel_output(scratch, b, "TP attention proj"), p.ln2w->as<A>(),
                                 ptr<A>(p.ln2b), Nr, C);
   // column-parallel fc
-  k::matmul_forward(ctx, a.fch->as<A>(), whole_rows(a.ln2->as<A>(), b, "SP MLP input"), p.fcw->as<A>(), ptr<A>(p.fcb),
-                    N, C, 4 * Cl);  // (N, 4C/t)
-  k::gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
+  k::matmul_gelu_forward(ctx, a.fch_gelu->as<A>(), a.fch->as<A>(), whole_rows(a.ln2->as<A>(), b, "SP MLP input"),
+                         p.fcw->as<A>(), ptr<A>(p.fcb), N, C, 4 * Cl);  // (N, 4C/t), and its GELU
   k::matmul_forward(ctx, scratch, a.fch_gelu->as<A>(), p.fcprojw->as<A>(), lead ? ptr<A>(p.fcprojb) : nullptr, N,
                     4 * Cl, C);
   // row-parallel mlp.proj
@@ -771,9 +770,9 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
     // MLP block backward (residual3 = residual2 + ...: dres flows through unchanged). Row-parallel proj:
     // reduce_from_tp_region's backward is the identity (its replicated bias gradient is computed alike on every
     // rank, from the whole rows of dres).
-    k::matmul_backward(ctx, dfch_gelu_->as<A>(), g.fcprojw->f32(), ptr<float>(g.fcprojb), whole_dres("SP MLP dY"),
-                       a.fch_gelu->as<A>(), p.fcprojw->as<A>(), N, 4 * Cl, C);
-    k::gelu_backward(ctx, dfch_->as<A>(), a.fch->as<A>(), dfch_gelu_->as<A>(), static_cast<int64_t>(N) * 4 * Cl);
+    k::matmul_dgelu_backward(ctx, dfch_->as<A>(), dfch_gelu_->as<A>(), g.fcprojw->f32(), ptr<float>(g.fcprojb),
+                             whole_dres("SP MLP dY"), a.fch_gelu->as<A>(), a.fch->as<A>(), p.fcprojw->as<A>(), N,
+                             4 * Cl, C);
     if (selective)
       k::layernorm_forward(ctx, a.ln2->as<A>(), a.ln2_mean->f32(), a.ln2_rstd->f32(), a.residual2->as<A>(),
                            p.ln2w->as<A>(), ptr<A>(p.ln2b), Nr, C);

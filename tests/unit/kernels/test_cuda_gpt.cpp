@@ -794,6 +794,49 @@ TEST(CudaGpt, Fp16MatmulThroughCublasLtWithinRoundingBounds) {
   check_matmul_through_cublaslt_within_rounding_bounds<fp16>();
 }
 
+// train.gelu_epilogue: matmul_gelu_forward and matmul_dgelu_backward in bf16 with cuBLASLt's GELU_AUX_BIAS and DGELU
+// epilogues against the same ops without them (matmul_forward + gelu_forward, matmul_backward + gelu_backward, which
+// the ops are bit for bit with the flag off). The epilogue rounds the GELU input once from the fp32 accumulator with
+// the bias (the BIAS epilogue rounds the product first): pre within 2 bf16 ulps of the value and one of the tensor's
+// scale; cuBLASLt's GELU is its own tanh form: out within 2 ulps and 1e-3 of the scale; dpre from the fp32 product in
+// one rounding where the composed ops round the product and then the GELU gradient: 2 ulps and 1e-3 of the scale. The
+// weight and bias gradients are the same calls either way: bitwise equal.
+TEST(CudaGpt, Bf16GeluEpilogueWithinRoundingOfTheComposedOps) {
+  HPCT_REQUIRE_GPU();
+  const int N = 96, C = 64, H = 256;  // rows, the Linear's input and its output (the GELU's width: a multiple of 8)
+  const auto inp = random_bf16(static_cast<size_t>(N) * C, 1201), w_fc = random_bf16(static_cast<size_t>(H) * C, 1202);
+  const auto b_fc = random_bf16(H, 1203), w_proj = random_bf16(static_cast<size_t>(C) * H, 1204);
+  const auto dout = random_bf16(static_cast<size_t>(N) * C, 1205);
+  DeviceBuffer<bf16> d_inp(inp), d_wfc(w_fc), d_bfc(b_fc), d_wproj(w_proj), d_dout(dout);
+  struct Outputs {
+    std::vector<bf16> out, pre, dpre;
+    std::vector<float> dweight, dbias;
+  };
+  auto run = [&](bool epilogue) {
+    ExecContext ctx = gpu_ctx();
+    ctx.gelu_epilogue = epilogue;
+    DeviceBuffer<bf16> out(static_cast<size_t>(N) * H), pre(static_cast<size_t>(N) * H);
+    DeviceBuffer<bf16> dpre(static_cast<size_t>(N) * H), dgelu(static_cast<size_t>(N) * H);
+    DeviceBuffer<float> dweight(static_cast<size_t>(C) * H), dbias(C);
+    matmul_gelu_forward(ctx, out.get(), pre.get(), d_inp.get(), d_wfc.get(), d_bfc.get(), N, C, H);
+    matmul_dgelu_backward(ctx, dpre.get(), dgelu.get(), dweight.get(), dbias.get(), d_dout.get(), out.get(), pre.get(),
+                          d_wproj.get(), N, H, C);
+    return Outputs{out.download(), pre.download(), dpre.download(), dweight.download(), dbias.download()};
+  };
+  const Outputs fused = run(true), composed = run(false);
+  // the flag off is the two ops, bit for bit
+  DeviceBuffer<bf16> out2(static_cast<size_t>(N) * H), pre2(static_cast<size_t>(N) * H);
+  matmul_forward(gpu_ctx(), pre2.get(), d_inp.get(), d_wfc.get(), d_bfc.get(), N, C, H);
+  gelu_forward(gpu_ctx(), out2.get(), pre2.get(), static_cast<int64_t>(N) * H);
+  EXPECT_TRUE(bitwise_equal("pre (flag off)", to_float_vector(composed.pre), to_float_vector(pre2.download())));
+  EXPECT_TRUE(bitwise_equal("out (flag off)", to_float_vector(composed.out), to_float_vector(out2.download())));
+  EXPECT_TRUE(all_close("pre", to_float_vector(fused.pre), to_float_vector(composed.pre), 2 * kBf16Ulp, kBf16Ulp));
+  EXPECT_TRUE(all_close("out", to_float_vector(fused.out), to_float_vector(composed.out), 2 * kBf16Ulp, 1e-3));
+  EXPECT_TRUE(all_close("dpre", to_float_vector(fused.dpre), to_float_vector(composed.dpre), 2 * kBf16Ulp, 1e-3));
+  EXPECT_TRUE(bitwise_equal("dweight", fused.dweight, composed.dweight));
+  EXPECT_TRUE(bitwise_equal("dbias", fused.dbias, composed.dbias));
+}
+
 // Attention in bf16 against the CPU's bf16 attention: the CPU rounds the unnormalised probabilities p (and dS) to bf16
 // before their products, as the tensor-core kernels do, while the CUDA-core kernels keep them in float, so an output
 // moves by up to 2^-9 of the largest |v| (or dout . v term) from either side's rounding of p and by one ulp from each

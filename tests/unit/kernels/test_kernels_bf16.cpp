@@ -438,6 +438,43 @@ TEST(KernelsBf16, GeluForwardBackward) {
   EXPECT_TRUE(all_close("gelu dinp", to_float_vector(dinp), dinp_ref, kBf16Rounding + 1e-5, 1e-6));
 }
 
+// The MLP's Linear + GELU ops (kernels.hpp matmul_gelu_forward, matmul_dgelu_backward) on the CPU are the two ops
+// each, bit for bit, whatever ctx.gelu_epilogue says (the epilogue is a CUDA choice), in bf16 and in fp32.
+template <typename A>
+void check_gelu_linear_ops_are_the_two_ops(const ExecContext& base) {
+  const int N = 37, C = 24, H = 64;
+  auto gen = [](size_t n, uint32_t seed) {
+    if constexpr (std::is_same_v<A, bf16>) return random_bf16(n, seed);
+    else
+      return random_vector(n, seed, -1.0, 1.0);
+  };
+  const auto inp = gen(size_t{N} * C, 61), w_fc = gen(size_t{H} * C, 62), b_fc = gen(H, 63);
+  const auto w_proj = gen(size_t{C} * H, 64), dout = gen(size_t{N} * C, 65);
+  for (bool flag : {false, true}) {
+    ExecContext ctx = base;
+    ctx.gelu_epilogue = flag;
+    std::vector<A> out(size_t{N} * H), pre(out.size()), dpre(out.size()), dgelu(out.size());
+    std::vector<A> out2(out.size()), pre2(out.size()), dpre2(out.size()), dgelu2(out.size());
+    std::vector<float> dw(size_t{C} * H, 0.5f), db(C, 0.25f), dw2 = dw, db2 = db;
+    matmul_gelu_forward(ctx, out.data(), pre.data(), inp.data(), w_fc.data(), b_fc.data(), N, C, H);
+    matmul_dgelu_backward(ctx, dpre.data(), dgelu.data(), dw.data(), db.data(), dout.data(), out.data(), pre.data(),
+                          w_proj.data(), N, H, C);
+    matmul_forward(ctx, pre2.data(), inp.data(), w_fc.data(), b_fc.data(), N, C, H);
+    gelu_forward(ctx, out2.data(), pre2.data(), int64_t{N} * H);
+    matmul_backward(ctx, dgelu2.data(), dw2.data(), db2.data(), dout.data(), out2.data(), w_proj.data(), N, H, C);
+    gelu_backward(ctx, dpre2.data(), pre2.data(), dgelu2.data(), int64_t{N} * H);
+    EXPECT_TRUE(bitwise_equal("pre", pre, pre2));
+    EXPECT_TRUE(bitwise_equal("out", out, out2));
+    EXPECT_TRUE(bitwise_equal("dpre", dpre, dpre2));
+    EXPECT_TRUE(bitwise_equal("dweight", dw, dw2));
+    EXPECT_TRUE(bitwise_equal("dbias", db, db2));
+  }
+}
+TEST(KernelsBf16, GeluLinearOpsAreTheTwoOps) {
+  check_gelu_linear_ops_are_the_two_ops<bf16>(kCpu);
+  check_gelu_linear_ops_are_the_two_ops<float>(ExecContext{Device::CPU, nullptr, Precision::FP32});
+}
+
 TEST(KernelsBf16, Residual) {
   const int64_t n = 70001;
   const auto a = random_bf16(n, 50), b = random_bf16(n, 51);

@@ -47,7 +47,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <type_traits>
 
 #include "core/cuda_check.hpp"
@@ -177,8 +176,8 @@ enum class LtEpilogue { Plain, GeluAux, DGelu };
 // Column-major D (m, n) = op(A) op(B) [+ bias (m) per column] + beta C, A, B and the bias of type abtype (CUDA_R_16BF
 // or CUDA_R_16F; lda, ldb), C = D of type ctype (ldc), CUBLAS_COMPUTE_32F, alpha and beta host floats; with
 // epilogue GeluAux / DGelu the aux matrix (m, n) of type abtype, leading dimension aux_ld (a multiple of 8, >= m).
-// Null where the heuristics offer no algorithm and optional is set (the caller then composes the epilogue's work from
-// other ops); a failure otherwise.
+// Null where the heuristics refuse the descriptor or offer no algorithm and optional is set (with one warning; the
+// caller then composes the epilogue's work from other ops); a failure otherwise.
 const LtPlan* lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                       cudaDataType_t abtype, const void* A, int lda, const void* B, int ldb, const void* C,
                       cudaDataType_t ctype, int ldc, const void* bias, LtEpilogue epilogue = LtEpilogue::Plain,
@@ -257,7 +256,12 @@ const LtPlan* lt_plan(cublasLtHandle_t h, cublasOperation_t op_a, cublasOperatio
   if (rc == CUBLAS_STATUS_SUCCESS)
     rc = cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &returned);
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  if (optional && (rc == CUBLAS_STATUS_NOT_SUPPORTED || (rc == CUBLAS_STATUS_SUCCESS && returned == 0))) {
+  if (optional && (rc != CUBLAS_STATUS_SUCCESS || returned == 0)) {
+    // once per shape (the null plan is kept): the caller composes the epilogue's work from the own kernels
+    log_warn("train.gelu_epilogue: cuBLASLt offers no {} epilogue for the {} GEMM m={} n={} k={} ({}): this GEMM "
+             "runs with the own GELU kernel instead",
+             epilogue == LtEpilogue::GeluAux ? "GELU_AUX" : "DGELU", abtype == CUDA_R_16F ? "fp16" : "bf16", m, n, k,
+             rc == CUBLAS_STATUS_SUCCESS ? "no algorithm" : cublasGetStatusName(rc));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->c));
@@ -320,17 +324,7 @@ bool lt_gemm_gelu_rm(const ExecContext& ctx, LtEpilogue epilogue, bool trans_a, 
   const auto h = reinterpret_cast<cublasLtHandle_t>(cublas_handle(stream));
   const LtPlan* p = lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, lt_data_type<T>(), B, ldb, A, lda, C,
                             lt_data_type<T>(), ldc, bias, epilogue, aux, N, true);
-  if (!p) {  // once per shape: the run goes on with the own GELU kernels
-    static std::mutex mu;
-    static std::set<std::array<int, 4>> said;
-    const std::lock_guard<std::mutex> lock(mu);
-    if (said.insert({static_cast<int>(epilogue), M, N, K}).second)
-      log_warn("train.gelu_epilogue: cuBLASLt offers no {} epilogue for the {} GEMM M={} N={} K={}: this GEMM runs "
-               "with the own GELU kernel instead",
-               epilogue == LtEpilogue::GeluAux ? "GELU_AUX" : "DGELU", std::is_same_v<T, bf16> ? "bf16" : "fp16", M, N,
-               K);
-    return false;
-  }
+  if (!p) return false;  // lt_plan said why, once per shape
   if (bias) lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
   const float alpha = 1.0f, beta = 0.0f;

@@ -339,6 +339,10 @@ template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n);
 template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n);
+// out = relu(a + b), the sum rounded once to A as residual_forward's: residual_forward then relu_forward in one pass,
+// bit for bit (a ResNet block's end). In place allowed (out == a or b).
+template <typename A>
+void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n);
 
 // MaxPool2d (torch semantics: padding counts as -inf, floor mode, the first maximum in row-major window order wins).
 // idx[n,c,oh,ow] = ih*W + iw of the maximum within its (H,W) plane; the backward scatters dout there (dinp assigned:

@@ -159,6 +159,11 @@ void emu_relu_forward(S* out, const S* inp, int64_t n) {
   EMU_LAUNCH(cu::relu_forward_kernel, cu::pointwise_shape<S>(n, packs), out, inp, n, packs);
 }
 template <typename S>
+void emu_residual_relu(S* out, const S* a, const S* b, int64_t n) {
+  const int64_t packs = cu::pointwise_packs<S>(n, {out, a, b});
+  EMU_LAUNCH(cu::residual_relu_kernel, cu::pointwise_shape<S>(n, packs), out, a, b, n, packs);
+}
+template <typename S>
 void emu_relu_backward(S* dinp, const S* dout, const S* out, int64_t n) {
   const int64_t packs = cu::pointwise_packs<S>(n, {dinp, dout, out});
   EMU_LAUNCH(cu::relu_backward_kernel, cu::pointwise_shape<S>(n, packs), dinp, dout, out, n, packs);
@@ -218,6 +223,52 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
       EXPECT_TRUE(bitwise_equal("relu_backward", drelu, want_drelu));
     }
   }
+}
+
+// residual_relu_kernel (a ResNet block's end) is residual_kernel then relu_forward_kernel, bit for bit, in every
+// storage type, out of place and in place (out == a), packed and off 16-byte alignment, with -0, +-inf and NaN sums;
+// and the CPU backend's residual_relu_forward (float, bf16) gives the same bits.
+template <typename A>
+void check_residual_relu_is_residual_then_relu() {
+  using S = EmuStorage<A>;
+  for (int64_t n : {int64_t{1}, int64_t{4011}}) {
+    for (int off : {0, 3}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
+      auto af = with_specials(random_vector(sz(n + off), 320, -6.0, 6.0));
+      if (n + off > 12) af[12] = NAN;
+      std::vector<A> a, b;
+      if constexpr (std::is_same_v<A, float>) {
+        a = af, b = random_vector(sz(n + off), 321);
+      } else {
+        a = to_storage_vector<A>(af), b = random_storage<A>(sz(n + off), 321);
+      }
+      std::vector<A> fused(a.size(), a[0]), inplace = a, sum(a.size(), a[0]), composed(a.size(), a[0]);
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            emu_residual_relu(emu_ptr(fused) + off, emu_ptr(a) + off, emu_ptr(b) + off, n);
+            emu_residual_relu(emu_ptr(inplace) + off, emu_ptr(inplace) + off, emu_ptr(b) + off, n);
+            emu_residual(emu_ptr(sum) + off, emu_ptr(a) + off, emu_ptr(b) + off, n);
+            emu_relu_forward(emu_ptr(composed) + off, emu_ptr(sum) + off, n);
+          },
+          {emu_output("fused", fused), emu_output("in place", inplace), emu_output("sum", sum),
+           emu_output("composed", composed)}));
+      EXPECT_TRUE(bitwise_equal("residual_relu", std::vector<A>(fused.begin() + off, fused.end()),
+                                std::vector<A>(composed.begin() + off, composed.end())));
+      EXPECT_TRUE(bitwise_equal("residual_relu in place", std::vector<A>(inplace.begin() + off, inplace.end()),
+                                std::vector<A>(composed.begin() + off, composed.end())));
+      if constexpr (!std::is_same_v<A, fp16>) {  // the CPU backend's storage types
+        std::vector<A> cpu(a.size(), a[0]);
+        residual_relu_forward(cpu_ctx(), cpu.data() + off, a.data() + off, b.data() + off, n);
+        EXPECT_TRUE(bitwise_equal("CPU residual_relu_forward", std::vector<A>(cpu.begin() + off, cpu.end()),
+                                  std::vector<A>(composed.begin() + off, composed.end())));
+      }
+    }
+  }
+}
+TEST(EmuCore, ResidualReluIsResidualThenRelu) {
+  check_residual_relu_is_residual_then_relu<float>();
+  check_residual_relu_is_residual_then_relu<bf16>();
+  check_residual_relu_is_residual_then_relu<fp16>();
 }
 
 TEST(EmuCore, GeluForwardBackward) {

@@ -692,6 +692,23 @@ void relu_forward(A* out, const A* inp, int64_t n) {
 }
 
 template <typename A>
+void residual_relu_forward(A* out, const A* a, const A* b, int64_t n) {
+  if constexpr (kF32<A>) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+    for (int64_t i = 0; i < n; i++) {
+      const float s = a[i] + b[i];
+      out[i] = s > 0.0f ? s : 0.0f;
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+    for (int64_t i = 0; i < n; i++) {
+      const bf16 s = from_f32<A>(to_f32(a[i]) + to_f32(b[i]));  // residual_forward's one rounding
+      out[i].bits = positive(s) ? s.bits : uint16_t{0};
+    }
+  }
+}
+
+template <typename A>
 void relu_backward(A* dinp, const A* dout, const A* out, int64_t n) {
   if constexpr (kF32<A>) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
@@ -807,6 +824,7 @@ void global_avgpool_backward(A* dinp, const A* dout, int N, int C, int HW) {
   template void batchnorm2d_backward_apply<A>(A*, const A*, const A*, const float*, const float*, const A*,            \
                                               const float*, int64_t, int, int, int);                                   \
   template void relu_forward<A>(A*, const A*, int64_t);                                                                \
+  template void residual_relu_forward<A>(A*, const A*, const A*, int64_t);                                             \
   template void relu_backward<A>(A*, const A*, const A*, int64_t);                                                     \
   template void maxpool2d_forward<A>(A*, int32_t*, const A*, int, int, int, int, int, int, int);                       \
   template void maxpool2d_backward<A>(A*, const A*, const int32_t*, int, int, int, int, int, int, int);                \

@@ -144,6 +144,8 @@ void batchnorm2d_backward_apply(A* dinp /*(N,C,HW) assigned*/, const A* dout /*(
 template <typename A>
 void relu_forward(A* out, const A* inp, int64_t n);
 template <typename A>
+void residual_relu_forward(A* out, const A* a, const A* b, int64_t n);
+template <typename A>
 void relu_backward(A* dinp, const A* dout, const A* out, int64_t n);
 
 template <typename A>

@@ -256,6 +256,17 @@ void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
 }
 
 template <typename A>
+void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
+  using S = DeviceStorage<A>;
+  check_count("residual_relu_forward", n);
+  if (n == 0) return;
+  const int64_t packs = pointwise_packs<S>(n, {out, a, b});
+  HPCT_LAUNCH(residual_relu_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(a),
+              dev_ptr(b), n, packs);
+  HPCT_CUDA_LAUNCH_CHECK("residual_relu_forward");
+}
+
+template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n) {
   using S = DeviceStorage<A>;
   check_count("relu_backward", n);
@@ -463,6 +474,7 @@ void host_unregister(const ExecContext& ctx, void* host) {
   template void residual_layernorm_forward<A>(const ExecContext&, A*, A*, float*, float*, const A*, const A*,         \
                                               const A*, const A*, int, int);                                          \
   template void relu_forward<A>(const ExecContext&, A*, const A*, int64_t);                                           \
+  template void residual_relu_forward<A>(const ExecContext&, A*, const A*, const A*, int64_t);                        \
   template void relu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);
 HPCT_INSTANTIATE_CORE(float)
 HPCT_INSTANTIATE_CORE(bf16)

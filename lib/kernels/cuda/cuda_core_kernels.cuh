@@ -170,6 +170,22 @@ __global__ void gelu_backward_kernel(S* dinp, const S* inp, const S* dout, int64
   });
 }
 
+// residual_kernel then relu_forward_kernel in one pass: the sum rounded once to S, then the ReLU of that value (exact).
+template <typename S>
+__global__ void residual_relu_kernel(S* out, const S* a, const S* b, int64_t n, int64_t packs) {
+  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> x = load_pack<W>(a + i), y = load_pack<W>(b + i);
+    Pack<S, W> o;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+      const float s = to_float(from_float<S>(to_float(x.v[j]) + to_float(y.v[j])));
+      o.v[j] = from_float<S>(s > 0.0f ? s : 0.0f);
+    }
+    store_pack<W>(out + i, o);
+  });
+}
+
 template <typename S>
 __global__ void relu_forward_kernel(S* out, const S* inp, int64_t n, int64_t packs) {
   for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {

@@ -163,6 +163,8 @@ void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp /*(N,C,HW) assig
 template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n);
 template <typename A>
+void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n);
+template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n);
 
 template <typename A>

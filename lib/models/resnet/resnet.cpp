@@ -557,8 +557,7 @@ void ResNet::block_forward(const ExecContext& ctx, Block& blk, const A* x, int b
     bn_forward(ctx, blk.bds, blk.xdsb->as<A>(), blk.xdsc->as<A>(), b, train, update_running);
     shortcut = blk.xdsb->as<A>();
   }
-  k::residual_forward(ctx, blk.out->as<A>(), blk.main.back().xb->as<A>(), shortcut, n);
-  k::relu_forward(ctx, blk.out->as<A>(), blk.out->as<A>(), n);  // in place
+  k::residual_relu_forward(ctx, blk.out->as<A>(), blk.main.back().xb->as<A>(), shortcut, n);  // add and ReLU, one pass
 }
 
 const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) {

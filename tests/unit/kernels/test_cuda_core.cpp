@@ -235,6 +235,16 @@ TEST(CudaCore, ScaleResidualAndReluAreExact) {
     residual_forward(gpu_ctx(), dinplace.get(), dinplace.get(), db.get(), n);
     EXPECT_TRUE(bitwise_equal("residual in place", dinplace.download(), want));
   }
+  // residual then ReLU in one pass (a ResNet block's end), out of place and in place
+  {
+    residual_relu_forward(gpu_ctx(), dout.get(), da.get(), db.get(), n);
+    std::vector<float> want(static_cast<size_t>(n));
+    residual_relu_forward(cpu_ctx(), want.data(), a.data(), b.data(), n);
+    EXPECT_TRUE(bitwise_equal("residual_relu", dout.download(), want));
+    DBuf<float> dinplace(a);
+    residual_relu_forward(gpu_ctx(), dinplace.get(), dinplace.get(), db.get(), n);
+    EXPECT_TRUE(bitwise_equal("residual_relu in place", dinplace.download(), want));
+  }
   // ReLU forward and backward, out of place and in place
   {
     relu_forward(gpu_ctx(), dout.get(), da.get(), n);

@@ -475,6 +475,30 @@ TEST(KernelsBf16, GeluLinearOpsAreTheTwoOps) {
   check_gelu_linear_ops_are_the_two_ops<float>(ExecContext{Device::CPU, nullptr, Precision::FP32});
 }
 
+// residual_relu_forward (a ResNet block's end) is residual_forward then relu_forward, bit for bit, in place too, with
+// -0, +-inf and NaN sums, in bf16 and in fp32.
+template <typename A>
+void check_residual_relu_is_residual_then_relu(const ExecContext& ctx) {
+  const int64_t n = 70001;
+  std::vector<float> af = random_vector(n, 52), bf = random_vector(n, 53);
+  af[0] = 0.0f, bf[0] = -0.0f;   // +0 + -0 = +0
+  af[1] = -0.0f, bf[1] = -0.0f;  // -0
+  af[2] = INFINITY, af[3] = -INFINITY, af[4] = NAN, af[5] = INFINITY, bf[5] = -INFINITY;
+  std::vector<A> a(n), b(n);
+  for (int64_t i = 0; i < n; i++) a[i] = from_f32<A>(af[i]), b[i] = from_f32<A>(bf[i]);
+  std::vector<A> fused(n), sum(n), composed(n), inplace = a;
+  residual_relu_forward(ctx, fused.data(), a.data(), b.data(), n);
+  residual_relu_forward(ctx, inplace.data(), inplace.data(), b.data(), n);
+  residual_forward(ctx, sum.data(), a.data(), b.data(), n);
+  relu_forward(ctx, composed.data(), sum.data(), n);
+  EXPECT_TRUE(bitwise_equal("residual_relu", fused, composed));
+  EXPECT_TRUE(bitwise_equal("residual_relu in place", inplace, composed));
+}
+TEST(KernelsBf16, ResidualReluIsResidualThenRelu) {
+  check_residual_relu_is_residual_then_relu<bf16>(kCpu);
+  check_residual_relu_is_residual_then_relu<float>(ExecContext{Device::CPU, nullptr, Precision::FP32});
+}
+
 TEST(KernelsBf16, Residual) {
   const int64_t n = 70001;
   const auto a = random_bf16(n, 50), b = random_bf16(n, 51);

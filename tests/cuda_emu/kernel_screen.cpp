@@ -360,9 +360,9 @@ void add_forward(Step& st, const Model& m, int b, const std::string& phase, int6
   add({instance("gelu_forward_kernel", kS, &cu::gelu_forward_kernel<S>), "gelu_forward", "block_forward: L",
        cu::pointwise_shape<S>(n4, cu::pointwise_packs<S>(n4, {kAligned, kAligned})), L, n4 * 2.0 * 2});
   // residual_forward: residual3 of each block_forward (residual2 is fused above): L
-  add({instance("residual_kernel", kS, &cu::residual_kernel<S>), "residual_forward", "block_forward: L",
-       cu::pointwise_shape<S>(N * C, cu::pointwise_packs<S>(N * C, {kAligned, kAligned, kAligned})), L,
-       N * C * 2.0 * 3});
+  add({instance("residual_kernel", std::string(kS) + ", false", &cu::residual_kernel<S>), "residual_forward",
+       "block_forward: L", cu::pointwise_shape<S>(N * C, cu::pointwise_packs<S>(N * C, {kAligned, kAligned, kAligned})),
+       L, N * C * 2.0 * 3});
   // cuBLASLt (cuda_gpt.cu matmul_forward, bf16: lt_gemm_rm with the bias epilogue): qkv, attn.proj, mlp.fc, mlp.proj
   // per block and the tied head
   st.gemms.launches += (4 * L + 1) * times;

@@ -161,7 +161,7 @@ void emu_relu_forward(S* out, const S* inp, int64_t n) {
 template <typename S>
 void emu_residual_relu(S* out, const S* a, const S* b, int64_t n) {
   const int64_t packs = cu::pointwise_packs<S>(n, {out, a, b});
-  EMU_LAUNCH(cu::residual_relu_kernel, cu::pointwise_shape<S>(n, packs), out, a, b, n, packs);
+  EMU_LAUNCH((cu::residual_kernel<S, true>), cu::pointwise_shape<S>(n, packs), out, a, b, n, packs);
 }
 template <typename S>
 void emu_relu_backward(S* dinp, const S* dout, const S* out, int64_t n) {
@@ -225,7 +225,7 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
   }
 }
 
-// residual_relu_kernel (a ResNet block's end) is residual_kernel then relu_forward_kernel, bit for bit, in every
+// residual_kernel<S, true> (a ResNet block's end) is residual_kernel then relu_forward_kernel, bit for bit, in every
 // storage type, out of place and in place (out == a), packed and off 16-byte alignment, with -0, +-inf and NaN sums;
 // and the CPU backend's residual_relu_forward (float, bf16) gives the same bits.
 template <typename A>

@@ -233,15 +233,23 @@ void gelu_backward(const ExecContext& ctx, A* dinp, const A* inp, const A* dout,
   HPCT_CUDA_LAUNCH_CHECK("gelu_backward");
 }
 
-template <typename A>
-void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
+namespace {
+// residual_kernel over n values (kRelu: with the ReLU of each sum), the launch of both ops below
+template <bool kRelu, typename A>
+void launch_residual(const ExecContext& ctx, const char* op, A* out, const A* a, const A* b, int64_t n) {
   using S = DeviceStorage<A>;
-  check_count("residual_forward", n);
+  check_count(op, n);
   if (n == 0) return;
   const int64_t packs = pointwise_packs<S>(n, {out, a, b});
-  HPCT_LAUNCH(residual_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(a), dev_ptr(b), n,
-              packs);
-  HPCT_CUDA_LAUNCH_CHECK("residual_forward");
+  HPCT_LAUNCH((residual_kernel<S, kRelu>), pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(a),
+              dev_ptr(b), n, packs);
+  HPCT_CUDA_LAUNCH_CHECK(op);
+}
+}  // namespace
+
+template <typename A>
+void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
+  launch_residual<false>(ctx, "residual_forward", out, a, b, n);
 }
 
 template <typename A>
@@ -257,13 +265,7 @@ void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
 
 template <typename A>
 void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
-  using S = DeviceStorage<A>;
-  check_count("residual_relu_forward", n);
-  if (n == 0) return;
-  const int64_t packs = pointwise_packs<S>(n, {out, a, b});
-  HPCT_LAUNCH(residual_relu_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(a),
-              dev_ptr(b), n, packs);
-  HPCT_CUDA_LAUNCH_CHECK("residual_relu_forward");
+  launch_residual<true>(ctx, "residual_relu_forward", out, a, b, n);
 }
 
 template <typename A>

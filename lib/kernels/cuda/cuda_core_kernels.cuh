@@ -115,14 +115,22 @@ __global__ void __launch_bounds__(kReduceThreads)
 // packs over aligned buffers (for_each_pack: the results are those of the element-by-element loop, bit for bit).
 __global__ void scale_kernel(float* x, float s, int64_t n) { HPCT_GRID_STRIDE_LOOP(i, n) x[i] *= s; }
 
-template <typename S>
+// out = a + b, each sum rounded once to S; kRelu: then the ReLU of that value (exact), a ResNet block's end in one
+// pass, the bits of this kernel followed by relu_forward_kernel.
+template <typename S, bool kRelu = false>
 __global__ void residual_kernel(S* out, const S* a, const S* b, int64_t n, int64_t packs) {
   for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
     const Pack<S, W> x = load_pack<W>(a + i), y = load_pack<W>(b + i);
     Pack<S, W> o;
 #pragma unroll
-    for (int j = 0; j < W; j++) o.v[j] = from_float<S>(to_float(x.v[j]) + to_float(y.v[j]));
+    for (int j = 0; j < W; j++) {
+      o.v[j] = from_float<S>(to_float(x.v[j]) + to_float(y.v[j]));
+      if constexpr (kRelu) {
+        const float r = to_float(o.v[j]);  // relu_forward_kernel's formula on the stored sum
+        o.v[j] = from_float<S>(r > 0.0f ? r : 0.0f);
+      }
+    }
     store_pack<W>(out + i, o);
   });
 }
@@ -167,22 +175,6 @@ __global__ void gelu_backward_kernel(S* dinp, const S* inp, const S* dout, int64
 #pragma unroll
     for (int j = 0; j < W; j++) o.v[j] = from_float<S>(gelu_grad(to_float(x.v[j])) * to_float(g.v[j]));
     store_pack<W>(dinp + i, o);
-  });
-}
-
-// residual_kernel then relu_forward_kernel in one pass: the sum rounded once to S, then the ReLU of that value (exact).
-template <typename S>
-__global__ void residual_relu_kernel(S* out, const S* a, const S* b, int64_t n, int64_t packs) {
-  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
-    constexpr int W = decltype(w)::value;
-    const Pack<S, W> x = load_pack<W>(a + i), y = load_pack<W>(b + i);
-    Pack<S, W> o;
-#pragma unroll
-    for (int j = 0; j < W; j++) {
-      const float s = to_float(from_float<S>(to_float(x.v[j]) + to_float(y.v[j])));
-      o.v[j] = from_float<S>(s > 0.0f ? s : 0.0f);
-    }
-    store_pack<W>(out + i, o);
   });
 }
 

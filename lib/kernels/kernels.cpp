@@ -125,20 +125,26 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
                     int OC) {
   HPCT_DISPATCH_STORAGE(matmul_forward, out, inp, weight, bias, N, C, OC);
 }
-// The fused Linear + GELU: the CUDA backend decides whether to fuse; elsewhere the two ops, each dispatched (and
-// profiled) as itself.
+// The Linear + GELU pairs: the CUDA backend's GELU epilogue where it runs (ctx.gelu_epilogue), else the two ops, each
+// dispatched (and profiled) as itself.
 template <typename A>
 void matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias, int N,
                          int C, int OC) {
-  if (ctx.device == Device::CUDA) HPCT_CUDA_CALL(matmul_gelu_forward, out, pre, inp, weight, bias, N, C, OC);
+#ifdef HPCT_HAVE_CUDA
+  if (ctx.device == Device::CUDA && cuda::try_matmul_gelu_forward(ctx, out, pre, inp, weight, bias, N, C, OC)) return;
+#endif
   matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
   gelu_forward(ctx, out, pre, static_cast<int64_t>(N) * OC);
 }
 template <typename A>
 void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dweight, float* dbias, const A* dout,
                            const A* out, const A* pre, const A* weight, int N, int C, int OC) {
-  if (ctx.device == Device::CUDA)
-    HPCT_CUDA_CALL(matmul_dgelu_backward, dpre, dgelu, dweight, dbias, dout, out, pre, weight, N, C, OC);
+#ifdef HPCT_HAVE_CUDA
+  if (ctx.device == Device::CUDA && cuda::try_matmul_dgelu_backward(ctx, dpre, dout, pre, weight, N, C, OC)) {
+    matmul_backward(ctx, static_cast<A*>(nullptr), dweight, dbias, dout, out, weight, N, C, OC);
+    return;
+  }
+#endif
   matmul_backward(ctx, dgelu, dweight, dbias, dout, out, weight, N, C, OC);
   gelu_backward(ctx, dpre, pre, dgelu, static_cast<int64_t>(N) * C);
 }

@@ -297,37 +297,25 @@ constexpr cudaDataType_t lt_output_type() {
   return std::is_same_v<C_t, float> ? CUDA_R_32F : lt_data_type<T>();
 }
 
+// With a GELU epilogue (T output, beta 0): GeluAux writes C = GELU(op(A) op(B) [+ bias]) and aux = what GELU took;
+// DGelu writes C = op(A) op(B) * GELU'(aux) (no bias); aux (M, N) row-major, leading dimension N. Returns false,
+// having run nothing, where cuBLASLt refuses that epilogue for the shape (lt_plan warns once) or N is not a multiple
+// of 8 (the aux matrix's leading dimension must be): the caller then composes the GEMM and the GELU op.
 template <typename T, typename C_t>
-void lt_gemm_rm(const ExecContext& ctx, bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda,
-                const T* B, int ldb, float beta, C_t* C, int ldc, const T* bias) {
-  if (M <= 0 || N <= 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  const auto h = reinterpret_cast<cublasLtHandle_t>(cublas_handle(stream));
-  void* workspace = lt_workspace();
-  const LtPlan& p = *lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, lt_data_type<T>(), B, ldb, A, lda, C,
-                             lt_output_type<T, C_t>(), ldc, bias);
-  if (bias) lt_desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
-  const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(h, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace,
-                              kLtWorkspaceBytes, stream));
-}
-
-// lt_gemm_rm's row-major C (M, N) = op(A) op(B) [+ bias], assigned, T in and out, with a GELU epilogue: GeluAux writes
-// C = GELU(that) and aux = that (the GELU input); DGelu writes C = that * GELU'(aux) (no bias). aux (M, N) row-major,
-// leading dimension N. False, having run nothing, where cuBLASLt offers no algorithm for it (the caller composes the
-// GEMM and the GELU op instead) or N is not a multiple of 8 (the aux matrix's leading dimension must be).
-template <typename T>
-bool lt_gemm_gelu_rm(const ExecContext& ctx, LtEpilogue epilogue, bool trans_a, bool trans_b, int M, int N, int K,
-                     const T* A, int lda, const T* B, int ldb, T* C, int ldc, const T* bias, const T* aux) {
-  if (N % 8 != 0 || ldc != N) return false;
+bool lt_gemm_rm(const ExecContext& ctx, bool trans_a, bool trans_b, int M, int N, int K, const T* A, int lda,
+                const T* B, int ldb, float beta, C_t* C, int ldc, const T* bias,
+                LtEpilogue epilogue = LtEpilogue::Plain, const T* aux = nullptr) {
+  const bool gelu = epilogue != LtEpilogue::Plain;
+  if (gelu && (N % 8 != 0 || ldc != N || beta != 0.0f || !std::is_same_v<C_t, T>)) return false;
+  if (M <= 0 || N <= 0) return true;
   const cudaStream_t stream = stream_of(ctx);
   const auto h = reinterpret_cast<cublasLtHandle_t>(cublas_handle(stream));
   const LtPlan* p = lt_plan(h, op_of(trans_b), op_of(trans_a), N, M, K, lt_data_type<T>(), B, ldb, A, lda, C,
-                            lt_data_type<T>(), ldc, bias, epilogue, aux, N, true);
-  if (!p) return false;  // lt_plan said why, once per shape
+                            lt_output_type<T, C_t>(), ldc, bias, epilogue, aux, gelu ? N : 0, gelu);
+  if (!p) return false;
   if (bias) lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
-  lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
-  const float alpha = 1.0f, beta = 0.0f;
+  if (aux) lt_desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
+  const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(h, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo, lt_workspace(),
                               kLtWorkspaceBytes, stream));
   return true;
@@ -453,42 +441,30 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
   }
 }
 
-// GELU in the fc GEMM's epilogue (ctx.gelu_epilogue, 16-bit storage): pre = inp @ weight^T + bias and out = GELU(pre)
-// from one cuBLASLt call; otherwise, or where cuBLASLt offers no algorithm, matmul_forward then gelu_forward (bit for
-// bit the two ops). cuBLASLt's GELU is its own (tanh form, fp32 on the accumulator): out differs from gelu_forward's
-// by bf16 rounding, and so may pre from the BIAS epilogue's.
+// The GELU epilogues (ctx.gelu_epilogue, 16-bit storage; kernels.hpp matmul_gelu_forward, matmul_dgelu_backward):
+// true when one cuBLASLt call did the work, false (nothing run) where it cannot, and kernels.cpp composes the ops.
+// cuBLASLt's GELU is its own (tanh form, fp32 on the accumulator): within bf16 rounding of gelu_forward's, and pre
+// may differ from the BIAS epilogue's likewise.
+// pre = inp @ weight^T + bias and out = GELU(pre) (GELU_AUX_BIAS):
 template <typename A>
-void matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias, int N,
-                         int C, int OC) {
+bool try_matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias,
+                             int N, int C, int OC) {
   check_linear("matmul_gelu_forward", N, C, OC);
-  if (N == 0) return;
-  if constexpr (kHalfPrecisionStorage<A>) {
-    if (ctx.gelu_epilogue &&
-        lt_gemm_gelu_rm(ctx, LtEpilogue::GeluAux, false, true, N, OC, C, inp, C, weight, C, out, OC, bias, pre))
-      return;
-  }
-  matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
-  gelu_forward(ctx, out, pre, static_cast<int64_t>(N) * OC);
+  if constexpr (kHalfPrecisionStorage<A>)
+    return ctx.gelu_epilogue &&
+           lt_gemm_rm(ctx, false, true, N, OC, C, inp, C, weight, C, 0.0f, out, OC, bias, LtEpilogue::GeluAux, pre);
+  return false;
 }
-
-// The backward of out = GELU(pre) followed by a Linear (the MLP's proj): dpre = GELU'(pre) * (dout @ weight), dweight
-// += dout^T @ out, dbias += sum_n dout. With ctx.gelu_epilogue on 16-bit storage, dpre from one cuBLASLt call
-// (the DGELU epilogue on the fp32 product: one rounding where the two ops round twice); otherwise matmul_backward into
-// dgelu (the caller's (N, C) scratch) then gelu_backward, bit for bit the two ops.
+// dpre = GELU'(pre) * (dout @ weight) (DGELU, on the fp32 product: one rounding where the two ops round twice); the
+// weight and bias gradients are the caller's matmul_backward either way:
 template <typename A>
-void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dweight, float* dbias, const A* dout,
-                           const A* out, const A* pre, const A* weight, int N, int C, int OC) {
+bool try_matmul_dgelu_backward(const ExecContext& ctx, A* dpre, const A* dout, const A* pre, const A* weight, int N,
+                               int C, int OC) {
   check_linear("matmul_dgelu_backward", N, C, OC);
-  if (N == 0) return;
-  if constexpr (kHalfPrecisionStorage<A>) {
-    if (ctx.gelu_epilogue && lt_gemm_gelu_rm(ctx, LtEpilogue::DGelu, false, false, N, C, OC, dout, OC, weight, C, dpre,
-                                             C, static_cast<const A*>(nullptr), pre)) {
-      matmul_backward(ctx, static_cast<A*>(nullptr), dweight, dbias, dout, out, weight, N, C, OC);
-      return;
-    }
-  }
-  matmul_backward(ctx, dgelu, dweight, dbias, dout, out, weight, N, C, OC);
-  gelu_backward(ctx, dpre, pre, dgelu, static_cast<int64_t>(N) * C);
+  if constexpr (kHalfPrecisionStorage<A>)
+    return ctx.gelu_epilogue && lt_gemm_rm(ctx, false, false, N, C, OC, dout, OC, weight, C, 0.0f, dpre, C,
+                                           static_cast<const A*>(nullptr), LtEpilogue::DGelu, pre);
+  return false;
 }
 
 template <typename A>
@@ -736,9 +712,8 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* gl
   template void matmul_forward<A>(const ExecContext&, A*, const A*, const A*, const A*, int, int, int);              \
   template void matmul_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, int, int,   \
                                    int);                                                                             \
-  template void matmul_gelu_forward<A>(const ExecContext&, A*, A*, const A*, const A*, const A*, int, int, int);     \
-  template void matmul_dgelu_backward<A>(const ExecContext&, A*, A*, float*, float*, const A*, const A*, const A*,   \
-                                         const A*, int, int, int);                                                   \
+  template bool try_matmul_gelu_forward<A>(const ExecContext&, A*, A*, const A*, const A*, const A*, int, int, int); \
+  template bool try_matmul_dgelu_backward<A>(const ExecContext&, A*, const A*, const A*, const A*, int, int, int);   \
   template void attention_forward<A>(const ExecContext&, A*, void*, const A*, int, int, int, int);                   \
   template void attention_backward<A>(const ExecContext&, A*, void*, const A*, const A*, const A*, const void*, int, \
                                       int, int, int);                                                                \

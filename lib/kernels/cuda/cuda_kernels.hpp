@@ -48,12 +48,13 @@ template <typename A>
 void matmul_backward(const ExecContext& ctx, A* dinp /*(N,C) or null*/, float* dweight /*(OC,C) +=*/,
                      float* dbias /*(OC) += or null*/, const A* dout /*(N,OC)*/, const A* inp /*(N,C)*/,
                      const A* weight /*(OC,C)*/, int N, int C, int OC);
+// The GELU epilogues (cuda_gpt.cu): true when cuBLASLt did the work, false where kernels.cpp composes the two ops.
 template <typename A>
-void matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias, int N,
-                         int C, int OC);
+bool try_matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias,
+                             int N, int C, int OC);
 template <typename A>
-void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dweight, float* dbias, const A* dout,
-                           const A* out, const A* pre, const A* weight, int N, int C, int OC);
+bool try_matmul_dgelu_backward(const ExecContext& ctx, A* dpre, const A* dout, const A* pre, const A* weight, int N,
+                               int C, int OC);
 
 // Flash attention (cuda_gpt.cu): stats is the log-sum-exp L (B,NH,T), scratch holds D = rowsum(dout * out) (B,NH,T).
 // The two size queries are pure host arithmetic (no device call).

@@ -137,15 +137,12 @@ int diff(const std::string& path_a, const std::string& path_b, bool optimizer, b
   if (json) {  // one line, for scripts (validation/gpu_layouts.py)
     nlohmann::json j = {{"a", d.dir_a}, {"b", d.dir_b}, {"step_a", d.step_a}, {"step_b", d.step_b}};
     for (const std::string& g : groups) {
-      const ck::TensorDifference* w = d.worst(g);
-      int64_t values = 0, unequal = 0;
-      for (const auto& t : d.tensors)
-        if (t.name.rfind(g, 0) == 0) values += t.values, unequal += t.unequal;
-      j[g.substr(0, g.size() - 1)] = {{"relative_l2", d.relative(g)},
-                                      {"values", values},
-                                      {"unequal", unequal},
-                                      {"worst_tensor", w ? w->name : ""},
-                                      {"worst_relative_l2", w ? w->relative() : 0.0}};
+      const ck::GroupDifference s = d.group(g);
+      j[g.substr(0, g.size() - 1)] = {{"relative_l2", s.relative},
+                                      {"values", s.values},
+                                      {"unequal", s.unequal},
+                                      {"worst_tensor", s.worst ? s.worst->name : ""},
+                                      {"worst_relative_l2", s.worst ? s.worst->relative() : 0.0}};
     }
     nlohmann::json ts = nlohmann::json::array();
     for (const auto& t : d.tensors)
@@ -163,13 +160,10 @@ int diff(const std::string& path_a, const std::string& path_b, bool optimizer, b
   for (const auto& t : d.tensors)
     fmt::print("  {:<48} {:>10} {:>12.3e} {:>12.3e} {:>10}\n", t.name, t.values, t.relative(), t.max_abs, t.unequal);
   for (const std::string& g : groups) {
-    const ck::TensorDifference* w = d.worst(g);
-    int64_t values = 0, unequal = 0;
-    for (const auto& t : d.tensors)
-      if (t.name.rfind(g, 0) == 0) values += t.values, unequal += t.unequal;
+    const ck::GroupDifference s = d.group(g);
     fmt::print("{}: relative L2 difference {:.3e} over {} values, {} of them differ{}\n", g.substr(0, g.size() - 1),
-               d.relative(g), values, unequal,
-               w ? fmt::format("; worst tensor {} ({:.3e})", w->name, w->relative()) : std::string());
+               s.relative, s.values, s.unequal,
+               s.worst ? fmt::format("; worst tensor {} ({:.3e})", s.worst->name, s.worst->relative()) : std::string());
   }
   return 0;
 }

@@ -235,14 +235,17 @@ struct TensorDifference {
   int64_t unequal = 0;            // values that differ at all (bitwise, NaN payloads aside)
   double relative() const { return norm_b > 0 ? diff_l2 / norm_b : diff_l2; }  // ||a - b|| / ||b||
 };
+// A group of tensors ("model/" or "optim/") taken as one vector.
+struct GroupDifference {
+  double relative = 0;                      // ||a - b|| / ||b|| over the group
+  int64_t values = 0, unequal = 0;          // the tensors' sums
+  const TensorDifference* worst = nullptr;  // the largest relative(); null where every tensor of the group is equal
+};
 struct CheckpointDifference {
   std::string dir_a, dir_b;
   int64_t step_a = -1, step_b = -1;       // the step attributes (-1: none)
   std::vector<TensorDifference> tensors;  // sorted by name
-  // Over every compared tensor of the group ("model/" or "optim/") as one vector: ||a - b|| / ||b||.
-  double relative(const std::string& group = "model/") const;
-  // The tensor of the group with the largest relative(); null where every tensor of the group is equal.
-  const TensorDifference* worst(const std::string& group = "model/") const;
+  GroupDifference group(const std::string& prefix) const;
 };
 // Compares every model/ tensor (and optim/ with with_optimizer). Both sides must hold the same tensors with the same
 // shapes (a UsageError naming the first that differs otherwise: another model, or an optimizer state the other lacks).

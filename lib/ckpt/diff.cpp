@@ -53,21 +53,19 @@ int64_t step_of(const Reader& r) { return r.attrs().ints.count("step") ? r.attrs
 
 }  // namespace
 
-double CheckpointDifference::relative(const std::string& group) const {
+GroupDifference CheckpointDifference::group(const std::string& prefix) const {
+  GroupDifference g;
   double d2 = 0, b2 = 0;
-  for (const TensorDifference& t : tensors)
-    if (t.name.rfind(group, 0) == 0) {
-      d2 += t.diff_l2 * t.diff_l2;
-      b2 += t.norm_b * t.norm_b;
-    }
-  return b2 > 0 ? std::sqrt(d2 / b2) : std::sqrt(d2);
-}
-
-const TensorDifference* CheckpointDifference::worst(const std::string& group) const {
-  const TensorDifference* w = nullptr;
-  for (const TensorDifference& t : tensors)
-    if (t.name.rfind(group, 0) == 0 && t.relative() > (w ? w->relative() : 0.0)) w = &t;
-  return w;
+  for (const TensorDifference& t : tensors) {
+    if (t.name.rfind(prefix, 0) != 0) continue;
+    d2 += t.diff_l2 * t.diff_l2;
+    b2 += t.norm_b * t.norm_b;
+    g.values += t.values;
+    g.unequal += t.unequal;
+    if (t.relative() > (g.worst ? g.worst->relative() : 0.0)) g.worst = &t;
+  }
+  g.relative = b2 > 0 ? std::sqrt(d2 / b2) : std::sqrt(d2);
+  return g;
 }
 
 CheckpointDifference diff_checkpoints(const std::string& step_dir_a, const std::string& step_dir_b,

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -26,6 +28,17 @@ constexpr struct {
                {"tp_grad_scale", FaultKind::TpGradScale},     {"syncbn_naive", FaultKind::SyncBnNaive},
                {"pp_loss_twice", FaultKind::PpLossTwice},     {"zero_shard_offset", FaultKind::ZeroShardOffset}};
 
+// The option after a variable's colon, "key=<N>" with N a decimal integer in [0, max] (digits only); nullopt otherwise.
+std::optional<uint64_t> option_value(const std::string& opt, const std::string& key, uint64_t max) {
+  if (opt.rfind(key, 0) != 0) return std::nullopt;
+  const std::string digits = opt.substr(key.size());
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  errno = 0;
+  const unsigned long long v = std::strtoull(digits.c_str(), nullptr, 10);
+  if (errno != 0 || v > max) return std::nullopt;
+  return v;
+}
+
 Planted parse() {
   Planted p;
   const char* e = std::getenv("HPCT_TEST_FAULT");
@@ -46,11 +59,9 @@ Planted parse() {
                    name, known);
   if (colon != std::string::npos) {
     const std::string opt = v.substr(colon + 1);
-    char* end = nullptr;
-    const long r = opt.rfind("rank=", 0) == 0 ? std::strtol(opt.c_str() + 5, &end, 10) : -1;
-    HPCT_USAGE_CHECK(end && *end == '\0' && end != opt.c_str() + 5 && r >= 0,
-                     "HPCT_TEST_FAULT=\"{}\": \"{}\" is not rank=<R> (R >= 0)", v, opt);
-    p.rank = static_cast<int>(r);
+    const std::optional<uint64_t> r = option_value(opt, "rank=", std::numeric_limits<int>::max());
+    HPCT_USAGE_CHECK(r.has_value(), "HPCT_TEST_FAULT=\"{}\": \"{}\" is not rank=<R> (R >= 0)", v, opt);
+    p.rank = static_cast<int>(*r);
   }
   std::fprintf(
       stderr,
@@ -119,12 +130,9 @@ ResumeNoise parse_resume_noise() {
   }
   if (colon != std::string::npos) {
     const std::string opt = v.substr(colon + 1);
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long s = opt.rfind("seed=", 0) == 0 ? std::strtoull(opt.c_str() + 5, &end, 10) : 0;
-    HPCT_USAGE_CHECK(end && *end == '\0' && end != opt.c_str() + 5 && errno == 0 && opt[5] != '-',
-                     "HPCT_TEST_RESUME_NOISE=\"{}\": \"{}\" is not seed=<S> (S >= 0)", v, opt);
-    n.seed = s;
+    const std::optional<uint64_t> s = option_value(opt, "seed=", std::numeric_limits<uint64_t>::max());
+    HPCT_USAGE_CHECK(s.has_value(), "HPCT_TEST_RESUME_NOISE=\"{}\": \"{}\" is not seed=<S> (S >= 0)", v, opt);
+    n.seed = *s;
   }
   const std::string scope = n.per_tensor.empty()
                                 ? fmt::format("every value by up to {:g} relative", n.rel)

@@ -681,6 +681,17 @@ def exe_stamp(app):
     return f"{st.st_size}:{int(st.st_mtime)}"
 
 
+def reference_dir(app, precision, name=""):
+    """Where the CPU reference runs of (app, precision) are kept (WORK/reference/<app>_<precision>/<name>)."""
+    return os.path.join(WORK, "reference", f"{app}_{precision}", name)
+
+
+def cpu_checkpoint_dir(case):
+    """The CPU serial run's own checkpoint at the case's checkpoint step (state_difference makes it)."""
+    k = case["checkpoint_step"]
+    return os.path.join(reference_dir(case["app"], case["precision"], f"ckpt{k}"), "checkpoints", f"step_{k:08d}")
+
+
 def reference_run(app, precision, name, threads, conv=None, steps=STEPS, first=1, extra=(), noise=None, out=None,
                   log=None):
     """One CPU serial run of the reference's deck: the reference itself and its rounding controls (threads, conv),
@@ -689,7 +700,7 @@ def reference_run(app, precision, name, threads, conv=None, steps=STEPS, first=1
     its stamp (command, environment, executable) is unchanged; with out given (a run from a case's own checkpoint)
     run there every time, its output into log. Returns (Run, None) or (None, why)."""
     cache = out is None
-    out = out or os.path.join(WORK, "reference", f"{app}_{precision}", name)
+    out = out or reference_dir(app, precision, name)
     sets = list(DOC["quiet"][app]) + ["train.device=cpu", f"train.precision={precision}", f"train.steps={steps}",
                                       f"optim.decay_steps={STEPS}", "checkpoint.at_end=false"] + DOC["reference"][app]
     sets += list(extra)
@@ -1016,15 +1027,13 @@ def state_difference(case, ref, step_dir, log):
     model's tensor name: its own relative L2 difference, for those that differ}), note); (None, why) where it cannot
     be measured. The CPU's step-K checkpoint is a reference run of K steps, kept."""
     app, prec, k = case["app"], case["precision"], case["checkpoint_step"]
-    nm = f"ckpt{k}"
-    got, err = reference_run(app, prec, nm, 1, steps=k, extra=["checkpoint.at_end=true"])
+    got, err = reference_run(app, prec, f"ckpt{k}", 1, steps=k, extra=["checkpoint.at_end=true"])
     if err:
         return None, f"state at step {k}: no CPU checkpoint ({err})"
     if any(got.get(s) != ref.ref.get(s) for s in range(1, k + 1)):
         return None, (f"state at step {k}: the CPU's {k}-step run differs from the reference's first {k} steps (a "
                       "non-deterministic CPU run?): not compared")
-    cpu_dir = os.path.join(WORK, "reference", f"{app}_{prec}", nm, "checkpoints", f"step_{k:08d}")
-    cmd = [CKPT_TOOL, "diff", step_dir, cpu_dir, "--json"]
+    cmd = [CKPT_TOOL, "diff", step_dir, cpu_checkpoint_dir(case), "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120, env=ENV)
     log.write(f"\n$ {shlex.join(cmd)}\n# exit {p.returncode}\n{p.stderr[-1500:]}")
     lines = [l for l in p.stdout.splitlines() if l.startswith('{"diff"')]
@@ -1050,14 +1059,13 @@ def restart_control(case, ref, per_tensor, log):
     app, prec, k = case["app"], case["precision"], case["checkpoint_step"]
     body = "".join(f"{n} {math.sqrt(3) * r:.6e}\n" for n, r in sorted(per_tensor.items()))
     tag = hashlib.sha1(body.encode()).hexdigest()[:12]
-    base = os.path.join(WORK, "reference", f"{app}_{prec}")
-    os.makedirs(base, exist_ok=True)
-    noise_file = os.path.join(base, f"noise_{tag}.txt")
+    os.makedirs(reference_dir(app, prec), exist_ok=True)
+    noise_file = reference_dir(app, prec, f"noise_{tag}.txt")
     with open(noise_file, "w") as f:
         f.write(body)
-    cpu_dir = os.path.join(base, f"ckpt{k}", "checkpoints", f"step_{k:08d}")
     jobs = [(f"resume{k}_noise_{tag}_seed{s}", dict(threads=1, steps=STEPS, first=k + 1, noise=f"@{noise_file}:seed={s}",
-                                                   extra=[f"checkpoint.resume={cpu_dir}"])) for s in RESTART_SEEDS]
+                                                   extra=[f"checkpoint.resume={cpu_checkpoint_dir(case)}"]))
+            for s in RESTART_SEEDS]
     runs, err = cpu_serial_runs(case, jobs, None)
     if err:
         return None, [], f"restart control: a perturbed resume failed: {err}"

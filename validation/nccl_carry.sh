@@ -558,6 +558,15 @@ nc_probe() {
 }
 
 # ------------------------------------------------------------------------------------------------ ctest selftest
+# The selftest's damage: the byte at OFFSET of FILE replaced by its complement, so the file always changes (writing a
+# fixed byte left it intact wherever the file already held that byte there, and the selftest's library differs with
+# the path it is built in).
+nc_flip_byte() {  # FILE OFFSET
+  local b
+  b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  printf "\\$(printf '%03o' $((255 - b)))" | dd of="$1" bs=1 seek="$2" conv=notrunc 2> /dev/null
+}
+
 nc_selftest() {
   local work="${1:?selftest WORK}" script="$NC_HERE/nccl_carry.sh" n=0
   local st_fail=0
@@ -613,7 +622,7 @@ C
     ok "assemble refuses while pieces are missing"
   # A piece that arrives corrupt (one byte changed) is not taken.
   cp "$here/.gpu/nccl/${pieces[2]}" "$there/.gpu/nccl/"
-  printf 'X' | dd of="$there/.gpu/nccl/${pieces[2]}" bs=1 seek=700 conv=notrunc 2> /dev/null
+  nc_flip_byte "$there/.gpu/nccl/${pieces[2]}" 700
   bash "$ts" status > "$log" 2>&1
   grep -q "piece ${pieces[2]} arrived corrupt" "$log" && [ ! -f "$there/.gpu/nccl-lib/pieces/${pieces[2]}" ] &&
     ok "a piece that arrives corrupt is refused" || { cat "$log"; bad "a corrupt arrival"; }
@@ -643,14 +652,14 @@ C
     ok "assemble refuses a library whose version is not the manifest's" || { cat "$log"; bad "version check"; }
   cp "$man" "$there/.gpu/nccl/"
   # A piece corrupted after it arrived: assemble fails and the installed library stays as it was.
-  printf 'X' | dd of="$there/.gpu/nccl-lib/pieces/${pieces[1]}" bs=1 seek=500 conv=notrunc 2> /dev/null
+  nc_flip_byte "$there/.gpu/nccl-lib/pieces/${pieces[1]}" 500
   bash "$ts" assemble > "$log" 2>&1
   [ $? = 1 ] && grep -q "corrupt (carry again): ${pieces[1]}" "$log" &&
     cmp -s "$there/.gpu/nccl-lib/libnccl.so.2" "$work/src/expected.so" &&
     ok "assemble with a corrupted piece fails, naming it; the installed library untouched" ||
     { cat "$log"; bad "assemble with a corrupted piece"; }
   # A corrupted installed library: env refuses it and leaves LD_LIBRARY_PATH alone.
-  printf 'X' | dd of="$there/.gpu/nccl-lib/libnccl.so.2" bs=1 seek=100 conv=notrunc 2> /dev/null
+  nc_flip_byte "$there/.gpu/nccl-lib/libnccl.so.2" 100
   (
     export LD_LIBRARY_PATH=/nonexistent/a
     # shellcheck source=validation/nccl_carry.sh

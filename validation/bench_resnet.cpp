@@ -1,9 +1,10 @@
 // bench_resnet: milliseconds of one ResNet training-mode forward + loss + backward (no optimizer: the SGD update of
 // 0.27 M parameters is negligible) at batch B on 1x28x28 images, median of --iters after --warmup.
 // usage: OMP_NUM_THREADS=2 bench_resnet [--depth 20] [--batch 128] [--iters 30] [--warmup 5] [--profile 1]
-//                                       [--precision fp32|bf16]
-// Prints one line: BENCH_RESNET depth=.. batch=.. threads=.. precision=.. median_ms=.. min_ms=.. max_ms=..
-// images_per_s=..
+//                                       [--precision fp32|bf16] [--memory-format auto|nchw|nhwc]
+// Prints one line: BENCH_RESNET depth=.. batch=.. threads=.. precision=.. memory_format=.. median_ms=.. min_ms=..
+// max_ms=.. images_per_s=.. (memory_format: the layout the model chose, nchw or nhwc)
+// --memory-format: the model's model.memory_format (default auto: channels-last where oneDNN runs every convolution).
 // --precision bf16: bf16 activations (train.precision = bf16): each step starts with the cast of the fp32 masters into
 // the bf16 compute copy (ResNet::refresh_compute_params), as a training step does.
 // --profile 1: then `iters` more steps with the kernels' per-op profile on (kernels::profile_enable), printed as
@@ -57,10 +58,10 @@ void step(resnet::ResNet& model, const ExecContext& ctx, const float* img, const
 
 // The conv implementation of a profile row "conv2d_forward KHxKWsS C>OC @H" (square images, torchvision's padding
 // K/2), or "" for another row.
-std::string conv_impl(const std::string& row, int B, DType act) {
+std::string conv_impl(const std::string& row, int B, DType act, bool nhwc) {
   int KH, KW, stride, C, OC, H;
   if (std::sscanf(row.c_str(), "conv2d_forward %dx%ds%d %d>%d @%d", &KH, &KW, &stride, &C, &OC, &H) != 6) return "";
-  return kernels::cpu::dnnl_conv::describe({B, C, H, H, OC, KH, KW, stride, KH / 2}, act);
+  return kernels::cpu::dnnl_conv::describe({B, C, H, H, OC, KH, KW, stride, KH / 2, nhwc}, act);
 }
 
 void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* img, const int32_t* lab, int B,
@@ -92,7 +93,7 @@ void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* i
     std::printf("PROFILE_ROW  %-44s %8.2f ms %4lld calls/step\n", r.name.c_str(), r.ms / iters,
                 static_cast<long long>(r.calls / iters));
   for (const auto& r : rows) {
-    const std::string impl = conv_impl(r.name, B, model.activation_dtype());
+    const std::string impl = conv_impl(r.name, B, model.activation_dtype(), model.channels_last());
     if (!impl.empty()) std::printf("PROFILE_CONV %s: %s\n", r.name.substr(r.name.find(' ') + 1).c_str(), impl.c_str());
   }
 }
@@ -101,7 +102,7 @@ void print_profile(resnet::ResNet& model, const ExecContext& ctx, const float* i
 
 int main(int argc, char** argv) {
   int depth = 20, B = 128, iters = 30, warmup = 5, profile = 0;
-  std::string precision = "fp32";
+  std::string precision = "fp32", memory_format = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--depth")) depth = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch"))
@@ -114,6 +115,8 @@ int main(int argc, char** argv) {
       profile = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--precision"))
       precision = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--memory-format"))
+      memory_format = argv[i + 1];
   }
   if (precision != "fp32" && precision != "bf16") {
     std::fprintf(stderr, "bench_resnet: --precision %s: expected fp32 or bf16\n", precision.c_str());
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   const DType act = precision == "bf16" ? DType::BF16 : DType::F32;
   resnet::ResNetConfig c;
   c.depth = depth;
+  c.memory_format = memory_format;
   const ExecContext ctx;
   resnet::ResNet model(c, B, Device::CPU, nullptr, true, act);
   model.init_parameters(ctx, 1);
@@ -138,9 +142,10 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
-  std::printf("BENCH_RESNET depth=%d batch=%d threads=%d precision=%s median_ms=%.2f min_ms=%.2f max_ms=%.2f "
-              "images_per_s=%.1f\n",
-              depth, B, omp_get_max_threads(), precision.c_str(), med, ms.front(), ms.back(), B / (med / 1e3));
+  std::printf("BENCH_RESNET depth=%d batch=%d threads=%d precision=%s memory_format=%s median_ms=%.2f min_ms=%.2f "
+              "max_ms=%.2f images_per_s=%.1f\n",
+              depth, B, omp_get_max_threads(), precision.c_str(), model.channels_last() ? "nhwc" : "nchw", med,
+              ms.front(), ms.back(), B / (med / 1e3));
   if (profile) print_profile(model, ctx, img.data(), lab.data(), B, iters);
   return 0;
 }

@@ -13,7 +13,8 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
      of PP, with ZeRO-1 where DP > 1 (ZeRO-2 refuses virtual stages).
   2. train_resnet on inputs/resnet_tiny.toml: DP = W with SyncBN at a constant global micro-batch DP x micro_batch
      (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2, 3
-     (2 and 3 also in hybrid sharding groups of W / 2), and ZeRO 3 with train.recompute = full.
+     (2 and 3 also in hybrid sharding groups of W / 2), ZeRO 3 with train.recompute = full, and ZeRO 1 with
+     model.memory_format = nchw (the serial run takes the default: channels-last where the CPU's oneDNN runs it).
   3. restart across layouts: k = N/2 steps at layout A (optim.decay_steps = N, checkpoint at the end), `ckpt_tool
      verify` of that checkpoint, resume at layout B (another layout of W, or the serial one) to N steps in the same
      run directory (checkpoint.resume=<dir>/checkpoints/step_%08d), the N losses compared with the serial run; its
@@ -173,7 +174,8 @@ def gpt_name(L):
 
 def resnet_name(L):
     return f"resnet dp{L['dp']} z{L['zero']}" + (f"g{L['group']}" if L.get("group") else "") + f" mb{L['mb']}" + \
-        (f" rc-{L['recompute']}" if L.get("recompute") else "")
+        (f" rc-{L['recompute']}" if L.get("recompute") else "") + \
+        (f" {L['memory_format']}" if L.get("memory_format") else "")
 
 
 def gpt_sets(L):
@@ -194,7 +196,7 @@ def gpt_sets(L):
 def resnet_sets(L):
     return [f"parallel.zero={L['zero']}", f"parallel.zero_group={L.get('group', 0)}", f"train.micro_batch={L['mb']}",
             "model.sync_bn=true"] + ([f"train.recompute={L['recompute']}"] if L.get("recompute") else []) + \
-        args.resnet_set
+        ([f"model.memory_format={L['memory_format']}"] if L.get("memory_format") else []) + args.resnet_set
 
 
 def gpt_layouts(W):
@@ -280,6 +282,9 @@ def resnet_layouts(W):
                             group=W // 2))
     # the activation lever: full recompute of the residual blocks, with the deepest ZeRO stage
     out.append(dict(app="resnet", world=W, dp=W, tp=1, pp=1, zero=3, schedule=None, mb=R_GMB // W, recompute="full"))
+    # the activation layout: NCHW against the serial run's default (channels-last where the CPU's oneDNN runs it)
+    out.append(dict(app="resnet", world=W, dp=W, tp=1, pp=1, zero=1, schedule=None, mb=R_GMB // W,
+                    memory_format="nchw"))
     return out
 
 

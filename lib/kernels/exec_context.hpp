@@ -53,6 +53,10 @@ struct ExecContext {
   // CUDA with 16-bit storage: the MLP's GELU in cuBLASLt's GEMM epilogues (matmul_gelu_forward, matmul_dgelu_backward;
   // the deck key train.gelu_epilogue). Ignored elsewhere.
   bool gelu_epilogue = false;
+  // The 4-D activations of the convolution, BatchNorm and pooling ops are channels-last, (N,H,W,C), instead of NCHW
+  // (the weights stay OIHW). The CPU backend with oneDNN only (kernels.hpp, conv2d_channels_last_runs); a ResNet sets
+  // it for its own calls (model.memory_format).
+  bool channels_last = false;
 };
 
 }  // namespace hpct

@@ -45,6 +45,13 @@ bool cpu_precision_ok(Precision p) { return p == Precision::FP32 || p == Precisi
             op);
 }
 
+// Channels-last activations (ExecContext::channels_last) are a CPU backend layout: the CUDA kernels are NCHW.
+[[noreturn]] void channels_last_not_on_cuda(const char* op) {
+  HPCT_FAIL("kernels::{}: channels-last activations requested on CUDA, whose convolution, BatchNorm and pooling "
+            "kernels are NCHW only; run the model with model.memory_format = nchw (or auto) on CUDA",
+            op);
+}
+
 }  // namespace
 
 // ---- the per-op profile (kernels.hpp) ----
@@ -84,6 +91,23 @@ std::vector<ProfileRow> profile_take() {
       return cpu::op(__VA_ARGS__);                                                   \
     }                                                                                \
     HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);                                   \
+  } while (0)
+
+// The dispatch of a layout-sensitive op under ExecContext::channels_last: the CPU backend's op##_nhwc twin (same
+// arguments), never fp16 (CPU storage) and never CUDA (channels_last_not_on_cuda); otherwise falls through to the
+// NCHW dispatch that follows it.
+#define HPCT_DISPATCH_CHANNELS_LAST(op, ...)                                           \
+  do {                                                                                 \
+    if (ctx.channels_last) {                                                           \
+      if (ctx.device != Device::CPU) channels_last_not_on_cuda(#op);                   \
+      if constexpr (std::is_same_v<A, fp16>) {                                         \
+        cpu_fp16_error(#op);                                                           \
+      } else {                                                                         \
+        if (!cpu_precision_ok(ctx.precision)) cpu_precision_error(#op, ctx.precision); \
+        const ProfileScope profile_scope_(#op);                                        \
+        return cpu::op##_nhwc(__VA_ARGS__);                                            \
+      }                                                                                \
+    }                                                                                  \
   } while (0)
 
 // The dispatch of an op templated on the storage type A: HPCT_DISPATCH, except that A = fp16 never instantiates the
@@ -273,7 +297,31 @@ int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int
     return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
   }
   if (act == DType::F16) cpu_fp16_error("conv2d_workspace_floats");
+  if (ctx.channels_last) {
+    const int64_t floats = cpu::conv2d_workspace_floats_nhwc(N, C, H, W, OC, KH, KW, stride, pad, act);
+    HPCT_CHECK(floats >= 0,
+               "conv2d_workspace_floats: channels-last activations, but oneDNN does not run the convolution N={} C={} "
+               "H={} W={} OC={} {}x{} stride {} pad {} in that layout (conv2d_channels_last_runs is false); run the "
+               "model with model.memory_format = nchw",
+               N, C, H, W, OC, KH, KW, stride, pad);
+    return floats;
+  }
   return cpu::conv2d_workspace_floats(N, C, H, W, OC, KH, KW, stride, pad, act);
+}
+bool conv2d_channels_last_runs(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                               int pad, DType act) {
+  if (ctx.device != Device::CPU || act == DType::F16) return false;
+  return cpu::conv2d_workspace_floats_nhwc(N, C, H, W, OC, KH, KW, stride, pad, act) >= 0;
+}
+template <typename A>
+void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW) {
+  if (ctx.device != Device::CPU) channels_last_not_on_cuda("images_to_channels_last");
+  if constexpr (std::is_same_v<A, fp16>) {
+    cpu_fp16_error("images_to_channels_last");
+  } else {
+    const ProfileScope profile_scope_("images_to_channels_last");
+    cpu::images_to_nhwc(out, images, N, C, HW);
+  }
 }
 size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act) {
   HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
@@ -286,6 +334,8 @@ size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act) 
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+  HPCT_DISPATCH_CHANNELS_LAST(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH,
+                              KW, stride, pad);
   HPCT_DISPATCH_STORAGE(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH, KW,
                         stride, pad);
 }
@@ -293,16 +343,21 @@ template <typename A>
 void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                      const A* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
                      int KH, int KW, int stride, int pad) {
+  HPCT_DISPATCH_CHANNELS_LAST(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N,
+                              C, H, W, OC, KH, KW, stride, pad);
   HPCT_DISPATCH_STORAGE(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N, C, H,
                         W, OC, KH, KW, stride, pad);
 }
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
                                const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
+                              eps);
   HPCT_DISPATCH_STORAGE(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
 }
 template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_local_stats, stats, inp, N, C, HW);
   HPCT_DISPATCH_STORAGE(batchnorm2d_local_stats, stats, inp, N, C, HW);
 }
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float* gathered, int R, int C) {
@@ -311,6 +366,8 @@ void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float*
 template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
                                const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW,
+                              eps);
   HPCT_DISPATCH_STORAGE(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
 }
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, float* running_var, const float* stats,
@@ -320,17 +377,23 @@ void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, flo
 template <typename A>
 void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
                               const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW,
+                              eps);
   HPCT_DISPATCH_STORAGE(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
 }
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
                           const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C,
+                              HW);
   HPCT_DISPATCH_STORAGE(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
 }
 template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
                                      const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
                                      int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N,
+                              C, HW);
   HPCT_DISPATCH_STORAGE(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C,
                         HW);
 }
@@ -338,6 +401,8 @@ template <typename A>
 void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
                                 const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
                                 int N, int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
+                              global_count, N, C, HW);
   HPCT_DISPATCH_STORAGE(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
                         global_count, N, C, HW);
 }
@@ -356,19 +421,23 @@ void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out,
 template <typename A>
 void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K,
                        int stride, int pad) {
+  HPCT_DISPATCH_CHANNELS_LAST(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
   HPCT_DISPATCH_STORAGE(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
 }
 template <typename A>
 void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W,
                         int K, int stride, int pad) {
+  HPCT_DISPATCH_CHANNELS_LAST(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
   HPCT_DISPATCH_STORAGE(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
 }
 template <typename A>
 void global_avgpool_forward(const ExecContext& ctx, A* out, const A* inp, int N, int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(global_avgpool_forward, out, inp, N, C, HW);
   HPCT_DISPATCH_STORAGE(global_avgpool_forward, out, inp, N, C, HW);
 }
 template <typename A>
 void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int N, int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(global_avgpool_backward, dinp, dout, N, C, HW);
   HPCT_DISPATCH_STORAGE(global_avgpool_backward, dinp, dout, N, C, HW);
 }
 
@@ -463,6 +532,7 @@ void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk*
 void host_unregister(const ExecContext& ctx, void* host) { HPCT_DISPATCH(host_unregister, host); }
 
 #undef HPCT_DISPATCH_STORAGE
+#undef HPCT_DISPATCH_CHANNELS_LAST
 #undef HPCT_DISPATCH
 
 // The three storage types of every templated op are compiled here: each address taken instantiates that op, and the
@@ -510,6 +580,7 @@ void instantiate_ops() {
       reinterpret_cast<const void*>(&maxpool2d_backward<A>),
       reinterpret_cast<const void*>(&global_avgpool_forward<A>),
       reinterpret_cast<const void*>(&global_avgpool_backward<A>),
+      reinterpret_cast<const void*>(&images_to_channels_last<A>),
   };
 }
 template void instantiate_ops<float>();

@@ -242,7 +242,8 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 
 // ---- convolutional layers (ResNet) ---------------------------------------------------------------
 // Legend: N images, C input channels, H W input height/width, OC output channels, KH KW kernel, OH OW output
-//         height/width with OH = (H + 2 pad - KH) / stride + 1 (floor, as torch), HW = H*W. Layout NCHW.
+//         height/width with OH = (H + 2 pad - KH) / stride + 1 (floor, as torch), HW = H*W. Layout NCHW, or
+//         channels-last under ExecContext::channels_last (below, after the pools).
 // Gradients follow the convention above: dweight, dbias, dgamma, dbeta +=; dinp assigned (=).
 // The classifier head uses matmul_forward/backward (N, C) -> (N, classes) and crossentropy_forward_backward with
 // V = Vp = classes (no padding: every column is real).
@@ -252,7 +253,8 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 // then holds the blocked-layout copies and the primitives' scratchpad), else im2col + sgemm, one image per OpenMP
 // thread (`workspace` holds per-thread column and partial-dweight buffers). Planned once by the model (DESIGN
 // invariant 7: nothing allocates in the step loop): pass workspace_floats = conv2d_workspace_floats(...) of the
-// same shape. A smaller workspace falls back to im2col, on fewer threads if need be; less than one thread's im2col
+// same shape and ExecContext (channels-last activations size it for their primitives alone: no im2col fallback, so a
+// smaller workspace is an error there). A smaller workspace falls back to im2col, on fewer threads if need be; less than one thread's im2col
 // share is an error. One workspace may serve every conv layer in turn (size it for the largest); its contents
 // between calls are unspecified. HPCT_CONV=im2col in the environment forces the im2col path.
 // On CUDA the size is cuda_conv_filter_scratch_bytes and the algorithms' budget above, computed on the host (no GPU
@@ -360,6 +362,23 @@ void global_avgpool_forward(const ExecContext& ctx, A* out /*(N,C)*/, const A* i
 template <typename A>
 void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N, int C,
                              int HW);
+
+// Channels-last activations (ExecContext::channels_last): every 4-D activation and activation gradient of the ops
+// above (conv2d_*, batchnorm2d_*, maxpool2d_* with its idx, global_avgpool_*) is (N,H,W,C) instead of (N,C,H,W), with
+// the same arguments and the same semantics; the weights stay (OC,C,KH,KW), the statistics (C,3) and the pooled
+// features (N,C). The pointwise ops (relu_*, residual_*) take either layout. The CPU backend runs the convolutions
+// through oneDNN's nxc primitives on the tensors themselves (no reorder of the activations, which NCHW pays on every
+// call); BatchNorm's statistics sum per channel over fixed slabs of positions (the same double arithmetic as NCHW, in
+// another order: the layouts agree to rounding, and each is independent of the thread count). CUDA has no
+// channels-last kernels yet: the ops refuse it there.
+// Whether every convolution of this shape runs channels-last under ctx (the CPU with oneDNN taking the shape in nxc for
+// this storage type; false on CUDA or with HPCT_CONV=im2col): a model decides its layout from it before it plans.
+bool conv2d_channels_last_runs(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                               int pad, DType act);
+// out (N,H,W,C) = images (N,C,H,W) fp32, rounded to A: the data pipeline's NCHW images into channels-last activations
+// (CPU only).
+template <typename A>
+void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW);
 
 // ---- reductions and optimizer ---------------------------------------------------------------
 // *out = sum of x[i] (accumulated in double, written as float) on ctx.device.

@@ -30,6 +30,11 @@ const ConfigSchema& resnet_deck_schema() {
     s.bool_key("model.sync_bn", true,
                "SyncBN: BatchNorm statistics over the whole data-parallel batch (Chan's "
                "merge); false: per-rank statistics, running statistics of DP rank 0");
+    s.string_key("model.memory_format", "auto",
+                 "activation layout: nhwc (channels-last: the CPU's oneDNN convolutions run on the activations "
+                 "without reordering them) | nchw | auto (nhwc where every convolution runs channels-last: the CPU "
+                 "with oneDNN; else nchw); parameters and checkpoints do not depend on it",
+                 {"auto", "nchw", "nhwc"});
 
     s.section("data", true,
               "HDF5 image datasets (uint8 /images N x C x H x W, int /labels); relative paths resolve "
@@ -114,6 +119,7 @@ resnet::ResNetConfig resnet_model_config(const Config& deck, int in_channels, in
   c.num_classes = static_cast<int>(deck.get_int("model.num_classes"));
   if (c.num_classes == 0) c.num_classes = dataset_classes;
   c.label_smoothing = static_cast<float>(deck.get_float("optim.label_smoothing"));
+  c.memory_format = deck.get_string("model.memory_format");
   c.in_channels = in_channels;
   c.height = height;
   c.width = width;

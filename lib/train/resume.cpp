@@ -103,8 +103,10 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
   const Config old = Config::parse(schema, it->second, reader.dir() + "/index.h5:deck");
   std::vector<std::string> keys;
   for (const auto& k : schema.keys())
-    if ((k.name.rfind("model.", 0) == 0 || k.name.rfind("optim.", 0) == 0) && k.name != "model.init_from")
-      keys.push_back(k.name);  // model.init_from: the weights a fresh start took; a resumed run takes its checkpoint's
+    if ((k.name.rfind("model.", 0) == 0 || k.name.rfind("optim.", 0) == 0) && k.name != "model.init_from" &&
+        k.name != "model.memory_format")
+      keys.push_back(k.name);  // model.init_from: the weights a fresh start took; a resumed run takes its checkpoint's.
+                               // model.memory_format: where activations live, which no checkpoint holds
   keys.push_back("train.seed");
   keys.push_back("train.global_batch");
   for (const auto& key : keys) {
@@ -128,7 +130,8 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
     }
     HPCT_USAGE_CHECK(a == b,
                      "deck {}: {} = {} but checkpoint {} was written with {} = {}; model, optim, train.seed and "
-                     "train.global_batch must match to resume (steps, log, checkpoint and parallel keys may change); "
+                     "train.global_batch must match to resume (steps, log, checkpoint, parallel keys and "
+                     "model.memory_format may change); "
                      "restore the value or start fresh with --set checkpoint.resume=none and another --out",
                      deck.deck_path(), key, b, reader.dir(), key, a);
   }

@@ -72,7 +72,7 @@ struct ConvDims {
   int64_t OHW() const { return static_cast<int64_t>(OH) * OW; }
   int64_t HW() const { return static_cast<int64_t>(H) * W; }
   bool pointwise() const { return KH == 1 && KW == 1 && stride == 1 && pad == 0; }
-  dnnl_conv::Shape shape() const { return {N, C, H, W, OC, KH, KW, stride, pad}; }
+  dnnl_conv::Shape shape(bool nhwc = false) const { return {N, C, H, W, OC, KH, KW, stride, pad, nhwc}; }
 };
 
 // The im2col path's workspace: `shared` floats, then one slot per thread:
@@ -365,6 +365,66 @@ void conv2d_backward(A* dinp, float* dweight, float* dbias, const A* dout, const
 #pragma omp simd reduction(+ : acc)
         for (int64_t i = 0; i < OHW; i++) acc += to_f32(dy[i]);
       }
+      dbias[oc] += static_cast<float>(acc);
+    }
+  }
+}
+
+// ---- Conv2d on channels-last activations: oneDNN's nxc primitives on the tensors themselves -----------------------
+namespace {
+[[noreturn]] void no_nhwc_conv(const char* op, const ConvDims& d, DType act) {
+  HPCT_FAIL("{}: channels-last activations need oneDNN's convolutions, which do not run for {} ({} storage): {}; "
+            "size the workspace with conv2d_workspace_floats under the same ExecContext, or run the model with "
+            "model.memory_format = nchw",
+            op, conv_label("conv", d), dtype_name(act), dnnl_conv::describe(d.shape(true), act));
+}
+}  // namespace
+
+int64_t conv2d_workspace_floats_nhwc(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad,
+                                     DType act) {
+  HPCT_CHECK(act == DType::F32 || act == DType::BF16,
+             "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32 or DType::BF16",
+             dtype_name(act));
+  const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
+  return dnnl_conv::workspace_floats(d.shape(true), act);
+}
+
+template <typename A>
+void conv2d_forward_nhwc(A* out, const A* inp, const A* weight, const A* bias, float* workspace,
+                         int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
+                         int pad) {
+  const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
+  const std::string label = profile_on() ? conv_label("conv2d_forward", d) : std::string();
+  const ProfileScope ps(label);
+  if (!dnnl_conv::forward(out, inp, weight, bias, workspace, workspace_floats, d.shape(true)))
+    no_nhwc_conv("conv2d_forward", d, act_of<A>());
+}
+
+template <typename A>
+void conv2d_backward_nhwc(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp, const A* weight,
+                          float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH,
+                          int KW, int stride, int pad) {
+  const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
+  {
+    const std::string label = profile_on() ? conv_label("conv2d_backward/weight", d) : std::string();
+    const ProfileScope ps(label);
+    if (!dnnl_conv::backward_weight(dweight, dout, inp, workspace, workspace_floats, d.shape(true)))
+      no_nhwc_conv("conv2d_backward", d, act_of<A>());
+  }
+  if (dinp) {
+    const std::string label = profile_on() ? conv_label("conv2d_backward/data", d) : std::string();
+    const ProfileScope ps(label);
+    if (!dnnl_conv::backward_data(dinp, dout, weight, workspace, workspace_floats, d.shape(true),
+                                  /*dout_in_workspace=*/true))
+      no_nhwc_conv("conv2d_backward", d, act_of<A>());
+  }
+  if (dbias) {
+    // double over the N*OHW terms of each channel, in (n, ohw) order, as the NCHW path
+    const int64_t positions = static_cast<int64_t>(N) * d.OHW();
+#pragma omp parallel for schedule(static) if (positions * OC >= kMinParallel)
+    for (int oc = 0; oc < OC; oc++) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < positions; p++) acc += to_f32(dout[p * OC + oc]);
       dbias[oc] += static_cast<float>(acc);
     }
   }
@@ -810,6 +870,10 @@ void global_avgpool_backward(A* dinp, const A* dout, int N, int C, int HW) {
                                   int, int, int);                                                                      \
   template void conv2d_backward<A>(A*, float*, float*, const A*, const A*, const A*, float*, int64_t, int, int, int,   \
                                    int, int, int, int, int, int);                                                      \
+  template void conv2d_forward_nhwc<A>(A*, const A*, const A*, const A*, float*, int64_t, int, int, int, int, int,     \
+                                       int, int, int, int);                                                            \
+  template void conv2d_backward_nhwc<A>(A*, float*, float*, const A*, const A*, const A*, float*, int64_t, int, int,   \
+                                        int, int, int, int, int, int, int);                                            \
   template void batchnorm2d_forward_train<A>(A*, float*, float*, float*, const A*, const A*, const A*, int, int, int,  \
                                              float);                                                                   \
   template void batchnorm2d_local_stats<A>(float*, const A*, int, int, int);                                           \

@@ -147,9 +147,12 @@ std::unique_ptr<Entry> build(const Shape& s, DType act, dt compute, std::string&
   const memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
   const dt user = act == DType::BF16 ? dt::bf16 : dt::f32;
   const bool with_bias = act == DType::BF16;
-  const memory::desc x_md(xd, user, tag::nchw), w_md(wd, user, tag::oihw), y_md(yd, user, tag::nchw);
+  // channels-last activations are also the primitives' layout (oneDNN's nxc kernels), so that they run on our
+  // tensors in place; NCHW ones are reordered into the layout the primitive picks
+  const tag act_tag = s.nhwc ? tag::nhwc : tag::nchw, prim_tag = s.nhwc ? tag::nhwc : tag::any;
+  const memory::desc x_md(xd, user, act_tag), w_md(wd, user, tag::oihw), y_md(yd, user, act_tag);
   const memory::desc b_md(bd, user, tag::x), dw_md(wd, dt::f32, tag::oihw);
-  const memory::desc x_any(xd, compute, tag::any), w_any(wd, compute, tag::any), y_any(yd, compute, tag::any);
+  const memory::desc x_any(xd, compute, prim_tag), w_any(wd, compute, tag::any), y_any(yd, compute, prim_tag);
   const memory::desc b_prim(bd, compute, tag::x), dw_any(wd, dt::f32, tag::any);
   const auto alg = dnnl::algorithm::convolution_direct;
   const auto fdesc = with_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x_any, w_any,
@@ -217,7 +220,7 @@ std::unique_ptr<Entry> build(const Shape& s, DType act, dt compute, std::string&
 }
 
 // The built Entries, and why a shape has none (describe()), per (shape, thread count, storage type).
-using Key = std::array<int, 11>;
+using Key = std::array<int, 12>;
 struct Cache {
   std::mutex mu;
   std::map<Key, std::unique_ptr<Entry>> entries;
@@ -228,7 +231,7 @@ Cache& cache() {
   return c;
 }
 Key key_of(const Shape& s, DType act) {
-  return {s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, omp_get_max_threads(), static_cast<int>(act)};
+  return {s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, omp_get_max_threads(), static_cast<int>(act), s.nhwc};
 }
 
 // The Entry of a shape and storage type at the current thread count (built on first use; null when oneDNN has no
@@ -333,7 +336,17 @@ bool forward(A* out, const A* inp, const A* weight, const A* bias, float* ws, in
   reorder_out(e->f_y);
   stream().wait();
   if constexpr (std::is_same_v<A, float>) {
-    if (bias) {
+    if (bias && s.nhwc) {
+      const int64_t positions = static_cast<int64_t>(s.N) * ((s.H + 2 * s.pad - s.KH) / s.stride + 1) *
+                                ((s.W + 2 * s.pad - s.KW) / s.stride + 1);
+      const int OC = s.OC;
+#pragma omp parallel for schedule(static) if (positions * OC >= kMinParallel)
+      for (int64_t p = 0; p < positions; p++) {
+        float* o = out + p * OC;
+#pragma omp simd
+        for (int oc = 0; oc < OC; oc++) o[oc] += bias[oc];
+      }
+    } else if (bias) {
       const int64_t OHW = static_cast<int64_t>((s.H + 2 * s.pad - s.KH) / s.stride + 1) *
                           ((s.W + 2 * s.pad - s.KW) / s.stride + 1);
       const int N = s.N, OC = s.OC;

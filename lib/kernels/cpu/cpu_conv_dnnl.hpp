@@ -1,9 +1,10 @@
 #pragma once
 // Conv2d through oneDNN's convolution primitives (built when CMake finds oneDNN: HPCT_HAVE_DNNL), used by
 // cpu_conv.cpp ahead of its im2col + sgemm path. Legend as cpu_conv.cpp: N images, C input channels, H W input
-// size, OC output channels, KH KW kernel, OH OW output size. Our tensors stay NCHW / OIHW; each call reorders them
-// into the layouts the primitive picked (nChw16c on AVX-512, nhwc for the AMX kernels) inside the caller's
-// workspace, runs the primitive with its scratchpad in the workspace too, and reorders the result back. Nothing is
+// size, OC output channels, KH KW kernel, OH OW output size. NCHW activations (and OIHW weights) are reordered by
+// each call into the layouts the primitive picked (nChw16c on AVX-512, nhwc for the AMX kernels) inside the caller's
+// workspace; the primitive runs with its scratchpad in the workspace too, and the result is reordered back.
+// Channels-last activations (Shape::nhwc) are the primitives' own layout: only the weights are reordered. Nothing is
 // allocated per call once a shape's primitives exist (they are built and cached by workspace_floats, i.e. when the
 // model plans).
 //
@@ -32,8 +33,11 @@
 
 namespace hpct::kernels::cpu::dnnl_conv {
 
+// nhwc: the activations x, y and their gradients are (N,H,W,C) / (N,OH,OW,OC) instead of NCHW (the weights stay OIHW);
+// the primitives then run on them in place, without the reorders of the activations.
 struct Shape {
   int N, C, H, W, OC, KH, KW, stride, pad;
+  bool nhwc = false;
 };
 
 // Floats of workspace the oneDNN path needs for this shape and storage type (reorder buffers + scratchpad), or -1

@@ -160,6 +160,55 @@ void global_avgpool_forward(A* out /*(N,C)*/, const A* inp /*(N,C,HW)*/, int N, 
 template <typename A>
 void global_avgpool_backward(A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N, int C, int HW);
 
+// ---- the same layers on channels-last activations (N,H,W,C): kernels.hpp's ExecContext::channels_last ----
+// The convolutions run only through oneDNN (cpu_conv.cpp; conv2d_workspace_floats_nhwc is -1 where it does not run);
+// BatchNorm and the pools in cpu_conv_nhwc.cpp. Arguments as the NCHW functions', HW = H*W.
+int64_t conv2d_workspace_floats_nhwc(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad,
+                                     DType act);
+template <typename A>
+void conv2d_forward_nhwc(A* out /*(N,OH,OW,OC)*/, const A* inp /*(N,H,W,C)*/, const A* weight /*(OC,C,KH,KW)*/,
+                         const A* bias /*(OC) or null*/, float* workspace, int64_t workspace_floats, int N, int C,
+                         int H, int W, int OC, int KH, int KW, int stride, int pad);
+template <typename A>
+void conv2d_backward_nhwc(A* dinp /*(N,H,W,C) or null*/, float* dweight /*(OC,C,KH,KW) +=*/,
+                          float* dbias /*(OC) += or null*/, const A* dout /*(N,OH,OW,OC)*/, const A* inp /*(N,H,W,C)*/,
+                          const A* weight /*(OC,C,KH,KW)*/, float* workspace, int64_t workspace_floats, int N, int C,
+                          int H, int W, int OC, int KH, int KW, int stride, int pad);
+template <typename A>
+void batchnorm2d_forward_train_nhwc(A* out, float* stats, float* save_mean, float* save_rstd, const A* inp,
+                                    const A* gamma, const A* beta, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_local_stats_nhwc(float* stats, const A* inp, int N, int C, int HW);
+template <typename A>
+void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
+                                    const A* beta, const float* stats, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
+                                   const float* running_var, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_backward_nhwc(A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
+                               const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW);
+template <typename A>
+void batchnorm2d_backward_local_sums_nhwc(float* sums, float* dgamma, float* dbeta, const A* dout, const A* inp,
+                                          const float* save_mean, const float* save_rstd, int N, int C, int HW);
+template <typename A>
+void batchnorm2d_backward_apply_nhwc(A* dinp, const A* dout, const A* inp, const float* save_mean,
+                                     const float* save_rstd, const A* gamma, const float* global_sums,
+                                     int64_t global_count, int N, int C, int HW);
+template <typename A>
+void maxpool2d_forward_nhwc(A* out /*(N,OH,OW,C)*/, int32_t* idx /*(N,OH,OW,C)*/, const A* inp /*(N,H,W,C)*/, int N,
+                            int C, int H, int W, int K, int stride, int pad);
+template <typename A>
+void maxpool2d_backward_nhwc(A* dinp /*(N,H,W,C)*/, const A* dout /*(N,OH,OW,C)*/, const int32_t* idx, int N, int C,
+                             int H, int W, int K, int stride, int pad);
+template <typename A>
+void global_avgpool_forward_nhwc(A* out /*(N,C)*/, const A* inp /*(N,HW,C)*/, int N, int C, int HW);
+template <typename A>
+void global_avgpool_backward_nhwc(A* dinp /*(N,HW,C)*/, const A* dout /*(N,C)*/, int N, int C, int HW);
+// out (N,HW,C) = inp (N,C,HW) rounded to A: fp32 NCHW images into channels-last activations
+template <typename A>
+void images_to_nhwc(A* out, const float* inp, int N, int C, int HW);
+
 void sum(float* out, const float* x, int64_t n);
 void sum_squares_accumulate(double* out, const float* x, int64_t n);
 void scale(float* x, float s, int64_t n);

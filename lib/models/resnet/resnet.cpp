@@ -117,6 +117,8 @@ void ResNetConfig::validate(const std::string& where) const {
                      "{}: model.depth = {}: an ImageNet-style ResNet has depth 18, 34 (BasicBlock), 50, 101 or 152 "
                      "(Bottleneck)",
                      where, depth);
+  HPCT_USAGE_CHECK(memory_format == "auto" || memory_format == "nchw" || memory_format == "nhwc",
+                   "{}: model.memory_format = \"{}\": use \"auto\", \"nchw\" or \"nhwc\"", where, memory_format);
   HPCT_USAGE_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f,
                    "{}: optim.label_smoothing = {} must be in [0, 1)", where, label_smoothing);
   HPCT_USAGE_CHECK(in_channels >= 1 && height >= 4 && width >= 4 && num_classes >= 2 && base_width >= 1,
@@ -199,16 +201,52 @@ int index_of(const std::vector<ParamSpec>& layout, const std::string& name) {
 }
 }  // namespace
 
+namespace {
+// The context a convolution's workspace is planned under. The CPU's workspace depends on the shape and the layout
+// (oneDNN's or im2col's); CUDA's is the filter scratch and a budget for cuDNN (kernels.hpp), computed on the host, so
+// that a plan for CUDA needs no GPU.
+ExecContext planning_context(Device device, Precision arithmetic, bool channels_last) {
+  ExecContext ctx{device, nullptr, device == Device::CPU ? Precision::FP32 : arithmetic};
+  ctx.channels_last = channels_last;
+  return ctx;
+}
+// The storage type the workspace is planned for. A CPU model that only plans memory (memory_plan) may be f16, which the
+// CPU backend has no workspace formula for: it plans bf16's, the same 2-byte elements.
+DType workspace_type(Device device, DType act) {
+  return device == Device::CPU && act == DType::F16 ? DType::BF16 : act;
+}
+
+// model.memory_format: nchw; nhwc where every convolution of the net runs channels-last on this device (else a
+// UsageError naming the first that does not); auto: nhwc exactly where it would run.
+bool choose_channels_last(const ResNetConfig& cfg, const ArchSpec& a, int B, Device device, DType act) {
+  if (cfg.memory_format == "nchw") return false;
+  const ExecContext ctx = planning_context(device, Precision::FP32, /*channels_last=*/true);
+  std::vector<UnitSpec> convs{a.stem};
+  for (const BlockSpec& b : a.blocks) {
+    convs.insert(convs.end(), b.units.begin(), b.units.end());
+    if (b.downsample) convs.push_back(b.ds);
+  }
+  for (const UnitSpec& u : convs) {
+    if (k::conv2d_channels_last_runs(ctx, B, u.C, u.H, u.W, u.OC, u.K, u.K, u.stride, u.pad,
+                                     workspace_type(device, act)))
+      continue;
+    HPCT_USAGE_CHECK(cfg.memory_format == "auto",
+                     "model.memory_format = nhwc: the {}x{} stride-{} convolution {} -> {} channels at {}x{} does not "
+                     "run channels-last on {} with {} activations (channels-last needs the CPU backend built with "
+                     "oneDNN, and HPCT_CONV unset); use model.memory_format = auto or nchw",
+                     u.K, u.K, u.stride, u.C, u.OC, u.H, u.W, device_name(device), dtype_name(act));
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 ResNet::Conv ResNet::make_conv(const std::string& name, int C, int OC, int H, int W, int K, int stride, int pad) {
   Conv c{index_of(layout_, name),       C, OC, H, W, K, stride, pad, (H + 2 * pad - K) / stride + 1,
          (W + 2 * pad - K) / stride + 1};
-  // The CPU's workspace depends on the shape (oneDNN's or im2col's); CUDA's is the filter scratch and a budget
-  // for cuDNN (kernels.hpp), computed on the host, so that a plan for CUDA needs no GPU.
-  const ExecContext ctx{device_, nullptr, device_ == Device::CPU ? Precision::FP32 : arithmetic_};
-  // A CPU model that only plans memory (memory_plan) may be f16, which the CPU backend has no workspace formula for: it
-  // plans bf16's, the same 2-byte elements.
-  const DType ws_act = device_ == Device::CPU && act_ == DType::F16 ? DType::BF16 : act_;
-  ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad, ws_act));
+  const ExecContext ctx = planning_context(device_, arithmetic_, channels_last_);
+  ws_floats_ = std::max(ws_floats_, k::conv2d_workspace_floats(ctx, B_, C, H, W, OC, K, K, stride, pad,
+                                                               workspace_type(device_, act_)));
   return c;
 }
 
@@ -266,10 +304,12 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
   }
   const ArchSpec a = arch(cfg_);
   const int B = B_;
+  channels_last_ = choose_channels_last(cfg_, a, B, device, act);
   int64_t largest = 0;
   auto activation = [&](const std::string& name, int ch, int h, int ww) {
     largest = std::max<int64_t>(largest, static_cast<int64_t>(B) * ch * h * ww);
-    return &acts_.add(name, {B, ch, h, ww}, act);
+    return &acts_.add(name, channels_last_ ? std::vector<int64_t>{B, h, ww, ch} : std::vector<int64_t>{B, ch, h, ww},
+                      act);
   };
   // Full recompute: a block's inner activations live in one copy per unit position, as large as the largest block's,
   // which each block's forward and recompute overwrite (the block's output stays its own).
@@ -317,7 +357,10 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
     pool_OH_ = a.pool_OH;
     pool_OW_ = a.pool_OW;
     x0p_ = activation("stem.maxpool", pool_C_, pool_OH_, pool_OW_);
-    pool_idx_ = &acts_.add("stem.maxpool_index", {B, pool_C_, pool_OH_, pool_OW_}, DType::I32);
+    pool_idx_ = &acts_.add("stem.maxpool_index",
+                           channels_last_ ? std::vector<int64_t>{B, pool_OH_, pool_OW_, pool_C_}
+                                          : std::vector<int64_t>{B, pool_C_, pool_OH_, pool_OW_},
+                           DType::I32);
   }
   for (const BlockSpec& bs : a.blocks) {
     Block blk;
@@ -350,7 +393,8 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
   HW_last_ = a.H_last * a.W_last;
   fc_w_ = index_of(layout_, "fc.weight");
   fc_b_ = index_of(layout_, "fc.bias");
-  if (act != DType::F32) images_ = activation("images", cfg_.in_channels, cfg_.height, cfg_.width);
+  if (act != DType::F32 || (channels_last_ && cfg_.in_channels > 1))
+    images_ = activation("images", cfg_.in_channels, cfg_.height, cfg_.width);
   pooled_ = &acts_.add("pooled", {B, C_last_}, act);
   logits_ = &acts_.add("logits", {B, cfg_.num_classes}, act);
   losses_ = &acts_.add("losses", {B});
@@ -494,18 +538,23 @@ void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, const A* dout,
                                 static_cast<int64_t>(count), b, bn.C, bn.HW);
 }
 
-void ResNet::forward(const ExecContext& ctx, const float* images, int b, bool train) {
+void ResNet::forward(const ExecContext& ctx_in, const float* images, int b, bool train) {
+  const ExecContext ctx = in_layout(ctx_in);
   with_activation_type(act_, [&](auto type) {
     using A = typename decltype(type)::type;
-    if constexpr (std::is_same_v<A, float>) {
-      forward_impl<float>(ctx, images, b, train);
-    } else {
-      // the images arrive as fp32 (the data pipeline's type) and enter the 16-bit model rounded once (normalised
-      // images are within a few units: far inside fp16's range)
-      HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
-      k::cast(ctx, images_->as<A>(), images, static_cast<int64_t>(b) * cfg_.in_channels * cfg_.height * cfg_.width);
-      forward_impl<A>(ctx, images_->as<A>(), b, train);
+    if (!images_) {  // fp32 NCHW, or fp32 channels-last with one input channel (the same bytes): the images themselves
+      if constexpr (std::is_same_v<A, float>) forward_impl<float>(ctx, images, b, train);
+      return;
     }
+    // the images arrive as fp32 NCHW (the data pipeline's) and enter the model in its layout, rounded once to a 16-bit
+    // type (normalised images are within a few units: far inside fp16's range)
+    HPCT_CHECK(b >= 1 && b <= B_, "forward of {} images on a model planned for micro_batch {}", b, B_);
+    if (channels_last_) {
+      k::images_to_channels_last(ctx, images_->as<A>(), images, b, cfg_.in_channels, cfg_.height * cfg_.width);
+    } else if constexpr (!std::is_same_v<A, float>) {  // (fp32 NCHW has no images_)
+      k::cast(ctx, images_->as<A>(), images, static_cast<int64_t>(b) * cfg_.in_channels * cfg_.height * cfg_.width);
+    }
+    forward_impl<A>(ctx, images_->as<A>(), b, train);
   });
 }
 
@@ -579,7 +628,8 @@ const float* ResNet::loss_impl(const ExecContext& ctx, const int32_t* labels, in
 // that of its input; dB the gradient after the block's last ReLU (dsum, also the shortcut's); dC and dD alternate
 // inside the main branch (BN backward writes dC, conv backward writes dD, or dA for the block's first conv).
 // Under fp16 dloss carries the loss scale (train/loss_scaling.hpp): the activation gradients stored below are scaled.
-const float* ResNet::loss_and_backward(const ExecContext& ctx, const int32_t* labels, float dloss, int b) {
+const float* ResNet::loss_and_backward(const ExecContext& ctx_in, const int32_t* labels, float dloss, int b) {
+  const ExecContext ctx = in_layout(ctx_in);
   return with_activation_type(act_, [&](auto type) {
     return loss_and_backward_impl<typename decltype(type)::type>(ctx, labels, dloss, b);
   });

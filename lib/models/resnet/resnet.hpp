@@ -1,5 +1,5 @@
 #pragma once
-// ResNet (He et al. 2016), NCHW, forward and backward over kernels/ in llm.c's style, in two styles:
+// ResNet (He et al. 2016), NCHW or channels-last (ResNetConfig::memory_format), forward and backward over kernels/ in llm.c's style, in two styles:
 //   - "cifar" (small images): a 3x3 stride-1 stem conv + BN + ReLU, three stages of n = (depth - 2) / 6
 //     BasicBlocks with widths w, 2w, 4w (w = base_width, 16 by default), stride 2 at the start of stages 2 and 3.
 //     ResNet-20/32/44/56/110.
@@ -42,6 +42,10 @@ struct ResNetConfig {
   int base_width = 16;  // w: the first stage's width (cifar 16, imagenet 64)
   float bn_eps = 1e-5f, bn_momentum = 0.1f;
   float label_smoothing = 0.0f;  // of the cross-entropy (torch's label_smoothing): target (1 - eps) one-hot + eps / K
+  // The activations' memory layout (model.memory_format): "nchw", "nhwc" (channels-last: the CPU with oneDNN only,
+  // where its convolutions run without reordering the activations) or "auto" (nhwc where every convolution of the
+  // model runs channels-last, else nchw). The parameters, checkpoints and exports do not depend on it.
+  std::string memory_format = "auto";
 
   bool bottleneck() const { return style == "imagenet" && depth >= 50; }
   int expansion() const { return bottleneck() ? 4 : 1; }
@@ -99,6 +103,8 @@ class ResNet {
   ResNet& operator=(const ResNet&) = delete;
 
   const ResNetConfig& config() const { return cfg_; }
+  // The activations' layout chosen from config().memory_format: true for channels-last (N,H,W,C).
+  bool channels_last() const { return channels_last_; }
   int micro_batch() const { return B_; }
   DType activation_dtype() const { return act_; }
   // Counter-based init keyed by (seed, name, element): convs kaiming-normal (fan_out, ReLU gain, torchvision),
@@ -214,8 +220,8 @@ class ResNet {
   int pool_C_ = 0, pool_H_ = 0, pool_W_ = 0, pool_OH_ = 0, pool_OW_ = 0;
   std::vector<Block> blocks_;
   Tensor *x0c_, *x0b_, *x0p_ = nullptr, *pool_idx_ = nullptr, *pooled_, *logits_, *losses_, *ws_;
-  Tensor* images_ = nullptr;                 // (B, Cin, H, W) of the 16-bit activation type: the images rounded on
-                                             // entry (bf16 and fp16 only)
+  Tensor* images_ = nullptr;                 // (B, Cin, H, W) of the activation type: the images rounded on entry
+                                             // (bf16 and fp16), or channels-last (B, H, W, Cin) (Cin > 1 or 16-bit)
   Tensor *dA_, *dB_, *dC_, *dD_, *dpooled_;  // backward scratch: the largest activation, several
   const void* last_images_ = nullptr;        // (B, Cin, H, W) of the last forward, of the activation type (the
                                              // stem's weight gradient)
@@ -227,6 +233,13 @@ class ResNet {
   std::vector<std::pair<int, int>> layers_;  // layer_ranges(), once the blocks are planned
   bool shard_params_ = false;
   models::Recompute recompute_ = models::Recompute::None;
+  bool channels_last_ = false;  // channels_last(): set before any convolution is planned
+  // ctx with the model's activation layout (ExecContext::channels_last): what every kernel call of the model runs on
+  ExecContext in_layout(const ExecContext& ctx) const {
+    ExecContext c = ctx;
+    c.channels_last = channels_last_;
+    return c;
+  }
 };
 
 }  // namespace hpct::resnet

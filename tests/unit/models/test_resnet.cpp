@@ -306,3 +306,69 @@ TEST(ResNetRecompute, FullIsBitwiseAndStoresLess) {
       EXPECT_LT(full, none) << "depth " << c.depth;
     }
 }
+
+// Channels-last activations (model.memory_format): the same network, so the same losses, gradients and running
+// statistics as NCHW to rounding (fp32: another convolution kernel and BatchNorm's sums in another order), for a
+// BasicBlock net and an ImageNet-style one with three input channels (the images enter transposed) and the max-pool
+// stem; the plan stays exact; nhwc is refused where it cannot run, auto picks what runs.
+TEST(ResNetChannelsLast, MatchesNchwAndPlansExactly) {
+  ResNetConfig imagenet = tiny();
+  imagenet.style = "imagenet";
+  imagenet.depth = 18;
+  imagenet.in_channels = 3;
+  imagenet.height = imagenet.width = 64;  // the last stage 2x2: BatchNorm over 4 B values, not over B
+  imagenet.base_width = 16;
+  for (ResNetConfig c : {tiny(), imagenet}) {
+    SCOPED_TRACE(c.style);
+    const int B = 4, D = c.in_channels * c.height * c.width;
+    const ExecContext ctx;
+    c.memory_format = "auto";
+    ResNet probe(c, B, Device::CPU, nullptr, /*allocate=*/false);
+    if (!probe.channels_last()) GTEST_SKIP() << "oneDNN does not run these convolutions channels-last here";
+    std::vector<float> img(static_cast<size_t>(B * D));
+    std::vector<int32_t> lab(B);
+    for (int i = 0; i < B * D; ++i) img[i] = static_cast<float>(rng::normal(3, 1, i));
+    for (int i = 0; i < B; ++i) lab[i] = static_cast<int32_t>(rng::uniform_int(3, 2, i, c.num_classes));
+    auto run = [&](const std::string& format, std::vector<float>& grads, std::vector<float>& running) {
+      c.memory_format = format;
+      ResNet m(c, B, Device::CPU);
+      EXPECT_EQ(m.channels_last(), format == "nhwc");
+      EXPECT_EQ(memory_plan(c, B).total(), m.memory().total());
+      m.init_parameters(ctx, 7);
+      m.zero_grad(ctx);
+      m.forward(ctx, img.data(), B, true);
+      const float* l = m.loss_and_backward(ctx, lab.data(), 1.0f / B, B);
+      grads.clear();
+      running.clear();
+      for (const Tensor& t : m.grads().tensors()) grads.insert(grads.end(), t.f32(), t.f32() + t.numel());
+      for (const Tensor& t : m.buffers().tensors()) running.insert(running.end(), t.f32(), t.f32() + t.numel());
+      m.forward(ctx, img.data(), B, false);  // evaluation: running statistics
+      double s = 0;
+      for (int i = 0; i < B; ++i) s += l[i];
+      return s;
+    };
+    std::vector<float> g_a, g_b, r_a, r_b;
+    const double l_a = run("nchw", g_a, r_a), l_b = run("nhwc", g_b, r_b);
+    EXPECT_NEAR(l_b, l_a, 1e-5 * std::abs(l_a));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < g_a.size(); ++i) {
+      num += (static_cast<double>(g_b[i]) - g_a[i]) * (static_cast<double>(g_b[i]) - g_a[i]);
+      den += static_cast<double>(g_a[i]) * g_a[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-5);
+    for (size_t i = 0; i < r_a.size(); ++i) EXPECT_NEAR(r_b[i], r_a[i], 1e-5 * (1 + std::abs(r_a[i])));
+  }
+}
+
+TEST(ResNetChannelsLast, RefusedWhereItCannotRunAndValidated) {
+  ResNetConfig c = tiny();
+  c.memory_format = "nhwc";
+  // CUDA's convolution, BatchNorm and pooling kernels are NCHW: a plan for CUDA (no GPU needed) refuses nhwc
+  EXPECT_THROW(ResNet(c, 2, Device::CUDA, nullptr, /*allocate=*/false), UsageError);
+  c.memory_format = "auto";
+  EXPECT_FALSE(ResNet(c, 2, Device::CUDA, nullptr, /*allocate=*/false).channels_last());
+  c.memory_format = "nchw";
+  EXPECT_FALSE(ResNet(c, 2, Device::CPU, nullptr, /*allocate=*/false).channels_last());
+  c.memory_format = "channels_last";
+  EXPECT_THROW(c.validate("x"), UsageError);
+}

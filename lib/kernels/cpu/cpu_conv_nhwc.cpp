@@ -1,0 +1,394 @@
+// CPU backend: BatchNorm2d and the pools on channels-last activations (N,H,W,C), the layout oneDNN's convolutions
+// run on without reordering (cpu_conv_dnnl.hpp), so that a ResNet's activations stay in it from the first conv to the
+// pooled features (kernels.hpp, ExecContext::channels_last). Legend as cpu_conv.cpp; P = N*HW positions, each a run of
+// C contiguous channels, and every loop's inner dimension is the channel (vectorised).
+//
+// BatchNorm's reductions: the positions are cut into slabs whose number and size depend on P only (kSlabs), each
+// slab's per-channel sums in double in position order, then the slabs added in slab order: the statistics depend on
+// the shape alone, never on the thread count (threads take whole slabs). The arithmetic per value is the NCHW
+// kernels' (two-pass mean and M2 in double, the same float formulas for the output and dinp); only the order of the
+// sums differs, so the two layouts agree to rounding. The float statistics rows, the SyncBN exchange and the merge
+// are the NCHW path's unchanged. The slab partials and the per-channel factors live in buffers of the calling thread,
+// grown on first use and kept (the steady step allocates nothing: docs/invariants.md, invariant 7).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace hpct::kernels::cpu {
+namespace {
+
+constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a loop stays serial (cpu_conv.cpp)
+constexpr int64_t kSlabs = 64;             // at most this many slabs per reduction ...
+constexpr int64_t kSlabMin = 32;           // ... of at least this many positions
+
+struct Slabs {
+  int64_t count, size;
+  int64_t begin(int64_t s) const { return s * size; }
+  int64_t end(int64_t s, int64_t P) const { return std::min(P, (s + 1) * size); }
+};
+Slabs slabs_of(int64_t P) {
+  const int64_t size = std::max(kSlabMin, (P + kSlabs - 1) / kSlabs);
+  return {(P + size - 1) / size, size};
+}
+
+void check_bn(const char* op, int N, int C, int HW) {
+  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "{}: bad shape N={} C={} HW={}", op, N, C, HW);
+}
+
+// The calling thread's scratch: `doubles` doubles and `floats` floats, kept between calls.
+struct Scratch {
+  double* d;
+  float* f;
+};
+Scratch scratch(int64_t doubles, int64_t floats) {
+  thread_local std::vector<double> d;
+  thread_local std::vector<float> f;
+  if (static_cast<int64_t>(d.size()) < doubles) d.resize(static_cast<size_t>(doubles));
+  if (static_cast<int64_t>(f.size()) < floats) f.resize(static_cast<size_t>(floats));
+  return {d.data(), f.data()};
+}
+
+// 2 x C doubles of the calling thread, kept between calls, apart from scratch()'s (the backward's (sum dy, sum dy xhat)
+// per channel, which outlive the scratch the sums are made in).
+double* channel_pairs(int C) {
+  thread_local std::vector<double> v;
+  if (static_cast<int64_t>(v.size()) < 2 * static_cast<int64_t>(C)) v.resize(2 * static_cast<size_t>(C));
+  return v.data();
+}
+
+// out[k*C + c] = sum over the positions p (slab by slab, then the slabs in order) of what `add(p, acc)` adds into the
+// K per-channel accumulators acc[k*C + c], in double. `part` holds count x K x C doubles.
+template <int K, typename Add>
+void channel_sums(double* out, double* part, int64_t P, int C, Add&& add) {
+  const Slabs sl = slabs_of(P);
+  const int64_t width = static_cast<int64_t>(K) * C;
+#pragma omp parallel for schedule(static) if (P * C >= kMinParallel && sl.count > 1)
+  for (int64_t s = 0; s < sl.count; s++) {
+    double* acc = part + s * width;
+    std::fill(acc, acc + width, 0.0);
+    for (int64_t p = sl.begin(s); p < sl.end(s, P); p++) add(p, acc);
+  }
+  std::fill(out, out + width, 0.0);
+  for (int64_t s = 0; s < sl.count; s++) {
+    const double* acc = part + s * width;
+#pragma omp simd
+    for (int64_t i = 0; i < width; i++) out[i] += acc[i];
+  }
+}
+
+// The float stats rows (count, mean, M2) of every channel: mean, then M2 = sum (x - mean)^2, both in double.
+template <typename A>
+void channel_stats(float* stats, const A* inp, int N, int C, int HW) {
+  const int64_t P = static_cast<int64_t>(N) * HW;
+  const Scratch sc = scratch(slabs_of(P).count * C + 2 * static_cast<int64_t>(C), 0);
+  double* mean = sc.d + slabs_of(P).count * C;
+  double* m2 = mean + C;
+  channel_sums<1>(mean, sc.d, P, C, [&](int64_t p, double* acc) {
+    const A* x = inp + p * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) acc[c] += to_f32(x[c]);
+  });
+  for (int c = 0; c < C; c++) mean[c] /= static_cast<double>(P);
+  channel_sums<1>(m2, sc.d, P, C, [&](int64_t p, double* acc) {
+    const A* x = inp + p * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      const double dx = to_f32(x[c]) - mean[c];
+      acc[c] += dx * dx;
+    }
+  });
+  for (int c = 0; c < C; c++) {  // cpu_conv.cpp's store_stats
+    stats[3 * c] = static_cast<float>(static_cast<double>(P));
+    stats[3 * c + 1] = static_cast<float>(mean[c]);
+    stats[3 * c + 2] = static_cast<float>(m2[c]);
+  }
+}
+
+// out[p, c] = (x - mean[c]) * scale[c] + shift[c] over every position, rounded once to A.
+template <typename A>
+void affine(A* out, const A* inp, const float* mean, const float* scale, const float* shift, int64_t P, int C) {
+#pragma omp parallel for schedule(static) if (P * C >= kMinParallel)
+  for (int64_t p = 0; p < P; p++) {
+    const A* x = inp + p * C;
+    A* o = out + p * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = from_f32<A>((to_f32(x[c]) - mean[c]) * scale[c] + shift[c]);
+  }
+}
+
+// sums (C,2) = (sum dout, sum dout * xhat) per channel, in double, xhat = (x - mean) * rstd in float as the NCHW path.
+template <typename A>
+void grad_sums(double* sdy, double* sdyx, const A* dout, const A* inp, const float* save_mean, const float* save_rstd,
+               int N, int C, int HW) {
+  const int64_t P = static_cast<int64_t>(N) * HW;
+  const Scratch sc = scratch(slabs_of(P).count * 2 * C + 2 * static_cast<int64_t>(C), 0);
+  double* both = sc.d + slabs_of(P).count * 2 * C;
+  channel_sums<2>(both, sc.d, P, C, [&](int64_t p, double* acc) {
+    const A* x = inp + p * C;
+    const A* dy = dout + p * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      const float g = to_f32(dy[c]);
+      acc[c] += g;
+      acc[C + c] += static_cast<double>(g) * ((to_f32(x[c]) - save_mean[c]) * save_rstd[c]);
+    }
+  });
+  std::copy(both, both + C, sdy);
+  std::copy(both + C, both + 2 * C, sdyx);
+}
+
+// dinp = gamma rstd (dout - mean_dy - xhat mean_dy_xhat) per channel, with the sums over `count` values.
+template <typename A>
+void dinp_all(A* dinp, const A* dout, const A* inp, const float* save_mean, const float* save_rstd, const A* gamma,
+              const double* sdy, const double* sdyx, double count, int N, int C, int HW) {
+  const int64_t P = static_cast<int64_t>(N) * HW;
+  const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
+  float *k0 = sc.f, *mdy = sc.f + C, *mdyx = sc.f + 2 * C;
+  for (int c = 0; c < C; c++) {
+    k0[c] = to_f32(gamma[c]) * save_rstd[c];
+    mdy[c] = static_cast<float>(sdy[c] / count);
+    mdyx[c] = static_cast<float>(sdyx[c] / count);
+  }
+#pragma omp parallel for schedule(static) if (P * C >= kMinParallel)
+  for (int64_t p = 0; p < P; p++) {
+    const A* x = inp + p * C;
+    const A* dy = dout + p * C;
+    A* dx = dinp + p * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      dx[c] = from_f32<A>(k0[c] * (to_f32(dy[c]) - mdy[c] - (to_f32(x[c]) - save_mean[c]) * save_rstd[c] * mdyx[c]));
+  }
+}
+
+}  // namespace
+
+template <typename A>
+void batchnorm2d_local_stats_nhwc(float* stats, const A* inp, int N, int C, int HW) {
+  check_bn("batchnorm2d_local_stats", N, C, HW);
+  channel_stats(stats, inp, N, C, HW);
+}
+
+template <typename A>
+void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
+                                    const A* beta, const float* stats, int N, int C, int HW, float eps) {
+  check_bn("batchnorm2d_forward_apply", N, C, HW);
+  const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
+  float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
+  for (int c = 0; c < C; c++) {  // cpu_conv.cpp's apply_channel
+    const float* st = stats + 3 * c;
+    HPCT_CHECK(st[0] > 0, "batchnorm2d_forward_apply: channel {} has count {}", c, st[0]);
+    const float rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(st[2]) / st[0] + eps));
+    mean[c] = st[1];
+    scale[c] = rstd * to_f32(gamma[c]);
+    shift[c] = to_f32(beta[c]);
+    save_mean[c] = st[1];
+    save_rstd[c] = rstd;
+  }
+  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C);
+}
+
+template <typename A>
+void batchnorm2d_forward_train_nhwc(A* out, float* stats, float* save_mean, float* save_rstd, const A* inp,
+                                    const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+  // the SyncBN path at one rank, literally: its statistics, then its apply
+  batchnorm2d_local_stats_nhwc(stats, inp, N, C, HW);
+  batchnorm2d_forward_apply_nhwc(out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+}
+
+template <typename A>
+void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
+                                   const float* running_var, int N, int C, int HW, float eps) {
+  check_bn("batchnorm2d_forward_eval", N, C, HW);
+  const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
+  float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
+  for (int c = 0; c < C; c++) {  // the NCHW eval's factors
+    mean[c] = running_mean[c];
+    scale[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps)) * to_f32(gamma[c]);
+    shift[c] = to_f32(beta[c]);
+  }
+  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C);
+}
+
+template <typename A>
+void batchnorm2d_backward_nhwc(A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
+                               const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
+  check_bn("batchnorm2d_backward", N, C, HW);
+  double* sdy = channel_pairs(C);
+  double* sdyx = sdy + C;
+  grad_sums(sdy, sdyx, dout, inp, save_mean, save_rstd, N, C, HW);
+  for (int c = 0; c < C; c++) {
+    dbeta[c] += static_cast<float>(sdy[c]);
+    dgamma[c] += static_cast<float>(sdyx[c]);
+  }
+  dinp_all(dinp, dout, inp, save_mean, save_rstd, gamma, sdy, sdyx, static_cast<double>(N) * HW, N, C, HW);
+}
+
+template <typename A>
+void batchnorm2d_backward_local_sums_nhwc(float* sums, float* dgamma, float* dbeta, const A* dout, const A* inp,
+                                          const float* save_mean, const float* save_rstd, int N, int C, int HW) {
+  check_bn("batchnorm2d_backward_local_sums", N, C, HW);
+  double* sdy = channel_pairs(C);
+  double* sdyx = sdy + C;
+  grad_sums(sdy, sdyx, dout, inp, save_mean, save_rstd, N, C, HW);
+  for (int c = 0; c < C; c++) {
+    sums[2 * c + 0] = static_cast<float>(sdy[c]);
+    sums[2 * c + 1] = static_cast<float>(sdyx[c]);
+    dbeta[c] += static_cast<float>(sdy[c]);
+    dgamma[c] += static_cast<float>(sdyx[c]);
+  }
+}
+
+template <typename A>
+void batchnorm2d_backward_apply_nhwc(A* dinp, const A* dout, const A* inp, const float* save_mean,
+                                     const float* save_rstd, const A* gamma, const float* global_sums,
+                                     int64_t global_count, int N, int C, int HW) {
+  check_bn("batchnorm2d_backward_apply", N, C, HW);
+  HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
+             "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
+             global_count, static_cast<int64_t>(N) * HW);
+  double* sdy = channel_pairs(C);
+  double* sdyx = sdy + C;
+  for (int c = 0; c < C; c++) {  // the float sums the NCHW path hands dinp_channel, widened as it does
+    sdy[c] = global_sums[2 * c];
+    sdyx[c] = global_sums[2 * c + 1];
+  }
+  dinp_all(dinp, dout, inp, save_mean, save_rstd, gamma, sdy, sdyx, static_cast<double>(global_count), N, C, HW);
+}
+
+// ---- MaxPool2d: the NCHW kernels' windows and index (ih * W + iw within the plane), per channel lane -----------
+template <typename A>
+void maxpool2d_forward_nhwc(A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K, int stride,
+                            int pad) {
+  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && K > 0 && stride > 0 && pad >= 0 && 2 * pad <= K && H + 2 * pad >= K &&
+                 W + 2 * pad >= K,
+             "maxpool2d_forward: bad shape N={} C={} H={} W={} K={} stride={} pad={} (torch needs pad <= K/2)", N, C, H,
+             W, K, stride, pad);
+  const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  const int64_t rows = static_cast<int64_t>(N) * OH;
+#pragma omp parallel for schedule(static) if (rows * OW * C >= kMinParallel / 4)
+  for (int64_t r = 0; r < rows; r++) {
+    const int n = static_cast<int>(r / OH), oh = static_cast<int>(r % OH);
+    const A* x = inp + static_cast<int64_t>(n) * H * W * C;
+    for (int ow = 0; ow < OW; ow++) {
+      const int h0 = oh * stride - pad, w0 = ow * stride - pad;
+      const int64_t o = (r * OW + ow) * C;
+      for (int c = 0; c < C; c++) {
+        float best = -std::numeric_limits<float>::infinity();
+        int32_t arg = -1;
+        for (int ih = std::max(h0, 0); ih < std::min(h0 + K, H); ih++)
+          for (int iw = std::max(w0, 0); iw < std::min(w0 + K, W); iw++) {
+            const float v = to_f32(x[(static_cast<int64_t>(ih) * W + iw) * C + c]);
+            if (v > best || arg < 0) {
+              best = v;
+              arg = ih * W + iw;
+            }
+          }
+        out[o + c] = from_f32<A>(best);  // exact: best is a stored value
+        idx[o + c] = arg;
+      }
+    }
+  }
+}
+
+template <typename A>
+void maxpool2d_backward_nhwc(A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W, int K, int stride,
+                             int pad) {
+  const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  const int64_t rows = static_cast<int64_t>(N) * H;
+  // gathered per input pixel from the outputs whose window holds it, in output order (the NCHW kernel's sums)
+#pragma omp parallel for schedule(static) if (rows * W * C >= kMinParallel)
+  for (int64_t r = 0; r < rows; r++) {
+    const int n = static_cast<int>(r / H), ih = static_cast<int>(r % H);
+    const A* dy = dout + static_cast<int64_t>(n) * OH * OW * C;
+    const int32_t* id = idx + static_cast<int64_t>(n) * OH * OW * C;
+    const int oh0 = std::max(0, (ih + pad - K + stride) / stride), oh1 = std::min(OH - 1, (ih + pad) / stride);
+    for (int iw = 0; iw < W; iw++) {
+      const int ow0 = std::max(0, (iw + pad - K + stride) / stride), ow1 = std::min(OW - 1, (iw + pad) / stride);
+      const int32_t self = ih * W + iw;
+      A* dx = dinp + (r * W + iw) * C;
+      for (int c = 0; c < C; c++) {
+        float s = 0.0f;
+        for (int oh = oh0; oh <= oh1; oh++)
+          for (int ow = ow0; ow <= ow1; ow++) {
+            const int64_t o = (static_cast<int64_t>(oh) * OW + ow) * C + c;
+            if (id[o] == self) s += to_f32(dy[o]);
+          }
+        dx[c] = from_f32<A>(s);
+      }
+    }
+  }
+}
+
+// ---- global average pooling: the NCHW kernels' double sums per (image, channel), in hw order -------------------
+template <typename A>
+void global_avgpool_forward_nhwc(A* out, const A* inp, int N, int C, int HW) {
+  constexpr int kLanes = 64;  // channels summed together (their accumulators on the stack)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C * HW >= kMinParallel)
+  for (int n = 0; n < N; n++)
+    for (int c0 = 0; c0 < C; c0 += kLanes) {
+      const int lanes = std::min(kLanes, C - c0);
+      double acc[kLanes] = {};
+      for (int i = 0; i < HW; i++) {
+        const A* x = inp + (static_cast<int64_t>(n) * HW + i) * C + c0;
+#pragma omp simd
+        for (int c = 0; c < lanes; c++) acc[c] += to_f32(x[c]);
+      }
+      for (int c = 0; c < lanes; c++)
+        out[static_cast<int64_t>(n) * C + c0 + c] = from_f32<A>(static_cast<float>(acc[c] / HW));
+    }
+}
+
+template <typename A>
+void global_avgpool_backward_nhwc(A* dinp, const A* dout, int N, int C, int HW) {
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C * HW >= kMinParallel)
+  for (int n = 0; n < N; n++) {
+    const A* g = dout + static_cast<int64_t>(n) * C;
+    for (int i = 0; i < HW; i++) {
+      A* dx = dinp + (static_cast<int64_t>(n) * HW + i) * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) dx[c] = from_f32<A>(to_f32(g[c]) / static_cast<float>(HW));
+    }
+  }
+}
+
+template <typename A>
+void images_to_nhwc(A* out, const float* inp, int N, int C, int HW) {
+  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "images_to_nhwc: bad shape N={} C={} HW={}", N, C, HW);
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C * HW >= kMinParallel)
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < HW; i++)
+      for (int c = 0; c < C; c++)
+        out[(static_cast<int64_t>(n) * HW + i) * C + c] = from_f32<A>(inp[(static_cast<int64_t>(n) * C + c) * HW + i]);
+}
+
+#define HPCT_CPU_NHWC_INSTANTIATE(A)                                                                                   \
+  template void batchnorm2d_forward_train_nhwc<A>(A*, float*, float*, float*, const A*, const A*, const A*, int, int,  \
+                                                  int, float);                                                         \
+  template void batchnorm2d_local_stats_nhwc<A>(float*, const A*, int, int, int);                                      \
+  template void batchnorm2d_forward_apply_nhwc<A>(A*, float*, float*, const A*, const A*, const A*, const float*, int, \
+                                                  int, int, float);                                                    \
+  template void batchnorm2d_forward_eval_nhwc<A>(A*, const A*, const A*, const A*, const float*, const float*, int,    \
+                                                 int, int, float);                                                     \
+  template void batchnorm2d_backward_nhwc<A>(A*, float*, float*, const A*, const A*, const float*, const float*,       \
+                                             const A*, int, int, int);                                                 \
+  template void batchnorm2d_backward_local_sums_nhwc<A>(float*, float*, float*, const A*, const A*, const float*,      \
+                                                        const float*, int, int, int);                                  \
+  template void batchnorm2d_backward_apply_nhwc<A>(A*, const A*, const A*, const float*, const float*, const A*,       \
+                                                   const float*, int64_t, int, int, int);                              \
+  template void maxpool2d_forward_nhwc<A>(A*, int32_t*, const A*, int, int, int, int, int, int, int);                  \
+  template void maxpool2d_backward_nhwc<A>(A*, const A*, const int32_t*, int, int, int, int, int, int, int);           \
+  template void global_avgpool_forward_nhwc<A>(A*, const A*, int, int, int);                                           \
+  template void global_avgpool_backward_nhwc<A>(A*, const A*, int, int, int);                                          \
+  template void images_to_nhwc<A>(A*, const float*, int, int, int);
+HPCT_CPU_NHWC_INSTANTIATE(float)
+HPCT_CPU_NHWC_INSTANTIATE(bf16)
+#undef HPCT_CPU_NHWC_INSTANTIATE
+
+}  // namespace hpct::kernels::cpu

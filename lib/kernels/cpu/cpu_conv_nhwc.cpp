@@ -63,8 +63,12 @@ double* channel_pairs(int C) {
   return v.data();
 }
 
-// out[k*C + c] = sum over the positions p (slab by slab, then the slabs in order) of what `add(p, acc)` adds into the
-// K per-channel accumulators acc[k*C + c], in double. `part` holds count x K x C doubles.
+// out[k*C + c] = sum over the positions p (slab by slab, each in position order, then the slabs in order) of what
+// `add(p0, p1, c0, L, acc)` adds into the K per-channel accumulators acc[k*C + c] for the positions [p0, p1) and the
+// channels [c0, c0 + L), in double. `part` holds count x K x C doubles. The channels go in blocks of kLanes (whole
+// vectors of sums the compiler keeps in registers across the positions), a remainder one by one; the order of each
+// channel's sum is the same either way.
+constexpr int kLanes = 16;
 template <int K, typename Add>
 void channel_sums(double* out, double* part, int64_t P, int C, Add&& add) {
   const Slabs sl = slabs_of(P);
@@ -73,7 +77,10 @@ void channel_sums(double* out, double* part, int64_t P, int C, Add&& add) {
   for (int64_t s = 0; s < sl.count; s++) {
     double* acc = part + s * width;
     std::fill(acc, acc + width, 0.0);
-    for (int64_t p = sl.begin(s); p < sl.end(s, P); p++) add(p, acc);
+    int c0 = 0;
+    for (; c0 + kLanes <= C; c0 += kLanes)
+      add(sl.begin(s), sl.end(s, P), c0, std::integral_constant<int, kLanes>(), acc);
+    for (; c0 < C; c0++) add(sl.begin(s), sl.end(s, P), c0, std::integral_constant<int, 1>(), acc);
   }
   std::fill(out, out + width, 0.0);
   for (int64_t s = 0; s < sl.count; s++) {
@@ -90,19 +97,30 @@ void channel_stats(float* stats, const A* inp, int N, int C, int HW) {
   const Scratch sc = scratch(slabs_of(P).count * C + 2 * static_cast<int64_t>(C), 0);
   double* mean = sc.d + slabs_of(P).count * C;
   double* m2 = mean + C;
-  channel_sums<1>(mean, sc.d, P, C, [&](int64_t p, double* acc) {
-    const A* x = inp + p * C;
+  channel_sums<1>(mean, sc.d, P, C, [&](int64_t p0, int64_t p1, int c0, auto lanes, double* acc) {
+    constexpr int L = decltype(lanes)::value;
+    double a[L] = {};
+    for (int64_t p = p0; p < p1; p++) {
+      const A* x = inp + p * C + c0;
 #pragma omp simd
-    for (int c = 0; c < C; c++) acc[c] += to_f32(x[c]);
+      for (int l = 0; l < L; l++) a[l] += to_f32(x[l]);
+    }
+    for (int l = 0; l < L; l++) acc[c0 + l] = a[l];
   });
   for (int c = 0; c < C; c++) mean[c] /= static_cast<double>(P);
-  channel_sums<1>(m2, sc.d, P, C, [&](int64_t p, double* acc) {
-    const A* x = inp + p * C;
+  channel_sums<1>(m2, sc.d, P, C, [&](int64_t p0, int64_t p1, int c0, auto lanes, double* acc) {
+    constexpr int L = decltype(lanes)::value;
+    double a[L] = {}, mu[L];
+    for (int l = 0; l < L; l++) mu[l] = mean[c0 + l];
+    for (int64_t p = p0; p < p1; p++) {
+      const A* x = inp + p * C + c0;
 #pragma omp simd
-    for (int c = 0; c < C; c++) {
-      const double dx = to_f32(x[c]) - mean[c];
-      acc[c] += dx * dx;
+      for (int l = 0; l < L; l++) {
+        const double dx = to_f32(x[l]) - mu[l];
+        a[l] += dx * dx;
+      }
     }
+    for (int l = 0; l < L; l++) acc[c0 + l] = a[l];
   });
   for (int c = 0; c < C; c++) {  // cpu_conv.cpp's store_stats
     stats[3 * c] = static_cast<float>(static_cast<double>(P));
@@ -130,14 +148,27 @@ void grad_sums(double* sdy, double* sdyx, const A* dout, const A* inp, const flo
   const int64_t P = static_cast<int64_t>(N) * HW;
   const Scratch sc = scratch(slabs_of(P).count * 2 * C + 2 * static_cast<int64_t>(C), 0);
   double* both = sc.d + slabs_of(P).count * 2 * C;
-  channel_sums<2>(both, sc.d, P, C, [&](int64_t p, double* acc) {
-    const A* x = inp + p * C;
-    const A* dy = dout + p * C;
+  channel_sums<2>(both, sc.d, P, C, [&](int64_t p0, int64_t p1, int c0, auto lanes, double* acc) {
+    constexpr int L = decltype(lanes)::value;
+    double a[L] = {}, b[L] = {};
+    float mu[L], rs[L];
+    for (int l = 0; l < L; l++) {
+      mu[l] = save_mean[c0 + l];
+      rs[l] = save_rstd[c0 + l];
+    }
+    for (int64_t p = p0; p < p1; p++) {
+      const A* x = inp + p * C + c0;
+      const A* dy = dout + p * C + c0;
 #pragma omp simd
-    for (int c = 0; c < C; c++) {
-      const float g = to_f32(dy[c]);
-      acc[c] += g;
-      acc[C + c] += static_cast<double>(g) * ((to_f32(x[c]) - save_mean[c]) * save_rstd[c]);
+      for (int l = 0; l < L; l++) {
+        const float g = to_f32(dy[l]);
+        a[l] += g;
+        b[l] += static_cast<double>(g) * ((to_f32(x[l]) - mu[l]) * rs[l]);
+      }
+    }
+    for (int l = 0; l < L; l++) {
+      acc[c0 + l] = a[l];
+      acc[C + c0 + l] = b[l];
     }
   });
   std::copy(both, both + C, sdy);

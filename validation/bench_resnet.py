@@ -8,6 +8,11 @@ Configurations, each in its own process, all on --threads threads:
   hpctrain bf16                 bench_resnet --precision bf16 (bf16 activations and convolutions, fp32 parameters and
                                 gradients, BN statistics in fp32). Counted only when the binary's BENCH_RESNET line
                                 says `precision=bf16`: an older bench_resnet ignores unknown options and would time fp32
+                                Both take the model's default layout (model.memory_format = auto: channels-last where
+                                oneDNN runs every convolution; the BENCH_RESNET line names the layout that ran)
+  hpctrain fp32 nchw / bf16 nchw
+                                the same with --memory-format nchw: what the channels-last activations are worth (not
+                                counted for the target)
   PyTorch 2 eager fp32 / eager bf16 autocast / compile fp32 / compile bf16 autocast
                                 PyPI's current torch in a venv created once and cached (validation/torch_venv.py;
                                 --skip-torch2 leaves them out)
@@ -36,21 +41,24 @@ TARGET = 1.2
 LINE = re.compile(r"^BENCH_RESNET .*median_ms=([\d.]+) min_ms=([\d.]+) max_ms=([\d.]+).*$", re.M)
 
 
-def bench_cmd(a, precision):
+def bench_cmd(a, precision, memory_format=None):
     cmd = [a.exe, "--batch", str(a.batch), "--iters", str(a.steps - a.warmup), "--warmup", str(a.warmup)]
-    return cmd + (["--precision", precision] if precision != "fp32" else [])
+    return cmd + (["--precision", precision] if precision != "fp32" else []) + \
+        (["--memory-format", memory_format] if memory_format else [])
 
 
-def hpctrain_row(a, precision):
+def hpctrain_row(a, precision, memory_format=None):
     def run():
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-        p = subprocess.run(bench_cmd(a, precision), capture_output=True, text=True, env=env)
+        p = subprocess.run(bench_cmd(a, precision, memory_format), capture_output=True, text=True, env=env)
         m = LINE.search(p.stdout)
         if p.returncode != 0 or not m:
             raise RowFailed(f"bench_resnet exit {p.returncode}: {first_error_line(p.stderr + p.stdout)}")
         if precision != "fp32" and f"precision={precision}" not in m.group(0):
             raise RowFailed(f"this bench_resnet has no {precision} mode (its line lacks `precision={precision}`; "
                             f"an older binary ignores --precision and would time fp32): {m.group(0)}")
+        if memory_format and f"memory_format={memory_format}" not in m.group(0):
+            raise RowFailed(f"the model did not run {memory_format}: {m.group(0)}")
         return {"median_ms": float(m.group(1)), "min_ms": float(m.group(2)), "max_ms": float(m.group(3)),
                 "line": m.group(0)}
     return run
@@ -80,7 +88,9 @@ def main():
     ci = cpu_info()
     print(f"CPU: {cpu_line(ci)}", flush=True)
     rows = [Row("hpctrain fp32", hpctrain_row(a, "fp32"), "hpctrain", "fp32"),
-            Row("hpctrain bf16", hpctrain_row(a, "bf16"), "hpctrain", "bf16")]
+            Row("hpctrain bf16", hpctrain_row(a, "bf16"), "hpctrain", "bf16"),
+            Row("hpctrain fp32 nchw", hpctrain_row(a, "fp32", "nchw"), "hpctrain nchw", "fp32"),
+            Row("hpctrain bf16 nchw", hpctrain_row(a, "bf16", "nchw"), "hpctrain nchw", "bf16")]
     trows, t2 = torch_rows(a, "resnet", extra_args=("--batch", str(a.batch)))
     rows += trows
     run_rounds(rows, a.rounds)
@@ -102,6 +112,9 @@ def main():
             prof = [l for l in p.stdout.splitlines() if l.startswith("PROFILE")]
             profiles.append((title, prof))
             print(f"profile, {title}:\n" + "\n".join(r for r in prof if not r.startswith("PROFILE_ROW")), flush=True)
+    ran = [re.search(r"memory_format=(\w+)", r.rounds[-1]["line"]) for r in rows[:2] if r.ok]
+    layout = ", ".join(sorted({m.group(1) for m in ran if m})) or "unknown"
+    print(f"hpctrain fp32 / bf16 ran in the default layout: {layout}")
     if a.record:
         rounds = [f"{r.name:<30} " + "  ".join(f"{x['median_ms']:.1f} ({x['min_ms']:.0f}..{x['max_ms']:.0f})"
                                                for x in r.rounds) for r in rows if r.rounds]
@@ -110,8 +123,9 @@ def main():
                                      "PyTorch", ci, rows, t2, a,
                                      f"CIFAR-style ResNet-20 (width 16) on 1x28x28, batch {a.batch}, forward + "
                                      "cross-entropy + backward, no optimizer step; hpctrain: "
-                                     f"{os.path.relpath(a.exe, ROOT)}; PyTorch: tests/reference/resnet_models.py, "
-                                     "synthetic images")))
+                                     f"{os.path.relpath(a.exe, ROOT)} (its default rows in {layout}, the layout "
+                                     "model.memory_format = auto chose); PyTorch: "
+                                     "tests/reference/resnet_models.py, synthetic images")))
             f.write("\n\n```\n" + "\n".join(lines) + "\n```\n\nPer round: median ms/step (min..max of the round's "
                     "steps)\n\n```\n" + "\n".join(rounds) + "\n```\n")
             for title, prof in profiles:

@@ -406,6 +406,60 @@ void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, 
   HPCT_DISPATCH_STORAGE(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
                         global_count, N, C, HW);
 }
+// The BatchNorm + ReLU pairs: the channels-last CPU kernels with the ReLU in their passes, else the two ops.
+template <typename A>
+void batchnorm2d_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
+                                    const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
+                              eps, /*relu=*/true);
+  batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
+  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
+}
+template <typename A>
+void batchnorm2d_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
+                                    const A* gamma, const A* beta, const float* stats, int N, int C, int HW,
+                                    float eps) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW,
+                              eps, /*relu=*/true);
+  batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
+}
+template <typename A>
+void batchnorm2d_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                                   const float* running_mean, const float* running_var, int N, int C, int HW,
+                                   float eps) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                              /*relu=*/true);
+  batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
+  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
+}
+template <typename A>
+void batchnorm2d_relu_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, A* dout, const A* relu_out,
+                               const A* inp, const float* save_mean, const float* save_rstd, const A* gamma, int N,
+                               int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C,
+                              HW, relu_out);
+  relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
+  batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
+}
+template <typename A>
+void batchnorm2d_relu_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, A* dout,
+                                          const A* relu_out, const A* inp, const float* save_mean,
+                                          const float* save_rstd, int N, int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N,
+                              C, HW, relu_out);
+  relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
+  batchnorm2d_backward_local_sums(ctx, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
+}
+template <typename A>
+void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* relu_out, const A* inp,
+                                     const float* save_mean, const float* save_rstd, const A* gamma,
+                                     const float* global_sums, int64_t global_count, int N, int C, int HW) {
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
+                              global_count, N, C, HW, relu_out);
+  // two-op path: batchnorm2d_relu_backward_local_sums masked dout in place already
+  batchnorm2d_backward_apply(ctx, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N, C, HW);
+}
 template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
   HPCT_DISPATCH_STORAGE(relu_forward, out, inp, n);
@@ -581,6 +635,12 @@ void instantiate_ops() {
       reinterpret_cast<const void*>(&global_avgpool_forward<A>),
       reinterpret_cast<const void*>(&global_avgpool_backward<A>),
       reinterpret_cast<const void*>(&images_to_channels_last<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_relu_forward_train<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_relu_forward_apply<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_relu_forward_eval<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_relu_backward<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_relu_backward_local_sums<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_relu_backward_apply<A>),
   };
 }
 template void instantiate_ops<float>();

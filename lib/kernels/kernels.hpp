@@ -363,6 +363,35 @@ template <typename A>
 void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N, int C,
                              int HW);
 
+// BatchNorm followed by ReLU (a residual block's inner units and the stem): bit for bit the BatchNorm op, then
+// relu_forward on its output in place; backward, relu_backward of dout through the ReLU's output relu_out (the
+// forward's out), then the BatchNorm backward. Channels-last on the CPU they run in the BatchNorm's own passes (one pass
+// over the activation fewer each way); elsewhere as the two ops. dout: the gradient of relu_out; the two-op path masks
+// it in place, so its contents are unspecified on return. The SyncBN pair takes the same dout and relu_out, local sums
+// first (the apply reads the dout they masked where they masked it).
+template <typename A>
+void batchnorm2d_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
+                                    const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
+                                    const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                                   const float* running_mean, const float* running_var, int N, int C, int HW,
+                                   float eps);
+template <typename A>
+void batchnorm2d_relu_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, A* dout, const A* relu_out,
+                               const A* inp, const float* save_mean, const float* save_rstd, const A* gamma, int N,
+                               int C, int HW);
+template <typename A>
+void batchnorm2d_relu_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, A* dout,
+                                          const A* relu_out, const A* inp, const float* save_mean,
+                                          const float* save_rstd, int N, int C, int HW);
+template <typename A>
+void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* relu_out, const A* inp,
+                                     const float* save_mean, const float* save_rstd, const A* gamma,
+                                     const float* global_sums, int64_t global_count, int N, int C, int HW);
+
 // Channels-last activations (ExecContext::channels_last): every 4-D activation and activation gradient of the ops
 // above (conv2d_*, batchnorm2d_*, maxpool2d_* with its idx, global_avgpool_*) is (N,H,W,C) instead of (N,C,H,W), with
 // the same arguments and the same semantics; the weights stay (OC,C,KH,KW), the statistics (C,3) and the pooled

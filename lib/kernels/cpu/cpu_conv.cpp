@@ -40,6 +40,7 @@
 #include "kernels/cpu/cpu_conv_dnnl.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/cpu_math.hpp"
 #include "kernels/cpu/cpu_profile.hpp"
 
 namespace hpct::kernels::cpu {
@@ -733,12 +734,7 @@ void batchnorm2d_backward_apply(A* dinp, const A* dout, const A* inp, const floa
                  global_sums[2 * c + 1], static_cast<double>(global_count), c, N, C, HW);
 }
 
-// ---- ReLU -------------------------------------------------------------------------------------------------
-namespace {
-// x > 0 on the bits: 0x0001..0x7f80 are the positive bf16 values up to +inf; +0, NaNs and the sign bit fail, as
-// `x > 0.0f` fails for them. On 16-bit lanes, twice as many per vector as a float compare.
-inline bool positive(bf16 x) { return static_cast<uint16_t>(x.bits - 1u) < 0x7f80u; }
-}  // namespace
+// ---- ReLU (relu_keeps: cpu_math.hpp) ---------------------------------------------------------------------------
 
 template <typename A>
 void relu_forward(A* out, const A* inp, int64_t n) {
@@ -747,7 +743,7 @@ void relu_forward(A* out, const A* inp, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
   } else {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-    for (int64_t i = 0; i < n; i++) out[i].bits = positive(inp[i]) ? inp[i].bits : uint16_t{0};
+    for (int64_t i = 0; i < n; i++) out[i].bits = relu_keeps(inp[i]) ? inp[i].bits : uint16_t{0};
   }
 }
 
@@ -763,7 +759,7 @@ void residual_relu_forward(A* out, const A* a, const A* b, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
     for (int64_t i = 0; i < n; i++) {
       const bf16 s = from_f32<A>(to_f32(a[i]) + to_f32(b[i]));  // residual_forward's one rounding
-      out[i].bits = positive(s) ? s.bits : uint16_t{0};
+      out[i].bits = relu_keeps(s) ? s.bits : uint16_t{0};
     }
   }
 }
@@ -775,7 +771,7 @@ void relu_backward(A* dinp, const A* dout, const A* out, int64_t n) {
     for (int64_t i = 0; i < n; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
   } else {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-    for (int64_t i = 0; i < n; i++) dinp[i].bits = positive(out[i]) ? dout[i].bits : uint16_t{0};
+    for (int64_t i = 0; i < n; i++) dinp[i].bits = relu_keeps(out[i]) ? dout[i].bits : uint16_t{0};
   }
 }
 

@@ -234,44 +234,6 @@ Key key_of(const Shape& s, DType act) {
   return {s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, omp_get_max_threads(), static_cast<int>(act), s.nhwc};
 }
 
-// The Entry of a shape and storage type at the current thread count (built on first use; null when oneDNN has no
-// fast primitive for it). bf16 storage tries bf16 compute first, then fp32 compute.
-Entry* entry(const Shape& s, DType act) {
-  Cache& c = cache();
-  const Key key = key_of(s, act);
-  const std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.entries.find(key);
-  if (it == c.entries.end()) {
-    std::unique_ptr<Entry> e;
-    std::string why;
-    // bf16 storage: bf16 compute, else fp32 compute (only fp32 under HPCT_CONV=fp32); fp32 storage: fp32 compute
-    const dt computes[] = {dt::bf16, dt::f32};
-    const std::span<const dt> tries = act == DType::BF16 && mode() == Mode::automatic
-                                          ? std::span<const dt>(computes)
-                                          : std::span<const dt>(computes).subspan(1);
-    for (const dt compute : tries) {
-      try {
-        std::string slow;
-        e = build(s, act, compute, slow);
-        if (!e) why += (why.empty() ? "" : "; ") + std::string("slow implementations: ") + slow;
-      } catch (const dnnl::error& err) {
-        why += (why.empty() ? "" : "; ") + std::string("no implementation: ") + err.what();
-      }
-      if (e) break;
-    }
-    if (!e) c.refused[key] = "im2col (oneDNN: " + why + ")";
-    it = c.entries.emplace(key, std::move(e)).first;
-  }
-  return it->second.get();
-}
-
-// The Entry to run with, or null (off, no primitive, or a workspace too small for it).
-Entry* usable(const Shape& s, DType act, const float* ws, int64_t ws_floats) {
-  if (!enabled() || !ws) return nullptr;
-  Entry* e = entry(s, act);
-  return e && ws_floats >= e->total ? e : nullptr;
-}
-
 dnnl::stream& stream() {
   static dnnl::stream st(engine());
   return st;
@@ -295,26 +257,10 @@ std::unordered_map<int, memory> args(std::initializer_list<std::pair<const int, 
   return a;
 }
 
-}  // namespace
-
-int64_t workspace_floats(const Shape& s, DType act) {
-  if (!enabled()) return -1;
-  const Entry* e = entry(s, act);
-  return e ? e->total : -1;
-}
-
-std::string describe(const Shape& s, DType act) {
-  if (!enabled()) return "im2col (HPCT_CONV=im2col)";
-  if (const Entry* e = entry(s, act)) return e->info;
-  Cache& c = cache();
-  const std::lock_guard<std::mutex> lock(c.mu);
-  return c.refused[key_of(s, act)];
-}
-
+// The three passes of an Entry on our tensors (the public functions below, and the cross-check of channels-last
+// entries, which runs Entries of its own).
 template <typename A>
-bool forward(A* out, const A* inp, const A* weight, const A* bias, float* ws, int64_t ws_floats, const Shape& s) {
-  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
-  if (!e) return false;
+void run_forward(Entry* e, A* out, const A* inp, const A* weight, const A* bias, float* ws, const Shape& s) {
   bind(e->f_x, inp, ws);
   bind(e->f_w, weight, ws);
   bind(e->f_y, out, ws);
@@ -360,13 +306,10 @@ bool forward(A* out, const A* inp, const A* weight, const A* bias, float* ws, in
         }
     }
   }
-  return true;
 }
 
 template <typename A>
-bool backward_weight(float* dweight, const A* dout, const A* inp, float* ws, int64_t ws_floats, const Shape& s) {
-  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
-  if (!e) return false;
+void run_backward_weight(Entry* e, float* dweight, const A* dout, const A* inp, float* ws) {
   bind(e->w_x, inp, ws);
   bind(e->w_dy, dout, ws);
   bind(e->w_dw, dweight, ws);
@@ -378,14 +321,10 @@ bool backward_weight(float* dweight, const A* dout, const A* inp, float* ws, int
            e->w_s, ws, e->off_s));
   reorder_out(e->w_dw);  // dweight = reorder(dw) + dweight
   stream().wait();
-  return true;
 }
 
 template <typename A>
-bool backward_data(A* dinp, const A* dout, const A* weight, float* ws, int64_t ws_floats, const Shape& s,
-                   bool dout_in_workspace) {
-  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
-  if (!e) return false;
+void run_backward_data(Entry* e, A* dinp, const A* dout, const A* weight, float* ws, bool dout_in_workspace) {
   bind(e->d_dy, dout, ws);
   bind(e->d_w, weight, ws);
   bind(e->d_dx, dinp, ws);
@@ -397,7 +336,179 @@ bool backward_data(A* dinp, const A* dout, const A* weight, float* ws, int64_t w
            e->d_s, ws, e->off_s));
   reorder_out(e->d_dx);
   stream().wait();
-  return true;
+}
+
+// Whether oneDNN's channels-last primitives for shape s (storage act, computing in `compute`) agree with its
+// blocked-layout ones: the three passes of both on a batch of seeded values at the same thread count (all N images
+// where an activation of them holds at most kCheckValues values, else as many as fit, at least one), every output
+// within 1e-3 (fp32 compute) or 3e-2 (bf16) of the blocked one's largest magnitude. Why: oneDNN
+// 2.6's nxc kernels have layout-specific defects that its blocked kernels do not share (the AVX2 1x1 strided
+// backward-weights kernel, with 4 input channels at 2 threads, returns a weight gradient unrelated to the true one,
+// at some batch sizes and not others: hence the whole batch where that is cheap),
+// and a layout must never change what a model computes beyond rounding. Off by an error of that size, the shape
+// does not run channels-last (the model then stays NCHW, or model.memory_format = nhwc says why).
+constexpr int64_t kCheckValues = int64_t{1} << 22;
+template <typename A>
+bool nxc_agrees(const Shape& s, DType act, dt compute, std::string& why) {
+  const int64_t image = std::max<int64_t>(static_cast<int64_t>(s.C) * s.H * s.W,
+                                          static_cast<int64_t>(s.OC) * ((s.H + 2 * s.pad - s.KH) / s.stride + 1) *
+                                              ((s.W + 2 * s.pad - s.KW) / s.stride + 1));
+  Shape small = s;  // the batch checked
+  small.N = static_cast<int>(std::clamp<int64_t>(kCheckValues / image, 1, s.N));
+  Shape blocked = small;
+  blocked.nhwc = false;
+  std::string slow;
+  std::unique_ptr<Entry> e_nxc = build(small, act, compute, slow), e_ref = build(blocked, act, compute, slow);
+  if (!e_nxc || !e_ref) {
+    why = "no fast primitive for the cross-check against the blocked layout";
+    return false;
+  }
+  const int OH = (s.H + 2 * s.pad - s.KH) / s.stride + 1, OW = (s.W + 2 * s.pad - s.KW) / s.stride + 1;
+  const int64_t HW = static_cast<int64_t>(s.H) * s.W, OHW = static_cast<int64_t>(OH) * OW;
+  const int64_t nx = small.N * s.C * HW, ny = small.N * s.OC * OHW, nw = static_cast<int64_t>(s.OC) * s.C * s.KH * s.KW;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto fill = [&](std::vector<A>& v) {
+    for (A& x : v) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      x = from_f32<A>(static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f);
+    }
+  };
+  // (N,C,HW) <-> (N,HW,C)
+  auto nhwc_of = [&](const std::vector<A>& v, int C, int64_t P) {
+    std::vector<A> t(v.size());
+    for (int n = 0; n < small.N; n++)
+      for (int c = 0; c < C; c++)
+        for (int64_t i = 0; i < P; i++) t[(n * P + i) * C + c] = v[(static_cast<int64_t>(n) * C + c) * P + i];
+    return t;
+  };
+  std::vector<A> x(static_cast<size_t>(nx)), w(static_cast<size_t>(nw)), dy(static_cast<size_t>(ny));
+  fill(x);
+  fill(w);
+  fill(dy);
+  const std::vector<A> x_l = nhwc_of(x, s.C, HW), dy_l = nhwc_of(dy, s.OC, OHW);
+  std::vector<float> ws(static_cast<size_t>(std::max(e_nxc->total, e_ref->total)));
+  std::vector<A> y_r(static_cast<size_t>(ny)), y_l(y_r.size()), dx_r(static_cast<size_t>(nx)), dx_l(dx_r.size());
+  std::vector<float> dw_r(static_cast<size_t>(nw), 0.0f), dw_l(dw_r.size(), 0.0f);
+  run_forward<A>(e_ref.get(), y_r.data(), x.data(), w.data(), nullptr, ws.data(), blocked);
+  run_backward_weight<A>(e_ref.get(), dw_r.data(), dy.data(), x.data(), ws.data());
+  run_backward_data<A>(e_ref.get(), dx_r.data(), dy.data(), w.data(), ws.data(), false);
+  // each nxc pass on a workspace of huge values, as a model's shared one holds other layers' data: a kernel that
+  // reads scratch it did not write shows (the AVX2 defect above does, so it also varies from call to call)
+  const auto garbage = [&] { std::fill(ws.begin(), ws.end(), 3.0e30f); };
+  garbage();
+  run_forward<A>(e_nxc.get(), y_l.data(), x_l.data(), w.data(), nullptr, ws.data(), small);
+  garbage();
+  run_backward_weight<A>(e_nxc.get(), dw_l.data(), dy_l.data(), x_l.data(), ws.data());
+  garbage();
+  run_backward_data<A>(e_nxc.get(), dx_l.data(), dy_l.data(), w.data(), ws.data(), false);
+  const double tol = compute == dt::bf16 || act == DType::BF16 ? 3e-2 : 1e-3;
+  auto off = [&](const char* what, auto value_l, auto value_r, int64_t n) {
+    double scale = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < n; i++) scale = std::max(scale, std::abs(static_cast<double>(value_r(i))));
+    for (int64_t i = 0; i < n; i++)
+      worst = std::max(worst, std::abs(static_cast<double>(value_l(i)) - static_cast<double>(value_r(i))));
+    if (worst <= tol * std::max(scale, 1e-30)) return false;
+    why = std::string("oneDNN's channels-last ") + what +
+          " disagrees with its blocked-layout one (largest difference " + std::to_string(worst) + " of " +
+          std::to_string(scale) + ")";
+    return true;
+  };
+  // the nxc outputs at (n, c, i) against the blocked ones
+  auto at_nhwc = [&](const std::vector<A>& t, int C, int64_t P) {
+    return [&t, C, P](int64_t j) {  // j indexes (n, c, i) in NCHW order
+      const int64_t n = j / (C * P), c = j / P % C, i = j % P;
+      return to_f32(t[(n * P + i) * C + c]);
+    };
+  };
+  return !(off(
+               "forward", at_nhwc(y_l, s.OC, OHW), [&](int64_t j) { return to_f32(y_r[j]); }, ny) ||
+           off(
+               "backward-weights", [&](int64_t j) { return dw_l[j]; }, [&](int64_t j) { return dw_r[j]; }, nw) ||
+           off(
+               "backward-data", at_nhwc(dx_l, s.C, HW), [&](int64_t j) { return to_f32(dx_r[j]); }, nx));
+}
+
+// The Entry of a shape and storage type at the current thread count (built on first use; null when oneDNN has no
+// fast primitive for it). bf16 storage tries bf16 compute first, then fp32 compute.
+Entry* entry(const Shape& s, DType act) {
+  Cache& c = cache();
+  const Key key = key_of(s, act);
+  const std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.entries.find(key);
+  if (it == c.entries.end()) {
+    std::unique_ptr<Entry> e;
+    std::string why;
+    // bf16 storage: bf16 compute, else fp32 compute (only fp32 under HPCT_CONV=fp32); fp32 storage: fp32 compute
+    const dt computes[] = {dt::bf16, dt::f32};
+    const std::span<const dt> tries = act == DType::BF16 && mode() == Mode::automatic
+                                          ? std::span<const dt>(computes)
+                                          : std::span<const dt>(computes).subspan(1);
+    for (const dt compute : tries) {
+      try {
+        std::string slow, disagrees;
+        e = build(s, act, compute, slow);
+        if (!e) why += (why.empty() ? "" : "; ") + std::string("slow implementations: ") + slow;
+        const bool agrees = !e || !s.nhwc ||
+                            (act == DType::F32 ? nxc_agrees<float>(s, act, compute, disagrees)
+                                               : nxc_agrees<bf16>(s, act, compute, disagrees));
+        if (!agrees) {
+          why += (why.empty() ? "" : "; ") + disagrees + ": " + e->info;
+          e.reset();
+        }
+      } catch (const dnnl::error& err) {
+        why += (why.empty() ? "" : "; ") + std::string("no implementation: ") + err.what();
+      }
+      if (e) break;
+    }
+    if (!e) c.refused[key] = (s.nhwc ? "not channels-last (oneDNN: " : "im2col (oneDNN: ") + why + ")";
+    it = c.entries.emplace(key, std::move(e)).first;
+  }
+  return it->second.get();
+}
+
+// The Entry to run with, or null (off, no primitive, or a workspace too small for it).
+Entry* usable(const Shape& s, DType act, const float* ws, int64_t ws_floats) {
+  if (!enabled() || !ws) return nullptr;
+  Entry* e = entry(s, act);
+  return e && ws_floats >= e->total ? e : nullptr;
+}
+
+}  // namespace
+
+int64_t workspace_floats(const Shape& s, DType act) {
+  if (!enabled()) return -1;
+  const Entry* e = entry(s, act);
+  return e ? e->total : -1;
+}
+
+std::string describe(const Shape& s, DType act) {
+  if (!enabled()) return "im2col (HPCT_CONV=im2col)";
+  if (const Entry* e = entry(s, act)) return e->info;
+  Cache& c = cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  return c.refused[key_of(s, act)];
+}
+
+template <typename A>
+bool forward(A* out, const A* inp, const A* weight, const A* bias, float* ws, int64_t ws_floats, const Shape& s) {
+  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
+  if (e) run_forward(e, out, inp, weight, bias, ws, s);
+  return e != nullptr;
+}
+
+template <typename A>
+bool backward_weight(float* dweight, const A* dout, const A* inp, float* ws, int64_t ws_floats, const Shape& s) {
+  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
+  if (e) run_backward_weight(e, dweight, dout, inp, ws);
+  return e != nullptr;
+}
+
+template <typename A>
+bool backward_data(A* dinp, const A* dout, const A* weight, float* ws, int64_t ws_floats, const Shape& s,
+                   bool dout_in_workspace) {
+  Entry* e = usable(s, act_of<A>(), ws, ws_floats);
+  if (e) run_backward_data(e, dinp, dout, weight, ws, dout_in_workspace);
+  return e != nullptr;
 }
 
 }  // namespace hpct::kernels::cpu::dnnl_conv

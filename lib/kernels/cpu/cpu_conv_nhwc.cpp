@@ -10,6 +10,9 @@
 // sums differs, so the two layouts agree to rounding. The float statistics rows, the SyncBN exchange and the merge
 // are the NCHW path's unchanged. The slab partials and the per-channel factors live in buffers of the calling thread,
 // grown on first use and kept (the steady step allocates nothing: docs/invariants.md, invariant 7).
+// The ReLU that follows a BatchNorm inside a residual block runs in the same passes (kernels.hpp, the batchnorm2d_relu
+// ops): forward, the output's ReLU on the rounded value (relu_forward's bits); backward, dout masked by the ReLU's
+// output (relu_backward's bits) as it is read, so that one pass per activation replaces two.
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/cpu_math.hpp"
 
 namespace hpct::kernels::cpu {
 namespace {
@@ -129,22 +133,42 @@ void channel_stats(float* stats, const A* inp, int N, int C, int HW) {
   }
 }
 
-// out[p, c] = (x - mean[c]) * scale[c] + shift[c] over every position, rounded once to A.
+// The gradient relu_backward passes through a ReLU whose output is `out`: dout, or +0.
 template <typename A>
-void affine(A* out, const A* inp, const float* mean, const float* scale, const float* shift, int64_t P, int C) {
+inline float through_relu(A dout, A out) {
+  return relu_keeps(out) ? to_f32(dout) : 0.0f;
+}
+
+// out[p, c] = (x - mean[c]) * scale[c] + shift[c] over every position, rounded once to A, then (kRelu) the ReLU of
+// the rounded value.
+template <bool kRelu, typename A>
+void affine_pass(A* out, const A* inp, const float* mean, const float* scale, const float* shift, int64_t P, int C) {
 #pragma omp parallel for schedule(static) if (P * C >= kMinParallel)
   for (int64_t p = 0; p < P; p++) {
     const A* x = inp + p * C;
     A* o = out + p * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = from_f32<A>((to_f32(x[c]) - mean[c]) * scale[c] + shift[c]);
+    for (int c = 0; c < C; c++) {
+      const A v = from_f32<A>((to_f32(x[c]) - mean[c]) * scale[c] + shift[c]);
+      if constexpr (kRelu) o[c] = relu_keeps(v) ? v : from_f32<A>(0.0f);
+      else
+        o[c] = v;
+    }
   }
 }
-
-// sums (C,2) = (sum dout, sum dout * xhat) per channel, in double, xhat = (x - mean) * rstd in float as the NCHW path.
 template <typename A>
-void grad_sums(double* sdy, double* sdyx, const A* dout, const A* inp, const float* save_mean, const float* save_rstd,
-               int N, int C, int HW) {
+void affine(A* out, const A* inp, const float* mean, const float* scale, const float* shift, int64_t P, int C,
+            bool relu) {
+  if (relu) affine_pass<true>(out, inp, mean, scale, shift, P, C);
+  else
+    affine_pass<false>(out, inp, mean, scale, shift, P, C);
+}
+
+// sums (C,2) = (sum dout, sum dout * xhat) per channel, in double, xhat = (x - mean) * rstd in float as the NCHW path;
+// dout through the ReLU whose output is relu_out when that is not null.
+template <bool kRelu, typename A>
+void grad_sums_pass(double* sdy, double* sdyx, const A* dout, const A* relu_out, const A* inp, const float* save_mean,
+                    const float* save_rstd, int N, int C, int HW) {
   const int64_t P = static_cast<int64_t>(N) * HW;
   const Scratch sc = scratch(slabs_of(P).count * 2 * C + 2 * static_cast<int64_t>(C), 0);
   double* both = sc.d + slabs_of(P).count * 2 * C;
@@ -159,9 +183,13 @@ void grad_sums(double* sdy, double* sdyx, const A* dout, const A* inp, const flo
     for (int64_t p = p0; p < p1; p++) {
       const A* x = inp + p * C + c0;
       const A* dy = dout + p * C + c0;
+      const A* y = kRelu ? relu_out + p * C + c0 : nullptr;
 #pragma omp simd
       for (int l = 0; l < L; l++) {
-        const float g = to_f32(dy[l]);
+        float g;
+        if constexpr (kRelu) g = through_relu(dy[l], y[l]);
+        else
+          g = to_f32(dy[l]);
         a[l] += g;
         b[l] += static_cast<double>(g) * ((to_f32(x[l]) - mu[l]) * rs[l]);
       }
@@ -174,11 +202,18 @@ void grad_sums(double* sdy, double* sdyx, const A* dout, const A* inp, const flo
   std::copy(both, both + C, sdy);
   std::copy(both + C, both + 2 * C, sdyx);
 }
+template <typename A>
+void grad_sums(double* sdy, double* sdyx, const A* dout, const A* relu_out, const A* inp, const float* save_mean,
+               const float* save_rstd, int N, int C, int HW) {
+  if (relu_out) grad_sums_pass<true>(sdy, sdyx, dout, relu_out, inp, save_mean, save_rstd, N, C, HW);
+  else
+    grad_sums_pass<false>(sdy, sdyx, dout, relu_out, inp, save_mean, save_rstd, N, C, HW);
+}
 
 // dinp = gamma rstd (dout - mean_dy - xhat mean_dy_xhat) per channel, with the sums over `count` values.
-template <typename A>
-void dinp_all(A* dinp, const A* dout, const A* inp, const float* save_mean, const float* save_rstd, const A* gamma,
-              const double* sdy, const double* sdyx, double count, int N, int C, int HW) {
+template <bool kRelu, typename A>
+void dinp_pass(A* dinp, const A* dout, const A* relu_out, const A* inp, const float* save_mean, const float* save_rstd,
+               const A* gamma, const double* sdy, const double* sdyx, double count, int N, int C, int HW) {
   const int64_t P = static_cast<int64_t>(N) * HW;
   const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
   float *k0 = sc.f, *mdy = sc.f + C, *mdyx = sc.f + 2 * C;
@@ -191,11 +226,26 @@ void dinp_all(A* dinp, const A* dout, const A* inp, const float* save_mean, cons
   for (int64_t p = 0; p < P; p++) {
     const A* x = inp + p * C;
     const A* dy = dout + p * C;
+    const A* y = kRelu ? relu_out + p * C : nullptr;
     A* dx = dinp + p * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++)
-      dx[c] = from_f32<A>(k0[c] * (to_f32(dy[c]) - mdy[c] - (to_f32(x[c]) - save_mean[c]) * save_rstd[c] * mdyx[c]));
+    for (int c = 0; c < C; c++) {
+      float g;
+      if constexpr (kRelu) g = through_relu(dy[c], y[c]);
+      else
+        g = to_f32(dy[c]);
+      dx[c] = from_f32<A>(k0[c] * (g - mdy[c] - (to_f32(x[c]) - save_mean[c]) * save_rstd[c] * mdyx[c]));
+    }
   }
+}
+// dinp = gamma rstd (dout - mean_dy - xhat mean_dy_xhat) per channel, with the sums over `count` values; dout through
+// the ReLU whose output is relu_out when that is not null.
+template <typename A>
+void dinp_all(A* dinp, const A* dout, const A* relu_out, const A* inp, const float* save_mean, const float* save_rstd,
+              const A* gamma, const double* sdy, const double* sdyx, double count, int N, int C, int HW) {
+  if (relu_out) dinp_pass<true>(dinp, dout, relu_out, inp, save_mean, save_rstd, gamma, sdy, sdyx, count, N, C, HW);
+  else
+    dinp_pass<false>(dinp, dout, relu_out, inp, save_mean, save_rstd, gamma, sdy, sdyx, count, N, C, HW);
 }
 
 }  // namespace
@@ -208,7 +258,7 @@ void batchnorm2d_local_stats_nhwc(float* stats, const A* inp, int N, int C, int 
 
 template <typename A>
 void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
-                                    const A* beta, const float* stats, int N, int C, int HW, float eps) {
+                                    const A* beta, const float* stats, int N, int C, int HW, float eps, bool relu) {
   check_bn("batchnorm2d_forward_apply", N, C, HW);
   const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
   float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
@@ -222,20 +272,20 @@ void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, 
     save_mean[c] = st[1];
     save_rstd[c] = rstd;
   }
-  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C);
+  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C, relu);
 }
 
 template <typename A>
 void batchnorm2d_forward_train_nhwc(A* out, float* stats, float* save_mean, float* save_rstd, const A* inp,
-                                    const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+                                    const A* gamma, const A* beta, int N, int C, int HW, float eps, bool relu) {
   // the SyncBN path at one rank, literally: its statistics, then its apply
   batchnorm2d_local_stats_nhwc(stats, inp, N, C, HW);
-  batchnorm2d_forward_apply_nhwc(out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+  batchnorm2d_forward_apply_nhwc(out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps, relu);
 }
 
 template <typename A>
 void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
-                                   const float* running_var, int N, int C, int HW, float eps) {
+                                   const float* running_var, int N, int C, int HW, float eps, bool relu) {
   check_bn("batchnorm2d_forward_eval", N, C, HW);
   const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
   float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
@@ -244,30 +294,32 @@ void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A
     scale[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps)) * to_f32(gamma[c]);
     shift[c] = to_f32(beta[c]);
   }
-  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C);
+  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C, relu);
 }
 
 template <typename A>
 void batchnorm2d_backward_nhwc(A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
-                               const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
+                               const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW,
+                               const A* relu_out) {
   check_bn("batchnorm2d_backward", N, C, HW);
   double* sdy = channel_pairs(C);
   double* sdyx = sdy + C;
-  grad_sums(sdy, sdyx, dout, inp, save_mean, save_rstd, N, C, HW);
+  grad_sums(sdy, sdyx, dout, relu_out, inp, save_mean, save_rstd, N, C, HW);
   for (int c = 0; c < C; c++) {
     dbeta[c] += static_cast<float>(sdy[c]);
     dgamma[c] += static_cast<float>(sdyx[c]);
   }
-  dinp_all(dinp, dout, inp, save_mean, save_rstd, gamma, sdy, sdyx, static_cast<double>(N) * HW, N, C, HW);
+  dinp_all(dinp, dout, relu_out, inp, save_mean, save_rstd, gamma, sdy, sdyx, static_cast<double>(N) * HW, N, C, HW);
 }
 
 template <typename A>
 void batchnorm2d_backward_local_sums_nhwc(float* sums, float* dgamma, float* dbeta, const A* dout, const A* inp,
-                                          const float* save_mean, const float* save_rstd, int N, int C, int HW) {
+                                          const float* save_mean, const float* save_rstd, int N, int C, int HW,
+                                          const A* relu_out) {
   check_bn("batchnorm2d_backward_local_sums", N, C, HW);
   double* sdy = channel_pairs(C);
   double* sdyx = sdy + C;
-  grad_sums(sdy, sdyx, dout, inp, save_mean, save_rstd, N, C, HW);
+  grad_sums(sdy, sdyx, dout, relu_out, inp, save_mean, save_rstd, N, C, HW);
   for (int c = 0; c < C; c++) {
     sums[2 * c + 0] = static_cast<float>(sdy[c]);
     sums[2 * c + 1] = static_cast<float>(sdyx[c]);
@@ -279,7 +331,7 @@ void batchnorm2d_backward_local_sums_nhwc(float* sums, float* dgamma, float* dbe
 template <typename A>
 void batchnorm2d_backward_apply_nhwc(A* dinp, const A* dout, const A* inp, const float* save_mean,
                                      const float* save_rstd, const A* gamma, const float* global_sums,
-                                     int64_t global_count, int N, int C, int HW) {
+                                     int64_t global_count, int N, int C, int HW, const A* relu_out) {
   check_bn("batchnorm2d_backward_apply", N, C, HW);
   HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
              "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
@@ -290,7 +342,8 @@ void batchnorm2d_backward_apply_nhwc(A* dinp, const A* dout, const A* inp, const
     sdy[c] = global_sums[2 * c];
     sdyx[c] = global_sums[2 * c + 1];
   }
-  dinp_all(dinp, dout, inp, save_mean, save_rstd, gamma, sdy, sdyx, static_cast<double>(global_count), N, C, HW);
+  dinp_all(dinp, dout, relu_out, inp, save_mean, save_rstd, gamma, sdy, sdyx, static_cast<double>(global_count), N, C,
+           HW);
 }
 
 // ---- MaxPool2d: the NCHW kernels' windows and index (ih * W + iw within the plane), per channel lane -----------
@@ -401,18 +454,18 @@ void images_to_nhwc(A* out, const float* inp, int N, int C, int HW) {
 
 #define HPCT_CPU_NHWC_INSTANTIATE(A)                                                                                   \
   template void batchnorm2d_forward_train_nhwc<A>(A*, float*, float*, float*, const A*, const A*, const A*, int, int,  \
-                                                  int, float);                                                         \
+                                                  int, float, bool);                                                   \
   template void batchnorm2d_local_stats_nhwc<A>(float*, const A*, int, int, int);                                      \
   template void batchnorm2d_forward_apply_nhwc<A>(A*, float*, float*, const A*, const A*, const A*, const float*, int, \
-                                                  int, int, float);                                                    \
+                                                  int, int, float, bool);                                              \
   template void batchnorm2d_forward_eval_nhwc<A>(A*, const A*, const A*, const A*, const float*, const float*, int,    \
-                                                 int, int, float);                                                     \
+                                                 int, int, float, bool);                                               \
   template void batchnorm2d_backward_nhwc<A>(A*, float*, float*, const A*, const A*, const float*, const float*,       \
-                                             const A*, int, int, int);                                                 \
+                                             const A*, int, int, int, const A*);                                       \
   template void batchnorm2d_backward_local_sums_nhwc<A>(float*, float*, float*, const A*, const A*, const float*,      \
-                                                        const float*, int, int, int);                                  \
+                                                        const float*, int, int, int, const A*);                        \
   template void batchnorm2d_backward_apply_nhwc<A>(A*, const A*, const A*, const float*, const float*, const A*,       \
-                                                   const float*, int64_t, int, int, int);                              \
+                                                   const float*, int64_t, int, int, int, const A*);                    \
   template void maxpool2d_forward_nhwc<A>(A*, int32_t*, const A*, int, int, int, int, int, int, int);                  \
   template void maxpool2d_backward_nhwc<A>(A*, const A*, const int32_t*, int, int, int, int, int, int, int);           \
   template void global_avgpool_forward_nhwc<A>(A*, const A*, int, int, int);                                           \

@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "tensor/bf16.hpp"
+
 // HPCT_WIDE_SIMD on a function: its `omp simd` loops use 512-bit vectors where the CPU has them. With -march=native
 // GCC prefers 256-bit vectors on AVX-512 CPUs; for the compute-bound loops (exp, GELU, the bf16 conversions) 512-bit
 // ones measure 1.3-1.5x faster on the AVX-512 machine of validation/results/bench_bf16_cpu.md. Only on functions whose
@@ -19,6 +21,12 @@
 #endif
 
 namespace hpct::kernels::cpu {
+
+// Whether ReLU passes the stored value x (and, backward, the gradient at it): x > 0. For bf16 on the bits:
+// 0x0001..0x7f80 are the positive values up to +inf; +0, NaNs and the sign bit fail, as `x > 0.0f` fails for them. On
+// 16-bit lanes, twice as many per vector as a float compare.
+inline bool relu_keeps(float x) { return x > 0.0f; }
+inline bool relu_keeps(bf16 x) { return static_cast<uint16_t>(x.bits - 1u) < 0x7f80u; }
 
 // exp(x), relative error <= ~1.5 ulp (Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for exp(r),
 // 2^n assembled in the exponent bits). Inputs are clamped to [-87.3, 88.0] so the result stays a normal float:

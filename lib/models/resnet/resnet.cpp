@@ -494,48 +494,72 @@ void ResNet::conv_backward(const ExecContext& ctx, const Conv& c, A* dinp, const
 // BatchNorm, training mode: local (count, mean, M2) per channel; with a SyncBN group, allgathered and merged
 // with Chan's formula (the same code at group size 1); running statistics from the merged ones.
 template <typename A>
-void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running) {
+void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running,
+                        bool relu) {
   const A* gamma = read_params().tensors()[static_cast<size_t>(bn.pidx)].as<A>();
   const A* beta = read_params().tensors()[static_cast<size_t>(bn.pidx) + 1].as<A>();
   float* rmean = buffers_.tensors()[static_cast<size_t>(bn.bidx)].f32();
   float* rvar = buffers_.tensors()[static_cast<size_t>(bn.bidx) + 1].f32();
   if (!train) {
-    k::batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, rmean, rvar, b, bn.C, bn.HW, cfg_.bn_eps);
+    if (relu) k::batchnorm2d_relu_forward_eval(ctx, out, inp, gamma, beta, rmean, rvar, b, bn.C, bn.HW, cfg_.bn_eps);
+    else
+      k::batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, rmean, rvar, b, bn.C, bn.HW, cfg_.bn_eps);
     return;
   }
   if (!bn_group_) {
-    k::batchnorm2d_forward_train(ctx, out, bn.stats->f32(), bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, b, bn.C,
-                                 bn.HW, cfg_.bn_eps);
+    if (relu)
+      k::batchnorm2d_relu_forward_train(ctx, out, bn.stats->f32(), bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, b,
+                                        bn.C, bn.HW, cfg_.bn_eps);
+    else
+      k::batchnorm2d_forward_train(ctx, out, bn.stats->f32(), bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, b, bn.C,
+                                   bn.HW, cfg_.bn_eps);
   } else {
     k::batchnorm2d_local_stats(ctx, bn.gathered->f32() + static_cast<int64_t>(bn_group_->rank()) * bn.C * 3, inp, b,
                                bn.C, bn.HW);
     float* mine = bn.gathered->f32() + static_cast<int64_t>(bn_group_->rank()) * bn.C * 3;
     bn_group_->allgather(mine, bn.gathered->f32(), static_cast<int64_t>(bn.C) * 3, DType::F32, "SyncBN statistics");
     k::batchnorm2d_merge_stats(ctx, bn.stats->f32(), bn.gathered->f32(), bn_group_->size(), bn.C);
-    k::batchnorm2d_forward_apply(ctx, out, bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, bn.stats->f32(), b, bn.C,
-                                 bn.HW, cfg_.bn_eps);
+    if (relu)
+      k::batchnorm2d_relu_forward_apply(ctx, out, bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, bn.stats->f32(), b,
+                                        bn.C, bn.HW, cfg_.bn_eps);
+    else
+      k::batchnorm2d_forward_apply(ctx, out, bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, bn.stats->f32(), b, bn.C,
+                                   bn.HW, cfg_.bn_eps);
   }
   if (update_running) k::batchnorm2d_update_running(ctx, rmean, rvar, bn.stats->f32(), bn.C, cfg_.bn_momentum);
 }
 
 template <typename A>
-void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, const A* dout, const A* inp, int b) {
+void ResNet::bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, A* dout, const A* inp, int b, const A* relu_out) {
   const A* gamma = read_params().tensors()[static_cast<size_t>(bn.pidx)].as<A>();
   float* dgamma = grads_.tensors()[static_cast<size_t>(bn.pidx)].f32();
   float* dbeta = grads_.tensors()[static_cast<size_t>(bn.pidx) + 1].f32();
   if (!bn_group_) {
-    k::batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, bn.mean->f32(), bn.rstd->f32(), gamma, b, bn.C, bn.HW);
+    if (relu_out)
+      k::batchnorm2d_relu_backward(ctx, dinp, dgamma, dbeta, dout, relu_out, inp, bn.mean->f32(), bn.rstd->f32(), gamma,
+                                   b, bn.C, bn.HW);
+    else
+      k::batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, bn.mean->f32(), bn.rstd->f32(), gamma, b, bn.C,
+                              bn.HW);
     return;
   }
-  k::batchnorm2d_backward_local_sums(ctx, bn.sums->f32(), dgamma, dbeta, dout, inp, bn.mean->f32(), bn.rstd->f32(), b,
-                                     bn.C, bn.HW);
+  if (relu_out)
+    k::batchnorm2d_relu_backward_local_sums(ctx, bn.sums->f32(), dgamma, dbeta, dout, relu_out, inp, bn.mean->f32(),
+                                            bn.rstd->f32(), b, bn.C, bn.HW);
+  else
+    k::batchnorm2d_backward_local_sums(ctx, bn.sums->f32(), dgamma, dbeta, dout, inp, bn.mean->f32(), bn.rstd->f32(), b,
+                                       bn.C, bn.HW);
   bn_group_->allreduce(bn.sums->f32(), static_cast<int64_t>(bn.C) * 2, DType::F32, comm::ReduceOp::Sum,
                        "SyncBN gradient sums");
   float count = 0.0f;  // the merged element count per channel (exact in float up to 2^24)
   k::copy_to_host(ctx, &count, bn.stats->f32(), 4);
   k::synchronize(ctx);  // count is read on the host next (CUDA copies are asynchronous; a no-op on the CPU)
-  k::batchnorm2d_backward_apply(ctx, dinp, dout, inp, bn.mean->f32(), bn.rstd->f32(), gamma, bn.sums->f32(),
-                                static_cast<int64_t>(count), b, bn.C, bn.HW);
+  if (relu_out)
+    k::batchnorm2d_relu_backward_apply(ctx, dinp, dout, relu_out, inp, bn.mean->f32(), bn.rstd->f32(), gamma,
+                                       bn.sums->f32(), static_cast<int64_t>(count), b, bn.C, bn.HW);
+  else
+    k::batchnorm2d_backward_apply(ctx, dinp, dout, inp, bn.mean->f32(), bn.rstd->f32(), gamma, bn.sums->f32(),
+                                  static_cast<int64_t>(count), b, bn.C, bn.HW);
 }
 
 void ResNet::forward(const ExecContext& ctx_in, const float* images, int b, bool train) {
@@ -566,8 +590,7 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
   // stem: conv -> BN -> ReLU (-> max-pool)
   reading_group(0, false);
   conv_forward(ctx, stem_conv_, x0c_->as<A>(), images, b);
-  bn_forward(ctx, stem_bn_, x0b_->as<A>(), x0c_->as<A>(), b, train);
-  k::relu_forward(ctx, x0b_->as<A>(), x0b_->as<A>(), static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW);
+  bn_forward(ctx, stem_bn_, x0b_->as<A>(), x0c_->as<A>(), b, train, /*update_running=*/true, /*relu=*/true);
   const A* x = x0b_->as<A>();
   if (stem_pool_) {
     k::maxpool2d_forward(ctx, x0p_->as<A>(), pool_idx_->i32(), x0b_->as<A>(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
@@ -593,9 +616,8 @@ void ResNet::block_forward(const ExecContext& ctx, Block& blk, const A* x, int b
   for (size_t j = 0; j < blk.main.size(); ++j) {
     Unit& u = blk.main[j];
     conv_forward(ctx, u.conv, u.xc->as<A>(), in, b);
-    bn_forward(ctx, u.bn, u.xb->as<A>(), u.xc->as<A>(), b, train, update_running);
-    if (j + 1 < blk.main.size())
-      k::relu_forward(ctx, u.xb->as<A>(), u.xb->as<A>(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);  // in place
+    // an inner unit's ReLU with its BatchNorm; the last unit's follows the residual sum
+    bn_forward(ctx, u.bn, u.xb->as<A>(), u.xc->as<A>(), b, train, update_running, /*relu=*/j + 1 < blk.main.size());
     in = u.xb->as<A>();
   }
   const Bn& last = blk.main.back().bn;
@@ -603,7 +625,7 @@ void ResNet::block_forward(const ExecContext& ctx, Block& blk, const A* x, int b
   const A* shortcut = x;
   if (blk.downsample) {
     conv_forward(ctx, blk.ds, blk.xdsc->as<A>(), x, b);
-    bn_forward(ctx, blk.bds, blk.xdsb->as<A>(), blk.xdsc->as<A>(), b, train, update_running);
+    bn_forward(ctx, blk.bds, blk.xdsb->as<A>(), blk.xdsc->as<A>(), b, train, update_running, /*relu=*/false);
     shortcut = blk.xdsb->as<A>();
   }
   k::residual_relu_forward(ctx, blk.out->as<A>(), blk.main.back().xb->as<A>(), shortcut, n);  // add and ReLU, one pass
@@ -665,13 +687,12 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
     const int64_t n = static_cast<int64_t>(b) * lastbn.C * lastbn.HW;
     A* dsum = dB_->as<A>();
     k::relu_backward(ctx, dsum, dx, blk.out->as<A>(), n);  // through the block's final ReLU
-    // main branch, last unit first: BN <- conv (<- ReLU of the unit before)
-    const A* cur = dsum;
+    // main branch, last unit first: (ReLU <-) BN <- conv; dsum stays intact for the shortcut (no ReLU on that unit)
+    A* cur = dsum;
     for (int j = static_cast<int>(blk.main.size()) - 1; j >= 0; --j) {
       Unit& u = blk.main[static_cast<size_t>(j)];
-      if (j + 1 < static_cast<int>(blk.main.size()))  // cur is dD here (written by the conv below), so in place
-        k::relu_backward(ctx, dD_->as<A>(), cur, u.xb->as<A>(), static_cast<int64_t>(b) * u.bn.C * u.bn.HW);
-      bn_backward(ctx, u.bn, dC_->as<A>(), cur, u.xc->as<A>(), b);
+      const bool inner = j + 1 < static_cast<int>(blk.main.size());  // cur is dD then (written by the conv below)
+      bn_backward(ctx, u.bn, dC_->as<A>(), cur, u.xc->as<A>(), b, inner ? u.xb->as<A>() : nullptr);
       const A* in = j == 0 ? x : blk.main[static_cast<size_t>(j) - 1].xb->as<A>();
       A* dst = j == 0 ? dx : dD_->as<A>();  // dx (the block output's gradient) was consumed into dsum
       conv_backward(ctx, u.conv, dst, dC_->as<A>(), in, b);
@@ -695,11 +716,9 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
     k::maxpool2d_backward(ctx, dB_->as<A>(), dx, pool_idx_->i32(), b, pool_C_, pool_H_, pool_W_, 3, 2, 1);
     g = dB_->as<A>();
   }
-  const int64_t n0 = static_cast<int64_t>(b) * stem_bn_.C * stem_bn_.HW;
   writing(0, 3);
   reading_group(0, true);
-  k::relu_backward(ctx, g, g, x0b_->as<A>(), n0);
-  bn_backward(ctx, stem_bn_, dC_->as<A>(), g, x0c_->as<A>(), b);
+  bn_backward(ctx, stem_bn_, dC_->as<A>(), g, x0c_->as<A>(), b, /*relu_out=*/x0b_->as<A>());
   conv_backward(ctx, stem_conv_, static_cast<A*>(nullptr), dC_->as<A>(), static_cast<const A*>(last_images_), b);
   ready(0, 3);  // conv1.weight, bn1.weight, bn1.bias
   return losses_->f32();

@@ -181,10 +181,14 @@ class ResNet {
   // update_running: the BatchNorms update their running statistics (the forward's, not full recompute's).
   template <typename A>
   void block_forward(const ExecContext& ctx, Block& blk, const A* x, int b, bool train, bool update_running);
+  // relu: the ReLU that follows the BatchNorm, in its passes where the kernels fuse them (kernels.hpp)
   template <typename A>
-  void bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running = true);
+  void bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running,
+                  bool relu);
+  // relu_out: the output of the ReLU that followed the BatchNorm (null: none); dout is then that ReLU's output
+  // gradient, and left unspecified (kernels.hpp, batchnorm2d_relu_backward)
   template <typename A>
-  void bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, const A* dout, const A* inp, int b);
+  void bn_backward(const ExecContext& ctx, Bn& bn, A* dinp, A* dout, const A* inp, int b, const A* relu_out = nullptr);
   template <typename A>
   void conv_forward(const ExecContext& ctx, const Conv& c, A* out, const A* inp, int b);
   template <typename A>

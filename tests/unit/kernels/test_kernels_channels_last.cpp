@@ -86,12 +86,21 @@ TYPED_TEST(ChannelsLast, ConvMatchesNchw) {
   struct S {
     int N, C, H, OC, K, stride, pad;
   };
+  int ran = 0;
   for (const S s : {S{3, 16, 10, 16, 3, 1, 1}, S{2, 16, 9, 32, 3, 2, 1}, S{2, 16, 8, 32, 1, 2, 0},
-                    S{2, 1, 8, 16, 3, 1, 1}, S{2, 3, 12, 16, 7, 2, 3}}) {
-    SCOPED_TRACE(std::to_string(s.C) + ">" + std::to_string(s.OC) + " k" + std::to_string(s.K));
+                    S{2, 1, 8, 16, 3, 1, 1}, S{2, 3, 12, 16, 7, 2, 3}, S{6, 4, 12, 8, 1, 2, 0}, S{6, 4, 12, 4, 3, 1, 1},
+                    S{1, 4, 12, 8, 1, 2, 0}, S{2, 4, 12, 8, 1, 2, 0}}) {
+    SCOPED_TRACE("N " + std::to_string(s.N) + " " + std::to_string(s.C) + ">" + std::to_string(s.OC) + " k" +
+                 std::to_string(s.K));
     const ExecContext nchw{Device::CPU, nullptr, precision_of<A>()}, nhwc = nhwc_ctx(precision_of<A>());
-    if (!conv2d_channels_last_runs(nhwc, s.N, s.C, s.H, s.H, s.OC, s.K, s.K, s.stride, s.pad, dtype_of<A>()))
-      GTEST_SKIP() << "oneDNN does not run this convolution channels-last here (no oneDNN, or HPCT_CONV set)";
+    // oneDNN may not run a shape channels-last (no oneDNN, HPCT_CONV set, or its nxc result failed the cross-check
+    // against its blocked layout: the AVX2 1x1 strided 4 > 8 below at 2 threads): then it must say so, never compute
+    if (!conv2d_channels_last_runs(nhwc, s.N, s.C, s.H, s.H, s.OC, s.K, s.K, s.stride, s.pad, dtype_of<A>())) {
+      EXPECT_THROW(conv2d_workspace_floats(nhwc, s.N, s.C, s.H, s.H, s.OC, s.K, s.K, s.stride, s.pad, dtype_of<A>()),
+                   Error);
+      continue;
+    }
+    ran++;
     const int OH = (s.H + 2 * s.pad - s.K) / s.stride + 1, HW = s.H * s.H, OHW = OH * OH;
     const size_t nx = static_cast<size_t>(s.N) * s.C * HW, ny = static_cast<size_t>(s.N) * s.OC * OHW,
                  nw = static_cast<size_t>(s.OC) * s.C * s.K * s.K;
@@ -101,7 +110,8 @@ TYPED_TEST(ChannelsLast, ConvMatchesNchw) {
                                                  dtype_of<A>()),
                   ws_b = conv2d_workspace_floats(nhwc, s.N, s.C, s.H, s.H, s.OC, s.K, s.K, s.stride, s.pad,
                                                  dtype_of<A>());
-    std::vector<float> ws(static_cast<size_t>(std::max(ws_a, ws_b)));
+    // a workspace holding garbage, as one shared by every layer does (its contents between calls are unspecified)
+    std::vector<float> ws(static_cast<size_t>(std::max(ws_a, ws_b)), 7.5e3f);
     std::vector<A> y_a(ny), y_b(ny), dx_a(nx), dx_b(nx);
     std::vector<float> dw_a(nw, 0.0f), dw_b(nw, 0.0f);
     conv2d_forward(nchw, y_a.data(), x.data(), w.data(), static_cast<const A*>(nullptr), ws.data(), ws_a, s.N, s.C, s.H,
@@ -111,6 +121,7 @@ TYPED_TEST(ChannelsLast, ConvMatchesNchw) {
     const auto x_l = to_nhwc(x, s.N, s.C, HW), dy_l = to_nhwc(dy, s.N, s.OC, OHW);
     conv2d_forward(nhwc, y_b.data(), x_l.data(), w.data(), static_cast<const A*>(nullptr), ws.data(), ws_b, s.N, s.C,
                    s.H, s.H, s.OC, s.K, s.K, s.stride, s.pad);
+    std::fill(ws.begin(), ws.end(), -3.25e4f);  // what the other layers left there
     conv2d_backward(nhwc, dx_b.data(), dw_b.data(), nullptr, dy_l.data(), x_l.data(), w.data(), ws.data(), ws_b, s.N,
                     s.C, s.H, s.H, s.OC, s.K, s.K, s.stride, s.pad);
     const double r = std::is_same_v<A, float> ? 2e-5 : 1.0 / 128, a = std::is_same_v<A, float> ? 2e-5 : 1.0 / 256;
@@ -118,6 +129,7 @@ TYPED_TEST(ChannelsLast, ConvMatchesNchw) {
     EXPECT_TRUE(all_close("dinp", as_double(to_nchw(dx_b, s.N, s.C, HW)), as_double(dx_a), r, a));
     EXPECT_TRUE(all_close("dweight", as_double(dw_b), as_double(dw_a), 1e-4, 1e-4));
   }
+  if (ran == 0) GTEST_SKIP() << "oneDNN runs none of these convolutions channels-last here";
 }
 
 TYPED_TEST(ChannelsLast, BatchNormMatchesNchwAndItsSyncPiecesAreTheWholeOp) {
@@ -212,6 +224,74 @@ TYPED_TEST(ChannelsLast, BatchNormIsIndependentOfTheThreadCount) {
   EXPECT_TRUE(bitwise_equal(y1, y2));
   EXPECT_TRUE(bitwise_equal(dx1, dx2));
   EXPECT_TRUE(bitwise_equal(dg1, dg2));
+}
+
+// The BatchNorm + ReLU ops (kernels.hpp): in the channels-last kernels' own passes, bit for bit the two ops they
+// replace, forward (training, SyncBN apply, evaluation) and backward (whole batch, SyncBN pair); on NCHW the two ops.
+TYPED_TEST(ChannelsLast, BatchNormReluIsTheTwoOps) {
+  using A = TypeParam;
+  const int N = 4, C = 20, HW = 36;
+  const size_t n = static_cast<size_t>(N) * C * HW;
+  const auto x = test::random_storage<A>(n, 15, -1.0, 1.0), gamma = test::random_storage<A>(C, 16, 0.5, 1.5),
+             beta = test::random_storage<A>(C, 17, -0.5, 0.5);
+  auto dy = test::random_storage<A>(n, 18);
+  std::vector<float> rm(C, 0.1f), rv(C, 0.9f);
+  for (const bool nhwc : {true, false}) {
+    SCOPED_TRACE(nhwc ? "nhwc" : "nchw");
+    const ExecContext ctx = nhwc ? nhwc_ctx(precision_of<A>()) : ExecContext{Device::CPU, nullptr, precision_of<A>()};
+    std::vector<float> st_a(3 * C), m_a(C), r_a(C), st_b(3 * C), m_b(C), r_b(C);
+    std::vector<A> y_a(n), y_b(n);
+    batchnorm2d_forward_train(ctx, y_a.data(), st_a.data(), m_a.data(), r_a.data(), x.data(), gamma.data(), beta.data(),
+                              N, C, HW, 1e-5f);
+    relu_forward(ctx, y_a.data(), y_a.data(), static_cast<int64_t>(n));
+    batchnorm2d_relu_forward_train(ctx, y_b.data(), st_b.data(), m_b.data(), r_b.data(), x.data(), gamma.data(),
+                                   beta.data(), N, C, HW, 1e-5f);
+    EXPECT_TRUE(bitwise_equal(y_b, y_a));
+    EXPECT_TRUE(bitwise_equal(st_b, st_a));
+    size_t zeros = 0;
+    for (const A& v : y_b) zeros += test::value_of(v) == 0.0;
+    EXPECT_GT(zeros, n / 4);  // the ReLU cut about half of the values
+    std::vector<A> a_a(n), a_b(n), e_a(n), e_b(n);
+    batchnorm2d_forward_apply(ctx, a_a.data(), m_a.data(), r_a.data(), x.data(), gamma.data(), beta.data(), st_a.data(),
+                              N, C, HW, 1e-5f);
+    relu_forward(ctx, a_a.data(), a_a.data(), static_cast<int64_t>(n));
+    batchnorm2d_relu_forward_apply(ctx, a_b.data(), m_b.data(), r_b.data(), x.data(), gamma.data(), beta.data(),
+                                   st_a.data(), N, C, HW, 1e-5f);
+    EXPECT_TRUE(bitwise_equal(a_b, a_a));
+    batchnorm2d_forward_eval(ctx, e_a.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N, C, HW,
+                             1e-5f);
+    relu_forward(ctx, e_a.data(), e_a.data(), static_cast<int64_t>(n));
+    batchnorm2d_relu_forward_eval(ctx, e_b.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N, C, HW,
+                                  1e-5f);
+    EXPECT_TRUE(bitwise_equal(e_b, e_a));
+
+    // backward: relu_backward then the BatchNorm's, against the fused op (whose dout may be overwritten)
+    std::vector<A> masked(n), dx_a(n), dx_b(n), dout = dy;
+    std::vector<float> dg_a(C, 0.0f), db_a(C, 0.0f), dg_b(C, 0.0f), db_b(C, 0.0f);
+    relu_backward(ctx, masked.data(), dy.data(), y_a.data(), static_cast<int64_t>(n));
+    batchnorm2d_backward(ctx, dx_a.data(), dg_a.data(), db_a.data(), masked.data(), x.data(), m_a.data(), r_a.data(),
+                         gamma.data(), N, C, HW);
+    batchnorm2d_relu_backward(ctx, dx_b.data(), dg_b.data(), db_b.data(), dout.data(), y_a.data(), x.data(), m_a.data(),
+                              r_a.data(), gamma.data(), N, C, HW);
+    EXPECT_TRUE(bitwise_equal(dx_b, dx_a));
+    EXPECT_TRUE(bitwise_equal(dg_b, dg_a));
+    EXPECT_TRUE(bitwise_equal(db_b, db_a));
+    std::vector<float> s_a(2 * C), s_b(2 * C);
+    std::fill(dg_a.begin(), dg_a.end(), 0.0f);
+    std::fill(dg_b.begin(), dg_b.end(), 0.0f);
+    batchnorm2d_backward_local_sums(ctx, s_a.data(), dg_a.data(), db_a.data(), masked.data(), x.data(), m_a.data(),
+                                    r_a.data(), N, C, HW);
+    batchnorm2d_backward_apply(ctx, dx_a.data(), masked.data(), x.data(), m_a.data(), r_a.data(), gamma.data(),
+                               s_a.data(), static_cast<int64_t>(N) * HW, N, C, HW);
+    dout = dy;
+    batchnorm2d_relu_backward_local_sums(ctx, s_b.data(), dg_b.data(), db_b.data(), dout.data(), y_a.data(), x.data(),
+                                         m_a.data(), r_a.data(), N, C, HW);
+    batchnorm2d_relu_backward_apply(ctx, dx_b.data(), dout.data(), y_a.data(), x.data(), m_a.data(), r_a.data(),
+                                    gamma.data(), s_b.data(), static_cast<int64_t>(N) * HW, N, C, HW);
+    EXPECT_TRUE(bitwise_equal(s_b, s_a));
+    EXPECT_TRUE(bitwise_equal(dg_b, dg_a));
+    EXPECT_TRUE(bitwise_equal(dx_b, dx_a));
+  }
 }
 
 TYPED_TEST(ChannelsLast, PoolsAndTheImageEntryMatchNchw) {

@@ -318,13 +318,15 @@ TEST(ResNetChannelsLast, MatchesNchwAndPlansExactly) {
   imagenet.in_channels = 3;
   imagenet.height = imagenet.width = 64;  // the last stage 2x2: BatchNorm over 4 B values, not over B
   imagenet.base_width = 16;
+  int ran = 0;
   for (ResNetConfig c : {tiny(), imagenet}) {
     SCOPED_TRACE(c.style);
     const int B = 4, D = c.in_channels * c.height * c.width;
     const ExecContext ctx;
     c.memory_format = "auto";
     ResNet probe(c, B, Device::CPU, nullptr, /*allocate=*/false);
-    if (!probe.channels_last()) GTEST_SKIP() << "oneDNN does not run these convolutions channels-last here";
+    if (!probe.channels_last()) continue;  // oneDNN does not run every convolution of this net channels-last here
+    ran++;
     std::vector<float> img(static_cast<size_t>(B * D));
     std::vector<int32_t> lab(B);
     for (int i = 0; i < B * D; ++i) img[i] = static_cast<float>(rng::normal(3, 1, i));
@@ -358,6 +360,7 @@ TEST(ResNetChannelsLast, MatchesNchwAndPlansExactly) {
     EXPECT_LT(std::sqrt(num / den), 1e-5);
     for (size_t i = 0; i < r_a.size(); ++i) EXPECT_NEAR(r_b[i], r_a[i], 1e-5 * (1 + std::abs(r_a[i])));
   }
+  if (ran == 0) GTEST_SKIP() << "oneDNN runs neither net channels-last here";
 }
 
 TEST(ResNetChannelsLast, RefusedWhereItCannotRunAndValidated) {

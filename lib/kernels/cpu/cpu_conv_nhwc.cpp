@@ -149,10 +149,10 @@ void affine_pass(A* out, const A* inp, const float* mean, const float* scale, co
     A* o = out + p * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) {
-      const A v = from_f32<A>((to_f32(x[c]) - mean[c]) * scale[c] + shift[c]);
-      if constexpr (kRelu) o[c] = relu_keeps(v) ? v : from_f32<A>(0.0f);
-      else
-        o[c] = v;
+      const float v = (to_f32(x[c]) - mean[c]) * scale[c] + shift[c];
+      // relu_forward of the rounded value, taken before the rounding: a positive float rounds to a positive value or
+      // to +0, anything else (-0, NaN included) to +0 either way: the same bits, and a select the compiler vectorises
+      o[c] = from_f32<A>(kRelu ? (v > 0.0f ? v : 0.0f) : v);
     }
   }
 }

@@ -34,7 +34,9 @@
 namespace hpct::kernels::cpu::dnnl_conv {
 
 // nhwc: the activations x, y and their gradients are (N,H,W,C) / (N,OH,OW,OC) instead of NCHW (the weights stay OIHW);
-// the primitives then run on them in place, without the reorders of the activations.
+// the primitives then run on them in place, without the reorders of the activations. Channels-last needs OC and C to be
+// multiples of 16, except a first layer's few image channels (C <= 4 under a spatial kernel): oneDNN 2.6's nxc
+// kernels mishandle channel tails (docs/platform.md).
 struct Shape {
   int N, C, H, W, OC, KH, KW, stride, pad;
   bool nhwc = false;

@@ -233,7 +233,8 @@ bool choose_channels_last(const ResNetConfig& cfg, const ArchSpec& a, int B, Dev
     HPCT_USAGE_CHECK(cfg.memory_format == "auto",
                      "model.memory_format = nhwc: the {}x{} stride-{} convolution {} -> {} channels at {}x{} does not "
                      "run channels-last on {} with {} activations (channels-last needs the CPU backend built with "
-                     "oneDNN, and HPCT_CONV unset); use model.memory_format = auto or nchw",
+                     "oneDNN, HPCT_CONV unset, and channel counts that are multiples of 16); use model.memory_format = "
+                     "auto or nchw",
                      u.K, u.K, u.stride, u.C, u.OC, u.H, u.W, device_name(device), dtype_name(act));
     return false;
   }

@@ -15,7 +15,8 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
      (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2, 3
      (2 and 3 also in hybrid sharding groups of W / 2), ZeRO 3 with train.recompute = full, and ZeRO 1 with
      model.memory_format = nchw (the serial run takes the default: channels-last where the CPU's oneDNN runs it, which
-     needs channel counts that are multiples of 16: --resnet-set model.base_width=16, as the ctest does).
+     needs channel counts that are multiples of 16: --resnet-set model.base_width=16; at the deck's width 4 both
+     run NCHW).
   3. restart across layouts: k = N/2 steps at layout A (optim.decay_steps = N, checkpoint at the end), `ckpt_tool
      verify` of that checkpoint, resume at layout B (another layout of W, or the serial one) to N steps in the same
      run directory (checkpoint.resume=<dir>/checkpoints/step_%08d), the N losses compared with the serial run; its

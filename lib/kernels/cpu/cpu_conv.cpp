@@ -37,6 +37,7 @@
 #include "core/error.hpp"
 #include "core/test_fault.hpp"
 #include "kernels/batchnorm_stats.hpp"
+#include "kernels/cpu/cpu_conv_common.hpp"
 #include "kernels/cpu/cpu_conv_dnnl.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -45,8 +46,6 @@
 
 namespace hpct::kernels::cpu {
 namespace {
-
-constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a pointwise op stays serial
 
 template <typename A>
 constexpr bool kF32 = std::is_same_v<A, float>;
@@ -444,10 +443,6 @@ namespace {
 constexpr int64_t kBnBlockBytes = 1 << 20;  // half of a 2 MB L2: measured best of 256 KB .. whole range, both types
 constexpr int kBnBlock = 64;                // at most this many channels per block (the sums live on the stack)
 
-void check_bn(const char* op, int N, int C, int HW) {
-  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "{}: bad shape N={} C={} HW={}", op, N, C, HW);
-}
-
 bool bn_parallel(int N, int C, int HW) { return static_cast<int64_t>(N) * C * HW >= kMinParallel && C > 1; }
 
 // fn(c0, c1) for every block [c0, c1) of channels, the channels split over the threads.
@@ -496,19 +491,12 @@ double channel_m2(const A* inp, double mean, int c, int N, int C, int HW) {
   return q;
 }
 
-// The float stats row (count, mean, M2) of channel c.
-void store_stats(float* st /*(3)*/, double mean, double m2, int N, int HW) {
-  st[0] = static_cast<float>(static_cast<double>(N) * HW);
-  st[1] = static_cast<float>(mean);
-  st[2] = static_cast<float>(m2);
-}
-
 // out[:, c] = (x - mean) * (rstd * gamma) + beta; mean and rstd from the float stats row (count, mean, M2).
 template <typename A>
 void apply_channel(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma, const A* beta,
                    const float* st /*(3)*/, int c, int N, int C, int HW, float eps) {
   const float mean = st[1];
-  const float rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(st[2]) / st[0] + eps));
+  const float rstd = bn_rstd(st, eps);
   const float scale = rstd * to_f32(gamma[c]), shift = to_f32(beta[c]);
   for (int n = 0; n < N; n++) {
     const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
@@ -678,8 +666,7 @@ void batchnorm2d_forward_eval(A* out, const A* inp, const A* gamma, const A* bet
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) {
       const float mean = running_mean[c];
-      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps)) *
-                          to_f32(gamma[c]);
+      const float scale = bn_eval_rstd(running_var[c], eps) * to_f32(gamma[c]);
       const float shift = to_f32(beta[c]);
       const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
       const A* x = inp + off;
@@ -778,10 +765,7 @@ void relu_backward(A* dinp, const A* dout, const A* out, int64_t n) {
 // ---- MaxPool2d ---------------------------------------------------------------------------------------------
 template <typename A>
 void maxpool2d_forward(A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K, int stride, int pad) {
-  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && K > 0 && stride > 0 && pad >= 0 && 2 * pad <= K && H + 2 * pad >= K &&
-                 W + 2 * pad >= K,
-             "maxpool2d_forward: bad shape N={} C={} H={} W={} K={} stride={} pad={} (torch needs pad <= K/2)", N, C, H,
-             W, K, stride, pad);
+  check_maxpool(N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
 #pragma omp parallel for schedule(static) if (planes * OH * OW >= kMinParallel / 4)

@@ -22,15 +22,15 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "kernels/cpu/cpu_conv_common.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/cpu_math.hpp"
 
 namespace hpct::kernels::cpu {
 namespace {
 
-constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a loop stays serial (cpu_conv.cpp)
-constexpr int64_t kSlabs = 64;             // at most this many slabs per reduction ...
-constexpr int64_t kSlabMin = 32;           // ... of at least this many positions
+constexpr int64_t kSlabs = 64;    // at most this many slabs per reduction ...
+constexpr int64_t kSlabMin = 32;  // ... of at least this many positions
 
 struct Slabs {
   int64_t count, size;
@@ -40,10 +40,6 @@ struct Slabs {
 Slabs slabs_of(int64_t P) {
   const int64_t size = std::max(kSlabMin, (P + kSlabs - 1) / kSlabs);
   return {(P + size - 1) / size, size};
-}
-
-void check_bn(const char* op, int N, int C, int HW) {
-  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "{}: bad shape N={} C={} HW={}", op, N, C, HW);
 }
 
 // The calling thread's scratch: `doubles` doubles and `floats` floats, kept between calls.
@@ -126,17 +122,16 @@ void channel_stats(float* stats, const A* inp, int N, int C, int HW) {
     }
     for (int l = 0; l < L; l++) acc[c0 + l] = a[l];
   });
-  for (int c = 0; c < C; c++) {  // cpu_conv.cpp's store_stats
-    stats[3 * c] = static_cast<float>(static_cast<double>(P));
-    stats[3 * c + 1] = static_cast<float>(mean[c]);
-    stats[3 * c + 2] = static_cast<float>(m2[c]);
-  }
+  for (int c = 0; c < C; c++) store_stats(stats + 3 * c, mean[c], m2[c], N, HW);
 }
 
-// The gradient relu_backward passes through a ReLU whose output is `out`: dout, or +0.
-template <typename A>
-inline float through_relu(A dout, A out) {
-  return relu_keeps(out) ? to_f32(dout) : 0.0f;
+// The gradient dout[i] as the BatchNorm backward reads it: with kRelu, what relu_backward passes through the ReLU whose
+// output is out (dout[i], or +0); else dout[i] itself.
+template <bool kRelu, typename A>
+inline float relu_grad(const A* dout, const A* out, int i) {
+  if constexpr (kRelu) return relu_keeps(out[i]) ? to_f32(dout[i]) : 0.0f;
+  else
+    return to_f32(dout[i]);
 }
 
 // out[p, c] = (x - mean[c]) * scale[c] + shift[c] over every position, rounded once to A, then (kRelu) the ReLU of
@@ -186,10 +181,7 @@ void grad_sums_pass(double* sdy, double* sdyx, const A* dout, const A* relu_out,
       const A* y = kRelu ? relu_out + p * C + c0 : nullptr;
 #pragma omp simd
       for (int l = 0; l < L; l++) {
-        float g;
-        if constexpr (kRelu) g = through_relu(dy[l], y[l]);
-        else
-          g = to_f32(dy[l]);
+        const float g = relu_grad<kRelu>(dy, y, l);
         a[l] += g;
         b[l] += static_cast<double>(g) * ((to_f32(x[l]) - mu[l]) * rs[l]);
       }
@@ -230,10 +222,7 @@ void dinp_pass(A* dinp, const A* dout, const A* relu_out, const A* inp, const fl
     A* dx = dinp + p * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) {
-      float g;
-      if constexpr (kRelu) g = through_relu(dy[c], y[c]);
-      else
-        g = to_f32(dy[c]);
+      const float g = relu_grad<kRelu>(dy, y, c);
       dx[c] = from_f32<A>(k0[c] * (g - mdy[c] - (to_f32(x[c]) - save_mean[c]) * save_rstd[c] * mdyx[c]));
     }
   }
@@ -265,7 +254,7 @@ void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, 
   for (int c = 0; c < C; c++) {  // cpu_conv.cpp's apply_channel
     const float* st = stats + 3 * c;
     HPCT_CHECK(st[0] > 0, "batchnorm2d_forward_apply: channel {} has count {}", c, st[0]);
-    const float rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(st[2]) / st[0] + eps));
+    const float rstd = bn_rstd(st, eps);
     mean[c] = st[1];
     scale[c] = rstd * to_f32(gamma[c]);
     shift[c] = to_f32(beta[c]);
@@ -291,7 +280,7 @@ void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A
   float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
   for (int c = 0; c < C; c++) {  // the NCHW eval's factors
     mean[c] = running_mean[c];
-    scale[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps)) * to_f32(gamma[c]);
+    scale[c] = bn_eval_rstd(running_var[c], eps) * to_f32(gamma[c]);
     shift[c] = to_f32(beta[c]);
   }
   affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C, relu);
@@ -350,10 +339,7 @@ void batchnorm2d_backward_apply_nhwc(A* dinp, const A* dout, const A* inp, const
 template <typename A>
 void maxpool2d_forward_nhwc(A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K, int stride,
                             int pad) {
-  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && K > 0 && stride > 0 && pad >= 0 && 2 * pad <= K && H + 2 * pad >= K &&
-                 W + 2 * pad >= K,
-             "maxpool2d_forward: bad shape N={} C={} H={} W={} K={} stride={} pad={} (torch needs pad <= K/2)", N, C, H,
-             W, K, stride, pad);
+  check_maxpool(N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t rows = static_cast<int64_t>(N) * OH;
 #pragma omp parallel for schedule(static) if (rows * OW * C >= kMinParallel / 4)

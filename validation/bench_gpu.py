@@ -1050,9 +1050,23 @@ def torch_meta(workload, precision, cmode, layout, args, deterministic=False):
             "deterministic": deterministic}
 
 
-def hp_meta(workload, precision):
+def hp_meta(workload, precision, res=None):
+    """The record's fields of an hpctrain row; the ResNet's layout as the run logged it (res: bench_hpctrain's
+    result, whose log has train_resnet's "activation layout:" line; nchw where it has none)."""
     return {"workload": workload, "program": "hpctrain", "mode": "none", "precision": precision,
-            "layout": "none" if workload == "gpt" else "nchw", "deterministic": True}
+            "layout": "none" if workload == "gpt" else resnet_layout(res), "deterministic": True}
+
+
+def resnet_layout(res):
+    """channels_last or nchw: the activation layout train_resnet logged in the run behind `res` (an executable
+    from before the line, or a run that left no log: nchw, the only layout it had)."""
+    path = (res or {}).get("log_path")
+    if path and os.path.exists(path):
+        with open(path, errors="replace") as f:
+            for line in f:
+                if "activation layout:" in line:
+                    return "channels_last" if "channels-last" in line else "nchw"
+    return "nchw"
 
 
 def rerun_index(precs, args):
@@ -1163,13 +1177,24 @@ def run_suite(args, dev, peaks, work, device, tiny, recorder=None):
             first_mb = first_mb or mb
             fpi = fpi or (next(iter(plans.values()))["flops_per_image_training"] if plans else None)
             add({"workload": "ResNet-50", "program": "hpctrain", "precision": prec, "mb": mb, "res": hp,
-                 "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec), "rec": hp_meta("resnet", prec)})
+                 "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec),
+                 "rec": hp_meta("resnet", prec, hp)})
             if "bitwise_rerun" in hp:
                 notes.append(f"- ResNet-50 hpctrain {prec} micro-batch {mb}, run twice with the same settings: "
                              f"bitwise_rerun {json.dumps(hp['bitwise_rerun'])} ({hp['rerun_msg']})")
             if hp.get("perf"):
                 notes.append(f"- train_resnet ({prec}) own PERFORMANCE figures (ms/step images/s images/s/rank MFU): "
                              f"{' '.join(hp['perf'])}")
+        for name, vsets in args.resnet_variant:  # the same settings as the first row, plus the variant's keys
+            prec, psets = precs[0]
+            hp, mb, _ = bench_hpctrain(
+                "resnet", exes["train_resnet"], RESNET_DECK,
+                lambda m: dev_sets(resnet_sets(m, args, tr, te, peaks["bf16"])) + psets + vsets + tiny_sets,
+                [first_mb] if first_mb else cands, mem_gib, work, args, args.accum, on_gpu, tag=f"_{name}")
+            add({"workload": "ResNet-50", "program": "hpctrain", "precision": f"{prec}, {name}", "mb": mb, "res": hp,
+                 "unit": "img/s", "flops_per_unit": fpi, "peak_key": peak_key(prec),
+                 "rec": hp_meta("resnet", prec, hp)})
+            notes.append(f"- ResNet-50 hpctrain {prec}, {name}: the first row's settings plus {' '.join(vsets)}")
         tb = first_mb or args.resnet_micro_batch or 64
         for p, cmode, det in torch_configs(args, "resnet"):
             r, b = bench_torch("resnet", p, tb * args.accum, args, device, on_gpu, work,
@@ -1277,6 +1302,15 @@ def main_dry(args):
         " not a measurement)")
     args.steps, args.warmup, args.no_compile, args.bitwise_rerun = 4, 1, True, True
     args.gpt_variant = [parse_variant("gelu_epilogue=train.gelu_epilogue=true")]  # a variant row (inert on the CPU)
+    args.resnet_variant = [parse_variant("nchw=model.memory_format=nchw")]  # the layout row of a GPU session
+    # the ResNet rows' layout is what the run logged
+    fake_log = os.path.join(work, "layout_probe.log")
+    for line, want_layout in (("activation layout: channels-last (N,H,W,C) (model.memory_format = auto)",
+                               "channels_last"), ("activation layout: NCHW (model.memory_format = nchw)", "nchw"),
+                              ("model: ResNet-50", "nchw")):
+        with open(fake_log, "w") as f:
+            f.write(f"[rank 0] {line}\n")
+        check(resnet_layout({"log_path": fake_log}) == want_layout, f"layout {want_layout} read from '{line}'")
     args.commit_id = resolve_commit(args)
     cpu_dev = {"name": "CPU dry run", "driver": "-", "mem_mib": 0.0, "cuda_driver": "-", "nvcc": "-"}
     cpu_peaks = peaks_for(gpt_exe, "", 1.0)
@@ -1295,15 +1329,16 @@ def main_dry(args):
                   + (f", PERFORMANCE {res['perf']}" if res.get("perf") else "")
                   + (f", {res.get('optimizer')}, {res.get('model_src')}" if res.get("optimizer") else "")
                   + (f" ({res['error']})" if "error" in res else ""))
-    check(len(results) == 8, f"8 result rows (2 workloads x hpctrain, PyTorch bf16, fp32; the GPT's --gpt-variant row, "
-                             f"the ResNet's PyTorch bf16 with cudnn.deterministic): {len(results)}")
+    check(len(results) == 9, f"9 result rows (2 workloads x hpctrain, PyTorch bf16, fp32; the GPT's --gpt-variant row, "
+                             f"the ResNet's --resnet-variant row and PyTorch bf16 with cudnn.deterministic): "
+                             f"{len(results)}")
     table, tl, path = finish(results, cpu_dev, torch_info, cpu_peaks, args, notes,
                              "DRY RUN on the CPU with tiny models (bench_gpu.py --dry-run: not a measurement)",
                              os.path.join(work, "suite", "dry_run_cpu.md"), suite_rec)
-    check(os.path.exists(path) and len(table) == 10, f"the dry run's table and record ({path})")
+    check(os.path.exists(path) and len(table) == 11, f"the dry run's table and record ({path})")
     recs = suite_rec.records
-    check(len(recs) == 8 and not suite_rec.problems and all(validate_record(r) == [] for r in recs),
-          f"8 well-formed JSON Lines records of the CPU rows ({suite_rec.path}){suite_rec.problems or ''}")
+    check(len(recs) == 9 and not suite_rec.problems and all(validate_record(r) == [] for r in recs),
+          f"9 well-formed JSON Lines records of the CPU rows ({suite_rec.path}){suite_rec.problems or ''}")
     check(read_jsonl(suite_rec.path) == recs and os.path.basename(suite_rec.path) ==
           f"cpu_dry_run_{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}.jsonl",
           "the record file holds exactly those records, named <device_slug>_<UTC date>.jsonl")
@@ -1312,6 +1347,7 @@ def main_dry(args):
             ("gpt", "pytorch", "eager", "bf16", "none", None, False),
             ("gpt", "pytorch", "eager", "fp32", "none", None, False),
             ("resnet", "hpctrain", "none", "fp32", "nchw", True, True),
+            ("resnet", "hpctrain", "none", "fp32", "nchw", None, True),  # --resnet-variant nchw
             ("resnet", "pytorch", "eager", "bf16", "nchw", None, False),
             ("resnet", "pytorch", "eager", "bf16", "nchw", None, True),  # cudnn.deterministic
             ("resnet", "pytorch", "eager", "fp32", "nchw", None, False)]
@@ -1475,6 +1511,9 @@ def main():
     ap.add_argument("--gpt-variant", action="append", default=[], type=parse_variant, metavar="NAME=KEY=VALUE[,...]",
                     help="one more hpctrain GPT row: the first GPT row's settings and micro-batch plus these --set "
                          "keys, labelled NAME (e.g. gelu_epilogue=train.gelu_epilogue=true); repeatable")
+    ap.add_argument("--resnet-variant", action="append", default=[], type=parse_variant,
+                    metavar="NAME=KEY=VALUE[,...]",
+                    help="one more hpctrain ResNet row likewise (e.g. nchw=model.memory_format=nchw); repeatable")
     ap.add_argument("--hp-precisions", default="bf16,fp32",
                     help="train.precision values hpctrain runs at, one row each (default bf16,fp32; GPU only)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")

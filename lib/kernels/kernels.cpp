@@ -45,13 +45,6 @@ bool cpu_precision_ok(Precision p) { return p == Precision::FP32 || p == Precisi
             op);
 }
 
-// Channels-last activations (ExecContext::channels_last) are a CPU backend layout: the CUDA kernels are NCHW.
-[[noreturn]] void channels_last_not_on_cuda(const char* op) {
-  HPCT_FAIL("kernels::{}: channels-last activations requested on CUDA, whose convolution, BatchNorm and pooling "
-            "kernels are NCHW only; run the model with model.memory_format = nchw (or auto) on CUDA",
-            op);
-}
-
 }  // namespace
 
 // ---- the per-op profile (kernels.hpp) ----
@@ -93,13 +86,12 @@ std::vector<ProfileRow> profile_take() {
     HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);                                   \
   } while (0)
 
-// The dispatch of a layout-sensitive op under ExecContext::channels_last: the CPU backend's op##_nhwc twin (same
-// arguments), never fp16 (CPU storage) and never CUDA (channels_last_not_on_cuda); otherwise falls through to the
-// NCHW dispatch that follows it.
+// The dispatch of a layout-sensitive op under ExecContext::channels_last on the CPU: the CPU backend's op##_nhwc twin
+// (same arguments), never fp16 (CPU storage); otherwise (NCHW, or CUDA, whose ops take the layout from the context)
+// falls through to the dispatch that follows it.
 #define HPCT_DISPATCH_CHANNELS_LAST(op, ...)                                           \
   do {                                                                                 \
-    if (ctx.channels_last) {                                                           \
-      if (ctx.device != Device::CPU) channels_last_not_on_cuda(#op);                   \
+    if (ctx.channels_last && ctx.device == Device::CPU) {                              \
       if constexpr (std::is_same_v<A, fp16>) {                                         \
         cpu_fp16_error(#op);                                                           \
       } else {                                                                         \
@@ -109,6 +101,18 @@ std::vector<ProfileRow> profile_take() {
       }                                                                                \
     }                                                                                  \
   } while (0)
+
+// On CUDA, the call of a CUDA op with arguments the CPU's NCHW op lacks (a BatchNorm's fused ReLU); elsewhere nothing.
+#ifdef HPCT_HAVE_CUDA
+#define HPCT_CUDA_FUSED(op, ...)                                       \
+  do {                                                                 \
+    if (ctx.device == Device::CUDA) return cuda::op(ctx, __VA_ARGS__); \
+  } while (0)
+#else
+#define HPCT_CUDA_FUSED(op, ...) \
+  do {                           \
+  } while (0)
+#endif
 
 // The dispatch of an op templated on the storage type A: HPCT_DISPATCH, except that A = fp16 never instantiates the
 // CPU call (the CPU backend has no fp16 storage: cpu_fp16_error on the CPU, the CUDA call otherwise).
@@ -293,7 +297,8 @@ int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int
     const size_t elem = dtype_size(act), OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const size_t in = size_t(N) * C * H * W * elem, out = size_t(N) * OC * OH * OW * elem;
     const size_t algo = std::max(kCudnnConvMinAlgoWorkspaceBytes, kCudnnConvAlgoWorkspacePerTensor * std::max(in, out));
-    const size_t bytes = cuda_conv_filter_scratch_bytes(C, OC, KH, KW, act) + (algo + 255) / 256 * 256;
+    const size_t bytes = cuda_conv_filter_scratch_bytes(C, OC, KH, KW, act, ctx.channels_last) +
+                         (algo + 255) / 256 * 256;
     return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
   }
   if (act == DType::F16) cpu_fp16_error("conv2d_workspace_floats");
@@ -310,12 +315,13 @@ int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int
 }
 bool conv2d_channels_last_runs(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                int pad, DType act) {
-  if (ctx.device != Device::CPU || act == DType::F16) return false;
+  if (ctx.device == Device::CUDA) return true;  // cuDNN's NHWC convolutions, every storage type
+  if (act == DType::F16) return false;
   return cpu::conv2d_workspace_floats_nhwc(N, C, H, W, OC, KH, KW, stride, pad, act) >= 0;
 }
 template <typename A>
 void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW) {
-  if (ctx.device != Device::CPU) channels_last_not_on_cuda("images_to_channels_last");
+  HPCT_CUDA_FUSED(images_to_channels_last, out, images, N, C, HW);
   if constexpr (std::is_same_v<A, fp16>) {
     cpu_fp16_error("images_to_channels_last");
   } else {
@@ -323,13 +329,14 @@ void images_to_channels_last(const ExecContext& ctx, A* out, const float* images
     cpu::images_to_nhwc(out, images, N, C, HW);
   }
 }
-size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act) {
+size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act, bool channels_last) {
   HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
              "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32, BF16 or F16",
              dtype_name(act));
-  if (act == DType::F32) return 0;
-  const size_t bytes = static_cast<size_t>(OC) * C * KH * KW * dtype_size(act);
-  return (bytes + 255) / 256 * 256;
+  const bool reorder = channels_last && KH * KW > 1;
+  if (act == DType::F32 && !reorder) return 0;
+  const size_t bytes = (static_cast<size_t>(OC) * C * KH * KW * dtype_size(act) + 255) / 256 * 256;
+  return reorder ? 2 * bytes : bytes;  // the gradient scratch, then the reordered filter
 }
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
@@ -406,10 +413,13 @@ void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, 
   HPCT_DISPATCH_STORAGE(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
                         global_count, N, C, HW);
 }
-// The BatchNorm + ReLU pairs: the channels-last CPU kernels with the ReLU in their passes, else the two ops.
+// The BatchNorm + ReLU pairs: the CUDA kernels (either layout) and the channels-last CPU kernels with the ReLU in their
+// passes, else the two ops.
 template <typename A>
 void batchnorm2d_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
                                     const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+  HPCT_CUDA_FUSED(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
+                  /*relu=*/true);
   HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
                               eps, /*relu=*/true);
   batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
@@ -419,6 +429,8 @@ template <typename A>
 void batchnorm2d_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
                                     const A* gamma, const A* beta, const float* stats, int N, int C, int HW,
                                     float eps) {
+  HPCT_CUDA_FUSED(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
+                  /*relu=*/true);
   HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW,
                               eps, /*relu=*/true);
   batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
@@ -428,6 +440,8 @@ template <typename A>
 void batchnorm2d_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
                                    const float* running_mean, const float* running_var, int N, int C, int HW,
                                    float eps) {
+  HPCT_CUDA_FUSED(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                  /*relu=*/true);
   HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
                               /*relu=*/true);
   batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
@@ -437,6 +451,8 @@ template <typename A>
 void batchnorm2d_relu_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, A* dout, const A* relu_out,
                                const A* inp, const float* save_mean, const float* save_rstd, const A* gamma, int N,
                                int C, int HW) {
+  HPCT_CUDA_FUSED(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW,
+                  relu_out);
   HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C,
                               HW, relu_out);
   relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
@@ -446,6 +462,8 @@ template <typename A>
 void batchnorm2d_relu_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, A* dout,
                                           const A* relu_out, const A* inp, const float* save_mean,
                                           const float* save_rstd, int N, int C, int HW) {
+  HPCT_CUDA_FUSED(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW,
+                  relu_out);
   HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N,
                               C, HW, relu_out);
   relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
@@ -455,6 +473,8 @@ template <typename A>
 void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* relu_out, const A* inp,
                                      const float* save_mean, const float* save_rstd, const A* gamma,
                                      const float* global_sums, int64_t global_count, int N, int C, int HW) {
+  HPCT_CUDA_FUSED(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count,
+                  N, C, HW, relu_out);
   HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
                               global_count, N, C, HW, relu_out);
   // two-op path: batchnorm2d_relu_backward_local_sums masked dout in place already

@@ -69,9 +69,11 @@ constexpr size_t device_workspace_bytes(Device device, DType act) {
 // backward-filter algorithm of a strided 1x1 layer 1.6x its input; a fixed 256 MiB made that layer fail.
 constexpr size_t kCudnnConvMinAlgoWorkspaceBytes = size_t{32} << 20;
 constexpr int kCudnnConvAlgoWorkspacePerTensor = 2;
-// The filter-gradient scratch: OC*C*KH*KW elements of the 16-bit storage type, rounded up to 256 bytes so that the
-// algorithms' part keeps the workspace's alignment; 0 under float storage.
-size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act);
+// The filter scratch: OC*C*KH*KW elements of the storage type, rounded up to 256 bytes so that the algorithms' part
+// keeps the workspace's alignment, for the 16-bit filter gradient; with channels-last activations and a spatial kernel
+// (KH*KW > 1) twice that for every storage type (the gradient in cuDNN's (OC,KH,KW,C) order, and the filter reordered
+// to it); 0 under float storage otherwise.
+size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act, bool channels_last = false);
 
 // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------------------------
 template <typename A>
@@ -365,8 +367,8 @@ void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const
 
 // BatchNorm followed by ReLU (a residual block's inner units and the stem): bit for bit the BatchNorm op, then
 // relu_forward on its output in place; backward, relu_backward of dout through the ReLU's output relu_out (the
-// forward's out), then the BatchNorm backward. Channels-last on the CPU they run in the BatchNorm's own passes (one pass
-// over the activation fewer each way); elsewhere as the two ops. dout: the gradient of relu_out; the two-op path masks
+// forward's out), then the BatchNorm backward. On CUDA (either layout) and channels-last on the CPU they run in the
+// BatchNorm's own passes (one pass over the activation fewer each way); elsewhere as the two ops. dout: the gradient of relu_out; the two-op path masks
 // it in place, so its contents are unspecified on return. The SyncBN pair takes the same dout and relu_out, local sums
 // first (the apply reads the dout they masked where they masked it).
 template <typename A>
@@ -398,14 +400,14 @@ void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* d
 // features (N,C). The pointwise ops (relu_*, residual_*) take either layout. The CPU backend runs the convolutions
 // through oneDNN's nxc primitives on the tensors themselves (no reorder of the activations, which NCHW pays on every
 // call); BatchNorm's statistics sum per channel over fixed slabs of positions (the same double arithmetic as NCHW, in
-// another order: the layouts agree to rounding, and each is independent of the thread count). CUDA has no
-// channels-last kernels yet: the ops refuse it there.
-// Whether every convolution of this shape runs channels-last under ctx (the CPU with oneDNN taking the shape in nxc for
-// this storage type; false on CUDA or with HPCT_CONV=im2col): a model decides its layout from it before it plans.
+// another order: the layouts agree to rounding, and each is independent of the thread count). The CUDA backend runs
+// cuDNN's NHWC convolutions (the filter reordered to (OC,KH,KW,C) in the workspace, conv2d_workspace_floats sizes it)
+// and its own channels-last kernels (column reductions over positions, passes in packs of channels), every storage type.
+// Whether every convolution of this shape runs channels-last under ctx (CUDA: always; the CPU with oneDNN taking the
+// shape in nxc for this storage type, false with HPCT_CONV=im2col): a model decides its layout from it before it plans.
 bool conv2d_channels_last_runs(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                int pad, DType act);
-// out (N,H,W,C) = images (N,C,H,W) fp32, rounded to A: the data pipeline's NCHW images into channels-last activations
-// (CPU only).
+// out (N,H,W,C) = images (N,C,H,W) fp32, rounded to A: the data pipeline's NCHW images into channels-last activations.
 template <typename A>
 void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW);
 

@@ -31,9 +31,10 @@ const ConfigSchema& resnet_deck_schema() {
                "SyncBN: BatchNorm statistics over the whole data-parallel batch (Chan's "
                "merge); false: per-rank statistics, running statistics of DP rank 0");
     s.string_key("model.memory_format", "auto",
-                 "activation layout: nhwc (channels-last: the CPU's oneDNN convolutions run on the activations "
-                 "without reordering them) | nchw | auto (nhwc where every convolution runs channels-last: the CPU "
-                 "with oneDNN; else nchw); parameters and checkpoints do not depend on it",
+                 "activation layout: nhwc (channels-last: cuDNN's and the CPU's oneDNN convolutions run on the "
+                 "activations without reordering them) | nchw | auto (nhwc where every convolution runs "
+                 "channels-last: the CPU with oneDNN, CUDA with bf16 or fp16 storage; else nchw); parameters and "
+                 "checkpoints do not depend on it",
                  {"auto", "nchw", "nhwc"});
 
     s.section("data", true,

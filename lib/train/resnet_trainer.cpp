@@ -99,6 +99,8 @@ class ResNetTask final : public TrainTask {
              cfg.depth, cfg.style, cfg.bottleneck() ? ", Bottleneck" : ", BasicBlock", cfg.in_channels, cfg.height,
              cfg.width, cfg.num_classes, plan.num_params, plan.num_params / 1e6,
              resnet::forward_flops_per_image(cfg) / 1e9);
+    log_info("activation layout: {} (model.memory_format = {})",
+             model_.channels_last() ? "channels-last (N,H,W,C)" : "NCHW", cfg.memory_format);
     log_info(
         "memory per rank: params {} | grads {} | BN buffers {} | optimizer {} | 16-bit compute copy {} | activations "
         "{} ({}) | activation grads {} | conv workspace {} | total {}",

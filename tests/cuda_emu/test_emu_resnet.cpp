@@ -137,8 +137,9 @@ void emu_bn_dinp(S* dinp, const S* dout, const S* inp, const float* save_mean, c
   const int64_t planes = static_cast<int64_t>(N) * C;
   cu::with_pack<S>(cu::pack_width<S>(HW, {dinp, dout, inp}), [&](auto pc) {
     constexpr int P = decltype(pc)::value;
-    EMU_LAUNCH((cu::bn_backward_apply_kernel<P, S>), cu::plane_shape(planes, HW / P), dinp, dout, inp, save_mean,
-               save_rstd, gamma, global_sums, static_cast<double>(global_count), planes, C, HW);
+    EMU_LAUNCH((cu::bn_backward_apply_kernel<P, S>), cu::plane_shape(planes, HW / P), dinp, dout,
+               static_cast<const S*>(nullptr), inp, save_mean, save_rstd, gamma, global_sums,
+               static_cast<double>(global_count), planes, C, HW);
   });
 }
 void emu_bn_forward_train(float* out, float* stats, float* save_mean, float* save_rstd, const float* inp,
@@ -171,8 +172,8 @@ void emu_bn_backward_local_sums(float* sums, float* dgamma, float* dbeta, const 
                                 int64_t partials_bytes = kCudaReducePartialsBytes) {
   const cu::BnGroupsLaunch l = cu::bn_groups_launch(N, C, HW, partials_bytes, 2);
   std::vector<double> partials(static_cast<size_t>(2 * C * l.groups), std::numeric_limits<double>::quiet_NaN());
-  EMU_LAUNCH(cu::bn_grad_partial_kernel, l.partial, partials.data(), dout, inp, save_mean, save_rstd, N, C, HW,
-             l.per_group);
+  EMU_LAUNCH(cu::bn_grad_partial_kernel, l.partial, partials.data(), dout, static_cast<const S*>(nullptr), inp,
+             save_mean, save_rstd, N, C, HW, l.per_group);
   EMU_LAUNCH(cu::bn_grad_finish_kernel, l.finish, sums, dgamma, dbeta, partials.data(), C, static_cast<int>(l.groups));
 }
 void emu_bn_backward_apply(float* dinp, const float* dout, const float* inp, const float* save_mean,
@@ -685,8 +686,8 @@ TEST(EmuResnet, LoopsStrideOverASmallGrid) {
                                         }));
   EXPECT_TRUE(same_bits_on_a_small_grid(
       "bn backward apply", nan_vector(inp.size()), full, small, [&](float* o, const cu::LaunchShape& sh) {
-        EMU_LAUNCH((cu::bn_backward_apply_kernel<1, float>), sh, o, dout.data(), inp.data(), mean.data(), rstd.data(),
-                   gamma.data(), sums.data(), count, planes, C, HW);
+        EMU_LAUNCH((cu::bn_backward_apply_kernel<1, float>), sh, o, dout.data(), static_cast<const float*>(nullptr),
+                   inp.data(), mean.data(), rstd.data(), gamma.data(), sums.data(), count, planes, C, HW);
       }));
   const Vec pooled = random_vector(sz(planes), 119);
   EXPECT_TRUE(same_bits_on_a_small_grid(
@@ -865,8 +866,9 @@ void check_bn_packs_match_scalar() {
   };
   const auto dinp = [&](auto p) {
     return [&, p](S* o, const cu::LaunchShape& sh) {
-      EMU_LAUNCH((cu::bn_backward_apply_kernel<decltype(p)::value, S>), sh, o, emu_ptr(dout), emu_ptr(inp), mean.data(),
-                 rstd.data(), emu_ptr(gamma), sums.data(), 2.0 * N * HW, planes, C, HW);
+      EMU_LAUNCH((cu::bn_backward_apply_kernel<decltype(p)::value, S>), sh, o, emu_ptr(dout),
+                 static_cast<const S*>(nullptr), emu_ptr(inp), mean.data(), rstd.data(), emu_ptr(gamma), sums.data(),
+                 2.0 * N * HW, planes, C, HW);
     };
   };
   using Packed = std::integral_constant<int, P>;

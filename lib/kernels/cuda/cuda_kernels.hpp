@@ -113,7 +113,9 @@ void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses /*(N)*/
 void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const float* global_max /*(N)*/,
                           const float* global_sumexp /*(N)*/, const float* global_target_logit /*(N)*/, int N);
 
-// ---- convolutional layers (ResNet), NCHW: see kernels.hpp for the contracts (cpu_conv.cpp) ----
+// ---- convolutional layers (ResNet): see kernels.hpp for the contracts (cpu_conv.cpp). NCHW, or channels-last under
+// ctx.channels_last (every activation (N,H,W,C); the shape comments below are NCHW's). BatchNorm's `relu` / `relu_out`:
+// the ReLU that follows it, in the BatchNorm's own passes (kernels.hpp, the batchnorm2d_relu ops), in both layouts. ----
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
                     const A* weight /*(OC,C,KH,KW)*/, const A* bias /*(OC) or null*/,
@@ -128,7 +130,8 @@ void conv2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W) or null*/, floa
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,
                                float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/,
-                               const A* gamma /*(C)*/, const A* beta /*(C)*/, int N, int C, int HW, float eps);
+                               const A* gamma /*(C)*/, const A* beta /*(C)*/, int N, int C, int HW, float eps,
+                               bool relu = false);
 template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const A* inp /*(N,C,HW)*/, int N,
                              int C, int HW);
@@ -138,28 +141,29 @@ template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* save_mean /*(C)*/,
                                float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/, const A* gamma /*(C)*/,
                                const A* beta /*(C)*/, const float* stats /*(C,3) global*/, int N, int C, int HW,
-                               float eps);
+                               float eps, bool relu = false);
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean /*(C)*/, float* running_var /*(C)*/,
                                 const float* stats /*(C,3) global*/, int C, float momentum);
 template <typename A>
 void batchnorm2d_forward_eval(const ExecContext& ctx, A* out /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
                               const A* gamma /*(C)*/, const A* beta /*(C)*/, const float* running_mean /*(C)*/,
-                              const float* running_var /*(C)*/, int N, int C, int HW, float eps);
+                              const float* running_var /*(C)*/, int N, int C, int HW, float eps, bool relu = false);
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
                           float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
                           const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, const A* gamma /*(C)*/, int N,
-                          int C, int HW);
+                          int C, int HW, const A* relu_out = nullptr);
 template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums /*(C,2) assigned*/, float* dgamma /*(C) +=*/,
                                      float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
                                      const float* save_mean /*(C)*/, const float* save_rstd /*(C)*/, int N, int C,
-                                     int HW);
+                                     int HW, const A* relu_out = nullptr);
 template <typename A>
 void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, const A* dout /*(N,C,HW)*/,
                                 const A* inp /*(N,C,HW)*/, const float* save_mean /*(C)*/,
                                 const float* save_rstd /*(C)*/, const A* gamma /*(C)*/,
-                                const float* global_sums /*(C,2)*/, int64_t global_count, int N, int C, int HW);
+                                const float* global_sums /*(C,2)*/, int64_t global_count, int N, int C, int HW,
+                                const A* relu_out = nullptr);
 
 template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n);
@@ -180,6 +184,9 @@ void global_avgpool_forward(const ExecContext& ctx, A* out /*(N,C)*/, const A* i
 template <typename A>
 void global_avgpool_backward(const ExecContext& ctx, A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int N, int C,
                              int HW);
+// out (N,HW,C) = images (N,C,HW) fp32 on the device, rounded to A (kernels.hpp).
+template <typename A>
+void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW);
 
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n);
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n);

@@ -63,6 +63,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/cuda_resnet_kernels.cuh"
+#include "kernels/cuda/cuda_resnet_nhwc_kernels.cuh"
 
 #define CUDNN_CHECK(expr)                                                                                              \
   do {                                                                                                                 \
@@ -90,17 +91,32 @@ cudnnHandle_t cudnn_handle(cudaStream_t stream) {
 
 struct ConvDims {
   int N, C, H, W, OC, KH, KW, stride, pad, OH, OW;
+  bool channels_last;  // ExecContext::channels_last: x, y and the filter cuDNN sees in CUDNN_TENSOR_NHWC
 };
 
-ConvDims conv_dims(const char* op, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+ConvDims conv_dims(const char* op, const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW,
+                   int stride, int pad) {
   HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && OC > 0 && KH > 0 && KW > 0 && stride > 0 && pad >= 0,
              "{}: bad shape N={} C={} H={} W={} OC={} KH={} KW={} stride={} pad={}", op, N, C, H, W, OC, KH, KW, stride,
              pad);
   HPCT_CHECK(H + 2 * pad >= KH && W + 2 * pad >= KW, "{}: kernel {}x{} larger than the padded input {}x{}", op, KH, KW,
              H + 2 * pad, W + 2 * pad);
-  return ConvDims{
-      N, C, H, W, OC, KH, KW, stride, pad, (H + 2 * pad - KH) / stride + 1, (W + 2 * pad - KW) / stride + 1};
+  return ConvDims{N,
+                  C,
+                  H,
+                  W,
+                  OC,
+                  KH,
+                  KW,
+                  stride,
+                  pad,
+                  (H + 2 * pad - KH) / stride + 1,
+                  (W + 2 * pad - KW) / stride + 1,
+                  ctx.channels_last};
 }
+// Channels-last with a spatial kernel: the filter is reordered to (OC, KH, KW, C) for cuDNN and its gradient back
+// (cuda_resnet_nhwc_kernels.cuh); a 1x1 filter is the same bytes in both orders.
+bool reorders_filter(const ConvDims& d) { return d.channels_last && d.KH * d.KW > 1; }
 
 struct ConvAlgo {
   int algo;      // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
@@ -188,9 +204,12 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, DTy
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p.conv));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, data, d.N, d.C, d.H, d.W));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, data, d.N, d.OC, d.OH, d.OW));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, data, CUDNN_TENSOR_NCHW, d.OC, d.C, d.KH, d.KW));
+  // channels-last: the activations (N,H,W,C) and the filter (OC,KH,KW,C) in NHWC, as PyTorch's channels_last runs
+  // cuDNN (a filter in the other order would make cuDNN transpose it on every call)
+  const cudnnTensorFormat_t format = d.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, format, data, d.N, d.C, d.H, d.W));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, format, data, d.N, d.OC, d.OH, d.OW));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, data, format, d.OC, d.C, d.KH, d.KW));
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, d.pad, d.pad, d.stride, d.stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT));
   CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, 1));
@@ -232,10 +251,10 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, DTy
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w, a, bytes);
       });
   HPCT_CHECK(!p.fwd.empty() && !p.bwd_data.empty() && !p.bwd_filter.empty(),
-             "conv2d: cuDNN offers no deterministic algorithm (math type {}, {} tensors) for N={} C={} H={} W={} OC={} "
-             "{}x{} stride {} pad {} (forward {}, backward-data {}, backward-filter {} candidates){}",
-             static_cast<int>(math), dtype_name(storage), d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad,
-             p.fwd.size(), p.bwd_data.size(), p.bwd_filter.size(),
+             "conv2d: cuDNN offers no deterministic algorithm (math type {}, {} {} tensors) for N={} C={} H={} W={} "
+             "OC={} {}x{} stride {} pad {} (forward {}, backward-data {}, backward-filter {} candidates){}",
+             static_cast<int>(math), dtype_name(storage), d.channels_last ? "NHWC" : "NCHW", d.N, d.C, d.H, d.W, d.OC,
+             d.KH, d.KW, d.stride, d.pad, p.fwd.size(), p.bwd_data.size(), p.bwd_filter.size(),
              half_precision(storage) ? fmt::format("; this GPU or cuDNN cannot run {} storage: run with "
                                                    "train.precision=fp32 or tf32",
                                                    dtype_name(storage))
@@ -247,7 +266,7 @@ ConvPlan build_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, DTy
 const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precision, DType storage) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  using Key = std::array<int, 12>;
+  using Key = std::array<int, 13>;
   thread_local std::map<Key, std::unique_ptr<ConvPlan>> plans;  // descriptors never destroyed (header comment)
   // 16-bit storage ignores the precision: one plan for all of them
   const Key key{dev,
@@ -261,17 +280,19 @@ const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precisio
                 d.stride,
                 d.pad,
                 half_precision(storage) ? -1 : static_cast<int>(precision),
-                static_cast<int>(storage)};
+                static_cast<int>(storage),
+                d.channels_last ? 1 : 0};
   auto it = plans.find(key);
   if (it == plans.end())
     it = plans.emplace(key, std::make_unique<ConvPlan>(build_plan(h, d, precision, storage))).first;
   return *it->second;
 }
 
-// 16-bit storage: the workspace starts with the 16-bit filter-gradient scratch (kernels.hpp,
-// cuda_conv_filter_scratch_bytes); the algorithms get the rest. float storage: no scratch.
+// The workspace starts with the filter scratch (kernels.hpp, cuda_conv_filter_scratch_bytes: the filter gradient in
+// cuDNN's type and order for 16-bit storage or a reordered filter, then the reordered filter itself); the algorithms
+// get the rest. float storage without reordering: no scratch.
 size_t filter_scratch_bytes(const ConvDims& d, DType storage) {
-  return cuda_conv_filter_scratch_bytes(d.C, d.OC, d.KH, d.KW, storage);
+  return cuda_conv_filter_scratch_bytes(d.C, d.OC, d.KH, d.KW, storage, d.channels_last);
 }
 
 int64_t floats_of(size_t bytes) { return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)); }
@@ -316,24 +337,41 @@ size_t workspace_bytes(const float* workspace, int64_t workspace_floats) {
   return workspace ? static_cast<size_t>(workspace_floats) * sizeof(float) : 0;
 }
 
-// The workspace of one call split into the 16-bit filter-gradient scratch and the algorithms' part
+// The workspace of one call split into the filter-gradient scratch, the reordered filter and the algorithms' part
 // (filter_scratch_bytes).
 struct ConvWorkspace {
-  void* filter_scratch;  // of the 16-bit storage type; null for float storage
+  void* filter_scratch;  // the filter gradient in the storage type and cuDNN's order; null for float NCHW-order
+  void* filter_copy;     // the (OC,KH,KW,C) filter (reorders_filter); null otherwise
   void* algo;            // the algorithms' workspace
   size_t algo_bytes;
 };
 ConvWorkspace split_workspace(const char* op, float* workspace, int64_t workspace_floats, const ConvDims& d,
                               DType storage) {
   const size_t have = workspace_bytes(workspace, workspace_floats), scratch = filter_scratch_bytes(d, storage);
-  if (scratch == 0) return {nullptr, workspace, have};
+  if (scratch == 0) return {nullptr, nullptr, workspace, have};
   HPCT_CHECK(have >= scratch,
-             "{}: {} storage needs a workspace of at least {} floats for the {} filter gradient, and the "
-             "algorithms' part after it (has {} floats); size it with conv2d_workspace_floats(..., DType::{})",
-             op, dtype_name(storage), scratch / sizeof(float), dtype_name(storage), workspace_floats,
-             storage == DType::F16 ? "F16" : "BF16");
+             "{}: {} storage{} needs a workspace of at least {} floats for the filter scratch, and the algorithms' "
+             "part after it (has {} floats); size it with conv2d_workspace_floats under the same ExecContext and "
+             "DType::{}",
+             op, dtype_name(storage), d.channels_last ? " with channels-last activations" : "", scratch / sizeof(float),
+             workspace_floats,
+             storage == DType::F16    ? "F16"
+             : storage == DType::BF16 ? "BF16"
+                                      : "F32");
   auto* base = reinterpret_cast<unsigned char*>(workspace);
-  return {base, base + scratch, have - scratch};
+  void* copy = reorders_filter(d) ? base + scratch / 2 : nullptr;  // two equal 256-byte-rounded halves
+  return {base, copy, base + scratch, have - scratch};
+}
+// The filter as cuDNN reads it: the stored weights, or their (OC,KH,KW,C) reorder in the workspace.
+template <typename S>
+const void* filter_for_cudnn(cudaStream_t stream, const char* op, const ConvDims& d, const ConvWorkspace& ws,
+                             const S* weight) {
+  if (!reorders_filter(d)) return weight;
+  const int64_t total = static_cast<int64_t>(d.OC) * d.C * d.KH * d.KW;
+  HPCT_LAUNCH(filter_to_channels_last_kernel<S>, nhwc_pointwise_shape(total), stream, static_cast<S*>(ws.filter_copy),
+              weight, total, d.C, d.KH * d.KW);
+  HPCT_CUDA_LAUNCH_CHECK(op);
+  return ws.filter_copy;
 }
 
 void check_bn(const char* op, int N, int C, int HW) {
@@ -351,29 +389,32 @@ void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
   using S = DeviceStorage<A>;
   constexpr DType kStorage = storage_of<A>();
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
-  const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims("conv2d_forward", ctx, N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
   const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
   const ConvWorkspace ws = split_workspace("conv2d_forward", workspace, workspace_floats, d, kStorage);
   const ConvAlgo& a = pick(p.fwd, ws.algo_bytes, "conv2d_forward", "forward", d);
+  const void* w = filter_for_cudnn(stream, "conv2d_forward (filter reorder)", d, ws, dev_ptr(weight));
   const int64_t planes = static_cast<int64_t>(N) * OC, len = static_cast<int64_t>(d.OH) * d.OW;
   const float one = 1.0f, zero = 0.0f;
+  // the bias: seeded (kSeed) or added, per plane (NCHW) or per element's channel (channels-last)
+  const auto add_bias = [&](auto seed_tag) {
+    constexpr bool kSeed = decltype(seed_tag)::value;
+    if (d.channels_last)
+      HPCT_LAUNCH((nhwc_bias_kernel<kSeed, S>), nhwc_pointwise_shape(planes * len), stream, dev_ptr(out), dev_ptr(bias),
+                  planes * len, OC);
+    else
+      HPCT_LAUNCH((plane_bias_kernel<kSeed, S>), plane_shape(planes, len), stream, dev_ptr(out), dev_ptr(bias), planes,
+                  OC, len);
+    HPCT_CUDA_LAUNCH_CHECK("conv2d_forward (bias)");
+  };
   // 16-bit with a bias: the output seeded with it, the convolution accumulated onto it (one rounding; header comment)
   const bool seed = k16Bit && bias != nullptr;
-  if (seed) {
-    HPCT_LAUNCH((plane_bias_kernel<true, S>), plane_shape(planes, len), stream, dev_ptr(out), dev_ptr(bias), planes, OC,
-                len);
-    HPCT_CUDA_LAUNCH_CHECK("conv2d_forward (bias)");
-  }
-  CUDNN_CHECK(cudnnConvolutionForward(h, &one, p.x, inp, p.w, weight, p.conv,
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), a.bytes ? ws.algo : nullptr,
-                                      a.bytes, seed ? &one : &zero, p.y, out));
-  if (bias && !seed) {
-    HPCT_LAUNCH((plane_bias_kernel<false, S>), plane_shape(planes, len), stream, dev_ptr(out), dev_ptr(bias), planes,
-                OC, len);
-    HPCT_CUDA_LAUNCH_CHECK("conv2d_forward (bias)");
-  }
+  if (seed) add_bias(std::true_type{});
+  CUDNN_CHECK(cudnnConvolutionForward(h, &one, p.x, inp, p.w, w, p.conv, static_cast<cudnnConvolutionFwdAlgo_t>(a.algo),
+                                      a.bytes ? ws.algo : nullptr, a.bytes, seed ? &one : &zero, p.y, out));
+  if (bias && !seed) add_bias(std::false_type{});
 }
 
 template <typename A>
@@ -383,20 +424,26 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
   using S = DeviceStorage<A>;
   constexpr DType kStorage = storage_of<A>();
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
-  const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims("conv2d_backward", ctx, N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
   const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
   const ConvWorkspace ws = split_workspace("conv2d_backward", workspace, workspace_floats, d, kStorage);
   const float one = 1.0f, zero = 0.0f;
-  // dweight += dout (*) inp: beta = 1 accumulates (float); 16-bit: into the scratch (beta = 0), then added in fp32
+  // dweight += dout (*) inp: beta = 1 accumulates (float, NCHW order); 16-bit or a reordered filter: into the scratch
+  // (beta = 0), then added in fp32 (reordered back where it was reordered)
+  const bool via_scratch = k16Bit || reorders_filter(d);
   const ConvAlgo& af = pick(p.bwd_filter, ws.algo_bytes, "conv2d_backward", "backward-filter", d);
-  void* dw = k16Bit ? ws.filter_scratch : static_cast<void*>(dweight);
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
-                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(af.algo),
-                                             af.bytes ? ws.algo : nullptr, af.bytes, k16Bit ? &zero : &one, p.w, dw));
-  if constexpr (k16Bit) {
-    const int64_t n = static_cast<int64_t>(OC) * C * KH * KW;
+  void* dw = via_scratch ? ws.filter_scratch : static_cast<void*>(dweight);
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      h, &one, p.x, inp, p.y, dout, p.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(af.algo),
+      af.bytes ? ws.algo : nullptr, af.bytes, via_scratch ? &zero : &one, p.w, dw));
+  const int64_t n = static_cast<int64_t>(OC) * C * KH * KW;
+  if (reorders_filter(d)) {
+    HPCT_LAUNCH(accumulate_channels_last_filter_kernel<S>, nhwc_pointwise_shape(n), stream, dweight,
+                static_cast<const S*>(ws.filter_scratch), n, C, KH * KW);
+    HPCT_CUDA_LAUNCH_CHECK("conv2d_backward (dweight += channels-last filter gradient)");
+  } else if (k16Bit) {
     const int64_t packs = accumulate_packs(n, dweight, ws.filter_scratch);
     HPCT_LAUNCH(accumulate_float_kernel<S>, accumulate_shape(n, packs), stream, dweight,
                 static_cast<const S*>(ws.filter_scratch), n, packs);
@@ -405,91 +452,147 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
   // dinp = conv_transpose(dout, weight): beta = 0 assigns
   if (dinp) {
     const ConvAlgo& ad = pick(p.bwd_data, ws.algo_bytes, "conv2d_backward", "backward-data", d);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, p.w, weight, p.y, dout, p.conv,
+    const void* w = filter_for_cudnn(stream, "conv2d_backward (filter reorder)", d, ws, dev_ptr(weight));
+    CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, p.w, w, p.y, dout, p.conv,
                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(ad.algo),
                                              ad.bytes ? ws.algo : nullptr, ad.bytes, &zero, p.x, dinp));
   }
-  // dbias += sum over (n, oh, ow), in double, one block per output channel
+  // dbias += sum over (n, oh, ow), in double: one block per output channel (NCHW), one thread (channels-last)
   if (dbias) {
-    HPCT_LAUNCH(channel_sum_accumulate_kernel<S>, channel_reduce_shape(OC), stream, dbias, dev_ptr(dout), N, OC,
-                d.OH * d.OW);
+    if (d.channels_last)
+      HPCT_LAUNCH(nhwc_channel_sum_accumulate_kernel<S>, nhwc_pointwise_shape(OC), stream, dbias, dev_ptr(dout),
+                  static_cast<int64_t>(N) * d.OH * d.OW, OC);
+    else
+      HPCT_LAUNCH(channel_sum_accumulate_kernel<S>, channel_reduce_shape(OC), stream, dbias, dev_ptr(dout), N, OC,
+                  d.OH * d.OW);
     HPCT_CUDA_LAUNCH_CHECK("conv2d_backward (dbias)");
   }
 }
 
 // ---- BatchNorm2d ---------------------------------------------------------------------------------------
+// NCHW or channels-last (ctx.channels_last: the column reductions and pack-of-channels passes of
+// cuda_resnet_nhwc_kernels.cuh); the statistics' and sums' second stages are the same kernels. `relu` / `relu_out`:
+// the ReLU that follows, fused into the passes (kRelu).
 namespace {
-// The statistics' two stages over the device's partials buffer (cuda_resnet_kernels.cuh, bn_groups_launch).
+// Calls f(std::bool_constant<b>).
+template <typename F>
+void with_relu(bool b, F&& f) {
+  if (b) f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+// The statistics' two stages over the device's partials buffer (bn_groups_launch / bn_nhwc_groups_launch).
 template <typename S>
-void launch_bn_stats(cudaStream_t stream, const char* op, float* stats, float* save_mean, float* save_rstd,
+void launch_bn_stats(cudaStream_t stream, bool nhwc, const char* op, float* stats, float* save_mean, float* save_rstd,
                      const S* inp, int N, int C, int HW, float eps) {
   double* partials = reduce_partials(op, 3 * int64_t{C} * static_cast<int64_t>(sizeof(double)));
-  const BnGroupsLaunch l = bn_groups_launch(N, C, HW, kCudaReducePartialsBytes, 3);
-  HPCT_LAUNCH(bn_stats_partial_kernel<S>, l.partial, stream, partials, inp, N, C, HW, l.per_group);
+  const BnGroupsLaunch l = nhwc ? bn_nhwc_groups_launch(N, C, HW, kCudaReducePartialsBytes, 3)
+                                : bn_groups_launch(N, C, HW, kCudaReducePartialsBytes, 3);
+  if (nhwc)
+    HPCT_LAUNCH(bn_nhwc_stats_partial_kernel<S>, l.partial, stream, partials, inp, C, static_cast<int64_t>(N) * HW,
+                l.per_group);
+  else
+    HPCT_LAUNCH(bn_stats_partial_kernel<S>, l.partial, stream, partials, inp, N, C, HW, l.per_group);
   HPCT_CUDA_LAUNCH_CHECK(op);
   HPCT_LAUNCH(bn_stats_finish_kernel, l.finish, stream, stats, save_mean, save_rstd, partials, C,
               static_cast<int>(l.groups), eps);
   HPCT_CUDA_LAUNCH_CHECK(op);
 }
-// The gradient sums' two stages: sums[2 c + k] (float, assigned), dbeta += sum dout, dgamma += sum dout xhat. The
-// partials buffer holds the groups' doubles, then, when `sums` is null, the float sums themselves (the
-// single-process backward has no buffer of its own for them); returns where the sums are.
+// The gradient sums' two stages: sums[2 c + k] (float, assigned), dbeta += sum dout, dgamma += sum dout xhat (dout
+// masked by relu_out where given). The partials buffer holds the groups' doubles, then, when `sums` is null, the float
+// sums themselves (the single-process backward has no buffer of its own for them); returns where the sums are.
 template <typename S>
-const float* launch_bn_grad_sums(cudaStream_t stream, const char* op, float* sums, float* dgamma, float* dbeta,
-                                 const S* dout, const S* inp, const float* save_mean, const float* save_rstd, int N,
-                                 int C, int HW) {
+const float* launch_bn_grad_sums(cudaStream_t stream, bool nhwc, const char* op, float* sums, float* dgamma,
+                                 float* dbeta, const S* dout, const S* relu_out, const S* inp, const float* save_mean,
+                                 const float* save_rstd, int N, int C, int HW) {
   const int64_t own_sums = sums ? 0 : 2 * int64_t{C} * static_cast<int64_t>(sizeof(float));
   double* partials = reduce_partials(op, 2 * int64_t{C} * static_cast<int64_t>(sizeof(double)) + own_sums);
-  const BnGroupsLaunch l = bn_groups_launch(N, C, HW, static_cast<int64_t>(kCudaReducePartialsBytes) - own_sums, 2);
+  const int64_t budget = static_cast<int64_t>(kCudaReducePartialsBytes) - own_sums;
+  const BnGroupsLaunch l = nhwc ? bn_nhwc_groups_launch(N, C, HW, budget, 2) : bn_groups_launch(N, C, HW, budget, 2);
   if (!sums) sums = reinterpret_cast<float*>(partials + 2 * int64_t{C} * l.groups);
-  HPCT_LAUNCH(bn_grad_partial_kernel<S>, l.partial, stream, partials, dout, inp, save_mean, save_rstd, N, C, HW,
-              l.per_group);
+  with_relu(relu_out != nullptr, [&](auto relu_tag) {
+    constexpr bool kRelu = decltype(relu_tag)::value;
+    if (nhwc)
+      HPCT_LAUNCH((bn_nhwc_grad_partial_kernel<S, kRelu>), l.partial, stream, partials, dout, relu_out, inp, save_mean,
+                  save_rstd, C, static_cast<int64_t>(N) * HW, l.per_group);
+    else
+      HPCT_LAUNCH((bn_grad_partial_kernel<S, kRelu>), l.partial, stream, partials, dout, relu_out, inp, save_mean,
+                  save_rstd, N, C, HW, l.per_group);
+  });
   HPCT_CUDA_LAUNCH_CHECK(op);
   HPCT_LAUNCH(bn_grad_finish_kernel, l.finish, stream, sums, dgamma, dbeta, partials, C, static_cast<int>(l.groups));
   HPCT_CUDA_LAUNCH_CHECK(op);
   return sums;
 }
-// The pointwise BatchNorm kernels (cuda_resnet_kernels.cuh, bn_affine_plane) at their pack width: P = kPack<S> where
-// the planes fill whole 16-byte packs of every pointer (pack_width), else 1; the plane launch covers HW / P.
-// out = (inp - mean) * rstd * gamma + beta:
+// The pointwise BatchNorm kernels at their pack width: NCHW, P = kPack<S> where the planes fill whole 16-byte packs
+// of every pointer (pack_width), the plane launch over HW / P; channels-last, P = kPack<S> where C is a multiple of it
+// (nhwc_pack_width), a grid-stride launch over the tensor's packs.
+// out = (inp - mean) * rstd * gamma + beta (then the ReLU where `relu`):
 template <typename S>
-void launch_bn_apply(cudaStream_t stream, S* out, const S* inp, const float* mean, const float* rstd, const S* gamma,
-                     const S* beta, int N, int C, int HW) {
+void launch_bn_apply(cudaStream_t stream, bool nhwc, bool relu, S* out, const S* inp, const float* mean,
+                     const float* rstd, const S* gamma, const S* beta, int N, int C, int HW) {
   const int64_t planes = static_cast<int64_t>(N) * C;
-  with_pack<S>(pack_width<S>(HW, {out, inp}), [&](auto pc) {
-    constexpr int P = decltype(pc)::value;
-    HPCT_LAUNCH((bn_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, out, inp, mean, rstd, gamma, beta, planes,
-                C, HW);
+  with_relu(relu, [&](auto relu_tag) {
+    constexpr bool kRelu = decltype(relu_tag)::value;
+    if (nhwc) {
+      with_pack<S>(nhwc_pack_width<S>(C, {out, inp}), [&](auto pc) {
+        constexpr int P = decltype(pc)::value;
+        const int64_t packs = planes * HW / P;
+        HPCT_LAUNCH((bn_nhwc_apply_kernel<P, S, kRelu>), nhwc_pointwise_shape(packs), stream, out, inp, mean, rstd,
+                    gamma, beta, packs, C);
+      });
+    } else {
+      with_pack<S>(pack_width<S>(HW, {out, inp}), [&](auto pc) {
+        constexpr int P = decltype(pc)::value;
+        HPCT_LAUNCH((bn_apply_kernel<P, S, kRelu>), plane_shape(planes, HW / P), stream, out, inp, mean, rstd, gamma,
+                    beta, planes, C, HW);
+      });
+    }
   });
 }
-// dinp from the gradient sums over `count` values per channel:
+// dinp from the gradient sums over `count` values per channel (dout masked by relu_out where given):
 template <typename S>
-void launch_bn_dinp(cudaStream_t stream, S* dinp, const S* dout, const S* inp, const float* save_mean,
-                    const float* save_rstd, const S* gamma, const float* sums, int64_t count, int N, int C, int HW) {
+void launch_bn_dinp(cudaStream_t stream, bool nhwc, S* dinp, const S* dout, const S* relu_out, const S* inp,
+                    const float* save_mean, const float* save_rstd, const S* gamma, const float* sums, int64_t count,
+                    int N, int C, int HW) {
   const int64_t planes = static_cast<int64_t>(N) * C;
-  with_pack<S>(pack_width<S>(HW, {dinp, dout, inp}), [&](auto pc) {
-    constexpr int P = decltype(pc)::value;
-    HPCT_LAUNCH((bn_backward_apply_kernel<P, S>), plane_shape(planes, HW / P), stream, dinp, dout, inp, save_mean,
-                save_rstd, gamma, sums, static_cast<double>(count), planes, C, HW);
+  with_relu(relu_out != nullptr, [&](auto relu_tag) {
+    constexpr bool kRelu = decltype(relu_tag)::value;
+    if (nhwc) {
+      with_pack<S>(nhwc_pack_width<S>(C, {dinp, dout, relu_out, inp}), [&](auto pc) {
+        constexpr int P = decltype(pc)::value;
+        const int64_t packs = planes * HW / P;
+        HPCT_LAUNCH((bn_nhwc_backward_apply_kernel<P, S, kRelu>), nhwc_pointwise_shape(packs), stream, dinp, dout,
+                    relu_out, inp, save_mean, save_rstd, gamma, sums, static_cast<double>(count), packs, C);
+      });
+    } else {
+      with_pack<S>(pack_width<S>(HW, {dinp, dout, relu_out, inp}), [&](auto pc) {
+        constexpr int P = decltype(pc)::value;
+        HPCT_LAUNCH((bn_backward_apply_kernel<P, S, kRelu>), plane_shape(planes, HW / P), stream, dinp, dout, relu_out,
+                    inp, save_mean, save_rstd, gamma, sums, static_cast<double>(count), planes, C, HW);
+      });
+    }
   });
 }
 }  // namespace
 
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
-                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps,
+                               bool relu) {
   check_bn("batchnorm2d_forward_train", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
-  launch_bn_stats(stream, "batchnorm2d_forward_train (stats)", stats, save_mean, save_rstd, dev_ptr(inp), N, C, HW,
-                  eps);
-  launch_bn_apply(stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), dev_ptr(beta), N, C, HW);
+  launch_bn_stats(stream, ctx.channels_last, "batchnorm2d_forward_train (stats)", stats, save_mean, save_rstd,
+                  dev_ptr(inp), N, C, HW, eps);
+  launch_bn_apply(stream, ctx.channels_last, relu, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma),
+                  dev_ptr(beta), N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_train (apply)");
 }
 
 template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
   check_bn("batchnorm2d_local_stats", N, C, HW);
-  launch_bn_stats(stream_of(ctx), "batchnorm2d_local_stats", stats, static_cast<float*>(nullptr),
+  launch_bn_stats(stream_of(ctx), ctx.channels_last, "batchnorm2d_local_stats", stats, static_cast<float*>(nullptr),
                   static_cast<float*>(nullptr), dev_ptr(inp), N, C, HW, 0.0f);
 }
 
@@ -501,12 +604,14 @@ void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float*
 
 template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
-                               const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
+                               const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps,
+                               bool relu) {
   check_bn("batchnorm2d_forward_apply", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   HPCT_LAUNCH(bn_mean_rstd_kernel, per_channel_shape(C), stream, save_mean, save_rstd, stats, C, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply (mean, rstd)");
-  launch_bn_apply(stream, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), dev_ptr(beta), N, C, HW);
+  launch_bn_apply(stream, ctx.channels_last, relu, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma),
+                  dev_ptr(beta), N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply");
 }
 
@@ -520,50 +625,65 @@ void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, flo
 
 template <typename A>
 void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
-                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
+                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps,
+                              bool relu) {
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_eval", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
-  with_pack<S>(pack_width<S>(HW, {dev_ptr(out), dev_ptr(inp)}), [&](auto pc) {
-    constexpr int P = decltype(pc)::value;
-    HPCT_LAUNCH((bn_eval_kernel<P, S>), plane_shape(planes, HW / P), stream_of(ctx), dev_ptr(out), dev_ptr(inp),
-                dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, planes, C, HW, eps);
+  with_relu(relu, [&](auto relu_tag) {
+    constexpr bool kRelu = decltype(relu_tag)::value;
+    if (ctx.channels_last) {
+      with_pack<S>(nhwc_pack_width<S>(C, {dev_ptr(out), dev_ptr(inp)}), [&](auto pc) {
+        constexpr int P = decltype(pc)::value;
+        const int64_t packs = planes * HW / P;
+        HPCT_LAUNCH((bn_nhwc_eval_kernel<P, S, kRelu>), nhwc_pointwise_shape(packs), stream_of(ctx), dev_ptr(out),
+                    dev_ptr(inp), dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, packs, C, eps);
+      });
+    } else {
+      with_pack<S>(pack_width<S>(HW, {dev_ptr(out), dev_ptr(inp)}), [&](auto pc) {
+        constexpr int P = decltype(pc)::value;
+        HPCT_LAUNCH((bn_eval_kernel<P, S, kRelu>), plane_shape(planes, HW / P), stream_of(ctx), dev_ptr(out),
+                    dev_ptr(inp), dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, planes, C, HW, eps);
+      });
+    }
   });
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_eval");
 }
 
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
-                          const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
+                          const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW,
+                          const A* relu_out) {
   check_bn("batchnorm2d_backward", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
-  const float* sums = launch_bn_grad_sums(stream, "batchnorm2d_backward", static_cast<float*>(nullptr), dgamma, dbeta,
-                                          dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
-  launch_bn_dinp(stream, dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma), sums,
-                 static_cast<int64_t>(N) * HW, N, C, HW);
+  const float* sums = launch_bn_grad_sums(stream, ctx.channels_last, "batchnorm2d_backward",
+                                          static_cast<float*>(nullptr), dgamma, dbeta, dev_ptr(dout), dev_ptr(relu_out),
+                                          dev_ptr(inp), save_mean, save_rstd, N, C, HW);
+  launch_bn_dinp(stream, ctx.channels_last, dev_ptr(dinp), dev_ptr(dout), dev_ptr(relu_out), dev_ptr(inp), save_mean,
+                 save_rstd, dev_ptr(gamma), sums, static_cast<int64_t>(N) * HW, N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward");
 }
 
 template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
-                                     const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
-                                     int HW) {
+                                     const A* inp, const float* save_mean, const float* save_rstd, int N, int C, int HW,
+                                     const A* relu_out) {
   check_bn("batchnorm2d_backward_local_sums", N, C, HW);
   HPCT_CHECK(sums != nullptr, "batchnorm2d_backward_local_sums: sums is null");
-  launch_bn_grad_sums(stream_of(ctx), "batchnorm2d_backward_local_sums", sums, dgamma, dbeta, dev_ptr(dout),
-                      dev_ptr(inp), save_mean, save_rstd, N, C, HW);
+  launch_bn_grad_sums(stream_of(ctx), ctx.channels_last, "batchnorm2d_backward_local_sums", sums, dgamma, dbeta,
+                      dev_ptr(dout), dev_ptr(relu_out), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
 }
 
 template <typename A>
 void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
                                 const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
-                                int N, int C, int HW) {
+                                int N, int C, int HW, const A* relu_out) {
   check_bn("batchnorm2d_backward_apply", N, C, HW);
   HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
              "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
              global_count, static_cast<int64_t>(N) * HW);
-  launch_bn_dinp(stream_of(ctx), dev_ptr(dinp), dev_ptr(dout), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma),
-                 global_sums, global_count, N, C, HW);
+  launch_bn_dinp(stream_of(ctx), ctx.channels_last, dev_ptr(dinp), dev_ptr(dout), dev_ptr(relu_out), dev_ptr(inp),
+                 save_mean, save_rstd, dev_ptr(gamma), global_sums, global_count, N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_apply");
 }
 
@@ -584,8 +704,14 @@ void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* in
   check_pool("maxpool2d_forward", N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(maxpool_forward_kernel<S>, plane_shape(planes, static_cast<int64_t>(OH) * OW), stream_of(ctx),
-              dev_ptr(out), idx, dev_ptr(inp), planes, H, W, OH, OW, K, stride, pad);
+  if (ctx.channels_last) {
+    const int64_t total = planes * OH * OW;
+    HPCT_LAUNCH(maxpool_nhwc_forward_kernel<S>, nhwc_pointwise_shape(total), stream_of(ctx), dev_ptr(out), idx,
+                dev_ptr(inp), total, C, H, W, OH, OW, K, stride, pad);
+  } else {
+    HPCT_LAUNCH(maxpool_forward_kernel<S>, plane_shape(planes, static_cast<int64_t>(OH) * OW), stream_of(ctx),
+                dev_ptr(out), idx, dev_ptr(inp), planes, H, W, OH, OW, K, stride, pad);
+  }
   HPCT_CUDA_LAUNCH_CHECK("maxpool2d_forward");
 }
 
@@ -596,8 +722,14 @@ void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const in
   check_pool("maxpool2d_backward", N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
-  HPCT_LAUNCH(maxpool_backward_kernel<S>, plane_shape(planes, static_cast<int64_t>(H) * W), stream_of(ctx),
-              dev_ptr(dinp), dev_ptr(dout), idx, planes, H, W, OH, OW, K, stride, pad);
+  if (ctx.channels_last) {
+    const int64_t total = planes * H * W;
+    HPCT_LAUNCH(maxpool_nhwc_backward_kernel<S>, nhwc_pointwise_shape(total), stream_of(ctx), dev_ptr(dinp),
+                dev_ptr(dout), idx, total, C, H, W, OH, OW, K, stride, pad);
+  } else {
+    HPCT_LAUNCH(maxpool_backward_kernel<S>, plane_shape(planes, static_cast<int64_t>(H) * W), stream_of(ctx),
+                dev_ptr(dinp), dev_ptr(dout), idx, planes, H, W, OH, OW, K, stride, pad);
+  }
   HPCT_CUDA_LAUNCH_CHECK("maxpool2d_backward");
 }
 
@@ -608,8 +740,12 @@ void global_avgpool_forward(const ExecContext& ctx, A* out, const A* inp, int N,
   HPCT_CHECK(N >= 0 && C >= 0 && HW > 0, "global_avgpool_forward: bad shape N={} C={} HW={}", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes == 0) return;
-  HPCT_LAUNCH(global_avgpool_forward_kernel<S>, global_avgpool_forward_shape(planes), stream_of(ctx), dev_ptr(out),
-              dev_ptr(inp), planes, HW);
+  if (ctx.channels_last)
+    HPCT_LAUNCH(global_avgpool_nhwc_forward_kernel<S>, nhwc_pointwise_shape(planes), stream_of(ctx), dev_ptr(out),
+                dev_ptr(inp), planes, C, HW);
+  else
+    HPCT_LAUNCH(global_avgpool_forward_kernel<S>, global_avgpool_forward_shape(planes), stream_of(ctx), dev_ptr(out),
+                dev_ptr(inp), planes, HW);
   HPCT_CUDA_LAUNCH_CHECK("global_avgpool_forward");
 }
 
@@ -619,9 +755,25 @@ void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int
   HPCT_CHECK(N >= 0 && C >= 0 && HW > 0, "global_avgpool_backward: bad shape N={} C={} HW={}", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes == 0) return;
-  HPCT_LAUNCH(global_avgpool_backward_kernel<S>, plane_shape(planes, HW), stream_of(ctx), dev_ptr(dinp), dev_ptr(dout),
-              planes, HW);
+  if (ctx.channels_last)
+    HPCT_LAUNCH(global_avgpool_nhwc_backward_kernel<S>, nhwc_pointwise_shape(planes * HW), stream_of(ctx),
+                dev_ptr(dinp), dev_ptr(dout), planes * HW, C, HW);
+  else
+    HPCT_LAUNCH(global_avgpool_backward_kernel<S>, plane_shape(planes, HW), stream_of(ctx), dev_ptr(dinp),
+                dev_ptr(dout), planes, HW);
   HPCT_CUDA_LAUNCH_CHECK("global_avgpool_backward");
+}
+
+// ---- the images into channels-last activations ---------------------------------------------------------------------
+template <typename A>
+void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW) {
+  using S = DeviceStorage<A>;
+  HPCT_CHECK(N >= 0 && C > 0 && HW > 0, "images_to_channels_last: bad shape N={} C={} HW={}", N, C, HW);
+  const int64_t total = static_cast<int64_t>(N) * C * HW;
+  if (total == 0) return;
+  HPCT_LAUNCH(images_to_nhwc_kernel<S>, nhwc_pointwise_shape(total), stream_of(ctx), dev_ptr(out), images, total, C,
+              HW);
+  HPCT_CUDA_LAUNCH_CHECK("images_to_channels_last");
 }
 
 // ---- the three storage types of the templated ops (kernels.hpp) ---------------------------------------------------
@@ -631,18 +783,19 @@ void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int
   template void conv2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, float*,      \
                                    int64_t, int, int, int, int, int, int, int, int, int);                             \
   template void batchnorm2d_forward_train<A>(const ExecContext&, A*, float*, float*, float*, const A*, const A*,      \
-                                             const A*, int, int, int, float);                                         \
+                                             const A*, int, int, int, float, bool);                                   \
   template void batchnorm2d_local_stats<A>(const ExecContext&, float*, const A*, int, int, int);                      \
   template void batchnorm2d_forward_apply<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*,    \
-                                             const float*, int, int, int, float);                                     \
+                                             const float*, int, int, int, float, bool);                               \
   template void batchnorm2d_forward_eval<A>(const ExecContext&, A*, const A*, const A*, const A*, const float*,       \
-                                            const float*, int, int, int, float);                                      \
+                                            const float*, int, int, int, float, bool);                                \
   template void batchnorm2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const float*,     \
-                                        const float*, const A*, int, int, int);                                       \
+                                        const float*, const A*, int, int, int, const A*);                             \
   template void batchnorm2d_backward_local_sums<A>(const ExecContext&, float*, float*, float*, const A*, const A*,    \
-                                                   const float*, const float*, int, int, int);                        \
+                                                   const float*, const float*, int, int, int, const A*);              \
   template void batchnorm2d_backward_apply<A>(const ExecContext&, A*, const A*, const A*, const float*, const float*, \
-                                              const A*, const float*, int64_t, int, int, int);                        \
+                                              const A*, const float*, int64_t, int, int, int, const A*);              \
+  template void images_to_channels_last<A>(const ExecContext&, A*, const float*, int, int, int);                      \
   template void maxpool2d_forward<A>(const ExecContext&, A*, int32_t*, const A*, int, int, int, int, int, int, int);  \
   template void maxpool2d_backward<A>(const ExecContext&, A*, const A*, const int32_t*, int, int, int, int, int, int, \
                                       int);                                                                           \

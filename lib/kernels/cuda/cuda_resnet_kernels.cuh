@@ -183,37 +183,57 @@ __global__ void bn_mean_rstd_kernel(float* __restrict__ save_mean, float* __rest
   save_rstd[c] = static_cast<float>(1.0 / sqrt(static_cast<double>(st2) / st0 + static_cast<double>(eps)));
 }
 
+// The ReLU that may follow a BatchNorm, in its own passes (kernels.hpp, the batchnorm2d_relu ops; kRelu): the
+// forward stores relu_forward_kernel's value of the rounded output, the backward masks dout where relu_forward's output
+// is not positive, as relu_backward_kernel does: the bits of the two ops, one pass fewer each way.
+template <bool kRelu, typename S>
+__device__ __forceinline__ S bn_store(float v) {
+  const S r = from_float<S>(v);
+  if constexpr (kRelu) {
+    const float f = to_float(r);
+    return from_float<S>(f > 0.0f ? f : 0.0f);
+  } else {
+    return r;
+  }
+}
+template <bool kRelu, typename S>
+__device__ __forceinline__ float bn_masked_dy(const S* __restrict__ dout, const S* __restrict__ relu_out, int64_t off) {
+  const float dy = to_float(dout[off]);
+  if constexpr (kRelu) return to_float(relu_out[off]) > 0.0f ? dy : 0.0f;
+  return dy;
+}
+
 // The pointwise BatchNorm passes (apply, eval, backward apply) move a plane's values in packs of P (a plane launch
 // over HW / P packs: P = kPack<S>, 16 bytes, where the host's pack_width finds HW a multiple of it and every pointer
 // 16-byte aligned, else 1). Each value gets the same float formula either way: packs only widen the loads and stores
 // (scalar 2-byte accesses left these passes at a sixth of the H200's bandwidth).
 //
-// out = (x - m) * scale + shift over the plane's values, P at a time.
-template <int P, typename S>
+// out = (x - m) * scale + shift over the plane's values, P at a time (kRelu: then the ReLU, bn_store).
+template <int P, bool kRelu, typename S>
 __device__ __forceinline__ void bn_affine_plane(S* __restrict__ o, const S* __restrict__ x, int HW, float m,
                                                 float scale, float shift) {
   HPCT_FOR_POSITIONS(k, HW / P) {
     const Pack<S, P> xv = load_pack<P>(x + k * P);
     Pack<S, P> ov;
 #pragma unroll
-    for (int j = 0; j < P; j++) ov.v[j] = from_float<S>((to_float(xv.v[j]) - m) * scale + shift);
+    for (int j = 0; j < P; j++) ov.v[j] = bn_store<kRelu, S>((to_float(xv.v[j]) - m) * scale + shift);
     store_pack<P>(o + k * P, ov);
   }
 }
 
 // out = (x - mean) * (rstd * gamma) + beta, plane p = n*C + c.
-template <int P, typename S>
+template <int P, typename S, bool kRelu = false>
 __global__ void bn_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, const float* __restrict__ mean,
                                 const float* __restrict__ rstd, const S* __restrict__ gamma, const S* __restrict__ beta,
                                 int64_t planes, int C, int HW) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
-    bn_affine_plane<P>(out + p * HW, inp + p * HW, HW, mean[c], rstd[c] * to_float(gamma[c]), to_float(beta[c]));
+    bn_affine_plane<P, kRelu>(out + p * HW, inp + p * HW, HW, mean[c], rstd[c] * to_float(gamma[c]), to_float(beta[c]));
   }
 }
 
 // Evaluation: out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) * gamma) + beta.
-template <int P, typename S>
+template <int P, typename S, bool kRelu = false>
 __global__ void bn_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, const S* __restrict__ gamma,
                                const S* __restrict__ beta, const float* __restrict__ running_mean,
                                const float* __restrict__ running_var, int64_t planes, int C, int HW, float eps) {
@@ -221,7 +241,7 @@ __global__ void bn_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, c
     const int c = static_cast<int>(p % C);
     const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
                         to_float(gamma[c]);
-    bn_affine_plane<P>(out + p * HW, inp + p * HW, HW, running_mean[c], scale, to_float(beta[c]));
+    bn_affine_plane<P, kRelu>(out + p * HW, inp + p * HW, HW, running_mean[c], scale, to_float(beta[c]));
   }
 }
 
@@ -258,12 +278,12 @@ __device__ __forceinline__ float bn_dinp_value(float dy, float x, float mean, fl
 
 // The gradient sums as a full-grid two-stage reduction (the statistics' groups, bn_groups_launch with 2 doubles):
 // block (g, c) sums dout and dout * xhat over its group in double (xhat = (x - mean) * rstd in float, as the CPU), into
-// partials[(k C + c) G + g] for k = 0 (sum dout), 1 (sum dout xhat).
-template <typename S>
+// partials[(k C + c) G + g] for k = 0 (sum dout), 1 (sum dout xhat). kRelu: dout masked by relu_out (bn_masked_dy).
+template <typename S, bool kRelu = false>
 __global__ void __launch_bounds__(kBnGroupThreads)
-    bn_grad_partial_kernel(double* __restrict__ partials, const S* __restrict__ dout, const S* __restrict__ inp,
-                           const float* __restrict__ save_mean, const float* __restrict__ save_rstd, int N, int C,
-                           int HW, int64_t per_group) {
+    bn_grad_partial_kernel(double* __restrict__ partials, const S* __restrict__ dout, const S* __restrict__ relu_out,
+                           const S* __restrict__ inp, const float* __restrict__ save_mean,
+                           const float* __restrict__ save_rstd, int N, int C, int HW, int64_t per_group) {
   HPCT_SHARED(double, shared, [32]);
   const int c = blockIdx.y;
   const int64_t G = gridDim.x, total = static_cast<int64_t>(N) * HW;
@@ -271,7 +291,7 @@ __global__ void __launch_bounds__(kBnGroupThreads)
   const float mean = save_mean[c], rstd = save_rstd[c];
   double a = 0.0, b = 0.0;
   for_channel_range(c, C, HW, j0, j1, [&](int64_t off) {
-    const float dy = to_float(dout[off]);
+    const float dy = bn_masked_dy<kRelu>(dout, relu_out, off);
     a += static_cast<double>(dy);
     b += static_cast<double>(dy) * static_cast<double>((to_float(inp[off]) - mean) * rstd);
   });
@@ -312,9 +332,11 @@ __global__ void bn_grad_finish_kernel(float* __restrict__ sums, float* __restric
   }
 }
 
-// SyncBN backward, step 3: dinp from the allreduced sums, pointwise over planes, P values at a time (as bn_apply).
-template <int P, typename S>
-__global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restrict__ dout, const S* __restrict__ inp,
+// SyncBN backward, step 3: dinp from the allreduced sums, pointwise over planes, P values at a time (as bn_apply);
+// kRelu: dout masked by relu_out.
+template <int P, typename S, bool kRelu = false>
+__global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restrict__ dout,
+                                         const S* __restrict__ relu_out, const S* __restrict__ inp,
                                          const float* __restrict__ save_mean, const float* __restrict__ save_rstd,
                                          const S* __restrict__ gamma, const float* __restrict__ global_sums,
                                          double count, int64_t planes, int C, int HW) {
@@ -326,13 +348,19 @@ __global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restri
     const float mdyx = static_cast<float>(static_cast<double>(global_sums[2 * c + 1]) / count);
     const S* x = inp + p * HW;
     const S* dy = dout + p * HW;
+    const S* y = kRelu ? relu_out + p * HW : nullptr;
     S* dx = dinp + p * HW;
     HPCT_FOR_POSITIONS(k, HW / P) {
       const Pack<S, P> xv = load_pack<P>(x + k * P), dyv = load_pack<P>(dy + k * P);
+      Pack<S, P> yv{};
+      if constexpr (kRelu) yv = load_pack<P>(y + k * P);
       Pack<S, P> dxv;
 #pragma unroll
-      for (int j = 0; j < P; j++)
-        dxv.v[j] = from_float<S>(bn_dinp_value(to_float(dyv.v[j]), to_float(xv.v[j]), mean, rstd, k0, mdy, mdyx));
+      for (int j = 0; j < P; j++) {
+        float g = to_float(dyv.v[j]);
+        if constexpr (kRelu) g = to_float(yv.v[j]) > 0.0f ? g : 0.0f;
+        dxv.v[j] = from_float<S>(bn_dinp_value(g, to_float(xv.v[j]), mean, rstd, k0, mdy, mdyx));
+      }
       store_pack<P>(dx + k * P, dxv);
     }
   }

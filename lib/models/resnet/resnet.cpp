@@ -217,9 +217,12 @@ DType workspace_type(Device device, DType act) {
 }
 
 // model.memory_format: nchw; nhwc where every convolution of the net runs channels-last on this device (else a
-// UsageError naming the first that does not); auto: nhwc exactly where it would run.
+// UsageError naming the first that does not); auto: nhwc exactly where it would run, except CUDA with fp32 storage,
+// which stays NCHW: channels-last pays on CUDA through cuDNN's 16-bit tensor-core kernels, whose native layout it is
+// (PyTorch's advice too: channels_last with AMP), and the fp32 path keeps the layout it was validated in.
 bool choose_channels_last(const ResNetConfig& cfg, const ArchSpec& a, int B, Device device, DType act) {
   if (cfg.memory_format == "nchw") return false;
+  if (cfg.memory_format == "auto" && device == Device::CUDA && act == DType::F32) return false;
   const ExecContext ctx = planning_context(device, Precision::FP32, /*channels_last=*/true);
   std::vector<UnitSpec> convs{a.stem};
   for (const BlockSpec& b : a.blocks) {
@@ -232,9 +235,9 @@ bool choose_channels_last(const ResNetConfig& cfg, const ArchSpec& a, int B, Dev
       continue;
     HPCT_USAGE_CHECK(cfg.memory_format == "auto",
                      "model.memory_format = nhwc: the {}x{} stride-{} convolution {} -> {} channels at {}x{} does not "
-                     "run channels-last on {} with {} activations (channels-last needs the CPU backend built with "
-                     "oneDNN, HPCT_CONV unset, and channel counts that are multiples of 16); use model.memory_format = "
-                     "auto or nchw",
+                     "run channels-last on {} with {} activations (channels-last needs CUDA, or the CPU backend built "
+                     "with oneDNN, HPCT_CONV unset, and channel counts that are multiples of 16); use "
+                     "model.memory_format = auto or nchw",
                      u.K, u.K, u.stride, u.C, u.OC, u.H, u.W, device_name(device), dtype_name(act));
     return false;
   }

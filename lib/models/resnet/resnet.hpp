@@ -42,9 +42,10 @@ struct ResNetConfig {
   int base_width = 16;  // w: the first stage's width (cifar 16, imagenet 64)
   float bn_eps = 1e-5f, bn_momentum = 0.1f;
   float label_smoothing = 0.0f;  // of the cross-entropy (torch's label_smoothing): target (1 - eps) one-hot + eps / K
-  // The activations' memory layout (model.memory_format): "nchw", "nhwc" (channels-last: the CPU with oneDNN only,
-  // where its convolutions run without reordering the activations) or "auto" (nhwc where every convolution of the
-  // model runs channels-last, else nchw). The parameters, checkpoints and exports do not depend on it.
+  // The activations' memory layout (model.memory_format): "nchw", "nhwc" (channels-last: CUDA, or the CPU with
+  // oneDNN, where the convolutions run without reordering the activations) or "auto" (nhwc where every convolution of
+  // the model runs channels-last, except CUDA with fp32 storage; else nchw). The parameters, checkpoints and exports do
+  // not depend on it.
   std::string memory_format = "auto";
 
   bool bottleneck() const { return style == "imagenet" && depth >= 50; }

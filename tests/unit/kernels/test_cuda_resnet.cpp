@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -601,6 +603,133 @@ TEST(CudaResnet, Bf16BatchNormAndPoolingMatchCpu) {
   EXPECT_EQ(d_idx.download(), idx) << "maxpool argmax indices differ";
   EXPECT_TRUE(test::bitwise_equal("bf16 maxpool dinp", d_pdinp.download(), pdinp));
   EXPECT_TRUE(all_close("bf16 avgpool out", d_avg.download(), avg, 1e-5 + kBf16Ulp, 1e-6));
+}
+
+// ---- channels-last (ExecContext::channels_last) ------------------------------------------------------------------
+// The same ops on (N,H,W,C) activations against the NCHW ops of this backend on the same values transposed: cuDNN's
+// NHWC convolutions (the filter reordered to (OC,KH,KW,C) in the workspace for a spatial kernel, its gradient reordered
+// back) within the convolution tolerance of two algorithms (plus one storage ulp for bf16); BatchNorm (with and without
+// the fused ReLU) within the double-sum tolerance; the pools and the images' entry bitwise.
+template <typename T>
+std::vector<T> to_nhwc(const std::vector<T>& v, int N, int C, int HW) {
+  std::vector<T> r(v.size());
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int i = 0; i < HW; i++)
+        r[(static_cast<size_t>(n) * HW + i) * C + c] = v[(static_cast<size_t>(n) * C + c) * HW + i];
+  return r;
+}
+const ExecContext& gpu_nhwc() {
+  static const ExecContext ctx = [] {
+    ExecContext c = gpu_ctx();
+    c.channels_last = true;
+    return c;
+  }();
+  return ctx;
+}
+
+template <typename A>
+void check_channels_last_conv(const ConvShape& s, bool with_bias) {
+  SCOPED_TRACE(s.name() + (with_bias ? " bias" : " no bias"));
+  const double ulp = std::is_same_v<A, float> ? 0.0 : kBf16Ulp;
+  const DType act = std::is_same_v<A, float> ? DType::F32 : DType::BF16;
+  const auto make = [](const Vec& v) { return test::to_storage_vector<A>(v); };
+  const std::vector<A> inp = make(random_vector(s.in_size(), 51)), w = make(random_vector(s.w_size(), 52, -0.3, 0.3));
+  const std::vector<A> b = make(random_vector(static_cast<size_t>(s.OC), 53)),
+                       dout = make(random_vector(s.out_size(), 54));
+  const Vec dw0 = random_vector(s.w_size(), 55), db0 = random_vector(static_cast<size_t>(s.OC), 56);
+  const int HW = s.H * s.W, OHW = s.OH() * s.OW();
+  const auto run = [&](const ExecContext& ctx, const std::vector<A>& x, const std::vector<A>& dy) {
+    const int64_t wsf = conv2d_workspace_floats(ctx, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, act);
+    DeviceBuffer<A> d_inp(x), d_w(w), d_b(b), d_dout(dy), d_out(s.out_size()), d_dinp(s.in_size());
+    DeviceBuffer<float> d_dw(dw0), d_db(db0), d_ws(nan_vector(static_cast<size_t>(wsf)));
+    conv2d_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, d_ws.get(), wsf, s.N, s.C,
+                   s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    d_ws.upload(nan_vector(static_cast<size_t>(wsf)));
+    conv2d_backward(ctx, d_dinp.get(), d_dw.get(), with_bias ? d_db.get() : nullptr, d_dout.get(), d_inp.get(),
+                    d_w.get(), d_ws.get(), wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    return std::make_tuple(d_out.download(), d_dinp.download(), d_dw.download(), d_db.download());
+  };
+  const auto [out, dinp, dw, db] = run(gpu_ctx(), inp, dout);
+  const auto [out_l, dinp_l, dw_l, db_l] = run(gpu_nhwc(), to_nhwc(inp, s.N, s.C, HW), to_nhwc(dout, s.N, s.OC, OHW));
+  EXPECT_TRUE(all_close("nhwc conv out", out_l, to_nhwc(out, s.N, s.OC, OHW), 1e-4 + ulp, 1e-4));
+  EXPECT_TRUE(all_close("nhwc conv dinp", dinp_l, to_nhwc(dinp, s.N, s.C, HW), 1e-4 + ulp, 1e-4));
+  EXPECT_TRUE(all_close("nhwc conv dweight (+=)", dw_l, dw, 1e-4 + ulp, 1e-4 + ulp));
+  if (with_bias) EXPECT_TRUE(all_close("nhwc conv dbias (+=)", db_l, db, 1e-5, 1e-6));
+}
+TEST(CudaResnet, ChannelsLastConv2dMatchesNchw) {
+  HPCT_REQUIRE_GPU();
+  for (const ConvShape& s : kConvShapes) {
+    check_channels_last_conv<float>(s, true);
+    check_channels_last_conv<bf16>(s, false);
+  }
+}
+
+template <typename A>
+void check_channels_last_bn_and_pools() {
+  const double ulp = std::is_same_v<A, float> ? 0.0 : kBf16Ulp;
+  const auto make = [](const Vec& v) { return test::to_storage_vector<A>(v); };
+  const int N = 3, C = 40, H = 9, W = 7, HW = H * W;
+  const size_t n = static_cast<size_t>(N) * C * HW;
+  const std::vector<A> inp = make(random_vector(n, 61, -1.0, 3.0)), dout = make(random_vector(n, 62));
+  const std::vector<A> gamma = make(random_vector(static_cast<size_t>(C), 63, 0.5, 1.5)),
+                       beta = make(random_vector(static_cast<size_t>(C), 64));
+  const Vec dg0 = random_vector(static_cast<size_t>(C), 65), db0 = random_vector(static_cast<size_t>(C), 66);
+  for (const bool relu : {false, true}) {
+    SCOPED_TRACE(relu ? "with the ReLU" : "BatchNorm alone");
+    const auto run = [&](const ExecContext& ctx, const std::vector<A>& x, const std::vector<A>& dy) {
+      DeviceBuffer<A> d_inp(x), d_dout(dy), d_gamma(gamma), d_beta(beta), d_out(n), d_dinp(n);
+      DeviceBuffer<float> d_stats(3 * static_cast<size_t>(C)), d_mean(static_cast<size_t>(C)),
+          d_rstd(static_cast<size_t>(C)), d_dg(dg0), d_db(db0);
+      if (relu) {
+        batchnorm2d_relu_forward_train(ctx, d_out.get(), d_stats.get(), d_mean.get(), d_rstd.get(), d_inp.get(),
+                                       d_gamma.get(), d_beta.get(), N, C, HW, 1e-5f);
+        batchnorm2d_relu_backward(ctx, d_dinp.get(), d_dg.get(), d_db.get(), d_dout.get(), d_out.get(), d_inp.get(),
+                                  d_mean.get(), d_rstd.get(), d_gamma.get(), N, C, HW);
+      } else {
+        batchnorm2d_forward_train(ctx, d_out.get(), d_stats.get(), d_mean.get(), d_rstd.get(), d_inp.get(),
+                                  d_gamma.get(), d_beta.get(), N, C, HW, 1e-5f);
+        batchnorm2d_backward(ctx, d_dinp.get(), d_dg.get(), d_db.get(), d_dout.get(), d_inp.get(), d_mean.get(),
+                             d_rstd.get(), d_gamma.get(), N, C, HW);
+      }
+      return std::make_tuple(d_out.download(), d_dinp.download(), d_stats.download(), d_dg.download(), d_db.download());
+    };
+    const auto [out, dinp, stats, dg, db] = run(gpu_ctx(), inp, dout);
+    const auto [out_l, dinp_l, stats_l, dg_l, db_l] = run(gpu_nhwc(), to_nhwc(inp, N, C, HW), to_nhwc(dout, N, C, HW));
+    EXPECT_TRUE(all_close("nhwc bn stats", stats_l, stats, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("nhwc bn out", out_l, to_nhwc(out, N, C, HW), 1e-5 + ulp, 1e-6));
+    EXPECT_TRUE(all_close("nhwc bn dinp", dinp_l, to_nhwc(dinp, N, C, HW), 1e-5 + ulp, 1e-6));
+    EXPECT_TRUE(all_close("nhwc bn dgamma", dg_l, dg, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close("nhwc bn dbeta", db_l, db, 1e-5, 1e-6));
+  }
+  // pools (max 3x3 stride 2 pad 1, global average) and the images' entry
+  const int K = 3, stride = 2, pad = 1, OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  const size_t n_out = static_cast<size_t>(N) * C * OH * OW;
+  const std::vector<A> pdout = make(random_vector(n_out, 67));
+  const Vec images = random_vector(n, 68, -2.0, 2.0);
+  const auto pools = [&](const ExecContext& ctx, const std::vector<A>& x, const std::vector<A>& dy) {
+    DeviceBuffer<A> d_inp(x), d_pdout(dy), d_pout(n_out), d_pdinp(n), d_avg(static_cast<size_t>(N) * C), d_img(n);
+    DeviceBuffer<int32_t> d_idx(n_out);
+    DeviceBuffer<float> d_images(images);
+    maxpool2d_forward(ctx, d_pout.get(), d_idx.get(), d_inp.get(), N, C, H, W, K, stride, pad);
+    maxpool2d_backward(ctx, d_pdinp.get(), d_pdout.get(), d_idx.get(), N, C, H, W, K, stride, pad);
+    global_avgpool_forward(ctx, d_avg.get(), d_inp.get(), N, C, HW);
+    if (ctx.channels_last) images_to_channels_last(ctx, d_img.get(), d_images.get(), N, C, HW);
+    return std::make_tuple(d_pout.download(), d_idx.download(), d_pdinp.download(), d_avg.download(), d_img.download());
+  };
+  const auto [pout, idx, pdinp, avg, unused] = pools(gpu_ctx(), inp, pdout);
+  const auto [pout_l, idx_l, pdinp_l, avg_l, img_l] = pools(gpu_nhwc(), to_nhwc(inp, N, C, HW),
+                                                            to_nhwc(pdout, N, C, OH * OW));
+  EXPECT_TRUE(test::bitwise_equal("nhwc maxpool out", pout_l, to_nhwc(pout, N, C, OH * OW)));
+  EXPECT_EQ(idx_l, to_nhwc(idx, N, C, OH * OW)) << "maxpool argmax indices differ";
+  EXPECT_TRUE(test::bitwise_equal("nhwc maxpool dinp", pdinp_l, to_nhwc(pdinp, N, C, HW)));
+  EXPECT_TRUE(all_close("nhwc avgpool out", avg_l, avg, 1e-5 + ulp, 1e-6));
+  EXPECT_TRUE(test::bitwise_equal("nhwc images", img_l, to_nhwc(make(images), N, C, HW)));
+}
+TEST(CudaResnet, ChannelsLastBatchNormAndPoolsMatchNchw) {
+  HPCT_REQUIRE_GPU();
+  check_channels_last_bn_and_pools<float>();
+  check_channels_last_bn_and_pools<bf16>();
 }
 
 }  // namespace

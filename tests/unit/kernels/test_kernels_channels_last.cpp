@@ -332,17 +332,27 @@ TYPED_TEST(ChannelsLast, PoolsAndTheImageEntryMatchNchw) {
   EXPECT_TRUE(bitwise_equal(to_nchw(entered, N, C, HW), test::to_storage_vector<A>(images)));
 }
 
-TEST(ChannelsLastRefusals, CudaAndUnplannedShapesAreErrorsNamingTheKey) {
+// CUDA runs every convolution channels-last (cuDNN's NHWC), in every storage type, with the filter reordered to
+// (OC,KH,KW,C) in the workspace for a spatial kernel: its scratch doubles there (the gradient in cuDNN's order and the
+// reordered filter; fp32 too), a 1x1 kernel's is NCHW's. Computed on the host: no GPU needed.
+TEST(ChannelsLastCuda, EveryConvolutionRunsAndTheWorkspaceHoldsTheReorderedFilter) {
   ExecContext cuda{Device::CUDA, nullptr};
-  cuda.channels_last = true;
-  std::vector<float> v(64), st(6), m(2), r(2);
-  try {
-    batchnorm2d_local_stats(cuda, st.data(), v.data(), 2, 2, 16);
-    FAIL() << "channels-last on CUDA must be refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.memory_format"), std::string::npos) << e.what();
+  ExecContext cuda_nhwc = cuda;
+  cuda_nhwc.channels_last = true;
+  for (DType act : {DType::F32, DType::BF16, DType::F16}) {
+    EXPECT_TRUE(conv2d_channels_last_runs(cuda_nhwc, 2, 3, 8, 8, 5, 3, 3, 1, 1, act));
+    const int64_t filter = (int64_t{5} * 3 * 9 * static_cast<int64_t>(dtype_size(act)) + 255) / 256 * 256;
+    const int64_t nchw = conv2d_workspace_floats(cuda, 2, 3, 8, 8, 5, 3, 3, 1, 1, act);
+    EXPECT_EQ(conv2d_workspace_floats(cuda_nhwc, 2, 3, 8, 8, 5, 3, 3, 1, 1, act),
+              nchw + (act == DType::F32 ? 2 * filter : filter) / 4)
+        << dtype_name(act);
+    EXPECT_EQ(conv2d_workspace_floats(cuda_nhwc, 2, 16, 8, 8, 32, 1, 1, 2, 0, act),
+              conv2d_workspace_floats(cuda, 2, 16, 8, 8, 32, 1, 1, 2, 0, act))
+        << dtype_name(act);
   }
-  EXPECT_FALSE(conv2d_channels_last_runs(cuda, 2, 16, 8, 8, 16, 3, 3, 1, 1, DType::BF16));
+}
+
+TEST(ChannelsLastRefusals, UnplannedShapesAreErrors) {
   // a too small workspace is an error on this path (there is no im2col fallback for channels-last activations)
   const ExecContext nhwc = nhwc_ctx(Precision::FP32);
   if (!conv2d_channels_last_runs(nhwc, 2, 16, 8, 8, 16, 3, 3, 1, 1, DType::F32))

@@ -368,10 +368,13 @@ TEST(ResNetChannelsLast, MatchesNchwAndPlansExactly) {
 TEST(ResNetChannelsLast, RefusedWhereItCannotRunAndValidated) {
   ResNetConfig c = tiny();
   c.memory_format = "nhwc";
-  // CUDA's convolution, BatchNorm and pooling kernels are NCHW: a plan for CUDA (no GPU needed) refuses nhwc
-  EXPECT_THROW(ResNet(c, 2, Device::CUDA, nullptr, /*allocate=*/false), UsageError);
+  // CUDA runs every layer channels-last (cuDNN's NHWC convolutions, its own kernels): a plan for CUDA (no GPU needed)
+  // takes nhwc in every storage type; auto picks it for 16-bit storage and keeps fp32 NCHW
+  EXPECT_TRUE(ResNet(c, 2, Device::CUDA, nullptr, /*allocate=*/false).channels_last());
   c.memory_format = "auto";
   EXPECT_FALSE(ResNet(c, 2, Device::CUDA, nullptr, /*allocate=*/false).channels_last());
+  EXPECT_TRUE(ResNet(c, 2, Device::CUDA, nullptr, /*allocate=*/false, DType::BF16).channels_last());
+  EXPECT_TRUE(ResNet(c, 2, Device::CUDA, nullptr, /*allocate=*/false, DType::F16).channels_last());
   c.memory_format = "nchw";
   EXPECT_FALSE(ResNet(c, 2, Device::CPU, nullptr, /*allocate=*/false).channels_last());
   c.memory_format = "channels_last";

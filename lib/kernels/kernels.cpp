@@ -480,6 +480,41 @@ void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* d
   // two-op path: batchnorm2d_relu_backward_local_sums masked dout in place already
   batchnorm2d_backward_apply(ctx, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N, C, HW);
 }
+// A block's last BatchNorm with the residual add and ReLU: the CUDA kernels (either layout) and the channels-last CPU
+// kernels in the BatchNorm's pass, else the BatchNorm into out and residual_relu_forward in place.
+template <typename A>
+void batchnorm2d_add_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean,
+                                        float* save_rstd, const A* inp, const A* gamma, const A* beta,
+                                        const A* residual, int N, int C, int HW, float eps) {
+  HPCT_CUDA_FUSED(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
+                  /*relu=*/true, residual);
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
+                              eps, /*relu=*/true, residual);
+  batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
+  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
+}
+template <typename A>
+void batchnorm2d_add_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd,
+                                        const A* inp, const A* gamma, const A* beta, const A* residual,
+                                        const float* stats, int N, int C, int HW, float eps) {
+  HPCT_CUDA_FUSED(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
+                  /*relu=*/true, residual);
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW,
+                              eps, /*relu=*/true, residual);
+  batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
+}
+template <typename A>
+void batchnorm2d_add_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                                       const A* residual, const float* running_mean, const float* running_var, int N,
+                                       int C, int HW, float eps) {
+  HPCT_CUDA_FUSED(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                  /*relu=*/true, residual);
+  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                              /*relu=*/true, residual);
+  batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
+  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
+}
 template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
   HPCT_DISPATCH_STORAGE(relu_forward, out, inp, n);
@@ -661,6 +696,9 @@ void instantiate_ops() {
       reinterpret_cast<const void*>(&batchnorm2d_relu_backward<A>),
       reinterpret_cast<const void*>(&batchnorm2d_relu_backward_local_sums<A>),
       reinterpret_cast<const void*>(&batchnorm2d_relu_backward_apply<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_add_relu_forward_train<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_add_relu_forward_apply<A>),
+      reinterpret_cast<const void*>(&batchnorm2d_add_relu_forward_eval<A>),
   };
 }
 template void instantiate_ops<float>();

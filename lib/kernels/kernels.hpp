@@ -394,6 +394,25 @@ void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* d
                                      const float* save_mean, const float* save_rstd, const A* gamma,
                                      const float* global_sums, int64_t global_count, int N, int C, int HW);
 
+// A residual block's last BatchNorm with the block's end (the residual add and the ReLU): out = relu(BN(inp) + residual),
+// bit for bit the BatchNorm op into out, then residual_relu_forward(out, out, residual) (the BatchNorm's output rounded
+// to A, the sum rounded once, the ReLU exact). On CUDA (either layout) and channels-last on the CPU in the BatchNorm's
+// own pass, which then neither writes the BatchNorm's output nor reads it back; elsewhere as the two ops. The
+// backward needs no fused twin: the block's backward masks dout by out once (relu_backward), the result feeds both the
+// BatchNorm backward and the shortcut. residual does not alias out.
+template <typename A>
+void batchnorm2d_add_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean,
+                                        float* save_rstd, const A* inp, const A* gamma, const A* beta,
+                                        const A* residual, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_add_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd,
+                                        const A* inp, const A* gamma, const A* beta, const A* residual,
+                                        const float* stats, int N, int C, int HW, float eps);
+template <typename A>
+void batchnorm2d_add_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                                       const A* residual, const float* running_mean, const float* running_var, int N,
+                                       int C, int HW, float eps);
+
 // Channels-last activations (ExecContext::channels_last): every 4-D activation and activation gradient of the ops
 // above (conv2d_*, batchnorm2d_*, maxpool2d_* with its idx, global_avgpool_*) is (N,H,W,C) instead of (N,C,H,W), with
 // the same arguments and the same semantics; the weights stay (OC,C,KH,KW), the statistics (C,3) and the pooled

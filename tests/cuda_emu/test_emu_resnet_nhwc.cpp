@@ -133,8 +133,8 @@ template <typename A>
 std::vector<A> masked(const std::vector<A>& dout, const std::vector<A>& relu_out) {
   std::vector<A> r(dout.size());
   for (size_t i = 0; i < dout.size(); i++)
-    r[i] = test::to_storage_vector<A>({test::value_of(relu_out[i]) > 0.0f ? static_cast<float>(test::value_of(dout[i]))
-                                                                          : 0.0f})[0];
+    r[i] = test::to_storage_vector<A>(
+        {test::value_of(relu_out[i]) > 0.0f ? static_cast<float>(test::value_of(dout[i])) : 0.0f})[0];
   return r;
 }
 
@@ -194,8 +194,8 @@ void check_nhwc_batchnorm() {
           // backward through the ReLU: fused, and unfused on the host-masked dout
           relu_out = rout;
           dout_masked = masked(dout, relu_out);
-          emu_nhwc_grad_sums<true>(rsums.data(), rdg.data(), rdb.data(), emu_ptr(dout), emu_ptr(relu_out),
-                                   emu_ptr(inp), mean.data(), rstd.data(), N, C, HW);
+          emu_nhwc_grad_sums<true>(rsums.data(), rdg.data(), rdb.data(), emu_ptr(dout), emu_ptr(relu_out), emu_ptr(inp),
+                                   mean.data(), rstd.data(), N, C, HW);
           emu_nhwc_dinp<true>(emu_ptr(rdinp), emu_ptr(dout), emu_ptr(relu_out), emu_ptr(inp), mean.data(), rstd.data(),
                               emu_ptr(gamma), rsums.data(), int64_t{N} * HW, N, C, HW);
           emu_nhwc_grad_sums<false>(msums.data(), mdg.data(), mdb.data(), emu_ptr(dout_masked),
@@ -203,13 +203,13 @@ void check_nhwc_batchnorm() {
           emu_nhwc_dinp<false>(emu_ptr(mdinp), emu_ptr(dout_masked), static_cast<const S*>(nullptr), emu_ptr(inp),
                                mean.data(), rstd.data(), emu_ptr(gamma), msums.data(), int64_t{N} * HW, N, C, HW);
         },
-        {emu_output("out", out), emu_output("relu out", rout), emu_output("eval", eval),
-         emu_output("relu eval", reval), emu_output("stats", stats), emu_output("mean", mean),
-         emu_output("rstd", rstd), emu_output("local stats", lstats), emu_output("sums", sums),
-         emu_output("dinp", dinp), emu_output("dgamma", dg), emu_output("dbeta", db), emu_output("relu sums", rsums),
-         emu_output("relu dinp", rdinp), emu_output("relu dgamma", rdg), emu_output("relu dbeta", rdb),
-         emu_output("masked sums", msums), emu_output("masked dinp", mdinp), emu_output("masked dgamma", mdg),
-         emu_output("masked dbeta", mdb)}));
+        {emu_output("out", out),           emu_output("relu out", rout),      emu_output("eval", eval),
+         emu_output("relu eval", reval),   emu_output("stats", stats),        emu_output("mean", mean),
+         emu_output("rstd", rstd),         emu_output("local stats", lstats), emu_output("sums", sums),
+         emu_output("dinp", dinp),         emu_output("dgamma", dg),          emu_output("dbeta", db),
+         emu_output("relu sums", rsums),   emu_output("relu dinp", rdinp),    emu_output("relu dgamma", rdg),
+         emu_output("relu dbeta", rdb),    emu_output("masked sums", msums),  emu_output("masked dinp", mdinp),
+         emu_output("masked dgamma", mdg), emu_output("masked dbeta", mdb)}));
     // the fused ReLU is the unfused kernels' bits
     EXPECT_TRUE(bitwise_equal("relu out", rout, relu_of(out)));
     EXPECT_TRUE(bitwise_equal("relu eval", reval, relu_of(eval)));
@@ -230,8 +230,8 @@ void check_nhwc_batchnorm() {
                          w_rstd.data(), xg.data(), N, C, HW);
     batchnorm2d_forward_eval(cpu, w_eval.data(), xin.data(), xg.data(), xb.data(), rm.data(), rv.data(), N, C, HW,
                              kEps);
-    batchnorm2d_relu_forward_eval(cpu, w_reval.data(), xin.data(), xg.data(), xb.data(), rm.data(), rv.data(), N, C,
-                                  HW, kEps);
+    batchnorm2d_relu_forward_eval(cpu, w_reval.data(), xin.data(), xg.data(), xb.data(), rm.data(), rv.data(), N, C, HW,
+                                  kEps);
     batchnorm2d_local_stats(cpu, w_lstats.data(), xin.data(), N, C, HW);
     batchnorm2d_relu_forward_train(cpu, w_rout.data(), w_rstats.data(), w_rmean.data(), w_rrstd.data(), xin.data(),
                                    xg.data(), xb.data(), N, C, HW, kEps);
@@ -274,8 +274,8 @@ void check_nchw_fused_relu() {
   const Vec mean = random_vector(sz(C), 624), rstd = random_vector(sz(C), 625, 0.5, 2.0);
   const Vec rm = random_vector(sz(C), 626), rv = random_vector(sz(C), 627, 0.2, 2.0);
   AVec out(n, nanA), rout(n, nanA), eval(n, nanA), reval(n, nanA), dinp(n, nanA), rdinp(n, nanA);
-  Vec sums = nan_vector(2 * sz(C)), rsums = nan_vector(2 * sz(C)), dg(sz(C), 0.0f), db(sz(C), 0.0f),
-      rdg(sz(C), 0.0f), rdb(sz(C), 0.0f);
+  Vec sums = nan_vector(2 * sz(C)), rsums = nan_vector(2 * sz(C)), dg(sz(C), 0.0f), db(sz(C), 0.0f), rdg(sz(C), 0.0f),
+      rdb(sz(C), 0.0f);
   const int64_t planes = int64_t{N} * C;
   AVec relu_out, dout_masked;
   ASSERT_TRUE(emulate_schedules(
@@ -289,8 +289,8 @@ void check_nchw_fused_relu() {
                      emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
           EMU_LAUNCH((cu::bn_eval_kernel<P, S, false>), sh, emu_ptr(eval), emu_ptr(inp), emu_ptr(gamma), emu_ptr(beta),
                      rm.data(), rv.data(), planes, C, HW, kEps);
-          EMU_LAUNCH((cu::bn_eval_kernel<P, S, true>), sh, emu_ptr(reval), emu_ptr(inp), emu_ptr(gamma),
-                     emu_ptr(beta), rm.data(), rv.data(), planes, C, HW, kEps);
+          EMU_LAUNCH((cu::bn_eval_kernel<P, S, true>), sh, emu_ptr(reval), emu_ptr(inp), emu_ptr(gamma), emu_ptr(beta),
+                     rm.data(), rv.data(), planes, C, HW, kEps);
         });
         relu_out = rout;
         dout_masked = masked(dout, relu_out);
@@ -317,8 +317,8 @@ void check_nchw_fused_relu() {
       },
       {emu_output("out", out), emu_output("relu out", rout), emu_output("eval", eval), emu_output("relu eval", reval),
        emu_output("sums", sums), emu_output("relu sums", rsums), emu_output("dinp", dinp),
-       emu_output("relu dinp", rdinp), emu_output("dgamma", dg), emu_output("dbeta", db), emu_output("relu dgamma", rdg),
-       emu_output("relu dbeta", rdb)}));
+       emu_output("relu dinp", rdinp), emu_output("dgamma", dg), emu_output("dbeta", db),
+       emu_output("relu dgamma", rdg), emu_output("relu dbeta", rdb)}));
   EXPECT_TRUE(bitwise_equal("relu out", rout, relu_of(out)));
   EXPECT_TRUE(bitwise_equal("relu eval", reval, relu_of(eval)));
   EXPECT_TRUE(bitwise_equal("relu sums", rsums, sums));
@@ -328,6 +328,72 @@ void check_nchw_fused_relu() {
 }
 TEST(EmuResnetFusedRelu, NchwBatchNormReluIsTheTwoOps) { check_nchw_fused_relu<float>(); }
 TEST(EmuResnetFusedRelu, Bf16NchwBatchNormReluIsTheTwoOps) { check_nchw_fused_relu<bf16>(); }
+
+// A block's last BatchNorm with the residual add and ReLU (the apply and evaluation kernels with `residual`), in both
+// layouts: the bits of the plain kernel followed by residual_relu_forward, computed on the host (the BatchNorm's
+// rounded output plus the residual, rounded once, then the ReLU).
+template <typename A>
+void check_add_relu() {
+  using S = EmuStorage<A>;
+  using AVec = std::vector<A>;
+  const A nanA = test::to_storage_vector<A>({NAN})[0];
+  const int N = 2, C = 16, HW = 12;  // packs of 16 bytes over both HW (NCHW) and C (channels-last)
+  const size_t n = sz(N * C * HW);
+  const AVec inp = random_storage<A>(n, 650, -1.0, 3.0), res = random_storage<A>(n, 651, -1.5, 1.5);
+  const AVec gamma = random_storage<A>(sz(C), 652, 0.5, 1.5), beta = random_storage<A>(sz(C), 653);
+  const Vec mean = random_vector(sz(C), 654), rstd = random_vector(sz(C), 655, 0.5, 2.0);
+  const Vec rm = random_vector(sz(C), 656), rv = random_vector(sz(C), 657, 0.2, 2.0);
+  const int64_t planes = int64_t{N} * C;
+  AVec out(n, nanA), fused(n, nanA), eval(n, nanA), fused_eval(n, nanA);
+  AVec nout(n, nanA), nfused(n, nanA), neval(n, nanA), nfused_eval(n, nanA);
+  ASSERT_TRUE(emulate_schedules(
+      [&] {
+        cu::with_pack<S>(cu::pack_width<S>(HW, {emu_ptr(out), emu_ptr(inp), emu_ptr(res)}), [&](auto pc) {
+          constexpr int P = decltype(pc)::value;
+          const cu::LaunchShape sh = cu::plane_shape(planes, HW / P);
+          EMU_LAUNCH((cu::bn_apply_kernel<P, S>), sh, emu_ptr(out), emu_ptr(inp), mean.data(), rstd.data(),
+                     emu_ptr(gamma), emu_ptr(beta), planes, C, HW);
+          EMU_LAUNCH((cu::bn_apply_kernel<P, S, true>), sh, emu_ptr(fused), emu_ptr(inp), mean.data(), rstd.data(),
+                     emu_ptr(gamma), emu_ptr(beta), planes, C, HW, emu_ptr(res));
+          EMU_LAUNCH((cu::bn_eval_kernel<P, S>), sh, emu_ptr(eval), emu_ptr(inp), emu_ptr(gamma), emu_ptr(beta),
+                     rm.data(), rv.data(), planes, C, HW, kEps);
+          EMU_LAUNCH((cu::bn_eval_kernel<P, S, true>), sh, emu_ptr(fused_eval), emu_ptr(inp), emu_ptr(gamma),
+                     emu_ptr(beta), rm.data(), rv.data(), planes, C, HW, kEps, emu_ptr(res));
+        });
+        cu::with_pack<S>(cu::nhwc_pack_width<S>(C, {emu_ptr(nout), emu_ptr(inp), emu_ptr(res)}), [&](auto pc) {
+          constexpr int P = decltype(pc)::value;
+          const int64_t packs = static_cast<int64_t>(n) / P;
+          const cu::LaunchShape sh = cu::nhwc_pointwise_shape(packs);
+          EMU_LAUNCH((cu::bn_nhwc_apply_kernel<P, S>), sh, emu_ptr(nout), emu_ptr(inp), mean.data(), rstd.data(),
+                     emu_ptr(gamma), emu_ptr(beta), packs, C);
+          EMU_LAUNCH((cu::bn_nhwc_apply_kernel<P, S, true>), sh, emu_ptr(nfused), emu_ptr(inp), mean.data(),
+                     rstd.data(), emu_ptr(gamma), emu_ptr(beta), packs, C, emu_ptr(res));
+          EMU_LAUNCH((cu::bn_nhwc_eval_kernel<P, S>), sh, emu_ptr(neval), emu_ptr(inp), emu_ptr(gamma), emu_ptr(beta),
+                     rm.data(), rv.data(), packs, C, kEps);
+          EMU_LAUNCH((cu::bn_nhwc_eval_kernel<P, S, true>), sh, emu_ptr(nfused_eval), emu_ptr(inp), emu_ptr(gamma),
+                     emu_ptr(beta), rm.data(), rv.data(), packs, C, kEps, emu_ptr(res));
+        });
+      },
+      {emu_output("out", out), emu_output("fused", fused), emu_output("eval", eval),
+       emu_output("fused eval", fused_eval), emu_output("nhwc out", nout), emu_output("nhwc fused", nfused),
+       emu_output("nhwc eval", neval), emu_output("nhwc fused eval", nfused_eval)}));
+  const auto add_relu = [&](const AVec& bn) {
+    AVec r(n);
+    for (size_t i = 0; i < n; i++) {
+      const float s = static_cast<float>(test::value_of(bn[i])) + static_cast<float>(test::value_of(res[i]));
+      const float rounded = static_cast<float>(test::value_of(test::to_storage_vector<A>({s})[0]));
+      r[i] = test::to_storage_vector<A>({rounded > 0.0f ? rounded : 0.0f})[0];
+    }
+    return r;
+  };
+  EXPECT_TRUE(bitwise_equal("nchw train", fused, add_relu(out)));
+  EXPECT_TRUE(bitwise_equal("nchw eval", fused_eval, add_relu(eval)));
+  EXPECT_TRUE(bitwise_equal("nhwc train", nfused, add_relu(nout)));
+  EXPECT_TRUE(bitwise_equal("nhwc eval", nfused_eval, add_relu(neval)));
+}
+TEST(EmuResnetFusedRelu, BatchNormAddReluIsTheTwoOps) { check_add_relu<float>(); }
+TEST(EmuResnetFusedRelu, Bf16BatchNormAddReluIsTheTwoOps) { check_add_relu<bf16>(); }
+TEST(EmuResnetFusedRelu, Fp16BatchNormAddReluIsTheTwoOps) { check_add_relu<fp16>(); }
 
 // Max-pooling (values, indices, the gather: bitwise), global average pooling and the images' entry, channels-last,
 // against the CPU's channels-last ops.
@@ -381,8 +447,8 @@ void check_nhwc_pooling() {
   for (int b = 0; b < N; b++)
     for (int c = 0; c < C; c++)
       for (int i = 0; i < H * W; i++)
-        want[sz((int64_t{b} * H * W + i) * C + c)] =
-            test::to_storage_vector<A>({images[sz((int64_t{b} * C + c) * H * W + i)]})[0];
+        want[sz((int64_t{b} * H * W + i) * C + c)] = test::to_storage_vector<A>(
+            {images[sz((int64_t{b} * C + c) * H * W + i)]})[0];
   EXPECT_TRUE(bitwise_equal("images", entered, want));
 }
 TEST(EmuResnetNhwc, PoolingAndImagesMatchCpu) { check_nhwc_pooling<float>(); }
@@ -417,8 +483,8 @@ void check_filter_reorder_and_bias() {
       for (int c = 0; c < C; c++)
         for (int r = 0; r < KHW; r++) {
           want[sz((int64_t{oc} * KHW + r) * C + c)] = w[sz((int64_t{oc} * C + c) * KHW + r)];
-          want_dw[sz((int64_t{oc} * C + c) * KHW + r)] +=
-              static_cast<float>(test::value_of(g[sz((int64_t{oc} * KHW + r) * C + c)]));
+          want_dw[sz((int64_t{oc} * C + c) * KHW + r)] += static_cast<float>(
+              test::value_of(g[sz((int64_t{oc} * KHW + r) * C + c)]));
         }
     EXPECT_TRUE(bitwise_equal("reordered filter", reordered, want));
     EXPECT_TRUE(bitwise_equal("dweight", dw, want_dw));
@@ -459,8 +525,8 @@ TEST(EmuResnetNhwc, Bf16FilterReorderAndConvBias) { check_filter_reorder_and_bia
 
 // The channels-last launches at ResNet-50's sizes are valid on an H100 (block, grid and shared-memory limits).
 TEST(EmuResnetNhwc, LaunchShapesAtLargeSizesAreValid) {
-  for (const auto& [N, C, HW] : {std::array<int, 3>{256, 64, 112 * 112}, std::array<int, 3>{256, 2048, 49},
-                                 std::array<int, 3>{1, 3, 1}}) {
+  for (const auto& [N, C, HW] :
+       {std::array<int, 3>{256, 64, 112 * 112}, std::array<int, 3>{256, 2048, 49}, std::array<int, 3>{1, 3, 1}}) {
     for (int doubles : {2, 3}) {
       const cu::BnGroupsLaunch l = cu::bn_nhwc_groups_launch(N, C, HW, kCudaReducePartialsBytes, doubles);
       EXPECT_EQ(cu::launch_problem(l.partial, cu::kH100Limits), "") << N << " " << C << " " << HW;

@@ -135,28 +135,34 @@ inline float relu_grad(const A* dout, const A* out, int i) {
 }
 
 // out[p, c] = (x - mean[c]) * scale[c] + shift[c] over every position, rounded once to A, then (kRelu) the ReLU of
-// the rounded value.
-template <bool kRelu, typename A>
-void affine_pass(A* out, const A* inp, const float* mean, const float* scale, const float* shift, int64_t P, int C) {
+// the rounded value; kAdd: the rounded value plus residual[p, c], rounded once, then the ReLU (residual_relu_forward's
+// bits on the BatchNorm's output: a block's last BatchNorm and its end).
+template <bool kRelu, bool kAdd, typename A>
+void affine_pass(A* out, const A* inp, const A* residual, const float* mean, const float* scale, const float* shift,
+                 int64_t P, int C) {
 #pragma omp parallel for schedule(static) if (P * C >= kMinParallel)
   for (int64_t p = 0; p < P; p++) {
     const A* x = inp + p * C;
     A* o = out + p * C;
+    const A* r = kAdd ? residual + p * C : nullptr;
 #pragma omp simd
     for (int c = 0; c < C; c++) {
-      const float v = (to_f32(x[c]) - mean[c]) * scale[c] + shift[c];
+      float v = (to_f32(x[c]) - mean[c]) * scale[c] + shift[c];
+      if constexpr (kAdd) v = to_f32(from_f32<A>(v)) + to_f32(r[c]);
       // relu_forward of the rounded value, taken before the rounding: a positive float rounds to a positive value or
       // to +0, anything else (-0, NaN included) to +0 either way: the same bits, and a select the compiler vectorises
-      o[c] = from_f32<A>(kRelu ? (v > 0.0f ? v : 0.0f) : v);
+      o[c] = from_f32<A>(kRelu || kAdd ? (v > 0.0f ? v : 0.0f) : v);
     }
   }
 }
 template <typename A>
-void affine(A* out, const A* inp, const float* mean, const float* scale, const float* shift, int64_t P, int C,
-            bool relu) {
-  if (relu) affine_pass<true>(out, inp, mean, scale, shift, P, C);
+void affine(A* out, const A* inp, const A* residual, const float* mean, const float* scale, const float* shift,
+            int64_t P, int C, bool relu) {
+  if (residual) affine_pass<true, true>(out, inp, residual, mean, scale, shift, P, C);
+  else if (relu)
+    affine_pass<true, false>(out, inp, residual, mean, scale, shift, P, C);
   else
-    affine_pass<false>(out, inp, mean, scale, shift, P, C);
+    affine_pass<false, false>(out, inp, residual, mean, scale, shift, P, C);
 }
 
 // sums (C,2) = (sum dout, sum dout * xhat) per channel, in double, xhat = (x - mean) * rstd in float as the NCHW path;
@@ -247,7 +253,8 @@ void batchnorm2d_local_stats_nhwc(float* stats, const A* inp, int N, int C, int 
 
 template <typename A>
 void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
-                                    const A* beta, const float* stats, int N, int C, int HW, float eps, bool relu) {
+                                    const A* beta, const float* stats, int N, int C, int HW, float eps, bool relu,
+                                    const A* residual) {
   check_bn("batchnorm2d_forward_apply", N, C, HW);
   const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
   float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
@@ -261,20 +268,22 @@ void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, 
     save_mean[c] = st[1];
     save_rstd[c] = rstd;
   }
-  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C, relu);
+  affine(out, inp, residual, mean, scale, shift, static_cast<int64_t>(N) * HW, C, relu);
 }
 
 template <typename A>
 void batchnorm2d_forward_train_nhwc(A* out, float* stats, float* save_mean, float* save_rstd, const A* inp,
-                                    const A* gamma, const A* beta, int N, int C, int HW, float eps, bool relu) {
+                                    const A* gamma, const A* beta, int N, int C, int HW, float eps, bool relu,
+                                    const A* residual) {
   // the SyncBN path at one rank, literally: its statistics, then its apply
   batchnorm2d_local_stats_nhwc(stats, inp, N, C, HW);
-  batchnorm2d_forward_apply_nhwc(out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps, relu);
+  batchnorm2d_forward_apply_nhwc(out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps, relu, residual);
 }
 
 template <typename A>
 void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
-                                   const float* running_var, int N, int C, int HW, float eps, bool relu) {
+                                   const float* running_var, int N, int C, int HW, float eps, bool relu,
+                                   const A* residual) {
   check_bn("batchnorm2d_forward_eval", N, C, HW);
   const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
   float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
@@ -283,7 +292,7 @@ void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A
     scale[c] = bn_eval_rstd(running_var[c], eps) * to_f32(gamma[c]);
     shift[c] = to_f32(beta[c]);
   }
-  affine(out, inp, mean, scale, shift, static_cast<int64_t>(N) * HW, C, relu);
+  affine(out, inp, residual, mean, scale, shift, static_cast<int64_t>(N) * HW, C, relu);
 }
 
 template <typename A>
@@ -440,12 +449,12 @@ void images_to_nhwc(A* out, const float* inp, int N, int C, int HW) {
 
 #define HPCT_CPU_NHWC_INSTANTIATE(A)                                                                                   \
   template void batchnorm2d_forward_train_nhwc<A>(A*, float*, float*, float*, const A*, const A*, const A*, int, int,  \
-                                                  int, float, bool);                                                   \
+                                                  int, float, bool, const A*);                                         \
   template void batchnorm2d_local_stats_nhwc<A>(float*, const A*, int, int, int);                                      \
   template void batchnorm2d_forward_apply_nhwc<A>(A*, float*, float*, const A*, const A*, const A*, const float*, int, \
-                                                  int, int, float, bool);                                              \
+                                                  int, int, float, bool, const A*);                                    \
   template void batchnorm2d_forward_eval_nhwc<A>(A*, const A*, const A*, const A*, const float*, const float*, int,    \
-                                                 int, int, float, bool);                                               \
+                                                 int, int, float, bool, const A*);                                     \
   template void batchnorm2d_backward_nhwc<A>(A*, float*, float*, const A*, const A*, const float*, const float*,       \
                                              const A*, int, int, int, const A*);                                       \
   template void batchnorm2d_backward_local_sums_nhwc<A>(float*, float*, float*, const A*, const A*, const float*,      \

@@ -163,7 +163,8 @@ void global_avgpool_backward(A* dinp /*(N,C,HW)*/, const A* dout /*(N,C)*/, int 
 // ---- the same layers on channels-last activations (N,H,W,C): kernels.hpp's ExecContext::channels_last ----
 // The convolutions run only through oneDNN (cpu_conv.cpp; conv2d_workspace_floats_nhwc is -1 where it does not run);
 // BatchNorm and the pools in cpu_conv_nhwc.cpp. Arguments as the NCHW functions', HW = H*W; BatchNorm's `relu` /
-// `relu_out`: the ReLU that follows it, in the same passes (kernels.hpp, the batchnorm2d_relu ops).
+// `relu_out`: the ReLU that follows it, in the same passes (kernels.hpp, the batchnorm2d_relu ops); `residual`: the
+// residual add before that ReLU (the batchnorm2d_add_relu ops).
 int64_t conv2d_workspace_floats_nhwc(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad,
                                      DType act);
 template <typename A>
@@ -177,16 +178,18 @@ void conv2d_backward_nhwc(A* dinp /*(N,H,W,C) or null*/, float* dweight /*(OC,C,
                           int H, int W, int OC, int KH, int KW, int stride, int pad);
 template <typename A>
 void batchnorm2d_forward_train_nhwc(A* out, float* stats, float* save_mean, float* save_rstd, const A* inp,
-                                    const A* gamma, const A* beta, int N, int C, int HW, float eps, bool relu = false);
+                                    const A* gamma, const A* beta, int N, int C, int HW, float eps, bool relu = false,
+                                    const A* residual = nullptr);
 template <typename A>
 void batchnorm2d_local_stats_nhwc(float* stats, const A* inp, int N, int C, int HW);
 template <typename A>
 void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
                                     const A* beta, const float* stats, int N, int C, int HW, float eps,
-                                    bool relu = false);
+                                    bool relu = false, const A* residual = nullptr);
 template <typename A>
 void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
-                                   const float* running_var, int N, int C, int HW, float eps, bool relu = false);
+                                   const float* running_var, int N, int C, int HW, float eps, bool relu = false,
+                                   const A* residual = nullptr);
 template <typename A>
 void batchnorm2d_backward_nhwc(A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
                                const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW,

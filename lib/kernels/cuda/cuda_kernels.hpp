@@ -115,7 +115,8 @@ void crossentropy_vp_loss(const ExecContext& ctx, float* losses /*(N)*/, const f
 
 // ---- convolutional layers (ResNet): see kernels.hpp for the contracts (cpu_conv.cpp). NCHW, or channels-last under
 // ctx.channels_last (every activation (N,H,W,C); the shape comments below are NCHW's). BatchNorm's `relu` / `relu_out`:
-// the ReLU that follows it, in the BatchNorm's own passes (kernels.hpp, the batchnorm2d_relu ops), in both layouts. ----
+// the ReLU that follows it, in the BatchNorm's own passes (kernels.hpp, the batchnorm2d_relu ops), in both layouts;
+// `residual` (forward): the residual add before that ReLU (the batchnorm2d_add_relu ops; relu then true). ----
 template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
                     const A* weight /*(OC,C,KH,KW)*/, const A* bias /*(OC) or null*/,
@@ -131,7 +132,7 @@ template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,
                                float* save_mean /*(C)*/, float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/,
                                const A* gamma /*(C)*/, const A* beta /*(C)*/, int N, int C, int HW, float eps,
-                               bool relu = false);
+                               bool relu = false, const A* residual = nullptr);
 template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats /*(C,3) assigned*/, const A* inp /*(N,C,HW)*/, int N,
                              int C, int HW);
@@ -141,13 +142,14 @@ template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* save_mean /*(C)*/,
                                float* save_rstd /*(C)*/, const A* inp /*(N,C,HW)*/, const A* gamma /*(C)*/,
                                const A* beta /*(C)*/, const float* stats /*(C,3) global*/, int N, int C, int HW,
-                               float eps, bool relu = false);
+                               float eps, bool relu = false, const A* residual = nullptr);
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean /*(C)*/, float* running_var /*(C)*/,
                                 const float* stats /*(C,3) global*/, int C, float momentum);
 template <typename A>
 void batchnorm2d_forward_eval(const ExecContext& ctx, A* out /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,
                               const A* gamma /*(C)*/, const A* beta /*(C)*/, const float* running_mean /*(C)*/,
-                              const float* running_var /*(C)*/, int N, int C, int HW, float eps, bool relu = false);
+                              const float* running_var /*(C)*/, int N, int C, int HW, float eps, bool relu = false,
+                              const A* residual = nullptr);
 template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp /*(N,C,HW) assigned*/, float* dgamma /*(C) +=*/,
                           float* dbeta /*(C) +=*/, const A* dout /*(N,C,HW)*/, const A* inp /*(N,C,HW)*/,

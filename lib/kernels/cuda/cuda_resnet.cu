@@ -527,25 +527,25 @@ const float* launch_bn_grad_sums(cudaStream_t stream, bool nhwc, const char* op,
 // The pointwise BatchNorm kernels at their pack width: NCHW, P = kPack<S> where the planes fill whole 16-byte packs
 // of every pointer (pack_width), the plane launch over HW / P; channels-last, P = kPack<S> where C is a multiple of it
 // (nhwc_pack_width), a grid-stride launch over the tensor's packs.
-// out = (inp - mean) * rstd * gamma + beta (then the ReLU where `relu`):
+// out = (inp - mean) * rstd * gamma + beta (then the ReLU where `relu`, the residual add and ReLU where `residual`):
 template <typename S>
 void launch_bn_apply(cudaStream_t stream, bool nhwc, bool relu, S* out, const S* inp, const float* mean,
-                     const float* rstd, const S* gamma, const S* beta, int N, int C, int HW) {
+                     const float* rstd, const S* gamma, const S* beta, const S* residual, int N, int C, int HW) {
   const int64_t planes = static_cast<int64_t>(N) * C;
   with_relu(relu, [&](auto relu_tag) {
     constexpr bool kRelu = decltype(relu_tag)::value;
     if (nhwc) {
-      with_pack<S>(nhwc_pack_width<S>(C, {out, inp}), [&](auto pc) {
+      with_pack<S>(nhwc_pack_width<S>(C, {out, inp, residual}), [&](auto pc) {
         constexpr int P = decltype(pc)::value;
         const int64_t packs = planes * HW / P;
         HPCT_LAUNCH((bn_nhwc_apply_kernel<P, S, kRelu>), nhwc_pointwise_shape(packs), stream, out, inp, mean, rstd,
-                    gamma, beta, packs, C);
+                    gamma, beta, packs, C, residual);
       });
     } else {
-      with_pack<S>(pack_width<S>(HW, {out, inp}), [&](auto pc) {
+      with_pack<S>(pack_width<S>(HW, {out, inp, residual}), [&](auto pc) {
         constexpr int P = decltype(pc)::value;
         HPCT_LAUNCH((bn_apply_kernel<P, S, kRelu>), plane_shape(planes, HW / P), stream, out, inp, mean, rstd, gamma,
-                    beta, planes, C, HW);
+                    beta, planes, C, HW, residual);
       });
     }
   });
@@ -578,14 +578,14 @@ void launch_bn_dinp(cudaStream_t stream, bool nhwc, S* dinp, const S* dout, cons
 
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
-                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps,
-                               bool relu) {
+                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps, bool relu,
+                               const A* residual) {
   check_bn("batchnorm2d_forward_train", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   launch_bn_stats(stream, ctx.channels_last, "batchnorm2d_forward_train (stats)", stats, save_mean, save_rstd,
                   dev_ptr(inp), N, C, HW, eps);
   launch_bn_apply(stream, ctx.channels_last, relu, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma),
-                  dev_ptr(beta), N, C, HW);
+                  dev_ptr(beta), dev_ptr(residual), N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_train (apply)");
 }
 
@@ -605,13 +605,13 @@ void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float*
 template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
                                const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps,
-                               bool relu) {
+                               bool relu, const A* residual) {
   check_bn("batchnorm2d_forward_apply", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   HPCT_LAUNCH(bn_mean_rstd_kernel, per_channel_shape(C), stream, save_mean, save_rstd, stats, C, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply (mean, rstd)");
   launch_bn_apply(stream, ctx.channels_last, relu, dev_ptr(out), dev_ptr(inp), save_mean, save_rstd, dev_ptr(gamma),
-                  dev_ptr(beta), N, C, HW);
+                  dev_ptr(beta), dev_ptr(residual), N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply");
 }
 
@@ -626,24 +626,26 @@ void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, flo
 template <typename A>
 void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
                               const float* running_mean, const float* running_var, int N, int C, int HW, float eps,
-                              bool relu) {
+                              bool relu, const A* residual) {
   using S = DeviceStorage<A>;
   check_bn("batchnorm2d_forward_eval", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   with_relu(relu, [&](auto relu_tag) {
     constexpr bool kRelu = decltype(relu_tag)::value;
     if (ctx.channels_last) {
-      with_pack<S>(nhwc_pack_width<S>(C, {dev_ptr(out), dev_ptr(inp)}), [&](auto pc) {
+      with_pack<S>(nhwc_pack_width<S>(C, {dev_ptr(out), dev_ptr(inp), dev_ptr(residual)}), [&](auto pc) {
         constexpr int P = decltype(pc)::value;
         const int64_t packs = planes * HW / P;
         HPCT_LAUNCH((bn_nhwc_eval_kernel<P, S, kRelu>), nhwc_pointwise_shape(packs), stream_of(ctx), dev_ptr(out),
-                    dev_ptr(inp), dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, packs, C, eps);
+                    dev_ptr(inp), dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, packs, C, eps,
+                    dev_ptr(residual));
       });
     } else {
-      with_pack<S>(pack_width<S>(HW, {dev_ptr(out), dev_ptr(inp)}), [&](auto pc) {
+      with_pack<S>(pack_width<S>(HW, {dev_ptr(out), dev_ptr(inp), dev_ptr(residual)}), [&](auto pc) {
         constexpr int P = decltype(pc)::value;
         HPCT_LAUNCH((bn_eval_kernel<P, S, kRelu>), plane_shape(planes, HW / P), stream_of(ctx), dev_ptr(out),
-                    dev_ptr(inp), dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, planes, C, HW, eps);
+                    dev_ptr(inp), dev_ptr(gamma), dev_ptr(beta), running_mean, running_var, planes, C, HW, eps,
+                    dev_ptr(residual));
       });
     }
   });
@@ -783,12 +785,12 @@ void images_to_channels_last(const ExecContext& ctx, A* out, const float* images
   template void conv2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, float*,      \
                                    int64_t, int, int, int, int, int, int, int, int, int);                             \
   template void batchnorm2d_forward_train<A>(const ExecContext&, A*, float*, float*, float*, const A*, const A*,      \
-                                             const A*, int, int, int, float, bool);                                   \
+                                             const A*, int, int, int, float, bool, const A*);                         \
   template void batchnorm2d_local_stats<A>(const ExecContext&, float*, const A*, int, int, int);                      \
   template void batchnorm2d_forward_apply<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*,    \
-                                             const float*, int, int, int, float, bool);                               \
+                                             const float*, int, int, int, float, bool, const A*);                     \
   template void batchnorm2d_forward_eval<A>(const ExecContext&, A*, const A*, const A*, const A*, const float*,       \
-                                            const float*, int, int, int, float, bool);                                \
+                                            const float*, int, int, int, float, bool, const A*);                      \
   template void batchnorm2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const float*,     \
                                         const float*, const A*, int, int, int, const A*);                             \
   template void batchnorm2d_backward_local_sums<A>(const ExecContext&, float*, float*, float*, const A*, const A*,    \

@@ -196,6 +196,14 @@ __device__ __forceinline__ S bn_store(float v) {
     return r;
   }
 }
+// A block's last BatchNorm with the residual add and ReLU that end the block (kernels.hpp, batchnorm2d_add_relu): where
+// `residual` is given, the BatchNorm's output rounded to S, plus the residual, rounded once, then the ReLU:
+// residual_kernel<S, true>'s bits on the BatchNorm op's output; else bn_store.
+template <bool kRelu, typename S>
+__device__ __forceinline__ S bn_epilogue(float v, const S* residual, S res) {
+  if (residual) return bn_store<true, S>(to_float(from_float<S>(v)) + to_float(res));
+  return bn_store<kRelu, S>(v);
+}
 template <bool kRelu, typename S>
 __device__ __forceinline__ float bn_masked_dy(const S* __restrict__ dout, const S* __restrict__ relu_out, int64_t off) {
   const float dy = to_float(dout[off]);
@@ -208,40 +216,48 @@ __device__ __forceinline__ float bn_masked_dy(const S* __restrict__ dout, const 
 // 16-byte aligned, else 1). Each value gets the same float formula either way: packs only widen the loads and stores
 // (scalar 2-byte accesses left these passes at a sixth of the H200's bandwidth).
 //
-// out = (x - m) * scale + shift over the plane's values, P at a time (kRelu: then the ReLU, bn_store).
+// out = (x - m) * scale + shift over the plane's values, P at a time (then bn_epilogue: the ReLU where kRelu, the
+// residual add and ReLU where r, the plane's residual, is given).
 template <int P, bool kRelu, typename S>
-__device__ __forceinline__ void bn_affine_plane(S* __restrict__ o, const S* __restrict__ x, int HW, float m,
-                                                float scale, float shift) {
+__device__ __forceinline__ void bn_affine_plane(S* __restrict__ o, const S* __restrict__ x, const S* __restrict__ r,
+                                                int HW, float m, float scale, float shift) {
   HPCT_FOR_POSITIONS(k, HW / P) {
     const Pack<S, P> xv = load_pack<P>(x + k * P);
+    Pack<S, P> rv{};
+    if (r) rv = load_pack<P>(r + k * P);
     Pack<S, P> ov;
 #pragma unroll
-    for (int j = 0; j < P; j++) ov.v[j] = bn_store<kRelu, S>((to_float(xv.v[j]) - m) * scale + shift);
+    for (int j = 0; j < P; j++) ov.v[j] = bn_epilogue<kRelu>((to_float(xv.v[j]) - m) * scale + shift, r, rv.v[j]);
     store_pack<P>(o + k * P, ov);
   }
 }
 
-// out = (x - mean) * (rstd * gamma) + beta, plane p = n*C + c.
+// out = (x - mean) * (rstd * gamma) + beta, plane p = n*C + c (residual: null, or added before the ReLU; it does not
+// alias out).
 template <int P, typename S, bool kRelu = false>
 __global__ void bn_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, const float* __restrict__ mean,
                                 const float* __restrict__ rstd, const S* __restrict__ gamma, const S* __restrict__ beta,
-                                int64_t planes, int C, int HW) {
+                                int64_t planes, int C, int HW, const S* __restrict__ residual = nullptr) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
-    bn_affine_plane<P, kRelu>(out + p * HW, inp + p * HW, HW, mean[c], rstd[c] * to_float(gamma[c]), to_float(beta[c]));
+    bn_affine_plane<P, kRelu>(out + p * HW, inp + p * HW, residual ? residual + p * HW : nullptr, HW, mean[c],
+                              rstd[c] * to_float(gamma[c]), to_float(beta[c]));
   }
 }
 
-// Evaluation: out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) * gamma) + beta.
+// Evaluation: out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) * gamma) + beta (residual as
+// bn_apply_kernel's).
 template <int P, typename S, bool kRelu = false>
 __global__ void bn_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, const S* __restrict__ gamma,
                                const S* __restrict__ beta, const float* __restrict__ running_mean,
-                               const float* __restrict__ running_var, int64_t planes, int C, int HW, float eps) {
+                               const float* __restrict__ running_var, int64_t planes, int C, int HW, float eps,
+                               const S* __restrict__ residual = nullptr) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
     const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
                         to_float(gamma[c]);
-    bn_affine_plane<P, kRelu>(out + p * HW, inp + p * HW, HW, running_mean[c], scale, to_float(beta[c]));
+    bn_affine_plane<P, kRelu>(out + p * HW, inp + p * HW, residual ? residual + p * HW : nullptr, HW, running_mean[c],
+                              scale, to_float(beta[c]));
   }
 }
 

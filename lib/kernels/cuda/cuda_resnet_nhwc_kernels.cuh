@@ -24,10 +24,10 @@
 namespace hpct::kernels::cuda {
 namespace {  // internal linkage: each includer (the .cu, the emulated test) compiles its own copy
 
-constexpr int kNhwcChannels = 32;                // channels of a column-reduction block (x)
-constexpr int kNhwcRows = 8;                     // positions in flight per column-reduction block (y)
+constexpr int kNhwcChannels = 32;                   // channels of a column-reduction block (x)
+constexpr int kNhwcRows = 8;                        // positions in flight per column-reduction block (y)
 constexpr int64_t kBnNhwcMinGroupPositions = 1024;  // positions per group at least: 128 per thread and pass
-constexpr int kNhwcPointwiseThreads = 256;       // the pointwise and pooling launches (grid-stride)
+constexpr int kNhwcPointwiseThreads = 256;          // the pointwise and pooling launches (grid-stride)
 
 // ---------------------------------------------------------------------------------------------------------------
 // BatchNorm2d statistics, stage one: block (g, t) takes channels t*32 + threadIdx.x of the positions
@@ -112,20 +112,24 @@ __global__ void __launch_bounds__(kNhwcChannels* kNhwcRows)
   }
 }
 
-// out = (x - mean) * (rstd * gamma) + beta over `packs` packs of P channels (bn_apply_kernel's formula; kRelu: then
-// the ReLU, bn_store).
+// out = (x - mean) * (rstd * gamma) + beta over `packs` packs of P channels (bn_apply_kernel's formula and epilogue:
+// kRelu, or the residual add and ReLU where residual is given).
 template <int P, typename S, bool kRelu = false>
 __global__ void bn_nhwc_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, const float* __restrict__ mean,
                                      const float* __restrict__ rstd, const S* __restrict__ gamma,
-                                     const S* __restrict__ beta, int64_t packs, int C) {
+                                     const S* __restrict__ beta, int64_t packs, int C,
+                                     const S* __restrict__ residual = nullptr) {
   HPCT_GRID_STRIDE_LOOP(k, packs) {
     const int c0 = static_cast<int>((k * P) % C);
     const Pack<S, P> xv = load_pack<P>(inp + k * P);
+    Pack<S, P> rv{};
+    if (residual) rv = load_pack<P>(residual + k * P);
     Pack<S, P> ov;
 #pragma unroll
     for (int j = 0; j < P; j++) {
       const int c = c0 + j;
-      ov.v[j] = bn_store<kRelu, S>((to_float(xv.v[j]) - mean[c]) * (rstd[c] * to_float(gamma[c])) + to_float(beta[c]));
+      ov.v[j] = bn_epilogue<kRelu>((to_float(xv.v[j]) - mean[c]) * (rstd[c] * to_float(gamma[c])) + to_float(beta[c]),
+                                   residual, rv.v[j]);
     }
     store_pack<P>(out + k * P, ov);
   }
@@ -136,18 +140,22 @@ __global__ void bn_nhwc_apply_kernel(S* __restrict__ out, const S* __restrict__ 
 template <int P, typename S, bool kRelu = false>
 __global__ void bn_nhwc_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, const S* __restrict__ gamma,
                                     const S* __restrict__ beta, const float* __restrict__ running_mean,
-                                    const float* __restrict__ running_var, int64_t packs, int C, float eps) {
+                                    const float* __restrict__ running_var, int64_t packs, int C, float eps,
+                                    const S* __restrict__ residual = nullptr) {
   HPCT_GRID_STRIDE_LOOP(k, packs) {
     const int c0 = static_cast<int>((k * P) % C);
     const Pack<S, P> xv = load_pack<P>(inp + k * P);
+    Pack<S, P> rv{};
+    if (residual) rv = load_pack<P>(residual + k * P);
     Pack<S, P> ov;
 #pragma unroll
     for (int j = 0; j < P; j++) {
       const int c = c0 + j;
-      const float scale =
-          static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
-          to_float(gamma[c]);
-      ov.v[j] = bn_store<kRelu, S>((to_float(xv.v[j]) - running_mean[c]) * scale + to_float(beta[c]));
+      const float scale = static_cast<float>(1.0 /
+                                             sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
+                          to_float(gamma[c]);
+      ov.v[j] = bn_epilogue<kRelu>((to_float(xv.v[j]) - running_mean[c]) * scale + to_float(beta[c]), residual,
+                                   rv.v[j]);
     }
     store_pack<P>(out + k * P, ov);
   }

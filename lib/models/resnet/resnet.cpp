@@ -376,7 +376,8 @@ ResNet::ResNet(const ResNetConfig& cfg, int micro_batch, Device device, comm::Co
       un.conv = conv_of(bs.prefix + "conv" + n + ".weight", u);
       un.bn = make_bn(bs.prefix + "bn" + n, u.OC, u.OH * u.OW);
       un.xc = inner(bs.prefix + "conv" + n, "block.conv" + n, u.OC, u.OH, u.OW);
-      un.xb = inner(bs.prefix + "bn" + n, "block.bn" + n, u.OC, u.OH, u.OW);
+      // the last unit's BatchNorm writes the block's output (with the residual add and ReLU): no output of its own
+      un.xb = i + 1 < bs.units.size() ? inner(bs.prefix + "bn" + n, "block.bn" + n, u.OC, u.OH, u.OW) : nullptr;
       blk.main.push_back(un);
     }
     const UnitSpec& last = bs.units.back();
@@ -499,19 +500,26 @@ void ResNet::conv_backward(const ExecContext& ctx, const Conv& c, A* dinp, const
 // with Chan's formula (the same code at group size 1); running statistics from the merged ones.
 template <typename A>
 void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running,
-                        bool relu) {
+                        bool relu, const A* residual) {
   const A* gamma = read_params().tensors()[static_cast<size_t>(bn.pidx)].as<A>();
   const A* beta = read_params().tensors()[static_cast<size_t>(bn.pidx) + 1].as<A>();
   float* rmean = buffers_.tensors()[static_cast<size_t>(bn.bidx)].f32();
   float* rvar = buffers_.tensors()[static_cast<size_t>(bn.bidx) + 1].f32();
   if (!train) {
-    if (relu) k::batchnorm2d_relu_forward_eval(ctx, out, inp, gamma, beta, rmean, rvar, b, bn.C, bn.HW, cfg_.bn_eps);
+    if (residual)
+      k::batchnorm2d_add_relu_forward_eval(ctx, out, inp, gamma, beta, residual, rmean, rvar, b, bn.C, bn.HW,
+                                           cfg_.bn_eps);
+    else if (relu)
+      k::batchnorm2d_relu_forward_eval(ctx, out, inp, gamma, beta, rmean, rvar, b, bn.C, bn.HW, cfg_.bn_eps);
     else
       k::batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, rmean, rvar, b, bn.C, bn.HW, cfg_.bn_eps);
     return;
   }
   if (!bn_group_) {
-    if (relu)
+    if (residual)
+      k::batchnorm2d_add_relu_forward_train(ctx, out, bn.stats->f32(), bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta,
+                                            residual, b, bn.C, bn.HW, cfg_.bn_eps);
+    else if (relu)
       k::batchnorm2d_relu_forward_train(ctx, out, bn.stats->f32(), bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, b,
                                         bn.C, bn.HW, cfg_.bn_eps);
     else
@@ -523,7 +531,10 @@ void ResNet::bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, in
     float* mine = bn.gathered->f32() + static_cast<int64_t>(bn_group_->rank()) * bn.C * 3;
     bn_group_->allgather(mine, bn.gathered->f32(), static_cast<int64_t>(bn.C) * 3, DType::F32, "SyncBN statistics");
     k::batchnorm2d_merge_stats(ctx, bn.stats->f32(), bn.gathered->f32(), bn_group_->size(), bn.C);
-    if (relu)
+    if (residual)
+      k::batchnorm2d_add_relu_forward_apply(ctx, out, bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, residual,
+                                            bn.stats->f32(), b, bn.C, bn.HW, cfg_.bn_eps);
+    else if (relu)
       k::batchnorm2d_relu_forward_apply(ctx, out, bn.mean->f32(), bn.rstd->f32(), inp, gamma, beta, bn.stats->f32(), b,
                                         bn.C, bn.HW, cfg_.bn_eps);
     else
@@ -615,24 +626,26 @@ void ResNet::forward_impl(const ExecContext& ctx, const A* images, int b, bool t
 
 template <typename A>
 void ResNet::block_forward(const ExecContext& ctx, Block& blk, const A* x, int b, bool train, bool update_running) {
-  // main branch: (conv -> BN -> ReLU) ..., conv -> BN
-  const A* in = x;
-  for (size_t j = 0; j < blk.main.size(); ++j) {
-    Unit& u = blk.main[j];
-    conv_forward(ctx, u.conv, u.xc->as<A>(), in, b);
-    // an inner unit's ReLU with its BatchNorm; the last unit's follows the residual sum
-    bn_forward(ctx, u.bn, u.xb->as<A>(), u.xc->as<A>(), b, train, update_running, /*relu=*/j + 1 < blk.main.size());
-    in = u.xb->as<A>();
-  }
-  const Bn& last = blk.main.back().bn;
-  const int64_t n = static_cast<int64_t>(b) * last.C * last.HW;
+  // the shortcut first: the main branch's last BatchNorm adds it
   const A* shortcut = x;
   if (blk.downsample) {
     conv_forward(ctx, blk.ds, blk.xdsc->as<A>(), x, b);
     bn_forward(ctx, blk.bds, blk.xdsb->as<A>(), blk.xdsc->as<A>(), b, train, update_running, /*relu=*/false);
     shortcut = blk.xdsb->as<A>();
   }
-  k::residual_relu_forward(ctx, blk.out->as<A>(), blk.main.back().xb->as<A>(), shortcut, n);  // add and ReLU, one pass
+  // main branch: (conv -> BN -> ReLU) ..., conv -> BN -> + shortcut -> ReLU: each BatchNorm's pass applies what
+  // follows it, the last one writing the block's output
+  const A* in = x;
+  for (size_t j = 0; j < blk.main.size(); ++j) {
+    Unit& u = blk.main[j];
+    conv_forward(ctx, u.conv, u.xc->as<A>(), in, b);
+    if (j + 1 < blk.main.size()) {
+      bn_forward(ctx, u.bn, u.xb->as<A>(), u.xc->as<A>(), b, train, update_running, /*relu=*/true);
+      in = u.xb->as<A>();
+    } else {
+      bn_forward(ctx, u.bn, blk.out->as<A>(), u.xc->as<A>(), b, train, update_running, /*relu=*/true, shortcut);
+    }
+  }
 }
 
 const float* ResNet::loss(const ExecContext& ctx, const int32_t* labels, int b) {

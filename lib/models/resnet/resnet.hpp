@@ -162,7 +162,7 @@ class ResNet {
   struct Unit {
     Conv conv;
     Bn bn;
-    Tensor *xc, *xb;  // conv output; BN output (ReLU applied in place for inner units)
+    Tensor *xc, *xb;  // conv output; BN + ReLU output (inner units; the last unit's BN writes the block's output)
   };
   struct Block {
     std::vector<Unit> main;  // 2 (BasicBlock) or 3 (Bottleneck) units
@@ -184,8 +184,10 @@ class ResNet {
   void block_forward(const ExecContext& ctx, Block& blk, const A* x, int b, bool train, bool update_running);
   // relu: the ReLU that follows the BatchNorm, in its passes where the kernels fuse them (kernels.hpp)
   template <typename A>
+  // relu: the ReLU that follows, in the BatchNorm's passes; residual (not null): the block's end, out =
+  // relu(BN(inp) + residual) (kernels.hpp, batchnorm2d_add_relu)
   void bn_forward(const ExecContext& ctx, Bn& bn, A* out, const A* inp, int b, bool train, bool update_running,
-                  bool relu);
+                  bool relu, const A* residual = nullptr);
   // relu_out: the output of the ReLU that followed the BatchNorm (null: none); dout is then that ReLU's output
   // gradient, and left unspecified (kernels.hpp, batchnorm2d_relu_backward)
   template <typename A>

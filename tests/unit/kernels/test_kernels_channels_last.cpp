@@ -298,6 +298,50 @@ TYPED_TEST(ChannelsLast, BatchNormReluIsTheTwoOps) {
   }
 }
 
+// A block's last BatchNorm with the residual add and ReLU: bit for bit the BatchNorm op, then residual_relu_forward
+// (fused in the channels-last pass, two ops in NCHW), in training (single process and SyncBN's apply) and evaluation.
+TYPED_TEST(ChannelsLast, BatchNormAddReluIsTheTwoOps) {
+  using A = TypeParam;
+  const int N = 3, C = 32, HW = 25;
+  const size_t n = static_cast<size_t>(N) * C * HW;
+  const auto x = test::random_storage<A>(n, 25, -1.0, 1.0), res = test::random_storage<A>(n, 26, -1.0, 1.0);
+  const auto gamma = test::random_storage<A>(C, 27, 0.5, 1.5), beta = test::random_storage<A>(C, 28, -0.5, 0.5);
+  std::vector<float> rm(C, 0.1f), rv(C, 0.9f);
+  for (const bool nhwc : {true, false}) {
+    SCOPED_TRACE(nhwc ? "nhwc" : "nchw");
+    const ExecContext ctx = nhwc ? nhwc_ctx(precision_of<A>()) : ExecContext{Device::CPU, nullptr, precision_of<A>()};
+    std::vector<float> st_a(3 * C), m_a(C), r_a(C), st_b(3 * C), m_b(C), r_b(C);
+    std::vector<A> bn(n), y_a(n), y_b(n);
+    batchnorm2d_forward_train(ctx, bn.data(), st_a.data(), m_a.data(), r_a.data(), x.data(), gamma.data(), beta.data(),
+                              N, C, HW, 1e-5f);
+    residual_relu_forward(ctx, y_a.data(), bn.data(), res.data(), static_cast<int64_t>(n));
+    batchnorm2d_add_relu_forward_train(ctx, y_b.data(), st_b.data(), m_b.data(), r_b.data(), x.data(), gamma.data(),
+                                       beta.data(), res.data(), N, C, HW, 1e-5f);
+    EXPECT_TRUE(bitwise_equal(y_b, y_a));
+    EXPECT_TRUE(bitwise_equal(st_b, st_a));
+    EXPECT_TRUE(bitwise_equal(m_b, m_a));
+    size_t zeros = 0, differs = 0;
+    for (size_t i = 0; i < n; i++) {
+      zeros += test::value_of(y_b[i]) == 0.0;
+      differs += test::value_of(y_b[i]) != test::value_of(bn[i]);
+    }
+    EXPECT_GT(zeros, n / 8);    // the ReLU cut values
+    EXPECT_GT(differs, n / 2);  // and the residual was added
+    batchnorm2d_forward_apply(ctx, bn.data(), m_a.data(), r_a.data(), x.data(), gamma.data(), beta.data(), st_a.data(),
+                              N, C, HW, 1e-5f);
+    residual_relu_forward(ctx, y_a.data(), bn.data(), res.data(), static_cast<int64_t>(n));
+    batchnorm2d_add_relu_forward_apply(ctx, y_b.data(), m_b.data(), r_b.data(), x.data(), gamma.data(), beta.data(),
+                                       res.data(), st_a.data(), N, C, HW, 1e-5f);
+    EXPECT_TRUE(bitwise_equal(y_b, y_a));
+    batchnorm2d_forward_eval(ctx, bn.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N, C, HW,
+                             1e-5f);
+    residual_relu_forward(ctx, y_a.data(), bn.data(), res.data(), static_cast<int64_t>(n));
+    batchnorm2d_add_relu_forward_eval(ctx, y_b.data(), x.data(), gamma.data(), beta.data(), res.data(), rm.data(),
+                                      rv.data(), N, C, HW, 1e-5f);
+    EXPECT_TRUE(bitwise_equal(y_b, y_a));
+  }
+}
+
 TYPED_TEST(ChannelsLast, PoolsAndTheImageEntryMatchNchw) {
   using A = TypeParam;
   const int N = 3, C = 5, H = 9, W = 9, K = 3, stride = 2, pad = 1, HW = H * W;

@@ -41,6 +41,8 @@ std::string kind_of(const std::string& row) {
                                                               {"relu_forward", "relu fwd"},
                                                               {"relu_backward", "relu bwd"},
                                                               {"residual_forward", "residual add"},
+                                                              {"residual_relu_forward", "residual add"},
+                                                              {"residual_relu_backward", "residual add + relu bwd"},
                                                               {"fill_zero", "zero_grad"},
                                                               {"cast", "cast (bf16 compute copy)"}};
   for (const auto& [prefix, kind] : kinds)

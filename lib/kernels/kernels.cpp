@@ -524,6 +524,10 @@ void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* 
   HPCT_DISPATCH_STORAGE(residual_relu_forward, out, a, b, n);
 }
 template <typename A>
+void residual_relu_backward(const ExecContext& ctx, A* dinp, const A* a, const A* b, const A* out, int64_t n) {
+  HPCT_DISPATCH_STORAGE(residual_relu_backward, dinp, a, b, out, n);
+}
+template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n) {
   HPCT_DISPATCH_STORAGE(relu_backward, dinp, dout, out, n);
 }
@@ -685,6 +689,7 @@ void instantiate_ops() {
       reinterpret_cast<const void*>(&relu_forward<A>),
       reinterpret_cast<const void*>(&relu_backward<A>),
       reinterpret_cast<const void*>(&residual_relu_forward<A>),
+      reinterpret_cast<const void*>(&residual_relu_backward<A>),
       reinterpret_cast<const void*>(&maxpool2d_forward<A>),
       reinterpret_cast<const void*>(&maxpool2d_backward<A>),
       reinterpret_cast<const void*>(&global_avgpool_forward<A>),

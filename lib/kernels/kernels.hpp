@@ -347,6 +347,11 @@ void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out,
 // bit for bit (a ResNet block's end). In place allowed (out == a or b).
 template <typename A>
 void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n);
+// dinp = relu_backward(residual_forward(a, b)) through the ReLU whose output is `out`: the sum rounded once as
+// residual_forward's, kept where out > 0, bit for bit the two ops in one pass (a ResNet block input's gradient, its main
+// branch's plus its shortcut's, taken through the previous block's final ReLU). In place allowed (dinp == a or b).
+template <typename A>
+void residual_relu_backward(const ExecContext& ctx, A* dinp, const A* a, const A* b, const A* out, int64_t n);
 
 // MaxPool2d (torch semantics: padding counts as -inf, floor mode, the first maximum in row-major window order wins).
 // idx[n,c,oh,ow] = ih*W + iw of the maximum within its (H,W) plane; the backward scatters dout there (dinp assigned:

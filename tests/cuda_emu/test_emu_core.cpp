@@ -164,6 +164,11 @@ void emu_residual_relu(S* out, const S* a, const S* b, int64_t n) {
   EMU_LAUNCH((cu::residual_kernel<S, true>), cu::pointwise_shape<S>(n, packs), out, a, b, n, packs);
 }
 template <typename S>
+void emu_residual_relu_backward(S* dinp, const S* a, const S* b, const S* out, int64_t n) {
+  const int64_t packs = cu::pointwise_packs<S>(n, {dinp, a, b, out});
+  EMU_LAUNCH(cu::residual_relu_backward_kernel, cu::pointwise_shape<S>(n, packs), dinp, a, b, out, n, packs);
+}
+template <typename S>
 void emu_relu_backward(S* dinp, const S* dout, const S* out, int64_t n) {
   const int64_t packs = cu::pointwise_packs<S>(n, {dinp, dout, out});
   EMU_LAUNCH(cu::relu_backward_kernel, cu::pointwise_shape<S>(n, packs), dinp, dout, out, n, packs);
@@ -269,6 +274,50 @@ TEST(EmuCore, ResidualReluIsResidualThenRelu) {
   check_residual_relu_is_residual_then_relu<float>();
   check_residual_relu_is_residual_then_relu<bf16>();
   check_residual_relu_is_residual_then_relu<fp16>();
+}
+
+// residual_relu_backward_kernel is residual_kernel then relu_backward_kernel, bit for bit, in every storage type, out of
+// place and in place (dinp == a), packed and off 16-byte alignment, with special sums and ReLU outputs; and the CPU
+// backend's residual_relu_backward (float, bf16) gives the same bits.
+template <typename A>
+void check_residual_relu_backward() {
+  for (int64_t n : {int64_t{1}, int64_t{4011}}) {
+    for (int off : {0, 3}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
+      auto af = with_specials(random_vector(sz(n + off), 330, -6.0, 6.0));
+      auto of = with_specials(random_vector(sz(n + off), 332, -1.0, 1.0));
+      std::vector<A> a, b, o;
+      if constexpr (std::is_same_v<A, float>) {
+        a = af, b = random_vector(sz(n + off), 331), o = of;
+      } else {
+        a = to_storage_vector<A>(af), b = random_storage<A>(sz(n + off), 331), o = to_storage_vector<A>(of);
+      }
+      std::vector<A> fused(a.size(), a[0]), inplace = a, sum(a.size(), a[0]), composed(a.size(), a[0]);
+      ASSERT_TRUE(emulate_schedules(
+          [&] {
+            emu_residual_relu_backward(emu_ptr(fused) + off, emu_ptr(a) + off, emu_ptr(b) + off, emu_ptr(o) + off, n);
+            emu_residual_relu_backward(emu_ptr(inplace) + off, emu_ptr(inplace) + off, emu_ptr(b) + off,
+                                       emu_ptr(o) + off, n);
+            emu_residual(emu_ptr(sum) + off, emu_ptr(a) + off, emu_ptr(b) + off, n);
+            emu_relu_backward(emu_ptr(composed) + off, emu_ptr(sum) + off, emu_ptr(o) + off, n);
+          },
+          {emu_output("fused", fused), emu_output("in place", inplace), emu_output("sum", sum),
+           emu_output("composed", composed)}));
+      const std::vector<A> want(composed.begin() + off, composed.end());
+      EXPECT_TRUE(bitwise_equal("residual_relu_backward", std::vector<A>(fused.begin() + off, fused.end()), want));
+      EXPECT_TRUE(bitwise_equal("in place", std::vector<A>(inplace.begin() + off, inplace.end()), want));
+      if constexpr (!std::is_same_v<A, fp16>) {  // the CPU backend's storage types
+        std::vector<A> cpu(a.size(), a[0]);
+        residual_relu_backward(cpu_ctx(), cpu.data() + off, a.data() + off, b.data() + off, o.data() + off, n);
+        EXPECT_TRUE(bitwise_equal("CPU residual_relu_backward", std::vector<A>(cpu.begin() + off, cpu.end()), want));
+      }
+    }
+  }
+}
+TEST(EmuCore, ResidualReluBackwardIsTheTwoKernels) {
+  check_residual_relu_backward<float>();
+  check_residual_relu_backward<bf16>();
+  check_residual_relu_backward<fp16>();
 }
 
 TEST(EmuCore, GeluForwardBackward) {

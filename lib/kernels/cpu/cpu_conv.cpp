@@ -762,6 +762,23 @@ void relu_backward(A* dinp, const A* dout, const A* out, int64_t n) {
   }
 }
 
+template <typename A>
+void residual_relu_backward(A* dinp, const A* a, const A* b, const A* out, int64_t n) {
+  if constexpr (kF32<A>) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+    for (int64_t i = 0; i < n; i++) {
+      const float s = a[i] + b[i];
+      dinp[i] = out[i] > 0.0f ? s : 0.0f;
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+    for (int64_t i = 0; i < n; i++) {
+      const bf16 s = from_f32<A>(to_f32(a[i]) + to_f32(b[i]));  // residual_forward's one rounding
+      dinp[i].bits = relu_keeps(out[i]) ? s.bits : uint16_t{0};
+    }
+  }
+}
+
 // ---- MaxPool2d ---------------------------------------------------------------------------------------------
 template <typename A>
 void maxpool2d_forward(A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K, int stride, int pad) {
@@ -870,6 +887,7 @@ void global_avgpool_backward(A* dinp, const A* dout, int N, int C, int HW) {
   template void relu_forward<A>(A*, const A*, int64_t);                                                                \
   template void residual_relu_forward<A>(A*, const A*, const A*, int64_t);                                             \
   template void relu_backward<A>(A*, const A*, const A*, int64_t);                                                     \
+  template void residual_relu_backward<A>(A*, const A*, const A*, const A*, int64_t);                                  \
   template void maxpool2d_forward<A>(A*, int32_t*, const A*, int, int, int, int, int, int, int);                       \
   template void maxpool2d_backward<A>(A*, const A*, const int32_t*, int, int, int, int, int, int, int);                \
   template void global_avgpool_forward<A>(A*, const A*, int, int, int);                                                \

@@ -147,6 +147,8 @@ template <typename A>
 void residual_relu_forward(A* out, const A* a, const A* b, int64_t n);
 template <typename A>
 void relu_backward(A* dinp, const A* dout, const A* out, int64_t n);
+template <typename A>
+void residual_relu_backward(A* dinp, const A* a, const A* b, const A* out, int64_t n);
 
 template <typename A>
 void maxpool2d_forward(A* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/, const A* inp /*(N,C,H,W)*/, int N, int C,

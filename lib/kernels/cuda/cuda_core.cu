@@ -269,6 +269,17 @@ void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* 
 }
 
 template <typename A>
+void residual_relu_backward(const ExecContext& ctx, A* dinp, const A* a, const A* b, const A* out, int64_t n) {
+  using S = DeviceStorage<A>;
+  check_count("residual_relu_backward", n);
+  if (n == 0) return;
+  const int64_t packs = pointwise_packs<S>(n, {dinp, a, b, out});
+  HPCT_LAUNCH(residual_relu_backward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(dinp), dev_ptr(a),
+              dev_ptr(b), dev_ptr(out), n, packs);
+  HPCT_CUDA_LAUNCH_CHECK("residual_relu_backward");
+}
+
+template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n) {
   using S = DeviceStorage<A>;
   check_count("relu_backward", n);
@@ -477,7 +488,8 @@ void host_unregister(const ExecContext& ctx, void* host) {
                                               const A*, const A*, int, int);                                          \
   template void relu_forward<A>(const ExecContext&, A*, const A*, int64_t);                                           \
   template void residual_relu_forward<A>(const ExecContext&, A*, const A*, const A*, int64_t);                        \
-  template void relu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);
+  template void relu_backward<A>(const ExecContext&, A*, const A*, const A*, int64_t);                                \
+  template void residual_relu_backward<A>(const ExecContext&, A*, const A*, const A*, const A*, int64_t);
 HPCT_INSTANTIATE_CORE(float)
 HPCT_INSTANTIATE_CORE(bf16)
 HPCT_INSTANTIATE_CORE(fp16)

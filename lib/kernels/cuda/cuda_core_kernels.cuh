@@ -193,6 +193,25 @@ __global__ void relu_forward_kernel(S* out, const S* inp, int64_t n, int64_t pac
   });
 }
 
+// dinp = the gradient of a + b through the ReLU whose output is `out`: the sum rounded once to S (residual_kernel's),
+// kept where out > 0, else 0 (relu_backward_kernel's formula on it): the two kernels' bits in one pass (a ResNet block
+// input's gradient, its main branch's plus its shortcut's, taken through the previous block's final ReLU). In place
+// allowed (dinp == a or b).
+template <typename S>
+__global__ void residual_relu_backward_kernel(S* dinp, const S* a, const S* b, const S* out, int64_t n, int64_t packs) {
+  for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    const Pack<S, W> x = load_pack<W>(a + i), y = load_pack<W>(b + i), o = load_pack<W>(out + i);
+    Pack<S, W> r;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+      const S s = from_float<S>(to_float(x.v[j]) + to_float(y.v[j]));
+      r.v[j] = from_float<S>(to_float(o.v[j]) > 0.0f ? to_float(s) : 0.0f);
+    }
+    store_pack<W>(dinp + i, r);
+  });
+}
+
 template <typename S>
 __global__ void relu_backward_kernel(S* dinp, const S* dout, const S* out, int64_t n, int64_t packs) {
   for_each_pack<kPack<S>>(n, packs, [&](int64_t i, auto w) {

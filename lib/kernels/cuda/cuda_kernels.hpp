@@ -173,6 +173,8 @@ template <typename A>
 void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n);
 template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n);
+template <typename A>
+void residual_relu_backward(const ExecContext& ctx, A* dinp, const A* a, const A* b, const A* out, int64_t n);
 
 template <typename A>
 void maxpool2d_forward(const ExecContext& ctx, A* out /*(N,C,OH,OW)*/, int32_t* idx /*(N,C,OH,OW)*/,

@@ -692,6 +692,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
   A* dx = dA_->as<A>();
   k::global_avgpool_backward(ctx, dx, dpooled_->as<A>(), b, C_last_, HW_last_);
   const A* stem_out = stem_pool_ ? x0p_->as<A>() : x0b_->as<A>();
+  bool dsum_ready = false;  // dB holds the gradient through this block's final ReLU already (the previous iteration's)
   for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<size_t>(i)];
     const A* x = i == 0 ? stem_out : blocks_[static_cast<size_t>(i) - 1].out->as<A>();
@@ -703,7 +704,7 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
     const Bn& lastbn = blk.main.back().bn;
     const int64_t n = static_cast<int64_t>(b) * lastbn.C * lastbn.HW;
     A* dsum = dB_->as<A>();
-    k::relu_backward(ctx, dsum, dx, blk.out->as<A>(), n);  // through the block's final ReLU
+    if (!dsum_ready) k::relu_backward(ctx, dsum, dx, blk.out->as<A>(), n);  // through the block's final ReLU
     // main branch, last unit first: (ReLU <-) BN <- conv; dsum stays intact for the shortcut (no ReLU on that unit)
     A* cur = dsum;
     for (int j = static_cast<int>(blk.main.size()) - 1; j >= 0; --j) {
@@ -716,14 +717,22 @@ const float* ResNet::loss_and_backward_impl(const ExecContext& ctx, const int32_
       cur = dst;
       ready(0, 0);  // a progress point for in-flight gradient buckets
     }
-    // shortcut branch, summed into the input gradient
+    // shortcut branch, summed into the input gradient; where the input is the previous block's output, the same pass
+    // takes the sum through that block's final ReLU into dB (its dsum: the next iteration skips its relu_backward)
+    const A* shortcut_grad = dsum;
     if (blk.downsample) {
       bn_backward(ctx, blk.bds, dC_->as<A>(), dsum, blk.xdsc->as<A>(), b);
       conv_backward(ctx, blk.ds, dD_->as<A>(), dC_->as<A>(), x, b);
-      const int64_t nin = static_cast<int64_t>(b) * blk.ds.C * blk.ds.H * blk.ds.W;
-      k::residual_forward(ctx, dx, dx, dD_->as<A>(), nin);
+      shortcut_grad = dD_->as<A>();
+    }
+    const Conv& first = blk.main.front().conv;
+    const int64_t nin = static_cast<int64_t>(b) * first.C * first.H * first.W;
+    if (i > 0) {
+      k::residual_relu_backward(ctx, dB_->as<A>(), dx, shortcut_grad, blocks_[static_cast<size_t>(i) - 1].out->as<A>(),
+                                nin);
+      dsum_ready = true;
     } else {
-      k::residual_forward(ctx, dx, dx, dsum, n);
+      k::residual_forward(ctx, dx, dx, shortcut_grad, nin);
     }
     ready(blk.first_param, blk.end_param);
   }

@@ -245,6 +245,13 @@ TEST(CudaCore, ScaleResidualAndReluAreExact) {
     residual_relu_forward(gpu_ctx(), dinplace.get(), dinplace.get(), db.get(), n);
     EXPECT_TRUE(bitwise_equal("residual_relu in place", dinplace.download(), want));
   }
+  // a block input's gradient through the previous block's ReLU in one pass (the ReLU output: a's values)
+  {
+    residual_relu_backward(gpu_ctx(), dout.get(), da.get(), db.get(), da.get(), n);
+    std::vector<float> want(static_cast<size_t>(n));
+    residual_relu_backward(cpu_ctx(), want.data(), a.data(), b.data(), a.data(), n);
+    EXPECT_TRUE(bitwise_equal("residual_relu_backward", dout.download(), want));
+  }
   // ReLU forward and backward, out of place and in place
   {
     relu_forward(gpu_ctx(), dout.get(), da.get(), n);

@@ -499,6 +499,34 @@ TEST(KernelsBf16, ResidualReluIsResidualThenRelu) {
   check_residual_relu_is_residual_then_relu<float>(ExecContext{Device::CPU, nullptr, Precision::FP32});
 }
 
+// residual_relu_backward (a block input's gradient through the previous block's ReLU) is residual_forward then
+// relu_backward, bit for bit, in place on either operand too, with -0, +-inf and NaN sums and ReLU outputs of +0, -0
+// and NaN.
+template <typename A>
+void check_residual_relu_backward_is_the_two_ops(const ExecContext& ctx) {
+  const int64_t n = 70001;
+  std::vector<float> af = random_vector(n, 54), bf = random_vector(n, 55), of = random_vector(n, 56, -1.0, 1.0);
+  af[0] = 0.0f, bf[0] = -0.0f;
+  af[1] = -0.0f, bf[1] = -0.0f;
+  af[2] = INFINITY, af[3] = -INFINITY, af[4] = NAN, af[5] = INFINITY, bf[5] = -INFINITY;
+  of[6] = 0.0f, of[7] = -0.0f, of[8] = NAN, of[9] = INFINITY;
+  std::vector<A> a(n), b(n), o(n);
+  for (int64_t i = 0; i < n; i++) a[i] = from_f32<A>(af[i]), b[i] = from_f32<A>(bf[i]), o[i] = from_f32<A>(of[i]);
+  std::vector<A> fused(n), sum(n), composed(n), in_a = a, in_b = b;
+  residual_relu_backward(ctx, fused.data(), a.data(), b.data(), o.data(), n);
+  residual_relu_backward(ctx, in_a.data(), in_a.data(), b.data(), o.data(), n);
+  residual_relu_backward(ctx, in_b.data(), a.data(), in_b.data(), o.data(), n);
+  residual_forward(ctx, sum.data(), a.data(), b.data(), n);
+  relu_backward(ctx, composed.data(), sum.data(), o.data(), n);
+  EXPECT_TRUE(bitwise_equal("residual_relu_backward", fused, composed));
+  EXPECT_TRUE(bitwise_equal("residual_relu_backward in place (a)", in_a, composed));
+  EXPECT_TRUE(bitwise_equal("residual_relu_backward in place (b)", in_b, composed));
+}
+TEST(KernelsBf16, ResidualReluBackwardIsTheTwoOps) {
+  check_residual_relu_backward_is_the_two_ops<bf16>(kCpu);
+  check_residual_relu_backward_is_the_two_ops<float>(ExecContext{Device::CPU, nullptr, Precision::FP32});
+}
+
 TEST(KernelsBf16, Residual) {
   const int64_t n = 70001;
   const auto a = random_bf16(n, 50), b = random_bf16(n, 51);

@@ -39,6 +39,15 @@ RUNS = {
                                                              "parallel.schedule=gpipe", "train.micro_batch=1"]),
     "resnet_tiny_dp2": ("train_resnet", 2, RESNET_TINY, []),
     "resnet_tiny_dp2_zero1_bn": ("train_resnet", 2, RESNET_TINY, ["parallel.zero=1", "model.sync_bn=false"]),
+    # the layouts added since the one-loop refactor: TP with SP under ZeRO-3, the interleaved pipeline, ZeRO-2 with
+    # bf16 gradient reduction, hybrid sharding, bf16 with selective recompute, the ResNet under ZeRO-3
+    "gpt_tiny_tp2_sp_zero3": ("train_gpt", 4, GPT_TINY, ["parallel.tp=2", "parallel.sp=true", "parallel.zero=3"]),
+    "gpt_tiny_pp2_v2": ("train_gpt", 2, GPT_TINY, ["parallel.pp=2", "parallel.schedule=1f1b",
+                                                    "parallel.virtual_stages=2"]),
+    "gpt_tiny_dp4_zero2_bf16grad": ("train_gpt", 4, GPT_TINY, ["parallel.zero=2", "parallel.grad_dtype=bf16"]),
+    "gpt_tiny_dp4_zero1_group2": ("train_gpt", 4, GPT_TINY, ["parallel.zero=1", "parallel.zero_group=2"]),
+    "gpt_tiny_dp2_bf16_selective": ("train_gpt", 2, GPT_TINY, ["train.precision=bf16", "train.recompute=selective"]),
+    "resnet_tiny_dp2_zero3": ("train_resnet", 2, RESNET_TINY, ["parallel.zero=3"]),
 }
 
 

@@ -3,7 +3,7 @@
 # time limit on a machine that builds nothing: for a remote GPU lent for a few minutes, whose only way back is a
 # folder. Run in the repository root with the bundle at .gpu/bundle.tar.xz:
 #
-#   bash validation/gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile]
+#   bash validation/gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile] [--profile-resnet]
 #                                         [--extra NAME=COMMAND ...] [--skip LIST] [--layouts ARGS]
 #                                         [--layouts-budget S]
 #
@@ -16,7 +16,8 @@
 # nchw=model.memory_format=nchw beside its channels-last bf16 row),
 # while the budget lasts (its JSON Lines records and row logs under validation/results/gpu/ and its tables
 # validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before it with --profile, Nsight
-# Compute's time per kernel of one GPT-2 124M bf16 step (micro-batch 16). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
+# Compute's time per kernel of one GPT-2 124M bf16 step (micro-batch 16); with --profile-resnet, of one ResNet-50 bf16
+# step (micro-batch 64) channels-last and NCHW (logs profile_resnet_nhwc.log, profile_resnet_nchw.log). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
 # back too). --skip drops parts of phase A's parallel work (unit, cuda_run, sanitize, or all; --extra still runs).
 # --layouts ARGS (one string, split at blanks): after the parallel work, before phase B, alone on the GPU, the layout
 # matrix `python3 validation/gpu_layouts.py ARGS` (several ranks on one GPU; validation/gpu_layouts.py), for at most
@@ -33,11 +34,12 @@
 # into OUTDIR/summary.txt as they come. Used for the first H100 run: validation/results/gpu_nvidia_h100_80gb_hbm3_*.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-USAGE="usage: gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile] [--extra N=CMD]"
+USAGE="usage: gpu_session.sh OUTDIR [--budget S] [--bench LIST] [--sanitize LIST] [--profile] [--profile-resnet]"
+USAGE+=" [--extra N=CMD]"
 USAGE+=" [--skip unit,cuda_run,sanitize|all] [--layouts ARGS] [--layouts-budget S]"
 OUTDIR="${1:?$USAGE}"
 shift
-BUDGET=480 BENCH=gpt SANITIZE=memcheck,racecheck PROFILE=0 SKIP="" LAYOUTS="" LAYOUTS_BUDGET=""
+BUDGET=480 BENCH=gpt SANITIZE=memcheck,racecheck PROFILE=0 PROFILE_RESNET=0 SKIP="" LAYOUTS="" LAYOUTS_BUDGET=""
 EXTRA=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -45,6 +47,7 @@ while [ "$#" -gt 0 ]; do
     --bench) BENCH="$2"; shift 2 ;;
     --sanitize) SANITIZE="$2"; shift 2 ;;
     --profile) PROFILE=1; shift ;;
+    --profile-resnet) PROFILE_RESNET=1; shift ;;
     --extra) EXTRA+=("$2"); shift 2 ;;
     --skip) SKIP="$2"; shift 2 ;;
     --layouts) LAYOUTS="$2"; shift 2 ;;
@@ -208,6 +211,23 @@ PY
     --set data.val=/tmp/prof_val.bin --set train.eval_every=0 --set sample.tokens=0 --set checkpoint.at_end=false \
     --set checkpoint.every=0 --set data.eval_sequences=64
   wait
+fi
+
+# Where a ResNet-50 bf16 step spends its GPU time, in both activation layouts (the channels-last default and NCHW):
+# every kernel of one training step at micro-batch 64 (and the evaluation of 64 images), as the profile above.
+if [ "$PROFILE_RESNET" = 1 ] && [ -n "$NCU" ]; then
+  build/apps/prepare_images synthetic --out-dir /tmp/prof_images --name r50 --train 128 --val 64 --shape 3x224x224 \
+    --classes 1000 --seed 1 > "$LOGS/prof_images.log" 2>&1
+  for fmt in nhwc nchw; do
+    run_bg "profile_resnet_$fmt" 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+      --print-summary per-kernel --csv build/apps/train_resnet inputs/resnet50.toml --out "/tmp/prof_resnet_$fmt" \
+      --set train.device=cuda --set train.precision=bf16 --set model.memory_format=$fmt --set train.epochs=0 \
+      --set train.steps=1 --set train.micro_batch=64 --set train.global_batch=64 \
+      --set data.train=/tmp/prof_images/r50_train.h5 --set data.test=/tmp/prof_images/r50_val.h5 \
+      --set data.eval_images=64 --set data.crop_pad=0 --set data.flip=false --set train.eval_every=0 \
+      --set checkpoint.at_end=false --set checkpoint.every=0 --set checkpoint.every_minutes=0
+    wait
+  done
 fi
 
 IFS=, read -r -a benches <<< "$BENCH"

@@ -5,7 +5,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 bash scripts/setup.sh
-bash scripts/build.sh
+bash scripts/build.sh --apps  # the apps and data tools only: no tests, CUDA only where a GPU is visible
 bash scripts/prepare_data.sh
 build="${HPCT_BUILD_DIR:-$here/build}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

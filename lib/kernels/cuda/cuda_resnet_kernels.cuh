@@ -204,11 +204,15 @@ __device__ __forceinline__ S bn_epilogue(float v, const S* residual, S res) {
   if (residual) return bn_store<true, S>(to_float(from_float<S>(v)) + to_float(res));
   return bn_store<kRelu, S>(v);
 }
+// dy through the ReLU whose output is y (kRelu), as relu_backward_kernel passes it; dy itself otherwise.
+template <bool kRelu, typename S>
+__device__ __forceinline__ float bn_relu_masked(float dy, S y) {
+  if constexpr (kRelu) return to_float(y) > 0.0f ? dy : 0.0f;
+  return dy;
+}
 template <bool kRelu, typename S>
 __device__ __forceinline__ float bn_masked_dy(const S* __restrict__ dout, const S* __restrict__ relu_out, int64_t off) {
-  const float dy = to_float(dout[off]);
-  if constexpr (kRelu) return to_float(relu_out[off]) > 0.0f ? dy : 0.0f;
-  return dy;
+  return bn_relu_masked<kRelu>(to_float(dout[off]), kRelu ? relu_out[off] : S{});
 }
 
 // The pointwise BatchNorm passes (apply, eval, backward apply) move a plane's values in packs of P (a plane launch
@@ -245,8 +249,12 @@ __global__ void bn_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, 
   }
 }
 
-// Evaluation: out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) * gamma) + beta (residual as
-// bn_apply_kernel's).
+// Evaluation's scale of a channel: float(1 / sqrt(double(running_var) + eps)) * gamma, as the CPU's.
+__device__ __forceinline__ float bn_eval_scale(float running_var, float eps, float gamma) {
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(running_var) + static_cast<double>(eps))) * gamma;
+}
+
+// Evaluation: out = (x - running_mean) * bn_eval_scale + beta (residual as bn_apply_kernel's).
 template <int P, typename S, bool kRelu = false>
 __global__ void bn_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, const S* __restrict__ gamma,
                                const S* __restrict__ beta, const float* __restrict__ running_mean,
@@ -254,8 +262,7 @@ __global__ void bn_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, c
                                const S* __restrict__ residual = nullptr) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
-    const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
-                        to_float(gamma[c]);
+    const float scale = bn_eval_scale(running_var[c], eps, to_float(gamma[c]));
     bn_affine_plane<P, kRelu>(out + p * HW, inp + p * HW, residual ? residual + p * HW : nullptr, HW, running_mean[c],
                               scale, to_float(beta[c]));
   }
@@ -286,10 +293,19 @@ __global__ void bn_update_running_kernel(float* __restrict__ running_mean, float
   running_var[c] = static_cast<float>((1.0 - mom) * running_var[c] + mom * (m2 / (count - 1.0)));
 }
 
-// dx = gamma rstd (dy - sum_dy / count - xhat sum_dy_xhat / count), in float, as the CPU's dinp_channel.
-__device__ __forceinline__ float bn_dinp_value(float dy, float x, float mean, float rstd, float k0, float mdy,
-                                               float mdyx) {
-  return k0 * (dy - mdy - (x - mean) * rstd * mdyx);
+// dx = gamma rstd (dy - sum_dy / count - xhat sum_dy_xhat / count), in float, as the CPU's dinp_channel, from a
+// channel's factors (bn_dinp_factors: the saved mean and rstd, k0 = gamma rstd, the two sums over count).
+struct BnDinpFactors {
+  float mean, rstd, k0, mdy, mdyx;
+};
+__device__ __forceinline__ BnDinpFactors bn_dinp_factors(int c, const float* save_mean, const float* save_rstd,
+                                                         float gamma, const float* global_sums, double count) {
+  const float rstd = save_rstd[c];
+  return {save_mean[c], rstd, gamma * rstd, static_cast<float>(static_cast<double>(global_sums[2 * c]) / count),
+          static_cast<float>(static_cast<double>(global_sums[2 * c + 1]) / count)};
+}
+__device__ __forceinline__ float bn_dinp_value(float dy, float x, const BnDinpFactors& f) {
+  return f.k0 * (dy - f.mdy - (x - f.mean) * f.rstd * f.mdyx);
 }
 
 // The gradient sums as a full-grid two-stage reduction (the statistics' groups, bn_groups_launch with 2 doubles):
@@ -358,10 +374,7 @@ __global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restri
                                          double count, int64_t planes, int C, int HW) {
   HPCT_FOR_PLANES(p, planes) {
     const int c = static_cast<int>(p % C);
-    const float mean = save_mean[c], rstd = save_rstd[c];
-    const float k0 = to_float(gamma[c]) * rstd;
-    const float mdy = static_cast<float>(static_cast<double>(global_sums[2 * c]) / count);
-    const float mdyx = static_cast<float>(static_cast<double>(global_sums[2 * c + 1]) / count);
+    const BnDinpFactors f = bn_dinp_factors(c, save_mean, save_rstd, to_float(gamma[c]), global_sums, count);
     const S* x = inp + p * HW;
     const S* dy = dout + p * HW;
     const S* y = kRelu ? relu_out + p * HW : nullptr;
@@ -372,18 +385,59 @@ __global__ void bn_backward_apply_kernel(S* __restrict__ dinp, const S* __restri
       if constexpr (kRelu) yv = load_pack<P>(y + k * P);
       Pack<S, P> dxv;
 #pragma unroll
-      for (int j = 0; j < P; j++) {
-        float g = to_float(dyv.v[j]);
-        if constexpr (kRelu) g = to_float(yv.v[j]) > 0.0f ? g : 0.0f;
-        dxv.v[j] = from_float<S>(bn_dinp_value(g, to_float(xv.v[j]), mean, rstd, k0, mdy, mdyx));
-      }
+      for (int j = 0; j < P; j++)
+        dxv.v[j] = from_float<S>(
+            bn_dinp_value(bn_relu_masked<kRelu>(to_float(dyv.v[j]), yv.v[j]), to_float(xv.v[j]), f));
       store_pack<P>(dx + k * P, dxv);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// MaxPool2d forward: one thread per output; the first maximum in row-major window order wins (as the CPU).
+// MaxPool2d's window of output (oh, ow) over a channel whose value (ih, iw) is x[(ih W + iw) step] (step 1 in NCHW, C
+// channels-last): the first maximum in row-major window order wins (as the CPU); arg = ih W + iw, the plane index.
+template <typename S>
+__device__ __forceinline__ float maxpool_window_max(const S* __restrict__ x, int64_t step, int H, int W, int oh, int ow,
+                                                    int K, int stride, int pad, int32_t& arg) {
+  const int h0 = oh * stride - pad, w0 = ow * stride - pad;
+  const int h_lo = max(h0, 0), h_hi = min(h0 + K, H), w_lo = max(w0, 0), w_hi = min(w0 + K, W);
+  float best = -INFINITY;
+  arg = -1;
+  for (int ih = h_lo; ih < h_hi; ih++)
+    for (int iw = w_lo; iw < w_hi; iw++) {
+      const float v = to_float(x[(ih * W + iw) * step]);
+      if (v > best || arg < 0) {
+        best = v;
+        arg = ih * W + iw;
+      }
+    }
+  return best;
+}
+
+// MaxPool2d backward's gather for input (ih, iw) of a channel whose dout / idx of output (oh, ow) are at
+// ((oh OW + ow) step): dout summed over the windows that contain it and whose idx names it, in increasing (oh, ow)
+// order, i.e. the order of the CPU's scatter loop: the same float adds in the same order, bit for bit.
+template <typename S>
+__device__ __forceinline__ float maxpool_gather(const S* __restrict__ dy, const int32_t* __restrict__ id, int64_t step,
+                                                int ih, int iw, int W, int OH, int OW, int K, int stride, int pad) {
+  const int self = ih * W + iw;
+  // windows oh with oh*stride - pad <= ih < oh*stride - pad + K, i.e. ceil((ih+pad-K+1)/stride) <= oh <=
+  // floor((ih+pad)/stride); ih + pad >= 0 always
+  const int hn = ih + pad - K + 1, wn = iw + pad - K + 1;
+  const int oh_lo = hn <= 0 ? 0 : (hn + stride - 1) / stride;
+  const int oh_hi = min(OH - 1, (ih + pad) / stride);
+  const int ow_lo = wn <= 0 ? 0 : (wn + stride - 1) / stride;
+  const int ow_hi = min(OW - 1, (iw + pad) / stride);
+  float acc = 0.0f;
+  for (int oh = oh_lo; oh <= oh_hi; oh++)
+    for (int ow = ow_lo; ow <= ow_hi; ow++) {
+      const int64_t o = (static_cast<int64_t>(oh) * OW + ow) * step;
+      if (id[o] == self) acc += to_float(dy[o]);
+    }
+  return acc;
+}
+
+// MaxPool2d forward: one thread per output (maxpool_window_max).
 template <typename S>
 __global__ void maxpool_forward_kernel(S* __restrict__ out, int32_t* __restrict__ idx, const S* __restrict__ inp,
                                        int64_t planes, int H, int W, int OH, int OW, int K, int stride, int pad) {
@@ -392,28 +446,15 @@ __global__ void maxpool_forward_kernel(S* __restrict__ out, int32_t* __restrict_
     const S* x = inp + p * H * W;
     HPCT_FOR_POSITIONS(j, OHW) {
       const int jj = static_cast<int>(j);  // < OH*OW < 2^31: 32-bit division
-      const int oh = jj / OW, ow = jj % OW;
-      const int h0 = oh * stride - pad, w0 = ow * stride - pad;
-      const int h_lo = max(h0, 0), h_hi = min(h0 + K, H), w_lo = max(w0, 0), w_hi = min(w0 + K, W);
-      float best = -INFINITY;
-      int32_t arg = -1;
-      for (int ih = h_lo; ih < h_hi; ih++)
-        for (int iw = w_lo; iw < w_hi; iw++) {
-          const float v = to_float(x[ih * W + iw]);
-          if (v > best || arg < 0) {
-            best = v;
-            arg = ih * W + iw;
-          }
-        }
+      int32_t arg;
+      const float best = maxpool_window_max(x, 1, H, W, jj / OW, jj % OW, K, stride, pad, arg);
       out[p * OHW + j] = from_float<S>(best);  // a value of the input: exact
       idx[p * OHW + j] = arg;
     }
   }
 }
 
-// MaxPool2d backward as a gather (no atomics): input (ih, iw) sums dout over the windows that contain it and whose
-// idx names it, the windows taken in increasing (oh, ow) order, i.e. the order of the CPU's scatter loop: the same
-// float adds in the same order, bit for bit.
+// MaxPool2d backward as a gather (no atomics, maxpool_gather), one thread per input.
 template <typename S>
 __global__ void maxpool_backward_kernel(S* __restrict__ dinp, const S* __restrict__ dout,
                                         const int32_t* __restrict__ idx, int64_t planes, int H, int W, int OH, int OW,
@@ -424,22 +465,7 @@ __global__ void maxpool_backward_kernel(S* __restrict__ dinp, const S* __restric
     const int32_t* id = idx + p * OHW;
     HPCT_FOR_POSITIONS(j, HW) {
       const int jj = static_cast<int>(j);  // < H*W < 2^31: 32-bit division
-      const int ih = jj / W, iw = jj % W;
-      const int self = ih * W + iw;
-      // windows oh with oh*stride - pad <= ih < oh*stride - pad + K, i.e. ceil((ih+pad-K+1)/stride) <= oh <=
-      // floor((ih+pad)/stride); ih + pad >= 0 always
-      const int hn = ih + pad - K + 1, wn = iw + pad - K + 1;
-      const int oh_lo = hn <= 0 ? 0 : (hn + stride - 1) / stride;
-      const int oh_hi = min(OH - 1, (ih + pad) / stride);
-      const int ow_lo = wn <= 0 ? 0 : (wn + stride - 1) / stride;
-      const int ow_hi = min(OW - 1, (iw + pad) / stride);
-      float acc = 0.0f;
-      for (int oh = oh_lo; oh <= oh_hi; oh++)
-        for (int ow = ow_lo; ow <= ow_hi; ow++) {
-          const int64_t o = static_cast<int64_t>(oh) * OW + ow;
-          if (id[o] == self) acc += to_float(dy[o]);
-        }
-      dinp[p * HW + j] = from_float<S>(acc);
+      dinp[p * HW + j] = from_float<S>(maxpool_gather(dy, id, 1, jj / W, jj % W, W, OH, OW, K, stride, pad));
     }
   }
 }
@@ -513,19 +539,24 @@ struct BnGroupsLaunch {
   LaunchShape partial, finish;
   int64_t groups = 1, per_group = 0;
 };
-BnGroupsLaunch bn_groups_launch(int N, int C, int HW, int64_t partials_bytes, int doubles_per_group) {
-  const int64_t total = static_cast<int64_t>(N) * HW;
+// The groups of a channel's `total` values (either layout): at least min_per values each, at most kBnMaxGroups and no
+// more than `partials_bytes` hold; the finish stage, one warp per channel.
+BnGroupsLaunch bn_groups_split(int64_t total, int C, int64_t partials_bytes, int doubles_per_group, int64_t min_per) {
   int64_t max_groups = partials_bytes /
                        (doubles_per_group * static_cast<int64_t>(C) * static_cast<int64_t>(sizeof(double)));
   max_groups = max_groups < 1 ? 1 : (max_groups > kBnMaxGroups ? kBnMaxGroups : max_groups);
   int64_t per = (total + max_groups - 1) / max_groups;
-  if (per < kBnMinGroupValues) per = kBnMinGroupValues;
-  const int64_t groups = total == 0 ? 1 : (total + per - 1) / per;
+  if (per < min_per) per = min_per;
   BnGroupsLaunch l;
-  l.partial = {{static_cast<unsigned>(groups), static_cast<unsigned>(C), 1}, {kBnGroupThreads, 1, 1}, 0};
-  l.finish = {{static_cast<unsigned>(C), 1, 1}, {32, 1, 1}, 0};
-  l.groups = groups;
+  l.groups = total == 0 ? 1 : (total + per - 1) / per;
   l.per_group = per;
+  l.finish = {{static_cast<unsigned>(C), 1, 1}, {32, 1, 1}, 0};
+  return l;
+}
+BnGroupsLaunch bn_groups_launch(int N, int C, int HW, int64_t partials_bytes, int doubles_per_group) {
+  BnGroupsLaunch l = bn_groups_split(static_cast<int64_t>(N) * HW, C, partials_bytes, doubles_per_group,
+                                     kBnMinGroupValues);
+  l.partial = {{static_cast<unsigned>(l.groups), static_cast<unsigned>(C), 1}, {kBnGroupThreads, 1, 1}, 0};
   return l;
 }
 

@@ -112,13 +112,12 @@ __global__ void __launch_bounds__(kNhwcChannels* kNhwcRows)
   }
 }
 
-// out = (x - mean) * (rstd * gamma) + beta over `packs` packs of P channels (bn_apply_kernel's formula and epilogue:
-// kRelu, or the residual add and ReLU where residual is given).
-template <int P, typename S, bool kRelu = false>
-__global__ void bn_nhwc_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, const float* __restrict__ mean,
-                                     const float* __restrict__ rstd, const S* __restrict__ gamma,
-                                     const S* __restrict__ beta, int64_t packs, int C,
-                                     const S* __restrict__ residual = nullptr) {
+// out = (x - m) * scale + shift over `packs` packs of P channels, factors(c, m, scale, shift) giving a channel's
+// (bn_affine_plane's formula and bn_epilogue: kRelu, or the residual add and ReLU where residual is given).
+template <int P, bool kRelu, typename S, typename Factors>
+__device__ __forceinline__ void bn_nhwc_affine(S* __restrict__ out, const S* __restrict__ inp,
+                                               const S* __restrict__ residual, int64_t packs, int C,
+                                               Factors&& factors) {
   HPCT_GRID_STRIDE_LOOP(k, packs) {
     const int c0 = static_cast<int>((k * P) % C);
     const Pack<S, P> xv = load_pack<P>(inp + k * P);
@@ -127,38 +126,38 @@ __global__ void bn_nhwc_apply_kernel(S* __restrict__ out, const S* __restrict__ 
     Pack<S, P> ov;
 #pragma unroll
     for (int j = 0; j < P; j++) {
-      const int c = c0 + j;
-      ov.v[j] = bn_epilogue<kRelu>((to_float(xv.v[j]) - mean[c]) * (rstd[c] * to_float(gamma[c])) + to_float(beta[c]),
-                                   residual, rv.v[j]);
+      float m, scale, shift;
+      factors(c0 + j, m, scale, shift);
+      ov.v[j] = bn_epilogue<kRelu>((to_float(xv.v[j]) - m) * scale + shift, residual, rv.v[j]);
     }
     store_pack<P>(out + k * P, ov);
   }
 }
 
-// Evaluation (bn_eval_kernel's formula): out = (x - running_mean) * (float(1 / sqrt(double(running_var) + eps)) *
-// gamma) + beta.
+// out = (x - mean) * (rstd * gamma) + beta (bn_apply_kernel's factors).
+template <int P, typename S, bool kRelu = false>
+__global__ void bn_nhwc_apply_kernel(S* __restrict__ out, const S* __restrict__ inp, const float* __restrict__ mean,
+                                     const float* __restrict__ rstd, const S* __restrict__ gamma,
+                                     const S* __restrict__ beta, int64_t packs, int C,
+                                     const S* __restrict__ residual = nullptr) {
+  bn_nhwc_affine<P, kRelu>(out, inp, residual, packs, C, [&](int c, float& m, float& scale, float& shift) {
+    m = mean[c];
+    scale = rstd[c] * to_float(gamma[c]);
+    shift = to_float(beta[c]);
+  });
+}
+
+// Evaluation: out = (x - running_mean) * bn_eval_scale + beta (bn_eval_kernel's factors).
 template <int P, typename S, bool kRelu = false>
 __global__ void bn_nhwc_eval_kernel(S* __restrict__ out, const S* __restrict__ inp, const S* __restrict__ gamma,
                                     const S* __restrict__ beta, const float* __restrict__ running_mean,
                                     const float* __restrict__ running_var, int64_t packs, int C, float eps,
                                     const S* __restrict__ residual = nullptr) {
-  HPCT_GRID_STRIDE_LOOP(k, packs) {
-    const int c0 = static_cast<int>((k * P) % C);
-    const Pack<S, P> xv = load_pack<P>(inp + k * P);
-    Pack<S, P> rv{};
-    if (residual) rv = load_pack<P>(residual + k * P);
-    Pack<S, P> ov;
-#pragma unroll
-    for (int j = 0; j < P; j++) {
-      const int c = c0 + j;
-      const float scale = static_cast<float>(1.0 /
-                                             sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps))) *
-                          to_float(gamma[c]);
-      ov.v[j] = bn_epilogue<kRelu>((to_float(xv.v[j]) - running_mean[c]) * scale + to_float(beta[c]), residual,
-                                   rv.v[j]);
-    }
-    store_pack<P>(out + k * P, ov);
-  }
+  bn_nhwc_affine<P, kRelu>(out, inp, residual, packs, C, [&](int c, float& m, float& scale, float& shift) {
+    m = running_mean[c];
+    scale = bn_eval_scale(running_var[c], eps, to_float(gamma[c]));
+    shift = to_float(beta[c]);
+  });
 }
 
 // dinp from the gradient sums over `count` values per channel (bn_backward_apply_kernel's formula; kRelu: dout masked
@@ -178,20 +177,15 @@ __global__ void bn_nhwc_backward_apply_kernel(S* __restrict__ dinp, const S* __r
 #pragma unroll
     for (int j = 0; j < P; j++) {
       const int c = c0 + j;
-      const float mean = save_mean[c], rstd = save_rstd[c];
-      const float k0 = to_float(gamma[c]) * rstd;
-      const float mdy = static_cast<float>(static_cast<double>(global_sums[2 * c]) / count);
-      const float mdyx = static_cast<float>(static_cast<double>(global_sums[2 * c + 1]) / count);
-      float g = to_float(dyv.v[j]);
-      if constexpr (kRelu) g = to_float(yv.v[j]) > 0.0f ? g : 0.0f;
-      dxv.v[j] = from_float<S>(bn_dinp_value(g, to_float(xv.v[j]), mean, rstd, k0, mdy, mdyx));
+      const BnDinpFactors f = bn_dinp_factors(c, save_mean, save_rstd, to_float(gamma[c]), global_sums, count);
+      dxv.v[j] = from_float<S>(bn_dinp_value(bn_relu_masked<kRelu>(to_float(dyv.v[j]), yv.v[j]), to_float(xv.v[j]), f));
     }
     store_pack<P>(dinp + k * P, dxv);
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// MaxPool2d forward, one thread per output (n, oh, ow, c): the first maximum in row-major window order wins;
+// MaxPool2d forward, one thread per output (n, oh, ow, c): maxpool_window_max over the channel's values (step C);
 // idx = ih*W + iw, the plane index as in NCHW.
 template <typename S>
 __global__ void maxpool_nhwc_forward_kernel(S* __restrict__ out, int32_t* __restrict__ idx, const S* __restrict__ inp,
@@ -204,26 +198,15 @@ __global__ void maxpool_nhwc_forward_kernel(S* __restrict__ out, int32_t* __rest
     const int64_t r2 = r / OW;
     const int oh = static_cast<int>(r2 % OH);
     const int64_t n = r2 / OH;
-    const S* x = inp + n * H * W * C + c;
-    const int h0 = oh * stride - pad, w0 = ow * stride - pad;
-    const int h_lo = max(h0, 0), h_hi = min(h0 + K, H), w_lo = max(w0, 0), w_hi = min(w0 + K, W);
-    float best = -INFINITY;
-    int32_t arg = -1;
-    for (int ih = h_lo; ih < h_hi; ih++)
-      for (int iw = w_lo; iw < w_hi; iw++) {
-        const float v = to_float(x[static_cast<int64_t>(ih * W + iw) * C]);
-        if (v > best || arg < 0) {
-          best = v;
-          arg = ih * W + iw;
-        }
-      }
+    int32_t arg;
+    const float best = maxpool_window_max(inp + n * H * W * C + c, C, H, W, oh, ow, K, stride, pad, arg);
     out[o] = from_float<S>(best);  // a value of the input: exact
     idx[o] = arg;
   }
 }
 
-// MaxPool2d backward as a gather (maxpool_backward_kernel's), one thread per input (n, ih, iw, c): dout summed over the
-// windows that contain it and whose idx names it, in increasing (oh, ow) order.
+// MaxPool2d backward as a gather (maxpool_gather over the channel's outputs, step C), one thread per input
+// (n, ih, iw, c).
 template <typename S>
 __global__ void maxpool_nhwc_backward_kernel(S* __restrict__ dinp, const S* __restrict__ dout,
                                              const int32_t* __restrict__ idx, int64_t total, int C, int H, int W,
@@ -235,20 +218,8 @@ __global__ void maxpool_nhwc_backward_kernel(S* __restrict__ dinp, const S* __re
     const int64_t r2 = r / W;
     const int ih = static_cast<int>(r2 % H);
     const int64_t n = r2 / H;
-    const int self = ih * W + iw;
-    const int hn = ih + pad - K + 1, wn = iw + pad - K + 1;
-    const int oh_lo = hn <= 0 ? 0 : (hn + stride - 1) / stride;
-    const int oh_hi = min(OH - 1, (ih + pad) / stride);
-    const int ow_lo = wn <= 0 ? 0 : (wn + stride - 1) / stride;
-    const int ow_hi = min(OW - 1, (iw + pad) / stride);
-    const int64_t base = n * OH * OW;
-    float acc = 0.0f;
-    for (int oh = oh_lo; oh <= oh_hi; oh++)
-      for (int ow = ow_lo; ow <= ow_hi; ow++) {
-        const int64_t o = (base + static_cast<int64_t>(oh) * OW + ow) * C + c;
-        if (idx[o] == self) acc += to_float(dout[o]);
-      }
-    dinp[i] = from_float<S>(acc);
+    const int64_t base = n * OH * OW * C + c;
+    dinp[i] = from_float<S>(maxpool_gather(dout + base, idx + base, C, ih, iw, W, OH, OW, K, stride, pad));
   }
 }
 
@@ -352,20 +323,11 @@ __global__ void nhwc_channel_sum_accumulate_kernel(float* __restrict__ dbias, co
 // statistics, 2 for the gradient sums) with `partials_bytes` of partials: groups of at least kBnNhwcMinGroupPositions
 // positions, at most kBnMaxGroups and no more than fit; blocks (group, 32-channel tile); the finish as bn_groups_launch.
 BnGroupsLaunch bn_nhwc_groups_launch(int N, int C, int HW, int64_t partials_bytes, int doubles_per_group) {
-  const int64_t total = static_cast<int64_t>(N) * HW;
-  int64_t max_groups = partials_bytes /
-                       (doubles_per_group * static_cast<int64_t>(C) * static_cast<int64_t>(sizeof(double)));
-  max_groups = max_groups < 1 ? 1 : (max_groups > kBnMaxGroups ? kBnMaxGroups : max_groups);
-  int64_t per = (total + max_groups - 1) / max_groups;
-  if (per < kBnNhwcMinGroupPositions) per = kBnNhwcMinGroupPositions;
-  const int64_t groups = total == 0 ? 1 : (total + per - 1) / per;
-  BnGroupsLaunch l;
-  l.partial = {{static_cast<unsigned>(groups), static_cast<unsigned>((C + kNhwcChannels - 1) / kNhwcChannels), 1},
+  BnGroupsLaunch l = bn_groups_split(static_cast<int64_t>(N) * HW, C, partials_bytes, doubles_per_group,
+                                     kBnNhwcMinGroupPositions);
+  l.partial = {{static_cast<unsigned>(l.groups), static_cast<unsigned>((C + kNhwcChannels - 1) / kNhwcChannels), 1},
                {kNhwcChannels, kNhwcRows, 1},
                0};
-  l.finish = {{static_cast<unsigned>(C), 1, 1}, {32, 1, 1}, 0};
-  l.groups = groups;
-  l.per_group = per;
   return l;
 }
 

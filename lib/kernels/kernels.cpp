@@ -102,17 +102,12 @@ std::vector<ProfileRow> profile_take() {
     }                                                                                  \
   } while (0)
 
-// On CUDA, the call of a CUDA op with arguments the CPU's NCHW op lacks (a BatchNorm's fused ReLU); elsewhere nothing.
-#ifdef HPCT_HAVE_CUDA
-#define HPCT_CUDA_FUSED(op, ...)                                       \
-  do {                                                                 \
-    if (ctx.device == Device::CUDA) return cuda::op(ctx, __VA_ARGS__); \
+// On CUDA, the call of a CUDA op with arguments the CPU's NCHW op lacks (a BatchNorm's fused ReLU), or the error of a
+// build without the CUDA backend (HPCT_CUDA_CALL's); on the CPU nothing.
+#define HPCT_CUDA_FUSED(op, ...)                                                   \
+  do {                                                                             \
+    if (ctx.device == Device::CUDA) HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
-#else
-#define HPCT_CUDA_FUSED(op, ...) \
-  do {                           \
-  } while (0)
-#endif
 
 // The dispatch of an op templated on the storage type A: HPCT_DISPATCH, except that A = fp16 never instantiates the
 // CPU call (the CPU backend has no fp16 storage: cpu_fp16_error on the CPU, the CUDA call otherwise).

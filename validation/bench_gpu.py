@@ -385,8 +385,13 @@ def bench_hpctrain(kind, exe, deck, base_sets, candidates, mem_gib, work, args, 
             log(f"  run failed: {r['error']}")
         r["throughput"] = unit_per_mb * mb / r["ms"] * 1e3 if "ms" in r else None
         if rerun and "ms" in r:
-            log(f"  hpctrain {kind} micro-batch {mb}: the same settings again (bitwise rerun)")
-            r2 = run_hpctrain(exe, deck, base_sets(mb), work, name + "_rerun", args.timeout, args.warmup, sample_mem)
+            # a ResNet on CUDA timed its convolution algorithms into its run directory: the rerun computes with that
+            # table, as a rerun of a user's run does (docs/cuda.md), so that the comparison is of the same algorithms
+            table = os.path.join(work, name, "conv_algorithms.json")
+            rerun_sets = base_sets(mb) + ([f"train.conv_algorithms={table}"] if os.path.exists(table) else [])
+            log(f"  hpctrain {kind} micro-batch {mb}: the same settings again (bitwise rerun"
+                + (", with the first run's convolution algorithms)" if os.path.exists(table) else ")"))
+            r2 = run_hpctrain(exe, deck, rerun_sets, work, name + "_rerun", args.timeout, args.warmup, sample_mem)
             if "steps" in r2:
                 r["bitwise_rerun"], r["rerun_msg"] = same_bits(r["steps"], r2["steps"])
             else:

@@ -1095,6 +1095,14 @@ def bitwise(v, what, got, ref, steps):
         v.notes.append(f"{what}: {len(steps)} losses and gradient norms bitwise equal")
 
 
+def same_algorithms(case, run_dir):
+    """The --set that makes a run compared bitwise with the one in run_dir compute with its convolution algorithms:
+    train_resnet on the GPU times them into conv_algorithms.json, and a fresh timing may choose others (docs/cuda.md,
+    'Convolution algorithms')."""
+    table = os.path.join(run_dir, "conv_algorithms.json")
+    return [f"train.conv_algorithms={table}"] if case["app"] == "train_resnet" and os.path.exists(table) else []
+
+
 def kind_signal(case, backend, ref, v, log, d):
     out, full = os.path.join(d, "sig"), os.path.join(d, "straight")
     sched = [f"optim.decay_steps={SIGNAL_STEPS}", "train.eval_every=0"]
@@ -1145,7 +1153,8 @@ def kind_signal(case, backend, ref, v, log, d):
     r = run(case["app"], case["world"], out, base + sched + [f"train.steps={n}", "checkpoint.resume=latest"], env, log)
     if not expect_ok(v, "the resumed run", r, backend, out, range(1, n + 1)):
         return r
-    r = run(case["app"], case["world"], full, base + sched + [f"train.steps={n}"], env, log)
+    r = run(case["app"], case["world"], full, base + sched + [f"train.steps={n}"] + same_algorithms(case, out), env,
+            log)
     if not expect_ok(v, "the uninterrupted run", r, backend, full, range(1, n + 1)):
         return r
     v.notes.append(f"SIGUSR1 to rank 1 after step {sent['after']} was logged: exit 3 after step {stopped}, {latest}")
@@ -1184,7 +1193,8 @@ def kind_background(case, backend, ref, v, log, d):
         v.fail(f"background_ckpt: no step_{ASYNC_RESUME_FROM:08d} among {ck}")
         return r
     shutil.copytree(os.path.join(out, "checkpoints", f"step_{ASYNC_RESUME_FROM:08d}"), step)
-    r2 = run(case["app"], case["world"], again, sets + [f"checkpoint.resume={step}"], env, log)
+    r2 = run(case["app"], case["world"], again, sets + [f"checkpoint.resume={step}"] + same_algorithms(case, out), env,
+             log)
     if expect_ok(v, f"the resume from step {ASYNC_RESUME_FROM}", r2, backend, again,
                  range(ASYNC_RESUME_FROM + 1, STEPS + 1)):
         loss, gnorm = v.loss, v.gnorm

@@ -13,7 +13,8 @@
 # kernels; tools in --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated;
 # gpt also with the row --gpt-variant gelu_epilogue=train.gelu_epilogue=true, resnet with --resnet-variant
-# nchw=model.memory_format=nchw beside its channels-last bf16 row),
+# nchw=model.memory_format=nchw and heuristic_algorithms=train.conv_algorithms=heuristic beside its channels-last bf16
+# row),
 # while the budget lasts (its JSON Lines records and row logs under validation/results/gpu/ and its tables
 # validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before it with --profile, Nsight
 # Compute's time per kernel of one GPT-2 124M bf16 step (micro-batch 16); with --profile-resnet, of one ResNet-50 bf16
@@ -238,7 +239,9 @@ for b in "${benches[@]}"; do
   variants=()  # the GPT's kernel choices behind deck keys, each one more row at the same micro-batch
   [ "$b" = gpt ] && variants=(--gpt-variant gelu_epilogue=train.gelu_epilogue=true)
   # the ResNet's bf16 row runs channels-last (model.memory_format = auto on CUDA); the NCHW row beside it
-  [ "$b" = resnet ] && variants=(--resnet-variant nchw=model.memory_format=nchw)
+  # and cuDNN's heuristic order of convolution algorithms beside the timed choice (train.conv_algorithms)
+  [ "$b" = resnet ] && variants=(--resnet-variant nchw=model.memory_format=nchw
+    --resnet-variant heuristic_algorithms=train.conv_algorithms=heuristic)
   run_bg "bench_$b" "$left" python3 validation/bench_gpu.py --only "$b" --record --steps 20 --warmup 5 \
     --hp-precisions bf16 --timeout $((left - 20)) --work "/tmp/bench_work_$b" "${variants[@]}"
   wait

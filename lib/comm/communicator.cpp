@@ -91,4 +91,13 @@ std::string guarded_wait_message(int rank, const std::string& what, double waite
 }
 
 }  // namespace detail
+
+std::string broadcast_string(Communicator& comm, std::string s, int root, const std::string& what) {
+  int64_t len = static_cast<int64_t>(s.size());
+  comm.broadcast(&len, 1, DType::I64, root, what + " (length)");
+  s.resize(static_cast<size_t>(len));
+  if (len > 0) comm.broadcast(s.data(), len, DType::U8, root, what);
+  return s;
+}
+
 }  // namespace hpct::comm

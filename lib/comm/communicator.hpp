@@ -173,4 +173,7 @@ class Communicator {
   CommVolume volume_;
 };
 
+// Rank root's string on every rank of a host communicator (metadata: a length, then the bytes).
+std::string broadcast_string(Communicator& comm, std::string s, int root, const std::string& what);
+
 }  // namespace hpct::comm

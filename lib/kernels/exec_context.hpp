@@ -6,6 +6,9 @@
 #include "tensor/device.hpp"
 
 namespace hpct {
+namespace kernels {
+class ConvAlgorithms;  // kernels/conv_algorithms.hpp
+}
 
 // The arithmetic of the matrix products (deck key train.precision). Storage is fp32 everywhere (parameters, master
 // weights, optimizer state, activations, gradients); only the tensor-core products round their inputs:
@@ -57,6 +60,9 @@ struct ExecContext {
   // (the weights stay OIHW). The CPU backend with oneDNN only (kernels.hpp, conv2d_channels_last_runs); a ResNet sets
   // it for its own calls (model.memory_format).
   bool channels_last = false;
+  // CUDA: the convolution algorithms chosen by timing them (kernels/conv_algorithms.hpp); null, or a shape the table
+  // does not hold: cuDNN's heuristic order. A ResNet sets it for its own calls. The CPU backend ignores it.
+  const kernels::ConvAlgorithms* conv_algorithms = nullptr;
 };
 
 }  // namespace hpct

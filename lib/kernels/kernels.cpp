@@ -351,6 +351,17 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
                         W, OC, KH, KW, stride, pad);
 }
 template <typename A>
+ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y, A* dx, float* dw, float* workspace,
+                                  int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
+                                  int stride, int pad, int repeats) {
+  HPCT_CHECK(ctx.device == Device::CUDA,
+             "kernels::conv2d_time_algorithms: the {} backend runs each convolution one way: there is nothing to time "
+             "(call it on CUDA only)",
+             device_name(ctx.device));
+  HPCT_CUDA_CALL(conv2d_time_algorithms, x, w, y, dx, dw, workspace, workspace_floats, N, C, H, W, OC, KH, KW, stride,
+                 pad, repeats);
+}
+template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
                                const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
   HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
@@ -674,6 +685,7 @@ void instantiate_ops() {
       reinterpret_cast<const void*>(&crossentropy_vp_loss_backward<A>),
       reinterpret_cast<const void*>(&conv2d_forward<A>),
       reinterpret_cast<const void*>(&conv2d_backward<A>),
+      reinterpret_cast<const void*>(&conv2d_time_algorithms<A>),
       reinterpret_cast<const void*>(&batchnorm2d_forward_train<A>),
       reinterpret_cast<const void*>(&batchnorm2d_local_stats<A>),
       reinterpret_cast<const void*>(&batchnorm2d_forward_apply<A>),

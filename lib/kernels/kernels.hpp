@@ -32,6 +32,7 @@
 
 #include "kernels/exec_context.hpp"
 #include "kernels/chunk_tables.hpp"
+#include "kernels/conv_algorithms.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
@@ -276,6 +277,18 @@ void conv2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W) or null*/, floa
                      float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
                      const A* weight /*(OC,C,KH,KW)*/, float* workspace /*(workspace_floats)*/,
                      int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
+// CUDA: times cuDNN's deterministic algorithms of the convolution's three phases (kernels/conv_algorithms.hpp), in
+// cuDNN's heuristic order: each candidate whose workspace fits workspace_floats (the model's, as conv2d gets it) runs
+// once to warm up and then `repeats` times between CUDA events on the context's stream; its time is the median. Buffers
+// of the shape whose contents are overwritten and whose values do not matter: x (N,C,H,W), y (N,OC,OH,OW; the forward
+// writes it, the backward passes read it as dout), dx (N,C,H,W); w: a filter (read); dw: a float (OC,C,KH,KW) buffer
+// that the backward-filter runs write where the filter gradient goes straight to dweight (float storage without a
+// filter reorder: conv2d_backward's beta = 1 path), null to leave that phase untimed there. Start-up only: it
+// synchronizes the host (kernels::synchronize) after each candidate; the CPU backend has nothing to choose (an error).
+template <typename A>
+ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y, A* dx, float* dw, float* workspace,
+                                  int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
+                                  int stride, int pad, int repeats);
 
 // BatchNorm2d (torch.nn.BatchNorm2d semantics): training normalises with the batch's BIASED variance
 // var = M2 / count, count = N*HW per channel; running_var is updated with the UNBIASED M2 / (count - 1).

@@ -235,15 +235,6 @@ int64_t piece_bytes(const std::vector<int64_t>& count, DType dtype) {
   return n;
 }
 
-// rank root's string on every rank of comm (metadata only)
-std::string broadcast_string(comm::Communicator& comm, std::string s, int root, const std::string& what) {
-  int64_t len = static_cast<int64_t>(s.size());
-  comm.broadcast(&len, 1, DType::I64, root, what + " (length)");
-  s.resize(static_cast<size_t>(len));
-  if (len > 0) comm.broadcast(s.data(), len, DType::U8, root, what);
-  return s;
-}
-
 // The test seam of a failed write (docs/contracts.md): HPCT_CKPT_FAIL_AT=<step>:<rank> makes that rank's shard write of
 // that step fail as a full disk would, so that the tests can see a failed save reported and the previous checkpoint kept.
 void fail_if_requested(int64_t step, int rank) {
@@ -281,7 +272,7 @@ SaveResult write_checkpoint(comm::Communicator& comm, const std::string& root, i
       failed = fmt::format("rank 0: {}", e.cause());
     }
   }
-  failed = broadcast_string(comm, failed, 0, "checkpoint: temporary directory created");
+  failed = comm::broadcast_string(comm, failed, 0, "checkpoint: temporary directory created");
   if (!failed.empty()) {
     r.error = failed;
     return r;
@@ -331,7 +322,7 @@ SaveResult write_checkpoint(comm::Communicator& comm, const std::string& root, i
     }
   }
   // every rank returns only once the checkpoint is visible (or known to have failed)
-  outcome = broadcast_string(comm, outcome, 0, "checkpoint: commit");
+  outcome = comm::broadcast_string(comm, outcome, 0, "checkpoint: commit");
   r.seconds = timer.seconds();
   if (outcome.front() == '-') {
     r.error = outcome.substr(1);

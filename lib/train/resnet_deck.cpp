@@ -65,6 +65,11 @@ const ConfigSchema& resnet_deck_schema() {
                  "activation recompute in backward: none | full (each residual block from its input); losses and "
                  "gradients are bitwise the same",
                  {"none", "full"});
+    s.string_key("train.conv_algorithms", "timed",
+                 "CUDA: which of cuDNN's deterministic convolution algorithms run: timed (rank 0 times the candidates "
+                 "before the first step and keeps the fastest; the table goes to <out>/conv_algorithms.json, which a "
+                 "resumed run or a rerun into the same directory reuses) | heuristic (cuDNN's order, no timing) | the "
+                 "path of an earlier run's conv_algorithms.json (its algorithms: its bits); ignored on the CPU");
     s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
     s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
               1e12);
@@ -141,6 +146,7 @@ ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
                {},
                {},
                false,
+               {},
                {}};
   const data::ImageDataset &train_set = d.train_set, &test_set = d.test_set;
   HPCT_USAGE_CHECK(
@@ -189,6 +195,7 @@ ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
   }
   d.sync_bn = deck.get_bool("model.sync_bn");
   d.lr_kind = deck.get_string("optim.schedule");
+  d.conv_algorithms = deck.get_string("train.conv_algorithms");
   if (d.lr_kind == "step") {
     HPCT_USAGE_CHECK(!milestones.empty(),
                      "deck {}: optim.schedule = \"step\" needs optim.milestones (epochs, e.g. "

@@ -26,8 +26,9 @@ struct ResNetDeck {
   int64_t steps = 0, n_eval = 0, epochs = 0;
   optim::LrSchedule sched;
   optim::SgdConfig sgd;
-  bool sync_bn = false;  // model.sync_bn
-  std::string lr_kind;   // optim.schedule: "cosine" | "step"
+  bool sync_bn = false;         // model.sync_bn
+  std::string lr_kind;          // optim.schedule: "cosine" | "step"
+  std::string conv_algorithms;  // train.conv_algorithms (train/conv_algorithm_choice.hpp)
 };
 
 // The [model] section (and optim.label_smoothing) for images of in_channels x height x width; num_classes 0 takes the

@@ -18,6 +18,10 @@
 #include "models/resnet/resnet_stage.hpp"
 #include "optim/sgd.hpp"
 #include "train/checkpointing.hpp"
+#include "train/conv_algorithm_choice.hpp"
+#if HPCT_HAVE_CUDA
+#include "kernels/cuda/cuda_device.hpp"
+#endif
 #include "train/resnet_deck.hpp"
 #include "train/resnet_dump.hpp"
 #include "train/memory_plan.hpp"
@@ -125,6 +129,7 @@ class ResNetTask final : public TrainTask {
                               kernels::device_workspace_bytes(ctx_.device, model_.activation_dtype()));
   }
   void before_first_step() override {
+    if (ctx_.device == Device::CUDA) choose_conv_algorithms();
     if (dump_) dump_->record_state(ctx_, model_, "init");
   }
 
@@ -227,6 +232,17 @@ class ResNetTask final : public TrainTask {
   int64_t micro_first(int64_t j) const {
     const int64_t dp = run_.dp(), dr = run_.dp_rank();
     return d_.sync_bn && dp > 1 ? j * dp * MB_ + dr * MB_ : dr * (GB_ / dp) + j * MB_;
+  }
+
+  // train.conv_algorithms (train/conv_algorithm_choice.hpp): the table the model runs with, the same on every rank.
+  void choose_conv_algorithms() {
+#if HPCT_HAVE_CUDA
+    ConvAlgorithmRequest request{d_.conv_algorithms, run_.opts.out_dir, run_.device.gpu_name(),
+                                 k::cudnn_runtime_version(), model_.conv_algo_keys(ctx_)};
+    model_.set_conv_algorithms(decide_conv_algorithms(run_.pc.world(), request, [&] {
+      return model_.time_conv_algorithms(ctx_, kConvAlgorithmRepeats);
+    }));
+#endif
   }
 
   RunSession& run_;

@@ -442,6 +442,14 @@ def plan_json(app, sets):
     return recs[-1]["plan"]
 
 
+def same_algorithms(app, run_dir):
+    """The --set that makes a run compared bitwise with the one in run_dir compute with its convolution algorithms:
+    train_resnet on the GPU times them into conv_algorithms.json, and a fresh timing may choose others (docs/cuda.md,
+    'Convolution algorithms')."""
+    table = os.path.join(run_dir, "conv_algorithms.json")
+    return [f"train.conv_algorithms={table}"] if app == "resnet" and os.path.exists(table) else []
+
+
 def fp16_storage(app, base):
     """fp16 storage (bf16's scheme in fp16, CUDA only): the plan's activation type, self-reproduction and a restart.
     With --device cpu the same checks run on fp32 with dynamic loss scaling (the CPU has no fp16)."""
@@ -460,11 +468,12 @@ def fp16_storage(app, base):
                      f"{p32[key]}")
     sched = base + prec + ["optim.decay_steps=10", "checkpoint.at_end=true"]
     full = train(app, f"{args.work}/fp16_{app}_full", sched)
-    again = train(app, f"{args.work}/fp16_{app}_again", sched)
+    again = train(app, f"{args.work}/fp16_{app}_again", sched + same_algorithms(app, f"{args.work}/fp16_{app}_full"))
     if [full[k]["loss"] for k in sorted(full)] != [again[k]["loss"] for k in sorted(again)]:
         fail(f"train_{app} {' '.join(prec)}: a second run does not reproduce the first bit for bit")
     part = f"{args.work}/fp16_{app}_part"
-    train(app, part, [s for s in sched if s != "train.steps=10"] + ["train.steps=5"])
+    train(app, part, [s for s in sched if s != "train.steps=10"] + ["train.steps=5"] +
+          same_algorithms(app, f"{args.work}/fp16_{app}_full"))
     resumed = train(app, part, sched + ["checkpoint.resume=latest"])
     diff = max(abs(resumed[k]["loss"] - full[k]["loss"]) / abs(full[k]["loss"]) for k in sorted(full) if k in resumed)
     rerun = [full[k]["loss"] for k in sorted(full)] == [again[k]["loss"] for k in sorted(again)]
@@ -536,7 +545,7 @@ def scenario_restart():
         full = f"{args.work}/restart_{app}_full"
         a = train(app, full, sched + ["train.steps=10"], world=w)
         part = f"{args.work}/restart_{app}_part"
-        train(app, part, sched + ["train.steps=5"], world=w)
+        train(app, part, sched + ["train.steps=5"] + same_algorithms(app, full), world=w)
         b = train(app, part, sched + ["train.steps=10", "checkpoint.resume=latest"], world=w)
         # bitwise on the CPU; on the device bitwise expected, a difference reported and tolerated up to 1e-6
         compare(f"train_{app} 5 + resume to 10 vs 10 straight (world {w})", b, a, 0 if DEV == "cpu" else 1e-6)

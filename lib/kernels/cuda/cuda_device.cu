@@ -47,6 +47,8 @@ std::vector<std::string> cuda_libraries() {
   return libs;
 }
 
+int cudnn_runtime_version() { return static_cast<int>(cudnnGetVersion()); }
+
 CudaDeviceInfo cuda_select_device(int local_rank) {
   HPCT_CHECK(local_rank >= 0, "cuda_select_device: local rank {} is negative", local_rank);
   CudaDeviceInfo info;

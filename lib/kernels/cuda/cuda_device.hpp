@@ -36,6 +36,8 @@ CudaDeviceInfo cuda_select_device(int local_rank);
 // from (dladdr): {"cudnn 9.13.0 (/usr/local/cuda/lib/libcudnn.so.9)", "cublas 13.0.0 (...)", "cudart 13.0 (...)"}.
 // The GPU bundle keeps the machine's own copies where it has them: these name what actually ran.
 std::vector<std::string> cuda_libraries();
+// cudnnGetVersion() of the cuDNN this process loaded (91300 for 9.13.0): what a convolution algorithm number refers to.
+int cudnn_runtime_version();
 
 // Device memory in use on the current device now: total minus free (cudaMemGetInfo), so every process's allocations
 // on it, the CUDA context and the libraries' workspaces included (the memory record's `rss` on CUDA).

@@ -15,6 +15,7 @@
 
 #include "kernels/exec_context.hpp"
 #include "kernels/chunk_tables.hpp"
+#include "kernels/conv_algorithms.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/fp16.hpp"
 #include "tensor/tensor.hpp"
@@ -127,6 +128,10 @@ void conv2d_backward(const ExecContext& ctx, A* dinp /*(N,C,H,W) or null*/, floa
                      float* dbias /*(OC) += or null*/, const A* dout /*(N,OC,OH,OW)*/, const A* inp /*(N,C,H,W)*/,
                      const A* weight /*(OC,C,KH,KW)*/, float* workspace /*(workspace_floats)*/,
                      int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
+template <typename A>
+ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y, A* dx, float* dw, float* workspace,
+                                  int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
+                                  int stride, int pad, int repeats);
 
 template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out /*(N,C,HW)*/, float* stats /*(C,3) assigned*/,

@@ -29,7 +29,10 @@
 // filter scratch and the algorithms' budget, kernels.hpp), so a phase whose preferred algorithm
 // asks for more runs the next that fits, and says so once per shape and phase (rank 0, stderr); when none fits the
 // op fails naming the sizes. The choice depends only on the shape, the GPU model and the workspace size: the same
-// bits on every run. Bias (forward) is a separate add kernel; dbias is our own per-channel reduction in double.
+// bits on every run. A table of timed choices (ExecContext::conv_algorithms, kernels/conv_algorithms.hpp) overrides
+// the order per shape and phase where its algorithm is a candidate that fits (else a warning, once, and the order);
+// conv2d_time_algorithms times the candidates for it. The same table gives the same bits on every run.
+// Bias (forward) is a separate add kernel; dbias is our own per-channel reduction in double.
 // Handles: one cudnnHandle_t per (host thread, device), created on first use, set to the op's stream each call;
 // descriptors and candidate lists are cached per (thread, device, shape). Both are deliberately never destroyed:
 // destroying cuDNN handles from thread_local/static destructors at process exit can run after the CUDA runtime has
@@ -288,6 +291,13 @@ const ConvPlan& conv_plan(cudnnHandle_t h, const ConvDims& d, Precision precisio
   return *it->second;
 }
 
+// The table's choice for this convolution and phase (ExecContext::conv_algorithms); -1 without one.
+int table_choice(const ExecContext& ctx, const ConvDims& d, DType storage, ConvPhase phase) {
+  if (!ctx.conv_algorithms) return -1;
+  return ctx.conv_algorithms->find(conv_algo_key(ctx, d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW, d.stride, d.pad, storage),
+                                   phase);
+}
+
 // The workspace starts with the filter scratch (kernels.hpp, cuda_conv_filter_scratch_bytes: the filter gradient in
 // cuDNN's type and order for 16-bit storage or a reordered filter, then the reordered filter itself); the algorithms
 // get the rest. float storage without reordering: no scratch.
@@ -315,9 +325,33 @@ void warn_budget_fallback(const ConvAlgo& preferred, const ConvAlgo& ran, size_t
       op, what, preferred.algo, preferred.bytes / 1048576.0, have_bytes / 1048576.0, ran.algo, ran.bytes / 1048576.0);
 }
 
-// The first candidate whose workspace fits; fails naming the sizes when none does.
+// Once per (shape, phase, algorithm): the table's choice is no deterministic candidate of this cuDNN and GPU, or needs
+// more workspace than the call has; the heuristic order runs instead.
+void warn_table_choice_unused(int chosen, const char* why, const char* op, const char* phase, const ConvDims& d) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::string what = fmt::format("{} N={} C={} H={} W={} OC={} {}x{} stride {} pad {}", phase, d.N, d.C, d.H, d.W,
+                                       d.OC, d.KH, d.KW, d.stride, d.pad);
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(fmt::format("{} {}", what, chosen)).second) return;
+  }
+  log_warn("{}: the convolution algorithm table chooses algorithm {} for the {}, but {}: running cuDNN's heuristic "
+           "order instead (a table timed on another GPU or cuDNN? time it again with train.conv_algorithms = timed)",
+           op, chosen, what, why);
+}
+
+// The algorithm of one phase: the table's choice (`chosen`, -1: none) where it is a candidate that fits, else the first
+// candidate whose workspace fits; fails naming the sizes when none does.
 const ConvAlgo& pick(const std::vector<ConvAlgo>& list, size_t have_bytes, const char* op, const char* phase,
-                     const ConvDims& d) {
+                     const ConvDims& d, int chosen = -1) {
+  if (chosen >= 0) {
+    const auto it = std::find_if(list.begin(), list.end(), [&](const ConvAlgo& a) { return a.algo == chosen; });
+    if (it != list.end() && it->bytes <= have_bytes) return *it;
+    warn_table_choice_unused(chosen,
+                             it == list.end() ? "it is no deterministic candidate here" : "its workspace does not fit",
+                             op, phase, d);
+  }
   for (const ConvAlgo& a : list) {
     if (a.bytes > have_bytes) continue;
     if (&a != &list.front()) warn_budget_fallback(list.front(), a, have_bytes, op, phase, d);
@@ -394,7 +428,8 @@ void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
   const cudnnHandle_t h = cudnn_handle(stream);
   const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
   const ConvWorkspace ws = split_workspace("conv2d_forward", workspace, workspace_floats, d, kStorage);
-  const ConvAlgo& a = pick(p.fwd, ws.algo_bytes, "conv2d_forward", "forward", d);
+  const ConvAlgo& a = pick(p.fwd, ws.algo_bytes, "conv2d_forward", "forward", d,
+                           table_choice(ctx, d, kStorage, ConvPhase::Forward));
   const void* w = filter_for_cudnn(stream, "conv2d_forward (filter reorder)", d, ws, dev_ptr(weight));
   const int64_t planes = static_cast<int64_t>(N) * OC, len = static_cast<int64_t>(d.OH) * d.OW;
   const float one = 1.0f, zero = 0.0f;
@@ -433,7 +468,8 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
   // dweight += dout (*) inp: beta = 1 accumulates (float, NCHW order); 16-bit or a reordered filter: into the scratch
   // (beta = 0), then added in fp32 (reordered back where it was reordered)
   const bool via_scratch = k16Bit || reorders_filter(d);
-  const ConvAlgo& af = pick(p.bwd_filter, ws.algo_bytes, "conv2d_backward", "backward-filter", d);
+  const ConvAlgo& af = pick(p.bwd_filter, ws.algo_bytes, "conv2d_backward", "backward-filter", d,
+                            table_choice(ctx, d, kStorage, ConvPhase::BackwardFilter));
   void* dw = via_scratch ? ws.filter_scratch : static_cast<void*>(dweight);
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       h, &one, p.x, inp, p.y, dout, p.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(af.algo),
@@ -451,7 +487,8 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
   }
   // dinp = conv_transpose(dout, weight): beta = 0 assigns
   if (dinp) {
-    const ConvAlgo& ad = pick(p.bwd_data, ws.algo_bytes, "conv2d_backward", "backward-data", d);
+    const ConvAlgo& ad = pick(p.bwd_data, ws.algo_bytes, "conv2d_backward", "backward-data", d,
+                              table_choice(ctx, d, kStorage, ConvPhase::BackwardData));
     const void* w = filter_for_cudnn(stream, "conv2d_backward (filter reorder)", d, ws, dev_ptr(weight));
     CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, p.w, w, p.y, dout, p.conv,
                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(ad.algo),
@@ -467,6 +504,124 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
                   d.OH * d.OW);
     HPCT_CUDA_LAUNCH_CHECK("conv2d_backward (dbias)");
   }
+}
+
+// ---- the algorithms' times (kernels.hpp, conv2d_time_algorithms) -----------------------------------------
+namespace {
+// CUDA events, destroyed on every way out.
+class EventSet {
+ public:
+  explicit EventSet(size_t n) : events_(n, nullptr) {
+    for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~EventSet() {
+    for (cudaEvent_t e : events_)
+      if (e) (void)cudaEventDestroy(e);
+  }
+  EventSet(const EventSet&) = delete;
+  EventSet& operator=(const EventSet&) = delete;
+  cudaEvent_t operator[](size_t i) const { return events_[i]; }
+  float ms(size_t from, size_t to) const {
+    float t = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&t, events_[from], events_[to]));
+    return t;
+  }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+// A candidate whose warm-up run takes this many times the fastest time so far is not run again: its warm-up time is
+// its time (it cannot be chosen, and some of cuDNN's deterministic algorithms, FFT-based ones at large shapes, are
+// slow enough to make start-up wait for nothing).
+constexpr double kHopelessFactor = 4.0;
+
+// Times each candidate of one phase that fits `have_bytes`, in the list's (heuristic) order; `run(algo)` queues one call
+// of the phase on the stream with that algorithm and returns cuDNN's status (a refusal leaves the candidate untimed).
+template <class Run>
+std::vector<AlgoTime> time_phase(const ExecContext& ctx, cudaStream_t stream, const std::vector<ConvAlgo>& list,
+                                 size_t have_bytes, int repeats, const char* what, Run run) {
+  std::vector<AlgoTime> out;
+  double best = -1.0;
+  EventSet ev(static_cast<size_t>(repeats) + 2);
+  for (const ConvAlgo& a : list) {
+    AlgoTime t{a.algo, a.bytes, -1.0};
+    if (a.bytes <= have_bytes) {
+      CUDA_CHECK(cudaEventRecord(ev[0], stream));
+      const cudnnStatus_t rc = run(a);
+      CUDA_CHECK(cudaEventRecord(ev[1], stream));
+      synchronize(ctx);  // through the sync guard: a bounded wait
+      if (rc == CUDNN_STATUS_SUCCESS) {
+        const double warm = ev.ms(0, 1);
+        if (best >= 0.0 && warm > kHopelessFactor * best) {
+          t.ms = warm;
+        } else {
+          CUDA_CHECK(cudaEventRecord(ev[1], stream));  // the runs' start, after the host wait
+          for (int r = 0; r < repeats; r++) {
+            HPCT_CHECK(run(a) == CUDNN_STATUS_SUCCESS,
+                       "conv2d_time_algorithms: cuDNN ran {} algorithm {} once and refused it the next time", what,
+                       a.algo);
+            CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(r) + 2], stream));
+          }
+          synchronize(ctx);
+          std::vector<double> runs;
+          for (int r = 0; r < repeats; r++)
+            runs.push_back(ev.ms(static_cast<size_t>(r) + 1, static_cast<size_t>(r) + 2));
+          std::sort(runs.begin(), runs.end());
+          t.ms = runs[runs.size() / 2];
+        }
+        best = best < 0.0 ? t.ms : std::min(best, t.ms);
+      }
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+}  // namespace
+
+template <typename A>
+ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y, A* dx, float* dw, float* workspace,
+                                  int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
+                                  int stride, int pad, int repeats) {
+  constexpr DType kStorage = storage_of<A>();
+  constexpr bool k16Bit = kHalfPrecisionStorage<A>;
+  HPCT_CHECK(repeats >= 1, "conv2d_time_algorithms: repeats = {} (at least 1)", repeats);
+  HPCT_CHECK(x && w && y && dx, "conv2d_time_algorithms: x, w, y and dx must be device buffers of the shape");
+  const ConvDims d = conv_dims("conv2d_time_algorithms", ctx, N, C, H, W, OC, KH, KW, stride, pad);
+  const cudaStream_t stream = stream_of(ctx);
+  const cudnnHandle_t h = cudnn_handle(stream);
+  const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
+  const ConvWorkspace ws = split_workspace("conv2d_time_algorithms", workspace, workspace_floats, d, kStorage);
+  const void* filter = filter_for_cudnn(stream, "conv2d_time_algorithms (filter reorder)", d, ws, dev_ptr(w));
+  // the backward-filter output where conv2d_backward has it: the scratch, or dweight (here `dw`, beta = 0)
+  void* dw_target = k16Bit || reorders_filter(d) ? ws.filter_scratch : static_cast<void*>(dw);
+  const float one = 1.0f, zero = 0.0f;
+  ConvTiming t;
+  t.key = conv_algo_key(ctx, N, C, H, W, OC, KH, KW, stride, pad, kStorage);
+  t.phases[static_cast<size_t>(ConvPhase::Forward)] = time_phase(
+      ctx, stream, p.fwd, ws.algo_bytes, repeats, "forward", [&](const ConvAlgo& a) {
+        return cudnnConvolutionForward(h, &one, p.x, x, p.w, filter, p.conv,
+                                       static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), a.bytes ? ws.algo : nullptr,
+                                       a.bytes, &zero, p.y, y);
+      });
+  t.phases[static_cast<size_t>(ConvPhase::BackwardData)] = time_phase(
+      ctx, stream, p.bwd_data, ws.algo_bytes, repeats, "backward-data", [&](const ConvAlgo& a) {
+        return cudnnConvolutionBackwardData(h, &one, p.w, filter, p.y, y, p.conv,
+                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
+                                            a.bytes ? ws.algo : nullptr, a.bytes, &zero, p.x, dx);
+      });
+  if (dw_target) {
+    t.phases[static_cast<size_t>(ConvPhase::BackwardFilter)] = time_phase(
+        ctx, stream, p.bwd_filter, ws.algo_bytes, repeats, "backward-filter", [&](const ConvAlgo& a) {
+          return cudnnConvolutionBackwardFilter(h, &one, p.x, x, p.y, y, p.conv,
+                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+                                                a.bytes ? ws.algo : nullptr, a.bytes, &zero, p.w, dw_target);
+        });
+  } else {
+    for (const ConvAlgo& a : p.bwd_filter)
+      t.phases[static_cast<size_t>(ConvPhase::BackwardFilter)].push_back({a.algo, a.bytes, -1.0});
+  }
+  return t;
 }
 
 // ---- BatchNorm2d ---------------------------------------------------------------------------------------
@@ -784,6 +939,8 @@ void images_to_channels_last(const ExecContext& ctx, A* out, const float* images
                                   int, int, int, int, int, int, int);                                                 \
   template void conv2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*, float*,      \
                                    int64_t, int, int, int, int, int, int, int, int, int);                             \
+  template ConvTiming conv2d_time_algorithms<A>(const ExecContext&, A*, const A*, A*, A*, float*, float*, int64_t,    \
+                                                int, int, int, int, int, int, int, int, int, int);                    \
   template void batchnorm2d_forward_train<A>(const ExecContext&, A*, float*, float*, float*, const A*, const A*,      \
                                              const A*, int, int, int, float, bool, const A*);                         \
   template void batchnorm2d_local_stats<A>(const ExecContext&, float*, const A*, int, int, int);                      \

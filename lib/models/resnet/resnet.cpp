@@ -473,6 +473,57 @@ void ResNet::zero_grad(const ExecContext& ctx) {
   k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
 }
 
+std::vector<const ResNet::Conv*> ResNet::convs_in_forward_order() const {
+  std::vector<const Conv*> convs{&stem_conv_};
+  for (const Block& blk : blocks_) {
+    if (blk.downsample) convs.push_back(&blk.ds);
+    for (const Unit& u : blk.main) convs.push_back(&u.conv);
+  }
+  return convs;
+}
+
+std::vector<k::ConvAlgoKey> ResNet::conv_algo_keys(const ExecContext& ctx_in) const {
+  const ExecContext ctx = in_layout(ctx_in);
+  std::vector<k::ConvAlgoKey> keys;
+  for (const Conv* c : convs_in_forward_order()) {
+    const k::ConvAlgoKey key = k::conv_algo_key(ctx, B_, c->C, c->H, c->W, c->OC, c->K, c->K, c->stride, c->pad, act_);
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  }
+  return keys;
+}
+
+std::vector<k::ConvTiming> ResNet::time_conv_algorithms(const ExecContext& ctx_in, int repeats) {
+  HPCT_CHECK(dacts_.allocated(), "time_conv_algorithms on a ResNet built only to plan memory (allocate = false)");
+  const ExecContext ctx = in_layout(ctx_in);
+  // the scratch the candidates read is zeroed: uninitialised bytes could hold NaNs, which no step ever computes on
+  k::fill_zero(ctx, dacts_.base(), static_cast<int64_t>(dacts_.bytes()));
+  const int64_t room = dA_->numel();  // each of dA..dD holds the largest activation (the images' included)
+  std::vector<k::ConvTiming> timings;
+  std::vector<k::ConvAlgoKey> seen;
+  with_activation_type(act_, [&](auto type) {
+    using A = typename decltype(type)::type;
+    for (const Conv* c : convs_in_forward_order()) {
+      const k::ConvAlgoKey key = k::conv_algo_key(ctx, B_, c->C, c->H, c->W, c->OC, c->K, c->K, c->stride, c->pad,
+                                                  act_);
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(key);
+      const int64_t filter = static_cast<int64_t>(c->OC) * c->C * c->K * c->K;
+      const A* w = filter <= room   ? dD_->as<A>()
+                   : !shard_params_ ? read_params().tensors()[static_cast<size_t>(c->pidx)].as<A>()
+                                    : nullptr;
+      if (!w) continue;
+      // the backward-filter's float output, where conv2d writes dweight directly: dC's bytes, between its uses as dx
+      float* dw = filter * static_cast<int64_t>(sizeof(float)) <= static_cast<int64_t>(dC_->bytes())
+                      ? static_cast<float*>(dC_->data)
+                      : nullptr;
+      timings.push_back(k::conv2d_time_algorithms(ctx, dA_->as<A>(), w, dB_->as<A>(), dC_->as<A>(), dw, ws_->f32(),
+                                                  ws_->numel(), B_, c->C, c->H, c->W, c->OC, c->K, c->K, c->stride,
+                                                  c->pad, repeats));
+    }
+  });
+  return timings;
+}
+
 std::vector<std::pair<int, int>> ResNet::layer_ranges() const {
   std::vector<std::pair<int, int>> ranges{{0, 3}};  // conv1.weight, bn1.weight, bn1.bias
   for (const Block& b : blocks_) ranges.emplace_back(b.first_param, b.end_param);

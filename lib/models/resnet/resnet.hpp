@@ -26,9 +26,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "kernels/conv_algorithms.hpp"
 #include "kernels/exec_context.hpp"
 #include "models/recompute.hpp"
 #include "tensor/tensor.hpp"
@@ -147,6 +149,18 @@ class ResNet {
   const Tensor& logits() const { return *logits_; }  // (B, K) of the activation type
   MemoryPlan memory() const;
 
+  // CUDA: times cuDNN's deterministic algorithms of every distinct convolution of the model at its micro-batch
+  // (kernels::conv2d_time_algorithms, `repeats` measured runs each) on the backward scratch buffers, which hold nothing
+  // between steps: no parameter, gradient or statistic changes and no hook runs (nothing collective). One timing per
+  // distinct convolution, in forward order. Where a filter is larger than a scratch buffer (a tiny micro-batch), the
+  // real weights are read, and under ZeRO-3 (no weights at hand) that convolution is left out: it runs cuDNN's order.
+  std::vector<kernels::ConvTiming> time_conv_algorithms(const ExecContext& ctx, int repeats);
+  // The table keys of the model's distinct convolutions under ctx (its precision), in forward order.
+  std::vector<kernels::ConvAlgoKey> conv_algo_keys(const ExecContext& ctx) const;
+  // The table every later kernel call of the model runs with (ExecContext::conv_algorithms); empty: none.
+  void set_conv_algorithms(kernels::ConvAlgorithms table) { conv_algorithms_ = std::move(table); }
+  const kernels::ConvAlgorithms& conv_algorithms() const { return conv_algorithms_; }
+
  private:
   struct Conv {
     int pidx;  // parameter index of the weight
@@ -211,6 +225,8 @@ class ResNet {
   std::vector<std::pair<int, int>> layer_ranges() const;
   // the parameter range of layer g (layers_) and of the next the pass reads (forward: g + 1, backward: g - 1)
   void reading_group(int g, bool backward);
+  // Every convolution in forward order (the stem, each block's units, then its shortcut), shapes repeating.
+  std::vector<const Conv*> convs_in_forward_order() const;
 
   ResNetConfig cfg_;
   int B_;
@@ -241,10 +257,13 @@ class ResNet {
   bool shard_params_ = false;
   models::Recompute recompute_ = models::Recompute::None;
   bool channels_last_ = false;  // channels_last(): set before any convolution is planned
-  // ctx with the model's activation layout (ExecContext::channels_last): what every kernel call of the model runs on
+  kernels::ConvAlgorithms conv_algorithms_;
+  // ctx with the model's activation layout (ExecContext::channels_last) and convolution algorithms: what every kernel
+  // call of the model runs on
   ExecContext in_layout(const ExecContext& ctx) const {
     ExecContext c = ctx;
     c.channels_last = channels_last_;
+    c.conv_algorithms = conv_algorithms_.empty() ? nullptr : &conv_algorithms_;
     return c;
   }
 };

@@ -732,5 +732,80 @@ TEST(CudaResnet, ChannelsLastBatchNormAndPoolsMatchNchw) {
   check_channels_last_bn_and_pools<bf16>();
 }
 
+// ---- the convolution algorithm table (kernels/conv_algorithms.hpp) ------------------------------------------------
+// conv2d_time_algorithms times at least one candidate of each phase; a table choosing any timed candidate runs it
+// (results within the tolerance of two algorithms of the run without a table, the same bits twice); a table naming an
+// algorithm that is no candidate runs cuDNN's order (the same bits as no table).
+template <typename A>
+void check_conv_algorithm_table(const ExecContext& base, const ConvShape& s) {
+  SCOPED_TRACE(s.name() + (base.channels_last ? " channels-last " : " NCHW ") +
+               (std::is_same_v<A, float> ? "f32" : "bf16"));
+  const double ulp = std::is_same_v<A, float> ? 0.0 : kBf16Ulp;
+  const DType act = std::is_same_v<A, float> ? DType::F32 : DType::BF16;
+  const auto make = [](const Vec& v) { return test::to_storage_vector<A>(v); };
+  const std::vector<A> inp = make(random_vector(s.in_size(), 61)), w = make(random_vector(s.w_size(), 62, -0.3, 0.3));
+  const std::vector<A> dout = make(random_vector(s.out_size(), 63));
+  const Vec dw0 = random_vector(s.w_size(), 64);
+  const int64_t wsf = conv2d_workspace_floats(base, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, act);
+  DeviceBuffer<float> d_ws(nan_vector(static_cast<size_t>(wsf)));
+  const auto run = [&](const ConvAlgorithms* table) {
+    ExecContext ctx = base;
+    ctx.conv_algorithms = table;
+    DeviceBuffer<A> d_inp(inp), d_w(w), d_dout(dout), d_out(s.out_size()), d_dinp(s.in_size());
+    DeviceBuffer<float> d_dw(dw0);
+    conv2d_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), static_cast<const A*>(nullptr), d_ws.get(), wsf, s.N, s.C,
+                   s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    conv2d_backward(ctx, d_dinp.get(), d_dw.get(), nullptr, d_dout.get(), d_inp.get(), d_w.get(), d_ws.get(), wsf, s.N,
+                    s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad);
+    return std::make_tuple(d_out.download(), d_dinp.download(), d_dw.download());
+  };
+  const auto [out0, dinp0, dw0_run] = run(nullptr);
+
+  DeviceBuffer<A> d_x(s.in_size()), d_w(w), d_y(s.out_size()), d_dx(s.in_size());
+  DeviceBuffer<float> d_dw(s.w_size());
+  const ConvTiming t = conv2d_time_algorithms(base, d_x.get(), d_w.get(), d_y.get(), d_dx.get(), d_dw.get(), d_ws.get(),
+                                              wsf, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, 2);
+  const ConvAlgoKey key = conv_algo_key(base, s.N, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad, act);
+  EXPECT_TRUE(t.key == key) << t.key.describe() << " vs " << key.describe();
+  for (int p = 0; p < kConvPhases; p++) {
+    const auto& list = t.phases[static_cast<size_t>(p)];
+    const bool timed = std::any_of(list.begin(), list.end(), [](const AlgoTime& a) { return a.ms >= 0.0; });
+    EXPECT_TRUE(timed) << conv_phase_name(static_cast<ConvPhase>(p)) << ": no candidate timed";
+    for (const AlgoTime& a : list) {
+      if (a.ms < 0.0) continue;
+      SCOPED_TRACE(
+          fmt::format("{} algorithm {} ({:.4f} ms)", conv_phase_name(static_cast<ConvPhase>(p)), a.algo, a.ms));
+      EXPECT_TRUE(std::isfinite(a.ms));
+      ConvAlgorithms table("test", 0);
+      ConvAlgorithms::Choice choice{-1, -1, -1};
+      choice[static_cast<size_t>(p)] = a.algo;
+      table.set(key, choice);
+      const auto [out, dinp, dw] = run(&table);
+      EXPECT_TRUE(all_close("out", out, out0, 1e-4 + ulp, 1e-4));
+      EXPECT_TRUE(all_close("dinp", dinp, dinp0, 1e-4 + ulp, 1e-4));
+      EXPECT_TRUE(all_close("dweight (+=)", dw, dw0_run, 1e-4 + ulp, 1e-4 + ulp));
+      const auto [out2, dinp2, dw2] = run(&table);
+      EXPECT_TRUE(test::bitwise_equal("out, the same table again", out2, out));
+      EXPECT_TRUE(test::bitwise_equal("dinp, the same table again", dinp2, dinp));
+      EXPECT_TRUE(test::bitwise_equal("dweight, the same table again", dw2, dw));
+    }
+  }
+  ConvAlgorithms foreign("test", 0);
+  foreign.set(key, {999, 999, 999});
+  const auto [out_f, dinp_f, dw_f] = run(&foreign);
+  EXPECT_TRUE(test::bitwise_equal("out, a table of no candidate", out_f, out0));
+  EXPECT_TRUE(test::bitwise_equal("dinp, a table of no candidate", dinp_f, dinp0));
+  EXPECT_TRUE(test::bitwise_equal("dweight, a table of no candidate", dw_f, dw0_run));
+}
+TEST(CudaResnet, ConvAlgorithmTableRunsEachTimedCandidate) {
+  HPCT_REQUIRE_GPU();
+  const ConvShape spatial{4, 16, 14, 14, 16, 3, 3, 1, 1}, pointwise{4, 16, 14, 14, 32, 1, 1, 2, 0};
+  for (const ConvShape& s : {spatial, pointwise}) {
+    check_conv_algorithm_table<float>(gpu_ctx(), s);
+    check_conv_algorithm_table<float>(gpu_nhwc(), s);
+    check_conv_algorithm_table<bf16>(gpu_nhwc(), s);
+  }
+}
+
 }  // namespace
 }  // namespace hpct::kernels

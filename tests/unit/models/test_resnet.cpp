@@ -7,8 +7,10 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/rng.hpp"
 #include "models/resnet/resnet.hpp"
 
@@ -379,4 +381,33 @@ TEST(ResNetChannelsLast, RefusedWhereItCannotRunAndValidated) {
   EXPECT_FALSE(ResNet(c, 2, Device::CPU, nullptr, /*allocate=*/false).channels_last());
   c.memory_format = "channels_last";
   EXPECT_THROW(c.validate("x"), UsageError);
+}
+
+// The convolutions the algorithm table keys (kernels/conv_algorithms.hpp): each distinct shape once, in forward order,
+// with the model's micro-batch, storage, precision and layout. ResNet-20 on 28x28: the stem, stage 1's 3x3, and in
+// stages 2 and 3 the strided 3x3, the 1x1 projection and the 3x3 that follows.
+TEST(ResNetConvAlgorithms, KeysAreTheDistinctConvolutionsInForwardOrder) {
+  ResNetConfig c;
+  c.depth = 20;
+  c.in_channels = 1;
+  c.height = c.width = 28;
+  c.num_classes = 10;
+  const ResNet model(c, 4, Device::CUDA, nullptr, /*allocate=*/false);  // a plan: no GPU needed
+  ExecContext cuda{Device::CUDA, nullptr, Precision::TF32};
+  const std::vector<kernels::ConvAlgoKey> keys = model.conv_algo_keys(cuda);
+  std::vector<std::string> got;
+  for (const auto& k : keys) got.push_back(k.describe());
+  const std::vector<std::string> want = {"N=4 C=1 H=28 W=28 OC=16 3x3 stride 1 pad 1, f32 storage, tf32 math, NCHW",
+                                         "N=4 C=16 H=28 W=28 OC=16 3x3 stride 1 pad 1, f32 storage, tf32 math, NCHW",
+                                         "N=4 C=16 H=28 W=28 OC=32 1x1 stride 2 pad 0, f32 storage, tf32 math, NCHW",
+                                         "N=4 C=16 H=28 W=28 OC=32 3x3 stride 2 pad 1, f32 storage, tf32 math, NCHW",
+                                         "N=4 C=32 H=14 W=14 OC=32 3x3 stride 1 pad 1, f32 storage, tf32 math, NCHW",
+                                         "N=4 C=32 H=14 W=14 OC=64 1x1 stride 2 pad 0, f32 storage, tf32 math, NCHW",
+                                         "N=4 C=32 H=14 W=14 OC=64 3x3 stride 2 pad 1, f32 storage, tf32 math, NCHW",
+                                         "N=4 C=64 H=7 W=7 OC=64 3x3 stride 1 pad 1, f32 storage, tf32 math, NCHW"};
+  EXPECT_EQ(got, want);
+  // the table reaches the kernels through the model's calls only: the CPU model has nothing to time
+  ResNet cpu(c, 2, Device::CPU);
+  EXPECT_THROW(cpu.time_conv_algorithms(ExecContext{}, 1), hpct::Error);
+  EXPECT_TRUE(cpu.conv_algorithms().empty());
 }

@@ -11,7 +11,9 @@ What is checked, in every `backticked` token of the markdown:
   - a bare source file name (name.cpp, .hpp, .cu, .cuh, .py, .sh) is the name of some file of the repository;
   - a function or type named with its file, in the three forms the docs use: `file`, `name` / `name` (`file`) /
     `file:name`, occurs in that file as an identifier (for A::B, the last part), so that a function moved to another
-    file fails the check until the docs follow it.
+    file fails the check until the docs follow it;
+  - README.md stays a front page: at most README_MAX_LINES lines and README_MAX_BYTES bytes (the reference lives in
+    docs/).
 """
 import os
 import re
@@ -28,6 +30,7 @@ PAIR_RES = (re.compile(r"`(%s)`, `(%s)`(?! in\b)" % (CODE, NAME)),   # `file`, `
             re.compile(r"`(%s)` \(`(%s)`\)" % (NAME, CODE)),          # `name` (`file`)
             re.compile(r"`(%s):(%s)`" % (CODE, NAME)),                # `file:name`
             re.compile(r"`(%s)` in `(%s)`" % (NAME, CODE)))           # `name` in `file`
+README_MAX_LINES, README_MAX_BYTES = 250, 20 * 1024
 # Files the docs name that the repository does not hold, because a script writes them (name: the writer).
 GENERATED = {"usercustomize.py": "scripts/test_isa_variant.sh"}
 
@@ -95,6 +98,17 @@ def check(root, docs):
     return refs, problems
 
 
+def readme_size_problems(path):
+    """[problem] when the README is longer than README_MAX_LINES lines or README_MAX_BYTES bytes."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.count(b"\n")
+    if lines <= README_MAX_LINES and len(data) <= README_MAX_BYTES:
+        return []
+    return [f"{os.path.basename(path)}: {lines} lines, {len(data)} bytes: a front page holds at most {README_MAX_LINES} "
+            f"lines and {README_MAX_BYTES} bytes; move the reference into docs/ (apps.md, decks.md, building.md, ...)"]
+
+
 def main(argv):
     if argv[1:2] == ["--self-test"]:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,14 +123,19 @@ def main(argv):
                         " `missing_file.cpp`; `prepare_text` in `scripts/setup.sh`\n")
             _, p_good = check(root, [good])
             _, p_bad = check(root, [bad])
-        ok = not p_good and len(p_bad) == 5
+            long_readme = os.path.join(d, "README.md")
+            with open(long_readme, "w") as f:
+                f.write("line\n" * (README_MAX_LINES + 1))
+            p_long = readme_size_problems(long_readme) + readme_size_problems(good)
+        ok = not p_good and len(p_bad) == 5 and len(p_long) == 1
         print(("VALID" if ok else "FAILED") + f": self-test (good: {p_good or 'no problems'}; planted: {len(p_bad)} of 5"
-              f" found: {p_bad})")
+              f" found: {p_bad}; a README of {README_MAX_LINES + 1} lines: {p_long})")
         return 0 if ok else 1
     root = os.path.abspath(argv[1]) if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     docs = [os.path.join(root, "README.md")] + sorted(
         os.path.join(root, "docs", f) for f in os.listdir(os.path.join(root, "docs")) if f.endswith(".md"))
     refs, problems = check(root, docs)
+    problems += readme_size_problems(os.path.join(root, "README.md"))
     for p in problems:
         print(p)
     print(("VALID" if not problems else "FAILED") + f": {refs} file and function references in README.md and "

@@ -243,7 +243,7 @@ def write_token_shard(path, n, vocab, seed):
 
 
 def write_image_set(path, n, hw, classes, seed):
-    """An HDF5 image set as train_resnet reads it (README "Image datasets"): uint8 /images, int32 /labels."""
+    """An HDF5 image set as train_resnet reads it (docs/apps.md "Data"): uint8 /images, int32 /labels."""
     import h5py
     import numpy as np
     rng = np.random.default_rng(seed)

@@ -12,7 +12,7 @@ the serial run computes (docs/invariants.md, invariant 1, "layout independence")
      (parallel.virtual_stages = 2) where PP > 1, n_layer % (2 PP) == 0 and the micro-batches per step are a multiple
      of PP, with ZeRO-1 where DP > 1 (ZeRO-2 refuses virtual stages).
   2. train_resnet on inputs/resnet_tiny.toml: DP = W with SyncBN at a constant global micro-batch DP x micro_batch
-     (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of README "train_resnet"), ZeRO 0, 1, 2, 3
+     (--resnet-gmb, default 8: serial MB 8, W=4 MB 2, W=8 MB 1; the rule of docs/apps.md "train_resnet"), ZeRO 0, 1, 2, 3
      (2 and 3 also in hybrid sharding groups of W / 2), ZeRO 3 with train.recompute = full, and ZeRO 1 with
      model.memory_format = nchw (the serial run takes the default: channels-last where the CPU's oneDNN runs it, which
      needs channel counts that are multiples of 16: --resnet-set model.base_width=16; at the deck's width 4 both

@@ -442,7 +442,7 @@ create_report() {
   {
     echo "# GPU bring-up: $GPU_NAME"
     echo ""
-    echo "Written by \`validation/gpu_bringup.sh\`, one section per phase as it ran (README.md \"GPU bring-up\")."
+    echo "Written by \`validation/gpu_bringup.sh\`, one section per phase as it ran (docs/validation.md \"GPU bring-up\")."
     echo "Raw logs: \`$(basename "$LOGDIR")/<phase>.log\`."
     echo ""
     echo "| | |"

@@ -209,7 +209,7 @@ def load_cases(path):
              if s.startswith("train.micro_batch=")]
         return int(v[-1]) if v and v[-1].isdigit() else None
     # SyncBN normalises over the DP group's micro-batch: a ResNet run agrees with the reference at a constant
-    # DP x micro_batch (README "train_resnet"), so every ResNet run states its micro-batch
+    # DP x micro_batch (docs/apps.md "train_resnet"), so every ResNet run states its micro-batch
     ref_gmb = micro_batch(doc["reference"].get("train_resnet", []))
 
     for i, c in enumerate(doc["cases"]):

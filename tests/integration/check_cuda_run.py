@@ -492,7 +492,7 @@ def scenario_layouts():
         got = train("gpt", f"{args.work}/layouts_gpt_{'_'.join(s.replace('.', '-') for s in sets)}", base + sets,
                     world=ranks)
         compare(f"train_gpt {name} vs world 1", got, ref, 1e-5)
-    # ResNet: SyncBN over a constant global micro-batch gmb (DP x micro_batch), as README "train_resnet" says
+    # ResNet: SyncBN over a constant global micro-batch gmb (DP x micro_batch), as docs/apps.md "train_resnet" says
     gmb = max(8, w)  # np 1 MB 8 = np 2 MB 4 = np 4 MB 2 (check_resnet_run.py layout)
     rbase = QUIET["resnet"] + ["train.steps=10"]
     ref = train("resnet", f"{args.work}/layouts_resnet_serial", rbase + [f"train.micro_batch={gmb}"])

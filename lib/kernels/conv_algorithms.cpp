@@ -27,7 +27,7 @@ ConvAlgoKey conv_algo_key(const ExecContext& ctx, int N, int C, int H, int W, in
   HPCT_CHECK(storage == DType::F32 || storage == DType::BF16 || storage == DType::F16,
              "conv_algo_key: storage type {} is not an activation type; pass DType::F32, BF16 or F16",
              dtype_name(storage));
-  const Precision math = storage == DType::BF16   ? Precision::BF16
+  const Precision math = storage == DType::BF16  ? Precision::BF16
                          : storage == DType::F16 ? Precision::FP16
                                                  : ctx.precision;
   return ConvAlgoKey{N, C, H, W, OC, KH, KW, stride, pad, storage, math, ctx.channels_last};

@@ -85,8 +85,8 @@ std::string decide_on_rank0(const ConvAlgorithmRequest& r,
                r.setting, why);
     std::error_code ec;
     if (!fs::equivalent(r.setting, own, ec)) write_text(own, text);
-    log_info("convolution algorithms: from {} ({} convolutions, timed on {} with cuDNN {}){}", r.setting,
-             table.size(), table.device(), cudnn_text(table.cudnn_version()),
+    log_info("convolution algorithms: from {} ({} convolutions, timed on {} with cuDNN {}){}", r.setting, table.size(),
+             table.device(), cudnn_text(table.cudnn_version()),
              fs::equivalent(r.setting, own, ec) ? std::string() : fmt::format(", copied to {}", own));
     return text;
   }

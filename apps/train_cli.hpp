@@ -12,8 +12,8 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "train/app_plan.hpp"
-#include "train/run_support.hpp"
+#include "train/plan/app_plan.hpp"
+#include "train/loop/run_environment.hpp"
 
 namespace hpct {
 

@@ -4,9 +4,9 @@
 #include "app_main.hpp"
 #include "train_cli.hpp"
 #include "core/config.hpp"
-#include "train/gpt_deck.hpp"
-#include "train/app_plan.hpp"
-#include "train/gpt_trainer.hpp"
+#include "train/tasks/gpt/gpt_deck.hpp"
+#include "train/plan/app_plan.hpp"
+#include "train/tasks/gpt/gpt_trainer.hpp"
 
 int main(int argc, char** argv) {
   return hpct::run_mpi_app(argc, argv, "train_gpt", [](int argc, char** argv) {

@@ -4,9 +4,9 @@
 #include "app_main.hpp"
 #include "train_cli.hpp"
 #include "core/config.hpp"
-#include "train/app_plan.hpp"
-#include "train/resnet_deck.hpp"
-#include "train/resnet_trainer.hpp"
+#include "train/plan/app_plan.hpp"
+#include "train/tasks/resnet/resnet_deck.hpp"
+#include "train/tasks/resnet/resnet_trainer.hpp"
 
 int main(int argc, char** argv) {
   return hpct::run_mpi_app(argc, argv, "train_resnet", [](int argc, char** argv) {

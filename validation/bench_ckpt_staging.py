@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Pinned against pageable checkpoint staging: how long the snapshot of a GPT-2 124M bf16 save stalls the step loop
 on CUDA when CheckpointStaging's host slabs are page-locked (cudaHostRegister, the default) and when they stay pageable
-(HPCT_CKPT_STAGING=pageable, the control; lib/train/checkpointing.hpp).
+(HPCT_CKPT_STAGING=pageable, the control; lib/train/checkpoint/protocol.hpp).
 
 Each round runs build/apps/train_gpt inputs/gpt2_124m.toml (train.device=cuda, train.precision=bf16, seq_len 1024,
 micro-batch = global batch 4, the kjv token shards of data/) once per (checkpoint.async, staging) pair: checkpoint.async

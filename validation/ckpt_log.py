@@ -1,4 +1,4 @@
-"""The trainer's log line for each checkpoint save (lib/train/checkpoint_writer.cpp, CheckpointWriter::report), parsed
+"""The trainer's log line for each checkpoint save (lib/train/checkpoint/saver.cpp, CheckpointSaver::report), parsed
 for the checkpoint benchmarks (validation/bench_ckpt_async.py, validation/bench_ckpt_staging.py). Standard library
 only (it also runs from the GPU bundle's environment).
 

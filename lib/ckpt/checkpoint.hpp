@@ -17,7 +17,7 @@
 // the previous checkpoint usable.
 //
 // The library is communication-free (except write_shared_shard, ckpt/shared_shard.hpp): the trainer runs the
-// collective protocol (train/checkpointing.hpp, write_checkpoint)
+// collective protocol (train/checkpoint/protocol.hpp, write_checkpoint)
 //   every rank: m = write_shard(tmp, rank, pieces)          (fsynced)
 //   gather the manifests' to_json() to rank 0 (metadata only; data never moves)
 //   rank 0:     write_index(tmp, manifests, attrs); commit(root, step, keep)

@@ -1,7 +1,7 @@
 #pragma once
 // A source of whole logical tensors, read by hyperslab: what a checkpoint's index is (ckpt::Reader) and what an
 // imported model directory is (lib/interop: a Hugging Face GPT-2), so that one loader places either onto any layout
-// (lib/train/checkpointing.hpp, load_parameters: each TP / PP / ZeRO shard reads only its box).
+// (lib/train/checkpoint/protocol.hpp, load_parameters: each TP / PP / ZeRO shard reads only its box).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// Which shared object a symbol was loaded from, for the run logs' "runtime libraries:" line (lib/train/run_device.hpp):
+// Which shared object a symbol was loaded from, for the run logs' "runtime libraries:" line (lib/train/loop/run_device.hpp):
 // the GPU bundle keeps a machine's own copies of the libraries, so the log names the file that actually ran.
 #include <string>
 

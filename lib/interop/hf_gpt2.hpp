@@ -55,7 +55,7 @@ struct HfExportResult {
 HfExportResult export_hf_gpt2(const ckpt::Reader& reader, const std::string& outdir, DType dtype);
 
 // A Hugging Face GPT-2 directory as logical tensors of hpctrain's layout for the deck's model: the source
-// model.init_from loads (train/checkpointing.hpp, load_parameters). The constructor checks everything first, each
+// model.init_from loads (train/checkpoint/protocol.hpp, load_parameters). The constructor checks everything first, each
 // problem a UsageError that names the directory, the key or tensor, both values and what to set: the directory and
 // its files, config.json against the deck (n_layer, n_head, n_embd, vocab_size; n_positions >= seq_len; GELU tanh;
 // layer_norm_epsilon 1e-5), every tensor's presence and shape, lm_head.weight == wte.weight, and under model.bias =

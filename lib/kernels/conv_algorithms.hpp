@@ -4,7 +4,7 @@
 // (cuda/cuda_resnet.cu). conv2d_time_algorithms (kernels.hpp) times those candidates on the device; a ConvAlgorithms
 // table holds the choice made from the times, per shape and phase, and reaches the backend through
 // ExecContext::conv_algorithms. The table is plain host data (this file needs no CUDA): the run keeps it in its output
-// directory (train/conv_algorithm_choice.hpp), so that a resumed run, or a rerun given the file, runs the same
+// directory (train/tasks/resnet/conv_algorithm_choice.hpp), so that a resumed run, or a rerun given the file, runs the same
 // algorithms and reproduces itself bit for bit. The CPU backend has one way to run each convolution and never reads it.
 // C++17 (included by the CUDA translation units).
 #include <array>

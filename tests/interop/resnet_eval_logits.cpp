@@ -18,8 +18,8 @@
 #include "core/h5_check.hpp"
 #include "data/image_dataset.hpp"
 #include "models/resnet/resnet.hpp"
-#include "train/h5_write.hpp"
-#include "train/resnet_deck.hpp"
+#include "train/tasks/h5_write.hpp"
+#include "train/tasks/resnet/resnet_deck.hpp"
 
 using namespace hpct;
 

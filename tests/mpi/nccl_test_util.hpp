@@ -27,7 +27,7 @@ inline std::string select_gpu() {
   MPI_Comm_rank(node, &local);
   MPI_Comm_size(node, &local_n);
   MPI_Comm_free(&node);
-  // Several ranks on one GPU: NCCL 2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1 (lib/train/run_device.hpp).
+  // Several ranks on one GPU: NCCL 2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1 (lib/train/loop/run_device.hpp).
   const char* multi = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
   int version = 0;
   if (ncclGetVersion(&version) != ncclSuccess) version = 0;

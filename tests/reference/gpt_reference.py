@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch cross-check of hpctrain's GPT (model-level reference, docs/style.md "Tests like llm.c").
 
-Reads the HDF5 file written by `train_gpt DECK --dump FILE.h5` (lib/train/reference_dump.hpp): the
+Reads the HDF5 file written by `train_gpt DECK --dump FILE.h5` (lib/train/tasks/reference_dump.hpp): the
 initial parameters, every step's token batches, hpctrain's per-step losses and step-1 gradients.
 Builds the same GPT-2 in PyTorch (Debian's python3-torch, CPU, fp32) from those weights, replays the
 same batches with torch.optim.AdamW (decoupled weight decay on the tensors hpctrain decays: 2-D weights

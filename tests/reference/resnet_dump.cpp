@@ -13,7 +13,7 @@
 #include "core/h5_check.hpp"
 #include "core/rng.hpp"
 #include "models/resnet/resnet.hpp"
-#include "train/h5_write.hpp"
+#include "train/tasks/h5_write.hpp"
 
 using namespace hpct;
 

@@ -667,7 +667,7 @@ const float* Gpt::loss_and_backward(const ExecContext& ctx, const int32_t* targe
   const int chunk = num_chunks() - 1;  // the head's
   const int g = global_set(set, chunk);
   // fused softmax cross-entropy: logits now hold dlogits = dloss * (softmax - onehot), padding masked
-  // Under fp16 dloss carries the loss scale (train/loss_scaling.hpp), so the dlogits stored here and every activation
+  // Under fp16 dloss carries the loss scale (train/loop/loss_scaling.hpp), so the dlogits stored here and every activation
   // gradient below are scaled: what keeps small gradients above fp16's subnormal range. The losses stay unscaled fp32.
   const int N = b * cfg_.seq_len;
   with_activation_type(act_, [&](auto type) {

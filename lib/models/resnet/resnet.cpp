@@ -717,7 +717,7 @@ const float* ResNet::loss_impl(const ExecContext& ctx, const int32_t* labels, in
 // Backward walks forward in reverse. Scratch: dA holds the gradient of the current block's output and becomes
 // that of its input; dB the gradient after the block's last ReLU (dsum, also the shortcut's); dC and dD alternate
 // inside the main branch (BN backward writes dC, conv backward writes dD, or dA for the block's first conv).
-// Under fp16 dloss carries the loss scale (train/loss_scaling.hpp): the activation gradients stored below are scaled.
+// Under fp16 dloss carries the loss scale (train/loop/loss_scaling.hpp): the activation gradients stored below are scaled.
 const float* ResNet::loss_and_backward(const ExecContext& ctx_in, const int32_t* labels, float dloss, int b) {
   const ExecContext ctx = in_layout(ctx_in);
   return with_activation_type(act_, [&](auto type) {

@@ -1,4 +1,4 @@
-// train.conv_algorithms under mpirun (train/conv_algorithm_choice.hpp): the table's file round trip and its errors,
+// train.conv_algorithms under mpirun (train/tasks/resnet/conv_algorithm_choice.hpp): the table's file round trip and its errors,
 // and the collective decision: only rank 0 times, every rank gets the same table, the run directory's table is reused
 // when it fits this GPU, cuDNN and model and timed again otherwise, an explicit table is used and copied, a missing one
 // is a UsageError on every rank, and "heuristic" times nothing. The timing itself is a stand-in here (no GPU): the CUDA
@@ -13,7 +13,7 @@
 
 #include "comm/comm.hpp"
 #include "core/error.hpp"
-#include "train/conv_algorithm_choice.hpp"
+#include "train/tasks/resnet/conv_algorithm_choice.hpp"
 
 namespace hpct::train {
 namespace {

@@ -1,4 +1,4 @@
-// The GPT's data on resume (train/resume.hpp, check_token_data_resume): the checkpoint's shard list and data.order
+// The GPT's data on resume (train/checkpoint/resume.hpp, check_token_data_resume): the checkpoint's shard list and data.order
 // against the deck's, the exact messages, data.allow_changed, and checkpoints written before shard lists existed.
 // Also the deck's data keys: a single path (the decks written before lists) is a one-item list.
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "train/gpt_deck.hpp"
-#include "train/resume.hpp"
+#include "train/tasks/gpt/gpt_deck.hpp"
+#include "train/checkpoint/resume.hpp"
 
 namespace hpct::train {
 namespace {

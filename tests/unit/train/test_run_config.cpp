@@ -1,5 +1,5 @@
-// The shared deck sections as the training loop takes them (train/run_config.hpp) and the loop's MFU formula
-// (train/training_loop.hpp): derived defaults that never fail by themselves, the schedule kind of one stage, and MFU
+// The shared deck sections as the training loop takes them (train/loop/run_config.hpp) and the loop's MFU formula
+// (train/loop/training_loop.hpp): derived defaults that never fail by themselves, the schedule kind of one stage, and MFU
 // per rank (the job's FLOP/s divided by the world size, against one device's peak).
 #include <gtest/gtest.h>
 
@@ -8,10 +8,10 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "train/gpt_deck.hpp"
-#include "train/resnet_deck.hpp"
-#include "train/run_config.hpp"
-#include "train/training_loop.hpp"
+#include "train/tasks/gpt/gpt_deck.hpp"
+#include "train/tasks/resnet/resnet_deck.hpp"
+#include "train/loop/run_config.hpp"
+#include "train/loop/training_loop.hpp"
 
 namespace hpct::train {
 namespace {

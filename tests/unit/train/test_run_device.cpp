@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "train/run_device.hpp"
+#include "train/loop/run_device.hpp"
 
 namespace hpct::train {
 namespace {

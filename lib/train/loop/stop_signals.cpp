@@ -1,0 +1,31 @@
+#include "train/loop/stop_signals.hpp"
+
+#include <csignal>
+
+namespace hpct::train {
+
+namespace {
+volatile std::sig_atomic_t g_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+}  // namespace
+
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int stop_signal_received() { return g_signal; }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    default: return "signal";
+  }
+}
+
+}  // namespace hpct::train

@@ -104,278 +104,256 @@ std::optional<double> model_flops_utilization(double step_flops, double step_ms,
 
 namespace {
 
-int run_steps(RunSession& run, TrainTask& task) {
-  parallel::ParallelContext& pc = run.pc;
-  const ExecContext& ctx = run.ctx();
-  const RunConfig& cfg = run.cfg;
-  const StepShape& shape = task.shape();
-  const int64_t steps = task.steps();
-  const int dp = run.dp(), world = pc.world_size();
+// One run of the step loop, in named parts: set-up (the constructor: the output directory, the gradient sync, ZeRO-3's
+// parameter gather, the optimizer, the loss scaler, the checkpoint staging and saver, the pipeline buffers, the set-up
+// log lines and the memory record's kinds; nothing allocates after it), resume, then per step: step (one optimizer
+// step), record (metrics.jsonl and the log line) and save; and finish (the last replica check, the PERFORMANCE line).
+// Members are declared in construction order, which is also the order of their release in reverse: the saver, whose
+// thread reads the staging, goes before the staging.
+class StepLoop {
+ public:
+  StepLoop(RunSession& run, TrainTask& task);
+  int run();
 
-  // ---- set-up: output, gradient sync, optimizer, loss scaler, checkpoint staging (nothing allocates in the loop) ---
-  const std::string ckpt_root = prepare_output(pc, run.opts.out_dir);
-  const parallel::GradWriteOrder write_order = task.grad_write_order();
-  // ZeRO shards over the zero shard group: the DP group, or its groups under hybrid sharding (parallel.zero_group)
-  parallel::GradSync grad_sync(cfg.parallel.sync.zero ? pc.device_zero_shard_group() : pc.device_dp_group(),
-                               task.params(), task.grads(), cfg.parallel.sync, ctx, &write_order,
-                               cfg.parallel.sync.zero ? pc.device_zero_replica_group() : nullptr);
-  task.set_grad_ready_hook([&grad_sync](int first, int end) { grad_sync.on_ready(first, end); });
-  task.set_grad_write_hook([&grad_sync](int first, int end) { grad_sync.writing(first, end); });
+ private:
+  // What one optimizer step produced, for its record.
+  struct StepOutcome {
+    double loss = NAN, lr = 0.0, ms = 0.0;
+    double param_wait_ms = 0.0;  // ZeRO-3: the wait for the parameters' gather after the optimizer step
+    std::vector<double> sums;
+    optim::LossScaler::Outcome ls;
+    comm::CommVolume volume;
+  };
+  std::unique_ptr<parallel::ParamGather> connect_gradient_sync();
+  std::unique_ptr<optim::Optimizer> make_optimizer();
+  void log_setup();
+  MemoryKinds memory_kinds() const;
+  void resume();
+  StepOutcome step(int64_t s);
+  void record(int64_t s, const StepOutcome& o, const std::optional<EvalResult>& eval, const TrainTask::StepReport& rep,
+              const CheckpointCadence::Decision& dec);
+  void save(int64_t s, const char* why);
+  int finish(int exit_code);
+
+  RunSession& run_;
+  TrainTask& task_;
+  parallel::ParallelContext& pc_;
+  const ExecContext& ctx_;
+  const RunConfig& cfg_;
+  const StepShape& shape_;
+  const int64_t steps_;
+  const int dp_, world_;
+  const std::string ckpt_root_;
+  const parallel::GradWriteOrder write_order_;
+  parallel::GradSync grad_sync_;
   // ZeRO-3: the rank keeps its shares of the masters; the model's reads gather each layer (parallel/param_gather.hpp)
-  std::unique_ptr<parallel::ParamGather> gather;
-  if (model_shards_params(cfg.parallel.sync, dp)) {
-    gather = std::make_unique<parallel::ParamGather>(pc.device_zero_shard_group(), grad_sync.plan(), task.read_params(),
-                                                     ctx, cfg.parallel.sync.prefetch);
-    parallel::ParamGather* g = gather.get();
-    task.set_param_read_hook(
-        [g](int first, int end, int next_first, int next_end) { g->reading(first, end, next_first, next_end); });
-    task.init_sharded_params([g](int tensor, const float* host) { g->store_whole(tensor, host); });
-  }
-  const std::unique_ptr<optim::Optimizer> opt = task.make_optimizer(owned_segments(grad_sync, gather.get()));
-  // where the optimizer updates every parameter (AdamW unsharded) it also keeps the model's 16-bit compute copy: the
-  // step's separate cast of the masters goes
-  if (Slab* copy = task.compute_copy(); copy != nullptr && opt->keep_compute_copy(ctx, *copy))
-    task.set_compute_copy_kept();
-  optim::LossScaler scaler(loss_scale_config(cfg, ctx.precision));
-  const std::vector<TensorPlacement> placements = task.placements();
+  const std::unique_ptr<parallel::ParamGather> gather_;
+  const std::unique_ptr<optim::Optimizer> opt_;
+  optim::LossScaler scaler_;
+  const std::vector<TensorPlacement> placements_;
+  const bool background_saves_;
   // what checkpoints and replica checks read, as host memory (on the CPU: the model's own tensors, zero-copy, unless a
   // background save needs a snapshot the step loop does not change)
-  const bool background_saves = CheckpointSaver::background_possible(cfg.checkpoint.async, cfg.checkpoint.files);
-  CheckpointStaging staging(ctx, task.params(), optimizer_state(*opt), task.extra_state(), background_saves);
+  CheckpointStaging staging_;
   // checkpoints are written over a communicator of their own, in the background by default (checkpoint.async); declared
   // after the staging its thread reads, so that it is gone (its save finished) before the staging is freed
-  CheckpointSaver writer(pc, ckpt_root, cfg.checkpoint.keep, background_saves, cfg.checkpoint.files);
+  CheckpointSaver writer_;
   // the stage's communication buffers for its schedule (none for a single stage)
-  parallel::PipelineBuffers pipe_bufs(run.schedule, task.stage().activation_numel(), pc.pipeline_transport().device(),
-                                      task.stage().activation_dtype());
+  parallel::PipelineBuffers pipe_bufs_;
+  MemoryKinds memory_;        // the memory record's kinds (train/loop/memory_record.hpp)
+  double memory_peak_ = 0.0;  // the first record's peak, repeated by the last
+  int64_t start_ = 0;         // the step the run starts after (0, or the resumed checkpoint's)
+  bool resumed_ = false;
+  std::unique_ptr<MetricsWriter> metrics_;    // rank 0
+  std::optional<CheckpointCadence> cadence_;  // from the first step on (its minutes count from there)
+  // The DP buckets go out during the last backward when its gradients are final then; else after end_step(). ZeRO-2
+  // reduce-scatters every micro-batch's buckets as backward completes them (the tensors it keeps whole: in finish()).
+  bool per_micro_batch_ = false, overlap_ = false;
+  parallel::PipelineRunOptions schedule_opts_;
+  float dloss_ = 0.0f;  // 1 / global loss terms
+  std::vector<double> step_ms_, exposed_ms_;
+  std::vector<parallel::PipelineStats> pipeline_;  // per step, with several stages
+  double last_loss_ = NAN;
+  std::optional<EvalResult> last_eval_;
+};
+
+// ---- set-up: output, gradient sync, optimizer, loss scaler, checkpoint staging (nothing allocates in the loop) -----
+StepLoop::StepLoop(RunSession& run, TrainTask& task)
+    : run_(run),
+      task_(task),
+      pc_(run.pc),
+      ctx_(run.ctx()),
+      cfg_(run.cfg),
+      shape_(task.shape()),
+      steps_(task.steps()),
+      dp_(run.dp()),
+      world_(run.pc.world_size()),
+      ckpt_root_(prepare_output(run.pc, run.opts.out_dir)),
+      write_order_(task.grad_write_order()),
+      // ZeRO shards over the zero shard group: the DP group, or its groups under hybrid sharding (parallel.zero_group)
+      grad_sync_(cfg_.parallel.sync.zero ? pc_.device_zero_shard_group() : pc_.device_dp_group(), task.params(),
+                 task.grads(), cfg_.parallel.sync, ctx_, &write_order_,
+                 cfg_.parallel.sync.zero ? pc_.device_zero_replica_group() : nullptr),
+      gather_(connect_gradient_sync()),
+      opt_(make_optimizer()),
+      scaler_(loss_scale_config(cfg_, ctx_.precision)),
+      placements_(task.placements()),
+      background_saves_(CheckpointSaver::background_possible(cfg_.checkpoint.async, cfg_.checkpoint.files)),
+      staging_(ctx_, task.params(), optimizer_state(*opt_), task.extra_state(), background_saves_),
+      writer_(pc_, ckpt_root_, cfg_.checkpoint.keep, background_saves_, cfg_.checkpoint.files),
+      pipe_bufs_(run.schedule, task.stage().activation_numel(), pc_.pipeline_transport().device(),
+                 task.stage().activation_dtype()) {
   // host-staged device groups: page-locked blocks for the pipeline's transfers, before the first step
-  if (pc.pp_size() > 1)
-    pc.reserve_pipeline_staging(parallel::PipelineBuffers::planned_transfers(run.schedule),
-                                static_cast<size_t>(task.stage().activation_numel()) *
-                                    dtype_size(task.stage().activation_dtype()));
+  if (pc_.pp_size() > 1)
+    pc_.reserve_pipeline_staging(parallel::PipelineBuffers::planned_transfers(run.schedule),
+                                 static_cast<size_t>(task.stage().activation_numel()) *
+                                     dtype_size(task.stage().activation_dtype()));
+  log_setup();
+  memory_ = memory_kinds();
+}
 
-  log_info("hpctrain {} | deck {} | out {}", run.app, cfg.deck_path, run.opts.out_dir);
-  parallel::log_launch_env(run.launch);
-  run.device.log();  // the GPU, or auto's fallback to the CPU (nothing for train.device = cpu)
+// The gradient sync's hooks into the model's backward, and under ZeRO-3 the parameter gather with its read hook.
+std::unique_ptr<parallel::ParamGather> StepLoop::connect_gradient_sync() {
+  parallel::GradSync* sync = &grad_sync_;
+  task_.set_grad_ready_hook([sync](int first, int end) { sync->on_ready(first, end); });
+  task_.set_grad_write_hook([sync](int first, int end) { sync->writing(first, end); });
+  if (!model_shards_params(cfg_.parallel.sync, dp_)) return nullptr;
+  auto gather = std::make_unique<parallel::ParamGather>(pc_.device_zero_shard_group(), grad_sync_.plan(),
+                                                        task_.read_params(), ctx_, cfg_.parallel.sync.prefetch);
+  parallel::ParamGather* g = gather.get();
+  task_.set_param_read_hook(
+      [g](int first, int end, int next_first, int next_end) { g->reading(first, end, next_first, next_end); });
+  task_.init_sharded_params([g](int tensor, const float* host) { g->store_whole(tensor, host); });
+  return gather;
+}
+
+std::unique_ptr<optim::Optimizer> StepLoop::make_optimizer() {
+  std::unique_ptr<optim::Optimizer> opt = task_.make_optimizer(owned_segments(grad_sync_, gather_.get()));
+  // where the optimizer updates every parameter (AdamW unsharded) it also keeps the model's 16-bit compute copy: the
+  // step's separate cast of the masters goes
+  if (Slab* copy = task_.compute_copy(); copy != nullptr && opt->keep_compute_copy(ctx_, *copy))
+    task_.set_compute_copy_kept();
+  return opt;
+}
+
+void StepLoop::log_setup() {
+  log_info("hpctrain {} | deck {} | out {}", run_.app, cfg_.deck_path, run_.opts.out_dir);
+  parallel::log_launch_env(run_.launch);
+  run_.device.log();  // the GPU, or auto's fallback to the CPU (nothing for train.device = cpu)
   log_info("layout: ranks {} = {} | device {} | OpenMP threads {} | global_batch {} = {} x {} micro-batches of {}{}",
-           world, task.layout_axes(), device_name(ctx.device), omp_get_max_threads(), cfg.train.global_batch, dp,
-           run.n_micro, cfg.train.micro_batch, task.layout_tail());
-  log_info("gradient sync: {}", grad_sync.describe());
-  if (gather) log_info("parameters: {}", gather->describe());
-  log_precision(ctx, scaler);
-  log_info("MFU peak: {}", run.mfu_peak.tflops > 0.0
-                               ? fmt::format("{:.1f} TFLOP/s per rank ({})", run.mfu_peak.tflops, run.mfu_peak.source)
-                               : fmt::format("n/a ({})", run.mfu_peak.source));
-  if (ctx.device != Device::CPU || pc.staged_device_groups())
-    log_info("communicators: {}", pc.describe_device_groups());
+           world_, task_.layout_axes(), device_name(ctx_.device), omp_get_max_threads(), cfg_.train.global_batch, dp_,
+           run_.n_micro, cfg_.train.micro_batch, task_.layout_tail());
+  log_info("gradient sync: {}", grad_sync_.describe());
+  if (gather_) log_info("parameters: {}", gather_->describe());
+  log_precision(ctx_, scaler_);
+  log_info("MFU peak: {}", run_.mfu_peak.tflops > 0.0
+                               ? fmt::format("{:.1f} TFLOP/s per rank ({})", run_.mfu_peak.tflops, run_.mfu_peak.source)
+                               : fmt::format("n/a ({})", run_.mfu_peak.source));
+  if (ctx_.device != Device::CPU || pc_.staged_device_groups())
+    log_info("communicators: {}", pc_.describe_device_groups());
   log_info("checkpoints: {}{}",
-           writer.background() ? "written in the background (checkpoint.async)" : "written in the foreground",
-           staging.host_bytes() > 0
-               ? fmt::format(", host staging {}", human_bytes(static_cast<double>(staging.host_bytes())))
+           writer_.background() ? "written in the background (checkpoint.async)" : "written in the foreground",
+           staging_.host_bytes() > 0
+               ? fmt::format(", host staging {}", human_bytes(static_cast<double>(staging_.host_bytes())))
                : std::string());
-  task.log_setup(*opt);
-  // The memory record (train/loop/memory_record.hpp): every slab is planned above and lives for the whole run.
-  MemoryKinds memory = task.model_memory();
-  memory.grads += static_cast<double>(grad_sync.shard_bytes());
-  memory.optimizer = static_cast<double>(opt->state_bytes());
-  memory.comm = static_cast<double>(grad_sync.comm_bytes() + pipe_bufs.bytes() + pc.staging_bytes());
-  if (gather) {  // the masters (and the 16-bit shard) are the rank's parameters; the gathers are transient
-    memory.params += static_cast<double>(gather->shard_bytes());
-    memory.comm += static_cast<double>(gather->gather_bytes());
-  }
-  memory.ckpt_staging = static_cast<double>(staging.host_bytes());
-  double memory_peak = 0.0;  // the first record's peak, repeated by the last
+  task_.log_setup(*opt_);
+}
 
-  // ---- resume ------------------------------------------------------------------------------------------------
-  const ResumePoint resumed = open_resume(pc, run.deck, run.schema, cfg.checkpoint.resume, ckpt_root, steps);
-  const int64_t start = resumed.step;
-  if (resumed.reader) {
-    task.check_resume(*resumed.reader);
-    Timer t;
-    load_checkpoint(*resumed.reader, staging.params(), placements, staging.optimizer(), staging.extra());
-    staging.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
-    opt->set_step_count(resumed.reader->attrs().ints.at("optim.step"));
-    restore_loss_scaler(scaler, resumed.reader->attrs());
-    log_info("resumed at step {}: loaded in {:.2f} s (verified in {:.2f} s)", start, t.seconds(), resumed.seconds);
+// The memory record's kinds (train/loop/memory_record.hpp): every slab is planned above and lives for the whole run.
+MemoryKinds StepLoop::memory_kinds() const {
+  MemoryKinds memory = task_.model_memory();
+  memory.grads += static_cast<double>(grad_sync_.shard_bytes());
+  memory.optimizer = static_cast<double>(opt_->state_bytes());
+  memory.comm = static_cast<double>(grad_sync_.comm_bytes() + pipe_bufs_.bytes() + pc_.staging_bytes());
+  if (gather_) {  // the masters (and the 16-bit shard) are the rank's parameters; the gathers are transient
+    memory.params += static_cast<double>(gather_->shard_bytes());
+    memory.comm += static_cast<double>(gather_->gather_bytes());
   }
-  if (!task.init_from().empty() && resumed.reader) {
-    log_info("model.init_from = {} ignored: the run resumes from its checkpoint at step {}, which holds its weights",
-             task.init_from(), start);
-  } else if (!task.init_from().empty()) {  // fine-tuning: imported weights, fresh optimizer state
+  memory.ckpt_staging = static_cast<double>(staging_.host_bytes());
+  return memory;
+}
+
+// ---- resume: a checkpoint (checkpoint.resume), or model.init_from's weights -------------------------------------
+void StepLoop::resume() {
+  const ResumePoint resumed = open_resume(pc_, run_.deck, run_.schema, cfg_.checkpoint.resume, ckpt_root_, steps_);
+  start_ = resumed.step;
+  resumed_ = resumed.reader != nullptr;
+  if (resumed.reader) {
+    task_.check_resume(*resumed.reader);
     Timer t;
-    const std::unique_ptr<ckpt::TensorSource> src = task.open_init_source();
-    staging.to_host();  // CUDA: the fresh optimizer state into the host views, which to_device() copies back
-    load_parameters(*src, staging.params(), placements, staging.optimizer());
-    staging.to_device();
+    load_checkpoint(*resumed.reader, staging_.params(), placements_, staging_.optimizer(), staging_.extra());
+    staging_.to_device();  // CUDA: host views -> device tensors (the CPU loaded in place)
+    opt_->set_step_count(resumed.reader->attrs().ints.at("optim.step"));
+    restore_loss_scaler(scaler_, resumed.reader->attrs());
+    log_info("resumed at step {}: loaded in {:.2f} s (verified in {:.2f} s)", start_, t.seconds(), resumed.seconds);
+  }
+  if (!task_.init_from().empty() && resumed.reader) {
+    log_info("model.init_from = {} ignored: the run resumes from its checkpoint at step {}, which holds its weights",
+             task_.init_from(), start_);
+  } else if (!task_.init_from().empty()) {  // fine-tuning: imported weights, fresh optimizer state
+    Timer t;
+    const std::unique_ptr<ckpt::TensorSource> src = task_.open_init_source();
+    staging_.to_host();  // CUDA: the fresh optimizer state into the host views, which to_device() copies back
+    load_parameters(*src, staging_.params(), placements_, staging_.optimizer());
+    staging_.to_device();
     log_info("model.init_from: loaded {} onto this layout in {:.2f} s (optimizer state fresh)", src->describe(),
              t.seconds());
   }
-  std::unique_ptr<MetricsWriter> metrics;
-  if (pc.rank() == 0)
-    metrics = std::make_unique<MetricsWriter>((fs::path(run.opts.out_dir) / "metrics.jsonl").string(),
-                                              resumed.reader ? start : -1);
-  if (gather) gather->refresh();  // the initial or loaded masters
+}
+
+int StepLoop::run() {
+  resume();
+  if (pc_.rank() == 0)
+    metrics_ = std::make_unique<MetricsWriter>((fs::path(run_.opts.out_dir) / "metrics.jsonl").string(),
+                                               resumed_ ? start_ : -1);
+  if (gather_) gather_->refresh();  // the initial or loaded masters
   install_stop_signal_handlers();
   const InjectedOverflow overflow = InjectedOverflow::from_environment();  // a test seam; inert in real runs
   announce_test_fault();  // the planted-defect seam (core/test_fault.hpp): inert unless HPCT_TEST_FAULT is set
-  task.before_first_step();
+  task_.before_first_step();
+  cadence_.emplace(cfg_);
 
-  CheckpointCadence cadence(cfg);
-  auto save = [&](int64_t s, const char* why) {
-    CheckpointSaver::Job job;
-    job.waited_s = writer.wait();  // the staging holds the previous save until it is written
-    Timer snapshot;
-    task.before_checkpoint();
-    staging.to_host();  // CUDA, or a background save: copies into the host views (else the CPU's tensors in place)
-    task.check_replicas(staging, fmt::format("step {}", s));
-    job.snapshot_s = snapshot.seconds();
-    job.step = s;
-    job.why = why;
-    ckpt::Attrs& a = job.attrs;
-    a.ints["step"] = s;
-    a.ints["optim.step"] = opt->step_count();
-    add_loss_scaler_attrs(a, ctx, scaler);
-    a.ints["data.next_step"] = s + 1;  // the data order is keyed by (seed, step): the step is the loader state
-                                       // (also in epoch order: epoch and position follow from the step)
-    a.ints["rng.seed"] = static_cast<int64_t>(cfg.train.seed);
-    a.ints["layout.world"] = world;
-    a.ints["layout.dp"] = dp;
-    a.ints["layout.tp"] = pc.tp_size();
-    a.ints["layout.pp"] = pc.pp_size();
-    a.ints["layout.zero"] = cfg.parallel.sync.zero;
-    a.floats["lr"] = task.lr_schedule().at(s);
-    a.floats["lr_next"] = task.lr_schedule().at(s + 1);
-    a.strings["deck"] = run.deck.effective_toml();
-    a.strings["deck_path"] = cfg.deck_path;
-    a.strings["app"] = run.app;
-    add_launch_attrs(a, run.launch);
-    task.checkpoint_attrs(a, s);
-    job.pieces = checkpoint_pieces(pc, staging.params(), placements, staging.optimizer(), staging.extra());
-    cadence.started();
-    writer.start(std::move(job));  // the foreground writes here; the background returns at once
-    cadence.finished(writer.last_duration_s());
-  };
-
-  // ---- training loop ---------------------------------------------------------------------------------------------
-  const float dloss = static_cast<float>(1.0 / shape.loss_terms);  // 1 / global loss terms
-  // The DP buckets go out during the last backward when its gradients are final then; else after end_step(). ZeRO-2
-  // reduce-scatters every micro-batch's buckets as backward completes them (the tensors it keeps whole: in finish()).
-  const bool per_micro_batch = grad_sync.per_micro_batch();
-  const bool overlap = task.gradients_final_in_last_backward() && !per_micro_batch;
-  parallel::PipelineRunOptions schedule_opts;
-  schedule_opts.barrier = pc.pp_size() > 1;  // every stage measures the same window (one stage: nothing to wait for)
-  if (overlap) schedule_opts.before_last_backward = [&grad_sync] { grad_sync.arm(); };
-  if (per_micro_batch) schedule_opts.before_backward = [&grad_sync] { grad_sync.begin_micro_batch(); };
-  std::vector<double> step_ms, exposed_ms;
-  std::vector<parallel::PipelineStats> pipeline;  // per step, with several stages
-  step_ms.reserve(static_cast<size_t>(std::max<int64_t>(steps - start, 0)));
-  exposed_ms.reserve(step_ms.capacity());
-  double last_loss = NAN;
-  std::optional<EvalResult> last_eval;
+  dloss_ = static_cast<float>(1.0 / shape_.loss_terms);
+  per_micro_batch_ = grad_sync_.per_micro_batch();
+  overlap_ = task_.gradients_final_in_last_backward() && !per_micro_batch_;
+  schedule_opts_.barrier = pc_.pp_size() > 1;  // every stage measures the same window (one stage: nothing to wait for)
+  parallel::GradSync* sync = &grad_sync_;
+  if (overlap_) schedule_opts_.before_last_backward = [sync] { sync->arm(); };
+  if (per_micro_batch_) schedule_opts_.before_backward = [sync] { sync->begin_micro_batch(); };
+  step_ms_.reserve(static_cast<size_t>(std::max<int64_t>(steps_ - start_, 0)));
+  exposed_ms_.reserve(step_ms_.capacity());
   int exit_code = 0;
-  opt->plan_grad_norm(ctx, task.counted_in_norm());  // the norm's chunk table, before the first step
-  for (int64_t s = start + 1; s <= steps; ++s) {
+  opt_->plan_grad_norm(ctx_, task_.counted_in_norm());  // the norm's chunk table, before the first step
+  for (int64_t s = start_ + 1; s <= steps_; ++s) {
     Timer timer;
-    pc.reset_comm_volume();  // comm_bytes counts this step's operations
+    pc_.reset_comm_volume();  // comm_bytes counts this step's operations
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
-    task.begin_step(s, overflow.apply(scaled_loss_gradient(dloss, scaler), s, run.dp_rank()));
-    grad_sync.begin_step();
-    if (gather) gather->reset_wait_ms();  // this step's waits only (not an evaluation's between steps)
-    const parallel::PipelineStats ps = parallel::run_schedule(run.schedule, task.stage(), pc.pipeline_transport(),
-                                                              pipe_bufs, schedule_opts);
-    if (pc.pp_size() > 1) pipeline.push_back(ps);
-    std::vector<double> sums = task.end_step();
-    if (!overlap && !per_micro_batch) grad_sync.arm();
-    grad_sync.finish();
-    pc.dp_group().allreduce(sums.data(), static_cast<int64_t>(sums.size()), DType::F64, comm::ReduceOp::Sum,
-                            "loss sum");
-    const double loss = sums[0] / shape.loss_terms;
-    HPCT_USAGE_CHECK(std::isfinite(loss),
-                     "loss is {} at step {}: training diverged; lower optim.lr (now {}) or check the data", loss, s,
-                     task.lr_schedule().lr);
-    task.after_gradients(s);
-    // the global gradient norm: this rank's share, summed over the groups that split the parameters
-    double sumsq = opt->grad_sumsq(ctx, task.counted_in_norm());
-    if (cfg.parallel.sync.zero && dp > 1)  // the shares of one shard group tile the gradients once
-      pc.zero_shard_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
-    if (pc.tp_size() > 1) pc.tp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (TP)");
-    if (pc.pp_size() > 1) pc.pp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (PP)");
-    const double lr = task.lr_schedule().at(s);
-    const optim::LossScaler::Outcome ls = scaled_optimizer_step(ctx, *opt, scaler, sumsq, s, lr);
-    grad_sync.gather_params();
-    double param_wait_ms = 0.0;
-    if (gather) {  // the masters changed
-      param_wait_ms = gather->last_wait_ms();
-      gather->refresh();
-    }
-    k::synchronize(ctx);
-    const double ms = timer.ms();
-    const comm::CommVolume volume = pc.comm_volume();  // the step's payload on this rank (rank 0's is recorded)
-    step_ms.push_back(ms);
-    writer.poll(s);  // a background save that finished meanwhile: its log line (a failure: agreed in decide below)
-    cadence.finished(writer.last_duration_s());
-    exposed_ms.push_back(grad_sync.last_exposed_ms() + grad_sync.last_gather_ms() + param_wait_ms);
-    last_loss = loss;
-    task.record_step(s, loss, lr, ls.norm);
+    task_.begin_step(s, overflow.apply(scaled_loss_gradient(dloss_, scaler_), s, run_.dp_rank()));
+    StepOutcome o = step(s);
+    o.ms = timer.ms();
+    o.volume = pc_.comm_volume();  // the step's payload on this rank (rank 0's is recorded)
+    step_ms_.push_back(o.ms);
+    writer_.poll(s);  // a background save that finished meanwhile: its log line (a failure: agreed in decide below)
+    cadence_->finished(writer_.last_duration_s());
+    exposed_ms_.push_back(grad_sync_.last_exposed_ms() + grad_sync_.last_gather_ms() + o.param_wait_ms);
+    last_loss_ = o.loss;
+    task_.record_step(s, o.loss, o.lr, o.ls.norm);
 
-    const double rate = shape.loss_terms / (ms / 1e3);
-    const std::optional<double> mfu = model_flops_utilization(shape.flops, ms, world, run.mfu_peak.tflops);
     std::optional<EvalResult> eval;
-    if ((cfg.train.eval_every > 0 ? s % cfg.train.eval_every == 0 : task.default_eval_step(s)) || s == steps)
-      last_eval = eval = task.evaluate();
-    const TrainTask::StepReport rep = task.report_step(s, sums);
+    if ((cfg_.train.eval_every > 0 ? s % cfg_.train.eval_every == 0 : task_.default_eval_step(s)) || s == steps_)
+      last_eval_ = eval = task_.evaluate();
+    const TrainTask::StepReport rep = task_.report_step(s, o.sums);
     // decided collectively (one allreduce(MAX) per step) before the record, which says whether it is the last
-    const CheckpointCadence::Decision dec = cadence.decide(pc.world(), s, steps, ms, writer.remaining_s(),
-                                                           writer.failed());
-    if (dec.save_failed) writer.wait();  // every rank, here: throws the agreed failure (CollectiveError)
-    // the memory record: in full in this run's first record, peak and rss again in its last (both collective)
-    MetricsWriter::Fields memory_record;
-    if (s == start + 1) {
-      const MemoryRecord r = gather_memory_record(pc.world(), memory, ctx.device);
-      memory_peak = r.peak;
-      memory_record = memory_fields(r);
-      log_info("{}", describe_memory_record(r, world));
-    } else if (s == steps || dec.stop) {
-      memory_record = {{"peak", memory_peak}, {"rss", gather_rss(pc.world(), ctx.device)}};
-    }
-    if (metrics) {
-      MetricFields rec = {{"step", static_cast<double>(s)}};
-      rec.insert(rec.end(), rep.position.begin(), rep.position.end());
-      rec.push_back({"loss", loss});
-      rec.insert(rec.end(), rep.train.begin(), rep.train.end());
-      rec.push_back({"lr", lr});
-      rec.push_back({"grad_norm", ls.skip ? std::nullopt : std::optional<double>(ls.norm)});
-      rec.push_back({"ms", ms});
-      rec.push_back({shape.unit + "_per_s", rate});
-      rec.push_back({"mfu", mfu});
-      rec.push_back({"comm_exposed_ms", exposed_ms.back()});
-      rec.insert(rec.end(), rep.perf.begin(), rep.perf.end());
-      add_loss_scale_metrics(rec, scaler, ls);
-      if (eval) {
-        rec.push_back({"val_loss", eval->loss});
-        rec.insert(rec.end(), eval->extra.begin(), eval->extra.end());
-      }
-      MetricsWriter::Objects objects = {{"comm_bytes",
-                                         {{"allreduce", volume.allreduce},
-                                          {"reduce_scatter", volume.reduce_scatter},
-                                          {"allgather", volume.allgather},
-                                          {"broadcast", volume.broadcast},
-                                          {"p2p", volume.p2p}}}};
-      if (!memory_record.empty()) objects.emplace_back("memory", memory_record);
-      metrics->write(rec, objects);
-    }
-    if (s % cfg.log.every == 0 || s == steps || eval)
-      log_info("step {:>6}/{}{} | loss {:.6f}{} | lr {:.4e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | "
-               "{:.0f} {}/s | mfu {}{}{}",
-               s, steps, rep.position_text, loss, rep.train_text, lr, ls.norm, ms, exposed_ms.back(), rep.comm_text,
-               rate, shape.unit_short, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a", eval ? eval->text : "",
-               loss_scale_suffix(scaler, ls));
-    task.after_step_logged(s, eval);
+    const CheckpointCadence::Decision dec = cadence_->decide(pc_.world(), s, steps_, o.ms, writer_.remaining_s(),
+                                                             writer_.failed());
+    if (dec.save_failed) writer_.wait();  // every rank, here: throws the agreed failure (CollectiveError)
+    record(s, o, eval, rep, dec);
+    task_.after_step_logged(s, eval);
 
     // ---- checkpoint and stop (decided above) -------------------------------------------------------------------------
     if (dec.save) save(s, dec.why);
     if (dec.stop) {
-      writer.wait();
+      writer_.wait();
       log_info("stopping after step {} ({}): checkpoint written; exit code 3 asks to be requeued and resumed with "
                "--set checkpoint.resume=latest",
                s, dec.why);
@@ -383,24 +361,149 @@ int run_steps(RunSession& run, TrainTask& task) {
       break;
     }
   }
-  writer.close();  // the last save written, and nothing of the writer's left running (its HDF5 calls included)
-  task.before_checkpoint();
-  staging.to_host();
-  task.check_replicas(staging, "end of training");
-  task.finish(exit_code);
-  if (!pipeline.empty()) log_pipeline_summary(run, pipeline, ctx.device);
+  return finish(exit_code);
+}
 
-  // ---- the PERFORMANCE line: steady-state step time, the median over the steps after the first (warm-up) ----------
-  const double med = median_after_first(step_ms), med_exposed = median_after_first(exposed_ms);
-  const double rate = shape.loss_terms / (med / 1e3);
-  const std::optional<double> mfu = model_flops_utilization(shape.flops, med, world, run.mfu_peak.tflops);
-  const PerfColumns col = task.perf_columns(last_loss, last_eval);
-  const int d = shape.rate_decimals;
+// ---- step: forward and backward of every micro-batch through the schedule, gradient sync, norm, optimizer --------
+StepLoop::StepOutcome StepLoop::step(int64_t s) {
+  StepOutcome o;
+  grad_sync_.begin_step();
+  if (gather_) gather_->reset_wait_ms();  // this step's waits only (not an evaluation's between steps)
+  const parallel::PipelineStats ps = parallel::run_schedule(run_.schedule, task_.stage(), pc_.pipeline_transport(),
+                                                            pipe_bufs_, schedule_opts_);
+  if (pc_.pp_size() > 1) pipeline_.push_back(ps);
+  o.sums = task_.end_step();
+  if (!overlap_ && !per_micro_batch_) grad_sync_.arm();
+  grad_sync_.finish();
+  pc_.dp_group().allreduce(o.sums.data(), static_cast<int64_t>(o.sums.size()), DType::F64, comm::ReduceOp::Sum,
+                           "loss sum");
+  o.loss = o.sums[0] / shape_.loss_terms;
+  HPCT_USAGE_CHECK(std::isfinite(o.loss),
+                   "loss is {} at step {}: training diverged; lower optim.lr (now {}) or check the data", o.loss, s,
+                   task_.lr_schedule().lr);
+  task_.after_gradients(s);
+  // the global gradient norm: this rank's share, summed over the groups that split the parameters
+  double sumsq = opt_->grad_sumsq(ctx_, task_.counted_in_norm());
+  if (cfg_.parallel.sync.zero && dp_ > 1)  // the shares of one shard group tile the gradients once
+    pc_.zero_shard_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm");
+  if (pc_.tp_size() > 1) pc_.tp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (TP)");
+  if (pc_.pp_size() > 1) pc_.pp_group().allreduce(&sumsq, 1, DType::F64, comm::ReduceOp::Sum, "gradient norm (PP)");
+  o.lr = task_.lr_schedule().at(s);
+  o.ls = scaled_optimizer_step(ctx_, *opt_, scaler_, sumsq, s, o.lr);
+  grad_sync_.gather_params();
+  if (gather_) {  // the masters changed
+    o.param_wait_ms = gather_->last_wait_ms();
+    gather_->refresh();
+  }
+  k::synchronize(ctx_);
+  return o;
+}
+
+// ---- record: metrics.jsonl (rank 0) and the log line --------------------------------------------------------------
+void StepLoop::record(int64_t s, const StepOutcome& o, const std::optional<EvalResult>& eval,
+                      const TrainTask::StepReport& rep, const CheckpointCadence::Decision& dec) {
+  const double rate = shape_.loss_terms / (o.ms / 1e3);
+  const std::optional<double> mfu = model_flops_utilization(shape_.flops, o.ms, world_, run_.mfu_peak.tflops);
+  // the memory record: in full in this run's first record, peak and rss again in its last (both collective)
+  MetricsWriter::Fields memory_record;
+  if (s == start_ + 1) {
+    const MemoryRecord r = gather_memory_record(pc_.world(), memory_, ctx_.device);
+    memory_peak_ = r.peak;
+    memory_record = memory_fields(r);
+    log_info("{}", describe_memory_record(r, world_));
+  } else if (s == steps_ || dec.stop) {
+    memory_record = {{"peak", memory_peak_}, {"rss", gather_rss(pc_.world(), ctx_.device)}};
+  }
+  if (metrics_) {
+    MetricFields rec = {{"step", static_cast<double>(s)}};
+    rec.insert(rec.end(), rep.position.begin(), rep.position.end());
+    rec.push_back({"loss", o.loss});
+    rec.insert(rec.end(), rep.train.begin(), rep.train.end());
+    rec.push_back({"lr", o.lr});
+    rec.push_back({"grad_norm", o.ls.skip ? std::nullopt : std::optional<double>(o.ls.norm)});
+    rec.push_back({"ms", o.ms});
+    rec.push_back({shape_.unit + "_per_s", rate});
+    rec.push_back({"mfu", mfu});
+    rec.push_back({"comm_exposed_ms", exposed_ms_.back()});
+    rec.insert(rec.end(), rep.perf.begin(), rep.perf.end());
+    add_loss_scale_metrics(rec, scaler_, o.ls);
+    if (eval) {
+      rec.push_back({"val_loss", eval->loss});
+      rec.insert(rec.end(), eval->extra.begin(), eval->extra.end());
+    }
+    MetricsWriter::Objects objects = {{"comm_bytes",
+                                       {{"allreduce", o.volume.allreduce},
+                                        {"reduce_scatter", o.volume.reduce_scatter},
+                                        {"allgather", o.volume.allgather},
+                                        {"broadcast", o.volume.broadcast},
+                                        {"p2p", o.volume.p2p}}}};
+    if (!memory_record.empty()) objects.emplace_back("memory", memory_record);
+    metrics_->write(rec, objects);
+  }
+  if (s % cfg_.log.every == 0 || s == steps_ || eval)
+    log_info("step {:>6}/{}{} | loss {:.6f}{} | lr {:.4e} | grad norm {:.4f} | {:.1f} ms (comm exposed {:.1f}{}) | "
+             "{:.0f} {}/s | mfu {}{}{}",
+             s, steps_, rep.position_text, o.loss, rep.train_text, o.lr, o.ls.norm, o.ms, exposed_ms_.back(),
+             rep.comm_text, rate, shape_.unit_short, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a",
+             eval ? eval->text : "", loss_scale_suffix(scaler_, o.ls));
+}
+
+// ---- save: a checkpoint of step s (the saver writes it in the foreground or the background) -----------------------
+void StepLoop::save(int64_t s, const char* why) {
+  CheckpointSaver::Job job;
+  job.waited_s = writer_.wait();  // the staging holds the previous save until it is written
+  Timer snapshot;
+  task_.before_checkpoint();
+  staging_.to_host();  // CUDA, or a background save: copies into the host views (else the CPU's tensors in place)
+  task_.check_replicas(staging_, fmt::format("step {}", s));
+  job.snapshot_s = snapshot.seconds();
+  job.step = s;
+  job.why = why;
+  ckpt::Attrs& a = job.attrs;
+  a.ints["step"] = s;
+  a.ints["optim.step"] = opt_->step_count();
+  add_loss_scaler_attrs(a, ctx_, scaler_);
+  a.ints["data.next_step"] = s + 1;  // the data order is keyed by (seed, step): the step is the loader state
+                                     // (also in epoch order: epoch and position follow from the step)
+  a.ints["rng.seed"] = static_cast<int64_t>(cfg_.train.seed);
+  a.ints["layout.world"] = world_;
+  a.ints["layout.dp"] = dp_;
+  a.ints["layout.tp"] = pc_.tp_size();
+  a.ints["layout.pp"] = pc_.pp_size();
+  a.ints["layout.zero"] = cfg_.parallel.sync.zero;
+  a.floats["lr"] = task_.lr_schedule().at(s);
+  a.floats["lr_next"] = task_.lr_schedule().at(s + 1);
+  a.strings["deck"] = run_.deck.effective_toml();
+  a.strings["deck_path"] = cfg_.deck_path;
+  a.strings["app"] = run_.app;
+  add_launch_attrs(a, run_.launch);
+  task_.checkpoint_attrs(a, s);
+  job.pieces = checkpoint_pieces(pc_, staging_.params(), placements_, staging_.optimizer(), staging_.extra());
+  cadence_->started();
+  writer_.start(std::move(job));  // the foreground writes here; the background returns at once
+  cadence_->finished(writer_.last_duration_s());
+}
+
+// ---- finish: the last save written, the replicas checked, the PERFORMANCE line -------------------------------------
+int StepLoop::finish(int exit_code) {
+  writer_.close();  // the last save written, and nothing of the writer's left running (its HDF5 calls included)
+  task_.before_checkpoint();
+  staging_.to_host();
+  task_.check_replicas(staging_, "end of training");
+  task_.finish(exit_code);
+  if (!pipeline_.empty()) log_pipeline_summary(run_, pipeline_, ctx_.device);
+
+  // the PERFORMANCE line: steady-state step time, the median over the steps after the first (warm-up)
+  const double med = median_after_first(step_ms_), med_exposed = median_after_first(exposed_ms_);
+  const double rate = shape_.loss_terms / (med / 1e3);
+  const std::optional<double> mfu = model_flops_utilization(shape_.flops, med, world_, run_.mfu_peak.tflops);
+  const PerfColumns col = task_.perf_columns(last_loss_, last_eval_);
+  const int d = shape_.rate_decimals;
   log_info("PERFORMANCE ranks {} | ms/step {}/s {}/s/rank MFU | {} | comm_exposed_ms comm_exposed_frac{}",
-           col.layout_names, shape.unit, shape.unit, col.quality_names,
+           col.layout_names, shape_.unit, shape_.unit, col.quality_names,
            col.comm_names.empty() ? "" : " " + col.comm_names);
-  log_info("PERFORMANCE {} {} | {:.2f} {:.{}f} {:.{}f} {} | {} | {:.2f} {:.4f}{}", world, col.layout_values, med, rate,
-           d, rate / world, d, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a", col.quality_values, med_exposed,
+  log_info("PERFORMANCE {} {} | {:.2f} {:.{}f} {:.{}f} {} | {} | {:.2f} {:.4f}{}", world_, col.layout_values, med, rate,
+           d, rate / world_, d, mfu ? fmt::format("{:.2f}%", *mfu * 100) : "n/a", col.quality_values, med_exposed,
            med_exposed / med, col.comm_values.empty() ? "" : " " + col.comm_values);
   set_log_file("");
   return exit_code;
@@ -410,7 +513,8 @@ int run_steps(RunSession& run, TrainTask& task) {
 
 int run_training(RunSession& run, TrainTask& task) {
   try {
-    return run_steps(run, task);
+    StepLoop loop(run, task);
+    return loop.run();
   } catch (...) {
     // Before the exception unwinds into the task (whose device buffers are freed, and a cudaFree waits for the
     // device): abort the NCCL communicators, whose kernels may still wait for peers that this rank will never join.

@@ -12,8 +12,10 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "train/plan/app_plan.hpp"
+#include "app_main.hpp"
 #include "train/loop/run_environment.hpp"
+#include "train/plan/memory_plan.hpp"
+#include "train/tasks/registry.hpp"
 
 namespace hpct {
 
@@ -65,6 +67,24 @@ inline bool parse_train_cli(CLI::App& app, int argc, char** argv, const char* na
     HPCT_USAGE_FAIL("{} (see {} --help)", e.what(), name);
   }
   return true;
+}
+
+// The main() of a training app: the registry's entry `name` (train/tasks/registry.hpp) gives its --help, deck schema,
+// --plan and run; every rank parses the command line, rank 0 alone prints the plan.
+inline int run_training_app(int argc, char** argv, const char* name) {
+  return run_mpi_app(argc, argv, name, [name](int argc, char** argv) {
+    const train::TrainingApp& entry = train::training_app(name);
+    CLI::App app{entry.summary};
+    TrainCli cli;
+    add_train_options(app, cli, entry.example_deck.c_str(), entry.dump_help.c_str(), entry.schema());
+    int plan_world = 0;
+    train::PlanOutput plan_out;
+    add_plan_options(app, plan_world, plan_out, entry.plan_help.c_str(), entry.plan_json_help.c_str());
+    if (!parse_train_cli(app, argc, argv, name)) return 0;
+    const Config deck = Config::load(entry.schema(), cli.deck_path, cli.overrides);
+    if (plan_world > 0) return process_identity().rank == 0 ? entry.plan(deck, plan_world, plan_out) : 0;
+    return entry.run(deck, cli.run_options());
+  });
 }
 
 }  // namespace hpct

@@ -8,9 +8,6 @@
 #include "core/error.hpp"
 #include "core/format.hpp"
 #include "kernels/kernels.hpp"
-#include "models/gpt/gpt_layout.hpp"
-#include "models/gpt/gpt_stage.hpp"
-#include "models/resnet/resnet_stage.hpp"
 #include "parallel/grid.hpp"
 #include "parallel/param_gather.hpp"
 #include "parallel/pipeline_schedule.hpp"
@@ -36,14 +33,18 @@ MemoryKinds kinds_max(const MemoryKinds& a, const MemoryKinds& b) {
           max_kind(a.ckpt_staging, b.ckpt_staging)};
 }
 
-// The ranks the gradient sync reduces (and ZeRO shards) over: the DP group, or a zero shard group under hybrid
-// sharding (validated as ParallelContext validates it).
+// The memory on the run's device: everything but the checkpoint's host staging on CUDA (host memory there).
+double device_bytes(const MemoryKinds& k, double peak, Device device) {
+  return device == Device::CPU ? peak : peak - k.ckpt_staging;
+}
+
+}  // namespace
+
 int sync_group_size(const RunConfig& run, int dp) {
   const int shard = parallel::zero_shard_size(run.parallel.sync.zero_group, dp, fmt::format("deck {}", run.deck_path));
   return run.parallel.sync.zero ? shard : dp;
 }
 
-// A row: the model's kinds plus the loop's, for every DP rank of the row (they differ by their ZeRO share only).
 PlannedRanks plan_row(const MemoryKinds& model, const LoopMemoryInputs& in) {
   PlannedRanks row;
   for (int r = 0; r < in.dp_size; ++r) {
@@ -54,13 +55,6 @@ PlannedRanks plan_row(const MemoryKinds& model, const LoopMemoryInputs& in) {
   }
   return row;
 }
-
-// The memory on the run's device: everything but the checkpoint's host staging on CUDA (host memory there).
-double device_bytes(const MemoryKinds& k, double peak, Device device) {
-  return device == Device::CPU ? peak : peak - k.ckpt_staging;
-}
-
-}  // namespace
 
 MemoryRecord MemoryPlanTable::record() const {
   MemoryRecord r;
@@ -110,115 +104,11 @@ MemoryKinds add_loop_memory(MemoryKinds k, const LoopMemoryInputs& in, int dp_ra
   return k;
 }
 
-MemoryKinds gpt_model_kinds(const gpt::MemoryPlan& m, size_t batch_bytes, size_t workspace_bytes) {
-  MemoryKinds k;
-  k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes);
-  k.grads = static_cast<double>(m.grad_bytes);
-  k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + batch_bytes);
-  k.workspace = static_cast<double>(workspace_bytes);
-  return k;
-}
-
-MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes, size_t device_workspace_bytes) {
-  MemoryKinds k;
-  k.params = static_cast<double>(m.param_bytes + m.compute_param_bytes + m.buffer_bytes);
-  k.grads = static_cast<double>(m.grad_bytes);
-  k.activations = static_cast<double>(m.activation_bytes + m.activation_grad_bytes + batch_bytes);
-  k.workspace = static_cast<double>(m.workspace_bytes + device_workspace_bytes);
-  return k;
-}
-
 bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size) {
   return !(sync.zero >= 2 && dp_size > 1);
 }
 
 bool model_shards_params(const parallel::GradSyncOptions& sync, int dp_size) { return sync.zero == 3 && dp_size > 1; }
-
-MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target) {
-  const int tp = run.parallel.tp, pp = run.parallel.pp, v = run.parallel.virtual_stages;
-  const std::string where = fmt::format("deck {}", run.deck_path);
-  const parallel::Grid grid(world, tp, pp, run.parallel.order, where);
-  gpt::validate_model_parallel(cfg, tp, pp, where, v);
-  const int MB = run.train.micro_batch;
-  const int n_micro = static_cast<int>(micro_batches_per_step(run, grid.dp()));
-  MemoryPlanTable plan{"train_gpt", world, grid.dp(), tp, pp, target.device, target.act, {}};
-  for (int p = 0; p < pp; ++p)
-    for (int t = 0; t < tp; ++t) {
-      const gpt::ModelParallel mp{tp, t, pp, p, run.parallel.sp, v};
-      const std::vector<gpt::StagePlan> chunks = gpt::chunk_plans(cfg, pp, p, v);
-      const std::vector<parallel::Action> schedule = parallel::make_schedule(run.parallel.schedule, pp, p, n_micro, v);
-      gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act,
-                                           {run.train.recompute, gpt::GptStage::kept_sets(schedule, chunks)});
-      if (!model_allocates_grads(run.parallel.sync, grid.dp())) m.grad_bytes = 0;
-      if (model_shards_params(run.parallel.sync, grid.dp())) m.param_bytes = m.compute_param_bytes = 0;
-      const MemoryKinds model = gpt_model_kinds(m,
-                                                gpt::GptStage::planned_bytes(cfg, mp, schedule, MB, target.act) +
-                                                    gpt::GptEvaluator::planned_bytes(cfg, mp, MB, target.act),
-                                                kernels::device_workspace_bytes(target.device, target.act));
-      Slab grads("gradients (planned)", target.device);  // the model's gradient slab, never allocated
-      std::vector<gpt::ParamSpec> layout;
-      for (const gpt::ShardSpec& s : gpt::parameter_layout(cfg, mp)) {
-        grads.add(s.spec.name, s.spec.shape);
-        layout.push_back(s.spec);
-      }
-      const bool only_stage = pp == 1;
-      const int64_t boundary = only_stage ? 0 : gpt::boundary_numel(cfg, mp, MB);
-      LoopMemoryInputs in;
-      in.grads = &grads;
-      in.sync = run.parallel.sync;
-      in.dp_size = sync_group_size(run, grid.dp());
-      in.optimizer_buffers = 2;  // AdamW
-      in.pipeline_bytes = parallel::PipelineBuffers::planned_bytes(schedule, boundary, target.act);
-      in.staging_bytes = staging_bytes_of(run, target.device, grid.dp(), pp, p, schedule, boundary, target.act);
-      in.device = target.device;
-      in.snapshot_checkpoints = run.checkpoint.async;
-      in.order = {gpt::grad_write_groups(layout), gpt::grad_pinned(layout)};
-      in.act = target.act;
-      PlannedRanks row = plan_row(model, in);
-      row.pp_rank = p;
-      row.tp_rank = t;
-      if (pp > 1) {
-        row.layers.clear();
-        for (const gpt::StagePlan& ch : chunks)
-          row.layers += (row.layers.empty() ? "" : ",") +
-                        (ch.num_layers() == 1 ? std::to_string(ch.first_layer)
-                                              : fmt::format("{}..{}", ch.first_layer, ch.end_layer - 1));
-      }
-      plan.rows.push_back(row);
-    }
-  return plan;
-}
-
-MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunConfig& run, int world, bool sync_bn,
-                                   int optimizer_buffers, const PlanTarget& target) {
-  HPCT_USAGE_CHECK(run.parallel.tp == 1 && run.parallel.pp == 1,
-                   "deck {}: parallel.tp = {} and parallel.pp = {}: train_resnet is data-parallel only (DP = the world "
-                   "size); set both to 1",
-                   run.deck_path, run.parallel.tp, run.parallel.pp);
-  const int dp = world, MB = run.train.micro_batch;
-  micro_batches_per_step(run, dp);  // the global batch's split, checked as the run checks it
-  // the model's slabs as the run plans them, on the run's device (the convolution workspace is the device's)
-  resnet::ResNet planned(cfg, MB, target.device, nullptr, /*allocate=*/false, target.act, Precision::FP32,
-                         sync_bn ? dp : 1, /*allocate_grads=*/true, /*shard_params=*/false, run.train.recompute);
-  resnet::MemoryPlan m = planned.memory();
-  if (!model_allocates_grads(run.parallel.sync, dp)) m.grad_bytes = 0;
-  if (model_shards_params(run.parallel.sync, dp)) m.param_bytes = m.compute_param_bytes = 0;
-  const MemoryKinds model = resnet_model_kinds(m, resnet::ResNetStage::planned_bytes(cfg, MB),
-                                               kernels::device_workspace_bytes(target.device, target.act));
-  LoopMemoryInputs in;
-  in.grads = &planned.grads();
-  in.sync = run.parallel.sync;
-  in.dp_size = sync_group_size(run, dp);
-  in.optimizer_buffers = optimizer_buffers;
-  in.device = target.device;
-  in.snapshot_checkpoints = run.checkpoint.async;
-  in.extra_state_bytes = m.buffer_bytes;
-  in.order = {planned.grad_write_groups(), {}};
-  in.act = target.act;
-  in.staging_bytes = staging_bytes_of(run, target.device, dp, 1, 0, {}, 0, target.act);
-  MemoryPlanTable plan{"train_resnet", world, dp, 1, 1, target.device, target.act, {plan_row(model, in)}};
-  return plan;
-}
 
 void print_memory_plan(const MemoryPlanTable& plan) {
   // the record's fields in its order; rss is measured, not planned

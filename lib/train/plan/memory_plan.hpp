@@ -1,7 +1,8 @@
 #pragma once
 // The memory plan (docs/contracts.md "--plan WORLD"): the memory record's kinds (train/loop/memory_record.hpp) for every
 // rank of a deck at a world size, computed from formulas and from slabs that are planned but never allocated, the way
-// the run allocates them: the model's slabs (the tasks' model_memory), then what the training loop adds around them
+// the run allocates them: the model's slabs (the tasks' model_memory; each model's plan and its `--plan` command live in
+// its task folder, e.g. tasks/gpt/gpt_plan.hpp), then what the training loop adds around them
 // (the gradient sync's ZeRO shard and bf16 image, the optimizer state, the pipeline buffers, the checkpoint's host
 // staging on CUDA). `--plan WORLD` prints it without data, MPI or allocation; train.memory_limit_gb checks it before
 // the run allocates anything. The memory record of a real run equals the plan kind by kind (tested by
@@ -12,8 +13,6 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "models/gpt/gpt.hpp"
-#include "models/resnet/resnet.hpp"
 #include "parallel/grad_sync.hpp"
 #include "tensor/tensor.hpp"
 #include "train/loop/memory_record.hpp"
@@ -50,24 +49,6 @@ struct PlanTarget {
 };
 PlanTarget plan_target(const RunConfig& run);
 
-// The GPT's plan at `world` ranks (the grid and the model's split are validated first: UsageErrors naming the keys).
-MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target);
-// The ResNet's (data parallelism only). sync_bn: model.sync_bn; optimizer_buffers: SGD's state buffers (1 with
-// momentum, else 0).
-MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunConfig& run, int world, bool sync_bn,
-                                   int optimizer_buffers, const PlanTarget& target);
-
-// A model's slabs by kind: what the tasks' model_memory() reports from the allocated model and the plan counts from
-// the model's sizing functions. The GPT: params = the fp32 masters and the 16-bit compute copy, grads = its gradient
-// slab (0 when bound to ZeRO-2's buckets), activations = activations, backward scratch and the step's batch buffers
-// (batch_bytes: the pipeline stage's and the evaluator's), workspace = the backend's device-wide buffers
-// (workspace_bytes: kernels::device_workspace_bytes).
-MemoryKinds gpt_model_kinds(const gpt::MemoryPlan& m, size_t batch_bytes, size_t workspace_bytes);
-// The ResNet: BatchNorm's running statistics count as params, the convolution workspace and the backend's device-wide
-// buffers (device_workspace_bytes: kernels::device_workspace_bytes) as workspace; batch_bytes: the stage's batch
-// buffers.
-MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes, size_t device_workspace_bytes);
-
 // What the training loop allocates around a model (training_loop.cpp), for DP rank dp_rank: added to `model`.
 struct LoopMemoryInputs {
   const Slab* grads = nullptr;  // the model's gradient slab (planned or allocated)
@@ -87,6 +68,12 @@ struct LoopMemoryInputs {
 // boundary_numel elements of act (pp > 1).
 size_t staging_bytes_of(const RunConfig& run, Device device, int dp, int pp, int pp_rank,
                         const std::vector<parallel::Action>& schedule, int64_t boundary_numel, DType act);
+// The ranks the gradient sync reduces (and ZeRO shards) over: the DP group, or a zero shard group under hybrid
+// sharding (validated as ParallelContext validates it).
+int sync_group_size(const RunConfig& run, int dp);
+// A row of a model's plan: the model's kinds plus the loop's, for every DP rank of the row (they differ by their ZeRO
+// share only).
+PlannedRanks plan_row(const MemoryKinds& model, const LoopMemoryInputs& in);
 // ZeRO-2 at DP > 1: the model's gradient slab is not allocated (model.grads must not count it); the buckets are.
 // ZeRO-3 at DP > 1: nor are its parameters (model.params must not count them); the shard and the gathers are.
 MemoryKinds add_loop_memory(MemoryKinds model, const LoopMemoryInputs& in, int dp_rank);
@@ -95,6 +82,13 @@ bool model_allocates_grads(const parallel::GradSyncOptions& sync, int dp_size);
 // Whether the model's parameters are sharded (ZeRO-3 at DP > 1): it allocates no parameter memory of its own
 // (parallel/param_gather.hpp).
 bool model_shards_params(const parallel::GradSyncOptions& sync, int dp_size);
+
+// `APP DECK --plan WORLD` (docs/contracts.md): the output options of the app's plan command (each model's in its
+// task folder: plan_gpt, plan_resnet).
+struct PlanOutput {
+  bool json = false;        // also print the `{"plan":{...}}` line after the table
+  std::string device_name;  // the device for the peak lookup (core/device_peaks.hpp); empty: unknown
+};
 
 // The table `--plan` prints: one line per row with every kind and the peak, then the record's maximum.
 void print_memory_plan(const MemoryPlanTable& plan);

@@ -21,6 +21,8 @@
 #include "train/checkpoint/protocol.hpp"
 #include "train/tasks/gpt/gpt_deck.hpp"
 #include "train/plan/memory_plan.hpp"
+#include "train/tasks/registry.hpp"
+#include "train/tasks/gpt/gpt_plan.hpp"
 #include "train/loop/metrics.hpp"
 #include "train/tasks/reference_dump.hpp"
 #include "train/checkpoint/resume.hpp"
@@ -312,6 +314,20 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
                      fmt::format("train_gpt {} --plan {}", deck.deck_path(), run.pc.world_size()));
   GptTask task(run, gpt_deck);
   return run_training(run, task);
+}
+
+TrainingApp gpt_training_app() {
+  return {"train_gpt",
+          "hpctrain train_gpt: trains a GPT-2-family model described by a TOML deck",
+          "inputs/gpt_tiny.toml",
+          "write initial weights, batches, losses and step-1 gradients to this HDF5 file (for the PyTorch cross-check)",
+          "validate the layout for a world of this many ranks and print every rank's memory plan by kind (the memory "
+          "record's), without data or training (e.g. --plan 8 --set parallel.tp=4)",
+          "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs per token and per step, memory by "
+          "kind, the device's peak TFLOP/s)",
+          &gpt_deck_schema,
+          &run_gpt,
+          &plan_gpt};
 }
 
 }  // namespace hpct::train

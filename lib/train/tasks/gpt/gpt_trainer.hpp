@@ -11,5 +11,8 @@ namespace hpct::train {
 
 // Runs the whole training job described by the deck. Returns the process exit code (0: finished).
 int run_gpt(const Config& deck, const RunOptions& opts);
+// Its entry in the registry (train/tasks/registry.hpp).
+struct TrainingApp;
+TrainingApp gpt_training_app();
 
 }  // namespace hpct::train

@@ -25,6 +25,8 @@
 #include "train/tasks/resnet/resnet_deck.hpp"
 #include "train/tasks/resnet/resnet_dump.hpp"
 #include "train/plan/memory_plan.hpp"
+#include "train/tasks/registry.hpp"
+#include "train/tasks/resnet/resnet_plan.hpp"
 #include "train/loop/run_device.hpp"
 #include "train/loop/training_loop.hpp"
 
@@ -278,6 +280,21 @@ int run_resnet(const Config& deck, const RunOptions& opts) {
                      fmt::format("train_resnet {} --plan {}", deck.deck_path(), run.pc.world_size()));
   ResNetTask task(run, std::move(resnet_deck));
   return run_training(run, task);
+}
+
+TrainingApp resnet_training_app() {
+  return {"train_resnet",
+          "hpctrain train_resnet: trains a ResNet described by a TOML deck on an HDF5 image dataset",
+          "inputs/resnet20_fmnist.toml",
+          "write initial weights, every step's batch, losses and final weights to this HDF5 file (for the PyTorch "
+          "cross-check; one rank)",
+          "print the model and the memory plan by kind (the memory record's) of every rank of a world of this many "
+          "ranks, from the deck and the dataset's header, without training",
+          "with --plan: also print one JSON line {\"plan\":{...}} (parameters, FLOPs per image and per step, memory by "
+          "kind, the device's peak TFLOP/s)",
+          &resnet_deck_schema,
+          &run_resnet,
+          &plan_resnet};
 }
 
 }  // namespace hpct::train

@@ -11,5 +11,8 @@ namespace hpct::train {
 // Runs the whole training job described by the deck (train/tasks/resnet/resnet_deck.hpp). Returns the exit code (0 finished,
 // 3 stopped after a checkpoint on a signal or train.deadline).
 int run_resnet(const Config& deck, const RunOptions& opts);
+// Its entry in the registry (train/tasks/registry.hpp).
+struct TrainingApp;
+TrainingApp resnet_training_app();
 
 }  // namespace hpct::train

@@ -33,7 +33,7 @@ void check_resume_compatible(const Config& deck, const ConfigSchema& schema, con
 std::string shard_list_json(const std::vector<data::TokenShardInfo>& shards);
 std::vector<data::TokenShardInfo> parse_shard_list_json(const std::string& json, const std::string& where);
 
-// The GPT's data on resume (docs/contracts.md "Checkpoints"): data.train's shard list (file name and token count of each
+// A token dataset on resume (the GPT's; docs/contracts.md "Checkpoints"): data.train's shard list (file name and token count of each
 // shard, in order; the paths may differ, so a dataset can move) and data.order must match the checkpoint's, else a
 // UsageError naming the first differing shard (or the count) that says --set data.allow_changed=true accepts it;
 // with allow_changed a mismatch is a warning (the batch sequence changes). A changed data.val only logs a line (it

@@ -164,7 +164,6 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
       if (name != "ckpt_staging" && name != "peak" && name != "rss" && *value > largest.second)
         largest = {name, *value};
     const std::string kind = largest.first;
-    const bool gpt = plan.app == "train_gpt";
     std::string advice;
     if (kind == "optimizer" && zero == 0)
       advice = "use parallel.zero = 1 (the optimizer state sharded over the data-parallel group)";
@@ -173,15 +172,15 @@ void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, 
     else if (kind == "params" && zero < 3 && plan.dp > 1 && plan.pp == 1)
       advice = "use parallel.zero = 3 (parameters sharded too: each layer gathered when it computes)";
     else if (kind == "params" || kind == "grads" || kind == "optimizer")
-      advice = gpt ? "split the model over more ranks with parallel.tp or parallel.pp"
-                   : "train_resnet is data-parallel only: choose a smaller model (model.depth, model.base_width)";
+      advice = plan.split_advice;
     else if (kind == "activations" || kind == "workspace")
       advice = "lower train.micro_batch (the global batch stays: more micro-batches per step) or store activations "
                "in bf16 (train.precision = bf16)";
     else
       advice = "parallel.grad_dtype = fp32 has no bf16 bucket buffer, and parallel.schedule = 1f1b keeps fewer "
                "micro-batches in flight than gpipe";
-    const std::string ranks = gpt ? fmt::format("the rank(s) at pp {} tp {}", row.pp_rank, row.tp_rank)
+    const std::string ranks = plan.rows_are_positions
+                                  ? fmt::format("the rank(s) at pp {} tp {}", row.pp_rank, row.tp_rank)
                                   : std::string("every rank");
     HPCT_USAGE_FAIL("train.memory_limit_gb = {}: {} of {} plan {} on the {} ({} over the limit); the largest kind is "
                     "{} ({}): {}. `{}` shows every kind of every rank",

@@ -24,18 +24,24 @@ namespace hpct::train {
 // their ZeRO share), each kind its maximum over those ranks, peak the maximum of their totals.
 struct PlannedRanks {
   int pp_rank = 0, tp_rank = 0;
-  std::string layers = "all";  // the GPT's layers on this stage, "0..3" (with virtual stages one range per chunk)
+  std::string layers =
+      "all";  // a pipelined model's layers on this stage, "0..3" (with virtual stages one range per chunk)
   MemoryKinds kinds;
   double peak = 0;
   double host_comm = 0;  // on CUDA, the part of comm in host memory (the host-staged groups' blocks)
 };
 
 struct MemoryPlanTable {
-  std::string app;  // "train_gpt" | "train_resnet"
+  std::string app;  // the app's name (train/tasks/registry.hpp), for messages
   int world = 1, dp = 1, tp = 1, pp = 1;
   Device device = Device::CPU;
   DType act = DType::F32;  // activation storage
   std::vector<PlannedRanks> rows;
+  // The model's own words for train.memory_limit_gb's message: rows_are_positions: its rows are (pp, tp) positions
+  // (named so), else one row stands for every rank; split_advice: what to change when the model's own state (params,
+  // grads, optimizer) is what does not fit and ZeRO has nothing more to shard.
+  bool rows_are_positions = false;
+  std::string split_advice;
   // Over all rows: what the memory record of the run reports (each kind's maximum, the maximum total).
   MemoryRecord record() const;
 };
@@ -58,7 +64,7 @@ struct LoopMemoryInputs {
   size_t pipeline_bytes = 0;          // parallel::PipelineBuffers of this stage
   Device device = Device::CPU;        // on CUDA, checkpoints stage through host copies
   bool snapshot_checkpoints = false;  // checkpoint.async: the CPU stages through host copies too
-  size_t extra_state_bytes = 0;       // the task's extra_state() slab (the ResNet's BatchNorm running statistics)
+  size_t extra_state_bytes = 0;       // the task's extra_state() slab (e.g. BatchNorm running statistics)
   parallel::GradWriteOrder order;     // the model's (ZeRO-2 places its buckets by it)
   DType act = DType::F32;             // the type the kernels read the parameters in (ZeRO-3 gathers it)
   size_t staging_bytes = 0;           // host-staged device groups: their page-locked blocks (comm)

@@ -12,14 +12,14 @@
 namespace hpct::train {
 
 struct TrainingApp {
-  std::string name;            // the executable: "train_gpt"
-  std::string summary;         // the headline of its --help
-  std::string example_deck;    // the deck its --help names as an example
-  std::string dump_help;       // what --dump FILE.h5 writes (the PyTorch cross-check's reference state)
-  std::string plan_help;       // what --plan WORLD prints
-  std::string plan_json_help;  // what --plan's --json line holds
-  const ConfigSchema& (*schema)();                                    // every deck key (--help prints it)
-  int (*run)(const Config& deck, const RunOptions& options);         // trains; collective over MPI_COMM_WORLD
+  std::string name;                 // the executable: "train_gpt"
+  std::string summary;              // the headline of its --help
+  std::string example_deck;         // the deck its --help names as an example
+  std::string dump_help;            // what --dump FILE.h5 writes (the PyTorch cross-check's reference state)
+  std::string plan_help;            // what --plan WORLD prints
+  std::string plan_json_help;       // what --plan's --json line holds
+  const ConfigSchema& (*schema)();  // every deck key (--help prints it)
+  int (*run)(const Config& deck, const RunOptions& options);          // trains; collective over MPI_COMM_WORLD
   int (*plan)(const Config& deck, int world, const PlanOutput& out);  // --plan WORLD, on one rank; exit code
 };
 

@@ -31,6 +31,8 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
   const int MB = run.train.micro_batch;
   const int n_micro = static_cast<int>(micro_batches_per_step(run, grid.dp()));
   MemoryPlanTable plan{"train_gpt", world, grid.dp(), tp, pp, target.device, target.act, {}};
+  plan.rows_are_positions = true;
+  plan.split_advice = "split the model over more ranks with parallel.tp or parallel.pp";
   for (int p = 0; p < pp; ++p)
     for (int t = 0; t < tp; ++t) {
       const gpt::ModelParallel mp{tp, t, pp, p, run.parallel.sp, v};

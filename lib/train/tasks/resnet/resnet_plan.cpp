@@ -50,6 +50,7 @@ MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunCon
   in.act = target.act;
   in.staging_bytes = staging_bytes_of(run, target.device, dp, 1, 0, {}, 0, target.act);
   MemoryPlanTable plan{"train_resnet", world, dp, 1, 1, target.device, target.act, {plan_row(model, in)}};
+  plan.split_advice = "train_resnet is data-parallel only: choose a smaller model (model.depth, model.base_width)";
   return plan;
 }
 

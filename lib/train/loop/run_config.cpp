@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "train/loop/loss_scaling.hpp"
 #include "train/loop/run_environment.hpp"
 
 namespace hpct::train {
@@ -114,6 +115,44 @@ optim::LrSchedule read_cosine_schedule(const Config& deck, int64_t steps) {
       ">= {} (or 0: max(train.steps, optim.warmup_steps))",
       deck.deck_path(), s.decay_steps, s.warmup_steps, s.warmup_steps);
   return s;
+}
+
+void add_train_keys(ConfigSchema& s, const SharedKeyWords& w) {
+  s.section("train", false, "the training run");
+  s.int_key("train.steps", 100, w.steps_doc, 0, 1e12);
+  s.int_key("train.seed", 1337, "seed of parameter init, " + w.seeded, 0, 9.2e18);
+  s.int_key("train.global_batch", w.global_batch, w.unit + " per optimizer step (all ranks, all micro-batches)", 1,
+            1 << 24);
+  s.int_key("train.micro_batch", w.micro_batch, w.unit + " per forward/backward pass on one rank", 1, 1 << 20);
+  s.string_key("train.device", "cpu",
+               "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
+               "usable GPU, else cpu with one log line)",
+               {"cpu", "cuda", "auto"});
+  add_precision_keys(s);
+  s.float_key("train.memory_limit_gb", 0.0,
+              "fail before allocating when a rank's planned memory on the run's device exceeds this many GB (1e9 "
+              "bytes), naming the kind that is largest and what to change (0: no limit; `--plan WORLD` shows the plan)",
+              0.0, 1e9);  // checked by check_memory_limit (train/plan/memory_plan.hpp)
+  s.string_key("train.recompute", "none", w.recompute_doc, w.recompute_choices);
+  s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
+  s.int_key("train.eval_every", 0, w.eval_every_doc, 0, 1e12);
+}
+
+void add_layout_keys(ConfigSchema& s, const SharedKeyWords& w) {
+  s.section("parallel", false, w.parallel_doc);
+  s.int_key("parallel.tp", 1, w.tp_doc, 1, 4096);
+  s.int_key("parallel.pp", 1, w.pp_doc, 1, 4096);
+  s.string_key("parallel.order", "tp-dp-pp", w.order_doc,
+               {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
+}
+
+void add_log_keys(ConfigSchema& s, const SharedKeyWords& w) {
+  s.section("log", false, "stdout logging");
+  s.int_key("log.every", w.log_every, "print one line every this many steps", 1, 1e12);
+  s.float_key("log.peak_tflops", 0.0,
+              "peak TFLOP/s of one rank's device for MFU (0: the device table's at train.precision on CUDA; unknown "
+              "on the CPU: mfu = null)",
+              0.0, 1e6);
 }
 
 void add_run_keys(ConfigSchema& s) {

@@ -75,10 +75,33 @@ RunConfig read_run_config(const Config& deck);
 // it does not divide (the run and the memory plan check it alike).
 int64_t micro_batches_per_step(const RunConfig& cfg, int dp);
 
-// The deck keys every training app shares, added to a schema inside its [parallel] section: parallel.zero,
-// parallel.bucket_mb, parallel.overlap; then the [comm] (comm.timeout_s) and [checkpoint] sections (every,
-// every_minutes, keep, at_end, async, resume).
+// The shared sections' keys, each declared once here, next to read_run_config which reads them. An app words the few
+// things that differ (its unit, defaults, recompute modes, what its layout keys mean) in SharedKeyWords, declares its
+// [model] and [data], then: add_train_keys and its own train.* keys; its [optim]; add_layout_keys, its own parallel.*
+// keys and add_run_keys; add_log_keys and its own sections.
+struct SharedKeyWords {
+  std::string unit;           // what a batch counts: "sequences" | "images"
+  std::string steps_doc;      // train.steps
+  int64_t global_batch = 8;   // train.global_batch's default
+  int64_t micro_batch = 8;    // train.micro_batch's default
+  std::string seeded;         // what train.seed seeds besides the parameters' init: "data order and sampling"
+  std::string recompute_doc;  // train.recompute's doc and choices (none first)
+  std::vector<std::string> recompute_choices;
+  std::string eval_every_doc;  // train.eval_every
+  std::string parallel_doc;    // the [parallel] section
+  std::string tp_doc, pp_doc, order_doc;
+  int64_t log_every = 1;  // log.every's default
+};
+// [train]: steps, seed, global_batch, micro_batch, device, precision and loss scaling (add_precision_keys),
+// memory_limit_gb, recompute, deadline, eval_every.
+void add_train_keys(ConfigSchema& s, const SharedKeyWords& w);
+// [parallel]: tp, pp, order (the app adds its own parallel.* keys after them, then add_run_keys).
+void add_layout_keys(ConfigSchema& s, const SharedKeyWords& w);
+// Inside [parallel]: parallel.zero, parallel.bucket_mb, parallel.overlap and the other gradient-sync keys; then the
+// [comm] (comm.timeout_s) and [checkpoint] sections (every, every_minutes, keep, at_end, async, resume).
 void add_run_keys(ConfigSchema& s);
+// [log]: every, peak_tflops.
+void add_log_keys(ConfigSchema& s, const SharedKeyWords& w);
 
 // The warm-up + cosine LR of optim.lr, optim.final_lr_frac, optim.warmup_steps, optim.decay_steps over `steps` steps.
 // decay_steps = 0 derives max(steps, warmup_steps); a decay_steps the user set before the warm-up's end is a UsageError

@@ -145,13 +145,6 @@ std::string memory_plan_json(const MemoryPlanTable& plan) {
   return s + "}";
 }
 
-void add_memory_limit_key(ConfigSchema& s) {
-  s.float_key("train.memory_limit_gb", 0.0,
-              "fail before allocating when a rank's planned memory on the run's device exceeds this many GB (1e9 "
-              "bytes), naming the kind that is largest and what to change (0: no limit; `--plan WORLD` shows the plan)",
-              0.0, 1e9);
-}
-
 void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, const std::string& plan_hint) {
   if (limit_gb <= 0.0) return;
   const double limit = limit_gb * kBytesPerGb;

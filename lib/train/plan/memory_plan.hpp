@@ -101,8 +101,6 @@ void print_memory_plan(const MemoryPlanTable& plan);
 // `"memory":{...}` members for the --json line: the record's keys (no rss: that is measured), in bytes.
 std::string memory_plan_json(const MemoryPlanTable& plan);
 
-// Adds train.memory_limit_gb to a deck schema (inside its [train] section).
-void add_memory_limit_key(ConfigSchema& s);
 // train.memory_limit_gb (> 0): every rank's planned memory on the run's device (on CUDA without ckpt_staging and the
 // host-staged groups' blocks, which are host memory) must fit, else a UsageError naming the rank, the kind that is
 // largest, and what to change. `where`: the deck, for the message; plan_hint: the --plan command that shows the table.

@@ -10,6 +10,29 @@
 
 namespace hpct::train {
 
+namespace {
+// How train_gpt words the shared keys (train/loop/run_config.hpp).
+SharedKeyWords gpt_key_words() {
+  SharedKeyWords w;
+  w.unit = "sequences";
+  w.steps_doc = "optimizer steps";
+  w.global_batch = 8;
+  w.micro_batch = 8;
+  w.seeded = "data order and sampling";
+  w.recompute_doc =
+      "activation recompute in backward: none | selective (GELU and LayerNorm outputs) | full (each block from its "
+      "input); losses and gradients are bitwise the same";
+  w.recompute_choices = {"none", "selective", "full"};
+  w.eval_every_doc = "evaluate the val loss every this many steps (0: only after the last step)";
+  w.parallel_doc = "the DP x TP x PP layout (DP = world / (TP x PP)) and data-parallel gradient sync";
+  w.tp_doc = "tensor-parallel size: attention heads, MLP and vocabulary split over this many ranks";
+  w.pp_doc = "pipeline-parallel size (blocks split into stages)";
+  w.order_doc = "grid order, fastest axis first: rank = tp + TP*(dp + DP*pp) for tp-dp-pp";
+  w.log_every = 1;
+  return w;
+}
+}  // namespace
+
 const ConfigSchema& gpt_deck_schema() {
   static const ConfigSchema schema = [] {
     ConfigSchema s;
@@ -40,28 +63,12 @@ const ConfigSchema& gpt_deck_schema() {
                "checkpoint's (the batch sequence then changes; a warning is logged)");
     s.int_key("data.eval_sequences", 64, "sequences of the fixed evaluation set (>= 64 x seq_len tokens)", 64, 1 << 24);
 
-    s.section("train", false, "the training run");
-    s.int_key("train.steps", 100, "optimizer steps", 0, 1e12);
-    s.int_key("train.seed", 1337, "seed of parameter init, data order and sampling", 0, 9.2e18);
-    s.int_key("train.global_batch", 8, "sequences per optimizer step (all ranks, all micro-batches)", 1, 1 << 24);
-    s.int_key("train.micro_batch", 8, "sequences per forward/backward pass on one rank", 1, 1 << 20);
-    s.string_key("train.device", "cpu",
-                 "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
-                 "usable GPU, else cpu with one log line)",
-                 {"cpu", "cuda", "auto"});
-    add_precision_keys(s);
-    add_memory_limit_key(s);
-    s.string_key("train.recompute", "none",
-                 "activation recompute in backward: none | selective (GELU and LayerNorm outputs) | full (each block "
-                 "from its input); losses and gradients are bitwise the same",
-                 {"none", "selective", "full"});
+    const SharedKeyWords words = gpt_key_words();
+    add_train_keys(s, words);
     s.bool_key("train.gelu_epilogue", false,
                "CUDA with bf16 / fp16: the MLP's GELU and its backward in cuBLASLt's GEMM epilogues (GELU_AUX_BIAS, "
                "DGELU) instead of own kernels; within bf16 rounding of them, not bitwise, and selective recompute "
                "then recomputes GELU with the own kernel (docs/cuda.md); no effect elsewhere");
-    s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
-    s.int_key("train.eval_every", 0, "evaluate the val loss every this many steps (0: only after the last step)", 0,
-              1e12);
 
     s.section("optim", false, "AdamW, warm-up + cosine LR, global-norm clipping");
     s.float_key("optim.lr", 6e-4, "peak learning rate", 0.0, 10.0);
@@ -74,14 +81,7 @@ const ConfigSchema& gpt_deck_schema() {
     s.float_key("optim.eps", 1e-8, "AdamW epsilon", 0.0, 1.0);
     s.float_key("optim.grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
 
-    s.section("parallel", false, "the DP x TP x PP layout (DP = world / (TP x PP)) and data-parallel gradient sync");
-    s.int_key("parallel.tp", 1, "tensor-parallel size: attention heads, MLP and vocabulary split over this many ranks",
-              1, 4096);
-    s.int_key("parallel.pp", 1, "pipeline-parallel size (blocks split into stages)", 1, 4096);
-    s.string_key("parallel.order", "tp-dp-pp",
-                 "grid order, fastest axis first: rank = tp + TP*(dp + DP*pp) for "
-                 "tp-dp-pp",
-                 {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
+    add_layout_keys(s, words);
     s.string_key("parallel.schedule", "1f1b", "pipeline schedule: gpipe | 1f1b", {"gpipe", "1f1b"});
     s.int_key("parallel.virtual_stages", 1,
               "model chunks per pipeline rank (> 1: interleaved 1F1B; needs parallel.pp > 1, parallel.schedule = "
@@ -92,12 +92,7 @@ const ConfigSchema& gpt_deck_schema() {
                "and embedding activations sharded by tokens over the TP group");
     add_run_keys(s);
 
-    s.section("log", false, "stdout logging");
-    s.int_key("log.every", 1, "print one line every this many steps", 1, 1e12);
-    s.float_key("log.peak_tflops", 0.0,
-                "peak TFLOP/s of one rank's device for MFU (0: the device table's at train.precision on CUDA; unknown "
-                "on the CPU: mfu = null)",
-                0.0, 1e6);
+    add_log_keys(s, words);
 
     s.section("sample", false, "text generated from the trained model at the end");
     s.int_key("sample.tokens", 200, "tokens to generate (0: no sample)", 0, 1 << 20);

@@ -17,6 +17,29 @@
 
 namespace hpct::train {
 
+namespace {
+// How train_resnet words the shared keys (train/loop/run_config.hpp).
+SharedKeyWords resnet_key_words() {
+  SharedKeyWords w;
+  w.unit = "images";
+  w.steps_doc = "optimizer steps (ignored when train.epochs > 0)";
+  w.global_batch = 128;
+  w.micro_batch = 128;
+  w.seeded = "data order and augmentation";
+  w.recompute_doc =
+      "activation recompute in backward: none | full (each residual block from its input); losses and gradients are "
+      "bitwise the same";
+  w.recompute_choices = {"none", "full"};
+  w.eval_every_doc = "evaluate every this many steps (0: at the end of every epoch and the run)";
+  w.parallel_doc = "data parallelism (DP = world) and its gradient sync";
+  w.tp_doc = "tensor-parallel size: the ResNet is data-parallel only, must be 1";
+  w.pp_doc = "pipeline-parallel size: the ResNet is data-parallel only, must be 1";
+  w.order_doc = "grid order (DP only here: any order gives rank = dp)";
+  w.log_every = 10;
+  return w;
+}
+}  // namespace
+
 const ConfigSchema& resnet_deck_schema() {
   static const ConfigSchema schema = [] {
     ConfigSchema s;
@@ -50,30 +73,14 @@ const ConfigSchema& resnet_deck_schema() {
     s.bool_key("data.flip", false, "random horizontal flip with probability 1/2");
     s.int_key("data.eval_images", 0, "evaluate on the first this many test images (0: all)", 0, 1e12);
 
-    s.section("train", false, "the training run");
-    s.int_key("train.steps", 100, "optimizer steps (ignored when train.epochs > 0)", 0, 1e12);
+    const SharedKeyWords words = resnet_key_words();
+    add_train_keys(s, words);
     s.int_key("train.epochs", 0, "train for this many epochs of N / global_batch steps (0: use train.steps)", 0, 1e9);
-    s.int_key("train.seed", 1337, "seed of parameter init, data order and augmentation", 0, 9.2e18);
-    s.int_key("train.global_batch", 128, "images per optimizer step (all ranks, all micro-batches)", 1, 1 << 24);
-    s.int_key("train.micro_batch", 128, "images per forward/backward pass on one rank", 1, 1 << 20);
-    s.string_key("train.device", "cpu",
-                 "where to compute: cpu | cuda | auto (auto: cuda when every rank has a "
-                 "usable GPU, else cpu with one log line)",
-                 {"cpu", "cuda", "auto"});
-    add_precision_keys(s);
-    add_memory_limit_key(s);
-    s.string_key("train.recompute", "none",
-                 "activation recompute in backward: none | full (each residual block from its input); losses and "
-                 "gradients are bitwise the same",
-                 {"none", "full"});
     s.string_key("train.conv_algorithms", "timed",
                  "CUDA: which of cuDNN's deterministic convolution algorithms run: timed (rank 0 times the candidates "
                  "before the first step and keeps the fastest; the table goes to <out>/conv_algorithms.json, which a "
                  "resumed run or a rerun into the same directory reuses) | heuristic (cuDNN's order, no timing) | the "
                  "path of an earlier run's conv_algorithms.json (its algorithms: its bits); ignored on the CPU");
-    s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
-    s.int_key("train.eval_every", 0, "evaluate every this many steps (0: at the end of every epoch and the run)", 0,
-              1e12);
 
     s.section("optim", false, "SGD with momentum (torch.optim.SGD), warm-up + cosine or step LR");
     s.float_key("optim.lr", 0.1, "peak learning rate", 0.0, 100.0);
@@ -98,19 +105,10 @@ const ConfigSchema& resnet_deck_schema() {
                 0.0, 0.999);
     s.float_key("optim.grad_clip", 0.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9);
 
-    s.section("parallel", false, "data parallelism (DP = world) and its gradient sync");
-    s.int_key("parallel.tp", 1, "tensor-parallel size: the ResNet is data-parallel only, must be 1", 1, 4096);
-    s.int_key("parallel.pp", 1, "pipeline-parallel size: the ResNet is data-parallel only, must be 1", 1, 4096);
-    s.string_key("parallel.order", "tp-dp-pp", "grid order (DP only here: any order gives rank = dp)",
-                 {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"});
+    add_layout_keys(s, words);
     add_run_keys(s);
 
-    s.section("log", false, "stdout logging");
-    s.int_key("log.every", 10, "print one line every this many steps", 1, 1e12);
-    s.float_key("log.peak_tflops", 0.0,
-                "peak TFLOP/s of one rank's device for MFU (0: the device table's at train.precision on CUDA; unknown "
-                "on the CPU: mfu = null)",
-                0.0, 1e6);
+    add_log_keys(s, words);
     return s;
   }();
   return schema;
@@ -219,6 +217,13 @@ ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run) {
                    "deck {}: optim.nesterov = true needs optim.momentum > 0 and optim.dampening = 0 (torch.optim.SGD)",
                    deck.deck_path());
   return d;
+}
+
+void check_resnet_layout(const RunConfig& run) {
+  HPCT_USAGE_CHECK(run.parallel.tp == 1 && run.parallel.pp == 1,
+                   "deck {}: parallel.tp = {} and parallel.pp = {}: train_resnet is data-parallel only (DP = the world "
+                   "size); set both to 1",
+                   run.deck_path, run.parallel.tp, run.parallel.pp);
 }
 
 }  // namespace hpct::train

@@ -38,5 +38,8 @@ resnet::ResNetConfig resnet_model_config(const Config& deck, int in_channels, in
 
 // Opens data.train and data.test and validates every [model], [data] and [optim] key against them.
 ResNetDeck read_resnet_deck(const Config& deck, const RunConfig& run);
+// The ResNet is data-parallel only: parallel.tp and parallel.pp other than 1 are a UsageError naming both (the run and
+// --plan check it alike).
+void check_resnet_layout(const RunConfig& run);
 
 }  // namespace hpct::train

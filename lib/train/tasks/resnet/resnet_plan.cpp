@@ -24,10 +24,7 @@ MemoryKinds resnet_model_kinds(const resnet::MemoryPlan& m, size_t batch_bytes, 
 
 MemoryPlanTable plan_resnet_memory(const resnet::ResNetConfig& cfg, const RunConfig& run, int world, bool sync_bn,
                                    int optimizer_buffers, const PlanTarget& target) {
-  HPCT_USAGE_CHECK(run.parallel.tp == 1 && run.parallel.pp == 1,
-                   "deck {}: parallel.tp = {} and parallel.pp = {}: train_resnet is data-parallel only (DP = the world "
-                   "size); set both to 1",
-                   run.deck_path, run.parallel.tp, run.parallel.pp);
+  check_resnet_layout(run);
   const int dp = world, MB = run.train.micro_batch;
   micro_batches_per_step(run, dp);  // the global batch's split, checked as the run checks it
   // the model's slabs as the run plans them, on the run's device (the convolution workspace is the device's)

@@ -265,10 +265,7 @@ class ResNetTask final : public TrainTask {
 
 int run_resnet(const Config& deck, const RunOptions& opts) {
   const RunConfig cfg = read_run_config(deck);
-  HPCT_USAGE_CHECK(cfg.parallel.tp == 1 && cfg.parallel.pp == 1,
-                   "deck {}: parallel.tp = {} and parallel.pp = {}: train_resnet is data-parallel only (DP = the world "
-                   "size); set both to 1",
-                   deck.deck_path(), cfg.parallel.tp, cfg.parallel.pp);
+  check_resnet_layout(cfg);
   RunSession run("train_resnet", deck, resnet_deck_schema(), cfg, opts);
   ResNetDeck resnet_deck = read_resnet_deck(deck, cfg);
   // train.memory_limit_gb: the plan on the decided device, before the model allocates

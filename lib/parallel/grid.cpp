@@ -11,7 +11,17 @@ namespace hpct::parallel {
 
 const char* axis_name(Axis a) { return a == Axis::TP ? "tp" : a == Axis::DP ? "dp" : "pp"; }
 
-Grid::Grid(int world, int tp, int pp, const std::string& order, const std::string& where) : world_(world) {
+namespace {
+// The three axes in `order` (fastest first) with their sizes (indexed by Axis), as a mesh.
+Mesh grid_mesh(const std::array<Axis, 3>& order, const std::array<int, 3>& size) {
+  std::vector<Mesh::Axis> axes;
+  for (Axis a : order) axes.push_back({axis_name(a), size[static_cast<size_t>(a)]});
+  return Mesh(std::move(axes));
+}
+}  // namespace
+
+Grid::Grid(int world, int tp, int pp, const std::string& order, const std::string& where)
+    : world_(world), mesh_({{"world", 1}}) {  // mesh_: set below, once the order is parsed
   const std::string at = where.empty() ? std::string() : where + ": ";
   HPCT_USAGE_CHECK(world >= 1, "{}world size {} must be >= 1", at, world);
   HPCT_USAGE_CHECK(tp >= 1 && pp >= 1, "{}parallel.tp = {} and parallel.pp = {} must be >= 1", at, tp, pp);
@@ -49,52 +59,25 @@ Grid::Grid(int world, int tp, int pp, const std::string& order, const std::strin
                    "e.g. \"tp-dp-pp\"",
                    at, order);
   order_str_ = order;
+  mesh_ = grid_mesh(order_, size_);
 }
 
 Coord Grid::coord_of(int rank) const {
-  HPCT_CHECK(rank >= 0 && rank < world_, "rank {} outside the world of {}", rank, world_);
+  const std::vector<int> m = mesh_.coord_of(rank);
   Coord c;
-  int r = rank;
-  for (Axis a : order_) {
-    c.set(a, r % size(a));
-    r /= size(a);
-  }
+  for (size_t i = 0; i < order_.size(); ++i) c.set(order_[i], m[i]);
   return c;
 }
 
 int Grid::rank_of(const Coord& c) const {
-  int rank = 0, stride = 1;
-  for (Axis a : order_) {
-    HPCT_CHECK(c.get(a) >= 0 && c.get(a) < size(a), "{} coordinate {} outside [0, {})", axis_name(a), c.get(a),
-               size(a));
-    rank += c.get(a) * stride;
-    stride *= size(a);
-  }
-  return rank;
+  std::vector<int> m;
+  for (Axis a : order_) m.push_back(c.get(a));
+  return mesh_.rank_of(m);
 }
 
-std::vector<int> Grid::group(Axis a, int rank) const {
-  Coord c = coord_of(rank);
-  std::vector<int> ranks;
-  for (int i = 0; i < size(a); ++i) {
-    c.set(a, i);
-    ranks.push_back(rank_of(c));
-  }
-  return ranks;
-}
+std::vector<int> Grid::group(Axis a, int rank) const { return mesh_.group(axis_name(a), rank); }
 
-int Grid::group_id(Axis a, int rank) const {
-  Coord c = coord_of(rank);
-  c.set(a, 0);
-  // the rank of the group's first member, compressed to [0, world / size(a))
-  int id = 0, stride = 1;
-  for (Axis b : order_) {
-    if (b == a) continue;
-    id += c.get(b) * stride;
-    stride *= size(b);
-  }
-  return id;
-}
+int Grid::group_id(Axis a, int rank) const { return mesh_.group_id(axis_name(a), rank); }
 
 std::string Grid::describe() const {
   return fmt::format("world {} = tp {} x dp {} x pp {} (order {})", world_, tp(), dp(), pp(), order_str_);

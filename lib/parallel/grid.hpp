@@ -1,5 +1,6 @@
 #pragma once
-// The DP x PP x TP process grid (docs/invariants.md, invariant 2), pure arithmetic (no MPI), unit-tested.
+// The DP x PP x TP process grid (docs/invariants.md, invariant 2), pure arithmetic (no MPI), unit-tested: the training
+// layout's view of a device mesh (parallel/mesh.hpp) of three named axes, which does the arithmetic.
 //
 // The order string names the three axes from fastest to slowest varying, e.g. "tp-dp-pp" (the default):
 //     rank = tp + TP * (dp + DP * pp)
@@ -8,6 +9,8 @@
 #include <array>
 #include <string>
 #include <vector>
+
+#include "parallel/mesh.hpp"
 
 namespace hpct::parallel {
 
@@ -55,12 +58,15 @@ class Grid {
   // [0, world / size(a)): the colour for MPI_Comm_split.
   int group_id(Axis a, int rank) const;
   std::string describe() const;  // "world 8 = tp 2 x dp 2 x pp 2 (order tp-dp-pp)"
+  // The mesh of the three axes, in parallel.order (fastest first).
+  const Mesh& mesh() const { return mesh_; }
 
  private:
   int world_;
   std::array<int, 3> size_;    // indexed by Axis
   std::array<Axis, 3> order_;  // fastest first
   std::string order_str_;
+  Mesh mesh_;
 };
 
 }  // namespace hpct::parallel

@@ -11,8 +11,10 @@ namespace hpct::parallel {
 Mesh::Mesh(std::vector<Axis> fastest_first) : axes_(std::move(fastest_first)) {
   HPCT_CHECK(!axes_.empty(), "a mesh needs at least one axis");
   for (size_t i = 0; i < axes_.size(); ++i) {
-    HPCT_CHECK(!axes_[i].name.empty() && axes_[i].size >= 1, "mesh axis {} (\"{}\") of size {}: names must be "
-               "non-empty and sizes >= 1", i, axes_[i].name, axes_[i].size);
+    HPCT_CHECK(!axes_[i].name.empty() && axes_[i].size >= 1,
+               "mesh axis {} (\"{}\") of size {}: names must be "
+               "non-empty and sizes >= 1",
+               i, axes_[i].name, axes_[i].size);
     for (size_t j = 0; j < i; ++j)
       HPCT_CHECK(axes_[j].name != axes_[i].name, "mesh axis \"{}\" named twice", axes_[i].name);
     world_ *= axes_[i].size;

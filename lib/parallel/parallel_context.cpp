@@ -79,12 +79,14 @@ ParallelContext::ParallelContext(int tp, int pp, const std::string& order, const
   dev_tp_ = device_twin(*tpg, exec, opts);
   dev_dp_ = device_twin(*dpg, exec, opts);
   if (embg) dev_emb_ = device_twin(*embg, exec, opts);
-  // hybrid sharding: groups of zero_group consecutive DP ranks, and the replicas across them
+  // hybrid sharding: the DP axis as a mesh of zero_group consecutive DP ranks (a shard group) x the replicas across them
   if (parallel::zero_shard_size(zero_group, grid_.dp(), where) != grid_.dp()) {
-    std::unique_ptr<comm::MpiCommunicator> sg = dpg->split(coord_.dp / zero_group, coord_.dp % zero_group,
-                                                           "zero_shard");
-    std::unique_ptr<comm::MpiCommunicator> rg = dpg->split(coord_.dp % zero_group, coord_.dp / zero_group,
-                                                           "zero_replica");
+    const Mesh dp_mesh({{"zero_shard", zero_group}, {"zero_replica", grid_.dp() / zero_group}});
+    const int d = coord_.dp;
+    std::unique_ptr<comm::MpiCommunicator> sg = dpg->split(dp_mesh.group_id("zero_shard", d),
+                                                           dp_mesh.coord(d, "zero_shard"), "zero_shard");
+    std::unique_ptr<comm::MpiCommunicator> rg = dpg->split(dp_mesh.group_id("zero_replica", d),
+                                                           dp_mesh.coord(d, "zero_replica"), "zero_replica");
     dev_shard_ = device_twin(*sg, exec, opts);
     dev_replica_ = device_twin(*rg, exec, opts);
     shard_ = std::move(sg);

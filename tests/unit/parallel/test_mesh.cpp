@@ -41,8 +41,8 @@ TEST(Mesh, FormulaOnFourAxes) {
 
 TEST(Mesh, GroupsPartitionTheWorldWithDistinctColours) {
   const Mesh m = four_axes();
-  const std::vector<std::vector<std::string>> choices = {{"tp"}, {"cp"}, {"dp"}, {"pp"}, {"tp", "cp"}, {"dp", "pp"},
-                                                         {"cp", "dp", "pp"}};
+  const std::vector<std::vector<std::string>> choices = {
+      {"tp"}, {"cp"}, {"dp"}, {"pp"}, {"tp", "cp"}, {"dp", "pp"}, {"cp", "dp", "pp"}};
   for (const auto& axes : choices) {
     int members = 1;
     for (const auto& a : axes) members *= m.size(a);

@@ -22,6 +22,7 @@
 #include "comm/communicator.hpp"
 #include "kernels/exec_context.hpp"
 #include "models/recompute.hpp"
+#include "parallel/data_parallel.hpp"
 #include "parallel/grid.hpp"
 #include "tensor/tensor.hpp"
 
@@ -143,7 +144,7 @@ int64_t boundary_numel(const GptConfig& cfg, const ModelParallel& mp, int b);
 // Training flops per token, PaLM count: 6 N + 12 L C T with N = parameters except the position embedding.
 double flops_per_token(const GptConfig& cfg);
 
-class Gpt {
+class Gpt final : public parallel::DataParallelModel {
  public:
   // act: the activation storage type, DType::F32, DType::BF16 or (CUDA only) DType::F16 (the header comment).
   Gpt(const GptConfig& cfg, int micro_batch, Device device, DType act = DType::F32);
@@ -176,7 +177,7 @@ class Gpt {
   // with sharded parameters): receives each tensor's whole fp32 values on the host, by layout index, instead of the
   // model's own tensors.
   using ParamStore = std::function<void(int tensor, const float* host)>;
-  void init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStore& store = {});
+  void init_parameters(const ExecContext& ctx, uint64_t seed, const ParamStore& store = {}) override;
   // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp). Call
   // it after every change of the masters and before the next forward (once per step: GptStage::begin_step; evaluation
   // and sampling call it too).
@@ -238,21 +239,25 @@ class Gpt {
   // progress point inside a layer. Data parallelism launches gradient buckets from it
   // (parallel/grad_sync.hpp); the model knows nothing of communication.
   using GradReadyHook = std::function<void(int first, int end)>;
-  void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  void set_grad_ready_hook(GradReadyHook hook) override { hook_ = std::move(hook); }
   // Called by backward right before it writes (accumulates into) the gradients of tensors [first, end), one call per
   // range of grad_write_groups() in that order: ZeRO-2 readies the buckets those gradients live in.
-  void set_grad_write_hook(GradReadyHook hook) { write_hook_ = std::move(hook); }
+  void set_grad_write_hook(GradReadyHook hook) override { write_hook_ = std::move(hook); }
   // Called right before the forward or the backward reads the parameters of tensors [first, end) (a layer, the
   // embedding or the head, and wte alone where the head reads it), with [next_first, next_end) the range it reads
   // next (empty: none known): ZeRO-3 gathers the first and prefetches the second.
   using ParamReadHook = std::function<void(int first, int end, int next_first, int next_end)>;
-  void set_param_read_hook(ParamReadHook hook) { read_hook_ = std::move(hook); }
+  void set_param_read_hook(ParamReadHook hook) override { read_hook_ = std::move(hook); }
   // The tensors the kernels read: the 16-bit compute copy under bf16 / fp16, else the fp32 parameters.
-  Slab& read_params() { return act_ != DType::F32 ? compute_ : params_; }
+  Slab& read_params() override { return act_ != DType::F32 ? compute_ : params_; }
   bool params_sharded() const { return shard_params_; }
 
-  Slab& params() { return params_; }
-  Slab& grads() { return grads_; }
+  Slab& params() override { return params_; }
+  Slab& grads() override { return grads_; }
+  // The groups backward writes (grad_write_groups) and the tensors kept whole (grad_pinned), of this rank's layout.
+  parallel::GradWriteOrder grad_write_order() const override {
+    return {grad_write_groups(layout_), grad_pinned(layout_)};
+  }
   // The slabs as allocated (num_params and optim_bytes left 0): what the memory record counts.
   MemoryPlan memory() const;
   const std::vector<ParamSpec>& layout() const { return layout_; }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "parallel/data_parallel.hpp"
 #include "kernels/conv_algorithms.hpp"
 #include "kernels/exec_context.hpp"
 #include "models/recompute.hpp"
@@ -85,7 +86,7 @@ struct MemoryPlan {
 // (each BatchNorm gathers every rank's statistics), 1 for per-rank BatchNorm.
 MemoryPlan memory_plan(const ResNetConfig& cfg, int micro_batch, DType act = DType::F32, int bn_ranks = 1);
 
-class ResNet {
+class ResNet final : public parallel::DataParallelModel {
  public:
   // bn_group: the SyncBN group (the DP communicator) or null for per-rank BatchNorm.
   // allocate = false: plan the slabs only (memory_plan()); such a model cannot run.
@@ -113,7 +114,7 @@ class ResNet {
   // Counter-based init keyed by (seed, name, element): convs kaiming-normal (fan_out, ReLU gain, torchvision),
   // BN gamma 1 beta 0, fc weight and bias uniform(+-1/sqrt(fan_in)) (torch.nn.Linear); running var 1, mean 0.
   void init_parameters(const ExecContext& ctx, uint64_t seed,
-                       const std::function<void(int tensor, const float* host)>& store = {});
+                       const std::function<void(int tensor, const float* host)>& store = {}) override;
   // Under bf16 and fp16: casts the fp32 masters into the compute copy the kernels read (models/compute_copy.hpp); call
   // it after every change of the masters, before the next forward (ResNetStage does, once per step and before
   // evaluation). A no-op in fp32.
@@ -128,22 +129,23 @@ class ResNet {
   void zero_grad(const ExecContext& ctx);
   // Called during backward when the gradients of parameter tensors [first, end) are final (first == end: only a
   // progress point), for the data-parallel gradient sync's overlap (parallel/grad_sync.hpp).
-  void set_grad_ready_hook(std::function<void(int, int)> hook) { hook_ = std::move(hook); }
+  void set_grad_ready_hook(std::function<void(int, int)> hook) override { hook_ = std::move(hook); }
   // Called right before backward writes the gradients of tensors [first, end), one call per range of
   // grad_write_groups() in that order (ZeRO-2 readies the buckets they live in). allocate_grads = false (constructor):
   // the gradient slab is planned only, and its owner binds it (Slab::bind) and zeroes it (zero_grad leaves it).
-  void set_grad_write_hook(std::function<void(int, int)> hook) { write_hook_ = std::move(hook); }
+  void set_grad_write_hook(std::function<void(int, int)> hook) override { write_hook_ = std::move(hook); }
   // The ranges backward writes, in its order: fc, the blocks from the last to the first, the stem.
   std::vector<std::pair<int, int>> grad_write_groups() const;
   // Called right before forward or backward reads the parameters of tensors [first, end) (the stem, a block, fc), with
   // [next_first, next_end) the range it reads next (empty: none): ZeRO-3 gathers the one and prefetches the other.
-  void set_param_read_hook(std::function<void(int, int, int, int)> hook) { read_hook_ = std::move(hook); }
+  void set_param_read_hook(std::function<void(int, int, int, int)> hook) override { read_hook_ = std::move(hook); }
   // What the kernels read: the 16-bit compute copy under bf16 / fp16, else the fp32 parameters.
-  Slab& read_params() { return act_ == DType::F32 ? params_ : compute_; }
+  Slab& read_params() override { return act_ == DType::F32 ? params_ : compute_; }
   bool params_sharded() const { return shard_params_; }
 
-  Slab& params() { return params_; }
-  Slab& grads() { return grads_; }
+  Slab& params() override { return params_; }
+  Slab& grads() override { return grads_; }
+  parallel::GradWriteOrder grad_write_order() const override { return {grad_write_groups(), {}}; }
   Slab& buffers() { return buffers_; }
   const std::vector<ParamSpec>& layout() const { return layout_; }
   const Tensor& logits() const { return *logits_; }  // (B, K) of the activation type

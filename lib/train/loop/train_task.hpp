@@ -26,6 +26,7 @@
 #include "optim/lr_schedule.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/segment.hpp"
+#include "parallel/data_parallel.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "tensor/tensor.hpp"
 #include "train/checkpoint/protocol.hpp"
@@ -67,20 +68,9 @@ class TrainTask {
   virtual ~TrainTask() = default;
 
   // ---- the model's state, for the loop's gradient sync, optimizer and checkpoints ----------------------------------
-  virtual Slab& params() = 0;
-  virtual Slab& grads() = 0;
-  // The backward calls hook(first, end) when tensors [first, end) hold final gradients (data-parallel overlap).
-  virtual void set_grad_ready_hook(std::function<void(int, int)> hook) = 0;
-  // The backward calls hook(first, end) right before it writes the gradients of tensors [first, end), in the order of
-  // grad_write_order()'s groups (ZeRO-2 readies the buckets they live in).
-  virtual void set_grad_write_hook(std::function<void(int, int)> hook) = 0;
-  virtual parallel::GradWriteOrder grad_write_order() const = 0;
-  // ZeRO-3 (model_shards_params): the tensors the kernels read, planned only (the parameter gather binds them), their
-  // read hook (Gpt::set_param_read_hook), and the initialisation the task then defers to the loop, which stores each
-  // tensor's whole initial values through `store` (the gather keeps the rank's shares).
-  virtual Slab& read_params() = 0;
-  virtual void set_param_read_hook(std::function<void(int, int, int, int)> hook) = 0;
-  virtual void init_sharded_params(const std::function<void(int, const float*)>& store) = 0;
+  // The model as the data-parallel layer sees it (parallel/data_parallel.hpp): its slabs, write order and hooks, and
+  // under ZeRO-3 (model_shards_params) its initialisation, which the task then leaves to the loop.
+  virtual parallel::DataParallelModel& model() = 0;
   // The model's optimizer over this rank's segments (whole tensors, or its ZeRO share of them).
   virtual std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) = 0;
   // The model's own 16-bit compute copy of its parameters (bf16 or fp16 storage, unsharded), or nullptr; and the

@@ -15,6 +15,7 @@
 #include "core/timer.hpp"
 #include "kernels/kernels.hpp"
 #include "optim/loss_scaler.hpp"
+#include "parallel/data_parallel.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/param_gather.hpp"
 #include "train/checkpoint/saver.hpp"
@@ -124,7 +125,6 @@ class StepLoop {
     optim::LossScaler::Outcome ls;
     comm::CommVolume volume;
   };
-  std::unique_ptr<parallel::ParamGather> connect_gradient_sync();
   std::unique_ptr<optim::Optimizer> make_optimizer();
   void log_setup();
   MemoryKinds memory_kinds() const;
@@ -144,10 +144,11 @@ class StepLoop {
   const int64_t steps_;
   const int dp_, world_;
   const std::string ckpt_root_;
-  const parallel::GradWriteOrder write_order_;
-  parallel::GradSync grad_sync_;
-  // ZeRO-3: the rank keeps its shares of the masters; the model's reads gather each layer (parallel/param_gather.hpp)
-  const std::unique_ptr<parallel::ParamGather> gather_;
+  // the gradient sync and, under ZeRO-3, the parameter gather, connected to the model (parallel/data_parallel.hpp)
+  parallel::DataParallel data_parallel_;
+  parallel::GradSync& grad_sync_;
+  // ZeRO-3: the rank keeps its shares of the masters; the model's reads gather each layer (null otherwise)
+  parallel::ParamGather* const gather_;
   const std::unique_ptr<optim::Optimizer> opt_;
   optim::LossScaler scaler_;
   const std::vector<TensorPlacement> placements_;
@@ -189,17 +190,17 @@ StepLoop::StepLoop(RunSession& run, TrainTask& task)
       dp_(run.dp()),
       world_(run.pc.world_size()),
       ckpt_root_(prepare_output(run.pc, run.opts.out_dir)),
-      write_order_(task.grad_write_order()),
       // ZeRO shards over the zero shard group: the DP group, or its groups under hybrid sharding (parallel.zero_group)
-      grad_sync_(cfg_.parallel.sync.zero ? pc_.device_zero_shard_group() : pc_.device_dp_group(), task.params(),
-                 task.grads(), cfg_.parallel.sync, ctx_, &write_order_,
-                 cfg_.parallel.sync.zero ? pc_.device_zero_replica_group() : nullptr),
-      gather_(connect_gradient_sync()),
+      data_parallel_(task.model(), cfg_.parallel.sync.zero ? pc_.device_zero_shard_group() : pc_.device_dp_group(),
+                     cfg_.parallel.sync.zero ? pc_.device_zero_replica_group() : nullptr, cfg_.parallel.sync, ctx_,
+                     model_shards_params(cfg_.parallel.sync, dp_), cfg_.train.seed),
+      grad_sync_(data_parallel_.sync()),
+      gather_(data_parallel_.gather()),
       opt_(make_optimizer()),
       scaler_(loss_scale_config(cfg_, ctx_.precision)),
       placements_(task.placements()),
       background_saves_(CheckpointSaver::background_possible(cfg_.checkpoint.async, cfg_.checkpoint.files)),
-      staging_(ctx_, task.params(), optimizer_state(*opt_), task.extra_state(), background_saves_),
+      staging_(ctx_, task.model().params(), optimizer_state(*opt_), task.extra_state(), background_saves_),
       writer_(pc_, ckpt_root_, cfg_.checkpoint.keep, background_saves_, cfg_.checkpoint.files),
       pipe_bufs_(run.schedule, task.stage().activation_numel(), pc_.pipeline_transport().device(),
                  task.stage().activation_dtype()) {
@@ -212,23 +213,8 @@ StepLoop::StepLoop(RunSession& run, TrainTask& task)
   memory_ = memory_kinds();
 }
 
-// The gradient sync's hooks into the model's backward, and under ZeRO-3 the parameter gather with its read hook.
-std::unique_ptr<parallel::ParamGather> StepLoop::connect_gradient_sync() {
-  parallel::GradSync* sync = &grad_sync_;
-  task_.set_grad_ready_hook([sync](int first, int end) { sync->on_ready(first, end); });
-  task_.set_grad_write_hook([sync](int first, int end) { sync->writing(first, end); });
-  if (!model_shards_params(cfg_.parallel.sync, dp_)) return nullptr;
-  auto gather = std::make_unique<parallel::ParamGather>(pc_.device_zero_shard_group(), grad_sync_.plan(),
-                                                        task_.read_params(), ctx_, cfg_.parallel.sync.prefetch);
-  parallel::ParamGather* g = gather.get();
-  task_.set_param_read_hook(
-      [g](int first, int end, int next_first, int next_end) { g->reading(first, end, next_first, next_end); });
-  task_.init_sharded_params([g](int tensor, const float* host) { g->store_whole(tensor, host); });
-  return gather;
-}
-
 std::unique_ptr<optim::Optimizer> StepLoop::make_optimizer() {
-  std::unique_ptr<optim::Optimizer> opt = task_.make_optimizer(owned_segments(grad_sync_, gather_.get()));
+  std::unique_ptr<optim::Optimizer> opt = task_.make_optimizer(owned_segments(grad_sync_, gather_));
   // where the optimizer updates every parameter (AdamW unsharded) it also keeps the model's 16-bit compute copy: the
   // step's separate cast of the masters goes
   if (Slab* copy = task_.compute_copy(); copy != nullptr && opt->keep_compute_copy(ctx_, *copy))

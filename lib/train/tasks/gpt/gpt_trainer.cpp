@@ -74,7 +74,7 @@ class GptTask final : public TrainTask {
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
     shape_ = {static_cast<double>(GB_) * T_, "tokens", "tok", 0,
               gpt::flops_per_token(cfg_) * static_cast<double>(GB_) * T_};
-    if (!model_.params_sharded()) model_.init_parameters(ctx_, run.cfg.train.seed);  // else init_sharded_params()
+    if (!model_.params_sharded()) model_.init_parameters(ctx_, run.cfg.train.seed);  // else the loop's (ZeRO-3)
     for (const gpt::ShardSpec& sh : gpt::parameter_layout(cfg_, mp_)) {
       placements_.push_back({sh.global_shape, sh.offset, sh.split_axis, gpt::is_primary_replica(sh, mp_)});
       counted_.push_back(gpt::is_primary_replica(sh, mp_));
@@ -92,20 +92,7 @@ class GptTask final : public TrainTask {
                                              });
   }
 
-  Slab& params() override { return model_.params(); }
-  Slab& read_params() override { return model_.read_params(); }
-  void set_param_read_hook(std::function<void(int, int, int, int)> hook) override {
-    model_.set_param_read_hook(std::move(hook));
-  }
-  void init_sharded_params(const std::function<void(int, const float*)>& store) override {
-    model_.init_parameters(ctx_, run_.cfg.train.seed, store);
-  }
-  Slab& grads() override { return model_.grads(); }
-  void set_grad_ready_hook(std::function<void(int, int)> hook) override { model_.set_grad_ready_hook(std::move(hook)); }
-  void set_grad_write_hook(std::function<void(int, int)> hook) override { model_.set_grad_write_hook(std::move(hook)); }
-  parallel::GradWriteOrder grad_write_order() const override {
-    return {gpt::grad_write_groups(model_.layout()), gpt::grad_pinned(model_.layout())};
-  }
+  parallel::DataParallelModel& model() override { return model_; }
   std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) override {
     return std::make_unique<optim::AdamW>(model_.params(), std::move(segments), decay_flags(model_.layout()), d_.adamw);
   }

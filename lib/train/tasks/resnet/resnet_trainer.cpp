@@ -58,7 +58,7 @@ class ResNetTask final : public TrainTask {
               if (dump_) dump_->record_batch(step, first, count, images, labels);
             },
             [this](int64_t j) { return micro_first(j); }) {
-    if (!model_.params_sharded()) model_.init_parameters(ctx_, run.cfg.train.seed);  // else init_sharded_params()
+    if (!model_.params_sharded()) model_.init_parameters(ctx_, run.cfg.train.seed);  // else the loop's (ZeRO-3)
     shape_ = {static_cast<double>(GB_), "images", "img", 1,
               resnet::training_flops_per_image(d_.cfg) * static_cast<double>(GB_)};
     if (!run.opts.dump_path.empty())
@@ -66,18 +66,7 @@ class ResNetTask final : public TrainTask {
                                            GB_);
   }
 
-  Slab& params() override { return model_.params(); }
-  Slab& read_params() override { return model_.read_params(); }
-  void set_param_read_hook(std::function<void(int, int, int, int)> hook) override {
-    model_.set_param_read_hook(std::move(hook));
-  }
-  void init_sharded_params(const std::function<void(int, const float*)>& store) override {
-    model_.init_parameters(ctx_, run_.cfg.train.seed, store);
-  }
-  Slab& grads() override { return model_.grads(); }
-  void set_grad_ready_hook(std::function<void(int, int)> hook) override { model_.set_grad_ready_hook(std::move(hook)); }
-  void set_grad_write_hook(std::function<void(int, int)> hook) override { model_.set_grad_write_hook(std::move(hook)); }
-  parallel::GradWriteOrder grad_write_order() const override { return {model_.grad_write_groups(), {}}; }
+  parallel::DataParallelModel& model() override { return model_; }
   std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::Segment> segments) override {
     return std::make_unique<optim::Sgd>(model_.params(), std::move(segments), decay_flags(model_.layout()), d_.sgd);
   }

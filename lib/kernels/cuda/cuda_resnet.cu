@@ -307,18 +307,25 @@ size_t filter_scratch_bytes(const ConvDims& d, DType storage) {
 
 int64_t floats_of(size_t bytes) { return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)); }
 
+// "backward-data N=... C=... ... pad 1": a phase of one convolution, for the warnings.
+std::string phase_of(const char* phase, const ConvDims& d) {
+  return fmt::format("{} N={} C={} H={} W={} OC={} {}x{} stride {} pad {}", phase, d.N, d.C, d.H, d.W, d.OC, d.KH, d.KW,
+                     d.stride, d.pad);
+}
+// True the first time this process sees `key` (the warnings below say each thing once).
+bool first_time(const std::string& key) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::lock_guard<std::mutex> lock(mu);
+  return said.insert(key).second;
+}
+
 // Once per (shape, phase, workspace size): the preferred algorithm did not fit and `ran` runs instead (slower, as
 // cuDNN ranks them; the results stay deterministic).
 void warn_budget_fallback(const ConvAlgo& preferred, const ConvAlgo& ran, size_t have_bytes, const char* op,
                           const char* phase, const ConvDims& d) {
-  static std::mutex mu;
-  static std::set<std::string> said;
-  const std::string what = fmt::format("{} N={} C={} H={} W={} OC={} {}x{} stride {} pad {}", phase, d.N, d.C, d.H, d.W,
-                                       d.OC, d.KH, d.KW, d.stride, d.pad);
-  {
-    const std::lock_guard<std::mutex> lock(mu);
-    if (!said.insert(fmt::format("{} {}", what, have_bytes)).second) return;
-  }
+  const std::string what = phase_of(phase, d);
+  if (!first_time(fmt::format("budget {} {}", what, have_bytes))) return;
   log_warn(
       "{}: cuDNN's preferred deterministic {} algorithm ({}) needs a workspace of {:.1f} MiB, more than the {:.1f} "
       "MiB this convolution has (conv2d_workspace_floats): running algorithm {} ({:.1f} MiB) instead",
@@ -328,14 +335,8 @@ void warn_budget_fallback(const ConvAlgo& preferred, const ConvAlgo& ran, size_t
 // Once per (shape, phase, algorithm): the table's choice is no deterministic candidate of this cuDNN and GPU, or needs
 // more workspace than the call has; the heuristic order runs instead.
 void warn_table_choice_unused(int chosen, const char* why, const char* op, const char* phase, const ConvDims& d) {
-  static std::mutex mu;
-  static std::set<std::string> said;
-  const std::string what = fmt::format("{} N={} C={} H={} W={} OC={} {}x{} stride {} pad {}", phase, d.N, d.C, d.H, d.W,
-                                       d.OC, d.KH, d.KW, d.stride, d.pad);
-  {
-    const std::lock_guard<std::mutex> lock(mu);
-    if (!said.insert(fmt::format("{} {}", what, chosen)).second) return;
-  }
+  const std::string what = phase_of(phase, d);
+  if (!first_time(fmt::format("table {} {}", what, chosen))) return;
   log_warn("{}: the convolution algorithm table chooses algorithm {} for the {}, but {}: running cuDNN's heuristic "
            "order instead (a table timed on another GPU or cuDNN? time it again with train.conv_algorithms = timed)",
            op, chosen, what, why);

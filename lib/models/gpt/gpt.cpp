@@ -12,7 +12,6 @@
 #include "kernels/kernels.hpp"
 #include "models/compute_copy.hpp"
 #include "models/gpt/gpt_layout.hpp"
-#include "parallel/tp_collectives.hpp"
 
 namespace hpct::gpt {
 
@@ -265,7 +264,6 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
          DType act, bool allocate_grads, bool shard_params, const ActivationPlan& kept)
     : cfg_(cfg),
       mp_(mp),
-      tp_comm_(tp_comm),
       B_(micro_batch),
       shard_params_(shard_params),
       device_(device),
@@ -318,6 +316,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
     layer_first_.push_back(k);
   }
   sp_ = mp.sp && mp.tp > 1;
+  tp_ = par::TensorParallelLayers(tp_comm, mp.tp, mp.tp_rank, sp_);
   HPCT_CHECK(!sp_ || cfg.seq_len % mp.tp == 0, "sequence parallelism: seq_len {} is not divisible by tp {}",
              cfg.seq_len, mp.tp);
   for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, has_head(), kept, sp_))
@@ -401,30 +400,19 @@ int64_t Gpt::boundary_numel(int b) const { return gpt::boundary_numel(cfg_, mp_,
 
 template <typename A>
 const A* Gpt::whole_rows(const A* ln, int b, const char* what) {
-  if (!sp_) return ln;
-  const int64_t n = boundary_numel(b);
-  tp_comm_ms_ += par::gather_from_sequence_parallel_region_forward(*tp_comm_, ln, gathered_->as<A>(), n, what);
-  return gathered_->as<A>();
+  return tp_.column_input(ln, sp_ ? gathered_->as<A>() : nullptr, boundary_numel(b), what);
 }
 
 template <typename A>
 const A* Gpt::column_parallel_input_grad(int b, const char* what) {
-  A* dln = dln_->as<A>();
-  if (sp_) {
-    const int64_t n = boundary_numel(b);
-    tp_comm_ms_ += par::gather_from_sequence_parallel_region_backward(*tp_comm_, dln, dln_shard_->as<A>(), n, what);
-    return dln_shard_->as<A>();
-  }
-  if (mp_.tp > 1)
-    tp_comm_ms_ += par::copy_to_tp_region_backward(*tp_comm_, dln, static_cast<int64_t>(b) * cfg_.seq_len * cfg_.n_embd,
-                                                   what);
-  return dln;
+  return tp_.column_input_grad(dln_->as<A>(), sp_ ? dln_shard_->as<A>() : nullptr, boundary_numel(b),
+                               static_cast<int64_t>(b) * cfg_.seq_len * cfg_.n_embd, what);
 }
 
 void Gpt::add_ln_grads(const ExecContext& ctx, std::initializer_list<Tensor*> dst) {
   const int64_t C = cfg_.n_embd;
-  tp_comm_ms_ += par::allreduce_sequence_parallel_grads(
-      *tp_comm_, ln_grads_->f32(), static_cast<int64_t>(dst.size()) * C, "SP LayerNorm weight gradients");
+  tp_.sum_sequence_parallel_grads(ln_grads_->f32(), static_cast<int64_t>(dst.size()) * C,
+                                  "SP LayerNorm weight gradients");
   int i = 0;
   for (Tensor* g : dst) {
     const float* part = ln_grads_->f32() + static_cast<int64_t>(i++) * C;
@@ -513,9 +501,10 @@ void Gpt::zero_grad(const ExecContext& ctx) {
 // backward); proj and mlp.proj are row-parallel (their partial output leaves through reduce_from_tp_region:
 // allreduce forward, identity backward) with their replicated bias added on tp_rank 0 only, so the sum holds it
 // once; wte is vocabulary-parallel (embedding: reduce_from_tp_region of the partial rows; head: local logit
-// columns, cross-entropy over them with allreduce_tp_stats). parallel/tp_collectives.hpp holds the pairs; only
-// their communicating sides appear below (the identities are named in comments). At t = 1 the calls are the serial
-// ones.
+// columns, cross-entropy over them with allreduced statistics). parallel/tp_layers.hpp holds the layers' collectives
+// (over the conjugate pairs of parallel/tp_collectives.hpp): whole_rows, column_parallel_input_grad, row_parallel_output
+// and the calls on tp_ below are their communicating sides (the identities are named in comments). At t = 1 the calls
+// are the serial ones.
 int Gpt::global_set(int set, int chunk) const {
   HPCT_CHECK(chunk >= 0 && chunk < num_chunks(), "GPT stage {}: model chunk {} of {}", mp_.pp_rank, chunk,
              num_chunks());
@@ -536,15 +525,8 @@ void Gpt::forward(const ExecContext& ctx, const int32_t* inputs, int b, const vo
 
 template <typename A>
 A* Gpt::row_parallel_output(A* partial, int b, const char* what) {
-  const int64_t NC = static_cast<int64_t>(b) * cfg_.seq_len * cfg_.n_embd;
-  if (sp_) {  // reduce-scattered in place: this rank's rows end up at its block of the partial sums
-    const int64_t n = boundary_numel(b);
-    A* mine = partial + mp_.tp_rank * n;
-    tp_comm_ms_ += par::reduce_scatter_to_sequence_parallel_region_forward(*tp_comm_, partial, mine, n, what);
-    return mine;
-  }
-  if (mp_.tp > 1) tp_comm_ms_ += par::reduce_from_tp_region_forward(*tp_comm_, partial, NC, what);
-  return partial;
+  // under SP reduce-scattered in place: this rank's rows end up at its block of the partial sums
+  return tp_.row_output(partial, boundary_numel(b), static_cast<int64_t>(b) * cfg_.seq_len * cfg_.n_embd, what);
 }
 
 // set: the global activation set (global_set)
@@ -636,14 +618,13 @@ const float* Gpt::vp_loss(const ExecContext& ctx, const int32_t* targets, int b,
   float* tgt = ce_stats_->f32() + static_cast<int64_t>(B_) * cfg_.seq_len;  // (N) in the second half
   A* logits = logits_->as<A>();
   k::crossentropy_vp_local_max(ctx, mx, logits, v0, Vl, V, N);
-  tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, mx, N, comm::ReduceOp::Max, "TP cross-entropy max");
+  tp_.allreduce_stats(mx, N, comm::ReduceOp::Max, "TP cross-entropy max");
   k::crossentropy_vp_local_sumexp(ctx, sumexp, tgt, logits, mx, targets, v0, Vl, V, N);
   if (N == B_ * cfg_.seq_len) {
-    tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, sumexp, 2 * static_cast<int64_t>(N), comm::ReduceOp::Sum,
-                                           "TP cross-entropy sums");
+    tp_.allreduce_stats(sumexp, 2 * static_cast<int64_t>(N), comm::ReduceOp::Sum, "TP cross-entropy sums");
   } else {
-    tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, sumexp, N, comm::ReduceOp::Sum, "TP cross-entropy sum of exp");
-    tp_comm_ms_ += par::allreduce_tp_stats(*tp_comm_, tgt, N, comm::ReduceOp::Sum, "TP cross-entropy target logit");
+    tp_.allreduce_stats(sumexp, N, comm::ReduceOp::Sum, "TP cross-entropy sum of exp");
+    tp_.allreduce_stats(tgt, N, comm::ReduceOp::Sum, "TP cross-entropy target logit");
   }
   if (backward)
     k::crossentropy_vp_loss_backward(ctx, losses_->f32(), logits, mx, sumexp, tgt, targets, dloss, v0, Vl, V, N);
@@ -719,10 +700,7 @@ void Gpt::backward_impl(const ExecContext& ctx, int b, const A* dout, A* din, in
   A* dln = dln_->as<A>();
   // the whole rows of dres, the dY of a row-parallel GEMM (all-gathered under SP: reduce-scatter's backward)
   auto whole_dres = [&](const char* what) -> const A* {
-    if (!sp_) return dres;
-    tp_comm_ms_ += par::reduce_scatter_to_sequence_parallel_region_backward(*tp_comm_, dres, dres_full_->as<A>(),
-                                                                            boundary_numel(b), what);
-    return dres_full_->as<A>();
+    return tp_.row_output_grad<A>(dres, sp_ ? dres_full_->as<A>() : nullptr, boundary_numel(b), what);
   };
   // where a LayerNorm backward accumulates its weight gradient: the model's gradient, or under SP slot `i` of the
   // partial sums (add_ln_grads sums them over the group into the gradients)

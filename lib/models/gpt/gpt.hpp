@@ -24,6 +24,7 @@
 #include "models/recompute.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/grid.hpp"
+#include "parallel/tp_layers.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::gpt {
@@ -149,7 +150,7 @@ class Gpt final : public parallel::DataParallelModel {
   // act: the activation storage type, DType::F32, DType::BF16 or (CUDA only) DType::F16 (the header comment).
   Gpt(const GptConfig& cfg, int micro_batch, Device device, DType act = DType::F32);
   // Tensor-parallel: this rank holds its shards of every tensor (models/gpt/gpt_layout.hpp) and tp_comm is
-  // its TP group (size mp.tp); the conjugate collectives of parallel/tp_collectives.hpp run on it inside forward
+  // its TP group (size mp.tp); the TP and SP layers' collectives (parallel/tp_layers.hpp) run on it inside forward
   // and backward (Megatron: column-parallel QKV and fc, row-parallel proj layers, vocabulary-parallel embedding and
   // cross-entropy).
   // Pipeline parallelism (mp.pp > 1): this rank holds only its stage's tensors (stage_plan; forward with in_act,
@@ -193,8 +194,8 @@ class Gpt final : public parallel::DataParallelModel {
   const ModelParallel& model_parallel() const { return mp_; }
   // Milliseconds the host spent in TP collectives since the last reset (forward, loss and backward). On CUDA their
   // waits are stream-ordered (the compute stream waits, the host does not), so this is the time to issue them.
-  double tp_comm_ms() const { return tp_comm_ms_; }
-  void reset_tp_comm_ms() { tp_comm_ms_ = 0.0; }
+  double tp_comm_ms() const { return tp_.comm_ms(); }
+  void reset_tp_comm_ms() { tp_.reset_comm_ms(); }
 
   // Forward of b <= micro_batch sequences: inputs (b, T) on the device. Leaves logits (b, T, Vp) (under TP:
   // this rank's vocabulary columns, (b, T, Vp/tp)).
@@ -320,8 +321,7 @@ class Gpt final : public parallel::DataParallelModel {
   std::vector<StagePlan> chunks_;  // this rank's model chunks (virtual stages), in order
   // local index (into p_, g_) of chunk c's first block; [v] = the number of blocks the rank holds
   std::vector<int> chunk_first_;
-  comm::Communicator* tp_comm_ = nullptr;
-  double tp_comm_ms_ = 0.0;  // the sum of what the parallel/tp_collectives.hpp calls return
+  parallel::TensorParallelLayers tp_;  // the TP and SP layers' collectives (parallel/tp_layers.hpp), their time
   int B_;
   GradReadyHook hook_, write_hook_;
   ParamReadHook read_hook_;

@@ -473,22 +473,24 @@ void ResNet::zero_grad(const ExecContext& ctx) {
   k::fill_zero(ctx, grads_.base(), static_cast<int64_t>(grads_.bytes()));
 }
 
-std::vector<const ResNet::Conv*> ResNet::convs_in_forward_order() const {
+std::vector<std::pair<const ResNet::Conv*, k::ConvAlgoKey>> ResNet::distinct_convs(const ExecContext& ctx) const {
   std::vector<const Conv*> convs{&stem_conv_};
   for (const Block& blk : blocks_) {
     if (blk.downsample) convs.push_back(&blk.ds);
     for (const Unit& u : blk.main) convs.push_back(&u.conv);
   }
-  return convs;
+  std::vector<std::pair<const Conv*, k::ConvAlgoKey>> distinct;
+  for (const Conv* c : convs) {
+    const k::ConvAlgoKey key = k::conv_algo_key(ctx, B_, c->C, c->H, c->W, c->OC, c->K, c->K, c->stride, c->pad, act_);
+    const auto same = [&key](const auto& d) { return d.second == key; };
+    if (std::none_of(distinct.begin(), distinct.end(), same)) distinct.emplace_back(c, key);
+  }
+  return distinct;
 }
 
-std::vector<k::ConvAlgoKey> ResNet::conv_algo_keys(const ExecContext& ctx_in) const {
-  const ExecContext ctx = in_layout(ctx_in);
+std::vector<k::ConvAlgoKey> ResNet::conv_algo_keys(const ExecContext& ctx) const {
   std::vector<k::ConvAlgoKey> keys;
-  for (const Conv* c : convs_in_forward_order()) {
-    const k::ConvAlgoKey key = k::conv_algo_key(ctx, B_, c->C, c->H, c->W, c->OC, c->K, c->K, c->stride, c->pad, act_);
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
-  }
+  for (const auto& [conv, key] : distinct_convs(in_layout(ctx))) keys.push_back(key);
   return keys;
 }
 
@@ -499,14 +501,9 @@ std::vector<k::ConvTiming> ResNet::time_conv_algorithms(const ExecContext& ctx_i
   k::fill_zero(ctx, dacts_.base(), static_cast<int64_t>(dacts_.bytes()));
   const int64_t room = dA_->numel();  // each of dA..dD holds the largest activation (the images' included)
   std::vector<k::ConvTiming> timings;
-  std::vector<k::ConvAlgoKey> seen;
   with_activation_type(act_, [&](auto type) {
     using A = typename decltype(type)::type;
-    for (const Conv* c : convs_in_forward_order()) {
-      const k::ConvAlgoKey key = k::conv_algo_key(ctx, B_, c->C, c->H, c->W, c->OC, c->K, c->K, c->stride, c->pad,
-                                                  act_);
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
-      seen.push_back(key);
+    for (const auto& [c, key] : distinct_convs(ctx)) {
       const int64_t filter = static_cast<int64_t>(c->OC) * c->C * c->K * c->K;
       const A* w = filter <= room   ? dD_->as<A>()
                    : !shard_params_ ? read_params().tensors()[static_cast<size_t>(c->pidx)].as<A>()

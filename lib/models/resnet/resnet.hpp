@@ -227,8 +227,9 @@ class ResNet final : public parallel::DataParallelModel {
   std::vector<std::pair<int, int>> layer_ranges() const;
   // the parameter range of layer g (layers_) and of the next the pass reads (forward: g + 1, backward: g - 1)
   void reading_group(int g, bool backward);
-  // Every convolution in forward order (the stem, each block's units, then its shortcut), shapes repeating.
-  std::vector<const Conv*> convs_in_forward_order() const;
+  // The model's distinct convolutions under ctx (the model's layout), in forward order (the stem, then per block its
+  // shortcut and its units), each with its table key: one convolution per key.
+  std::vector<std::pair<const Conv*, kernels::ConvAlgoKey>> distinct_convs(const ExecContext& ctx) const;
 
   ResNetConfig cfg_;
   int B_;

@@ -21,7 +21,12 @@ Mesh grid_mesh(const std::array<Axis, 3>& order, const std::array<int, 3>& size)
 }  // namespace
 
 Grid::Grid(int world, int tp, int pp, const std::string& order, const std::string& where)
-    : world_(world), mesh_({{"world", 1}}) {  // mesh_: set below, once the order is parsed
+    : Grid(world, order, parse(world, tp, pp, order, where)) {}
+
+Grid::Grid(int world, const std::string& order, const Shape& shape)
+    : world_(world), size_(shape.size), order_(shape.order), order_str_(order), mesh_(grid_mesh(order_, size_)) {}
+
+Grid::Shape Grid::parse(int world, int tp, int pp, const std::string& order, const std::string& where) {
   const std::string at = where.empty() ? std::string() : where + ": ";
   HPCT_USAGE_CHECK(world >= 1, "{}world size {} must be >= 1", at, world);
   HPCT_USAGE_CHECK(tp >= 1 && pp >= 1, "{}parallel.tp = {} and parallel.pp = {} must be >= 1", at, tp, pp);
@@ -29,7 +34,7 @@ Grid::Grid(int world, int tp, int pp, const std::string& order, const std::strin
                    "{}the world size {} is not divisible by parallel.tp x parallel.pp = {} x {}; launch a multiple "
                    "of {} ranks or change parallel.tp / parallel.pp",
                    at, world, tp, pp, tp * pp);
-  size_ = {tp, world / (tp * pp), pp};
+  Shape shape{{tp, world / (tp * pp), pp}, {}};
   // parse "a-b-c"
   std::vector<std::string> parts;
   std::stringstream ss(order);
@@ -52,14 +57,13 @@ Grid::Grid(int world, int tp, int pp, const std::string& order, const std::strin
       break;
     }
     seen[static_cast<int>(a)] = true;
-    order_[i] = a;
+    shape.order[i] = a;
   }
   HPCT_USAGE_CHECK(ok,
                    "{}parallel.order = \"{}\" is not a permutation of tp, dp, pp joined by '-' (fastest first), "
                    "e.g. \"tp-dp-pp\"",
                    at, order);
-  order_str_ = order;
-  mesh_ = grid_mesh(order_, size_);
+  return shape;
 }
 
 Coord Grid::coord_of(int rank) const {

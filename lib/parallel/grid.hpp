@@ -62,6 +62,14 @@ class Grid {
   const Mesh& mesh() const { return mesh_; }
 
  private:
+  // The sizes (indexed by Axis) and the order (fastest first) that the public constructor validates and parses.
+  struct Shape {
+    std::array<int, 3> size;
+    std::array<Axis, 3> order;
+  };
+  static Shape parse(int world, int tp, int pp, const std::string& order, const std::string& where);
+  Grid(int world, const std::string& order, const Shape& shape);
+
   int world_;
   std::array<int, 3> size_;    // indexed by Axis
   std::array<Axis, 3> order_;  // fastest first

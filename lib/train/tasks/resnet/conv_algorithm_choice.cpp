@@ -28,7 +28,7 @@ DType storage_of_name(const std::string& s, const std::string& where) {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
+  HPCT_USAGE_CHECK(in.good(), "cannot read the convolution algorithm table {} (no permission?)", path);
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -83,11 +83,11 @@ std::string decide_on_rank0(const ConvAlgorithmRequest& r,
       log_warn("convolution algorithms: {} is used where its choices are candidates here, but {}; the rest runs "
                "cuDNN's heuristic order",
                r.setting, why);
-    std::error_code ec;
-    if (!fs::equivalent(r.setting, own, ec)) write_text(own, text);
+    std::error_code ec;  // own does not exist yet: not the same file
+    const bool copy = !fs::equivalent(r.setting, own, ec);
+    if (copy) write_text(own, text);
     log_info("convolution algorithms: from {} ({} convolutions, timed on {} with cuDNN {}){}", r.setting, table.size(),
-             table.device(), cudnn_text(table.cudnn_version()),
-             fs::equivalent(r.setting, own, ec) ? std::string() : fmt::format(", copied to {}", own));
+             table.device(), cudnn_text(table.cudnn_version()), copy ? fmt::format(", copied to {}", own) : "");
     return text;
   }
   if (fs::exists(own)) {

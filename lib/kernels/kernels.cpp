@@ -1,6 +1,7 @@
-// Thin run-time dispatch of every op in kernels.hpp on ctx.device (docs/invariants.md, invariant 5):
-// Device::CPU -> cpu/ (OpenMP + OpenBLAS); Device::CUDA -> cuda/ (cuda_kernels.hpp) when built with HPCT_HAVE_CUDA.
-// No logic lives here: shapes are checked by the backends.
+// The run-time dispatch of every op in kernels/ops.inc on ctx.device (docs/invariants.md, invariant 5):
+// Device::CPU -> cpu/ (OpenMP + OpenBLAS + oneDNN); Device::CUDA -> cuda/ (cuda_kernels.hpp) when built with
+// HPCT_HAVE_CUDA. Each op's checks (ops.inc, kernels/op_checks.hpp) run here, before either backend. The entries of
+// the table are dispatched by the macros below; the composed ones are written out after them.
 #include "kernels/kernels.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/cpu_matmul_dnnl.hpp"
 #include "kernels/cpu/cpu_profile.hpp"
+#include "kernels/op_checks.hpp"
 #ifdef HPCT_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.hpp"
 #endif
@@ -69,13 +71,71 @@ std::vector<ProfileRow> profile_take() {
   return out;
 }
 
-// One line per op: the CPU call, or the CUDA call (with the context: its stream), or the error of a build without
-// the CUDA backend.
+// ---- the table's entries ----
+// The CPU call of an op, after the precision check, in the op's profile scope; and the CUDA call, or the error of a
+// build without the CUDA backend. `op` is the op's name (the profile's, and the messages').
+#define HPCT_CPU_RETURN(name, args)                                               \
+  do {                                                                            \
+    if (!cpu_precision_ok(ctx.precision)) cpu_precision_error(op, ctx.precision); \
+    const ProfileScope profile_scope_(op);                                        \
+    return cpu::name(HPCT_UNPAREN args);                                          \
+  } while (0)
+#ifdef HPCT_HAVE_CUDA
+#define HPCT_CUDA_RETURN(name, args) return cuda::name(HPCT_CTX_ARGS args)
+#else
+#define HPCT_CUDA_RETURN(name, args) cuda_not_built(op)
+#endif
+
+// A storage-templated op: A = fp16 never instantiates the CPU call (the CPU backend has no fp16 storage).
+#define HPCT_OP_STORAGE(name, params, args, check_list) \
+  template <typename A>                                 \
+  void name(HPCT_WITH_CTX params) {                     \
+    [[maybe_unused]] constexpr const char* op = #name;  \
+    HPCT_UNPAREN check_list;                            \
+    if (ctx.device == Device::CPU) {                    \
+      if constexpr (std::is_same_v<A, fp16>) {          \
+        cpu_fp16_error(op);                             \
+      } else {                                          \
+        HPCT_CPU_RETURN(name, args);                    \
+      }                                                 \
+    }                                                   \
+    HPCT_CUDA_RETURN(name, args);                       \
+  }
+// A layout-sensitive op: under ctx.channels_last the CPU's name_nhwc twin (CUDA's op reads the layout from ctx).
+#define HPCT_OP_STORAGE_LAYOUT(name, params, args, check_list) \
+  template <typename A>                                        \
+  void name(HPCT_WITH_CTX params) {                            \
+    [[maybe_unused]] constexpr const char* op = #name;         \
+    HPCT_UNPAREN check_list;                                   \
+    if (ctx.device == Device::CPU) {                           \
+      if constexpr (std::is_same_v<A, fp16>) {                 \
+        cpu_fp16_error(op);                                    \
+      } else if (ctx.channels_last) {                          \
+        HPCT_CPU_RETURN(name##_nhwc, args);                    \
+      } else {                                                 \
+        HPCT_CPU_RETURN(name, args);                           \
+      }                                                        \
+    }                                                          \
+    HPCT_CUDA_RETURN(name, args);                              \
+  }
+#define HPCT_OP(name, params, args, check_list)                 \
+  void name(HPCT_WITH_CTX params) {                             \
+    [[maybe_unused]] constexpr const char* op = #name;          \
+    HPCT_UNPAREN check_list;                                    \
+    if (ctx.device == Device::CPU) HPCT_CPU_RETURN(name, args); \
+    HPCT_CUDA_RETURN(name, args);                               \
+  }
+#define HPCT_OP_STORAGE_COMPOSED(ret, name, params)
+#define HPCT_OP_COMPOSED(ret, name, params)
+#include "kernels/ops.inc"
+
+// ---- the composed ops ----
 #ifdef HPCT_HAVE_CUDA
 #define HPCT_CUDA_CALL(op, ...) return cuda::op(ctx __VA_OPT__(, ) __VA_ARGS__)
 #else
 #define HPCT_CUDA_CALL(op, ...) cuda_not_built(#op)
 #endif
+// The CPU call (after the precision check, in the op's profile scope) or the CUDA call with these arguments.
 #define HPCT_DISPATCH(op, ...)                                                       \
   do {                                                                               \
     if (ctx.device == Device::CPU) {                                                 \
@@ -85,11 +145,15 @@ std::vector<ProfileRow> profile_take() {
     }                                                                                \
     HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);                                   \
   } while (0)
-
-// The dispatch of a layout-sensitive op under ExecContext::channels_last on the CPU: the CPU backend's op##_nhwc twin
-// (same arguments), never fp16 (CPU storage); otherwise (NCHW, or CUDA, whose ops take the layout from the context)
-// falls through to the dispatch that follows it.
-#define HPCT_DISPATCH_CHANNELS_LAST(op, ...)                                           \
+// On CUDA, the call of a CUDA function with arguments the CPU's NCHW op lacks (a BatchNorm's epilogue), or the error
+// of a build without the CUDA backend; on the CPU nothing.
+#define HPCT_CUDA_FUSED(op, ...)                                                   \
+  do {                                                                             \
+    if (ctx.device == Device::CUDA) HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__); \
+  } while (0)
+// Under channels-last activations on the CPU, the CPU backend's op##_nhwc twin with these arguments (never fp16: CPU
+// storage); otherwise nothing.
+#define HPCT_CPU_CHANNELS_LAST(op, ...)                                                \
   do {                                                                                 \
     if (ctx.channels_last && ctx.device == Device::CPU) {                              \
       if constexpr (std::is_same_v<A, fp16>) {                                         \
@@ -102,66 +166,23 @@ std::vector<ProfileRow> profile_take() {
     }                                                                                  \
   } while (0)
 
-// On CUDA, the call of a CUDA op with arguments the CPU's NCHW op lacks (a BatchNorm's fused ReLU), or the error of a
-// build without the CUDA backend (HPCT_CUDA_CALL's); on the CPU nothing.
-#define HPCT_CUDA_FUSED(op, ...)                                                   \
-  do {                                                                             \
-    if (ctx.device == Device::CUDA) HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__); \
-  } while (0)
-
-// The dispatch of an op templated on the storage type A: HPCT_DISPATCH, except that A = fp16 never instantiates the
-// CPU call (the CPU backend has no fp16 storage: cpu_fp16_error on the CPU, the CUDA call otherwise).
-#define HPCT_DISPATCH_STORAGE(op, ...)                    \
-  do {                                                    \
-    if constexpr (std::is_same_v<A, fp16>) {              \
-      if (ctx.device == Device::CPU) cpu_fp16_error(#op); \
-      HPCT_CUDA_CALL(op __VA_OPT__(, ) __VA_ARGS__);      \
-    } else {                                              \
-      HPCT_DISPATCH(op, __VA_ARGS__);                     \
-    }                                                     \
-  } while (0)
-
-template <typename A>
-void encoder_forward(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte, const A* wpe, int B, int T,
-                     int C) {
-  HPCT_DISPATCH_STORAGE(encoder_forward, out, inp, wte, wpe, B, T, C);
-}
-template <typename A>
-void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const A* dout, const int32_t* inp, int B, int T,
-                      int C) {
-  HPCT_DISPATCH_STORAGE(encoder_backward, dwte, dwpe, dout, inp, B, T, C);
-}
-
-template <typename A>
-void layernorm_forward(const ExecContext& ctx, A* out, float* mean, float* rstd, const A* inp, const A* weight,
-                       const A* bias, int N, int C) {
-  HPCT_DISPATCH_STORAGE(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
-}
-template <typename A>
-void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
-                        const A* weight, const float* mean, const float* rstd, int N, int C) {
-  HPCT_DISPATCH_STORAGE(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-}
-
-template <typename A>
-void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, int N, int C,
-                    int OC) {
-  HPCT_DISPATCH_STORAGE(matmul_forward, out, inp, weight, bias, N, C, OC);
-}
 // The Linear + GELU pairs: the CUDA backend's GELU epilogue where it runs (ctx.gelu_epilogue), else the two ops, each
 // dispatched (and profiled) as itself.
 template <typename A>
 void matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias, int N,
                          int C, int OC) {
+  checks::linear("matmul_gelu_forward", N, C, OC);
 #ifdef HPCT_HAVE_CUDA
   if (ctx.device == Device::CUDA && cuda::try_matmul_gelu_forward(ctx, out, pre, inp, weight, bias, N, C, OC)) return;
 #endif
   matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
   gelu_forward(ctx, out, pre, static_cast<int64_t>(N) * OC);
 }
+
 template <typename A>
 void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dweight, float* dbias, const A* dout,
                            const A* out, const A* pre, const A* weight, int N, int C, int OC) {
+  checks::linear("matmul_dgelu_backward", N, C, OC);
 #ifdef HPCT_HAVE_CUDA
   if (ctx.device == Device::CUDA && cuda::try_matmul_dgelu_backward(ctx, dpre, dout, pre, weight, N, C, OC)) {
     matmul_backward(ctx, static_cast<A*>(nullptr), dweight, dbias, dout, out, weight, N, C, OC);
@@ -172,51 +193,27 @@ void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dwe
   gelu_backward(ctx, dpre, pre, dgelu, static_cast<int64_t>(N) * C);
 }
 
-template <typename A>
-void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
-                     const A* weight, int N, int C, int OC) {
-  HPCT_DISPATCH_STORAGE(matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-}
-
 // The size queries are not profiled ops (the model calls them while planning): called directly, not through
 // HPCT_DISPATCH's profile scope.
 int64_t attention_stats_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act) {
+  checks::attention("attention_stats_bytes", B, T, C, NH);
   if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("attention_stats_bytes");
   if (ctx.device == Device::CPU) return cpu::attention_stats_bytes(B, T, C, NH, act);
   HPCT_CUDA_CALL(attention_stats_bytes, B, T, C, NH, act);
 }
+
 int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act) {
+  checks::attention("attention_scratch_bytes", B, T, C, NH);
   if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("attention_scratch_bytes");
   if (ctx.device == Device::CPU) return cpu::attention_scratch_bytes(B, T, C, NH, act);
   HPCT_CUDA_CALL(attention_scratch_bytes, B, T, C, NH, act);
-}
-template <typename A>
-void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv, int B, int T, int C, int NH) {
-  HPCT_DISPATCH_STORAGE(attention_forward, out, stats, qkv, B, T, C, NH);
-}
-template <typename A>
-void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A* dout, const A* qkv, const A* out,
-                        const void* stats, int B, int T, int C, int NH) {
-  HPCT_DISPATCH_STORAGE(attention_backward, dqkv, scratch, dout, qkv, out, stats, B, T, C, NH);
-}
-
-template <typename A>
-void gelu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
-  HPCT_DISPATCH_STORAGE(gelu_forward, out, inp, n);
-}
-template <typename A>
-void gelu_backward(const ExecContext& ctx, A* dinp, const A* inp, const A* dout, int64_t n) {
-  HPCT_DISPATCH_STORAGE(gelu_backward, dinp, inp, dout, n);
-}
-
-template <typename A>
-void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
-  HPCT_DISPATCH_STORAGE(residual_forward, out, a, b, n);
 }
 
 template <typename A>
 void residual_layernorm_forward(const ExecContext& ctx, A* residual, A* out, float* mean, float* rstd, const A* a,
                                 const A* b, const A* weight, const A* bias, int N, int C) {
+  checks::rows("residual_layernorm_forward", N, C);
+  checks::given("residual_layernorm_forward", weight, "weight");
   if (ctx.device == Device::CPU) {  // the CPU backend runs the two ops (kernels.hpp: the same results)
     residual_forward(ctx, residual, a, b, static_cast<int64_t>(N) * C);
     layernorm_forward(ctx, out, mean, rstd, residual, weight, bias, N, C);
@@ -225,70 +222,11 @@ void residual_layernorm_forward(const ExecContext& ctx, A* residual, A* out, flo
   HPCT_CUDA_CALL(residual_layernorm_forward, residual, out, mean, rstd, a, b, weight, bias, N, C);
 }
 
-template <typename A>
-void crossentropy_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets, int N, int V,
-                          int Vp) {
-  HPCT_DISPATCH_STORAGE(crossentropy_forward, losses, logits, targets, N, V, Vp);
-}
-template <typename A>
-void crossentropy_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
-                                   float dloss, int N, int V, int Vp) {
-  HPCT_DISPATCH_STORAGE(crossentropy_forward_backward, losses, logits, targets, dloss, N, V, Vp);
-}
-
-template <typename A>
-void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte_local,
-                                    const A* wpe, int v0, int Vl, int B, int T, int C) {
-  HPCT_DISPATCH_STORAGE(encoder_forward_vocab_parallel, out, inp, wte_local, wpe, v0, Vl, B, T, C);
-}
-template <typename A>
-void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local, float* dwpe, const A* dout,
-                                     const int32_t* inp, int v0, int Vl, int B, int T, int C) {
-  HPCT_DISPATCH_STORAGE(encoder_backward_vocab_parallel, dwte_local, dwpe, dout, inp, v0, Vl, B, T, C);
-}
-
-template <typename A>
-void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets,
-                                   float eps, int N, int K) {
-  HPCT_DISPATCH_STORAGE(crossentropy_smoothed_forward, losses, logits, targets, eps, N, K);
-}
-template <typename A>
-void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
-                                            float dloss, float eps, int N, int K) {
-  HPCT_DISPATCH_STORAGE(crossentropy_smoothed_forward_backward, losses, logits, targets, dloss, eps, N, K);
-}
-template <typename A>
-void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const A* logits_local, int v0, int Vl, int V,
-                               int N) {
-  HPCT_DISPATCH_STORAGE(crossentropy_vp_local_max, max_out, logits_local, v0, Vl, V, N);
-}
-template <typename A>
-void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, float* target_logit_out,
-                                  const A* logits_local, const float* global_max, const int32_t* targets, int v0,
-                                  int Vl, int V, int N) {
-  HPCT_DISPATCH_STORAGE(crossentropy_vp_local_sumexp, sumexp_out, target_logit_out, logits_local, global_max, targets,
-                        v0, Vl, V, N);
-}
-template <typename A>
-void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, A* logits_local, const float* global_max,
-                                   const float* global_sumexp, const float* global_target_logit, const int32_t* targets,
-                                   float dloss, int v0, int Vl, int V, int N) {
-  HPCT_DISPATCH_STORAGE(crossentropy_vp_loss_backward, losses, logits_local, global_max, global_sumexp,
-                        global_target_logit, targets, dloss, v0, Vl, V, N);
-}
-void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* global_max, const float* global_sumexp,
-                          const float* global_target_logit, int N) {
-  HPCT_DISPATCH(crossentropy_vp_loss, losses, global_max, global_sumexp, global_target_logit, N);
-}
-
 // ---- convolutional layers (ResNet) ----
 int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, DType act) {
+  checks::conv("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
   if (ctx.device == Device::CUDA) {
-    HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && OC > 0 && KH > 0 && KW > 0 && stride > 0 && pad >= 0 &&
-                   H + 2 * pad >= KH && W + 2 * pad >= KW,
-               "conv2d_workspace_floats: bad shape N={} C={} H={} W={} OC={} {}x{} stride {} pad {}", N, C, H, W, OC,
-               KH, KW, stride, pad);
     const size_t elem = dtype_size(act), OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const size_t in = size_t(N) * C * H * W * elem, out = size_t(N) * OC * OH * OW * elem;
     const size_t algo = std::max(kCudnnConvMinAlgoWorkspaceBytes, kCudnnConvAlgoWorkspacePerTensor * std::max(in, out));
@@ -308,14 +246,18 @@ int64_t conv2d_workspace_floats(const ExecContext& ctx, int N, int C, int H, int
   }
   return cpu::conv2d_workspace_floats(N, C, H, W, OC, KH, KW, stride, pad, act);
 }
+
 bool conv2d_channels_last_runs(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                                int pad, DType act) {
+  checks::conv("conv2d_channels_last_runs", N, C, H, W, OC, KH, KW, stride, pad);
   if (ctx.device == Device::CUDA) return true;  // cuDNN's NHWC convolutions, every storage type
   if (act == DType::F16) return false;
   return cpu::conv2d_workspace_floats_nhwc(N, C, H, W, OC, KH, KW, stride, pad, act) >= 0;
 }
+
 template <typename A>
 void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW) {
+  checks::images("images_to_channels_last", N, C, HW);
   HPCT_CUDA_FUSED(images_to_channels_last, out, images, N, C, HW);
   if constexpr (std::is_same_v<A, fp16>) {
     cpu_fp16_error("images_to_channels_last");
@@ -324,6 +266,190 @@ void images_to_channels_last(const ExecContext& ctx, A* out, const float* images
     cpu::images_to_nhwc(out, images, N, C, HW);
   }
 }
+
+template <typename A>
+ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y, A* dx, float* dw, float* workspace,
+                                  int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
+                                  int stride, int pad, int repeats) {
+  checks::conv("conv2d_time_algorithms", N, C, H, W, OC, KH, KW, stride, pad);
+  checks::count("conv2d_time_algorithms", workspace_floats);
+  HPCT_CHECK(ctx.device == Device::CUDA,
+             "kernels::conv2d_time_algorithms: the {} backend runs each convolution one way: there is nothing to time "
+             "(call it on CUDA only)",
+             device_name(ctx.device));
+  HPCT_CUDA_CALL(conv2d_time_algorithms, x, w, y, dx, dw, workspace, workspace_floats, N, C, H, W, OC, KH, KW, stride,
+                 pad, repeats);
+}
+
+// The BatchNorm + ReLU pairs: the CUDA kernels (either layout) and the channels-last CPU kernels with the ReLU in their
+// passes, else the two ops.
+template <typename A>
+void batchnorm2d_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
+                                    const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+  checks::batchnorm("batchnorm2d_relu_forward_train", N, C, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
+                  /*relu=*/true, /*residual=*/static_cast<const A*>(nullptr));
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
+                         /*relu=*/true);
+  batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
+  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
+}
+
+template <typename A>
+void batchnorm2d_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
+                                    const A* gamma, const A* beta, const float* stats, int N, int C, int HW,
+                                    float eps) {
+  checks::batchnorm("batchnorm2d_relu_forward_apply", N, C, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
+                  /*relu=*/true, /*residual=*/static_cast<const A*>(nullptr));
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
+                         /*relu=*/true);
+  batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
+}
+
+template <typename A>
+void batchnorm2d_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                                   const float* running_mean, const float* running_var, int N, int C, int HW,
+                                   float eps) {
+  checks::batchnorm("batchnorm2d_relu_forward_eval", N, C, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                  /*relu=*/true, /*residual=*/static_cast<const A*>(nullptr));
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                         /*relu=*/true);
+  batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
+  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
+}
+
+template <typename A>
+void batchnorm2d_relu_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, A* dout, const A* relu_out,
+                               const A* inp, const float* save_mean, const float* save_rstd, const A* gamma, int N,
+                               int C, int HW) {
+  checks::batchnorm("batchnorm2d_relu_backward", N, C, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW,
+                  relu_out);
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW,
+                         relu_out);
+  relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
+  batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
+}
+
+template <typename A>
+void batchnorm2d_relu_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, A* dout,
+                                          const A* relu_out, const A* inp, const float* save_mean,
+                                          const float* save_rstd, int N, int C, int HW) {
+  checks::batchnorm("batchnorm2d_relu_backward_local_sums", N, C, HW);
+  checks::given("batchnorm2d_relu_backward_local_sums", sums, "sums");
+  HPCT_CUDA_FUSED(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW,
+                  relu_out);
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C,
+                         HW, relu_out);
+  relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
+  batchnorm2d_backward_local_sums(ctx, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
+}
+
+template <typename A>
+void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* relu_out, const A* inp,
+                                     const float* save_mean, const float* save_rstd, const A* gamma,
+                                     const float* global_sums, int64_t global_count, int N, int C, int HW) {
+  checks::batchnorm("batchnorm2d_relu_backward_apply", N, C, HW);
+  checks::global_count("batchnorm2d_relu_backward_apply", global_count, N, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count,
+                  N, C, HW, relu_out);
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
+                         global_count, N, C, HW, relu_out);
+  // two-op path: batchnorm2d_relu_backward_local_sums masked dout in place already
+  batchnorm2d_backward_apply(ctx, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N, C, HW);
+}
+
+// A block's last BatchNorm with the residual add and ReLU: the CUDA kernels (either layout) and the channels-last CPU
+// kernels in the BatchNorm's pass, else the BatchNorm into out and residual_relu_forward in place.
+template <typename A>
+void batchnorm2d_add_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean,
+                                        float* save_rstd, const A* inp, const A* gamma, const A* beta,
+                                        const A* residual, int N, int C, int HW, float eps) {
+  checks::batchnorm("batchnorm2d_add_relu_forward_train", N, C, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
+                  /*relu=*/true, residual);
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
+                         /*relu=*/true, residual);
+  batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
+  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
+}
+
+template <typename A>
+void batchnorm2d_add_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd,
+                                        const A* inp, const A* gamma, const A* beta, const A* residual,
+                                        const float* stats, int N, int C, int HW, float eps) {
+  checks::batchnorm("batchnorm2d_add_relu_forward_apply", N, C, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
+                  /*relu=*/true, residual);
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
+                         /*relu=*/true, residual);
+  batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
+  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
+}
+
+template <typename A>
+void batchnorm2d_add_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                                       const A* residual, const float* running_mean, const float* running_var, int N,
+                                       int C, int HW, float eps) {
+  checks::batchnorm("batchnorm2d_add_relu_forward_eval", N, C, HW);
+  HPCT_CUDA_FUSED(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                  /*relu=*/true, residual);
+  HPCT_CPU_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
+                         /*relu=*/true, residual);
+  batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
+  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
+}
+
+float sum_to_host(const ExecContext& ctx, float* scratch, const float* x, int64_t n) {
+  sum(ctx, scratch, x, n);
+  float s = 0.0f;
+  copy_to_host(ctx, &s, scratch, 4);
+  synchronize(ctx);  // CUDA copies are asynchronous: s is valid only now (a no-op on the CPU)
+  return s;
+}
+
+void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int t, DType copy) {
+  HPCT_CHECK(t >= 1, "adamw_update_chunks: the step t={} must be 1-based", t);
+  HPCT_CHECK(copy == DType::F32 || copy == DType::BF16 || (copy == DType::F16 && ctx.device == Device::CUDA),
+             "adamw_update_chunks: a compute copy of {} on {} (bf16, f16 on CUDA only, or f32 for none)",
+             dtype_name(copy), device_name(ctx.device));
+  HPCT_CHECK(chunks >= 0 && (chunks == 0 || table != nullptr), "adamw_update_chunks: {} chunks, table {}", chunks,
+             static_cast<const void*>(table));
+  if (chunks == 0) return;
+  HPCT_DISPATCH(adamw_update_chunks, table, chunks, lr, beta1, beta2, eps, weight_decay, grad_scale, t, copy);
+}
+
+void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
+                        double* partials) {
+  HPCT_CHECK(chunks >= 0 && (chunks == 0 || (table != nullptr && partials != nullptr)),
+             "sum_squares_ranges: {} chunks, table {}, partials {}", chunks, static_cast<const void*>(table),
+             static_cast<const void*>(partials));
+  if (chunks == 0) return;
+  HPCT_DISPATCH(sum_squares_ranges, acc, table, chunks, partials);
+}
+
+void cast(const ExecContext& ctx, fp16* dst, const float* src, int64_t n) {
+  checks::count("cast", n);
+  if (ctx.device == Device::CPU) cpu_fp16_error("cast");
+  HPCT_CUDA_CALL(cast, dst, src, n);
+}
+void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n) {
+  checks::count("cast", n);
+  if (ctx.device == Device::CPU) cpu_fp16_error("cast");
+  HPCT_CUDA_CALL(cast, dst, src, n);
+}
+
+#undef HPCT_CPU_CHANNELS_LAST
+#undef HPCT_DISPATCH
+#undef HPCT_CUDA_FUSED
+#undef HPCT_CUDA_CALL
+#undef HPCT_CUDA_RETURN
+#undef HPCT_CPU_RETURN
+
 size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act, bool channels_last) {
   HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,
              "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32, BF16 or F16",
@@ -333,275 +459,8 @@ size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act, 
   const size_t bytes = (static_cast<size_t>(OC) * C * KH * KW * dtype_size(act) + 255) / 256 * 256;
   return reorder ? 2 * bytes : bytes;  // the gradient scratch, then the reordered filter
 }
-template <typename A>
-void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
-                    int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
-  HPCT_DISPATCH_CHANNELS_LAST(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH,
-                              KW, stride, pad);
-  HPCT_DISPATCH_STORAGE(conv2d_forward, out, inp, weight, bias, workspace, workspace_floats, N, C, H, W, OC, KH, KW,
-                        stride, pad);
-}
-template <typename A>
-void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
-                     const A* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
-                     int KH, int KW, int stride, int pad) {
-  HPCT_DISPATCH_CHANNELS_LAST(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N,
-                              C, H, W, OC, KH, KW, stride, pad);
-  HPCT_DISPATCH_STORAGE(conv2d_backward, dinp, dweight, dbias, dout, inp, weight, workspace, workspace_floats, N, C, H,
-                        W, OC, KH, KW, stride, pad);
-}
-template <typename A>
-ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y, A* dx, float* dw, float* workspace,
-                                  int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
-                                  int stride, int pad, int repeats) {
-  HPCT_CHECK(ctx.device == Device::CUDA,
-             "kernels::conv2d_time_algorithms: the {} backend runs each convolution one way: there is nothing to time "
-             "(call it on CUDA only)",
-             device_name(ctx.device));
-  HPCT_CUDA_CALL(conv2d_time_algorithms, x, w, y, dx, dw, workspace, workspace_floats, N, C, H, W, OC, KH, KW, stride,
-                 pad, repeats);
-}
-template <typename A>
-void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
-                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
-                              eps);
-  HPCT_DISPATCH_STORAGE(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
-}
-template <typename A>
-void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_local_stats, stats, inp, N, C, HW);
-  HPCT_DISPATCH_STORAGE(batchnorm2d_local_stats, stats, inp, N, C, HW);
-}
-void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float* gathered, int R, int C) {
-  HPCT_DISPATCH(batchnorm2d_merge_stats, merged, gathered, R, C);
-}
-template <typename A>
-void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
-                               const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW,
-                              eps);
-  HPCT_DISPATCH_STORAGE(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
-}
-void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, float* running_var, const float* stats,
-                                int C, float momentum) {
-  HPCT_DISPATCH(batchnorm2d_update_running, running_mean, running_var, stats, C, momentum);
-}
-template <typename A>
-void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
-                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW,
-                              eps);
-  HPCT_DISPATCH_STORAGE(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
-}
-template <typename A>
-void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
-                          const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C,
-                              HW);
-  HPCT_DISPATCH_STORAGE(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
-}
-template <typename A>
-void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
-                                     const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
-                                     int HW) {
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N,
-                              C, HW);
-  HPCT_DISPATCH_STORAGE(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C,
-                        HW);
-}
-template <typename A>
-void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
-                                const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
-                                int N, int C, int HW) {
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
-                              global_count, N, C, HW);
-  HPCT_DISPATCH_STORAGE(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
-                        global_count, N, C, HW);
-}
-// The BatchNorm + ReLU pairs: the CUDA kernels (either layout) and the channels-last CPU kernels with the ReLU in their
-// passes, else the two ops.
-template <typename A>
-void batchnorm2d_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
-                                    const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
-  HPCT_CUDA_FUSED(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
-                  /*relu=*/true);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
-                              eps, /*relu=*/true);
-  batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
-  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
-}
-template <typename A>
-void batchnorm2d_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
-                                    const A* gamma, const A* beta, const float* stats, int N, int C, int HW,
-                                    float eps) {
-  HPCT_CUDA_FUSED(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
-                  /*relu=*/true);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW,
-                              eps, /*relu=*/true);
-  batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
-  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
-}
-template <typename A>
-void batchnorm2d_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
-                                   const float* running_mean, const float* running_var, int N, int C, int HW,
-                                   float eps) {
-  HPCT_CUDA_FUSED(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
-                  /*relu=*/true);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
-                              /*relu=*/true);
-  batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
-  relu_forward(ctx, out, out, static_cast<int64_t>(N) * C * HW);
-}
-template <typename A>
-void batchnorm2d_relu_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, A* dout, const A* relu_out,
-                               const A* inp, const float* save_mean, const float* save_rstd, const A* gamma, int N,
-                               int C, int HW) {
-  HPCT_CUDA_FUSED(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW,
-                  relu_out);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C,
-                              HW, relu_out);
-  relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
-  batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW);
-}
-template <typename A>
-void batchnorm2d_relu_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, A* dout,
-                                          const A* relu_out, const A* inp, const float* save_mean,
-                                          const float* save_rstd, int N, int C, int HW) {
-  HPCT_CUDA_FUSED(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW,
-                  relu_out);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_local_sums, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N,
-                              C, HW, relu_out);
-  relu_backward(ctx, dout, dout, relu_out, static_cast<int64_t>(N) * C * HW);
-  batchnorm2d_backward_local_sums(ctx, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW);
-}
-template <typename A>
-void batchnorm2d_relu_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* relu_out, const A* inp,
-                                     const float* save_mean, const float* save_rstd, const A* gamma,
-                                     const float* global_sums, int64_t global_count, int N, int C, int HW) {
-  HPCT_CUDA_FUSED(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count,
-                  N, C, HW, relu_out);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_backward_apply, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums,
-                              global_count, N, C, HW, relu_out);
-  // two-op path: batchnorm2d_relu_backward_local_sums masked dout in place already
-  batchnorm2d_backward_apply(ctx, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N, C, HW);
-}
-// A block's last BatchNorm with the residual add and ReLU: the CUDA kernels (either layout) and the channels-last CPU
-// kernels in the BatchNorm's pass, else the BatchNorm into out and residual_relu_forward in place.
-template <typename A>
-void batchnorm2d_add_relu_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean,
-                                        float* save_rstd, const A* inp, const A* gamma, const A* beta,
-                                        const A* residual, int N, int C, int HW, float eps) {
-  HPCT_CUDA_FUSED(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps,
-                  /*relu=*/true, residual);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_train, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW,
-                              eps, /*relu=*/true, residual);
-  batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps);
-  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
-}
-template <typename A>
-void batchnorm2d_add_relu_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd,
-                                        const A* inp, const A* gamma, const A* beta, const A* residual,
-                                        const float* stats, int N, int C, int HW, float eps) {
-  HPCT_CUDA_FUSED(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps,
-                  /*relu=*/true, residual);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_apply, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW,
-                              eps, /*relu=*/true, residual);
-  batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps);
-  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
-}
-template <typename A>
-void batchnorm2d_add_relu_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
-                                       const A* residual, const float* running_mean, const float* running_var, int N,
-                                       int C, int HW, float eps) {
-  HPCT_CUDA_FUSED(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
-                  /*relu=*/true, residual);
-  HPCT_DISPATCH_CHANNELS_LAST(batchnorm2d_forward_eval, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps,
-                              /*relu=*/true, residual);
-  batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps);
-  residual_relu_forward(ctx, out, out, residual, static_cast<int64_t>(N) * C * HW);
-}
-template <typename A>
-void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
-  HPCT_DISPATCH_STORAGE(relu_forward, out, inp, n);
-}
-template <typename A>
-void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* b, int64_t n) {
-  HPCT_DISPATCH_STORAGE(residual_relu_forward, out, a, b, n);
-}
-template <typename A>
-void residual_relu_backward(const ExecContext& ctx, A* dinp, const A* a, const A* b, const A* out, int64_t n) {
-  HPCT_DISPATCH_STORAGE(residual_relu_backward, dinp, a, b, out, n);
-}
-template <typename A>
-void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n) {
-  HPCT_DISPATCH_STORAGE(relu_backward, dinp, dout, out, n);
-}
-template <typename A>
-void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K,
-                       int stride, int pad) {
-  HPCT_DISPATCH_CHANNELS_LAST(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
-  HPCT_DISPATCH_STORAGE(maxpool2d_forward, out, idx, inp, N, C, H, W, K, stride, pad);
-}
-template <typename A>
-void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W,
-                        int K, int stride, int pad) {
-  HPCT_DISPATCH_CHANNELS_LAST(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
-  HPCT_DISPATCH_STORAGE(maxpool2d_backward, dinp, dout, idx, N, C, H, W, K, stride, pad);
-}
-template <typename A>
-void global_avgpool_forward(const ExecContext& ctx, A* out, const A* inp, int N, int C, int HW) {
-  HPCT_DISPATCH_CHANNELS_LAST(global_avgpool_forward, out, inp, N, C, HW);
-  HPCT_DISPATCH_STORAGE(global_avgpool_forward, out, inp, N, C, HW);
-}
-template <typename A>
-void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int N, int C, int HW) {
-  HPCT_DISPATCH_CHANNELS_LAST(global_avgpool_backward, dinp, dout, N, C, HW);
-  HPCT_DISPATCH_STORAGE(global_avgpool_backward, dinp, dout, N, C, HW);
-}
-
-void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) { HPCT_DISPATCH(sum, out, x, n); }
-float sum_to_host(const ExecContext& ctx, float* scratch, const float* x, int64_t n) {
-  sum(ctx, scratch, x, n);
-  float s = 0.0f;
-  copy_to_host(ctx, &s, scratch, 4);
-  synchronize(ctx);  // CUDA copies are asynchronous: s is valid only now (a no-op on the CPU)
-  return s;
-}
-void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n) {
-  HPCT_DISPATCH(sum_squares_accumulate, out, x, n);
-}
-void scale(const ExecContext& ctx, float* x, float s, int64_t n) { HPCT_DISPATCH(scale, x, s, n); }
-void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
-  HPCT_DISPATCH(adamw_update, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-}
-
-void cast(const ExecContext& ctx, bf16* dst, const float* src, int64_t n) { HPCT_DISPATCH(cast, dst, src, n); }
-void cast(const ExecContext& ctx, float* dst, const bf16* src, int64_t n) { HPCT_DISPATCH(cast, dst, src, n); }
-void cast(const ExecContext& ctx, fp16* dst, const float* src, int64_t n) {
-  if (ctx.device == Device::CPU) cpu_fp16_error("cast");
-  HPCT_CUDA_CALL(cast, dst, src, n);
-}
-void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n) {
-  if (ctx.device == Device::CPU) cpu_fp16_error("cast");
-  HPCT_CUDA_CALL(cast, dst, src, n);
-}
 
 std::string cpu_bf16_arithmetic() { return cpu::bf16_arithmetic(); }
-
-void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes) { HPCT_DISPATCH(fill_zero, dst, bytes); }
-void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes) {
-  HPCT_DISPATCH(copy_to_host, host_dst, src, bytes);
-}
-void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes) {
-  HPCT_DISPATCH(copy_from_host, dst, host_src, bytes);
-}
-void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes) {
-  HPCT_DISPATCH(copy_device, dst, src, bytes);
-}
-void synchronize(const ExecContext& ctx) { HPCT_DISPATCH(synchronize); }
-void host_register(const ExecContext& ctx, void* host, int64_t bytes) { HPCT_DISPATCH(host_register, host, bytes); }
 
 std::vector<SquaresChunk> squares_table(const std::vector<SquaresRange>& ranges) {
   std::vector<SquaresChunk> table;
@@ -629,30 +488,6 @@ std::vector<AdamwChunk> adamw_table(const std::vector<AdamwRange>& ranges, DType
   }
   return table;
 }
-void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t, DType copy) {
-  HPCT_CHECK(t >= 1, "adamw_update_chunks: the step t={} must be 1-based", t);
-  HPCT_CHECK(copy == DType::F32 || copy == DType::BF16 || (copy == DType::F16 && ctx.device == Device::CUDA),
-             "adamw_update_chunks: a compute copy of {} on {} (bf16, f16 on CUDA only, or f32 for none)",
-             dtype_name(copy), device_name(ctx.device));
-  HPCT_CHECK(chunks >= 0 && (chunks == 0 || table != nullptr), "adamw_update_chunks: {} chunks, table {}", chunks,
-             static_cast<const void*>(table));
-  if (chunks == 0) return;
-  HPCT_DISPATCH(adamw_update_chunks, table, chunks, lr, beta1, beta2, eps, weight_decay, grad_scale, t, copy);
-}
-void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk* table, int64_t chunks,
-                        double* partials) {
-  HPCT_CHECK(chunks >= 0 && (chunks == 0 || (table != nullptr && partials != nullptr)),
-             "sum_squares_ranges: {} chunks, table {}, partials {}", chunks, static_cast<const void*>(table),
-             static_cast<const void*>(partials));
-  if (chunks == 0) return;
-  HPCT_DISPATCH(sum_squares_ranges, acc, table, chunks, partials);
-}
-void host_unregister(const ExecContext& ctx, void* host) { HPCT_DISPATCH(host_unregister, host); }
-
-#undef HPCT_DISPATCH_STORAGE
-#undef HPCT_DISPATCH_CHANNELS_LAST
-#undef HPCT_DISPATCH
 
 // The three storage types of every templated op are compiled here: each address taken instantiates that op, and the
 // table keeps the addresses (an unused one would let the compiler drop the instantiations, and callers in other files
@@ -660,57 +495,12 @@ void host_unregister(const ExecContext& ctx, void* host) { HPCT_DISPATCH(host_un
 template <typename A>
 void instantiate_ops() {
   [[gnu::used]] static const void* const ops[] = {
-      reinterpret_cast<const void*>(&encoder_forward<A>),
-      reinterpret_cast<const void*>(&encoder_backward<A>),
-      reinterpret_cast<const void*>(&layernorm_forward<A>),
-      reinterpret_cast<const void*>(&layernorm_backward<A>),
-      reinterpret_cast<const void*>(&matmul_forward<A>),
-      reinterpret_cast<const void*>(&matmul_backward<A>),
-      reinterpret_cast<const void*>(&matmul_gelu_forward<A>),
-      reinterpret_cast<const void*>(&matmul_dgelu_backward<A>),
-      reinterpret_cast<const void*>(&attention_forward<A>),
-      reinterpret_cast<const void*>(&attention_backward<A>),
-      reinterpret_cast<const void*>(&gelu_forward<A>),
-      reinterpret_cast<const void*>(&gelu_backward<A>),
-      reinterpret_cast<const void*>(&residual_forward<A>),
-      reinterpret_cast<const void*>(&residual_layernorm_forward<A>),
-      reinterpret_cast<const void*>(&crossentropy_forward<A>),
-      reinterpret_cast<const void*>(&crossentropy_forward_backward<A>),
-      reinterpret_cast<const void*>(&encoder_forward_vocab_parallel<A>),
-      reinterpret_cast<const void*>(&encoder_backward_vocab_parallel<A>),
-      reinterpret_cast<const void*>(&crossentropy_smoothed_forward<A>),
-      reinterpret_cast<const void*>(&crossentropy_smoothed_forward_backward<A>),
-      reinterpret_cast<const void*>(&crossentropy_vp_local_max<A>),
-      reinterpret_cast<const void*>(&crossentropy_vp_local_sumexp<A>),
-      reinterpret_cast<const void*>(&crossentropy_vp_loss_backward<A>),
-      reinterpret_cast<const void*>(&conv2d_forward<A>),
-      reinterpret_cast<const void*>(&conv2d_backward<A>),
-      reinterpret_cast<const void*>(&conv2d_time_algorithms<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_forward_train<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_local_stats<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_forward_apply<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_forward_eval<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_backward<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_backward_local_sums<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_backward_apply<A>),
-      reinterpret_cast<const void*>(&relu_forward<A>),
-      reinterpret_cast<const void*>(&relu_backward<A>),
-      reinterpret_cast<const void*>(&residual_relu_forward<A>),
-      reinterpret_cast<const void*>(&residual_relu_backward<A>),
-      reinterpret_cast<const void*>(&maxpool2d_forward<A>),
-      reinterpret_cast<const void*>(&maxpool2d_backward<A>),
-      reinterpret_cast<const void*>(&global_avgpool_forward<A>),
-      reinterpret_cast<const void*>(&global_avgpool_backward<A>),
-      reinterpret_cast<const void*>(&images_to_channels_last<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_relu_forward_train<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_relu_forward_apply<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_relu_forward_eval<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_relu_backward<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_relu_backward_local_sums<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_relu_backward_apply<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_add_relu_forward_train<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_add_relu_forward_apply<A>),
-      reinterpret_cast<const void*>(&batchnorm2d_add_relu_forward_eval<A>),
+#define HPCT_OP_STORAGE(name, params, args, check_list) reinterpret_cast<const void*>(&name<A>),
+#define HPCT_OP_STORAGE_LAYOUT(name, params, args, check_list) reinterpret_cast<const void*>(&name<A>),
+#define HPCT_OP(name, params, args, check_list)
+#define HPCT_OP_STORAGE_COMPOSED(ret, name, params) reinterpret_cast<const void*>(&name<A>),
+#define HPCT_OP_COMPOSED(ret, name, params)
+#include "kernels/ops.inc"
   };
 }
 template void instantiate_ops<float>();

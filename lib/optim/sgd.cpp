@@ -5,7 +5,7 @@
 
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/optim_kernels.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::optim {
 

@@ -2,7 +2,7 @@
 // SGD with momentum over a model's parameter slab (torch.optim.SGD semantics: L2 weight decay added to the
 // gradient, momentum buffer = the first gradient, optional dampening and Nesterov), with global-norm gradient
 // clipping as torch.nn.utils.clip_grad_norm_ (scale = clip / (norm + 1e-6) when that is < 1). The update is
-// kernels/optim_kernels.hpp's sgd_update.
+// kernels/ops.inc's sgd_update.
 //
 // The same segment design as AdamW (optim/adamw.hpp, optim/segment.hpp), so that the trainer's ZeRO-1 and
 // checkpoint code drive either optimizer alike: unsharded, the segments are the whole tensors and the gradients

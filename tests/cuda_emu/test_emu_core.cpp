@@ -42,7 +42,7 @@
 #include "emu_test_util.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/optim_kernels.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::kernels {
 namespace {

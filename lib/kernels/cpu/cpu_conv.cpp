@@ -91,12 +91,8 @@ Im2col im2col_plan(const ConvDims& d, DType act) {
   return {dw, col + dw + y + x, 0, col, col + dw, col + dw + y};
 }
 
-ConvDims conv_dims(const char* op, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
-  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && OC > 0 && KH > 0 && KW > 0 && stride > 0 && pad >= 0,
-             "{}: bad shape N={} C={} H={} W={} OC={} KH={} KW={} stride={} pad={}", op, N, C, H, W, OC, KH, KW, stride,
-             pad);
-  HPCT_CHECK(H + 2 * pad >= KH && W + 2 * pad >= KW, "{}: kernel {}x{} larger than the padded input {}x{}", op, KH, KW,
-             H + 2 * pad, W + 2 * pad);
+// The shape was checked by the dispatch (kernels/op_checks.hpp).
+ConvDims conv_dims(int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   ConvDims d{N, C, H, W, OC, KH, KW, stride, pad, (H + 2 * pad - KH) / stride + 1, (W + 2 * pad - KW) / stride + 1};
   return d;
 }
@@ -220,7 +216,7 @@ int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int 
   HPCT_CHECK(act == DType::F32 || act == DType::BF16,
              "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32 or DType::BF16",
              dtype_name(act));
-  const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(N, C, H, W, OC, KH, KW, stride, pad);
   const Im2col p = im2col_plan(d, act);
   const int64_t im2col = p.shared + std::min<int64_t>(omp_get_max_threads(), N) * p.slot;
   return std::max(im2col, dnnl_conv::workspace_floats(d.shape(), act));
@@ -229,7 +225,7 @@ int64_t conv2d_workspace_floats(int N, int C, int H, int W, int OC, int KH, int 
 template <typename A>
 void conv2d_forward(A* out, const A* inp, const A* weight, const A* bias, float* workspace, int64_t workspace_floats,
                     int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
-  const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(N, C, H, W, OC, KH, KW, stride, pad);
   const std::string label = profile_on() ? conv_label("conv2d_forward", d) : std::string();
   const ProfileScope ps(label);
   if (dnnl_conv::forward(out, inp, weight, bias, workspace, workspace_floats, d.shape())) return;
@@ -269,7 +265,7 @@ template <typename A>
 void conv2d_backward(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp, const A* weight,
                      float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
                      int stride, int pad) {
-  const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(N, C, H, W, OC, KH, KW, stride, pad);
   const int64_t CK = d.CK(), OHW = d.OHW(), WN = OC * CK;
   const int iCK = static_cast<int>(CK), iOHW = static_cast<int>(OHW);
   const Im2col p = im2col_plan(d, act_of<A>());
@@ -385,7 +381,7 @@ int64_t conv2d_workspace_floats_nhwc(int N, int C, int H, int W, int OC, int KH,
   HPCT_CHECK(act == DType::F32 || act == DType::BF16,
              "conv2d_workspace_floats: storage type {} is not an activation type; pass DType::F32 or DType::BF16",
              dtype_name(act));
-  const ConvDims d = conv_dims("conv2d_workspace_floats", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(N, C, H, W, OC, KH, KW, stride, pad);
   return dnnl_conv::workspace_floats(d.shape(true), act);
 }
 
@@ -393,7 +389,7 @@ template <typename A>
 void conv2d_forward_nhwc(A* out, const A* inp, const A* weight, const A* bias, float* workspace,
                          int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride,
                          int pad) {
-  const ConvDims d = conv_dims("conv2d_forward", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(N, C, H, W, OC, KH, KW, stride, pad);
   const std::string label = profile_on() ? conv_label("conv2d_forward", d) : std::string();
   const ProfileScope ps(label);
   if (!dnnl_conv::forward(out, inp, weight, bias, workspace, workspace_floats, d.shape(true)))
@@ -404,7 +400,7 @@ template <typename A>
 void conv2d_backward_nhwc(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp, const A* weight,
                           float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH,
                           int KW, int stride, int pad) {
-  const ConvDims d = conv_dims("conv2d_backward", N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(N, C, H, W, OC, KH, KW, stride, pad);
   {
     const std::string label = profile_on() ? conv_label("conv2d_backward/weight", d) : std::string();
     const ProfileScope ps(label);
@@ -576,7 +572,6 @@ void batchnorm2d_local_stats_naive(float* stats, const A* inp, int N, int C, int
 
 template <typename A>
 void batchnorm2d_local_stats(float* stats, const A* inp, int N, int C, int HW) {
-  check_bn("batchnorm2d_local_stats", N, C, HW);
   if (fault_active(FaultKind::SyncBnNaive)) return batchnorm2d_local_stats_naive(stats, inp, N, C, HW);
   for_channel_blocks<A>(N, C, HW, [&](int c0, int c1) {
     double mean[kBnBlock];
@@ -607,7 +602,6 @@ void batchnorm2d_merge_stats_naive(float* merged, const float* gathered, int R, 
 }  // namespace
 
 void batchnorm2d_merge_stats(float* merged, const float* gathered, int R, int C) {
-  HPCT_CHECK(R > 0 && C > 0, "batchnorm2d_merge_stats: bad shape R={} C={}", R, C);
   if (R > 1 && fault_active(FaultKind::SyncBnNaive)) return batchnorm2d_merge_stats_naive(merged, gathered, R, C);
   for (int c = 0; c < C; c++) {
     BnStats<double> acc{0.0, 0.0, 0.0};
@@ -624,7 +618,6 @@ void batchnorm2d_merge_stats(float* merged, const float* gathered, int R, int C)
 template <typename A>
 void batchnorm2d_forward_apply(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma, const A* beta,
                                const float* stats, int N, int C, int HW, float eps) {
-  check_bn("batchnorm2d_forward_apply", N, C, HW);
   for (int c = 0; c < C; c++)
     HPCT_CHECK(stats[3 * c] > 0, "batchnorm2d_forward_apply: channel {} has count {}", c, stats[3 * c]);
 #pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
@@ -635,7 +628,6 @@ void batchnorm2d_forward_apply(A* out, float* save_mean, float* save_rstd, const
 template <typename A>
 void batchnorm2d_forward_train(A* out, float* stats, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
                                const A* beta, int N, int C, int HW, float eps) {
-  check_bn("batchnorm2d_forward_train", N, C, HW);
   // the same float statistics and the same apply as the SyncBN path at one rank, fused per block of channels
   for_channel_blocks<A>(N, C, HW, [&](int c0, int c1) {
     double mean[kBnBlock];
@@ -661,7 +653,6 @@ void batchnorm2d_update_running(float* running_mean, float* running_var, const f
 template <typename A>
 void batchnorm2d_forward_eval(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
                               const float* running_var, int N, int C, int HW, float eps) {
-  check_bn("batchnorm2d_forward_eval", N, C, HW);
 #pragma omp parallel for collapse(2) schedule(static) if (bn_parallel(N, C, HW))
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) {
@@ -679,7 +670,6 @@ void batchnorm2d_forward_eval(A* out, const A* inp, const A* gamma, const A* bet
 template <typename A>
 void batchnorm2d_backward(A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp, const float* save_mean,
                           const float* save_rstd, const A* gamma, int N, int C, int HW) {
-  check_bn("batchnorm2d_backward", N, C, HW);
   for_channel_blocks<A>(N, C, HW, [&](int c0, int c1) {
     double sdy[kBnBlock], sdyx[kBnBlock];
     block_grad_sums(sdy, sdyx, dout, inp, save_mean, save_rstd, c0, c1, N, C, HW);
@@ -695,7 +685,6 @@ void batchnorm2d_backward(A* dinp, float* dgamma, float* dbeta, const A* dout, c
 template <typename A>
 void batchnorm2d_backward_local_sums(float* sums, float* dgamma, float* dbeta, const A* dout, const A* inp,
                                      const float* save_mean, const float* save_rstd, int N, int C, int HW) {
-  check_bn("batchnorm2d_backward_local_sums", N, C, HW);
   for_channel_blocks<A>(N, C, HW, [&](int c0, int c1) {
     double sdy[kBnBlock], sdyx[kBnBlock];
     block_grad_sums(sdy, sdyx, dout, inp, save_mean, save_rstd, c0, c1, N, C, HW);
@@ -711,10 +700,6 @@ void batchnorm2d_backward_local_sums(float* sums, float* dgamma, float* dbeta, c
 template <typename A>
 void batchnorm2d_backward_apply(A* dinp, const A* dout, const A* inp, const float* save_mean, const float* save_rstd,
                                 const A* gamma, const float* global_sums, int64_t global_count, int N, int C, int HW) {
-  check_bn("batchnorm2d_backward_apply", N, C, HW);
-  HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
-             "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
-             global_count, static_cast<int64_t>(N) * HW);
 #pragma omp parallel for schedule(static) if (bn_parallel(N, C, HW))
   for (int c = 0; c < C; c++)
     dinp_channel(dinp, dout, inp, save_mean[c], save_rstd[c], to_f32(gamma[c]), global_sums[2 * c],
@@ -782,7 +767,6 @@ void residual_relu_backward(A* dinp, const A* a, const A* b, const A* out, int64
 // ---- MaxPool2d ---------------------------------------------------------------------------------------------
 template <typename A>
 void maxpool2d_forward(A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K, int stride, int pad) {
-  check_maxpool(N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
 #pragma omp parallel for schedule(static) if (planes * OH * OW >= kMinParallel / 4)

@@ -1,26 +1,13 @@
 #pragma once
 // What the CPU backend's NCHW layers (cpu_conv.cpp) and their channels-last twins (cpu_conv_nhwc.cpp) share: the
-// parallel threshold, the shape checks, and BatchNorm's per-channel formulas, written once so that both layouts
+// parallel threshold and BatchNorm's per-channel formulas, written once so that both layouts
 // compute every statistic and factor alike.
 #include <cmath>
 #include <cstdint>
 
-#include "core/error.hpp"
-
 namespace hpct::kernels::cpu {
 
 inline constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a loop stays serial
-
-inline void check_bn(const char* op, int N, int C, int HW) {
-  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "{}: bad shape N={} C={} HW={}", op, N, C, HW);
-}
-
-inline void check_maxpool(int N, int C, int H, int W, int K, int stride, int pad) {
-  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && K > 0 && stride > 0 && pad >= 0 && 2 * pad <= K && H + 2 * pad >= K &&
-                 W + 2 * pad >= K,
-             "maxpool2d_forward: bad shape N={} C={} H={} W={} K={} stride={} pad={} (torch needs pad <= K/2)", N, C, H,
-             W, K, stride, pad);
-}
 
 // The float stats row (count, mean, M2) of a channel from its double sums over N*HW values.
 inline void store_stats(float* st /*(3)*/, double mean, double m2, int N, int HW) {

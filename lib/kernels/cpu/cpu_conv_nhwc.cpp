@@ -247,7 +247,6 @@ void dinp_all(A* dinp, const A* dout, const A* relu_out, const A* inp, const flo
 
 template <typename A>
 void batchnorm2d_local_stats_nhwc(float* stats, const A* inp, int N, int C, int HW) {
-  check_bn("batchnorm2d_local_stats", N, C, HW);
   channel_stats(stats, inp, N, C, HW);
 }
 
@@ -255,7 +254,6 @@ template <typename A>
 void batchnorm2d_forward_apply_nhwc(A* out, float* save_mean, float* save_rstd, const A* inp, const A* gamma,
                                     const A* beta, const float* stats, int N, int C, int HW, float eps, bool relu,
                                     const A* residual) {
-  check_bn("batchnorm2d_forward_apply", N, C, HW);
   const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
   float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
   for (int c = 0; c < C; c++) {  // cpu_conv.cpp's apply_channel
@@ -284,7 +282,6 @@ template <typename A>
 void batchnorm2d_forward_eval_nhwc(A* out, const A* inp, const A* gamma, const A* beta, const float* running_mean,
                                    const float* running_var, int N, int C, int HW, float eps, bool relu,
                                    const A* residual) {
-  check_bn("batchnorm2d_forward_eval", N, C, HW);
   const Scratch sc = scratch(0, 3 * static_cast<int64_t>(C));
   float *mean = sc.f, *scale = sc.f + C, *shift = sc.f + 2 * C;
   for (int c = 0; c < C; c++) {  // the NCHW eval's factors
@@ -299,7 +296,6 @@ template <typename A>
 void batchnorm2d_backward_nhwc(A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
                                const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW,
                                const A* relu_out) {
-  check_bn("batchnorm2d_backward", N, C, HW);
   double* sdy = channel_pairs(C);
   double* sdyx = sdy + C;
   grad_sums(sdy, sdyx, dout, relu_out, inp, save_mean, save_rstd, N, C, HW);
@@ -314,7 +310,6 @@ template <typename A>
 void batchnorm2d_backward_local_sums_nhwc(float* sums, float* dgamma, float* dbeta, const A* dout, const A* inp,
                                           const float* save_mean, const float* save_rstd, int N, int C, int HW,
                                           const A* relu_out) {
-  check_bn("batchnorm2d_backward_local_sums", N, C, HW);
   double* sdy = channel_pairs(C);
   double* sdyx = sdy + C;
   grad_sums(sdy, sdyx, dout, relu_out, inp, save_mean, save_rstd, N, C, HW);
@@ -330,10 +325,6 @@ template <typename A>
 void batchnorm2d_backward_apply_nhwc(A* dinp, const A* dout, const A* inp, const float* save_mean,
                                      const float* save_rstd, const A* gamma, const float* global_sums,
                                      int64_t global_count, int N, int C, int HW, const A* relu_out) {
-  check_bn("batchnorm2d_backward_apply", N, C, HW);
-  HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
-             "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
-             global_count, static_cast<int64_t>(N) * HW);
   double* sdy = channel_pairs(C);
   double* sdyx = sdy + C;
   for (int c = 0; c < C; c++) {  // the float sums the NCHW path hands dinp_channel, widened as it does
@@ -348,7 +339,6 @@ void batchnorm2d_backward_apply_nhwc(A* dinp, const A* dout, const A* inp, const
 template <typename A>
 void maxpool2d_forward_nhwc(A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K, int stride,
                             int pad) {
-  check_maxpool(N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t rows = static_cast<int64_t>(N) * OH;
 #pragma omp parallel for schedule(static) if (rows * OW * C >= kMinParallel / 4)
@@ -439,7 +429,6 @@ void global_avgpool_backward_nhwc(A* dinp, const A* dout, int N, int C, int HW) 
 
 template <typename A>
 void images_to_nhwc(A* out, const float* inp, int N, int C, int HW) {
-  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "images_to_nhwc: bad shape N={} C={} HW={}", N, C, HW);
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C * HW >= kMinParallel)
   for (int n = 0; n < N; n++)
     for (int i = 0; i < HW; i++)

@@ -1,15 +1,10 @@
-// sgd_update: the run-time dispatch (kernels/optim_kernels.hpp) and the CPU backend, one fused OpenMP loop.
+// sgd_update (kernels/ops.inc) on the CPU: one fused OpenMP loop.
 // Legend: n elements of one flat parameter range.
 #include <cstdint>
 
-#include "core/error.hpp"
-#include "kernels/optim_kernels.hpp"
-#ifdef HPCT_HAVE_CUDA
-#include "kernels/cuda/cuda_kernels.hpp"
-#endif
+#include "kernels/cpu/cpu_kernels.hpp"
 
-namespace hpct::kernels {
-namespace cpu {
+namespace hpct::kernels::cpu {
 namespace {
 constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a pointwise op stays serial (as cpu_loss_optim)
 }  // namespace
@@ -19,10 +14,6 @@ constexpr int64_t kMinParallel = 1 << 14;  // below this many elements a pointwi
 // alpha=momentum); param.add_(d_p, alpha=-lr). The branches on the flags are hoisted out of the loop.
 void sgd_update(float* params, const float* grads, float* buf, int64_t n, float lr, float momentum, float dampening,
                 float weight_decay, bool nesterov, float grad_scale, bool first_step) {
-  HPCT_CHECK(n >= 0, "sgd_update: n={} is negative", n);
-  HPCT_CHECK(!nesterov || (momentum > 0.0f && dampening == 0.0f),
-             "sgd_update: nesterov needs momentum > 0 and dampening = 0 (momentum={}, dampening={})", momentum,
-             dampening);
   if (momentum == 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
     for (int64_t i = 0; i < n; i++) {
@@ -31,7 +22,6 @@ void sgd_update(float* params, const float* grads, float* buf, int64_t n, float 
     }
     return;
   }
-  HPCT_CHECK(buf != nullptr || n == 0, "sgd_update: momentum={} needs a momentum buffer", momentum);
   if (first_step) {
     // buf may hold garbage (e.g. freshly planned memory): assign, never read it, so a NaN cannot leak through 0*buf
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
@@ -54,20 +44,4 @@ void sgd_update(float* params, const float* grads, float* buf, int64_t n, float 
   }
 }
 
-}  // namespace cpu
-
-void sgd_update(const ExecContext& ctx, float* params, const float* grads, float* momentum_buf, int64_t n, float lr,
-                float momentum, float dampening, float weight_decay, bool nesterov, float grad_scale, bool first_step) {
-  if (ctx.device == Device::CPU)
-    return cpu::sgd_update(params, grads, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov, grad_scale,
-                           first_step);
-#ifdef HPCT_HAVE_CUDA
-  return cuda::sgd_update(ctx, params, grads, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
-                          grad_scale, first_step);
-#else
-  HPCT_FAIL("kernels::sgd_update: this build of hpctrain has no CUDA backend (nvcc was not found when it was "
-            "configured, or -DHPCT_ENABLE_CUDA=OFF); rebuild with the CUDA toolkit, or run with train.device=cpu");
-#endif
-}
-
-}  // namespace hpct::kernels
+}  // namespace hpct::kernels::cpu

@@ -48,11 +48,7 @@
 namespace hpct::kernels::cuda {
 namespace {
 
-// ---- host-side helpers ----------------------------------------------------------------------------------------------
-void check_encoder_shape(const char* op, int B, int T, int C) {
-  HPCT_CHECK(B >= 0 && T > 0 && C > 0, "{}: bad shape B={} T={} C={}", op, B, T, C);
-}
-
+// ---- host-side helpers (the dispatch checked each op's shape and arguments: kernels/op_checks.hpp) -----------------
 template <typename S>
 void launch_encoder_forward(const ExecContext& ctx, const char* op, S* out, const int32_t* inp, const S* wte,
                             const S* wpe, int64_t v0, int64_t Vl, int B, int T, int C) {
@@ -85,8 +81,6 @@ void launch_reduce(const ExecContext& ctx, const char* op, const float* x, int64
   HPCT_CUDA_LAUNCH_CHECK(op);
 }
 
-void check_count(const char* op, int64_t n) { HPCT_CHECK(n >= 0, "{}: n={} is negative", op, n); }
-
 }  // namespace
 
 // ---- the reduction partials (cuda_common.cuh) -----------------------------------------------------------------------
@@ -113,8 +107,6 @@ double* reduce_partials(const char* op, int64_t min_bytes) {
 template <typename A>
 void encoder_forward(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte, const A* wpe, int B, int T,
                      int C) {
-  check_encoder_shape("encoder_forward", B, T, C);
-  HPCT_CHECK(wpe != nullptr, "encoder_forward: wpe is null (only the vocab-parallel encoder takes none)");
   launch_encoder_forward(ctx, "encoder_forward", dev_ptr(out), inp, dev_ptr(wte), dev_ptr(wpe), 0,
                          std::numeric_limits<int64_t>::max(), B, T, C);
 }
@@ -122,8 +114,6 @@ void encoder_forward(const ExecContext& ctx, A* out, const int32_t* inp, const A
 template <typename A>
 void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const A* dout, const int32_t* inp, int B, int T,
                       int C) {
-  check_encoder_shape("encoder_backward", B, T, C);
-  HPCT_CHECK(dwpe != nullptr, "encoder_backward: dwpe is null (only the vocab-parallel encoder takes none)");
   launch_encoder_backward(ctx, "encoder_backward", dwte, dwpe, dev_ptr(dout), inp, 0,
                           std::numeric_limits<int64_t>::max(), B, T, C);
 }
@@ -131,9 +121,6 @@ void encoder_backward(const ExecContext& ctx, float* dwte, float* dwpe, const A*
 template <typename A>
 void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out, const int32_t* inp, const A* wte_local,
                                     const A* wpe, int v0, int Vl, int B, int T, int C) {
-  HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_forward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0,
-             static_cast<int64_t>(v0) + Vl);
-  check_encoder_shape("encoder_forward_vocab_parallel", B, T, C);
   launch_encoder_forward(ctx, "encoder_forward_vocab_parallel", dev_ptr(out), inp, dev_ptr(wte_local), dev_ptr(wpe), v0,
                          Vl, B, T, C);
 }
@@ -141,9 +128,6 @@ void encoder_forward_vocab_parallel(const ExecContext& ctx, A* out, const int32_
 template <typename A>
 void encoder_backward_vocab_parallel(const ExecContext& ctx, float* dwte_local, float* dwpe, const A* dout,
                                      const int32_t* inp, int v0, int Vl, int B, int T, int C) {
-  HPCT_CHECK(v0 >= 0 && Vl > 0, "encoder_backward_vocab_parallel: bad vocabulary slice [v0={}, v0+Vl={})", v0,
-             static_cast<int64_t>(v0) + Vl);
-  check_encoder_shape("encoder_backward_vocab_parallel", B, T, C);
   // dwpe (when set) gets sum_b dout on every TP rank, as kernels.hpp says
   launch_encoder_backward(ctx, "encoder_backward_vocab_parallel", dwte_local, dwpe, dev_ptr(dout), inp, v0, Vl, B, T,
                           C);
@@ -154,8 +138,6 @@ template <typename A>
 void layernorm_forward(const ExecContext& ctx, A* out, float* mean, float* rstd, const A* inp, const A* weight,
                        const A* bias, int N, int C) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && C > 0, "layernorm_forward: bad shape N={} C={}", N, C);
-  HPCT_CHECK(weight != nullptr, "layernorm_forward: weight is null");
   if (N == 0) return;
   with_row_pack<S>(row_pack<S>(C, {out, inp, weight, bias}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
@@ -169,9 +151,6 @@ template <typename A>
 void layernorm_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                         const A* weight, const float* mean, const float* rstd, int N, int C) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && C > 0, "layernorm_backward: bad shape N={} C={}", N, C);
-  HPCT_CHECK(dinp != nullptr && dweight != nullptr && weight != nullptr,
-             "layernorm_backward: dinp, dweight and weight must be set (only dbias may be null)");
   if (N == 0) return;
   const LayernormBackwardLaunch launch = layernorm_backward_launch(N, C, kCudaReducePartialsBytes);
   // the kernel's shared memory is checked against the device by HPCT_LAUNCH (16 C bytes: C <= 14,528 on an H100)
@@ -191,8 +170,6 @@ template <typename A>
 void residual_layernorm_forward(const ExecContext& ctx, A* residual, A* out, float* mean, float* rstd, const A* a,
                                 const A* b, const A* weight, const A* bias, int N, int C) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && C > 0, "residual_layernorm_forward: bad shape N={} C={}", N, C);
-  HPCT_CHECK(weight != nullptr, "residual_layernorm_forward: weight is null");
   if (N == 0) return;
   // the LayerNorm's pack width as layernorm_forward would take it; the fused kernel only where a and b allow it too
   // (a different width would sum the row in another order: not the two ops' bits)
@@ -214,7 +191,6 @@ void residual_layernorm_forward(const ExecContext& ctx, A* residual, A* out, flo
 template <typename A>
 void gelu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
   using S = DeviceStorage<A>;
-  check_count("gelu_forward", n);
   if (n == 0) return;
   const int64_t packs = pointwise_packs<S>(n, {out, inp});
   HPCT_LAUNCH(gelu_forward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(inp), n,
@@ -225,7 +201,6 @@ void gelu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
 template <typename A>
 void gelu_backward(const ExecContext& ctx, A* dinp, const A* inp, const A* dout, int64_t n) {
   using S = DeviceStorage<A>;
-  check_count("gelu_backward", n);
   if (n == 0) return;
   const int64_t packs = pointwise_packs<S>(n, {dinp, inp, dout});
   HPCT_LAUNCH(gelu_backward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(dinp), dev_ptr(inp),
@@ -238,7 +213,6 @@ namespace {
 template <bool kRelu, typename A>
 void launch_residual(const ExecContext& ctx, const char* op, A* out, const A* a, const A* b, int64_t n) {
   using S = DeviceStorage<A>;
-  check_count(op, n);
   if (n == 0) return;
   const int64_t packs = pointwise_packs<S>(n, {out, a, b});
   HPCT_LAUNCH((residual_kernel<S, kRelu>), pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(a),
@@ -255,7 +229,6 @@ void residual_forward(const ExecContext& ctx, A* out, const A* a, const A* b, in
 template <typename A>
 void relu_forward(const ExecContext& ctx, A* out, const A* inp, int64_t n) {
   using S = DeviceStorage<A>;
-  check_count("relu_forward", n);
   if (n == 0) return;
   const int64_t packs = pointwise_packs<S>(n, {out, inp});
   HPCT_LAUNCH(relu_forward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(out), dev_ptr(inp), n,
@@ -271,7 +244,6 @@ void residual_relu_forward(const ExecContext& ctx, A* out, const A* a, const A* 
 template <typename A>
 void residual_relu_backward(const ExecContext& ctx, A* dinp, const A* a, const A* b, const A* out, int64_t n) {
   using S = DeviceStorage<A>;
-  check_count("residual_relu_backward", n);
   if (n == 0) return;
   const int64_t packs = pointwise_packs<S>(n, {dinp, a, b, out});
   HPCT_LAUNCH(residual_relu_backward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(dinp), dev_ptr(a),
@@ -282,7 +254,6 @@ void residual_relu_backward(const ExecContext& ctx, A* dinp, const A* a, const A
 template <typename A>
 void relu_backward(const ExecContext& ctx, A* dinp, const A* dout, const A* out, int64_t n) {
   using S = DeviceStorage<A>;
-  check_count("relu_backward", n);
   if (n == 0) return;
   const int64_t packs = pointwise_packs<S>(n, {dinp, dout, out});
   HPCT_LAUNCH(relu_backward_kernel<S>, pointwise_shape<S>(n, packs), stream_of(ctx), dev_ptr(dinp), dev_ptr(dout),
@@ -295,7 +266,6 @@ namespace {
 // dst = src converted element by element (cast_kernel: one rounding to nearest even, or exact widening).
 template <typename To, typename From>
 void launch_cast(const ExecContext& ctx, const char* op, To* dst, const From* src, int64_t n) {
-  check_count(op, n);
   if (n == 0) return;
   const int64_t packs = cast_packs(n, dst, src);
   HPCT_LAUNCH((cast_kernel<DeviceStorage<To>, DeviceStorage<From>>), cast_shape(n, packs), stream_of(ctx), dev_ptr(dst),
@@ -319,7 +289,6 @@ void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n) {
 
 // ---- reductions and optimizers ------------------------------------------------------------------------------------
 void sum(const ExecContext& ctx, float* out, const float* x, int64_t n) {
-  HPCT_CHECK(out != nullptr, "sum: out is null");
   launch_reduce<false>(ctx, "sum", x, n, out, nullptr);  // n == 0 still writes *out = 0
 }
 
@@ -331,12 +300,10 @@ void sum_squares_ranges(const ExecContext& ctx, double* acc, const SquaresChunk*
 }
 
 void sum_squares_accumulate(const ExecContext& ctx, double* out, const float* x, int64_t n) {
-  HPCT_CHECK(out != nullptr, "sum_squares_accumulate: out is null");
   launch_reduce<true>(ctx, "sum_squares_accumulate", x, n, nullptr, out);
 }
 
 void scale(const ExecContext& ctx, float* x, float s, int64_t n) {
-  HPCT_CHECK(n >= 0, "scale: n={} is negative", n);
   if (n == 0) return;
   HPCT_LAUNCH(scale_kernel, elementwise_shape(n), stream_of(ctx), x, s, n);
   HPCT_CUDA_LAUNCH_CHECK("scale");
@@ -344,8 +311,6 @@ void scale(const ExecContext& ctx, float* x, float s, int64_t n) {
 
 void adamw_update(const ExecContext& ctx, float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
-  HPCT_CHECK(t >= 1, "adamw_update: the step t={} must be 1-based", t);
-  HPCT_CHECK(n >= 0, "adamw_update: n={} is negative", n);
   if (n == 0) return;
   const AdamwScalars k = adamw_scalars(lr, beta1, beta2, weight_decay, t);
   HPCT_LAUNCH(adamw_kernel, elementwise_shape(n), stream_of(ctx), params, grads, m, v, n, beta1, beta2, eps, grad_scale,
@@ -373,13 +338,7 @@ void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_
 
 void sgd_update(const ExecContext& ctx, float* params, const float* grads, float* momentum_buf, int64_t n, float lr,
                 float momentum, float dampening, float weight_decay, bool nesterov, float grad_scale, bool first_step) {
-  HPCT_CHECK(n >= 0, "sgd_update: n={} is negative", n);
-  HPCT_CHECK(!nesterov || (momentum > 0.0f && dampening == 0.0f),
-             "sgd_update: nesterov needs momentum > 0 and dampening = 0 (momentum={}, dampening={})", momentum,
-             dampening);
   const SgdMode mode = sgd_mode(momentum, first_step);
-  HPCT_CHECK(mode == SgdMode::kNoMomentum || momentum_buf != nullptr || n == 0,
-             "sgd_update: momentum={} needs a momentum buffer", momentum);
   if (n == 0) return;
   const float take = 1.0f - dampening;
   HPCT_LAUNCH(sgd_kernel, elementwise_shape(n), stream_of(ctx), params, grads, momentum_buf, n, lr, momentum, take,
@@ -393,7 +352,6 @@ void sgd_update(const ExecContext& ctx, float* params, const float* grads, float
 // modifying or freeing the host source of a copy_from_host (cudaMemcpyAsync from pinned memory reads it later; from
 // pageable memory the runtime stages it before returning, but callers must not rely on which kind they hold).
 void fill_zero(const ExecContext& ctx, void* dst, int64_t bytes) {
-  HPCT_CHECK(bytes >= 0, "fill_zero: bytes={} is negative", bytes);
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_of(ctx)));
 }
@@ -418,7 +376,6 @@ void drain_before_pageable_copy(const ExecContext& ctx, const void* host, const 
 
 // The host data is valid only after synchronize(ctx) (or another synchronization of ctx.stream).
 void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64_t bytes) {
-  HPCT_CHECK(bytes >= 0, "copy_to_host: bytes={} is negative", bytes);
   if (bytes == 0) return;
   drain_before_pageable_copy(ctx, host_dst, "copy_to_host into pageable host memory (the stream before the copy)");
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_of(ctx)));
@@ -426,14 +383,12 @@ void copy_to_host(const ExecContext& ctx, void* host_dst, const void* src, int64
 
 // The host source must stay unchanged until synchronize(ctx).
 void copy_from_host(const ExecContext& ctx, void* dst, const void* host_src, int64_t bytes) {
-  HPCT_CHECK(bytes >= 0, "copy_from_host: bytes={} is negative", bytes);
   if (bytes == 0) return;
   drain_before_pageable_copy(ctx, host_src, "copy_from_host from pageable host memory (the stream before the copy)");
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_of(ctx)));
 }
 
 void copy_device(const ExecContext& ctx, void* dst, const void* src, int64_t bytes) {
-  HPCT_CHECK(bytes >= 0, "copy_device: bytes={} is negative", bytes);
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_of(ctx)));
 }
@@ -456,7 +411,6 @@ void synchronize(const ExecContext& ctx) {
 // current device only, which is the rank's one GPU.
 void host_register(const ExecContext& ctx, void* host, int64_t bytes) {
   (void)ctx;
-  HPCT_CHECK(host != nullptr && bytes > 0, "host_register of {} bytes at {}: give a non-empty host range", bytes, host);
   const cudaError_t rc = cudaHostRegister(host, static_cast<size_t>(bytes), cudaHostRegisterDefault);
   HPCT_CHECK(rc == cudaSuccess,
              "cudaHostRegister of {:.1f} MiB at {} failed: {} (already registered, or the "
@@ -465,7 +419,6 @@ void host_register(const ExecContext& ctx, void* host, int64_t bytes) {
 }
 void host_unregister(const ExecContext& ctx, void* host) {
   (void)ctx;
-  HPCT_CHECK(host != nullptr, "host_unregister of a null pointer");
   const cudaError_t rc = cudaHostUnregister(host);
   HPCT_CHECK(rc == cudaSuccess, "cudaHostUnregister at {} failed: {}", host, cudaGetErrorString(rc));
 }

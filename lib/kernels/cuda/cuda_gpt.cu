@@ -322,14 +322,6 @@ bool lt_gemm_rm(const ExecContext& ctx, bool trans_a, bool trans_b, int M, int N
 }
 
 // ================================================================================================================
-// Linear
-// ================================================================================================================
-
-void check_linear(const char* op, int N, int C, int OC) {
-  HPCT_CHECK(N >= 0 && C > 0 && OC > 0, "kernels::cuda::{}: bad shape N={} C={} OC={}", op, N, C, OC);
-}
-
-// ================================================================================================================
 // Attention: the flash kernels (cuda_flash_attention.cuh, and on the tensor cores cuda_flash_attention_tc.cuh) and
 // their launch helpers
 // ================================================================================================================
@@ -348,9 +340,8 @@ void check_flash_grid(const char* op, int B, int T, int NH) {
              heads, tiles, kTile);
 }
 
-void check_attention(const char* op, int B, int T, int C, int NH) {
-  HPCT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0, "kernels::cuda::{}: bad shape B={} T={} C={} NH={}", op, B, T, C, NH);
-  HPCT_CHECK(C % NH == 0, "kernels::cuda::{}: C={} is not a multiple of NH={}", op, C, NH);
+// What the flash kernels cover, beyond the shape the dispatch checked (kernels/op_checks.hpp).
+void check_attention(const char* op, int C, int NH) {
   HPCT_CHECK(C / NH <= kMaxHS, "kernels::cuda::{}: head size C/NH = {} exceeds the flash kernels' {} (C={}, NH={})", op,
              C / NH, kMaxHS, C, NH);
   HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large", op, C);
@@ -392,12 +383,8 @@ bool attention_on_tensor_cores(int HS, std::initializer_list<const void*> ptrs) 
 // Cross-entropies: the kernels (cuda_gpt_kernels.cuh) launch one block per row
 // ================================================================================================================
 
-// Checks a vocab-parallel slice; returns Vr, the number of real (non-padded) local columns (as the CPU).
-int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
-  HPCT_CHECK(V > 0 && v0 >= 0 && Vl > 0 && N >= 0,
-             "kernels::cuda::{}: bad vocabulary slice [v0={}, v0+Vl={}) of "
-             "V={}, N={}",
-             op, v0, static_cast<int64_t>(v0) + Vl, V, N);
+// Vr, the number of real (non-padded) local columns of a vocab-parallel slice (as the CPU).
+int real_columns(int v0, int Vl, int V) {
   return static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(V) - v0, 0, Vl));
 }
 
@@ -419,7 +406,6 @@ int check_vp_slice(const char* op, int v0, int Vl, int V, int N) {
 template <typename A>
 void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, int N, int C,
                     int OC) {
-  check_linear("matmul_forward", N, C, OC);
   if (N == 0) return;
   if constexpr (kHalfPrecisionStorage<A>) {
     // out (N,OC) = inp (N,C) @ weight^T + bias: the bias in the epilogue, in fp32 before the one rounding
@@ -449,7 +435,6 @@ void matmul_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
 template <typename A>
 bool try_matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* inp, const A* weight, const A* bias,
                              int N, int C, int OC) {
-  check_linear("matmul_gelu_forward", N, C, OC);
   if constexpr (kHalfPrecisionStorage<A>)
     return ctx.gelu_epilogue &&
            lt_gemm_rm(ctx, false, true, N, OC, C, inp, C, weight, C, 0.0f, out, OC, bias, LtEpilogue::GeluAux, pre);
@@ -460,7 +445,6 @@ bool try_matmul_gelu_forward(const ExecContext& ctx, A* out, A* pre, const A* in
 template <typename A>
 bool try_matmul_dgelu_backward(const ExecContext& ctx, A* dpre, const A* dout, const A* pre, const A* weight, int N,
                                int C, int OC) {
-  check_linear("matmul_dgelu_backward", N, C, OC);
   if constexpr (kHalfPrecisionStorage<A>)
     return ctx.gelu_epilogue && lt_gemm_rm(ctx, false, false, N, C, OC, dout, OC, weight, C, 0.0f, dpre, C,
                                            static_cast<const A*>(nullptr), LtEpilogue::DGelu, pre);
@@ -471,7 +455,6 @@ template <typename A>
 void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                      const A* weight, int N, int C, int OC) {
   using S = DeviceStorage<A>;
-  check_linear("matmul_backward", N, C, OC);
   if (N == 0) return;  // no rows: dinp is empty, the parameter gradients receive nothing
   const cudaStream_t stream = stream_of(ctx);
   if constexpr (kHalfPrecisionStorage<A>) {
@@ -522,18 +505,18 @@ void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
 // ================================================================================================================
 // The two buffers are float whatever the storage type (L and D per row: kernels.hpp).
 int64_t attention_stats_bytes(const ExecContext& /*ctx*/, int B, int T, int C, int NH, DType /*act*/) {
-  check_attention("attention_stats_bytes", B, T, C, NH);
+  check_attention("attention_stats_bytes", C, NH);
   return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));
 }
 int64_t attention_scratch_bytes(const ExecContext& /*ctx*/, int B, int T, int C, int NH, DType /*act*/) {
-  check_attention("attention_scratch_bytes", B, T, C, NH);
+  check_attention("attention_scratch_bytes", C, NH);
   return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));
 }
 
 template <typename A>
 void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv, int B, int T, int C, int NH) {
   using S = DeviceStorage<A>;
-  check_attention("attention_forward", B, T, C, NH);
+  check_attention("attention_forward", C, NH);
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   check_flash_grid("attention_forward", B, T, NH);
@@ -564,7 +547,7 @@ template <typename A>
 void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A* dout, const A* qkv, const A* out,
                         const void* stats, int B, int T, int C, int NH) {
   using S = DeviceStorage<A>;
-  check_attention("attention_backward", B, T, C, NH);
+  check_attention("attention_backward", C, NH);
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   check_flash_grid("attention_backward", B, T, NH);
@@ -613,7 +596,6 @@ template <typename A>
 void crossentropy_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets, int N, int V,
                           int Vp) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward: bad shape N={} V={} Vp={}", N, V, Vp);
   if (N == 0) return;
   with_row_pack<S>(row_pack<S>(Vp, {logits}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
@@ -627,8 +609,6 @@ template <typename A>
 void crossentropy_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
                                    float dloss, int N, int V, int Vp) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && V > 0 && V <= Vp, "kernels::cuda::crossentropy_forward_backward: bad shape N={} V={} Vp={}", N,
-             V, Vp);
   if (N == 0) return;
   with_row_pack<S>(row_pack<S>(Vp, {logits}), [&](auto pack) {
     constexpr int P = decltype(pack)::value;
@@ -646,7 +626,6 @@ template <typename A>
 void crossentropy_smoothed_forward(const ExecContext& ctx, float* losses, const A* logits, const int32_t* targets,
                                    float eps, int N, int K) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward: bad shape N={} K={}", N, K);
   if (N == 0) return;
   HPCT_LAUNCH((crossentropy_smoothed_kernel<false, S>), row_shape(N, K), stream_of(ctx), losses, dev_ptr(logits),
               targets, 0.0f, eps, K);
@@ -657,7 +636,6 @@ template <typename A>
 void crossentropy_smoothed_forward_backward(const ExecContext& ctx, float* losses, A* logits, const int32_t* targets,
                                             float dloss, float eps, int N, int K) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && K > 0, "kernels::cuda::crossentropy_smoothed_forward_backward: bad shape N={} K={}", N, K);
   if (N == 0) return;
   HPCT_LAUNCH((crossentropy_smoothed_kernel<true, S>), row_shape(N, K), stream_of(ctx), losses, dev_ptr(logits),
               targets, dloss, eps, K);
@@ -668,7 +646,7 @@ template <typename A>
 void crossentropy_vp_local_max(const ExecContext& ctx, float* max_out, const A* logits_local, int v0, int Vl, int V,
                                int N) {
   using S = DeviceStorage<A>;
-  const int Vr = check_vp_slice("crossentropy_vp_local_max", v0, Vl, V, N);
+  const int Vr = real_columns(v0, Vl, V);
   if (N == 0) return;
   HPCT_LAUNCH(vp_local_max_kernel<S>, row_shape(N, Vr), stream_of(ctx), max_out, dev_ptr(logits_local), Vl, Vr);
   HPCT_CUDA_LAUNCH_CHECK("crossentropy_vp_local_max");
@@ -679,7 +657,7 @@ void crossentropy_vp_local_sumexp(const ExecContext& ctx, float* sumexp_out, flo
                                   const A* logits_local, const float* global_max, const int32_t* targets, int v0,
                                   int Vl, int V, int N) {
   using S = DeviceStorage<A>;
-  const int Vr = check_vp_slice("crossentropy_vp_local_sumexp", v0, Vl, V, N);
+  const int Vr = real_columns(v0, Vl, V);
   if (N == 0) return;
   HPCT_LAUNCH(vp_local_sumexp_kernel<S>, row_shape(N, Vr), stream_of(ctx), sumexp_out, target_logit_out,
               dev_ptr(logits_local), global_max, targets, v0, Vl, Vr, V);
@@ -691,7 +669,7 @@ void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, A* log
                                    const float* global_sumexp, const float* global_target_logit, const int32_t* targets,
                                    float dloss, int v0, int Vl, int V, int N) {
   using S = DeviceStorage<A>;
-  const int Vr = check_vp_slice("crossentropy_vp_loss_backward", v0, Vl, V, N);
+  const int Vr = real_columns(v0, Vl, V);
   if (N == 0) return;
   HPCT_LAUNCH(vp_loss_backward_kernel<S>, row_shape(N, Vl), stream_of(ctx), losses, dev_ptr(logits_local), global_max,
               global_sumexp, global_target_logit, targets, dloss, v0, Vl, Vr, V);
@@ -700,7 +678,6 @@ void crossentropy_vp_loss_backward(const ExecContext& ctx, float* losses, A* log
 
 void crossentropy_vp_loss(const ExecContext& ctx, float* losses, const float* global_max, const float* global_sumexp,
                           const float* global_target_logit, int N) {
-  HPCT_CHECK(N >= 0, "kernels::cuda::crossentropy_vp_loss: bad N={}", N);
   if (N == 0) return;
   HPCT_LAUNCH(vp_loss_kernel, vp_loss_shape(N), stream_of(ctx), losses, global_max, global_sumexp, global_target_logit,
               N);

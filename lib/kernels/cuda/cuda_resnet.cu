@@ -97,13 +97,8 @@ struct ConvDims {
   bool channels_last;  // ExecContext::channels_last: x, y and the filter cuDNN sees in CUDNN_TENSOR_NHWC
 };
 
-ConvDims conv_dims(const char* op, const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW,
-                   int stride, int pad) {
-  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && OC > 0 && KH > 0 && KW > 0 && stride > 0 && pad >= 0,
-             "{}: bad shape N={} C={} H={} W={} OC={} KH={} KW={} stride={} pad={}", op, N, C, H, W, OC, KH, KW, stride,
-             pad);
-  HPCT_CHECK(H + 2 * pad >= KH && W + 2 * pad >= KW, "{}: kernel {}x{} larger than the padded input {}x{}", op, KH, KW,
-             H + 2 * pad, W + 2 * pad);
+// The shape was checked by the dispatch (kernels/op_checks.hpp).
+ConvDims conv_dims(const ExecContext& ctx, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   return ConvDims{N,
                   C,
                   H,
@@ -409,10 +404,6 @@ const void* filter_for_cudnn(cudaStream_t stream, const char* op, const ConvDims
   return ws.filter_copy;
 }
 
-void check_bn(const char* op, int N, int C, int HW) {
-  HPCT_CHECK(N > 0 && C > 0 && HW > 0, "{}: bad shape N={} C={} HW={}", op, N, C, HW);
-}
-
 }  // namespace
 
 // ---- Conv2d ---------------------------------------------------------------------------------------------
@@ -424,7 +415,7 @@ void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weigh
   using S = DeviceStorage<A>;
   constexpr DType kStorage = storage_of<A>();
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
-  const ConvDims d = conv_dims("conv2d_forward", ctx, N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(ctx, N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
   const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
@@ -460,7 +451,7 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
   using S = DeviceStorage<A>;
   constexpr DType kStorage = storage_of<A>();
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
-  const ConvDims d = conv_dims("conv2d_backward", ctx, N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(ctx, N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
   const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
@@ -588,7 +579,7 @@ ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
   HPCT_CHECK(repeats >= 1, "conv2d_time_algorithms: repeats = {} (at least 1)", repeats);
   HPCT_CHECK(x && w && y && dx, "conv2d_time_algorithms: x, w, y and dx must be device buffers of the shape");
-  const ConvDims d = conv_dims("conv2d_time_algorithms", ctx, N, C, H, W, OC, KH, KW, stride, pad);
+  const ConvDims d = conv_dims(ctx, N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
   const cudnnHandle_t h = cudnn_handle(stream);
   const ConvPlan& p = conv_plan(h, d, ctx.precision, kStorage);
@@ -736,7 +727,6 @@ template <typename A>
 void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
                                const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps, bool relu,
                                const A* residual) {
-  check_bn("batchnorm2d_forward_train", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   launch_bn_stats(stream, ctx.channels_last, "batchnorm2d_forward_train (stats)", stats, save_mean, save_rstd,
                   dev_ptr(inp), N, C, HW, eps);
@@ -747,13 +737,11 @@ void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, flo
 
 template <typename A>
 void batchnorm2d_local_stats(const ExecContext& ctx, float* stats, const A* inp, int N, int C, int HW) {
-  check_bn("batchnorm2d_local_stats", N, C, HW);
   launch_bn_stats(stream_of(ctx), ctx.channels_last, "batchnorm2d_local_stats", stats, static_cast<float*>(nullptr),
                   static_cast<float*>(nullptr), dev_ptr(inp), N, C, HW, 0.0f);
 }
 
 void batchnorm2d_merge_stats(const ExecContext& ctx, float* merged, const float* gathered, int R, int C) {
-  HPCT_CHECK(R > 0 && C > 0, "batchnorm2d_merge_stats: bad shape R={} C={}", R, C);
   HPCT_LAUNCH(bn_merge_kernel, per_channel_shape(C), stream_of(ctx), merged, gathered, R, C);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_merge_stats");
 }
@@ -762,7 +750,6 @@ template <typename A>
 void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
                                const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps,
                                bool relu, const A* residual) {
-  check_bn("batchnorm2d_forward_apply", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   HPCT_LAUNCH(bn_mean_rstd_kernel, per_channel_shape(C), stream, save_mean, save_rstd, stats, C, eps);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_forward_apply (mean, rstd)");
@@ -773,7 +760,6 @@ void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean,
 
 void batchnorm2d_update_running(const ExecContext& ctx, float* running_mean, float* running_var, const float* stats,
                                 int C, float momentum) {
-  HPCT_CHECK(C > 0, "batchnorm2d_update_running: bad shape C={}", C);
   HPCT_LAUNCH(bn_update_running_kernel, per_channel_shape(C), stream_of(ctx), running_mean, running_var, stats, C,
               momentum);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_update_running");
@@ -784,7 +770,6 @@ void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, cons
                               const float* running_mean, const float* running_var, int N, int C, int HW, float eps,
                               bool relu, const A* residual) {
   using S = DeviceStorage<A>;
-  check_bn("batchnorm2d_forward_eval", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   with_relu(relu, [&](auto relu_tag) {
     constexpr bool kRelu = decltype(relu_tag)::value;
@@ -812,7 +797,6 @@ template <typename A>
 void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
                           const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW,
                           const A* relu_out) {
-  check_bn("batchnorm2d_backward", N, C, HW);
   const cudaStream_t stream = stream_of(ctx);
   const float* sums = launch_bn_grad_sums(stream, ctx.channels_last, "batchnorm2d_backward",
                                           static_cast<float*>(nullptr), dgamma, dbeta, dev_ptr(dout), dev_ptr(relu_out),
@@ -826,8 +810,6 @@ template <typename A>
 void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
                                      const A* inp, const float* save_mean, const float* save_rstd, int N, int C, int HW,
                                      const A* relu_out) {
-  check_bn("batchnorm2d_backward_local_sums", N, C, HW);
-  HPCT_CHECK(sums != nullptr, "batchnorm2d_backward_local_sums: sums is null");
   launch_bn_grad_sums(stream_of(ctx), ctx.channels_last, "batchnorm2d_backward_local_sums", sums, dgamma, dbeta,
                       dev_ptr(dout), dev_ptr(relu_out), dev_ptr(inp), save_mean, save_rstd, N, C, HW);
 }
@@ -836,30 +818,56 @@ template <typename A>
 void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
                                 const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
                                 int N, int C, int HW, const A* relu_out) {
-  check_bn("batchnorm2d_backward_apply", N, C, HW);
-  HPCT_CHECK(global_count >= static_cast<int64_t>(N) * HW,
-             "batchnorm2d_backward_apply: global count {} is smaller than this rank's {} values per channel",
-             global_count, static_cast<int64_t>(N) * HW);
   launch_bn_dinp(stream_of(ctx), ctx.channels_last, dev_ptr(dinp), dev_ptr(dout), dev_ptr(relu_out), dev_ptr(inp),
                  save_mean, save_rstd, dev_ptr(gamma), global_sums, global_count, N, C, HW);
   HPCT_CUDA_LAUNCH_CHECK("batchnorm2d_backward_apply");
 }
 
-// ---- MaxPool2d ---------------------------------------------------------------------------------------------
-namespace {
-void check_pool(const char* op, int N, int C, int H, int W, int K, int stride, int pad) {
-  HPCT_CHECK(N > 0 && C > 0 && H > 0 && W > 0 && K > 0 && stride > 0 && pad >= 0 && 2 * pad <= K && H + 2 * pad >= K &&
-                 W + 2 * pad >= K,
-             "{}: bad shape N={} C={} H={} W={} K={} stride={} pad={} (torch needs pad <= K/2)", op, N, C, H, W, K,
-             stride, pad);
+// The BatchNorm ops of kernels/ops.inc: the ones above without an epilogue.
+template <typename A>
+void batchnorm2d_forward_train(const ExecContext& ctx, A* out, float* stats, float* save_mean, float* save_rstd,
+                               const A* inp, const A* gamma, const A* beta, int N, int C, int HW, float eps) {
+  batchnorm2d_forward_train(ctx, out, stats, save_mean, save_rstd, inp, gamma, beta, N, C, HW, eps, false,
+                            static_cast<const A*>(nullptr));
 }
-}  // namespace
+template <typename A>
+void batchnorm2d_forward_apply(const ExecContext& ctx, A* out, float* save_mean, float* save_rstd, const A* inp,
+                               const A* gamma, const A* beta, const float* stats, int N, int C, int HW, float eps) {
+  batchnorm2d_forward_apply(ctx, out, save_mean, save_rstd, inp, gamma, beta, stats, N, C, HW, eps, false,
+                            static_cast<const A*>(nullptr));
+}
+template <typename A>
+void batchnorm2d_forward_eval(const ExecContext& ctx, A* out, const A* inp, const A* gamma, const A* beta,
+                              const float* running_mean, const float* running_var, int N, int C, int HW, float eps) {
+  batchnorm2d_forward_eval(ctx, out, inp, gamma, beta, running_mean, running_var, N, C, HW, eps, false,
+                           static_cast<const A*>(nullptr));
+}
+template <typename A>
+void batchnorm2d_backward(const ExecContext& ctx, A* dinp, float* dgamma, float* dbeta, const A* dout, const A* inp,
+                          const float* save_mean, const float* save_rstd, const A* gamma, int N, int C, int HW) {
+  batchnorm2d_backward(ctx, dinp, dgamma, dbeta, dout, inp, save_mean, save_rstd, gamma, N, C, HW,
+                       static_cast<const A*>(nullptr));
+}
+template <typename A>
+void batchnorm2d_backward_local_sums(const ExecContext& ctx, float* sums, float* dgamma, float* dbeta, const A* dout,
+                                     const A* inp, const float* save_mean, const float* save_rstd, int N, int C,
+                                     int HW) {
+  batchnorm2d_backward_local_sums(ctx, sums, dgamma, dbeta, dout, inp, save_mean, save_rstd, N, C, HW,
+                                  static_cast<const A*>(nullptr));
+}
+template <typename A>
+void batchnorm2d_backward_apply(const ExecContext& ctx, A* dinp, const A* dout, const A* inp, const float* save_mean,
+                                const float* save_rstd, const A* gamma, const float* global_sums, int64_t global_count,
+                                int N, int C, int HW) {
+  batchnorm2d_backward_apply(ctx, dinp, dout, inp, save_mean, save_rstd, gamma, global_sums, global_count, N, C, HW,
+                             static_cast<const A*>(nullptr));
+}
 
+// ---- MaxPool2d ---------------------------------------------------------------------------------------------
 template <typename A>
 void maxpool2d_forward(const ExecContext& ctx, A* out, int32_t* idx, const A* inp, int N, int C, int H, int W, int K,
                        int stride, int pad) {
   using S = DeviceStorage<A>;
-  check_pool("maxpool2d_forward", N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (ctx.channels_last) {
@@ -877,7 +885,6 @@ template <typename A>
 void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const int32_t* idx, int N, int C, int H, int W,
                         int K, int stride, int pad) {
   using S = DeviceStorage<A>;
-  check_pool("maxpool2d_backward", N, C, H, W, K, stride, pad);
   const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (ctx.channels_last) {
@@ -895,7 +902,6 @@ void maxpool2d_backward(const ExecContext& ctx, A* dinp, const A* dout, const in
 template <typename A>
 void global_avgpool_forward(const ExecContext& ctx, A* out, const A* inp, int N, int C, int HW) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && C >= 0 && HW > 0, "global_avgpool_forward: bad shape N={} C={} HW={}", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes == 0) return;
   if (ctx.channels_last)
@@ -910,7 +916,6 @@ void global_avgpool_forward(const ExecContext& ctx, A* out, const A* inp, int N,
 template <typename A>
 void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int N, int C, int HW) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && C >= 0 && HW > 0, "global_avgpool_backward: bad shape N={} C={} HW={}", N, C, HW);
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes == 0) return;
   if (ctx.channels_last)
@@ -926,7 +931,6 @@ void global_avgpool_backward(const ExecContext& ctx, A* dinp, const A* dout, int
 template <typename A>
 void images_to_channels_last(const ExecContext& ctx, A* out, const float* images, int N, int C, int HW) {
   using S = DeviceStorage<A>;
-  HPCT_CHECK(N >= 0 && C > 0 && HW > 0, "images_to_channels_last: bad shape N={} C={} HW={}", N, C, HW);
   const int64_t total = static_cast<int64_t>(N) * C * HW;
   if (total == 0) return;
   HPCT_LAUNCH(images_to_nhwc_kernel<S>, nhwc_pointwise_shape(total), stream_of(ctx), dev_ptr(out), images, total, C,
@@ -955,6 +959,18 @@ void images_to_channels_last(const ExecContext& ctx, A* out, const float* images
                                                    const float*, const float*, int, int, int, const A*);              \
   template void batchnorm2d_backward_apply<A>(const ExecContext&, A*, const A*, const A*, const float*, const float*, \
                                               const A*, const float*, int64_t, int, int, int, const A*);              \
+  template void batchnorm2d_forward_train<A>(const ExecContext&, A*, float*, float*, float*, const A*, const A*,      \
+                                             const A*, int, int, int, float);                                         \
+  template void batchnorm2d_forward_apply<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const A*,    \
+                                             const float*, int, int, int, float);                                     \
+  template void batchnorm2d_forward_eval<A>(const ExecContext&, A*, const A*, const A*, const A*, const float*,       \
+                                            const float*, int, int, int, float);                                      \
+  template void batchnorm2d_backward<A>(const ExecContext&, A*, float*, float*, const A*, const A*, const float*,     \
+                                        const float*, const A*, int, int, int);                                       \
+  template void batchnorm2d_backward_local_sums<A>(const ExecContext&, float*, float*, float*, const A*, const A*,    \
+                                                   const float*, const float*, int, int, int);                        \
+  template void batchnorm2d_backward_apply<A>(const ExecContext&, A*, const A*, const A*, const float*, const float*, \
+                                              const A*, const float*, int64_t, int, int, int);                        \
   template void images_to_channels_last<A>(const ExecContext&, A*, const float*, int, int, int);                      \
   template void maxpool2d_forward<A>(const ExecContext&, A*, int32_t*, const A*, int, int, int, int, int, int, int);  \
   template void maxpool2d_backward<A>(const ExecContext&, A*, const A*, const int32_t*, int, int, int, int, int, int, \

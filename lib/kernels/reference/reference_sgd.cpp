@@ -1,5 +1,5 @@
 // Reference SGD (torch.optim.SGD), written for obviousness: one element at a time, the steps of the docstring of
-// kernels/optim_kernels.hpp in order.
+// kernels/ops.inc's sgd_update in order.
 #include "kernels/reference/reference_sgd.hpp"
 
 namespace hpct::kernels::reference {

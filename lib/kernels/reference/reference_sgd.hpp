@@ -1,5 +1,5 @@
 #pragma once
-// Reference twin of kernels/optim_kernels.hpp's sgd_update: the same names and argument order minus the
+// Reference twin of kernels/ops.inc's sgd_update: the same names and argument order minus the
 // ExecContext, a plain serial loop, templated on the scalar (float and double instantiated in reference_sgd.cpp).
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // The CUDA backend's core group (lib/kernels/cuda/cuda_core.cu) against the CPU backend: every op through the
-// kernels.hpp / optim_kernels.hpp dispatch on Device::CUDA and on Device::CPU, same random inputs, compared with
+// kernels.hpp dispatch on Device::CUDA and on Device::CPU, same random inputs, compared with
 // all_close(rtol, atol_rel) (atol = atol_rel * max|want|). Skips without a usable GPU (HPCT_REQUIRE_GPU).
 //
 // Tolerances, and why:
@@ -36,7 +36,7 @@
 #include "cuda_test_util.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/optim_kernels.hpp"
+#include "kernels/kernels.hpp"
 
 namespace hpct::kernels {
 namespace {

@@ -1,4 +1,4 @@
-// sgd_update (kernels/optim_kernels.hpp): the CPU backend vs its reference twin (float) and vs torch.optim.SGD
+// sgd_update (kernels/ops.inc): the CPU backend vs its reference twin (float) and vs torch.optim.SGD
 // written out in double, over several steps, for every flag combination the optimizer uses.
 // Legend: n elements of one flat parameter range.
 //
@@ -13,7 +13,7 @@
 
 #include "core/error.hpp"
 #include "kernel_test_util.hpp"
-#include "kernels/optim_kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "kernels/reference/reference_sgd.hpp"
 
 namespace hpct::kernels {

@@ -1,0 +1,89 @@
+// The ops' checks run in the dispatch, before either backend (kernels/ops.inc, kernels/op_checks.hpp): a bad call is
+// refused with the same message on the CPU and on CUDA, naming the op and the values, and on CUDA before any device
+// work, so that these tests run on machines without a GPU (or without the CUDA backend: the check comes before the
+// "no CUDA backend" error). Pointers are null throughout: a refused call must not touch its buffers.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/kernels.hpp"
+
+namespace hpct::kernels {
+namespace {
+
+struct BadCall {
+  const char* what;                                   // the message's part that names the fault
+  std::function<void(const ExecContext&)> call;
+};
+
+std::string refusal(const ExecContext& ctx, const BadCall& bad) {
+  try {
+    bad.call(ctx);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OpChecks, EachBadCallIsRefusedAlikeOnTheCpuAndOnCuda) {
+  float* f = nullptr;
+  const std::vector<BadCall> calls = {
+      {"kernels::encoder_forward: bad shape B=2 T=0 C=8",
+       [=](const ExecContext& ctx) { encoder_forward<float>(ctx, f, nullptr, f, f, 2, 0, 8); }},
+      {"kernels::encoder_forward: wpe is null",
+       [=](const ExecContext& ctx) { encoder_forward<float>(ctx, f, nullptr, f, nullptr, 2, 4, 8); }},
+      {"kernels::layernorm_forward: bad shape N=4 C=0",
+       [=](const ExecContext& ctx) { layernorm_forward<float>(ctx, f, f, f, f, f, f, 4, 0); }},
+      {"kernels::matmul_backward: bad shape N=-1 C=4 OC=4",
+       [=](const ExecContext& ctx) { matmul_backward<float>(ctx, f, f, f, f, f, f, -1, 4, 4); }},
+      {"kernels::matmul_gelu_forward: bad shape N=2 C=4 OC=0",
+       [=](const ExecContext& ctx) { matmul_gelu_forward<float>(ctx, f, f, f, f, f, 2, 4, 0); }},
+      {"kernels::attention_forward: C=10 is not a multiple of NH=3",
+       [=](const ExecContext& ctx) { attention_forward<float>(ctx, f, f, f, 1, 4, 10, 3); }},
+      {"kernels::attention_stats_bytes: bad shape B=0 T=4 C=8 NH=2",
+       [=](const ExecContext& ctx) { (void)attention_stats_bytes(ctx, 0, 4, 8, 2); }},
+      {"kernels::crossentropy_forward: bad shape N=2 V=9 Vp=8",
+       [=](const ExecContext& ctx) { crossentropy_forward<float>(ctx, f, f, nullptr, 2, 9, 8); }},
+      {"kernels::crossentropy_vp_local_max: bad vocabulary slice [v0=0, v0+Vl=0) of V=8, N=2",
+       [=](const ExecContext& ctx) { crossentropy_vp_local_max<float>(ctx, f, f, 0, 0, 8, 2); }},
+      {"kernels::conv2d_forward: kernel 7x7 larger than the padded input 6x6",
+       [=](const ExecContext& ctx) { conv2d_forward<float>(ctx, f, f, f, f, f, 0, 1, 3, 4, 4, 8, 7, 7, 1, 1); }},
+      {"kernels::conv2d_workspace_floats: bad shape N=1 C=3 H=4 W=4 OC=8 KH=3 KW=3 stride=0 pad=1",
+       [=](const ExecContext& ctx) { (void)conv2d_workspace_floats(ctx, 1, 3, 4, 4, 8, 3, 3, 0, 1); }},
+      {"kernels::batchnorm2d_forward_train: bad shape N=0 C=4 HW=9",
+       [=](const ExecContext& ctx) { batchnorm2d_forward_train<float>(ctx, f, f, f, f, f, f, f, 0, 4, 9, 1e-5f); }},
+      {"kernels::batchnorm2d_relu_forward_train: bad shape N=0 C=4 HW=9",
+       [=](const ExecContext& ctx) {
+         batchnorm2d_relu_forward_train<float>(ctx, f, f, f, f, f, f, f, 0, 4, 9, 1e-5f);
+       }},
+      {"kernels::batchnorm2d_backward_apply: global count 10 is smaller than this rank's 18 values per channel",
+       [=](const ExecContext& ctx) {
+         batchnorm2d_backward_apply<float>(ctx, f, f, f, f, f, f, f, 10, 2, 4, 9);
+       }},
+      {"kernels::maxpool2d_forward: bad shape N=1 C=2 H=8 W=8 K=3 stride=2 pad=2 (torch needs pad <= K/2)",
+       [=](const ExecContext& ctx) { maxpool2d_forward<float>(ctx, f, nullptr, f, 1, 2, 8, 8, 3, 2, 2); }},
+      {"kernels::relu_forward: a count of -3 (negative)",
+       [=](const ExecContext& ctx) { relu_forward<float>(ctx, f, f, -3); }},
+      {"kernels::adamw_update: the step t=0 must be 1-based",
+       [=](const ExecContext& ctx) { adamw_update(ctx, f, f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 0); }},
+      {"kernels::sgd_update: nesterov needs momentum > 0 and dampening = 0",
+       [=](const ExecContext& ctx) { sgd_update(ctx, f, f, f, 4, 0.1f, 0.0f, 0.0f, 0.0f, true, 1.0f, false); }},
+      {"kernels::sgd_update: momentum=0.9 needs a momentum buffer",
+       [=](const ExecContext& ctx) { sgd_update(ctx, f, f, nullptr, 4, 0.1f, 0.9f, 0.0f, 0.0f, false, 1.0f, true); }},
+      {"kernels::fill_zero: a count of -1 (negative)", [=](const ExecContext& ctx) { fill_zero(ctx, f, -1); }},
+      {"kernels::host_register of 0 bytes", [=](const ExecContext& ctx) { host_register(ctx, f, 0); }},
+  };
+  const ExecContext cpu{Device::CPU};
+  const ExecContext cuda{Device::CUDA};
+  for (const BadCall& bad : calls) {
+    const std::string on_cpu = refusal(cpu, bad), on_cuda = refusal(cuda, bad);
+    EXPECT_NE(on_cpu.find(bad.what), std::string::npos) << "CPU: " << on_cpu;
+    EXPECT_EQ(on_cpu, on_cuda) << bad.what;  // the same check, thrown from the same line
+  }
+}
+
+}  // namespace
+}  // namespace hpct::kernels

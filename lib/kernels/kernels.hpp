@@ -8,11 +8,10 @@
 //         V true vocabulary, Vp padded vocabulary (multiple of 128), N = B*T rows.
 // All tensors are contiguous, row-major, on ctx.device.
 //
-// Storage types (train.precision, docs/precision.md). The ops marked `template <typename A>` exist for A = float,
-// A = bf16 (tensor/bf16.hpp) and A = fp16 (tensor/fp16.hpp, CUDA only: the CPU backend has no fp16 storage, and an
-// op called with A = fp16 on the CPU throws, naming the fix); A is the type of everything a model stores between
-// forward and backward and of the
-// parameters the op reads (under bf16: the compute copy, cast once per step from the fp32 masters by cast()):
+// Storage types (train.precision, docs/precision.md). The ops templated on the storage type A (ops.inc's
+// HPCT_OP_STORAGE* entries) exist for A = float, A = bf16 (tensor/bf16.hpp) and A = fp16 (tensor/fp16.hpp, CUDA only:
+// the CPU backend has no fp16 storage, and an op called with A = fp16 on the CPU throws, naming the fix); A is the
+// type of everything a model stores between forward and backward and of the parameters the op reads (under bf16: the compute copy, cast once per step from the fp32 masters by cast()):
 //   A      activations, activation gradients, logits, parameters read (weights, biases, LayerNorm/BatchNorm gains)
 //   float  parameter gradients (accumulated in fp32 across micro-batches: +=), per-row or per-channel statistics
 //          (LayerNorm mean and rstd, BatchNorm statistics, running averages), losses, every reduction's result

@@ -15,7 +15,7 @@ namespace hpct::kernels {
 namespace {
 
 struct BadCall {
-  const char* what;                                   // the message's part that names the fault
+  const char* what;  // the message's part that names the fault
   std::function<void(const ExecContext&)> call;
 };
 
@@ -60,9 +60,7 @@ TEST(OpChecks, EachBadCallIsRefusedAlikeOnTheCpuAndOnCuda) {
          batchnorm2d_relu_forward_train<float>(ctx, f, f, f, f, f, f, f, 0, 4, 9, 1e-5f);
        }},
       {"kernels::batchnorm2d_backward_apply: global count 10 is smaller than this rank's 18 values per channel",
-       [=](const ExecContext& ctx) {
-         batchnorm2d_backward_apply<float>(ctx, f, f, f, f, f, f, f, 10, 2, 4, 9);
-       }},
+       [=](const ExecContext& ctx) { batchnorm2d_backward_apply<float>(ctx, f, f, f, f, f, f, f, 10, 2, 4, 9); }},
       {"kernels::maxpool2d_forward: bad shape N=1 C=2 H=8 W=8 K=3 stride=2 pad=2 (torch needs pad <= K/2)",
        [=](const ExecContext& ctx) { maxpool2d_forward<float>(ctx, f, nullptr, f, 1, 2, 8, 8, 3, 2, 2); }},
       {"kernels::relu_forward: a count of -3 (negative)",

@@ -86,38 +86,29 @@ std::vector<ProfileRow> profile_take() {
 #define HPCT_CUDA_RETURN(name, args) cuda_not_built(op)
 #endif
 
-// A storage-templated op: A = fp16 never instantiates the CPU call (the CPU backend has no fp16 storage).
+// A storage-templated op, its CPU branch given: A = fp16 never instantiates the CPU call (the CPU backend has no fp16
+// storage).
+#define HPCT_STORAGE_OP_DEFINITION(name, params, args, check_list, cpu_branch) \
+  template <typename A>                                                        \
+  void name(HPCT_WITH_CTX params) {                                            \
+    [[maybe_unused]] constexpr const char* op = #name;                         \
+    HPCT_UNPAREN check_list;                                                   \
+    if (ctx.device == Device::CPU) {                                           \
+      if constexpr (std::is_same_v<A, fp16>) {                                 \
+        cpu_fp16_error(op);                                                    \
+      } else {                                                                 \
+        cpu_branch;                                                            \
+      }                                                                        \
+    }                                                                          \
+    HPCT_CUDA_RETURN(name, args);                                              \
+  }
 #define HPCT_OP_STORAGE(name, params, args, check_list) \
-  template <typename A>                                 \
-  void name(HPCT_WITH_CTX params) {                     \
-    [[maybe_unused]] constexpr const char* op = #name;  \
-    HPCT_UNPAREN check_list;                            \
-    if (ctx.device == Device::CPU) {                    \
-      if constexpr (std::is_same_v<A, fp16>) {          \
-        cpu_fp16_error(op);                             \
-      } else {                                          \
-        HPCT_CPU_RETURN(name, args);                    \
-      }                                                 \
-    }                                                   \
-    HPCT_CUDA_RETURN(name, args);                       \
-  }
+  HPCT_STORAGE_OP_DEFINITION(name, params, args, check_list, HPCT_CPU_RETURN(name, args))
 // A layout-sensitive op: under ctx.channels_last the CPU's name_nhwc twin (CUDA's op reads the layout from ctx).
-#define HPCT_OP_STORAGE_LAYOUT(name, params, args, check_list) \
-  template <typename A>                                        \
-  void name(HPCT_WITH_CTX params) {                            \
-    [[maybe_unused]] constexpr const char* op = #name;         \
-    HPCT_UNPAREN check_list;                                   \
-    if (ctx.device == Device::CPU) {                           \
-      if constexpr (std::is_same_v<A, fp16>) {                 \
-        cpu_fp16_error(op);                                    \
-      } else if (ctx.channels_last) {                          \
-        HPCT_CPU_RETURN(name##_nhwc, args);                    \
-      } else {                                                 \
-        HPCT_CPU_RETURN(name, args);                           \
-      }                                                        \
-    }                                                          \
-    HPCT_CUDA_RETURN(name, args);                              \
-  }
+#define HPCT_OP_STORAGE_LAYOUT(name, params, args, check_list)                          \
+  HPCT_STORAGE_OP_DEFINITION(name, params, args, check_list,                            \
+                             if (ctx.channels_last) HPCT_CPU_RETURN(name##_nhwc, args); \
+                             HPCT_CPU_RETURN(name, args))
 #define HPCT_OP(name, params, args, check_list)                 \
   void name(HPCT_WITH_CTX params) {                             \
     [[maybe_unused]] constexpr const char* op = #name;          \
@@ -449,6 +440,7 @@ void cast(const ExecContext& ctx, float* dst, const fp16* src, int64_t n) {
 #undef HPCT_CUDA_CALL
 #undef HPCT_CUDA_RETURN
 #undef HPCT_CPU_RETURN
+#undef HPCT_STORAGE_OP_DEFINITION
 
 size_t cuda_conv_filter_scratch_bytes(int C, int OC, int KH, int KW, DType act, bool channels_last) {
   HPCT_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16,

@@ -404,7 +404,7 @@ float sum_to_host(const ExecContext& ctx, float* scratch, const float* x, int64_
 
 void adamw_update_chunks(const ExecContext& ctx, const AdamwChunk* table, int64_t chunks, float lr, float beta1,
                          float beta2, float eps, float weight_decay, float grad_scale, int t, DType copy) {
-  HPCT_CHECK(t >= 1, "adamw_update_chunks: the step t={} must be 1-based", t);
+  checks::adam_step("adamw_update_chunks", t);
   HPCT_CHECK(copy == DType::F32 || copy == DType::BF16 || (copy == DType::F16 && ctx.device == Device::CUDA),
              "adamw_update_chunks: a compute copy of {} on {} (bf16, f16 on CUDA only, or f32 for none)",
              dtype_name(copy), device_name(ctx.device));

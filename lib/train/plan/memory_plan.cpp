@@ -145,6 +145,20 @@ std::string memory_plan_json(const MemoryPlanTable& plan) {
   return s + "}";
 }
 
+DeviceNeed largest_device_need(const MemoryPlanTable& plan) {
+  DeviceNeed need;
+  need.bytes = -1.0;
+  for (const PlannedRanks& row : plan.rows) {
+    const double bytes = device_bytes(row.kinds, row.peak, plan.device) - row.host_comm;
+    if (bytes <= need.bytes) continue;
+    need = {bytes, row.pp_rank, row.tp_rank, "", -1.0};
+    for (const auto& [name, value] : memory_fields(MemoryRecord{row.kinds, row.peak, 0.0}))
+      if (name != "ckpt_staging" && name != "peak" && name != "rss" && *value > need.largest_bytes)
+        need.largest_kind = name, need.largest_bytes = *value;
+  }
+  return need;
+}
+
 void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, const std::string& plan_hint) {
   if (limit_gb <= 0.0) return;
   const double limit = limit_gb * kBytesPerGb;

@@ -106,4 +106,15 @@ std::string memory_plan_json(const MemoryPlanTable& plan);
 // largest, and what to change. `where`: the deck, for the message; plan_hint: the --plan command that shows the table.
 void check_memory_limit(double limit_gb, const MemoryPlanTable& plan, int zero, const std::string& plan_hint);
 
+// The row that needs the most memory on the run's device (what train.memory_limit_gb checks: on CUDA without the
+// checkpoint's host staging and the host-staged groups' blocks), its need and its largest kind (the layout planner's
+// fit and reason).
+struct DeviceNeed {
+  double bytes = 0;
+  int pp_rank = 0, tp_rank = 0;
+  std::string largest_kind;
+  double largest_bytes = 0;
+};
+DeviceNeed largest_device_need(const MemoryPlanTable& plan);
+
 }  // namespace hpct::train

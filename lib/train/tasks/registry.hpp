@@ -7,6 +7,7 @@
 
 #include "core/config.hpp"
 #include "train/loop/run_environment.hpp"
+#include "train/plan/auto_plan.hpp"
 #include "train/plan/memory_plan.hpp"
 
 namespace hpct::train {
@@ -21,6 +22,8 @@ struct TrainingApp {
   const ConfigSchema& (*schema)();  // every deck key (--help prints it)
   int (*run)(const Config& deck, const RunOptions& options);          // trains; collective over MPI_COMM_WORLD
   int (*plan)(const Config& deck, int world, const PlanOutput& out);  // --plan WORLD, on one rank; exit code
+  // --plan WORLD --auto --machine M: every valid layout ranked by predicted step time (train/plan/auto_plan.hpp)
+  int (*auto_plan)(const Config& deck, int world, const AutoPlanOptions& options);
 };
 
 // Every model, in the order of this list.

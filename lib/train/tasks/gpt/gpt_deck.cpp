@@ -118,15 +118,19 @@ gpt::GptConfig gpt_model_config(const Config& deck) {
   return c;
 }
 
+void validate_gpt_layout(const gpt::GptConfig& model, const RunConfig& run) {
+  gpt::validate_model_parallel(model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", run.deck_path),
+                               run.parallel.virtual_stages);
+  HPCT_USAGE_CHECK(!run.parallel.sp || model.seq_len % run.parallel.tp == 0,
+                   "deck {}: parallel.sp = true needs model.seq_len = {} divisible by parallel.tp = {} (each TP rank "
+                   "holds seq_len / tp of every sequence's tokens); choose a seq_len that is a multiple of {}",
+                   run.deck_path, model.seq_len, run.parallel.tp, run.parallel.tp);
+}
+
 GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
   GptDeck d;
   d.model = gpt_model_config(deck);
-  gpt::validate_model_parallel(d.model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", deck.deck_path()),
-                               run.parallel.virtual_stages);
-  HPCT_USAGE_CHECK(!run.parallel.sp || d.model.seq_len % run.parallel.tp == 0,
-                   "deck {}: parallel.sp = true needs model.seq_len = {} divisible by parallel.tp = {} (each TP rank "
-                   "holds seq_len / tp of every sequence's tokens); choose a seq_len that is a multiple of {}",
-                   deck.deck_path(), d.model.seq_len, run.parallel.tp, run.parallel.tp);
+  validate_gpt_layout(d.model, run);
   d.init_from = deck.get_string("model.init_from");
   d.train_paths = data::expand_token_paths(deck.get_string_list("data.train"), data_dir(), "data.train");
   d.val_paths = data::expand_token_paths(deck.get_string_list("data.val"), data_dir(), "data.val");

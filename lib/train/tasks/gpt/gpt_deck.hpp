@@ -32,6 +32,10 @@ struct GptDeck {
 // The [model] section, validated (UsageError naming the key on failure).
 gpt::GptConfig gpt_model_config(const Config& deck);
 
+// The model against the layout: heads, vocabulary rows, MLP width and layers divisible by TP, PP and the virtual stages;
+// the sequence by TP under sequence parallelism (UsageErrors naming the keys).
+void validate_gpt_layout(const gpt::GptConfig& model, const RunConfig& run);
+
 // The app's own sections, and the model against the layout (heads and layers divisible by TP and PP).
 GptDeck read_gpt_deck(const Config& deck, const RunConfig& run);
 

@@ -23,7 +23,8 @@ MemoryKinds gpt_model_kinds(const gpt::MemoryPlan& m, size_t batch_bytes, size_t
   return k;
 }
 
-MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target) {
+MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target,
+                                bool first_tp_rank_only) {
   const int tp = run.parallel.tp, pp = run.parallel.pp, v = run.parallel.virtual_stages;
   const std::string where = fmt::format("deck {}", run.deck_path);
   const parallel::Grid grid(world, tp, pp, run.parallel.order, where);
@@ -34,7 +35,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
   plan.rows_are_positions = true;
   plan.split_advice = "split the model over more ranks with parallel.tp or parallel.pp";
   for (int p = 0; p < pp; ++p)
-    for (int t = 0; t < tp; ++t) {
+    for (int t = 0; t < (first_tp_rank_only ? 1 : tp); ++t) {
       const gpt::ModelParallel mp{tp, t, pp, p, run.parallel.sp, v};
       const std::vector<gpt::StagePlan> chunks = gpt::chunk_plans(cfg, pp, p, v);
       const std::vector<parallel::Action> schedule = parallel::make_schedule(run.parallel.schedule, pp, p, n_micro, v);

@@ -22,6 +22,7 @@
 #include "train/tasks/gpt/gpt_deck.hpp"
 #include "train/plan/memory_plan.hpp"
 #include "train/tasks/registry.hpp"
+#include "train/tasks/gpt/gpt_auto_plan.hpp"
 #include "train/tasks/gpt/gpt_plan.hpp"
 #include "train/loop/metrics.hpp"
 #include "train/tasks/reference_dump.hpp"
@@ -314,7 +315,8 @@ TrainingApp gpt_training_app() {
           "kind, the device's peak TFLOP/s)",
           &gpt_deck_schema,
           &run_gpt,
-          &plan_gpt};
+          &plan_gpt,
+          &auto_plan_gpt};
 }
 
 }  // namespace hpct::train

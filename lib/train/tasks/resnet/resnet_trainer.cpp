@@ -26,6 +26,7 @@
 #include "train/tasks/resnet/resnet_dump.hpp"
 #include "train/plan/memory_plan.hpp"
 #include "train/tasks/registry.hpp"
+#include "train/tasks/resnet/resnet_auto_plan.hpp"
 #include "train/tasks/resnet/resnet_plan.hpp"
 #include "train/loop/run_device.hpp"
 #include "train/loop/training_loop.hpp"
@@ -280,7 +281,8 @@ TrainingApp resnet_training_app() {
           "kind, the device's peak TFLOP/s)",
           &resnet_deck_schema,
           &run_resnet,
-          &plan_resnet};
+          &plan_resnet,
+          &auto_plan_resnet};
 }
 
 }  // namespace hpct::train

@@ -1,0 +1,79 @@
+#pragma once
+// A machine as the layout planner sees it (train/plan/auto_plan.hpp, docs/parallelism.md "Choosing a layout"): the
+// devices of a node and their memory, what compute costs (a GEMM rate, a fixed cost per kernel call, a rate for the
+// memory-bound kernels, a slowdown when a node's ranks share cores), and the two links (inside a node, across nodes) as
+// alpha-beta rings. Read from a TOML file validated by a schema (inputs/machines/*.toml: h100_dgx, a100_dgx and
+// this_cpu, which validation/calibrate_machine.py writes from measurements).
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "tensor/tensor.hpp"
+
+namespace hpct::train {
+
+// One link class: a ring's bus bandwidth per rank and its latency per ring step, optionally by ring size (a CPU whose
+// ranks share cores reaches a different rate at every rank count: measured per count, the nearest count applies).
+struct Link {
+  double bandwidth_gbs = 0;  // bus bandwidth per rank (GB/s, 1e9 B/s)
+  double latency_us = 0;     // per ring step
+  std::vector<int> ranks;    // optional: ring sizes with a fit of their own
+  std::vector<double> bandwidth_by_ranks, latency_by_ranks;
+  // The fit for a ring of p ranks: the per-count one whose count is nearest to p (the larger on a tie), else the
+  // plain one.
+  std::pair<double, double> at(int p) const;  // (bytes per second, seconds per step)
+};
+
+// The work of one rank's step the compute model prices (the slowest rank's; the planner's "work" output).
+struct Work {
+  double gemm_flops = 0;    // matrix products (GEMMs, attention's products, convolutions)
+  double gemm_calls = 0;    // their kernel calls: each pays kernel_overhead
+  double memory_bytes = 0;  // bytes the memory-bound kernels (elementwise, normalisation, optimizer) move
+  Work& operator+=(const Work& o);
+  Work scaled(double f) const;
+  // `count` products of (m x k) by (k x n): 2 m n k FLOPs each, one call each.
+  void gemm(double m, double n, double k, double count = 1);
+};
+
+enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
+
+struct Machine {
+  std::string name, source;  // source: the file it was read from
+  Device device = Device::CPU;
+  std::string device_name;   // as the driver (or lscpu) names it
+  int devices_per_node = 1;  // ranks one node holds
+  double memory_gb = 0;      // GiB per device, or per node (memory_per_node)
+  bool memory_per_node = false;
+  double peak_tflops = 0;  // 0: the peak table's figure for device_name at the run's precision
+  double gemm_efficiency = 1;
+  double kernel_overhead_us = 0;
+  double memory_gbs = 0;
+  std::vector<double> shared_ranks{1.0}, shared_slowdown{1.0};
+  Link intra, inter;
+
+  // The peak the compute model divides by, at a train.precision name (TFLOP/s): peak_tflops, else the peak table's
+  // (a UsageError naming the machine file when neither is known).
+  double peak_at(const std::string& precision) const;
+  // The slowdown of compute when `ranks_on_node` ranks share a node: shared_slowdown interpolated over shared_ranks,
+  // the last one's beyond it (a GPU node's ranks have a device each: 1).
+  double slowdown(int ranks_on_node) const;
+  // Seconds for `work` on one rank at `precision` when ranks_on_node ranks share the node.
+  double compute_seconds(const Work& work, const std::string& precision, int ranks_on_node) const;
+  // Seconds for one collective of `bytes` (the full buffer: the allreduced one, the whole of what is scattered or
+  // gathered; SendRecv: the message) over a group of p ranks spread over `nodes` nodes (p / nodes on each): a ring
+  // inside a node; across nodes, hierarchical: the in-node part on `intra`, then the nodes' ring on `inter` with every
+  // device on its own rail.
+  double collective_seconds(Collective op, double bytes, int p, int nodes) const;
+  // Device memory a rank may use (bytes): memory_gb, divided among the node's ranks when memory_per_node.
+  double rank_memory_bytes(int ranks_on_node) const;
+};
+
+// The machine file's keys (inputs/machines/*.toml; --help of nothing: docs/parallelism.md lists them).
+const ConfigSchema& machine_schema();
+// `name_or_file`: a preset name (inputs/machines/NAME.toml of the source tree, or of $HPCT_MACHINES_DIR) or a path (it
+// contains '/' or ends in .toml). A UsageError naming the presets when neither exists; the schema's errors name the key.
+Machine load_machine(const std::string& name_or_file);
+// The presets: the stems of the machine directory's *.toml, sorted.
+std::vector<std::string> machine_presets();
+
+}  // namespace hpct::train

@@ -2,6 +2,9 @@
 # What every hpctrain batch template shares (sourced by slurm/train_gpt.sh, train_resnet.sh, scaling.sh; not
 # submitted itself). Functions:
 #   hpct_job_init NAME [nodeadline]  the job's facts, threads, run directory, train.deadline; logs them
+#   hpct_auto_layout APP DECK ARGS  with HPCT_LAYOUT=auto: the layout planner for the job's tasks (APP DECK --plan
+#                          TASKS --auto --machine HPCT_MACHINE ARGS), its table logged, its best layout's --set
+#                          arguments in HPCT_LAYOUT_ARGS; non-zero when it finds none
 #   hpct_launch APP ARGS   runs build/apps/APP ARGS on every task (srun, or mpirun), forwarding signals; on exit
 #                          code 3 after SIGUSR1 or train.deadline the job requeues itself; returns APP's exit code
 # Inputs (environment; the templates set them in their site block, a user may export them before sbatch):
@@ -16,6 +19,9 @@
 #   HPCT_DEADLINE_MARGIN seconds before the job's end time by which the app must have checkpointed and exited
 #                        (default 60: leaves time for srun to finish and for the requeue)
 #   HPCT_MAX_RESTARTS    requeue at most this many times (default 50), against a job that cannot make progress
+#   HPCT_LAYOUT          deck (default: the deck's parallel.* keys) | auto (the layout planner chooses at job start)
+#   HPCT_MACHINE         with HPCT_LAYOUT=auto: the planner's machine (a preset of inputs/machines or a TOML file;
+#                        default h100_dgx on GPU nodes, this_cpu otherwise)
 
 hpct_log() { echo "[hpct $(date -u +%H:%M:%S)] $*"; }
 
@@ -57,6 +63,34 @@ hpct_job_init() {
   else
     hpct_log "no job end time known (${end:-no squeue}): no train.deadline"
   fi
+}
+
+# hpct_auto_layout APP DECK ARGS...: HPCT_LAYOUT_ARGS = the --set arguments of the planner's best layout for the
+# job's task count (empty with HPCT_LAYOUT=deck). The planner runs once, in this batch shell (no MPI job): it reads
+# the deck and the machine file, no data. Every start plans again; the result is the same for the same inputs, and a
+# checkpoint restores onto any layout anyway.
+hpct_auto_layout() {
+  local app="$1" deck="$2"; shift 2
+  HPCT_LAYOUT_ARGS=()
+  case "${HPCT_LAYOUT:-deck}" in
+  deck) return 0 ;;
+  auto) ;;
+  *) hpct_log "ERROR: HPCT_LAYOUT=$HPCT_LAYOUT: use deck or auto"; return 2 ;;
+  esac
+  local machine="${HPCT_MACHINE:-}"
+  [ -z "$machine" ] && { [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ] && machine=h100_dgx || machine=this_cpu; }
+  local plan=("$HPCT_BUILD_DIR/apps/$app" "$deck" --plan "${SLURM_NTASKS:-1}" --auto --machine "$machine" --top 5 "$@")
+  hpct_log "layout planner: ${plan[*]}"
+  local out rc
+  out="$("${plan[@]}" 2>&1)"; rc=$?
+  echo "$out"
+  if [ "$rc" -ne 0 ]; then
+    hpct_log "ERROR: the layout planner exited with code $rc (above); set HPCT_LAYOUT=deck to use the deck's layout"
+    return 2
+  fi
+  # the best layout's line: "  select it with: --set k=v --set k=v ..."
+  read -r -a HPCT_LAYOUT_ARGS <<<"$(echo "$out" | sed -n 's/^ *select it with://p' | head -1)"
+  hpct_log "layout chosen by the planner (machine $machine): ${HPCT_LAYOUT_ARGS[*]}"
 }
 
 # hpct_launch APP ARGS...: one rank per task. Signals reach this batch shell only (--signal=B:...); they are

@@ -33,6 +33,8 @@
 # export HPCT_DATA_DIR=$HPCT_ROOT/data          # data files (scripts/prepare_data.sh); relative data.* paths
 # export HPCT_RUNS_DIR=/scratch/$USER/hpct-runs # run directories (default <working dir>/runs)
 # export HPCT_LAUNCHER=mpirun        # launch with mpirun inside the allocation instead of srun --mpi=pmix
+# export HPCT_LAYOUT=auto            # the layout planner chooses DP/TP/PP, ZeRO, recompute, micro-batch at job start
+# export HPCT_MACHINE=h100_dgx       # its machine: a preset of inputs/machines or a TOML file (docs/parallelism.md)
 # export HPCT_SRUN_MPI=pmix_v4       # srun's MPI plugin if your site's differs (`srun --mpi=list`)
 # NCCL (GPU runs; the defaults are right on most clusters):
 # export NCCL_SOCKET_IFNAME=ib0      # interface for NCCL's bootstrap / socket transport (not lo, not docker0)
@@ -53,5 +55,7 @@ source "$HPCT_ROOT/slurm/job_common.sh"
 deck="${1:-$HPCT_ROOT/inputs/gpt_demo.toml}"
 shift $(($# > 0 ? 1 : 0))
 hpct_job_init "${SLURM_JOB_NAME:-hpct-gpt}"
-hpct_launch train_gpt "$deck" --out "$HPCT_RUN_DIR" --set checkpoint.resume=latest "${HPCT_DEADLINE_ARGS[@]}" "$@"
+hpct_auto_layout train_gpt "$deck" "$@" || exit 2
+hpct_launch train_gpt "$deck" --out "$HPCT_RUN_DIR" --set checkpoint.resume=latest "${HPCT_DEADLINE_ARGS[@]}" \
+  "${HPCT_LAYOUT_ARGS[@]}" "$@"
 exit $?

@@ -14,6 +14,8 @@ usage: check_slurm.py SCENARIO SLURM_DIR WORK_DIR      (environment: HPCT_ROOT, 
   mpirun    train_resnet through HPCT_LAUNCHER=mpirun (the documented alternative), USR1 mid-run: requeue, resume,
             bitwise equal to an uninterrupted mpirun job
   cancel    `scancel` (SIGTERM) mid-run: a checkpoint is written, the job is CANCELLED and not requeued
+  auto      sbatch slurm/train_gpt.sh with HPCT_LAYOUT=auto HPCT_MACHINE=this_cpu: the layout planner's table and
+            choice in the output, the app launched with its --set arguments, COMPLETED
   fail      a bad deck key: the job FAILED with the app's error in the output file, not requeued
   scaling   sbatch slurm/scaling.sh with a tiny sweep: COMPLETED, the CSV rows (strong and weak, R = 1 and 2, both apps)
             and the report where HPCT_RESULTS_DIR says
@@ -252,6 +254,20 @@ elif scenario == "cancel":
         ck = latest_ckpt(rd)
         check(ck.endswith(f"step_{int(m.group(1)):08d}"), f"latest checkpoint {ck}, expected step {m.group(1)}")
         print(f"  scancel: stopped after step {m.group(1)} with checkpoint {os.path.relpath(ck, work)}, not requeued")
+elif scenario == "auto":
+    # HPCT_LAYOUT=auto: the planner picks the layout for the job's 2 tasks at start; the app runs with its --set
+    # arguments (the launch line holds them) and completes
+    name = "t-auto"
+    jid = submit("train_gpt.sh", [GPT_DECK, "--set", "train.steps=10", *QUIET], name=name,
+                 env={"HPCT_LAYOUT": "auto", "HPCT_MACHINE": "this_cpu"})
+    j, text = completed(jid, name, restarts=0)
+    chosen = re.search(r"layout chosen by the planner \(machine this_cpu\): (--set parallel\.tp=.*)", text)
+    check(chosen is not None and "auto plan:" in text, "the planner's table and choice are not in the job's output")
+    launch = re.search(r"launch: (srun|mpirun) .*", text)
+    check(chosen is not None and launch is not None and chosen.group(1).strip() in launch.group(0),
+          "the app was not launched with the planner's --set arguments")
+    check(len(metrics(run_dir(name, jid))) == 10, "the run did not train its 10 steps")
+    print(f"  planner's layout: {chosen.group(1) if chosen else None}")
 elif scenario == "fail":
     name = "t-fail"
     jid = submit("train_gpt.sh", [GPT_DECK, "--set", "train.stepz=5"], name=name)

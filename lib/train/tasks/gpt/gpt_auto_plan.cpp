@@ -85,7 +85,7 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
                           mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes);
 
   // per stage: the micro-batch's work and its TP collectives; the slowest stage paces the pipeline
-  double slowest = -1, mb_compute = 0, mb_tp = 0, params = 0;
+  double slowest = -1, mb_compute = 0, mb_tp = 0, params = 0, stage_sum = 0, stage_max = 0;
   Work mb_work;
   for (int p = 0; p < pp; ++p) {
     const std::vector<gpt::StagePlan> chunks = gpt::chunk_plans(cfg, pp, p, v);
@@ -104,7 +104,9 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
         t_tp += 2 * mc.collective_seconds(Collective::AllReduce, M * 8, tp_ranks, tp_nodes);
       }
     }
-    const double t_compute = mc.compute_seconds(w, precision, rpn);
+    const double t_compute = mc.compute_seconds(w, precision, 1);  // the rank alone on its cores
+    stage_sum += t_compute;
+    stage_max = std::max(stage_max, t_compute);
     if (t_compute + t_tp > slowest) {
       slowest = t_compute + t_tp;
       mb_compute = t_compute;
@@ -114,10 +116,20 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
     params = std::max(params, stage_params(cfg, tp, pp, chunks));
   }
 
+  // The pipeline: its critical path, (m + (PP - 1) / V) micro-batches of the slowest stage, or, where a node's ranks
+  // share cores (slowdown > 1), the node's work at the shared rate, whichever is longer: ranks waiting in the bubble
+  // leave their cores to the ones computing (Open MPI yields when oversubscribed). One node holds every stage, or
+  // (several nodes) the slowest one's ranks.
+  const double share = mc.slowdown(rpn);
+  const double node_stage = world <= mc.devices_per_node ? stage_sum / pp : stage_max;
+  const double path = (m + static_cast<double>(pp - 1) / v) * slowest;
+  const double node_bound = share * m * node_stage + m * mb_tp;
+  const double pipeline = std::max(path, node_bound);
   StepTime st;
-  st.compute = m * mb_compute;
   st.tp_comm = m * mb_tp;
-  st.bubble = static_cast<double>(pp - 1) / v * slowest;
+  st.compute = std::min(share * m * mb_compute, pipeline - st.tp_comm);
+  st.bubble = pipeline - st.compute - st.tp_comm;
+  mb_compute *= share;  // a micro-batch's compute as the gradient sync overlaps it
   if (pp > 1) {
     const gpt::ModelParallel mp{tp, 0, pp, 0, sp, v};
     const double msg = static_cast<double>(gpt::boundary_numel(cfg, mp, b)) * ab;

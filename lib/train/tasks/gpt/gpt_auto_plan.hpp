@@ -20,7 +20,9 @@ namespace hpct::train {
 //            forward (full: the layers' forward again; selective: LayerNorm and GELU); the slowest stage sets the pace
 //   tp_comm  4 collectives of the micro-batch's activations per layer (2 forward, 2 backward; 2 more with full
 //            recompute), allreduces, or allgather + reduce-scatter under SP (the same bytes); not overlapped
-//   bubble   (PP - 1) / V of the slowest stage's micro-batch time (1F1B, V virtual stages)
+//   bubble   (PP - 1) / V of the slowest stage's micro-batch time (1F1B, V virtual stages); where a node's ranks
+//            share cores (the machine's slowdown > 1), the node's work at the shared rate bounds compute and bubble
+//            together when it is longer: ranks waiting in the bubble leave their cores to those computing
 //   p2p      2 V (m + PP - 1) boundary sends (activations forward, their gradients backward), not overlapped
 //   dp       ZeRO-0 allreduce, ZeRO-1 reduce-scatter and the fp32 parameter allgather after the step, ZeRO-2
 //            a reduce-scatter per micro-batch, ZeRO-3 that plus each micro-batch's parameter gathers (forward,

@@ -14,6 +14,10 @@
            for its work per step {gemm_flops, gemm_calls, memory_bytes}; measured step seconds =
            a gemm_flops + b gemm_calls + c memory_bytes fitted non-negatively in relative error; peak_tflops = 1/a
            (gemm_efficiency 1: the measured GEMM rate), kernel_overhead_us = b, memory_gbs = 1/c.
+  sync:    one 4-rank TP job whose step is mostly tensor-parallel collectives (gpt_tiny at C 128, TP 4, micro-batch 1:
+           ~150 allreduces a step, 4 ranks on the cores), its fastest run's ms/step; compute.shared_sync_us (a
+           collective's wait for a partner descheduled by the shared cores) bisected until the planner's
+           prediction of that job equals it
   sharing: k copies of one one-rank job started at once (k = 1 2 4 8; --quick 1 2); the slowest copy's step time over
            the k = 1 run's -> shared_ranks, shared_slowdown (a synchronous step waits for its slowest rank).
   machine: device "cpu", lscpu's model name, devices_per_node 8 (ranks planned per node, oversubscribed beyond the
@@ -198,7 +202,8 @@ def machine_toml(compute, shared, header):
           kv("gemm_efficiency", "1.0"),
           kv("kernel_overhead_us", tf(compute["kernel_overhead_us"]), "b: per GEMM call"),
           kv("memory_gbs", tf(compute["memory_gbs"]), "1/c: the memory-bound kernels and the optimizer"),
-          kv("shared_ranks", tarr(shared[0])), kv("shared_slowdown", tarr(shared[1]), shared[2]), ""]
+          kv("shared_ranks", tarr(shared[0])), kv("shared_slowdown", tarr(shared[1]), shared[2]),
+          kv("shared_sync_us", tf(compute.get("shared_sync_us", 0.0)), compute.get("sync_note", "")), ""]
     L += ["# ring allreduce, t = 2(P-1) latency + 2(P-1)/P n / bandwidth, fitted per P to bench_collectives rows "
           f"{args.fit_min_bytes} B..{args.fit_max_bytes // MiB} MiB in relative error (one thread per rank; P above "
           f"the {CPUS} cores oversubscribed); the two scalars are the P = 2 fit",
@@ -367,6 +372,52 @@ shared = (list(SHARE_K), [slowest[k] / slowest[1] for k in SHARE_K],
           f"({slowest[1]:.1f} ms)")
 print("sharing: " + ", ".join(f"k={k}: {slowest[k]:.1f} ms, x{slowest[k] / slowest[1]:.2f}" for k in SHARE_K))
 
+# --------------------------------------------------------------------------------------------------- 4. sync
+# A TP-heavy job on more ranks than cores: what its collectives wait beyond the alpha-beta ring is the partners'
+# scheduling; shared_sync_us is the wait per collective that makes the planner predict the measured step.
+SYNC_CONFIG, SYNC_RANKS = ("gpt_tiny", 128, 4, 1, 8), 4
+sync_sets = config_sets(SYNC_CONFIG, STEPS) + [f"parallel.tp={SYNC_RANKS}"]
+
+
+def sync_job(rep):
+    out = os.path.join(args.work, f"sync_run{rep}")
+    return [(mpirun(SYNC_RANKS) + [TRAIN_GPT, deck_path(SYNC_CONFIG)] + set_args(sync_sets) + ["--out", out], out)]
+
+
+print(f"sync: {config_name(SYNC_CONFIG)} TP {SYNC_RANKS} on {SYNC_RANKS} ranks x {REPEATS} run(s)", flush=True)
+ytimes = timed_runs("sync", {"tp": sync_job}, REPEATS, STEPS)
+ok = [r[0] for r in ytimes["tp"] if r[0] is not None]
+if failures or not ok:
+    fail_now("; ".join(failures) or "sync: no run")
+sync_ms = min(ok)
+
+
+def sync_predicted_ms(us):
+    path = os.path.join(args.work, "sync_trial.toml")
+    with open(path, "w") as f:
+        f.write(machine_toml(dict(compute, shared_sync_us=us), shared, ["sync trial"]))
+    cmd = [TRAIN_GPT, deck_path(SYNC_CONFIG), "--plan", str(SYNC_RANKS), "--auto", "--machine", path, "--json",
+           "--top", "1"] + set_args(sync_sets)
+    objs, prob = plan_objects(cmd)
+    d = deck_object(objs)
+    if prob or d is None:
+        fail_now(prob or f"{show(cmd)}: no object with \"deck\": true")
+    return d["pred_ms"]
+
+
+lo, hi = 0.0, 50000.0
+if sync_predicted_ms(lo) >= sync_ms:
+    hi = 0.0  # the ring alone already predicts it: no wait to add
+else:
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sync_predicted_ms(mid) < sync_ms else (lo, mid)
+compute["shared_sync_us"] = (lo + hi) / 2
+compute["sync_note"] = (f"{config_name(SYNC_CONFIG)} TP {SYNC_RANKS} at {SYNC_RANKS} ranks: {sync_ms:.1f} ms/step "
+                        "measured = predicted")
+print(f"sync: {sync_ms:.1f} ms/step measured; shared_sync_us {compute['shared_sync_us']:.1f} us "
+      f"(the ring alone predicts {sync_predicted_ms(0.0):.1f} ms)")
+
 # ----------------------------------------------------------------------------------------------------- outputs
 date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -398,6 +449,8 @@ if args.json:
                             configs=configs, coef=dict(zip(COLS, (a, b, cc))), machine_file_values=compute),
                sharing=dict(config=config_name(SHARE_CONFIG), steps=SHARE_STEPS,
                             runs={k: stimes[k] for k in SHARE_K}, slowest_ms=slowest, slowdown=shared[1]),
+               sync=dict(config=config_name(SYNC_CONFIG), tp=SYNC_RANKS, runs=ytimes["tp"], ms=sync_ms,
+                         shared_sync_us=compute["shared_sync_us"]),
                planner_check=show(check), verdict_failures=failures)
     with open(args.json, "w") as f:
         json.dump(raw, f, indent=1)

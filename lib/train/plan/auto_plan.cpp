@@ -49,9 +49,9 @@ double data_parallel_seconds(const Machine& mc, const DataParallelStep& s, const
   const auto [across_ranks, across_nodes] = span_of(across, s.ranks_per_node);
   const auto [dp_ranks, dp_nodes] = span_of(s.dp_members, s.ranks_per_node);
   auto reduce = [&](double bytes) {
-    if (zero == 0) return mc.collective_seconds(Collective::AllReduce, bytes, dp_ranks, dp_nodes);
-    return mc.collective_seconds(Collective::ReduceScatter, bytes, shard_ranks, shard_nodes) +
-           mc.collective_seconds(Collective::AllReduce, bytes / group, across_ranks, across_nodes);
+    if (zero == 0) return mc.collective_seconds(Collective::AllReduce, bytes, dp_ranks, dp_nodes, s.ranks_per_node);
+    return mc.collective_seconds(Collective::ReduceScatter, bytes, shard_ranks, shard_nodes, s.ranks_per_node) +
+           mc.collective_seconds(Collective::AllReduce, bytes / group, across_ranks, across_nodes, s.ranks_per_node);
   };
   const double grad_bytes = s.params * static_cast<double>(dtype_size(s.sync.reduce_dtype));
   const double buckets = std::max(1.0, std::ceil(s.params * 4 / static_cast<double>(s.sync.bucket_bytes)));
@@ -60,12 +60,13 @@ double data_parallel_seconds(const Machine& mc, const DataParallelStep& s, const
   const double exposed = s.sync.overlap ? std::max(last, all - hidden) : all;
   double t = zero >= 2 ? s.micro_batches * exposed : exposed;
   if (zero == 1 || zero == 2)  // the updated fp32 parameters, gathered after the step
-    t += buckets * mc.collective_seconds(Collective::AllGather, s.params * 4 / buckets, shard_ranks, shard_nodes);
+    t += buckets * mc.collective_seconds(Collective::AllGather, s.params * 4 / buckets, shard_ranks, shard_nodes, s.ranks_per_node);
   if (zero == 3) {
     const double passes = 2 + (s.full_recompute ? 1 : 0);
-    const double gathers =
-        passes * mc.collective_seconds(Collective::AllGather, s.params * s.act_bytes, shard_ranks, shard_nodes);
-    const double first = gathers / (passes * std::max(1, s.layers));
+    const int layers = std::max(1, s.layers);  // one gather per layer and pass
+    const double first = mc.collective_seconds(Collective::AllGather, s.params * s.act_bytes / layers, shard_ranks,
+                                               shard_nodes, s.ranks_per_node);
+    const double gathers = passes * layers * first;
     t += s.micro_batches * (s.sync.prefetch ? std::max(first, gathers - s.micro_batch_compute) : gathers);
   }
   return t;

@@ -83,11 +83,12 @@ double ring_seconds(Collective op, double bytes, int p, const Link& link) {
 }
 }  // namespace
 
-double Machine::collective_seconds(Collective op, double bytes, int p, int nodes) const {
+double Machine::collective_seconds(Collective op, double bytes, int p, int nodes, int ranks_on_node) const {
   if (p <= 1 || bytes <= 0) return 0.0;
-  if (op == Collective::SendRecv) return ring_seconds(op, bytes, 2, nodes > 1 ? inter : intra);
+  const double wait = shared_sync_us * 1e-6 * (1.0 - 1.0 / slowdown(ranks_on_node));
+  if (op == Collective::SendRecv) return wait + ring_seconds(op, bytes, 2, nodes > 1 ? inter : intra);
   nodes = std::max(1, std::min(nodes, p));
-  if (nodes == 1) return ring_seconds(op, bytes, p, intra);
+  if (nodes == 1) return wait + ring_seconds(op, bytes, p, intra);
   const int in_node = p / nodes;
   // in-node reduce-scatter / allgather phases, then the nodes' ring over each device's 1/in_node share in parallel
   double t = 0.0;
@@ -95,7 +96,7 @@ double Machine::collective_seconds(Collective op, double bytes, int p, int nodes
     const Collective phase = op == Collective::AllGather ? Collective::AllGather : Collective::ReduceScatter;
     t += ring_seconds(phase, bytes, in_node, intra) * (op == Collective::AllReduce ? 2.0 : 1.0);
   }
-  return t + ring_seconds(op, bytes / in_node, nodes, inter);
+  return wait + t + ring_seconds(op, bytes / in_node, nodes, inter);
 }
 
 double Machine::rank_memory_bytes(int ranks_on_node) const {
@@ -126,6 +127,9 @@ const ConfigSchema& machine_schema() {
                      "ranks per node at which shared_slowdown was measured, increasing", 1.0);
     s.float_list_key("compute.shared_slowdown", std::vector<double>{1.0},
                      "compute-time factor at those ranks per node (cores shared), interpolated; the last beyond", 1e-3);
+    s.float_key("compute.shared_sync_us", 0.0,
+                "where ranks share cores: a collective's wait for a descheduled partner (us), x (1 - 1 / slowdown)",
+                0.0);
     for (const char* link : {"intra", "inter"}) {
       const std::string l = link;
       s.section(l, true, l == "intra" ? "the link inside a node (ring)" : "the link across nodes, per device (ring)");
@@ -197,6 +201,7 @@ Machine load_machine(const std::string& name_or_file) {
   m.memory_gbs = c.get_float("compute.memory_gbs");
   m.shared_ranks = c.get_float_list("compute.shared_ranks");
   m.shared_slowdown = c.get_float_list("compute.shared_slowdown");
+  m.shared_sync_us = c.get_float("compute.shared_sync_us");
   HPCT_USAGE_CHECK(!m.shared_ranks.empty() && m.shared_ranks.size() == m.shared_slowdown.size() &&
                        std::is_sorted(m.shared_ranks.begin(), m.shared_ranks.end()) &&
                        std::adjacent_find(m.shared_ranks.begin(), m.shared_ranks.end()) == m.shared_ranks.end(),

@@ -49,6 +49,7 @@ struct Machine {
   double kernel_overhead_us = 0;
   double memory_gbs = 0;
   std::vector<double> shared_ranks{1.0}, shared_slowdown{1.0};
+  double shared_sync_us = 0;  // a synchronisation's wait for partners that share cores (see collective_seconds)
   Link intra, inter;
 
   // The peak the compute model divides by, at a train.precision name (TFLOP/s): peak_tflops, else the peak table's
@@ -62,8 +63,9 @@ struct Machine {
   // Seconds for one collective of `bytes` (the full buffer: the allreduced one, the whole of what is scattered or
   // gathered; SendRecv: the message) over a group of p ranks spread over `nodes` nodes (p / nodes on each): a ring
   // inside a node; across nodes, hierarchical: the in-node part on `intra`, then the nodes' ring on `inter` with every
-  // device on its own rail.
-  double collective_seconds(Collective op, double bytes, int p, int nodes) const;
+  // device on its own rail. Where ranks_on_node ranks share a node's cores (slowdown > 1), a partner is descheduled
+  // with probability 1 - 1 / slowdown and the collective waits shared_sync_us for it (a scheduler slice).
+  double collective_seconds(Collective op, double bytes, int p, int nodes, int ranks_on_node = 1) const;
   // Device memory a rank may use (bytes): memory_gb, divided among the node's ranks when memory_per_node.
   double rank_memory_bytes(int ranks_on_node) const;
 };

@@ -121,6 +121,13 @@ TEST(Machine, PerCountFitsAndSlowdown) {
   EXPECT_DOUBLE_EQ(m.slowdown(1), 1.0);
   EXPECT_DOUBLE_EQ(m.slowdown(3), 1.8);
   EXPECT_DOUBLE_EQ(m.slowdown(8), 2.4);  // the last one's beyond it
+  // where ranks share cores, a collective waits for a descheduled partner with probability 1 - 1 / slowdown
+  m.shared_sync_us = 1000.0;
+  const double ring = m.collective_seconds(Collective::AllReduce, 1e6, 2, 1, 1);
+  EXPECT_NEAR(m.collective_seconds(Collective::AllReduce, 1e6, 2, 1, 2) - ring, 1e-3 * (1 - 1 / 1.2), 1e-12);
+  EXPECT_NEAR(m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 4) - m.collective_seconds(Collective::SendRecv,
+                                                                                               1e6, 2, 1, 1),
+              1e-3 * (1 - 1 / 2.4), 1e-12);
   const Work w{2e12, 100, 1e9};
   EXPECT_NEAR(m.compute_seconds(w, "bf16", 2), 1.2 * (2e12 / (989.5e12 * 0.5) + 100 * 10e-6 + 1e9 / 1e12), 1e-12);
 }

@@ -82,7 +82,7 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
   if (rc == models::Recompute::Selective) block.memory_bytes += M * (4 * C / (sp ? tp : 1) + 8 * C / tp) * ab;
   const double act_msg = M * C * ab;  // one micro-batch's activations, the TP collectives' buffer
   const double block_tp = (4 + (rc == models::Recompute::Full ? 2 : 0)) *
-                          mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes);
+                          mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes, rpn);
 
   // per stage: the micro-batch's work and its TP collectives; the slowest stage paces the pipeline
   double slowest = -1, mb_compute = 0, mb_tp = 0, params = 0, stage_sum = 0, stage_max = 0;
@@ -96,12 +96,12 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
       t_tp += ch.num_layers() * block_tp;
       if (ch.has_embedding) {  // gather of wte and wpe rows, their gradients scattered back (fp32)
         w.memory_bytes += M * C * (3 * ab + 2 * ab + 8);
-        t_tp += mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes);
+        t_tp += mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes, rpn);
       }
       if (ch.has_head) {  // final LayerNorm, logits (M x Vp/t), the loss's softmax over them, and their backward
         w.gemm(M, Vp / tp, C, 3);
         w.memory_bytes += M * (6 * C / (sp ? tp : 1) * ab + Vp / tp * 12);
-        t_tp += 2 * mc.collective_seconds(Collective::AllReduce, M * 8, tp_ranks, tp_nodes);
+        t_tp += 2 * mc.collective_seconds(Collective::AllReduce, M * 8, tp_ranks, tp_nodes, rpn);
       }
     }
     const double t_compute = mc.compute_seconds(w, precision, 1);  // the rank alone on its cores
@@ -133,7 +133,7 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
   if (pp > 1) {
     const gpt::ModelParallel mp{tp, 0, pp, 0, sp, v};
     const double msg = static_cast<double>(gpt::boundary_numel(cfg, mp, b)) * ab;
-    st.p2p = (2 * v * m + 2 * (pp - 1)) * mc.collective_seconds(Collective::SendRecv, msg, 2, pp_nodes);
+    st.p2p = (2 * v * m + 2 * (pp - 1)) * mc.collective_seconds(Collective::SendRecv, msg, 2, pp_nodes, rpn);
   }
 
   // data parallelism

@@ -33,7 +33,7 @@ StepTime predict_resnet_step(const resnet::ResNetConfig& cfg, const RunConfig& r
   StepTime st;
   st.compute = m * mb_compute;
   if (sync_bn)  // mean and variance of every BatchNorm forward, their gradients' sums backward: latency-bound
-    st.tp_comm = m * 2.0 * cfg.depth * mc.collective_seconds(Collective::AllReduce, 2.0 * 4 * 256, ranks, nodes);
+    st.tp_comm = m * 2.0 * cfg.depth * mc.collective_seconds(Collective::AllReduce, 2.0 * 4 * 256, ranks, nodes, rpn);
 
   DataParallelStep dps;
   dps.sync = run.parallel.sync;
@@ -116,7 +116,7 @@ int auto_plan_resnet(const Config& deck, int world, const AutoPlanOptions& o) {
                 cand.layout = l;
                 cand.set = std::move(set);
                 cand.time = predict_resnet_step(cfg, run, world, sync_bn, p.machine, plan_target(run).act, &cand.work);
-                const bool deck_zero = dp > 1 ? deck_run.parallel.sync.zero : 0;
+                const int deck_zero = dp > 1 ? deck_run.parallel.sync.zero : 0;
                 cand.deck = deck_run.parallel.tp == 1 && deck_run.parallel.pp == 1 && deck_zero == zero &&
                             (zero == 0 || deck_run.parallel.sync.zero_group == group) &&
                             deck_run.train.recompute == rc && deck_run.train.micro_batch == mb &&

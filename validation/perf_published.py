@@ -100,6 +100,17 @@ def plan(train_gpt, row, cmds):
     return run_plan(cmd, cmds, timeout=60)
 
 
+def paper_flops(B, s, L, h, V):
+    """FLOPs per optimizer step in Narayanan et al. 2021's count (full recompute included):
+    96 B s l h^2 (1 + s/6h + V/16lh)."""
+    return 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+
+
+def narayanan_rows():
+    """The Narayanan et al. 2021 Table 1 rows of ROWS ("Megatron GPT ...B")."""
+    return [r for r in ROWS if r[1] == NARAYANAN]
+
+
 def ring_ar(n, p, bw, a):
     return 0.0 if p <= 1 else 2 * (p - 1) / p * n / bw + 2 * (p - 1) * a
 
@@ -131,14 +142,14 @@ def model_row(row, pl, mfu):
     if nodes > 1:
         t_dp += ring_ar(grad / g_in, nodes, bw_ib, A_IB)
     T = (Tc + t_tp) * (1 + bubble) + t_p2p + t_dp
-    paper_flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    step_flops = paper_flops(B, s, L, h, V)
     if unit == "s/step":
         pred = T
     else:
-        pred = paper_flops / (T * n) / 1e12
+        pred = step_flops / (T * n) / 1e12
     return dict(name=name, gpu=gpu, L=L, h=h, heads=nh, s=s, V=V, tp=t, pp=p, dp=d, gpus=n, batch=B, micro_batch=b,
                 micro_batches=m, recompute=recompute, params=pl["parameters"], flops_per_token=fpt,
-                flops_per_token_executed=fpt_exec, paper_flops_per_token=paper_flops / tokens, kernel_mfu=mfu,
+                flops_per_token_executed=fpt_exec, paper_flops_per_token=step_flops / tokens, kernel_mfu=mfu,
                 T_compute_s=Tc, T_tp_s=t_tp, bubble=bubble, T_bubble_s=(Tc + t_tp) * bubble, T_p2p_s=t_p2p,
                 T_dp_s=t_dp, step_s=T, model_mfu=fpt * tokens / n / T / peak, published=pub, unit=unit, pred=pred,
                 err=pred / pub - 1)

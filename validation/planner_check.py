@@ -25,13 +25,14 @@ not started (the report says how many rounds ran). Run it alone on the machine: 
 
 usage: validation/planner_check.py [--decks D...] [--worlds W...] [--machine this_cpu] [--set KEY=VALUE]...
                                    [--steps 30] [--repeats 3] [--budget-min 40] [--csv F] [--report F.md] [--dry-run]
-       validation/planner_check.py --verify CSV
+       validation/planner_check.py --verify CSV [--against REPORT.md]
   --set       appended to every plan and run command (e.g. train.global_batch=16 where a deck's batch gives too few
               layouts); recorded in the CSV's deck_sets column
   --min-gap   e.g. 0.02: the top ones spaced in predicted time (the planner's first ones are often near-ties that
               differ by zero stage, recompute or gradient dtype only, whose measured order is run-to-run noise)
   --dry-run   plan and choose, print the chosen candidates, the commands and the expected duration; run nothing
-  --verify    recompute the verdict from a CSV this script wrote, without running anything (a ctest)
+  --verify    recompute the verdict from a CSV this script wrote, without running anything; with --against, check
+              that it is the verdict the committed report records (the ctest `validation_planner_check_verify`)
 Writes the CSV (default validation/results/planner_check_cpu.csv: one row per (deck, world, chosen layout): the
 planner's rank, how it was chosen, the layout, the predicted and each run's measured ms, the measured ms, the command)
 and the markdown report (default validation/results/planner_check_cpu.md); prints the tables and last
@@ -53,6 +54,8 @@ from planner_jobs import (ENV, WARMUP_STEPS, failure_tail, mpirun, plan_objects,
 RESULTS = os.path.join(REPO, "validation", "results")
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--verify", metavar="CSV", help="judge this CSV, run nothing")
+ap.add_argument("--against", metavar="REPORT.md",
+                help="with --verify: the verdict must equal the report's last line (CONSISTENT, exit 0)")
 ap.add_argument("--decks", nargs="+", default=[os.path.join(REPO, "inputs", d) for d in ("gpt_tiny.toml",
                                                                                          "bench_gpt.toml")])
 ap.add_argument("--worlds", type=int, nargs="+", default=[4, 8])
@@ -183,7 +186,17 @@ if args.verify:
     if not rows:
         failures.append(f"{args.verify} has no rows")
     print("\n".join(group_lines(groups)))
-    print(verdict_line(groups, failures))
+    verdict = verdict_line(groups, failures)
+    if args.against:
+        # the recorded report's verdict (its last line) must be what the CSV gives: a consistency check of the
+        # committed record, whatever its verdict
+        with open(args.against) as f:
+            recorded = [line.strip() for line in f if line.strip()][-1]
+        same = recorded == verdict
+        print(f"recorded in {rel(args.against)}: {recorded}")
+        print(("CONSISTENT: " if same else "MISMATCH: the CSV gives ") + verdict)
+        sys.exit(0 if same else 1)
+    print(verdict)
     sys.exit(0 if not failures else 1)
 
 

@@ -30,6 +30,21 @@ std::string describe_layout(const Layout& l) {
                      grad_dtype_key(l.grad_dtype));
 }
 
+AutoPlanProblem auto_plan_problem(const std::string& app, const std::string& unit, const Config& deck,
+                                  const RunConfig& run, int world, const AutoPlanOptions& o) {
+  AutoPlanProblem p;
+  p.machine = load_machine(o.machine);
+  p.app = app;
+  p.deck_path = deck.deck_path();
+  p.unit = unit;
+  p.world = world;
+  p.precision = precision_name(run.train.precision);
+  p.memory_limit_bytes = run.train.memory_limit_gb * 1e9;
+  return p;
+}
+
+const char* machine_device_key(const Machine& m) { return m.device == Device::CUDA ? "cuda" : "cpu"; }
+
 std::pair<int, int> span_of(const std::vector<int>& ranks, int ranks_per_node) {
   std::vector<int> nodes;
   for (int r : ranks) nodes.push_back(r / ranks_per_node);
@@ -42,8 +57,8 @@ double data_parallel_seconds(const Machine& mc, const DataParallelStep& s, const
   if (dp <= 1) return 0.0;
   const int zero = s.sync.zero;
   const int group = zero > 0 ? parallel::zero_shard_size(s.sync.zero_group, dp, where) : dp;
-  const auto [shard_ranks, shard_nodes] =
-      span_of({s.dp_members.begin(), s.dp_members.begin() + group}, s.ranks_per_node);
+  const auto [shard_ranks, shard_nodes] = span_of({s.dp_members.begin(), s.dp_members.begin() + group},
+                                                  s.ranks_per_node);
   std::vector<int> across;  // one rank of each shard group
   for (int i = 0; i < dp; i += group) across.push_back(s.dp_members[static_cast<size_t>(i)]);
   const auto [across_ranks, across_nodes] = span_of(across, s.ranks_per_node);
@@ -60,7 +75,8 @@ double data_parallel_seconds(const Machine& mc, const DataParallelStep& s, const
   const double exposed = s.sync.overlap ? std::max(last, all - hidden) : all;
   double t = zero >= 2 ? s.micro_batches * exposed : exposed;
   if (zero == 1 || zero == 2)  // the updated fp32 parameters, gathered after the step
-    t += buckets * mc.collective_seconds(Collective::AllGather, s.params * 4 / buckets, shard_ranks, shard_nodes, s.ranks_per_node);
+    t += buckets * mc.collective_seconds(Collective::AllGather, s.params * 4 / buckets, shard_ranks, shard_nodes,
+                                         s.ranks_per_node);
   if (zero == 3) {
     const double passes = 2 + (s.full_recompute ? 1 : 0);
     const int layers = std::max(1, s.layers);  // one gather per layer and pass
@@ -76,6 +92,8 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kCheckSeconds = 30.0;  // the memory checks' time budget
+constexpr int kShownRejected = 20;      // layouts that do not fit, shown before the ones that do
+constexpr int kSameLimit = 50;          // layouts in a row stopped by the same backend limit: the model cannot run
 
 // The memory check of one candidate: the model's exact plan, its largest rank against the limit.
 void check_memory(const AutoPlanProblem& p, Candidate& c, double limit) {
@@ -85,6 +103,7 @@ void check_memory(const AutoPlanProblem& p, Candidate& c, double limit) {
     plan = p.memory_plan(c);
   } catch (const Error& e) {  // a limit of the backend's kernels the plan meets (e.g. a head size CUDA lacks)
     c.fits = false;
+    c.backend_limit = true;
     c.reason = std::string("the model cannot run this layout: ") + e.what();
     return;
   }
@@ -138,9 +157,8 @@ nlohmann::ordered_json candidate_json(const AutoPlanProblem& p, const Candidate&
   j["time_ms"] = {{"compute", c.time.compute * 1e3},       {"tp_comm", c.time.tp_comm * 1e3},
                   {"bubble", c.time.bubble * 1e3},         {"p2p", c.time.p2p * 1e3},
                   {"dp_exposed", c.time.dp_exposed * 1e3}, {"optimizer", c.time.optimizer * 1e3}};
-  j["work"] = {{"gemm_flops", c.work.gemm_flops},
-               {"gemm_calls", c.work.gemm_calls},
-               {"memory_bytes", c.work.memory_bytes}};
+  j["work"] = {
+      {"gemm_flops", c.work.gemm_flops}, {"gemm_calls", c.work.gemm_calls}, {"memory_bytes", c.work.memory_bytes}};
   return j;
 }
 
@@ -160,17 +178,18 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
 
   std::vector<size_t> order(p.candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return p.candidates[a].time.total() < p.candidates[b].time.total();
-  });
-  const auto deck_it = std::find_if(p.candidates.begin(), p.candidates.end(), [](const Candidate& c) { return c.deck; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return p.candidates[a].time.total() < p.candidates[b].time.total(); });
+  const auto deck_it = std::find_if(p.candidates.begin(), p.candidates.end(),
+                                    [](const Candidate& c) { return c.deck; });
 
   // memory in predicted order: until `top` fit and the deck's own layout has its rank (top 0: every candidate), within
   // kCheckSeconds (a large model's plan takes milliseconds, and when nothing fits every candidate would be planned)
   if (deck_it != p.candidates.end()) check_memory(p, *deck_it, limit);
   std::vector<size_t> shown;  // printed in order: the ranked ones and the rejected ones met before the last of them
-  int fitted = 0, checked = 0;
+  int fitted = 0, checked = 0, rejected = 0, same_limit = 0;
   bool timed_out = false, deck_reached = false;
+  std::string backend_refusal;  // the backend's limit every layout meets (a head size its kernels lack)
   for (size_t i : order) {
     Candidate& c = p.candidates[i];
     const bool need_more = o.top == 0 || fitted < o.top;
@@ -186,7 +205,12 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
     }
     deck_reached = deck_reached || c.deck;
     if (c.fits) c.rank = ++fitted;
-    if (need_more) shown.push_back(i);
+    if (need_more && (c.fits || rejected < kShownRejected)) shown.push_back(i);
+    if (!c.fits) ++rejected;
+    // the same limit of the backend, layout after layout: the model does not run on this machine at all
+    same_limit = c.backend_limit && (same_limit == 0 || c.reason == backend_refusal) ? same_limit + 1 : 0;
+    backend_refusal = same_limit > 0 ? c.reason : "";
+    if (same_limit >= kSameLimit && fitted == 0) break;
   }
   auto mfu_of = [&](const Candidate& c) {
     return peak > 0 ? p.flops_per_step / (c.time.total() * p.world * peak * 1e12) : 0.0;
@@ -195,12 +219,14 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
 
   std::printf("auto plan: %s | world %d | machine %s (%s): %d x %s per node, %s per %s | %s\n", p.deck_path.c_str(),
               p.world, mc.name.c_str(), mc.source.c_str(), mc.devices_per_node, mc.device_name.c_str(),
-              human_bytes(mc.memory_gb * kGiB).c_str(), mc.memory_per_node ? "node" : "device",
-              p.precision.c_str());
+              human_bytes(mc.memory_gb * kGiB).c_str(), mc.memory_per_node ? "node" : "device", p.precision.c_str());
   std::printf("%zu layouts valid for the deck (%d refused by its rules); %d checked for memory in predicted order "
               "(limit %s per rank%s), %d fit; ranking took %.2f s\n",
               p.candidates.size(), p.invalid, checked, human_bytes(limit).c_str(),
               p.memory_limit_bytes > 0 ? ", train.memory_limit_gb" : "", fitted, seconds);
+  if (rejected > kShownRejected)
+    std::printf("(%d layouts met before the last one shown do not fit; the first %d are shown)\n", rejected,
+                kShownRejected);
   if (timed_out)
     std::printf("(the memory checks stopped after %.0f s: the next candidates in predicted order were not planned)\n",
                 kCheckSeconds);
@@ -218,9 +244,9 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
                 c.checked && !c.fits ? ("  does not fit: " + c.reason).c_str() : "");
   };
   for (size_t i : shown) row(p.candidates[i]);
-  const bool deck_shown =
-      deck_it != p.candidates.end() &&
-      std::find(shown.begin(), shown.end(), static_cast<size_t>(deck_it - p.candidates.begin())) != shown.end();
+  const bool deck_shown = deck_it != p.candidates.end() &&
+                          std::find(shown.begin(), shown.end(), static_cast<size_t>(deck_it - p.candidates.begin())) !=
+                              shown.end();
   if (deck_it != p.candidates.end() && !deck_shown) {
     std::printf("...\n");
     row(*deck_it);
@@ -228,7 +254,10 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
   if (deck_it == p.candidates.end())
     std::printf("the deck's own layout is not a candidate: %s\n", p.deck_invalid.c_str());
   const auto best = std::find_if(order.begin(), order.end(), [&](size_t i) { return p.candidates[i].rank == 1; });
-  if (best == order.end()) {
+  if (best == order.end() && !backend_refusal.empty()) {
+    std::printf("no layout runs: the %d layouts checked last all stop at the same limit of the backend: %s\n",
+                same_limit, backend_refusal.c_str());
+  } else if (best == order.end()) {
     std::printf("no layout fits in %s per rank: a larger world, a machine with more memory, or a smaller model\n",
                 human_bytes(limit).c_str());
   } else {
@@ -238,9 +267,9 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
     std::printf("best: %s\n  select it with:%s\n", describe_layout(b.layout).c_str(), args.c_str());
     if (deck_it != p.candidates.end() && deck_it->rank != 1)
       std::printf("the deck's layout: %s, predicted %.2fx the best's step time\n",
-                  deck_it->rank > 0  ? fmt::format("rank {}", deck_it->rank).c_str()
-                  : deck_it->fits    ? "fits, rank not reached within the memory checks' time"
-                                     : ("does not fit: " + deck_it->reason).c_str(),
+                  deck_it->rank > 0 ? fmt::format("rank {}", deck_it->rank).c_str()
+                  : deck_it->fits   ? "fits, rank not reached within the memory checks' time"
+                                    : ("does not fit: " + deck_it->reason).c_str(),
                   deck_it->time.total() / b.time.total());
   }
   std::printf("(predicted: compute from the machine's GEMM rate, per-call overhead and memory rate; TP, pipeline and "

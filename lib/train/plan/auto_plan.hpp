@@ -46,7 +46,8 @@ struct Candidate {
   bool deck = false;  // the deck's own layout
   // the memory check (filled in predicted order, as far as the ranking needs)
   bool checked = false, fits = false;
-  std::string reason;  // why it does not fit
+  std::string reason;          // why it does not fit
+  bool backend_limit = false;  // the reason is a limit of the backend's kernels, not memory
   MemoryRecord memory;
   double device_need = 0;  // the largest rank's bytes on the device
   int rank = 0;            // 1-based among the candidates that fit; 0: not ranked
@@ -63,10 +64,10 @@ struct AutoPlanProblem {
   std::string app, deck_path, unit;  // unit: "tokens/s" | "images/s"
   int world = 1;
   Machine machine;
-  std::string precision;     // train.precision's name (the peak for MFU)
-  double samples_per_step = 0;  // tokens or images per optimizer step (the throughput)
-  double flops_per_step = 0;    // the model's training FLOPs per step as the trainer counts them (MFU)
-  double memory_limit_bytes = 0;  // train.memory_limit_gb; 0: the machine's memory per rank
+  std::string precision;              // train.precision's name (the peak for MFU)
+  double samples_per_step = 0;        // tokens or images per optimizer step (the throughput)
+  double flops_per_step = 0;          // the model's training FLOPs per step as the trainer counts them (MFU)
+  double memory_limit_bytes = 0;      // train.memory_limit_gb; 0: the machine's memory per rank
   std::vector<Candidate> candidates;  // every valid layout, predicted
   int invalid = 0;                    // layouts the deck's rules refuse (never candidates)
   std::string deck_invalid;           // why the deck's own layout is not a candidate ("" when it is)
@@ -83,16 +84,23 @@ struct DataParallelStep {
   parallel::GradSyncOptions sync;
   std::vector<int> dp_members;  // the ranks of one DP group, in DP order
   int ranks_per_node = 1;
-  double params = 0;           // the rank's parameters (its TP / PP share)
-  double micro_batches = 1;    // per step
+  double params = 0;               // the rank's parameters (its TP / PP share)
+  double micro_batches = 1;        // per step
   double micro_batch_compute = 0;  // seconds of one micro-batch's compute on the slowest stage
-  double act_bytes = 4;        // the compute type's size (ZeRO-3 gathers it)
-  int layers = 1;              // the units ZeRO-3 gathers by (the stage's layers)
+  double act_bytes = 4;            // the compute type's size (ZeRO-3 gathers it)
+  int layers = 1;                  // the units ZeRO-3 gathers by (the stage's layers)
   bool full_recompute = false;
 };
 double data_parallel_seconds(const Machine& machine, const DataParallelStep& s, const std::string& where);
 // A group of ranks as the machine places them (ranks fill the nodes in rank order): {ranks, nodes spanned}.
 std::pair<int, int> span_of(const std::vector<int>& ranks, int ranks_per_node);
+
+// A problem's common part: the machine (--machine), the app, the deck's path, WORLD, the unit, the precision and
+// train.memory_limit_gb; the model adds its samples and FLOPs per step, its candidates and its memory plan.
+AutoPlanProblem auto_plan_problem(const std::string& app, const std::string& unit, const Config& deck,
+                                  const RunConfig& run, int world, const AutoPlanOptions& options);
+// "cuda" | "cpu": train.device for a machine (a GPU machine implies CUDA).
+const char* machine_device_key(const Machine& machine);
 
 // Ranks, checks memory, prints; returns the exit code (0; 1 when no candidate fits).
 int run_auto_plan(AutoPlanProblem& problem, const AutoPlanOptions& options);

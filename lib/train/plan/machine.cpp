@@ -116,8 +116,9 @@ const ConfigSchema& machine_schema() {
     s.float_key("machine.memory_gb", std::nullopt, "memory in GiB per device, or per node (memory_per)", 0.001);
     s.string_key("machine.memory_per", "device", "device | node: node means the node's ranks share memory_gb",
                  {"device", "node"});
-    s.section("compute", true, "what compute costs: t = slowdown x (GEMM FLOPs / rate + calls x overhead + bytes / "
-                               "memory rate)");
+    s.section("compute", true,
+              "what compute costs: t = slowdown x (GEMM FLOPs / rate + calls x overhead + bytes / "
+              "memory rate)");
     s.float_key("compute.peak_tflops", 0.0,
                 "dense peak TFLOP/s; 0: the peak table's figure for machine.device_name at the run's precision", 0.0);
     s.float_key("compute.gemm_efficiency", std::nullopt, "fraction of the peak a large GEMM reaches", 1e-4, 1.0);

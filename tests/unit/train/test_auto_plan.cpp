@@ -71,8 +71,7 @@ TEST(Machine, LoadsAFileAndItsDefaults) {
 TEST(Machine, ErrorsNameTheKeyOrThePresets) {
   std::string bad = kMachine;
   bad.replace(bad.find("memory_gbs"), 10, "memory_gbz");
-  EXPECT_NE(usage_message([&] { load_machine(write_machine("bad_key", bad)); }).find("memory_gbz"),
-            std::string::npos);
+  EXPECT_NE(usage_message([&] { load_machine(write_machine("bad_key", bad)); }).find("memory_gbz"), std::string::npos);
   const std::string missing = usage_message([] { load_machine("no_such_machine_preset"); });
   EXPECT_NE(missing.find("no such preset"), std::string::npos) << missing;
   EXPECT_NE(missing.find("h100_dgx"), std::string::npos) << missing;  // the presets are listed
@@ -86,7 +85,7 @@ TEST(Machine, ErrorsNameTheKeyOrThePresets) {
 }
 
 TEST(Machine, PresetsLoad) {
-  for (const std::string& name : {"h100_dgx", "a100_dgx", "this_cpu"}) {
+  for (const char* name : {"h100_dgx", "a100_dgx", "this_cpu"}) {
     const Machine m = load_machine(name);
     EXPECT_EQ(m.name, name);
     EXPECT_GT(m.memory_gb, 0);
@@ -125,8 +124,8 @@ TEST(Machine, PerCountFitsAndSlowdown) {
   m.shared_sync_us = 1000.0;
   const double ring = m.collective_seconds(Collective::AllReduce, 1e6, 2, 1, 1);
   EXPECT_NEAR(m.collective_seconds(Collective::AllReduce, 1e6, 2, 1, 2) - ring, 1e-3 * (1 - 1 / 1.2), 1e-12);
-  EXPECT_NEAR(m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 4) - m.collective_seconds(Collective::SendRecv,
-                                                                                               1e6, 2, 1, 1),
+  EXPECT_NEAR(m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 4) -
+                  m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 1),
               1e-3 * (1 - 1 / 2.4), 1e-12);
   const Work w{2e12, 100, 1e9};
   EXPECT_NEAR(m.compute_seconds(w, "bf16", 2), 1.2 * (2e12 / (989.5e12 * 0.5) + 100 * 10e-6 + 1e9 / 1e12), 1e-12);

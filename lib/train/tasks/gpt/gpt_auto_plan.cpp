@@ -17,10 +17,10 @@ namespace {
 Work block_forward(const gpt::GptConfig& cfg, int t, bool sp, int b, double act_bytes) {
   const double C = cfg.n_embd, T = cfg.seq_len, M = static_cast<double>(b) * T;
   Work w;
-  w.gemm(M, 3 * C / t, C);      // QKV
-  w.gemm(M, C, C / t);          // attention projection
-  w.gemm(M, 4 * C / t, C);      // MLP up
-  w.gemm(M, C, 4 * C / t);      // MLP down
+  w.gemm(M, 3 * C / t, C);  // QKV
+  w.gemm(M, C, C / t);      // attention projection
+  w.gemm(M, 4 * C / t, C);  // MLP up
+  w.gemm(M, C, 4 * C / t);  // MLP down
   const double heads = static_cast<double>(b) * cfg.n_head / t, hs = C / cfg.n_head;
   const double scores = heads * T * T / 2;  // the causal half
   w.gemm_flops += 2 * 2 * scores * hs;      // S = q k^T and o = P v
@@ -211,20 +211,13 @@ bool same_layout(const Layout& a, const Layout& b) {
 }  // namespace
 
 int auto_plan_gpt(const Config& deck, int world, const AutoPlanOptions& o) {
-  AutoPlanProblem p;
-  p.machine = load_machine(o.machine);
   const gpt::GptConfig cfg = gpt_model_config(deck);
   const RunConfig deck_run = read_run_config(deck);
-  const std::string device = p.machine.device == Device::CUDA ? "cuda" : "cpu";
+  AutoPlanProblem p = auto_plan_problem("train_gpt", "tokens/s", deck, deck_run, world, o);
+  const std::string device = machine_device_key(p.machine);
   const int64_t GB = deck_run.train.global_batch;
-  p.app = "train_gpt";
-  p.deck_path = deck.deck_path();
-  p.unit = "tokens/s";
-  p.world = world;
-  p.precision = precision_name(deck_run.train.precision);
   p.samples_per_step = static_cast<double>(GB) * cfg.seq_len;
   p.flops_per_step = gpt::flops_per_token(cfg) * p.samples_per_step;
-  p.memory_limit_bytes = deck_run.train.memory_limit_gb * 1e9;
 
   // the deck's own layout, or why it is not a candidate at this world
   std::optional<Layout> deck_layout;

@@ -49,11 +49,13 @@ StepTime predict_resnet_step(const resnet::ResNetConfig& cfg, const RunConfig& r
   st.dp_exposed = data_parallel_seconds(mc, dps, "deck " + run.deck_path);
 
   // SGD with momentum on the rank's share (read p, g, the buffer; write p, the buffer), the zeroing and the norm
-  const int group =
-      dps.sync.zero > 0 ? parallel::zero_shard_size(run.parallel.sync.zero_group, dp, "deck " + run.deck_path) : dp;
+  const int group = dps.sync.zero > 0
+                        ? parallel::zero_shard_size(run.parallel.sync.zero_group, dp, "deck " + run.deck_path)
+                        : dp;
   const double owned = dps.sync.zero > 0 ? dps.params / group : dps.params;
   Work opt;
-  opt.memory_bytes = owned * 20 + dps.params * 8 + (dp > 1 && dps.sync.reduce_dtype == DType::BF16 ? dps.params * 6 : 0.0);
+  opt.memory_bytes = owned * 20 + dps.params * 8 +
+                     (dp > 1 && dps.sync.reduce_dtype == DType::BF16 ? dps.params * 6 : 0.0);
   st.optimizer = mc.compute_seconds(opt, precision, rpn);
   if (work_out) {
     *work_out = mb.scaled(m);
@@ -63,23 +65,16 @@ StepTime predict_resnet_step(const resnet::ResNetConfig& cfg, const RunConfig& r
 }
 
 int auto_plan_resnet(const Config& deck, int world, const AutoPlanOptions& o) {
-  AutoPlanProblem p;
-  p.machine = load_machine(o.machine);
   const RunConfig deck_run = read_run_config(deck);
+  AutoPlanProblem p = auto_plan_problem("train_resnet", "images/s", deck, deck_run, world, o);
   const auto ds = data::ImageDataset::open_header(resolve_data_path(deck.get_string("data.train")));
   const resnet::ResNetConfig cfg = resnet_model_config(deck, ds.channels(), ds.height(), ds.width(), ds.num_classes());
   const bool sync_bn = deck.get_bool("model.sync_bn");
   const int momentum_buffers = deck.get_float("optim.momentum") > 0.0 ? 1 : 0;
-  const std::string device = p.machine.device == Device::CUDA ? "cuda" : "cpu";
+  const std::string device = machine_device_key(p.machine);
   const int64_t GB = deck_run.train.global_batch;
-  p.app = "train_resnet";
-  p.deck_path = deck.deck_path();
-  p.unit = "images/s";
-  p.world = world;
-  p.precision = precision_name(deck_run.train.precision);
   p.samples_per_step = static_cast<double>(GB);
   p.flops_per_step = resnet::training_flops_per_image(cfg) * static_cast<double>(GB);
-  p.memory_limit_bytes = deck_run.train.memory_limit_gb * 1e9;
 
   auto set_args = [&](const Layout& l) {
     std::vector<std::string> s = {fmt::format("parallel.zero={}", l.zero),

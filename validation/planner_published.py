@@ -128,7 +128,8 @@ def run_planner(cmd, keep_all=False):
     deck = next((o for o in objs if o.get("deck")), None)
     rejected = [o for o in objs if not o.get("fits") and not o.get("deck")]
     reasons = collections.Counter(re.sub(r"\d[\d.]*( [KMG]i?B)?", "N", o.get("reason", "")) for o in rejected)
-    no_fit = rc not in (0, None) and deck is not None and not cands and "no layout fits" in out
+    no_fit = rc not in (0, None) and deck is not None and not cands and ("no layout fits" in out or
+                                                                         "no layout runs" in out)
     error = ""
     if rc != 0 and not no_fit:
         last = (err.strip().splitlines() or [""])[-1]
@@ -332,7 +333,8 @@ EXPLAIN = {
     "out before the paper's layout (position 20515)",
     "Megatron GPT 529.6B": "the head size h / heads = 20480 / 128 = 160 exceeds the 128 of hpctrain's "
     "CUDA flash-attention kernels (lib/kernels/cuda/cuda_gpt.cu), so every layout's memory plan is refused (\"the "
-    "model cannot run this layout\") and the planner answers \"no layout fits\" (exit 1). Its time prediction for "
+    "model cannot run this layout\"; after 50 such layouts in a row the planner answers \"no layout runs\", exit 1). "
+    "Its time prediction for "
     "the paper's layout, printed all the same, is 126 TFLOP/s/GPU against the published 163",
     "Megatron GPT 1008.0B": "as the 529.6B row: the head size 25600 / 160 = 160 > 128 (the CUDA "
     "flash-attention kernels' limit). The time prediction for the paper's layout is 127 TFLOP/s/GPU against the "
@@ -541,8 +543,8 @@ def render(args, argv, tg, rows, good, missed, cmds, machine_rel, machine_text, 
              f"and its predicted throughput is within {TOLERANCE:.0%} of the planner's best (paper / best >= "
              f"{1 - TOLERANCE:.2f}), or the report says why not (below). Also: `{show_cmd(timing_cmd)}` "
              f"under {TIMING_TARGET_S:g} s. A planner call that fails (no JSON, no deck object) fails the verdict; "
-             "the planner's answer \"no layout fits\" (it exits 1 then, every layout printed as rejected with its "
-             "reason) is a row that misses and needs an explanation.\n")
+             "the planner's answer \"no layout fits\" or \"no layout runs\" (it exits 1 then, the layouts met "
+             "printed as rejected with their reason) is a row that misses and needs an explanation.\n")
     L.append("## Command\n")
     L.append("Per row (GPUS, the row's model, batch and the paper's layout substituted):\n")
     L.append("```\n" + (cmds[0] if cmds else "") + "\n```\n")

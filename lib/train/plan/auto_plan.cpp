@@ -93,7 +93,7 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kCheckSeconds = 30.0;  // the memory checks' time budget
 constexpr int kShownRejected = 20;      // layouts that do not fit, shown before the ones that do
-constexpr int kSameLimit = 50;          // layouts in a row stopped by the same backend limit: the model cannot run
+constexpr int kSameLimit = 50;          // layouts in a row stopped by a backend limit: the model cannot run
 
 // The memory check of one candidate: the model's exact plan, its largest rank against the limit.
 void check_memory(const AutoPlanProblem& p, Candidate& c, double limit) {
@@ -207,8 +207,8 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
     if (c.fits) c.rank = ++fitted;
     if (need_more && (c.fits || rejected < kShownRejected)) shown.push_back(i);
     if (!c.fits) ++rejected;
-    // the same limit of the backend, layout after layout: the model does not run on this machine at all
-    same_limit = c.backend_limit && (same_limit == 0 || c.reason == backend_refusal) ? same_limit + 1 : 0;
+    // the backend's limits, layout after layout (their figures differ with TP): the model does not run here at all
+    same_limit = c.backend_limit ? same_limit + 1 : 0;
     backend_refusal = same_limit > 0 ? c.reason : "";
     if (same_limit >= kSameLimit && fitted == 0) break;
   }
@@ -255,7 +255,7 @@ int run_auto_plan(AutoPlanProblem& p, const AutoPlanOptions& o) {
     std::printf("the deck's own layout is not a candidate: %s\n", p.deck_invalid.c_str());
   const auto best = std::find_if(order.begin(), order.end(), [&](size_t i) { return p.candidates[i].rank == 1; });
   if (best == order.end() && !backend_refusal.empty()) {
-    std::printf("no layout runs: the %d layouts checked last all stop at the same limit of the backend: %s\n",
+    std::printf("no layout runs: the %d layouts checked last all stop at a limit of the backend, the last one: %s\n",
                 same_limit, backend_refusal.c_str());
   } else if (best == order.end()) {
     std::printf("no layout fits in %s per rank: a larger world, a machine with more memory, or a smaller model\n",

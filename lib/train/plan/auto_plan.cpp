@@ -88,6 +88,15 @@ double data_parallel_seconds(const Machine& mc, const DataParallelStep& s, const
   return t;
 }
 
+Work optimizer_work(const DataParallelStep& s, double update_bytes, const std::string& where) {
+  const int dp = static_cast<int>(s.dp_members.size());
+  const double owned = s.sync.zero > 0 ? s.params / parallel::zero_shard_size(s.sync.zero_group, dp, where) : s.params;
+  Work w;
+  w.memory_bytes = owned * update_bytes + s.params * 8 +
+                   (dp > 1 && s.sync.reduce_dtype == DType::BF16 ? s.params * 6 : 0.0);
+  return w;
+}
+
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;

@@ -92,6 +92,10 @@ struct DataParallelStep {
   bool full_recompute = false;
 };
 double data_parallel_seconds(const Machine& machine, const DataParallelStep& s, const std::string& where);
+// The optimizer's memory traffic on the rank's share (ZeRO: 1 / the shard group of the parameters): update_bytes per
+// owned parameter (AdamW 28: read p, g, m, v, write p, m, v; SGD with momentum 20), the gradient's zeroing and norm
+// (8 per parameter) and, reducing in bf16 at DP > 1, its casts (6 per parameter).
+Work optimizer_work(const DataParallelStep& s, double update_bytes, const std::string& where);
 // A group of ranks as the machine places them (ranks fill the nodes in rank order): {ranks, nodes spanned}.
 std::pair<int, int> span_of(const std::vector<int>& ranks, int ranks_per_node);
 

@@ -150,14 +150,7 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
   dps.layers = std::max(1, cfg.n_layer / pp);
   dps.full_recompute = rc == models::Recompute::Full;
   st.dp_exposed = data_parallel_seconds(mc, dps, "deck " + run.deck_path);
-  const int zero = dps.sync.zero;
-  const int group = zero > 0 ? parallel::zero_shard_size(sync.zero_group, dp, "deck " + run.deck_path) : dp;
-
-  // AdamW on the rank's share (read p, g, m, v; write p, m, v), the gradient zeroing and norm on the whole gradient,
-  // the bf16 reduction's casts
-  const double owned = zero > 0 ? params / group : params;
-  Work opt;
-  opt.memory_bytes = owned * 28 + params * 8 + (dp > 1 && sync.reduce_dtype == DType::BF16 ? params * 6 : 0.0);
+  const Work opt = optimizer_work(dps, 28, "deck " + run.deck_path);  // AdamW
   st.optimizer = mc.compute_seconds(opt, precision, rpn);
   if (work_out) {
     *work_out = mb_work.scaled(m);

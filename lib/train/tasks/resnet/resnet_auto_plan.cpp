@@ -48,14 +48,7 @@ StepTime predict_resnet_step(const resnet::ResNetConfig& cfg, const RunConfig& r
   dps.full_recompute = full;
   st.dp_exposed = data_parallel_seconds(mc, dps, "deck " + run.deck_path);
 
-  // SGD with momentum on the rank's share (read p, g, the buffer; write p, the buffer), the zeroing and the norm
-  const int group = dps.sync.zero > 0
-                        ? parallel::zero_shard_size(run.parallel.sync.zero_group, dp, "deck " + run.deck_path)
-                        : dp;
-  const double owned = dps.sync.zero > 0 ? dps.params / group : dps.params;
-  Work opt;
-  opt.memory_bytes = owned * 20 + dps.params * 8 +
-                     (dp > 1 && dps.sync.reduce_dtype == DType::BF16 ? dps.params * 6 : 0.0);
+  const Work opt = optimizer_work(dps, 20, "deck " + run.deck_path);  // SGD with momentum
   st.optimizer = mc.compute_seconds(opt, precision, rpn);
   if (work_out) {
     *work_out = mb.scaled(m);

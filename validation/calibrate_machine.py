@@ -2,18 +2,23 @@
 """Machine calibration for the layout planner: measures this machine and writes its machine file
 (`train_gpt DECK --plan WORLD --auto --machine FILE`; TOML with [machine], [compute], [intra], [inter]).
 
-  links:   `mpirun -np P build/apps/bench_collectives --ops allreduce --max-bytes 16M --json F` for P in 2 4 8
-           (oversubscribed where P exceeds the cores); per P the ring model t = 2(P-1) alpha + 2(P-1)/P n / busbw
-           fitted by least squares in relative error over the sizes 4 KiB..4 MiB (--fit-min-bytes, --fit-max-bytes:
-           the in-cache range the small models' collectives use; below ~4 KiB Open MPI's eager protocol follows
-           another line). alpha -> latency_by_ranks (us), busbw -> bandwidth_by_ranks (GB/s); P = 2 also gives
-           intra.latency_us / bandwidth_gbs, and [inter] (one node: no inter-node link to measure).
+  links:   `mpirun -np P build/apps/bench_collectives --ops allreduce,reduce_scatter,allgather --max-bytes 16M
+           --json F` for P in 2 4 8 (oversubscribed where P exceeds the cores); per P and operation the ring model
+           t = 2(P-1) alpha + 2(P-1)/P n / busbw (allreduce; reduce-scatter and allgather: (P-1) alpha + (P-1)/P n /
+           busbw) fitted by least squares in relative error over the sizes 4 KiB..4 MiB (--fit-min-bytes,
+           --fit-max-bytes: the in-cache range the small models' collectives use; below ~4 KiB Open MPI's eager
+           protocol follows another line). alpha -> latency_by_ranks (us), busbw -> bandwidth_by_ranks (GB/s), and
+           the reduce_scatter_ / allgather_ ones (Open MPI's are not the ring's half of an allreduce); the allreduce
+           at P = 2 also gives intra.latency_us / bandwidth_gbs, and [inter] (one node: no inter-node link to
+           measure). compute.comm_overlap = 0: MPI moves the bytes through shared memory with the ranks' own cores,
+           so communication overlapped with compute still costs their time.
   compute: one-rank train_gpt runs (mpirun -np 1, OMP_NUM_THREADS=1, fp32, train.device=cpu) of inputs/gpt_tiny.toml
-           and inputs/bench_gpt.toml at several widths and micro-batch sizes (9 configurations; --quick 4), each
-           also planned (`--plan 1 --auto --machine <provisional file> --json --top 1`, the object with "deck": true)
-           for its work per step {gemm_flops, gemm_calls, memory_bytes}; measured step seconds =
-           a gemm_flops + b gemm_calls + c memory_bytes fitted non-negatively in relative error; peak_tflops = 1/a
-           (gemm_efficiency 1: the measured GEMM rate), kernel_overhead_us = b, memory_gbs = 1/c.
+           and inputs/bench_gpt.toml at several widths, micro-batch sizes and sequence lengths (11 configurations;
+           --quick 5), each also planned (`--plan 1 --auto --machine <provisional file> --json --top 1`, the object
+           with "deck": true) for its work per step {gemm_flops, gemm_calls, memory_bytes, optimizer_bytes};
+           measured step seconds = a gemm_flops + b gemm_calls + c memory_bytes + d optimizer_bytes fitted
+           non-negatively in relative error; peak_tflops = 1/a (gemm_efficiency 1: the measured GEMM rate),
+           kernel_overhead_us = b, memory_gbs = 1/c, optimizer_gbs = 1/d.
   sync:    one 4-rank TP job whose step is mostly tensor-parallel collectives (gpt_tiny at C 128, TP 4, micro-batch 1:
            ~150 allreduces a step, 4 ranks on the cores), its fastest run's ms/step; compute.shared_sync_us (a
            collective's wait for a partner descheduled by the shared cores) bisected until the planner's
@@ -64,6 +69,7 @@ ap.add_argument("--timeout", type=float, default=300, help="seconds per job (or 
 args = ap.parse_args()
 
 MiB = 2**20
+COLS = ("gemm_flops", "gemm_calls", "memory_bytes", "optimizer_bytes")  # the work columns the compute fit prices
 REPEATS = max(1, args.repeats or (1 if args.quick else 2))
 STEPS = 8 if args.quick else 15
 SHARE_STEPS = 8 if args.quick else 20  # longer: the copies start a little apart, their timed steps must overlap
@@ -74,15 +80,18 @@ BENCH = os.path.join(args.build, "apps", "bench_collectives")
 NAME = os.path.splitext(os.path.basename(args.out))[0]
 COMMAND = "/usr/bin/python3 validation/calibrate_machine.py" + "".join(" " + a for a in sys.argv[1:])
 
-# (deck, n_embd, n_head, micro_batch, global_batch): the number of micro-batches (1 to 16) moves the GEMM calls at a
-# fixed FLOP count, the width the FLOPs per memory-bound byte (C^2 against C), the small batches the optimizer's share
-# of the bytes, so the three work columns do not grow together and the fit can tell their rates apart.
-CONFIGS = [("gpt_tiny", 64, 4, 1, 16), ("gpt_tiny", 64, 4, 16, 16), ("gpt_tiny", 64, 4, 8, 64),
-           ("gpt_tiny", 128, 4, 2, 8), ("gpt_tiny", 128, 4, 16, 32), ("bench_gpt", 128, 4, 4, 8),
-           ("bench_gpt", 256, 4, 1, 4), ("bench_gpt", 256, 4, 4, 8), ("bench_gpt", 384, 6, 2, 4)]
+# (deck, n_embd, n_head, micro_batch, global_batch, seq_len or None for the deck's): the number of micro-batches (1 to
+# 16) moves the GEMM calls at a fixed FLOP count, the width the FLOPs per memory-bound byte (C^2 against C), the one
+# short sequence of the last two the optimizer's share of the step (its update streams the whole model's state for a
+# handful of tokens), so the four work columns do not grow together and the fit can tell their rates apart.
+CONFIGS = [("gpt_tiny", 64, 4, 1, 16, None), ("gpt_tiny", 64, 4, 16, 16, None), ("gpt_tiny", 64, 4, 8, 64, None),
+           ("gpt_tiny", 128, 4, 2, 8, None), ("gpt_tiny", 128, 4, 16, 32, None), ("bench_gpt", 128, 4, 4, 8, None),
+           ("bench_gpt", 256, 4, 1, 4, None), ("bench_gpt", 256, 4, 4, 8, None), ("bench_gpt", 384, 6, 2, 4, None),
+           ("bench_gpt", 256, 4, 1, 1, 16), ("bench_gpt", 384, 6, 1, 1, 32)]
 if args.quick:
-    CONFIGS = [CONFIGS[i] for i in (0, 1, 3, 5)]
-SHARE_CONFIG = ("bench_gpt", 128, 4, 4, 8)  # ~0.1-0.2 s steps: long enough to time, short enough for 8 copies
+    CONFIGS = [CONFIGS[i] for i in (0, 1, 3, 5, 9)]
+SHARE_CONFIG = ("bench_gpt", 128, 4, 4, 8, None)  # ~0.1-0.2 s steps: long enough to time, short enough for 8 copies
+OPS = ("allreduce", "reduce_scatter", "allgather")
 
 failures = []
 
@@ -127,13 +136,15 @@ print(f"CPU: {CPU_LINE}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------- 1. links
-def fit_ring(rows, p):
-    """Least squares in relative error (weights 1/t) of t_us = 2(p-1) alpha + 2(p-1)/p n / busbw over rows; returns
-    (alpha us, busbw GB/s, per-row residuals t_fit / t - 1, note). A negative alpha (the rows' latency below the
-    fit's resolution) is refitted as 0, said in the note."""
+def fit_ring(rows, p, op):
+    """Least squares in relative error (weights 1/t) of t_us = s (p-1) alpha + s (p-1)/p n / busbw over rows (s = 2
+    for an allreduce, 1 for a reduce-scatter or an allgather of n bytes in all); returns (alpha us, busbw GB/s,
+    per-row residuals t_fit / t - 1, note). A negative alpha (the rows' latency below the fit's resolution) is
+    refitted as 0, said in the note."""
     n = np.array([r["bytes"] for r in rows], float)
     t = np.array([r["time_us"] for r in rows], float)
-    A = np.stack([np.full_like(n, 2.0 * (p - 1)), 2.0 * (p - 1) / p * n], axis=1)
+    steps = 2.0 if op == "allreduce" else 1.0
+    A = np.stack([np.full_like(n, steps * (p - 1)), steps * (p - 1) / p * n], axis=1)
     coef, *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
     note = ""
     if coef[0] < 0:
@@ -144,27 +155,30 @@ def fit_ring(rows, p):
     return alpha, busbw, [float(x) for x in (A @ coef) / t - 1], note
 
 
-link_cmds, link_rows, links = [], {}, {}
+link_cmds, link_rows, op_links = [], {}, {op: {} for op in OPS}
+links = op_links["allreduce"]
 for p in LINK_RANKS:
     jf = os.path.join(args.work, f"collectives_np{p}.json")
-    cmd = mpirun(p) + [BENCH, "--ops", "allreduce", "--max-bytes", "16M", "--json", jf]
+    cmd = mpirun(p) + [BENCH, "--ops", ",".join(OPS), "--max-bytes", "16M", "--json", jf]
     link_cmds.append("OMP_NUM_THREADS=1 " + show(cmd))
     print("running:", link_cmds[-1], flush=True)
     (rc, _), = run_together([(cmd, os.path.join(args.work, f"collectives_np{p}"))], args.timeout)
     if rc != 0 or not os.path.exists(jf):
         fail_now(f"bench_collectives -np {p}: {failure_tail(os.path.join(args.work, f'collectives_np{p}'), rc)}")
     with open(jf) as f:
-        link_rows[p] = [x for x in json.load(f)["rows"] if x["op"] == "allreduce"]
-    sel = [x for x in link_rows[p] if args.fit_min_bytes <= x["bytes"] <= args.fit_max_bytes]
-    if len(sel) < 3:
-        fail_now(f"np {p}: {len(sel)} allreduce rows in {args.fit_min_bytes}..{args.fit_max_bytes} bytes, need 3")
-    alpha, busbw, res, note = fit_ring(sel, p)
-    links[p] = dict(latency_us=alpha, bandwidth_gbs=busbw, note=note,
-                    residuals=[(x["bytes"], x["time_us"], e) for x, e in zip(sel, res)])
-    if not busbw > 0:
-        failures.append(f"allreduce np {p}: no positive bandwidth in the fit")
-    print(f"  np {p}: latency {alpha:.2f} us per ring step, busbw {busbw:.3f} GB/s{' (' + note + ')' if note else ''};"
-          " residuals " + " ".join(f"{b // 1024}K:{e:+.0%}" for b, _, e in links[p]["residuals"]), flush=True)
+        link_rows[p] = [x for x in json.load(f)["rows"] if x["op"] in OPS]
+    for op in OPS:
+        sel = [x for x in link_rows[p] if x["op"] == op and args.fit_min_bytes <= x["bytes"] <= args.fit_max_bytes]
+        if len(sel) < 3:
+            fail_now(f"np {p}: {len(sel)} {op} rows in {args.fit_min_bytes}..{args.fit_max_bytes} bytes, need 3")
+        alpha, busbw, res, note = fit_ring(sel, p, op)
+        op_links[op][p] = dict(latency_us=alpha, bandwidth_gbs=busbw, note=note,
+                               residuals=[(x["bytes"], x["time_us"], e) for x, e in zip(sel, res)])
+        if not busbw > 0:
+            failures.append(f"{op} np {p}: no positive bandwidth in the fit")
+        print(f"  np {p} {op}: latency {alpha:.2f} us per ring step, busbw {busbw:.3f} GB/s"
+              f"{' (' + note + ')' if note else ''}; residuals "
+              + " ".join(f"{b // 1024}K:{e:+.0%}" for b, _, e in op_links[op][p]["residuals"]), flush=True)
 if failures:
     fail_now("; ".join(failures))
 
@@ -188,7 +202,7 @@ def kv(key, value, comment=""):
 
 def machine_toml(compute, shared, header):
     """The machine file: header comment lines, then the four tables; compute = dict(peak_tflops, kernel_overhead_us,
-    memory_gbs, note lines), shared = (ranks, slowdowns, note)."""
+    memory_gbs, optimizer_gbs, note lines), shared = (ranks, slowdowns, note)."""
     p2 = links[2]
     ranks = sorted(links)
     L = [f"# {h}" for h in header]
@@ -201,15 +215,22 @@ def machine_toml(compute, shared, header):
           kv("peak_tflops", tf(compute["peak_tflops"]), "1/a: the measured fp32 GEMM rate of one rank (one thread)"),
           kv("gemm_efficiency", "1.0"),
           kv("kernel_overhead_us", tf(compute["kernel_overhead_us"]), "b: per GEMM call"),
-          kv("memory_gbs", tf(compute["memory_gbs"]), "1/c: the memory-bound kernels and the optimizer"),
+          kv("memory_gbs", tf(compute["memory_gbs"]), "1/c: the memory-bound kernels"),
+          kv("optimizer_gbs", tf(compute["optimizer_gbs"]), "1/d: the optimizer's update"),
+          kv("comm_overlap", "0.0", "MPI's shared-memory copies are the ranks' own core time"),
           kv("shared_ranks", tarr(shared[0])), kv("shared_slowdown", tarr(shared[1]), shared[2]),
           kv("shared_sync_us", tf(compute.get("shared_sync_us", 0.0)), compute.get("sync_note", "")), ""]
-    L += ["# ring allreduce, t = 2(P-1) latency + 2(P-1)/P n / bandwidth, fitted per P to bench_collectives rows "
-          f"{args.fit_min_bytes} B..{args.fit_max_bytes // MiB} MiB in relative error (one thread per rank; P above "
-          f"the {CPUS} cores oversubscribed); the two scalars are the P = 2 fit",
+    L += ["# ring allreduce, t = 2(P-1) latency + 2(P-1)/P n / bandwidth (reduce-scatter, allgather: (P-1) latency + "
+          f"(P-1)/P n / bandwidth), fitted per P to bench_collectives rows {args.fit_min_bytes} B.."
+          f"{args.fit_max_bytes // MiB} MiB in relative error (one thread per rank; P above the {CPUS} cores "
+          "oversubscribed); the two scalars are the allreduce's P = 2 fit",
           "[intra]", f"bandwidth_gbs = {tf(p2['bandwidth_gbs'])}", f"latency_us = {tf(p2['latency_us'])}",
           f"ranks = {tarr(ranks)}", f"bandwidth_by_ranks = {tarr(links[p]['bandwidth_gbs'] for p in ranks)}",
-          f"latency_by_ranks = {tarr(links[p]['latency_us'] for p in ranks)}", "",
+          f"latency_by_ranks = {tarr(links[p]['latency_us'] for p in ranks)}"]
+    for op in OPS[1:]:
+        L += [f"{op}_bandwidth_by_ranks = {tarr(op_links[op][p]['bandwidth_gbs'] for p in ranks)}",
+              f"{op}_latency_by_ranks = {tarr(op_links[op][p]['latency_us'] for p in ranks)}"]
+    L += ["",
           "# one node: no inter-node link was measured; the intra-node P = 2 fit stands for it",
           "[inter]", f"bandwidth_gbs = {tf(p2['bandwidth_gbs'])}", f"latency_us = {tf(p2['latency_us'])}"]
     return "\n".join(L) + "\n"
@@ -219,21 +240,23 @@ def machine_toml(compute, shared, header):
 # and rough compute rates serves the --plan runs that read it.
 provisional = os.path.join(args.work, "provisional.toml")
 with open(provisional, "w") as f:
-    f.write(machine_toml(dict(peak_tflops=0.1, kernel_overhead_us=5.0, memory_gbs=10.0, note=["provisional"]),
+    f.write(machine_toml(dict(peak_tflops=0.1, kernel_overhead_us=5.0, memory_gbs=10.0, optimizer_gbs=10.0,
+                              note=["provisional"]),
                          ([1, 2, 4, 8], [1, 2, 4, 8], "provisional"), ["provisional: only for --plan's work figures"]))
 
 
 # -------------------------------------------------------------------------------------------------- 2. compute
 def config_sets(cfg, steps):
-    deck, c, nh, mb, gb = cfg
+    deck, c, nh, mb, gb, seq = cfg
     return [f"model.n_embd={c}", f"model.n_head={nh}", f"train.micro_batch={mb}", f"train.global_batch={gb}",
             f"train.steps={steps}", "train.eval_every=0", "train.device=cpu", "train.precision=fp32",
-            "sample.tokens=0", "checkpoint.every=0", "checkpoint.at_end=false", "log.every=5"]
+            "sample.tokens=0", "checkpoint.every=0", "checkpoint.at_end=false", "log.every=5"] + \
+        ([f"model.seq_len={seq}"] if seq else [])
 
 
 def config_name(cfg):
-    deck, c, nh, mb, gb = cfg
-    return f"{deck} C{c} H{nh} mb{mb} gb{gb}"
+    deck, c, nh, mb, gb, seq = cfg
+    return f"{deck} C{c} H{nh} mb{mb} gb{gb}" + (f" T{seq}" if seq else "")
 
 
 def deck_path(cfg):
@@ -269,7 +292,7 @@ for cfg in CONFIGS:
     plan_cmds.append(show(cmd))
     objs, prob = plan_objects(cmd)
     d = deck_object(objs)
-    if prob or d is None or not all(k in d.get("work", {}) for k in ("gemm_flops", "gemm_calls", "memory_bytes")):
+    if prob or d is None or not all(k in d.get("work", {}) for k in COLS):
         fail_now(prob or f"{show(cmd)}: no object with \"deck\": true and its \"work\"")
     configs.append(dict(name=config_name(cfg), cfg=cfg, work=d["work"], planned_ms=d.get("pred_ms")))
     run_cmds[config_name(cfg)] = "OMP_NUM_THREADS=1 " + show(mpirun(1) + [TRAIN_GPT, deck_path(cfg)] +
@@ -293,13 +316,10 @@ for c in configs:
 if failures:
     fail_now("; ".join(failures))
 
-COLS = ("gemm_flops", "gemm_calls", "memory_bytes")
-
-
 def fit_compute(X, t):
     """Non-negative least squares in relative error of t = X @ coef: the best of the unconstrained fits on every
-    subset of the columns whose coefficients are all >= 0 (with three columns, every support of the non-negative
-    optimum is tried, so this is that optimum); the columns left out get 0."""
+    subset of the columns whose coefficients are all >= 0 (every support of the non-negative optimum is tried, so
+    this is that optimum); the columns left out get 0."""
     best = None
     for k in range(len(COLS), 0, -1):
         for cols in itertools.combinations(range(len(COLS)), k):
@@ -318,17 +338,19 @@ def fit_compute(X, t):
 X = np.array([[float(c["work"][k]) for k in COLS] for c in configs])
 t_s = np.array([c["ms"] / 1e3 for c in configs])
 coef = fit_compute(X, t_s)
-a, b, cc = (float(x) for x in coef)
-print("compute fit: step_s = a gemm_flops + b gemm_calls + c memory_bytes: "
-      f"a = {a:.4g} s/FLOP, b = {b:.4g} s/call, c = {cc:.4g} s/B")
-print(f"  {'configuration':<28} {'GFLOP':>9} {'calls':>7} {'MB':>8} {'meas ms':>9} {'fit ms':>9} {'resid':>7}")
+a, b, cc, dd = (float(x) for x in coef)
+print("compute fit: step_s = a gemm_flops + b gemm_calls + c memory_bytes + d optimizer_bytes: "
+      f"a = {a:.4g} s/FLOP, b = {b:.4g} s/call, c = {cc:.4g} s/B, d = {dd:.4g} s/B")
+print(f"  {'configuration':<34} {'GFLOP':>9} {'calls':>7} {'MB':>8} {'opt MB':>8} {'meas ms':>9} {'fit ms':>9} "
+      f"{'resid':>7}")
 for c, x, t in zip(configs, X, t_s):
     c["fit_ms"] = float(x @ coef) * 1e3
     c["residual"] = float(x @ coef) / t - 1
-    print(f"  {c['name']:<28} {x[0] / 1e9:9.3f} {x[1]:7.0f} {x[2] / 1e6:8.2f} {t * 1e3:9.2f} {c['fit_ms']:9.2f} "
-          f"{c['residual']:+7.1%}")
+    print(f"  {c['name']:<34} {x[0] / 1e9:9.3f} {x[1]:7.0f} {x[2] / 1e6:8.2f} {x[3] / 1e6:8.2f} {t * 1e3:9.2f} "
+          f"{c['fit_ms']:9.2f} {c['residual']:+7.1%}")
 worst = max(configs, key=lambda c: abs(c["residual"]))
-compute_note = [f"compute: step seconds = a gemm_flops + b gemm_calls + c memory_bytes, fitted non-negatively in "
+compute_note = [f"compute: step seconds = a gemm_flops + b gemm_calls + c memory_bytes + d optimizer_bytes, fitted "
+                f"non-negatively in "
                 f"relative error to {len(configs)} one-rank train_gpt runs (fp32, one thread, the fastest of "
                 f"{REPEATS} run(s), median of steps {WARMUP_STEPS + 1}..{STEPS}); worst residual "
                 f"{worst['residual']:+.1%} ({worst['name']})"]
@@ -342,10 +364,16 @@ if cc <= 0:  # the memory-bound time is not resolved by these runs: a rate so hi
     compute_note.append("memory_gbs: the fit left the memory-bound term out (c = 0); 1e6 GB/s makes it free")
 else:
     memory_gbs = 1 / cc / 1e9
+if dd <= 0:
+    optimizer_gbs = 1e6
+    compute_note.append("optimizer_gbs: the fit left the optimizer's term out (d = 0); 1e6 GB/s makes it free")
+else:
+    optimizer_gbs = 1 / dd / 1e9
 if abs(worst["residual"]) > args.max_residual:
     failures.append(f"compute fit: {worst['name']} off by {worst['residual']:+.1%} "
                     f"(limit {args.max_residual:.0%})")
-compute = dict(peak_tflops=peak, kernel_overhead_us=b * 1e6, memory_gbs=memory_gbs, note=compute_note)
+compute = dict(peak_tflops=peak, kernel_overhead_us=b * 1e6, memory_gbs=memory_gbs, optimizer_gbs=optimizer_gbs,
+               note=compute_note)
 
 # -------------------------------------------------------------------------------------------------- 3. sharing
 
@@ -375,7 +403,7 @@ print("sharing: " + ", ".join(f"k={k}: {slowest[k]:.1f} ms, x{slowest[k] / slowe
 # --------------------------------------------------------------------------------------------------- 4. sync
 # A TP-heavy job on more ranks than cores: what its collectives wait beyond the alpha-beta ring is the partners'
 # scheduling; shared_sync_us is the wait per collective that makes the planner predict the measured step.
-SYNC_CONFIG, SYNC_RANKS = ("gpt_tiny", 128, 4, 1, 8), 4
+SYNC_CONFIG, SYNC_RANKS = ("gpt_tiny", 128, 4, 1, 8, None), 4
 sync_sets = config_sets(SYNC_CONFIG, STEPS) + [f"parallel.tp={SYNC_RANKS}"]
 
 
@@ -442,11 +470,12 @@ if prob:
 if args.json:
     raw = dict(command=COMMAND, date=date, git=git, cpu=CPU_LINE, machine=machine_info(), machine_file=args.out,
                collectives=dict(commands=link_cmds, rows=link_rows,
-                                fits={p: dict(latency_us=v["latency_us"], bandwidth_gbs=v["bandwidth_gbs"],
-                                              note=v["note"], residuals=v["residuals"]) for p, v in links.items()},
+                                fits={op: {p: dict(latency_us=v["latency_us"], bandwidth_gbs=v["bandwidth_gbs"],
+                                                   note=v["note"], residuals=v["residuals"]) for p, v in fits.items()}
+                                      for op, fits in op_links.items()},
                                 fit_bytes=[args.fit_min_bytes, args.fit_max_bytes]),
                compute=dict(plan_commands=plan_cmds, run_commands=run_cmds, steps=STEPS, repeats=REPEATS,
-                            configs=configs, coef=dict(zip(COLS, (a, b, cc))), machine_file_values=compute),
+                            configs=configs, coef=dict(zip(COLS, (a, b, cc, dd))), machine_file_values=compute),
                sharing=dict(config=config_name(SHARE_CONFIG), steps=SHARE_STEPS,
                             runs={k: stimes[k] for k in SHARE_K}, slowest_ms=slowest, slowdown=shared[1]),
                sync=dict(config=config_name(SYNC_CONFIG), tp=SYNC_RANKS, runs=ytimes["tp"], ms=sync_ms,
@@ -457,6 +486,7 @@ if args.json:
     print(f"wrote {args.json}")
 
 print(f"machine {NAME}: peak {peak:.4g} TFLOP/s, kernel overhead {b * 1e6:.2f} us, memory {memory_gbs:.4g} GB/s, "
+      f"optimizer {optimizer_gbs:.4g} GB/s, "
       f"slowdown {' '.join(f'{x:.2f}' for x in shared[1])}; intra P=2 {links[2]['bandwidth_gbs']:.2f} GB/s "
       f"{links[2]['latency_us']:.2f} us")
 print(f"VALID: {rel(args.out)} written and accepted by the planner" if not failures

@@ -71,7 +71,8 @@ double data_parallel_seconds(const Machine& mc, const DataParallelStep& s, const
   const double grad_bytes = s.params * static_cast<double>(dtype_size(s.sync.reduce_dtype));
   const double buckets = std::max(1.0, std::ceil(s.params * 4 / static_cast<double>(s.sync.bucket_bytes)));
   const double last = reduce(grad_bytes / buckets), all = buckets * last;
-  const double hidden = s.sync.overlap ? s.micro_batch_compute * 2.0 / 3.0 : 0.0;  // the micro-batch's backward
+  // the micro-batch's backward, as far as the machine lets compute hide communication
+  const double hidden = s.sync.overlap ? s.micro_batch_compute * 2.0 / 3.0 * mc.comm_overlap : 0.0;
   const double exposed = s.sync.overlap ? std::max(last, all - hidden) : all;
   double t = zero >= 2 ? s.micro_batches * exposed : exposed;
   if (zero == 1 || zero == 2)  // the updated fp32 parameters, gathered after the step
@@ -83,7 +84,8 @@ double data_parallel_seconds(const Machine& mc, const DataParallelStep& s, const
     const double first = mc.collective_seconds(Collective::AllGather, s.params * s.act_bytes / layers, shard_ranks,
                                                shard_nodes, s.ranks_per_node);
     const double gathers = passes * layers * first;
-    t += s.micro_batches * (s.sync.prefetch ? std::max(first, gathers - s.micro_batch_compute) : gathers);
+    t += s.micro_batches *
+         (s.sync.prefetch ? std::max(first, gathers - s.micro_batch_compute * mc.comm_overlap) : gathers);
   }
   return t;
 }
@@ -92,8 +94,8 @@ Work optimizer_work(const DataParallelStep& s, double update_bytes, const std::s
   const int dp = static_cast<int>(s.dp_members.size());
   const double owned = s.sync.zero > 0 ? s.params / parallel::zero_shard_size(s.sync.zero_group, dp, where) : s.params;
   Work w;
-  w.memory_bytes = owned * update_bytes + s.params * 8 +
-                   (dp > 1 && s.sync.reduce_dtype == DType::BF16 ? s.params * 6 : 0.0);
+  w.optimizer_bytes = owned * update_bytes + s.params * 8 +
+                      (dp > 1 && s.sync.reduce_dtype == DType::BF16 ? s.params * 6 : 0.0);
   return w;
 }
 
@@ -166,8 +168,10 @@ nlohmann::ordered_json candidate_json(const AutoPlanProblem& p, const Candidate&
   j["time_ms"] = {{"compute", c.time.compute * 1e3},       {"tp_comm", c.time.tp_comm * 1e3},
                   {"bubble", c.time.bubble * 1e3},         {"p2p", c.time.p2p * 1e3},
                   {"dp_exposed", c.time.dp_exposed * 1e3}, {"optimizer", c.time.optimizer * 1e3}};
-  j["work"] = {
-      {"gemm_flops", c.work.gemm_flops}, {"gemm_calls", c.work.gemm_calls}, {"memory_bytes", c.work.memory_bytes}};
+  j["work"] = {{"gemm_flops", c.work.gemm_flops},
+               {"gemm_calls", c.work.gemm_calls},
+               {"memory_bytes", c.work.memory_bytes},
+               {"optimizer_bytes", c.work.optimizer_bytes}};
   return j;
 }
 

@@ -79,7 +79,8 @@ struct AutoPlanProblem {
 // allgather after the step, ZeRO-2 a reduce-scatter per micro-batch, ZeRO-3 that plus each micro-batch's parameter
 // gathers (forward, backward, and the recomputed forward); hybrid sharding reduces within the shard group, then
 // across the groups. The gradient buckets of a micro-batch overlap its backward (2/3 of its compute) when
-// parallel.overlap is on, ZeRO-3's gathers its compute when parallel.prefetch is. Exposed seconds.
+// parallel.overlap is on, ZeRO-3's gathers its compute when parallel.prefetch is, each as far as the machine's
+// comm_overlap lets compute hide communication. Exposed seconds.
 struct DataParallelStep {
   parallel::GradSyncOptions sync;
   std::vector<int> dp_members;  // the ranks of one DP group, in DP order

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
 
 #include "core/device_peaks.hpp"
 #include "core/error.hpp"
@@ -16,24 +17,34 @@
 namespace hpct::train {
 namespace fs = std::filesystem;
 
-std::pair<double, double> Link::at(int p) const {
+std::pair<double, double> Link::at(int p, Collective op) const {
   size_t best = ranks.size();
   for (size_t i = 0; i < ranks.size(); ++i)
     if (best == ranks.size() || std::abs(ranks[i] - p) < std::abs(ranks[best] - p) ||
         (std::abs(ranks[i] - p) == std::abs(ranks[best] - p) && ranks[i] > ranks[best]))
       best = i;
-  if (best < ranks.size()) return {bandwidth_by_ranks[best] * 1e9, latency_by_ranks[best] * 1e-6};
-  return {bandwidth_gbs * 1e9, latency_us * 1e-6};
+  if (best == ranks.size()) return {bandwidth_gbs * 1e9, latency_us * 1e-6};
+  const std::vector<double>* bw = &bandwidth_by_ranks;
+  const std::vector<double>* lat = &latency_by_ranks;
+  if (op == Collective::ReduceScatter && !reduce_scatter_bandwidth_by_ranks.empty()) {
+    bw = &reduce_scatter_bandwidth_by_ranks;
+    lat = &reduce_scatter_latency_by_ranks;
+  } else if (op == Collective::AllGather && !allgather_bandwidth_by_ranks.empty()) {
+    bw = &allgather_bandwidth_by_ranks;
+    lat = &allgather_latency_by_ranks;
+  }
+  return {(*bw)[best] * 1e9, (*lat)[best] * 1e-6};
 }
 
 Work& Work::operator+=(const Work& o) {
   gemm_flops += o.gemm_flops;
   gemm_calls += o.gemm_calls;
   memory_bytes += o.memory_bytes;
+  optimizer_bytes += o.optimizer_bytes;
   return *this;
 }
 
-Work Work::scaled(double f) const { return {gemm_flops * f, gemm_calls * f, memory_bytes * f}; }
+Work Work::scaled(double f) const { return {gemm_flops * f, gemm_calls * f, memory_bytes * f, optimizer_bytes * f}; }
 
 void Work::gemm(double m, double n, double k, double count) {
   gemm_flops += 2.0 * m * n * k * count;
@@ -63,15 +74,16 @@ double Machine::slowdown(int ranks_on_node) const {
 
 double Machine::compute_seconds(const Work& w, const std::string& precision, int ranks_on_node) const {
   const double rate = peak_at(precision) * 1e12 * gemm_efficiency;
-  return slowdown(ranks_on_node) *
-         (w.gemm_flops / rate + w.gemm_calls * kernel_overhead_us * 1e-6 + w.memory_bytes / (memory_gbs * 1e9));
+  const double optimizer_rate = (optimizer_gbs > 0 ? optimizer_gbs : memory_gbs) * 1e9;
+  return slowdown(ranks_on_node) * (w.gemm_flops / rate + w.gemm_calls * kernel_overhead_us * 1e-6 +
+                                    w.memory_bytes / (memory_gbs * 1e9) + w.optimizer_bytes / optimizer_rate);
 }
 
 namespace {
 // A ring of p ranks on one link: the bandwidth term of each collective and its number of latency steps.
 double ring_seconds(Collective op, double bytes, int p, const Link& link) {
   if (p <= 1) return 0.0;
-  const auto [bw, alpha] = link.at(p);
+  const auto [bw, alpha] = link.at(p, op);
   const double share = static_cast<double>(p - 1) / p;
   switch (op) {
     case Collective::AllReduce: return 2.0 * share * bytes / bw + 2.0 * (p - 1) * alpha;
@@ -86,15 +98,21 @@ double ring_seconds(Collective op, double bytes, int p, const Link& link) {
 double Machine::collective_seconds(Collective op, double bytes, int p, int nodes, int ranks_on_node) const {
   if (p <= 1 || bytes <= 0) return 0.0;
   const double wait = shared_sync_us * 1e-6 * (1.0 - 1.0 / slowdown(ranks_on_node));
-  if (op == Collective::SendRecv) return wait + ring_seconds(op, bytes, 2, nodes > 1 ? inter : intra);
+  // An in-node ring of q ranks was measured with q ranks on the node; where more share its cores, the copies its
+  // ranks make (CPU shared memory) get the smaller share of a core the others leave: slowdown(node) / slowdown(q).
+  auto in_node_ring = [&](Collective o, double n, int q) {
+    return ring_seconds(o, n, q, intra) * slowdown(ranks_on_node) / slowdown(std::min(q, ranks_on_node));
+  };
+  if (op == Collective::SendRecv)
+    return wait + (nodes > 1 ? ring_seconds(op, bytes, 2, inter) : in_node_ring(op, bytes, 2));
   nodes = std::max(1, std::min(nodes, p));
-  if (nodes == 1) return wait + ring_seconds(op, bytes, p, intra);
+  if (nodes == 1) return wait + in_node_ring(op, bytes, p);
   const int in_node = p / nodes;
   // in-node reduce-scatter / allgather phases, then the nodes' ring over each device's 1/in_node share in parallel
   double t = 0.0;
   if (in_node > 1) {
     const Collective phase = op == Collective::AllGather ? Collective::AllGather : Collective::ReduceScatter;
-    t += ring_seconds(phase, bytes, in_node, intra) * (op == Collective::AllReduce ? 2.0 : 1.0);
+    t += in_node_ring(phase, bytes, in_node) * (op == Collective::AllReduce ? 2.0 : 1.0);
   }
   return wait + t + ring_seconds(op, bytes / in_node, nodes, inter);
 }
@@ -128,6 +146,12 @@ const ConfigSchema& machine_schema() {
                      "ranks per node at which shared_slowdown was measured, increasing", 1.0);
     s.float_list_key("compute.shared_slowdown", std::vector<double>{1.0},
                      "compute-time factor at those ranks per node (cores shared), interpolated; the last beyond", 1e-3);
+    s.float_key("compute.optimizer_gbs", 0.0,
+                "rate of the optimizer's update, one streaming pass over its state (GB/s); 0: memory_gbs", 0.0);
+    s.float_key("compute.comm_overlap", 1.0,
+                "fraction of an overlapped collective's time compute hides: 1 where a DMA engine or NIC moves the "
+                "bytes (NCCL), 0 where the ranks' own cores copy them (MPI shared memory on a CPU)",
+                0.0, 1.0);
     s.float_key("compute.shared_sync_us", 0.0,
                 "where ranks share cores: a collective's wait for a descheduled partner (us), x (1 - 1 / slowdown)",
                 0.0);
@@ -140,6 +164,14 @@ const ConfigSchema& machine_schema() {
       s.float_list_key(l + ".bandwidth_by_ranks", std::vector<double>{}, "bus bandwidth at those sizes (GB/s)", 1e-6);
       s.float_list_key(l + ".latency_by_ranks", std::vector<double>{}, "latency per ring step at those sizes (us)",
                        0.0);
+      for (const char* op : {"reduce_scatter", "allgather"}) {
+        const std::string o = op;
+        s.float_list_key(l + "." + o + "_bandwidth_by_ranks", std::vector<double>{},
+                         "optional: the " + o + "'s own bus bandwidth at those sizes (GB/s); absent: the allreduce's",
+                         1e-6);
+        s.float_list_key(l + "." + o + "_latency_by_ranks", std::vector<double>{},
+                         "optional: the " + o + "'s own latency per ring step at those sizes (us)", 0.0);
+      }
     }
     return s;
   }();
@@ -163,6 +195,17 @@ Link read_link(const Config& c, const std::string& l) {
                    "machine {}: {}.ranks has {} entries but {}.bandwidth_by_ranks {} and {}.latency_by_ranks {}; give "
                    "one bandwidth and one latency per ring size",
                    c.deck_path(), l, k.ranks.size(), l, k.bandwidth_by_ranks.size(), l, k.latency_by_ranks.size());
+  k.reduce_scatter_bandwidth_by_ranks = c.get_float_list(l + ".reduce_scatter_bandwidth_by_ranks");
+  k.reduce_scatter_latency_by_ranks = c.get_float_list(l + ".reduce_scatter_latency_by_ranks");
+  k.allgather_bandwidth_by_ranks = c.get_float_list(l + ".allgather_bandwidth_by_ranks");
+  k.allgather_latency_by_ranks = c.get_float_list(l + ".allgather_latency_by_ranks");
+  for (const auto& [op, bw, lat] :
+       {std::tuple{"reduce_scatter", &k.reduce_scatter_bandwidth_by_ranks, &k.reduce_scatter_latency_by_ranks},
+        std::tuple{"allgather", &k.allgather_bandwidth_by_ranks, &k.allgather_latency_by_ranks}})
+    HPCT_USAGE_CHECK((bw->empty() && lat->empty()) || (bw->size() == k.ranks.size() && lat->size() == k.ranks.size()),
+                     "machine {}: {}.{}_bandwidth_by_ranks has {} entries and {}.{}_latency_by_ranks {}, {}.ranks {}; "
+                     "give both with one entry per ring size, or neither (the allreduce's fit then stands for it)",
+                     c.deck_path(), l, op, bw->size(), l, op, lat->size(), l, k.ranks.size());
   return k;
 }
 }  // namespace
@@ -200,6 +243,8 @@ Machine load_machine(const std::string& name_or_file) {
   m.gemm_efficiency = c.get_float("compute.gemm_efficiency");
   m.kernel_overhead_us = c.get_float("compute.kernel_overhead_us");
   m.memory_gbs = c.get_float("compute.memory_gbs");
+  m.optimizer_gbs = c.get_float("compute.optimizer_gbs");
+  m.comm_overlap = c.get_float("compute.comm_overlap");
   m.shared_ranks = c.get_float_list("compute.shared_ranks");
   m.shared_slowdown = c.get_float_list("compute.shared_slowdown");
   m.shared_sync_us = c.get_float("compute.shared_sync_us");

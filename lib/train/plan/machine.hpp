@@ -12,30 +12,35 @@
 
 namespace hpct::train {
 
+enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
+
 // One link class: a ring's bus bandwidth per rank and its latency per ring step, optionally by ring size (a CPU whose
-// ranks share cores reaches a different rate at every rank count: measured per count, the nearest count applies).
+// ranks share cores reaches a different rate at every rank count: measured per count, the nearest count applies), and
+// optionally per operation: an MPI library's reduce-scatter and allgather need not follow the ring's relation to its
+// allreduce (half its time), so a machine file may give them fits of their own at the same counts.
 struct Link {
-  double bandwidth_gbs = 0;  // bus bandwidth per rank (GB/s, 1e9 B/s)
-  double latency_us = 0;     // per ring step
-  std::vector<int> ranks;    // optional: ring sizes with a fit of their own
-  std::vector<double> bandwidth_by_ranks, latency_by_ranks;
-  // The fit for a ring of p ranks: the per-count one whose count is nearest to p (the larger on a tie), else the
-  // plain one.
-  std::pair<double, double> at(int p) const;  // (bytes per second, seconds per step)
+  double bandwidth_gbs = 0;                                  // bus bandwidth per rank (GB/s, 1e9 B/s)
+  double latency_us = 0;                                     // per ring step
+  std::vector<int> ranks;                                    // optional: ring sizes with a fit of their own
+  std::vector<double> bandwidth_by_ranks, latency_by_ranks;  // the allreduce's (and every operation's without its own)
+  std::vector<double> reduce_scatter_bandwidth_by_ranks, reduce_scatter_latency_by_ranks;
+  std::vector<double> allgather_bandwidth_by_ranks, allgather_latency_by_ranks;
+  // The fit for `op` on a ring of p ranks: the per-count one whose count is nearest to p (the larger on a tie), the
+  // operation's own where the file gives it, else the plain one.
+  std::pair<double, double> at(int p, Collective op = Collective::AllReduce) const;  // (bytes/s, seconds per step)
 };
 
 // The work of one rank's step the compute model prices (the slowest rank's; the planner's "work" output).
 struct Work {
-  double gemm_flops = 0;    // matrix products (GEMMs, attention's products, convolutions)
-  double gemm_calls = 0;    // their kernel calls: each pays kernel_overhead
-  double memory_bytes = 0;  // bytes the memory-bound kernels (elementwise, normalisation, optimizer) move
+  double gemm_flops = 0;       // matrix products (GEMMs, attention's products, convolutions)
+  double gemm_calls = 0;       // their kernel calls: each pays kernel_overhead
+  double memory_bytes = 0;     // bytes the memory-bound kernels (elementwise, normalisation, losses) move
+  double optimizer_bytes = 0;  // bytes the optimizer's update moves (one streaming pass over its state)
   Work& operator+=(const Work& o);
   Work scaled(double f) const;
   // `count` products of (m x k) by (k x n): 2 m n k FLOPs each, one call each.
   void gemm(double m, double n, double k, double count = 1);
 };
-
-enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
 
 struct Machine {
   std::string name, source;  // source: the file it was read from
@@ -48,6 +53,11 @@ struct Machine {
   double gemm_efficiency = 1;
   double kernel_overhead_us = 0;
   double memory_gbs = 0;
+  double optimizer_gbs = 0;  // the optimizer's streaming rate; 0: memory_gbs
+  // The fraction of an overlapped collective's time that compute can hide: 1 where a DMA engine or NIC moves the
+  // bytes (NCCL on GPUs), 0 where the ranks' own cores copy them (MPI through shared memory on a CPU: the copy is core
+  // time, and a non-blocking collective progresses only inside the rank's MPI calls).
+  double comm_overlap = 1;
   std::vector<double> shared_ranks{1.0}, shared_slowdown{1.0};
   double shared_sync_us = 0;  // a synchronisation's wait for partners that share cores (see collective_seconds)
   Link intra, inter;

@@ -13,6 +13,7 @@
 #include "train/loop/run_config.hpp"
 #include "train/plan/auto_plan.hpp"
 #include "train/plan/machine.hpp"
+#include "train/plan/shared_pipeline.hpp"
 #include "train/tasks/gpt/gpt_auto_plan.hpp"
 #include "train/tasks/gpt/gpt_deck.hpp"
 
@@ -124,11 +125,96 @@ TEST(Machine, PerCountFitsAndSlowdown) {
   m.shared_sync_us = 1000.0;
   const double ring = m.collective_seconds(Collective::AllReduce, 1e6, 2, 1, 1);
   EXPECT_NEAR(m.collective_seconds(Collective::AllReduce, 1e6, 2, 1, 2) - ring, 1e-3 * (1 - 1 / 1.2), 1e-12);
-  EXPECT_NEAR(m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 4) -
-                  m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 1),
-              1e-3 * (1 - 1 / 2.4), 1e-12);
+  // and a ring measured with its own ranks on the node is slower by slowdown(node) / slowdown(ring) where more share
+  // the cores: a pair among 4 ranks gets half the core time it had alone (2.4 / 1.2)
+  const double pair = m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 1);
+  EXPECT_NEAR(m.collective_seconds(Collective::SendRecv, 1e6, 2, 1, 4), 2 * pair + 1e-3 * (1 - 1 / 2.4), 1e-12);
   const Work w{2e12, 100, 1e9};
   EXPECT_NEAR(m.compute_seconds(w, "bf16", 2), 1.2 * (2e12 / (989.5e12 * 0.5) + 100 * 10e-6 + 1e9 / 1e12), 1e-12);
+}
+
+TEST(Machine, PerOperationFitsOptimizerRateAndOverlap) {
+  std::string text = kMachine + "ranks = [2.0, 4.0]\nbandwidth_by_ranks = [10.0, 5.0]\nlatency_by_ranks = [1.0, 1.0]\n";
+  Machine m = load_machine(write_machine("ops_absent", text));
+  // without fits of their own, reduce-scatter and allgather follow the allreduce's ring: half its time
+  EXPECT_NEAR(2 * m.collective_seconds(Collective::ReduceScatter, 1e8, 2, 2),
+              m.collective_seconds(Collective::AllReduce, 1e8, 2, 2), 1e-12);
+  EXPECT_DOUBLE_EQ(m.comm_overlap, 1.0);
+  EXPECT_DOUBLE_EQ(m.optimizer_gbs, 0.0);
+  const Work opt{0, 0, 0, 1e9};
+  EXPECT_NEAR(m.compute_seconds(opt, "bf16", 1), 1e9 / 1e12, 1e-15);  // no optimizer rate: the memory rate
+  text += "reduce_scatter_bandwidth_by_ranks = [2.0, 1.0]\nreduce_scatter_latency_by_ranks = [3.0, 3.0]\n";
+  std::string file = text;
+  file.replace(file.find("memory_gbs = 1000.0"), 19, "memory_gbs = 1000.0\noptimizer_gbs = 4000.0\ncomm_overlap = 0.0");
+  m = load_machine(write_machine("ops", file));
+  // two ranks on two nodes: one ring on the inter-node link, whose lists these are
+  EXPECT_NEAR(m.collective_seconds(Collective::ReduceScatter, 1e8, 2, 2), 0.5 * 1e8 / 2e9 + 3e-6, 1e-12);
+  EXPECT_NEAR(m.collective_seconds(Collective::AllGather, 1e8, 2, 2), 0.5 * 1e8 / 10e9 + 1e-6, 1e-12);
+  EXPECT_NEAR(m.compute_seconds(opt, "bf16", 1), 1e9 / 4e12, 1e-15);
+  EXPECT_DOUBLE_EQ(m.comm_overlap, 0.0);
+  // a list without its partner, or of another length than ranks, is refused by name
+  const std::string half = text.substr(0, text.find("reduce_scatter_latency_by_ranks"));
+  EXPECT_NE(usage_message([&] {
+              load_machine(write_machine("ops_half", half));
+            }).find("inter.reduce_scatter_bandwidth_by_ranks has 2 entries"),
+            std::string::npos);
+}
+
+// A machine whose 8 ranks share 2 cores: one or two ranks run at full speed, k > 2 at k / 2 of it.
+Machine two_cores() {
+  Machine m = load_machine(write_machine("ok", kMachine));
+  m.shared_ranks = {1, 2, 4, 8};
+  m.shared_slowdown = {1.0, 1.0, 2.0, 4.0};
+  return m;
+}
+
+SharedPipeline uniform_pipeline(int pp, int v, int m, double f, double b) {
+  SharedPipeline p;
+  p.pp = pp;
+  p.virtual_stages = v;
+  p.micro_batches = m;
+  p.forward_s.assign(static_cast<size_t>(pp), f);
+  p.backward_s.assign(static_cast<size_t>(pp), b);
+  p.comm_s.assign(static_cast<size_t>(pp), 0.0);
+  return p;
+}
+
+TEST(SharedPipeline, OnCoresOfTheirOwnItIsTheSchedulesCriticalPath) {
+  const Machine gpu = load_machine(write_machine("ok", kMachine));  // slowdown 1 at every count
+  for (parallel::ScheduleKind kind : {parallel::ScheduleKind::OneFOneB, parallel::ScheduleKind::GPipe}) {
+    SharedPipeline p = uniform_pipeline(4, 1, 8, 1.0, 2.0);
+    p.schedule = kind;
+    EXPECT_NEAR(shared_pipeline_seconds(gpu, p), (8 + 3) * 3.0, 1e-9);  // (m + p - 1)(F + B)
+  }
+  // interleaved: (v m + p - 1)(F + B) / v
+  EXPECT_NEAR(shared_pipeline_seconds(gpu, uniform_pipeline(4, 2, 8, 1.0, 2.0)), (16 + 3) * 3.0 / 2, 1e-9);
+  // a stage twice as slow paces the pipeline: (m - 1) of its micro-batches after the fill through it
+  SharedPipeline slow = uniform_pipeline(2, 1, 4, 1.0, 2.0);
+  slow.forward_s[1] = 2.0;
+  slow.backward_s[1] = 4.0;
+  EXPECT_NEAR(shared_pipeline_seconds(gpu, slow), 1.0 + 4 * 6.0 + 2.0, 1e-9);
+  // communication is time the rank holds, not compute it shares
+  SharedPipeline comm = uniform_pipeline(1, 1, 3, 1.0, 2.0);
+  comm.comm_s = {0.5};
+  EXPECT_NEAR(shared_pipeline_seconds(gpu, comm), 3 * 3.5, 1e-9);
+}
+
+TEST(SharedPipeline, SharedCoresLieBetweenTheNodesWorkAndTheSerialSum) {
+  const Machine cpu = two_cores();
+  // four stages on two cores: at best the node's work over the two cores, 4 x 8 x 3 / 2 = 48; the fill and drain,
+  // where fewer than two ranks can run, leave a core idle, so more; never the serial 96
+  const double t = shared_pipeline_seconds(cpu, uniform_pipeline(4, 1, 8, 1.0, 2.0));
+  EXPECT_GT(t, 48.0 + 1.0);
+  EXPECT_LT(t, 60.0);
+  // one rank per core: the plain critical path
+  EXPECT_NEAR(shared_pipeline_seconds(cpu, uniform_pipeline(2, 1, 8, 1.0, 2.0)), (8 + 1) * 3.0, 1e-9);
+  // replicas share the cores too: two pipelines of two stages run as one of four ranks' work, (8 + 1) x 3 x 2 at
+  // most (every rank always runnable would be 2 x 2 x 8 x 3 / 2 = 48)
+  SharedPipeline twice = uniform_pipeline(2, 1, 8, 1.0, 2.0);
+  twice.replicas = 2;
+  const double t2 = shared_pipeline_seconds(cpu, twice);
+  EXPECT_GE(t2, 48.0 - 1e-9);
+  EXPECT_LE(t2, (8 + 1) * 3.0 * 2 + 1e-9);
 }
 
 const std::string kGptDeck = R"(

@@ -8,6 +8,7 @@
 #include "models/gpt/gpt_layout.hpp"
 #include "parallel/grid.hpp"
 #include "train/tasks/gpt/gpt_deck.hpp"
+#include "train/plan/shared_pipeline.hpp"
 #include "train/tasks/gpt/gpt_plan.hpp"
 
 namespace hpct::train {
@@ -81,11 +82,20 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
   if (rc == models::Recompute::Full) block += fwd;
   if (rc == models::Recompute::Selective) block.memory_bytes += M * (4 * C / (sp ? tp : 1) + 8 * C / tp) * ab;
   const double act_msg = M * C * ab;  // one micro-batch's activations, the TP collectives' buffer
-  const double block_tp = (4 + (rc == models::Recompute::Full ? 2 : 0)) *
-                          mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes, rpn);
+  // per block and pass (forward, backward, the full recompute's forward): two allreduces, or under SP two allgathers
+  // and two reduce-scatters (their ring's bytes are the allreduce's, but twice the synchronisations)
+  const double passes = 2 + (rc == models::Recompute::Full ? 1 : 0);
+  const double block_tp = passes * 2 *
+                          (sp ? mc.collective_seconds(Collective::AllGather, act_msg, tp_ranks, tp_nodes, rpn) +
+                                    mc.collective_seconds(Collective::ReduceScatter, act_msg, tp_ranks, tp_nodes, rpn)
+                              : mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes, rpn));
+
+  // the forward's share of a block's compute (the rest: backward, and the full recompute's forward)
+  const double forward_share = mc.compute_seconds(fwd, precision, 1) / mc.compute_seconds(block, precision, 1);
 
   // per stage: the micro-batch's work and its TP collectives; the slowest stage paces the pipeline
   double slowest = -1, mb_compute = 0, mb_tp = 0, params = 0, stage_sum = 0, stage_max = 0;
+  std::vector<double> stage_compute, stage_tp;
   Work mb_work;
   for (int p = 0; p < pp; ++p) {
     const std::vector<gpt::StagePlan> chunks = gpt::chunk_plans(cfg, pp, p, v);
@@ -107,6 +117,8 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
     const double t_compute = mc.compute_seconds(w, precision, 1);  // the rank alone on its cores
     stage_sum += t_compute;
     stage_max = std::max(stage_max, t_compute);
+    stage_compute.push_back(t_compute);
+    stage_tp.push_back(t_tp);
     if (t_compute + t_tp > slowest) {
       slowest = t_compute + t_tp;
       mb_compute = t_compute;
@@ -116,15 +128,30 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
     params = std::max(params, stage_params(cfg, tp, pp, chunks));
   }
 
-  // The pipeline: its critical path, (m + (PP - 1) / V) micro-batches of the slowest stage, or, where a node's ranks
-  // share cores (slowdown > 1), the node's work at the shared rate, whichever is longer: ranks waiting in the bubble
-  // leave their cores to the ones computing (Open MPI yields when oversubscribed). One node holds every stage, or
-  // (several nodes) the slowest one's ranks.
+  // The pipeline: on devices of their own, its critical path, (m + (PP - 1) / V) micro-batches of the slowest stage.
+  // Where one node's ranks share its cores (slowdown > 1), ranks waiting in the bubble leave their cores to the ones
+  // computing (Open MPI yields when oversubscribed), but the fill, the drain and the schedule's dependencies leave
+  // cores idle: the schedule is played out with the cores shared (train/plan/shared_pipeline.hpp). A pipeline over
+  // several such nodes: its path, or the slowest stage's node's work at the shared rate, whichever is longer.
   const double share = mc.slowdown(rpn);
-  const double node_stage = world <= mc.devices_per_node ? stage_sum / pp : stage_max;
-  const double path = (m + static_cast<double>(pp - 1) / v) * slowest;
-  const double node_bound = share * m * node_stage + m * mb_tp;
-  const double pipeline = std::max(path, node_bound);
+  double pipeline = (m + static_cast<double>(pp - 1) / v) * slowest;
+  if (share > 1 && pp > 1 && world <= mc.devices_per_node) {
+    SharedPipeline sim;
+    sim.schedule = run.parallel.schedule;
+    sim.pp = pp;
+    sim.virtual_stages = v;
+    sim.micro_batches = static_cast<int>(m);
+    sim.replicas = world / pp;
+    for (int p = 0; p < pp; ++p) {
+      sim.forward_s.push_back(stage_compute[static_cast<size_t>(p)] * forward_share);
+      sim.backward_s.push_back(stage_compute[static_cast<size_t>(p)] * (1 - forward_share));
+    }
+    sim.comm_s = stage_tp;
+    pipeline = shared_pipeline_seconds(mc, sim);
+  } else if (share > 1) {
+    const double node_stage = world <= mc.devices_per_node ? stage_sum / pp : stage_max;
+    pipeline = std::max(pipeline, share * m * node_stage + m * mb_tp);
+  }
   StepTime st;
   st.tp_comm = m * mb_tp;
   st.compute = std::min(share * m * mb_compute, pipeline - st.tp_comm);

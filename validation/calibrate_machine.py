@@ -23,6 +23,10 @@
            ~150 allreduces a step, 4 ranks on the cores), its fastest run's ms/step; compute.shared_sync_us (a
            collective's wait for a partner descheduled by the shared cores) bisected until the planner's
            prediction of that job equals it
+  wait:    one 8-rank pipeline job (bench_gpt at C 128, DP 2 x PP 4, micro-batch 1: 8 ranks on the cores, the
+           pipeline's waiting ranks polling MPI), its fastest run's ms/step; compute.shared_wait_share (the fraction of
+           a core a waiting rank still takes from the computing ones) bisected in 0..1 until the planner's prediction
+           of that job equals it
   sharing: k copies of one one-rank job started at once (k = 1 2 4 8; --quick 1 2); the slowest copy's step time over
            the k = 1 run's -> shared_ranks, shared_slowdown (a synchronous step waits for its slowest rank).
   machine: device "cpu", lscpu's model name, devices_per_node 8 (ranks planned per node, oversubscribed beyond the
@@ -219,7 +223,8 @@ def machine_toml(compute, shared, header):
           kv("optimizer_gbs", tf(compute["optimizer_gbs"]), "1/d: the optimizer's update"),
           kv("comm_overlap", "0.0", "MPI's shared-memory copies are the ranks' own core time"),
           kv("shared_ranks", tarr(shared[0])), kv("shared_slowdown", tarr(shared[1]), shared[2]),
-          kv("shared_sync_us", tf(compute.get("shared_sync_us", 0.0)), compute.get("sync_note", "")), ""]
+          kv("shared_sync_us", tf(compute.get("shared_sync_us", 0.0)), compute.get("sync_note", "")),
+          kv("shared_wait_share", tf(compute.get("shared_wait_share", 0.0)), compute.get("wait_note", "")), ""]
     L += ["# ring allreduce, t = 2(P-1) latency + 2(P-1)/P n / bandwidth (reduce-scatter, allgather: (P-1) latency + "
           f"(P-1)/P n / bandwidth), fitted per P to bench_collectives rows {args.fit_min_bytes} B.."
           f"{args.fit_max_bytes // MiB} MiB in relative error (one thread per rank; P above the {CPUS} cores "
@@ -446,6 +451,55 @@ compute["sync_note"] = (f"{config_name(SYNC_CONFIG)} TP {SYNC_RANKS} at {SYNC_RA
 print(f"sync: {sync_ms:.1f} ms/step measured; shared_sync_us {compute['shared_sync_us']:.1f} us "
       f"(the ring alone predicts {sync_predicted_ms(0.0):.1f} ms)")
 
+# --------------------------------------------------------------------------------------------------- 5. wait
+# A pipeline on more ranks than cores: its ranks waiting in the bubble poll MPI and keep part of a core from the ones
+# computing; shared_wait_share is that part which makes the planner predict the measured step (the sync wait above
+# already in the file: the pipeline's messages pay it too).
+WAIT_CONFIG, WAIT_RANKS, WAIT_LAYOUT = ("bench_gpt", 128, 4, 1, 8, None), 8, ["parallel.pp=4", "parallel.schedule=1f1b"]
+wait_sets = config_sets(WAIT_CONFIG, STEPS) + WAIT_LAYOUT
+
+
+def wait_job(rep):
+    out = os.path.join(args.work, f"wait_run{rep}")
+    return [(mpirun(WAIT_RANKS) + [TRAIN_GPT, deck_path(WAIT_CONFIG)] + set_args(wait_sets) + ["--out", out], out)]
+
+
+print(f"wait: {config_name(WAIT_CONFIG)} DP 2 x PP 4 on {WAIT_RANKS} ranks x {REPEATS} run(s)", flush=True)
+wtimes = timed_runs("wait", {"pp": wait_job}, REPEATS, STEPS)
+ok = [r[0] for r in wtimes["pp"] if r[0] is not None]
+if failures or not ok:
+    fail_now("; ".join(failures) or "wait: no run")
+wait_ms = min(ok)
+
+
+def wait_predicted_ms(share):
+    path = os.path.join(args.work, "wait_trial.toml")
+    with open(path, "w") as f:
+        f.write(machine_toml(dict(compute, shared_wait_share=share), shared, ["wait trial"]))
+    cmd = [TRAIN_GPT, deck_path(WAIT_CONFIG), "--plan", str(WAIT_RANKS), "--auto", "--machine", path, "--json",
+           "--top", "1"] + set_args(wait_sets)
+    objs, prob = plan_objects(cmd)
+    d = deck_object(objs)
+    if prob or d is None:
+        fail_now(prob or f"{show(cmd)}: no object with \"deck\": true")
+    return d["pred_ms"]
+
+
+lo, hi = 0.0, 1.0
+if wait_predicted_ms(lo) >= wait_ms:
+    hi = 0.0  # the pipeline already predicts it with the waiting ranks' cores given wholly away
+elif wait_predicted_ms(hi) <= wait_ms:
+    lo = 1.0  # slower even with every waiting rank a whole contender: the most the key allows
+else:
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if wait_predicted_ms(mid) < wait_ms else (lo, mid)
+compute["shared_wait_share"] = (lo + hi) / 2
+compute["wait_note"] = (f"{config_name(WAIT_CONFIG)} DP 2 x PP 4 at {WAIT_RANKS} ranks: {wait_ms:.1f} ms/step "
+                        "measured = predicted")
+print(f"wait: {wait_ms:.1f} ms/step measured; shared_wait_share {compute['shared_wait_share']:.3f} "
+      f"(0 predicts {wait_predicted_ms(0.0):.1f} ms)")
+
 # ----------------------------------------------------------------------------------------------------- outputs
 date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -480,6 +534,8 @@ if args.json:
                             runs={k: stimes[k] for k in SHARE_K}, slowest_ms=slowest, slowdown=shared[1]),
                sync=dict(config=config_name(SYNC_CONFIG), tp=SYNC_RANKS, runs=ytimes["tp"], ms=sync_ms,
                          shared_sync_us=compute["shared_sync_us"]),
+               wait=dict(config=config_name(WAIT_CONFIG), ranks=WAIT_RANKS, layout=WAIT_LAYOUT, runs=wtimes["pp"],
+                         ms=wait_ms, shared_wait_share=compute["shared_wait_share"]),
                planner_check=show(check), verdict_failures=failures)
     with open(args.json, "w") as f:
         json.dump(raw, f, indent=1)

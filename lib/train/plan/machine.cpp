@@ -61,7 +61,7 @@ double Machine::peak_at(const std::string& precision) const {
   return *p;
 }
 
-double Machine::slowdown(int ranks_on_node) const {
+double Machine::slowdown(double ranks_on_node) const {
   const double r = ranks_on_node;
   if (r <= shared_ranks.front()) return shared_slowdown.front();
   for (size_t i = 1; i < shared_ranks.size(); ++i)
@@ -151,6 +151,10 @@ const ConfigSchema& machine_schema() {
     s.float_key("compute.comm_overlap", 1.0,
                 "fraction of an overlapped collective's time compute hides: 1 where a DMA engine or NIC moves the "
                 "bytes (NCCL), 0 where the ranks' own cores copy them (MPI shared memory on a CPU)",
+                0.0, 1.0);
+    s.float_key("compute.shared_wait_share", 0.0,
+                "where ranks share cores: the fraction of a core a rank waiting for a message (polling MPI) still "
+                "takes from the ones computing",
                 0.0, 1.0);
     s.float_key("compute.shared_sync_us", 0.0,
                 "where ranks share cores: a collective's wait for a descheduled partner (us), x (1 - 1 / slowdown)",
@@ -248,6 +252,7 @@ Machine load_machine(const std::string& name_or_file) {
   m.shared_ranks = c.get_float_list("compute.shared_ranks");
   m.shared_slowdown = c.get_float_list("compute.shared_slowdown");
   m.shared_sync_us = c.get_float("compute.shared_sync_us");
+  m.shared_wait_share = c.get_float("compute.shared_wait_share");
   HPCT_USAGE_CHECK(!m.shared_ranks.empty() && m.shared_ranks.size() == m.shared_slowdown.size() &&
                        std::is_sorted(m.shared_ranks.begin(), m.shared_ranks.end()) &&
                        std::adjacent_find(m.shared_ranks.begin(), m.shared_ranks.end()) == m.shared_ranks.end(),

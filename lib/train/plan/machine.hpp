@@ -60,6 +60,10 @@ struct Machine {
   double comm_overlap = 1;
   std::vector<double> shared_ranks{1.0}, shared_slowdown{1.0};
   double shared_sync_us = 0;  // a synchronisation's wait for partners that share cores (see collective_seconds)
+  // The fraction of a core a rank waiting for a message still takes where ranks share cores (an MPI receive polls,
+  // yielding between polls; the scheduler gives the poller its turns): the pipeline's idle ranks do not give their
+  // cores wholly to the computing ones (train/plan/shared_pipeline.hpp).
+  double shared_wait_share = 0;
   Link intra, inter;
 
   // The peak the compute model divides by, at a train.precision name (TFLOP/s): peak_tflops, else the peak table's
@@ -67,7 +71,7 @@ struct Machine {
   double peak_at(const std::string& precision) const;
   // The slowdown of compute when `ranks_on_node` ranks share a node: shared_slowdown interpolated over shared_ranks,
   // the last one's beyond it (a GPU node's ranks have a device each: 1).
-  double slowdown(int ranks_on_node) const;
+  double slowdown(double ranks_on_node) const;  // fractional: ranks that take part of a core
   // Seconds for `work` on one rank at `precision` when ranks_on_node ranks share the node.
   double compute_seconds(const Work& work, const std::string& precision, int ranks_on_node) const;
   // Seconds for one collective of `bytes` (the full buffer: the allreduced one, the whole of what is scattered or

@@ -62,10 +62,12 @@ double shared_pipeline_seconds(const Machine& mc, const SharedPipeline& p) {
       k.comm = comm;
       k.comm_until = work > 0 ? -1.0 : now + comm;
     }
-    // runnable: computing ranks; the rate their sharing of the cores leaves each
+    // the computing ranks share the cores with each other and, for shared_wait_share of a core each, with the ranks
+    // that wait (for an input, in a collective, or done and at the step's end)
     int computing = 0;
     for (const Rank& k : ranks) computing += k.busy && k.work > 0 ? 1 : 0;
-    const double rate = computing > 0 ? 1.0 / mc.slowdown(computing * p.replicas) : 0.0;
+    const double contending = p.replicas * (computing + mc.shared_wait_share * (P - computing));
+    const double rate = computing > 0 ? 1.0 / mc.slowdown(contending) : 0.0;
     // the next event: a compute finishing, a communication finishing, an input arriving
     double dt = std::numeric_limits<double>::infinity();
     for (int r = 0; r < P; ++r) {

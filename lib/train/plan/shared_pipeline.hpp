@@ -7,7 +7,8 @@
 // step is nearer the node's work at the shared rate, but not all of it: in the fill and drain, and wherever the
 // schedule's dependencies leave fewer runnable ranks than cores, cores idle. Neither bound holds then; this plays the
 // schedule (parallel::make_schedule, the executor's own action order) with the ranks' compute shared: while n ranks of
-// the node are runnable, each progresses at 1 / slowdown(n) of its speed alone.
+// the node compute and w wait, each computing one progresses at 1 / slowdown(n + shared_wait_share w) of its speed
+// alone (a waiting rank polls MPI and still takes part of a core).
 #include <vector>
 
 #include "parallel/pipeline_schedule.hpp"

@@ -206,6 +206,13 @@ TEST(SharedPipeline, SharedCoresLieBetweenTheNodesWorkAndTheSerialSum) {
   const double t = shared_pipeline_seconds(cpu, uniform_pipeline(4, 1, 8, 1.0, 2.0));
   EXPECT_GT(t, 48.0 + 1.0);
   EXPECT_LT(t, 60.0);
+  // ranks waiting for their input that still poll keep part of a core from the computing ones: slower; a waiting
+  // rank as busy as a computing one leaves every computing rank half a core: the critical path at half speed
+  Machine polling = cpu;
+  polling.shared_wait_share = 0.25;
+  EXPECT_GT(shared_pipeline_seconds(polling, uniform_pipeline(4, 1, 8, 1.0, 2.0)), t);
+  polling.shared_wait_share = 1.0;
+  EXPECT_NEAR(shared_pipeline_seconds(polling, uniform_pipeline(4, 1, 8, 1.0, 2.0)), (8 + 3) * 3.0 * 2, 1e-9);
   // one rank per core: the plain critical path
   EXPECT_NEAR(shared_pipeline_seconds(cpu, uniform_pipeline(2, 1, 8, 1.0, 2.0)), (8 + 1) * 3.0, 1e-9);
   // replicas share the cores too: two pipelines of two stages run as one of four ranks' work, (8 + 1) x 3 x 2 at

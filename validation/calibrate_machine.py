@@ -33,7 +33,7 @@
            cores), memory_gb = MemTotal in GiB, shared by the node's ranks.
 Step times: the median of the steps after the first 5 in the run's metrics.jsonl; each configuration runs --repeats
 times round-robin with the others and the fastest run is kept (the one least disturbed by load from outside the job).
-About 6 minutes here (--quick about 1); run it on an otherwise idle machine.
+About 4 minutes here (5 with --repeats 3, the committed file; --quick about 1); run it on an otherwise idle machine.
 
 usage: validation/calibrate_machine.py [--out FILE.toml] [--build DIR] [--quick] [--json FILE] [--repeats K]
                                        [--work DIR] [--max-residual F]
@@ -505,7 +505,8 @@ date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 header = [f"Machine file of this CPU for the layout planner (train_gpt DECK --plan WORLD --auto --machine {NAME}).",
           f"written by: {COMMAND}", f"date: {date} (git {git})", f"CPU: {CPU_LINE}",
-          "one OpenMP thread per rank, fp32; Open MPI shared memory, `mpirun --oversubscribe --bind-to none`"]
+          "one OpenMP thread per rank, fp32; Open MPI shared memory, `mpirun --oversubscribe --bind-to "
+          "core:overload-allowed --map-by core` (ranks round-robin on the cores)"]
 if failures:
     header.append("FAILED: " + "; ".join(failures))
 text = machine_toml(compute, shared, header)

@@ -9,11 +9,12 @@ For each deck (--decks, default inputs/gpt_tiny.toml inputs/bench_gpt.toml) and 
               time is at most --max-ratio (4) x the best: the rest in predicted order cut into --random equal parts,
               one drawn from each, so that the slowest part is drawn from too; when the chosen ones then span less
               than 2x of predicted time and the rest has candidates at >= 2x the best, the last draw is among those;
-  3. run:     each chosen layout `mpirun -np W --oversubscribe --bind-to none build/apps/train_gpt DECK <its "set"
-              arguments as --set> --set train.steps=30 --set train.eval_every=0 --set checkpoint.every=0
-              --set checkpoint.at_end=false --set sample.tokens=0 --out DIR` (OMP_NUM_THREADS=1: the ranks share the
-              cores as the machine file's shared_slowdown says), --repeats (3) times in round-robin order over every
-              chosen layout of every (deck, world), never twice in a row; a run's time is the median step time of
+  3. run:     each chosen layout `mpirun -np W --oversubscribe --bind-to core:overload-allowed --map-by core
+              build/apps/train_gpt DECK <its "set" arguments as --set> --set train.steps=30 --set train.eval_every=0
+              --set checkpoint.every=0 --set checkpoint.at_end=false --set sample.tokens=0 --out DIR`
+              (OMP_NUM_THREADS=1: the ranks share the cores as the machine file's shared_slowdown says; bound
+              round-robin to them: planner_jobs.mpirun), --repeats (3) times in round-robin order over every chosen
+              layout of every (deck, world), never twice in a row; a run's time is the median step time of
               steps 6..--steps in its metrics.jsonl, a layout's measured time the fastest of its runs (the one least
               disturbed by outside load);
   4. judge:   per (deck, world) the Spearman rank correlation of predicted and measured time over the chosen layouts
@@ -389,7 +390,7 @@ L += ["\n## Commands\n", f"- this check: `{COMMAND}`",
       f"- environment of every run: `OMP_NUM_THREADS=1 HPCT_DATA_DIR={rel(ENV['HPCT_DATA_DIR'])}` "
       "(and Open MPI's run-as-root variables); every world above the cores is oversubscribed",
       "- plans:" + "".join(f"\n  - `{g['plan_cmd']}`" for g in groups),
-      "- runs: `mpirun -np W --oversubscribe --bind-to none build/apps/train_gpt DECK "
+      "- runs: `" + " ".join(mpirun(2)).replace(" 2 ", " W ") + " build/apps/train_gpt DECK "
       + "".join(f"--set {s} " for s in args.sets) + "<the candidate's \"set\"> "
       + "".join(f"--set {s} " for s in FIXED_SETS) + f"--set train.steps={args.steps} --out DIR`, each exact "
       f"command in the CSV (`{rel(args.csv)}`, column `command`)",

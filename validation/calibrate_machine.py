@@ -62,7 +62,9 @@ from planner_jobs import (WARMUP_STEPS, deck_object, failure_tail, mpirun, plan_
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--out", default=os.path.join(REPO, "inputs", "machines", "this_cpu.toml"))
 ap.add_argument("--build", default=os.path.join(REPO, "build"))
-ap.add_argument("--quick", action="store_true", help="ranks 2 4, 4 configurations, k 1 2, 8 steps, one run each")
+ap.add_argument("--quick", action="store_true",
+                help="ranks 2 4, 5 configurations, k 1 2, 8 steps, one run each: a smoke test of this script (its "
+                "slowdown stops at 2 ranks, so its shared-core figures do not hold for more)")
 ap.add_argument("--json", help="write the raw measurements here")
 ap.add_argument("--repeats", type=int, help="runs per configuration, round-robin, fastest kept (default 2; --quick 1)")
 ap.add_argument("--work", default="/tmp/calibrate_machine")
@@ -405,32 +407,26 @@ shared = (list(SHARE_K), [slowest[k] / slowest[1] for k in SHARE_K],
           f"({slowest[1]:.1f} ms)")
 print("sharing: " + ", ".join(f"k={k}: {slowest[k]:.1f} ms, x{slowest[k] / slowest[1]:.2f}" for k in SHARE_K))
 
-# --------------------------------------------------------------------------------------------------- 4. sync
-# A TP-heavy job on more ranks than cores: what its collectives wait beyond the alpha-beta ring is the partners'
-# scheduling; shared_sync_us is the wait per collective that makes the planner predict the measured step.
-SYNC_CONFIG, SYNC_RANKS = ("gpt_tiny", 128, 4, 1, 8, None), 4
-sync_sets = config_sets(SYNC_CONFIG, STEPS) + [f"parallel.tp={SYNC_RANKS}"]
+# ------------------------------------------------------------------------------------------ 4. sync and 5. wait
+def fastest_job_ms(label, cfg, ranks, sets):
+    """(the fastest of REPEATS runs' ms/step, every run's) of one multi-rank job."""
+    def job(rep):
+        out = os.path.join(args.work, f"{label}_run{rep}")
+        return [(mpirun(ranks) + [TRAIN_GPT, deck_path(cfg)] + set_args(sets) + ["--out", out], out)]
+    runs = timed_runs(label, {label: job}, REPEATS, STEPS)[label]
+    ok = [r[0] for r in runs if r[0] is not None]
+    if failures or not ok:
+        fail_now("; ".join(failures) or f"{label}: no run")
+    return min(ok), runs
 
 
-def sync_job(rep):
-    out = os.path.join(args.work, f"sync_run{rep}")
-    return [(mpirun(SYNC_RANKS) + [TRAIN_GPT, deck_path(SYNC_CONFIG)] + set_args(sync_sets) + ["--out", out], out)]
-
-
-print(f"sync: {config_name(SYNC_CONFIG)} TP {SYNC_RANKS} on {SYNC_RANKS} ranks x {REPEATS} run(s)", flush=True)
-ytimes = timed_runs("sync", {"tp": sync_job}, REPEATS, STEPS)
-ok = [r[0] for r in ytimes["tp"] if r[0] is not None]
-if failures or not ok:
-    fail_now("; ".join(failures) or "sync: no run")
-sync_ms = min(ok)
-
-
-def sync_predicted_ms(us):
-    path = os.path.join(args.work, "sync_trial.toml")
+def predicted_ms(key, value, cfg, ranks, sets):
+    """The planner's ms/step for the job with the file as measured so far and compute[key] = value."""
+    path = os.path.join(args.work, f"{key}_trial.toml")
     with open(path, "w") as f:
-        f.write(machine_toml(dict(compute, shared_sync_us=us), shared, ["sync trial"]))
-    cmd = [TRAIN_GPT, deck_path(SYNC_CONFIG), "--plan", str(SYNC_RANKS), "--auto", "--machine", path, "--json",
-           "--top", "1"] + set_args(sync_sets)
+        f.write(machine_toml(dict(compute, **{key: value}), shared, [f"{key} trial"]))
+    cmd = [TRAIN_GPT, deck_path(cfg), "--plan", str(ranks), "--auto", "--machine", path, "--json", "--top", "1"] + \
+        set_args(sets)
     objs, prob = plan_objects(cmd)
     d = deck_object(objs)
     if prob or d is None:
@@ -438,67 +434,43 @@ def sync_predicted_ms(us):
     return d["pred_ms"]
 
 
-lo, hi = 0.0, 50000.0
-if sync_predicted_ms(lo) >= sync_ms:
-    hi = 0.0  # the ring alone already predicts it: no wait to add
-else:
+def bisect_key(key, lo, hi, measured_ms, cfg, ranks, sets):
+    """compute[key] in lo..hi at which the planner predicts measured_ms for the job (the prediction grows with the
+    key): lo when lo already predicts it or more, hi when even hi predicts less, else bisected."""
+    if predicted_ms(key, lo, cfg, ranks, sets) >= measured_ms:
+        return lo
+    if predicted_ms(key, hi, cfg, ranks, sets) <= measured_ms:
+        return hi
     for _ in range(30):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if sync_predicted_ms(mid) < sync_ms else (lo, mid)
-compute["shared_sync_us"] = (lo + hi) / 2
-compute["sync_note"] = (f"{config_name(SYNC_CONFIG)} TP {SYNC_RANKS} at {SYNC_RANKS} ranks: {sync_ms:.1f} ms/step "
-                        "measured = predicted")
-print(f"sync: {sync_ms:.1f} ms/step measured; shared_sync_us {compute['shared_sync_us']:.1f} us "
-      f"(the ring alone predicts {sync_predicted_ms(0.0):.1f} ms)")
+        lo, hi = (mid, hi) if predicted_ms(key, mid, cfg, ranks, sets) < measured_ms else (lo, mid)
+    return (lo + hi) / 2
 
-# --------------------------------------------------------------------------------------------------- 5. wait
+
+def fit_to_job(label, key, lo, hi, cfg, ranks, layout, what):
+    """Measures the job (cfg at `ranks` ranks with the `layout` sets) and sets compute[key] so that the planner
+    predicts it; compute[label + "_note"] says so. Returns (its ms/step, every run's)."""
+    sets = config_sets(cfg, STEPS) + layout
+    print(f"{label}: {config_name(cfg)} {what} on {ranks} ranks x {REPEATS} run(s)", flush=True)
+    ms, runs = fastest_job_ms(label, cfg, ranks, sets)
+    compute[key] = bisect_key(key, lo, hi, ms, cfg, ranks, sets)
+    compute[label + "_note"] = f"{config_name(cfg)} {what} at {ranks} ranks: {ms:.1f} ms/step measured = predicted"
+    print(f"{label}: {ms:.1f} ms/step measured; {key} {compute[key]:.4g} ({key} = 0 predicts "
+          f"{predicted_ms(key, 0.0, cfg, ranks, sets):.1f} ms)")
+    return ms, runs
+
+
+# A TP-heavy job on more ranks than cores: what its collectives wait beyond the alpha-beta ring is the partners'
+# scheduling; shared_sync_us is the wait per collective that makes the planner predict the measured step.
+SYNC_CONFIG, SYNC_RANKS = ("gpt_tiny", 128, 4, 1, 8, None), 4
+sync_ms, sync_runs = fit_to_job("sync", "shared_sync_us", 0.0, 50000.0, SYNC_CONFIG, SYNC_RANKS,
+                                [f"parallel.tp={SYNC_RANKS}"], f"TP {SYNC_RANKS}")
 # A pipeline on more ranks than cores: its ranks waiting in the bubble poll MPI and keep part of a core from the ones
 # computing; shared_wait_share is that part which makes the planner predict the measured step (the sync wait above
 # already in the file: the pipeline's messages pay it too).
 WAIT_CONFIG, WAIT_RANKS, WAIT_LAYOUT = ("bench_gpt", 128, 4, 1, 8, None), 8, ["parallel.pp=4", "parallel.schedule=1f1b"]
-wait_sets = config_sets(WAIT_CONFIG, STEPS) + WAIT_LAYOUT
-
-
-def wait_job(rep):
-    out = os.path.join(args.work, f"wait_run{rep}")
-    return [(mpirun(WAIT_RANKS) + [TRAIN_GPT, deck_path(WAIT_CONFIG)] + set_args(wait_sets) + ["--out", out], out)]
-
-
-print(f"wait: {config_name(WAIT_CONFIG)} DP 2 x PP 4 on {WAIT_RANKS} ranks x {REPEATS} run(s)", flush=True)
-wtimes = timed_runs("wait", {"pp": wait_job}, REPEATS, STEPS)
-ok = [r[0] for r in wtimes["pp"] if r[0] is not None]
-if failures or not ok:
-    fail_now("; ".join(failures) or "wait: no run")
-wait_ms = min(ok)
-
-
-def wait_predicted_ms(share):
-    path = os.path.join(args.work, "wait_trial.toml")
-    with open(path, "w") as f:
-        f.write(machine_toml(dict(compute, shared_wait_share=share), shared, ["wait trial"]))
-    cmd = [TRAIN_GPT, deck_path(WAIT_CONFIG), "--plan", str(WAIT_RANKS), "--auto", "--machine", path, "--json",
-           "--top", "1"] + set_args(wait_sets)
-    objs, prob = plan_objects(cmd)
-    d = deck_object(objs)
-    if prob or d is None:
-        fail_now(prob or f"{show(cmd)}: no object with \"deck\": true")
-    return d["pred_ms"]
-
-
-lo, hi = 0.0, 1.0
-if wait_predicted_ms(lo) >= wait_ms:
-    hi = 0.0  # the pipeline already predicts it with the waiting ranks' cores given wholly away
-elif wait_predicted_ms(hi) <= wait_ms:
-    lo = 1.0  # slower even with every waiting rank a whole contender: the most the key allows
-else:
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if wait_predicted_ms(mid) < wait_ms else (lo, mid)
-compute["shared_wait_share"] = (lo + hi) / 2
-compute["wait_note"] = (f"{config_name(WAIT_CONFIG)} DP 2 x PP 4 at {WAIT_RANKS} ranks: {wait_ms:.1f} ms/step "
-                        "measured = predicted")
-print(f"wait: {wait_ms:.1f} ms/step measured; shared_wait_share {compute['shared_wait_share']:.3f} "
-      f"(0 predicts {wait_predicted_ms(0.0):.1f} ms)")
+wait_ms, wait_runs = fit_to_job("wait", "shared_wait_share", 0.0, 1.0, WAIT_CONFIG, WAIT_RANKS, WAIT_LAYOUT,
+                                "DP 2 x PP 4")
 
 # ----------------------------------------------------------------------------------------------------- outputs
 date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -533,9 +505,9 @@ if args.json:
                             configs=configs, coef=dict(zip(COLS, (a, b, cc, dd))), machine_file_values=compute),
                sharing=dict(config=config_name(SHARE_CONFIG), steps=SHARE_STEPS,
                             runs={k: stimes[k] for k in SHARE_K}, slowest_ms=slowest, slowdown=shared[1]),
-               sync=dict(config=config_name(SYNC_CONFIG), tp=SYNC_RANKS, runs=ytimes["tp"], ms=sync_ms,
+               sync=dict(config=config_name(SYNC_CONFIG), tp=SYNC_RANKS, runs=sync_runs, ms=sync_ms,
                          shared_sync_us=compute["shared_sync_us"]),
-               wait=dict(config=config_name(WAIT_CONFIG), ranks=WAIT_RANKS, layout=WAIT_LAYOUT, runs=wtimes["pp"],
+               wait=dict(config=config_name(WAIT_CONFIG), ranks=WAIT_RANKS, layout=WAIT_LAYOUT, runs=wait_runs,
                          ms=wait_ms, shared_wait_share=compute["shared_wait_share"]),
                planner_check=show(check), verdict_failures=failures)
     with open(args.json, "w") as f:

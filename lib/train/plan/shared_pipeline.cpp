@@ -74,7 +74,8 @@ double shared_pipeline_seconds(const Machine& mc, const SharedPipeline& p) {
       const Rank& k = ranks[static_cast<size_t>(r)];
       const auto& s = plan[static_cast<size_t>(r)];
       if (k.busy && k.work > 0) dt = std::min(dt, k.work / rate);
-      else if (k.busy) dt = std::min(dt, std::max(0.0, k.comm_until - now));  // in its communication
+      else if (k.busy)
+        dt = std::min(dt, std::max(0.0, k.comm_until - now));  // in its communication
       else if (k.next < s.size()) {
         const double ready = ready_at(r, s[k.next]);
         if (ready > now) dt = std::min(dt, ready - now);

@@ -22,6 +22,8 @@
 #   HPCT_LAYOUT          deck (default: the deck's parallel.* keys) | auto (the layout planner chooses at job start)
 #   HPCT_MACHINE         with HPCT_LAYOUT=auto: the planner's machine (a preset of inputs/machines or a TOML file;
 #                        default h100_dgx on GPU nodes, this_cpu otherwise)
+#   HPCT_PLAN_TIMEOUT    with HPCT_LAYOUT=auto: seconds the planner may take before the job gives up (default 300; it
+#                        answers in seconds: its memory checks stop after 30 s)
 
 hpct_log() { echo "[hpct $(date -u +%H:%M:%S)] $*"; }
 
@@ -82,8 +84,12 @@ hpct_auto_layout() {
   local plan=("$HPCT_BUILD_DIR/apps/$app" "$deck" --plan "${SLURM_NTASKS:-1}" --auto --machine "$machine" --top 5 "$@")
   hpct_log "layout planner: ${plan[*]}"
   local out rc
-  out="$("${plan[@]}" 2>&1)"; rc=$?
+  out="$(timeout "${HPCT_PLAN_TIMEOUT:-300}" "${plan[@]}" 2>&1)"; rc=$?
   echo "$out"
+  if [ "$rc" -eq 124 ]; then
+    hpct_log "ERROR: the layout planner did not answer within HPCT_PLAN_TIMEOUT=${HPCT_PLAN_TIMEOUT:-300} s; raise it, or set HPCT_LAYOUT=deck"
+    return 2
+  fi
   if [ "$rc" -ne 0 ]; then
     hpct_log "ERROR: the layout planner exited with code $rc (above); set HPCT_LAYOUT=deck to use the deck's layout"
     return 2

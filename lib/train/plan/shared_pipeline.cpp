@@ -39,8 +39,7 @@ double shared_pipeline_seconds(const Machine& mc, const SharedPipeline& p) {
     const int k = a.chunk * P + r;
     const bool forward = a.op == parallel::Action::Forward;
     if (forward ? k == 0 : k == K - 1) return 0.0;
-    const double input = forward ? fdone[at(k - 1, a.micro)] : bdone[at(k + 1, a.micro)];
-    return input;
+    return forward ? fdone[at(k - 1, a.micro)] : bdone[at(k + 1, a.micro)];
   };
   auto share = [&](int r, const parallel::Action& a) {  // the action's compute and communication, per chunk
     const size_t i = static_cast<size_t>(r);

@@ -7,8 +7,8 @@
 #include "core/format.hpp"
 #include "models/gpt/gpt_layout.hpp"
 #include "parallel/grid.hpp"
-#include "train/tasks/gpt/gpt_deck.hpp"
 #include "train/plan/shared_pipeline.hpp"
+#include "train/tasks/gpt/gpt_deck.hpp"
 #include "train/tasks/gpt/gpt_plan.hpp"
 
 namespace hpct::train {
@@ -90,12 +90,9 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
                                     mc.collective_seconds(Collective::ReduceScatter, act_msg, tp_ranks, tp_nodes, rpn)
                               : mc.collective_seconds(Collective::AllReduce, act_msg, tp_ranks, tp_nodes, rpn));
 
-  // the forward's share of a block's compute (the rest: backward, and the full recompute's forward)
-  const double forward_share = mc.compute_seconds(fwd, precision, 1) / mc.compute_seconds(block, precision, 1);
-
   // per stage: the micro-batch's work and its TP collectives; the slowest stage paces the pipeline
-  double slowest = -1, mb_compute = 0, mb_tp = 0, params = 0, stage_sum = 0, stage_max = 0;
-  std::vector<double> stage_compute, stage_tp;
+  double slowest = -1, mb_compute = 0, mb_tp = 0, params = 0;
+  std::vector<double> stage_compute, stage_tp;  // by pipeline rank
   Work mb_work;
   for (int p = 0; p < pp; ++p) {
     const std::vector<gpt::StagePlan> chunks = gpt::chunk_plans(cfg, pp, p, v);
@@ -115,8 +112,6 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
       }
     }
     const double t_compute = mc.compute_seconds(w, precision, 1);  // the rank alone on its cores
-    stage_sum += t_compute;
-    stage_max = std::max(stage_max, t_compute);
     stage_compute.push_back(t_compute);
     stage_tp.push_back(t_tp);
     if (t_compute + t_tp > slowest) {
@@ -132,7 +127,8 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
   // Where one node's ranks share its cores (slowdown > 1), ranks waiting in the bubble leave their cores to the ones
   // computing (Open MPI yields when oversubscribed), but the fill, the drain and the schedule's dependencies leave
   // cores idle: the schedule is played out with the cores shared (train/plan/shared_pipeline.hpp). A pipeline over
-  // several such nodes: its path, or the slowest stage's node's work at the shared rate, whichever is longer.
+  // several such nodes (or no pipeline): its path, or the slowest stage's node's work at the shared rate, whichever
+  // is longer.
   const double share = mc.slowdown(rpn);
   double pipeline = (m + static_cast<double>(pp - 1) / v) * slowest;
   if (share > 1 && pp > 1 && world <= mc.devices_per_node) {
@@ -142,6 +138,8 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
     sim.virtual_stages = v;
     sim.micro_batches = static_cast<int>(m);
     sim.replicas = world / pp;
+    // the forward's share of a block's compute (the rest: backward, and the full recompute's forward)
+    const double forward_share = mc.compute_seconds(fwd, precision, 1) / mc.compute_seconds(block, precision, 1);
     for (int p = 0; p < pp; ++p) {
       sim.forward_s.push_back(stage_compute[static_cast<size_t>(p)] * forward_share);
       sim.backward_s.push_back(stage_compute[static_cast<size_t>(p)] * (1 - forward_share));
@@ -149,8 +147,8 @@ StepTime predict_gpt_step(const gpt::GptConfig& cfg, const RunConfig& run, int w
     sim.comm_s = stage_tp;
     pipeline = shared_pipeline_seconds(mc, sim);
   } else if (share > 1) {
-    const double node_stage = world <= mc.devices_per_node ? stage_sum / pp : stage_max;
-    pipeline = std::max(pipeline, share * m * node_stage + m * mb_tp);
+    const double stage_max = *std::max_element(stage_compute.begin(), stage_compute.end());
+    pipeline = std::max(pipeline, share * m * stage_max + m * mb_tp);
   }
   StepTime st;
   st.tp_comm = m * mb_tp;

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "core/error.hpp"
 #include "models/gpt/gpt.hpp"
 #include "train/loop/run_config.hpp"
@@ -41,8 +43,19 @@ bandwidth_gbs = 10.0
 latency_us = 5.0
 )";
 
+// ctest runs each case as its own process, several at once: a directory per process keeps one case from reading a
+// file another is rewriting. It goes when the process ends.
+struct MachineDir {
+  fs::path path = fs::temp_directory_path() / ("hpct_test_auto_plan_" + std::to_string(::getpid()));
+  ~MachineDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 std::string write_machine(const std::string& name, const std::string& text) {
-  const fs::path dir = fs::temp_directory_path() / "hpct_test_auto_plan";
+  static const MachineDir machine_dir;
+  const fs::path& dir = machine_dir.path;
   fs::create_directories(dir);
   const fs::path p = dir / (name + ".toml");
   std::ofstream(p) << text;

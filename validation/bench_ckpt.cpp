@@ -4,15 +4,15 @@
 // The state is `--size-mib` MiB of f32 in total (default 512), spread over a GPT-like mix of tensors, and
 // split evenly over the ranks by flat range (each rank writes size/np). Timed from a barrier to the final
 // barrier; phases are the maximum over ranks. Each repetition writes a new step (commit keep=1 prunes the
-// previous one, in the background as the trainer does). verify() is timed too, but it reads from the page cache right after the write: it measures
-// CRC + HDF5 read speed, not the disk.
+// previous one, in the background as the trainer does). verify() is timed too: the data was written with O_DIRECT
+// (ckpt/data_writer.hpp), so it reads from the disk, except under HPCT_CKPT_IO=buffered (then from the page cache: CRC
+// and HDF5 read speed).
 //
 // --files (checkpoint.files): per_rank (write_shard: one file per rank, no communication), per_node
 // (write_shared_shard over the ranks of a node: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), or ranks grouped by
 // rank / K when HPCT_CKPT_RANKS_PER_NODE=K, so that one machine can stand for several nodes; file node_<i>.h5 with i the
 // node's rank among the node leaders) or single (write_shared_shard over all ranks into shards.h5). `files` counts the
-// files one checkpoint creates, index.h5 included. HPCT_CKPT_SHARED_COLLECTIVE=1 makes the shared modes' data
-// transfers collective (see lib/ckpt/shared_shard.hpp).
+// files one checkpoint creates, index.h5 included.
 //
 // Usage: mpirun -np N bench_ckpt [--dir DIR] [--size-mib 512] [--reps 3] [--files per_rank|per_node|single]
 // Output: one row per repetition, then `BENCH_CKPT np=N files_mode=M files=F size_mib=S ... MiB_per_s=X` (median over
@@ -158,12 +158,14 @@ int main(int argc, char** argv) {
           "files %s (%d files per checkpoint, index.h5 included)%s\n",
           world, static_cast<long long>(size_mib), model.size(), static_cast<long long>(size_mib / world),
           pieces.size(), dir.c_str(), files.c_str(), nfiles,
-          std::getenv("HPCT_CKPT_SHARED_COLLECTIVE") != nullptr ? ", HPCT_CKPT_SHARED_COLLECTIVE set" : "");
-      std::printf("%4s %10s %8s %8s %8s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "crc_s",
-                  "write_s", "fsync_s", "gather_s", "index_s", "commit_s", "prune_s", "total_s", "MiB/s", "verify_s",
-                  "verify_MiB/s");
+          std::getenv("HPCT_CKPT_IO") != nullptr
+              ? (std::string(", HPCT_CKPT_IO=") + std::getenv("HPCT_CKPT_IO")).c_str()
+              : "");
+      std::printf("%4s %10s %8s %10s %8s %8s %10s %10s %10s %10s %10s %10s | %12s %12s\n", "rep", "shard_s", "crc_s",
+                  "metadata_s", "write_s", "fsync_s", "gather_s", "index_s", "commit_s", "prune_s", "total_s", "MiB/s",
+                  "verify_s", "verify_MiB/s");
     }
-    std::vector<double> totals, shards_t, crc_t, write_t, fsync_t, index_t, commit_t, prune_t, verify_t;
+    std::vector<double> totals, shards_t, crc_t, metadata_t, write_t, fsync_t, index_t, commit_t, prune_t, verify_t;
     ck::BackgroundRemover pruner;  // rank 0 prunes the previous step in the background, as the trainer does
     for (int r = 0; r < reps; ++r) {
       const int64_t step = r + 1;
@@ -216,11 +218,12 @@ int main(int argc, char** argv) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double vs = now() - v0;
       // the shard phases of the slowest rank in each (the save waits for it); index, commit and prune are rank 0's
-      const double crc_s = max_over_ranks(ph.crc_s), write_s = max_over_ranks(ph.write_s),
-                   fsync_s = max_over_ranks(ph.fsync_s);
+      const double crc_s = max_over_ranks(ph.crc_s), metadata_s = max_over_ranks(ph.metadata_s),
+                   write_s = max_over_ranks(ph.write_s), fsync_s = max_over_ranks(ph.fsync_s);
       totals.push_back(total);
       shards_t.push_back(shard_s);
       crc_t.push_back(crc_s);
+      metadata_t.push_back(metadata_s);
       write_t.push_back(write_s);
       fsync_t.push_back(fsync_s);
       index_t.push_back(t3 - t2);
@@ -228,19 +231,20 @@ int main(int argc, char** argv) {
       prune_t.push_back(ph.prune_s);
       verify_t.push_back(vs);
       if (rank == 0)
-        std::printf("%4d %10.3f %8.3f %8.3f %8.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.1f | %12.3f %12.1f\n", r,
-                    shard_s, crc_s, write_s, fsync_s, gather_s, t3 - t2, ph.commit_s, ph.prune_s, total,
+        std::printf("%4d %10.3f %8.3f %10.3f %8.3f %8.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.1f | %12.3f %12.1f\n",
+                    r, shard_s, crc_s, metadata_s, write_s, fsync_s, gather_s, t3 - t2, ph.commit_s, ph.prune_s, total,
                     static_cast<double>(size_mib) / total, vs, static_cast<double>(size_mib) / vs);
     }
     pruner.wait();
     if (rank == 0) {
-      std::printf("BENCH_CKPT np=%d files_mode=%s files=%d size_mib=%lld reps=%d shard_s=%.3f crc_s=%.3f write_s=%.3f "
-                  "fsync_s=%.3f "
+      std::printf("BENCH_CKPT np=%d files_mode=%s files=%d size_mib=%lld reps=%d shard_s=%.3f crc_s=%.3f "
+                  "metadata_s=%.3f write_s=%.3f fsync_s=%.3f "
                   "index_s=%.3f commit_s=%.3f prune_s=%.3f total_s=%.3f MiB_per_s=%.1f verify_MiB_per_s=%.1f "
                   "(medians)\n",
                   world, files.c_str(), nfiles, static_cast<long long>(size_mib), reps, median(shards_t), median(crc_t),
-                  median(write_t), median(fsync_t), median(index_t), median(commit_t), median(prune_t), median(totals),
-                  static_cast<double>(size_mib) / median(totals), static_cast<double>(size_mib) / median(verify_t));
+                  median(metadata_t), median(write_t), median(fsync_t), median(index_t), median(commit_t),
+                  median(prune_t), median(totals), static_cast<double>(size_mib) / median(totals),
+                  static_cast<double>(size_mib) / median(verify_t));
       std::filesystem::remove_all(dir);
     }
   } catch (const std::exception& e) {

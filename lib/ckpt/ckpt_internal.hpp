@@ -116,6 +116,18 @@ void check_box(const std::string& name, const std::vector<int64_t>& global, cons
 // += the seconds the checksum took).
 PieceRecord record_of(const Piece& p, std::string file_dataset, double* crc_s = nullptr);
 
+class DataWriter;  // ckpt/data_writer.hpp
+// The HDF5 side of a shard file (write_shard's, or the one write_shared_shard's ranks share): creates (truncates) path
+// with one dataset per record (its file_dataset, shape, dtype and the attributes global_shape, offset, count,
+// split_axis, replica, crc32c), each contiguous, allocated at creation, its data 4 KiB-aligned from 4 KiB up, none of it
+// written; closes the file. Returns each dataset's byte offset in the file, in the order of `pieces`: DataWriter writes
+// the bytes there.
+std::vector<uint64_t> create_shard_layout(const std::string& path, const std::vector<const PieceRecord*>& pieces);
+// The bytes of the piece of record r (at data) written at `offset` of the file `path` through out; errors name the
+// tensor.
+void write_piece_data(DataWriter& out, const std::string& path, const PieceRecord& r, uint64_t offset,
+                      const void* data);
+
 int64_t numel(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);  // "(3, 4)"
 

@@ -1,9 +1,8 @@
-// write_shared_shard: several ranks' pieces in one HDF5 file, written collectively with parallel HDF5 (see
-// shared_shard.hpp for the layout, the protocol and its failure rules).
+// write_shared_shard: several ranks' pieces in one HDF5 file, its metadata made by one rank, its data written by each
+// (see shared_shard.hpp for the layout, the protocol and its failure rules).
 #include "ckpt/shared_shard.hpp"
 
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -12,12 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/ckpt_internal.hpp"
+#include "ckpt/data_writer.hpp"
 #include "core/mpi_check.hpp"
 #include "core/timer.hpp"
-
-#ifndef H5_HAVE_PARALLEL
-#error "write_shared_shard needs the parallel (MPI) build of HDF5 (Debian: libhdf5-openmpi-dev)"
-#endif
 
 namespace hpct::ckpt {
 
@@ -103,16 +99,10 @@ std::vector<std::string> allgather_text(const CommInfo& c, const std::string& mi
   return out;
 }
 
-bool collective_transfers() {
-  const char* v = std::getenv("HPCT_CKPT_SHARED_COLLECTIVE");
-  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-}
-
 }  // namespace
 
 ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const std::string& file_name, int rank,
                                  const std::vector<Piece>& pieces, SavePhases* phases) {
-  Timer total;
   CommInfo c{comm};
   MPI_CHECK(MPI_Comm_rank(comm, &c.rank));
   MPI_CHECK(MPI_Comm_size(comm, &c.size));
@@ -159,6 +149,7 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
     local_message = err != nullptr ? err->cause() : e.what();
   }
 
+  Timer metadata;  // from the agreement on the pieces to every rank holding the offsets
   nlohmann::json mine = {{"path", path}, {"ok", local_error == nullptr}};
   if (local_error) mine["error"] = local_message;
   else
@@ -192,107 +183,48 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
     }
   }
 
-  // Stage 2, collective: the file.
-  H5Id fapl = make_fapl(false);
-  H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
-  // Metadata goes out in one collective write at the close instead of rank 0 writing it alone.
-  H5_CHECK(H5Pset_coll_metadata_write(fapl, true));
-  H5Id file;
-  stage(c, path, "create the file", [&] {
-    file = file_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    if (file.get() < 0) {
-      const std::string why = h5::error_stack_cause();
-      HPCT_FAIL("cannot create shared checkpoint file {} (check the directory is writable and on a file system every "
-                "rank sees){}{}",
-                path, why.empty() ? "" : ": HDF5: ", why);
-    }
+  // Stage 2, comm's rank 0 alone: the file's HDF5 side, every rank's datasets allocated and their attributes written;
+  // their offsets in the file go to every rank.
+  std::vector<const PieceRecord*> records;  // in the order of `all`, pieces in manifest order
+  for (const ShardManifest& sm : all)
+    for (const PieceRecord& r : sm.pieces) records.push_back(&r);
+  std::vector<uint64_t> offsets(records.size());
+  stage(c, path, "create the file and its datasets", [&] {
+    if (c.rank == 0) offsets = create_shard_layout(path, records);
   });
+  static_assert(sizeof(uint64_t) == sizeof(unsigned long long));
+  if (!offsets.empty())
+    MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UNSIGNED_LONG_LONG, 0, comm));
+  const double metadata_s = metadata.seconds();
 
-  // Stage 3, collective: every rank's datasets and attributes, created in the same order on every rank.
-  std::vector<H5Id> datasets;  // in the order of `all`, pieces in manifest order
-  stage(c, path, "create the datasets", [&] {
-    H5Id lcpl = make_lcpl();
-    H5Id dcpl = plist_id(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-    H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));          // plain bytes: no chunk index, H5Dget_offset works
-    H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every byte is written right away
-    for (const ShardManifest& sm : all)
-      for (const PieceRecord& r : sm.pieces) {
-        try {
-          std::vector<hsize_t> dims(r.count.begin(), r.count.end());
-          H5Id space = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
-          H5Id ds = dataset_id(H5_CHECK(
-              H5Dcreate2(file, r.file_dataset.c_str(), h5_file_type(r.dtype), space, lcpl, dcpl, H5P_DEFAULT)));
-          write_attr_i64_array(ds, "global_shape", r.global_shape);
-          write_attr_i64_array(ds, "offset", r.offset);
-          write_attr_i64_array(ds, "count", r.count);
-          const int32_t split_axis = r.split_axis, replica = r.replica;
-          write_attr_scalar(ds, "split_axis", H5T_STD_I32LE, H5T_NATIVE_INT32, &split_axis);
-          write_attr_scalar(ds, "replica", H5T_STD_I32LE, H5T_NATIVE_INT32, &replica);
-          write_attr_scalar(ds, "crc32c", H5T_STD_U32LE, H5T_NATIVE_UINT32, &r.crc);
-          datasets.push_back(std::move(ds));
-        } catch (const Error& e) {
-          HPCT_FAIL("cannot create dataset {} (tensor {}, rank {}) in shared checkpoint file {}: {} (disk full? a name "
-                    "used both as a tensor and as a group?)",
-                    r.file_dataset, r.dataset, sm.rank, path, e.cause());
-        }
-      }
-  });
-
-  // Stage 4: every rank writes its own pieces' bytes (datasets of the other ranks get an empty selection when the
-  // transfers are collective).
-  const bool collective = collective_transfers();
+  // Stage 3: every rank writes its own pieces' bytes at their offsets and fsyncs what it wrote (a parallel file
+  // system's client holds its own dirty pages).
+  size_t first = 0;  // this rank's first record in `records`
+  for (int i = 0; i < c.rank; ++i) first += all[static_cast<size_t>(i)].pieces.size();
+  Timer written;
+  double write_s = 0;
   stage(c, path, "write its data", [&] {
-    H5Id dxpl = plist_id(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-    H5_CHECK(H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
-    size_t k = 0;
-    for (int i = 0; i < c.size; ++i) {
-      const ShardManifest& sm = all[static_cast<size_t>(i)];
-      size_t own = 0;  // index into `pieces` of this rank's next written piece (pieces of 0 elements have no record)
-      for (const PieceRecord& r : sm.pieces) {
-        const hid_t ds = datasets[k++];
-        if (i != c.rank && !collective) continue;
-        try {
-          if (i == c.rank) {
-            while (numel(pieces[own].count) == 0) ++own;
-            const Piece& p = pieces[own++];
-            H5_CHECK(H5Dwrite(ds, h5_mem_type(p.dtype), H5S_ALL, H5S_ALL, dxpl, p.data));
-          } else {
-            H5Id fspace = space_id(H5_CHECK(H5Dget_space(ds)));
-            H5_CHECK(H5Sselect_none(fspace));
-            H5Id mspace = space_id(H5_CHECK(H5Scopy(fspace)));
-            static const unsigned char nothing = 0;  // HDF5 wants a buffer even for an empty selection
-            H5_CHECK(H5Dwrite(ds, h5_mem_type(r.dtype), mspace, fspace, dxpl, &nothing));
-          }
-        } catch (const Error& e) {
-          HPCT_FAIL("cannot write tensor {} (dataset {}) to shared checkpoint file {}: {} (disk full?)", r.dataset,
-                    r.file_dataset, path, e.cause());
-        }
-      }
+    DataWriter out(path, data_io_from_env());
+    size_t own = 0;  // index into `pieces` of this rank's next written piece (pieces of 0 elements have no record)
+    for (size_t k = 0; k < m.pieces.size(); ++k) {
+      while (numel(pieces[own].count) == 0) ++own;
+      write_piece_data(out, path, m.pieces[k], offsets[first + k], pieces[own++].data);
     }
+    out.drain();
+    write_s = written.seconds();
+    out.finish();
   });
 
-  // Stage 5, collective: the close flushes HDF5's metadata and MPI-IO's buffers.
-  stage(c, path, "close the file", [&] {
-    try {
-      datasets.clear();
-      file.close_checked();
-    } catch (const Error& e) {
-      HPCT_FAIL("cannot close shared checkpoint file {} (disk full?): {}", path, e.cause());
-    }
-  });
-  fapl.reset();
-  const double written_s = total.seconds();
-
-  // Stage 6: every rank flushes what it wrote (a parallel file system's client holds its own dirty pages), rank 0 the
-  // directory entry; the agreement makes every rank's bytes durable before any rank returns.
-  stage(c, path, "fsync the file", [&] {
-    fsync_file(path);
+  // Stage 4: rank 0 makes the directory entry durable; the agreement makes every rank's bytes durable before any rank
+  // returns.
+  stage(c, path, "fsync the directory", [&] {
     if (c.rank == 0) fsync_dir(dir);
   });
   if (phases != nullptr) {
     phases->crc_s += crc_s;
-    phases->write_s += written_s - crc_s;
-    phases->fsync_s += total.seconds() - written_s;
+    phases->metadata_s += metadata_s;
+    phases->write_s += write_s;
+    phases->fsync_s += written.seconds() - write_s;
   }
   return m;
 }

@@ -1,7 +1,7 @@
 #pragma once
-// Shared shard files (checkpoint.files = per_node | single): several ranks write their pieces into ONE HDF5 file,
-// collectively, with parallel HDF5 (MPI-IO), so that a checkpoint of N ranks creates N / ranks-per-node files (or one)
-// instead of N. At scale the metadata server, not the bandwidth, limits a save that creates a file per rank.
+// Shared shard files (checkpoint.files = per_node | single): several ranks write their pieces into ONE HDF5 file, so that
+// a checkpoint of N ranks creates N / ranks-per-node files (or one) instead of N. At scale the metadata server, not the
+// bandwidth, limits a save that creates a file per rank.
 //
 // The file holds, for every rank r of the communicator, its pieces as the datasets /rank_%05d/<D>/piece_<k> (the
 // caller's world rank: unique in the file), contiguous, with the same attributes as write_shard's (global_shape,
@@ -10,29 +10,28 @@
 // unchanged: gather every rank's manifest to rank 0, write_index (several manifests naming one file map into it like
 // any shard), commit. Reader and verify see no difference.
 //
-// Protocol inside (all collective over comm; every rank makes the same HDF5 calls with the same arguments):
+// Protocol inside (collective over comm). HDF5 runs on comm's rank 0 alone, with the ordinary POSIX driver; the data
+// moves with pwrite(2), each rank its own bytes (ckpt/data_writer.hpp). No MPI-IO: HDF5's MPI-IO driver duplicates
+// communicators inside every file creation, which Open MPI 4.1 did not survive beside a busy step loop, and the
+// file's metadata is small enough for one process to write.
 //   every rank: checks its pieces and computes their CRC32C (its own bytes, nothing moves);
 //   allgather of every rank's piece metadata and CRCs (also how ranks learn that one failed its checks);
-//   create the file; create every rank's datasets and write their attributes on every rank (HDF5 metadata must be
-//   identical on every rank); every rank writes the data of its own pieces (independent MPI-IO transfers); collective
-//   close; every rank fsyncs the file (on a parallel file system a client flushes only the pages it wrote), comm's
-//   rank 0 fsyncs the directory; a last agreement, so that on return every rank's bytes are durable.
+//   comm's rank 0: creates the file with every rank's datasets, allocated (4 KiB-aligned) and with their attributes,
+//   none of their data written, and closes it (create_shard_layout); the datasets' offsets are broadcast;
+//   every rank: writes its pieces' bytes at their offsets (O_DIRECT where the file system allows it) and fsyncs the
+//   file (on a parallel file system a client flushes only the pages it wrote); rank 0 fsyncs the directory; a last
+//   agreement, so that on return every rank's bytes are durable.
 // Between stages the ranks agree (an allreduce) whether every rank succeeded: a rank that failed rethrows its own error,
 // the others throw one naming the file and the failed rank, so that no rank waits in a collective call that another
-// rank will never make. (A failure inside a collective HDF5 stage that strikes only some ranks, e.g. out of memory in the
-// middle of creating the datasets, can still leave HDF5's collective metadata inconsistent: the agreement after the stage
-// catches it, but the collective close that follows is HDF5's to survive.)
+// rank will never make.
 //
-// Threads. comm may be used from any one thread (the MPI library provides MPI_THREAD_MULTIPLE), but nothing else may
-// use comm during the call (pass a communicator reserved for checkpoints), and HDF5 (Debian's parallel build is not
-// thread-safe) must not be called by another thread meanwhile. MPI_COMM_WORLD is never used.
+// Threads. comm may be used from any one thread (the MPI library provides MPI_THREAD_MULTIPLE: the background writer
+// calls this beside the step loop), but nothing else may use comm during the call (pass a communicator reserved for
+// checkpoints), and HDF5 (Debian's build is not thread-safe) must not be called by another thread meanwhile.
+// MPI_COMM_WORLD is never used.
 //
 // Waits are not bounded by comm.timeout_s: a rank that never arrives (killed) blocks the others in MPI, as any
 // collective of the save does; the job's launcher (mpirun, srun) ends the others when a rank dies.
-//
-// Measurement switch: HPCT_CKPT_SHARED_COLLECTIVE=1 writes the data with collective MPI-IO transfers (one collective
-// H5Dwrite per dataset, empty selections on every rank but the owner) instead of independent ones; see
-// validation/bench_ckpt.cpp for what each costs.
 #include <mpi.h>
 
 #include <string>
@@ -62,7 +61,8 @@ inline constexpr const char* kSingleFileName = "shards.h5";
 // the ranks of comm must pass distinct values), crc as write_shard computes it. Same piece rules (pieces of 0 elements
 // are not written; at least one axis, a consistent box, non-null data), attributes and error style as write_shard;
 // every rank of comm must pass the same dir and file_name. phases (optional) filled as write_shard does: crc_s (this
-// rank's CRC32C), write_s (the agreements, file creation, datasets, data, the collective close), fsync_s.
+// rank's CRC32C), metadata_s (the agreement on the pieces, rank 0's HDF5 file, the broadcast of the offsets), write_s
+// (this rank's data), fsync_s (its fsync, the directory's and the agreements).
 ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const std::string& file_name, int rank,
                                  const std::vector<Piece>& pieces, SavePhases* phases = nullptr);
 

@@ -34,9 +34,11 @@ rule keeps it so on a CPU where it is not.
             checkpoints every step, until 10 kills interrupted a background write (a .tmp_step_* left; at most 25
             kills; the seed is printed, HPCT_TEST_SEED sets it): `latest` always names a step_* that verifies, and 4
             of those kills at random resume to the last step bitwise equal to an uninterrupted run (losses and every
-            tensor); a failed shard write (HPCT_CKPT_FAIL_AT, rank 1 background and foreground, rank 0 background):
-            exit 1, one line from rank 0 naming the step, the rank and the cause, no HDF5 error stack, `latest` stays
-            at the previous checkpoint, which verifies; checkpoint.async=false gives the same losses and checkpoint bits
+            tensor); the same with checkpoint.files = per_node and single (both ranks in one file), until 4 kills
+            interrupted a write (at most 10), one of them resumed; a failed shard write (HPCT_CKPT_FAIL_AT, rank 1
+            background and foreground, rank 0 background, rank 1 background into a single shared file): exit 1, one
+            line from rank 0 naming the step, the rank and the cause, no HDF5 error stack, `latest` stays at the
+            previous checkpoint, which verifies; checkpoint.async=false gives the same losses and checkpoint bits
   signal    SIGUSR1 to one rank: every rank checkpoints at the same step, exit code 3, and the resumed
             run ends bitwise equal to an uninterrupted one; train.deadline does the same
   recompute train.recompute = none, selective, full on one layout after another (serial; DP 2 x PP 2 GPipe; TP 2 x PP 2
@@ -578,71 +580,86 @@ elif scenario == "background":
     # Each kill runs in a fresh output directory: a .tmp_step_* there right after the kill can only be this job's
     # write in flight (a commit prunes stale ones, and a resumed directory would carry the last kill's), and every
     # kill lands in a job started the same way.
-    landed, kills, corrupt = [], 0, 0
-    while len(landed) < 10 and kills < 25:
-        kills += 1
-        out = f"{work}/kill{kills:02d}"
-        proc = start(out, BG)
-        seen = read_until(proc, "checkpoint (every)")
-        delay = rng.uniform(0.0, 0.9 * span)
-        time.sleep(delay)
-        finished = proc.poll() is not None
-        # the whole job, ranks included (not os.killpg: each rank has its own process group, see session_pids)
-        left = kill_job(proc)
-        proc.communicate()
-        if left:
-            fail(f"kill {kills}: processes of the job still there 20 s after SIGKILL: {left}")
-        tmp = sorted(os.path.basename(d) for d in glob.glob(os.path.join(out, "checkpoints", ".tmp_step_*")))
-        if "checkpoint (every)" not in seen:
-            fail(f"kill {kills}: the job never printed a checkpoint line: {seen[-1500:]}")
-            continue
-        try:
-            now = latest_step_dir(out)
-        except OSError as e:
-            fail(f"kill {kills}: no `latest` after the kill ({e})")
-            corrupt += 1
-            continue
-        name = os.path.basename(now)
-        p = tool_run("verify", now)
-        ok = name.startswith("step_") and os.path.isdir(now) and p.returncode == 0 and "VALID" in p.stdout
-        print(f"  kill {kills:2d}: {delay:.3f} s after the first checkpoint line: latest {name}, "
-              f"{'write interrupted (' + ', '.join(tmp) + ')' if tmp else 'no write in flight'}"
-              f"{' (the job had already ended)' if finished else ''}, verify {'ok' if ok else 'BAD'}", flush=True)
-        if not ok:
-            corrupt += 1
-            fail(f"kill {kills}: latest names {name}, which does not verify: rc {p.returncode}: "
-                 f"{(p.stdout + p.stderr)[-1000:]}")
-        elif tmp and not finished:
-            landed.append((kills, out, name))
-    # resumes: 4 of the kills that interrupted a write, drawn at random (a resume costs 1.5-3 s on 2 cores, all of
-    # them would take the scenario past its time), each to the last step and compared bitwise with the reference
-    for k, out, name in sorted(rng.sample(landed, min(4, len(landed)))):
-        train(2, out, BG + ["checkpoint.resume=latest"])
-        steps, loss, bad = records(out)
-        if bad or steps != ref_steps:
-            fail(f"kill {k}: after the resume from {name}, metrics.jsonl holds steps {steps} and {len(bad)} "
-                 f"unreadable lines {bad[:2]} (should be 1..{n_steps} once each)")
-        elif loss != ref_loss:
-            fail(f"kill {k}: resumed from {name}: losses differ from the reference at steps "
-                 f"{[s for s in ref_loss if loss.get(s) != ref_loss[s]]}")
-        elif same_tensors(f"kill {k}: resumed from {name}", latest_step_dir(out), ref_t):
-            print(f"  kill {k}, resumed from {name}: losses of steps 1..{n_steps} and all {len(ref_t)} tensors of "
-                  f"step {n_steps} bitwise equal to the reference", flush=True)
-    print(f"  {kills} kills, {len(landed)} during a background write, {corrupt} corrupt latest")
-    if corrupt:
-        fail(f"{corrupt} of {kills} kills left a `latest` that is missing or does not verify (should be 0)")
-    if len(landed) < 10:
-        fail(f"only {len(landed)} of {kills} kills landed during a background write (should be >= 10)")
+    def kill_campaign(files, want_landed, max_kills, resumes):
+        """SIGKILLs of jobs writing checkpoint.files = files in the background, until want_landed of them interrupted a
+        write (at most max_kills); then `resumes` of those, drawn at random, resumed to the end and compared bitwise
+        with the reference (the files mode changes where the bytes go, never the run)."""
+        sets = BG + [f"checkpoint.files={files}"]
+        landed, kills, corrupt = [], 0, 0
+        while len(landed) < want_landed and kills < max_kills:
+            kills += 1
+            out = f"{work}/kill_{files}_{kills:02d}"
+            proc = start(out, sets)
+            seen = read_until(proc, "checkpoint (every)")
+            delay = rng.uniform(0.0, 0.9 * span)
+            time.sleep(delay)
+            finished = proc.poll() is not None
+            # the whole job, ranks included (not os.killpg: each rank has its own process group, see session_pids)
+            left = kill_job(proc)
+            proc.communicate()
+            if left:
+                fail(f"{files} kill {kills}: processes of the job still there 20 s after SIGKILL: {left}")
+            tmp = sorted(os.path.basename(d) for d in glob.glob(os.path.join(out, "checkpoints", ".tmp_step_*")))
+            if "checkpoint (every)" not in seen:
+                fail(f"{files} kill {kills}: the job never printed a checkpoint line: {seen[-1500:]}")
+                continue
+            if "| background, " not in seen:
+                fail(f"{files} kill {kills}: the first checkpoint was not written in the background: {seen[-800:]}")
+            try:
+                now = latest_step_dir(out)
+            except OSError as e:
+                fail(f"{files} kill {kills}: no `latest` after the kill ({e})")
+                corrupt += 1
+                continue
+            name = os.path.basename(now)
+            p = tool_run("verify", now)
+            ok = name.startswith("step_") and os.path.isdir(now) and p.returncode == 0 and "VALID" in p.stdout
+            print(f"  {files} kill {kills:2d}: {delay:.3f} s after the first checkpoint line: latest {name}, "
+                  f"{'write interrupted (' + ', '.join(tmp) + ')' if tmp else 'no write in flight'}"
+                  f"{' (the job had already ended)' if finished else ''}, verify {'ok' if ok else 'BAD'}", flush=True)
+            if not ok:
+                corrupt += 1
+                fail(f"{files} kill {kills}: latest names {name}, which does not verify: rc {p.returncode}: "
+                     f"{(p.stdout + p.stderr)[-1000:]}")
+            elif tmp and not finished:
+                landed.append((kills, out, name))
+        # a resume costs 1.5-3 s on 2 cores: all of them would take the scenario past its time
+        for k, out, name in sorted(rng.sample(landed, min(resumes, len(landed)))):
+            train(2, out, sets + ["checkpoint.resume=latest"])
+            steps, loss, bad = records(out)
+            if bad or steps != ref_steps:
+                fail(f"{files} kill {k}: after the resume from {name}, metrics.jsonl holds steps {steps} and "
+                     f"{len(bad)} unreadable lines {bad[:2]} (should be 1..{n_steps} once each)")
+            elif loss != ref_loss:
+                fail(f"{files} kill {k}: resumed from {name}: losses differ from the reference at steps "
+                     f"{[s for s in ref_loss if loss.get(s) != ref_loss[s]]}")
+            elif same_tensors(f"{files} kill {k}: resumed from {name}", latest_step_dir(out), ref_t):
+                print(f"  {files} kill {k}, resumed from {name}: losses of steps 1..{n_steps} and all {len(ref_t)} "
+                      f"tensors of step {n_steps} bitwise equal to the reference", flush=True)
+        print(f"  {files}: {kills} kills, {len(landed)} during a background write, {corrupt} corrupt latest")
+        if corrupt:
+            fail(f"{files}: {corrupt} of {kills} kills left a `latest` that is missing or does not verify "
+                 "(should be 0)")
+        if len(landed) < want_landed:
+            fail(f"{files}: only {len(landed)} of {kills} kills landed during a background write (should be >= "
+                 f"{want_landed})")
+
+    kill_campaign("per_rank", 10, 25, 4)
+    # the shared files (both ranks in one file, written by plain pwrite at the offsets rank 0's HDF5 layout gave)
+    kill_campaign("per_node", 4, 10, 1)
+    kill_campaign("single", 4, 10, 1)
 
     # 2. a failed background (and foreground) write: exit 1, one line from rank 0 naming the rank and the cause,
     # no HDF5 stack, `latest` stays at the previous checkpoint, which verifies
-    for mode, rank in (("true", 1), ("false", 1), ("true", 0)):
-        out = f"{work}/fail_async_{mode}_rank{rank}"
+    for mode, rank, files in (("true", 1, "per_rank"), ("false", 1, "per_rank"), ("true", 0, "per_rank"),
+                              ("true", 1, "single")):
+        out = f"{work}/fail_async_{mode}_rank{rank}_{files}"
         fail_step, good = 4, 2
-        p = train(2, out, ["train.steps=8", "optim.decay_steps=8", "checkpoint.every=2", f"checkpoint.async={mode}"],
+        p = train(2, out, ["train.steps=8", "optim.decay_steps=8", "checkpoint.every=2", f"checkpoint.async={mode}",
+                           f"checkpoint.files={files}"],
                   expect=1, env=dict(ENV, HPCT_CKPT_FAIL_AT=f"{fail_step}:{rank}"))
         text = p.stdout + p.stderr
-        what = f"async={mode}, HPCT_CKPT_FAIL_AT={fail_step}:{rank}"
+        what = f"async={mode}, files={files}, HPCT_CKPT_FAIL_AT={fail_step}:{rank}"
         kind = "background write" if mode == "true" else "write"
         good_dir = os.path.join(out, "checkpoints", f"step_{good:08d}")
         needles = ["train_gpt: error: [rank 0 on ",

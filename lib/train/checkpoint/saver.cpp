@@ -48,23 +48,15 @@ CheckpointSaver::CheckpointSaver(parallel::ParallelContext& pc, std::string root
       keep_(keep),
       background_(background),
       comm_(std::make_unique<comm::MpiCommunicator>(mpi_world(pc), "checkpoint writer", pc.world().options())),
-      files_(shard_files(comm_->mpi_comm(), files)) {
-  HPCT_CHECK(!background_ || files_.mode == "per_rank", "a background checkpoint writer writes per_rank files");
-}
+      files_(shard_files(comm_->mpi_comm(), files)) {}
 
-bool CheckpointSaver::background_possible(bool async, const std::string& files) {
+bool CheckpointSaver::background_possible(bool async) {
   if (!async) return false;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   if (provided < MPI_THREAD_MULTIPLE) {
     log_info("checkpoint.async: the MPI library does not provide MPI_THREAD_MULTIPLE: checkpoints are written in the "
              "foreground");
-    return false;
-  }
-  if (files != "per_rank") {
-    log_info("checkpoint.async: checkpoint.files = {} writes through MPI-IO, which creates communicators during the "
-             "save: checkpoints are written in the foreground (per_rank files are written in the background)",
-             files);
     return false;
   }
   return true;
@@ -177,11 +169,11 @@ void CheckpointSaver::report(const SaveResult& r, double stall_s) {
                                 ? fmt::format("background, during steps {}..{}", job_.step + 1, last_step_seen_)
                                 : std::string("background, no step overlapped it");
   log_info("checkpoint ({}) step {} -> {} | {} in {:.2f} s ({:.1f} MiB/s) | {}: step loop stalled {:.3f} s, write "
-           "{:.2f} s | rank 0: snapshot {:.3f} s, crc {:.3f}, write {:.3f}, fsync {:.3f}, manifests {:.3f}, index "
-           "{:.3f}, commit {:.3f}, prune {:.3f}",
+           "{:.2f} s | rank 0: snapshot {:.3f} s, crc {:.3f}, metadata {:.3f}, write {:.3f}, fsync {:.3f}, manifests "
+           "{:.3f}, index {:.3f}, commit {:.3f}, prune {:.3f}",
            job_.why, job_.step, r.dir, human_bytes(static_cast<double>(r.total_bytes)), total_s,
            r.total_bytes / 1048576.0 / std::max(total_s, 1e-9), where, stall_s, r.seconds, job_.snapshot_s, ph.crc_s,
-           ph.write_s, ph.fsync_s, r.manifests_s, ph.index_s, ph.commit_s, ph.prune_s);
+           ph.metadata_s, ph.write_s, ph.fsync_s, r.manifests_s, ph.index_s, ph.commit_s, ph.prune_s);
 }
 
 }  // namespace hpct::train

@@ -40,11 +40,10 @@ class CheckpointSaver {
   // a file). background: background_possible(). files: checkpoint.files.
   CheckpointSaver(parallel::ParallelContext& pc, std::string root, int keep, bool background,
                   const std::string& files = "per_rank");
-  // Whether checkpoint.async = `async` with checkpoint.files = `files` writes in the background (else the foreground,
-  // saying why once): the MPI library must provide MPI_THREAD_MULTIPLE, and files must be per_rank. The shared-file
-  // modes write through HDF5's MPI-IO driver, which creates communicators (MPI_Comm_dup) inside the save; with Open MPI
-  // 4.1 that hung or failed (MPI_ERR_TRUNCATE in libnbc) whenever the step loop's collectives ran meanwhile.
-  static bool background_possible(bool async, const std::string& files);
+  // Whether checkpoint.async = `async` writes in the background (else the foreground, saying why once): the MPI library
+  // must provide MPI_THREAD_MULTIPLE. Every checkpoint.files mode can: the shared files' ranks agree over a communicator
+  // split here, beforehand, and write with plain pwrite (no MPI-IO, which creates communicators inside the save).
+  static bool background_possible(bool async);
   ~CheckpointSaver();  // waits for a save in flight (errors are logged, not thrown)
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;

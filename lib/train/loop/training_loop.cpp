@@ -199,7 +199,7 @@ StepLoop::StepLoop(RunSession& run, TrainTask& task)
       opt_(make_optimizer()),
       scaler_(loss_scale_config(cfg_, ctx_.precision)),
       placements_(task.placements()),
-      background_saves_(CheckpointSaver::background_possible(cfg_.checkpoint.async, cfg_.checkpoint.files)),
+      background_saves_(CheckpointSaver::background_possible(cfg_.checkpoint.async)),
       staging_(ctx_, task.model().params(), optimizer_state(*opt_), task.extra_state(), background_saves_),
       writer_(pc_, ckpt_root_, cfg_.checkpoint.keep, background_saves_, cfg_.checkpoint.files),
       pipe_bufs_(run.schedule, task.stage().activation_numel(), pc_.pipeline_transport().device(),

@@ -30,7 +30,10 @@ TEST(Crc32c, HardwareMatchesSoftwareOnRandomBuffers) {
   std::mt19937_64 rng(42);
   std::vector<unsigned char> buf(70000);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
-  for (size_t len : {1u, 3u, 7u, 8u, 9u, 15u, 63u, 255u, 1023u, 4097u, 65535u, 69993u}) {
+  // around the three-stream blocks: 3 x 256 and 3 x 8192 bytes, and their multiples with a remainder
+  for (size_t len : {1u,     3u,    7u,    8u,    9u,    15u,    63u,    255u,   767u,
+                     768u,   769u,  1023u, 1543u, 4097u, 24575u, 24576u, 24577u, 49152u + 768u + 9u,
+                     65535u, 69993u}) {
     for (size_t start : {0u, 1u, 3u, 5u}) {
       if (start + len > buf.size()) continue;
       const uint32_t sw = crc32c_sw(buf.data() + start, len), hw = crc32c_hw(buf.data() + start, len);

@@ -115,11 +115,13 @@ DType dtype_from_name(const std::string& name);
 // Seconds spent in each phase of a save on this rank's clock (write_shard, write_index and commit add theirs when
 // given one), for the save's log line and validation/bench_ckpt: what limits a save's bandwidth.
 struct SavePhases {
-  double crc_s = 0;  // write_shard: the pieces' CRC32C (before the file: the datasets' attributes hold them)
-  double metadata_s =
-      0;                // write_shard: the HDF5 file created with its datasets (allocated, not written) and attributes
-  double write_s = 0;   // write_shard: the pieces' bytes written at their datasets' offsets (O_DIRECT, see
-                        // ckpt/data_writer.hpp)
+  // write_shard: the pieces' CRC32C, taken as their bytes are copied for the write (part of write_s)
+  double crc_s = 0;
+  // write_shard: the HDF5 file: its datasets created (allocated, not written) with their attributes, then the
+  // checksums added and the file closed
+  double metadata_s = 0;
+  // write_shard: the pieces' bytes written at their datasets' offsets (O_DIRECT, see ckpt/data_writer.hpp)
+  double write_s = 0;
   double fsync_s = 0;   // write_shard: fsync of the shard file and its directory
   double index_s = 0;   // write_index: index.h5 written and fsynced
   double commit_s = 0;  // commit: rename of the step directory, `latest` replaced (each fsynced)

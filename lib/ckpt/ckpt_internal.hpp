@@ -112,21 +112,33 @@ void check_dataset_name(const std::string& name);
 void check_box(const std::string& name, const std::vector<int64_t>& global, const std::vector<int64_t>& offset,
                const std::vector<int64_t>& count);
 
-// The record of a checked, non-empty piece stored as `file_dataset`, with the CRC32C of its bytes (crc_s, optional:
-// += the seconds the checksum took).
-PieceRecord record_of(const Piece& p, std::string file_dataset, double* crc_s = nullptr);
+// The record of a checked, non-empty piece stored as `file_dataset` (crc 0: the writer fills it in as it writes the
+// bytes).
+PieceRecord record_of(const Piece& p, std::string file_dataset);
 
 class DataWriter;  // ckpt/data_writer.hpp
-// The HDF5 side of a shard file (write_shard's, or the one write_shared_shard's ranks share): creates (truncates) path
-// with one dataset per record (its file_dataset, shape, dtype and the attributes global_shape, offset, count,
-// split_axis, replica, crc32c), each contiguous, allocated at creation, its data 4 KiB-aligned from 4 KiB up, none of it
-// written; closes the file. Returns each dataset's byte offset in the file, in the order of `pieces`: DataWriter writes
-// the bytes there.
-std::vector<uint64_t> create_shard_layout(const std::string& path, const std::vector<const PieceRecord*>& pieces);
-// The bytes of the piece of record r (at data) written at `offset` of the file `path` through out; errors name the
-// tensor.
-void write_piece_data(DataWriter& out, const std::string& path, const PieceRecord& r, uint64_t offset,
-                      const void* data);
+// The HDF5 side of a shard file (write_shard's, or the one write_shared_shard's ranks share). The constructor creates
+// (truncates) path with one dataset per record (its file_dataset, shape, dtype and the attributes global_shape, offset,
+// count, split_axis, replica), each contiguous, allocated at creation, its data 4 KiB-aligned from 4 KiB up, none of it
+// written; offsets() gives each dataset's byte offset in the file, in the order of `pieces`: DataWriter writes the
+// bytes there, computing their CRC32C as it goes. finish(crcs) adds each dataset's crc32c attribute and closes the file
+// (the file stays open in between: HDF5 writes only its metadata, never the data regions). Errors name the tensor.
+class ShardLayout {
+ public:
+  ShardLayout(std::string path, const std::vector<const PieceRecord*>& pieces);
+  const std::vector<uint64_t>& offsets() const { return offsets_; }
+  void finish(const std::vector<uint32_t>& crcs);
+
+ private:
+  std::string path_;
+  std::vector<std::string> names_;  // file_dataset per record
+  std::vector<uint64_t> offsets_;
+  H5Id file_;
+};
+// The bytes of the piece of record r (at data) written at `offset` of the file `path` through out; returns their
+// CRC32C. Errors name the tensor.
+uint32_t write_piece_data(DataWriter& out, const std::string& path, const PieceRecord& r, uint64_t offset,
+                          const void* data);
 
 int64_t numel(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);  // "(3, 4)"

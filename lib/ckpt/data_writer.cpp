@@ -12,6 +12,8 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/timer.hpp"
+#include "ckpt/checkpoint.hpp"
 
 namespace hpct::ckpt::detail {
 
@@ -82,8 +84,8 @@ DataWriter::DataWriter(std::string path, DataIo io) : path_(std::move(path)) {
       for (char* b : buffers_) std::free(b);
       ::close(direct_fd_);
       ::close(fd_);
-      HPCT_FAIL("out of memory for the checkpoint writer's {} MiB of aligned I/O buffers ({})", kIoBuffers * (kIoChunk >> 20),
-                path_);
+      HPCT_FAIL("out of memory for the checkpoint writer's {} MiB of aligned I/O buffers ({})",
+                kIoBuffers * (kIoChunk >> 20), path_);
     }
     buffers_.push_back(static_cast<char*>(p));
     free_.push_back(i);
@@ -125,7 +127,14 @@ void DataWriter::buffered_write(uint64_t offset, const char* data, size_t n) {
   buffered_bytes_ += static_cast<int64_t>(n);
 }
 
-void DataWriter::write(uint64_t offset, const void* data, size_t n) {
+uint32_t DataWriter::checksum(const char* data, size_t n, uint32_t crc) {
+  Timer t;
+  crc = crc32c(data, n, crc);
+  crc_s_ += t.seconds();
+  return crc;
+}
+
+uint32_t DataWriter::write(uint64_t offset, const void* data, size_t n, uint32_t crc) {
   throw_if_failed();
   const char* p = static_cast<const char*>(data);
   const uint64_t a = static_cast<uint64_t>(kDataAlignment);
@@ -136,9 +145,11 @@ void DataWriter::write(uint64_t offset, const void* data, size_t n) {
     direct_path = !refused_;
   }
   if (!direct_path) {
+    crc = checksum(p, n, crc);
     buffered_write(offset, p, n);
-    return;
+    return crc;
   }
+  crc = checksum(p, begin - offset, crc);
   buffered_write(offset, p, begin - offset);
   for (uint64_t at = begin; at < end;) {
     const size_t len = static_cast<size_t>(std::min<uint64_t>(kIoChunk, end - at));
@@ -150,7 +161,12 @@ void DataWriter::write(uint64_t offset, const void* data, size_t n) {
       buffer = free_.front();
       free_.pop_front();
     }
-    std::memcpy(buffers_[static_cast<size_t>(buffer)], p + (at - offset), len);
+    char* buf = buffers_[static_cast<size_t>(buffer)];
+    for (size_t done = 0; done < len; done += kCrcBlock) {
+      const size_t b = std::min(kCrcBlock, len - done);
+      std::memcpy(buf + done, p + (at - offset) + done, b);
+      crc = checksum(buf + done, b, crc);
+    }
     {
       const std::lock_guard<std::mutex> lock(mutex_);
       jobs_.push_back({buffer, at, len});
@@ -160,7 +176,9 @@ void DataWriter::write(uint64_t offset, const void* data, size_t n) {
     at += len;
   }
   throw_if_failed();
+  crc = checksum(p + (end - offset), offset + n - end, crc);
   buffered_write(end, p + (end - offset), offset + n - end);
+  return crc;
 }
 
 void DataWriter::io_thread() {

@@ -10,7 +10,9 @@
 //
 // O_DIRECT needs the memory address, the file offset and the length aligned. The middle is copied into 4 KiB-aligned
 // buffers (kIoBuffers of kIoChunk bytes) that kIoThreads threads write while the caller fills the next: the copy
-// overlaps the disk, and two writes in flight keep the device busy. The pieces' own memory may be anywhere.
+// overlaps the disk, and two writes in flight keep the device busy. The pieces' own memory may be anywhere. The caller
+// takes each piece's CRC32C from those buffers as it fills them (kCrcBlock at a time, while the block is in cache), so
+// the source is read once for the copy and the checksum.
 //
 // A file system that refuses O_DIRECT (the open, or the first write, fails with EINVAL) gets buffered writes for the
 // whole file, and the process says so once (a warning on rank 0). HPCT_CKPT_IO=buffered asks for the buffered path
@@ -33,10 +35,11 @@ enum class DataIo { Direct, Buffered };
 // HPCT_CKPT_IO: direct (the default, also when unset or empty) or buffered.
 DataIo data_io_from_env();
 
-inline constexpr int64_t kDataAlignment = 4096;    // of the file offsets, the lengths and the buffers of direct writes
+inline constexpr int64_t kDataAlignment = 4096;  // of the file offsets, the lengths and the buffers of direct writes
 inline constexpr size_t kIoChunk = size_t{4} << 20;  // bytes per direct write
 inline constexpr int kIoThreads = 2;
 inline constexpr int kIoBuffers = 4;
+inline constexpr size_t kCrcBlock = size_t{256} << 10;  // copied, then checksummed, while in the core's cache
 
 class DataWriter {
  public:
@@ -47,10 +50,12 @@ class DataWriter {
   DataWriter(const DataWriter&) = delete;
   DataWriter& operator=(const DataWriter&) = delete;
 
-  // Writes n bytes of data at file offset `offset`. The data is copied or written before the call returns (the caller
-  // may reuse it), but the direct writes may still be in flight: finish() waits for them. Throws the first failure
-  // of any earlier write (naming the file, the offset and the cause).
-  void write(uint64_t offset, const void* data, size_t n);
+  // Writes n bytes of data at file offset `offset` and returns crc32c(data, n, crc): the checksum is taken from the
+  // aligned buffers right after each block is copied there (the bytes still in cache: one pass over the source for
+  // both). The data is copied or written before the call returns (the caller may reuse it), but the direct writes may
+  // still be in flight: drain() waits for them. Throws the first failure of any earlier write (naming the file, the
+  // offset and the cause).
+  uint32_t write(uint64_t offset, const void* data, size_t n, uint32_t crc = 0);
   // Waits for every write queued so far; throws the first failure.
   void drain();
   // drain(), then fsyncs the file and closes it. Call once.
@@ -59,6 +64,7 @@ class DataWriter {
   // Whether the direct path was used (false with DataIo::Buffered or after the file system refused O_DIRECT).
   bool direct() const;
   int64_t direct_bytes() const { return direct_bytes_; }
+  double crc_seconds() const { return crc_s_; }  // the checksums' share of the write() calls
   int64_t buffered_bytes() const { return buffered_bytes_; }
 
  private:
@@ -68,6 +74,7 @@ class DataWriter {
     size_t n = 0;
   };
   void buffered_write(uint64_t offset, const char* data, size_t n);
+  uint32_t checksum(const char* data, size_t n, uint32_t crc);  // crc32c, timed into crc_s_
   void io_thread();
   void fail(const std::string& why);  // records the first failure (under mutex_)
   void throw_if_failed();
@@ -78,6 +85,7 @@ class DataWriter {
   int direct_fd_ = -1;  // O_DIRECT; -1 when not used (DataIo::Buffered, or refused)
   bool refused_ = false;
   int64_t direct_bytes_ = 0, buffered_bytes_ = 0;
+  double crc_s_ = 0;
 
   std::vector<char*> buffers_;  // kIoBuffers aligned buffers of kIoChunk bytes
   std::vector<std::thread> threads_;

@@ -6,6 +6,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -108,12 +109,11 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
   MPI_CHECK(MPI_Comm_size(comm, &c.size));
   const std::string path = (fs::path(dir) / file_name).string();
 
-  // Stage 1, local: the pieces' checks and CRCs, this rank's manifest. Its outcome travels with the metadata, so that
+  // Stage 1, local: the pieces' checks, this rank's manifest (its checksums come with the data, stage 3). Its outcome travels with the metadata, so that
   // one allgather both agrees on success and tells every rank what every dataset is.
   ShardManifest m;
   m.rank = rank;
   m.file = file_name;
-  double crc_s = 0;
   std::exception_ptr local_error;
   std::string local_message;
   try {
@@ -141,7 +141,7 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
                  p.dataset, n, path);
       (void)h5_file_type(p.dtype);  // a 16-bit dtype fails here, before any collective HDF5 call
       m.pieces.push_back(
-          record_of(p, fmt::format("rank_{:05d}/{}/piece_{}", rank, p.dataset, next_piece[p.dataset]++), &crc_s));
+          record_of(p, fmt::format("rank_{:05d}/{}/piece_{}", rank, p.dataset, next_piece[p.dataset]++)));
     }
   } catch (const std::exception& e) {
     local_error = std::current_exception();
@@ -183,48 +183,70 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
     }
   }
 
-  // Stage 2, comm's rank 0 alone: the file's HDF5 side, every rank's datasets allocated and their attributes written;
-  // their offsets in the file go to every rank.
+  // Stage 2, comm's rank 0 alone: the file's HDF5 side, every rank's datasets allocated and their attributes written
+  // (but the checksums: the ranks compute them as they write); their offsets in the file go to every rank.
   std::vector<const PieceRecord*> records;  // in the order of `all`, pieces in manifest order
   for (const ShardManifest& sm : all)
     for (const PieceRecord& r : sm.pieces) records.push_back(&r);
   std::vector<uint64_t> offsets(records.size());
+  std::unique_ptr<ShardLayout> layout;  // rank 0's
   stage(c, path, "create the file and its datasets", [&] {
-    if (c.rank == 0) offsets = create_shard_layout(path, records);
+    if (c.rank != 0) return;
+    layout = std::make_unique<ShardLayout>(path, records);
+    offsets = layout->offsets();
   });
   static_assert(sizeof(uint64_t) == sizeof(unsigned long long));
   if (!offsets.empty())
     MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UNSIGNED_LONG_LONG, 0, comm));
-  const double metadata_s = metadata.seconds();
+  double metadata_s = metadata.seconds();
 
-  // Stage 3: every rank writes its own pieces' bytes at their offsets and fsyncs what it wrote (a parallel file
-  // system's client holds its own dirty pages).
+  // Stage 3: every rank writes its own pieces' bytes at their offsets, computing their checksums.
   size_t first = 0;  // this rank's first record in `records`
   for (int i = 0; i < c.rank; ++i) first += all[static_cast<size_t>(i)].pieces.size();
   Timer written;
-  double write_s = 0;
+  std::unique_ptr<DataWriter> out;
   stage(c, path, "write its data", [&] {
-    DataWriter out(path, data_io_from_env());
+    out = std::make_unique<DataWriter>(path, data_io_from_env());
     size_t own = 0;  // index into `pieces` of this rank's next written piece (pieces of 0 elements have no record)
     for (size_t k = 0; k < m.pieces.size(); ++k) {
       while (numel(pieces[own].count) == 0) ++own;
-      write_piece_data(out, path, m.pieces[k], offsets[first + k], pieces[own++].data);
+      m.pieces[k].crc = write_piece_data(*out, path, m.pieces[k], offsets[first + k], pieces[own++].data);
     }
-    out.drain();
-    write_s = written.seconds();
-    out.finish();
+    out->drain();
   });
+  const double write_s = written.seconds();
 
-  // Stage 4: rank 0 makes the directory entry durable; the agreement makes every rank's bytes durable before any rank
-  // returns.
-  stage(c, path, "fsync the directory", [&] {
+  // Stage 4: the checksums to rank 0, which writes them as the datasets' attributes and closes the file.
+  Timer checksums;
+  std::vector<uint32_t> mine_crcs, all_crcs(records.size());
+  for (const PieceRecord& r : m.pieces) mine_crcs.push_back(r.crc);
+  {
+    std::vector<int> counts(static_cast<size_t>(c.size)), displs(static_cast<size_t>(c.size));
+    for (int i = 0, at = 0; i < c.size; ++i) {
+      counts[static_cast<size_t>(i)] = static_cast<int>(all[static_cast<size_t>(i)].pieces.size());
+      displs[static_cast<size_t>(i)] = at;
+      at += counts[static_cast<size_t>(i)];
+    }
+    MPI_CHECK(MPI_Gatherv(mine_crcs.data(), static_cast<int>(mine_crcs.size()), MPI_UINT32_T, all_crcs.data(),
+                          counts.data(), displs.data(), MPI_UINT32_T, 0, comm));
+  }
+  stage(c, path, "finish the file", [&] {
+    if (c.rank == 0) layout->finish(all_crcs);
+  });
+  metadata_s += checksums.seconds();
+
+  // Stage 5: every rank fsyncs the file (on a parallel file system a client flushes only the pages it wrote), rank 0
+  // the directory entry; the agreement makes every rank's bytes durable before any rank returns.
+  Timer synced;
+  stage(c, path, "fsync the file", [&] {
+    out->finish();
     if (c.rank == 0) fsync_dir(dir);
   });
   if (phases != nullptr) {
-    phases->crc_s += crc_s;
+    phases->crc_s += out->crc_seconds();
     phases->metadata_s += metadata_s;
     phases->write_s += write_s;
-    phases->fsync_s += written.seconds() - write_s;
+    phases->fsync_s += synced.seconds();
   }
   return m;
 }

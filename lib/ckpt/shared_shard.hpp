@@ -14,13 +14,15 @@
 // moves with pwrite(2), each rank its own bytes (ckpt/data_writer.hpp). No MPI-IO: HDF5's MPI-IO driver duplicates
 // communicators inside every file creation, which Open MPI 4.1 did not survive beside a busy step loop, and the
 // file's metadata is small enough for one process to write.
-//   every rank: checks its pieces and computes their CRC32C (its own bytes, nothing moves);
-//   allgather of every rank's piece metadata and CRCs (also how ranks learn that one failed its checks);
-//   comm's rank 0: creates the file with every rank's datasets, allocated (4 KiB-aligned) and with their attributes,
-//   none of their data written, and closes it (create_shard_layout); the datasets' offsets are broadcast;
-//   every rank: writes its pieces' bytes at their offsets (O_DIRECT where the file system allows it) and fsyncs the
-//   file (on a parallel file system a client flushes only the pages it wrote); rank 0 fsyncs the directory; a last
-//   agreement, so that on return every rank's bytes are durable.
+//   every rank: checks its pieces (nothing moves);
+//   allgather of every rank's piece metadata (also how ranks learn that one failed its checks);
+//   comm's rank 0: creates the file with every rank's datasets, allocated (4 KiB-aligned) and with their attributes
+//   but the checksums, none of their data written (detail::ShardLayout); the datasets' offsets are broadcast;
+//   every rank: writes its pieces' bytes at their offsets (O_DIRECT where the file system allows it), computing their
+//   CRC32C as it copies them (ckpt/data_writer.hpp);
+//   the checksums are gathered to rank 0, which writes them as the datasets' crc32c attributes and closes the file;
+//   every rank fsyncs the file (on a parallel file system a client flushes only the pages it wrote); rank 0 fsyncs the
+//   directory; a last agreement, so that on return every rank's bytes are durable.
 // Between stages the ranks agree (an allreduce) whether every rank succeeded: a rank that failed rethrows its own error,
 // the others throw one naming the file and the failed rank, so that no rank waits in a collective call that another
 // rank will never make.
@@ -61,8 +63,9 @@ inline constexpr const char* kSingleFileName = "shards.h5";
 // the ranks of comm must pass distinct values), crc as write_shard computes it. Same piece rules (pieces of 0 elements
 // are not written; at least one axis, a consistent box, non-null data), attributes and error style as write_shard;
 // every rank of comm must pass the same dir and file_name. phases (optional) filled as write_shard does: crc_s (this
-// rank's CRC32C), metadata_s (the agreement on the pieces, rank 0's HDF5 file, the broadcast of the offsets), write_s
-// (this rank's data), fsync_s (its fsync, the directory's and the agreements).
+// rank's CRC32C, part of write_s), metadata_s (the agreement on the pieces, rank 0's HDF5 file, the broadcast of the
+// offsets, the gather of the checksums and rank 0's close), write_s (this rank's data), fsync_s (its fsync, the
+// directory's and the agreement).
 ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const std::string& file_name, int rank,
                                  const std::vector<Piece>& pieces, SavePhases* phases = nullptr);
 

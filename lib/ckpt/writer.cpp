@@ -67,7 +67,7 @@ std::string escape_vds_name(const std::string& s) {
 
 }  // namespace
 
-PieceRecord detail::record_of(const Piece& p, std::string file_dataset, double* crc_s) {
+PieceRecord detail::record_of(const Piece& p, std::string file_dataset) {
   PieceRecord r;
   r.dataset = p.dataset;
   r.file_dataset = std::move(file_dataset);
@@ -77,22 +77,19 @@ PieceRecord detail::record_of(const Piece& p, std::string file_dataset, double* 
   r.split_axis = p.split_axis;
   r.replica = p.replica;
   r.dtype = p.dtype;
-  Timer crc_timer;
-  r.crc = crc32c(p.data, static_cast<size_t>(numel(p.count)) * dtype_size(p.dtype));
-  if (crc_s != nullptr) *crc_s += crc_timer.seconds();
   return r;
 }
 
-std::vector<uint64_t> detail::create_shard_layout(const std::string& path,
-                                                  const std::vector<const PieceRecord*>& pieces) {
+detail::ShardLayout::ShardLayout(std::string path, const std::vector<const PieceRecord*>& pieces)
+    : path_(std::move(path)) {
   H5Id fapl = make_fapl(false);
   // Data of 4 KiB and more starts on a 4 KiB boundary, so that DataWriter can write it with O_DIRECT; smaller objects
   // (the metadata, tiny tensors) are packed as usual.
   H5_CHECK(H5Pset_alignment(fapl, static_cast<hsize_t>(kDataAlignment), static_cast<hsize_t>(kDataAlignment)));
-  H5Id file = file_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  if (file.get() < 0) {
+  file_ = file_id(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  if (file_.get() < 0) {
     const std::string why = h5::error_stack_cause();
-    HPCT_FAIL("cannot create checkpoint file {} (check the directory is writable){}{}", path,
+    HPCT_FAIL("cannot create checkpoint file {} (check the directory is writable){}{}", path_,
               why.empty() ? "" : ": HDF5: ", why);
   }
   H5Id lcpl = make_lcpl();
@@ -100,44 +97,49 @@ std::vector<uint64_t> detail::create_shard_layout(const std::string& path,
   H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));            // plain bytes: no chunk index, H5Dget_offset works
   H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));  // its place in the file is known at creation
   H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));    // HDF5 writes none of the data: DataWriter writes it all
-  std::vector<uint64_t> offsets;
-  offsets.reserve(pieces.size());
+  offsets_.reserve(pieces.size());
   for (const PieceRecord* r : pieces) {
     try {
       std::vector<hsize_t> dims(r->count.begin(), r->count.end());
       H5Id space = space_id(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
       H5Id ds = dataset_id(
-          H5_CHECK(H5Dcreate2(file, r->file_dataset.c_str(), h5_file_type(r->dtype), space, lcpl, dcpl, H5P_DEFAULT)));
+          H5_CHECK(H5Dcreate2(file_, r->file_dataset.c_str(), h5_file_type(r->dtype), space, lcpl, dcpl, H5P_DEFAULT)));
       write_attr_i64_array(ds, "global_shape", r->global_shape);
       write_attr_i64_array(ds, "offset", r->offset);
       write_attr_i64_array(ds, "count", r->count);
       const int32_t split_axis = r->split_axis, replica = r->replica;
       write_attr_scalar(ds, "split_axis", H5T_STD_I32LE, H5T_NATIVE_INT32, &split_axis);
       write_attr_scalar(ds, "replica", H5T_STD_I32LE, H5T_NATIVE_INT32, &replica);
-      write_attr_scalar(ds, "crc32c", H5T_STD_U32LE, H5T_NATIVE_UINT32, &r->crc);
       const haddr_t at = H5Dget_offset(ds);
       HPCT_CHECK(at != HADDR_UNDEF, "HDF5 allocated no contiguous storage for dataset {}", r->file_dataset);
-      offsets.push_back(static_cast<uint64_t>(at));
+      offsets_.push_back(static_cast<uint64_t>(at));
+      names_.push_back(r->file_dataset);
     } catch (const Error& e) {
       HPCT_FAIL("cannot create dataset {} (tensor {}) in checkpoint file {}: {} (disk full? a name used both as a "
                 "tensor and as a group?)",
-                r->file_dataset, r->dataset, path, e.cause());
+                r->file_dataset, r->dataset, path_, e.cause());
     }
   }
-  try {
-    dcpl.reset();
-    lcpl.reset();
-    file.close_checked();
-  } catch (const Error& e) {
-    HPCT_FAIL("cannot close checkpoint file {} after creating its datasets (disk full?): {}", path, e.cause());
-  }
-  return offsets;
 }
 
-void detail::write_piece_data(DataWriter& out, const std::string& path, const PieceRecord& r, uint64_t offset,
-                              const void* data) {
+void detail::ShardLayout::finish(const std::vector<uint32_t>& crcs) {
+  HPCT_CHECK(crcs.size() == names_.size(), "checkpoint file {}: {} checksums for {} datasets", path_, crcs.size(),
+             names_.size());
   try {
-    out.write(offset, data, static_cast<size_t>(numel(r.count)) * dtype_size(r.dtype));
+    for (size_t i = 0; i < names_.size(); ++i) {
+      H5Id ds = dataset_id(H5_CHECK(H5Dopen2(file_, names_[i].c_str(), H5P_DEFAULT)));
+      write_attr_scalar(ds, "crc32c", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crcs[i]);
+    }
+    file_.close_checked();
+  } catch (const Error& e) {
+    HPCT_FAIL("cannot finish checkpoint file {} (its checksums, the close; disk full?): {}", path_, e.cause());
+  }
+}
+
+uint32_t detail::write_piece_data(DataWriter& out, const std::string& path, const PieceRecord& r, uint64_t offset,
+                                  const void* data) {
+  try {
+    return out.write(offset, data, static_cast<size_t>(numel(r.count)) * dtype_size(r.dtype));
   } catch (const Error& e) {
     HPCT_FAIL("cannot write tensor {} (dataset {}) to checkpoint file {}: {}", r.dataset, r.file_dataset, path,
               e.cause());
@@ -145,7 +147,6 @@ void detail::write_piece_data(DataWriter& out, const std::string& path, const Pi
 }
 
 ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces, SavePhases* phases) {
-  double crc_s = 0;
   HPCT_CHECK(rank >= 0, "negative rank {} for shard file in {}", rank, dir);
   const DataIo io = data_io_from_env();
   std::error_code ec;
@@ -169,26 +170,32 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
     if (n == 0) continue;
     HPCT_CHECK(p.data != nullptr, "tensor {}: piece of {} elements has no data", p.dataset, n);
     (void)h5_file_type(p.dtype);  // a 16-bit dtype fails here
-    m.pieces.push_back(record_of(p, fmt::format("{}/piece_{}", p.dataset, next_piece[p.dataset]++), &crc_s));
+    m.pieces.push_back(record_of(p, fmt::format("{}/piece_{}", p.dataset, next_piece[p.dataset]++)));
     data.push_back(p.data);
   }
 
   Timer metadata;
   std::vector<const PieceRecord*> records;
   for (const PieceRecord& r : m.pieces) records.push_back(&r);
-  const std::vector<uint64_t> offsets = create_shard_layout(path, records);
-  const double metadata_s = metadata.seconds();
+  ShardLayout layout(path, records);
+  double metadata_s = metadata.seconds();
 
   Timer written;
   DataWriter out(path, io);
-  for (size_t i = 0; i < m.pieces.size(); ++i) write_piece_data(out, path, m.pieces[i], offsets[i], data[i]);
+  for (size_t i = 0; i < m.pieces.size(); ++i)
+    m.pieces[i].crc = write_piece_data(out, path, m.pieces[i], layout.offsets()[i], data[i]);
   out.drain();
   const double write_s = written.seconds();
+  Timer checksums;
+  std::vector<uint32_t> crcs;
+  for (const PieceRecord& r : m.pieces) crcs.push_back(r.crc);
+  layout.finish(crcs);
+  metadata_s += checksums.seconds();
   Timer synced;
   out.finish();
   fsync_dir(dir);
   if (phases != nullptr) {
-    phases->crc_s += crc_s;
+    phases->crc_s += out.crc_seconds();
     phases->metadata_s += metadata_s;
     phases->write_s += write_s;
     phases->fsync_s += synced.seconds();

@@ -69,8 +69,14 @@ struct Range {
 std::vector<Range> ranges() {
   const uint64_t A = detail::kDataAlignment;
   const size_t C = detail::kIoChunk;
-  return {{0, 10},          {A, A},           {2 * A + 7, 3},   {3 * A - 5, 2 * A + 11},
-          {8 * A, C + 123}, {8 * A + C + 123, 1}, {16 * A + 2 * C, 2 * C}, {16 * A + 4 * C + 100, C + 2 * A - 100},
+  return {{0, 10},
+          {A, A},
+          {2 * A + 7, 3},
+          {3 * A - 5, 2 * A + 11},
+          {8 * A, C + 123},
+          {8 * A + C + 123, 1},
+          {16 * A + 2 * C, 2 * C},
+          {16 * A + 4 * C + 100, C + 2 * A - 100},
           {16 * A + 6 * C + 4 * A + 1, A - 2}};
 }
 

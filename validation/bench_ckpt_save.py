@@ -1,24 +1,30 @@
 #!/usr/bin/python3
-"""Checkpoint save bandwidth of the trainer, side by side with the bare protocol and dd on the same disk.
+"""Checkpoint save speed of the trainer in every checkpoint.files mode, foreground and background, against dd.
 
-Each round runs, one after the other (alternating, so that the disk's drift hits all three alike):
-  1. train_gpt at GPT-2 124M shapes (inputs/gpt2_124m.toml, seq_len 64, batch 2) for --steps steps at np --np with a
-     synchronous checkpoint (checkpoint.async = false; validation/bench_ckpt_async.py measures the background one)
-     after every step (keep 1: every save after the first also prunes the previous one), parsing each
-     save's log line: size, seconds, and the phase breakdown (snapshot, crc, write, fsync, manifests, index, commit,
-     prune; rank 0's clock);
-  2. validation/bench_ckpt at the same np and the same number of MiB (the protocol without the trainer), as many saves
-     as the trainer's, each pruning the previous one (its medians);
-  3. dd if=/dev/zero bs=4M of the same number of MiB with conv=fsync, in the same directory.
-The report holds every sample, the medians over the rounds, and the ratios trainer / dd and bench / dd (the target:
-a synchronous save at >= 0.8x dd).
+Each round runs, one after the other (alternating, so that the disk's drift hits everything alike):
+  1. dd if=/dev/zero bs=4M conv=fsync of the checkpoint's size, in the same directory;
+  2. per files mode (per_rank, per_node, single): train_gpt at GPT-2 124M shapes (inputs/gpt2_124m.toml, seq_len 64,
+     batch 2) at np --np for --steps steps with a foreground save after every step (checkpoint.async = false, keep 1:
+     every save after the first also prunes the one before, and the later saves run with the earlier checkpoints'
+     pages around, which is when buffered writes were slow); each save's rate = its size / its time (snapshot +
+     write: what the step loop waits for);
+  3. dd again;
+  4. the baseline: the same run without checkpoints for --bg-steps steps (its median step time);
+  5. per files mode: the same run with a background save every --every steps (checkpoint.async = true); per save,
+     extra = the steps it overlapped beyond the baseline median, and (stall - snapshot + extra) / write, the share of
+     the write the step loop paid for (validation/bench_ckpt_async.py's measure).
+Targets (printed with a verdict): foreground per_rank >= 0.8x dd (medians), every per_rank save within 1.5x of their
+median; per_node and single >= 0.7x per_rank's rate; background (stall - snapshot + extra) / write <= 0.10 (median
+over the saves of each mode).
 
-usage: validation/bench_ckpt_save.py [--rounds 5] [--np 2] [--steps 3] [--build build] [--dir DIR] [--report F.md]
+usage: validation/bench_ckpt_save.py [--rounds 5] [--np 2] [--steps 4] [--bg-steps 14] [--every 5]
+                                     [--modes per_rank,per_node,single] [--build build] [--dir DIR] [--report F.md]
   --dir     where checkpoints and dd's file go (default BUILD/bench_ckpt_save_tmp; wiped first, removed after)
-Prints the table and `SUMMARY ...` with the medians and ratios."""
+Prints the tables and `SUMMARY ...`. Environment: OMP_NUM_THREADS=1 for every run; HPCT_CKPT_IO passes through (=buffered
+measures the page-cache path)."""
 import argparse
+import json
 import os
-import re
 import shlex
 import shutil
 import statistics
@@ -28,118 +34,185 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from campaign import REPO, machine_info  # noqa: E402
+import ckpt_log  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--rounds", type=int, default=5)
 ap.add_argument("--np", type=int, default=2)
-ap.add_argument("--steps", type=int, default=3)
+ap.add_argument("--steps", type=int, default=4)
+ap.add_argument("--bg-steps", type=int, default=14)
+ap.add_argument("--every", type=int, default=5)
+ap.add_argument("--modes", default="per_rank,per_node,single")
 ap.add_argument("--build", default=os.path.join(REPO, "build"))
 ap.add_argument("--dir")
 ap.add_argument("--report")
 args = ap.parse_args()
-if args.rounds < 1 or args.np < 1 or args.steps < 1:
-    ap.error("--rounds, --np and --steps must be >= 1")
+MODES = args.modes.split(",")
+if args.rounds < 1 or args.np < 1 or args.steps < 1 or args.every < 2 or args.bg_steps <= args.every:
+    ap.error("--rounds, --np, --steps >= 1, --every >= 2 (the first step is a warm-up) and --bg-steps > --every")
+if not MODES or any(m not in ("per_rank", "per_node", "single") for m in MODES) or "per_rank" not in MODES:
+    ap.error(f"--modes {args.modes}: a comma-separated list of per_rank, per_node, single that holds per_rank")
 build = os.path.abspath(args.build)
 train_gpt = os.path.join(build, "apps", "train_gpt")
-bench = os.path.join(build, "validation", "bench_ckpt")
-for exe in (train_gpt, bench):
-    if not os.access(exe, os.X_OK):
-        sys.exit(f"bench_ckpt_save.py: {exe} not found: build it (cmake --build {build} --target train_gpt bench_ckpt)")
+if not os.access(train_gpt, os.X_OK):
+    sys.exit(f"bench_ckpt_save.py: {train_gpt} not found: build it (cmake --build {build} --target train_gpt)")
 work = os.path.abspath(args.dir or os.path.join(build, "bench_ckpt_save_tmp"))
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 MPI = ["mpirun", "-np", str(args.np), "--oversubscribe", "--bind-to", "none"]
-TRAIN = [train_gpt, os.path.join(REPO, "inputs", "gpt2_124m.toml"), "--out", os.path.join(work, "run")]
-for s in ("data.train=kjv_train.bin", "data.val=kjv_val.bin", "model.seq_len=64", "train.global_batch=2",
-          "train.micro_batch=1", f"train.steps={args.steps}", "checkpoint.every=1", "checkpoint.keep=1",
-          "sample.tokens=0", "train.device=cpu", "optim.warmup_steps=1", "train.eval_every=0",
-          "checkpoint.async=false"):  # the synchronous save: the step loop waits for all of it
-    TRAIN += ["--set", s]
-UNIT = {"B": 2**-20, "KiB": 2**-10, "MiB": 1.0, "GiB": 1024.0}
-SAVE = re.compile(r"checkpoint \((\w+)\) step (\d+) -> \S+ \| ([0-9.]+) (B|KiB|MiB|GiB) in ([0-9.]+) s .*\| rank 0: "
-                  r"snapshot ([0-9.]+) s, crc ([0-9.]+), write ([0-9.]+), fsync ([0-9.]+), manifests ([0-9.]+), "
-                  r"index ([0-9.]+), commit ([0-9.]+), prune ([0-9.]+)")
-PHASES = ["snapshot", "crc", "write", "fsync", "manifests", "index", "commit", "prune"]
-BENCH_PHASES = ["crc", "write", "fsync", "index", "commit", "prune"]
+if "HPCT_CKPT_IO" in os.environ:
+    MPI += ["-x", "HPCT_CKPT_IO"]
+BASE = ["data.train=kjv_train.bin", "data.val=kjv_val.bin", "model.seq_len=64", "train.global_batch=2",
+        "train.micro_batch=1", "checkpoint.keep=1", "sample.tokens=0", "train.device=cpu", "optim.warmup_steps=1",
+        "train.eval_every=0"]
 
 
-def run(cmd, timeout=900):
+def train_cmd(out, sets):
+    cmd = MPI + [train_gpt, os.path.join(REPO, "inputs", "gpt2_124m.toml"), "--out", out]
+    for s in BASE + sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def run(cmd, timeout=1800):
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=ENV, timeout=timeout)
     if p.returncode != 0:
         sys.exit(f"bench_ckpt_save.py: `{shlex.join(cmd)}` exited {p.returncode}:\n{(p.stdout + p.stderr)[-3000:]}")
     return p.stdout + p.stderr
 
 
-trainer, benches, dds = [], [], []  # per sample: dict(mib, s, phases...)
+def train(out, sets):
+    """One run: (its log, {step: ms} from metrics.jsonl)."""
+    shutil.rmtree(out, ignore_errors=True)
+    log = run(train_cmd(out, sets))
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        ms = {r["step"]: r["ms"] for r in map(json.loads, f)}
+    shutil.rmtree(out, ignore_errors=True)
+    return log, ms
+
+
+def dd(mib):
+    path = os.path.join(work, "dd.bin")
+    t0 = time.time()
+    run(["dd", "if=/dev/zero", f"of={path}", "bs=4M", f"count={mib // 4}", "conv=fsync"])
+    s = time.time() - t0
+    os.remove(path)
+    return dict(mib=float(mib // 4 * 4), s=s)
+
+
+fg = {m: [] for m in MODES}  # per save: round, step, mib, s, phases
+bg = {m: [] for m in MODES}  # per save: round, step, mib, snapshot, stall, write, extra, over
+dds, baselines = [], []
 size_mib = None
 t_start = time.time()
+FG_SETS = [f"train.steps={args.steps}", "checkpoint.every=1", "checkpoint.async=false"]
+BG_SETS = [f"train.steps={args.bg_steps}", f"checkpoint.every={args.every}", "checkpoint.at_end=false",
+           "checkpoint.async=true"]
 for rnd in range(1, args.rounds + 1):
-    shutil.rmtree(os.path.join(work, "run"), ignore_errors=True)
-    text = run(MPI + TRAIN)
-    saves = [m.groups() for m in SAVE.finditer(text)]
-    if len(saves) != args.steps:
-        sys.exit(f"bench_ckpt_save.py: train_gpt logged {len(saves)} saves, expected {args.steps}:\n{text[-3000:]}")
-    for why, step, size, unit, secs, *ph in saves:
-        mib = float(size) * UNIT[unit]
-        size_mib = mib
-        trainer.append(dict(round=rnd, step=int(step), mib=mib, s=float(secs), **dict(zip(PHASES, map(float, ph)))))
-    mib_int = max(1, round(size_mib))
-    # as many saves as the trainer's, each pruning the one before (commit keep 1): the BENCH_CKPT line's medians
-    text = run(MPI + [bench, "--dir", os.path.join(work, "bench"), "--size-mib", str(mib_int), "--reps", str(args.steps)])
-    m = re.search(r"^BENCH_CKPT .*total_s=([0-9.]+)", text, re.M)
-    kv = dict(re.findall(r"(\w+)=([0-9.]+)", m.group(0))) if m else None
-    if kv is None:
-        sys.exit(f"bench_ckpt_save.py: no BENCH_CKPT line:\n{text[-2000:]}")
-    benches.append(dict(round=rnd, mib=float(mib_int), s=float(kv["total_s"]),
-                        **{p: float(kv[p + "_s"]) for p in BENCH_PHASES}))
-    dd_file = os.path.join(work, "dd.bin")
-    t0 = time.time()
-    run(["dd", "if=/dev/zero", f"of={dd_file}", "bs=4M", f"count={mib_int // 4}", "conv=fsync"])
-    dds.append(dict(round=rnd, mib=float(mib_int // 4 * 4), s=time.time() - t0))
-    os.remove(dd_file)
-    print(f"round {rnd}: trainer " + " ".join(f"{T['mib'] / T['s']:.0f}" for T in trainer if T["round"] == rnd)
-          + f" MiB/s | bench {benches[-1]['mib'] / benches[-1]['s']:.0f} MiB/s | dd {dds[-1]['mib'] / dds[-1]['s']:.0f} "
-          "MiB/s", flush=True)
+    if size_mib is not None:
+        dds.append(dict(round=rnd, **dd(round(size_mib))))
+    for m in MODES:
+        log, _ = train(os.path.join(work, "run"), FG_SETS + [f"checkpoint.files={m}"])
+        saves = ckpt_log.saves(log)
+        if len(saves) != args.steps or any(s["mode"] != "foreground" for s in saves):
+            sys.exit(f"bench_ckpt_save.py: {m}: {len(saves)} foreground save lines, expected {args.steps}:\n{log[-3000:]}")
+        for s in saves:
+            size_mib = s["mib"]
+            fg[m].append(dict(round=rnd, step=s["step"], mib=s["mib"], s=s["total_s"], snapshot=s["snapshot"],
+                              **s["phases"]))
+    if rnd == 1:  # the first round's first dd: once the checkpoint's size is known
+        dds.append(dict(round=rnd, **dd(round(size_mib))))
+    dds.append(dict(round=rnd, **dd(round(size_mib))))
+    _, base_ms = train(os.path.join(work, "run"), [f"train.steps={args.bg_steps}", "checkpoint.every=0",
+                                                   "checkpoint.at_end=false"])
+    base = statistics.median(v for s, v in base_ms.items() if s > 1)
+    baselines.append(base)
+    for m in MODES:
+        log, ms = train(os.path.join(work, "run"), BG_SETS + [f"checkpoint.files={m}"])
+        found = 0
+        for s in ckpt_log.saves(log):
+            if s["mode"] != "background":
+                continue
+            found += 1
+            a, b = s["overlap"] or (None, None)
+            extra = sum(ms[k] - base for k in range(a, b + 1) if k in ms) / 1e3 if a else 0.0
+            bg[m].append(dict(round=rnd, step=s["step"], mib=s["mib"], snapshot=s["snapshot"], stall=s["stall"],
+                              write=s["write"], steps=f"{a}..{b}" if a else "-", extra=extra,
+                              over=(s["stall"] - s["snapshot"] + extra) / s["write"]))
+        if found != (args.bg_steps - 1) // args.every:
+            sys.exit(f"bench_ckpt_save.py: {m}: {found} background save lines, expected "
+                     f"{(args.bg_steps - 1) // args.every}:\n{log[-3000:]}")
+    print(f"round {rnd}: dd " + " ".join(f"{d['mib'] / d['s']:.0f}" for d in dds if d["round"] == rnd) + " MiB/s | "
+          + " | ".join(f"{m} fg " + " ".join(f"{r['mib'] / r['s']:.0f}" for r in fg[m] if r["round"] == rnd)
+                       + " MiB/s, bg " + " ".join(f"{r['over']:.2f}" for r in bg[m] if r["round"] == rnd)
+                       for m in MODES), flush=True)
 shutil.rmtree(work, ignore_errors=True)
-
-
-def med(rows, key):
-    return statistics.median(r[key] for r in rows)
 
 
 def rate(rows):
     return statistics.median(r["mib"] / r["s"] for r in rows)
 
 
-tr, be, dd = rate(trainer), rate(benches), rate(dds)
-summary = (f"SUMMARY bench_ckpt_save np={args.np} size_mib={size_mib:.0f} rounds={args.rounds} trainer_MiB_per_s={tr:.1f} "
-           f"bench_MiB_per_s={be:.1f} dd_MiB_per_s={dd:.1f} ratio_trainer_dd={tr / dd:.2f} ratio_bench_dd={be / dd:.2f}")
-lines = ["# Checkpoint save bandwidth: train_gpt vs the bare protocol vs dd", "",
-         f"Command: `validation/bench_ckpt_save.py {' '.join(sys.argv[1:])}` ({time.time() - t_start:.0f} s). "
-         f"Rounds alternate trainer, bench_ckpt and dd on the same directory ({work}); medians over all samples.", "",
+def med(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+
+dd_rate = rate(dds)
+pr = rate(fg["per_rank"])
+spread = [r["mib"] / r["s"] / pr for r in fg["per_rank"]]
+verdicts = [("foreground per_rank >= 0.8x dd", pr / dd_rate >= 0.8, f"{pr / dd_rate:.2f}x"),
+            ("every foreground per_rank save within 1.5x of their median",
+             all(1 / 1.5 <= x <= 1.5 for x in spread), f"{min(spread):.2f}..{max(spread):.2f} of the median")]
+for m in MODES:
+    if m != "per_rank":
+        verdicts.append((f"foreground {m} >= 0.7x per_rank", rate(fg[m]) / pr >= 0.7, f"{rate(fg[m]) / pr:.2f}x"))
+for m in MODES:
+    o = med(bg[m], "over")
+    verdicts.append((f"background {m}: (stall - snapshot + extra) / write <= 0.10", o <= 0.10, f"{o:.3f}"))
+PHASES = ["snapshot", "crc", "metadata", "write", "fsync", "manifests", "index", "commit", "prune"]
+summary = (f"SUMMARY bench_ckpt_save np={args.np} size_mib={size_mib:.0f} rounds={args.rounds} dd_MiB_per_s={dd_rate:.1f} "
+           + " ".join(f"fg_{m}_MiB_per_s={rate(fg[m]):.1f}" for m in MODES) + f" ratio_per_rank_dd={pr / dd_rate:.2f} "
+           + " ".join(f"bg_{m}_over={med(bg[m], 'over'):.3f}" for m in MODES)
+           + f" verdicts_met={sum(v[1] for v in verdicts)}/{len(verdicts)}")
+io = os.environ.get("HPCT_CKPT_IO", "direct")
+lines = [f"# Checkpoint saves: every files mode, foreground and background, against dd (train_gpt GPT-2 124M, np "
+         f"{args.np})", "",
+         f"Command: `validation/bench_ckpt_save.py {' '.join(sys.argv[1:])}` ({time.time() - t_start:.0f} s; "
+         f"HPCT_CKPT_IO={io}). Rounds alternate dd, a foreground run per mode (a save after every step), dd, a "
+         "run without checkpoints (the baseline step time) and a background run per mode (a save every "
+         f"{args.every} steps), on the same directory ({work}); OMP_NUM_THREADS=1.", "",
          "## Machine", ""] + [f"- {k}: {v}" for k, v in machine_info().items()] + [
          f"- disk: {subprocess.run(['df', '-hT', os.path.dirname(work)], capture_output=True, text=True).stdout.splitlines()[-1]}",
-         "", "## Medians", "",
-         "| what | MiB | seconds | MiB/s | vs dd |", "|---|---:|---:|---:|---:|",
-         f"| train_gpt save (np {args.np}) | {size_mib:.0f} | {med(trainer, 's'):.3f} | {tr:.0f} | {tr / dd:.2f} |",
-         f"| bench_ckpt (np {args.np}) | {benches[0]['mib']:.0f} | {med(benches, 's'):.3f} | {be:.0f} | "
-         f"{be / dd:.2f} |",
-         f"| dd bs=4M conv=fsync | {dds[0]['mib']:.0f} | {med(dds, 's'):.3f} | {dd:.0f} | 1.00 |", "",
-         "Phases (seconds, medians; the trainer's are rank 0's clock, bench_ckpt's shard phases the slowest rank's):", "",
-         "| phase | " + " | ".join(PHASES) + " |", "|---|" + "---:|" * len(PHASES),
-         "| train_gpt | " + " | ".join(f"{med(trainer, p):.3f}" for p in PHASES) + " |",
-         "| bench_ckpt | " + " | ".join(f"{med(benches, p):.3f}" if p in BENCH_PHASES else "—" for p in PHASES) + " |",
-         "", "## Samples", "", "| round | what | step | MiB | s | MiB/s |", "|---:|---|---:|---:|---:|---:|"]
-for T in trainer:
-    lines.append(f"| {T['round']} | train_gpt | {T['step']} | {T['mib']:.0f} | {T['s']:.3f} | {T['mib'] / T['s']:.0f} |")
-for B in benches:
-    lines.append(f"| {B['round']} | bench_ckpt | — | {B['mib']:.0f} | {B['s']:.3f} | {B['mib'] / B['s']:.0f} |")
-for D in dds:
-    lines.append(f"| {D['round']} | dd | — | {D['mib']:.0f} | {D['s']:.3f} | {D['mib'] / D['s']:.0f} |")
-lines += ["", "Commands: `" + shlex.join(MPI + TRAIN) + "`; `" + shlex.join(MPI + [bench, "--size-mib", "N", "--reps", str(args.steps)])
-          + "`; `dd if=/dev/zero of=DIR/dd.bin bs=4M count=N/4 conv=fsync`.", "", summary, ""]
-print("\n".join(lines[lines.index("## Medians"):]))
+         "", "## Targets", "", "| target | measured | verdict |", "|---|---|---|"] + [
+         f"| {t} | {v} | {'met' if ok else 'MISSED'} |" for t, ok, v in verdicts] + [
+         "", "## Foreground saves (medians over every save of every round)", "",
+         "| mode | MiB | seconds | MiB/s | vs dd | vs per_rank | slowest / fastest save MiB/s |",
+         "|---|---:|---:|---:|---:|---:|---|"] + [
+         f"| {m} | {size_mib:.0f} | {med(fg[m], 's'):.3f} | {rate(fg[m]):.0f} | {rate(fg[m]) / dd_rate:.2f} | "
+         f"{rate(fg[m]) / pr:.2f} | {min(r['mib'] / r['s'] for r in fg[m]):.0f} / "
+         f"{max(r['mib'] / r['s'] for r in fg[m]):.0f} |" for m in MODES] + [
+         f"| dd bs=4M conv=fsync | {dds[0]['mib']:.0f} | {med(dds, 's'):.3f} | {dd_rate:.0f} | 1.00 | | "
+         f"{min(d['mib'] / d['s'] for d in dds):.0f} / {max(d['mib'] / d['s'] for d in dds):.0f} |", "",
+         "Phases of the foreground saves (seconds, medians, rank 0's clock; crc is part of write):", "",
+         "| mode | " + " | ".join(PHASES) + " |", "|---|" + "---:|" * len(PHASES)] + [
+         f"| {m} | " + " | ".join(f"{med(fg[m], p):.3f}" for p in PHASES) + " |" for m in MODES] + [
+         "", "## Background saves (medians over every save)", "",
+         "| mode | baseline ms/step | snapshot s | stall s | write s | extra step time s | (stall - snapshot + extra) / "
+         "write |", "|---|---:|---:|---:|---:|---:|---:|"] + [
+         f"| {m} | {statistics.median(baselines):.0f} | {med(bg[m], 'snapshot'):.3f} | {med(bg[m], 'stall'):.3f} | "
+         f"{med(bg[m], 'write'):.3f} | {med(bg[m], 'extra'):.3f} | {med(bg[m], 'over'):.3f} |" for m in MODES] + [
+         "", "## Every save", "", "| round | mode | kind | step | MiB/s or over | s |", "|---:|---|---|---:|---:|---:|"]
+for m in MODES:
+    lines += [f"| {r['round']} | {m} | foreground | {r['step']} | {r['mib'] / r['s']:.0f} | {r['s']:.3f} |"
+              for r in fg[m]]
+    lines += [f"| {r['round']} | {m} | background (steps {r['steps']}, extra {r['extra']:.3f} s) | {r['step']} | "
+              f"{r['over']:.3f} | {r['write']:.3f} |" for r in bg[m]]
+lines += [f"| {d['round']} | dd | — | — | {d['mib'] / d['s']:.0f} | {d['s']:.3f} |" for d in dds]
+lines += ["", "Commands: `" + shlex.join(train_cmd(os.path.join(work, "run"), FG_SETS + ["checkpoint.files=MODE"]))
+          + "`; the background runs with `" + " ".join(f"--set {s}" for s in BG_SETS) + "`; `dd if=/dev/zero "
+          "of=DIR/dd.bin bs=4M count=N/4 conv=fsync`.", "", summary, ""]
+print("\n".join(lines[lines.index("## Targets"):]))
 if args.report:
     with open(args.report, "w") as f:
         f.write("\n".join(lines))

@@ -9,8 +9,8 @@ the table holds the median over the rounds, the spread (min-max) and the ratio t
 groups ranks by rank / --ranks-per-node (HPCT_CKPT_RANKS_PER_NODE: one machine stands for several nodes); 0 uses the real
 nodes (MPI_COMM_TYPE_SHARED: on one machine the same as single).
 
-What it measures on one machine: the cost of the shared file's collective protocol (allgather, collective metadata,
-MPI-IO) against the per-rank files'; the metadata-server load that per-rank files put on a parallel file system at
+What it measures on one machine: the cost of the shared file's protocol (allgather of the pieces, rank 0's HDF5 metadata
+for every rank, the offsets broadcast, the checksums gathered) against the per-rank files'; the metadata-server load that per-rank files put on a parallel file system at
 scale (what shared files remove) does not show here.
 
 usage: validation/bench_ckpt_files.py [--nps 2,4,8] [--rounds 3] [--size-mib 512] [--reps 3] [--ranks-per-node 2]

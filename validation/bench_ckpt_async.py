@@ -74,20 +74,10 @@ for rnd in range(1, args.rounds + 1):
     base = statistics.median(v for s, v in base_ms.items() if s > 1)
     baselines.append(base)
     log, ms = train(os.path.join(work, "async"), [f"checkpoint.every={args.every}"])
-    found = 0
-    for sv in ckpt_log.saves(log):
-        if sv["mode"] != "background":
-            continue
-        found += 1
-        a, b = sv["overlap"] or (None, None)
-        steps = list(range(a, b + 1)) if a else []
-        extra = sum(ms[s] - base for s in steps if s in ms) / 1e3
-        stall, write, snap = sv["stall"], sv["write"], sv["snapshot"]
-        saves.append(dict(round=rnd, step=sv["step"], mib=sv["mib"], snapshot=snap, stall=stall,
-                          write=write, steps=f"{a}..{b}" if a else "-", extra=extra,
-                          over=(stall - snap + extra) / write))
-    if found != (args.steps - 1) // args.every:
-        sys.exit(f"bench_ckpt_async.py: round {rnd}: {found} background save lines, expected "
+    costs = ckpt_log.background_costs(log, ms, base)
+    saves += [dict(c, round=rnd) for c in costs]
+    if len(costs) != (args.steps - 1) // args.every:
+        sys.exit(f"bench_ckpt_async.py: round {rnd}: {len(costs)} background save lines, expected "
                  f"{(args.steps - 1) // args.every}:\n{log[-3000:]}")
     print(f"round {rnd}: baseline {base:.0f} ms/step | " + " | ".join(
         f"save {s['step']}: snapshot {s['snapshot']:.3f} s, stall {s['stall']:.3f} s, write {s['write']:.2f} s, extra "

@@ -130,18 +130,10 @@ for rnd in range(1, args.rounds + 1):
     baselines.append(base)
     for m in MODES:
         log, ms = train(os.path.join(work, "run"), BG_SETS + [f"checkpoint.files={m}"])
-        found = 0
-        for s in ckpt_log.saves(log):
-            if s["mode"] != "background":
-                continue
-            found += 1
-            a, b = s["overlap"] or (None, None)
-            extra = sum(ms[k] - base for k in range(a, b + 1) if k in ms) / 1e3 if a else 0.0
-            bg[m].append(dict(round=rnd, step=s["step"], mib=s["mib"], snapshot=s["snapshot"], stall=s["stall"],
-                              write=s["write"], steps=f"{a}..{b}" if a else "-", extra=extra,
-                              over=(s["stall"] - s["snapshot"] + extra) / s["write"]))
-        if found != (args.bg_steps - 1) // args.every:
-            sys.exit(f"bench_ckpt_save.py: {m}: {found} background save lines, expected "
+        costs = ckpt_log.background_costs(log, ms, base)
+        bg[m] += [dict(c, round=rnd) for c in costs]
+        if len(costs) != (args.bg_steps - 1) // args.every:
+            sys.exit(f"bench_ckpt_save.py: {m}: {len(costs)} background save lines, expected "
                      f"{(args.bg_steps - 1) // args.every}:\n{log[-3000:]}")
     print(f"round {rnd}: dd " + " ".join(f"{d['mib'] / d['s']:.0f}" for d in dds if d["round"] == rnd) + " MiB/s | "
           + " | ".join(f"{m} fg " + " ".join(f"{r['mib'] / r['s']:.0f}" for r in fg[m] if r["round"] == rnd)

@@ -35,3 +35,20 @@ def saves(log):
                         overlap=(int(a), int(b)) if a else None, stall=float(m.group(9)), write=float(m.group(10)),
                         snapshot=float(m.group(11)), phases={k: float(v) for k, v in PHASE.findall(m.group(12))}))
     return out
+
+
+def background_costs(log, ms, base_ms):
+    """Every background save of a run's log with what it cost the step loop: the saves() fields plus
+      steps  "a..b", the steps that ran beside the write ("-" when none)
+      extra  the seconds those steps took beyond base_ms (the same run's median step time without checkpoints),
+             from ms = {step: milliseconds} (metrics.jsonl)
+      over   (stall - snapshot + extra) / write: the share of the write the step loop paid for"""
+    out = []
+    for sv in saves(log):
+        if sv["mode"] != "background":
+            continue
+        a, b = sv["overlap"] or (None, None)
+        extra = sum(ms[s] - base_ms for s in range(a, b + 1) if s in ms) / 1e3 if a else 0.0
+        out.append(dict(sv, steps=f"{a}..{b}" if a else "-", extra=extra,
+                        over=(sv["stall"] - sv["snapshot"] + extra) / sv["write"]))
+    return out

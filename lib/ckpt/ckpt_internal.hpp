@@ -112,9 +112,15 @@ void check_dataset_name(const std::string& name);
 void check_box(const std::string& name, const std::vector<int64_t>& global, const std::vector<int64_t>& offset,
                const std::vector<int64_t>& count);
 
-// The record of a checked, non-empty piece stored as `file_dataset` (crc 0: the writer fills it in as it writes the
-// bytes).
-PieceRecord record_of(const Piece& p, std::string file_dataset);
+// A writer's pieces, checked (name, box, split axis, replica, data, a dtype checkpoints store; errors name the tensor,
+// followed by `where`), and the records of the non-empty ones (pieces of 0 elements are not written): the k-th piece of
+// logical dataset D is stored as prefix + "D/piece_<k>", its crc 0 until the writer fills it in as it writes the
+// bytes; data[i] holds records[i]'s bytes.
+struct CheckedPieces {
+  std::vector<PieceRecord> records;
+  std::vector<const void*> data;
+};
+CheckedPieces check_pieces(const std::vector<Piece>& pieces, const std::string& prefix, const std::string& where);
 
 class DataWriter;  // ckpt/data_writer.hpp
 // The HDF5 side of a shard file (write_shard's, or the one write_shared_shard's ranks share). The constructor creates

@@ -14,6 +14,7 @@
 #include "core/log.hpp"
 #include "core/timer.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/ckpt_internal.hpp"
 
 namespace hpct::ckpt::detail {
 
@@ -28,6 +29,12 @@ void say_refused(const std::string& path, const char* where) {
   log_warn("checkpoint: the file system of {} refuses O_DIRECT ({} failed with EINVAL): checkpoint data is written "
            "through the page cache (slower, and its speed depends on the memory the page cache holds)",
            path, where);
+}
+
+// What a failed write says: the bytes, where, the cause.
+std::string write_failure(size_t n, uint64_t offset, const std::string& path, int err) {
+  return fmt::format("cannot write {} bytes at offset {} of checkpoint file {}: {} (disk full?)", n, offset, path,
+                     std::strerror(err));
 }
 
 // pwrite(2) of all n bytes (a short write continues); 0 or the errno.
@@ -100,10 +107,7 @@ DataWriter::~DataWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-bool DataWriter::direct() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return direct_fd_ >= 0 && !refused_;
-}
+bool DataWriter::direct() const { return direct_fd_ >= 0 && !refused_; }
 
 void DataWriter::fail(const std::string& why) {
   if (failure_.empty()) failure_ = why;
@@ -121,9 +125,7 @@ void DataWriter::throw_if_failed() {
 void DataWriter::buffered_write(uint64_t offset, const char* data, size_t n) {
   if (n == 0) return;
   const int err = pwrite_all(fd_, data, n, offset);
-  if (err != 0)
-    HPCT_FAIL("cannot write {} bytes at offset {} of checkpoint file {}: {} (disk full?)", n, offset, path_,
-              std::strerror(err));
+  if (err != 0) HPCT_FAIL("{}", write_failure(n, offset, path_, err));
   buffered_bytes_ += static_cast<int64_t>(n);
 }
 
@@ -139,12 +141,7 @@ uint32_t DataWriter::write(uint64_t offset, const void* data, size_t n, uint32_t
   const char* p = static_cast<const char*>(data);
   const uint64_t a = static_cast<uint64_t>(kDataAlignment);
   const uint64_t begin = (offset + a - 1) / a * a, end = (offset + n) / a * a;  // the aligned middle [begin, end)
-  bool direct_path = direct_fd_ >= 0 && begin < end;
-  if (direct_path) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    direct_path = !refused_;
-  }
-  if (!direct_path) {
+  if (!direct() || begin >= end) {
     crc = checksum(p, n, crc);
     buffered_write(offset, p, n);
     return crc;
@@ -193,20 +190,12 @@ void DataWriter::io_thread() {
       ++busy_;
     }
     const char* buf = buffers_[static_cast<size_t>(job.buffer)];
-    bool use_direct = true;
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      use_direct = !refused_ && failure_.empty();
-    }
     int err = 0;
-    if (use_direct) {
+    if (!refused_) {
       err = pwrite_all(direct_fd_, buf, job.n, job.offset);
       if (err == EINVAL) {
         // accepted at open, refused at the write: this chunk and every later one go through the page cache
-        {
-          const std::lock_guard<std::mutex> lock(mutex_);
-          refused_ = true;
-        }
+        refused_ = true;
         say_refused(path_, "a write");
         err = pwrite_all(fd_, buf, job.n, job.offset);
       }
@@ -215,9 +204,7 @@ void DataWriter::io_thread() {
     }
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      if (err != 0)
-        fail(fmt::format("cannot write {} bytes at offset {} of checkpoint file {}: {} (disk full?)", job.n, job.offset,
-                         path_, std::strerror(err)));
+      if (err != 0) fail(write_failure(job.n, job.offset, path_, err));
       free_.push_back(job.buffer);
       --busy_;
     }
@@ -247,9 +234,7 @@ void DataWriter::drain() {
 void DataWriter::finish() {
   drain();
   stop_threads();
-  if (::fsync(fd_) != 0)
-    HPCT_FAIL("fsync of {} failed: {}; the checkpoint is not durable (check the file system)", path_,
-              std::strerror(errno));
+  fsync_file(path_);
   if (direct_fd_ >= 0) ::close(std::exchange(direct_fd_, -1));
   if (::close(std::exchange(fd_, -1)) != 0)
     HPCT_FAIL("cannot close checkpoint file {}: {}", path_, std::strerror(errno));

@@ -21,6 +21,7 @@
 //
 // Durability: finish() waits for every write, then fsyncs the file (the buffered heads and tails, HDF5's metadata, the
 // extents the direct writes allocated).
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -81,9 +82,9 @@ class DataWriter {
   void stop_threads();
 
   std::string path_;
-  int fd_ = -1;         // ordinary descriptor: heads, tails, the fallback
-  int direct_fd_ = -1;  // O_DIRECT; -1 when not used (DataIo::Buffered, or refused)
-  bool refused_ = false;
+  int fd_ = -1;                       // ordinary descriptor: heads, tails, the fallback
+  int direct_fd_ = -1;                // O_DIRECT; -1 when not used (DataIo::Buffered, or refused)
+  std::atomic<bool> refused_{false};  // set by an I/O thread when a direct write meets EINVAL
   int64_t direct_bytes_ = 0, buffered_bytes_ = 0;
   double crc_s_ = 0;
 

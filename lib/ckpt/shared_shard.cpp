@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <set>
 
@@ -109,9 +108,10 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
   MPI_CHECK(MPI_Comm_size(comm, &c.size));
   const std::string path = (fs::path(dir) / file_name).string();
 
-  // Stage 1, local: the pieces' checks, this rank's manifest (its checksums come with the data, stage 3). Its outcome travels with the metadata, so that
-  // one allgather both agrees on success and tells every rank what every dataset is.
+  // Stage 1, local: the pieces' checks, this rank's manifest (its checksums come with the data, stage 3). Its outcome
+  // travels with the metadata, so that one allgather both agrees on success and tells every rank what every dataset is.
   ShardManifest m;
+  CheckedPieces checked;
   m.rank = rank;
   m.file = file_name;
   std::exception_ptr local_error;
@@ -126,23 +126,9 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
       fs::create_directories(dir, ec);
       HPCT_CHECK(!ec, "cannot create checkpoint directory {}: {}", dir, ec.message());
     }
-    std::map<std::string, int> next_piece;  // per logical dataset: k of its next piece_<k>
-    for (const Piece& p : pieces) {
-      check_dataset_name(p.dataset);
-      check_box(p.dataset, p.global_shape, p.offset, p.count);
-      HPCT_CHECK(p.split_axis >= -1 && p.split_axis < static_cast<int>(p.global_shape.size()),
-                 "tensor {}: split_axis {} for a tensor of {} axes (shared checkpoint file {})", p.dataset,
-                 p.split_axis, p.global_shape.size(), path);
-      HPCT_CHECK(p.replica >= 0, "tensor {}: negative replica id {} (shared checkpoint file {})", p.dataset, p.replica,
-                 path);
-      const int64_t n = numel(p.count);
-      if (n == 0) continue;
-      HPCT_CHECK(p.data != nullptr, "tensor {}: piece of {} elements has no data (shared checkpoint file {})",
-                 p.dataset, n, path);
-      (void)h5_file_type(p.dtype);  // a 16-bit dtype fails here, before any collective HDF5 call
-      m.pieces.push_back(
-          record_of(p, fmt::format("rank_{:05d}/{}/piece_{}", rank, p.dataset, next_piece[p.dataset]++)));
-    }
+    checked = check_pieces(pieces, fmt::format("rank_{:05d}/", rank),
+                           fmt::format(" (shared checkpoint file {})", path));
+    m.pieces = std::move(checked.records);
   } catch (const std::exception& e) {
     local_error = std::current_exception();
     const auto* err = dynamic_cast<const Error*>(&e);
@@ -207,11 +193,8 @@ ShardManifest write_shared_shard(MPI_Comm comm, const std::string& dir, const st
   std::unique_ptr<DataWriter> out;
   stage(c, path, "write its data", [&] {
     out = std::make_unique<DataWriter>(path, data_io_from_env());
-    size_t own = 0;  // index into `pieces` of this rank's next written piece (pieces of 0 elements have no record)
-    for (size_t k = 0; k < m.pieces.size(); ++k) {
-      while (numel(pieces[own].count) == 0) ++own;
-      m.pieces[k].crc = write_piece_data(*out, path, m.pieces[k], offsets[first + k], pieces[own++].data);
-    }
+    for (size_t k = 0; k < m.pieces.size(); ++k)
+      m.pieces[k].crc = write_piece_data(*out, path, m.pieces[k], offsets[first + k], checked.data[k]);
     out->drain();
   });
   const double write_s = written.seconds();

@@ -67,17 +67,34 @@ std::string escape_vds_name(const std::string& s) {
 
 }  // namespace
 
-PieceRecord detail::record_of(const Piece& p, std::string file_dataset) {
-  PieceRecord r;
-  r.dataset = p.dataset;
-  r.file_dataset = std::move(file_dataset);
-  r.global_shape = p.global_shape;
-  r.offset = p.offset;
-  r.count = p.count;
-  r.split_axis = p.split_axis;
-  r.replica = p.replica;
-  r.dtype = p.dtype;
-  return r;
+detail::CheckedPieces detail::check_pieces(const std::vector<Piece>& pieces, const std::string& prefix,
+                                           const std::string& where) {
+  CheckedPieces out;
+  std::map<std::string, int> next_piece;  // per logical dataset: k of its next piece_<k>
+  for (const Piece& p : pieces) {
+    check_dataset_name(p.dataset);
+    check_box(p.dataset, p.global_shape, p.offset, p.count);
+    HPCT_CHECK(p.split_axis >= -1 && p.split_axis < static_cast<int>(p.global_shape.size()),
+               "tensor {}: split_axis {} for a tensor of {} axes{}", p.dataset, p.split_axis, p.global_shape.size(),
+               where);
+    HPCT_CHECK(p.replica >= 0, "tensor {}: negative replica id {}{}", p.dataset, p.replica, where);
+    const int64_t n = numel(p.count);
+    if (n == 0) continue;
+    HPCT_CHECK(p.data != nullptr, "tensor {}: piece of {} elements has no data{}", p.dataset, n, where);
+    (void)h5_file_type(p.dtype);  // a 16-bit dtype fails here, before any file is made
+    PieceRecord r;
+    r.dataset = p.dataset;
+    r.file_dataset = fmt::format("{}{}/piece_{}", prefix, p.dataset, next_piece[p.dataset]++);
+    r.global_shape = p.global_shape;
+    r.offset = p.offset;
+    r.count = p.count;
+    r.split_axis = p.split_axis;
+    r.replica = p.replica;
+    r.dtype = p.dtype;
+    out.records.push_back(std::move(r));
+    out.data.push_back(p.data);
+  }
+  return out;
 }
 
 detail::ShardLayout::ShardLayout(std::string path, const std::vector<const PieceRecord*>& pieces)
@@ -158,21 +175,8 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
   m.file = shard_file_name(rank);
   const std::string path = (fs::path(dir) / m.file).string();
 
-  std::vector<const void*> data;          // per record: its piece's bytes
-  std::map<std::string, int> next_piece;  // per logical dataset: k of its next /D/piece_<k>
-  for (const Piece& p : pieces) {
-    check_dataset_name(p.dataset);
-    check_box(p.dataset, p.global_shape, p.offset, p.count);
-    HPCT_CHECK(p.split_axis >= -1 && p.split_axis < static_cast<int>(p.global_shape.size()),
-               "tensor {}: split_axis {} for a tensor of {} axes", p.dataset, p.split_axis, p.global_shape.size());
-    HPCT_CHECK(p.replica >= 0, "tensor {}: negative replica id {}", p.dataset, p.replica);
-    const int64_t n = numel(p.count);
-    if (n == 0) continue;
-    HPCT_CHECK(p.data != nullptr, "tensor {}: piece of {} elements has no data", p.dataset, n);
-    (void)h5_file_type(p.dtype);  // a 16-bit dtype fails here
-    m.pieces.push_back(record_of(p, fmt::format("{}/piece_{}", p.dataset, next_piece[p.dataset]++)));
-    data.push_back(p.data);
-  }
+  CheckedPieces checked = check_pieces(pieces, "", "");
+  m.pieces = std::move(checked.records);
 
   Timer metadata;
   std::vector<const PieceRecord*> records;
@@ -183,7 +187,7 @@ ShardManifest write_shard(const std::string& dir, int rank, const std::vector<Pi
   Timer written;
   DataWriter out(path, io);
   for (size_t i = 0; i < m.pieces.size(); ++i)
-    m.pieces[i].crc = write_piece_data(out, path, m.pieces[i], layout.offsets()[i], data[i]);
+    m.pieces[i].crc = write_piece_data(out, path, m.pieces[i], layout.offsets()[i], checked.data[i]);
   out.drain();
   const double write_s = written.seconds();
   Timer checksums;

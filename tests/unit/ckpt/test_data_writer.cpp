@@ -1,4 +1,4 @@
-// The checkpoint's data path (ckpt/data_writer.hpp, create_shard_layout): byte ranges of every size and alignment land
+// The checkpoint's data path (ckpt/data_writer.hpp, detail::ShardLayout): byte ranges of every size and alignment land
 // where they belong on both paths and after a refused O_DIRECT; a shard file's datasets of 4 KiB and more start on
 // 4 KiB boundaries; a direct write leaves the tensor bytes out of the page cache (and the buffered control shows that
 // the check sees them when they are there); HPCT_CKPT_IO's errors.

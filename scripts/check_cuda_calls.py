@@ -81,6 +81,9 @@ KEEP_FOREVER = [
     ("lib/kernels/cuda/cuda_resnet.cu", r"cudnnCreate\w*",
      "per-thread cuDNN handles and per-shape descriptor caches, never destroyed for the same reason (the header "
      "comment of cuda_resnet.cu; PyTorch leaks its handles likewise)"),
+    ("lib/kernels/cuda/cuda_cudnn.cpp", r"cudnnCreate",
+     "the per-thread, per-device cuDNN handle the convolutions and the fused attention share, never destroyed for the "
+     "same reason (cuda_cudnn.hpp)"),
 ]
 CONTROL = {"if", "for", "while", "switch", "catch", "do", "else", "try", "return", "sizeof", "decltype"}
 NOT_TYPE = {"return", "else", "case", "throw", "co_return", "co_await", "do", "new", "delete"}

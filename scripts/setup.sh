@@ -15,6 +15,7 @@ PKGS=(
   libdnnl-dev ocl-icd-opencl-dev                  # oneDNN (measured against OpenBLAS by validation/bench_gemm)
   python3-h5py python3-numpy python3-torch python3-torchvision  # PyTorch cross-checks (call /usr/bin/python3)
   python3-matplotlib                              # validation report plots
+  python3-pip                                     # fetches the cuDNN frontend's headers (below)
   bible-kjv bible-kjv-text                        # the embedded default corpus
   dataset-fashion-mnist                           # Fashion-MNIST IDX files (image decks)
   slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev  # Slurm 22.05 for the template tests (tests/slurm)
@@ -46,4 +47,24 @@ for alt in libopenblas.so.0-x86_64-linux-gnu libopenblas.so-x86_64-linux-gnu \
     $SUDO update-alternatives --set "$alt" "$target" >/dev/null
   fi
 done
+# The cuDNN frontend (header-only C++ over cuDNN's graph API: the fused attention of train.attention = cudnn) is
+# not packaged by Debian nor shipped with the CUDA toolkit: its headers come from PyPI's wheel, pinned by version and
+# checksum, unpacked to $FE_DIR (where CMake looks for them). Only where the CUDA toolkit is; a build without them
+# compiles the CUDA backend without that attention (the key then says so).
+FE_VERSION=1.32.0
+FE_WHEEL=nvidia_cudnn_frontend-$FE_VERSION-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+FE_SHA256=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
+FE_DIR=/opt/cudnn-frontend/$FE_VERSION
+if [ -d /usr/local/cuda ] && [ ! -f "$FE_DIR/include/cudnn_frontend.h" ]; then
+  echo "[setup] cuDNN frontend $FE_VERSION headers -> $FE_DIR"
+  fe_tmp="$(mktemp -d)"
+  /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+    --platform manylinux_2_28_x86_64 "nvidia-cudnn-frontend==$FE_VERSION" -d "$fe_tmp"
+  echo "$FE_SHA256  $fe_tmp/$FE_WHEEL" | sha256sum -c --quiet -
+  $SUDO mkdir -p "$FE_DIR"
+  $SUDO /usr/bin/python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' "$fe_tmp/$FE_WHEEL" "$FE_DIR"
+  rm -rf "$fe_tmp"
+fi
 echo "[setup] done"

@@ -37,7 +37,7 @@ gpu_bundle_pack() {
   local exes=(apps/train_gpt apps/train_resnet apps/ckpt_tool apps/prepare_images tests/unit/kernels/test_kernels_cuda
               tests/unit/kernels/test_cuda_core tests/unit/kernels/test_cuda_gpt tests/unit/kernels/test_cuda_resnet
               tests/unit/train/test_cuda_device tests/mpi/comm/test_comm_nccl tests/mpi/pipeline/test_pipeline_nccl)
-  local optional=(tests/mpi/comm/test_comm_staged)  # bundled when the build has them
+  local optional=(tests/mpi/comm/test_comm_staged validation/bench_attention_cuda)  # bundled when the build has them
   local data=(kjv_train.bin kjv_val.bin fmnist_train_10k.h5 fmnist_test.h5)
   local e
   for e in "${exes[@]}"; do

@@ -12,11 +12,14 @@
 # layouts restart memory (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT
 # kernels; tools in --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated;
-# gpt also with the row --gpt-variant gelu_epilogue=train.gelu_epilogue=true, resnet with --resnet-variant
+# gpt also with the rows --gpt-variant gelu_epilogue=train.gelu_epilogue=true and
+# cudnn_attention=train.attention=cudnn, resnet with --resnet-variant
 # nchw=model.memory_format=nchw and heuristic_algorithms=train.conv_algorithms=heuristic beside its channels-last bf16
 # row),
 # while the budget lasts (its JSON Lines records and row logs under validation/results/gpu/ and its tables
-# validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before it with --profile, Nsight
+# validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before the GPT's,
+# validation/bench_attention_cuda (the own attention against cuDNN's; its table
+# validation/results/gpu/attention_<device_slug>_<date>.md); before them with --profile, Nsight
 # Compute's time per kernel of one GPT-2 124M bf16 step (micro-batch 16); with --profile-resnet, of one ResNet-50 bf16
 # step (micro-batch 64) channels-last and NCHW (logs profile_resnet_nhwc.log, profile_resnet_nchw.log). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
 # back too). --skip drops parts of phase A's parallel work (unit, cuda_run, sanitize, or all; --extra still runs).
@@ -231,13 +234,27 @@ if [ "$PROFILE_RESNET" = 1 ] && [ -n "$NCU" ]; then
   done
 fi
 
+# The GPT's two attentions side by side, alone on the GPU, when the GPT is benchmarked: the own flash kernels against
+# cuDNN's fused attention at GPT-2 124M's shape (validation/bench_attention_cuda.cpp); its table comes back in
+# results.tar.gz as validation/results/gpu/attention_<device_slug>_<date>.md.
+if [[ ",$BENCH," == *,gpt,* ]] && [ -x build/validation/bench_attention_cuda ] && [ $((BUDGET - $(elapsed))) -gt 150 ]
+then
+  slug="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr '[:upper:] ' '[:lower:]_')"
+  mkdir -p validation/results/gpu
+  run_bg bench_attention 90 build/validation/bench_attention_cuda \
+    --md "validation/results/gpu/attention_${slug:-unknown_gpu}_$(date -u +%F).md"
+  wait
+  pack_logs
+fi
+
 IFS=, read -r -a benches <<< "$BENCH"
 for b in "${benches[@]}"; do
   [ "$b" = none ] && continue
   [ $((BUDGET - $(elapsed))) -gt 90 ] || { note "bench $b: not started (budget)"; continue; }
   left=$((BUDGET - $(elapsed) - 10))
   variants=()  # the GPT's kernel choices behind deck keys, each one more row at the same micro-batch
-  [ "$b" = gpt ] && variants=(--gpt-variant gelu_epilogue=train.gelu_epilogue=true)
+  [ "$b" = gpt ] && variants=(--gpt-variant gelu_epilogue=train.gelu_epilogue=true
+    --gpt-variant cudnn_attention=train.attention=cudnn)
   # the ResNet's bf16 row runs channels-last (model.memory_format = auto on CUDA); the NCHW row beside it
   # and cuDNN's heuristic order of convolution algorithms beside the timed choice (train.conv_algorithms)
   [ "$b" = resnet ] && variants=(--resnet-variant nchw=model.memory_format=nchw

@@ -20,4 +20,18 @@ Precision parse_precision(const std::string& s) {
   HPCT_USAGE_FAIL("unknown precision \"{}\": use one of fp32, tf32, bf16, fp16", s);
 }
 
+const char* attention_impl_name(AttentionImpl a) {
+  switch (a) {
+    case AttentionImpl::Own: return "own";
+    case AttentionImpl::Cudnn: return "cudnn";
+  }
+  return "?";
+}
+
+AttentionImpl parse_attention_impl(const std::string& s) {
+  for (AttentionImpl a : {AttentionImpl::Own, AttentionImpl::Cudnn})
+    if (s == attention_impl_name(a)) return a;
+  HPCT_USAGE_FAIL("unknown attention implementation \"{}\": use one of own, cudnn", s);
+}
+
 }  // namespace hpct

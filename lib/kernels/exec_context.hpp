@@ -27,6 +27,18 @@ const char* precision_name(Precision p);
 // The inverse; anything else is a UsageError naming the accepted values.
 Precision parse_precision(const std::string& s);
 
+// The causal self-attention's kernels on CUDA (deck key train.attention):
+//   Own    the own flash kernels (kernels/cuda/cuda_flash_attention*.cuh), on every backend and storage type
+//   Cudnn  cuDNN's fused scaled-dot-product attention (the graph API through the cuDNN frontend), forward and the
+//          deterministic backward: CUDA with 16-bit storage only (cuDNN has no fp32 input for it)
+// The CPU has its own kernel only; effective_attention says what a run actually gets.
+enum class AttentionImpl { Own, Cudnn };
+
+// "own" | "cudnn"
+const char* attention_impl_name(AttentionImpl a);
+// The inverse; anything else is a UsageError naming the accepted values.
+AttentionImpl parse_attention_impl(const std::string& s);
+
 // A bounded host wait on a stream (docs/invariants.md, invariant 3). Once NCCL work is queued on the compute stream
 // (the communicators' Work::wait() is stream-ordered: the stream waits on their completion events), a plain
 // cudaStreamSynchronize could block forever on a peer that stalled. lib/parallel's ParallelContext installs an
@@ -56,6 +68,9 @@ struct ExecContext {
   // CUDA with 16-bit storage: the MLP's GELU in cuBLASLt's GEMM epilogues (matmul_gelu_forward, matmul_dgelu_backward;
   // the deck key train.gelu_epilogue). Ignored elsewhere.
   bool gelu_epilogue = false;
+  // CUDA with 16-bit storage: the attention kernels (train.attention, kernels::effective_attention); the CPU and fp32
+  // storage refuse Cudnn. The size queries attention_stats_bytes / attention_scratch_bytes answer for this choice.
+  AttentionImpl attention = AttentionImpl::Own;
   // The 4-D activations of the convolution, BatchNorm and pooling ops are channels-last, (N,H,W,C), instead of NCHW
   // (the weights stay OIHW). The CPU backend with oneDNN only (kernels.hpp, conv2d_channels_last_runs); a ResNet sets
   // it for its own calls (model.memory_format).

@@ -184,10 +184,31 @@ void matmul_dgelu_backward(const ExecContext& ctx, A* dpre, A* dgelu, float* dwe
   gelu_backward(ctx, dpre, pre, dgelu, static_cast<int64_t>(N) * C);
 }
 
+AttentionImpl effective_attention(AttentionImpl requested, Device device, DType act) {
+  return device == Device::CUDA && act != DType::F32 ? requested : AttentionImpl::Own;
+}
+
+bool cudnn_attention_built() {
+#if defined(HPCT_HAVE_CUDNN_FRONTEND)
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+// The size queries answer for the implementation the context names; the CPU has its own kernel only.
+void check_attention_choice(const char* op, const ExecContext& ctx) {
+  HPCT_CHECK(ctx.attention == AttentionImpl::Own || ctx.device == Device::CUDA,
+             "kernels::{}: the CPU backend has no cuDNN attention (ExecContext::attention = cudnn)", op);
+}
+}  // namespace
+
 // The size queries are not profiled ops (the model calls them while planning): called directly, not through
 // HPCT_DISPATCH's profile scope.
 int64_t attention_stats_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act) {
   checks::attention("attention_stats_bytes", B, T, C, NH);
+  check_attention_choice("attention_stats_bytes", ctx);
   if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("attention_stats_bytes");
   if (ctx.device == Device::CPU) return cpu::attention_stats_bytes(B, T, C, NH, act);
   HPCT_CUDA_CALL(attention_stats_bytes, B, T, C, NH, act);
@@ -195,6 +216,7 @@ int64_t attention_stats_bytes(const ExecContext& ctx, int B, int T, int C, int N
 
 int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act) {
   checks::attention("attention_scratch_bytes", B, T, C, NH);
+  check_attention_choice("attention_scratch_bytes", ctx);
   if (ctx.device == Device::CPU && act == DType::F16) cpu_fp16_error("attention_scratch_bytes");
   if (ctx.device == Device::CPU) return cpu::attention_scratch_bytes(B, T, C, NH, act);
   HPCT_CUDA_CALL(attention_scratch_bytes, B, T, C, NH, act);

@@ -48,6 +48,25 @@ constexpr size_t gemm_workspace_bytes(Device device, DType act) {
   return device == Device::CUDA && act != DType::F32 ? kCudaGemmWorkspaceBytes : 0;
 }
 
+// train.attention = cudnn: cuDNN's fused attention (ExecContext::attention). What a run gets for the requested choice:
+// Cudnn on CUDA with 16-bit storage (bf16, fp16), Own everywhere else (the CPU has one kernel; cuDNN's fused attention
+// takes no fp32 input), so that one deck runs on both backends and the CPU reference of a GPU run ignores the key.
+AttentionImpl effective_attention(AttentionImpl requested, Device device, DType act);
+// Whether this build has the cuDNN frontend's headers that the Cudnn choice compiles from (scripts/setup.sh installs
+// them where the CUDA toolkit is); a run that gets Cudnn from a build without them is refused at start.
+bool cudnn_attention_built();
+// The backward's scratch under Cudnn (attention_scratch_bytes): a bound computed from the shape, not cuDNN's answer,
+// which depends on the GPU and the cuDNN version that a plan made on a login node cannot ask (the convolutions'
+// workspace is planned the same way, below). It covers both of cuDNN's deterministic backward paths on Hopper: the
+// frontend's row sums of dout * out (B,NH,T) float, the dP matrix (B,NH,T,T) in 16 bits with T padded to 128
+// (cuDNN's default deterministic path: dQ from the stored dP in one GEMM) and an fp32 dQ accumulator (B,NH,T,HS)
+// (its ordered-accumulation path), plus 32 MiB for the engine's own. The run checks cuDNN's figure against it at
+// the first backward of a shape, and says both.
+constexpr int64_t cudnn_attention_scratch_bytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  const int64_t rows = B * NH * T, padded = (T + 127) / 128 * 128;
+  return rows * 4 + B * NH * padded * padded * 2 + rows * HS * 4 + (int64_t{32} << 20);
+}
+
 // The block partials of the CUDA backend's full-grid column reductions (LayerNorm's dweight and dbias, the Linear
 // bias gradient): one buffer of doubles per device, allocated at the first such reduction and kept, like the cuBLASLt
 // workspace. Its size bounds how many row groups a reduction splits into (cuda_core_kernels.cuh, partial_rows), so

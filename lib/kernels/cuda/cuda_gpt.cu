@@ -55,6 +55,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_flash_attention.cuh"
 #include "kernels/cuda/cuda_flash_attention_tc.cuh"
+#include "kernels/cuda/cuda_attention_cudnn.hpp"
 #include "kernels/cuda/cuda_gpt_kernels.cuh"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/kernels.hpp"
@@ -347,6 +348,20 @@ void check_attention(const char* op, int C, int NH) {
   HPCT_CHECK(static_cast<int64_t>(3) * C <= INT32_MAX, "kernels::cuda::{}: C={} too large", op, C);
 }
 
+// ExecContext::attention = Cudnn runs cuDNN's fused attention (cuda_attention_cudnn.cpp) on 16-bit storage; fp32
+// storage has only the own kernels (kernels::effective_attention never asks for it).
+void check_cudnn_attention(const char* op, DType act) {
+  HPCT_CHECK(act != DType::F32, "kernels::cuda::{}: cuDNN's fused attention takes bf16 or fp16 storage, not f32", op);
+}
+
+// The DType of the storage type A (float, bf16, fp16), for the calls that take it as a value.
+template <typename A>
+constexpr DType storage_dtype() {
+  if constexpr (std::is_same_v<A, float>) return DType::F32;
+  if constexpr (std::is_same_v<A, bf16>) return DType::BF16;
+  return DType::F16;
+}
+
 // The current device's dynamic shared memory per block with the opt-in attribute (227 KiB on sm_90): a host-side
 // attribute query, as device_has_16bit_mma's.
 int64_t device_shared_optin_bytes() {
@@ -502,14 +517,22 @@ void matmul_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
 // (cuda_flash_attention_tc.cuh: mma.sync m16n8k16, P and dS rounded to the storage type as mma inputs, everything else
 // fp32; flash_tc::forward_tc_kernel, backward_dkv_tc_kernel, backward_dq_tc_kernel, with rowdot_kernel for D); for
 // float storage and every other head size the CUDA-core kernels above (fp32 throughout).
+// With ExecContext::attention = Cudnn (train.attention = cudnn; 16-bit storage) neither: cuDNN's fused attention with
+// its deterministic backward (cuda_attention_cudnn.cpp), the same stats, the scratch its workspace.
 // ================================================================================================================
 // The two buffers are float whatever the storage type (L and D per row: kernels.hpp).
 int64_t attention_stats_bytes(const ExecContext& /*ctx*/, int B, int T, int C, int NH, DType /*act*/) {
   check_attention("attention_stats_bytes", C, NH);
   return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));
 }
-int64_t attention_scratch_bytes(const ExecContext& /*ctx*/, int B, int T, int C, int NH, DType /*act*/) {
+// Under ExecContext::attention = Cudnn the stats are the same log-sum-exp and the scratch is cuDNN's backward
+// workspace, planned by a bound from the shape (kernels.hpp, cudnn_attention_scratch_bytes).
+int64_t attention_scratch_bytes(const ExecContext& ctx, int B, int T, int C, int NH, DType act) {
   check_attention("attention_scratch_bytes", C, NH);
+  if (ctx.attention == AttentionImpl::Cudnn) {
+    check_cudnn_attention("attention_scratch_bytes", act);
+    return cudnn_attention_scratch_bytes(B, T, NH, C / NH);
+  }
   return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));
 }
 
@@ -522,6 +545,12 @@ void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv
   check_flash_grid("attention_forward", B, T, NH);
   const cudaStream_t stream = stream_of(ctx);
   float* lse = static_cast<float*>(stats);  // L (B,NH,T)
+  if (ctx.attention == AttentionImpl::Cudnn) {
+    check_cudnn_attention("attention_forward", storage_dtype<A>());
+    cudnn_attention_forward(ctx, storage_dtype<A>(), out, lse, qkv, B, T, C, NH, lt_workspace(),
+                            static_cast<int64_t>(kLtWorkspaceBytes));
+    return;
+  }
   if (attention_on_tensor_cores<S>(HS, {out, qkv})) {
     if constexpr (sizeof(S) == 2) {
       const LaunchShape tc_shape = flash_tc::forward_shape(B, T, NH, HS);
@@ -554,6 +583,11 @@ void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A*
   const cudaStream_t stream = stream_of(ctx);
   float* dsum = static_cast<float*>(scratch);           // D (B,NH,T)
   const float* lse = static_cast<const float*>(stats);  // L (B,NH,T)
+  if (ctx.attention == AttentionImpl::Cudnn) {
+    check_cudnn_attention("attention_backward", storage_dtype<A>());
+    cudnn_attention_backward(ctx, storage_dtype<A>(), dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    return;
+  }
   const int64_t rows = static_cast<int64_t>(B) * NH * T;
   const int64_t row_blocks = (rows + kWarps - 1) / kWarps;
   HPCT_CHECK(row_blocks <= INT32_MAX, "kernels::cuda::attention_backward: {} rows exceed the launch grid", rows);

@@ -33,10 +33,11 @@
 // the order per shape and phase where its algorithm is a candidate that fits (else a warning, once, and the order);
 // conv2d_time_algorithms times the candidates for it. The same table gives the same bits on every run.
 // Bias (forward) is a separate add kernel; dbias is our own per-channel reduction in double.
-// Handles: one cudnnHandle_t per (host thread, device), created on first use, set to the op's stream each call;
-// descriptors and candidate lists are cached per (thread, device, shape). Both are deliberately never destroyed:
-// destroying cuDNN handles from thread_local/static destructors at process exit can run after the CUDA runtime has
-// torn down (PyTorch leaks its handles for the same reason); the caches hold one entry per distinct conv shape.
+// Handles: one cudnnHandle_t per (host thread, device) (cuda_cudnn.hpp, shared with the fused attention), set to the
+// op's stream each call; descriptors and candidate lists are cached per (thread, device, shape). Both are deliberately
+// never destroyed: destroying cuDNN objects from thread_local/static destructors at process exit can run after the
+// CUDA runtime has torn down (PyTorch leaks its handles for the same reason); the caches hold one entry per distinct
+// conv shape.
 //
 // BatchNorm2d, MaxPool2d, global average pooling, the conv bias and dbias: our own kernels, in
 // cuda_resnet_kernels.cuh (its header says how they reduce and how they are launched); this file checks the host-side
@@ -64,33 +65,13 @@
 #include "core/log.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_cudnn.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/cuda_resnet_kernels.cuh"
 #include "kernels/cuda/cuda_resnet_nhwc_kernels.cuh"
 
-#define CUDNN_CHECK(expr)                                                                                              \
-  do {                                                                                                                 \
-    cudnnStatus_t hpct_cudnn_rc_ = (expr);                                                                             \
-    if (hpct_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                                                        \
-      ::hpct::throw_error(__FILE__, __LINE__,                                                                          \
-                          fmt::format("`{}` failed: cuDNN status {} ({})", #expr, cudnnGetErrorString(hpct_cudnn_rc_), \
-                                      static_cast<int>(hpct_cudnn_rc_)));                                              \
-  } while (0)
-
 namespace hpct::kernels::cuda {
 namespace {
-
-// ---------------------------------------------------------------------------------------------------------------
-// cuDNN plumbing.
-cudnnHandle_t cudnn_handle(cudaStream_t stream) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  thread_local std::vector<cudnnHandle_t> handles;  // per device; never destroyed (see the header comment)
-  if (static_cast<size_t>(dev) >= handles.size()) handles.resize(static_cast<size_t>(dev) + 1, nullptr);
-  if (!handles[dev]) CUDNN_CHECK(cudnnCreate(&handles[dev]));
-  CUDNN_CHECK(cudnnSetStream(handles[dev], stream));
-  return handles[dev];
-}
 
 struct ConvDims {
   int N, C, H, W, OC, KH, KW, stride, pad, OH, OW;

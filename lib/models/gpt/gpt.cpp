@@ -137,9 +137,10 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Vp = c.padded_vocab / t, Cl = C / t;
   // the rows of the residual stream and the LayerNorms this rank holds: all, or its 1/t under sequence parallelism
   const int64_t Tr = sp && t > 1 ? T / t : T;
-  const ExecContext ctx{device, nullptr};
+  ExecContext ctx{device, nullptr};
+  ctx.attention = kept.attention;
   // what attention keeps for backward, the backend's choice: the log-sum-exp (B,NH,T) float on the CPU and on CUDA
-  // (flash attention, kernels.hpp)
+  // (flash attention or cuDNN's, kernels.hpp)
   const int64_t att_stats = k::attention_stats_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                      static_cast<int>(NH), act);
   const DType f32 = DType::F32;
@@ -181,11 +182,14 @@ std::vector<ActSpec> activation_layout(const GptConfig& c, int B, int t, Device 
   }
   return a;
 }
-std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device, DType act, bool sp) {
+std::vector<ActSpec> activation_grad_layout(const GptConfig& c, int B, int t, Device device, DType act, bool sp,
+                                            AttentionImpl attention) {
   const int64_t T = c.seq_len, C = c.n_embd, NH = c.n_head / t, Cl = C / t;
   const int64_t Tr = sp && t > 1 ? T / t : T;
-  const ExecContext ctx{device, nullptr};
-  // attention backward's scratch, shared by every layer: D (B,NH,T) float on the CPU and on CUDA
+  ExecContext ctx{device, nullptr};
+  ctx.attention = attention;
+  // attention backward's scratch, shared by every layer: D (B,NH,T) float on the CPU and on CUDA with the own kernels,
+  // cuDNN's workspace with its fused attention (kernels::cudnn_attention_scratch_bytes)
   const int64_t att_scratch = k::attention_scratch_bytes(ctx, B, static_cast<int>(T), static_cast<int>(Cl),
                                                          static_cast<int>(NH), act);
   std::vector<ActSpec> g = {{"dresidual", {B, Tr, C}, act},
@@ -221,7 +225,7 @@ MemoryPlan memory_plan(const GptConfig& c, int B, Device device, DType act, cons
   m.grad_bytes = m.param_bytes;
   m.optim_bytes = 2 * m.param_bytes;  // AdamW exp_avg and exp_avg_sq
   m.activation_bytes = planned_bytes(activation_layout(c, B, 1, device, act, true, kept));
-  m.activation_grad_bytes = planned_bytes(activation_grad_layout(c, B, 1, device, act));
+  m.activation_grad_bytes = planned_bytes(activation_grad_layout(c, B, 1, device, act, false, kept.attention));
   return m;
 }
 
@@ -321,7 +325,7 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, Device device, const ModelParall
              cfg.seq_len, mp.tp);
   for (const auto& a : activation_layout(local_cfg, B_, mp.tp, device, act, has_head(), kept, sp_))
     acts_.add(a.name, a.shape, a.dtype);
-  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act, sp_))
+  for (const auto& a : activation_grad_layout(local_cfg, B_, mp.tp, device, act, sp_, kept.attention))
     dacts_.add(a.name, a.shape, a.dtype);
   for (size_t i = 0; i < layout_.size(); ++i)
     if (layout_[i].name == "wte") wte_index_ = static_cast<int>(i);

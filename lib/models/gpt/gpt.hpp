@@ -87,6 +87,9 @@ using models::Recompute;
 struct ActivationPlan {
   Recompute recompute = Recompute::None;
   std::vector<int> sets = {1};  // per model chunk
+  // The attention kernels the run calls (ExecContext::attention, after kernels::effective_attention): the backend sizes
+  // what they keep for backward and their backward scratch for this choice.
+  AttentionImpl attention = AttentionImpl::Own;
   int total_sets() const {
     int n = 0;
     for (int k : sets) n += k;
@@ -133,8 +136,9 @@ std::vector<ActSpec> activation_layout(const GptConfig& cfg, int micro_batch, in
 // sp: the residual stream's gradient holds this rank's rows, beside its gathered whole ("dresidual_full"), the
 // reduce-scattered LayerNorm input gradient ("dln_shard") and one block's LayerNorm weight gradients ("ln_grads", the
 // partial sums the TP group adds).
+// attention: as ActivationPlan's, for the backward's attention scratch.
 std::vector<ActSpec> activation_grad_layout(const GptConfig& cfg, int micro_batch, int t, Device device, DType act,
-                                            bool sp = false);
+                                            bool sp = false, AttentionImpl attention = AttentionImpl::Own);
 // The bytes a slab of these tensors takes (alignment included).
 size_t planned_bytes(const std::vector<ActSpec>& specs);
 

@@ -246,7 +246,7 @@ MemoryPlan memory_plan(const GptConfig& c, const ModelParallel& mp, int B, Devic
              kept.sets.size(), mp.pp_rank, chunks.size());
   m.activation_bytes = planned_bytes(
       activation_layout(local, B, mp.tp, device, act, chunks.back().has_head, kept, mp.sp));
-  m.activation_grad_bytes = planned_bytes(activation_grad_layout(local, B, mp.tp, device, act, mp.sp));
+  m.activation_grad_bytes = planned_bytes(activation_grad_layout(local, B, mp.tp, device, act, mp.sp, kept.attention));
   return m;
 }
 

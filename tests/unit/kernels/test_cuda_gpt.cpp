@@ -875,6 +875,60 @@ TEST(CudaGpt, Bf16AttentionMatchesCpu) {
   }
 }
 
+// train.attention = cudnn: cuDNN's fused attention (ExecContext::attention = Cudnn, cuda_attention_cudnn.cpp) against
+// the CPU's bf16 attention on the same inputs. cuDNN rounds P and dS to bf16 as mma inputs too but blocks and orders
+// its sums its own way: 4 bf16 ulps of the value and of the tensor's scale (twice the own kernels' bound). Its stats
+// are its own (only its backward reads them): not compared. A rerun is bitwise (the deterministic backward); a
+// smaller micro-batch runs in the buffers planned for the larger (its graph is built for its own shape); the
+// backward's planned scratch is the bound of kernels.hpp. Head sizes 64 (GPT-2) and 128, T across several tiles.
+TEST(CudaGpt, CudnnAttentionMatchesCpuAndRerunsBitwise) {
+  HPCT_REQUIRE_GPU();
+  if (!cudnn_attention_built()) GTEST_SKIP() << "built without the cuDNN frontend (scripts/setup.sh installs it)";
+  ExecContext ctx = gpu_ctx();
+  ctx.attention = AttentionImpl::Cudnn;
+  uint32_t seed = 1700;
+  for (const AttnShape& s : {AttnShape{2, 256, 768, 12}, AttnShape{1, 200, 256, 2}, AttnShape{3, 130, 128, 2}}) {
+    SCOPED_TRACE(name(s));
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C);
+    const auto qkv = random_bf16(n_qkv, seed++, -2.0, 2.0), dout = random_bf16(n_out, seed++);
+    std::vector<unsigned char> att(sz(attention_stats_bytes(cpu_ctx(), B, T, C, NH, DType::BF16))),
+        datt(sz(attention_scratch_bytes(cpu_ctx(), B, T, C, NH, DType::BF16)));
+    std::vector<bf16> out(n_out), dqkv(n_qkv);
+    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C,
+                       NH);
+    EXPECT_EQ(attention_stats_bytes(ctx, B, T, C, NH, DType::BF16), int64_t{B} * NH * T * 4);
+    const int64_t scratch_bytes = attention_scratch_bytes(ctx, B, T, C, NH, DType::BF16);
+    EXPECT_EQ(scratch_bytes, cudnn_attention_scratch_bytes(B, T, NH, C / NH));
+    DeviceBuffer<bf16> d_qkv(qkv), d_dout(dout);
+    auto run = [&](int b) {
+      DeviceBuffer<bf16> d_out(n_out), d_dqkv(n_qkv);
+      DeviceBuffer<float> d_stats(sz(int64_t{B} * NH * T));
+      DeviceBuffer<unsigned char> d_scratch(sz(scratch_bytes));
+      attention_forward(ctx, d_out.get(), d_stats.get(), d_qkv.get(), b, T, C, NH);
+      attention_backward(ctx, d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_stats.get(), b,
+                         T, C, NH);
+      return std::pair{to_float_vector(d_out.download()), to_float_vector(d_dqkv.download())};
+    };
+    const auto [got_out, got_dqkv] = run(B);
+    EXPECT_TRUE(all_close("cudnn attention out", got_out, to_float_vector(out), 4 * kBf16Ulp, 4 * kBf16Ulp));
+    EXPECT_TRUE(all_close("cudnn attention dqkv", got_dqkv, to_float_vector(dqkv), 4 * kBf16Ulp, 4 * kBf16Ulp));
+    const auto [again_out, again_dqkv] = run(B);
+    EXPECT_TRUE(bitwise_equal("cudnn attention out (rerun)", again_out, got_out));
+    EXPECT_TRUE(bitwise_equal("cudnn attention dqkv (rerun)", again_dqkv, got_dqkv));
+    if (B > 1) {  // the first sequence alone, in the buffers planned for B: its rows as in the batch of B
+      const auto [one_out, one_dqkv] = run(1);
+      const size_t rows_out = sz(int64_t{T} * C), rows_qkv = sz(int64_t{T} * 3 * C);
+      EXPECT_TRUE(all_close("cudnn attention out (b = 1)", one_out.data(), got_out.data(), rows_out, 4 * kBf16Ulp,
+                            4 * kBf16Ulp));
+      EXPECT_TRUE(all_close("cudnn attention dqkv (b = 1)", one_dqkv.data(), got_dqkv.data(), rows_qkv, 4 * kBf16Ulp,
+                            4 * kBf16Ulp));
+    }
+    EXPECT_TRUE(bitwise_equal("attention qkv (read only)", to_float_vector(d_qkv.download()), to_float_vector(qkv)));
+  }
+}
+
 // The tensor-core kernels at GPT-2's head size (HS 64) over several 64-row tiles, against the CPU's bf16 attention
 // (2 ulps, as above); bitwise reproducible run to run (fixed tiles and k-step order, no atomics); and the same op on
 // tensors one element (2 bytes) off 16-byte alignment, which the dispatch sends to the CUDA-core kernels (the

@@ -83,5 +83,45 @@ TEST(OpChecks, EachBadCallIsRefusedAlikeOnTheCpuAndOnCuda) {
   }
 }
 
+// train.attention: cuDNN's fused attention where a run can have it (CUDA, 16-bit storage), the own kernels elsewhere;
+// the CPU refuses a context that names cuDNN's; the names round-trip and a bad one is a UsageError naming the choices.
+// The planned backward scratch under cuDNN is the bound of kernels.hpp: at GPT-2 124M's shape and micro-batch 16,
+// the row sums (B*NH*T floats), the 16-bit dP (T = 1024 is a multiple of 128), the fp32 dQ accumulator and 32 MiB.
+TEST(AttentionChoice, CudnnOnlyOnCudaWith16BitStorage) {
+  EXPECT_EQ(effective_attention(AttentionImpl::Cudnn, Device::CPU, DType::BF16), AttentionImpl::Own);
+  EXPECT_EQ(effective_attention(AttentionImpl::Cudnn, Device::CPU, DType::F32), AttentionImpl::Own);
+  EXPECT_EQ(effective_attention(AttentionImpl::Cudnn, Device::CUDA, DType::F32), AttentionImpl::Own);
+  EXPECT_EQ(effective_attention(AttentionImpl::Cudnn, Device::CUDA, DType::BF16), AttentionImpl::Cudnn);
+  EXPECT_EQ(effective_attention(AttentionImpl::Cudnn, Device::CUDA, DType::F16), AttentionImpl::Cudnn);
+  EXPECT_EQ(effective_attention(AttentionImpl::Own, Device::CUDA, DType::BF16), AttentionImpl::Own);
+  EXPECT_EQ(parse_attention_impl("cudnn"), AttentionImpl::Cudnn);
+  EXPECT_EQ(parse_attention_impl(attention_impl_name(AttentionImpl::Own)), AttentionImpl::Own);
+  try {
+    parse_attention_impl("flash");
+    ADD_FAILURE() << "parse_attention_impl(\"flash\") returned";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("use one of own, cudnn"), std::string::npos) << e.what();
+  }
+  ExecContext cpu{Device::CPU};
+  cpu.attention = AttentionImpl::Cudnn;
+  const BadCall refused{"the CPU backend has no cuDNN attention",
+                        [](const ExecContext& ctx) { (void)attention_scratch_bytes(ctx, 1, 8, 16, 2); }};
+  EXPECT_NE(refusal(cpu, refused).find(refused.what), std::string::npos) << refusal(cpu, refused);
+  const int64_t rows = int64_t{16} * 12 * 1024;
+  EXPECT_EQ(cudnn_attention_scratch_bytes(16, 1024, 12, 64),
+            rows * 4 + rows * 1024 * 2 + rows * 64 * 4 + (int64_t{32} << 20));
+  EXPECT_EQ(cudnn_attention_scratch_bytes(1, 130, 1, 8), 130 * 4 + 256 * 256 * 2 + 130 * 8 * 4 + (int64_t{32} << 20));
+#if defined(HPCT_HAVE_CUDA)  // a size query: no device work, no GPU needed
+  ExecContext cuda{Device::CUDA};
+  cuda.attention = AttentionImpl::Cudnn;
+  EXPECT_EQ(attention_scratch_bytes(cuda, 16, 1024, 768, 12, DType::BF16),
+            cudnn_attention_scratch_bytes(16, 1024, 12, 64));
+  EXPECT_EQ(attention_stats_bytes(cuda, 16, 1024, 768, 12, DType::BF16), rows * 4);
+  const BadCall fp32{"cuDNN's fused attention takes bf16 or fp16 storage, not f32",
+                     [](const ExecContext& ctx) { (void)attention_scratch_bytes(ctx, 1, 8, 16, 2, DType::F32); }};
+  EXPECT_NE(refusal(cuda, fp32).find(fp32.what), std::string::npos) << refusal(cuda, fp32);
+#endif
+}
+
 }  // namespace
 }  // namespace hpct::kernels

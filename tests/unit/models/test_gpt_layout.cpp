@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "kernels/kernels.hpp"
 #include "models/gpt/gpt.hpp"
 #include "models/gpt/gpt_layout.hpp"
 #include "models/gpt/gpt_stage.hpp"
@@ -429,6 +430,29 @@ TEST(GptShardMemory, AttentionBuffersFollowTheDevice) {
 #endif
     }
 }
+
+#ifdef HPCT_HAVE_CUDA
+// train.attention = cudnn (CUDA, 16-bit storage): the same stats per block, and the backward's one attention scratch
+// is cuDNN's bound (kernels::cudnn_attention_scratch_bytes) for this rank's heads instead of the own (B,NH,T) floats;
+// nothing else moves, at TP 1 and 2, with and without pipelining. Size queries only: no GPU needed.
+TEST(GptShardMemory, CudnnAttentionPlansItsBackwardScratch) {
+  const GptConfig c = gpt2_124m();
+  for (int B : {1, 4})
+    for (const ModelParallel& mp : {ModelParallel{}, ModelParallel{2, 1, 1, 0}, ModelParallel{1, 0, 2, 1}}) {
+      SCOPED_TRACE("B " + std::to_string(B) + " tp " + std::to_string(mp.tp) + " pp " + std::to_string(mp.pp));
+      const std::vector<int> sets(1, 1);
+      const MemoryPlan own = memory_plan(c, mp, B, Device::CUDA, DType::BF16, {Recompute::None, sets});
+      const MemoryPlan cud = memory_plan(c, mp, B, Device::CUDA, DType::BF16,
+                                         {Recompute::None, sets, AttentionImpl::Cudnn});
+      const int NH = c.n_head / mp.tp, HS = c.n_embd / c.n_head;
+      EXPECT_EQ(cud.activation_bytes, own.activation_bytes);
+      EXPECT_EQ(cud.activation_grad_bytes - own.activation_grad_bytes,
+                slab_aligned(static_cast<size_t>(kernels::cudnn_attention_scratch_bytes(B, c.seq_len, NH, HS))) -
+                    slab_aligned(static_cast<size_t>(B) * NH * c.seq_len * 4));
+      EXPECT_EQ(cud.param_bytes, own.param_bytes);
+    }
+}
+#endif
 
 TEST(GptShardMemory, ActivationsSplitAcrossStagesAndShrinkWithTp) {
   const GptConfig c = gpt2_124m();

@@ -231,6 +231,7 @@ bool same_layout(const Layout& a, const Layout& b) {
 int auto_plan_gpt(const Config& deck, int world, const AutoPlanOptions& o) {
   const gpt::GptConfig cfg = gpt_model_config(deck);
   const RunConfig deck_run = read_run_config(deck);
+  const AttentionImpl attention = gpt_attention(deck);
   AutoPlanProblem p = auto_plan_problem("train_gpt", "tokens/s", deck, deck_run, world, o);
   const std::string device = machine_device_key(p.machine);
   const int64_t GB = deck_run.train.global_batch;
@@ -316,7 +317,7 @@ int auto_plan_gpt(const Config& deck, int world, const AutoPlanOptions& o) {
     }
   p.memory_plan = [&](const Candidate& c) {
     const RunConfig& run = runs[static_cast<size_t>(&c - p.candidates.data())];
-    return plan_gpt_memory(cfg, run, world, plan_target(run), /*first_tp_rank_only=*/true);
+    return plan_gpt_memory(cfg, run, world, plan_target(run), attention, /*first_tp_rank_only=*/true);
   };
   return run_auto_plan(p, o);
 }

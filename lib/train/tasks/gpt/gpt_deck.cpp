@@ -69,6 +69,11 @@ const ConfigSchema& gpt_deck_schema() {
                "CUDA with bf16 / fp16: the MLP's GELU and its backward in cuBLASLt's GEMM epilogues (GELU_AUX_BIAS, "
                "DGELU) instead of own kernels; within bf16 rounding of them, not bitwise, and selective recompute "
                "then recomputes GELU with the own kernel (docs/cuda.md); no effect elsewhere");
+    s.string_key("train.attention", "own",
+                 "CUDA with bf16 / fp16: the causal self-attention's kernels, own (the own flash kernels) | cudnn "
+                 "(cuDNN's fused attention with its deterministic backward; within bf16 rounding of the own kernels, "
+                 "not bitwise; a larger backward scratch, docs/cuda.md); the own kernels elsewhere",
+                 {"own", "cudnn"});
 
     s.section("optim", false, "AdamW, warm-up + cosine LR, global-norm clipping");
     s.float_key("optim.lr", 6e-4, "peak learning rate", 0.0, 10.0);
@@ -118,6 +123,8 @@ gpt::GptConfig gpt_model_config(const Config& deck) {
   return c;
 }
 
+AttentionImpl gpt_attention(const Config& deck) { return parse_attention_impl(deck.get_string("train.attention")); }
+
 void validate_gpt_layout(const gpt::GptConfig& model, const RunConfig& run) {
   gpt::validate_model_parallel(model, run.parallel.tp, run.parallel.pp, fmt::format("deck {}", run.deck_path),
                                run.parallel.virtual_stages);
@@ -136,6 +143,7 @@ GptDeck read_gpt_deck(const Config& deck, const RunConfig& run) {
   d.val_paths = data::expand_token_paths(deck.get_string_list("data.val"), data_dir(), "data.val");
   d.order = deck.get_string("data.order");
   d.gelu_epilogue = deck.get_bool("train.gelu_epilogue");
+  d.attention = gpt_attention(deck);
   d.allow_changed = deck.get_bool("data.allow_changed");
   d.eval_sequences = static_cast<int>(deck.get_int("data.eval_sequences"));
   d.adamw.beta1 = static_cast<float>(deck.get_float("optim.beta1"));

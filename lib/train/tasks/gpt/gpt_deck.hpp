@@ -27,10 +27,15 @@ struct GptDeck {
   std::string order = "random";  // data.order: "random" | "epoch"
   bool allow_changed = false;    // data.allow_changed: resume with another shard list or order
   bool gelu_epilogue = false;    // train.gelu_epilogue: the MLP's GELU in the GEMM epilogues (CUDA, 16-bit storage)
+  // train.attention as asked; what a run gets on its device and storage type is kernels::effective_attention's
+  AttentionImpl attention = AttentionImpl::Own;
 };
 
 // The [model] section, validated (UsageError naming the key on failure).
 gpt::GptConfig gpt_model_config(const Config& deck);
+
+// train.attention, as asked (the planners read it without the rest of the GPT's sections).
+AttentionImpl gpt_attention(const Config& deck);
 
 // The model against the layout: heads, vocabulary rows, MLP width and layers divisible by TP, PP and the virtual stages;
 // the sequence by TP under sequence parallelism (UsageErrors naming the keys).

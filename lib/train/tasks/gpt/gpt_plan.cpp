@@ -24,7 +24,8 @@ MemoryKinds gpt_model_kinds(const gpt::MemoryPlan& m, size_t batch_bytes, size_t
 }
 
 MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target,
-                                bool first_tp_rank_only) {
+                                AttentionImpl attention, bool first_tp_rank_only) {
+  const AttentionImpl gets = kernels::effective_attention(attention, target.device, target.act);
   const int tp = run.parallel.tp, pp = run.parallel.pp, v = run.parallel.virtual_stages;
   const std::string where = fmt::format("deck {}", run.deck_path);
   const parallel::Grid grid(world, tp, pp, run.parallel.order, where);
@@ -40,7 +41,7 @@ MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run,
       const std::vector<gpt::StagePlan> chunks = gpt::chunk_plans(cfg, pp, p, v);
       const std::vector<parallel::Action> schedule = parallel::make_schedule(run.parallel.schedule, pp, p, n_micro, v);
       gpt::MemoryPlan m = gpt::memory_plan(cfg, mp, MB, target.device, target.act,
-                                           {run.train.recompute, gpt::GptStage::kept_sets(schedule, chunks)});
+                                           {run.train.recompute, gpt::GptStage::kept_sets(schedule, chunks), gets});
       if (!model_allocates_grads(run.parallel.sync, grid.dp())) m.grad_bytes = 0;
       if (model_shards_params(run.parallel.sync, grid.dp())) m.param_bytes = m.compute_param_bytes = 0;
       const MemoryKinds model = gpt_model_kinds(m,
@@ -85,7 +86,8 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
   const gpt::GptConfig cfg = gpt_model_config(deck);
   const RunConfig run = read_run_config(deck);
   const PlanTarget target = plan_target(run);
-  const MemoryPlanTable plan = plan_gpt_memory(cfg, run, world, target);  // validates the grid, split and batch
+  const AttentionImpl attention = gpt_attention(deck);
+  const MemoryPlanTable plan = plan_gpt_memory(cfg, run, world, target, attention);  // validates grid, split, batch
   const parallel::Grid grid(world, plan.tp, plan.pp, run.parallel.order, fmt::format("deck {}", deck.deck_path()));
   const int MB = run.train.micro_batch;
   const gpt::MemoryPlan serial = gpt::memory_plan(cfg, MB, target.device, target.act);
@@ -105,7 +107,8 @@ int plan_gpt(const Config& deck, int world, const PlanOutput& out) {
       const auto schedule = parallel::make_schedule(run.parallel.schedule, plan.pp, p, n_micro, v);
       const gpt::MemoryPlan m = gpt::memory_plan(
           cfg, mp, MB, target.device, target.act,
-          {run.train.recompute, gpt::GptStage::kept_sets(schedule, gpt::chunk_plans(cfg, plan.pp, p, v))});
+          {run.train.recompute, gpt::GptStage::kept_sets(schedule, gpt::chunk_plans(cfg, plan.pp, p, v)),
+           kernels::effective_attention(attention, target.device, target.act)});
       act_max = std::max(act_max, m.activation_bytes + m.activation_grad_bytes);
     }
     // FLOPs as the trainer counts them (docs/performance.md): flops_per_token x global_batch x seq_len per step

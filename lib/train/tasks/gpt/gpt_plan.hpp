@@ -13,8 +13,9 @@ namespace hpct::train {
 // The GPT's plan at `world` ranks (the grid and the model's split are validated first: UsageErrors naming the keys).
 // first_tp_rank_only: one row per stage, its TP rank 0's: every TP rank of a stage holds an equal shard (the split's
 // divisibility is validated), so the layout planner, which plans thousands of layouts, plans one of them.
+// attention: train.attention as asked (the plan sizes what the target gets of it, kernels::effective_attention).
 MemoryPlanTable plan_gpt_memory(const gpt::GptConfig& cfg, const RunConfig& run, int world, const PlanTarget& target,
-                                bool first_tp_rank_only = false);
+                                AttentionImpl attention, bool first_tp_rank_only = false);
 
 // A model's slabs by kind: what the tasks' model_memory() reports from the allocated model and the plan counts from
 // the model's sizing functions. The GPT: params = the fp32 masters and the 16-bit compute copy, grads = its gradient

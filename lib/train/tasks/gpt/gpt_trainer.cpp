@@ -42,8 +42,15 @@ gpt::ModelParallel with_sp(gpt::ModelParallel mp, bool sp) {
   return mp;
 }
 
-ExecContext with_gelu_epilogue(ExecContext ctx, bool on) {
-  ctx.gelu_epilogue = on;
+// The run's context with the deck's kernel choices: train.gelu_epilogue, and train.attention as this device and
+// storage type get it (kernels::effective_attention; the model plans its attention buffers for the same choice).
+ExecContext with_kernel_choices(ExecContext ctx, const GptDeck& d) {
+  ctx.gelu_epilogue = d.gelu_epilogue;
+  ctx.attention = kernels::effective_attention(d.attention, ctx.device, activation_dtype(ctx.precision));
+  HPCT_USAGE_CHECK(ctx.attention != AttentionImpl::Cudnn || kernels::cudnn_attention_built(),
+                   "train.attention = cudnn: this build has no cuDNN frontend (its headers were not found when it was "
+                   "configured): run scripts/setup.sh, which installs them, then configure and build again; or set "
+                   "train.attention = own");
   return ctx;
 }
 
@@ -51,7 +58,7 @@ class GptTask final : public TrainTask {
  public:
   GptTask(RunSession& run, const GptDeck& d)
       : run_(run),
-        ctx_(with_gelu_epilogue(run.ctx(), d.gelu_epilogue)),
+        ctx_(with_kernel_choices(run.ctx(), d)),
         d_(d),
         cfg_(d_.model),
         T_(d.model.seq_len),
@@ -64,12 +71,13 @@ class GptTask final : public TrainTask {
         eval_set_(val_data_, T_, d.eval_sequences, d.model.vocab_size),
         mp_(with_sp(run.pc.model_parallel(), run.cfg.parallel.sp)),
         // ZeRO-2 places the gradients in its buckets: the model only plans its gradient slab
-        model_(d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
-               activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp()),
-               model_shards_params(run.cfg.parallel.sync, run.dp()),
-               {run.cfg.train.recompute,
-                gpt::GptStage::kept_sets(run.schedule,
-                                         gpt::chunk_plans(d.model, mp_.pp, mp_.pp_rank, mp_.virtual_stages))}),
+        model_(
+            d.model, run.cfg.train.micro_batch, ctx_.device, mp_, &run.pc.device_tp_group(),
+            activation_dtype(ctx_.precision), model_allocates_grads(run.cfg.parallel.sync, run.dp()),
+            model_shards_params(run.cfg.parallel.sync, run.dp()),
+            {run.cfg.train.recompute,
+             gpt::GptStage::kept_sets(run.schedule, gpt::chunk_plans(d.model, mp_.pp, mp_.pp_rank, mp_.virtual_stages)),
+             ctx_.attention}),
         evaluator_(ctx_, model_, mp_.pp > 1 ? &run.pc.pipeline_transport() : nullptr),
         // DP rank d takes the contiguous block d of the global batch
         rank_first_(run.dp_rank() * (GB_ / run.dp())) {
@@ -139,6 +147,11 @@ class GptTask final : public TrainTask {
     run_.pc.world().allreduce(worst, 2, DType::F64, comm::ReduceOp::Max, "memory report");
     log_info("memory, max over the {} ranks: params {} | total {} (every rank: train_gpt DECK --plan {})",
              run_.pc.world_size(), human_bytes(worst[0]), human_bytes(worst[1]), run_.pc.world_size());
+    if (ctx_.device == Device::CUDA)
+      log_info("attention: {}{}",
+               ctx_.attention == AttentionImpl::Cudnn ? "cuDNN's fused attention (train.attention = cudnn)"
+                                                      : "the own flash kernels",
+               d_.attention != ctx_.attention ? " (train.attention = cudnn needs bf16 or fp16 storage)" : "");
     log_info("data: train {} | order {} ({} windows{}) | val {} (eval set {} x {} tokens)", train_data_.describe(),
              d_.order, sampler_.num_windows(), sampler_.order() == data::TokenOrder::Epoch ? " per epoch" : "",
              val_data_.describe(), eval_set_.num_sequences(), T_);
@@ -268,7 +281,7 @@ class GptTask final : public TrainTask {
 
  private:
   RunSession& run_;
-  const ExecContext ctx_;  // the run's, with the deck's kernel choices (train.gelu_epilogue)
+  const ExecContext ctx_;  // the run's, with the deck's kernel choices (train.gelu_epilogue, train.attention)
   const GptDeck d_;
   const gpt::GptConfig& cfg_;
   int T_;
@@ -297,7 +310,7 @@ int run_gpt(const Config& deck, const RunOptions& opts) {
   // train.memory_limit_gb: every rank's plan on the decided device, before the model allocates
   check_memory_limit(cfg.train.memory_limit_gb,
                      plan_gpt_memory(gpt_deck.model, cfg, run.pc.world_size(),
-                                     {run.ctx().device, activation_dtype(run.ctx().precision)}),
+                                     {run.ctx().device, activation_dtype(run.ctx().precision)}, gpt_deck.attention),
                      cfg.parallel.sync.zero,
                      fmt::format("train_gpt {} --plan {}", deck.deck_path(), run.pc.world_size()));
   GptTask task(run, gpt_deck);

@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
-      for (char* tok = std::strtok(argv[++i], ","); tok; tok = std::strtok(nullptr, ",")) batches.push_back(std::atoi(tok));
+      for (char* tok = std::strtok(argv[++i], ","); tok; tok = std::strtok(nullptr, ","))
+        batches.push_back(std::atoi(tok));
     } else if (a == "--md" && i + 1 < argc) {
       md_path = argv[++i];
     } else {
@@ -127,9 +128,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool with_cudnn = cudnn_attention_built();
-  std::string table =
-      "| B | own fwd ms | cudnn fwd ms | own bwd ms | cudnn bwd ms | own TFLOP/s | cudnn TFLOP/s | cudnn / own (fwd+bwd) | "
-      "out diff | dqkv diff |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  std::string table = "| B | own fwd ms | cudnn fwd ms | own bwd ms | cudnn bwd ms | own TFLOP/s | cudnn TFLOP/s | "
+                      "cudnn / own (fwd+bwd) | "
+                      "out diff | dqkv diff |\n|---|---|---|---|---|---|---|---|---|---|\n";
   std::string verdicts;
   double own_total = 0.0, cudnn_total = 0.0;
   for (int B : batches) {
@@ -145,7 +146,8 @@ int main(int argc, char** argv) {
     if (with_cudnn) cud = std::make_unique<Attention>(AttentionImpl::Cudnn, B);
     std::vector<double> of, ob, cf, cb;
     for (int r = -2; r < reps; ++r) {  // two warm-ups: cuDNN builds its graphs at the first call of a shape
-      const double a = time_ms(own.ctx, [&] { own.forward(qkv); }), b = time_ms(own.ctx, [&] { own.backward(qkv, dout); });
+      const double a = time_ms(own.ctx, [&] { own.forward(qkv); }),
+                   b = time_ms(own.ctx, [&] { own.backward(qkv, dout); });
       double c = 0.0, d = 0.0;
       if (cud) {
         c = time_ms(cud->ctx, [&] { cud->forward(qkv); });
@@ -173,8 +175,8 @@ int main(int argc, char** argv) {
       verdicts += buf;
     } else {
       char buf[512];
-      std::snprintf(buf, sizeof buf, "| %d | %.3f | (not built) | %.3f | (not built) | %.1f | | | | |\n", B,
-                    median(of), median(ob), flops / own_ms * 1e-9);
+      std::snprintf(buf, sizeof buf, "| %d | %.3f | (not built) | %.3f | (not built) | %.1f | | | | |\n", B, median(of),
+                    median(ob), flops / own_ms * 1e-9);
       row = buf;
     }
     table += row;
@@ -183,8 +185,8 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%s", table.c_str());
   std::fputs(verdicts.c_str(), stdout);
-  const std::string faster =
-      !with_cudnn ? "own (cuDNN attention not built)" : (cudnn_total < own_total ? "cudnn" : "own");
+  const std::string faster = !with_cudnn ? "own (cuDNN attention not built)"
+                                         : (cudnn_total < own_total ? "cudnn" : "own");
   std::printf("faster: %s (forward + backward over the micro-batches: own %.3f ms, cudnn %.3f ms)\n", faster.c_str(),
               own_total, cudnn_total);
   if (!md_path.empty()) {

@@ -207,15 +207,22 @@ void cudnn_attention_backward(const ExecContext& ctx, DType act, void* dqkv, voi
   const char *in = static_cast<const char*>(qkv), *din = static_cast<char*>(dqkv);
   const void *q = in, *kp = in + C * esize, *v = in + 2 * C * esize;
   const void *dq = din, *dk = din + C * esize, *dv = din + 2 * C * esize;
-  for (auto [p, what] : {std::pair{q, "q"}, {kp, "k"}, {v, "v"}, {dq, "dq"}, {dk, "dk"}, {dv, "dv"}, {out, "out"},
-                         {dout, "dout"}, {static_cast<const void*>(scratch), "scratch"}})
+  for (auto [p, what] : {std::pair{q, "q"},
+                         {kp, "k"},
+                         {v, "v"},
+                         {dq, "dq"},
+                         {dk, "dk"},
+                         {dv, "dv"},
+                         {out, "out"},
+                         {dout, "dout"},
+                         {static_cast<const void*>(scratch), "scratch"}})
     check_aligned(p, what, k);
   const cudnnHandle_t h = cudnn_handle(static_cast<cudaStream_t>(ctx.stream));
   const fe::graph::Graph& g = graph_for(h, k, cudnn_attention_scratch_bytes(B, T, NH, C / NH));
-  std::unordered_map<int64_t, void*> pack = {{kQ, mutable_ptr(q)},         {kK, mutable_ptr(kp)},
-                                             {kV, mutable_ptr(v)},         {kO, mutable_ptr(out)},
-                                             {kDO, mutable_ptr(dout)},     {kStats, mutable_ptr(stats)},
-                                             {kDQ, mutable_ptr(dq)},       {kDK, mutable_ptr(dk)},
+  std::unordered_map<int64_t, void*> pack = {{kQ, mutable_ptr(q)},     {kK, mutable_ptr(kp)},
+                                             {kV, mutable_ptr(v)},     {kO, mutable_ptr(out)},
+                                             {kDO, mutable_ptr(dout)}, {kStats, mutable_ptr(stats)},
+                                             {kDQ, mutable_ptr(dq)},   {kDK, mutable_ptr(dk)},
                                              {kDV, mutable_ptr(dv)}};
   execute(h, g, pack, scratch, k);
 }

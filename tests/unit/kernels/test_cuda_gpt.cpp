@@ -837,6 +837,25 @@ TEST(CudaGpt, Bf16GeluEpilogueWithinRoundingOfTheComposedOps) {
   EXPECT_TRUE(bitwise_equal("dbias", fused.dbias, composed.dbias));
 }
 
+// Random bf16 qkv (in [-2, 2]) and dout of shape s from seeds `seed` and `seed + 1` (seed advances by 2), and the
+// CPU's bf16 attention of them: the reference of the bf16 attention tests below.
+struct Bf16AttentionOnCpu {
+  std::vector<bf16> qkv, dout, out, dqkv;
+};
+Bf16AttentionOnCpu bf16_attention_on_cpu(const AttnShape& s, uint32_t& seed) {
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+  const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C);
+  Bf16AttentionOnCpu r{random_bf16(n_qkv, seed, -2.0, 2.0), random_bf16(n_out, seed + 1), std::vector<bf16>(n_out),
+                       std::vector<bf16>(n_qkv)};
+  seed += 2;
+  std::vector<unsigned char> att(sz(attention_stats_bytes(cpu_ctx(), B, T, C, NH, DType::BF16))),
+      datt(sz(attention_scratch_bytes(cpu_ctx(), B, T, C, NH, DType::BF16)));
+  attention_forward(cpu_ctx(), r.out.data(), att.data(), r.qkv.data(), B, T, C, NH);
+  attention_backward(cpu_ctx(), r.dqkv.data(), datt.data(), r.dout.data(), r.qkv.data(), r.out.data(), att.data(), B, T,
+                     C, NH);
+  return r;
+}
+
 // Attention in bf16 against the CPU's bf16 attention: the CPU rounds the unnormalised probabilities p (and dS) to bf16
 // before their products, as the tensor-core kernels do, while the CUDA-core kernels keep them in float, so an output
 // moves by up to 2^-9 of the largest |v| (or dout . v term) from either side's rounding of p and by one ulp from each
@@ -853,13 +872,8 @@ TEST(CudaGpt, Bf16AttentionMatchesCpu) {
     SCOPED_TRACE(name(s));
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C);
-    const auto qkv = random_bf16(n_qkv, seed++, -2.0, 2.0), dout = random_bf16(n_out, seed++);
-    std::vector<unsigned char> att(sz(attention_stats_bytes(cpu_ctx(), B, T, C, NH, DType::BF16))),
-        datt(sz(attention_scratch_bytes(cpu_ctx(), B, T, C, NH, DType::BF16)));
-    std::vector<bf16> out(n_out), dqkv(n_qkv);
-    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
-    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C,
-                       NH);
+    const Bf16AttentionOnCpu cpu = bf16_attention_on_cpu(s, seed);
+    const std::vector<bf16>&qkv = cpu.qkv, &dout = cpu.dout, &out = cpu.out, &dqkv = cpu.dqkv;
     const int64_t stats_bytes = attention_stats_bytes(gpu_ctx(), B, T, C, NH, DType::BF16);
     EXPECT_EQ(stats_bytes, int64_t{B} * NH * T * 4);  // L stays float
     DeviceBuffer<bf16> d_qkv(qkv), d_dout(dout), d_out(n_out), d_dqkv(n_qkv);
@@ -891,13 +905,8 @@ TEST(CudaGpt, CudnnAttentionMatchesCpuAndRerunsBitwise) {
     SCOPED_TRACE(name(s));
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     const size_t n_qkv = sz(int64_t{B} * T * 3 * C), n_out = sz(int64_t{B} * T * C);
-    const auto qkv = random_bf16(n_qkv, seed++, -2.0, 2.0), dout = random_bf16(n_out, seed++);
-    std::vector<unsigned char> att(sz(attention_stats_bytes(cpu_ctx(), B, T, C, NH, DType::BF16))),
-        datt(sz(attention_scratch_bytes(cpu_ctx(), B, T, C, NH, DType::BF16)));
-    std::vector<bf16> out(n_out), dqkv(n_qkv);
-    attention_forward(cpu_ctx(), out.data(), att.data(), qkv.data(), B, T, C, NH);
-    attention_backward(cpu_ctx(), dqkv.data(), datt.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C,
-                       NH);
+    const Bf16AttentionOnCpu cpu = bf16_attention_on_cpu(s, seed);
+    const std::vector<bf16>&qkv = cpu.qkv, &dout = cpu.dout, &out = cpu.out, &dqkv = cpu.dqkv;
     EXPECT_EQ(attention_stats_bytes(ctx, B, T, C, NH, DType::BF16), int64_t{B} * NH * T * 4);
     const int64_t scratch_bytes = attention_scratch_bytes(ctx, B, T, C, NH, DType::BF16);
     EXPECT_EQ(scratch_bytes, cudnn_attention_scratch_bytes(B, T, NH, C / NH));

@@ -98,9 +98,12 @@ void check_aligned(const void* p, const char* what, const GraphKey& k) {
              describe(k), what, p);
 }
 
-std::shared_ptr<fe::graph::Graph> build_graph(cudnnHandle_t h, const GraphKey& k) {
-  check_version();
+// The graph of the op for key k, described (tensors, the SDPA node, the outputs) but not yet validated or built; for
+// a device of compute capability sm_version, or (-1) the current device's, asked when the graph is built. The nodes
+// take the graph's context when they are made, so the version is set first.
+std::shared_ptr<fe::graph::Graph> describe_graph(const GraphKey& k, int sm_version = -1) {
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0) g->set_sm_version(sm_version);
   g->set_io_data_type(k.act == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -143,6 +146,12 @@ std::shared_ptr<fe::graph::Graph> build_graph(cudnnHandle_t h, const GraphKey& k
     dk->set_output(true).set_uid(kDK).set_dim(dims).set_stride(in_qkv);
     dv->set_output(true).set_uid(kDV).set_dim(dims).set_stride(in_qkv);
   }
+  return g;
+}
+
+std::shared_ptr<fe::graph::Graph> build_graph(cudnnHandle_t h, const GraphKey& k) {
+  check_version();
+  std::shared_ptr<fe::graph::Graph> g = describe_graph(k);
   check_fe(g->validate(), "validate", k);
   check_fe(g->build_operation_graph(h), "build_operation_graph", k);
   check_fe(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", k);
@@ -184,6 +193,12 @@ GraphKey key_of(bool backward, DType act, int B, int T, int C, int NH) {
   return {0, backward, B, T, NH, C / NH, act};
 }
 }  // namespace
+
+std::string cudnn_attention_validate(int sm_version, bool backward, DType act, int B, int T, int C, int NH) {
+  const GraphKey k = key_of(backward, act, B, T, C, NH);
+  fe::error_object e = describe_graph(k, sm_version)->validate();
+  return e.is_good() ? std::string() : e.get_message();
+}
 
 void cudnn_attention_forward(const ExecContext& ctx, DType act, void* out, float* stats, const void* qkv, int B, int T,
                              int C, int NH, void* workspace, int64_t workspace_bytes) {
@@ -237,6 +252,7 @@ namespace {
 }
 }  // namespace
 
+std::string cudnn_attention_validate(int, bool, DType, int, int, int, int) { not_built(); }
 void cudnn_attention_forward(const ExecContext&, DType, void*, float*, const void*, int, int, int, int, void*,
                              int64_t) {
   not_built();

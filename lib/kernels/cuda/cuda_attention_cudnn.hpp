@@ -5,11 +5,16 @@
 // (B,NH,T): cuDNN's softmax statistics, which only its backward reads). 16-bit storage only (DType::BF16 or
 // DType::F16). Host code.
 #include <cstdint>
+#include <string>
 
 #include "kernels/exec_context.hpp"
 #include "tensor/tensor.hpp"
 
 namespace hpct::kernels::cuda {
+
+// cuDNN's own checks of the op's graph (shapes, strides, the causal mask, the deterministic backward) for a device of
+// compute capability sm_version (90: Hopper), on the host: no GPU needed. "" when cuDNN accepts it, else its message.
+std::string cudnn_attention_validate(int sm_version, bool backward, DType act, int B, int T, int C, int NH);
 
 // out, stats from qkv. workspace: device memory for cuDNN's forward plan, `workspace_bytes` of it (the caller lends
 // the cuBLASLt workspace, which the same stream orders); a plan that asks for more is refused naming both sizes.

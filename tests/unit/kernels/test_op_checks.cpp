@@ -10,6 +10,9 @@
 
 #include "core/error.hpp"
 #include "kernels/kernels.hpp"
+#if defined(HPCT_HAVE_CUDA)
+#include "kernels/cuda/cuda_attention_cudnn.hpp"
+#endif
 
 namespace hpct::kernels {
 namespace {
@@ -122,6 +125,29 @@ TEST(AttentionChoice, CudnnOnlyOnCudaWith16BitStorage) {
   EXPECT_NE(refusal(cuda, fp32).find(fp32.what), std::string::npos) << refusal(cuda, fp32);
 #endif
 }
+
+#if defined(HPCT_HAVE_CUDA)
+// cuDNN's own validation of the fused attention's graphs (cuda_attention_cudnn.cpp) for a Hopper GPU, run on the host
+// against the cuDNN this process loads: the shapes, the strided q, k, v, out and gradients in the qkv rows, the causal
+// mask, the deterministic backward. GPT-2 124M and one TP-2 rank of it, the tiny deck and one TP-2 rank of it (head
+// size 16), head size 128 at an odd T; bf16 and fp16. A head size cuDNN has no kernel for (260: not a multiple of 8)
+// is refused both ways: the check is cuDNN's, not a formality.
+TEST(AttentionChoice, CudnnGraphsValidateForHopper) {
+  if (!cudnn_attention_built()) GTEST_SKIP() << "built without the cuDNN frontend (scripts/setup.sh installs it)";
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const Shape s : {Shape{16, 1024, 768, 12}, Shape{16, 1024, 384, 6}, Shape{8, 64, 64, 4}, Shape{8, 64, 32, 2},
+                        Shape{2, 130, 256, 2}})
+    for (const bool backward : {false, true})
+      for (const DType act : {DType::BF16, DType::F16})
+        EXPECT_EQ(cuda::cudnn_attention_validate(90, backward, act, s.B, s.T, s.C, s.NH), "")
+            << (backward ? "backward" : "forward") << " B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
+            << " " << dtype_name(act);
+  for (const bool backward : {false, true})
+    EXPECT_NE(cuda::cudnn_attention_validate(90, backward, DType::BF16, 1, 64, 520, 2), "") << "head size 260";
+}
+#endif
 
 }  // namespace
 }  // namespace hpct::kernels

@@ -60,7 +60,7 @@
 #
 # The device budget (15 minutes a session, all calls, starts and idle time together; the machine goes back after
 # about 30 s idle, taking .gpu/nccl-lib/ with it, so the calls of one carry follow each other at once):
-#   call 1: carry [".gpu/bundle.tar.xz"] (~40 MB; with the tree ~50 MiB):
+#   call 1: carry [".gpu/bundle.tar.xz"] (~37 MiB; with the tree ~50 MiB):
 #       bash validation/nccl_carry.sh probe --adopt > $OUT/probe.txt 2>&1; rc=$?; cat $OUT/probe.txt;
 #       [ $rc = 0 ] && bash validation/gpu_session.sh $OUT/s --budget 450 --bench none --skip all --layouts 'ARGS'
 #     If the machine already has NCCL >= 2.30 (or adopts one), this one call is the whole session: nothing is

@@ -796,8 +796,6 @@ def validate_record(rec, root=ROOT):
         for k, v in (("mode", "none"), ("deterministic", True)):
             if rec.get(k) != v:
                 p.append(f"{k} {rec.get(k)!r} for hpctrain: not {json.dumps(v)}")
-        if w == "resnet" and rec.get("layout") != "nchw":
-            p.append(f"layout {rec.get('layout')!r} for hpctrain's ResNet: it is NCHW")
     if prog == "pytorch":
         if rec.get("mode") == "none":
             p.append("mode none for pytorch: compile, compile_max_autotune or eager")

@@ -13,7 +13,7 @@
 # kernels; tools in --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated;
 # gpt also with the rows --gpt-variant gelu_epilogue=train.gelu_epilogue=true and
-# cudnn_attention=train.attention=cudnn, resnet with --resnet-variant
+# own_attention=train.attention=own, resnet with --resnet-variant
 # nchw=model.memory_format=nchw and heuristic_algorithms=train.conv_algorithms=heuristic beside its channels-last bf16
 # row),
 # while the budget lasts (its JSON Lines records and row logs under validation/results/gpu/ and its tables
@@ -254,7 +254,7 @@ for b in "${benches[@]}"; do
   left=$((BUDGET - $(elapsed) - 10))
   variants=()  # the GPT's kernel choices behind deck keys, each one more row at the same micro-batch
   [ "$b" = gpt ] && variants=(--gpt-variant gelu_epilogue=train.gelu_epilogue=true
-    --gpt-variant cudnn_attention=train.attention=cudnn)
+    --gpt-variant own_attention=train.attention=own)
   # the ResNet's bf16 row runs channels-last (model.memory_format = auto on CUDA); the NCHW row beside it
   # and cuDNN's heuristic order of convolution algorithms beside the timed choice (train.conv_algorithms)
   [ "$b" = resnet ] && variants=(--resnet-variant nchw=model.memory_format=nchw

@@ -28,7 +28,7 @@ struct GptDeck {
   bool allow_changed = false;    // data.allow_changed: resume with another shard list or order
   bool gelu_epilogue = false;    // train.gelu_epilogue: the MLP's GELU in the GEMM epilogues (CUDA, 16-bit storage)
   // train.attention as asked; what a run gets on its device and storage type is kernels::effective_attention's
-  AttentionImpl attention = AttentionImpl::Own;
+  AttentionImpl attention = AttentionImpl::Cudnn;
 };
 
 // The [model] section, validated (UsageError naming the key on failure).

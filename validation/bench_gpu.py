@@ -1304,7 +1304,7 @@ def main_dry(args):
     log("== the benchmark's orchestration on the CPU with tiny models (hpctrain and the PyTorch worker, bf16 and fp32;"
         " not a measurement)")
     args.steps, args.warmup, args.no_compile, args.bitwise_rerun = 4, 1, True, True
-    args.gpt_variant = [parse_variant("gelu_epilogue=train.gelu_epilogue=true")]  # a variant row (inert on the CPU)
+    args.gpt_variant = [parse_variant("own_gelu=train.gelu_epilogue=false")]  # a variant row (inert on the CPU)
     args.resnet_variant = [parse_variant("nchw=model.memory_format=nchw")]  # the layout row of a GPU session
     # the ResNet rows' layout is what the run logged
     fake_log = os.path.join(work, "layout_probe.log")
@@ -1346,7 +1346,7 @@ def main_dry(args):
           f"cpu_dry_run_{datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}.jsonl",
           "the record file holds exactly those records, named <device_slug>_<UTC date>.jsonl")
     want = [("gpt", "hpctrain", "none", "fp32", "none", True, True),
-            ("gpt", "hpctrain", "none", "fp32", "none", None, True),  # --gpt-variant gelu_epilogue
+            ("gpt", "hpctrain", "none", "fp32", "none", None, True),  # --gpt-variant own_gelu
             ("gpt", "pytorch", "eager", "bf16", "none", None, False),
             ("gpt", "pytorch", "eager", "fp32", "none", None, False),
             ("resnet", "hpctrain", "none", "fp32", "nchw", True, True),
@@ -1513,7 +1513,7 @@ def main():
     ap.add_argument("--hp-set", action="append", default=[], metavar="KEY=VALUE", help="extra --set for the apps")
     ap.add_argument("--gpt-variant", action="append", default=[], type=parse_variant, metavar="NAME=KEY=VALUE[,...]",
                     help="one more hpctrain GPT row: the first GPT row's settings and micro-batch plus these --set "
-                         "keys, labelled NAME (e.g. gelu_epilogue=train.gelu_epilogue=true); repeatable")
+                         "keys, labelled NAME (e.g. own_gelu=train.gelu_epilogue=false); repeatable")
     ap.add_argument("--resnet-variant", action="append", default=[], type=parse_variant,
                     metavar="NAME=KEY=VALUE[,...]",
                     help="one more hpctrain ResNet row likewise (e.g. nchw=model.memory_format=nchw); repeatable")

@@ -12,7 +12,7 @@
 # layouts restart memory (world 1), and compute-sanitizer (memcheck on every kernel test executable, racecheck on the GPT
 # kernels; tools in --sanitize, default memcheck,racecheck). Phase B, alone on the GPU (timings): validation/bench_gpu.py --only B
 # --record with 20 steps (5 warm-up), bf16, for each B of --bench (gpt, resnet or none; default gpt; comma-separated;
-# gpt also with the rows --gpt-variant gelu_epilogue=train.gelu_epilogue=true and
+# gpt also with the rows --gpt-variant own_gelu=train.gelu_epilogue=false and
 # own_attention=train.attention=own, resnet with --resnet-variant
 # nchw=model.memory_format=nchw and heuristic_algorithms=train.conv_algorithms=heuristic beside its channels-last bf16
 # row),
@@ -253,7 +253,7 @@ for b in "${benches[@]}"; do
   [ $((BUDGET - $(elapsed))) -gt 90 ] || { note "bench $b: not started (budget)"; continue; }
   left=$((BUDGET - $(elapsed) - 10))
   variants=()  # the GPT's kernel choices behind deck keys, each one more row at the same micro-batch
-  [ "$b" = gpt ] && variants=(--gpt-variant gelu_epilogue=train.gelu_epilogue=true
+  [ "$b" = gpt ] && variants=(--gpt-variant own_gelu=train.gelu_epilogue=false
     --gpt-variant own_attention=train.attention=own)
   # the ResNet's bf16 row runs channels-last (model.memory_format = auto on CUDA); the NCHW row beside it
   # and cuDNN's heuristic order of convolution algorithms beside the timed choice (train.conv_algorithms)

@@ -235,7 +235,6 @@ TEST(EmuCore, ScaleResidualAndReluAreExact) {
 // and the CPU backend's residual_relu_forward (float, bf16) gives the same bits.
 template <typename A>
 void check_residual_relu_is_residual_then_relu() {
-  using S = EmuStorage<A>;
   for (int64_t n : {int64_t{1}, int64_t{4011}}) {
     for (int off : {0, 3}) {
       SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));

@@ -461,6 +461,11 @@ __global__ void __launch_bounds__(kLnRowThreads)
 // dbias's C), and column_partials_kernel finishes the sums: double all the way, as the CPU, in an order that depends
 // on N, C and the buffer's size only. (Float accumulators, tried first, drifted by ~1e-5 relative over ~40 rows per
 // warp, beyond the CPU comparison's 1e-6.)
+// A warp's accumulators are stored element-major: column q P + j (lane q % 32's pack q, element j) at slot
+// j C / P + q, so the 32 lanes' j-th doubles are 32 consecutive ones. Stored as the columns lie in the row, the
+// lanes' doubles were P apart: a 16-way bank conflict at P = 8 on every one of the 2 C read-modify-writes of a row,
+// which held the kernel to about a sixth of the HBM's bandwidth on an H200 (125 us for 16,384 rows of 768: 100 MB
+// moved). Only where each sum is kept changed, not the order of its additions: the results are the same bits.
 template <typename S, int P>
 __global__ void __launch_bounds__(kLnRowThreads)
     layernorm_backward_kernel(S* dinp, double* partials, const S* dout, const S* inp, const S* weight,
@@ -469,9 +474,10 @@ __global__ void __launch_bounds__(kLnRowThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   double* acc_w = acc + static_cast<int64_t>(warp) * 2 * C;
   double* acc_b = acc_w + C;
-  for (int c = lane * P; c < C; c += 32 * P)
+  const int packs = C / P;  // C is a multiple of P (row_pack)
+  for (int q = lane; q < packs; q += 32)
 #pragma unroll
-    for (int j = 0; j < P; j++) acc_w[c + j] = acc_b[c + j] = 0.0;
+    for (int j = 0; j < P; j++) acc_w[j * packs + q] = acc_b[j * packs + q] = 0.0;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
   const int64_t end = first + rows_per_block < N ? first + rows_per_block : N;
   for (int64_t row = first + warp; row < end; row += warps) {  // uniform over the warp: the shuffles see 32 lanes
@@ -499,16 +505,18 @@ __global__ void __launch_bounds__(kLnRowThreads)
       for (int j = 0; j < P; j++) {
         const float norm = (to_float(xv.v[j]) - m) * r, dj = to_float(dv.v[j]);
         g.v[j] = from_float<S>(to_float(g.v[j]) + (to_float(w.v[j]) * dj - dnorm_mean - norm * dnorm_norm_mean) * r);
-        acc_w[c + j] += static_cast<double>(dj * norm);
-        acc_b[c + j] += dj;
+        acc_w[j * packs + c / P] += static_cast<double>(dj * norm);  // slot of column c + j
+        acc_b[j * packs + c / P] += dj;
       }
       store_pack<P>(dx + c, g);
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+  for (int slot = threadIdx.x; slot < 2 * C; slot += blockDim.x) {     // consecutive threads, consecutive slots
+    const int half = slot / C, in_half = slot % C;                     // dweight's slots, then dbias's
+    const int c = half * C + (in_half % packs) * P + in_half / packs;  // the column of that slot
     double total = 0.0;
-    for (int w = 0; w < warps; w++) total += acc[static_cast<int64_t>(w) * 2 * C + c];
+    for (int w = 0; w < warps; w++) total += acc[static_cast<int64_t>(w) * 2 * C + slot];
     partials[static_cast<int64_t>(c) * gridDim.x + blockIdx.x] = total;  // column-major: column c's groups together
   }
 }

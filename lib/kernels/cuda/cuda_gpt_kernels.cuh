@@ -95,8 +95,10 @@ __global__ void bias_grad_partial_kernel(double* __restrict__ partials, const S*
 
 // Plain softmax cross-entropy over the first V of Vp logits; kBackward: also dlogits in place (padding -> 0).
 // CPU twin: crossentropy_forward / crossentropy_forward_backward (softmax_stats: max, then sum of exp(x - max)).
-// One pass over the row for the statistics: each thread keeps the online softmax (m, s) of its columns
-// (softmax_add), the block merges them (block_softmax_stats); the backward then writes dlogits over the row. Without
+// One pass over the row for the statistics: each thread keeps the online softmax (m, s) of its columns, a pack at a
+// time (softmax_add_pack), the block merges them (block_softmax_stats); the backward then writes dlogits over the
+// row, each dlogit from __expf (as the statistics: a conversion, a subtraction, the hardware's exp2 and a product
+// per value; the accurate expf's range reduction was most of the kernel's instructions). Without
 // kHoldRow it reads the row from global memory again for that (two reads and a write); with kHoldRow the first pass
 // also copies the row into the block's dynamic shared memory (Vp values: crossentropy_held_shape) and the second
 // reads it there, one read of the logits and a write, the same arithmetic in the same order, bit for bit. (Held in
@@ -125,17 +127,11 @@ __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackw
     for (int v0 = threadIdx.x * P; v0 < Vp; v0 += step) {
       const Pack<S, P> pk = load_pack<P>(x + v0);
       store_pack<P>(row + v0, pk);  // read back below by this thread only
-#pragma unroll
-      for (int j = 0; j < P; j++)
-        if (v0 + j < V) softmax_add(m, s, to_float(pk.v[j]));
+      if (v0 < V) softmax_add_pack(m, s, pk, V - v0);
     }
   } else {
-    for (int v0 = threadIdx.x * P; v0 < V; v0 += step) {
-      const Pack<S, P> pk = load_pack<P>(x + v0);  // v0 + P <= Vp: Vp is a multiple of P
-#pragma unroll
-      for (int j = 0; j < P; j++)
-        if (v0 + j < V) softmax_add(m, s, to_float(pk.v[j]));
-    }
+    for (int v0 = threadIdx.x * P; v0 < V; v0 += step)
+      softmax_add_pack(m, s, load_pack<P>(x + v0), V - v0);  // v0 + P <= Vp: Vp is a multiple of P
   }
   block_softmax_stats(m, s, shared);
   if (threadIdx.x == 0) losses[n] = valid ? (m - x_tgt) + logf(s) : NAN;  // logsumexp - x[target]
@@ -155,7 +151,8 @@ __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackw
         const int v = v0 + j;
         float g = 0.0f;  // padded columns: no gradient
         if (v < V) {
-          g = __fmul_rn(expf(to_float(pk.v[j]) - m), k);  // dloss * softmax, rounded before the subtraction, as the CPU
+          g = __fmul_rn(__expf(to_float(pk.v[j]) - m),
+                        k);  // dloss * softmax, rounded before the subtraction, as the CPU
           if (v == tgt) g -= dloss;
         }
         pk.v[j] = from_float<S>(valid ? g : NAN);

@@ -26,7 +26,7 @@ struct GptDeck {
   std::vector<std::string> train_paths, val_paths;
   std::string order = "random";  // data.order: "random" | "epoch"
   bool allow_changed = false;    // data.allow_changed: resume with another shard list or order
-  bool gelu_epilogue = false;    // train.gelu_epilogue: the MLP's GELU in the GEMM epilogues (CUDA, 16-bit storage)
+  bool gelu_epilogue = true;     // train.gelu_epilogue: the MLP's GELU in the GEMM epilogues (CUDA, 16-bit storage)
   // train.attention as asked; what a run gets on its device and storage type is kernels::effective_attention's
   AttentionImpl attention = AttentionImpl::Cudnn;
 };

@@ -147,11 +147,16 @@ class GptTask final : public TrainTask {
     run_.pc.world().allreduce(worst, 2, DType::F64, comm::ReduceOp::Max, "memory report");
     log_info("memory, max over the {} ranks: params {} | total {} (every rank: train_gpt DECK --plan {})",
              run_.pc.world_size(), human_bytes(worst[0]), human_bytes(worst[1]), run_.pc.world_size());
-    if (ctx_.device == Device::CUDA)
-      log_info("attention: {}{}",
+    if (ctx_.device == Device::CUDA) {
+      const bool half_storage = model_.activation_dtype() != DType::F32;  // the two keys' condition besides CUDA
+      log_info("attention: {}{} | MLP GELU: {}",
                ctx_.attention == AttentionImpl::Cudnn ? "cuDNN's fused attention (train.attention = cudnn)"
                                                       : "the own flash kernels",
-               d_.attention != ctx_.attention ? " (train.attention = cudnn needs bf16 or fp16 storage)" : "");
+               d_.attention != ctx_.attention ? " (train.attention = cudnn needs bf16 or fp16 storage)" : "",
+               !d_.gelu_epilogue ? "the own kernels (train.gelu_epilogue = false)"
+               : half_storage    ? "in cuBLASLt's GEMM epilogues (train.gelu_epilogue = true)"
+                                 : "the own kernels (train.gelu_epilogue needs bf16 or fp16 storage)");
+    }
     log_info("data: train {} | order {} ({} windows{}) | val {} (eval set {} x {} tokens)", train_data_.describe(),
              d_.order, sampler_.num_windows(), sampler_.order() == data::TokenOrder::Epoch ? " per epoch" : "",
              val_data_.describe(), eval_set_.num_sequences(), T_);

@@ -5,7 +5,8 @@
 #
 #   bash validation/gpu_bundle.sh pack [--build DIR] [--out FILE] [--fast]
 #       here: one xz archive (default .gpu/bundle.tar.xz) holding the apps and the CUDA test executables of DIR
-#       (default build, configured with the CUDA backend), the tiny decks' data, and the Debian runtime libraries they
+#       (default build, configured with the CUDA backend), the kernel screen's JSON of a GPT-2 124M step at
+#       micro-batch 64 (gpu_session.sh --profile's table), the tiny decks' data, and the Debian runtime libraries they
 #       load apart from glibc, libstdc++ and the CUDA libraries (oneDNN, OpenBLAS, Open MPI with its components and
 #       help files, PMIx, parallel HDF5, ...), laid out under usr/ as installed so Open MPI relocates with
 #       OPAL_PREFIX; --fast: xz -0 (the ctest validation_gpu_bundle; about three times the size)
@@ -61,6 +62,14 @@ gpu_bundle_pack() {
     cp -p "$build/$e" "$stage/build/$e"
   done
   for e in "${data[@]}"; do cp -p "$root/data/$e" "$stage/data/"; done
+  # The kernel screen's bytes per own kernel of a GPT-2 124M bf16 step at micro-batch 64, for the per-kernel table of
+  # gpu_session.sh --profile (validation/kernel_table.py) where the GPU hides its DRAM counters.
+  if [ -x "$build/tests/cuda_emu/kernel_screen" ]; then
+    "$build/tests/cuda_emu/kernel_screen" --micro-batch 64 --json "$stage/build/kernel_screen_gpt2_bf16_mb64.json" \
+      > /dev/null || { echo "gpu_bundle: kernel_screen failed" >&2; rm -rf "$stage"; return 1; }
+  else
+    echo "gpu_bundle: $build/tests/cuda_emu/kernel_screen not built: a profile's table will lack the bytes" >&2
+  fi
   # Open MPI's and PMIx's plugin folders and help texts, at their installed paths under usr/.
   local multi=/usr/lib/x86_64-linux-gnu d
   for d in "$multi/openmpi/lib/openmpi3" "$multi/pmix2" /usr/share/openmpi /usr/share/pmix; do

@@ -20,7 +20,9 @@
 # validation/results/gpu_<device>_<B>.md come back in OUTDIR/results.tar.gz); before the GPT's,
 # validation/bench_attention_cuda (the own attention against cuDNN's; its table
 # validation/results/gpu/attention_<device_slug>_<date>.md); before them with --profile, Nsight
-# Compute's time per kernel of one GPT-2 124M bf16 step (micro-batch 16); with --profile-resnet, of one ResNet-50 bf16
+# Compute's time (and DRAM bytes where readable) per kernel of one GPT-2 124M bf16 step (micro-batch 64, the second
+# step: train.profile_step) and its table (validation/results/gpu/kernels_gpt_<device_slug>_<date>.md, by
+# validation/kernel_table.py); with --profile-resnet, of one ResNet-50 bf16
 # step (micro-batch 64) channels-last and NCHW (logs profile_resnet_nhwc.log, profile_resnet_nchw.log). --extra runs a further shell command in phase A (log NAME.log; what it writes under $LOGS comes
 # back too). --skip drops parts of phase A's parallel work (unit, cuda_run, sanitize, or all; --extra still runs).
 # --layouts ARGS (one string, split at blanks): after the parallel work, before phase B, alone on the GPU, the layout
@@ -196,8 +198,13 @@ print(", ".join(f"{b} {v} {n}" for (b, v), n in sorted(c.items(), key=str)) or "
   fi
 fi
 
-# Where a GPT-2 124M bf16 step spends its GPU time: every kernel of one step (micro-batch 16, after the first step's
-# plans) timed by Nsight Compute (gpu__time_duration, clocks not locked), summed per kernel name.
+# Where a GPT-2 124M bf16 step spends its GPU time: every kernel of the second training step at micro-batch 64 (the
+# benchmark's; train.profile_step brackets it with cudaProfilerStart/Stop, so neither the set-up, the first step's
+# plans nor the evaluation are in it), timed by Nsight Compute (gpu__time_duration, clocks not locked) with the DRAM
+# bytes each kernel read and wrote where the machine lets ncu read the counters (else times only), summed per kernel
+# name; validation/kernel_table.py turns that into the per-kernel table (validation/results/gpu/
+# kernels_gpt_<device_slug>_<date>.md, returned in results.tar.gz) with the bundle's kernel screen at the same shape
+# for the bytes the counters do not give.
 NCU="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
 if [ "$PROFILE" = 1 ] && [ -n "$NCU" ]; then
   python3 - <<'PY'
@@ -209,12 +216,37 @@ for name, n in (("/tmp/prof_train.bin", 1 << 22), ("/tmp/prof_val.bin", 1 << 18)
         f.write(header.tobytes())
         f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
 PY
-  run_bg profile_gpt 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
-    build/apps/train_gpt inputs/gpt2_124m.toml --out /tmp/prof_run --set train.device=cuda --set train.precision=bf16 \
-    --set train.steps=1 --set train.micro_batch=16 --set train.global_batch=16 --set data.train=/tmp/prof_train.bin \
-    --set data.val=/tmp/prof_val.bin --set train.eval_every=0 --set sample.tokens=0 --set checkpoint.at_end=false \
-    --set checkpoint.every=0 --set data.eval_sequences=64
+  prof=(--profile-from-start off --clock-control none --print-summary per-kernel --csv
+        build/apps/train_gpt inputs/gpt2_124m.toml --out /tmp/prof_run --set train.device=cuda
+        --set train.precision=bf16 --set train.steps=2 --set train.profile_step=2 --set train.micro_batch=64
+        --set train.global_batch=64 --set data.train=/tmp/prof_train.bin --set data.val=/tmp/prof_val.bin
+        --set train.eval_every=0 --set sample.tokens=0 --set checkpoint.at_end=false --set checkpoint.every=0
+        --set data.eval_sequences=64)
+  run_bg profile_gpt 240 "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum "${prof[@]}"
   wait
+  if grep -qE 'ERR_NVGPUCTRPERM|permission to access NVIDIA GPU Performance Counters' "$LOGS/profile_gpt.log"; then
+    note "profile_gpt: the machine hides the performance counters: times only"
+    run_bg profile_gpt 240 "$NCU" --metrics gpu__time_duration.sum "${prof[@]}"
+    wait
+  fi
+  device="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  slug="$(echo "$device" | tr '[:upper:] ' '[:lower:]_')"
+  # the bf16 dense peak from the apps' one table (lib/core/device_peaks.cpp), for the GEMMs' fraction of it
+  peak="$(build/apps/train_gpt inputs/gpt2_124m.toml --plan 1 --json --device-name "$device" 2>/dev/null |
+          python3 -c 'import json, sys
+lines = [l for l in sys.stdin if l.startswith("{\"plan\":")]
+p = json.loads(lines[0])["plan"]["device_peaks"] if lines else None
+print(p["bf16"] if p else "")')"
+  if [ -f build/kernel_screen_gpt2_bf16_mb64.json ]; then
+    run_bg kernel_table 60 python3 validation/kernel_table.py --ncu "$LOGS/profile_gpt.log" \
+      --screen build/kernel_screen_gpt2_bf16_mb64.json --device "${device:-unknown GPU}" \
+      ${peak:+--peak-tflops "$peak"} \
+      --title "Where one GPT-2 124M bf16 training step (micro-batch 64) spends its GPU time, $(date -u +%F)" \
+      --out "validation/results/gpu/kernels_gpt_${slug:-unknown_gpu}_$(date -u +%F).md"
+    wait
+  else
+    note "kernel_table: the bundle has no kernel screen (build/kernel_screen_gpt2_bf16_mb64.json): table not made"
+  fi
 fi
 
 # Where a ResNet-50 bf16 step spends its GPU time, in both activation layouts (the channels-last default and NCHW):

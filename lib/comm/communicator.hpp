@@ -26,23 +26,6 @@
 
 namespace hpct::comm {
 
-// The DType of a buffer element type, for the precision-generic callers (A = float, bf16 or fp16, kernels.hpp):
-// allreduce(buf, n, dtype_of<A>(), ...).
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::F32;
-}
-template <>
-constexpr DType dtype_of<bf16>() {
-  return DType::BF16;
-}
-template <>
-constexpr DType dtype_of<fp16>() {
-  return DType::F16;
-}
-
 enum class ReduceOp { Sum, Avg, Max, Min };
 const char* reduce_op_name(ReduceOp op);
 

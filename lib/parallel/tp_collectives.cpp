@@ -13,7 +13,7 @@ namespace {
 template <typename T>
 double timed_allreduce(comm::Communicator& tp, T* buf, int64_t n, comm::ReduceOp op, const char* what) {
   const Timer t;
-  tp.allreduce(buf, n, comm::dtype_of<T>(), op, what);
+  tp.allreduce(buf, n, dtype_of<T>(), op, what);
   return t.ms();
 }
 
@@ -76,7 +76,7 @@ double gather_from_tp_region_forward(const ExecContext& ctx, comm::Communicator&
                                      int64_t rows, int64_t cols, const char* what) {
   const int64_t cl = local_cols(tp, cols, what);
   const Timer t;
-  tp.allgather(x, scratch, rows * cl, comm::dtype_of<A>(), what);  // scratch: (t, rows, cl), block r from rank r
+  tp.allgather(x, scratch, rows * cl, dtype_of<A>(), what);  // scratch: (t, rows, cl), block r from rank r
   const double ms = t.ms();
   for (int r = 0; r < tp.size(); ++r) copy_columns(ctx, y, cols, r * cl, scratch + r * rows * cl, cl, 0, rows, cl);
   return ms;
@@ -92,7 +92,7 @@ template <typename A>
 double gather_from_sequence_parallel_region_forward(comm::Communicator& tp, const A* x, A* full, int64_t n,
                                                     const char* what) {
   const Timer t;
-  tp.allgather(x, full, n, comm::dtype_of<A>(), what);
+  tp.allgather(x, full, n, dtype_of<A>(), what);
   return t.ms();
 }
 
@@ -100,7 +100,7 @@ template <typename A>
 double gather_from_sequence_parallel_region_backward(comm::Communicator& tp, const A* dfull, A* dx, int64_t n,
                                                      const char* what) {
   const Timer t;
-  tp.reduce_scatter(dfull, dx, n, comm::dtype_of<A>(), comm::ReduceOp::Sum, what);
+  tp.reduce_scatter(dfull, dx, n, dtype_of<A>(), comm::ReduceOp::Sum, what);
   return t.ms();
 }
 

@@ -42,6 +42,15 @@ decltype(auto) with_activation_type(DType act, F&& f) {
   HPCT_FAIL("{} is not an activation storage type (f32, bf16 or f16)", dtype_name(act));
 }
 
+// The DType of an activation storage type A (float, bf16 or fp16), for the precision-generic code that passes it on
+// as a value (collectives, cuDNN descriptors): with_activation_type's inverse.
+template <typename A>
+constexpr DType dtype_of() {
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, bf16> || std::is_same_v<A, fp16>,
+                "dtype_of: an activation storage type (float, bf16 or fp16)");
+  return std::is_same_v<A, bf16> ? DType::BF16 : std::is_same_v<A, fp16> ? DType::F16 : DType::F32;
+}
+
 // n elements of a floating-point storage type t (F32, BF16 or F16) at src, widened exactly to float into dst (host
 // memory; a host copy of 16-bit logits, for instance). src == dst is allowed for F32.
 void widen_to_f32(DType t, const void* src, float* dst, int64_t n);

@@ -1,6 +1,7 @@
 // Device placement (cuda_device.hpp): the reason CUDA is unusable, the GPU choice by node-local rank, the compute
 // stream. Host code only (no kernels); every runtime call checked.
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cudnn.h>
 
 #include <cstdio>
@@ -69,6 +70,16 @@ size_t cuda_device_memory_in_use() {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return total_bytes - free_bytes;
+}
+
+void cuda_profiler_start() {
+  CUDA_CHECK(cudaDeviceSynchronize());  // the work queued before the step stays outside the range
+  CUDA_CHECK(cudaProfilerStart());
+}
+
+void cuda_profiler_stop() {
+  CUDA_CHECK(cudaDeviceSynchronize());  // the step's work, NCCL's included, inside the range
+  CUDA_CHECK(cudaProfilerStop());
 }
 
 CudaStream::CudaStream() {

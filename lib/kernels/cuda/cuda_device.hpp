@@ -43,6 +43,12 @@ int cudnn_runtime_version();
 // on it, the CUDA context and the libraries' workspaces included (the memory record's `rss` on CUDA).
 size_t cuda_device_memory_in_use();
 
+// The start and the end of what a profiler started without collecting records (ncu --profile-from-start off, nsys
+// profile --capture-range=cudaProfilerApi): cudaProfilerStart / cudaProfilerStop, each after cudaDeviceSynchronize, so
+// that exactly the work between the two calls is recorded (train.profile_step brackets one training step with them).
+void cuda_profiler_start();
+void cuda_profiler_stop();
+
 // The rank's compute stream (ExecContext::stream), created on the current device. Deliberately a *blocking* stream
 // (cudaStreamDefault, not cudaStreamNonBlocking): device_alloc (tensor/device.cpp) zeroes every slab with cudaMemset
 // on the legacy default stream, asynchronously to the host, and only a blocking stream is ordered after that memset

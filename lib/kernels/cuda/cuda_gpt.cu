@@ -349,17 +349,10 @@ void check_attention(const char* op, int C, int NH) {
 }
 
 // ExecContext::attention = Cudnn runs cuDNN's fused attention (cuda_attention_cudnn.cpp) on 16-bit storage; fp32
-// storage has only the own kernels (kernels::effective_attention never asks for it).
+// storage has only the own kernels (kernels::effective_attention never asks for it). The size query's own check: the
+// forward and backward refuse fp32 where they build the graph's key.
 void check_cudnn_attention(const char* op, DType act) {
   HPCT_CHECK(act != DType::F32, "kernels::cuda::{}: cuDNN's fused attention takes bf16 or fp16 storage, not f32", op);
-}
-
-// The DType of the storage type A (float, bf16, fp16), for the calls that take it as a value.
-template <typename A>
-constexpr DType storage_dtype() {
-  if constexpr (std::is_same_v<A, float>) return DType::F32;
-  if constexpr (std::is_same_v<A, bf16>) return DType::BF16;
-  return DType::F16;
 }
 
 // The current device's dynamic shared memory per block with the opt-in attribute (227 KiB on sm_90): a host-side
@@ -546,8 +539,7 @@ void attention_forward(const ExecContext& ctx, A* out, void* stats, const A* qkv
   const cudaStream_t stream = stream_of(ctx);
   float* lse = static_cast<float*>(stats);  // L (B,NH,T)
   if (ctx.attention == AttentionImpl::Cudnn) {
-    check_cudnn_attention("attention_forward", storage_dtype<A>());
-    cudnn_attention_forward(ctx, storage_dtype<A>(), out, lse, qkv, B, T, C, NH, lt_workspace(),
+    cudnn_attention_forward(ctx, dtype_of<A>(), out, lse, qkv, B, T, C, NH, lt_workspace(),
                             static_cast<int64_t>(kLtWorkspaceBytes));
     return;
   }
@@ -584,8 +576,7 @@ void attention_backward(const ExecContext& ctx, A* dqkv, void* scratch, const A*
   float* dsum = static_cast<float*>(scratch);           // D (B,NH,T)
   const float* lse = static_cast<const float*>(stats);  // L (B,NH,T)
   if (ctx.attention == AttentionImpl::Cudnn) {
-    check_cudnn_attention("attention_backward", storage_dtype<A>());
-    cudnn_attention_backward(ctx, storage_dtype<A>(), dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    cudnn_attention_backward(ctx, dtype_of<A>(), dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     return;
   }
   const int64_t rows = static_cast<int64_t>(B) * NH * T;

@@ -153,12 +153,8 @@ cudnnMathType_t conv_math(Precision p) {
   HPCT_FAIL("conv2d: unknown precision {}", static_cast<int>(p));
 }
 
-// The storage type of the tensors of a convolution: DType::F32, or a 16-bit one (BF16, F16) whose tensors cuDNN
-// multiplies as they are; the DType of an op's A.
-template <typename A>
-constexpr DType storage_of() {
-  return std::is_same_v<A, bf16> ? DType::BF16 : std::is_same_v<A, fp16> ? DType::F16 : DType::F32;
-}
+// The storage type of the tensors of a convolution (dtype_of<A>() of an op's A): DType::F32, or a 16-bit one (BF16,
+// F16) whose tensors cuDNN multiplies as they are.
 bool half_precision(DType storage) { return storage != DType::F32; }
 cudnnDataType_t cudnn_data_type(DType storage) {
   switch (storage) {
@@ -394,7 +390,7 @@ template <typename A>
 void conv2d_forward(const ExecContext& ctx, A* out, const A* inp, const A* weight, const A* bias, float* workspace,
                     int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
   using S = DeviceStorage<A>;
-  constexpr DType kStorage = storage_of<A>();
+  constexpr DType kStorage = dtype_of<A>();
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
   const ConvDims d = conv_dims(ctx, N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
@@ -430,7 +426,7 @@ void conv2d_backward(const ExecContext& ctx, A* dinp, float* dweight, float* dbi
                      const A* weight, float* workspace, int64_t workspace_floats, int N, int C, int H, int W, int OC,
                      int KH, int KW, int stride, int pad) {
   using S = DeviceStorage<A>;
-  constexpr DType kStorage = storage_of<A>();
+  constexpr DType kStorage = dtype_of<A>();
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
   const ConvDims d = conv_dims(ctx, N, C, H, W, OC, KH, KW, stride, pad);
   const cudaStream_t stream = stream_of(ctx);
@@ -556,7 +552,7 @@ template <typename A>
 ConvTiming conv2d_time_algorithms(const ExecContext& ctx, A* x, const A* w, A* y, A* dx, float* dw, float* workspace,
                                   int64_t workspace_floats, int N, int C, int H, int W, int OC, int KH, int KW,
                                   int stride, int pad, int repeats) {
-  constexpr DType kStorage = storage_of<A>();
+  constexpr DType kStorage = dtype_of<A>();
   constexpr bool k16Bit = kHalfPrecisionStorage<A>;
   HPCT_CHECK(repeats >= 1, "conv2d_time_algorithms: repeats = {} (at least 1)", repeats);
   HPCT_CHECK(x && w && y && dx, "conv2d_time_algorithms: x, w, y and dx must be device buffers of the shape");

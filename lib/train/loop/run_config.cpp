@@ -18,6 +18,7 @@ RunConfig read_run_config(const Config& deck) {
   t.micro_batch = static_cast<int>(deck.get_int("train.micro_batch"));
   t.deadline = deck.get_int("train.deadline");
   t.eval_every = deck.get_int("train.eval_every");
+  t.profile_step = deck.get_int("train.profile_step");
   t.device = deck.get_string("train.device");
   t.precision = parse_precision(deck.get_string("train.precision"));
   t.loss_scale = deck.get_string("train.loss_scale");
@@ -136,6 +137,12 @@ void add_train_keys(ConfigSchema& s, const SharedKeyWords& w) {
   s.string_key("train.recompute", "none", w.recompute_doc, w.recompute_choices);
   s.int_key("train.deadline", 0, "Unix time (s): checkpoint and exit with code 3 before it (0: none)", 0, 9.2e18);
   s.int_key("train.eval_every", 0, w.eval_every_doc, 0, 1e12);
+  s.int_key("train.profile_step", 0,
+            "CUDA: bracket training step K (the optimizer step's forward, backward, gradient sync and update) with "
+            "cudaProfilerStart / cudaProfilerStop, so that ncu --profile-from-start off or nsys profile "
+            "--capture-range=cudaProfilerApi record that one step and not the set-up or the evaluations (0: none; "
+            "no effect on the CPU)",
+            0, 1e12);
 }
 
 void add_layout_keys(ConfigSchema& s, const SharedKeyWords& w) {

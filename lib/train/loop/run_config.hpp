@@ -25,6 +25,7 @@ struct TrainSection {
   int micro_batch = 0;                    // train.micro_batch: per forward/backward pass on one rank
   int64_t deadline = 0;                   // train.deadline: Unix time, 0 = none
   int64_t eval_every = 0;                 // train.eval_every: 0 = the app's default cadence
+  int64_t profile_step = 0;               // train.profile_step: the step a CUDA profiler records, 0 = none
   std::string device = "cpu";             // train.device: cpu | cuda | auto
   Precision precision = Precision::FP32;  // train.precision, as requested (RunDevice decides the effective one)
   std::string loss_scale = "auto";        // train.loss_scale: auto | none | dynamic | a fixed number

@@ -96,6 +96,14 @@ std::string ranks_per_gpu_problem(int local_size, int devices, const std::string
                      shared);
 }
 
+void profiler_range(Device device, bool start) {
+#if HPCT_HAVE_CUDA
+  if (device == Device::CUDA) start ? kernels::cuda_profiler_start() : kernels::cuda_profiler_stop();
+#else
+  (void)device, (void)start;
+#endif
+}
+
 std::string runtime_libraries_line() {
   std::vector<std::string> parts;
 #if HPCT_HAVE_NCCL

@@ -45,6 +45,10 @@ std::string ranks_per_gpu_problem(int local_size, int devices, const std::string
 // left out).
 std::string runtime_libraries_line();
 
+// train.profile_step's range on the run's device: cudaProfilerStart (start) or cudaProfilerStop after a device
+// synchronization (kernels/cuda/cuda_device.hpp) on CUDA; nothing on the CPU.
+void profiler_range(Device device, bool start);
+
 // train.precision (exec_context.hpp) on the decided device, pure: on CUDA the requested precision; on the CPU fp32 or
 // bf16 as requested. tf32 (tensor-core arithmetic on fp32 storage) and fp16 (fp16 storage, CUDA only) with
 // train.device = "cpu" are a UsageError naming the fix; with "auto" that fell back to the CPU they become fp32 and

@@ -289,6 +289,14 @@ void StepLoop::resume() {
 
 int StepLoop::run() {
   resume();
+  if (const int64_t k = cfg_.train.profile_step; k > 0) {
+    if (ctx_.device != Device::CUDA) log_info("train.profile_step = {}: no effect on the CPU", k);
+    else if (k <= start_ || k > steps_)
+      log_warn("train.profile_step = {} is outside this run's steps {}..{}: no step is profiled", k, start_ + 1,
+               steps_);
+    else
+      log_info("profiler range: step {} between cudaProfilerStart and cudaProfilerStop (train.profile_step)", k);
+  }
   if (pc_.rank() == 0)
     metrics_ = std::make_unique<MetricsWriter>((fs::path(run_.opts.out_dir) / "metrics.jsonl").string(),
                                                resumed_ ? start_ : -1);
@@ -311,12 +319,15 @@ int StepLoop::run() {
   int exit_code = 0;
   opt_->plan_grad_norm(ctx_, task_.counted_in_norm());  // the norm's chunk table, before the first step
   for (int64_t s = start_ + 1; s <= steps_; ++s) {
+    const bool profiled = s == cfg_.train.profile_step;  // its synchronizations outside the step's time
+    if (profiled) profiler_range(ctx_.device, true);
     Timer timer;
     pc_.reset_comm_volume();  // comm_bytes counts this step's operations
     // the loss gradient times the loss scale S (1 without scaling; exact for power-of-two S)
     task_.begin_step(s, overflow.apply(scaled_loss_gradient(dloss_, scaler_), s, run_.dp_rank()));
     StepOutcome o = step(s);
     o.ms = timer.ms();
+    if (profiled) profiler_range(ctx_.device, false);
     o.volume = pc_.comm_volume();  // the step's payload on this rank (rank 0's is recorded)
     step_ms_.push_back(o.ms);
     writer_.poll(s);  // a background save that finished meanwhile: its log line (a failure: agreed in decide below)

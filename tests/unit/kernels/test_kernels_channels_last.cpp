@@ -33,10 +33,6 @@ template <typename A>
 Precision precision_of() {
   return std::is_same_v<A, float> ? Precision::FP32 : Precision::BF16;
 }
-template <typename A>
-DType dtype_of() {
-  return std::is_same_v<A, float> ? DType::F32 : DType::BF16;
-}
 
 // (N,C,HW) <-> (N,HW,C), any element type
 template <typename T>

@@ -216,7 +216,7 @@ for name, n in (("/tmp/prof_train.bin", 1 << 22), ("/tmp/prof_val.bin", 1 << 18)
         f.write(header.tobytes())
         f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
 PY
-  prof=(--profile-from-start off --clock-control none --print-summary per-kernel --csv
+  prof=(--profile-from-start off --clock-control none --print-units base --print-summary per-kernel --csv
         build/apps/train_gpt inputs/gpt2_124m.toml --out /tmp/prof_run --set train.device=cuda
         --set train.precision=bf16 --set train.steps=2 --set train.profile_step=2 --set train.micro_batch=64
         --set train.global_batch=64 --set data.train=/tmp/prof_train.bin --set data.val=/tmp/prof_val.bin

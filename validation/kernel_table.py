@@ -78,7 +78,11 @@ def kernel_class(name):
 
 
 def number(text):
-    return float(text.replace(",", ""))
+    """ncu's figure ('1,159,264.00'), or None for one it could not collect ('n/a')."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
 
 
 def read_ncu(path):
@@ -89,10 +93,12 @@ def read_ncu(path):
     for r in csv.DictReader(lines):
         name = base_name(r["Kernel Name"])
         metric, unit = r["Metric Name"], r.get("Metric Unit", "")
-        if unit not in UNIT:
+        if unit not in UNIT and metric in (TIME, READ, WRITE):
             raise SystemExit(f"kernel_table: unknown unit '{unit}' of {metric} in {path}")
-        launches = int(number(r["Invocations"]))
-        total = number(r["Average"]) * UNIT[unit] * launches
+        launches, average = int(number(r["Invocations"]) or 0), number(r["Average"])
+        if average is None:
+            continue  # a metric ncu could not collect for this kernel: the kernel keeps its other figures
+        total = average * UNIT[unit] * launches
         e = rows.setdefault(name, {"launches": 0, "s": 0.0, "read": None, "write": None, "names": set(),
                                    "shapes": set()})
         key = (r["Kernel Name"], r.get("Grid Size"), r.get("Block Size"))
@@ -202,6 +208,28 @@ def markdown(t, title, screen, ncu_path, screen_path):
     return "\n".join(lines) + "\n"
 
 
+def check_dram_path(screen, hbm):
+    """A profile with DRAM counters (ncu --print-units base): the bytes are the counters', not the screen's."""
+    import tempfile
+    head = '"Kernel Name","Grid Size","Block Size","Invocations","Metric Name","Metric Unit","Minimum","Maximum",' \
+           '"Average"\n'
+    own = '"void hpct::<unnamed>::residual_kernel<__nv_bfloat16, false>(T1 *, long)","(64, 1, 1)","(256, 1, 1)","2",'
+    body = (own + f'"{TIME}","nsecond","1","1","100,000"\n' + own + f'"{READ}","byte","1","1","300,000,000"\n'
+            + own + f'"{WRITE}","byte","1","1","100,000,000"\n'
+            + f'"nvjet_sm90_x","(2, 66, 1)","(384, 1, 1)","1","{TIME}","nsecond","1","1","n/a"\n')
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write("==PROF== a log line\n" + head + body)
+    try:
+        t = build(read_ncu(f.name), screen, "NVIDIA H200", hbm, None)
+    finally:
+        os.unlink(f.name)
+    row = t["rows"][0]
+    want_tbps = 2 * 400e6 / (2 * 100e-6) * 1e-12  # two launches of 400 MB in 100 us each: 4 TB/s
+    if row["bytes_from"] != "DRAM counters" or abs(row["tbps"] - want_tbps) > 1e-9:
+        return [f"the DRAM path: {row['bytes_from']!r} at {row['tbps']} TB/s, expected the counters' 4 TB/s"]
+    return []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ncu", default=SELF_CHECK_CSV)
@@ -241,6 +269,7 @@ def main():
                 base_name("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT") != \
                 "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT":
             problems.append("base_name does not strip a kernel's signature")
+        problems += check_dram_path(screen, hbm)
         sys.stdout.flush()
         for p in problems:
             print(f"kernel_table self-check: FAILED: {p}", file=sys.stderr)

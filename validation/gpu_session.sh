@@ -123,6 +123,7 @@ run_bg() {  # name timeout cmd... : in the background, verdict into the summary
     timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1
     rc=$?
     verdicts='^===== .* exit [0-9]+|^\[  (PASSED|FAILED)  \]|tests? ran|VALID|FAILED:|ERROR SUMMARY|RACECHECK SUMMARY|SKIPPED'
+    verdicts+='|^kernel_table: '
     tail_line="$(grep -E "$verdicts" \
                  "$LOGS/$name.log" | tail -n 9 | tr '\n' ' ')"
     note "$name: exit $rc in $(($(date +%s) - s)) s: $tail_line"
@@ -202,11 +203,14 @@ fi
 # benchmark's; train.profile_step brackets it with cudaProfilerStart/Stop, so neither the set-up, the first step's
 # plans nor the evaluation are in it), timed by Nsight Compute (gpu__time_duration, clocks not locked) with the DRAM
 # bytes each kernel read and wrote where the machine lets ncu read the counters (else times only), summed per kernel
-# name; validation/kernel_table.py turns that into the per-kernel table (validation/results/gpu/
-# kernels_gpt_<device_slug>_<date>.md, returned in results.tar.gz) with the bundle's kernel screen at the same shape
-# for the bytes the counters do not give.
+# name (kept as validation/results/gpu/ncu_gpt_<device_slug>_<date>_mb64.log); validation/kernel_table.py turns that
+# into the per-kernel table (validation/results/gpu/kernels_gpt_<device_slug>_<date>.md; both return in
+# results.tar.gz) with the bundle's kernel screen at the same shape for the bytes the counters do not give.
 NCU="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
-if [ "$PROFILE" = 1 ] && [ -n "$NCU" ]; then
+profile_limit() { local left=$((BUDGET - $(elapsed) - 10)); echo $((left < 240 ? left : 240)); }
+if [ "$PROFILE" = 1 ] && [ -n "$NCU" ] && [ "$(profile_limit)" -le 60 ]; then
+  note "profile_gpt: not started (budget)"
+elif [ "$PROFILE" = 1 ] && [ -n "$NCU" ]; then
   python3 - <<'PY'
 import numpy as np
 for name, n in (("/tmp/prof_train.bin", 1 << 22), ("/tmp/prof_val.bin", 1 << 18)):
@@ -222,12 +226,17 @@ PY
         --set train.global_batch=64 --set data.train=/tmp/prof_train.bin --set data.val=/tmp/prof_val.bin
         --set train.eval_every=0 --set sample.tokens=0 --set checkpoint.at_end=false --set checkpoint.every=0
         --set data.eval_sequences=64)
-  run_bg profile_gpt 240 "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum "${prof[@]}"
+  run_bg profile_gpt "$(profile_limit)" "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    "${prof[@]}"
   wait
   if grep -qE 'ERR_NVGPUCTRPERM|permission to access NVIDIA GPU Performance Counters' "$LOGS/profile_gpt.log"; then
-    note "profile_gpt: the machine hides the performance counters: times only"
-    run_bg profile_gpt 240 "$NCU" --metrics gpu__time_duration.sum "${prof[@]}"
-    wait
+    if [ "$(profile_limit)" -gt 60 ]; then
+      note "profile_gpt: the machine hides the performance counters: times only"
+      run_bg profile_gpt "$(profile_limit)" "$NCU" --metrics gpu__time_duration.sum "${prof[@]}"
+      wait
+    else
+      note "profile_gpt: the machine hides the performance counters, and the budget leaves no time for a times-only run"
+    fi
   fi
   device="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
   slug="$(echo "$device" | tr '[:upper:] ' '[:lower:]_')"
@@ -237,8 +246,11 @@ PY
 lines = [l for l in sys.stdin if l.startswith("{\"plan\":")]
 p = json.loads(lines[0])["plan"]["device_peaks"] if lines else None
 print(p["bf16"] if p else "")')"
+  # the profile itself comes back too, beside the table that reads it
+  prof_log="validation/results/gpu/ncu_gpt_${slug:-unknown_gpu}_$(date -u +%F)_mb64.log"
+  cp "$LOGS/profile_gpt.log" "$prof_log"
   if [ -f build/kernel_screen_gpt2_bf16_mb64.json ]; then
-    run_bg kernel_table 60 python3 validation/kernel_table.py --ncu "$LOGS/profile_gpt.log" \
+    run_bg kernel_table 60 python3 validation/kernel_table.py --ncu "$prof_log" \
       --screen build/kernel_screen_gpt2_bf16_mb64.json --device "${device:-unknown GPU}" \
       ${peak:+--peak-tflops "$peak"} \
       --title "Where one GPT-2 124M bf16 training step (micro-batch 64) spends its GPU time, $(date -u +%F)" \

@@ -177,14 +177,19 @@ def fmt(v, spec):
     return "" if v is None else format(v, spec)
 
 
+def shown_path(path):
+    """A path inside the repository relative to it, any other as given."""
+    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+
+
 def markdown(t, title, screen, ncu_path, screen_path):
     run = screen["run"]
     lines = [f"# {title}", "",
              f"Device: {t['device']}; HBM peak {fmt(t['hbm'] and t['hbm'] * 1e-12, '.2f')} TB/s"
              + (f", bf16 dense peak {t['peak_tflops']:g} TFLOP/s" if t["peak_tflops"] else "") + ".",
-             f"Profile: `{os.path.relpath(ncu_path, ROOT)}` (Nsight Compute, gpu__time_duration"
+             f"Profile: `{shown_path(ncu_path)}` (Nsight Compute, gpu__time_duration"
              + (", DRAM bytes" if t["dram"] else "; no DRAM counters: own kernels' bytes from the screen") + ").",
-             f"Shapes: `{os.path.relpath(screen_path, ROOT) if screen_path.startswith(ROOT) else screen_path}` "
+             f"Shapes: `{shown_path(screen_path)}` "
              f"(kernel screen at micro-batch {run['micro_batch']}, {run['micro_batches_per_step']} micro-batch(es) "
              f"per step, {run['eval_micro_batches']} evaluation micro-batch(es)).", "",
              f"Kernels: {t['total_ms']:.2f} ms; GEMMs {t['gemm_ms']:.2f} ms"
@@ -253,6 +258,8 @@ def main():
         with open(args.out, "w") as f:
             f.write(md)
     print(md, end="")
+    print(f"kernel_table: {len(t['rows'])} kernels, {t['total_ms']:.2f} ms; below 70% of the HBM peak: "
+          f"{', '.join(t['below']) or 'none'}" + (f"; written to {args.out}" if args.out else ""))
     if args.check_self:
         problems = []
         if "layernorm_backward_kernel" not in t["below"]:

@@ -151,8 +151,8 @@ __global__ void crossentropy_kernel(float* __restrict__ losses, LogitsPtr<kBackw
         const int v = v0 + j;
         float g = 0.0f;  // padded columns: no gradient
         if (v < V) {
-          g = __fmul_rn(__expf(to_float(pk.v[j]) - m),
-                        k);  // dloss * softmax, rounded before the subtraction, as the CPU
+          // dloss * softmax, rounded before the subtraction, as the CPU
+          g = __fmul_rn(__expf(to_float(pk.v[j]) - m), k);
           if (v == tgt) g -= dloss;
         }
         pk.v[j] = from_float<S>(valid ? g : NAN);

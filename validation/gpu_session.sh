@@ -92,6 +92,9 @@ cd "$ROOT" || exit 2
     2>&1
 } > "$LOGS/env.txt" 2>&1
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+# the device as the driver names it, and its slug for the records' file names (NVIDIA H200 -> nvidia_h200)
+DEVICE="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+SLUG="$(echo "${DEVICE:-unknown GPU}" | tr '[:upper:] ' '[:lower:]_')"
 
 # shellcheck source=validation/gpu_bundle.sh
 source "$ROOT/validation/gpu_bundle.sh" unpack .gpu/bundle.tar.xz >> "$LOGS/env.txt" 2>&1 ||
@@ -238,23 +241,21 @@ PY
       note "profile_gpt: the machine hides the performance counters, and the budget leaves no time for a times-only run"
     fi
   fi
-  device="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-  slug="$(echo "$device" | tr '[:upper:] ' '[:lower:]_')"
   # the bf16 dense peak from the apps' one table (lib/core/device_peaks.cpp), for the GEMMs' fraction of it
-  peak="$(build/apps/train_gpt inputs/gpt2_124m.toml --plan 1 --json --device-name "$device" 2>/dev/null |
+  peak="$(build/apps/train_gpt inputs/gpt2_124m.toml --plan 1 --json --device-name "$DEVICE" 2>/dev/null |
           python3 -c 'import json, sys
 lines = [l for l in sys.stdin if l.startswith("{\"plan\":")]
 p = json.loads(lines[0])["plan"]["device_peaks"] if lines else None
 print(p["bf16"] if p else "")')"
   # the profile itself comes back too, beside the table that reads it
-  prof_log="validation/results/gpu/ncu_gpt_${slug:-unknown_gpu}_$(date -u +%F)_mb64.log"
+  prof_log="validation/results/gpu/ncu_gpt_${SLUG}_$(date -u +%F)_mb64.log"
   cp "$LOGS/profile_gpt.log" "$prof_log"
   if [ -f build/kernel_screen_gpt2_bf16_mb64.json ]; then
     run_bg kernel_table 60 python3 validation/kernel_table.py --ncu "$prof_log" \
-      --screen build/kernel_screen_gpt2_bf16_mb64.json --device "${device:-unknown GPU}" \
+      --screen build/kernel_screen_gpt2_bf16_mb64.json --device "${DEVICE:-unknown GPU}" \
       ${peak:+--peak-tflops "$peak"} \
       --title "Where one GPT-2 124M bf16 training step (micro-batch 64) spends its GPU time, $(date -u +%F)" \
-      --out "validation/results/gpu/kernels_gpt_${slug:-unknown_gpu}_$(date -u +%F).md"
+      --out "validation/results/gpu/kernels_gpt_${SLUG}_$(date -u +%F).md"
     wait
   else
     note "kernel_table: the bundle has no kernel screen (build/kernel_screen_gpt2_bf16_mb64.json): table not made"
@@ -283,10 +284,9 @@ fi
 # results.tar.gz as validation/results/gpu/attention_<device_slug>_<date>.md.
 if [[ ",$BENCH," == *,gpt,* ]] && [ -x build/validation/bench_attention_cuda ] && [ $((BUDGET - $(elapsed))) -gt 150 ]
 then
-  slug="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr '[:upper:] ' '[:lower:]_')"
   mkdir -p validation/results/gpu
   run_bg bench_attention 90 build/validation/bench_attention_cuda \
-    --md "validation/results/gpu/attention_${slug:-unknown_gpu}_$(date -u +%F).md"
+    --md "validation/results/gpu/attention_${SLUG}_$(date -u +%F).md"
   wait
   pack_logs
 fi

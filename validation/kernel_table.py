@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The per-kernel table of one GPT-2 124M training step on a GPU, from Nsight Compute's per-kernel summary.
 
-  kernel_table.py --ncu NCU.csv --screen SCREEN.json --device NAME [--hbm-tbps X] [--peak-tflops X] [--title T]
-                  [--out FILE.md] [--check-self]
+  kernel_table.py (--ncu NCU.csv | --check-self) --screen SCREEN.json --device NAME [--hbm-tbps X]
+                  [--peak-tflops X] [--title T] [--out FILE.md]
 
 NCU.csv is `ncu --csv --print-summary per-kernel --metrics gpu__time_duration.sum[,dram__bytes_read.sum,
 dram__bytes_write.sum]` over the step (gpu_session.sh --profile brackets one step with train.profile_step and runs ncu
@@ -72,7 +72,7 @@ def kernel_class(name):
         return "gemm"
     if "sdpa" in low or "fmha" in low or "flash" in low or low.startswith("cudnn") or name in (
             "forward_tc_kernel", "backward_dq_tc_kernel", "backward_dkv_tc_kernel", "forward_kernel",
-            "backward_kernel", "rowdot_kernel"):
+            "backward_dq_kernel", "backward_dkv_kernel", "rowdot_kernel"):  # the own flash kernels
         return "attention"
     return "own"
 
@@ -86,7 +86,7 @@ def number(text):
 
 
 def read_ncu(path):
-    """{base name: {'launches', 's', 'dram' (bytes or None), 'names' (full names)}} from ncu's per-kernel CSV."""
+    """{base name: {'launches', 's', 'dram' (bytes or None)}} from ncu's per-kernel CSV."""
     rows = {}
     with open(path, newline="") as f:
         lines = [ln for ln in f if ln.startswith('"')]  # ncu's own log lines (==PROF==) are not CSV
@@ -99,14 +99,10 @@ def read_ncu(path):
         if average is None:
             continue  # a metric ncu could not collect for this kernel: the kernel keeps its other figures
         total = average * UNIT[unit] * launches
-        e = rows.setdefault(name, {"launches": 0, "s": 0.0, "read": None, "write": None, "names": set(),
-                                   "shapes": set()})
-        key = (r["Kernel Name"], r.get("Grid Size"), r.get("Block Size"))
-        e["names"].add(r["Kernel Name"])
+        e = rows.setdefault(name, {"launches": 0, "s": 0.0, "read": None, "write": None})
         if metric == TIME:
             e["launches"] += launches
             e["s"] += total
-            e["shapes"].add(key)
         elif metric in (READ, WRITE):
             slot = "read" if metric == READ else "write"
             e[slot] = (e[slot] or 0.0) + total
@@ -237,7 +233,7 @@ def check_dram_path(screen, hbm):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ncu", default=SELF_CHECK_CSV)
+    ap.add_argument("--ncu", help="the profile; --check-self reads the committed one")
     ap.add_argument("--screen", required=True)
     ap.add_argument("--device", default="NVIDIA H200")
     ap.add_argument("--hbm-tbps", type=float, default=None)
@@ -246,6 +242,10 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--check-self", action="store_true")
     args = ap.parse_args()
+    if args.check_self == bool(args.ncu):
+        ap.error("give either --ncu or --check-self (which reads the committed profile of 2026-11-28)")
+    if args.check_self:
+        args.ncu = SELF_CHECK_CSV
     hbm = hbm_peak(args.device, args.hbm_tbps)
     with open(args.screen) as f:
         screen = json.load(f)

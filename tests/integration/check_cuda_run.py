@@ -32,7 +32,8 @@
             restart check on fp32 with dynamic scaling
   layouts   docs/invariants.md (invariant 1) on the device. At world 1 (one GPU cannot host several NCCL ranks): train_gpt with
             ZeRO-1, 4 and 1 micro-batches instead of 8, and gradient buckets of 0.05 MiB launched after backward;
-            train_resnet with ZeRO-1 and overlap off -- each vs the plain device run within 1e-5. At --world W > 1 (a multi-GPU node or a cluster:
+            train_resnet with ZeRO-1 and overlap off -- each vs the plain device run within 1e-5; and train_gpt with
+            train.profile_step = 2 (the profiler range's synchronizations) bitwise. At --world W > 1 (a multi-GPU node or a cluster:
             NCCL): every (DP, TP, PP) of train_gpt with DP*TP*PP = W (TP, PP in 1, 2, 4; ZeRO-1 where DP > 1) and
             train_resnet at DP = W with SyncBN at a constant global micro-batch, vs the world-1 device run, 1e-5
   restart   5 steps + checkpoint.resume=latest to 10 == 10 straight on the device, at --world W (default 1), both
@@ -497,6 +498,9 @@ def scenario_layouts():
         got = train("gpt", f"{args.work}/layouts_gpt_{'_'.join(s.replace('.', '-') for s in sets)}", base + sets,
                     world=ranks)
         compare(f"train_gpt {name} vs world 1", got, ref, 1e-5)
+    if w == 1:  # a profiler range adds synchronizations only: the same bits
+        got = train("gpt", f"{args.work}/layouts_gpt_profile_step", base + ["train.profile_step=2"])
+        compare("train_gpt train.profile_step=2 vs world 1", got, ref, 0.0)
     # ResNet: SyncBN over a constant global micro-batch gmb (DP x micro_batch), as docs/apps.md "train_resnet" says
     gmb = max(8, w)  # np 1 MB 8 = np 2 MB 4 = np 4 MB 2 (check_resnet_run.py layout)
     rbase = QUIET["resnet"] + ["train.steps=10"]
